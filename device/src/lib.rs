@@ -1,0 +1,49 @@
+//! # symm-device
+//!
+//! Device-side code of symm, written once and compiled twice:
+//!
+//! * for `nvptx64-nvidia-cuda` (PTX, and LLVM bitcode for Triton), where [`arch`] is inline
+//!   PTX and `core::arch::nvptx`;
+//! * for the host, where [`arch`] runs a grid as OS threads, so that the very same kernels run
+//!   on a CPU (this is what CI executes).
+//!
+//! Layers, bottom to top (data and calls flow one way):
+//!
+//! 1. [`arch`] — the only module with inline assembly and intrinsics: thread/block indices,
+//!    block barriers, scoped acquire/release memory operations, fences, sleep and the global
+//!    timer.
+//! 2. [`sync`] — safe primitives built on `arch`: bounded waits and the cross-rank barrier on
+//!    signal pads.
+//! 3. [`symmetric`] — the collective kernels, generic over element type and reduction.
+//! 4. [`exports`] — the `extern "ptx-kernel"` entry points and device functions that appear in
+//!    the PTX and the bitcode.
+//!
+//! [`SymmContext`] is the `#[repr(C)]` description of one symmetric window that every kernel
+//! receives as a 64-bit pointer.
+
+#![no_std]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(not(target_arch = "nvptx64"))]
+extern crate std;
+
+pub mod arch;
+pub mod context;
+pub mod exports;
+pub mod sync;
+pub mod symmetric;
+pub mod types;
+
+pub use context::{BackendTag, SymmContext};
+pub use types::{DataType, RedOp};
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    arch::trap()
+}

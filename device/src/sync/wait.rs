@@ -1,0 +1,90 @@
+//! Bounded waits: every spin on a flag that another rank sets ends, at the latest, when the
+//! global timer passes a deadline.
+
+use crate::arch;
+
+/// How a bounded wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// The flag reached the target.
+    Reached,
+    /// The deadline passed first.
+    TimedOut,
+    /// Another thread of this rank raised the abort word meanwhile.
+    Aborted,
+}
+
+/// `true` when `value` is at or past `target` in wrap-around (serial number) order.
+#[inline(always)]
+pub fn reached(value: u32, target: u32) -> bool {
+    value.wrapping_sub(target) as i32 >= 0
+}
+
+/// Spin until the `u32` at `flag` reaches `target` (wrap-safe), the abort word at `abort`
+/// becomes non-zero, or `timeout_ns` pass.
+///
+/// # Safety
+/// `flag` and `abort` must be valid, aligned addresses of `u32`s that other threads only
+/// access atomically.
+pub unsafe fn wait_until_reached(
+    flag: *const u32,
+    target: u32,
+    abort: *const u32,
+    timeout_ns: u64,
+) -> WaitOutcome {
+    let start = arch::global_timer_ns();
+    let mut polls: u32 = 0;
+    loop {
+        // SAFETY: the caller guarantees `flag` is valid and atomically accessed.
+        if reached(unsafe { arch::load_acquire_sys_u32(flag) }, target) {
+            return WaitOutcome::Reached;
+        }
+        polls = polls.wrapping_add(1);
+        if polls % 64 == 0 {
+            // SAFETY: as for `flag`.
+            if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
+                return WaitOutcome::Aborted;
+            }
+            if arch::global_timer_ns().wrapping_sub(start) > timeout_ns {
+                return WaitOutcome::TimedOut;
+            }
+            arch::nanosleep(if polls >= 4096 { 20_000 } else { 100 });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serial_number_order() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        assert!(reached(0, u32::MAX));
+        assert!(reached(3, u32::MAX - 2));
+        assert!(!reached(u32::MAX, 0));
+    }
+
+    #[test]
+    fn times_out_on_a_flag_nobody_sets() {
+        let flag = 0u32;
+        let abort = 0u32;
+        let start = std::time::Instant::now();
+        // SAFETY: both are live locals, accessed only here.
+        let outcome = unsafe { wait_until_reached(&flag, 1, &abort, 5_000_000) };
+        assert_eq!(outcome, WaitOutcome::TimedOut);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(5));
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn sees_abort() {
+        let flag = 0u32;
+        let abort = 1u32;
+        // SAFETY: both are live locals, accessed only here.
+        let outcome = unsafe { wait_until_reached(&flag, 1, &abort, u64::MAX) };
+        assert_eq!(outcome, WaitOutcome::Aborted);
+    }
+}

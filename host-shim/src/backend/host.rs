@@ -1,0 +1,94 @@
+//! The host backend: host memory, kernels run on OS threads by `arch::host::run_grid`.
+//! Calls complete before they return.
+
+use crate::error::{Error, Result};
+use crate::ffi::types::symmResult_t;
+use crate::plan::{KernelId, Launch};
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use symm_device::SymmContext;
+use symm_device::arch::host::run_grid;
+use symm_device::symmetric::all_reduce::one_shot_all_reduce;
+use symm_device::symmetric::reduce::Sum;
+
+/// Alignment of every host allocation (a page, as device allocations are at least that).
+const ALIGNMENT: usize = 4096;
+
+/// Host memory and CPU kernels.
+pub struct HostBackend {
+    allocations: Mutex<HashMap<u64, Layout>>,
+}
+
+impl HostBackend {
+    /// A host backend with no allocations.
+    pub fn new() -> Self {
+        HostBackend {
+            allocations: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Allocate zeroed, page-aligned host memory.
+    pub fn alloc_zeroed(&self, bytes: usize) -> Result<u64> {
+        let layout = Layout::from_size_align(bytes.max(1), ALIGNMENT)
+            .map_err(|_| Error::invalid_argument(format!("size {bytes} is too large")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::new(
+                symmResult_t::symmOutOfMemory,
+                format!("host allocation of {bytes} bytes failed"),
+            ));
+        }
+        let address = ptr as u64;
+        self.lock().insert(address, layout);
+        Ok(address)
+    }
+
+    /// Free an allocation of this backend.
+    pub fn free(&self, address: u64) -> Result<()> {
+        let layout = self
+            .lock()
+            .remove(&address)
+            .ok_or_else(|| Error::internal(format!("host free of unknown address {address:#x}")))?;
+        // SAFETY: `address` came from `alloc_zeroed` with this layout and is freed once (it was
+        // just removed from the table).
+        unsafe { std::alloc::dealloc(address as *mut u8, layout) };
+        Ok(())
+    }
+
+    /// Copy bytes into host memory of this backend.
+    pub fn upload(&self, address: u64, bytes: &[u8]) -> Result<()> {
+        // SAFETY: callers pass an address inside one of their allocations with room for
+        // `bytes` (the window/context builders size the allocation from the same data).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address as *mut u8, bytes.len()) };
+        Ok(())
+    }
+
+    /// Run `launch` on CPU threads and return when every emulated thread has finished.
+    pub fn launch(&self, launch: &Launch) -> Result<()> {
+        // SAFETY: the context was built by `window::Window::complete` and stays alive while the
+        // task holds its window.
+        let ctx: &SymmContext = unsafe { &*(launch.context as *const SymmContext) };
+        match launch.kernel {
+            KernelId::OneShotAllReduceF32Sum => {
+                run_grid(launch.grid, launch.block, &|| {
+                    // SAFETY: the arguments were validated against the window by the
+                    // collective's validation; every rank launches the same plan.
+                    unsafe { one_shot_all_reduce::<f32, Sum>(ctx, &launch.args) };
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Layout>> {
+        self.allocations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Default for HostBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,411 @@
+//! The exported C functions. Each one validates every argument, catches any panic, records a
+//! message for `symmGetLastError`, and returns a `symmResult_t`; nothing unwinds into C.
+//! Bad input returns an error before any memory is touched.
+
+#![allow(non_snake_case)]
+
+use super::types::*;
+use crate::comm::{self, Comm};
+use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
+use crate::group::{self, Deferred};
+use crate::{collective, window};
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// Run `body`, turning errors and panics into a `symmResult_t` and a recorded message.
+fn guard(function: &str, comm: Option<&Arc<Comm>>, body: impl FnOnce() -> Result<()>) -> symmResult_t {
+    let result = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        Err(Error::internal(format!("internal panic: {what}")))
+    });
+    match result {
+        Ok(()) => symmResult_t::symmSuccess,
+        Err(error) => {
+            let error = error.in_function(function);
+            set_thread_last_error(&error.message);
+            if let Some(comm) = comm {
+                comm.set_last_error(&error.message);
+            }
+            error.code
+        }
+    }
+}
+
+/// Look `comm` up, then run `body` under [`guard`].
+fn with_comm(
+    function: &str,
+    comm: symmComm_t,
+    body: impl FnOnce(&Arc<Comm>) -> Result<()>,
+) -> symmResult_t {
+    match Comm::from_handle(comm) {
+        Ok(c) => guard(function, Some(&c), || body(&c)),
+        Err(e) => guard(function, None, || Err(e)),
+    }
+}
+
+/// Write `value` through `out`, which must be non-NULL.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+unsafe fn write_out<T>(out: *mut T, name: &str, value: T) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::invalid_argument(format!("{name} is NULL")));
+    }
+    // SAFETY: non-NULL, and valid for writes by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+/// Check that `out` is non-NULL before any work is done.
+fn require_out<T>(out: *mut T, name: &str) -> Result<()> {
+    if out.is_null() {
+        Err(Error::invalid_argument(format!("{name} is NULL")))
+    } else {
+        Ok(())
+    }
+}
+
+/// The library version: `major * 10000 + minor * 100 + patch`.
+///
+/// # Safety
+/// `version` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmGetVersion(version: *mut c_int) -> symmResult_t {
+    // SAFETY: forwarded contract.
+    guard("symmGetVersion", None, || unsafe {
+        write_out(version, "version", SYMM_VERSION_CODE)
+    })
+}
+
+/// A static description of `result`; never NULL, also for unknown codes.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmGetErrorString(result: symmResultRaw) -> *const c_char {
+    match symmResult_t::from_raw(result) {
+        Some(r) => r.description().as_ptr(),
+        None => c"unknown symmResult_t value".as_ptr(),
+    }
+}
+
+/// The message of the last failed call on `comm`, or of the calling thread when `comm` is
+/// NULL. Never NULL; valid until the next failing call on that comm or thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmGetLastError(comm: symmComm_t) -> *const c_char {
+    if comm.is_null() {
+        return thread_last_error();
+    }
+    match Comm::from_handle(comm) {
+        Ok(c) => c.last_error(),
+        Err(_) => c"comm is not a live communicator".as_ptr(),
+    }
+}
+
+/// Make a new unique id for `symmCommInitRank`.
+///
+/// # Safety
+/// `uniqueId` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmGetUniqueId(uniqueId: *mut symmUniqueId) -> symmResult_t {
+    // SAFETY: forwarded contract.
+    guard("symmGetUniqueId", None, || unsafe {
+        write_out(uniqueId, "uniqueId", comm::new_unique_id())
+    })
+}
+
+/// Create rank `rank` of an `nranks`-rank communicator named by `commId`. Collective: returns
+/// once every rank has joined (one thread per rank, in this process), or `symmTimeout`.
+///
+/// # Safety
+/// `comm` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommInitRank(
+    comm: *mut symmComm_t,
+    nranks: c_int,
+    commId: symmUniqueId,
+    rank: c_int,
+) -> symmResult_t {
+    guard("symmCommInitRank", None, || {
+        require_out(comm, "comm")?;
+        let created = comm::init_rank(nranks, &commId, rank)?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(comm, "comm", created.handle()) }
+    })
+}
+
+/// Create `ndev` ranks in this process, rank `i` on device `devlist[i]` (devices may repeat,
+/// to place several ranks on one GPU; NULL means devices 0..ndev-1).
+///
+/// # Safety
+/// `comms` is NULL or valid for `ndev` writes; `devlist` is NULL or valid for `ndev` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommInitAll(
+    comms: *mut symmComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> symmResult_t {
+    guard("symmCommInitAll", None, || {
+        require_out(comms, "comms")?;
+        if ndev <= 0 {
+            return Err(Error::invalid_argument(format!("ndev = {ndev}: must be at least 1")));
+        }
+        let devices: Vec<i32> = if devlist.is_null() {
+            (0..ndev).collect()
+        } else {
+            // SAFETY: non-NULL and valid for ndev reads by the caller's contract.
+            unsafe { std::slice::from_raw_parts(devlist, ndev as usize) }.to_vec()
+        };
+        let created = comm::init_all(&devices)?;
+        for (i, c) in created.iter().enumerate() {
+            // SAFETY: valid for ndev writes by the caller's contract.
+            unsafe { comms.add(i).write(c.handle()) };
+        }
+        Ok(())
+    })
+}
+
+/// Destroy a communicator: frees its windows and any memory still allocated through it.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmCommDestroy(comm: symmComm_t) -> symmResult_t {
+    with_comm("symmCommDestroy", comm, comm::destroy)
+}
+
+/// Number of ranks of `comm`.
+///
+/// # Safety
+/// `count` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommCount(comm: symmComm_t, count: *mut c_int) -> symmResult_t {
+    with_comm("symmCommCount", comm, |c| {
+        // SAFETY: forwarded contract.
+        unsafe { write_out(count, "count", c.clique.nranks as c_int) }
+    })
+}
+
+/// Rank of `comm`.
+///
+/// # Safety
+/// `rank` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommUserRank(comm: symmComm_t, rank: *mut c_int) -> symmResult_t {
+    with_comm("symmCommUserRank", comm, |c| {
+        // SAFETY: forwarded contract.
+        unsafe { write_out(rank, "rank", c.rank as c_int) }
+    })
+}
+
+/// CUDA device of `comm`.
+///
+/// # Safety
+/// `device` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommCuDevice(comm: symmComm_t, device: *mut c_int) -> symmResult_t {
+    with_comm("symmCommCuDevice", comm, |c| {
+        // SAFETY: forwarded contract.
+        unsafe { write_out(device, "device", c.device) }
+    })
+}
+
+/// Allocate `size` bytes usable in a symmetric window of `comm` (device memory; host memory
+/// on the host backend).
+///
+/// # Safety
+/// `ptr` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmMemAlloc(comm: symmComm_t, ptr: *mut *mut c_void, size: usize) -> symmResult_t {
+    with_comm("symmMemAlloc", comm, |c| {
+        require_out(ptr, "ptr")?;
+        if size == 0 {
+            return Err(Error::invalid_argument("size is 0"));
+        }
+        if size > isize::MAX as usize - 4096 {
+            return Err(Error::invalid_argument(format!("size = {size} is too large")));
+        }
+        let address = c.clique.backend.alloc_zeroed(c.device, size)?;
+        c.lock().allocations.insert(address, size);
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(ptr, "ptr", address as *mut c_void) }
+    })
+}
+
+/// Free memory from `symmMemAlloc` on the same comm. Deregister its windows first.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_t {
+    with_comm("symmMemFree", comm, |c| {
+        let address = ptr as u64;
+        if ptr.is_null() {
+            return Err(Error::invalid_argument("ptr is NULL"));
+        }
+        let mut state = c.lock();
+        let Some(&size) = state.allocations.get(&address) else {
+            return Err(Error::invalid_argument(
+                "ptr was not returned by symmMemAlloc on this comm, or was already freed",
+            ));
+        };
+        if state
+            .windows
+            .values()
+            .any(|w| w.base < address + size as u64 && address < w.base + w.size)
+        {
+            return Err(Error::invalid_usage(
+                "ptr is still registered in a window: call symmCommWindowDeregister first",
+            ));
+        }
+        state.allocations.remove(&address);
+        drop(state);
+        c.clique.backend.synchronize(&c.resources)?;
+        c.clique.backend.free(c.device, address)
+    })
+}
+
+/// Register `[buff, buff + size)`, inside one `symmMemAlloc` allocation, as a window on every
+/// rank (collective; inside a group when one thread drives several ranks).
+///
+/// # Safety
+/// `win` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommWindowRegister(
+    comm: symmComm_t,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut symmWindow_t,
+    winFlags: c_int,
+) -> symmResult_t {
+    with_comm("symmCommWindowRegister", comm, |c| {
+        require_out(win, "win")?;
+        let window = window::register(c, buff as u64, size, winFlags)?;
+        if group::active() {
+            group::defer(Deferred::CompleteWindow(c.clone(), window.clone()));
+        } else {
+            window::complete(c, &window)?;
+        }
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(win, "win", window.handle()) }
+    })
+}
+
+/// Deregister a window of `comm`.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) -> symmResult_t {
+    with_comm("symmCommWindowDeregister", comm, |c| window::deregister(c, win))
+}
+
+/// All-reduce `count` elements from `sendbuff` into `recvbuff` (both inside registered
+/// windows, at the same offsets on every rank; in place when equal).
+#[unsafe(no_mangle)]
+pub extern "C" fn symmAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm("symmAllReduce", comm, |c| {
+        collective::all_reduce(
+            c,
+            sendbuff as u64,
+            recvbuff as u64,
+            count,
+            datatype,
+            op,
+            stream as u64,
+        )
+    })
+}
+
+/// Validate the shared arguments of a collective this version does not run yet.
+fn not_yet(
+    c: &Arc<Comm>,
+    name: &str,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    datatype: symmDataTypeRaw,
+    op: Option<symmRedOpRaw>,
+) -> Result<()> {
+    collective::data_type(datatype)?;
+    if let Some(op) = op {
+        collective::red_op(op)?;
+    }
+    if sendbuff.is_null() {
+        return Err(Error::invalid_argument("sendbuff is NULL"));
+    }
+    if recvbuff.is_null() {
+        return Err(Error::invalid_argument("recvbuff is NULL"));
+    }
+    let _ = c;
+    Err(Error::unsupported(format!("{name} is not implemented in this version")))
+}
+
+/// All-gather `sendcount` elements from every rank into `recvbuff` (not implemented in this
+/// version: returns `symmUnsupported` after validating its arguments).
+#[unsafe(no_mangle)]
+pub extern "C" fn symmAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: symmDataTypeRaw,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    let _ = (sendcount, stream);
+    with_comm("symmAllGather", comm, |c| {
+        not_yet(c, "symmAllGather", sendbuff, recvbuff, datatype, None)
+    })
+}
+
+/// Reduce-scatter into `recvcount` elements per rank (not implemented in this version:
+/// returns `symmUnsupported` after validating its arguments).
+#[unsafe(no_mangle)]
+pub extern "C" fn symmReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    let _ = (recvcount, stream);
+    with_comm("symmReduceScatter", comm, |c| {
+        not_yet(c, "symmReduceScatter", sendbuff, recvbuff, datatype, Some(op))
+    })
+}
+
+/// Start a group: window registrations and collectives are deferred to `symmGroupEnd`.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmGroupStart() -> symmResult_t {
+    guard("symmGroupStart", None, group::start)
+}
+
+/// End a group; at the outermost end, complete registrations and run the collectives.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmGroupEnd() -> symmResult_t {
+    guard("symmGroupEnd", None, group::end)
+}
+
+/// The device address of `win`'s `symmDeviceContext`, for kernels (PTX, Triton) that call
+/// symm's device functions.
+///
+/// # Safety
+/// `devCtx` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommGetDeviceContext(
+    comm: symmComm_t,
+    win: symmWindow_t,
+    devCtx: *mut *const c_void,
+) -> symmResult_t {
+    with_comm("symmCommGetDeviceContext", comm, |c| {
+        require_out(devCtx, "devCtx")?;
+        let window = window::from_handle(c, win)?;
+        let context = window.context().ok_or_else(|| {
+            Error::invalid_usage("the window's registration has not completed (call symmGroupEnd)")
+        })?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(devCtx, "devCtx", context.address as *const c_void) }
+    })
+}

@@ -1,0 +1,274 @@
+//! Types of the C ABI, as they appear in `symm.h`. cbindgen generates the header from this
+//! module and [`super::api`].
+//!
+//! Enum-typed *parameters* are received as raw integers (`symmDataTypeRaw`, …), which the
+//! header spells with the enum's name: a C caller may pass any value, and a Rust enum holding
+//! an unknown value would be undefined behaviour. Every value is validated before use.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int};
+use symm_device::context::SymmContext;
+
+/// Version of this library: `major * 10000 + minor * 100 + patch`.
+pub const SYMM_VERSION_CODE: c_int = 100;
+
+/// Window flag: the buffer is symmetric (same size and same offsets on every rank), so
+/// collectives may use it directly, as NCCL's `NCCL_WIN_COLL_SYMMETRIC`.
+pub const SYMM_WIN_COLL_SYMMETRIC: c_int = 1;
+
+/// Bytes in a [`symmUniqueId`].
+pub const SYMM_UNIQUE_ID_BYTES: usize = 128;
+
+/// Result of every call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum symmResult_t {
+    /// The call succeeded.
+    symmSuccess = 0,
+    /// A CUDA driver call failed.
+    symmUnhandledCudaError = 1,
+    /// A system call failed.
+    symmSystemError = 2,
+    /// An internal invariant was broken (a bug in symm).
+    symmInternalError = 3,
+    /// An argument is invalid; `symmGetLastError` names it.
+    symmInvalidArgument = 4,
+    /// The call is not valid in the current state (e.g. `symmGroupEnd` without a start).
+    symmInvalidUsage = 5,
+    /// No usable GPU or no CUDA driver for the cuda backend.
+    symmNoDevice = 6,
+    /// Valid, but not supported by this version or this GPU.
+    symmUnsupported = 7,
+    /// A peer did not arrive within `SYMM_TIMEOUT_MS`.
+    symmTimeout = 8,
+    /// A memory allocation failed.
+    symmOutOfMemory = 9,
+}
+
+/// Element types (NCCL's names and order of appearance; values are symm's own).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum symmDataType_t {
+    /// Signed 8-bit integer.
+    symmInt8 = 0,
+    /// Unsigned 8-bit integer.
+    symmUint8 = 1,
+    /// Signed 32-bit integer.
+    symmInt32 = 2,
+    /// Unsigned 32-bit integer.
+    symmUint32 = 3,
+    /// Signed 64-bit integer.
+    symmInt64 = 4,
+    /// Unsigned 64-bit integer.
+    symmUint64 = 5,
+    /// IEEE binary16.
+    symmFloat16 = 6,
+    /// IEEE binary32.
+    symmFloat32 = 7,
+    /// IEEE binary64.
+    symmFloat64 = 8,
+    /// bfloat16.
+    symmBfloat16 = 9,
+    /// float8 e4m3.
+    symmFloat8e4m3 = 10,
+    /// float8 e5m2.
+    symmFloat8e5m2 = 11,
+}
+
+/// Reduction operators.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum symmRedOp_t {
+    /// Sum.
+    symmSum = 0,
+    /// Product.
+    symmProd = 1,
+    /// Maximum.
+    symmMax = 2,
+    /// Minimum.
+    symmMin = 3,
+    /// Average: sum divided by the number of ranks.
+    symmAvg = 4,
+}
+
+/// A raw `symmResult_t` received from C (spelled `symmResult_t` in the header).
+pub type symmResultRaw = c_int;
+/// A raw `symmDataType_t` received from C (spelled `symmDataType_t` in the header).
+pub type symmDataTypeRaw = c_int;
+/// A raw `symmRedOp_t` received from C (spelled `symmRedOp_t` in the header).
+pub type symmRedOpRaw = c_int;
+
+/// Identifies a communicator being created with `symmCommInitRank`; made by
+/// `symmGetUniqueId` on one rank and passed to all others.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct symmUniqueId {
+    /// Opaque bytes.
+    pub internal: [c_char; SYMM_UNIQUE_ID_BYTES],
+}
+
+/// Opaque communicator.
+pub struct symmComm {
+    _private: [u8; 0],
+}
+
+/// Handle of a communicator (one rank).
+pub type symmComm_t = *mut symmComm;
+
+/// Opaque registered window.
+pub struct symmWindow {
+    _private: [u8; 0],
+}
+
+/// Handle of a registered window.
+pub type symmWindow_t = *mut symmWindow;
+
+/// CUDA's stream type, as in `cuda.h`.
+pub struct CUstream_st {
+    _private: [u8; 0],
+}
+
+/// A `CUstream`; NULL is the default stream.
+pub type symmStream_t = *mut CUstream_st;
+
+/// Layout of the device context returned by `symmCommGetDeviceContext` (the device crate's
+/// `SymmContext`): what device code receives as a 64-bit pointer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct symmDeviceContext {
+    /// 0 = native symm window (1 = NVSHMEM, 2 = NCCL: reserved).
+    pub backend: u32,
+    /// Layout version (1).
+    pub version: u32,
+    /// This rank.
+    pub rank: u32,
+    /// Number of ranks.
+    pub world_size: u32,
+    /// This rank's window base.
+    pub local_base: u64,
+    /// Window size in bytes.
+    pub window_size: u64,
+    /// Device address of `uint64_t[world_size]`: every rank's window base.
+    pub peer_bases: u64,
+    /// Device address of `uint64_t[world_size]`: every rank's signal pad.
+    pub peer_signal_pads: u64,
+    /// Bytes of each signal pad.
+    pub signal_pad_size: u64,
+    /// Device address of this rank's abort word (`uint32_t`).
+    pub abort_flag: u64,
+    /// Bound of every wait on a peer, in nanoseconds.
+    pub timeout_ns: u64,
+    /// Reserved, zero.
+    pub reserved: [u64; 3],
+}
+
+macro_rules! same_layout {
+    ($($field:ident),*) => {
+        static_assertions::assert_eq_size!(symmDeviceContext, SymmContext);
+        static_assertions::assert_eq_align!(symmDeviceContext, SymmContext);
+        $(static_assertions::const_assert_eq!(
+            core::mem::offset_of!(symmDeviceContext, $field),
+            core::mem::offset_of!(SymmContext, $field)
+        );)*
+    };
+}
+same_layout!(
+    backend,
+    version,
+    rank,
+    world_size,
+    local_base,
+    window_size,
+    peer_bases,
+    peer_signal_pads,
+    signal_pad_size,
+    abort_flag,
+    timeout_ns,
+    reserved
+);
+
+impl symmResult_t {
+    /// The result with this raw value, if any.
+    pub fn from_raw(raw: c_int) -> Option<Self> {
+        use symmResult_t::*;
+        [
+            symmSuccess,
+            symmUnhandledCudaError,
+            symmSystemError,
+            symmInternalError,
+            symmInvalidArgument,
+            symmInvalidUsage,
+            symmNoDevice,
+            symmUnsupported,
+            symmTimeout,
+            symmOutOfMemory,
+        ]
+        .into_iter()
+        .find(|r| *r as c_int == raw)
+    }
+
+    /// A static, NUL-terminated description.
+    pub fn description(self) -> &'static std::ffi::CStr {
+        use symmResult_t::*;
+        match self {
+            symmSuccess => c"no error",
+            symmUnhandledCudaError => c"unhandled CUDA error",
+            symmSystemError => c"system error",
+            symmInternalError => c"internal error (a bug in symm)",
+            symmInvalidArgument => c"invalid argument",
+            symmInvalidUsage => c"invalid usage",
+            symmNoDevice => c"no usable CUDA device or driver",
+            symmUnsupported => c"unsupported",
+            symmTimeout => c"timed out waiting for a peer",
+            symmOutOfMemory => c"out of memory",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_device::{DataType, RedOp};
+
+    #[test]
+    fn c_enums_match_device_enums() {
+        use symmDataType_t::*;
+        let c_types = [
+            symmInt8,
+            symmUint8,
+            symmInt32,
+            symmUint32,
+            symmInt64,
+            symmUint64,
+            symmFloat16,
+            symmFloat32,
+            symmFloat64,
+            symmBfloat16,
+            symmFloat8e4m3,
+            symmFloat8e5m2,
+        ];
+        assert_eq!(c_types.len(), DataType::ALL.len());
+        for (c, d) in c_types.iter().zip(DataType::ALL) {
+            assert_eq!(*c as u32, d as u32, "{c:?} vs {d:?}");
+            assert_eq!(format!("{c:?}").to_lowercase(), format!("symm{d:?}").to_lowercase());
+        }
+        use symmRedOp_t::*;
+        let c_ops = [symmSum, symmProd, symmMax, symmMin, symmAvg];
+        assert_eq!(c_ops.len(), RedOp::ALL.len());
+        for (c, d) in c_ops.iter().zip(RedOp::ALL) {
+            assert_eq!(*c as u32, d as u32);
+            assert_eq!(format!("{c:?}"), format!("symm{d:?}"));
+        }
+    }
+
+    #[test]
+    fn every_result_has_a_description() {
+        for raw in 0..10 {
+            let r = symmResult_t::from_raw(raw).expect("codes 0..=9 exist");
+            assert!(!r.description().to_bytes().is_empty());
+        }
+        assert_eq!(symmResult_t::from_raw(10), None);
+        assert_eq!(symmResult_t::from_raw(-1), None);
+    }
+}

@@ -1,0 +1,24 @@
+//! # symm — host shim
+//!
+//! The C ABI of symm (`libsymm.a`, `libsymm.so`, `ffi-headers/symm.h`), NCCL-shaped. Data flows
+//! one way:
+//!
+//! C ABI ([`ffi::api`]) → validation ([`collective`], [`window`], [`comm`]) → plan ([`plan`],
+//! pure) → launch ([`backend`]: CUDA driver or host threads) → kernel (`symm-device`).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod collective;
+pub mod comm;
+pub mod config;
+pub mod error;
+pub mod ffi;
+pub mod group;
+pub mod plan;
+pub mod ptx;
+pub mod window;
+
+pub use ffi::api::*;
+pub use ffi::types::*;

@@ -1,0 +1,329 @@
+//! Symmetric windows: registration (a rendezvous of all ranks), the device context built from
+//! it, lookup of a buffer's window, and deregistration.
+//!
+//! Registration is collective: rank `r`'s `k`-th registration meets every other rank's `k`-th.
+//! Each rank deposits its window base, size and signal pad in the clique's [`Exchange`]; once
+//! all have, each builds its [`SymmContext`] and peer tables in device memory.
+
+use crate::backend::Backend;
+use crate::comm::{Comm, CommState};
+use crate::error::{Error, Result};
+use crate::ffi::types::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
+use symm_device::sync::signal_pad::{SIGNAL_PAD_BYTES, abort_slot};
+
+/// What one rank contributes to a window registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deposit {
+    base: u64,
+    size: u64,
+    signal_pad: u64,
+}
+
+/// One registration in flight.
+struct Registration {
+    ranks: Vec<Option<Deposit>>,
+    taken: usize,
+}
+
+/// Registrations in flight on a clique, by sequence number.
+#[derive(Default)]
+pub struct Exchange {
+    registrations: HashMap<u64, Registration>,
+}
+
+/// The device context of a completed window.
+pub struct DeviceContext {
+    /// Device address of the `SymmContext`, followed by the peer tables.
+    pub address: u64,
+    /// A host copy of the context.
+    pub host: SymmContext,
+}
+
+/// One rank's registered window.
+pub struct Window {
+    /// Registration sequence number (the same on every rank).
+    pub seq: u64,
+    /// Base address of this rank's buffer.
+    pub base: u64,
+    /// Size in bytes.
+    pub size: u64,
+    backend: Arc<Backend>,
+    device: i32,
+    signal_pad: u64,
+    context: OnceLock<DeviceContext>,
+}
+
+impl Window {
+    /// The handle given to C.
+    pub fn handle(self: &Arc<Self>) -> symmWindow_t {
+        Arc::as_ptr(self) as symmWindow_t
+    }
+
+    /// The device context, once the registration completed on every rank.
+    pub fn context(&self) -> Option<&DeviceContext> {
+        self.context.get()
+    }
+
+    /// `true` if `[address, address + bytes)` lies inside the window.
+    pub fn contains(&self, address: u64, bytes: u64) -> bool {
+        address >= self.base
+            && address
+                .checked_add(bytes)
+                .is_some_and(|end| end <= self.base + self.size)
+    }
+
+    /// `true` if this rank's abort word is raised (host backend only: on a GPU the word lives
+    /// in device memory and is not read back by this version).
+    pub fn aborted_on_host(&self) -> bool {
+        match (&*self.backend, self.context()) {
+            (Backend::Host(_), Some(_)) => {
+                // SAFETY: the pad is live host memory owned by this window; kernels have
+                // completed (host launches are synchronous) or write it atomically.
+                unsafe {
+                    symm_device::arch::load_acquire_sys_u32(abort_slot(self.signal_pad)) != 0
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        if let Some(context) = self.context.take() {
+            let _ = self.backend.free(self.device, context.address);
+        }
+        let _ = self.backend.free(self.device, self.signal_pad);
+    }
+}
+
+/// `symmCommWindowRegister` on one rank: validate, deposit, and (outside a group) complete.
+pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Result<Arc<Window>> {
+    if buff == 0 {
+        return Err(Error::invalid_argument("buff is NULL"));
+    }
+    if size == 0 {
+        return Err(Error::invalid_argument("size is 0"));
+    }
+    if flags & SYMM_WIN_COLL_SYMMETRIC == 0 || flags & !SYMM_WIN_COLL_SYMMETRIC != 0 {
+        return Err(Error::invalid_argument(format!(
+            "winFlags = {flags:#x}: must be SYMM_WIN_COLL_SYMMETRIC"
+        )));
+    }
+    let size = size as u64;
+    let backend = comm.clique.backend.clone();
+    let mut state = comm.lock();
+    if buff.checked_add(size).is_none() || !inside_allocation(&state, buff, size) {
+        return Err(Error::invalid_argument(format!(
+            "[buff, buff + size) = [{buff:#x}, +{size}) is not inside one symmMemAlloc \
+             allocation of this comm"
+        )));
+    }
+    if let Some(other) = state
+        .windows
+        .values()
+        .find(|w| buff < w.base + w.size && w.base < buff + size)
+    {
+        return Err(Error::invalid_argument(format!(
+            "buff overlaps the window registered at {:#x} (+{})",
+            other.base, other.size
+        )));
+    }
+    let signal_pad = backend.alloc_zeroed(comm.device, SIGNAL_PAD_BYTES)?;
+    let seq = state.next_window_seq;
+    state.next_window_seq += 1;
+    let window = Arc::new(Window {
+        seq,
+        base: buff,
+        size,
+        backend,
+        device: comm.device,
+        signal_pad,
+        context: OnceLock::new(),
+    });
+    state.windows.insert(window.handle() as usize, window.clone());
+    drop(state);
+    deposit(comm, &window);
+    Ok(window)
+}
+
+fn inside_allocation(state: &CommState, address: u64, bytes: u64) -> bool {
+    state
+        .allocations
+        .range(..=address)
+        .next_back()
+        .is_some_and(|(base, size)| address + bytes <= base + *size as u64)
+}
+
+fn deposit(comm: &Comm, window: &Window) {
+    let clique = &comm.clique;
+    let mut exchange = clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
+    let registration = exchange
+        .registrations
+        .entry(window.seq)
+        .or_insert_with(|| Registration {
+            ranks: vec![None; clique.nranks],
+            taken: 0,
+        });
+    registration.ranks[comm.rank] = Some(Deposit {
+        base: window.base,
+        size: window.size,
+        signal_pad: window.signal_pad,
+    });
+    clique.exchange_changed.notify_all();
+}
+
+/// Wait until every rank deposited this window's registration, then build this rank's
+/// context. On failure the window is removed from the communicator.
+pub fn complete(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
+    let result = gather(comm, window).and_then(|deposits| build_context(comm, window, &deposits));
+    if result.is_err() {
+        comm.lock().windows.remove(&(window.handle() as usize));
+    }
+    result
+}
+
+fn gather(comm: &Comm, window: &Window) -> Result<Vec<Deposit>> {
+    let clique = &comm.clique;
+    let deadline = Instant::now() + clique.timeout;
+    let mut exchange = clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let registration = exchange
+            .registrations
+            .get_mut(&window.seq)
+            .ok_or_else(|| Error::internal("window registration vanished"))?;
+        if registration.ranks.iter().all(Option::is_some) {
+            let deposits: Vec<Deposit> = registration.ranks.iter().flatten().copied().collect();
+            registration.taken += 1;
+            if registration.taken == clique.nranks {
+                exchange.registrations.remove(&window.seq);
+            }
+            return Ok(deposits);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<usize> = (0..clique.nranks)
+                .filter(|r| registration.ranks[*r].is_none())
+                .collect();
+            return Err(Error::new(
+                symmResult_t::symmTimeout,
+                format!(
+                    "rank {}: ranks {missing:?} did not register window #{} within {} ms \
+                     (one thread driving several ranks must call symmCommWindowRegister \
+                     between symmGroupStart and symmGroupEnd)",
+                    comm.rank,
+                    window.seq,
+                    clique.timeout.as_millis()
+                ),
+            ));
+        }
+        exchange = clique
+            .exchange_changed
+            .wait_timeout(exchange, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
+    if let Some((rank, d)) = deposits.iter().enumerate().find(|(_, d)| d.size != window.size) {
+        return Err(Error::invalid_argument(format!(
+            "size = {}, but rank {rank} registered window #{} with size {}: symmetric windows \
+             have the same size on every rank",
+            window.size, window.seq, d.size
+        )));
+    }
+    let nranks = deposits.len();
+    let ctx_bytes = std::mem::size_of::<SymmContext>();
+    let table_bytes = nranks * 8;
+    let backend = &comm.clique.backend;
+    let address = backend.alloc_zeroed(comm.device, ctx_bytes + 2 * table_bytes)?;
+    let host = SymmContext {
+        backend: BackendTag::Native as u32,
+        version: CONTEXT_VERSION,
+        rank: comm.rank as u32,
+        world_size: nranks as u32,
+        local_base: window.base,
+        window_size: window.size,
+        peer_bases: address + ctx_bytes as u64,
+        peer_signal_pads: address + (ctx_bytes + table_bytes) as u64,
+        signal_pad_size: SIGNAL_PAD_BYTES as u64,
+        abort_flag: abort_slot(window.signal_pad) as u64,
+        timeout_ns: comm.clique.timeout.as_nanos().min(u64::MAX as u128) as u64,
+        reserved: [0; 3],
+    };
+    let mut image = Vec::with_capacity(ctx_bytes + 2 * table_bytes);
+    image.extend_from_slice(bytemuck::bytes_of(&host));
+    for d in deposits {
+        image.extend_from_slice(&d.base.to_ne_bytes());
+    }
+    for d in deposits {
+        image.extend_from_slice(&d.signal_pad.to_ne_bytes());
+    }
+    if let Err(e) = backend.upload(comm.device, address, &image) {
+        let _ = backend.free(comm.device, address);
+        return Err(e);
+    }
+    window
+        .context
+        .set(DeviceContext { address, host })
+        .map_err(|_| Error::internal("window completed twice"))
+}
+
+/// `symmCommWindowDeregister`.
+pub fn deregister(comm: &Arc<Comm>, handle: symmWindow_t) -> Result<()> {
+    if handle.is_null() {
+        return Err(Error::invalid_argument("win is NULL"));
+    }
+    if !comm.lock().windows.contains_key(&(handle as usize)) {
+        return Err(Error::invalid_argument(
+            "win is not a window registered on this comm (never registered, or already \
+             deregistered)",
+        ));
+    }
+    comm.clique.backend.synchronize(&comm.resources)?;
+    let window = comm.lock().windows.remove(&(handle as usize));
+    if let Some(window) = window {
+        if window.context().is_none() {
+            forget_registration(comm, &window);
+        }
+    }
+    Ok(())
+}
+
+/// Drop this rank's deposit of a registration that never completed.
+fn forget_registration(comm: &Comm, window: &Window) {
+    let mut exchange = comm.clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(registration) = exchange.registrations.get_mut(&window.seq) {
+        registration.ranks[comm.rank] = None;
+        if registration.ranks.iter().all(Option::is_none) {
+            exchange.registrations.remove(&window.seq);
+        }
+    }
+}
+
+/// The live window of `comm` behind `handle`.
+pub fn from_handle(comm: &Comm, handle: symmWindow_t) -> Result<Arc<Window>> {
+    if handle.is_null() {
+        return Err(Error::invalid_argument("win is NULL"));
+    }
+    comm.lock()
+        .windows
+        .get(&(handle as usize))
+        .cloned()
+        .ok_or_else(|| Error::invalid_argument("win is not a window registered on this comm"))
+}
+
+/// The window of `comm` that holds `[address, address + bytes)`.
+pub fn find(comm: &Comm, address: u64, bytes: u64) -> Option<Arc<Window>> {
+    comm.lock()
+        .windows
+        .values()
+        .find(|w| w.contains(address, bytes))
+        .cloned()
+}

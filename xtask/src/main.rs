@@ -1,0 +1,108 @@
+//! `cargo xtask <task>`: the project's build tasks.
+//!
+//! * `ptx [--check]` — build the device crate for every PTX target and the Triton bitcode,
+//!   assemble each PTX with ptxas and report registers/spills/stack per kernel; write
+//!   `ptx-out/` (or, with `--check`, fail if `ptx-out/` differs from a fresh build).
+//! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
+//! * `test` — the test suite: workspace tests, then the C examples on the host backend.
+//! * `demo` — build everything and run the 8-rank all-reduce demo.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod ptx;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let check = args.iter().any(|a| a == "--check");
+    let result = match args.first().map(String::as_str) {
+        Some("ptx") => ptx::generate(check),
+        Some("header") => header(check),
+        Some("test") => test(),
+        Some("demo") => demo(),
+        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo".to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace root")
+        .to_path_buf()
+}
+
+/// Run a command in the workspace root, failing with its description when it fails.
+pub fn run(command: &mut Command) -> Result<(), String> {
+    let status = command
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed: {status}"))
+    }
+}
+
+/// The cargo that runs this task.
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+}
+
+fn header(check: bool) -> Result<(), String> {
+    let root = root();
+    let config = cbindgen::Config::from_file(root.join("host-shim/cbindgen.toml"))
+        .map_err(|e| format!("reading cbindgen.toml: {e}"))?;
+    let bindings = cbindgen::Builder::new()
+        .with_crate(root.join("host-shim"))
+        .with_config(config)
+        .generate()
+        .map_err(|e| format!("cbindgen: {e}"))?;
+    let mut generated = Vec::new();
+    bindings.write(&mut generated);
+    let path = root.join("ffi-headers/symm.h");
+    if check {
+        let current = std::fs::read(&path).unwrap_or_default();
+        if current != generated {
+            return Err(
+                "ffi-headers/symm.h is out of date: run `cargo xtask header` and commit it"
+                    .to_string(),
+            );
+        }
+        println!("ffi-headers/symm.h is up to date");
+    } else {
+        std::fs::write(&path, generated).map_err(|e| format!("writing {path:?}: {e}"))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn build_release_and_examples() -> Result<(), String> {
+    run(cargo().args(["build", "--release", "-p", "symm"]))?;
+    run(Command::new("make").args(["-C", "examples/c"]))
+}
+
+fn test() -> Result<(), String> {
+    run(cargo().args(["test", "--workspace", "--exclude", "xtask"]))?;
+    build_release_and_examples()?;
+    run(Command::new("make")
+        .args(["-C", "examples/c", "run"])
+        .env("SYMM_BACKEND", "host"))?;
+    println!("xtask test: all passed");
+    Ok(())
+}
+
+fn demo() -> Result<(), String> {
+    build_release_and_examples()?;
+    run(Command::new("examples/c/allreduce").arg("8"))
+}
