@@ -20,8 +20,9 @@ use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS};
 /// `flags` bit: the receive range overlaps the send range (in place); use the round protocol.
 pub const FLAG_OVERLAP: u32 = 1;
 
-/// Elements each thread holds per round in the overlapping protocol.
-pub const UNROLL: u64 = 4;
+/// Elements each thread holds per round in the overlapping protocol: a few registers on the
+/// GPU; on the host, where a "thread" is an OS thread and a barrier costs microseconds, more.
+pub const UNROLL: u64 = if cfg!(target_arch = "nvptx64") { 4 } else { 128 };
 
 /// Arguments of an all-reduce launch; offsets are in bytes from the window base and the same
 /// on every rank.

@@ -209,6 +209,23 @@ pub unsafe extern "C" fn symmCommCuDevice(comm: symmComm_t, device: *mut c_int) 
     })
 }
 
+/// The name of `comm`'s backend (\"cuda\" or \"host\"), a static string. An extension of
+/// ABI v0, for programs that must know where symmMemAlloc memory lives.
+///
+/// # Safety
+/// `name` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommGetBackend(comm: symmComm_t, name: *mut *const c_char) -> symmResult_t {
+    with_comm("symmCommGetBackend", comm, |c| {
+        let backend: &'static std::ffi::CStr = match c.clique.backend.kind() {
+            crate::backend::BackendKind::Cuda => c"cuda",
+            crate::backend::BackendKind::Host => c"host",
+        };
+        // SAFETY: forwarded contract.
+        unsafe { write_out(name, "name", backend.as_ptr()) }
+    })
+}
+
 /// Allocate `size` bytes usable in a symmetric window of `comm` (device memory; host memory
 /// on the host backend).
 ///
