@@ -8,13 +8,36 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 /// `SYMM_TIMEOUT_MS`: bound of every wait on another rank (kernels and host rendezvous).
 pub fn timeout() -> Result<Duration> {
-    match std::env::var("SYMM_TIMEOUT_MS") {
-        Err(_) => Ok(DEFAULT_TIMEOUT),
-        Ok(text) => match text.trim().parse::<u64>() {
+    parse_timeout(std::env::var("SYMM_TIMEOUT_MS").ok().as_deref())
+}
+
+/// Parse a `SYMM_TIMEOUT_MS` value (`None`: unset).
+pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
+    match value {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(text) => match text.trim().parse::<u64>() {
             Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
             _ => Err(Error::invalid_argument(format!(
                 "SYMM_TIMEOUT_MS={text:?} is not a positive number of milliseconds"
             ))),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::types::symmResult_t;
+
+    #[test]
+    fn timeout_values() {
+        assert_eq!(parse_timeout(None).unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(parse_timeout(Some("250")).unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_timeout(Some(" 7 ")).unwrap(), Duration::from_millis(7));
+        for bad in ["0", "-5", "ten", "", "1.5"] {
+            let e = parse_timeout(Some(bad)).unwrap_err();
+            assert_eq!(e.code, symmResult_t::symmInvalidArgument);
+            assert!(e.message.contains("SYMM_TIMEOUT_MS"), "{bad}");
+        }
     }
 }

@@ -1,0 +1,40 @@
+/* Compiled (not run) by tests/tests/c_header.rs, as C11 and as C++: the generated header is
+ * self-contained, and the layout and values the C ABI promises hold. */
+#include <stddef.h>
+#include "symm.h"
+
+#ifdef __cplusplus
+#define STATIC_ASSERT static_assert
+#else
+#define STATIC_ASSERT _Static_assert
+#endif
+
+STATIC_ASSERT(sizeof(symmDeviceContext) == 96, "context size");
+STATIC_ASSERT(offsetof(symmDeviceContext, rank) == 8, "rank");
+STATIC_ASSERT(offsetof(symmDeviceContext, world_size) == 12, "world_size");
+STATIC_ASSERT(offsetof(symmDeviceContext, local_base) == 16, "local_base");
+STATIC_ASSERT(offsetof(symmDeviceContext, peer_bases) == 32, "peer_bases");
+STATIC_ASSERT(offsetof(symmDeviceContext, peer_signal_pads) == 40, "peer_signal_pads");
+STATIC_ASSERT(offsetof(symmDeviceContext, abort_flag) == 56, "abort_flag");
+STATIC_ASSERT(offsetof(symmDeviceContext, timeout_ns) == 64, "timeout_ns");
+STATIC_ASSERT(sizeof(symmUniqueId) == SYMM_UNIQUE_ID_BYTES, "unique id");
+STATIC_ASSERT(symmSuccess == 0 && symmOutOfMemory == 9, "results");
+STATIC_ASSERT(symmFloat32 == 7 && symmBfloat16 == 9 && symmFloat8e5m2 == 11, "types");
+STATIC_ASSERT(symmSum == 0 && symmAvg == 4, "ops");
+STATIC_ASSERT(SYMM_WIN_COLL_SYMMETRIC == 1, "flag");
+
+/* The v0 entry points, with the exact shapes of the contract. */
+static symmResult_t (*all_reduce)(const void*, void*, size_t, symmDataType_t, symmRedOp_t,
+                                        symmComm_t, symmStream_t) = symmAllReduce;
+static symmResult_t (*register_window)(symmComm_t, void*, size_t, symmWindow_t*, int) =
+    symmCommWindowRegister;
+static symmResult_t (*init_all)(symmComm_t*, int, const int*) = symmCommInitAll;
+static symmResult_t (*init_rank)(symmComm_t*, int, symmUniqueId, int) = symmCommInitRank;
+static symmResult_t (*device_context)(symmComm_t, symmWindow_t, const void**) =
+    symmCommGetDeviceContext;
+static const char* (*error_string)(symmResult_t) = symmGetErrorString;
+
+int symm_header_check_uses(void) {
+  return all_reduce != 0 && register_window != 0 && init_all != 0 && init_rank != 0 &&
+         device_context != 0 && error_string != 0;
+}

@@ -1,0 +1,157 @@
+//! Test support: a thin, checked Rust view of the C ABI, so that tests read like the C they
+//! stand for. Everything here goes through the exported `extern "C"` functions.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::ffi::{CStr, c_int, c_void};
+use symm::*;
+
+/// Panic with the library's message unless `result` is success.
+#[track_caller]
+pub fn check(result: symmResult_t, comm: symmComm_t) {
+    if result != symmResult_t::symmSuccess {
+        panic!("{result:?}: {}", last_error(comm));
+    }
+}
+
+/// `symmGetLastError(comm)` as a String.
+pub fn last_error(comm: symmComm_t) -> String {
+    // SAFETY: symmGetLastError never returns NULL and returns a NUL-terminated string.
+    unsafe { CStr::from_ptr(symmGetLastError(comm)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `nranks` ranks in this process (all on device 0).
+pub fn init_all(nranks: usize) -> Vec<symmComm_t> {
+    let mut comms = vec![std::ptr::null_mut(); nranks];
+    let devices = vec![0 as c_int; nranks];
+    // SAFETY: both arrays hold nranks elements.
+    check(
+        unsafe { symmCommInitAll(comms.as_mut_ptr(), nranks as c_int, devices.as_ptr()) },
+        std::ptr::null_mut(),
+    );
+    comms
+}
+
+/// The backend name of `comm`.
+pub fn backend(comm: symmComm_t) -> String {
+    let mut name = std::ptr::null();
+    // SAFETY: `name` is a valid out-pointer.
+    check(unsafe { symmCommGetBackend(comm, &mut name) }, comm);
+    // SAFETY: a static NUL-terminated string.
+    unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+}
+
+/// One rank's allocation, registered as a window.
+pub struct RankBuffer {
+    /// The rank.
+    pub comm: symmComm_t,
+    /// Base of the allocation (== the window base).
+    pub base: *mut u8,
+    /// Bytes.
+    pub bytes: usize,
+    /// The window.
+    pub window: symmWindow_t,
+}
+
+// SAFETY: the handles and host pointers are used by one thread at a time in the tests.
+unsafe impl Send for RankBuffer {}
+
+/// Allocate `bytes` on every rank and register it as a window (in a group).
+pub fn alloc_windows(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
+    let mut buffers: Vec<RankBuffer> = comms
+        .iter()
+        .map(|&comm| {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            check(unsafe { symmMemAlloc(comm, &mut ptr, bytes) }, comm);
+            RankBuffer {
+                comm,
+                base: ptr.cast(),
+                bytes,
+                window: std::ptr::null_mut(),
+            }
+        })
+        .collect();
+    check(symmGroupStart(), std::ptr::null_mut());
+    for b in &mut buffers {
+        // SAFETY: valid out-pointer; the buffer is a live allocation of this comm.
+        check(
+            unsafe {
+                symmCommWindowRegister(
+                    b.comm,
+                    b.base.cast(),
+                    b.bytes,
+                    &mut b.window,
+                    SYMM_WIN_COLL_SYMMETRIC,
+                )
+            },
+            b.comm,
+        );
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    buffers
+}
+
+/// Deregister, free and destroy.
+pub fn teardown(buffers: Vec<RankBuffer>) {
+    for b in buffers {
+        check(symmCommWindowDeregister(b.comm, b.window), b.comm);
+        check(symmMemFree(b.comm, b.base.cast()), b.comm);
+        check(symmCommDestroy(b.comm), std::ptr::null_mut());
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so failures reproduce.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A float in [-1, 1).
+    pub fn unit_f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Select the host backend for this test process, before any communicator exists. Every
+/// host-backend test calls this first.
+pub fn use_host_backend() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: runs once, before any communicator is created; the library reads the
+        // environment only while creating communicators, which every test does after this
+        // call returns (Once blocks concurrent callers until then).
+        unsafe { std::env::set_var("SYMM_BACKEND", "host") };
+    });
+}
+
+/// Read `count` f32 at `ptr`.
+///
+/// # Safety
+/// `ptr` is valid for `count` reads of f32 (host memory).
+pub unsafe fn read_f32(ptr: *const u8, count: usize) -> Vec<f32> {
+    // SAFETY: forwarded contract; `read_unaligned` tolerates any offset.
+    (0..count)
+        .map(|i| unsafe { (ptr as *const f32).add(i).read_unaligned() })
+        .collect()
+}
+
+/// Write `values` at `ptr`.
+///
+/// # Safety
+/// `ptr` is valid for `values.len()` writes of f32 (host memory).
+pub unsafe fn write_f32(ptr: *mut u8, values: &[f32]) {
+    for (i, v) in values.iter().enumerate() {
+        // SAFETY: forwarded contract.
+        unsafe { (ptr as *mut f32).add(i).write_unaligned(*v) };
+    }
+}

@@ -1,0 +1,308 @@
+//! f32 sum all-reduce on the host backend, through the C ABI, checked against a reference
+//! computed independently in f64, and for bitwise equality across ranks.
+
+use std::ffi::c_void;
+use symm::*;
+use symm_tests::*;
+
+/// Where a case puts its buffers, in bytes from the window base.
+#[derive(Clone, Copy, Debug)]
+struct Placement {
+    send: usize,
+    recv: usize,
+}
+
+impl Placement {
+    fn in_place(offset: usize) -> Self {
+        Placement {
+            send: offset,
+            recv: offset,
+        }
+    }
+}
+
+const SENTINEL: f32 = -12345.5;
+
+/// Run one all-reduce on every rank (one thread driving all ranks, in a group) and check it.
+fn check_all_reduce(buffers: &[RankBuffer], count: usize, at: Placement, seed: u64) {
+    let nranks = buffers.len();
+    let mut rng = Rng(seed);
+    let inputs: Vec<Vec<f32>> = (0..nranks)
+        .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
+        .collect();
+    for (b, input) in buffers.iter().zip(&inputs) {
+        assert!(at.send + 4 * count <= b.bytes && at.recv + 4 * count + 4 <= b.bytes);
+        // SAFETY: host memory of the window, range checked above.
+        unsafe {
+            if at.recv != at.send {
+                write_f32(b.base.add(at.recv), &vec![SENTINEL; count + 1]);
+            }
+            write_f32(b.base.add(at.send), input);
+        }
+    }
+
+    check(symmGroupStart(), std::ptr::null_mut());
+    for b in buffers {
+        // SAFETY: pointers inside the window (host memory).
+        let (send, recv) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
+        check(
+            symmAllReduce(
+                send as *const c_void,
+                recv as *mut c_void,
+                count,
+                symmDataType_t::symmFloat32 as i32,
+                symmRedOp_t::symmSum as i32,
+                b.comm,
+                std::ptr::null_mut(),
+            ),
+            b.comm,
+        );
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+
+    // SAFETY: host memory of the window.
+    let results: Vec<Vec<f32>> = buffers
+        .iter()
+        .map(|b| unsafe { read_f32(b.base.add(at.recv), count + 1) })
+        .collect();
+    for i in 0..count {
+        let exact: f64 = inputs.iter().map(|x| x[i] as f64).sum();
+        let magnitude: f64 = inputs.iter().map(|x| (x[i] as f64).abs()).sum();
+        // Sequential f32 summation of n terms: error at most (n - 1)·eps·Σ|x| (+ rounding of
+        // the final value).
+        let tolerance = nranks as f64 * f32::EPSILON as f64 * magnitude + f64::MIN_POSITIVE;
+        let got = results[0][i] as f64;
+        assert!(
+            (got - exact).abs() <= tolerance,
+            "{nranks} ranks, count {count}, {at:?}: element {i} = {got}, expected {exact}"
+        );
+        for (rank, r) in results.iter().enumerate() {
+            assert_eq!(
+                r[i].to_bits(),
+                results[0][i].to_bits(),
+                "rank {rank} differs from rank 0 at element {i}"
+            );
+        }
+    }
+    if at.recv != at.send {
+        for r in &results {
+            assert_eq!(r[count], SENTINEL, "wrote past the end of recvbuff");
+        }
+    }
+}
+
+#[test]
+fn matches_f64_reference_for_1_to_8_ranks_odd_counts_in_and_out_of_place() {
+    use_host_backend();
+    let counts = [1usize, 7, 1023, 4099];
+    let max = *counts.iter().max().unwrap();
+    for nranks in 1..=8 {
+        let comms = init_all(nranks);
+        assert_eq!(backend(comms[0]), "host");
+        let buffers = alloc_windows(&comms, 4 * (2 * max + 64));
+        for (k, &count) in counts.iter().enumerate() {
+            let seed = (nranks * 100 + k) as u64;
+            check_all_reduce(&buffers, count, Placement::in_place(0), seed);
+            check_all_reduce(&buffers, count, Placement::in_place(12), seed + 1);
+            let out = Placement {
+                send: 4,
+                recv: 4 * (count + 3),
+            };
+            check_all_reduce(&buffers, count, out, seed + 2);
+            let reversed = Placement {
+                send: 4 * (count + 5),
+                recv: 8,
+            };
+            check_all_reduce(&buffers, count, reversed, seed + 3);
+        }
+        teardown(buffers);
+    }
+}
+
+#[test]
+fn large_count_with_a_tail() {
+    use_host_backend();
+    let count = (1 << 20) + 5;
+    for nranks in [3, 8] {
+        let comms = init_all(nranks);
+        let buffers = alloc_windows(&comms, 4 * (2 * count + 8));
+        check_all_reduce(&buffers, count, Placement::in_place(0), 7);
+        let out = Placement {
+            send: 0,
+            recv: 4 * (count + 2),
+        };
+        check_all_reduce(&buffers, count, out, 8);
+        teardown(buffers);
+    }
+}
+
+#[test]
+fn same_buffers_many_times_in_a_row() {
+    use_host_backend();
+    let comms = init_all(4);
+    let buffers = alloc_windows(&comms, 4096);
+    for iteration in 0..300 {
+        check_all_reduce(&buffers, 33, Placement::in_place(64), iteration);
+    }
+    teardown(buffers);
+}
+
+#[test]
+fn count_zero_is_a_validated_no_op() {
+    use_host_backend();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 256);
+    for b in &buffers {
+        // SAFETY: host memory of the window.
+        unsafe { write_f32(b.base, &[1.5; 4]) };
+        let r = symmAllReduce(
+            b.base as *const c_void,
+            b.base as *mut c_void,
+            0,
+            symmDataType_t::symmFloat32 as i32,
+            symmRedOp_t::symmSum as i32,
+            b.comm,
+            std::ptr::null_mut(),
+        );
+        assert_eq!(r, symmResult_t::symmSuccess);
+        // Count 0 still validates its arguments.
+        let r = symmAllReduce(
+            std::ptr::null(),
+            b.base as *mut c_void,
+            0,
+            symmDataType_t::symmFloat32 as i32,
+            symmRedOp_t::symmSum as i32,
+            b.comm,
+            std::ptr::null_mut(),
+        );
+        assert_eq!(r, symmResult_t::symmInvalidArgument);
+        // SAFETY: host memory of the window.
+        assert_eq!(unsafe { read_f32(b.base, 4) }, vec![1.5; 4]);
+    }
+    teardown(buffers);
+}
+
+#[test]
+fn receive_buffer_in_another_window() {
+    use_host_backend();
+    let comms = init_all(3);
+    let send = alloc_windows(&comms, 4 * 600);
+    let recv: Vec<RankBuffer> = comms
+        .iter()
+        .map(|&comm| {
+            let mut ptr = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            check(unsafe { symmMemAlloc(comm, &mut ptr, 4 * 600) }, comm);
+            RankBuffer {
+                comm,
+                base: ptr.cast(),
+                bytes: 4 * 600,
+                window: std::ptr::null_mut(),
+            }
+        })
+        .collect();
+    let mut recv = recv;
+    check(symmGroupStart(), std::ptr::null_mut());
+    for b in &mut recv {
+        // SAFETY: valid out-pointer; live allocation.
+        check(
+            unsafe {
+                symmCommWindowRegister(b.comm, b.base.cast(), b.bytes, &mut b.window, SYMM_WIN_COLL_SYMMETRIC)
+            },
+            b.comm,
+        );
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    for (r, b) in send.iter().enumerate() {
+        // SAFETY: host memory of the windows.
+        unsafe { write_f32(b.base, &vec![r as f32 + 0.5; 500]) };
+    }
+    check(symmGroupStart(), std::ptr::null_mut());
+    for (s, r) in send.iter().zip(&recv) {
+        check(
+            symmAllReduce(
+                s.base as *const c_void,
+                r.base as *mut c_void,
+                500,
+                symmDataType_t::symmFloat32 as i32,
+                symmRedOp_t::symmSum as i32,
+                s.comm,
+                std::ptr::null_mut(),
+            ),
+            s.comm,
+        );
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    for r in &recv {
+        // SAFETY: host memory of the window.
+        assert_eq!(unsafe { read_f32(r.base, 500) }, vec![0.5 + 1.5 + 2.5; 500]);
+    }
+    for b in recv {
+        check(symmCommWindowDeregister(b.comm, b.window), b.comm);
+        check(symmMemFree(b.comm, b.base.cast()), b.comm);
+    }
+    teardown(send);
+}
+
+#[test]
+fn one_thread_per_rank_with_init_rank() {
+    use_host_backend();
+    let nranks = 5;
+    let count = 4099;
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, std::ptr::null_mut());
+    let results: Vec<Vec<f32>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|rank| {
+                scope.spawn(move || {
+                    let mut comm = std::ptr::null_mut();
+                    // SAFETY: valid out-pointer.
+                    check(unsafe { symmCommInitRank(&mut comm, nranks, id, rank) }, comm);
+                    let mut ptr = std::ptr::null_mut();
+                    // SAFETY: valid out-pointer.
+                    check(unsafe { symmMemAlloc(comm, &mut ptr, 4 * count) }, comm);
+                    let mut window = std::ptr::null_mut();
+                    // SAFETY: valid out-pointer; live allocation.
+                    check(
+                        unsafe {
+                            symmCommWindowRegister(comm, ptr, 4 * count, &mut window, SYMM_WIN_COLL_SYMMETRIC)
+                        },
+                        comm,
+                    );
+                    let input: Vec<f32> =
+                        (0..count).map(|i| (rank as f32 + 1.0) * (i % 11) as f32).collect();
+                    // SAFETY: host memory of the window.
+                    unsafe { write_f32(ptr.cast(), &input) };
+                    check(
+                        symmAllReduce(
+                            ptr,
+                            ptr,
+                            count,
+                            symmDataType_t::symmFloat32 as i32,
+                            symmRedOp_t::symmSum as i32,
+                            comm,
+                            std::ptr::null_mut(),
+                        ),
+                        comm,
+                    );
+                    // SAFETY: host memory of the window.
+                    let out = unsafe { read_f32(ptr.cast(), count) };
+                    check(symmCommWindowDeregister(comm, window), comm);
+                    check(symmMemFree(comm, ptr), comm);
+                    check(symmCommDestroy(comm), std::ptr::null_mut());
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let rank_sum: f32 = (1..=nranks).map(|r| r as f32).sum();
+    for out in results {
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v, rank_sum * (i % 11) as f32);
+        }
+    }
+}
