@@ -5,7 +5,7 @@
 //! is locked below and mirrored by `symmDeviceContext` in `symm.h`.
 
 use bytemuck::{Pod, Zeroable};
-use static_assertions::{const_assert_eq, const_assert};
+use static_assertions::{const_assert, const_assert_eq};
 
 /// Which library produced the context. Only [`BackendTag::Native`] is implemented; the other
 /// values are reserved so that a context can later wrap an NVSHMEM or NCCL window.

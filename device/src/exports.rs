@@ -129,6 +129,8 @@ mod ptx {
         dtype: i32,
     ) -> i32 {
         // SAFETY: forwarded contract.
-        unsafe { symm_all_reduce_device(ctx, local_ptr, byte_offset, num_elements, reduce_op, dtype) }
+        unsafe {
+            symm_all_reduce_device(ctx, local_ptr, byte_offset, num_elements, reduce_op, dtype)
+        }
     }
 }

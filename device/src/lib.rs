@@ -35,8 +35,8 @@ extern crate std;
 pub mod arch;
 pub mod context;
 pub mod exports;
-pub mod sync;
 pub mod symmetric;
+pub mod sync;
 pub mod types;
 
 pub use context::{BackendTag, SymmContext};

@@ -99,7 +99,7 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
              comm with SYMM_WIN_COLL_SYMMETRIC"
         ))
     })?;
-    if (address - window.base) % align != 0 {
+    if !(address - window.base).is_multiple_of(align) {
         return Err(Error::invalid_argument(format!(
             "{name} is at offset {} of its window, not a multiple of the element size {align}",
             address - window.base

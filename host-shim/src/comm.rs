@@ -69,11 +69,14 @@ impl Comm {
         if handle.is_null() {
             return Err(Error::invalid_argument("comm is NULL"));
         }
-        live_comms().get(&(handle as usize)).cloned().ok_or_else(|| {
-            Error::invalid_argument(
-                "comm is not a live communicator (never created, or already destroyed)",
-            )
-        })
+        live_comms()
+            .get(&(handle as usize))
+            .cloned()
+            .ok_or_else(|| {
+                Error::invalid_argument(
+                    "comm is not a live communicator (never created, or already destroyed)",
+                )
+            })
     }
 
     /// This communicator's handle.
@@ -146,7 +149,9 @@ fn new_clique(nranks: usize, devices: &[i32]) -> Result<Arc<Clique>> {
 
 fn check_nranks(nranks: i64, name: &str) -> Result<usize> {
     if nranks <= 0 {
-        return Err(Error::invalid_argument(format!("{name} = {nranks}: must be at least 1")));
+        return Err(Error::invalid_argument(format!(
+            "{name} = {nranks}: must be at least 1"
+        )));
     }
     if nranks as usize > MAX_RANKS {
         return Err(Error::invalid_argument(format!(
@@ -160,7 +165,9 @@ fn check_nranks(nranks: i64, name: &str) -> Result<usize> {
 pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
     let nranks = check_nranks(devices.len() as i64, "ndev")?;
     if let Some((i, d)) = devices.iter().enumerate().find(|(_, d)| **d < 0) {
-        return Err(Error::invalid_argument(format!("devlist[{i}] = {d}: must be >= 0")));
+        return Err(Error::invalid_argument(format!(
+            "devlist[{i}] = {d}: must be >= 0"
+        )));
     }
     let clique = new_clique(nranks, devices)?;
     let mut comms = Vec::with_capacity(nranks);

@@ -32,8 +32,14 @@ mod tests {
     #[test]
     fn timeout_values() {
         assert_eq!(parse_timeout(None).unwrap(), DEFAULT_TIMEOUT);
-        assert_eq!(parse_timeout(Some("250")).unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_timeout(Some(" 7 ")).unwrap(), Duration::from_millis(7));
+        assert_eq!(
+            parse_timeout(Some("250")).unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_timeout(Some(" 7 ")).unwrap(),
+            Duration::from_millis(7)
+        );
         for bad in ["0", "-5", "ten", "", "1.5"] {
             let e = parse_timeout(Some(bad)).unwrap_err();
             assert_eq!(e.code, symmResult_t::symmInvalidArgument);

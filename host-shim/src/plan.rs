@@ -4,8 +4,8 @@
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use symm_device::exports::ONE_SHOT_ALL_REDUCE_F32_SUM;
-use symm_device::sync::signal_pad::MAX_BLOCKS;
 use symm_device::symmetric::all_reduce::AllReduceArgs;
+use symm_device::sync::signal_pad::MAX_BLOCKS;
 use symm_device::{DataType, RedOp};
 
 /// A kernel of the device crate.

@@ -84,9 +84,7 @@ impl Window {
             (Backend::Host(_), Some(_)) => {
                 // SAFETY: the pad is live host memory owned by this window; kernels have
                 // completed (host launches are synchronous) or write it atomically.
-                unsafe {
-                    symm_device::arch::load_acquire_sys_u32(abort_slot(self.signal_pad)) != 0
-                }
+                unsafe { symm_device::arch::load_acquire_sys_u32(abort_slot(self.signal_pad)) != 0 }
             }
             _ => false,
         }
@@ -146,7 +144,9 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         signal_pad,
         context: OnceLock::new(),
     });
-    state.windows.insert(window.handle() as usize, window.clone());
+    state
+        .windows
+        .insert(window.handle() as usize, window.clone());
     drop(state);
     deposit(comm, &window);
     Ok(window)
@@ -231,7 +231,11 @@ fn gather(comm: &Comm, window: &Window) -> Result<Vec<Deposit>> {
 }
 
 fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
-    if let Some((rank, d)) = deposits.iter().enumerate().find(|(_, d)| d.size != window.size) {
+    if let Some((rank, d)) = deposits
+        .iter()
+        .enumerate()
+        .find(|(_, d)| d.size != window.size)
+    {
         return Err(Error::invalid_argument(format!(
             "size = {}, but rank {rank} registered window #{} with size {}: symmetric windows \
              have the same size on every rank",
@@ -288,17 +292,19 @@ pub fn deregister(comm: &Arc<Comm>, handle: symmWindow_t) -> Result<()> {
     }
     comm.clique.backend.synchronize(&comm.resources)?;
     let window = comm.lock().windows.remove(&(handle as usize));
-    if let Some(window) = window {
-        if window.context().is_none() {
-            forget_registration(comm, &window);
-        }
+    if let Some(window) = window.filter(|w| w.context().is_none()) {
+        forget_registration(comm, &window);
     }
     Ok(())
 }
 
 /// Drop this rank's deposit of a registration that never completed.
 fn forget_registration(comm: &Comm, window: &Window) {
-    let mut exchange = comm.clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
+    let mut exchange = comm
+        .clique
+        .exchange
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(registration) = exchange.registrations.get_mut(&window.seq) {
         registration.ranks[comm.rank] = None;
         if registration.ranks.iter().all(Option::is_none) {

@@ -35,12 +35,16 @@ pub fn init_all(nranks: usize) -> Vec<symmComm_t> {
 }
 
 /// The backend name of `comm`.
+// The library validates the handle before any use, so passing any pointer is safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn backend(comm: symmComm_t) -> String {
     let mut name = std::ptr::null();
     // SAFETY: `name` is a valid out-pointer.
     check(unsafe { symmCommGetBackend(comm, &mut name) }, comm);
     // SAFETY: a static NUL-terminated string.
-    unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// One rank's allocation, registered as a window.

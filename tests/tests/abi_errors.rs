@@ -27,7 +27,11 @@ fn version_and_error_strings() {
     assert_eq!(unsafe { symmGetVersion(&mut v) }, symmResult_t::symmSuccess);
     assert_eq!(v, SYMM_VERSION_CODE);
     // SAFETY: NULL is allowed and reported.
-    expect(unsafe { symmGetVersion(null_mut()) }, symmResult_t::symmInvalidArgument, "version");
+    expect(
+        unsafe { symmGetVersion(null_mut()) },
+        symmResult_t::symmInvalidArgument,
+        "version",
+    );
     for code in [-1, 0, 3, 9, 10, 1000, i32::MIN] {
         let s = symmGetErrorString(code);
         assert!(!s.is_null());
@@ -47,7 +51,11 @@ fn init_all_rejects_bad_arguments() {
     let mut comms = [null_mut(); 4];
     let devs = [0, -1, 0, 0];
     // SAFETY: NULL is reported before any write.
-    expect(unsafe { symmCommInitAll(null_mut(), 2, null()) }, symmResult_t::symmInvalidArgument, "comms");
+    expect(
+        unsafe { symmCommInitAll(null_mut(), 2, null()) },
+        symmResult_t::symmInvalidArgument,
+        "comms",
+    );
     for ndev in [0, -3] {
         // SAFETY: arrays hold 4 elements; ndev <= 0 is reported.
         expect(
@@ -69,7 +77,10 @@ fn init_all_rejects_bad_arguments() {
         symmResult_t::symmInvalidArgument,
         "at most 64",
     );
-    assert!(comms.iter().all(|c| c.is_null()), "nothing written on failure");
+    assert!(
+        comms.iter().all(|c| c.is_null()),
+        "nothing written on failure"
+    );
 }
 
 #[test]
@@ -79,19 +90,47 @@ fn init_rank_rejects_bad_arguments() {
         internal: [0; SYMM_UNIQUE_ID_BYTES],
     };
     // SAFETY: NULL reported.
-    expect(unsafe { symmGetUniqueId(null_mut()) }, symmResult_t::symmInvalidArgument, "uniqueId");
+    expect(
+        unsafe { symmGetUniqueId(null_mut()) },
+        symmResult_t::symmInvalidArgument,
+        "uniqueId",
+    );
     let mut comm = null_mut();
     // SAFETY: valid pointers from here on.
     unsafe {
-        expect(symmCommInitRank(&mut comm, 2, id, 0), symmResult_t::symmInvalidArgument, "commId");
+        expect(
+            symmCommInitRank(&mut comm, 2, id, 0),
+            symmResult_t::symmInvalidArgument,
+            "commId",
+        );
         check(symmGetUniqueId(&mut id), null_mut());
-        expect(symmCommInitRank(null_mut(), 2, id, 0), symmResult_t::symmInvalidArgument, "comm");
-        expect(symmCommInitRank(&mut comm, 0, id, 0), symmResult_t::symmInvalidArgument, "nranks");
-        expect(symmCommInitRank(&mut comm, 2, id, -1), symmResult_t::symmInvalidArgument, "rank");
-        expect(symmCommInitRank(&mut comm, 2, id, 2), symmResult_t::symmInvalidArgument, "rank");
+        expect(
+            symmCommInitRank(null_mut(), 2, id, 0),
+            symmResult_t::symmInvalidArgument,
+            "comm",
+        );
+        expect(
+            symmCommInitRank(&mut comm, 0, id, 0),
+            symmResult_t::symmInvalidArgument,
+            "nranks",
+        );
+        expect(
+            symmCommInitRank(&mut comm, 2, id, -1),
+            symmResult_t::symmInvalidArgument,
+            "rank",
+        );
+        expect(
+            symmCommInitRank(&mut comm, 2, id, 2),
+            symmResult_t::symmInvalidArgument,
+            "rank",
+        );
         let mut foreign = id;
         foreign.internal[8] = foreign.internal[8].wrapping_add(1);
-        expect(symmCommInitRank(&mut comm, 1, foreign, 0), symmResult_t::symmUnsupported, "process");
+        expect(
+            symmCommInitRank(&mut comm, 1, foreign, 0),
+            symmResult_t::symmUnsupported,
+            "process",
+        );
     }
     assert!(comm.is_null());
 }
@@ -107,23 +146,51 @@ fn comm_queries_and_destroy() {
         check(symmCommUserRank(comms[1], &mut r), comms[1]);
         check(symmCommCuDevice(comms[1], &mut d), comms[1]);
         assert_eq!((n, r, d), (3, 1, 0));
-        expect(symmCommCount(comms[1], null_mut()), symmResult_t::symmInvalidArgument, "count");
-        expect(symmCommUserRank(comms[1], null_mut()), symmResult_t::symmInvalidArgument, "rank");
-        expect(symmCommCuDevice(comms[1], null_mut()), symmResult_t::symmInvalidArgument, "device");
-        expect(symmCommCount(null_mut(), &mut n), symmResult_t::symmInvalidArgument, "comm is NULL");
+        expect(
+            symmCommCount(comms[1], null_mut()),
+            symmResult_t::symmInvalidArgument,
+            "count",
+        );
+        expect(
+            symmCommUserRank(comms[1], null_mut()),
+            symmResult_t::symmInvalidArgument,
+            "rank",
+        );
+        expect(
+            symmCommCuDevice(comms[1], null_mut()),
+            symmResult_t::symmInvalidArgument,
+            "device",
+        );
+        expect(
+            symmCommCount(null_mut(), &mut n),
+            symmResult_t::symmInvalidArgument,
+            "comm is NULL",
+        );
         expect(
             symmCommCount(0xdead0 as symmComm_t, &mut n),
             symmResult_t::symmInvalidArgument,
             "not a live communicator",
         );
     }
-    expect(symmCommDestroy(null_mut()), symmResult_t::symmInvalidArgument, "comm");
+    expect(
+        symmCommDestroy(null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "comm",
+    );
     for c in &comms {
         check(symmCommDestroy(*c), null_mut());
     }
-    expect(symmCommDestroy(comms[0]), symmResult_t::symmInvalidArgument, "not a live communicator");
+    expect(
+        symmCommDestroy(comms[0]),
+        symmResult_t::symmInvalidArgument,
+        "not a live communicator",
+    );
     // SAFETY: valid out-pointer; the handle is dead and reported as such.
-    expect(unsafe { symmCommCount(comms[2], &mut n) }, symmResult_t::symmInvalidArgument, "destroyed");
+    expect(
+        unsafe { symmCommCount(comms[2], &mut n) },
+        symmResult_t::symmInvalidArgument,
+        "destroyed",
+    );
 }
 
 #[test]
@@ -134,14 +201,30 @@ fn mem_alloc_and_free_errors() {
     let mut p: *mut c_void = null_mut();
     // SAFETY: valid out-pointers, or NULL to be reported.
     unsafe {
-        expect(symmMemAlloc(comm, null_mut(), 16), symmResult_t::symmInvalidArgument, "ptr");
-        expect(symmMemAlloc(comm, &mut p, 0), symmResult_t::symmInvalidArgument, "size is 0");
-        expect(symmMemAlloc(comm, &mut p, usize::MAX), symmResult_t::symmInvalidArgument, "too large");
+        expect(
+            symmMemAlloc(comm, null_mut(), 16),
+            symmResult_t::symmInvalidArgument,
+            "ptr",
+        );
+        expect(
+            symmMemAlloc(comm, &mut p, 0),
+            symmResult_t::symmInvalidArgument,
+            "size is 0",
+        );
+        expect(
+            symmMemAlloc(comm, &mut p, usize::MAX),
+            symmResult_t::symmInvalidArgument,
+            "too large",
+        );
         assert!(p.is_null());
         check(symmMemAlloc(comm, &mut p, 1024), comm);
     }
     let mut local = [0u8; 16];
-    expect(symmMemFree(comm, null_mut()), symmResult_t::symmInvalidArgument, "ptr is NULL");
+    expect(
+        symmMemFree(comm, null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "ptr is NULL",
+    );
     expect(
         symmMemFree(comm, local.as_mut_ptr().cast()),
         symmResult_t::symmInvalidArgument,
@@ -149,11 +232,22 @@ fn mem_alloc_and_free_errors() {
     );
     let mut win = null_mut();
     // SAFETY: valid out-pointer; live allocation.
-    check(unsafe { symmCommWindowRegister(comm, p, 1024, &mut win, SYMM_WIN_COLL_SYMMETRIC) }, comm);
-    expect(symmMemFree(comm, p), symmResult_t::symmInvalidUsage, "still registered");
+    check(
+        unsafe { symmCommWindowRegister(comm, p, 1024, &mut win, SYMM_WIN_COLL_SYMMETRIC) },
+        comm,
+    );
+    expect(
+        symmMemFree(comm, p),
+        symmResult_t::symmInvalidUsage,
+        "still registered",
+    );
     check(symmCommWindowDeregister(comm, win), comm);
     check(symmMemFree(comm, p), comm);
-    expect(symmMemFree(comm, p), symmResult_t::symmInvalidArgument, "already freed");
+    expect(
+        symmMemFree(comm, p),
+        symmResult_t::symmInvalidArgument,
+        "already freed",
+    );
     // The per-comm message is kept too.
     assert!(last_error(comm).contains("already freed"));
     check(symmCommDestroy(comm), null_mut());
@@ -173,17 +267,41 @@ fn window_register_and_deregister_errors() {
     // SAFETY: every call either fails validation before touching memory or registers a live
     // allocation; out-pointers are valid or NULL.
     unsafe {
-        expect(symmCommWindowRegister(comm, null_mut(), 16, &mut win, flags), symmResult_t::symmInvalidArgument, "buff is NULL");
-        expect(symmCommWindowRegister(comm, p, 0, &mut win, flags), symmResult_t::symmInvalidArgument, "size is 0");
-        expect(symmCommWindowRegister(comm, p, 16, null_mut(), flags), symmResult_t::symmInvalidArgument, "win is NULL");
-        expect(symmCommWindowRegister(comm, p, 16, &mut win, 0), symmResult_t::symmInvalidArgument, "winFlags");
-        expect(symmCommWindowRegister(comm, p, 16, &mut win, 3), symmResult_t::symmInvalidArgument, "winFlags");
+        expect(
+            symmCommWindowRegister(comm, null_mut(), 16, &mut win, flags),
+            symmResult_t::symmInvalidArgument,
+            "buff is NULL",
+        );
+        expect(
+            symmCommWindowRegister(comm, p, 0, &mut win, flags),
+            symmResult_t::symmInvalidArgument,
+            "size is 0",
+        );
+        expect(
+            symmCommWindowRegister(comm, p, 16, null_mut(), flags),
+            symmResult_t::symmInvalidArgument,
+            "win is NULL",
+        );
+        expect(
+            symmCommWindowRegister(comm, p, 16, &mut win, 0),
+            symmResult_t::symmInvalidArgument,
+            "winFlags",
+        );
+        expect(
+            symmCommWindowRegister(comm, p, 16, &mut win, 3),
+            symmResult_t::symmInvalidArgument,
+            "winFlags",
+        );
         expect(
             symmCommWindowRegister(comm, stack.as_mut_ptr().cast(), 64, &mut win, flags),
             symmResult_t::symmInvalidArgument,
             "symmMemAlloc",
         );
-        expect(symmCommWindowRegister(comm, p, 4097, &mut win, flags), symmResult_t::symmInvalidArgument, "symmMemAlloc");
+        expect(
+            symmCommWindowRegister(comm, p, 4097, &mut win, flags),
+            symmResult_t::symmInvalidArgument,
+            "symmMemAlloc",
+        );
         expect(
             symmCommWindowRegister(comm, usize::MAX as *mut c_void, 16, &mut win, flags),
             symmResult_t::symmInvalidArgument,
@@ -193,15 +311,33 @@ fn window_register_and_deregister_errors() {
         check(symmCommWindowRegister(comm, p, 2048, &mut win, flags), comm);
         let mut other = null_mut();
         expect(
-            symmCommWindowRegister(comm, p.cast::<u8>().add(1024).cast(), 2048, &mut other, flags),
+            symmCommWindowRegister(
+                comm,
+                p.cast::<u8>().add(1024).cast(),
+                2048,
+                &mut other,
+                flags,
+            ),
             symmResult_t::symmInvalidArgument,
             "overlaps",
         );
     }
-    expect(symmCommWindowDeregister(comm, null_mut()), symmResult_t::symmInvalidArgument, "win is NULL");
-    expect(symmCommWindowDeregister(comm, 0x40 as symmWindow_t), symmResult_t::symmInvalidArgument, "not a window");
+    expect(
+        symmCommWindowDeregister(comm, null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "win is NULL",
+    );
+    expect(
+        symmCommWindowDeregister(comm, 0x40 as symmWindow_t),
+        symmResult_t::symmInvalidArgument,
+        "not a window",
+    );
     check(symmCommWindowDeregister(comm, win), comm);
-    expect(symmCommWindowDeregister(comm, win), symmResult_t::symmInvalidArgument, "already deregistered");
+    expect(
+        symmCommWindowDeregister(comm, win),
+        symmResult_t::symmInvalidArgument,
+        "already deregistered",
+    );
     check(symmMemFree(comm, p), comm);
     check(symmCommDestroy(comm), null_mut());
 }
@@ -224,21 +360,83 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
     let s = null_mut();
     type Call<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
     let cases: Vec<(Call, symmResult_t, &str)> = vec![
-        (Box::new(|| symmAllReduce(null(), base, 4, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "sendbuff is NULL"),
-        (Box::new(|| symmAllReduce(base, null_mut(), 4, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "recvbuff is NULL"),
-        (Box::new(|| symmAllReduce(base, base, 4, 12, SUM, comm, s)), symmResult_t::symmInvalidArgument, "datatype = 12"),
-        (Box::new(|| symmAllReduce(base, base, 4, -1, SUM, comm, s)), symmResult_t::symmInvalidArgument, "datatype = -1"),
-        (Box::new(|| symmAllReduce(base, base, 4, F32, 5, comm, s)), symmResult_t::symmInvalidArgument, "op = 5"),
-        (Box::new(|| symmAllReduce(base, base, 4, F32, -7, comm, s)), symmResult_t::symmInvalidArgument, "op = -7"),
-        (Box::new(|| symmAllReduce(base, base, usize::MAX, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "count"),
-        (Box::new(|| symmAllReduce(base, base, 257, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "not inside a window"),
-        (Box::new(|| symmAllReduce(unregistered, unregistered, 4, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "sendbuff"),
-        (Box::new(|| symmAllReduce(base, unregistered, 4, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "recvbuff"),
-        (Box::new(|| symmAllReduce(at(2), at(2), 4, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "multiple of the element size"),
-        (Box::new(|| symmAllReduce(at(0), at(8), 4, F32, SUM, comm, s)), symmResult_t::symmInvalidArgument, "overlap"),
-        (Box::new(|| symmAllReduce(base, base, 4, F32, SUM, null_mut(), s)), symmResult_t::symmInvalidArgument, "comm is NULL"),
         (
-            Box::new(|| symmAllReduce(base, base, 4, symmDataType_t::symmFloat64 as i32, SUM, comm, s)),
+            Box::new(|| symmAllReduce(null(), base, 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, null_mut(), 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "recvbuff is NULL",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, 4, 12, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "datatype = 12",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, 4, -1, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "datatype = -1",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, 4, F32, 5, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "op = 5",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, 4, F32, -7, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "op = -7",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, usize::MAX, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "count",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, 257, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "not inside a window",
+        ),
+        (
+            Box::new(|| symmAllReduce(unregistered, unregistered, 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "sendbuff",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, unregistered, 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "recvbuff",
+        ),
+        (
+            Box::new(|| symmAllReduce(at(2), at(2), 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "multiple of the element size",
+        ),
+        (
+            Box::new(|| symmAllReduce(at(0), at(8), 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "overlap",
+        ),
+        (
+            Box::new(|| symmAllReduce(base, base, 4, F32, SUM, null_mut(), s)),
+            symmResult_t::symmInvalidArgument,
+            "comm is NULL",
+        ),
+        (
+            Box::new(|| {
+                symmAllReduce(
+                    base,
+                    base,
+                    4,
+                    symmDataType_t::symmFloat64 as i32,
+                    SUM,
+                    comm,
+                    s,
+                )
+            }),
             symmResult_t::symmUnsupported,
             "not implemented",
         ),
@@ -252,7 +450,11 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
         expect(call(), *code, needle);
     }
     // SAFETY: host memory of the window.
-    assert_eq!(unsafe { read_f32(b.base, 256) }, vec![7.0; 256], "no memory touched");
+    assert_eq!(
+        unsafe { read_f32(b.base, 256) },
+        vec![7.0; 256],
+        "no memory touched"
+    );
     check(symmMemFree(comm, unregistered), comm);
     drop(cases);
     teardown(buffers);
@@ -264,23 +466,55 @@ fn all_gather_and_reduce_scatter_validate_then_report_unsupported() {
     let comms = init_all(1);
     let buffers = alloc_windows(&comms, 256);
     let (comm, p) = (buffers[0].comm, buffers[0].base as *mut c_void);
-    expect(symmAllGather(p, p, 4, F32, comm, null_mut()), symmResult_t::symmUnsupported, "symmAllGather");
-    expect(symmAllGather(p, p, 4, 40, comm, null_mut()), symmResult_t::symmInvalidArgument, "datatype");
-    expect(symmAllGather(null(), p, 4, F32, comm, null_mut()), symmResult_t::symmInvalidArgument, "sendbuff");
-    expect(symmReduceScatter(p, p, 4, F32, SUM, comm, null_mut()), symmResult_t::symmUnsupported, "symmReduceScatter");
-    expect(symmReduceScatter(p, p, 4, F32, 9, comm, null_mut()), symmResult_t::symmInvalidArgument, "op");
-    expect(symmReduceScatter(p, p, 4, F32, SUM, null_mut(), null_mut()), symmResult_t::symmInvalidArgument, "comm");
+    expect(
+        symmAllGather(p, p, 4, F32, comm, null_mut()),
+        symmResult_t::symmUnsupported,
+        "symmAllGather",
+    );
+    expect(
+        symmAllGather(p, p, 4, 40, comm, null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "datatype",
+    );
+    expect(
+        symmAllGather(null(), p, 4, F32, comm, null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "sendbuff",
+    );
+    expect(
+        symmReduceScatter(p, p, 4, F32, SUM, comm, null_mut()),
+        symmResult_t::symmUnsupported,
+        "symmReduceScatter",
+    );
+    expect(
+        symmReduceScatter(p, p, 4, F32, 9, comm, null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "op",
+    );
+    expect(
+        symmReduceScatter(p, p, 4, F32, SUM, null_mut(), null_mut()),
+        symmResult_t::symmInvalidArgument,
+        "comm",
+    );
     teardown(buffers);
 }
 
 #[test]
 fn group_end_without_start() {
-    expect(symmGroupEnd(), symmResult_t::symmInvalidUsage, "without a matching symmGroupStart");
+    expect(
+        symmGroupEnd(),
+        symmResult_t::symmInvalidUsage,
+        "without a matching symmGroupStart",
+    );
     check(symmGroupStart(), null_mut());
     check(symmGroupStart(), null_mut());
     check(symmGroupEnd(), null_mut());
     check(symmGroupEnd(), null_mut());
-    expect(symmGroupEnd(), symmResult_t::symmInvalidUsage, "symmGroupStart");
+    expect(
+        symmGroupEnd(),
+        symmResult_t::symmInvalidUsage,
+        "symmGroupStart",
+    );
 }
 
 #[test]
@@ -296,7 +530,10 @@ fn device_context_describes_the_window() {
         // SAFETY: valid out-pointers; live allocation.
         unsafe {
             check(symmMemAlloc(comm, &mut p, 512), comm);
-            check(symmCommWindowRegister(comm, p, 512, &mut win, SYMM_WIN_COLL_SYMMETRIC), comm);
+            check(
+                symmCommWindowRegister(comm, p, 512, &mut win, SYMM_WIN_COLL_SYMMETRIC),
+                comm,
+            );
             let mut ctx = null();
             expect(
                 symmCommGetDeviceContext(comm, win, &mut ctx),
@@ -304,7 +541,12 @@ fn device_context_describes_the_window() {
                 "has not completed",
             );
         }
-        buffers.push(RankBuffer { comm, base: p.cast(), bytes: 512, window: win });
+        buffers.push(RankBuffer {
+            comm,
+            base: p.cast(),
+            bytes: 512,
+            window: win,
+        });
     }
     check(symmGroupEnd(), null_mut());
     let bases: Vec<u64> = buffers.iter().map(|b| b.base as u64).collect();
@@ -312,14 +554,25 @@ fn device_context_describes_the_window() {
         let mut ctx: *const c_void = null();
         // SAFETY: valid out-pointers or NULL to be reported.
         unsafe {
-            expect(symmCommGetDeviceContext(b.comm, b.window, null_mut()), symmResult_t::symmInvalidArgument, "devCtx");
-            expect(symmCommGetDeviceContext(b.comm, null_mut(), &mut ctx), symmResult_t::symmInvalidArgument, "win");
+            expect(
+                symmCommGetDeviceContext(b.comm, b.window, null_mut()),
+                symmResult_t::symmInvalidArgument,
+                "devCtx",
+            );
+            expect(
+                symmCommGetDeviceContext(b.comm, null_mut(), &mut ctx),
+                symmResult_t::symmInvalidArgument,
+                "win",
+            );
             check(symmCommGetDeviceContext(b.comm, b.window, &mut ctx), b.comm);
         }
         assert!(!ctx.is_null());
         // SAFETY: on the host backend the context is host memory with this layout.
         let c = unsafe { &*(ctx as *const symmDeviceContext) };
-        assert_eq!((c.backend, c.version, c.rank, c.world_size), (0, 1, rank as u32, nranks as u32));
+        assert_eq!(
+            (c.backend, c.version, c.rank, c.world_size),
+            (0, 1, rank as u32, nranks as u32)
+        );
         assert_eq!((c.local_base, c.window_size), (b.base as u64, 512));
         assert_eq!(c.timeout_ns, 10_000_000_000);
         // SAFETY: the peer table holds world_size entries.

@@ -207,7 +207,13 @@ fn receive_buffer_in_another_window() {
         // SAFETY: valid out-pointer; live allocation.
         check(
             unsafe {
-                symmCommWindowRegister(b.comm, b.base.cast(), b.bytes, &mut b.window, SYMM_WIN_COLL_SYMMETRIC)
+                symmCommWindowRegister(
+                    b.comm,
+                    b.base.cast(),
+                    b.bytes,
+                    &mut b.window,
+                    SYMM_WIN_COLL_SYMMETRIC,
+                )
             },
             b.comm,
         );
@@ -260,7 +266,10 @@ fn one_thread_per_rank_with_init_rank() {
                 scope.spawn(move || {
                     let mut comm = std::ptr::null_mut();
                     // SAFETY: valid out-pointer.
-                    check(unsafe { symmCommInitRank(&mut comm, nranks, id, rank) }, comm);
+                    check(
+                        unsafe { symmCommInitRank(&mut comm, nranks, id, rank) },
+                        comm,
+                    );
                     let mut ptr = std::ptr::null_mut();
                     // SAFETY: valid out-pointer.
                     check(unsafe { symmMemAlloc(comm, &mut ptr, 4 * count) }, comm);
@@ -268,12 +277,19 @@ fn one_thread_per_rank_with_init_rank() {
                     // SAFETY: valid out-pointer; live allocation.
                     check(
                         unsafe {
-                            symmCommWindowRegister(comm, ptr, 4 * count, &mut window, SYMM_WIN_COLL_SYMMETRIC)
+                            symmCommWindowRegister(
+                                comm,
+                                ptr,
+                                4 * count,
+                                &mut window,
+                                SYMM_WIN_COLL_SYMMETRIC,
+                            )
                         },
                         comm,
                     );
-                    let input: Vec<f32> =
-                        (0..count).map(|i| (rank as f32 + 1.0) * (i % 11) as f32).collect();
+                    let input: Vec<f32> = (0..count)
+                        .map(|i| (rank as f32 + 1.0) * (i % 11) as f32)
+                        .collect();
                     // SAFETY: host memory of the window.
                     unsafe { write_f32(ptr.cast(), &input) };
                     check(

@@ -21,8 +21,14 @@ fn configure() {
 #[track_caller]
 fn assert_bounded(start: Instant) {
     let elapsed = start.elapsed();
-    assert!(elapsed >= Duration::from_millis(TIMEOUT_MS), "returned too early: {elapsed:?}");
-    assert!(elapsed < Duration::from_millis(TIMEOUT_MS * 20), "took {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(TIMEOUT_MS),
+        "returned too early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_millis(TIMEOUT_MS * 20),
+        "took {elapsed:?}"
+    );
 }
 
 #[test]
@@ -39,7 +45,11 @@ fn all_reduce_with_a_missing_peer_times_out_and_aborts_the_comm() {
     let r = symmAllReduce(p, p, 16, f32_, sum, b.comm, null_mut());
     assert_eq!(r, symmResult_t::symmTimeout);
     assert_bounded(start);
-    assert!(last_error(b.comm).contains("did not arrive"), "{}", last_error(b.comm));
+    assert!(
+        last_error(b.comm).contains("did not arrive"),
+        "{}",
+        last_error(b.comm)
+    );
     // The comm refuses further collectives, with a clear message.
     let r = symmAllReduce(p, p, 16, f32_, sum, b.comm, null_mut());
     assert_eq!(r, symmResult_t::symmInvalidUsage);
@@ -79,7 +89,10 @@ fn init_rank_with_a_missing_rank_times_out() {
     unsafe {
         check(symmGetUniqueId(&mut id), null_mut());
         let start = Instant::now();
-        assert_eq!(symmCommInitRank(&mut comm, 2, id, 0), symmResult_t::symmTimeout);
+        assert_eq!(
+            symmCommInitRank(&mut comm, 2, id, 0),
+            symmResult_t::symmTimeout
+        );
         assert_bounded(start);
     }
     assert!(comm.is_null());

@@ -35,7 +35,9 @@ pub fn generate(check: bool) -> Result<(), String> {
     std::fs::copy(&built, out_dir.join(file)).map_err(|e| format!("copying {built:?}: {e}"))?;
 
     if !failures.is_empty() {
-        return Err(format!("kernels with spills or a stack frame: {failures:?}"));
+        return Err(format!(
+            "kernels with spills or a stack frame: {failures:?}"
+        ));
     }
     if check {
         for name in TARGETS.iter().map(|t| t.1).chain([BITCODE_TARGET.1]) {
@@ -87,9 +89,11 @@ fn find_ptxas() -> Result<PathBuf, String> {
     if let Ok(path) = std::env::var("PTXAS") {
         return Ok(PathBuf::from(path));
     }
-    let cache = std::env::var("SYMM_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/symm")
-    });
+    let cache = std::env::var("SYMM_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/symm")
+        });
     let candidates = [
         cache.join("nvcc/nvidia/cu13/bin/ptxas"),
         cache.join("nvcc/nvidia/cuda_nvcc/bin/ptxas"),

@@ -90,7 +90,8 @@ fn coordinates() -> Coordinates {
 /// If `grid` or `block` is zero, or if a kernel thread panics.
 pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
     assert!(grid > 0 && block > 0, "empty grid {grid}x{block}");
-    let barriers: std::vec::Vec<BlockBarrier> = (0..grid).map(|_| BlockBarrier::new(block)).collect();
+    let barriers: std::vec::Vec<BlockBarrier> =
+        (0..grid).map(|_| BlockBarrier::new(block)).collect();
     std::thread::scope(|scope| {
         for (block_index, barrier) in barriers.iter().enumerate() {
             for thread in 0..block {

@@ -22,7 +22,11 @@ pub const FLAG_OVERLAP: u32 = 1;
 
 /// Elements each thread holds per round in the overlapping protocol: a few registers on the
 /// GPU; on the host, where a "thread" is an OS thread and a barrier costs microseconds, more.
-pub const UNROLL: u64 = if cfg!(target_arch = "nvptx64") { 4 } else { 128 };
+pub const UNROLL: u64 = if cfg!(target_arch = "nvptx64") {
+    4
+} else {
+    128
+};
 
 /// Arguments of an all-reduce launch; offsets are in bytes from the window base and the same
 /// on every rank.
@@ -92,7 +96,12 @@ pub unsafe fn one_shot_all_reduce<T: Element, R: Reduce<T>>(
 /// # Safety
 /// `peer < world_size`, `index < count`, and the contract of [`one_shot_all_reduce`].
 #[inline(always)]
-unsafe fn peer_element<T: Element>(ctx: &SymmContext, peer: u32, send_offset: u64, index: u64) -> T {
+unsafe fn peer_element<T: Element>(
+    ctx: &SymmContext,
+    peer: u32,
+    send_offset: u64,
+    index: u64,
+) -> T {
     // SAFETY: the caller guarantees the element lies inside peer's window.
     unsafe {
         let base = (ctx.peer_base(peer) + send_offset) as *const T;
@@ -105,12 +114,18 @@ unsafe fn peer_element<T: Element>(ctx: &SymmContext, peer: u32, send_offset: u6
 /// # Safety
 /// As for [`peer_element`].
 #[inline(always)]
-unsafe fn reduce_element<T: Element, R: Reduce<T>>(ctx: &SymmContext, send_offset: u64, index: u64) -> T {
+unsafe fn reduce_element<T: Element, R: Reduce<T>>(
+    ctx: &SymmContext,
+    send_offset: u64,
+    index: u64,
+) -> T {
     // SAFETY: forwarded contract, peer 0 < world_size.
     let mut acc = unsafe { peer_element::<T>(ctx, 0, send_offset, index) };
     for peer in 1..ctx.world_size {
         // SAFETY: forwarded contract.
-        acc = R::combine(acc, unsafe { peer_element::<T>(ctx, peer, send_offset, index) });
+        acc = R::combine(acc, unsafe {
+            peer_element::<T>(ctx, peer, send_offset, index)
+        });
     }
     acc
 }

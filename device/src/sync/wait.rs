@@ -40,7 +40,7 @@ pub unsafe fn wait_until_reached(
             return WaitOutcome::Reached;
         }
         polls = polls.wrapping_add(1);
-        if polls % 64 == 0 {
+        if polls.is_multiple_of(64) {
             // SAFETY: as for `flag`.
             if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
                 return WaitOutcome::Aborted;

@@ -48,7 +48,9 @@ unsafe impl Sync for CudaDevice {}
 impl CudaDevice {
     fn make_current(&self) -> Result<()> {
         // SAFETY: the context is a retained primary context, alive for the process.
-        driver("cuCtxSetCurrent", || unsafe { result::ctx::set_current(self.context) })
+        driver("cuCtxSetCurrent", || unsafe {
+            result::ctx::set_current(self.context)
+        })
     }
 
     fn function(&self, kernel: KernelId) -> sys::CUfunction {
@@ -233,7 +235,9 @@ impl CudaBackend {
     pub fn upload(&self, ordinal: i32, address: u64, bytes: &[u8]) -> Result<()> {
         self.device(ordinal)?.make_current()?;
         // SAFETY: callers pass an allocation with room for `bytes`.
-        driver("cuMemcpyHtoD", || unsafe { result::memcpy_htod_sync(address, bytes) })
+        driver("cuMemcpyHtoD", || unsafe {
+            result::memcpy_htod_sync(address, bytes)
+        })
     }
 
     /// Enqueue `launch` on the communicator's stream, ordered after and before the caller's.
@@ -279,19 +283,27 @@ impl CudaBackend {
     pub fn synchronize(&self, comm: &CommStream) -> Result<()> {
         comm.device.make_current()?;
         // SAFETY: the stream belongs to this context.
-        driver("cuStreamSynchronize", || unsafe { result::stream::synchronize(comm.stream) })
+        driver("cuStreamSynchronize", || unsafe {
+            result::stream::synchronize(comm.stream)
+        })
     }
 }
 
 fn open_device(ordinal: i32) -> Result<CudaDevice> {
     let cu = driver("cuDeviceGet", || result::device::get(ordinal))?;
     // SAFETY: `cu` is a valid device.
-    let context = driver("cuDevicePrimaryCtxRetain", || unsafe { result::primary_ctx::retain(cu) })?;
+    let context = driver("cuDevicePrimaryCtxRetain", || unsafe {
+        result::primary_ctx::retain(cu)
+    })?;
     // SAFETY: a retained primary context.
-    driver("cuCtxSetCurrent", || unsafe { result::ctx::set_current(context) })?;
+    driver("cuCtxSetCurrent", || unsafe {
+        result::ctx::set_current(context)
+    })?;
     let attribute = |a| {
         // SAFETY: `cu` is a valid device.
-        driver("cuDeviceGetAttribute", || unsafe { result::device::get_attribute(cu, a) })
+        driver("cuDeviceGetAttribute", || unsafe {
+            result::device::get_attribute(cu, a)
+        })
     };
     let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;

@@ -120,13 +120,19 @@ impl Backend {
 /// The backend selected by `SYMM_BACKEND` (see the module docs).
 pub fn select() -> Result<Arc<Backend>> {
     static HOST: OnceLock<Arc<Backend>> = OnceLock::new();
-    let host = || HOST.get_or_init(|| Arc::new(Backend::Host(host::HostBackend::new()))).clone();
+    let host = || {
+        HOST.get_or_init(|| Arc::new(Backend::Host(host::HostBackend::new())))
+            .clone()
+    };
     match std::env::var("SYMM_BACKEND").ok().as_deref().map(str::trim) {
         Some("host") => Ok(host()),
         Some("cuda") => cuda::shared().map_err(|e| {
             Error::new(
                 symmResult_t::symmNoDevice,
-                format!("SYMM_BACKEND=cuda, but the cuda backend is unusable: {}", e.message),
+                format!(
+                    "SYMM_BACKEND=cuda, but the cuda backend is unusable: {}",
+                    e.message
+                ),
             )
         }),
         None | Some("") => Ok(cuda::shared().unwrap_or_else(|_| host())),

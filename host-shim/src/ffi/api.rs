@@ -14,7 +14,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 /// Run `body`, turning errors and panics into a `symmResult_t` and a recorded message.
-fn guard(function: &str, comm: Option<&Arc<Comm>>, body: impl FnOnce() -> Result<()>) -> symmResult_t {
+fn guard(
+    function: &str,
+    comm: Option<&Arc<Comm>>,
+    body: impl FnOnce() -> Result<()>,
+) -> symmResult_t {
     let result = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
@@ -150,7 +154,9 @@ pub unsafe extern "C" fn symmCommInitAll(
     guard("symmCommInitAll", None, || {
         require_out(comms, "comms")?;
         if ndev <= 0 {
-            return Err(Error::invalid_argument(format!("ndev = {ndev}: must be at least 1")));
+            return Err(Error::invalid_argument(format!(
+                "ndev = {ndev}: must be at least 1"
+            )));
         }
         let devices: Vec<i32> = if devlist.is_null() {
             (0..ndev).collect()
@@ -215,7 +221,10 @@ pub unsafe extern "C" fn symmCommCuDevice(comm: symmComm_t, device: *mut c_int) 
 /// # Safety
 /// `name` is NULL or valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn symmCommGetBackend(comm: symmComm_t, name: *mut *const c_char) -> symmResult_t {
+pub unsafe extern "C" fn symmCommGetBackend(
+    comm: symmComm_t,
+    name: *mut *const c_char,
+) -> symmResult_t {
     with_comm("symmCommGetBackend", comm, |c| {
         let backend: &'static std::ffi::CStr = match c.clique.backend.kind() {
             crate::backend::BackendKind::Cuda => c"cuda",
@@ -232,14 +241,20 @@ pub unsafe extern "C" fn symmCommGetBackend(comm: symmComm_t, name: *mut *const 
 /// # Safety
 /// `ptr` is NULL or valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn symmMemAlloc(comm: symmComm_t, ptr: *mut *mut c_void, size: usize) -> symmResult_t {
+pub unsafe extern "C" fn symmMemAlloc(
+    comm: symmComm_t,
+    ptr: *mut *mut c_void,
+    size: usize,
+) -> symmResult_t {
     with_comm("symmMemAlloc", comm, |c| {
         require_out(ptr, "ptr")?;
         if size == 0 {
             return Err(Error::invalid_argument("size is 0"));
         }
         if size > isize::MAX as usize - 4096 {
-            return Err(Error::invalid_argument(format!("size = {size} is too large")));
+            return Err(Error::invalid_argument(format!(
+                "size = {size} is too large"
+            )));
         }
         let address = c.clique.backend.alloc_zeroed(c.device, size)?;
         c.lock().allocations.insert(address, size);
@@ -307,7 +322,9 @@ pub unsafe extern "C" fn symmCommWindowRegister(
 /// Deregister a window of `comm`.
 #[unsafe(no_mangle)]
 pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) -> symmResult_t {
-    with_comm("symmCommWindowDeregister", comm, |c| window::deregister(c, win))
+    with_comm("symmCommWindowDeregister", comm, |c| {
+        window::deregister(c, win)
+    })
 }
 
 /// All-reduce `count` elements from `sendbuff` into `recvbuff` (both inside registered
@@ -355,7 +372,9 @@ fn not_yet(
         return Err(Error::invalid_argument("recvbuff is NULL"));
     }
     let _ = c;
-    Err(Error::unsupported(format!("{name} is not implemented in this version")))
+    Err(Error::unsupported(format!(
+        "{name} is not implemented in this version"
+    )))
 }
 
 /// All-gather `sendcount` elements from every rank into `recvbuff` (not implemented in this
@@ -389,7 +408,14 @@ pub extern "C" fn symmReduceScatter(
 ) -> symmResult_t {
     let _ = (recvcount, stream);
     with_comm("symmReduceScatter", comm, |c| {
-        not_yet(c, "symmReduceScatter", sendbuff, recvbuff, datatype, Some(op))
+        not_yet(
+            c,
+            "symmReduceScatter",
+            sendbuff,
+            recvbuff,
+            datatype,
+            Some(op),
+        )
     })
 }
 

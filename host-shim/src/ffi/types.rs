@@ -251,7 +251,10 @@ mod tests {
         assert_eq!(c_types.len(), DataType::ALL.len());
         for (c, d) in c_types.iter().zip(DataType::ALL) {
             assert_eq!(*c as u32, d as u32, "{c:?} vs {d:?}");
-            assert_eq!(format!("{c:?}").to_lowercase(), format!("symm{d:?}").to_lowercase());
+            assert_eq!(
+                format!("{c:?}").to_lowercase(),
+                format!("symm{d:?}").to_lowercase()
+            );
         }
         use symmRedOp_t::*;
         let c_ops = [symmSum, symmProd, symmMax, symmMin, symmAvg];
