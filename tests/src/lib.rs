@@ -62,9 +62,9 @@ pub struct RankBuffer {
 // SAFETY: the handles and host pointers are used by one thread at a time in the tests.
 unsafe impl Send for RankBuffer {}
 
-/// Allocate `bytes` on every rank and register it as a window (in a group).
-pub fn alloc_windows(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
-    let mut buffers: Vec<RankBuffer> = comms
+/// Allocate `bytes` on every rank (not registered yet).
+pub fn alloc(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
+    comms
         .iter()
         .map(|&comm| {
             let mut ptr: *mut c_void = std::ptr::null_mut();
@@ -77,9 +77,13 @@ pub fn alloc_windows(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
                 window: std::ptr::null_mut(),
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Register every buffer as a window, one thread driving all ranks (in a group).
+pub fn register_all(buffers: &mut [RankBuffer]) {
     check(symmGroupStart(), std::ptr::null_mut());
-    for b in &mut buffers {
+    for b in buffers.iter_mut() {
         // SAFETY: valid out-pointer; the buffer is a live allocation of this comm.
         check(
             unsafe {
@@ -95,7 +99,58 @@ pub fn alloc_windows(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
         );
     }
     check(symmGroupEnd(), std::ptr::null_mut());
+}
+
+/// Allocate `bytes` on every rank and register it as a window (in a group).
+pub fn alloc_windows(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
+    let mut buffers = alloc(comms, bytes);
+    register_all(&mut buffers);
     buffers
+}
+
+/// `symmAllReduce` of `count` float32 with sum on the default stream.
+// The library validates every pointer before use, so passing any pointer is safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn all_reduce_f32_sum(
+    comm: symmComm_t,
+    send: *const u8,
+    recv: *mut u8,
+    count: usize,
+) -> symmResult_t {
+    symmAllReduce(
+        send.cast(),
+        recv.cast(),
+        count,
+        symmDataType_t::symmFloat32 as i32,
+        symmRedOp_t::symmSum as i32,
+        comm,
+        std::ptr::null_mut(),
+    )
+}
+
+/// Check every rank's `results` against the sum of `inputs` computed in f64, within the error
+/// bound of a sequential f32 sum ((n - 1)·eps·Σ|x|, plus the rounding of the final value), and
+/// check that all ranks hold bitwise-identical results.
+#[track_caller]
+pub fn assert_matches_f64_sum(inputs: &[Vec<f32>], results: &[Vec<f32>], case: &str) {
+    let nranks = inputs.len();
+    for i in 0..inputs[0].len() {
+        let exact: f64 = inputs.iter().map(|x| x[i] as f64).sum();
+        let magnitude: f64 = inputs.iter().map(|x| (x[i] as f64).abs()).sum();
+        let tolerance = nranks as f64 * f32::EPSILON as f64 * magnitude + f64::MIN_POSITIVE;
+        let got = results[0][i] as f64;
+        assert!(
+            (got - exact).abs() <= tolerance,
+            "{case}: element {i} = {got}, expected {exact}"
+        );
+        for (rank, r) in results.iter().enumerate() {
+            assert_eq!(
+                r[i].to_bits(),
+                results[0][i].to_bits(),
+                "{case}: rank {rank} differs from rank 0 at element {i}"
+            );
+        }
+    }
 }
 
 /// Deregister, free and destroy.

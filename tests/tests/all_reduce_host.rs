@@ -1,7 +1,6 @@
 //! f32 sum all-reduce on the host backend, through the C ABI, checked against a reference
 //! computed independently in f64, and for bitwise equality across ranks.
 
-use std::ffi::c_void;
 use symm::*;
 use symm_tests::*;
 
@@ -45,18 +44,7 @@ fn check_all_reduce(buffers: &[RankBuffer], count: usize, at: Placement, seed: u
     for b in buffers {
         // SAFETY: pointers inside the window (host memory).
         let (send, recv) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
-        check(
-            symmAllReduce(
-                send as *const c_void,
-                recv as *mut c_void,
-                count,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                b.comm,
-                std::ptr::null_mut(),
-            ),
-            b.comm,
-        );
+        check(all_reduce_f32_sum(b.comm, send, recv, count), b.comm);
     }
     check(symmGroupEnd(), std::ptr::null_mut());
 
@@ -65,25 +53,9 @@ fn check_all_reduce(buffers: &[RankBuffer], count: usize, at: Placement, seed: u
         .iter()
         .map(|b| unsafe { read_f32(b.base.add(at.recv), count + 1) })
         .collect();
-    for i in 0..count {
-        let exact: f64 = inputs.iter().map(|x| x[i] as f64).sum();
-        let magnitude: f64 = inputs.iter().map(|x| (x[i] as f64).abs()).sum();
-        // Sequential f32 summation of n terms: error at most (n - 1)·eps·Σ|x| (+ rounding of
-        // the final value).
-        let tolerance = nranks as f64 * f32::EPSILON as f64 * magnitude + f64::MIN_POSITIVE;
-        let got = results[0][i] as f64;
-        assert!(
-            (got - exact).abs() <= tolerance,
-            "{nranks} ranks, count {count}, {at:?}: element {i} = {got}, expected {exact}"
-        );
-        for (rank, r) in results.iter().enumerate() {
-            assert_eq!(
-                r[i].to_bits(),
-                results[0][i].to_bits(),
-                "rank {rank} differs from rank 0 at element {i}"
-            );
-        }
-    }
+    let case = format!("{nranks} ranks, count {count}, {at:?}");
+    let values: Vec<Vec<f32>> = results.iter().map(|r| r[..count].to_vec()).collect();
+    assert_matches_f64_sum(&inputs, &values, &case);
     if at.recv != at.send {
         for r in &results {
             assert_eq!(r[count], SENTINEL, "wrote past the end of recvbuff");
@@ -155,26 +127,10 @@ fn count_zero_is_a_validated_no_op() {
     for b in &buffers {
         // SAFETY: host memory of the window.
         unsafe { write_f32(b.base, &[1.5; 4]) };
-        let r = symmAllReduce(
-            b.base as *const c_void,
-            b.base as *mut c_void,
-            0,
-            symmDataType_t::symmFloat32 as i32,
-            symmRedOp_t::symmSum as i32,
-            b.comm,
-            std::ptr::null_mut(),
-        );
+        let r = all_reduce_f32_sum(b.comm, b.base, b.base, 0);
         assert_eq!(r, symmResult_t::symmSuccess);
         // Count 0 still validates its arguments.
-        let r = symmAllReduce(
-            std::ptr::null(),
-            b.base as *mut c_void,
-            0,
-            symmDataType_t::symmFloat32 as i32,
-            symmRedOp_t::symmSum as i32,
-            b.comm,
-            std::ptr::null_mut(),
-        );
+        let r = all_reduce_f32_sum(b.comm, std::ptr::null(), b.base, 0);
         assert_eq!(r, symmResult_t::symmInvalidArgument);
         // SAFETY: host memory of the window.
         assert_eq!(unsafe { read_f32(b.base, 4) }, vec![1.5; 4]);
@@ -187,56 +143,15 @@ fn receive_buffer_in_another_window() {
     use_host_backend();
     let comms = init_all(3);
     let send = alloc_windows(&comms, 4 * 600);
-    let recv: Vec<RankBuffer> = comms
-        .iter()
-        .map(|&comm| {
-            let mut ptr = std::ptr::null_mut();
-            // SAFETY: valid out-pointer.
-            check(unsafe { symmMemAlloc(comm, &mut ptr, 4 * 600) }, comm);
-            RankBuffer {
-                comm,
-                base: ptr.cast(),
-                bytes: 4 * 600,
-                window: std::ptr::null_mut(),
-            }
-        })
-        .collect();
-    let mut recv = recv;
-    check(symmGroupStart(), std::ptr::null_mut());
-    for b in &mut recv {
-        // SAFETY: valid out-pointer; live allocation.
-        check(
-            unsafe {
-                symmCommWindowRegister(
-                    b.comm,
-                    b.base.cast(),
-                    b.bytes,
-                    &mut b.window,
-                    SYMM_WIN_COLL_SYMMETRIC,
-                )
-            },
-            b.comm,
-        );
-    }
-    check(symmGroupEnd(), std::ptr::null_mut());
+    let mut recv = alloc(&comms, 4 * 600);
+    register_all(&mut recv);
     for (r, b) in send.iter().enumerate() {
         // SAFETY: host memory of the windows.
         unsafe { write_f32(b.base, &vec![r as f32 + 0.5; 500]) };
     }
     check(symmGroupStart(), std::ptr::null_mut());
     for (s, r) in send.iter().zip(&recv) {
-        check(
-            symmAllReduce(
-                s.base as *const c_void,
-                r.base as *mut c_void,
-                500,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                s.comm,
-                std::ptr::null_mut(),
-            ),
-            s.comm,
-        );
+        check(all_reduce_f32_sum(s.comm, s.base, r.base, 500), s.comm);
     }
     check(symmGroupEnd(), std::ptr::null_mut());
     for r in &recv {
@@ -293,15 +208,7 @@ fn one_thread_per_rank_with_init_rank() {
                     // SAFETY: host memory of the window.
                     unsafe { write_f32(ptr.cast(), &input) };
                     check(
-                        symmAllReduce(
-                            ptr,
-                            ptr,
-                            count,
-                            symmDataType_t::symmFloat32 as i32,
-                            symmRedOp_t::symmSum as i32,
-                            comm,
-                            std::ptr::null_mut(),
-                        ),
+                        all_reduce_f32_sum(comm, ptr.cast(), ptr.cast(), count),
                         comm,
                     );
                     // SAFETY: host memory of the window.

@@ -62,18 +62,7 @@ fn run_and_check(buffers: &[RankBuffer], count: usize, send: usize, recv: usize,
     for b in buffers {
         // SAFETY: offsets inside the window.
         let (s, r) = unsafe { (b.base.add(send), b.base.add(recv)) };
-        check(
-            symmAllReduce(
-                s as *const c_void,
-                r as *mut c_void,
-                count,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                b.comm,
-                null_mut(),
-            ),
-            b.comm,
-        );
+        check(all_reduce_f32_sum(b.comm, s, r, count), b.comm);
     }
     check(symmGroupEnd(), null_mut());
     synchronize();
@@ -82,23 +71,7 @@ fn run_and_check(buffers: &[RankBuffer], count: usize, send: usize, recv: usize,
         .iter()
         .map(|b| download(unsafe { b.base.add(recv) }, count))
         .collect();
-    for i in 0..count {
-        let exact: f64 = inputs.iter().map(|x| x[i] as f64).sum();
-        let magnitude: f64 = inputs.iter().map(|x| (x[i] as f64).abs()).sum();
-        let tolerance = nranks as f64 * f32::EPSILON as f64 * magnitude + f64::MIN_POSITIVE;
-        assert!(
-            (results[0][i] as f64 - exact).abs() <= tolerance,
-            "{nranks} ranks, count {count}: element {i} = {}, expected {exact}",
-            results[0][i]
-        );
-        for r in &results {
-            assert_eq!(
-                r[i].to_bits(),
-                results[0][i].to_bits(),
-                "ranks differ at {i}"
-            );
-        }
-    }
+    assert_matches_f64_sum(&inputs, &results, &format!("{nranks} ranks, count {count}"));
 }
 
 #[test]
@@ -137,18 +110,7 @@ fn gpu_missing_peer_raises_the_abort_word_instead_of_hanging() {
     let buffers = alloc_windows(&comms, 4096);
     let b = &buffers[0];
     let start = Instant::now();
-    check(
-        symmAllReduce(
-            b.base as *const c_void,
-            b.base as *mut c_void,
-            64,
-            symmDataType_t::symmFloat32 as i32,
-            symmRedOp_t::symmSum as i32,
-            b.comm,
-            null_mut(),
-        ),
-        b.comm,
-    );
+    check(all_reduce_f32_sum(b.comm, b.base, b.base, 64), b.comm);
     synchronize();
     assert!(
         start.elapsed() < Duration::from_secs(30),
