@@ -35,6 +35,7 @@ extern crate std;
 pub mod arch;
 pub mod context;
 pub mod exports;
+pub mod numeric;
 pub mod symmetric;
 pub mod sync;
 pub mod types;
