@@ -1,16 +1,19 @@
-//! What the PTX and the bitcode export: kernel entry points (`extern "ptx-kernel"`) and the
-//! device function Triton kernels link against. The bodies are target-independent functions,
-//! so the host backend and the tests run exactly what the GPU runs.
+//! What the PTX and the bitcode export: one kernel entry point (`extern "ptx-kernel"`) per
+//! (algorithm, data type, operator), named as [`crate::symmetric::dispatch::kernel_name`]
+//! says, plus `symm_all_gather`, and the device function Triton kernels link against. Every
+//! body is a target-independent function, so the host backend and the tests run exactly what
+//! the GPU runs.
+//!
+//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a table of context
+//! addresses (one per rank served by the launch; the grid is split evenly among them) and the
+//! collective's arguments.
 
 use crate::context::{BackendTag, SymmContext};
-use crate::symmetric::KernelStatus;
-use crate::symmetric::all_reduce::{AllReduceArgs, FLAG_OVERLAP, one_shot_all_reduce};
-use crate::symmetric::reduce::Sum;
+use crate::numeric::element::{Bf16, Element, F16};
+use crate::numeric::ops::{Avg, Max, Min, ReduceOp, Sum};
+use crate::symmetric::all_reduce::{FLAG_IN_PLACE, one_shot_all_reduce};
+use crate::symmetric::{CollectiveArgs, Grid, KernelStatus, for_virtual_rank};
 use crate::types::{DataType, RedOp};
-
-/// PTX name of the one-shot f32 sum all-reduce kernel. Parameters, in order:
-/// `(const SymmContext* ctx, u64 send_offset, u64 recv_offset, u64 count, u32 flags)`.
-pub const ONE_SHOT_ALL_REDUCE_F32_SUM: &str = "symm_one_shot_all_reduce_f32_sum";
 
 /// Return codes of [`symm_all_reduce_device`] (and of the exported `symm_all_reduce`).
 pub mod device_status {
@@ -20,20 +23,21 @@ pub mod device_status {
     pub const NULL_CONTEXT: i32 = -1;
     /// The context's backend tag is not one this library implements.
     pub const UNKNOWN_BACKEND: i32 = -2;
-    /// The reduction is not supported for this type by this version.
+    /// The reduction is not supported by the device function.
     pub const UNSUPPORTED_OP: i32 = -3;
-    /// The data type is not supported by this version.
+    /// The data type is not supported by the device function.
     pub const UNSUPPORTED_DTYPE: i32 = -4;
     /// A peer did not arrive in time (or the window was aborted); the abort word is set.
     pub const TIMEOUT: i32 = -5;
-    /// `local_ptr` is not this rank's window base, the range leaves the window, or the grid is
-    /// larger than the signal pad allows.
+    /// `local_ptr` is not this rank's window base, the range leaves the window or is
+    /// misaligned, or the grid is larger than the signal pad allows.
     pub const INVALID_ARGUMENT: i32 = -6;
 }
 
-/// In-place all-reduce of `num_elements` elements at `byte_offset` of the window described by
-/// `ctx`, for device code that links the bitcode (Triton). Every thread of every block of the
-/// calling grid must call it with the same arguments, and every rank must make the same call.
+/// In-place one-shot all-reduce of `num_elements` elements at `byte_offset` of the window
+/// described by `ctx`, for device code that links the bitcode (Triton). Every thread of every
+/// block of the calling grid must call it with the same arguments, and every rank must make the
+/// same call. Supports float32, float16 and bfloat16 with sum, avg, max and min.
 ///
 /// `local_ptr` is this rank's window base (as Triton sees it) or 0.
 ///
@@ -52,36 +56,64 @@ pub unsafe fn symm_all_reduce_device(
     if ctx == 0 {
         return NULL_CONTEXT;
     }
+    let table = ctx as u64;
     // SAFETY: a non-null ctx is a host-built context (caller's contract).
-    let ctx = unsafe { &*(ctx as u64 as *const SymmContext) };
-    if ctx.backend != BackendTag::Native as u32 {
+    let context = unsafe { &*(table as *const SymmContext) };
+    if context.backend != BackendTag::Native as u32 {
         return UNKNOWN_BACKEND;
     }
-    if DataType::from_raw(dtype as u32) != Some(DataType::Float32) {
+    let Some(dtype) = DataType::from_raw(dtype as u32) else {
         return UNSUPPORTED_DTYPE;
-    }
-    if RedOp::from_raw(reduce_op as u32) != Some(RedOp::Sum) {
-        return UNSUPPORTED_OP;
-    }
-    let bytes = (num_elements as u64).checked_mul(4);
-    let in_window = match (byte_offset >= 0, num_elements >= 0, bytes) {
-        (true, true, Some(bytes)) => (byte_offset as u64)
-            .checked_add(bytes)
-            .is_some_and(|end| end <= ctx.window_size),
-        _ => false,
     };
-    if !in_window || (local_ptr != 0 && local_ptr as u64 != ctx.local_base) || byte_offset % 4 != 0
+    let Some(op) = RedOp::from_raw(reduce_op as u32) else {
+        return UNSUPPORTED_OP;
+    };
+    let size = dtype.size_bytes() as i64;
+    let in_window = byte_offset >= 0
+        && num_elements >= 0
+        && num_elements
+            .checked_mul(size)
+            .and_then(|bytes| bytes.checked_add(byte_offset))
+            .is_some_and(|end| end as u64 <= context.window_size);
+    if !in_window
+        || (local_ptr != 0 && local_ptr as u64 != context.local_base)
+        || byte_offset % size != 0
     {
         return INVALID_ARGUMENT;
     }
-    let args = AllReduceArgs {
+    let args = CollectiveArgs {
         send_offset: byte_offset as u64,
         recv_offset: byte_offset as u64,
         count: num_elements as u64,
-        flags: FLAG_OVERLAP,
+        flags: FLAG_IN_PLACE,
     };
-    // SAFETY: range checked against the window above; the context is host-built.
-    match unsafe { one_shot_all_reduce::<f32, Sum>(ctx, &args) } {
+    fn run<T: Element, O: ReduceOp>(table: &u64, args: &CollectiveArgs) -> KernelStatus {
+        // SAFETY: the table holds one host-built context; the range was checked above.
+        unsafe {
+            for_virtual_rank(table, 1, |ctx: &SymmContext, grid: Grid| {
+                one_shot_all_reduce::<T, O>(ctx, grid, args)
+            })
+        }
+    }
+    let status = match (dtype, op) {
+        (DataType::Float32, RedOp::Sum) => run::<f32, Sum>(&table, &args),
+        (DataType::Float32, RedOp::Avg) => run::<f32, Avg>(&table, &args),
+        (DataType::Float32, RedOp::Max) => run::<f32, Max>(&table, &args),
+        (DataType::Float32, RedOp::Min) => run::<f32, Min>(&table, &args),
+        (DataType::Bfloat16, RedOp::Sum) => run::<Bf16, Sum>(&table, &args),
+        (DataType::Bfloat16, RedOp::Avg) => run::<Bf16, Avg>(&table, &args),
+        (DataType::Bfloat16, RedOp::Max) => run::<Bf16, Max>(&table, &args),
+        (DataType::Bfloat16, RedOp::Min) => run::<Bf16, Min>(&table, &args),
+        (DataType::Float16, RedOp::Sum) => run::<F16, Sum>(&table, &args),
+        (DataType::Float16, RedOp::Avg) => run::<F16, Avg>(&table, &args),
+        (DataType::Float16, RedOp::Max) => run::<F16, Max>(&table, &args),
+        (DataType::Float16, RedOp::Min) => run::<F16, Min>(&table, &args),
+        (DataType::Float32 | DataType::Bfloat16 | DataType::Float16, _) => {
+            return UNSUPPORTED_OP;
+        }
+        _ => return UNSUPPORTED_DTYPE,
+    };
+    match status {
         KernelStatus::Completed => SUCCESS,
         KernelStatus::Aborted => TIMEOUT,
         KernelStatus::InvalidLaunch => INVALID_ARGUMENT,
@@ -91,29 +123,87 @@ pub unsafe fn symm_all_reduce_device(
 #[cfg(target_arch = "nvptx64")]
 mod ptx {
     use super::*;
+    use crate::numeric::element::{F8E4M3, F8E5M2};
+    use crate::numeric::ops::Prod;
+    use crate::symmetric::all_gather::all_gather;
+    use crate::symmetric::all_reduce::two_shot_all_reduce;
+    use crate::symmetric::reduce_scatter::reduce_scatter;
 
-    /// One-shot f32 sum all-reduce. See [`ONE_SHOT_ALL_REDUCE_F32_SUM`].
-    ///
-    /// # Safety
-    /// Launched by the host shim with a context and offsets it validated.
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn symm_one_shot_all_reduce_f32_sum(
-        ctx: *const SymmContext,
-        send_offset: u64,
-        recv_offset: u64,
-        count: u64,
-        flags: u32,
-    ) {
-        let args = AllReduceArgs {
-            send_offset,
-            recv_offset,
-            count,
-            flags,
+    /// One exported kernel: `$body` is a kernel function taking (ctx, grid, args).
+    macro_rules! export_kernel {
+        ($name:expr, $body:expr) => {
+            const _: () = {
+                /// # Safety
+                /// Launched by the host shim with contexts and offsets it validated.
+                #[unsafe(export_name = $name)]
+                unsafe extern "ptx-kernel" fn kernel(
+                    contexts: *const u64,
+                    context_count: u32,
+                    send_offset: u64,
+                    recv_offset: u64,
+                    count: u64,
+                    flags: u32,
+                ) {
+                    let args = CollectiveArgs {
+                        send_offset,
+                        recv_offset,
+                        count,
+                        flags,
+                    };
+                    // SAFETY: the host validated the contexts and ranges before launching;
+                    // the outcome is reported through each context's abort word.
+                    let _ = unsafe {
+                        for_virtual_rank(contexts, context_count, |ctx, grid| {
+                            $body(ctx, grid, &args)
+                        })
+                    };
+                }
+            };
         };
-        // SAFETY: the host validated the context and ranges before launching; the outcome is
-        // reported through the context's abort word.
-        let _ = unsafe { one_shot_all_reduce::<f32, Sum>(&*ctx, &args) };
     }
+
+    macro_rules! export_algorithms {
+        ($t:ty, $tn:literal, $op:ty, $on:literal) => {
+            export_kernel!(
+                concat!("symm_one_shot_all_reduce_", $tn, "_", $on),
+                one_shot_all_reduce::<$t, $op>
+            );
+            export_kernel!(
+                concat!("symm_two_shot_all_reduce_", $tn, "_", $on),
+                two_shot_all_reduce::<$t, $op>
+            );
+            export_kernel!(
+                concat!("symm_reduce_scatter_", $tn, "_", $on),
+                reduce_scatter::<$t, $op>
+            );
+        };
+    }
+
+    macro_rules! export_types {
+        ($(($t:ty, $tn:literal)),* $(,)?) => {$(
+            export_algorithms!($t, $tn, Sum, "sum");
+            export_algorithms!($t, $tn, Prod, "prod");
+            export_algorithms!($t, $tn, Max, "max");
+            export_algorithms!($t, $tn, Min, "min");
+            export_algorithms!($t, $tn, Avg, "avg");
+        )*};
+    }
+
+    export_types!(
+        (i8, "i8"),
+        (u8, "u8"),
+        (i32, "i32"),
+        (u32, "u32"),
+        (i64, "i64"),
+        (u64, "u64"),
+        (F16, "f16"),
+        (f32, "f32"),
+        (f64, "f64"),
+        (Bf16, "bf16"),
+        (F8E4M3, "f8e4m3"),
+        (F8E5M2, "f8e5m2"),
+    );
+    export_kernel!("symm_all_gather", all_gather);
 
     /// Device function for Triton: see [`symm_all_reduce_device`].
     ///

@@ -57,6 +57,37 @@ impl DataType {
         }
     }
 
+    /// Short name, as in kernel names (`f32`, `bf16`, `f8e4m3`, …).
+    pub const fn short_name(self) -> &'static str {
+        match self {
+            DataType::Int8 => "i8",
+            DataType::Uint8 => "u8",
+            DataType::Int32 => "i32",
+            DataType::Uint32 => "u32",
+            DataType::Int64 => "i64",
+            DataType::Uint64 => "u64",
+            DataType::Float16 => "f16",
+            DataType::Float32 => "f32",
+            DataType::Float64 => "f64",
+            DataType::Bfloat16 => "bf16",
+            DataType::Float8E4M3 => "f8e4m3",
+            DataType::Float8E5M2 => "f8e5m2",
+        }
+    }
+
+    /// `true` for the floating-point types.
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Bfloat16
+                | DataType::Float8E4M3
+                | DataType::Float8E5M2
+        )
+    }
+
     /// The data type with this C ABI value, if any.
     pub const fn from_raw(raw: u32) -> Option<DataType> {
         if (raw as usize) < Self::ALL.len() {
@@ -86,6 +117,17 @@ pub enum RedOp {
 impl RedOp {
     /// Every operator, in numeric order.
     pub const ALL: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg];
+
+    /// Short name, as in kernel names.
+    pub const fn short_name(self) -> &'static str {
+        match self {
+            RedOp::Sum => "sum",
+            RedOp::Prod => "prod",
+            RedOp::Max => "max",
+            RedOp::Min => "min",
+            RedOp::Avg => "avg",
+        }
+    }
 
     /// The operator with this C ABI value, if any.
     pub const fn from_raw(raw: u32) -> Option<RedOp> {

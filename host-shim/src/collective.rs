@@ -1,78 +1,122 @@
 //! Collectives: validation of a request against the communicator's windows, its plan, and its
-//! execution (now, or at the end of the group).
+//! execution (now, or at the end of the group, merged with the other ranks' parts).
 
-use crate::backend::BackendKind;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::ffi::types::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
 use crate::group::{self, Deferred};
-use crate::plan::{AllReducePlan, Launch, plan_all_reduce};
+use crate::plan::{Collective, Launch, Limits, Plan, plan};
 use crate::window::{self, Window};
 use std::sync::Arc;
-use symm_device::symmetric::all_reduce::{AllReduceArgs, FLAG_OVERLAP};
+use symm_device::symmetric::CollectiveArgs;
+use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
+use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::{DataType, RedOp};
 
-/// A validated collective, ready to launch once its window is complete.
+/// What tasks must share to be served by one launch: clique, device, kernel, shape, arguments.
+pub type LaunchKey = (usize, i32, crate::plan::KernelId, u32, u32, CollectiveArgs);
+
+/// A validated collective of one rank, ready to launch once its window is complete.
 pub struct Task {
     /// The rank that runs it.
     pub comm: Arc<Comm>,
-    /// The window holding the send buffer (its context drives the kernel).
+    /// The window whose context drives the kernel.
     pub window: Arc<Window>,
-    /// The window holding the receive buffer (kept alive while the task is pending).
-    pub recv_window: Arc<Window>,
+    /// The other window involved, kept alive while the task is pending.
+    pub other_window: Arc<Window>,
     /// Kernel and shape.
-    pub plan: AllReducePlan,
+    pub plan: Plan,
     /// Kernel arguments.
-    pub args: AllReduceArgs,
+    pub args: CollectiveArgs,
     /// The caller's stream, as an address.
     pub stream: u64,
 }
 
 impl Task {
-    /// `true` when the backend runs the task synchronously (the host backend), so the tasks of
-    /// one group must run on separate threads.
+    /// `true` when the backend runs launches synchronously (the host backend), so independent
+    /// launches of one group must run on separate threads.
     pub fn runs_to_completion(&self) -> bool {
-        self.comm.clique.backend.kind() == BackendKind::Host
+        self.comm.clique.backend.kind() == crate::backend::BackendKind::Host
     }
 
-    /// Launch the task; on the host backend, report a timed-out peer as `symmTimeout`.
-    pub fn execute(&self) -> Result<()> {
-        refuse_if_aborted(&self.comm)?;
-        let context = self.window.context().ok_or_else(|| {
-            Error::invalid_usage("the send window's registration has not completed")
-        })?;
-        let launch = Launch {
-            kernel: self.plan.kernel,
-            grid: self.plan.grid,
-            block: self.plan.block,
-            context: context.address,
-            args: self.args,
-            stream: self.stream,
-        };
-        self.comm
-            .clique
-            .backend
-            .launch(&self.comm.resources, &launch)?;
-        if self.window.aborted_on_host() {
-            let message = format!(
-                "rank {}: a peer did not arrive within {} ms; this communicator is aborted",
-                self.comm.rank,
-                self.comm.clique.timeout.as_millis()
-            );
-            self.comm.lock().aborted = Some(message.clone());
-            return Err(Error::new(symmResult_t::symmTimeout, message));
-        }
-        Ok(())
+    /// Tasks with equal keys are parts of one collective that a single launch can serve.
+    pub fn launch_key(&self) -> LaunchKey {
+        (
+            Arc::as_ptr(&self.comm.clique) as usize,
+            self.comm.device,
+            self.plan.kernel,
+            self.plan.grid,
+            self.plan.block,
+            self.args,
+        )
     }
 }
 
-fn refuse_if_aborted(comm: &Comm) -> Result<()> {
-    match &comm.lock().aborted {
-        Some(reason) => Err(Error::invalid_usage(format!(
-            "the communicator was aborted ({reason}); destroy it"
-        ))),
-        None => Ok(()),
+/// Launch `tasks` (parts of one collective, equal launch keys, distinct ranks) as one launch,
+/// and report a timed-out peer as `symmTimeout` (host backend: of this call; cuda: of a later
+/// one, when the kernel has run).
+pub fn execute(tasks: &[&Task]) -> Result<()> {
+    let first = tasks
+        .first()
+        .ok_or_else(|| Error::internal("empty launch"))?;
+    for task in tasks {
+        check_not_aborted(&task.comm)?;
     }
+    let contexts: Vec<&window::DeviceContext> = tasks
+        .iter()
+        .map(|t| {
+            t.window
+                .context()
+                .ok_or_else(|| Error::invalid_usage("the window's registration has not completed"))
+        })
+        .collect::<Result<_>>()?;
+    let addresses: Vec<u64> = contexts.iter().map(|c| c.address).collect();
+    let clique = &first.comm.clique;
+    let context_table = if tasks.len() == 1 {
+        contexts[0].table
+    } else {
+        clique.context_table(first.comm.device, &addresses)?
+    };
+    let launch = Launch {
+        kernel: first.plan.kernel,
+        grid: first.plan.grid,
+        block: first.plan.block,
+        contexts: addresses,
+        context_table,
+        args: first.args,
+        streams: tasks.iter().map(|t| t.stream).collect(),
+    };
+    let resources: Vec<_> = tasks.iter().map(|t| &t.comm.resources).collect();
+    clique.backend.launch(&launch, &resources)?;
+    let mut result = Ok(());
+    for task in tasks {
+        if let Err(e) = check_not_aborted(&task.comm) {
+            task.comm.set_last_error(&e.message);
+            result = result.and(Err(e));
+        }
+    }
+    result
+}
+
+/// The communicator's state after a timed-out wait: the first call that sees a raised abort
+/// word gets `symmTimeout`; later calls are refused.
+pub fn check_not_aborted(comm: &Comm) -> Result<()> {
+    let mut state = comm.lock();
+    if let Some(reason) = &state.aborted {
+        return Err(Error::invalid_usage(format!(
+            "the communicator was aborted ({reason}); destroy it"
+        )));
+    }
+    if state.windows.values().any(|w| w.aborted()) {
+        let message = format!(
+            "rank {}: a peer did not arrive within {} ms; this communicator is aborted",
+            comm.rank,
+            comm.clique.timeout.as_millis()
+        );
+        state.aborted = Some(message.clone());
+        return Err(Error::new(symmResult_t::symmTimeout, message));
+    }
+    Ok(())
 }
 
 /// Decode a C `symmDataType_t`.
@@ -93,6 +137,9 @@ pub fn red_op(raw: symmRedOpRaw) -> Result<RedOp> {
 
 /// Find the window of `name`'s buffer and check its alignment.
 fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> Result<Arc<Window>> {
+    if address == 0 {
+        return Err(Error::invalid_argument(format!("{name} is NULL")));
+    }
     let window = window::find(comm, address, bytes).ok_or_else(|| {
         Error::invalid_argument(format!(
             "{name} [{address:#x}, +{bytes} bytes) is not inside a window registered on this \
@@ -108,6 +155,95 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
     Ok(window)
 }
 
+/// `count × element` bytes, also checked for overflow of the buffers' ends.
+fn byte_count(count: usize, element: u64, name: &str, ends: &[u64]) -> Result<u64> {
+    (count as u64)
+        .checked_mul(element)
+        .filter(|b| ends.iter().all(|e| e.checked_add(*b).is_some()))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("{name} = {count}: the buffers would overflow"))
+        })
+}
+
+fn overlap(a: u64, a_bytes: u64, b: u64, b_bytes: u64) -> bool {
+    a < b + b_bytes && b < a + a_bytes
+}
+
+/// A validated request, before planning.
+struct Request {
+    collective: Collective,
+    dtype: DataType,
+    op: RedOp,
+    /// Elements the plan is for (all-reduce: total; others: per rank).
+    count: u64,
+    window: Arc<Window>,
+    other_window: Arc<Window>,
+    args: CollectiveArgs,
+    /// Algorithms that cannot serve this request (two-shot across two windows).
+    excluded: Option<Algorithm>,
+}
+
+fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
+    check_not_aborted(comm)?;
+    let forced = match (request.collective, comm.clique.forced_algorithm) {
+        (Collective::AllReduce, forced) => forced,
+        _ => None,
+    };
+    if forced.is_some() && forced == request.excluded {
+        return Err(Error::invalid_argument(
+            "SYMM_ALGO=twoshot needs sendbuff and recvbuff in the same window",
+        ));
+    }
+    let limits = Limits {
+        max_blocks: comm.max_blocks,
+        forced: forced.or(match request.excluded {
+            Some(Algorithm::TwoShotAllReduce) => Some(Algorithm::OneShotAllReduce),
+            _ => None,
+        }),
+    };
+    let plan = plan(
+        request.collective,
+        request.dtype,
+        request.op,
+        request.count,
+        comm.clique.nranks as u32,
+        comm.clique.backend.kind(),
+        limits,
+    )?;
+    if comm.clique.debug {
+        eprintln!(
+            "symm INFO rank {}: {} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
+            comm.rank,
+            request.collective.name(),
+            request.count,
+            request.dtype,
+            request.op,
+            request.count * request.dtype.size_bytes() as u64,
+            plan.kernel.algorithm.name(),
+            plan.grid,
+            plan.block,
+            plan.predicted_us
+        );
+    }
+    if request.args.count == 0 {
+        return Ok(());
+    }
+    let task = Task {
+        comm: comm.clone(),
+        window: request.window,
+        other_window: request.other_window,
+        plan,
+        args: request.args,
+        stream,
+    };
+    if group::active() {
+        group::defer(Deferred::Collective(task));
+        Ok(())
+    } else {
+        execute(&[&task])
+    }
+}
+
 /// `symmAllReduce`.
 #[allow(clippy::too_many_arguments)]
 pub fn all_reduce(
@@ -121,49 +257,126 @@ pub fn all_reduce(
 ) -> Result<()> {
     let dtype = data_type(datatype)?;
     let op = red_op(op)?;
-    if send == 0 {
-        return Err(Error::invalid_argument("sendbuff is NULL"));
-    }
-    if recv == 0 {
-        return Err(Error::invalid_argument("recvbuff is NULL"));
-    }
     let element = dtype.size_bytes() as u64;
-    let bytes = (count as u64)
-        .checked_mul(element)
-        .filter(|b| send.checked_add(*b).is_some() && recv.checked_add(*b).is_some())
-        .ok_or_else(|| {
-            Error::invalid_argument(format!("count = {count}: the buffers would overflow"))
-        })?;
-    refuse_if_aborted(comm)?;
-    let plan = plan_all_reduce(dtype, op, count as u64, comm.clique.backend.kind())?;
+    let bytes = byte_count(count, element, "count", &[send, recv])?;
     let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
     let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
     let in_place = send == recv;
-    if !in_place && send < recv + bytes && recv < send + bytes {
+    if !in_place && overlap(send, bytes, recv, bytes) {
         return Err(Error::invalid_argument(
             "sendbuff and recvbuff overlap without being equal (in place needs sendbuff == recvbuff)",
         ));
     }
-    if count == 0 {
-        return Ok(());
-    }
-    let task = Task {
-        comm: comm.clone(),
-        args: AllReduceArgs {
-            send_offset: send - send_window.base,
-            recv_offset: recv.wrapping_sub(send_window.base),
-            count: count as u64,
-            flags: if in_place { FLAG_OVERLAP } else { 0 },
-        },
-        window: send_window,
-        recv_window,
-        plan,
-        stream,
+    let same_window = Arc::ptr_eq(&send_window, &recv_window);
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset: recv.wrapping_sub(send_window.base),
+        count: count as u64,
+        flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
-    if group::active() {
-        group::defer(Deferred::Collective(task));
-        Ok(())
-    } else {
-        task.execute()
+    let request = Request {
+        collective: Collective::AllReduce,
+        dtype,
+        op,
+        count: count as u64,
+        window: send_window,
+        other_window: recv_window,
+        args,
+        excluded: (!same_window).then_some(Algorithm::TwoShotAllReduce),
+    };
+    submit(comm, request, stream)
+}
+
+/// `symmAllGather`: `sendcount` elements from every rank, rank `r`'s at `recvbuff + r·sendcount`.
+pub fn all_gather(
+    comm: &Arc<Comm>,
+    send: u64,
+    recv: u64,
+    sendcount: usize,
+    datatype: symmDataTypeRaw,
+    stream: u64,
+) -> Result<()> {
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let nranks = comm.clique.nranks as u64;
+    let bytes = byte_count(sendcount, element, "sendcount", &[send])?;
+    let total = bytes
+        .checked_mul(nranks)
+        .filter(|t| recv.checked_add(*t).is_some())
+        .ok_or_else(|| Error::invalid_argument("sendcount × nranks: the buffers would overflow"))?;
+    let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, total, element)?;
+    let own_segment = recv + comm.rank as u64 * bytes;
+    if send != own_segment && overlap(send, bytes, recv, total) {
+        return Err(Error::invalid_argument(
+            "sendbuff overlaps recvbuff without being this rank's segment (in place needs \
+             sendbuff == recvbuff + rank × sendcount)",
+        ));
     }
+    let args = CollectiveArgs {
+        send_offset: send.wrapping_sub(recv_window.base),
+        recv_offset: recv - recv_window.base,
+        count: bytes,
+        flags: 0,
+    };
+    let request = Request {
+        collective: Collective::AllGather,
+        dtype,
+        op: RedOp::Sum,
+        count: sendcount as u64,
+        window: recv_window,
+        other_window: send_window,
+        args,
+        excluded: None,
+    };
+    submit(comm, request, stream)
+}
+
+/// `symmReduceScatter`: rank `r` receives the reduction of segment `r` (`recvcount` elements)
+/// of every rank's send buffer.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_scatter(
+    comm: &Arc<Comm>,
+    send: u64,
+    recv: u64,
+    recvcount: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+    stream: u64,
+) -> Result<()> {
+    let dtype = data_type(datatype)?;
+    let op = red_op(op)?;
+    let element = dtype.size_bytes() as u64;
+    let nranks = comm.clique.nranks as u64;
+    let bytes = byte_count(recvcount, element, "recvcount", &[recv])?;
+    let total = bytes
+        .checked_mul(nranks)
+        .filter(|t| send.checked_add(*t).is_some())
+        .ok_or_else(|| Error::invalid_argument("recvcount × nranks: the buffers would overflow"))?;
+    let send_window = window_of(comm, "sendbuff", send, total, element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
+    let own_segment = send + comm.rank as u64 * bytes;
+    if recv != own_segment && overlap(recv, bytes, send, total) {
+        return Err(Error::invalid_argument(
+            "recvbuff overlaps sendbuff without being this rank's segment (in place needs \
+             recvbuff == sendbuff + rank × recvcount)",
+        ));
+    }
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset: recv.wrapping_sub(send_window.base),
+        count: recvcount as u64,
+        flags: 0,
+    };
+    let request = Request {
+        collective: Collective::ReduceScatter,
+        dtype,
+        op,
+        count: recvcount as u64,
+        window: send_window,
+        other_window: recv_window,
+        args,
+        excluded: None,
+    };
+    submit(comm, request, stream)
 }

@@ -12,20 +12,57 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::sync::signal_pad::MAX_RANKS;
 
 /// What the ranks of one communicator share.
 pub struct Clique {
     /// Number of ranks.
     pub nranks: usize,
+    /// Device of every rank.
+    pub devices: Vec<i32>,
     /// Backend of every rank.
     pub backend: Arc<Backend>,
     /// Bound of every wait on a peer.
     pub timeout: Duration,
+    /// `SYMM_ALGO`: an all-reduce algorithm forced for every call.
+    pub forced_algorithm: Option<Algorithm>,
+    /// `SYMM_DEBUG=INFO`: log every plan to stderr.
+    pub debug: bool,
+    /// Device tables of context addresses for launches serving several ranks, by content.
+    tables: Mutex<HashMap<(i32, Vec<u64>), u64>>,
     /// Window registrations in flight, by registration sequence number.
     pub exchange: Mutex<Exchange>,
     /// Signalled whenever `exchange` changes.
     pub exchange_changed: Condvar,
+}
+
+impl Clique {
+    /// Device address (on `device`) of a table holding `contexts`, uploaded once and reused.
+    pub fn context_table(&self, device: i32, contexts: &[u64]) -> Result<u64> {
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (device, contexts.to_vec());
+        if let Some(address) = tables.get(&key) {
+            return Ok(*address);
+        }
+        let address = self.backend.alloc_zeroed(device, contexts.len() * 8)?;
+        let bytes: Vec<u8> = contexts.iter().flat_map(|c| c.to_ne_bytes()).collect();
+        if let Err(e) = self.backend.upload(device, address, &bytes) {
+            let _ = self.backend.free(device, address);
+            return Err(e);
+        }
+        tables.insert(key, address);
+        Ok(address)
+    }
+}
+
+impl Drop for Clique {
+    fn drop(&mut self) {
+        let tables = std::mem::take(self.tables.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for ((device, _), address) in tables {
+            let _ = self.backend.free(device, address);
+        }
+    }
 }
 
 /// Mutable per-rank state.
@@ -49,6 +86,8 @@ pub struct Comm {
     pub rank: usize,
     /// CUDA device ordinal (recorded, unused, on the host backend).
     pub device: i32,
+    /// Most blocks this rank's kernels may use (all ranks on its device must fit at once).
+    pub max_blocks: u32,
     /// Launch resources (cuda stream and events).
     pub resources: CommResources,
     /// Mutable state.
@@ -121,12 +160,16 @@ impl Comm {
     }
 }
 
-fn new_comm(clique: &Arc<Clique>, rank: usize, device: i32) -> Result<Arc<Comm>> {
+fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
+    let device = clique.devices[rank];
     let resources = clique.backend.open_comm(device)?;
+    let sharing = clique.devices.iter().filter(|d| **d == device).count() as u32;
+    let max_blocks = clique.backend.max_blocks_per_rank(device, sharing)?;
     let comm = Arc::new(Comm {
         clique: clique.clone(),
         rank,
         device,
+        max_blocks,
         resources,
         state: Mutex::new(CommState::default()),
         last_error: Mutex::new(CString::default()),
@@ -135,13 +178,17 @@ fn new_comm(clique: &Arc<Clique>, rank: usize, device: i32) -> Result<Arc<Comm>>
     Ok(comm)
 }
 
-fn new_clique(nranks: usize, devices: &[i32]) -> Result<Arc<Clique>> {
+fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
     backend.connect_devices(devices)?;
     Ok(Arc::new(Clique {
-        nranks,
+        nranks: devices.len(),
+        devices: devices.to_vec(),
         backend,
         timeout: crate::config::timeout()?,
+        forced_algorithm: crate::config::forced_algorithm()?,
+        debug: crate::config::debug(),
+        tables: Mutex::new(HashMap::new()),
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
     }))
@@ -169,10 +216,10 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
             "devlist[{i}] = {d}: must be >= 0"
         )));
     }
-    let clique = new_clique(nranks, devices)?;
+    let clique = new_clique(devices)?;
     let mut comms = Vec::with_capacity(nranks);
-    for (rank, device) in devices.iter().enumerate() {
-        match new_comm(&clique, rank, *device) {
+    for rank in 0..nranks {
+        match new_comm(&clique, rank) {
             Ok(comm) => comms.push(comm),
             Err(e) => {
                 for comm in comms {
@@ -216,7 +263,7 @@ pub fn new_unique_id() -> symmUniqueId {
 struct PendingInit {
     nranks: usize,
     clique: Option<Arc<Clique>>,
-    joined: Vec<bool>,
+    joined: Vec<Option<i32>>,
     left: usize,
 }
 
@@ -252,7 +299,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     let entry = pending.entry(key).or_insert_with(|| PendingInit {
         nranks,
         clique: None,
-        joined: vec![false; nranks],
+        joined: vec![None; nranks],
         left: 0,
     });
     if entry.nranks != nranks {
@@ -261,15 +308,15 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             entry.nranks
         )));
     }
-    if entry.joined[rank] {
+    if entry.joined[rank].is_some() {
         return Err(Error::invalid_argument(format!(
             "rank = {rank} already joined this commId"
         )));
     }
-    entry.joined[rank] = true;
-    if entry.joined.iter().all(|j| *j) {
-        let devices = vec![device; nranks];
-        match new_clique(nranks, &devices) {
+    entry.joined[rank] = Some(device);
+    if entry.joined.iter().all(Option::is_some) {
+        let devices: Vec<i32> = entry.joined.iter().flatten().copied().collect();
+        match new_clique(&devices) {
             Ok(clique) => entry.clique = Some(clique),
             Err(e) => {
                 pending.remove(&key);
@@ -293,12 +340,12 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
                 pending.remove(&key);
             }
             drop(pending);
-            return new_comm(&clique, rank, device);
+            return new_comm(&clique, rank);
         }
         let now = Instant::now();
         if now >= deadline {
-            let missing: Vec<usize> = (0..nranks).filter(|r| !entry.joined[*r]).collect();
-            entry.joined[rank] = false;
+            let missing: Vec<usize> = (0..nranks).filter(|r| entry.joined[*r].is_none()).collect();
+            entry.joined[rank] = None;
             return Err(Error::new(
                 symmResult_t::symmTimeout,
                 format!(

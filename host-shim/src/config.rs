@@ -6,6 +6,17 @@ use std::time::Duration;
 /// Default bound of every wait on a peer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
 
+/// `SYMM_ALGO`: an all-reduce algorithm forced for every call (`oneshot`, `twoshot`; `auto`
+/// or unset: the cost model picks).
+pub fn forced_algorithm() -> Result<Option<symm_device::symmetric::dispatch::Algorithm>> {
+    crate::plan::parse_forced_algorithm(std::env::var("SYMM_ALGO").ok().as_deref())
+}
+
+/// `SYMM_DEBUG=INFO`: log every plan (size, algorithm, blocks, predicted time) to stderr.
+pub fn debug() -> bool {
+    std::env::var("SYMM_DEBUG").is_ok_and(|v| v.eq_ignore_ascii_case("INFO"))
+}
+
 /// `SYMM_TIMEOUT_MS`: bound of every wait on another rank (kernels and host rendezvous).
 pub fn timeout() -> Result<Duration> {
     parse_timeout(std::env::var("SYMM_TIMEOUT_MS").ok().as_deref())

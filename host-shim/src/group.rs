@@ -2,7 +2,7 @@
 //! completion and collective launches to the end of the group, where every rank's part is
 //! known and they can run together.
 
-use crate::collective::Task;
+use crate::collective::{self, Task};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::window::{self, Window};
@@ -84,25 +84,65 @@ pub fn end() -> Result<()> {
             Deferred::Collective(task) => tasks.push(task),
         }
     }
-    let results: Vec<Result<()>> = if tasks.iter().all(Task::runs_to_completion) {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = tasks
-                .iter()
-                .map(|task| scope.spawn(move || task.execute()))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::internal("a host kernel panicked")))
-                })
+    for wave in waves(&tasks) {
+        let results: Vec<Result<()>> = if wave.len() > 1 && wave[0][0].runs_to_completion() {
+            // Host launches return when done: launches of one wave run side by side.
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = wave
+                    .iter()
+                    .map(|launch| scope.spawn(move || collective::execute(launch)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(Error::internal("a host kernel panicked")))
+                    })
+                    .collect()
+            })
+        } else {
+            wave.iter()
+                .map(|launch| collective::execute(launch))
                 .collect()
-        })
-    } else {
-        tasks.iter().map(Task::execute).collect()
-    };
-    for (task, result) in tasks.iter().zip(results) {
-        record(&task.comm, result);
+        };
+        for (launch, result) in wave.iter().zip(results) {
+            if let Err(e) = result {
+                for task in launch {
+                    task.comm.set_last_error(&e.message);
+                }
+                first_error.get_or_insert(e);
+            }
+        }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Merge the group's tasks into launches (parts of one collective: equal launch keys,
+/// distinct ranks; each task joins the first launch that fits), and the launches into waves of launches that touch distinct
+/// ranks and may run at the same time. Waves run in order, so two collectives of one rank in
+/// a group run in the order they were called.
+fn waves(tasks: &[Task]) -> Vec<Vec<Vec<&Task>>> {
+    let mut launches: Vec<Vec<&Task>> = Vec::new();
+    for task in tasks {
+        let key = task.launch_key();
+        let joinable = launches.iter_mut().find(|l| {
+            l[0].launch_key() == key && l.iter().all(|t| !Arc::ptr_eq(&t.comm, &task.comm))
+        });
+        match joinable {
+            Some(launch) => launch.push(task),
+            None => launches.push(vec![task]),
+        }
+    }
+    let mut waves: Vec<Vec<Vec<&Task>>> = Vec::new();
+    let mut busy: Vec<*const Comm> = Vec::new();
+    for launch in launches {
+        let ranks: Vec<*const Comm> = launch.iter().map(|t| Arc::as_ptr(&t.comm)).collect();
+        if waves.is_empty() || ranks.iter().any(|r| busy.contains(r)) {
+            waves.push(Vec::new());
+            busy.clear();
+        }
+        busy.extend(ranks);
+        waves.last_mut().expect("a wave exists").push(launch);
+    }
+    waves
 }

@@ -1,141 +1,366 @@
-//! Plans: pure functions from a validated request to a kernel and a launch shape. No memory is
-//! touched here, so every decision is testable on the host.
+//! Plans: pure functions from a validated request to a kernel and a launch shape, by a cost
+//! model. No memory is touched here, so every decision is testable on the host.
+//!
+//! The model follows NCCL's symmetric-kernel picker: the predicted time of an algorithm on
+//! `b` blocks is `latency + bytes / min(b · per-block bandwidth, peak bandwidth)`, where
+//! `bytes` is what one rank moves. For each algorithm the fewest blocks within 2.5 % of its
+//! best time are taken; then the fastest algorithm wins.
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
-use symm_device::exports::ONE_SHOT_ALL_REDUCE_F32_SUM;
-use symm_device::symmetric::all_reduce::AllReduceArgs;
+use symm_device::symmetric::CollectiveArgs;
+use symm_device::symmetric::dispatch::{Algorithm, kernel_name};
 use symm_device::sync::signal_pad::MAX_BLOCKS;
 use symm_device::{DataType, RedOp};
 
-/// A kernel of the device crate.
+/// A collective as the C ABI names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelId {
-    /// `symm_one_shot_all_reduce_f32_sum`.
-    OneShotAllReduceF32Sum,
+pub enum Collective {
+    /// `symmAllReduce`.
+    AllReduce,
+    /// `symmAllGather`.
+    AllGather,
+    /// `symmReduceScatter`.
+    ReduceScatter,
 }
 
-impl KernelId {
-    /// The kernel's name in the PTX.
-    pub fn ptx_name(self) -> &'static str {
+impl Collective {
+    /// The algorithms that implement it.
+    pub fn algorithms(self) -> &'static [Algorithm] {
         match self {
-            KernelId::OneShotAllReduceF32Sum => ONE_SHOT_ALL_REDUCE_F32_SUM,
+            Collective::AllReduce => &[Algorithm::OneShotAllReduce, Algorithm::TwoShotAllReduce],
+            Collective::AllGather => &[Algorithm::AllGather],
+            Collective::ReduceScatter => &[Algorithm::ReduceScatter],
+        }
+    }
+
+    /// Lower-case name, for logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
         }
     }
 }
 
-/// Kernel and launch shape of an all-reduce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllReducePlan {
-    /// The kernel to launch.
+/// A kernel of the device crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    /// Algorithm.
+    pub algorithm: Algorithm,
+    /// Element type (ignored by all-gather).
+    pub dtype: DataType,
+    /// Operator (ignored by all-gather).
+    pub op: RedOp,
+}
+
+impl KernelId {
+    /// The kernel's name in the PTX.
+    pub fn ptx_name(self) -> String {
+        kernel_name(self.algorithm, self.dtype, self.op)
+            .as_str()
+            .to_string()
+    }
+}
+
+/// Kernel and launch shape of one rank's part of a collective.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plan {
+    /// The kernel.
     pub kernel: KernelId,
-    /// Blocks.
+    /// Blocks per rank.
     pub grid: u32,
     /// Threads per block.
     pub block: u32,
+    /// The model's predicted time, in microseconds.
+    pub predicted_us: f64,
 }
 
-/// Everything a backend needs to launch one rank's kernel.
-#[derive(Clone, Copy, Debug)]
+/// Everything a backend needs to launch a plan for one or several ranks at once.
+#[derive(Clone, Debug)]
 pub struct Launch {
     /// The kernel.
     pub kernel: KernelId,
-    /// Blocks.
+    /// Blocks per rank.
     pub grid: u32,
     /// Threads per block.
     pub block: u32,
-    /// Device address of the window's `SymmContext`.
-    pub context: u64,
-    /// Kernel arguments.
-    pub args: AllReduceArgs,
-    /// The caller's `CUstream` (cuda backend), as an address.
-    pub stream: u64,
+    /// Device addresses of the ranks' `SymmContext`s, in launch order.
+    pub contexts: Vec<u64>,
+    /// Device address of a table holding `contexts` (filled in by the backend when 0).
+    pub context_table: u64,
+    /// Kernel arguments (the same for every rank).
+    pub args: CollectiveArgs,
+    /// The callers' `CUstream`s (cuda backend), as addresses, one per rank.
+    pub streams: Vec<u64>,
 }
 
-/// Bytes each GPU block handles before another block is worth adding.
-const GPU_BYTES_PER_BLOCK: u64 = 32 * 1024;
-/// Most blocks a GPU all-reduce uses (this version's one-shot kernel).
-const GPU_MAX_BLOCKS: u64 = 16;
-/// Threads per GPU block.
-const GPU_THREADS: u32 = 512;
-/// Elements per emulated block before the host backend adds a second one.
-const HOST_ELEMENTS_PER_BLOCK: u64 = 8192;
-/// Threads per emulated block (kept small: they are OS threads).
-const HOST_THREADS: u32 = 8;
+/// Constants of the cost model for one backend.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Model {
+    /// Launch-to-completion latency of each algorithm, in µs (one-shot, two-shot, others).
+    pub latency_us: [f64; 3],
+    /// Bandwidth one block sustains, GB/s (all-reduce kernels, others).
+    pub per_block_gbps: [f64; 2],
+    /// Bandwidth ceiling, GB/s.
+    pub peak_gbps: f64,
+    /// Threads per block.
+    pub threads: u32,
+}
 
-/// Choose the kernel and launch shape of an all-reduce of `count` elements.
-pub fn plan_all_reduce(
+/// Hopper values (NCCL 2.27–2.30's symmetric picker; ours is not LL yet, hence the one-shot
+/// latency above NCCL's 4.5 µs).
+pub const GPU_MODEL: Model = Model {
+    latency_us: [6.0, 7.8, 7.8],
+    per_block_gbps: [65.0, 44.0],
+    peak_gbps: 320.0,
+    threads: 512,
+};
+
+/// The host backend: OS threads and a microsecond-scale barrier.
+pub const HOST_MODEL: Model = Model {
+    latency_us: [400.0, 600.0, 600.0],
+    per_block_gbps: [1.0, 1.0],
+    peak_gbps: 2.0,
+    threads: 8,
+};
+
+/// What constrains a plan besides the request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Most blocks one rank may use (co-residency of every rank sharing the GPU).
+    pub max_blocks: u32,
+    /// An algorithm forced by `SYMM_ALGO` (all-reduce only).
+    pub forced: Option<Algorithm>,
+}
+
+impl Model {
+    /// Bytes one rank moves.
+    fn bytes(algorithm: Algorithm, payload_bytes: f64, nranks: f64) -> f64 {
+        match algorithm {
+            // Reads every rank's copy.
+            Algorithm::OneShotAllReduce => nranks * payload_bytes,
+            // Loads its shard from every rank, stores it to every rank.
+            Algorithm::TwoShotAllReduce => 2.0 * payload_bytes,
+            // Loads its segment from every rank (payload = per-rank count).
+            Algorithm::ReduceScatter => nranks * payload_bytes,
+            // Stores its segment into every rank (payload = per-rank bytes).
+            Algorithm::AllGather => nranks * payload_bytes,
+        }
+    }
+
+    /// Predicted µs of `algorithm` on `blocks` blocks.
+    pub fn time_us(
+        &self,
+        algorithm: Algorithm,
+        payload_bytes: u64,
+        nranks: u32,
+        blocks: u32,
+    ) -> f64 {
+        let (latency, per_block) = match algorithm {
+            Algorithm::OneShotAllReduce => (self.latency_us[0], self.per_block_gbps[0]),
+            Algorithm::TwoShotAllReduce => (self.latency_us[1], self.per_block_gbps[0]),
+            _ => (self.latency_us[2], self.per_block_gbps[1]),
+        };
+        let bandwidth_bytes_per_us = (blocks as f64 * per_block).min(self.peak_gbps) * 1e3;
+        latency
+            + Self::bytes(algorithm, payload_bytes as f64, nranks as f64) / bandwidth_bytes_per_us
+    }
+
+    /// Fewest blocks within 2.5 % of the best time for `algorithm`, and that time.
+    fn best_blocks(
+        &self,
+        algorithm: Algorithm,
+        payload: u64,
+        nranks: u32,
+        max_blocks: u32,
+    ) -> (u32, f64) {
+        let times: Vec<f64> = (1..=max_blocks)
+            .map(|b| self.time_us(algorithm, payload, nranks, b))
+            .collect();
+        let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+        let blocks = times
+            .iter()
+            .position(|t| *t <= best * 1.025)
+            .map_or(1, |i| i as u32 + 1);
+        (blocks, times[blocks as usize - 1])
+    }
+}
+
+/// Choose the kernel and launch shape. `count` is in elements (all-reduce: total;
+/// reduce-scatter: per rank; all-gather: per rank).
+pub fn plan(
+    collective: Collective,
     dtype: DataType,
     op: RedOp,
     count: u64,
+    nranks: u32,
     backend: BackendKind,
-) -> Result<AllReducePlan> {
-    let kernel = match (dtype, op) {
-        (DataType::Float32, RedOp::Sum) => KernelId::OneShotAllReduceF32Sum,
-        _ => {
-            return Err(Error::unsupported(format!(
-                "all-reduce of {dtype:?} with {op:?} is not implemented in this version \
-                 (float32 sum is)"
-            )));
-        }
+    limits: Limits,
+) -> Result<Plan> {
+    let model = match backend {
+        BackendKind::Cuda => GPU_MODEL,
+        BackendKind::Host => HOST_MODEL,
     };
-    let bytes = count * dtype.size_bytes() as u64;
-    let (grid, block) = match backend {
-        BackendKind::Cuda => (
-            bytes.div_ceil(GPU_BYTES_PER_BLOCK).clamp(1, GPU_MAX_BLOCKS),
-            GPU_THREADS,
-        ),
-        BackendKind::Host => (
-            count.div_ceil(HOST_ELEMENTS_PER_BLOCK).clamp(1, 2),
-            HOST_THREADS,
-        ),
+    let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
+    let payload = count.saturating_mul(dtype.size_bytes() as u64);
+    let candidates: Vec<Algorithm> = match (collective, limits.forced) {
+        (Collective::AllReduce, Some(forced)) => vec![forced],
+        _ => collective.algorithms().to_vec(),
     };
-    debug_assert!(grid as usize <= MAX_BLOCKS);
-    Ok(AllReducePlan {
-        kernel,
-        grid: grid as u32,
-        block,
+    if !candidates
+        .iter()
+        .all(|a| collective.algorithms().contains(a))
+    {
+        return Err(Error::invalid_argument(format!(
+            "SYMM_ALGO names an algorithm that does not implement {}",
+            collective.name()
+        )));
+    }
+    let (algorithm, grid, predicted_us) = candidates
+        .into_iter()
+        .map(|a| {
+            let (blocks, time) = model.best_blocks(a, payload, nranks, max_blocks);
+            (a, blocks, time)
+        })
+        .min_by(|x, y| x.2.total_cmp(&y.2))
+        .expect("every collective has an algorithm");
+    Ok(Plan {
+        kernel: KernelId {
+            algorithm,
+            dtype,
+            op,
+        },
+        grid,
+        block: model.threads,
+        predicted_us,
     })
+}
+
+/// Parse `SYMM_ALGO` (`None`: unset, `auto` or empty).
+pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> {
+    match value.map(str::trim) {
+        None | Some("") | Some("auto") => Ok(None),
+        Some("oneshot") | Some("one_shot") => Ok(Some(Algorithm::OneShotAllReduce)),
+        Some("twoshot") | Some("two_shot") => Ok(Some(Algorithm::TwoShotAllReduce)),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "SYMM_ALGO={other:?}: expected oneshot, twoshot or auto"
+        ))),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn f32_sum_is_planned_within_limits() {
-        for count in [0u64, 1, 7, 1023, 4099, 1 << 20, 1 << 30] {
-            for backend in [BackendKind::Host, BackendKind::Cuda] {
-                let plan = plan_all_reduce(DataType::Float32, RedOp::Sum, count, backend).unwrap();
-                assert_eq!(plan.kernel, KernelId::OneShotAllReduceF32Sum);
-                assert!(plan.grid >= 1 && plan.grid as usize <= MAX_BLOCKS);
-                assert!(plan.block >= 1 && plan.block <= 1024);
-            }
-        }
+    const OPEN: Limits = Limits {
+        max_blocks: 64,
+        forced: None,
+    };
+
+    fn pick(count: u64, nranks: u32) -> Plan {
+        plan(
+            Collective::AllReduce,
+            DataType::Float32,
+            RedOp::Sum,
+            count,
+            nranks,
+            BackendKind::Cuda,
+            OPEN,
+        )
+        .unwrap()
     }
 
     #[test]
-    fn gpu_grid_grows_with_size() {
-        let small = plan_all_reduce(DataType::Float32, RedOp::Sum, 256, BackendKind::Cuda).unwrap();
-        let large =
-            plan_all_reduce(DataType::Float32, RedOp::Sum, 1 << 22, BackendKind::Cuda).unwrap();
+    fn small_all_reduce_is_one_shot_on_one_block_large_is_two_shot_on_many() {
+        let small = pick(256, 8);
+        assert_eq!(small.kernel.algorithm, Algorithm::OneShotAllReduce);
         assert_eq!(small.grid, 1);
-        assert_eq!(large.grid as u64, GPU_MAX_BLOCKS);
+        let large = pick(64 << 20, 8);
+        assert_eq!(large.kernel.algorithm, Algorithm::TwoShotAllReduce);
+        assert!(large.grid > 1);
+        assert!(large.predicted_us > small.predicted_us);
     }
 
     #[test]
-    fn other_pairs_are_unsupported_not_wrong() {
-        for dtype in DataType::ALL {
-            for op in RedOp::ALL {
-                let r = plan_all_reduce(dtype, op, 10, BackendKind::Host);
-                if (dtype, op) == (DataType::Float32, RedOp::Sum) {
-                    assert!(r.is_ok());
-                } else {
-                    let e = r.unwrap_err();
-                    assert_eq!(e.code, crate::ffi::types::symmResult_t::symmUnsupported);
-                    assert!(e.message.contains("not implemented"));
-                }
-            }
+    fn blocks_grow_with_size_and_respect_limits() {
+        let mut previous = 0;
+        for shift in 10..28 {
+            let p = plan(
+                Collective::AllGather,
+                DataType::Uint8,
+                RedOp::Sum,
+                1 << shift,
+                4,
+                BackendKind::Cuda,
+                Limits {
+                    max_blocks: 16,
+                    forced: None,
+                },
+            )
+            .unwrap();
+            assert!(p.grid >= previous && p.grid <= 16);
+            previous = p.grid;
         }
+        assert_eq!(
+            previous, 8,
+            "320 GB/s peak / 44 GB/s per block: 8 blocks suffice"
+        );
+    }
+
+    #[test]
+    fn forced_algorithm_is_obeyed_and_checked() {
+        let forced = Limits {
+            max_blocks: 8,
+            forced: Some(Algorithm::TwoShotAllReduce),
+        };
+        let p = plan(
+            Collective::AllReduce,
+            DataType::Float32,
+            RedOp::Sum,
+            4,
+            2,
+            BackendKind::Cuda,
+            forced,
+        )
+        .unwrap();
+        assert_eq!(p.kernel.algorithm, Algorithm::TwoShotAllReduce);
+        assert_eq!(
+            parse_forced_algorithm(Some("oneshot")).unwrap(),
+            Some(Algorithm::OneShotAllReduce)
+        );
+        assert_eq!(parse_forced_algorithm(None).unwrap(), None);
+        assert!(parse_forced_algorithm(Some("ring")).is_err());
+    }
+
+    #[test]
+    fn host_plans_stay_small() {
+        for count in [0u64, 1, 1 << 20] {
+            let p = plan(
+                Collective::ReduceScatter,
+                DataType::Float64,
+                RedOp::Max,
+                count,
+                8,
+                BackendKind::Host,
+                Limits {
+                    max_blocks: 2,
+                    forced: None,
+                },
+            )
+            .unwrap();
+            assert!(p.grid <= 2 && p.block == HOST_MODEL.threads);
+        }
+    }
+
+    #[test]
+    fn ptx_names() {
+        let k = KernelId {
+            algorithm: Algorithm::OneShotAllReduce,
+            dtype: DataType::Float8E4M3,
+            op: RedOp::Min,
+        };
+        assert_eq!(k.ptx_name(), "symm_one_shot_all_reduce_f8e4m3_min");
     }
 }

@@ -23,14 +23,35 @@ pub fn for_capability(major: i32, minor: i32) -> Option<(&'static str, &'static 
 mod tests {
     use super::*;
 
+    use crate::plan::KernelId;
+    use symm_device::symmetric::dispatch::Algorithm;
+    use symm_device::{DataType, RedOp};
+
     #[test]
-    fn every_ptx_holds_the_kernels() {
+    fn every_ptx_holds_every_kernel_the_planner_can_pick() {
         for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90), ("sm_100a", SM100A)] {
             assert!(ptx.contains(&format!(".target {name}")), "{name}");
-            assert!(
-                ptx.contains(".entry symm_one_shot_all_reduce_f32_sum"),
-                "{name} lacks the all-reduce kernel"
-            );
+            for algorithm in [
+                Algorithm::OneShotAllReduce,
+                Algorithm::TwoShotAllReduce,
+                Algorithm::ReduceScatter,
+                Algorithm::AllGather,
+            ] {
+                for dtype in DataType::ALL {
+                    for op in RedOp::ALL {
+                        let kernel = KernelId {
+                            algorithm,
+                            dtype,
+                            op,
+                        }
+                        .ptx_name();
+                        assert!(
+                            ptx.contains(&format!(".visible .entry {kernel}(")),
+                            "{name} lacks {kernel}"
+                        );
+                    }
+                }
+            }
             assert!(ptx.contains(".visible .func  (.param .b32 func_retval0) symm_all_reduce("));
         }
     }

@@ -5,7 +5,7 @@
 //! Each rank deposits its window base, size and signal pad in the clique's [`Exchange`]; once
 //! all have, each builds its [`SymmContext`] and peer tables in device memory.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Flag};
 use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 use crate::ffi::types::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
@@ -14,7 +14,7 @@ use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
-use symm_device::sync::signal_pad::{SIGNAL_PAD_BYTES, abort_slot};
+use symm_device::sync::signal_pad::SIGNAL_PAD_BYTES;
 
 /// What one rank contributes to a window registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,10 +36,13 @@ pub struct Exchange {
     registrations: HashMap<u64, Registration>,
 }
 
-/// The device context of a completed window.
+/// The device context of a completed window: one allocation holding the `SymmContext`, the
+/// peer tables, and a one-entry context table (for launches that serve this rank alone).
 pub struct DeviceContext {
-    /// Device address of the `SymmContext`, followed by the peer tables.
+    /// Device address of the `SymmContext`.
     pub address: u64,
+    /// Device address of a `u64` holding `address`.
+    pub table: u64,
     /// A host copy of the context.
     pub host: SymmContext,
 }
@@ -55,6 +58,7 @@ pub struct Window {
     backend: Arc<Backend>,
     device: i32,
     signal_pad: u64,
+    abort: Flag,
     context: OnceLock<DeviceContext>,
 }
 
@@ -77,17 +81,11 @@ impl Window {
                 .is_some_and(|end| end <= self.base + self.size)
     }
 
-    /// `true` if this rank's abort word is raised (host backend only: on a GPU the word lives
-    /// in device memory and is not read back by this version).
-    pub fn aborted_on_host(&self) -> bool {
-        match (&*self.backend, self.context()) {
-            (Backend::Host(_), Some(_)) => {
-                // SAFETY: the pad is live host memory owned by this window; kernels have
-                // completed (host launches are synchronous) or write it atomically.
-                unsafe { symm_device::arch::load_acquire_sys_u32(abort_slot(self.signal_pad)) != 0 }
-            }
-            _ => false,
-        }
+    /// `true` once a kernel on this window gave up waiting for a peer. The word is readable
+    /// from the host without a copy on both backends; on the cuda backend it reflects the
+    /// kernels that have run so far.
+    pub fn aborted(&self) -> bool {
+        self.abort.read() != 0
     }
 }
 
@@ -97,6 +95,7 @@ impl Drop for Window {
             let _ = self.backend.free(self.device, context.address);
         }
         let _ = self.backend.free(self.device, self.signal_pad);
+        let _ = self.backend.free_flag(self.device, self.abort);
     }
 }
 
@@ -133,6 +132,13 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         )));
     }
     let signal_pad = backend.alloc_zeroed(comm.device, SIGNAL_PAD_BYTES)?;
+    let abort = match backend.alloc_flag(comm.device) {
+        Ok(flag) => flag,
+        Err(e) => {
+            let _ = backend.free(comm.device, signal_pad);
+            return Err(e);
+        }
+    };
     let seq = state.next_window_seq;
     state.next_window_seq += 1;
     let window = Arc::new(Window {
@@ -142,6 +148,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         backend,
         device: comm.device,
         signal_pad,
+        abort,
         context: OnceLock::new(),
     });
     state
@@ -246,7 +253,9 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     let ctx_bytes = std::mem::size_of::<SymmContext>();
     let table_bytes = nranks * 8;
     let backend = &comm.clique.backend;
-    let address = backend.alloc_zeroed(comm.device, ctx_bytes + 2 * table_bytes)?;
+    let total = ctx_bytes + 2 * table_bytes + 8;
+    let address = backend.alloc_zeroed(comm.device, total)?;
+    let table = address + (ctx_bytes + 2 * table_bytes) as u64;
     let host = SymmContext {
         backend: BackendTag::Native as u32,
         version: CONTEXT_VERSION,
@@ -257,11 +266,11 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         peer_bases: address + ctx_bytes as u64,
         peer_signal_pads: address + (ctx_bytes + table_bytes) as u64,
         signal_pad_size: SIGNAL_PAD_BYTES as u64,
-        abort_flag: abort_slot(window.signal_pad) as u64,
+        abort_flag: window.abort.device,
         timeout_ns: comm.clique.timeout.as_nanos().min(u64::MAX as u128) as u64,
         reserved: [0; 3],
     };
-    let mut image = Vec::with_capacity(ctx_bytes + 2 * table_bytes);
+    let mut image = Vec::with_capacity(total);
     image.extend_from_slice(bytemuck::bytes_of(&host));
     for d in deposits {
         image.extend_from_slice(&d.base.to_ne_bytes());
@@ -269,13 +278,18 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     for d in deposits {
         image.extend_from_slice(&d.signal_pad.to_ne_bytes());
     }
+    image.extend_from_slice(&address.to_ne_bytes());
     if let Err(e) = backend.upload(comm.device, address, &image) {
         let _ = backend.free(comm.device, address);
         return Err(e);
     }
     window
         .context
-        .set(DeviceContext { address, host })
+        .set(DeviceContext {
+            address,
+            table,
+            host,
+        })
         .map_err(|_| Error::internal("window completed twice"))
 }
 

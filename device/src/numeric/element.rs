@@ -54,10 +54,34 @@ macro_rules! small_float {
     };
 }
 
-small_float!(F16, u16, FLOAT16, Float16, "IEEE binary16, stored as its bits.");
-small_float!(Bf16, u16, BFLOAT16, Bfloat16, "bfloat16, stored as its bits.");
-small_float!(F8E4M3, u8, FLOAT8_E4M3, Float8E4M3, "float8 e4m3, stored as its bits.");
-small_float!(F8E5M2, u8, FLOAT8_E5M2, Float8E5M2, "float8 e5m2, stored as its bits.");
+small_float!(
+    F16,
+    u16,
+    FLOAT16,
+    Float16,
+    "IEEE binary16, stored as its bits."
+);
+small_float!(
+    Bf16,
+    u16,
+    BFLOAT16,
+    Bfloat16,
+    "bfloat16, stored as its bits."
+);
+small_float!(
+    F8E4M3,
+    u8,
+    FLOAT8_E4M3,
+    Float8E4M3,
+    "float8 e4m3, stored as its bits."
+);
+small_float!(
+    F8E5M2,
+    u8,
+    FLOAT8_E5M2,
+    Float8E5M2,
+    "float8 e5m2, stored as its bits."
+);
 
 macro_rules! native {
     ($($t:ty => $acc:ty, $dtype:ident);* $(;)?) => {$(

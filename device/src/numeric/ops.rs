@@ -4,6 +4,8 @@ use crate::types::RedOp;
 
 /// Arithmetic of an accumulator. Integer accumulators wrap.
 pub trait Accumulator: Copy {
+    /// Zero.
+    const ZERO: Self;
     /// `self + other`.
     fn add(self, other: Self) -> Self;
     /// `self * other`.
@@ -19,6 +21,7 @@ pub trait Accumulator: Copy {
 macro_rules! float_accumulator {
     ($($t:ty),*) => {$(
         impl Accumulator for $t {
+            const ZERO: Self = 0.0;
             #[inline(always)]
             fn add(self, other: Self) -> Self { self + other }
             #[inline(always)]
@@ -36,6 +39,7 @@ macro_rules! float_accumulator {
 macro_rules! integer_accumulator {
     ($($t:ty),*) => {$(
         impl Accumulator for $t {
+            const ZERO: Self = 0;
             #[inline(always)]
             fn add(self, other: Self) -> Self { self.wrapping_add(other) }
             #[inline(always)]

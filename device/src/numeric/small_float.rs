@@ -76,7 +76,11 @@ impl Format {
     #[inline(always)]
     pub fn to_f32(self, bits: u32) -> f32 {
         let m = self.mantissa_bits;
-        let sign = if bits & self.sign_bit() != 0 { -1.0f32 } else { 1.0 };
+        let sign = if bits & self.sign_bit() != 0 {
+            -1.0f32
+        } else {
+            1.0
+        };
         let exponent = (bits >> m) & self.exponent_mask();
         let mantissa = bits & ((1 << m) - 1);
         if exponent == self.exponent_mask() {
@@ -93,7 +97,10 @@ impl Format {
         let (significand, power) = if exponent == 0 {
             (mantissa, 1 - self.bias() - m as i32)
         } else {
-            (mantissa | (1 << m), exponent as i32 - self.bias() - m as i32)
+            (
+                mantissa | (1 << m),
+                exponent as i32 - self.bias() - m as i32,
+            )
         };
         if power < -126 {
             sign * (significand as f32 * pow2_normal(power + 64)) * pow2_normal(-64)
@@ -116,7 +123,10 @@ impl Format {
         let (significand, exponent) = if field == 0 {
             (magnitude as u64, -126)
         } else {
-            ((magnitude & 0x7F_FFFF | 0x80_0000) as u64, field as i32 - 127)
+            (
+                (magnitude & 0x7F_FFFF | 0x80_0000) as u64,
+                field as i32 - 127,
+            )
         };
         if field == 0xFF {
             return sign | self.overflow_bits();
@@ -172,8 +182,6 @@ fn pow2_normal(power: i32) -> f32 {
     f32::from_bits(((power + 127) as u32) << 23)
 }
 
-
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,8 +202,8 @@ mod tests {
             .filter_map(|bits| {
                 let e = (bits >> m) & format.exponent_mask();
                 let f = bits & ((1 << m) - 1);
-                let special = e == format.exponent_mask()
-                    && (format.ieee_like || f == (1 << m) - 1);
+                let special =
+                    e == format.exponent_mask() && (format.ieee_like || f == (1 << m) - 1);
                 if special {
                     return None;
                 }
@@ -259,7 +267,9 @@ mod tests {
             }
             // And random f32 within range.
             for _ in 0..20_000 {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let t = (state >> 11) as f64 / (1u64 << 53) as f64;
                 samples.push((t * 2.0 - 1.0) * max * 1.01);
             }
@@ -276,12 +286,19 @@ mod tests {
                     } else {
                         format.max_finite_bits()
                     };
-                    assert_eq!(got & !format.sign_bit(), expected, "{format:?} overflow {x}");
+                    assert_eq!(
+                        got & !format.sign_bit(),
+                        expected,
+                        "{format:?} overflow {x}"
+                    );
                     continue;
                 }
                 let want = nearest(&values, x);
                 let same_zero = format.to_f32(got) == 0.0 && format.to_f32(want) == 0.0;
-                assert!(got == want || same_zero, "{format:?}: {x} -> {got:#x}, want {want:#x}");
+                assert!(
+                    got == want || same_zero,
+                    "{format:?}: {x} -> {got:#x}, want {want:#x}"
+                );
             }
             assert!(format.to_f32(format.from_f32(f32::NAN)).is_nan());
         }

@@ -1,190 +1,239 @@
-//! All-reduce, one-shot: every rank reads every peer's copy and reduces locally.
+//! All-reduce.
 //!
+//! **One-shot** (latency): every rank reads every peer's copy and reduces locally.
 //! Block `b` of each rank owns the same element range (see [`super::block_range`]).
 //! 1. A cross-rank barrier: every rank's send buffer is ready (stream order put it there).
 //! 2. Each thread reduces its elements over ranks `0, 1, …, world-1` — the same order on every
 //!    rank, so results are bitwise identical — and stores them to its receive buffer.
-//!    When the receive range overlaps the send range (in place), a rank must not overwrite
-//!    data a peer has yet to read: the range is processed in rounds of `UNROLL` elements per
-//!    thread held in registers, with a barrier between the reads and the writes of a round.
+//!    In place ([`FLAG_IN_PLACE`]), a rank must not overwrite data a peer has yet to read: the
+//!    range is processed in rounds of [`UNROLL`] elements per thread held in registers, with a
+//!    barrier between the reads and the writes of a round.
 //! 3. A closing barrier: no rank returns (and lets its caller reuse the send buffer) while a
 //!    peer may still read it.
+//!
+//! **Two-shot** (bandwidth): rank `r` owns shard `r` of the elements. Between a start and an
+//! end barrier, it loads its shard from every peer, reduces (rank order), and stores the result
+//! into every peer's receive buffer: a reduce-scatter by loads and an all-gather by stores.
+//! Each element is reduced by exactly one rank, so all ranks hold the same bits. In place is
+//! safe without rounds: only rank `r` reads or writes shard `r`'s positions.
 
-use super::reduce::{Element, Reduce};
-use super::{KernelStatus, block_range};
+use super::{CollectiveArgs, Grid, KernelStatus, block_range};
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::barrier::{CrossRankBarrier, is_aborted};
-use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS};
+use crate::numeric::element::Element;
+use crate::numeric::ops::{Accumulator, ReduceOp};
+use crate::sync::barrier::{Aborted, CrossRankBarrier, is_aborted};
 
-/// `flags` bit: the receive range overlaps the send range (in place); use the round protocol.
-pub const FLAG_OVERLAP: u32 = 1;
+/// `flags` bit: the receive buffer is the send buffer (in place).
+pub const FLAG_IN_PLACE: u32 = 1;
 
-/// Elements each thread holds per round in the overlapping protocol: a few registers on the
-/// GPU; on the host, where a "thread" is an OS thread and a barrier costs microseconds, more.
+/// Elements each thread holds per round in the in-place one-shot protocol. One on the GPU: a
+/// round then covers `threads × blocks` elements, one-shot is picked for small counts (a
+/// round or two), and larger arrays of held values end up in local memory for the wider
+/// conversions. On the host, where a "thread" is an OS thread and a barrier costs
+/// microseconds, many.
 pub const UNROLL: u64 = if cfg!(target_arch = "nvptx64") {
-    4
+    1
 } else {
     128
 };
 
-/// Arguments of an all-reduce launch; offsets are in bytes from the window base and the same
-/// on every rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllReduceArgs {
-    /// Byte offset of the send buffer in the window.
-    pub send_offset: u64,
-    /// Byte offset of the receive buffer in the window.
-    pub recv_offset: u64,
-    /// Number of elements.
-    pub count: u64,
-    /// [`FLAG_OVERLAP`] or 0.
-    pub flags: u32,
-}
-
-/// One-shot all-reduce of `args.count` elements of `T` with reduction `R`. Every thread of the
-/// grid calls it with the same arguments.
+/// Element `index` of rank `peer`'s buffer at `offset`.
 ///
 /// # Safety
-/// `ctx` must be a context built by the host for a window in which
-/// `[send_offset, send_offset + count·size_of::<T>())` and the receive range lie, on every
-/// rank, suitably aligned for `T`; every rank must launch the same kernel with the same
-/// arguments and grid shape.
+/// `peer < world_size` and the element lies inside that peer's window.
 #[inline(always)]
-pub unsafe fn one_shot_all_reduce<T: Element, R: Reduce<T>>(
-    ctx: &SymmContext,
-    args: &AllReduceArgs,
-) -> KernelStatus {
-    if arch::grid_dim_x() as usize > MAX_BLOCKS
-        || ctx.world_size == 0
-        || ctx.world_size as usize > MAX_RANKS
-        || ctx.rank >= ctx.world_size
-    {
-        return KernelStatus::InvalidLaunch;
-    }
-    // SAFETY: the context is valid (caller's contract).
-    if unsafe { is_aborted(ctx) } {
-        return KernelStatus::Aborted;
-    }
-    let (lo, hi) = block_range(args.count, arch::block_idx_x(), arch::grid_dim_x());
-    // SAFETY: limits checked above; every thread of the block runs this same sequence.
-    let mut barrier = unsafe { CrossRankBarrier::new(ctx) };
-    if barrier.sync().is_err() {
-        barrier.finish();
-        return KernelStatus::Aborted;
-    }
-
-    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
-    let result = if args.flags & FLAG_OVERLAP != 0 {
-        // SAFETY: forwarded contract.
-        unsafe { reduce_in_rounds::<T, R>(ctx, args, recv, lo, hi, &mut barrier) }
-    } else {
-        // SAFETY: forwarded contract; the ranges do not overlap, so no peer reads what we write.
-        unsafe { reduce_direct::<T, R>(ctx, args, recv, lo, hi) };
-        Ok(())
-    };
-    let result = result.and_then(|()| barrier.sync());
-    barrier.finish();
-    match result {
-        Ok(()) => KernelStatus::Completed,
-        Err(_) => KernelStatus::Aborted,
-    }
-}
-
-/// Element `index` of rank `peer`'s send buffer.
-///
-/// # Safety
-/// `peer < world_size`, `index < count`, and the contract of [`one_shot_all_reduce`].
-#[inline(always)]
-unsafe fn peer_element<T: Element>(
+pub(crate) unsafe fn peer_element<T: Element>(
     ctx: &SymmContext,
     peer: u32,
-    send_offset: u64,
+    offset: u64,
     index: u64,
 ) -> T {
     // SAFETY: the caller guarantees the element lies inside peer's window.
     unsafe {
-        let base = (ctx.peer_base(peer) + send_offset) as *const T;
+        let base = (ctx.peer_base(peer) + offset) as *const T;
         base.add(index as usize).read()
     }
 }
 
-/// Reduce element `index` over all ranks, in rank order.
+/// Reduce element `index` of the buffers at `offset` over all ranks, in rank order.
 ///
 /// # Safety
-/// As for [`peer_element`].
+/// The element lies inside every rank's window.
 #[inline(always)]
-unsafe fn reduce_element<T: Element, R: Reduce<T>>(
+pub(crate) unsafe fn reduce_element<T: Element, O: ReduceOp>(
     ctx: &SymmContext,
-    send_offset: u64,
+    offset: u64,
     index: u64,
 ) -> T {
+    // SAFETY: forwarded contract.
+    T::narrow(unsafe { reduce_to_accumulator::<T, O>(ctx, offset, index) })
+}
+
+/// As [`reduce_element`], before the final narrowing.
+///
+/// # Safety
+/// As for [`reduce_element`].
+#[inline(always)]
+unsafe fn reduce_to_accumulator<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    offset: u64,
+    index: u64,
+) -> T::Acc {
     // SAFETY: forwarded contract, peer 0 < world_size.
-    let mut acc = unsafe { peer_element::<T>(ctx, 0, send_offset, index) };
+    let mut acc = unsafe { peer_element::<T>(ctx, 0, offset, index) }.widen();
     for peer in 1..ctx.world_size {
         // SAFETY: forwarded contract.
-        acc = R::combine(acc, unsafe {
-            peer_element::<T>(ctx, peer, send_offset, index)
-        });
+        let next = unsafe { peer_element::<T>(ctx, peer, offset, index) }.widen();
+        acc = O::combine(acc, next);
     }
-    acc
+    O::finish(acc, ctx.world_size)
+}
+
+/// Run `body` between a start and an end barrier of the calling block; the common frame of
+/// every collective.
+///
+/// # Safety
+/// `ctx` is host-built and `grid` comes from [`super::for_virtual_rank`]; every thread of the
+/// block calls this with the same arguments.
+#[inline(always)]
+pub(crate) unsafe fn between_barriers(
+    ctx: &SymmContext,
+    grid: Grid,
+    body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
+) -> KernelStatus {
+    // SAFETY: the context is valid (caller's contract).
+    if unsafe { is_aborted(ctx) } {
+        return KernelStatus::Aborted;
+    }
+    // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
+    let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
+    let result = barrier
+        .sync()
+        .and_then(|()| body(&mut barrier))
+        .and_then(|()| barrier.sync());
+    barrier.finish();
+    match result {
+        Ok(()) => KernelStatus::Completed,
+        Err(Aborted) => KernelStatus::Aborted,
+    }
+}
+
+/// One-shot all-reduce of `args.count` elements.
+///
+/// # Safety
+/// `ctx` is host-built for a window holding `[send_offset, +count)` and the receive range on
+/// every rank, aligned for `T`; every rank launches the same kernel, arguments and shape.
+#[inline(always)]
+pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    grid: Grid,
+    args: &CollectiveArgs,
+) -> KernelStatus {
+    let (lo, hi) = block_range(args.count, grid.block, grid.blocks);
+    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+    let in_place = args.flags & FLAG_IN_PLACE != 0;
+    // SAFETY: forwarded contract.
+    unsafe {
+        between_barriers(ctx, grid, |barrier| {
+            if in_place {
+                reduce_in_rounds::<T, O>(ctx, args.send_offset, recv, lo, hi, barrier)
+            } else {
+                let stride = arch::block_dim_x() as u64;
+                let mut index = lo + arch::thread_idx_x() as u64;
+                while index < hi {
+                    let value = reduce_element::<T, O>(ctx, args.send_offset, index);
+                    recv.add(index as usize).write(value);
+                    index += stride;
+                }
+                Ok(())
+            }
+        })
+    }
 }
 
 /// # Safety
-/// Contract of [`one_shot_all_reduce`]; send and receive ranges do not overlap.
+/// Contract of [`one_shot_all_reduce`], in place.
 #[inline(always)]
-unsafe fn reduce_direct<T: Element, R: Reduce<T>>(
+unsafe fn reduce_in_rounds<T: Element, O: ReduceOp>(
     ctx: &SymmContext,
-    args: &AllReduceArgs,
-    recv: *mut T,
-    lo: u64,
-    hi: u64,
-) {
-    let stride = arch::block_dim_x() as u64;
-    let mut index = lo + arch::thread_idx_x() as u64;
-    while index < hi {
-        // SAFETY: index < count; the receive element lies in this rank's window.
-        unsafe {
-            let value = reduce_element::<T, R>(ctx, args.send_offset, index);
-            recv.add(index as usize).write(value);
-        }
-        index += stride;
-    }
-}
-
-/// # Safety
-/// Contract of [`one_shot_all_reduce`].
-#[inline(always)]
-unsafe fn reduce_in_rounds<T: Element, R: Reduce<T>>(
-    ctx: &SymmContext,
-    args: &AllReduceArgs,
+    send_offset: u64,
     recv: *mut T,
     lo: u64,
     hi: u64,
     barrier: &mut CrossRankBarrier<'_>,
-) -> Result<(), crate::sync::barrier::Aborted> {
+) -> Result<(), Aborted> {
     let threads = arch::block_dim_x() as u64;
     let per_round = threads * UNROLL;
     let rounds = (hi - lo).div_ceil(per_round);
     let thread = arch::thread_idx_x() as u64;
     for round in 0..rounds {
         let base = lo + round * per_round + thread;
-        let mut held: [Option<T>; UNROLL as usize] = [None; UNROLL as usize];
+        // Indices grow with j, so the valid ones are a prefix.
+        let valid = if base < hi {
+            Ord::min((hi - base).div_ceil(threads), UNROLL)
+        } else {
+            0
+        };
+        // Accumulators (at least 32 bits) rather than narrow elements: on the GPU, an array of
+        // bytes would live in local memory.
+        let mut held = [<T::Acc as Accumulator>::ZERO; UNROLL as usize];
+        // Constant trip counts (not `take(valid)`) keep `held` in registers on the GPU.
         for (j, slot) in held.iter_mut().enumerate() {
-            let index = base + j as u64 * threads;
-            if index < hi {
-                // SAFETY: index < count.
-                *slot = Some(unsafe { reduce_element::<T, R>(ctx, args.send_offset, index) });
+            if (j as u64) < valid {
+                // SAFETY: index < hi <= count.
+                *slot = unsafe {
+                    reduce_to_accumulator::<T, O>(ctx, send_offset, base + j as u64 * threads)
+                };
             }
         }
         // No rank overwrites this round's elements until every rank has read them.
         barrier.sync()?;
-        for (j, slot) in held.iter().enumerate() {
-            if let Some(value) = *slot {
+        for (j, value) in held.iter().enumerate() {
+            if (j as u64) < valid {
                 // SAFETY: index < count; the element lies in this rank's window.
-                unsafe { recv.add((base + j as u64 * threads) as usize).write(value) };
+                let index = base + j as u64 * threads;
+                unsafe { recv.add(index as usize).write(T::narrow(*value)) };
             }
         }
     }
     Ok(())
+}
+
+/// The shard `[lo, hi)` of `count` elements that rank `rank` of `world` reduces in two-shot.
+#[inline(always)]
+pub fn shard(count: u64, rank: u32, world: u32) -> (u64, u64) {
+    block_range(count, rank, world)
+}
+
+/// Two-shot all-reduce of `args.count` elements.
+///
+/// # Safety
+/// As for [`one_shot_all_reduce`].
+#[inline(always)]
+pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    grid: Grid,
+    args: &CollectiveArgs,
+) -> KernelStatus {
+    let (shard_lo, shard_hi) = shard(args.count, ctx.rank, ctx.world_size);
+    let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
+    let (lo, hi) = (shard_lo + lo, shard_lo + hi);
+    let recv_offset = args.recv_offset;
+    // SAFETY: forwarded contract.
+    unsafe {
+        between_barriers(ctx, grid, |_| {
+            let stride = arch::block_dim_x() as u64;
+            let mut index = lo + arch::thread_idx_x() as u64;
+            while index < hi {
+                let value = reduce_element::<T, O>(ctx, args.send_offset, index);
+                for peer in 0..ctx.world_size {
+                    let recv = ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
+                    recv.add(index as usize).write(value);
+                }
+                index += stride;
+            }
+            Ok(())
+        })
+    }
 }

@@ -9,7 +9,7 @@
 
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, abort_slot, epoch_slot, inbox_slot};
+use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
 /// The barrier was abandoned: a wait timed out on some thread of this rank, or this rank's abort
@@ -31,14 +31,14 @@ impl<'a> CrossRankBarrier<'a> {
     /// The largest block count and world size the signal pad has room for.
     pub const LIMITS: (usize, usize) = (MAX_BLOCKS, MAX_RANKS);
 
-    /// Open the barrier of the calling thread's block.
+    /// Open the barrier of block index `block` (the calling block's index among its rank's
+    /// blocks).
     ///
     /// # Safety
     /// `ctx` must be a context built by the host whose signal-pad tables are valid, with
-    /// `world_size <= MAX_RANKS`; the grid must have at most `MAX_BLOCKS` blocks; every thread
-    /// of the block must make the same sequence of calls on the barrier.
-    pub unsafe fn new(ctx: &'a SymmContext) -> Self {
-        let block = arch::block_idx_x();
+    /// `world_size <= MAX_RANKS`; `block < MAX_BLOCKS`; every thread of the block must make the
+    /// same sequence of calls on the barrier.
+    pub unsafe fn new(ctx: &'a SymmContext, block: u32) -> Self {
         // SAFETY: rank < world_size and the table is valid (caller's contract).
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
         // SAFETY: block < MAX_BLOCKS, so the slot lies inside the pad; only this block of this
@@ -54,43 +54,10 @@ impl<'a> CrossRankBarrier<'a> {
 
     /// Wait until block `b` of every rank has reached this point. Everything this block wrote
     /// before the call is visible to every rank's block `b` after it, and vice versa.
+    #[inline(always)]
     pub fn sync(&mut self) -> Result<(), Aborted> {
-        arch::sync_threads();
-        let target = self.epoch.wrapping_add(1);
-        let stride = arch::block_dim_x();
-        let world = self.ctx.world_size;
-        let rank = self.ctx.rank;
-        let abort = abort_slot(self.own_pad) as *const u32;
-
-        let mut peer = arch::thread_idx_x();
-        while peer < world {
-            // SAFETY: peer < world_size; the slot lies inside that peer's pad, which peers
-            // only access atomically.
-            unsafe {
-                let pad = self.ctx.peer_signal_pad(peer);
-                arch::store_release_sys_u32(inbox_slot(pad, self.block, rank), target);
-            }
-            peer += stride;
-        }
-
-        let mut failed = false;
-        let mut peer = arch::thread_idx_x();
-        while peer < world && !failed {
-            let slot = inbox_slot(self.own_pad, self.block, peer);
-            // SAFETY: slot and abort word lie inside this rank's pad, accessed atomically.
-            match unsafe { wait_until_reached(slot, target, abort, self.ctx.timeout_ns) } {
-                WaitOutcome::Reached => {}
-                WaitOutcome::TimedOut => {
-                    // SAFETY: the abort word lies inside this rank's pad.
-                    unsafe { arch::store_release_sys_u32(abort as *mut u32, 1) };
-                    failed = true;
-                }
-                WaitOutcome::Aborted => failed = true,
-            }
-            peer += stride;
-        }
-        self.epoch = target;
-        if arch::sync_threads_or(failed) {
+        self.epoch = self.epoch.wrapping_add(1);
+        if barrier_round(self.ctx, self.own_pad, self.block, self.epoch) {
             Err(Aborted)
         } else {
             Ok(())
@@ -106,6 +73,48 @@ impl<'a> CrossRankBarrier<'a> {
             unsafe { core::ptr::write_volatile(epoch_slot(self.own_pad, self.block), self.epoch) };
         }
     }
+}
+
+/// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout or
+/// abort). Not inlined: a kernel calls it a few times, never per element, and scalar arguments
+/// keep the caller's state in registers.
+#[inline(never)]
+fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bool {
+    arch::sync_threads();
+    let stride = arch::block_dim_x();
+    let world = ctx.world_size;
+    let rank = ctx.rank;
+    let abort = ctx.abort_flag as *const u32;
+
+    let mut peer = arch::thread_idx_x();
+    while peer < world {
+        // SAFETY: peer < world_size; the slot lies inside that peer's pad, which peers only
+        // access atomically.
+        unsafe {
+            let pad = ctx.peer_signal_pad(peer);
+            arch::store_release_sys_u32(inbox_slot(pad, block, rank), target);
+        }
+        peer += stride;
+    }
+
+    let mut failed = false;
+    let mut peer = arch::thread_idx_x();
+    while peer < world && !failed {
+        let slot = inbox_slot(own_pad, block, peer);
+        // SAFETY: the slot lies inside this rank's pad and the abort word is the context's;
+        // both are accessed atomically.
+        match unsafe { wait_until_reached(slot, target, abort, ctx.timeout_ns) } {
+            WaitOutcome::Reached => {}
+            WaitOutcome::TimedOut => {
+                // SAFETY: the abort word is a valid u32 of this rank.
+                unsafe { arch::store_release_sys_u32(abort as *mut u32, 1) };
+                failed = true;
+            }
+            WaitOutcome::Aborted => failed = true,
+        }
+        peer += stride;
+    }
+    arch::sync_threads_or(failed)
 }
 
 /// `true` when this rank's abort word is raised.

@@ -5,8 +5,10 @@
 //! ```text
 //! offset 0       inbox   [MAX_BLOCKS][MAX_RANKS] u32   barrier flags written by peers
 //! INBOX_BYTES    epochs  [MAX_BLOCKS] u32              this rank's barrier epoch per block
-//! ABORT_OFFSET   abort   u32                           non-zero after a timed-out wait
 //! ```
+//!
+//! The abort word is not in the pad: it lives where the host can read it without a copy
+//! (`SymmContext::abort_flag`).
 
 /// Most ranks a communicator may have.
 pub const MAX_RANKS: usize = 64;
@@ -17,12 +19,10 @@ pub const MAX_BLOCKS: usize = 64;
 pub const INBOX_BYTES: usize = MAX_BLOCKS * MAX_RANKS * 4;
 /// Offset of the per-block epoch counters.
 pub const EPOCHS_OFFSET: usize = INBOX_BYTES;
-/// Offset of the abort word.
-pub const ABORT_OFFSET: usize = EPOCHS_OFFSET + MAX_BLOCKS * 4;
 /// Size in bytes of one rank's signal pad (room is left for later protocols).
 pub const SIGNAL_PAD_BYTES: usize = 32 * 1024;
 
-const _: () = assert!(ABORT_OFFSET + 4 <= SIGNAL_PAD_BYTES);
+const _: () = assert!(EPOCHS_OFFSET + MAX_BLOCKS * 4 <= SIGNAL_PAD_BYTES);
 
 /// Address of the inbox slot that rank `from` sets for `block` in the pad at `pad`.
 #[inline(always)]
@@ -34,10 +34,4 @@ pub fn inbox_slot(pad: u64, block: u32, from: u32) -> *mut u32 {
 #[inline(always)]
 pub fn epoch_slot(pad: u64, block: u32) -> *mut u32 {
     (pad + (EPOCHS_OFFSET + block as usize * 4) as u64) as *mut u32
-}
-
-/// Address of the abort word in the pad at `pad`.
-#[inline(always)]
-pub fn abort_slot(pad: u64) -> *mut u32 {
-    (pad + ABORT_OFFSET as u64) as *mut u32
 }

@@ -4,6 +4,7 @@
 //! Every driver call goes through [`driver`], which turns a driver error into a
 //! `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an error.
 
+use super::Flag;
 use crate::error::{Error, Result};
 use crate::ffi::types::symmResult_t;
 use crate::plan::{KernelId, Launch};
@@ -35,7 +36,9 @@ fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverErr
 /// A device with its primary context and loaded module.
 struct CudaDevice {
     context: sys::CUcontext,
-    all_reduce_f32_sum: sys::CUfunction,
+    module: sys::CUmodule,
+    functions: Mutex<HashMap<KernelId, sys::CUfunction>>,
+    multiprocessors: u32,
     ptx_target: &'static str,
 }
 
@@ -53,10 +56,26 @@ impl CudaDevice {
         })
     }
 
-    fn function(&self, kernel: KernelId) -> sys::CUfunction {
-        match kernel {
-            KernelId::OneShotAllReduceF32Sum => self.all_reduce_f32_sum,
+    fn function(&self, kernel: KernelId) -> Result<sys::CUfunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = functions.get(&kernel) {
+            return Ok(*f);
         }
+        let name = CString::new(kernel.ptx_name()).expect("kernel names have no NUL");
+        // SAFETY: the module was loaded by `open_device` and lives for the process.
+        let f = driver("cuModuleGetFunction", || unsafe {
+            result::module::get_function(self.module, name)
+        })
+        .map_err(|e| {
+            Error::internal(format!(
+                "{} ({} missing from the {} PTX)",
+                e.message,
+                kernel.ptx_name(),
+                self.ptx_target
+            ))
+        })?;
+        functions.insert(kernel, f);
+        Ok(f)
     }
 }
 
@@ -240,41 +259,103 @@ impl CudaBackend {
         })
     }
 
-    /// Enqueue `launch` on the communicator's stream, ordered after and before the caller's.
-    pub fn launch(&self, comm: &CommStream, launch: &Launch) -> Result<()> {
-        let device = &comm.device;
+    /// Allocate mapped, pinned host memory for a `u32` flag.
+    pub fn alloc_flag(&self, ordinal: i32) -> Result<Flag> {
+        self.device(ordinal)?.make_current()?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        let mut device: sys::CUdeviceptr = 0;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: a 4-byte mapped host allocation, zeroed before use; the device pointer is the
+        // mapping of that allocation.
+        driver("cuMemHostAlloc", || unsafe {
+            sys::cuMemHostAlloc(&mut host, 4, flags).result()?;
+            (host as *mut u32).write(0);
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result()
+        })?;
+        Ok(Flag {
+            host: host as u64,
+            device,
+        })
+    }
+
+    /// Free a flag from [`CudaBackend::alloc_flag`].
+    pub fn free_flag(&self, ordinal: i32, flag: Flag) -> Result<()> {
+        self.device(ordinal)?.make_current()?;
+        // SAFETY: allocated by `alloc_flag`, freed once.
+        driver("cuMemFreeHost", || unsafe {
+            sys::cuMemFreeHost(flag.host as *mut c_void).result()
+        })
+    }
+
+    /// Blocks per rank such that `ranks_on_device` ranks fit at one block per multiprocessor.
+    pub fn max_blocks_per_rank(&self, ordinal: i32, ranks_on_device: u32) -> Result<u32> {
+        let device = self.device(ordinal)?;
+        Ok((device.multiprocessors / ranks_on_device.max(1)).max(1))
+    }
+
+    /// Enqueue `launch` on the first rank's internal stream, after every rank's stream and
+    /// before it. A launch serving several ranks is cooperative: the driver guarantees that all
+    /// its blocks are resident at once (or fails), so ranks waiting for each other cannot
+    /// deadlock.
+    pub fn launch(&self, launch: &Launch, comms: &[&CommStream]) -> Result<()> {
+        let first = comms
+            .first()
+            .ok_or_else(|| Error::internal("launch without a rank"))?;
+        let device = &first.device;
         device.make_current()?;
-        let user = launch.stream as sys::CUstream;
+        let function = device.function(launch.kernel)?;
         let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
-        let mut context = launch.context;
+        let mut table = launch.context_table;
+        let mut ranks = launch.contexts.len() as u32;
         let mut send_offset = launch.args.send_offset;
         let mut recv_offset = launch.args.recv_offset;
         let mut count = launch.args.count;
         let mut flags = launch.args.flags;
-        let mut params: [*mut c_void; 5] = [
-            (&mut context as *mut u64).cast(),
+        let mut params: [*mut c_void; 6] = [
+            (&mut table as *mut u64).cast(),
+            (&mut ranks as *mut u32).cast(),
             (&mut send_offset as *mut u64).cast(),
             (&mut recv_offset as *mut u64).cast(),
             (&mut count as *mut u64).cast(),
             (&mut flags as *mut u32).cast(),
         ];
-        let function = device.function(launch.kernel);
-        // SAFETY: the parameters match the kernel's signature (ctx, send_offset, recv_offset,
-        // count, flags) and live until cuLaunchKernel has copied them; the events and stream
-        // belong to this device's context.
+        let grid = launch.grid * ranks;
+        // SAFETY: the parameters match the kernels' signature (KERNEL_PARAMETERS) and live
+        // until the launch call has copied them; events and streams belong to this context.
         driver("launching a kernel", || unsafe {
-            result::event::record(comm.before, user)?;
-            result::stream::wait_event(comm.stream, comm.before, wait)?;
-            result::launch_kernel(
-                function,
-                (launch.grid, 1, 1),
-                (launch.block, 1, 1),
-                0,
-                comm.stream,
-                &mut params,
-            )?;
-            result::event::record(comm.after, comm.stream)?;
-            result::stream::wait_event(user, comm.after, wait)
+            for (comm, user) in comms.iter().zip(&launch.streams) {
+                result::event::record(comm.before, *user as sys::CUstream)?;
+                result::stream::wait_event(first.stream, comm.before, wait)?;
+            }
+            if comms.len() > 1 {
+                sys::cuLaunchCooperativeKernel(
+                    function,
+                    grid,
+                    1,
+                    1,
+                    launch.block,
+                    1,
+                    1,
+                    0,
+                    first.stream,
+                    params.as_mut_ptr(),
+                )
+                .result()?;
+            } else {
+                result::launch_kernel(
+                    function,
+                    (grid, 1, 1),
+                    (launch.block, 1, 1),
+                    0,
+                    first.stream,
+                    &mut params,
+                )?;
+            }
+            result::event::record(first.after, first.stream)?;
+            for user in &launch.streams {
+                result::stream::wait_event(*user as sys::CUstream, first.after, wait)?;
+            }
+            Ok(())
         })
         .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
     }
@@ -317,14 +398,13 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     let module = driver("cuModuleLoadData", || unsafe {
         result::module::load_data(image.as_ptr().cast())
     })?;
-    let name = CString::new(KernelId::OneShotAllReduceF32Sum.ptx_name()).expect("no NUL");
-    // SAFETY: `module` was just loaded.
-    let all_reduce_f32_sum = driver("cuModuleGetFunction", || unsafe {
-        result::module::get_function(module, name)
-    })?;
+    let multiprocessors =
+        attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Ok(CudaDevice {
         context,
-        all_reduce_f32_sum,
+        module,
+        functions: Mutex::new(HashMap::new()),
+        multiprocessors: multiprocessors.max(1) as u32,
         ptx_target,
     })
 }

@@ -7,10 +7,9 @@ use crate::plan::{KernelId, Launch};
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use symm_device::SymmContext;
 use symm_device::arch::host::run_grid;
-use symm_device::symmetric::all_reduce::one_shot_all_reduce;
-use symm_device::symmetric::reduce::Sum;
+use symm_device::symmetric::dispatch;
+use symm_device::symmetric::for_virtual_rank;
 
 /// Alignment of every host allocation (a page, as device allocations are at least that).
 const ALIGNMENT: usize = 4096;
@@ -67,18 +66,22 @@ impl HostBackend {
 
     /// Run `launch` on CPU threads and return when every emulated thread has finished.
     pub fn launch(&self, launch: &Launch) -> Result<()> {
-        // SAFETY: the context was built by `window::Window::complete` and stays alive while the
-        // task holds its window.
-        let ctx: &SymmContext = unsafe { &*(launch.context as *const SymmContext) };
-        match launch.kernel {
-            KernelId::OneShotAllReduceF32Sum => {
-                run_grid(launch.grid, launch.block, &|| {
-                    // SAFETY: the arguments were validated against the window by the
-                    // collective's validation; every rank launches the same plan.
-                    unsafe { one_shot_all_reduce::<f32, Sum>(ctx, &launch.args) };
-                });
+        let KernelId {
+            algorithm,
+            dtype,
+            op,
+        } = launch.kernel;
+        let body = dispatch::kernel(algorithm, dtype, op);
+        let ranks = launch.contexts.len() as u32;
+        let table: &[u64] = &launch.contexts;
+        let args = launch.args;
+        run_grid(launch.grid * ranks, launch.block, &|| {
+            // SAFETY: the table holds `ranks` contexts built by `window::complete`, alive while
+            // the tasks hold their windows; the arguments were validated against the windows.
+            unsafe {
+                for_virtual_rank(table.as_ptr(), ranks, |ctx, grid| body(ctx, grid, &args));
             }
-        }
+        });
         Ok(())
     }
 

@@ -13,6 +13,23 @@ use crate::ffi::types::symmResult_t;
 use crate::plan::Launch;
 use std::sync::{Arc, OnceLock};
 
+/// A `u32` flag visible to kernels (at `device`) and to the host (at `host`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flag {
+    /// Host address.
+    pub host: u64,
+    /// Device address.
+    pub device: u64,
+}
+
+impl Flag {
+    /// Read the flag (acquire).
+    pub fn read(&self) -> u32 {
+        // SAFETY: `host` is a live, 4-byte aligned u32 that kernels access atomically.
+        unsafe { symm_device::arch::host::load_acquire_sys_u32(self.host as *const u32) }
+    }
+}
+
 /// Which backend a communicator uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendKind {
@@ -97,13 +114,47 @@ impl Backend {
         }
     }
 
-    /// Run or enqueue `launch`. On the host backend it has completed when this returns.
-    pub fn launch(&self, resources: &CommResources, launch: &Launch) -> Result<()> {
-        match (self, resources) {
-            (Backend::Host(b), _) => b.launch(launch),
-            (Backend::Cuda(b), CommResources::Cuda(stream)) => b.launch(stream, launch),
-            (Backend::Cuda(_), CommResources::Host) => {
-                Err(Error::internal("cuda launch without a cuda stream"))
+    /// Allocate a zeroed `u32` flag that kernels on `device` write (system scope) and the host
+    /// reads without a copy: host memory on the host backend, mapped pinned host memory on
+    /// the cuda backend.
+    pub fn alloc_flag(&self, device: i32) -> Result<Flag> {
+        match self {
+            Backend::Host(b) => b.alloc_zeroed(4).map(|a| Flag { host: a, device: a }),
+            Backend::Cuda(b) => b.alloc_flag(device),
+        }
+    }
+
+    /// Free a flag from [`Backend::alloc_flag`].
+    pub fn free_flag(&self, device: i32, flag: Flag) -> Result<()> {
+        match self {
+            Backend::Host(b) => b.free(flag.host),
+            Backend::Cuda(b) => b.free_flag(device, flag),
+        }
+    }
+
+    /// Most blocks one rank may use when `ranks_on_device` ranks share its device (they must
+    /// all be resident at once).
+    pub fn max_blocks_per_rank(&self, device: i32, ranks_on_device: u32) -> Result<u32> {
+        match self {
+            Backend::Host(_) => Ok(2),
+            Backend::Cuda(b) => b.max_blocks_per_rank(device, ranks_on_device),
+        }
+    }
+
+    /// Run or enqueue `launch`, which serves one rank per entry of `comms` (in the order of
+    /// `launch.contexts`). On the host backend it has completed when this returns.
+    pub fn launch(&self, launch: &Launch, comms: &[&CommResources]) -> Result<()> {
+        match self {
+            Backend::Host(b) => b.launch(launch),
+            Backend::Cuda(b) => {
+                let streams: Vec<&cuda::CommStream> = comms
+                    .iter()
+                    .map(|r| match r {
+                        CommResources::Cuda(s) => Ok(s),
+                        CommResources::Host => Err(Error::internal("cuda launch without a stream")),
+                    })
+                    .collect::<Result<_>>()?;
+                b.launch(launch, &streams)
             }
         }
     }

@@ -328,7 +328,10 @@ pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) 
 }
 
 /// All-reduce `count` elements from `sendbuff` into `recvbuff` (both inside registered
-/// windows, at the same offsets on every rank; in place when equal).
+/// windows, at the same offsets on every rank; in place when equal). Every data type and
+/// operator: float16, bfloat16 and float8 accumulate in float32; integers wrap, and `symmAvg`
+/// on integers is the exact sum divided by the number of ranks, truncated toward zero. The
+/// result is bitwise identical on every rank.
 #[unsafe(no_mangle)]
 pub extern "C" fn symmAllReduce(
     sendbuff: *const c_void,
@@ -352,33 +355,9 @@ pub extern "C" fn symmAllReduce(
     })
 }
 
-/// Validate the shared arguments of a collective this version does not run yet.
-fn not_yet(
-    c: &Arc<Comm>,
-    name: &str,
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    datatype: symmDataTypeRaw,
-    op: Option<symmRedOpRaw>,
-) -> Result<()> {
-    collective::data_type(datatype)?;
-    if let Some(op) = op {
-        collective::red_op(op)?;
-    }
-    if sendbuff.is_null() {
-        return Err(Error::invalid_argument("sendbuff is NULL"));
-    }
-    if recvbuff.is_null() {
-        return Err(Error::invalid_argument("recvbuff is NULL"));
-    }
-    let _ = c;
-    Err(Error::unsupported(format!(
-        "{name} is not implemented in this version"
-    )))
-}
-
-/// All-gather `sendcount` elements from every rank into `recvbuff` (not implemented in this
-/// version: returns `symmUnsupported` after validating its arguments).
+/// All-gather: every rank's `sendcount` elements, rank `r`'s at `recvbuff + r·sendcount`
+/// (in place when `sendbuff == recvbuff + rank·sendcount`). Both buffers inside registered
+/// windows, at the same offsets on every rank.
 #[unsafe(no_mangle)]
 pub extern "C" fn symmAllGather(
     sendbuff: *const c_void,
@@ -388,14 +367,21 @@ pub extern "C" fn symmAllGather(
     comm: symmComm_t,
     stream: symmStream_t,
 ) -> symmResult_t {
-    let _ = (sendcount, stream);
     with_comm("symmAllGather", comm, |c| {
-        not_yet(c, "symmAllGather", sendbuff, recvbuff, datatype, None)
+        collective::all_gather(
+            c,
+            sendbuff as u64,
+            recvbuff as u64,
+            sendcount,
+            datatype,
+            stream as u64,
+        )
     })
 }
 
-/// Reduce-scatter into `recvcount` elements per rank (not implemented in this version:
-/// returns `symmUnsupported` after validating its arguments).
+/// Reduce-scatter: rank `r` receives, in `recvcount` elements, the reduction of segment `r` of
+/// every rank's send buffer (in place when `recvbuff == sendbuff + rank·recvcount`). Both
+/// buffers inside registered windows, at the same offsets on every rank.
 #[unsafe(no_mangle)]
 pub extern "C" fn symmReduceScatter(
     sendbuff: *const c_void,
@@ -406,16 +392,38 @@ pub extern "C" fn symmReduceScatter(
     comm: symmComm_t,
     stream: symmStream_t,
 ) -> symmResult_t {
-    let _ = (recvcount, stream);
     with_comm("symmReduceScatter", comm, |c| {
-        not_yet(
+        collective::reduce_scatter(
             c,
-            "symmReduceScatter",
-            sendbuff,
-            recvbuff,
+            sendbuff as u64,
+            recvbuff as u64,
+            recvcount,
             datatype,
-            Some(op),
+            op,
+            stream as u64,
         )
+    })
+}
+
+/// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
+/// for a peer (the comm then refuses further collectives), else `symmSuccess`. On the cuda
+/// backend this reflects the kernels that have run so far; it does not synchronize.
+///
+/// # Safety
+/// `asyncError` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommGetAsyncError(
+    comm: symmComm_t,
+    asyncError: *mut symmResult_t,
+) -> symmResult_t {
+    with_comm("symmCommGetAsyncError", comm, |c| {
+        require_out(asyncError, "asyncError")?;
+        let state = match collective::check_not_aborted(c) {
+            Ok(()) => symmResult_t::symmSuccess,
+            Err(_) => symmResult_t::symmTimeout,
+        };
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(asyncError, "asyncError", state) }
     })
 }
 

@@ -1,0 +1,68 @@
+//! All-gather: rank `r` stores its `count` bytes into segment `r` of every peer's receive
+//! buffer, between a start barrier (every peer has reached this collective, so its receive
+//! buffer is free) and an end barrier (every peer's stores into this rank have landed). Bytes
+//! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time.
+
+use super::all_reduce::between_barriers;
+use super::{CollectiveArgs, Grid, KernelStatus, block_range};
+use crate::arch;
+use crate::context::SymmContext;
+
+/// 16 bytes moved as one vector access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Bytes16([u32; 4]);
+
+/// All-gather of `args.count` bytes per rank.
+///
+/// # Safety
+/// `ctx` is host-built for a window holding `[send_offset, + count)` and
+/// `[recv_offset, + world·count)` on every rank; every rank launches the same kernel,
+/// arguments and shape.
+#[inline(always)]
+pub unsafe fn all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+    let bytes = args.count;
+    let segment = ctx.rank as u64 * bytes;
+    let send = ctx.local_base + args.send_offset;
+    let alignment = send | args.recv_offset.wrapping_add(segment) | bytes;
+    // SAFETY: forwarded contract.
+    unsafe {
+        between_barriers(ctx, grid, |_| {
+            for peer in 0..ctx.world_size {
+                let dst = ctx
+                    .peer_base(peer)
+                    .wrapping_add(args.recv_offset)
+                    .wrapping_add(segment);
+                if alignment % 16 == 0 {
+                    copy_units::<Bytes16>(send, dst, bytes / 16, grid);
+                } else if alignment % 8 == 0 {
+                    copy_units::<u64>(send, dst, bytes / 8, grid);
+                } else if alignment % 4 == 0 {
+                    copy_units::<u32>(send, dst, bytes / 4, grid);
+                } else {
+                    copy_units::<u8>(send, dst, bytes, grid);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Copy `units` values of `U` from `src` to `dst`, this block's share.
+///
+/// # Safety
+/// Both ranges are valid and aligned for `U`.
+#[inline(always)]
+unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
+    let (lo, hi) = block_range(units, grid.block, grid.blocks);
+    let stride = arch::block_dim_x() as u64;
+    let mut i = lo + arch::thread_idx_x() as u64;
+    while i < hi {
+        // SAFETY: i < units; forwarded contract.
+        unsafe {
+            let value = (src as *const U).add(i as usize).read();
+            (dst as *mut U).add(i as usize).write(value);
+        }
+        i += stride;
+    }
+}

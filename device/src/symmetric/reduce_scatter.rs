@@ -1,0 +1,42 @@
+//! Reduce-scatter: the send buffer holds `world × count` elements; rank `r` loads segment `r`
+//! from every peer, reduces in rank order, and stores the `count` results into its receive
+//! buffer. Between a start barrier (every send buffer is ready) and an end barrier (no peer is
+//! still reading this rank's send buffer). In place (receive buffer = segment `r` of the send
+//! buffer) is safe: peers read only their own segments.
+
+use super::all_reduce::{between_barriers, reduce_element};
+use super::{CollectiveArgs, Grid, KernelStatus, block_range};
+use crate::arch;
+use crate::context::SymmContext;
+use crate::numeric::element::Element;
+use crate::numeric::ops::ReduceOp;
+
+/// Reduce-scatter with `args.count` elements per rank.
+///
+/// # Safety
+/// `ctx` is host-built for a window holding `[send_offset, + world·count)` and the receive
+/// range on every rank, aligned for `T`; every rank launches the same kernel, arguments and
+/// shape.
+#[inline(always)]
+pub unsafe fn reduce_scatter<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    grid: Grid,
+    args: &CollectiveArgs,
+) -> KernelStatus {
+    let (lo, hi) = block_range(args.count, grid.block, grid.blocks);
+    let segment = ctx.rank as u64 * args.count;
+    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+    // SAFETY: forwarded contract.
+    unsafe {
+        between_barriers(ctx, grid, |_| {
+            let stride = arch::block_dim_x() as u64;
+            let mut index = lo + arch::thread_idx_x() as u64;
+            while index < hi {
+                let value = reduce_element::<T, O>(ctx, args.send_offset, segment + index);
+                recv.add(index as usize).write(value);
+                index += stride;
+            }
+            Ok(())
+        })
+    }
+}

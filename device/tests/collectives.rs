@@ -1,0 +1,536 @@
+//! Every collective kernel × data type × operator on the host emulation of the GPU, checked
+//! against references computed independently (f64 for floats, exact 128-bit integers for
+//! integers) and for bitwise equality across ranks; epoch wrap; a missing rank.
+
+mod harness;
+
+use harness::{Ranks, Rng};
+use std::fmt::Debug;
+use symm_device::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
+use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
+use symm_device::symmetric::dispatch::{Algorithm, kernel};
+use symm_device::symmetric::{CollectiveArgs, KernelStatus};
+use symm_device::{DataType, RedOp};
+
+const TIMEOUT_NS: u64 = 20_000_000_000;
+const BLOCKS: u32 = 2;
+const THREADS: u32 = 4;
+
+/// What the tests need of an element type beyond the kernels' `Element`.
+trait Sample: Element + Debug + PartialEq {
+    /// Integers compare exactly, floats within a bound.
+    const INTEGER: bool;
+    /// Unit roundoff of the type (floats), or 0.
+    const EPS: f64;
+    /// Unit roundoff of the accumulator (floats), or 0.
+    const ACC_EPS: f64;
+    /// Smallest positive subnormal (floats), or 0.
+    const TINY: f64;
+    fn random(rng: &mut Rng, op: RedOp) -> Self;
+    fn value(self) -> f64;
+    fn exact(self) -> i128;
+    fn wrap(v: i128) -> Self;
+}
+
+macro_rules! integer_sample {
+    ($($t:ty),*) => {$(
+        impl Sample for $t {
+            const INTEGER: bool = true;
+            const EPS: f64 = 0.0;
+            const ACC_EPS: f64 = 0.0;
+            const TINY: f64 = 0.0;
+            fn random(rng: &mut Rng, _op: RedOp) -> Self { rng.next_u64() as $t }
+            fn value(self) -> f64 { self as f64 }
+            fn exact(self) -> i128 { self as i128 }
+            fn wrap(v: i128) -> Self { v as $t }
+        }
+    )*};
+}
+integer_sample!(i8, u8, i32, u32, i64, u64);
+
+/// A random float in ±[0.5, 2) for products (no underflow), else in [-2, 2).
+fn random_unit(rng: &mut Rng, op: RedOp) -> f64 {
+    let t = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+    match op {
+        RedOp::Prod => sign * (0.5 + 1.5 * t),
+        _ => sign * 2.0 * t,
+    }
+}
+
+macro_rules! float_sample {
+    ($($t:ty, $eps:expr, $acc:expr, $tiny:expr);* $(;)?) => {$(
+        impl Sample for $t {
+            const INTEGER: bool = false;
+            const EPS: f64 = $eps;
+            const ACC_EPS: f64 = $acc;
+            const TINY: f64 = $tiny;
+            fn random(rng: &mut Rng, op: RedOp) -> Self {
+                <$t as Element>::narrow(random_unit(rng, op) as _)
+            }
+            fn value(self) -> f64 { self.widen() as f64 }
+            fn exact(self) -> i128 { unreachable!() }
+            fn wrap(_: i128) -> Self { unreachable!() }
+        }
+    )*};
+}
+const F32_EPS: f64 = f32::EPSILON as f64 / 2.0;
+float_sample! {
+    f32, F32_EPS, F32_EPS, 1.4e-45;
+    f64, f64::EPSILON / 2.0, f64::EPSILON / 2.0, 5e-324;
+    F16, 1.0 / 2048.0, F32_EPS, 6.0e-8;
+    Bf16, 1.0 / 256.0, F32_EPS, 9.2e-41;
+    F8E4M3, 1.0 / 16.0, F32_EPS, 1.0 / 512.0;
+    F8E5M2, 1.0 / 8.0, F32_EPS, 1.0 / 65536.0;
+}
+
+/// Check `got` against the reduction of `inputs` (one value per rank) with `op`.
+fn check_reduction<T: Sample>(inputs: &[T], op: RedOp, got: T, what: &str) {
+    let n = inputs.len();
+    if T::INTEGER {
+        let values = inputs.iter().map(|x| x.exact());
+        let exact = match op {
+            RedOp::Sum => values.fold(0i128, i128::wrapping_add),
+            RedOp::Prod => values.fold(1i128, i128::wrapping_mul),
+            RedOp::Max => values.max().unwrap(),
+            RedOp::Min => values.min().unwrap(),
+            RedOp::Avg => values.sum::<i128>() / n as i128,
+        };
+        assert_eq!(got, T::wrap(exact), "{what}: inputs {inputs:?}");
+        return;
+    }
+    let values: Vec<f64> = inputs.iter().map(|x| x.value()).collect();
+    let got = got.value();
+    let (exact, accumulated_error) = match op {
+        RedOp::Max => (values.iter().copied().fold(f64::MIN, f64::max), 0.0),
+        RedOp::Min => (values.iter().copied().fold(f64::MAX, f64::min), 0.0),
+        RedOp::Sum | RedOp::Avg => {
+            let sum: f64 = values.iter().sum();
+            let magnitude: f64 = values.iter().map(|v| v.abs()).sum();
+            let error = (n as f64 - 1.0) * T::ACC_EPS * magnitude;
+            if op == RedOp::Avg {
+                (
+                    sum / n as f64,
+                    error / n as f64 + T::ACC_EPS * magnitude / n as f64,
+                )
+            } else {
+                (sum, error)
+            }
+        }
+        RedOp::Prod => {
+            let product: f64 = values.iter().product();
+            (product, 2.0 * n as f64 * T::ACC_EPS * product.abs())
+        }
+    };
+    let bound = accumulated_error + T::EPS * (exact.abs() + accumulated_error) + T::TINY;
+    assert!(
+        (got - exact).abs() <= bound,
+        "{what}: got {got}, expected {exact} ± {bound}, inputs {values:?}"
+    );
+}
+
+/// Where a case puts its buffers (bytes from the window base).
+#[derive(Clone, Copy, Debug)]
+struct Placement {
+    send: usize,
+    recv: usize,
+}
+
+/// Run one collective and check every rank's result.
+fn run_case<T: Sample>(
+    world: usize,
+    algorithm: Algorithm,
+    op: RedOp,
+    count: usize,
+    in_place: bool,
+    seed: u64,
+) {
+    if in_place && matches!(algorithm, Algorithm::ReduceScatter | Algorithm::AllGather) {
+        return run_in_place_segment_case::<T>(world, algorithm, op, count, seed);
+    }
+    let size = std::mem::size_of::<T>();
+    let per_rank_input = match algorithm {
+        Algorithm::ReduceScatter => world * count,
+        _ => count,
+    };
+    let output = match algorithm {
+        Algorithm::AllGather => world * count,
+        _ => count,
+    };
+    let region = (per_rank_input.max(output) * size).next_multiple_of(16) + 64;
+    // Offsets that are multiples of the element size but not of 16, to exercise any alignment.
+    let lead = size * 3;
+    let at = if in_place {
+        Placement {
+            send: lead,
+            recv: lead,
+        }
+    } else {
+        Placement {
+            send: lead,
+            recv: lead + region,
+        }
+    };
+    let mut ranks = Ranks::new(world, 2 * region + 2 * lead + 64, TIMEOUT_NS);
+    let mut rng = Rng(seed);
+    let inputs: Vec<Vec<T>> = (0..world)
+        .map(|_| {
+            (0..per_rank_input)
+                .map(|_| T::random(&mut rng, op))
+                .collect()
+        })
+        .collect();
+    for (rank, input) in inputs.iter().enumerate() {
+        ranks.write(rank, at.send, input);
+    }
+    let args = CollectiveArgs {
+        send_offset: at.send as u64,
+        recv_offset: at.recv as u64,
+        count: match algorithm {
+            Algorithm::AllGather => (count * size) as u64,
+            _ => count as u64,
+        },
+        flags: if in_place { FLAG_IN_PLACE } else { 0 },
+    };
+    let statuses = ranks.launch(kernel(algorithm, T::DTYPE, op), args, BLOCKS, THREADS, None);
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Completed),
+        "{statuses:?}"
+    );
+    let outputs: Vec<Vec<T>> = (0..world)
+        .map(|rank| ranks.read(rank, at.recv, output))
+        .collect();
+    let what = |rank: usize, i: usize| {
+        format!(
+            "{} {:?} {:?} world {world} count {count} in_place {in_place} rank {rank} index {i}",
+            algorithm.name(),
+            T::DTYPE,
+            op
+        )
+    };
+    for (rank, out) in outputs.iter().enumerate() {
+        for (i, got) in out.iter().enumerate() {
+            match algorithm {
+                Algorithm::AllGather => {
+                    let (source, j) = (i / count.max(1), i % count.max(1));
+                    assert_eq!(*got, inputs[source][j], "{}", what(rank, i));
+                }
+                Algorithm::ReduceScatter => {
+                    let column: Vec<T> = inputs.iter().map(|x| x[rank * count + i]).collect();
+                    check_reduction(&column, op, *got, &what(rank, i));
+                }
+                _ => {
+                    let column: Vec<T> = inputs.iter().map(|x| x[i]).collect();
+                    check_reduction(&column, op, *got, &what(rank, i));
+                }
+            }
+        }
+    }
+    if algorithm != Algorithm::ReduceScatter {
+        for out in &outputs[1..] {
+            assert!(
+                bytemuck_bits(out) == bytemuck_bits(&outputs[0]),
+                "ranks differ: {} {:?} {:?}",
+                algorithm.name(),
+                T::DTYPE,
+                op
+            );
+        }
+    }
+}
+
+/// In-place reduce-scatter (recv = send + rank·count) and all-gather (send = recv +
+/// rank·count): the receive (resp. send) offset differs per rank, which the kernels derive
+/// from the symmetric base offset; checked separately.
+fn run_in_place_segment_case<T: Sample>(
+    world: usize,
+    algorithm: Algorithm,
+    op: RedOp,
+    count: usize,
+    seed: u64,
+) {
+    let size = std::mem::size_of::<T>();
+    let total = world * count;
+    let lead = 16;
+    let mut ranks = Ranks::new(world, lead + total * size + 64, TIMEOUT_NS);
+    let mut rng = Rng(seed);
+    let inputs: Vec<Vec<T>> = (0..world)
+        .map(|_| (0..total).map(|_| T::random(&mut rng, op)).collect())
+        .collect();
+    for (rank, input) in inputs.iter().enumerate() {
+        ranks.write(rank, lead, input);
+    }
+    let statuses: Vec<KernelStatus> = match algorithm {
+        Algorithm::ReduceScatter => {
+            // Each rank's recv is its own segment: recv_offset differs per rank, so launch
+            // each rank with its own arguments, all at once (one grid per rank, concurrently).
+            launch_per_rank(&ranks, algorithm, T::DTYPE, op, world, |rank| {
+                CollectiveArgs {
+                    send_offset: lead as u64,
+                    recv_offset: (lead + rank * count * size) as u64,
+                    count: count as u64,
+                    flags: 0,
+                }
+            })
+        }
+        _ => launch_per_rank(&ranks, algorithm, T::DTYPE, op, world, |rank| {
+            CollectiveArgs {
+                send_offset: (lead + rank * count * size) as u64,
+                recv_offset: lead as u64,
+                count: (count * size) as u64,
+                flags: 0,
+            }
+        }),
+    };
+    assert!(statuses.iter().all(|s| *s == KernelStatus::Completed));
+    for rank in 0..world {
+        match algorithm {
+            Algorithm::ReduceScatter => {
+                let out: Vec<T> = ranks.read(rank, lead + rank * count * size, count);
+                for (i, got) in out.iter().enumerate() {
+                    let column: Vec<T> = inputs.iter().map(|x| x[rank * count + i]).collect();
+                    check_reduction(&column, op, *got, "in-place reduce_scatter");
+                }
+            }
+            _ => {
+                let out: Vec<T> = ranks.read(rank, lead, total);
+                for (i, got) in out.iter().enumerate() {
+                    let source = i / count;
+                    assert_eq!(
+                        *got, inputs[source][i],
+                        "in-place all_gather rank {rank} {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Launch each rank in its own emulated grid, all concurrently (per-rank arguments).
+fn launch_per_rank(
+    ranks: &Ranks,
+    algorithm: Algorithm,
+    dtype: DataType,
+    op: RedOp,
+    world: usize,
+    args: impl Fn(usize) -> CollectiveArgs + Sync,
+) -> Vec<KernelStatus> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                let args = &args;
+                scope.spawn(move || {
+                    ranks.launch(
+                        kernel(algorithm, dtype, op),
+                        args(rank),
+                        BLOCKS,
+                        THREADS,
+                        Some(&[rank]),
+                    )[0]
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn bytemuck_bits<T: Copy>(values: &[T]) -> Vec<u8> {
+    // SAFETY: the element types are plain data without padding.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
+    .to_vec()
+}
+
+/// Run `case` for the Rust type of `dtype`.
+fn for_type(
+    dtype: DataType,
+    case: &mut dyn FnMut(&dyn Fn(usize, Algorithm, RedOp, usize, bool, u64)),
+) {
+    match dtype {
+        DataType::Int8 => case(&run_case::<i8>),
+        DataType::Uint8 => case(&run_case::<u8>),
+        DataType::Int32 => case(&run_case::<i32>),
+        DataType::Uint32 => case(&run_case::<u32>),
+        DataType::Int64 => case(&run_case::<i64>),
+        DataType::Uint64 => case(&run_case::<u64>),
+        DataType::Float16 => case(&run_case::<F16>),
+        DataType::Float32 => case(&run_case::<f32>),
+        DataType::Float64 => case(&run_case::<f64>),
+        DataType::Bfloat16 => case(&run_case::<Bf16>),
+        DataType::Float8E4M3 => case(&run_case::<F8E4M3>),
+        DataType::Float8E5M2 => case(&run_case::<F8E5M2>),
+    }
+}
+
+const REDUCTIONS: [Algorithm; 3] = [
+    Algorithm::OneShotAllReduce,
+    Algorithm::TwoShotAllReduce,
+    Algorithm::ReduceScatter,
+];
+
+#[test]
+fn every_dtype_op_and_reduction_for_1_to_8_ranks() {
+    let mut seed = 1;
+    for world in 1..=8 {
+        for dtype in DataType::ALL {
+            for op in RedOp::ALL {
+                for algorithm in REDUCTIONS {
+                    for (k, count) in [1usize, 7, 1023].into_iter().enumerate() {
+                        // Alternate placements so every (world, dtype, op, algorithm) sees both.
+                        let in_place = (k + world) % 2 == 0;
+                        seed += 1;
+                        for_type(dtype, &mut |case| {
+                            case(world, algorithm, op, count, in_place, seed)
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_gather_for_1_to_8_ranks_every_alignment() {
+    for world in 1..=8 {
+        for dtype in [
+            DataType::Int8,
+            DataType::Float16,
+            DataType::Float32,
+            DataType::Float64,
+        ] {
+            for count in [0usize, 1, 7, 1023, 4099] {
+                for in_place in [false, true] {
+                    if count == 0 && in_place {
+                        continue;
+                    }
+                    for_type(dtype, &mut |case| {
+                        case(world, Algorithm::AllGather, RedOp::Sum, count, in_place, 9)
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn counts_with_tails_up_to_a_mebi_element() {
+    for world in [3, 8] {
+        for count in [4099usize, (1 << 20) + 5] {
+            for algorithm in REDUCTIONS {
+                for in_place in [false, true] {
+                    run_case::<f32>(world, algorithm, RedOp::Sum, count, in_place, 5);
+                    run_case::<Bf16>(world, algorithm, RedOp::Avg, count, in_place, 6);
+                }
+            }
+            run_case::<i32>(
+                world,
+                Algorithm::TwoShotAllReduce,
+                RedOp::Max,
+                count,
+                true,
+                7,
+            );
+            run_case::<u8>(world, Algorithm::AllGather, RedOp::Sum, count, false, 8);
+        }
+    }
+}
+
+#[test]
+fn count_zero_touches_nothing() {
+    for algorithm in REDUCTIONS {
+        run_case::<f32>(4, algorithm, RedOp::Sum, 0, false, 1);
+    }
+}
+
+#[test]
+fn a_thousand_calls_across_the_epoch_wrap() {
+    let world = 4;
+    let count = 37;
+    let mut ranks = Ranks::new(world, 4096, TIMEOUT_NS);
+    ranks.set_epochs(u32::MAX - 1500);
+    let mut rng = Rng(77);
+    for iteration in 0..1000 {
+        let algorithm = if iteration % 2 == 0 {
+            Algorithm::OneShotAllReduce
+        } else {
+            Algorithm::TwoShotAllReduce
+        };
+        let inputs: Vec<Vec<i32>> = (0..world)
+            .map(|_| (0..count).map(|_| (rng.next_u64() % 1000) as i32).collect())
+            .collect();
+        for (rank, input) in inputs.iter().enumerate() {
+            ranks.write(rank, 64, input);
+        }
+        let args = CollectiveArgs {
+            send_offset: 64,
+            recv_offset: 64,
+            count: count as u64,
+            flags: FLAG_IN_PLACE,
+        };
+        let statuses = ranks.launch(
+            kernel(algorithm, DataType::Int32, RedOp::Sum),
+            args,
+            2,
+            4,
+            None,
+        );
+        assert!(
+            statuses.iter().all(|s| *s == KernelStatus::Completed),
+            "iteration {iteration}"
+        );
+        for rank in 0..world {
+            let out: Vec<i32> = ranks.read(rank, 64, count);
+            for (i, v) in out.iter().enumerate() {
+                assert_eq!(
+                    *v,
+                    inputs.iter().map(|x| x[i]).sum::<i32>(),
+                    "iteration {iteration}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_missing_rank_makes_the_others_time_out_not_hang() {
+    let timeout_ns = 50_000_000;
+    for algorithm in [
+        Algorithm::OneShotAllReduce,
+        Algorithm::TwoShotAllReduce,
+        Algorithm::AllGather,
+    ] {
+        let ranks = Ranks::new(3, 4096, timeout_ns);
+        let args = CollectiveArgs {
+            send_offset: 0,
+            recv_offset: 1024,
+            count: 16,
+            flags: 0,
+        };
+        let start = std::time::Instant::now();
+        let statuses = ranks.launch(
+            kernel(algorithm, DataType::Float32, RedOp::Sum),
+            args,
+            2,
+            4,
+            Some(&[0, 2]),
+        );
+        let elapsed = start.elapsed();
+        assert_eq!(statuses, vec![KernelStatus::Aborted; 2]);
+        assert!(ranks.aborted(0) && ranks.aborted(2) && !ranks.aborted(1));
+        assert!(
+            elapsed >= std::time::Duration::from_millis(50),
+            "{elapsed:?}"
+        );
+        assert!(elapsed < std::time::Duration::from_secs(5), "{elapsed:?}");
+        // An aborted window refuses further work at once.
+        let again = ranks.launch(
+            kernel(algorithm, DataType::Float32, RedOp::Sum),
+            args,
+            2,
+            4,
+            Some(&[0]),
+        );
+        assert_eq!(again, vec![KernelStatus::Aborted]);
+    }
+}

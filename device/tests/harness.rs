@@ -1,0 +1,177 @@
+//! A host-memory model of `world` ranks for testing kernels directly: per-rank windows, signal
+//! pads, abort words and contexts, and a launcher that runs every rank's blocks in one emulated
+//! grid (as the host backend's group launch does).
+
+#![allow(dead_code)]
+
+use std::vec::Vec;
+use symm_device::arch::host::run_grid;
+use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
+use symm_device::symmetric::dispatch::KernelFn;
+use symm_device::symmetric::{CollectiveArgs, KernelStatus, for_virtual_rank};
+use symm_device::sync::signal_pad::{EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, SIGNAL_PAD_BYTES};
+
+/// 16-byte aligned storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Chunk([u8; 16]);
+
+fn aligned(bytes: usize) -> Vec<Chunk> {
+    vec![Chunk([0; 16]); bytes.div_ceil(16)]
+}
+
+/// `world` ranks, each with a window of `window_bytes`.
+pub struct Ranks {
+    windows: Vec<Vec<Chunk>>,
+    pads: Vec<Vec<Chunk>>,
+    aborts: Vec<Box<u32>>,
+    bases: Vec<u64>,
+    pad_addresses: Vec<u64>,
+    contexts: Vec<Box<SymmContext>>,
+    /// Bytes per window.
+    pub window_bytes: usize,
+}
+
+impl Ranks {
+    /// `world` ranks with zeroed windows and pads; waits bounded by `timeout_ns`.
+    pub fn new(world: usize, window_bytes: usize, timeout_ns: u64) -> Box<Ranks> {
+        assert!(world >= 1 && world <= MAX_RANKS);
+        let mut windows: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(window_bytes)).collect();
+        let mut pads: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(SIGNAL_PAD_BYTES)).collect();
+        let mut aborts: Vec<Box<u32>> = (0..world).map(|_| Box::new(0)).collect();
+        let bases: Vec<u64> = windows.iter_mut().map(|w| w.as_mut_ptr() as u64).collect();
+        let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
+        let mut ranks = Box::new(Ranks {
+            windows,
+            pads,
+            aborts: Vec::new(),
+            bases,
+            pad_addresses,
+            contexts: Vec::new(),
+            window_bytes,
+        });
+        let peer_bases = ranks.bases.as_ptr() as u64;
+        let peer_pads = ranks.pad_addresses.as_ptr() as u64;
+        for rank in 0..world {
+            let abort = &mut *aborts[rank] as *mut u32 as u64;
+            ranks.contexts.push(Box::new(SymmContext {
+                backend: BackendTag::Native as u32,
+                version: CONTEXT_VERSION,
+                rank: rank as u32,
+                world_size: world as u32,
+                local_base: ranks.bases[rank],
+                window_size: window_bytes as u64,
+                peer_bases,
+                peer_signal_pads: peer_pads,
+                signal_pad_size: SIGNAL_PAD_BYTES as u64,
+                abort_flag: abort,
+                timeout_ns,
+                reserved: [0; 3],
+            }));
+        }
+        ranks.aborts = aborts;
+        ranks
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Rank `rank`'s window bytes.
+    pub fn window(&mut self, rank: usize) -> &mut [u8] {
+        let bytes = self.window_bytes;
+        // SAFETY: the chunks are plain bytes, at least `bytes` long.
+        unsafe { std::slice::from_raw_parts_mut(self.windows[rank].as_mut_ptr().cast(), bytes) }
+    }
+
+    /// Write `values` at byte `offset` of rank `rank`'s window.
+    pub fn write<T: Copy>(&mut self, rank: usize, offset: usize, values: &[T]) {
+        let size = std::mem::size_of_val(values);
+        assert!(offset + size <= self.window_bytes);
+        let dst = self.window(rank)[offset..].as_mut_ptr() as *mut T;
+        // SAFETY: in bounds (checked); offsets used by the tests are aligned for T.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), dst, values.len()) };
+    }
+
+    /// Read `count` values at byte `offset` of rank `rank`'s window.
+    pub fn read<T: Copy>(&mut self, rank: usize, offset: usize, count: usize) -> Vec<T> {
+        assert!(offset + count * std::mem::size_of::<T>() <= self.window_bytes);
+        let src = self.window(rank)[offset..].as_ptr() as *const T;
+        // SAFETY: in bounds (checked); aligned offsets.
+        (0..count).map(|i| unsafe { src.add(i).read() }).collect()
+    }
+
+    /// Set every barrier epoch and inbox slot of every rank to `epoch` (as after `epoch`
+    /// barriers), e.g. to cross the u32 wrap.
+    pub fn set_epochs(&mut self, epoch: u32) {
+        for pad in &mut self.pads {
+            let words: &mut [u32] = bytemuck_words(pad);
+            for w in &mut words[..(EPOCHS_OFFSET + MAX_BLOCKS * 4) / 4] {
+                *w = epoch;
+            }
+        }
+    }
+
+    /// `true` if rank `rank`'s abort word is raised.
+    pub fn aborted(&self, rank: usize) -> bool {
+        *self.aborts[rank] != 0
+    }
+
+    /// Run `kernel` on the ranks in `active` (every rank when `None`), `blocks` blocks of
+    /// `threads` threads each, in one emulated grid. Returns each active rank's status.
+    pub fn launch(
+        &self,
+        kernel: KernelFn,
+        args: CollectiveArgs,
+        blocks: u32,
+        threads: u32,
+        active: Option<&[usize]>,
+    ) -> Vec<KernelStatus> {
+        let all: Vec<usize> = (0..self.world()).collect();
+        let active = active.unwrap_or(&all);
+        let table: Vec<u64> = active
+            .iter()
+            .map(|r| &*self.contexts[*r] as *const SymmContext as u64)
+            .collect();
+        let statuses: Vec<std::sync::Mutex<Option<KernelStatus>>> =
+            active.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let ranks = active.len() as u32;
+        run_grid(blocks * ranks, threads, &|| {
+            // SAFETY: the table holds live contexts of this model; the tests pass arguments
+            // that fit the windows.
+            let status = unsafe {
+                for_virtual_rank(table.as_ptr(), ranks, |ctx, grid| kernel(ctx, grid, &args))
+            };
+            let slot = symm_device::arch::block_idx_x() / blocks;
+            let mut s = statuses[slot as usize].lock().unwrap();
+            match *s {
+                Some(previous) if previous != KernelStatus::Completed => {}
+                _ => *s = Some(status),
+            }
+        });
+        statuses
+            .into_iter()
+            .map(|s| s.into_inner().unwrap().unwrap())
+            .collect()
+    }
+}
+
+fn bytemuck_words(chunks: &mut [Chunk]) -> &mut [u32] {
+    // SAFETY: 16-byte aligned plain bytes viewed as u32.
+    unsafe { std::slice::from_raw_parts_mut(chunks.as_mut_ptr().cast(), chunks.len() * 4) }
+}
+
+/// A small deterministic generator (SplitMix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
