@@ -91,6 +91,9 @@ typedef enum {
 // CUDA's stream type, as in `cuda.h`.
 typedef struct CUstream_st CUstream_st;
 
+// Constants of the cost model for one backend.
+typedef struct Model Model;
+
 // Opaque communicator.
 typedef struct symmComm symmComm;
 
@@ -141,6 +144,10 @@ typedef struct {
   // Reserved, zero.
   uint64_t reserved[3];
 } symmDeviceContext;
+
+
+
+
 
 #ifdef __cplusplus
 extern "C" {
@@ -232,7 +239,10 @@ symmResult_t symmCommWindowRegister(symmComm_t comm,
 symmResult_t symmCommWindowDeregister(symmComm_t comm, symmWindow_t win);
 
 // All-reduce `count` elements from `sendbuff` into `recvbuff` (both inside registered
-// windows, at the same offsets on every rank; in place when equal).
+// windows, at the same offsets on every rank; in place when equal). Every data type and
+// operator: float16, bfloat16 and float8 accumulate in float32; integers wrap, and `symmAvg`
+// on integers is the exact sum divided by the number of ranks, truncated toward zero. The
+// result is bitwise identical on every rank.
 symmResult_t symmAllReduce(const void *sendbuff,
                            void *recvbuff,
                            size_t count,
@@ -241,8 +251,9 @@ symmResult_t symmAllReduce(const void *sendbuff,
                            symmComm_t comm,
                            symmStream_t stream);
 
-// All-gather `sendcount` elements from every rank into `recvbuff` (not implemented in this
-// version: returns `symmUnsupported` after validating its arguments).
+// All-gather: every rank's `sendcount` elements, rank `r`'s at `recvbuff + r·sendcount`
+// (in place when `sendbuff == recvbuff + rank·sendcount`). Both buffers inside registered
+// windows, at the same offsets on every rank.
 symmResult_t symmAllGather(const void *sendbuff,
                            void *recvbuff,
                            size_t sendcount,
@@ -250,8 +261,9 @@ symmResult_t symmAllGather(const void *sendbuff,
                            symmComm_t comm,
                            symmStream_t stream);
 
-// Reduce-scatter into `recvcount` elements per rank (not implemented in this version:
-// returns `symmUnsupported` after validating its arguments).
+// Reduce-scatter: rank `r` receives, in `recvcount` elements, the reduction of segment `r` of
+// every rank's send buffer (in place when `recvbuff == sendbuff + rank·recvcount`). Both
+// buffers inside registered windows, at the same offsets on every rank.
 symmResult_t symmReduceScatter(const void *sendbuff,
                                void *recvbuff,
                                size_t recvcount,
@@ -259,6 +271,14 @@ symmResult_t symmReduceScatter(const void *sendbuff,
                                symmRedOp_t op,
                                symmComm_t comm,
                                symmStream_t stream);
+
+// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
+// for a peer (the comm then refuses further collectives), else `symmSuccess`. On the cuda
+// backend this reflects the kernels that have run so far; it does not synchronize.
+//
+// # Safety
+// `asyncError` is NULL or valid for a write.
+symmResult_t symmCommGetAsyncError(symmComm_t comm, symmResult_t *asyncError);
 
 // Start a group: window registrations and collectives are deferred to `symmGroupEnd`.
 symmResult_t symmGroupStart(void);

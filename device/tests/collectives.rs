@@ -342,11 +342,11 @@ fn bytemuck_bits<T: Copy>(values: &[T]) -> Vec<u8> {
     .to_vec()
 }
 
+/// A test case for one element type: (world, algorithm, op, count, in place, seed).
+type Case<'a> = &'a dyn Fn(usize, Algorithm, RedOp, usize, bool, u64);
+
 /// Run `case` for the Rust type of `dtype`.
-fn for_type(
-    dtype: DataType,
-    case: &mut dyn FnMut(&dyn Fn(usize, Algorithm, RedOp, usize, bool, u64)),
-) {
+fn for_type(dtype: DataType, case: &mut dyn FnMut(Case<'_>)) {
     match dtype {
         DataType::Int8 => case(&run_case::<i8>),
         DataType::Uint8 => case(&run_case::<u8>),

@@ -425,26 +425,6 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
             symmResult_t::symmInvalidArgument,
             "comm is NULL",
         ),
-        (
-            Box::new(|| {
-                symmAllReduce(
-                    base,
-                    base,
-                    4,
-                    symmDataType_t::symmFloat64 as i32,
-                    SUM,
-                    comm,
-                    s,
-                )
-            }),
-            symmResult_t::symmUnsupported,
-            "not implemented",
-        ),
-        (
-            Box::new(|| symmAllReduce(base, base, 4, F32, symmRedOp_t::symmProd as i32, comm, s)),
-            symmResult_t::symmUnsupported,
-            "not implemented",
-        ),
     ];
     for (call, code, needle) in &cases {
         expect(call(), *code, needle);
@@ -461,41 +441,101 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
 }
 
 #[test]
-fn all_gather_and_reduce_scatter_validate_then_report_unsupported() {
+fn all_gather_and_reduce_scatter_reject_bad_arguments() {
     use_host_backend();
-    let comms = init_all(1);
+    let comms = init_all(2);
     let buffers = alloc_windows(&comms, 256);
-    let (comm, p) = (buffers[0].comm, buffers[0].base as *mut c_void);
-    expect(
-        symmAllGather(p, p, 4, F32, comm, null_mut()),
-        symmResult_t::symmUnsupported,
-        "symmAllGather",
+    let (comm, base) = (buffers[1].comm, buffers[1].base);
+    // SAFETY: offsets inside the 256-byte window.
+    let at = |bytes: usize| unsafe { base.add(bytes) } as *mut c_void;
+    let s = null_mut();
+    // SAFETY: host memory of the window.
+    unsafe { write_f32(base, &[3.0; 64]) };
+    type Call<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
+    let cases: Vec<(Call, symmResult_t, &str)> = vec![
+        (
+            Box::new(|| symmAllGather(null(), at(64), 4, F32, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmAllGather(at(0), null_mut(), 4, F32, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "recvbuff is NULL",
+        ),
+        (
+            Box::new(|| symmAllGather(at(0), at(64), 4, 40, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "datatype = 40",
+        ),
+        (
+            Box::new(|| symmAllGather(at(0), at(64), 4, F32, null_mut(), s)),
+            symmResult_t::symmInvalidArgument,
+            "comm is NULL",
+        ),
+        (
+            Box::new(|| symmAllGather(at(0), at(64), usize::MAX / 2, F32, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "overflow",
+        ),
+        // 2 ranks × 32 floats = 256 bytes do not fit after offset 64.
+        (
+            Box::new(|| symmAllGather(at(0), at(64), 32, F32, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "recvbuff",
+        ),
+        // Overlapping, but not this rank's (rank 1) segment.
+        (
+            Box::new(|| symmAllGather(at(64), at(64), 4, F32, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "rank × sendcount",
+        ),
+        (
+            Box::new(|| symmAllGather(at(2), at(64), 4, F32, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "element size",
+        ),
+        (
+            Box::new(|| symmReduceScatter(null(), at(64), 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmReduceScatter(at(0), at(64), 4, F32, 9, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "op = 9",
+        ),
+        (
+            Box::new(|| symmReduceScatter(at(0), at(64), 4, -2, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "datatype = -2",
+        ),
+        (
+            Box::new(|| symmReduceScatter(at(64), at(0), 32, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "sendbuff",
+        ),
+        (
+            Box::new(|| symmReduceScatter(at(0), at(0), 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "rank × recvcount",
+        ),
+        (
+            Box::new(|| symmReduceScatter(at(0), at(64), 4, F32, SUM, null_mut(), s)),
+            symmResult_t::symmInvalidArgument,
+            "comm is NULL",
+        ),
+    ];
+    for (call, code, needle) in &cases {
+        expect(call(), *code, needle);
+    }
+    // SAFETY: host memory of the window.
+    assert_eq!(
+        unsafe { read_f32(base, 64) },
+        vec![3.0; 64],
+        "no memory touched"
     );
-    expect(
-        symmAllGather(p, p, 4, 40, comm, null_mut()),
-        symmResult_t::symmInvalidArgument,
-        "datatype",
-    );
-    expect(
-        symmAllGather(null(), p, 4, F32, comm, null_mut()),
-        symmResult_t::symmInvalidArgument,
-        "sendbuff",
-    );
-    expect(
-        symmReduceScatter(p, p, 4, F32, SUM, comm, null_mut()),
-        symmResult_t::symmUnsupported,
-        "symmReduceScatter",
-    );
-    expect(
-        symmReduceScatter(p, p, 4, F32, 9, comm, null_mut()),
-        symmResult_t::symmInvalidArgument,
-        "op",
-    );
-    expect(
-        symmReduceScatter(p, p, 4, F32, SUM, null_mut(), null_mut()),
-        symmResult_t::symmInvalidArgument,
-        "comm",
-    );
+    drop(cases);
     teardown(buffers);
 }
 

@@ -33,11 +33,11 @@ pub unsafe fn all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs) -
                     .peer_base(peer)
                     .wrapping_add(args.recv_offset)
                     .wrapping_add(segment);
-                if alignment % 16 == 0 {
+                if alignment.is_multiple_of(16) {
                     copy_units::<Bytes16>(send, dst, bytes / 16, grid);
-                } else if alignment % 8 == 0 {
+                } else if alignment.is_multiple_of(8) {
                     copy_units::<u64>(send, dst, bytes / 8, grid);
-                } else if alignment % 4 == 0 {
+                } else if alignment.is_multiple_of(4) {
                     copy_units::<u32>(send, dst, bytes / 4, grid);
                 } else {
                     copy_units::<u8>(send, dst, bytes, grid);

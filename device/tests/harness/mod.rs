@@ -24,10 +24,10 @@ fn aligned(bytes: usize) -> Vec<Chunk> {
 pub struct Ranks {
     windows: Vec<Vec<Chunk>>,
     pads: Vec<Vec<Chunk>>,
-    aborts: Vec<Box<u32>>,
+    aborts: Vec<u32>,
     bases: Vec<u64>,
     pad_addresses: Vec<u64>,
-    contexts: Vec<Box<SymmContext>>,
+    contexts: Vec<SymmContext>,
     /// Bytes per window.
     pub window_bytes: usize,
 }
@@ -35,10 +35,10 @@ pub struct Ranks {
 impl Ranks {
     /// `world` ranks with zeroed windows and pads; waits bounded by `timeout_ns`.
     pub fn new(world: usize, window_bytes: usize, timeout_ns: u64) -> Box<Ranks> {
-        assert!(world >= 1 && world <= MAX_RANKS);
+        assert!((1..=MAX_RANKS).contains(&world));
         let mut windows: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(window_bytes)).collect();
         let mut pads: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(SIGNAL_PAD_BYTES)).collect();
-        let mut aborts: Vec<Box<u32>> = (0..world).map(|_| Box::new(0)).collect();
+        let mut aborts: Vec<u32> = vec![0; world];
         let bases: Vec<u64> = windows.iter_mut().map(|w| w.as_mut_ptr() as u64).collect();
         let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
         let mut ranks = Box::new(Ranks {
@@ -52,9 +52,9 @@ impl Ranks {
         });
         let peer_bases = ranks.bases.as_ptr() as u64;
         let peer_pads = ranks.pad_addresses.as_ptr() as u64;
-        for rank in 0..world {
-            let abort = &mut *aborts[rank] as *mut u32 as u64;
-            ranks.contexts.push(Box::new(SymmContext {
+        for (rank, abort) in aborts.iter_mut().enumerate() {
+            let abort = abort as *mut u32 as u64;
+            ranks.contexts.push(SymmContext {
                 backend: BackendTag::Native as u32,
                 version: CONTEXT_VERSION,
                 rank: rank as u32,
@@ -67,7 +67,7 @@ impl Ranks {
                 abort_flag: abort,
                 timeout_ns,
                 reserved: [0; 3],
-            }));
+            });
         }
         ranks.aborts = aborts;
         ranks
@@ -115,7 +115,8 @@ impl Ranks {
 
     /// `true` if rank `rank`'s abort word is raised.
     pub fn aborted(&self, rank: usize) -> bool {
-        *self.aborts[rank] != 0
+        // SAFETY: kernels write the word atomically; no kernel runs during this read.
+        unsafe { std::ptr::read_volatile(&self.aborts[rank]) != 0 }
     }
 
     /// Run `kernel` on the ranks in `active` (every rank when `None`), `blocks` blocks of
@@ -132,7 +133,7 @@ impl Ranks {
         let active = active.unwrap_or(&all);
         let table: Vec<u64> = active
             .iter()
-            .map(|r| &*self.contexts[*r] as *const SymmContext as u64)
+            .map(|r| &self.contexts[*r] as *const SymmContext as u64)
             .collect();
         let statuses: Vec<std::sync::Mutex<Option<KernelStatus>>> =
             active.iter().map(|_| std::sync::Mutex::new(None)).collect();
