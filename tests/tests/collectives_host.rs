@@ -391,25 +391,12 @@ fn every_dtype_and_op_through_the_c_abi() {
 /// # Safety
 /// `ptr` is valid for `values.len()` elements of the type.
 unsafe fn write_as(ptr: *mut u8, dtype: i32, values: &[f64]) {
-    use symm_device::numeric::element::{Bf16, F8E4M3, F8E5M2, F16};
-    for (i, v) in values.iter().enumerate() {
-        // SAFETY: forwarded contract.
-        unsafe {
-            match dtype {
-                0 => (ptr as *mut i8).add(i).write(*v as i8),
-                1 => ptr.add(i).write(*v as u8),
-                2 => (ptr as *mut i32).add(i).write(*v as i32),
-                3 => (ptr as *mut u32).add(i).write(*v as u32),
-                4 => (ptr as *mut i64).add(i).write(*v as i64),
-                5 => (ptr as *mut u64).add(i).write(*v as u64),
-                6 => (ptr as *mut u16).add(i).write(F16::from_f32(*v as f32).0),
-                7 => (ptr as *mut f32).add(i).write(*v as f32),
-                8 => (ptr as *mut f64).add(i).write(*v),
-                9 => (ptr as *mut u16).add(i).write(Bf16::from_f32(*v as f32).0),
-                10 => ptr.add(i).write(F8E4M3::from_f32(*v as f32).0),
-                _ => ptr.add(i).write(F8E5M2::from_f32(*v as f32).0),
-            }
-        }
+    let dtype = symm_device::DataType::from_raw(dtype as u32).unwrap();
+    let size = dtype.size_bytes();
+    // SAFETY: forwarded contract.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, values.len() * size) };
+    for (chunk, v) in bytes.chunks_mut(size).zip(values) {
+        symm_device::numeric::dynamic::encode(dtype, *v, chunk);
     }
 }
 
@@ -418,26 +405,12 @@ unsafe fn write_as(ptr: *mut u8, dtype: i32, values: &[f64]) {
 /// # Safety
 /// `ptr` is valid for `count` elements of the type.
 unsafe fn read_as(ptr: *const u8, dtype: i32, count: usize) -> Vec<f64> {
-    use symm_device::numeric::element::{Bf16, F8E4M3, F8E5M2, F16};
-    (0..count)
-        .map(|i| {
-            // SAFETY: forwarded contract.
-            unsafe {
-                match dtype {
-                    0 => (ptr as *const i8).add(i).read() as f64,
-                    1 => ptr.add(i).read() as f64,
-                    2 => (ptr as *const i32).add(i).read() as f64,
-                    3 => (ptr as *const u32).add(i).read() as f64,
-                    4 => (ptr as *const i64).add(i).read() as f64,
-                    5 => (ptr as *const u64).add(i).read() as f64,
-                    6 => F16((ptr as *const u16).add(i).read()).to_f32() as f64,
-                    7 => (ptr as *const f32).add(i).read() as f64,
-                    8 => (ptr as *const f64).add(i).read(),
-                    9 => Bf16((ptr as *const u16).add(i).read()).to_f32() as f64,
-                    10 => F8E4M3(ptr.add(i).read()).to_f32() as f64,
-                    _ => F8E5M2(ptr.add(i).read()).to_f32() as f64,
-                }
-            }
-        })
+    let dtype = symm_device::DataType::from_raw(dtype as u32).unwrap();
+    let size = dtype.size_bytes();
+    // SAFETY: forwarded contract.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, count * size) };
+    bytes
+        .chunks(size)
+        .map(|chunk| symm_device::numeric::dynamic::decode(dtype, chunk))
         .collect()
 }

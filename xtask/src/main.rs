@@ -4,7 +4,8 @@
 //!   assemble each PTX with ptxas and report registers/spills/stack per kernel; write
 //!   `ptx-out/` (or, with `--check`, fail if `ptx-out/` differs from a fresh build).
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
-//! * `test` — the test suite: workspace tests, then the C examples on the host backend.
+//! * `test` — the test suite: workspace tests, then the C examples and a small checked
+//!   `symm-perf` run on the host backend.
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -88,7 +89,7 @@ fn header(check: bool) -> Result<(), String> {
 }
 
 fn build_release_and_examples() -> Result<(), String> {
-    run(cargo().args(["build", "--release", "-p", "symm"]))?;
+    run(cargo().args(["build", "--release", "-p", "symm", "-p", "symm-perf"]))?;
     run(Command::new("make").args(["-C", "examples/c"]))
 }
 
@@ -98,6 +99,17 @@ fn test() -> Result<(), String> {
     run(Command::new("make")
         .args(["-C", "examples/c", "run"])
         .env("SYMM_BACKEND", "host"))?;
+    // The benchmark, small and checked, on the host backend (it exits non-zero on a wrong
+    // element).
+    for args in [
+        "all_reduce -b 8 -e 256K -f 8 -g 4 -n 2 -w 1 -c 1",
+        "all_gather -b 64 -e 64K -f 16 -g 3 -d bfloat16 -n 2 -w 1 -c 1",
+        "reduce_scatter -b 64 -e 64K -f 16 -g 5 -d int32 -o max -n 2 -w 1 -c 1",
+    ] {
+        run(Command::new("target/release/symm-perf")
+            .args(args.split(' '))
+            .env("SYMM_BACKEND", "host"))?;
+    }
     println!("xtask test: all passed");
     Ok(())
 }

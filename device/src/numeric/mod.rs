@@ -10,6 +10,7 @@
 //!   wrap (two's complement) when the result is narrowed; avg is the exact sum divided by the
 //!   number of ranks, truncated toward zero.
 
+pub mod dynamic;
 pub mod element;
 pub mod ops;
 pub mod small_float;

@@ -1,0 +1,182 @@
+//! The cuda side of the benchmark: copies into device buffers, CUDA events, CUDA graphs, and
+//! the device-to-device copy bandwidth that serves as the floor. Used only when the
+//! communicators run on the cuda backend.
+
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+/// Result of a driver call, with the call named.
+pub type CudaResult<T> = Result<T, String>;
+
+fn check(what: &str, r: sys::CUresult) -> CudaResult<()> {
+    if r == sys::cudaError_enum::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {r:?}"))
+    }
+}
+
+/// Device 0's primary context, current on this thread, and a stream for the benchmark.
+pub struct Gpu {
+    /// The stream every rank's collective is issued on.
+    pub stream: sys::CUstream,
+}
+
+impl Gpu {
+    /// Make device 0's primary context current and create a stream.
+    pub fn open() -> CudaResult<Gpu> {
+        // SAFETY: plain driver calls with valid out-pointers; the library already initialized
+        // the driver and retained this primary context.
+        unsafe {
+            let device = result::device::get(0).map_err(|e| format!("{e:?}"))?;
+            let context = result::primary_ctx::retain(device).map_err(|e| format!("{e:?}"))?;
+            result::ctx::set_current(context).map_err(|e| format!("{e:?}"))?;
+            let mut stream = null_mut();
+            check("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
+            Ok(Gpu { stream })
+        }
+    }
+
+    /// Copy host bytes to device address `dst`.
+    pub fn upload(&self, dst: u64, bytes: &[u8]) -> CudaResult<()> {
+        // SAFETY: `dst` is device memory from symmMemAlloc with room for `bytes`.
+        unsafe {
+            check(
+                "cuMemcpyHtoD",
+                sys::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()),
+            )
+        }
+    }
+
+    /// Copy `len` bytes from device address `src`.
+    pub fn download(&self, src: u64, len: usize) -> CudaResult<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        self.synchronize()?;
+        // SAFETY: `src` is device memory holding `len` bytes.
+        unsafe {
+            check(
+                "cuMemcpyDtoH",
+                sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, len),
+            )?
+        };
+        Ok(out)
+    }
+
+    /// Wait for the stream.
+    pub fn synchronize(&self) -> CudaResult<()> {
+        // SAFETY: the stream is live.
+        unsafe { check("cuStreamSynchronize", sys::cuStreamSynchronize(self.stream)) }
+    }
+
+    /// Capture `issue` (which enqueues one collective on every rank) into a CUDA graph, replay
+    /// it `iterations` times, and return the median time of one replay in µs.
+    pub fn time_graph(
+        &self,
+        iterations: usize,
+        issue: &mut dyn FnMut() -> Result<(), String>,
+    ) -> CudaResult<f64> {
+        // SAFETY: capture, instantiate and launch on a live stream; events are created and
+        // destroyed here.
+        unsafe {
+            check(
+                "cuStreamBeginCapture",
+                sys::cuStreamBeginCapture_v2(
+                    self.stream,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                ),
+            )?;
+            let issued = issue();
+            let mut graph = null_mut();
+            check(
+                "cuStreamEndCapture",
+                sys::cuStreamEndCapture(self.stream, &mut graph),
+            )?;
+            issued?;
+            let mut exec = null_mut();
+            check(
+                "cuGraphInstantiate",
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            )?;
+            let mut events = Vec::with_capacity(iterations + 1);
+            for _ in 0..=iterations {
+                let mut e = null_mut();
+                check("cuEventCreate", sys::cuEventCreate(&mut e, 0))?;
+                events.push(e);
+            }
+            check("cuEventRecord", sys::cuEventRecord(events[0], self.stream))?;
+            for e in &events[1..] {
+                check("cuGraphLaunch", sys::cuGraphLaunch(exec, self.stream))?;
+                check("cuEventRecord", sys::cuEventRecord(*e, self.stream))?;
+            }
+            self.synchronize()?;
+            let mut times = Vec::with_capacity(iterations);
+            for pair in events.windows(2) {
+                let mut ms = 0f32;
+                check(
+                    "cuEventElapsedTime",
+                    sys::cuEventElapsedTime(&mut ms, pair[0], pair[1]),
+                )?;
+                times.push(ms as f64 * 1e3);
+            }
+            for e in events {
+                sys::cuEventDestroy_v2(e);
+            }
+            sys::cuGraphExecDestroy(exec);
+            sys::cuGraphDestroy(graph);
+            Ok(median(&mut times))
+        }
+    }
+
+    /// Device-to-device copy bandwidth in GB/s (bytes copied per second), median of 5.
+    pub fn copy_bandwidth_gbps(&self, bytes: usize) -> CudaResult<f64> {
+        // SAFETY: two fresh allocations of `bytes`, freed here; events as in `time_graph`.
+        unsafe {
+            let src = result::malloc_sync(bytes).map_err(|e| format!("{e:?}"))?;
+            let dst = result::malloc_sync(bytes).map_err(|e| format!("{e:?}"))?;
+            let (mut start, mut stop) = (null_mut(), null_mut());
+            check("cuEventCreate", sys::cuEventCreate(&mut start, 0))?;
+            check("cuEventCreate", sys::cuEventCreate(&mut stop, 0))?;
+            let mut rates = Vec::new();
+            for _ in 0..6 {
+                check("cuEventRecord", sys::cuEventRecord(start, self.stream))?;
+                check(
+                    "cuMemcpyDtoDAsync",
+                    sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream),
+                )?;
+                check("cuEventRecord", sys::cuEventRecord(stop, self.stream))?;
+                self.synchronize()?;
+                let mut ms = 0f32;
+                check(
+                    "cuEventElapsedTime",
+                    sys::cuEventElapsedTime(&mut ms, start, stop),
+                )?;
+                rates.push(bytes as f64 / (ms as f64 * 1e-3) / 1e9);
+            }
+            rates.remove(0);
+            sys::cuEventDestroy_v2(start);
+            sys::cuEventDestroy_v2(stop);
+            result::free_sync(src).map_err(|e| format!("{e:?}"))?;
+            result::free_sync(dst).map_err(|e| format!("{e:?}"))?;
+            Ok(median(&mut rates))
+        }
+    }
+
+    /// The stream as the C ABI takes it.
+    pub fn symm_stream(&self) -> symm::symmStream_t {
+        self.stream as *mut c_void as symm::symmStream_t
+    }
+}
+
+/// Median of `values` (sorted in place).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}

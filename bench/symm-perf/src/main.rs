@@ -1,0 +1,460 @@
+//! `symm-perf`: nccl-tests-style benchmark of symm's collectives.
+//!
+//! ```text
+//! symm-perf all_reduce|all_gather|reduce_scatter -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
+//!           -n iters -w warmup -c 1
+//! ```
+//!
+//! All ranks live in this process on device 0 (one thread drives them, collectives grouped).
+//! Sizes are nccl-tests' (bytes of the whole result; all-gather and reduce-scatter: of the
+//! gathered / scattered buffer). On the cuda backend each point is the median of CUDA-event
+//! timings of CUDA-graph replays, and a floor column compares it with the device-to-device copy
+//! bandwidth measured at start; on the host backend, the median wall time of grouped calls.
+
+mod device;
+mod options;
+
+use device::{Gpu, median};
+use options::{Operation, Options};
+use std::process::ExitCode;
+use std::time::Instant;
+use symm::*;
+use symm_device::numeric::dynamic::{decode, encode, representable};
+use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::{DataType, RedOp};
+
+struct Rank {
+    comm: symmComm_t,
+    base: u64,
+    window: symmWindow_t,
+}
+
+struct Bench {
+    options: Options,
+    ranks: Vec<Rank>,
+    gpu: Option<Gpu>,
+    /// Bytes between the two regions of each window.
+    region: u64,
+}
+
+/// Buffers and counts of one size.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    /// Elements of the whole result (all-reduce: count; others: per rank × ranks).
+    total: u64,
+    /// The count passed to the collective.
+    count: u64,
+}
+
+fn fail(what: &str, r: symmResult_t, comm: symmComm_t) -> String {
+    // SAFETY: never NULL, NUL-terminated.
+    let message = unsafe { std::ffi::CStr::from_ptr(symmGetLastError(comm)) };
+    format!("{what}: {r:?}: {}", message.to_string_lossy())
+}
+
+fn ok(what: &str, r: symmResult_t, comm: symmComm_t) -> Result<(), String> {
+    if r == symmResult_t::symmSuccess {
+        Ok(())
+    } else {
+        Err(fail(what, r, comm))
+    }
+}
+
+impl Bench {
+    fn new(options: Options) -> Result<Bench, String> {
+        let n = options.ranks;
+        let mut comms = vec![std::ptr::null_mut(); n];
+        let devices = vec![0; n];
+        // SAFETY: both arrays hold n elements.
+        ok(
+            "symmCommInitAll",
+            unsafe { symmCommInitAll(comms.as_mut_ptr(), n as i32, devices.as_ptr()) },
+            std::ptr::null_mut(),
+        )?;
+        let mut backend = std::ptr::null();
+        // SAFETY: valid out-pointer.
+        ok(
+            "symmCommGetBackend",
+            unsafe { symmCommGetBackend(comms[0], &mut backend) },
+            comms[0],
+        )?;
+        // SAFETY: static NUL-terminated string.
+        let cuda = unsafe { std::ffi::CStr::from_ptr(backend) }.to_bytes() == b"cuda";
+        let gpu = if cuda { Some(Gpu::open()?) } else { None };
+        let region = options.max_bytes.next_multiple_of(256);
+        let mut ranks = Vec::with_capacity(n);
+        for comm in comms {
+            let mut ptr = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            ok(
+                "symmMemAlloc",
+                unsafe { symmMemAlloc(comm, &mut ptr, 2 * region as usize) },
+                comm,
+            )?;
+            ranks.push(Rank {
+                comm,
+                base: ptr as u64,
+                window: std::ptr::null_mut(),
+            });
+        }
+        ok("symmGroupStart", symmGroupStart(), std::ptr::null_mut())?;
+        for r in &mut ranks {
+            // SAFETY: valid out-pointer; a live allocation.
+            let result = unsafe {
+                symmCommWindowRegister(
+                    r.comm,
+                    r.base as *mut _,
+                    2 * region as usize,
+                    &mut r.window,
+                    SYMM_WIN_COLL_SYMMETRIC,
+                )
+            };
+            ok("symmCommWindowRegister", result, r.comm)?;
+        }
+        ok("symmGroupEnd", symmGroupEnd(), std::ptr::null_mut())?;
+        Ok(Bench {
+            options,
+            ranks,
+            gpu,
+            region,
+        })
+    }
+
+    fn element(&self) -> u64 {
+        self.options.dtype.size_bytes() as u64
+    }
+
+    fn shape(&self, bytes: u64) -> Shape {
+        let n = self.ranks.len() as u64;
+        match self.options.operation {
+            Operation::AllReduce => {
+                let total = bytes / self.element();
+                Shape {
+                    total,
+                    count: total,
+                }
+            }
+            _ => {
+                let count = bytes / (self.element() * n);
+                Shape {
+                    total: count * n,
+                    count,
+                }
+            }
+        }
+    }
+
+    /// (send, recv) addresses of rank `r`.
+    fn buffers(&self, r: usize, shape: Shape, in_place: bool) -> (u64, u64) {
+        let base = self.ranks[r].base;
+        let segment = r as u64 * shape.count * self.element();
+        match (self.options.operation, in_place) {
+            (Operation::AllReduce, true) => (base, base),
+            (Operation::AllReduce, false) => (base, base + self.region),
+            (Operation::AllGather, true) => (base + segment, base),
+            (Operation::AllGather, false) => (base + self.region, base),
+            (Operation::ReduceScatter, true) => (base, base + segment),
+            (Operation::ReduceScatter, false) => (base, base + self.region),
+        }
+    }
+
+    /// Issue the collective on every rank (one group).
+    fn issue(&self, shape: Shape, in_place: bool) -> Result<(), String> {
+        let stream = self
+            .gpu
+            .as_ref()
+            .map_or(std::ptr::null_mut(), Gpu::symm_stream);
+        let (dtype, op) = (self.options.dtype as i32, self.options.op as i32);
+        ok("symmGroupStart", symmGroupStart(), std::ptr::null_mut())?;
+        for (r, rank) in self.ranks.iter().enumerate() {
+            let (send, recv) = self.buffers(r, shape, in_place);
+            let (send, recv) = (send as *const _, recv as *mut _);
+            let c = shape.count as usize;
+            let result = match self.options.operation {
+                Operation::AllReduce => symmAllReduce(send, recv, c, dtype, op, rank.comm, stream),
+                Operation::AllGather => symmAllGather(send, recv, c, dtype, rank.comm, stream),
+                Operation::ReduceScatter => {
+                    symmReduceScatter(send, recv, c, dtype, op, rank.comm, stream)
+                }
+            };
+            ok("collective", result, rank.comm)?;
+        }
+        ok("symmGroupEnd", symmGroupEnd(), std::ptr::null_mut())
+    }
+
+    fn input(&self, rank: usize, index: u64) -> f64 {
+        let period = if self.options.op == RedOp::Prod { 2 } else { 3 };
+        1.0 + ((rank as u64 + index) % period) as f64
+    }
+
+    fn write(&self, address: u64, bytes: &[u8]) -> Result<(), String> {
+        match &self.gpu {
+            Some(gpu) => gpu.upload(address, bytes),
+            None => {
+                // SAFETY: host memory of a window, with room (callers size the ranges).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), address as *mut u8, bytes.len())
+                };
+                Ok(())
+            }
+        }
+    }
+
+    fn read(&self, address: u64, len: usize) -> Result<Vec<u8>, String> {
+        match &self.gpu {
+            Some(gpu) => gpu.download(address, len),
+            None => {
+                // SAFETY: host memory of a window holding `len` bytes.
+                Ok(unsafe { std::slice::from_raw_parts(address as *const u8, len) }.to_vec())
+            }
+        }
+    }
+
+    fn reduce(&self, values: impl Iterator<Item = f64>) -> f64 {
+        let values: Vec<f64> = values.collect();
+        let n = values.len() as f64;
+        let dtype = self.options.dtype;
+        let exact = match self.options.op {
+            RedOp::Sum => values.iter().sum(),
+            RedOp::Prod => values.iter().product(),
+            RedOp::Max => values.iter().copied().fold(f64::MIN, f64::max),
+            RedOp::Min => values.iter().copied().fold(f64::MAX, f64::min),
+            RedOp::Avg if !dtype.is_float() => (values.iter().sum::<f64>() / n).trunc(),
+            RedOp::Avg => values.iter().sum::<f64>() / n,
+        };
+        representable(dtype, exact)
+    }
+
+    /// Fill the inputs, run once, and count wrong elements.
+    fn check(&self, shape: Shape, in_place: bool) -> Result<u64, String> {
+        let dtype = self.options.dtype;
+        let size = self.element() as usize;
+        let n = self.ranks.len();
+        let inputs = match self.options.operation {
+            Operation::AllGather => shape.count,
+            _ => shape.total,
+        };
+        for r in 0..n {
+            let mut bytes = vec![0u8; inputs as usize * size];
+            for (i, chunk) in bytes.chunks_mut(size).enumerate() {
+                encode(dtype, self.input(r, i as u64), chunk);
+            }
+            self.write(self.buffers(r, shape, in_place).0, &bytes)?;
+        }
+        self.issue(shape, in_place)?;
+        let outputs = match self.options.operation {
+            Operation::ReduceScatter => shape.count,
+            _ => shape.total,
+        };
+        let tolerance = match dtype {
+            DataType::Float16 => 1.0 / 1024.0,
+            DataType::Bfloat16 => 1.0 / 128.0,
+            DataType::Float8E4M3 => 1.0 / 8.0,
+            DataType::Float8E5M2 => 1.0 / 4.0,
+            DataType::Float32 => 1e-6,
+            _ => 0.0,
+        };
+        let mut wrong = 0;
+        for r in 0..n {
+            let got = self.read(self.buffers(r, shape, in_place).1, outputs as usize * size)?;
+            for (i, chunk) in got.chunks(size).enumerate() {
+                let i = i as u64;
+                let expected = match self.options.operation {
+                    Operation::AllReduce => self.reduce((0..n).map(|q| self.input(q, i))),
+                    Operation::ReduceScatter => {
+                        self.reduce((0..n).map(|q| self.input(q, r as u64 * shape.count + i)))
+                    }
+                    Operation::AllGather => representable(
+                        dtype,
+                        self.input((i / shape.count) as usize, i % shape.count),
+                    ),
+                };
+                let value = decode(dtype, chunk);
+                if (value - expected).abs() > tolerance * expected.abs() {
+                    wrong += 1;
+                }
+            }
+        }
+        Ok(wrong)
+    }
+
+    /// Median µs of one collective on every rank.
+    fn time(&self, shape: Shape, in_place: bool) -> Result<f64, String> {
+        for _ in 0..self.options.warmup.max(1) {
+            self.issue(shape, in_place)?;
+        }
+        match &self.gpu {
+            Some(gpu) => {
+                gpu.synchronize()?;
+                gpu.time_graph(self.options.iterations, &mut || self.issue(shape, in_place))
+            }
+            None => {
+                let mut times = Vec::with_capacity(self.options.iterations);
+                for _ in 0..self.options.iterations {
+                    let start = Instant::now();
+                    self.issue(shape, in_place)?;
+                    times.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(median(&mut times))
+            }
+        }
+    }
+
+    /// The algorithm the planner picks, and the bytes all ranks read and write with it.
+    fn algorithm_and_traffic(&self, shape: Shape) -> (Algorithm, f64) {
+        let comm = symm::comm::Comm::from_handle(self.ranks[0].comm).expect("live comm");
+        let collective = match self.options.operation {
+            Operation::AllReduce => symm::plan::Collective::AllReduce,
+            Operation::AllGather => symm::plan::Collective::AllGather,
+            Operation::ReduceScatter => symm::plan::Collective::ReduceScatter,
+        };
+        let plan = symm::plan::plan(
+            collective,
+            self.options.dtype,
+            self.options.op,
+            shape.count,
+            self.ranks.len() as u32,
+            comm.clique.backend.kind(),
+            symm::plan::Limits {
+                max_blocks: comm.max_blocks,
+                forced: comm.clique.forced_algorithm,
+            },
+        )
+        .expect("valid request");
+        let n = self.ranks.len() as f64;
+        let s = (shape.total * self.element()) as f64;
+        let per_rank = match plan.kernel.algorithm {
+            Algorithm::OneShotAllReduce => n * s + s,
+            Algorithm::TwoShotAllReduce => 2.0 * s,
+            Algorithm::ReduceScatter => s + s / n,
+            Algorithm::AllGather => 2.0 * s,
+        };
+        (plan.kernel.algorithm, n * per_rank)
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        for r in &self.ranks {
+            symmCommWindowDeregister(r.comm, r.window);
+            symmMemFree(r.comm, r.base as *mut _);
+            symmCommDestroy(r.comm);
+        }
+    }
+}
+
+fn run(options: Options) -> Result<bool, String> {
+    let bench = Bench::new(options.clone())?;
+    let n = bench.ranks.len();
+    let backend = if bench.gpu.is_some() { "cuda" } else { "host" };
+    let copy_gbps = match &bench.gpu {
+        Some(gpu) => Some(gpu.copy_bandwidth_gbps(256 << 20)?),
+        None => None,
+    };
+    println!(
+        "# symm-perf {:?}: {n} ranks on device 0, backend {backend}, {:?} {:?}, median of {} iterations after {} warm-up{}",
+        options.operation,
+        options.dtype,
+        options.op,
+        options.iterations,
+        options.warmup,
+        if bench.gpu.is_some() {
+            ", CUDA-graph replays timed with CUDA events"
+        } else {
+            ", wall time"
+        }
+    );
+    match copy_gbps {
+        Some(bw) => println!(
+            "# device-to-device copy bandwidth: {bw:.1} GB/s; floor% = time that copy rate needs for the algorithm's reads+writes / measured time"
+        ),
+        None => println!("# no copy-bandwidth floor on the host backend"),
+    }
+    println!(
+        "# {:>12} {:>12} {:>8} {:>6} {:>20} | {:>10} {:>9} {:>9} {:>6} {:>6} | {:>10} {:>9} {:>9} {:>6} {:>6}",
+        "size(B)",
+        "count",
+        "type",
+        "redop",
+        "algorithm",
+        "time(us)",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "floor%",
+        "time(us)",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "floor%"
+    );
+    let mut busbw_sum = 0.0;
+    let mut points = 0;
+    let mut all_right = true;
+    for size in options.sizes() {
+        let shape = bench.shape(size);
+        if shape.count == 0 {
+            continue;
+        }
+        let bytes = shape.total * bench.element();
+        let (algorithm, traffic) = bench.algorithm_and_traffic(shape);
+        let mut line = format!(
+            "  {:>12} {:>12} {:>8} {:>6} {:>20}",
+            bytes,
+            shape.total,
+            options.dtype.short_name(),
+            options.op.short_name(),
+            algorithm.name()
+        );
+        for in_place in [false, true] {
+            let wrong = if options.check {
+                bench.check(shape, in_place)?
+            } else {
+                0
+            };
+            all_right &= wrong == 0;
+            let us = bench.time(shape, in_place)?;
+            let algbw = bytes as f64 / (us * 1e3);
+            let busbw = algbw * options.operation.bus_factor(n);
+            let floor = match copy_gbps {
+                Some(bw) => format!("{:.0}", 100.0 * (traffic / 2.0 / (bw * 1e3)) / us),
+                None => "n/a".to_string(),
+            };
+            busbw_sum += busbw;
+            points += 1;
+            line += &format!(" | {us:>10.2} {algbw:>9.2} {busbw:>9.2} {wrong:>6} {floor:>6}");
+        }
+        println!("{line}");
+    }
+    println!(
+        "# Out of bounds values : {}",
+        if all_right { "0 OK" } else { "FAILED" }
+    );
+    println!(
+        "# Avg bus bandwidth    : {:.3} GB/s",
+        busbw_sum / points.max(1) as f64
+    );
+    Ok(all_right)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match Options::parse(&args) {
+        Ok(o) => o,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(options) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("symm-perf: wrong results");
+            ExitCode::FAILURE
+        }
+        Err(message) => {
+            eprintln!("symm-perf: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
