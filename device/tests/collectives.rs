@@ -534,3 +534,46 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
         assert_eq!(again, vec![KernelStatus::Aborted]);
     }
 }
+
+mod randomized {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn dtype() -> impl Strategy<Value = DataType> {
+        (0usize..12).prop_map(|i| DataType::ALL[i])
+    }
+
+    fn op() -> impl Strategy<Value = RedOp> {
+        (0usize..5).prop_map(|i| RedOp::ALL[i])
+    }
+
+    fn algorithm() -> impl Strategy<Value = Algorithm> {
+        (0usize..4).prop_map(|i| {
+            [
+                Algorithm::OneShotAllReduce,
+                Algorithm::TwoShotAllReduce,
+                Algorithm::ReduceScatter,
+                Algorithm::AllGather,
+            ][i]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+        /// Random ranks, counts, placements, data types, operators and algorithms.
+        #[test]
+        fn random_collectives_match_the_reference(
+            world in 1usize..=8,
+            count in 0usize..3000,
+            dtype in dtype(),
+            op in op(),
+            algorithm in algorithm(),
+            in_place in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let in_place = in_place && count > 0;
+            for_type(dtype, &mut |case| case(world, algorithm, op, count, in_place, seed));
+        }
+    }
+}
