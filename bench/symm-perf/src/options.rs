@@ -185,7 +185,7 @@ mod tests {
             (o.dtype, o.op, o.iterations, o.warmup, o.check),
             (DataType::Bfloat16, RedOp::Max, 7, 1, false)
         );
-        assert_eq!(o.sizes().len(), 12);
+        assert_eq!(o.sizes().len(), 13, "8 B, 32 B, …, 128 MiB");
         assert!(Options::parse(&["broadcast".to_string()]).is_err());
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
     }
