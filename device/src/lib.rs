@@ -36,6 +36,7 @@ pub mod arch;
 pub mod context;
 pub mod exports;
 pub mod numeric;
+pub mod scheduler;
 pub mod symmetric;
 pub mod sync;
 pub mod types;

@@ -116,6 +116,58 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
     });
 }
 
+/// Run a `grid × block` grid as a GPU does when not every block fits: at most `resident`
+/// blocks run at once, and block `i + resident` starts when a running block exits, in index
+/// order. Kernels that wait for other blocks of the same grid must not use this.
+///
+/// # Panics
+/// If `grid`, `block` or `resident` is zero, or if a kernel thread panics.
+pub fn run_grid_with_residency(grid: u32, block: u32, resident: u32, kernel: &(dyn Fn() + Sync)) {
+    assert!(
+        grid > 0 && block > 0 && resident > 0,
+        "empty grid {grid}x{block}/{resident}"
+    );
+    let resident = resident.min(grid);
+    let next = AtomicU32::new(0);
+    let barriers: std::vec::Vec<(BlockBarrier, AtomicU32)> = (0..resident)
+        .map(|_| (BlockBarrier::new(block), AtomicU32::new(0)))
+        .collect();
+    std::thread::scope(|scope| {
+        for (barrier, current) in barriers.iter() {
+            for thread in 0..block {
+                let next = &next;
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn_scoped(scope, move || {
+                        loop {
+                            if thread == 0 {
+                                current
+                                    .store(next.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+                            }
+                            barrier.wait_or(false);
+                            let index = current.load(Ordering::Relaxed);
+                            if index >= grid {
+                                break;
+                            }
+                            let coords = Coordinates {
+                                thread,
+                                block: index,
+                                block_dim: block,
+                                grid_dim: grid,
+                                barrier,
+                            };
+                            COORDINATES.with(|c| c.set(Some(coords)));
+                            kernel();
+                            COORDINATES.with(|c| c.set(None));
+                            barrier.wait_or(false);
+                        }
+                    })
+                    .expect("spawning an emulated GPU thread");
+            }
+        }
+    });
+}
+
 /// Index of the calling thread in its block (x).
 pub fn thread_idx_x() -> u32 {
     coordinates().thread
@@ -166,6 +218,24 @@ pub unsafe fn load_acquire_sys_u32(ptr: *const u32) -> u32 {
 pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
     unsafe { AtomicU32::from_ptr(ptr) }.store(value, Ordering::Release)
+}
+
+/// Relaxed atomic add on a `u32`; returns the previous value.
+///
+/// # Safety
+/// As for [`store_release_sys_u32`].
+pub unsafe fn atomic_add_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
+    // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
+    unsafe { AtomicU32::from_ptr(ptr) }.fetch_add(value, Ordering::Relaxed)
+}
+
+/// Relaxed atomic exchange on a `u32`; returns the previous value.
+///
+/// # Safety
+/// As for [`store_release_sys_u32`].
+pub unsafe fn atomic_exchange_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
+    // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
+    unsafe { AtomicU32::from_ptr(ptr) }.swap(value, Ordering::Relaxed)
 }
 
 /// Give the CPU away for about `ns` nanoseconds: yields for short waits, sleeps for long ones.

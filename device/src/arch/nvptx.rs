@@ -126,3 +126,256 @@ pub fn trap() -> ! {
     // SAFETY: `trap` ends the kernel; nothing runs after it.
     unsafe { asm!("trap;", options(noreturn, nostack)) }
 }
+
+/// Relaxed, GPU-scope atomic add on a `u32` in global memory; returns the previous value.
+///
+/// # Safety
+/// `ptr` must be a valid, 4-byte aligned generic address of global memory.
+#[inline(always)]
+pub unsafe fn atomic_add_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "atom.relaxed.gpu.add.u32 {o}, [{p}], {v};",
+            o = out(reg32) old,
+            p = in(reg64) ptr,
+            v = in(reg32) value,
+            options(nostack),
+        );
+    }
+    old
+}
+
+/// Relaxed, GPU-scope atomic exchange on a `u32` in global memory; returns the previous value.
+///
+/// # Safety
+/// As for [`atomic_add_gpu_u32`].
+#[inline(always)]
+pub unsafe fn atomic_exchange_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "atom.relaxed.gpu.exch.b32 {o}, [{p}], {v};",
+            o = out(reg32) old,
+            p = in(reg64) ptr,
+            v = in(reg32) value,
+            options(nostack),
+        );
+    }
+    old
+}
+
+/// Cluster Launch Control and the asynchronous-proxy operations it needs (sm_100a and newer
+/// `a` targets only). The response slots and their mbarriers live in static shared memory
+/// declared here; slot `i` is 16 bytes at `symm_clc_response + 16 i`, its mbarrier 8 bytes at
+/// `symm_clc_mbarrier + 8 i`.
+#[cfg(target_feature = "sm_100a")]
+pub mod clc {
+    use core::arch::{asm, global_asm};
+
+    /// Response slots (and so requests in flight) per block.
+    pub const SLOTS: u32 = 2;
+
+    global_asm!(
+        ".shared .align 16 .b8 symm_clc_response[32];",
+        ".shared .align 8 .b8 symm_clc_mbarrier[16];"
+    );
+
+    /// Initialize slot `slot`'s mbarrier (arrival count 1) and make it visible to the async
+    /// proxy. One thread per block, before any request; a block barrier must follow.
+    ///
+    /// # Safety
+    /// `slot < SLOTS`; called once per block, by one thread.
+    #[inline(always)]
+    pub unsafe fn init_mbarrier(slot: u32) {
+        // SAFETY: the mbarrier is a valid 8-byte shared location (slot < SLOTS).
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 %clc_bar;",
+                "mov.u64 %clc_bar, symm_clc_mbarrier;",
+                "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
+                "mbarrier.init.shared::cta.b64 [%clc_bar], 1;",
+                "fence.mbarrier_init.release.cluster;",
+                "}}",
+                s = in(reg32) slot,
+                options(nostack),
+            );
+        }
+    }
+
+    /// Fence before a request: generic-proxy accesses of the response slot are ordered before
+    /// the asynchronous write of the next response.
+    #[inline(always)]
+    pub fn fence_acquire_async() {
+        // SAFETY: a fence has no memory-safety preconditions.
+        unsafe {
+            asm!(
+                "fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;",
+                options(nostack)
+            )
+        }
+    }
+
+    /// Fence after a response was decoded: releases the slot for the next asynchronous write.
+    #[inline(always)]
+    pub fn fence_release_async() {
+        // SAFETY: a fence has no memory-safety preconditions.
+        unsafe {
+            asm!(
+                "fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;",
+                options(nostack)
+            )
+        }
+    }
+
+    /// Arm slot `slot`'s mbarrier for a 16-byte response and, when `submit`, issue the
+    /// cancellation request into the slot. `multicast`: the cluster variant (the response
+    /// reaches the same slot of every CTA of the cluster; every CTA arms, one submits).
+    ///
+    /// # Safety
+    /// One thread per CTA calls it, `slot < SLOTS`, the slot's mbarrier is initialized, no
+    /// request is in flight on the slot, and no failed response was observed by this CTA.
+    #[inline(always)]
+    pub unsafe fn request(slot: u32, multicast: bool, submit: bool) {
+        // SAFETY: forwarded contract; addresses are the static shared slots.
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 %clc_bar;",
+                "mov.u64 %clc_bar, symm_clc_mbarrier;",
+                "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
+                "mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%clc_bar], 16;",
+                "}}",
+                s = in(reg32) slot,
+                options(nostack),
+            );
+            if !submit {
+                return;
+            }
+            if multicast {
+                asm!(
+                    "{{",
+                    ".reg .b64 %clc_resp;",
+                    ".reg .b64 %clc_bar;",
+                    "mov.u64 %clc_resp, symm_clc_response;",
+                    "mad.wide.u32 %clc_resp, {s}, 16, %clc_resp;",
+                    "mov.u64 %clc_bar, symm_clc_mbarrier;",
+                    "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
+                    "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 [%clc_resp], [%clc_bar];",
+                    "}}",
+                    s = in(reg32) slot,
+                    options(nostack),
+                );
+            } else {
+                asm!(
+                    "{{",
+                    ".reg .b64 %clc_resp;",
+                    ".reg .b64 %clc_bar;",
+                    "mov.u64 %clc_resp, symm_clc_response;",
+                    "mad.wide.u32 %clc_resp, {s}, 16, %clc_resp;",
+                    "mov.u64 %clc_bar, symm_clc_mbarrier;",
+                    "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
+                    "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%clc_resp], [%clc_bar];",
+                    "}}",
+                    s = in(reg32) slot,
+                    options(nostack),
+                );
+            }
+        }
+    }
+
+    /// Test whether slot `slot`'s mbarrier completed phase `parity` (acquire).
+    ///
+    /// # Safety
+    /// `slot < SLOTS` and its mbarrier is initialized.
+    #[inline(always)]
+    pub unsafe fn try_wait(slot: u32, parity: u32) -> bool {
+        let done: u32;
+        // SAFETY: forwarded contract.
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 %clc_bar;",
+                ".reg .pred %clc_p;",
+                "mov.u64 %clc_bar, symm_clc_mbarrier;",
+                "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
+                "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %clc_p, [%clc_bar], {q};",
+                "selp.u32 {d}, 1, 0, %clc_p;",
+                "}}",
+                s = in(reg32) slot,
+                q = in(reg32) parity,
+                d = out(reg32) done,
+                options(nostack),
+            );
+        }
+        done != 0
+    }
+
+    /// Decode slot `slot`'s response in one asm block (no 128-bit or predicate register class
+    /// exists outside it): `Some(first ctaid.x)` when a cluster was canceled. The ctaid of a
+    /// failed response is never read (the query is predicated on success).
+    ///
+    /// # Safety
+    /// `slot < SLOTS` and the slot's mbarrier completed for this response.
+    #[inline(always)]
+    pub unsafe fn query(slot: u32) -> Option<u32> {
+        let canceled: u32;
+        let x: u32;
+        // SAFETY: forwarded contract.
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 %clc_resp;",
+                ".reg .b128 %clc_r;",
+                ".reg .pred %clc_ok;",
+                ".reg .b32 %clc_y, %clc_z, %clc_w;",
+                "mov.u64 %clc_resp, symm_clc_response;",
+                "mad.wide.u32 %clc_resp, {s}, 16, %clc_resp;",
+                "ld.shared.b128 %clc_r, [%clc_resp];",
+                "clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 %clc_ok, %clc_r;",
+                "selp.u32 {c}, 1, 0, %clc_ok;",
+                "mov.u32 {x}, 0;",
+                "@%clc_ok clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {{{x}, %clc_y, %clc_z, %clc_w}}, %clc_r;",
+                "}}",
+                s = in(reg32) slot,
+                c = out(reg32) canceled,
+                x = out(reg32) x,
+                options(nostack),
+            );
+        }
+        if canceled != 0 { Some(x) } else { None }
+    }
+
+    /// This CTA's rank in its cluster.
+    #[inline(always)]
+    pub fn cluster_cta_rank() -> u32 {
+        let r: u32;
+        // SAFETY: reading a special register.
+        unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nomem, nostack)) }
+        r
+    }
+
+    /// CTAs per cluster.
+    #[inline(always)]
+    pub fn cluster_size() -> u32 {
+        let r: u32;
+        // SAFETY: reading a special register.
+        unsafe {
+            asm!("mov.u32 {r}, %cluster_nctarank;", r = out(reg32) r, options(nomem, nostack))
+        }
+        r
+    }
+
+    /// Cluster-wide barrier (every thread of every CTA of the cluster).
+    #[inline(always)]
+    pub fn cluster_sync() {
+        // SAFETY: a barrier has no memory-safety preconditions; callers keep it uniform.
+        unsafe {
+            asm!("barrier.cluster.arrive.release.aligned;");
+            asm!("barrier.cluster.wait.acquire.aligned;");
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The benchmark workload of the work-stealing kernels: a per-block prologue (paid once per
+//! block: the reason persistent kernels exist) and per-tile arithmetic whose amount depends on
+//! the tile (imbalance). Each tile's run is counted, so tests can check that every tile ran
+//! exactly once.
+
+use super::TileId;
+use crate::arch;
+
+/// Every tile costs the same.
+pub const UNIFORM: u32 = 0;
+/// Tile `t` of `n` costs `1 + 3t/n` units: a linear skew from 1 to 4.
+pub const LINEAR_SKEW: u32 = 1;
+/// One tile in 64 costs 16 units, the others 1.
+pub const ONE_HEAVY_IN_64: u32 = 2;
+
+/// Parameters of a benchmark launch (the same for every kernel variant).
+#[derive(Clone, Copy, Debug)]
+pub struct Workload {
+    /// Number of tiles.
+    pub tiles: u32,
+    /// [`UNIFORM`], [`LINEAR_SKEW`] or [`ONE_HEAVY_IN_64`].
+    pub imbalance: u32,
+    /// Arithmetic iterations per cost unit and thread.
+    pub work_iterations: u32,
+    /// Arithmetic iterations of the per-block prologue.
+    pub prologue_iterations: u32,
+    /// `tiles × blockDim` floats, one per (tile, thread).
+    pub data: u64,
+    /// `tiles` counters: runs of each tile.
+    pub tile_counts: u64,
+    /// `2 × gridDim` counters: (tiles run, steals) of each block.
+    pub block_stats: u64,
+}
+
+/// Cost units of `tile`.
+pub fn weight(tile: u32, tiles: u32, imbalance: u32) -> u32 {
+    match imbalance {
+        LINEAR_SKEW => 1 + (3 * tile as u64 / tiles.max(1) as u64) as u32,
+        ONE_HEAVY_IN_64 if tile.is_multiple_of(64) => 16,
+        _ => 1,
+    }
+}
+
+/// The per-block prologue: `iterations` dependent operations; returns a value the tiles use.
+#[inline(never)]
+pub fn prologue(iterations: u32) -> f32 {
+    let mut x = 1.0f32 + arch::block_idx_x() as f32 * 1e-6;
+    for _ in 0..iterations {
+        x = x * 0.999_9 + 1e-4;
+    }
+    arch::sync_threads();
+    x
+}
+
+/// Run `tile`: every thread updates its float `weight × work_iterations` times; thread 0
+/// counts the run.
+///
+/// # Safety
+/// The workload's buffers are valid for `tiles` tiles of `blockDim` threads.
+#[inline(never)]
+pub unsafe fn run_tile(w: &Workload, tile: TileId, seed: f32) {
+    let index = tile.0 as usize * arch::block_dim_x() as usize + arch::thread_idx_x() as usize;
+    let slot = (w.data as *mut f32).wrapping_add(index);
+    // SAFETY: tile < tiles and the buffer holds tiles × blockDim floats (caller's contract).
+    let mut x = unsafe { slot.read() };
+    let iterations = weight(tile.0, w.tiles, w.imbalance) * w.work_iterations;
+    for _ in 0..iterations {
+        x = x * 0.999_9 + seed * 1e-4;
+    }
+    // SAFETY: as above.
+    unsafe { slot.write(x) };
+    if arch::thread_idx_x() == 0 {
+        // SAFETY: tile < tiles counters.
+        unsafe { arch::atomic_add_gpu_u32((w.tile_counts as *mut u32).add(tile.0 as usize), 1) };
+    }
+}
+
+/// Record this block's statistics.
+///
+/// # Safety
+/// `block_stats` holds `2 × gridDim` counters.
+pub unsafe fn record(w: &Workload, stats: super::BlockStats) {
+    if arch::thread_idx_x() == 0 {
+        let at = (w.block_stats as *mut u32).wrapping_add(2 * arch::block_idx_x() as usize);
+        // SAFETY: inside the stats array (caller's contract).
+        unsafe {
+            at.write(stats.tiles);
+            at.add(1).write(stats.steals);
+        }
+    }
+}
+
+/// Fixed grid: one block per tile, each paying the prologue.
+///
+/// # Safety
+/// Launched with `tiles` blocks; buffers as in [`Workload`].
+pub unsafe fn fixed_grid(w: &Workload) {
+    let seed = prologue(w.prologue_iterations);
+    let tile = TileId(arch::block_idx_x());
+    if tile.0 < w.tiles {
+        // SAFETY: forwarded contract.
+        unsafe { run_tile(w, tile, seed) };
+    }
+    // SAFETY: forwarded contract.
+    unsafe {
+        record(
+            w,
+            super::BlockStats {
+                tiles: 1,
+                steals: 0,
+            },
+        )
+    };
+}
+
+/// Stealing with the software source: one block per tile is launched; a block whose tile was
+/// stolen exits before its prologue, a block that steals pays its prologue once for all the
+/// tiles it runs.
+///
+/// # Safety
+/// Launched with `tiles` blocks; `state` as in [`super::source::SoftwareSource::new`];
+/// buffers as in [`Workload`].
+pub unsafe fn stealing_software<P: super::policy::Policy>(w: &Workload, state: u64) {
+    // SAFETY: forwarded contract.
+    let mut source = unsafe { super::source::SoftwareSource::new(state as *mut u32, w.tiles) };
+    let mut seed = None;
+    let stats = super::driver::for_each_tile::<P, _>(&mut source, |tile| {
+        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
+        // SAFETY: tiles handed out are < tiles.
+        unsafe { run_tile(w, tile, seed) }
+    });
+    // SAFETY: forwarded contract.
+    unsafe { record(w, stats) };
+}
+
+/// Stealing with hardware CLC: one block per tile is launched; running blocks cancel the
+/// blocks not yet launched and run their tiles.
+///
+/// # Safety
+/// Launched with `tiles` blocks (no clusters) on sm_100a; buffers as in [`Workload`].
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_100a"))]
+pub unsafe fn stealing_hardware<P: super::policy::Policy>(w: &Workload) {
+    let mut source = super::source::HardwareSource::new(false);
+    let mut seed = None;
+    let stats = super::driver::for_each_tile::<P, _>(&mut source, |tile| {
+        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
+        // SAFETY: stolen ids are block indices of this grid, < tiles.
+        unsafe { run_tile(w, tile, seed) }
+    });
+    // SAFETY: forwarded contract.
+    unsafe { record(w, stats) };
+}
