@@ -146,7 +146,7 @@ fn time_budget_zero_never_steals_and_a_long_one_steals_everything() {
     each_shape(|grid, tiles, imbalance| {
         let none = run_policy::<TimeBudget<0>>(grid, tiles, imbalance);
         assert!(none.iter().all(|b| b.1 == 0));
-        let all = run_policy::<TimeBudget<{ 3_600_000_000_000 }>>(grid, tiles, imbalance);
+        let all = run_policy::<TimeBudget<3_600_000_000_000>>(grid, tiles, imbalance);
         assert_eq!(all.iter().map(|b| b.0).sum::<u32>(), tiles);
     });
 }
