@@ -205,6 +205,68 @@ mod ptx {
     );
     export_kernel!("symm_all_gather", all_gather);
 
+    /// One exported work-stealing benchmark kernel; parameters: `(u32 tiles, u32 imbalance,
+    /// u32 work_iterations, u32 prologue_iterations, u64 data, u64 tile_counts,
+    /// u64 block_stats, u64 source_state)`.
+    macro_rules! export_benchmark {
+        ($name:expr, $body:expr) => {
+            const _: () = {
+                /// # Safety
+                /// Launched by the host with buffers sized for `tiles` tiles.
+                #[unsafe(export_name = $name)]
+                #[allow(clippy::too_many_arguments)]
+                unsafe extern "ptx-kernel" fn kernel(
+                    tiles: u32,
+                    imbalance: u32,
+                    work_iterations: u32,
+                    prologue_iterations: u32,
+                    data: u64,
+                    tile_counts: u64,
+                    block_stats: u64,
+                    source_state: u64,
+                ) {
+                    let workload = crate::scheduler::workload::Workload {
+                        tiles,
+                        imbalance,
+                        work_iterations,
+                        prologue_iterations,
+                        data,
+                        tile_counts,
+                        block_stats,
+                    };
+                    // SAFETY: the host sized the buffers for this launch.
+                    unsafe { $body(&workload, source_state) }
+                }
+            };
+        };
+    }
+
+    export_benchmark!(
+        "symm_clc_fixed_grid",
+        crate::scheduler::workload::fixed_grid_kernel
+    );
+    macro_rules! export_software {
+        ($n:expr, $p:ty) => {
+            export_benchmark!(
+                concat!("symm_clc_software_", $n),
+                crate::scheduler::workload::stealing_software::<$p>
+            );
+        };
+    }
+    crate::for_each_benchmark_policy!(export_software);
+
+    #[cfg(target_feature = "sm_100a")]
+    mod hardware {
+        macro_rules! export_hardware {
+            ($n:expr, $p:ty) => {
+                export_benchmark!(concat!("symm_clc_hardware_", $n), |w, _state| {
+                    crate::scheduler::workload::stealing_hardware::<$p>(w)
+                });
+            };
+        }
+        crate::for_each_benchmark_policy!(export_hardware);
+    }
+
     /// Device function for Triton: see [`symm_all_reduce_device`].
     ///
     /// # Safety

@@ -22,10 +22,7 @@ fn broadcast_attempt(election: &Election, answer: Attempt) -> Attempt {
 /// left. Every thread of the block calls it; `work` runs every tile on every thread. Each
 /// stolen tile runs exactly once (the typestate guarantees it is never dropped), and the
 /// policy is consulted only before a request or after a stolen tile ran.
-pub fn for_each_tile<P: Policy, S: Source>(
-    source: &mut S,
-    mut work: impl FnMut(TileId),
-) -> BlockStats {
+pub fn for_each_tile<P: Policy, S: Source>(source: S, mut work: impl FnMut(TileId)) -> BlockStats {
     let election = Election::thread_zero();
     let mut policy = P::init(arch::block_idx_x(), arch::grid_dim_x());
     let mut stats = BlockStats::default();

@@ -75,8 +75,8 @@ impl Election {
 /// A block's steal handle in state `St`. Block-uniform: every thread of the block holds one
 /// and makes the same transitions.
 #[must_use = "a steal handle in flight must be waited for and queried"]
-pub struct Steal<'s, S: Source, St: State> {
-    source: &'s mut S,
+pub struct Steal<S: Source, St: State> {
+    source: S,
     /// The slot of the oldest request in flight (or the next to use, in `Ready`).
     slot: u32,
     _state: PhantomData<St>,
@@ -84,7 +84,7 @@ pub struct Steal<'s, S: Source, St: State> {
 
 /// Dropping a handle in [`Ready`] ends stealing for the block (the source is finished);
 /// dropping one with a request in flight does not compile.
-impl<S: Source, St: State> Drop for Steal<'_, S, St> {
+impl<S: Source, St: State> Drop for Steal<S, St> {
     fn drop(&mut self) {
         const {
             assert!(
@@ -96,21 +96,22 @@ impl<S: Source, St: State> Drop for Steal<'_, S, St> {
     }
 }
 
-impl<'s, S: Source, St: State> Steal<'s, S, St> {
+impl<S: Source, St: State> Steal<S, St> {
     /// Consume the handle without dropping it and hand out its source. Transitions call the
     /// source only after this, and build the next handle with a struct literal, so no handle
     /// or stolen tile is ever alive across a call that could unwind (on the host) and need
     /// dropping.
-    fn take(self) -> (&'s mut S, u32) {
+    fn take(self) -> (S, u32) {
         let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the reference is moved out once.
+        // SAFETY: `this` is never used or dropped again; the source is moved out once.
         (unsafe { core::ptr::read(&this.source) }, this.slot)
     }
 }
 
-impl<'s, S: Source> Steal<'s, S, Ready> {
-    /// The block's handle on `source`, before its first request.
-    pub fn new(source: &'s mut S) -> Self {
+impl<S: Source> Steal<S, Ready> {
+    /// The block's handle on `source` (which it owns from now on), before its first
+    /// request.
+    pub fn new(source: S) -> Self {
         Steal {
             source,
             slot: 0,
@@ -125,8 +126,8 @@ impl<'s, S: Source> Steal<'s, S, Ready> {
     }
 
     /// Submit a request (every thread calls it; the elected thread issues it).
-    pub fn submit(self, election: &Election) -> Steal<'s, S, Submitted> {
-        let (source, slot) = self.take();
+    pub fn submit(self, election: &Election) -> Steal<S, Submitted> {
+        let (mut source, slot) = self.take();
         source.before_request();
         // SAFETY: in `Ready` the slot is free and no failure was observed (a failure consumes
         // the handle); every thread makes this call.
@@ -139,10 +140,10 @@ impl<'s, S: Source> Steal<'s, S, Ready> {
     }
 }
 
-impl<'s, S: Source> Steal<'s, S, Submitted> {
+impl<S: Source> Steal<S, Submitted> {
     /// Submit a second request before observing the first (pipelining).
-    pub fn submit_another(self, election: &Election) -> Steal<'s, S, Submitted2> {
-        let (source, slot) = self.take();
+    pub fn submit_another(self, election: &Election) -> Steal<S, Submitted2> {
+        let (mut source, slot) = self.take();
         source.before_request();
         // SAFETY: the other slot is free (one request is in flight); no failure observed.
         unsafe { source.issue((slot + 1) % SLOTS, election.leader) };
@@ -154,8 +155,8 @@ impl<'s, S: Source> Steal<'s, S, Submitted> {
     }
 
     /// Wait for the response (block-wide).
-    pub fn wait(self) -> Steal<'s, S, Arrived> {
-        let (source, slot) = self.take();
+    pub fn wait(self) -> Steal<S, Arrived> {
+        let (mut source, slot) = self.take();
         // SAFETY: a request was issued into `slot` and not yet waited for.
         unsafe { source.wait(slot) };
         Steal {
@@ -180,11 +181,11 @@ impl<'s, S: Source> Steal<'s, S, Submitted> {
     }
 }
 
-impl<'s, S: Source> Steal<'s, S, Arrived> {
+impl<S: Source> Steal<S, Arrived> {
     /// Read the response: a stolen tile (and the handle back, ready for the next request), or
     /// the end of the work.
-    pub fn query(self) -> Outcome<'s, S, Ready> {
-        let (source, slot) = self.take();
+    pub fn query(self) -> Outcome<S, Ready> {
+        let (mut source, slot) = self.take();
         let next_slot = (slot + 1) % SLOTS;
         // SAFETY: the slot was waited for and not decoded yet.
         match unsafe { source.decode(slot) } {
@@ -207,10 +208,10 @@ impl<'s, S: Source> Steal<'s, S, Arrived> {
     }
 }
 
-impl<'s, S: Source> Steal<'s, S, Submitted2> {
+impl<S: Source> Steal<S, Submitted2> {
     /// Wait for the older response.
-    pub fn wait(self) -> Steal<'s, S, Arrived2> {
-        let (source, slot) = self.take();
+    pub fn wait(self) -> Steal<S, Arrived2> {
+        let (mut source, slot) = self.take();
         // SAFETY: a request was issued into `slot` and not yet waited for.
         unsafe { source.wait(slot) };
         Steal {
@@ -221,12 +222,12 @@ impl<'s, S: Source> Steal<'s, S, Submitted2> {
     }
 }
 
-impl<'s, S: Source> Steal<'s, S, Arrived2> {
+impl<S: Source> Steal<S, Arrived2> {
     /// Read the older response. On success the younger request is still in flight; on
     /// failure the younger one is waited for and discarded (requests are served in order, so
     /// a request submitted after one that failed fails too) and the handle ends.
-    pub fn query(self) -> Outcome<'s, S, Submitted> {
-        let (source, slot) = self.take();
+    pub fn query(self) -> Outcome<S, Submitted> {
+        let (mut source, slot) = self.take();
         let younger = (slot + 1) % SLOTS;
         // SAFETY: the older slot was waited for and not decoded yet.
         match unsafe { source.decode(slot) } {
@@ -256,9 +257,9 @@ impl<'s, S: Source> Steal<'s, S, Arrived2> {
 }
 
 /// The response of a request.
-pub enum Outcome<'s, S: Source, Next: State> {
+pub enum Outcome<S: Source, Next: State> {
     /// A tile was stolen: run it; the handle continues in state `Next`.
-    Stolen(Stolen<S>, Steal<'s, S, Next>),
+    Stolen(Stolen<S>, Steal<S, Next>),
     /// No work is left. No further request is possible.
     Exhausted(Exhausted),
 }

@@ -42,7 +42,7 @@ pub fn weight(tile: u32, tiles: u32, imbalance: u32) -> u32 {
 }
 
 /// The per-block prologue: `iterations` dependent operations; returns a value the tiles use.
-#[inline(never)]
+#[inline(always)]
 pub fn prologue(iterations: u32) -> f32 {
     let mut x = 1.0f32 + arch::block_idx_x() as f32 * 1e-6;
     for _ in 0..iterations {
@@ -57,7 +57,7 @@ pub fn prologue(iterations: u32) -> f32 {
 ///
 /// # Safety
 /// The workload's buffers are valid for `tiles` tiles of `blockDim` threads.
-#[inline(never)]
+#[inline(always)]
 pub unsafe fn run_tile(w: &Workload, tile: TileId, seed: f32) {
     let index = tile.0 as usize * arch::block_dim_x() as usize + arch::thread_idx_x() as usize;
     let slot = (w.data as *mut f32).wrapping_add(index);
@@ -122,9 +122,9 @@ pub unsafe fn fixed_grid(w: &Workload) {
 /// buffers as in [`Workload`].
 pub unsafe fn stealing_software<P: super::policy::Policy>(w: &Workload, state: u64) {
     // SAFETY: forwarded contract.
-    let mut source = unsafe { super::source::SoftwareSource::new(state as *mut u32, w.tiles) };
+    let source = unsafe { super::source::SoftwareSource::new(state as *mut u32, w.tiles) };
     let mut seed = None;
-    let stats = super::driver::for_each_tile::<P, _>(&mut source, |tile| {
+    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
         let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
         // SAFETY: tiles handed out are < tiles.
         unsafe { run_tile(w, tile, seed) }
@@ -140,13 +140,89 @@ pub unsafe fn stealing_software<P: super::policy::Policy>(w: &Workload, state: u
 /// Launched with `tiles` blocks (no clusters) on sm_100a; buffers as in [`Workload`].
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_100a"))]
 pub unsafe fn stealing_hardware<P: super::policy::Policy>(w: &Workload) {
-    let mut source = super::source::HardwareSource::new(false);
+    let source = super::source::HardwareSource::new(false);
     let mut seed = None;
-    let stats = super::driver::for_each_tile::<P, _>(&mut source, |tile| {
+    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
         let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
         // SAFETY: stolen ids are block indices of this grid, < tiles.
         unsafe { run_tile(w, tile, seed) }
     });
     // SAFETY: forwarded contract.
     unsafe { record(w, stats) };
+}
+
+/// The policies the benchmark kernels are exported with, by name (PTX names are
+/// `symm_clc_software_<name>` and, in the sm_100a PTX, `symm_clc_hardware_<name>`).
+pub const POLICIES: [&str; 7] = [
+    "greedy",
+    "max_steals_4",
+    "every_2nd",
+    "first_half",
+    "time_budget_100us",
+    "first_half_and_max_steals_4",
+    "max_steals_2_or_first_half",
+];
+
+/// A benchmark kernel body as the host backend calls it: `(workload, software-source state)`.
+pub type BenchKernel = unsafe fn(&Workload, u64);
+
+/// Apply `$m!(name, PolicyType)` to every exported policy (keeps the list in one place).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! for_each_benchmark_policy {
+    ($m:ident) => {
+        $m!("greedy", $crate::scheduler::policy::Greedy);
+        $m!("max_steals_4", $crate::scheduler::policy::MaxSteals<4>);
+        $m!("every_2nd", $crate::scheduler::policy::EveryNth<2>);
+        $m!("first_half", $crate::scheduler::policy::FirstFraction<1, 2>);
+        $m!("time_budget_100us", $crate::scheduler::policy::TimeBudget<100_000>);
+        $m!(
+            "first_half_and_max_steals_4",
+            $crate::scheduler::policy::And<
+                $crate::scheduler::policy::FirstFraction<1, 2>,
+                $crate::scheduler::policy::MaxSteals<4>,
+            >
+        );
+        $m!(
+            "max_steals_2_or_first_half",
+            $crate::scheduler::policy::Or<
+                $crate::scheduler::policy::MaxSteals<2>,
+                $crate::scheduler::policy::FirstFraction<1, 2>,
+            >
+        );
+    };
+}
+
+/// The software-source stealing kernel for policy `name`.
+pub fn software_kernel(name: &str) -> Option<BenchKernel> {
+    let mut found: Option<BenchKernel> = None;
+    macro_rules! pick {
+        ($n:expr, $p:ty) => {
+            if $n == name {
+                found = Some(stealing_software::<$p>);
+            }
+        };
+    }
+    crate::for_each_benchmark_policy!(pick);
+    found
+}
+
+/// The fixed-grid kernel, with the benchmark kernels' signature.
+///
+/// # Safety
+/// As for [`fixed_grid`].
+pub unsafe fn fixed_grid_kernel(w: &Workload, _state: u64) {
+    // SAFETY: forwarded contract.
+    unsafe { fixed_grid(w) }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_listed_policy_has_a_kernel() {
+        for name in super::POLICIES {
+            assert!(super::software_kernel(name).is_some(), "{name}");
+        }
+        assert!(super::software_kernel("random").is_none());
+    }
 }
