@@ -56,6 +56,83 @@ mod tests {
         }
     }
 
+    /// The body of entry `name` in `ptx`.
+    fn entry<'a>(ptx: &'a str, name: &str) -> &'a str {
+        let start = ptx
+            .find(&format!(".entry {name}("))
+            .unwrap_or_else(|| panic!("{name} missing"));
+        let body = &ptx[start..];
+        let end = body.find("// -- End function").expect("entry ends");
+        &body[..end]
+    }
+
+    /// FileCheck-style: each pattern must appear after the previous one; `!pattern` must not
+    /// appear between its neighbours.
+    fn check_sequence(text: &str, patterns: &[&str]) {
+        let mut at = 0;
+        let mut forbidden: Vec<&str> = Vec::new();
+        for pattern in patterns {
+            if let Some(p) = pattern.strip_prefix('!') {
+                forbidden.push(p);
+                continue;
+            }
+            let found = text[at..]
+                .find(pattern)
+                .unwrap_or_else(|| panic!("CHECK: {pattern:?} not found after offset {at}"));
+            for f in forbidden.drain(..) {
+                assert!(
+                    !text[at..at + found].contains(f),
+                    "CHECK-NOT: {f:?} before {pattern:?}"
+                );
+            }
+            at += found + pattern.len();
+        }
+    }
+
+    #[test]
+    fn hardware_clc_loop_has_the_required_instruction_sequence() {
+        let body = entry(SM100A, "symm_clc_hardware_greedy");
+        check_sequence(
+            body,
+            &[
+                "mbarrier.init.shared::cta.b64",
+                "fence.mbarrier_init.release.cluster;",
+                "bar.sync",
+                // Each request: acquire fence, arm, submit, wait, decode, release fence.
+                "fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;",
+                "mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64",
+                "!multicast",
+                "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128",
+                "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64",
+                "!get_first_ctaid",
+                "clusterlaunchcontrol.query_cancel.is_canceled.pred.b128",
+                "@%clc_ok clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128",
+                "fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;",
+            ],
+        );
+    }
+
+    #[test]
+    fn clc_instructions_only_in_the_sm100a_ptx() {
+        for needle in [
+            "clusterlaunchcontrol.try_cancel",
+            "clusterlaunchcontrol.query_cancel",
+            "fence.proxy.async",
+            "mbarrier.try_wait",
+        ] {
+            assert!(SM100A.contains(needle), "sm_100a lacks {needle}");
+        }
+        for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90)] {
+            assert!(!ptx.contains("clusterlaunchcontrol"), "{name} has CLC instructions");
+            assert!(!ptx.contains("symm_clc_hardware_"), "{name} has hardware kernels");
+            assert!(ptx.contains(".entry symm_clc_software_greedy("), "{name}");
+        }
+        for policy in symm_device::scheduler::workload::POLICIES {
+            assert!(SM100A.contains(&format!(".entry symm_clc_hardware_{policy}(")));
+            assert!(SM90.contains(&format!(".entry symm_clc_software_{policy}(")));
+        }
+    }
+
     #[test]
     fn capability_picks_a_ptx() {
         assert_eq!(for_capability(9, 0).unwrap().0, "sm_90");
