@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod clc;
 pub mod collective;
 pub mod comm;
 pub mod config;

@@ -123,8 +123,14 @@ mod tests {
             assert!(SM100A.contains(needle), "sm_100a lacks {needle}");
         }
         for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90)] {
-            assert!(!ptx.contains("clusterlaunchcontrol"), "{name} has CLC instructions");
-            assert!(!ptx.contains("symm_clc_hardware_"), "{name} has hardware kernels");
+            assert!(
+                !ptx.contains("clusterlaunchcontrol"),
+                "{name} has CLC instructions"
+            );
+            assert!(
+                !ptx.contains("symm_clc_hardware_"),
+                "{name} has hardware kernels"
+            );
             assert!(ptx.contains(".entry symm_clc_software_greedy("), "{name}");
         }
         for policy in symm_device::scheduler::workload::POLICIES {

@@ -3,6 +3,7 @@
 //! ```text
 //! symm-perf all_reduce|all_gather|reduce_scatter -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
 //!           -n iters -w warmup -c 1
+//! symm-perf clc -t tiles -i uniform|skew|heavy|all -p policy|all -n iters
 //! ```
 //!
 //! All ranks live in this process on device 0 (one thread drives them, collectives grouped).
@@ -11,6 +12,7 @@
 //! timings of CUDA-graph replays, and a floor column compares it with the device-to-device copy
 //! bandwidth measured at start; on the host backend, the median wall time of grouped calls.
 
+mod clc;
 mod device;
 mod options;
 
@@ -439,6 +441,19 @@ fn run(options: Options) -> Result<bool, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("clc") {
+        return match clc::main(&args[1..]) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => {
+                eprintln!("symm-perf clc: a tile did not run exactly once");
+                ExitCode::FAILURE
+            }
+            Err(message) => {
+                eprintln!("symm-perf clc: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let options = match Options::parse(&args) {
         Ok(o) => o,
         Err(message) => {

@@ -5,6 +5,7 @@
 //! `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an error.
 
 use super::Flag;
+use crate::clc::{Config as ClcConfig, Report as ClcReport, Variant, report as clc_report};
 use crate::error::{Error, Result};
 use crate::ffi::types::symmResult_t;
 use crate::plan::{KernelId, Launch};
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
+use symm_device::scheduler::source::SoftwareSource;
 
 /// Run a driver call, mapping failures and panics to errors that name `what`.
 fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverError>) -> Result<T> {
@@ -36,6 +38,7 @@ fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverErr
 /// A device with its primary context and loaded module.
 struct CudaDevice {
     context: sys::CUcontext,
+    capability: (i32, i32),
     module: sys::CUmodule,
     functions: Mutex<HashMap<KernelId, sys::CUfunction>>,
     multiprocessors: u32,
@@ -61,20 +64,18 @@ impl CudaDevice {
         if let Some(f) = functions.get(&kernel) {
             return Ok(*f);
         }
-        let name = CString::new(kernel.ptx_name()).expect("kernel names have no NUL");
+        let f = self.function_by_name(&kernel.ptx_name())?;
+        functions.insert(kernel, f);
+        Ok(f)
+    }
+
+    fn function_by_name(&self, name: &str) -> Result<sys::CUfunction> {
+        let name = CString::new(name).expect("kernel names have no NUL");
         // SAFETY: the module was loaded by `open_device` and lives for the process.
         let f = driver("cuModuleGetFunction", || unsafe {
             result::module::get_function(self.module, name)
         })
-        .map_err(|e| {
-            Error::internal(format!(
-                "{} ({} missing from the {} PTX)",
-                e.message,
-                kernel.ptx_name(),
-                self.ptx_target
-            ))
-        })?;
-        functions.insert(kernel, f);
+        .map_err(|e| Error::internal(format!("{} (in the {} PTX)", e.message, self.ptx_target)))?;
         Ok(f)
     }
 }
@@ -360,6 +361,98 @@ impl CudaBackend {
         .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
     }
 
+    /// Run a work-stealing benchmark variant on `config.device`, timed with CUDA events.
+    pub fn run_clc_benchmark(&self, variant: Variant, config: &ClcConfig) -> Result<ClcReport> {
+        let device = self.device(config.device)?;
+        if let Variant::Hardware(_) = variant {
+            if device.capability != (10, 0) {
+                let (major, minor) = device.capability;
+                return Err(Error::unsupported(format!(
+                    "device {} has compute capability {major}.{minor}: hardware Cluster Launch \
+                     Control kernels are built for sm_100a (compute capability 10.0) only",
+                    config.device
+                )));
+            }
+        }
+        device.make_current()?;
+        let function = device.function_by_name(&variant.ptx_name())?;
+        let tiles = config.tiles as usize;
+        let ordinal = config.device;
+        let data_bytes = tiles * config.threads as usize * 4;
+        let data = self.alloc_zeroed(ordinal, data_bytes)?;
+        let counts = self.alloc_zeroed(ordinal, tiles * 4)?;
+        let stats = self.alloc_zeroed(ordinal, tiles * 8)?;
+        let state = self.alloc_zeroed(ordinal, SoftwareSource::state_words(config.tiles) * 4)?;
+        let ones: Vec<u8> = (0..tiles * config.threads as usize)
+            .flat_map(|_| 1.0f32.to_ne_bytes())
+            .collect();
+        let result = (|| {
+            self.upload(ordinal, data, &ones)?;
+            let mut params_storage = (
+                config.tiles,
+                config.imbalance,
+                config.work_iterations,
+                config.prologue_iterations,
+                data,
+                counts,
+                stats,
+                state,
+            );
+            let p = &mut params_storage;
+            let mut params: [*mut c_void; 8] = [
+                (&mut p.0 as *mut u32).cast(),
+                (&mut p.1 as *mut u32).cast(),
+                (&mut p.2 as *mut u32).cast(),
+                (&mut p.3 as *mut u32).cast(),
+                (&mut p.4 as *mut u64).cast(),
+                (&mut p.5 as *mut u64).cast(),
+                (&mut p.6 as *mut u64).cast(),
+                (&mut p.7 as *mut u64).cast(),
+            ];
+            let mut times = Vec::new();
+            // SAFETY: parameters match the benchmark kernels' signature; the buffers are sized
+            // for `tiles` tiles; events are created and destroyed here.
+            driver("benchmark launch", || unsafe {
+                let (mut start, mut stop) = (std::ptr::null_mut(), std::ptr::null_mut());
+                sys::cuEventCreate(&mut start, 0).result()?;
+                sys::cuEventCreate(&mut stop, 0).result()?;
+                for launch in 0..=config.iterations {
+                    sys::cuEventRecord(start, std::ptr::null_mut()).result()?;
+                    result::launch_kernel(
+                        function,
+                        (config.tiles, 1, 1),
+                        (config.threads, 1, 1),
+                        0,
+                        std::ptr::null_mut(),
+                        &mut params,
+                    )?;
+                    sys::cuEventRecord(stop, std::ptr::null_mut()).result()?;
+                    sys::cuEventSynchronize(stop).result()?;
+                    let mut ms = 0f32;
+                    sys::cuEventElapsedTime(&mut ms, start, stop).result()?;
+                    if launch > 0 {
+                        times.push(ms as f64 * 1e3);
+                    }
+                }
+                sys::cuEventDestroy_v2(start).result()?;
+                sys::cuEventDestroy_v2(stop).result()
+            })?;
+            let mut host_counts = vec![0u32; tiles];
+            let mut host_stats = vec![0u32; 2 * tiles];
+            // SAFETY: the buffers hold these many u32s.
+            driver("reading benchmark counters", || unsafe {
+                result::memcpy_dtoh_sync(&mut host_counts, counts)?;
+                result::memcpy_dtoh_sync(&mut host_stats, stats)
+            })?;
+            let launches = config.iterations as u32 + 1;
+            Ok(clc_report(&mut times, &host_counts, launches, &host_stats))
+        })();
+        for address in [data, counts, stats, state] {
+            let _ = self.free(ordinal, address);
+        }
+        result
+    }
+
     /// Wait for the communicator's stream.
     pub fn synchronize(&self, comm: &CommStream) -> Result<()> {
         comm.device.make_current()?;
@@ -402,6 +495,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Ok(CudaDevice {
         context,
+        capability: (major, minor),
         module,
         functions: Mutex::new(HashMap::new()),
         multiprocessors: multiprocessors.max(1) as u32,
