@@ -65,10 +65,10 @@ pub struct Report {
 
 /// Run `variant` `config.iterations` times (after one warm-up).
 pub fn run(backend: &Backend, variant: Variant, config: &Config) -> Result<Report> {
-    if let Variant::Software(p) | Variant::Hardware(p) = variant {
-        if !workload::POLICIES.contains(&p) {
-            return Err(Error::invalid_argument(format!("unknown policy {p:?}")));
-        }
+    if let Variant::Software(p) | Variant::Hardware(p) = variant
+        && !workload::POLICIES.contains(&p)
+    {
+        return Err(Error::invalid_argument(format!("unknown policy {p:?}")));
     }
     if config.tiles == 0 || config.threads == 0 || config.threads > 1024 {
         return Err(Error::invalid_argument(

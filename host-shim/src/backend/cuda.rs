@@ -364,15 +364,15 @@ impl CudaBackend {
     /// Run a work-stealing benchmark variant on `config.device`, timed with CUDA events.
     pub fn run_clc_benchmark(&self, variant: Variant, config: &ClcConfig) -> Result<ClcReport> {
         let device = self.device(config.device)?;
-        if let Variant::Hardware(_) = variant {
-            if device.capability != (10, 0) {
-                let (major, minor) = device.capability;
-                return Err(Error::unsupported(format!(
-                    "device {} has compute capability {major}.{minor}: hardware Cluster Launch \
-                     Control kernels are built for sm_100a (compute capability 10.0) only",
-                    config.device
-                )));
-            }
+        if let Variant::Hardware(_) = variant
+            && device.capability != (10, 0)
+        {
+            let (major, minor) = device.capability;
+            return Err(Error::unsupported(format!(
+                "device {} has compute capability {major}.{minor}: hardware Cluster Launch \
+                 Control kernels are built for sm_100a (compute capability 10.0) only",
+                config.device
+            )));
         }
         device.make_current()?;
         let function = device.function_by_name(&variant.ptx_name())?;
