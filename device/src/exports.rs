@@ -126,7 +126,7 @@ mod ptx {
     use crate::numeric::element::{F8E4M3, F8E5M2};
     use crate::numeric::ops::Prod;
     use crate::symmetric::all_gather::all_gather;
-    use crate::symmetric::all_reduce::two_shot_all_reduce;
+    use crate::symmetric::all_reduce::{one_shot_ll_all_reduce, two_shot_all_reduce};
     use crate::symmetric::reduce_scatter::reduce_scatter;
 
     /// One exported kernel: `$body` is a kernel function taking (ctx, grid, args).
@@ -167,6 +167,10 @@ mod ptx {
             export_kernel!(
                 concat!("symm_one_shot_all_reduce_", $tn, "_", $on),
                 one_shot_all_reduce::<$t, $op>
+            );
+            export_kernel!(
+                concat!("symm_one_shot_ll_all_reduce_", $tn, "_", $on),
+                one_shot_ll_all_reduce::<$t, $op>
             );
             export_kernel!(
                 concat!("symm_two_shot_all_reduce_", $tn, "_", $on),

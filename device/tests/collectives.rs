@@ -10,6 +10,7 @@ use symm_device::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::{Algorithm, kernel};
 use symm_device::symmetric::{CollectiveArgs, KernelStatus};
+use symm_device::sync::signal_pad::LL_MAX_BYTES;
 use symm_device::{DataType, RedOp};
 
 const TIMEOUT_NS: u64 = 20_000_000_000;
@@ -193,9 +194,19 @@ fn run_case<T: Sample>(
         flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
     let statuses = ranks.launch(kernel(algorithm, T::DTYPE, op), args, BLOCKS, THREADS, None);
+    if algorithm == Algorithm::OneShotLlAllReduce && count * size > LL_MAX_BYTES {
+        // Beyond the LL buffers: refused, nothing touched.
+        assert!(
+            statuses.iter().all(|s| *s == KernelStatus::InvalidLaunch),
+            "{statuses:?}"
+        );
+        return;
+    }
     assert!(
         statuses.iter().all(|s| *s == KernelStatus::Completed),
-        "{statuses:?}"
+        "{statuses:?} {} {:?} {op:?} world {world} count {count} in_place {in_place}",
+        algorithm.name(),
+        T::DTYPE
     );
     let outputs: Vec<Vec<T>> = (0..world)
         .map(|rank| ranks.read(rank, at.recv, output))
@@ -363,8 +374,9 @@ fn for_type(dtype: DataType, case: &mut dyn FnMut(Case<'_>)) {
     }
 }
 
-const REDUCTIONS: [Algorithm; 3] = [
+const REDUCTIONS: [Algorithm; 4] = [
     Algorithm::OneShotAllReduce,
+    Algorithm::OneShotLlAllReduce,
     Algorithm::TwoShotAllReduce,
     Algorithm::ReduceScatter,
 ];
@@ -448,14 +460,15 @@ fn a_thousand_calls_across_the_epoch_wrap() {
     let world = 4;
     let count = 37;
     let mut ranks = Ranks::new(world, 4096, TIMEOUT_NS);
-    ranks.set_epochs(u32::MAX - 1500);
+    // Cross the u32 wrap of the barrier epochs and of the LL flags (flag = count mod 2^32-1).
+    ranks.set_epochs(u32::MAX - 1500, 0xFFFF_FFFF - 700);
     let mut rng = Rng(77);
     for iteration in 0..1000 {
-        let algorithm = if iteration % 2 == 0 {
-            Algorithm::OneShotAllReduce
-        } else {
-            Algorithm::TwoShotAllReduce
-        };
+        let algorithm = [
+            Algorithm::OneShotAllReduce,
+            Algorithm::OneShotLlAllReduce,
+            Algorithm::TwoShotAllReduce,
+        ][iteration % 3];
         let inputs: Vec<Vec<i32>> = (0..world)
             .map(|_| (0..count).map(|_| (rng.next_u64() % 1000) as i32).collect())
             .collect();
@@ -548,9 +561,10 @@ mod randomized {
     }
 
     fn algorithm() -> impl Strategy<Value = Algorithm> {
-        (0usize..4).prop_map(|i| {
+        (0usize..5).prop_map(|i| {
             [
                 Algorithm::OneShotAllReduce,
+                Algorithm::OneShotLlAllReduce,
                 Algorithm::TwoShotAllReduce,
                 Algorithm::ReduceScatter,
                 Algorithm::AllGather,

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Default bound of every wait on a peer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
 
-/// `SYMM_ALGO`: an all-reduce algorithm forced for every call (`oneshot`, `twoshot`; `auto`
+/// `SYMM_ALGO`: an all-reduce algorithm forced for every call (`ll`, `oneshot`, `twoshot`; `auto`
 /// or unset: the cost model picks).
 pub fn forced_algorithm() -> Result<Option<symm_device::symmetric::dispatch::Algorithm>> {
     crate::plan::parse_forced_algorithm(std::env::var("SYMM_ALGO").ok().as_deref())

@@ -10,7 +10,7 @@ use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use symm_device::symmetric::CollectiveArgs;
 use symm_device::symmetric::dispatch::{Algorithm, kernel_name};
-use symm_device::sync::signal_pad::MAX_BLOCKS;
+use symm_device::sync::signal_pad::{LL_MAX_BYTES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};
 
 /// A collective as the C ABI names it.
@@ -28,7 +28,11 @@ impl Collective {
     /// The algorithms that implement it.
     pub fn algorithms(self) -> &'static [Algorithm] {
         match self {
-            Collective::AllReduce => &[Algorithm::OneShotAllReduce, Algorithm::TwoShotAllReduce],
+            Collective::AllReduce => &[
+                Algorithm::OneShotLlAllReduce,
+                Algorithm::OneShotAllReduce,
+                Algorithm::TwoShotAllReduce,
+            ],
             Collective::AllGather => &[Algorithm::AllGather],
             Collective::ReduceScatter => &[Algorithm::ReduceScatter],
         }
@@ -99,8 +103,9 @@ pub struct Launch {
 /// Constants of the cost model for one backend.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Model {
-    /// Launch-to-completion latency of each algorithm, in µs (one-shot, two-shot, others).
-    pub latency_us: [f64; 3],
+    /// Launch-to-completion latency of each algorithm, in µs (LL one-shot, one-shot, two-shot,
+    /// others).
+    pub latency_us: [f64; 4],
     /// Bandwidth one block sustains, GB/s (all-reduce kernels, others).
     pub per_block_gbps: [f64; 2],
     /// Bandwidth ceiling, GB/s.
@@ -109,10 +114,10 @@ pub struct Model {
     pub threads: u32,
 }
 
-/// Hopper values (NCCL 2.27–2.30's symmetric picker; ours is not LL yet, hence the one-shot
-/// latency above NCCL's 4.5 µs).
+/// Hopper values (NCCL 2.27–2.30's symmetric picker: 4.5 µs for LL kernels, 7.8 µs for the
+/// others; our barrier-based one-shot sits between).
 pub const GPU_MODEL: Model = Model {
-    latency_us: [6.0, 7.8, 7.8],
+    latency_us: [4.5, 6.0, 7.8, 7.8],
     per_block_gbps: [65.0, 44.0],
     peak_gbps: 320.0,
     threads: 512,
@@ -120,7 +125,7 @@ pub const GPU_MODEL: Model = Model {
 
 /// The host backend: OS threads and a microsecond-scale barrier.
 pub const HOST_MODEL: Model = Model {
-    latency_us: [400.0, 600.0, 600.0],
+    latency_us: [300.0, 400.0, 600.0, 600.0],
     per_block_gbps: [1.0, 1.0],
     peak_gbps: 2.0,
     threads: 8,
@@ -139,6 +144,9 @@ impl Model {
     /// Bytes one rank moves.
     fn bytes(algorithm: Algorithm, payload_bytes: f64, nranks: f64) -> f64 {
         match algorithm {
+            // Writes its data into every rank and reads every rank's, as 16-byte lines per 8
+            // bytes (NCCL models LL as 9 bytes moved per byte and rank).
+            Algorithm::OneShotLlAllReduce => 9.0 * nranks * payload_bytes / 2.0,
             // Reads every rank's copy.
             Algorithm::OneShotAllReduce => nranks * payload_bytes,
             // Loads its shard from every rank, stores it to every rank.
@@ -159,9 +167,10 @@ impl Model {
         blocks: u32,
     ) -> f64 {
         let (latency, per_block) = match algorithm {
-            Algorithm::OneShotAllReduce => (self.latency_us[0], self.per_block_gbps[0]),
-            Algorithm::TwoShotAllReduce => (self.latency_us[1], self.per_block_gbps[0]),
-            _ => (self.latency_us[2], self.per_block_gbps[1]),
+            Algorithm::OneShotLlAllReduce => (self.latency_us[0], self.per_block_gbps[0]),
+            Algorithm::OneShotAllReduce => (self.latency_us[1], self.per_block_gbps[0]),
+            Algorithm::TwoShotAllReduce => (self.latency_us[2], self.per_block_gbps[0]),
+            _ => (self.latency_us[3], self.per_block_gbps[1]),
         };
         let bandwidth_bytes_per_us = (blocks as f64 * per_block).min(self.peak_gbps) * 1e3;
         latency
@@ -205,9 +214,21 @@ pub fn plan(
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
+    let fits_ll = payload <= LL_MAX_BYTES as u64;
     let candidates: Vec<Algorithm> = match (collective, limits.forced) {
+        (Collective::AllReduce, Some(Algorithm::OneShotLlAllReduce)) if !fits_ll => {
+            return Err(Error::invalid_argument(format!(
+                "SYMM_ALGO=ll: {payload} bytes exceed the low-latency buffers ({LL_MAX_BYTES} \
+                 bytes per rank)"
+            )));
+        }
         (Collective::AllReduce, Some(forced)) => vec![forced],
-        _ => collective.algorithms().to_vec(),
+        _ => collective
+            .algorithms()
+            .iter()
+            .copied()
+            .filter(|a| *a != Algorithm::OneShotLlAllReduce || fits_ll)
+            .collect(),
     };
     if !candidates
         .iter()
@@ -242,10 +263,11 @@ pub fn plan(
 pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> {
     match value.map(str::trim) {
         None | Some("") | Some("auto") => Ok(None),
+        Some("ll") | Some("oneshot_ll") => Ok(Some(Algorithm::OneShotLlAllReduce)),
         Some("oneshot") | Some("one_shot") => Ok(Some(Algorithm::OneShotAllReduce)),
         Some("twoshot") | Some("two_shot") => Ok(Some(Algorithm::TwoShotAllReduce)),
         Some(other) => Err(Error::invalid_argument(format!(
-            "SYMM_ALGO={other:?}: expected oneshot, twoshot or auto"
+            "SYMM_ALGO={other:?}: expected ll, oneshot, twoshot or auto"
         ))),
     }
 }
@@ -273,10 +295,15 @@ mod tests {
     }
 
     #[test]
-    fn small_all_reduce_is_one_shot_on_one_block_large_is_two_shot_on_many() {
+    fn small_all_reduce_is_ll_on_one_block_large_is_two_shot_on_many() {
         let small = pick(256, 8);
-        assert_eq!(small.kernel.algorithm, Algorithm::OneShotAllReduce);
-        assert_eq!(small.grid, 1);
+        assert_eq!(small.kernel.algorithm, Algorithm::OneShotLlAllReduce);
+        assert!(small.grid <= 4);
+        // Past the LL buffers, LL is never picked.
+        assert_ne!(
+            pick(8192, 2).kernel.algorithm,
+            Algorithm::OneShotLlAllReduce
+        );
         let large = pick(64 << 20, 8);
         assert_eq!(large.kernel.algorithm, Algorithm::TwoShotAllReduce);
         assert!(large.grid > 1);
@@ -332,6 +359,20 @@ mod tests {
         );
         assert_eq!(parse_forced_algorithm(None).unwrap(), None);
         assert!(parse_forced_algorithm(Some("ring")).is_err());
+        let ll = Limits {
+            max_blocks: 8,
+            forced: Some(Algorithm::OneShotLlAllReduce),
+        };
+        let too_big = plan(
+            Collective::AllReduce,
+            DataType::Float32,
+            RedOp::Sum,
+            1 << 20,
+            2,
+            BackendKind::Cuda,
+            ll,
+        );
+        assert!(too_big.unwrap_err().message.contains("low-latency"));
     }
 
     #[test]

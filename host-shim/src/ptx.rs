@@ -33,6 +33,7 @@ mod tests {
             assert!(ptx.contains(&format!(".target {name}")), "{name}");
             for algorithm in [
                 Algorithm::OneShotAllReduce,
+                Algorithm::OneShotLlAllReduce,
                 Algorithm::TwoShotAllReduce,
                 Algorithm::ReduceScatter,
                 Algorithm::AllGather,

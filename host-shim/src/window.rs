@@ -14,7 +14,7 @@ use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
-use symm_device::sync::signal_pad::SIGNAL_PAD_BYTES;
+use symm_device::sync::signal_pad::signal_pad_bytes;
 
 /// What one rank contributes to a window registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,7 +131,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
             other.base, other.size
         )));
     }
-    let signal_pad = backend.alloc_zeroed(comm.device, SIGNAL_PAD_BYTES)?;
+    let signal_pad = backend.alloc_zeroed(comm.device, signal_pad_bytes(comm.clique.nranks))?;
     let abort = match backend.alloc_flag(comm.device) {
         Ok(flag) => flag,
         Err(e) => {
@@ -265,7 +265,7 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         window_size: window.size,
         peer_bases: address + ctx_bytes as u64,
         peer_signal_pads: address + (ctx_bytes + table_bytes) as u64,
-        signal_pad_size: SIGNAL_PAD_BYTES as u64,
+        signal_pad_size: signal_pad_bytes(nranks) as u64,
         abort_flag: window.abort.device,
         timeout_ns: comm.clique.timeout.as_nanos().min(u64::MAX as u128) as u64,
         reserved: [0; 3],

@@ -220,6 +220,39 @@ pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
     unsafe { AtomicU32::from_ptr(ptr) }.store(value, Ordering::Release)
 }
 
+/// Store a 16-byte LL line as two atomic 8-byte halves (`[a, b]` and `[c, d]`), the guarantee
+/// the GPU's vector store gives.
+///
+/// # Safety
+/// `ptr` must be valid for writes and 16-byte aligned, and only accessed through these
+/// functions while other threads may access it.
+pub unsafe fn store_line(ptr: *mut [u32; 4], line: [u32; 4]) {
+    let halves = ptr as *mut u64;
+    let lo = line[0] as u64 | (line[1] as u64) << 32;
+    let hi = line[2] as u64 | (line[3] as u64) << 32;
+    // SAFETY: the caller guarantees validity and alignment; AtomicU64 has u64's layout.
+    unsafe {
+        core::sync::atomic::AtomicU64::from_ptr(halves).store(lo, Ordering::Release);
+        core::sync::atomic::AtomicU64::from_ptr(halves.add(1)).store(hi, Ordering::Release);
+    }
+}
+
+/// Load a 16-byte LL line as two atomic 8-byte halves.
+///
+/// # Safety
+/// As for [`store_line`], for reads.
+pub unsafe fn load_line(ptr: *const [u32; 4]) -> [u32; 4] {
+    let halves = ptr as *mut u64;
+    // SAFETY: the caller guarantees validity and alignment.
+    let (lo, hi) = unsafe {
+        (
+            core::sync::atomic::AtomicU64::from_ptr(halves).load(Ordering::Acquire),
+            core::sync::atomic::AtomicU64::from_ptr(halves.add(1)).load(Ordering::Acquire),
+        )
+    };
+    [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32]
+}
+
 /// Relaxed atomic add on a `u32`; returns the previous value.
 ///
 /// # Safety

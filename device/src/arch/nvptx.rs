@@ -104,6 +104,49 @@ pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
     }
 }
 
+/// Store a 16-byte LL line with one vector store (`st.volatile.v4.u32`); each 8-byte half is
+/// single-copy atomic.
+///
+/// # Safety
+/// `ptr` must be a valid, 16-byte aligned generic address of global memory.
+#[inline(always)]
+pub unsafe fn store_line(ptr: *mut [u32; 4], line: [u32; 4]) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "st.volatile.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) ptr,
+            a = in(reg32) line[0],
+            b = in(reg32) line[1],
+            c = in(reg32) line[2],
+            d = in(reg32) line[3],
+            options(nostack),
+        );
+    }
+}
+
+/// Load a 16-byte LL line with one vector load (`ld.volatile.v4.u32`).
+///
+/// # Safety
+/// As for [`store_line`].
+#[inline(always)]
+pub unsafe fn load_line(ptr: *const [u32; 4]) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "ld.volatile.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg64) ptr,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(nostack),
+        );
+    }
+    [a, b, c, d]
+}
+
 /// Sleep for about `ns` nanoseconds (`nanosleep.u32`, sm_70+).
 #[inline(always)]
 pub fn nanosleep(ns: u32) {

@@ -17,6 +17,10 @@ pub trait Element: Copy + Send + Sync + 'static {
     /// Convert the reduced value back (rounding to nearest even for floats, wrapping for
     /// integers).
     fn narrow(acc: Self::Acc) -> Self;
+    /// The element's bits, zero-extended.
+    fn to_bits(self) -> u64;
+    /// The element with these (low) bits.
+    fn from_bits(bits: u64) -> Self;
 }
 
 macro_rules! small_float {
@@ -49,6 +53,14 @@ macro_rules! small_float {
             #[inline(always)]
             fn narrow(acc: f32) -> Self {
                 Self::from_f32(acc)
+            }
+            #[inline(always)]
+            fn to_bits(self) -> u64 {
+                self.0 as u64
+            }
+            #[inline(always)]
+            fn from_bits(bits: u64) -> Self {
+                $name(bits as $bits)
             }
         }
     };
@@ -84,7 +96,7 @@ small_float!(
 );
 
 macro_rules! native {
-    ($($t:ty => $acc:ty, $dtype:ident);* $(;)?) => {$(
+    ($($t:ty => $acc:ty, $dtype:ident, $bits:ty);* $(;)?) => {$(
         impl Element for $t {
             type Acc = $acc;
             const DTYPE: DataType = DataType::$dtype;
@@ -96,19 +108,27 @@ macro_rules! native {
             fn narrow(acc: $acc) -> Self {
                 acc as $t
             }
+            #[inline(always)]
+            fn to_bits(self) -> u64 {
+                <$bits>::from_ne_bytes(self.to_ne_bytes()) as u64
+            }
+            #[inline(always)]
+            fn from_bits(bits: u64) -> Self {
+                <$t>::from_ne_bytes((bits as $bits).to_ne_bytes())
+            }
         }
     )*};
 }
 
 native! {
-    i8 => i64, Int8;
-    u8 => u64, Uint8;
-    i32 => i64, Int32;
-    u32 => u64, Uint32;
-    i64 => i128, Int64;
-    u64 => u128, Uint64;
-    f32 => f32, Float32;
-    f64 => f64, Float64;
+    i8 => i64, Int8, u8;
+    u8 => u64, Uint8, u8;
+    i32 => i64, Int32, u32;
+    u32 => u64, Uint32, u32;
+    i64 => i128, Int64, u64;
+    u64 => u128, Uint64, u64;
+    f32 => f32, Float32, u32;
+    f64 => f64, Float64, u64;
 }
 
 #[cfg(test)]
@@ -130,5 +150,14 @@ mod tests {
         assert_eq!(F8E4M3::from_f32(448.0).to_f32(), 448.0);
         assert_eq!(F8E5M2::from_f32(0.25).to_f32(), 0.25);
         assert_eq!(F16::DTYPE as u32, 6);
+    }
+
+    #[test]
+    fn bits_round_trip() {
+        assert_eq!((-2i8).to_bits(), 0xFE);
+        assert_eq!(i8::from_bits(0xFE), -2);
+        assert_eq!(<f32 as Element>::from_bits(1.5f32.to_bits() as u64), 1.5);
+        assert_eq!(Element::to_bits(-1.0f64), (-1.0f64).to_bits());
+        assert_eq!(Bf16::from_bits(0x3F80).to_f32(), 1.0);
     }
 }

@@ -237,3 +237,121 @@ pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
         })
     }
 }
+
+/// One-shot all-reduce over low-latency lines (payloads up to `LL_MAX_BYTES` per rank): each
+/// rank writes its data, 8 bytes per line with the call's flag, into every peer's line buffer,
+/// then waits for every rank's lines in its own buffer and reduces them in rank order. No
+/// barrier at all: the flags say when data is there, and lines are double-buffered by call
+/// parity (a rank cannot start call `k + 2` before every rank has read call `k`). In place is
+/// safe: peers never read the send buffer. Blocks own the same line ranges on every rank and
+/// count their calls separately.
+///
+/// # Safety
+/// As for [`one_shot_all_reduce`]; the signal pads were sized for `world_size` ranks
+/// (`signal_pad_bytes`).
+#[inline(always)]
+pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    grid: Grid,
+    args: &CollectiveArgs,
+) -> KernelStatus {
+    use crate::sync::ll::{put_line, wait_line};
+    use crate::sync::signal_pad::{LL_LINES, ll_count_slot, ll_flag, ll_line};
+    let size = core::mem::size_of::<T>() as u64;
+    let per_line = 8 / size;
+    let lines = args.count.div_ceil(per_line);
+    if lines > LL_LINES as u64 {
+        return KernelStatus::InvalidLaunch;
+    }
+    // SAFETY: the context is valid (caller's contract).
+    if unsafe { is_aborted(ctx) } {
+        return KernelStatus::Aborted;
+    }
+    let world = ctx.world_size;
+    let rank = ctx.rank;
+    // SAFETY: rank < world_size.
+    let own_pad = unsafe { ctx.peer_signal_pad(rank) };
+    let count_slot = ll_count_slot(own_pad, grid.block);
+    // SAFETY: the slot lies in this rank's pad; only this block writes it, after every thread
+    // read it (the barrier below).
+    let calls = unsafe { core::ptr::read_volatile(count_slot) };
+    let flag = ll_flag(calls);
+    let parity = (calls & 1) as u32;
+    let (lo, hi) = block_range(lines, grid.block, grid.blocks);
+    let stride = arch::block_dim_x() as u64;
+    let send = (ctx.local_base + args.send_offset) as *const T;
+    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+
+    let mut line = lo + arch::thread_idx_x() as u64;
+    while line < hi {
+        let mut data = 0u64;
+        for e in 0..per_line {
+            let index = line * per_line + e;
+            if index < args.count {
+                // SAFETY: index < count: inside the send buffer.
+                let value = unsafe { send.add(index as usize).read() };
+                data |= value.to_bits() << (e * size * 8);
+            }
+        }
+        for peer in 0..world {
+            // SAFETY: peer < world; the line lies in that peer's pad (sized for `world`).
+            unsafe {
+                let pad = ctx.peer_signal_pad(peer);
+                put_line(ll_line(pad, world, parity, rank, line), data, flag);
+            }
+        }
+        line += stride;
+    }
+
+    let abort = ctx.abort_flag as *const u32;
+    let mut failed = false;
+    let mut line = lo + arch::thread_idx_x() as u64;
+    'lines: while line < hi {
+        for e in 0..per_line {
+            let index = line * per_line + e;
+            if index >= args.count {
+                break;
+            }
+            let mut acc = None;
+            for source in 0..world {
+                let at = ll_line(own_pad, world, parity, source, line);
+                // SAFETY: the line lies in this rank's pad; the abort word is the context's.
+                match unsafe { wait_line(at, flag, abort, ctx.timeout_ns) } {
+                    Ok(data) => {
+                        let value = T::from_bits(data >> (e * size * 8)).widen();
+                        acc = Some(match acc {
+                            None => value,
+                            Some(a) => O::combine(a, value),
+                        });
+                    }
+                    Err(outcome) => {
+                        if outcome == crate::sync::wait::WaitOutcome::TimedOut {
+                            // SAFETY: the abort word is a valid u32 of this rank.
+                            unsafe { arch::store_release_sys_u32(abort as *mut u32, 1) };
+                        }
+                        failed = true;
+                        break 'lines;
+                    }
+                }
+            }
+            if let Some(acc) = acc {
+                // SAFETY: index < count: inside the receive buffer.
+                unsafe {
+                    recv.add(index as usize)
+                        .write(T::narrow(O::finish(acc, world)))
+                };
+            }
+        }
+        line += stride;
+    }
+    let failed = arch::sync_threads_or(failed);
+    if arch::thread_idx_x() == 0 {
+        // SAFETY: as above; every thread read the count before the barrier.
+        unsafe { core::ptr::write_volatile(count_slot, calls.wrapping_add(1)) };
+    }
+    if failed {
+        KernelStatus::Aborted
+    } else {
+        KernelStatus::Completed
+    }
+}

@@ -2,7 +2,7 @@
 //! backend, and the PTX name under which [`crate::exports`] exports the same function.
 
 use super::all_gather::all_gather;
-use super::all_reduce::{one_shot_all_reduce, two_shot_all_reduce};
+use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::reduce_scatter::reduce_scatter;
 use super::{CollectiveArgs, Grid, KernelStatus};
 use crate::context::SymmContext;
@@ -15,6 +15,9 @@ use crate::types::{DataType, RedOp};
 pub enum Algorithm {
     /// All-reduce, every rank reads every peer (latency).
     OneShotAllReduce,
+    /// All-reduce, every rank writes low-latency lines into every peer (smallest latency;
+    /// payloads up to `LL_MAX_BYTES`).
+    OneShotLlAllReduce,
     /// All-reduce, reduce-scatter by loads then all-gather by stores (bandwidth).
     TwoShotAllReduce,
     /// Reduce-scatter by loads.
@@ -28,6 +31,7 @@ impl Algorithm {
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::OneShotAllReduce => "one_shot_all_reduce",
+            Algorithm::OneShotLlAllReduce => "one_shot_ll_all_reduce",
             Algorithm::TwoShotAllReduce => "two_shot_all_reduce",
             Algorithm::ReduceScatter => "reduce_scatter",
             Algorithm::AllGather => "all_gather",
@@ -95,6 +99,7 @@ pub mod heapless_name {
 fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
     match algorithm {
         Algorithm::OneShotAllReduce => one_shot_all_reduce::<T, O>,
+        Algorithm::OneShotLlAllReduce => one_shot_ll_all_reduce::<T, O>,
         Algorithm::TwoShotAllReduce => two_shot_all_reduce::<T, O>,
         Algorithm::ReduceScatter => reduce_scatter::<T, O>,
         Algorithm::AllGather => all_gather,

@@ -2,5 +2,6 @@
 //! waits on another rank's flag, and the cross-rank barrier.
 
 pub mod barrier;
+pub mod ll;
 pub mod signal_pad;
 pub mod wait;

@@ -3,9 +3,16 @@
 //! two libraries) never share slots.
 //!
 //! ```text
-//! offset 0       inbox   [MAX_BLOCKS][MAX_RANKS] u32   barrier flags written by peers
-//! INBOX_BYTES    epochs  [MAX_BLOCKS] u32              this rank's barrier epoch per block
+//! offset 0           inbox      [MAX_BLOCKS][MAX_RANKS] u32   barrier flags written by peers
+//! EPOCHS_OFFSET      epochs     [MAX_BLOCKS] u32              this rank's barrier epoch per block
+//! LL_COUNTS_OFFSET   ll counts  [MAX_BLOCKS] u64              low-latency calls made, per block
+//! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
 //! ```
+//!
+//! A low-latency (LL) line carries 8 data bytes and a flag twice — `[lo, flag, hi, flag]` —
+//! written with one 16-byte store; each 8-byte half is single-copy atomic, so a reader that
+//! sees the expected flag in both halves has the data. Lines are double-buffered by the parity
+//! of the call count, so no reset is needed between calls.
 //!
 //! The abort word is not in the pad: it lives where the host can read it without a copy
 //! (`SymmContext::abort_flag`).
@@ -19,10 +26,41 @@ pub const MAX_BLOCKS: usize = 64;
 pub const INBOX_BYTES: usize = MAX_BLOCKS * MAX_RANKS * 4;
 /// Offset of the per-block epoch counters.
 pub const EPOCHS_OFFSET: usize = INBOX_BYTES;
-/// Size in bytes of one rank's signal pad (room is left for later protocols).
-pub const SIGNAL_PAD_BYTES: usize = 32 * 1024;
+/// Offset of the per-block LL call counters.
+pub const LL_COUNTS_OFFSET: usize = EPOCHS_OFFSET + MAX_BLOCKS * 4;
+/// Offset of the LL lines.
+pub const LL_OFFSET: usize = 32 * 1024;
+/// Most payload bytes per rank an LL collective may carry.
+pub const LL_MAX_BYTES: usize = 16 * 1024;
+/// LL lines per (parity, source rank).
+pub const LL_LINES: usize = LL_MAX_BYTES / 8;
 
-const _: () = assert!(EPOCHS_OFFSET + MAX_BLOCKS * 4 <= SIGNAL_PAD_BYTES);
+const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= LL_OFFSET);
+
+/// Size in bytes of one rank's signal pad in a `world`-rank communicator.
+pub const fn signal_pad_bytes(world: usize) -> usize {
+    LL_OFFSET + 2 * world * LL_LINES * 16
+}
+
+/// Address of LL line `line` from `source` for calls of parity `parity`, in the pad at `pad`.
+#[inline(always)]
+pub fn ll_line(pad: u64, world: u32, parity: u32, source: u32, line: u64) -> *mut [u32; 4] {
+    let index = (parity as u64 * world as u64 + source as u64) * LL_LINES as u64 + line;
+    (pad + LL_OFFSET as u64 + index * 16) as *mut [u32; 4]
+}
+
+/// Address of the LL call counter of `block` in the pad at `pad`.
+#[inline(always)]
+pub fn ll_count_slot(pad: u64, block: u32) -> *mut u64 {
+    (pad + (LL_COUNTS_OFFSET + block as usize * 8) as u64) as *mut u64
+}
+
+/// The flag of LL call number `count`: never 0 (the value of lines never written), and
+/// different from the flag of the previous call of the same parity.
+#[inline(always)]
+pub fn ll_flag(count: u64) -> u32 {
+    (count % 0xFFFF_FFFF) as u32 + 1
+}
 
 /// Address of the inbox slot that rank `from` sets for `block` in the pad at `pad`.
 #[inline(always)]

@@ -9,7 +9,9 @@ use symm_device::arch::host::run_grid;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::symmetric::dispatch::KernelFn;
 use symm_device::symmetric::{CollectiveArgs, KernelStatus, for_virtual_rank};
-use symm_device::sync::signal_pad::{EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, SIGNAL_PAD_BYTES};
+use symm_device::sync::signal_pad::{
+    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, ll_count_slot, signal_pad_bytes,
+};
 
 /// 16-byte aligned storage.
 #[derive(Clone, Copy)]
@@ -37,7 +39,9 @@ impl Ranks {
     pub fn new(world: usize, window_bytes: usize, timeout_ns: u64) -> Box<Ranks> {
         assert!((1..=MAX_RANKS).contains(&world));
         let mut windows: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(window_bytes)).collect();
-        let mut pads: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(SIGNAL_PAD_BYTES)).collect();
+        let mut pads: Vec<Vec<Chunk>> = (0..world)
+            .map(|_| aligned(signal_pad_bytes(world)))
+            .collect();
         let mut aborts: Vec<u32> = vec![0; world];
         let bases: Vec<u64> = windows.iter_mut().map(|w| w.as_mut_ptr() as u64).collect();
         let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
@@ -63,7 +67,7 @@ impl Ranks {
                 window_size: window_bytes as u64,
                 peer_bases,
                 peer_signal_pads: peer_pads,
-                signal_pad_size: SIGNAL_PAD_BYTES as u64,
+                signal_pad_size: signal_pad_bytes(world) as u64,
                 abort_flag: abort,
                 timeout_ns,
                 reserved: [0; 3],
@@ -103,12 +107,17 @@ impl Ranks {
     }
 
     /// Set every barrier epoch and inbox slot of every rank to `epoch` (as after `epoch`
-    /// barriers), e.g. to cross the u32 wrap.
-    pub fn set_epochs(&mut self, epoch: u32) {
+    /// barriers), e.g. to cross the u32 wrap, and every LL call counter to `ll_calls`.
+    pub fn set_epochs(&mut self, epoch: u32, ll_calls: u64) {
         for pad in &mut self.pads {
             let words: &mut [u32] = bytemuck_words(pad);
             for w in &mut words[..(EPOCHS_OFFSET + MAX_BLOCKS * 4) / 4] {
                 *w = epoch;
+            }
+            let base = pad.as_mut_ptr() as u64;
+            for block in 0..MAX_BLOCKS as u32 {
+                // SAFETY: the counter lies inside the pad.
+                unsafe { ll_count_slot(base, block).write(ll_calls) };
             }
         }
     }
