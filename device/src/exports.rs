@@ -208,6 +208,10 @@ mod ptx {
         (F8E5M2, "f8e5m2"),
     );
     export_kernel!("symm_all_gather", all_gather);
+    export_kernel!(
+        "symm_ll_all_gather",
+        crate::symmetric::all_gather::ll_all_gather
+    );
 
     /// One exported work-stealing benchmark kernel; parameters: `(u32 tiles, u32 imbalance,
     /// u32 work_iterations, u32 prologue_iterations, u64 data, u64 tile_counts,

@@ -146,7 +146,12 @@ fn run_case<T: Sample>(
     in_place: bool,
     seed: u64,
 ) {
-    if in_place && matches!(algorithm, Algorithm::ReduceScatter | Algorithm::AllGather) {
+    if in_place
+        && matches!(
+            algorithm,
+            Algorithm::ReduceScatter | Algorithm::AllGather | Algorithm::LlAllGather
+        )
+    {
         return run_in_place_segment_case::<T>(world, algorithm, op, count, seed);
     }
     let size = std::mem::size_of::<T>();
@@ -154,9 +159,10 @@ fn run_case<T: Sample>(
         Algorithm::ReduceScatter => world * count,
         _ => count,
     };
-    let output = match algorithm {
-        Algorithm::AllGather => world * count,
-        _ => count,
+    let output = if algorithm.is_data_type_agnostic() {
+        world * count
+    } else {
+        count
     };
     let region = (per_rank_input.max(output) * size).next_multiple_of(16) + 64;
     // Offsets that are multiples of the element size but not of 16, to exercise any alignment.
@@ -187,14 +193,19 @@ fn run_case<T: Sample>(
     let args = CollectiveArgs {
         send_offset: at.send as u64,
         recv_offset: at.recv as u64,
-        count: match algorithm {
-            Algorithm::AllGather => (count * size) as u64,
-            _ => count as u64,
+        count: if algorithm.is_data_type_agnostic() {
+            (count * size) as u64
+        } else {
+            count as u64
         },
         flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
     let statuses = ranks.launch(kernel(algorithm, T::DTYPE, op), args, BLOCKS, THREADS, None);
-    if algorithm == Algorithm::OneShotLlAllReduce && count * size > LL_MAX_BYTES {
+    let low_latency = matches!(
+        algorithm,
+        Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather
+    );
+    if low_latency && count * size > LL_MAX_BYTES {
         // Beyond the LL buffers: refused, nothing touched.
         assert!(
             statuses.iter().all(|s| *s == KernelStatus::InvalidLaunch),
@@ -222,7 +233,7 @@ fn run_case<T: Sample>(
     for (rank, out) in outputs.iter().enumerate() {
         for (i, got) in out.iter().enumerate() {
             match algorithm {
-                Algorithm::AllGather => {
+                Algorithm::AllGather | Algorithm::LlAllGather => {
                     let (source, j) = (i / count.max(1), i % count.max(1));
                     assert_eq!(*got, inputs[source][j], "{}", what(rank, i));
                 }
@@ -293,6 +304,10 @@ fn run_in_place_segment_case<T: Sample>(
             }
         }),
     };
+    if algorithm == Algorithm::LlAllGather && count * size > LL_MAX_BYTES {
+        assert!(statuses.iter().all(|s| *s == KernelStatus::InvalidLaunch));
+        return;
+    }
     assert!(statuses.iter().all(|s| *s == KernelStatus::Completed));
     for rank in 0..world {
         match algorithm {
@@ -512,6 +527,7 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
         Algorithm::OneShotAllReduce,
         Algorithm::TwoShotAllReduce,
         Algorithm::AllGather,
+        Algorithm::LlAllGather,
     ] {
         let ranks = Ranks::new(3, 4096, timeout_ns);
         let args = CollectiveArgs {
@@ -561,13 +577,14 @@ mod randomized {
     }
 
     fn algorithm() -> impl Strategy<Value = Algorithm> {
-        (0usize..5).prop_map(|i| {
+        (0usize..6).prop_map(|i| {
             [
                 Algorithm::OneShotAllReduce,
                 Algorithm::OneShotLlAllReduce,
                 Algorithm::TwoShotAllReduce,
                 Algorithm::ReduceScatter,
                 Algorithm::AllGather,
+                Algorithm::LlAllGather,
             ][i]
         })
     }

