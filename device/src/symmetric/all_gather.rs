@@ -77,9 +77,8 @@ unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
 #[inline(always)]
 pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
     use crate::sync::barrier::is_aborted;
-    use crate::sync::ll::{put_line, wait_line};
-    use crate::sync::signal_pad::{LL_LINES, ll_count_slot, ll_flag, ll_line};
-    use crate::sync::wait::WaitOutcome;
+    use crate::sync::ll::LlCall;
+    use crate::sync::signal_pad::LL_LINES;
     let bytes = args.count;
     let lines = bytes.div_ceil(8);
     if lines > LL_LINES as u64 {
@@ -89,15 +88,8 @@ pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs
     if unsafe { is_aborted(ctx) } {
         return KernelStatus::Aborted;
     }
-    let world = ctx.world_size;
-    let rank = ctx.rank;
-    // SAFETY: rank < world_size.
-    let own_pad = unsafe { ctx.peer_signal_pad(rank) };
-    let count_slot = ll_count_slot(own_pad, grid.block);
-    // SAFETY: the slot lies in this rank's pad; written only after the barrier below.
-    let calls = unsafe { core::ptr::read_volatile(count_slot) };
-    let flag = ll_flag(calls);
-    let parity = (calls & 1) as u32;
+    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (for_virtual_rank).
+    let call = unsafe { LlCall::begin(ctx, grid.block) };
     let (lo, hi) = block_range(lines, grid.block, grid.blocks);
     let stride = arch::block_dim_x() as u64;
     let send = (ctx.local_base + args.send_offset) as *const u8;
@@ -113,60 +105,38 @@ pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs
                 data |= (unsafe { send.add(index as usize).read() } as u64) << (8 * b);
             }
         }
-        for peer in 0..world {
-            // SAFETY: peer < world; the line lies in that peer's pad.
-            unsafe {
-                put_line(
-                    ll_line(ctx.peer_signal_pad(peer), world, parity, rank, line),
-                    data,
-                    flag,
-                )
-            };
+        for peer in 0..ctx.world_size {
+            // SAFETY: peer < world, line < LL_LINES.
+            unsafe { call.put(peer, line, data) };
         }
         line += stride;
     }
 
-    let abort = ctx.abort_flag as *const u32;
     let mut failed = false;
     let mut line = lo + arch::thread_idx_x() as u64;
     'lines: while line < hi {
-        for source in 0..world {
-            let at = ll_line(own_pad, world, parity, source, line);
-            // SAFETY: the line lies in this rank's pad; the abort word is the context's.
-            match unsafe { wait_line(at, flag, abort, ctx.timeout_ns) } {
-                Ok(data) => {
-                    let segment = source as u64 * bytes;
-                    for b in 0..8 {
-                        let index = line * 8 + b;
-                        if index < bytes {
-                            // SAFETY: inside segment `source` of the receive buffer.
-                            unsafe {
-                                recv.add((segment + index) as usize)
-                                    .write((data >> (8 * b)) as u8)
-                            };
-                        }
-                    }
-                }
-                Err(outcome) => {
-                    if outcome == WaitOutcome::TimedOut {
-                        // SAFETY: the abort word is a valid u32 of this rank.
-                        unsafe { arch::store_release_sys_u32(abort as *mut u32, 1) };
-                    }
-                    failed = true;
-                    break 'lines;
+        for source in 0..ctx.world_size {
+            // SAFETY: source < world, line < LL_LINES.
+            let Ok(data) = (unsafe { call.take(source, line) }) else {
+                failed = true;
+                break 'lines;
+            };
+            let segment = source as u64 * bytes;
+            for b in 0..8 {
+                let index = line * 8 + b;
+                if index < bytes {
+                    // SAFETY: inside segment `source` of the receive buffer.
+                    unsafe {
+                        recv.add((segment + index) as usize)
+                            .write((data >> (8 * b)) as u8)
+                    };
                 }
             }
         }
         line += stride;
     }
-    let failed = arch::sync_threads_or(failed);
-    if arch::thread_idx_x() == 0 {
-        // SAFETY: as above; every thread read the count before the barrier.
-        unsafe { core::ptr::write_volatile(count_slot, calls.wrapping_add(1)) };
-    }
-    if failed {
-        KernelStatus::Aborted
-    } else {
-        KernelStatus::Completed
+    match call.end(failed) {
+        Ok(()) => KernelStatus::Completed,
+        Err(_) => KernelStatus::Aborted,
     }
 }

@@ -255,8 +255,8 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
-    use crate::sync::ll::{put_line, wait_line};
-    use crate::sync::signal_pad::{LL_LINES, ll_count_slot, ll_flag, ll_line};
+    use crate::sync::ll::LlCall;
+    use crate::sync::signal_pad::LL_LINES;
     let size = core::mem::size_of::<T>() as u64;
     let per_line = 8 / size;
     let lines = args.count.div_ceil(per_line);
@@ -267,16 +267,8 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
     if unsafe { is_aborted(ctx) } {
         return KernelStatus::Aborted;
     }
-    let world = ctx.world_size;
-    let rank = ctx.rank;
-    // SAFETY: rank < world_size.
-    let own_pad = unsafe { ctx.peer_signal_pad(rank) };
-    let count_slot = ll_count_slot(own_pad, grid.block);
-    // SAFETY: the slot lies in this rank's pad; only this block writes it, after every thread
-    // read it (the barrier below).
-    let calls = unsafe { core::ptr::read_volatile(count_slot) };
-    let flag = ll_flag(calls);
-    let parity = (calls & 1) as u32;
+    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (for_virtual_rank).
+    let call = unsafe { LlCall::begin(ctx, grid.block) };
     let (lo, hi) = block_range(lines, grid.block, grid.blocks);
     let stride = arch::block_dim_x() as u64;
     let send = (ctx.local_base + args.send_offset) as *const T;
@@ -293,17 +285,13 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
                 data |= value.to_bits() << (e * size * 8);
             }
         }
-        for peer in 0..world {
-            // SAFETY: peer < world; the line lies in that peer's pad (sized for `world`).
-            unsafe {
-                let pad = ctx.peer_signal_pad(peer);
-                put_line(ll_line(pad, world, parity, rank, line), data, flag);
-            }
+        for peer in 0..ctx.world_size {
+            // SAFETY: peer < world, line < lines <= LL_LINES.
+            unsafe { call.put(peer, line, data) };
         }
         line += stride;
     }
 
-    let abort = ctx.abort_flag as *const u32;
     let mut failed = false;
     let mut line = lo + arch::thread_idx_x() as u64;
     'lines: while line < hi {
@@ -313,45 +301,28 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
                 break;
             }
             let mut acc = None;
-            for source in 0..world {
-                let at = ll_line(own_pad, world, parity, source, line);
-                // SAFETY: the line lies in this rank's pad; the abort word is the context's.
-                match unsafe { wait_line(at, flag, abort, ctx.timeout_ns) } {
-                    Ok(data) => {
-                        let value = T::from_bits(data >> (e * size * 8)).widen();
-                        acc = Some(match acc {
-                            None => value,
-                            Some(a) => O::combine(a, value),
-                        });
-                    }
-                    Err(outcome) => {
-                        if outcome == crate::sync::wait::WaitOutcome::TimedOut {
-                            // SAFETY: the abort word is a valid u32 of this rank.
-                            unsafe { arch::store_release_sys_u32(abort as *mut u32, 1) };
-                        }
-                        failed = true;
-                        break 'lines;
-                    }
-                }
+            for source in 0..ctx.world_size {
+                // SAFETY: source < world, line < LL_LINES.
+                let Ok(data) = (unsafe { call.take(source, line) }) else {
+                    failed = true;
+                    break 'lines;
+                };
+                let value = T::from_bits(data >> (e * size * 8)).widen();
+                acc = Some(match acc {
+                    None => value,
+                    Some(a) => O::combine(a, value),
+                });
             }
             if let Some(acc) = acc {
+                let value = T::narrow(O::finish(acc, ctx.world_size));
                 // SAFETY: index < count: inside the receive buffer.
-                unsafe {
-                    recv.add(index as usize)
-                        .write(T::narrow(O::finish(acc, world)))
-                };
+                unsafe { recv.add(index as usize).write(value) };
             }
         }
         line += stride;
     }
-    let failed = arch::sync_threads_or(failed);
-    if arch::thread_idx_x() == 0 {
-        // SAFETY: as above; every thread read the count before the barrier.
-        unsafe { core::ptr::write_volatile(count_slot, calls.wrapping_add(1)) };
-    }
-    if failed {
-        KernelStatus::Aborted
-    } else {
-        KernelStatus::Completed
+    match call.end(failed) {
+        Ok(()) => KernelStatus::Completed,
+        Err(_) => KernelStatus::Aborted,
     }
 }
