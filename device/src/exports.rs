@@ -273,6 +273,11 @@ mod ptx {
             };
         }
         crate::for_each_benchmark_policy!(export_hardware);
+        export_benchmark!("symm_clc_hardware_clustered_greedy", |w, _state| {
+            crate::scheduler::workload::stealing_hardware_clustered::<
+                crate::scheduler::policy::Greedy,
+            >(w)
+        });
     }
 
     /// Device function for Triton: see [`symm_all_reduce_device`].

@@ -115,6 +115,31 @@ mod tests {
     }
 
     #[test]
+    fn clustered_clc_loop_multicasts_and_syncs_the_cluster() {
+        let body = entry(SM100A, "symm_clc_hardware_clustered_greedy");
+        check_sequence(
+            body,
+            &[
+                "mbarrier.init.shared::cta.b64",
+                "barrier.cluster.arrive.release.aligned;",
+                "barrier.cluster.wait.acquire.aligned;",
+                // Before each request: block barrier, cluster sync, acquire fence.
+                "barrier.cluster.arrive.release.aligned;",
+                "fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;",
+                // Every CTA arms its barrier; the cluster's first CTA submits, multicast.
+                "%cluster_ctarank",
+                "mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64",
+                "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128",
+                "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64",
+                "clusterlaunchcontrol.query_cancel.is_canceled.pred.b128",
+                "fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;",
+                // The CTA's position in the cluster is added to the stolen id.
+                "%cluster_ctarank",
+            ],
+        );
+    }
+
+    #[test]
     fn clc_instructions_only_in_the_sm100a_ptx() {
         for needle in [
             "clusterlaunchcontrol.try_cancel",

@@ -151,6 +151,26 @@ pub unsafe fn stealing_hardware<P: super::policy::Policy>(w: &Workload) {
     unsafe { record(w, stats) };
 }
 
+/// Stealing with hardware CLC in clusters: requests are multicast to every CTA of the
+/// cluster, each CTA adds its position in the cluster to the stolen id, and the cluster syncs
+/// before each request and before exiting.
+///
+/// # Safety
+/// Launched with `tiles` blocks in clusters (x dimension) on sm_100a; buffers as in
+/// [`Workload`].
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_100a"))]
+pub unsafe fn stealing_hardware_clustered<P: super::policy::Policy>(w: &Workload) {
+    let source = super::source::HardwareSource::new(true);
+    let mut seed = None;
+    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
+        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
+        // SAFETY: stolen ids are block indices of this grid, < tiles.
+        unsafe { run_tile(w, tile, seed) }
+    });
+    // SAFETY: forwarded contract.
+    unsafe { record(w, stats) };
+}
+
 /// The policies the benchmark kernels are exported with, by name (PTX names are
 /// `symm_clc_software_<name>` and, in the sm_100a PTX, `symm_clc_hardware_<name>`).
 pub const POLICIES: [&str; 7] = [
