@@ -17,7 +17,7 @@
 //! Each element is reduced by exactly one rank, so all ranks hold the same bits. In place is
 //! safe without rounds: only rank `r` reads or writes shard `r`'s positions.
 
-use super::{CollectiveArgs, Grid, KernelStatus, block_range};
+use super::{CollectiveArgs, Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
@@ -138,6 +138,9 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         between_barriers(ctx, grid, |barrier| {
             if in_place {
                 reduce_in_rounds::<T, O>(ctx, args.send_offset, recv, lo, hi, barrier)
+            } else if vector::aligned::<T>(ctx, &[args.send_offset], recv as u64) {
+                reduce_packs::<T, O>(ctx, grid, args.send_offset, args.count, recv);
+                Ok(())
             } else {
                 let stride = arch::block_dim_x() as u64;
                 let mut index = lo + arch::thread_idx_x() as u64;
@@ -149,6 +152,45 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
                 Ok(())
             }
         })
+    }
+}
+
+/// Out of place, 16-byte aligned: this block's share of the full packs, then (last block) the
+/// tail element by element.
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`]; every buffer is 16-byte aligned.
+#[inline(always)]
+unsafe fn reduce_packs<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    grid: Grid,
+    send_offset: u64,
+    count: u64,
+    recv: *mut T,
+) {
+    let lanes = vector::lanes::<T>();
+    let packs = count / lanes;
+    let (lo, hi) = block_range(packs, grid.block, grid.blocks);
+    let stride = arch::block_dim_x() as u64;
+    let mut i = lo + arch::thread_idx_x() as u64;
+    while i < hi {
+        // SAFETY: pack i < packs lies in every send buffer and in the receive buffer.
+        unsafe {
+            let pack = vector::reduce_pack::<T, O>(ctx, send_offset, i);
+            (recv as *mut vector::Pack).add(i as usize).write(pack);
+        }
+        i += stride;
+    }
+    if grid.block + 1 == grid.blocks {
+        let mut index = packs * lanes + arch::thread_idx_x() as u64;
+        while index < count {
+            // SAFETY: index < count.
+            unsafe {
+                let value = reduce_element::<T, O>(ctx, send_offset, index);
+                recv.add(index as usize).write(value);
+            }
+            index += stride;
+        }
     }
 }
 
@@ -216,10 +258,15 @@ pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
+    let recv_offset = args.recv_offset;
+    // SAFETY: the context is host-built.
+    if unsafe { vector::aligned::<T>(ctx, &[args.send_offset, recv_offset], ctx.local_base) } {
+        // SAFETY: forwarded contract; every buffer is 16-byte aligned.
+        return unsafe { two_shot_packs::<T, O>(ctx, grid, args) };
+    }
     let (shard_lo, shard_hi) = shard(args.count, ctx.rank, ctx.world_size);
     let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
     let (lo, hi) = (shard_lo + lo, shard_lo + hi);
-    let recv_offset = args.recv_offset;
     // SAFETY: forwarded contract.
     unsafe {
         between_barriers(ctx, grid, |_| {
@@ -232,6 +279,53 @@ pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
                     recv.add(index as usize).write(value);
                 }
                 index += stride;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Two-shot over 16-byte packs: shards are whole packs; the last rank's last block also takes
+/// the tail, element by element.
+///
+/// # Safety
+/// As for [`two_shot_all_reduce`]; every buffer is 16-byte aligned.
+#[inline(always)]
+unsafe fn two_shot_packs<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    grid: Grid,
+    args: &CollectiveArgs,
+) -> KernelStatus {
+    let lanes = vector::lanes::<T>();
+    let packs = args.count / lanes;
+    let (shard_lo, shard_hi) = shard(packs, ctx.rank, ctx.world_size);
+    let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
+    let (lo, hi) = (shard_lo + lo, shard_lo + hi);
+    let takes_tail = ctx.rank + 1 == ctx.world_size && grid.block + 1 == grid.blocks;
+    // SAFETY: forwarded contract.
+    unsafe {
+        between_barriers(ctx, grid, |_| {
+            let stride = arch::block_dim_x() as u64;
+            let mut i = lo + arch::thread_idx_x() as u64;
+            while i < hi {
+                let pack = vector::reduce_pack::<T, O>(ctx, args.send_offset, i);
+                for peer in 0..ctx.world_size {
+                    let recv =
+                        ctx.peer_base(peer).wrapping_add(args.recv_offset) as *mut vector::Pack;
+                    recv.add(i as usize).write(pack);
+                }
+                i += stride;
+            }
+            if takes_tail {
+                let mut index = packs * lanes + arch::thread_idx_x() as u64;
+                while index < args.count {
+                    let value = reduce_element::<T, O>(ctx, args.send_offset, index);
+                    for peer in 0..ctx.world_size {
+                        let recv = ctx.peer_base(peer).wrapping_add(args.recv_offset) as *mut T;
+                        recv.add(index as usize).write(value);
+                    }
+                    index += stride;
+                }
             }
             Ok(())
         })

@@ -10,6 +10,7 @@ pub mod all_gather;
 pub mod all_reduce;
 pub mod dispatch;
 pub mod reduce_scatter;
+pub mod vector;
 
 use crate::arch;
 use crate::context::SymmContext;

@@ -5,7 +5,7 @@
 //! buffer) is safe: peers read only their own segments.
 
 use super::all_reduce::{between_barriers, reduce_element};
-use super::{CollectiveArgs, Grid, KernelStatus, block_range};
+use super::{CollectiveArgs, Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
@@ -23,9 +23,31 @@ pub unsafe fn reduce_scatter<T: Element, O: ReduceOp>(
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
-    let (lo, hi) = block_range(args.count, grid.block, grid.blocks);
     let segment = ctx.rank as u64 * args.count;
     let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+    let lanes = vector::lanes::<T>();
+    let segment_bytes = args.count * core::mem::size_of::<T>() as u64;
+    // SAFETY: the context is host-built.
+    let packed = segment_bytes.is_multiple_of(16)
+        && unsafe { vector::aligned::<T>(ctx, &[args.send_offset], recv as u64) };
+    if packed {
+        let (lo, hi) = block_range(args.count / lanes, grid.block, grid.blocks);
+        let first = segment / lanes;
+        // SAFETY: forwarded contract; buffers and segments are 16-byte aligned.
+        return unsafe {
+            between_barriers(ctx, grid, |_| {
+                let stride = arch::block_dim_x() as u64;
+                let mut i = lo + arch::thread_idx_x() as u64;
+                while i < hi {
+                    let pack = vector::reduce_pack::<T, O>(ctx, args.send_offset, first + i);
+                    (recv as *mut vector::Pack).add(i as usize).write(pack);
+                    i += stride;
+                }
+                Ok(())
+            })
+        };
+    }
+    let (lo, hi) = block_range(args.count, grid.block, grid.blocks);
     // SAFETY: forwarded contract.
     unsafe {
         between_barriers(ctx, grid, |_| {
