@@ -105,8 +105,12 @@ fn greedy_runs_every_tile_exactly_once() {
         // Every tile was run by its own block or stolen.
         let own = blocks.iter().filter(|b| b.0 > 0).count() as u32;
         assert_eq!(blocks.iter().map(|b| b.1).sum::<u32>(), tiles - own);
-        // A greedy block steals until nothing is left, so the first block keeps going.
-        assert!(blocks[0].0 >= 1);
+        // Greedy blocks steal until nothing is left: the block that found the work exhausted
+        // ran every tile it could get, so some block ran more than its own when any was
+        // stolen. (Any block, block 0 included, may find its own tile already stolen.)
+        if own < tiles {
+            assert!(blocks.iter().any(|b| b.0 > 1));
+        }
     });
 }
 
