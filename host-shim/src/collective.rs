@@ -287,6 +287,52 @@ pub fn all_reduce(
     submit(comm, request, stream)
 }
 
+/// Which buffer of an all-gather or reduce-scatter holds one rank's share (the other holds
+/// all ranks' shares).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Segment {
+    /// All-gather: the send buffer is the share, the receive buffer the whole.
+    Send,
+    /// Reduce-scatter: the receive buffer is the share, the send buffer the whole.
+    Recv,
+}
+
+/// The windows of an all-gather's or reduce-scatter's buffers, `(send, recv)`: the share is
+/// `bytes`, the whole `nranks × bytes`; they may overlap only when the share is this rank's
+/// part of the whole (in place).
+fn segment_and_whole(
+    comm: &Comm,
+    segment: Segment,
+    send: u64,
+    recv: u64,
+    bytes: u64,
+    element: u64,
+) -> Result<(Arc<Window>, Arc<Window>)> {
+    let (share, whole, share_name, whole_name, count_name) = match segment {
+        Segment::Send => (send, recv, "sendbuff", "recvbuff", "sendcount"),
+        Segment::Recv => (recv, send, "recvbuff", "sendbuff", "recvcount"),
+    };
+    let total = bytes
+        .checked_mul(comm.clique.nranks as u64)
+        .filter(|t| whole.checked_add(*t).is_some())
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("{count_name} × nranks: the buffers would overflow"))
+        })?;
+    let (send_bytes, recv_bytes) = match segment {
+        Segment::Send => (bytes, total),
+        Segment::Recv => (total, bytes),
+    };
+    let send_window = window_of(comm, "sendbuff", send, send_bytes, element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, recv_bytes, element)?;
+    if share != whole + comm.rank as u64 * bytes && overlap(share, bytes, whole, total) {
+        return Err(Error::invalid_argument(format!(
+            "{share_name} overlaps {whole_name} without being this rank's segment (in place \
+             needs {share_name} == {whole_name} + rank × {count_name})"
+        )));
+    }
+    Ok((send_window, recv_window))
+}
+
 /// `symmAllGather`: `sendcount` elements from every rank, rank `r`'s at `recvbuff + r·sendcount`.
 pub fn all_gather(
     comm: &Arc<Comm>,
@@ -298,21 +344,9 @@ pub fn all_gather(
 ) -> Result<()> {
     let dtype = data_type(datatype)?;
     let element = dtype.size_bytes() as u64;
-    let nranks = comm.clique.nranks as u64;
     let bytes = byte_count(sendcount, element, "sendcount", &[send])?;
-    let total = bytes
-        .checked_mul(nranks)
-        .filter(|t| recv.checked_add(*t).is_some())
-        .ok_or_else(|| Error::invalid_argument("sendcount × nranks: the buffers would overflow"))?;
-    let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
-    let recv_window = window_of(comm, "recvbuff", recv, total, element)?;
-    let own_segment = recv + comm.rank as u64 * bytes;
-    if send != own_segment && overlap(send, bytes, recv, total) {
-        return Err(Error::invalid_argument(
-            "sendbuff overlaps recvbuff without being this rank's segment (in place needs \
-             sendbuff == recvbuff + rank × sendcount)",
-        ));
-    }
+    let (send_window, recv_window) =
+        segment_and_whole(comm, Segment::Send, send, recv, bytes, element)?;
     let args = CollectiveArgs {
         send_offset: send.wrapping_sub(recv_window.base),
         recv_offset: recv - recv_window.base,
@@ -347,21 +381,9 @@ pub fn reduce_scatter(
     let dtype = data_type(datatype)?;
     let op = red_op(op)?;
     let element = dtype.size_bytes() as u64;
-    let nranks = comm.clique.nranks as u64;
     let bytes = byte_count(recvcount, element, "recvcount", &[recv])?;
-    let total = bytes
-        .checked_mul(nranks)
-        .filter(|t| send.checked_add(*t).is_some())
-        .ok_or_else(|| Error::invalid_argument("recvcount × nranks: the buffers would overflow"))?;
-    let send_window = window_of(comm, "sendbuff", send, total, element)?;
-    let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
-    let own_segment = send + comm.rank as u64 * bytes;
-    if recv != own_segment && overlap(recv, bytes, send, total) {
-        return Err(Error::invalid_argument(
-            "recvbuff overlaps sendbuff without being this rank's segment (in place needs \
-             recvbuff == sendbuff + rank × recvcount)",
-        ));
-    }
+    let (send_window, recv_window) =
+        segment_and_whole(comm, Segment::Recv, send, recv, bytes, element)?;
     let args = CollectiveArgs {
         send_offset: send - send_window.base,
         recv_offset: recv.wrapping_sub(send_window.base),

@@ -113,6 +113,23 @@ pub unsafe fn fixed_grid(w: &Workload) {
     };
 }
 
+/// Run this block's tiles from `source` under policy `P`: the prologue is paid once, at the
+/// first tile (a block whose own tile was stolen pays nothing), and the statistics recorded.
+///
+/// # Safety
+/// Every tile `source` hands out is < `tiles`; buffers as in [`Workload`].
+#[inline(always)]
+unsafe fn steal_tiles<P: super::policy::Policy, S: super::source::Source>(w: &Workload, source: S) {
+    let mut seed = None;
+    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
+        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
+        // SAFETY: tiles handed out are < tiles (caller's contract).
+        unsafe { run_tile(w, tile, seed) }
+    });
+    // SAFETY: forwarded contract.
+    unsafe { record(w, stats) };
+}
+
 /// Stealing with the software source: one block per tile is launched; a block whose tile was
 /// stolen exits before its prologue, a block that steals pays its prologue once for all the
 /// tiles it runs.
@@ -121,16 +138,11 @@ pub unsafe fn fixed_grid(w: &Workload) {
 /// Launched with `tiles` blocks; `state` as in [`super::source::SoftwareSource::new`];
 /// buffers as in [`Workload`].
 pub unsafe fn stealing_software<P: super::policy::Policy>(w: &Workload, state: u64) {
-    // SAFETY: forwarded contract.
-    let source = unsafe { super::source::SoftwareSource::new(state as *mut u32, w.tiles) };
-    let mut seed = None;
-    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
-        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
-        // SAFETY: tiles handed out are < tiles.
-        unsafe { run_tile(w, tile, seed) }
-    });
-    // SAFETY: forwarded contract.
-    unsafe { record(w, stats) };
+    // SAFETY: forwarded contract; the software source hands out tiles < tiles.
+    unsafe {
+        let source = super::source::SoftwareSource::new(state as *mut u32, w.tiles);
+        steal_tiles::<P, _>(w, source)
+    }
 }
 
 /// Stealing with hardware CLC: one block per tile is launched; running blocks cancel the
@@ -140,15 +152,8 @@ pub unsafe fn stealing_software<P: super::policy::Policy>(w: &Workload, state: u
 /// Launched with `tiles` blocks (no clusters) on sm_100a; buffers as in [`Workload`].
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_100a"))]
 pub unsafe fn stealing_hardware<P: super::policy::Policy>(w: &Workload) {
-    let source = super::source::HardwareSource::new(false);
-    let mut seed = None;
-    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
-        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
-        // SAFETY: stolen ids are block indices of this grid, < tiles.
-        unsafe { run_tile(w, tile, seed) }
-    });
-    // SAFETY: forwarded contract.
-    unsafe { record(w, stats) };
+    // SAFETY: stolen ids are block indices of this grid, < tiles.
+    unsafe { steal_tiles::<P, _>(w, super::source::HardwareSource::new(false)) }
 }
 
 /// Stealing with hardware CLC in clusters: requests are multicast to every CTA of the
@@ -160,15 +165,8 @@ pub unsafe fn stealing_hardware<P: super::policy::Policy>(w: &Workload) {
 /// [`Workload`].
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_100a"))]
 pub unsafe fn stealing_hardware_clustered<P: super::policy::Policy>(w: &Workload) {
-    let source = super::source::HardwareSource::new(true);
-    let mut seed = None;
-    let stats = super::driver::for_each_tile::<P, _>(source, |tile| {
-        let seed = *seed.get_or_insert_with(|| prologue(w.prologue_iterations));
-        // SAFETY: stolen ids are block indices of this grid, < tiles.
-        unsafe { run_tile(w, tile, seed) }
-    });
-    // SAFETY: forwarded contract.
-    unsafe { record(w, stats) };
+    // SAFETY: stolen ids are block indices of this grid, < tiles.
+    unsafe { steal_tiles::<P, _>(w, super::source::HardwareSource::new(true)) }
 }
 
 /// The policies the benchmark kernels are exported with, by name (PTX names are
