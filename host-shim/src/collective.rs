@@ -184,7 +184,11 @@ struct Request {
 }
 
 fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
-    check_not_aborted(comm)?;
+    // A call that `execute`s at once is checked there; a deferred one (group) or a no-op
+    // (count 0) is checked here, when the call is made.
+    if group::active() || request.args.count == 0 {
+        check_not_aborted(comm)?;
+    }
     let forced = match (request.collective, comm.clique.forced_algorithm) {
         (Collective::AllReduce, forced) => forced,
         _ => None,

@@ -298,33 +298,31 @@ pub mod clc {
             if !submit {
                 return;
             }
+            // The two variants differ only in the instruction; addresses are computed alike.
+            macro_rules! try_cancel {
+                ($instruction:literal) => {
+                    asm!(
+                        "{{",
+                        ".reg .b64 %clc_resp;",
+                        ".reg .b64 %clc_bar;",
+                        "mov.u64 %clc_resp, symm_clc_response;",
+                        "mad.wide.u32 %clc_resp, {s}, 16, %clc_resp;",
+                        "mov.u64 %clc_bar, symm_clc_mbarrier;",
+                        "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
+                        $instruction,
+                        "}}",
+                        s = in(reg32) slot,
+                        options(nostack),
+                    )
+                };
+            }
             if multicast {
-                asm!(
-                    "{{",
-                    ".reg .b64 %clc_resp;",
-                    ".reg .b64 %clc_bar;",
-                    "mov.u64 %clc_resp, symm_clc_response;",
-                    "mad.wide.u32 %clc_resp, {s}, 16, %clc_resp;",
-                    "mov.u64 %clc_bar, symm_clc_mbarrier;",
-                    "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
-                    "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 [%clc_resp], [%clc_bar];",
-                    "}}",
-                    s = in(reg32) slot,
-                    options(nostack),
+                try_cancel!(
+                    "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 [%clc_resp], [%clc_bar];"
                 );
             } else {
-                asm!(
-                    "{{",
-                    ".reg .b64 %clc_resp;",
-                    ".reg .b64 %clc_bar;",
-                    "mov.u64 %clc_resp, symm_clc_response;",
-                    "mad.wide.u32 %clc_resp, {s}, 16, %clc_resp;",
-                    "mov.u64 %clc_bar, symm_clc_mbarrier;",
-                    "mad.wide.u32 %clc_bar, {s}, 8, %clc_bar;",
-                    "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%clc_resp], [%clc_bar];",
-                    "}}",
-                    s = in(reg32) slot,
-                    options(nostack),
+                try_cancel!(
+                    "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%clc_resp], [%clc_bar];"
                 );
             }
         }
