@@ -92,6 +92,42 @@ mod tests {
     }
 
     #[test]
+    fn every_reduction_kernel_has_a_sixteen_byte_path_for_every_width() {
+        for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90), ("sm_100a", SM100A)] {
+            for algorithm in [
+                Algorithm::OneShotAllReduce,
+                Algorithm::TwoShotAllReduce,
+                Algorithm::ReduceScatter,
+            ] {
+                for dtype in DataType::ALL {
+                    for op in RedOp::ALL {
+                        let kernel = KernelId {
+                            algorithm,
+                            dtype,
+                            op,
+                        }
+                        .ptx_name();
+                        let body = entry(ptx, &kernel);
+                        // LLVM spells a 16-byte access v4.b32 or v2.b64.
+                        let sixteen = |op: &str| {
+                            body.contains(&format!("{op}.v4.b32"))
+                                || body.contains(&format!("{op}.v2.b64"))
+                        };
+                        assert!(
+                            sixteen("ld") && sixteen("st"),
+                            "{name} {kernel} has no 16-byte loads and stores"
+                        );
+                        assert!(
+                            !body.contains(".local"),
+                            "{name} {kernel} uses local memory"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn hardware_clc_loop_has_the_required_instruction_sequence() {
         let body = entry(SM100A, "symm_clc_hardware_greedy");
         check_sequence(

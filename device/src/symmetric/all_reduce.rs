@@ -138,7 +138,7 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         between_barriers(ctx, grid, |barrier| {
             if in_place {
                 reduce_in_rounds::<T, O>(ctx, args.send_offset, recv, lo, hi, barrier)
-            } else if vector::aligned::<T>(ctx, &[args.send_offset], recv as u64) {
+            } else if vector::aligned(ctx, &[args.send_offset], recv as u64) {
                 reduce_packs::<T, O>(ctx, grid, args.send_offset, args.count, recv);
                 Ok(())
             } else {
@@ -260,7 +260,7 @@ pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
 ) -> KernelStatus {
     let recv_offset = args.recv_offset;
     // SAFETY: the context is host-built.
-    if unsafe { vector::aligned::<T>(ctx, &[args.send_offset, recv_offset], ctx.local_base) } {
+    if unsafe { vector::aligned(ctx, &[args.send_offset, recv_offset], ctx.local_base) } {
         // SAFETY: forwarded contract; every buffer is 16-byte aligned.
         return unsafe { two_shot_packs::<T, O>(ctx, grid, args) };
     }

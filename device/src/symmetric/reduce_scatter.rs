@@ -29,7 +29,7 @@ pub unsafe fn reduce_scatter<T: Element, O: ReduceOp>(
     let segment_bytes = args.count * core::mem::size_of::<T>() as u64;
     // SAFETY: the context is host-built.
     let packed = segment_bytes.is_multiple_of(16)
-        && unsafe { vector::aligned::<T>(ctx, &[args.send_offset], recv as u64) };
+        && unsafe { vector::aligned(ctx, &[args.send_offset], recv as u64) };
     if packed {
         let (lo, hi) = block_range(args.count / lanes, grid.block, grid.blocks);
         let first = segment / lanes;

@@ -11,15 +11,6 @@ use crate::numeric::ops::{Accumulator, ReduceOp};
 #[derive(Clone, Copy, Default)]
 pub struct Pack(pub [u32; 4]);
 
-/// Whether kernels on `T` use packs. Elements of 4 and 8 bytes only: with 1- and 2-byte
-/// elements (8 or 16 lanes, each widened to f32 for the narrow floats) the unrolled lanes do
-/// not fit in registers and ptxas would put them in local memory; those types keep the
-/// element path, whose accesses still coalesce across a warp.
-#[inline(always)]
-pub const fn packed<T>() -> bool {
-    core::mem::size_of::<T>() >= 4
-}
-
 /// Elements of `T` per pack.
 #[inline(always)]
 pub const fn lanes<T>() -> u64 {
@@ -60,15 +51,14 @@ pub fn set_lane<T: Element>(pack: &mut Pack, e: u64, value: T) {
     }
 }
 
-/// `true` when `T` uses packs ([`packed`]), every rank's window base is 16-byte aligned, and
-/// so are `offsets` and this rank's `local` address (so every buffer involved is).
+/// `true` when every rank's window base is 16-byte aligned, and so are `offsets` and this
+/// rank's `local` address (so every buffer involved is, for any element type).
 ///
 /// # Safety
 /// `ctx` is host-built.
 #[inline(always)]
-pub unsafe fn aligned<T>(ctx: &SymmContext, offsets: &[u64], local: u64) -> bool {
-    if !packed::<T>() || !local.is_multiple_of(16) || offsets.iter().any(|o| !o.is_multiple_of(16))
-    {
+pub unsafe fn aligned(ctx: &SymmContext, offsets: &[u64], local: u64) -> bool {
+    if !local.is_multiple_of(16) || offsets.iter().any(|o| !o.is_multiple_of(16)) {
         return false;
     }
     // SAFETY: peer < world_size.
@@ -88,6 +78,21 @@ pub unsafe fn load(ctx: &SymmContext, peer: u32, offset: u64, index: u64) -> Pac
     }
 }
 
+/// Call `$body` with each lane index `0..16` as a constant, unrolled by hand: LLVM's unroller
+/// gives up on 16 lanes of the wider conversions, and a rolled loop would index the
+/// accumulators dynamically, which puts them in local memory on the GPU.
+macro_rules! for_each_lane {
+    ($lane:ident => $body:block) => {
+        for_each_lane!(@ $lane $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    };
+    (@ $lane:ident $body:block; $($e:literal)*) => {
+        $({
+            let $lane: usize = $e;
+            $body
+        })*
+    };
+}
+
 /// Reduce pack `index` of the buffers at `offset` over all ranks, in rank order, lane by lane.
 ///
 /// # Safety
@@ -98,24 +103,31 @@ pub unsafe fn reduce_pack<T: Element, O: ReduceOp>(
     offset: u64,
     index: u64,
 ) -> Pack {
-    const MAX_LANES: usize = 4;
+    const MAX_LANES: usize = 16;
+    let lanes = lanes::<T>() as usize;
+    // SAFETY: forwarded contract; rank 0 < world_size.
+    let first = unsafe { load(ctx, 0, offset, index) };
     let mut acc = [<T::Acc as Accumulator>::ZERO; MAX_LANES];
-    for peer in 0..ctx.world_size {
+    for_each_lane!(e => {
+        if e < lanes {
+            acc[e] = lane::<T>(&first, e as u64).widen();
+        }
+    });
+    for peer in 1..ctx.world_size {
         // SAFETY: forwarded contract.
         let pack = unsafe { load(ctx, peer, offset, index) };
-        for (e, a) in acc.iter_mut().enumerate().take(lanes::<T>() as usize) {
-            let value = lane::<T>(&pack, e as u64).widen();
-            *a = if peer == 0 {
-                value
-            } else {
-                O::combine(*a, value)
-            };
-        }
+        for_each_lane!(e => {
+            if e < lanes {
+                acc[e] = O::combine(acc[e], lane::<T>(&pack, e as u64).widen());
+            }
+        });
     }
     let mut out = Pack::default();
-    for (e, a) in acc.iter().enumerate().take(lanes::<T>() as usize) {
-        set_lane(&mut out, e as u64, T::narrow(O::finish(*a, ctx.world_size)));
-    }
+    for_each_lane!(e => {
+        if e < lanes {
+            set_lane(&mut out, e as u64, T::narrow(O::finish(acc[e], ctx.world_size)));
+        }
+    });
     out
 }
 
@@ -125,9 +137,11 @@ mod tests {
     use crate::numeric::element::{Bf16, F8E4M3};
 
     #[test]
-    fn only_wide_elements_are_packed() {
-        assert!(packed::<f32>() && packed::<u64>());
-        assert!(!packed::<Bf16>() && !packed::<i8>());
+    fn every_width_fills_sixteen_bytes() {
+        assert_eq!(lanes::<i8>(), 16);
+        assert_eq!(lanes::<Bf16>(), 8);
+        assert_eq!(lanes::<f32>(), 4);
+        assert_eq!(lanes::<u64>(), 2);
     }
 
     #[test]
