@@ -1,6 +1,8 @@
 //! `cargo xtask ptx`: PTX per target, Triton bitcode, and the ptxas report.
 
 use crate::{cargo, root};
+#[path = "../../host-shim/src/ptx/split.rs"]
+mod split;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,6 +31,7 @@ pub fn generate(check: bool) -> Result<(), String> {
         let dest = out_dir.join(file);
         std::fs::copy(&built, &dest).map_err(|e| format!("copying {built:?}: {e}"))?;
         failures.extend(assemble(&ptxas, cpu, &dest)?);
+        assemble_each_kernel(&ptxas, cpu, &dest)?;
     }
     let (cpu, file) = BITCODE_TARGET;
     let built = build_device(cpu, true)?;
@@ -108,6 +111,66 @@ fn find_ptxas() -> Result<PathBuf, String> {
         "ptxas not found: `python3 -m pip install --target {}/nvcc nvidia-cuda-nvcc` or set PTXAS",
         cache.display()
     ))
+}
+
+/// Cut every kernel of `ptx` into its own module, as libsymm loads them, and check that ptxas
+/// accepts each one (on every core).
+fn assemble_each_kernel(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(ptx).map_err(|e| format!("reading {ptx:?}: {e}"))?;
+    let index = split::PtxIndex::new(&text);
+    let kernels = index.kernels();
+    let dir = root().join("target/ptx/kernels").join(cpu);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let errors: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut errors = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(kernel) = kernels.get(i) else { break };
+                        let module = index.kernel_module(kernel).expect("listed kernel");
+                        let file = dir.join(format!("{kernel}.ptx"));
+                        let checked = std::fs::write(&file, module)
+                            .map_err(|e| e.to_string())
+                            .and_then(|()| {
+                                Command::new(ptxas)
+                                    .args([&format!("-arch={cpu}"), "-o", "/dev/null"])
+                                    .arg(&file)
+                                    .output()
+                                    .map_err(|e| e.to_string())
+                            });
+                        match checked {
+                            Ok(out) if out.status.success() => {}
+                            Ok(out) => errors.push(format!(
+                                "{cpu} {kernel}: {}",
+                                String::from_utf8_lossy(&out.stderr)
+                            )),
+                            Err(e) => errors.push(format!("{cpu} {kernel}: {e}")),
+                        }
+                    }
+                    errors
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    if !errors.is_empty() {
+        return Err(format!(
+            "per-kernel modules rejected by ptxas:\n{}",
+            errors.join("\n")
+        ));
+    }
+    println!(
+        "{cpu:>8}: all {} per-kernel modules assemble on their own",
+        kernels.len()
+    );
+    Ok(())
 }
 
 /// Assemble `ptx` for `cpu`, print per-kernel resources, and return the kernels that spill or

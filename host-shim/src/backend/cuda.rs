@@ -35,12 +35,13 @@ fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverErr
     }
 }
 
-/// A device with its primary context and loaded module.
+/// A device with its primary context and the kernels loaded on it so far.
 struct CudaDevice {
     context: sys::CUcontext,
     capability: (i32, i32),
-    module: sys::CUmodule,
-    functions: Mutex<HashMap<KernelId, sys::CUfunction>>,
+    /// Kernel name → function. Each kernel is its own module (see [`crate::ptx::split`]),
+    /// loaded on first use and kept for the process.
+    functions: Mutex<HashMap<String, sys::CUfunction>>,
     multiprocessors: u32,
     ptx_target: &'static str,
 }
@@ -48,7 +49,7 @@ struct CudaDevice {
 // SAFETY: CUDA driver handles (contexts, functions) may be used from any thread; the driver
 // synchronizes internally.
 unsafe impl Send for CudaDevice {}
-// SAFETY: as above; the struct is immutable after creation.
+// SAFETY: as above; the map is behind a mutex and the rest is immutable after creation.
 unsafe impl Sync for CudaDevice {}
 
 impl CudaDevice {
@@ -60,22 +61,44 @@ impl CudaDevice {
     }
 
     fn function(&self, kernel: KernelId) -> Result<sys::CUfunction> {
-        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = functions.get(&kernel) {
-            return Ok(*f);
-        }
-        let f = self.function_by_name(&kernel.ptx_name())?;
-        functions.insert(kernel, f);
-        Ok(f)
+        self.function_by_name(&kernel.ptx_name())
     }
 
+    /// The kernel `name`, loading its module (JIT-compiled by the driver, which caches the
+    /// result on disk) the first time. The caller has made this device's context current.
     fn function_by_name(&self, name: &str) -> Result<sys::CUfunction> {
-        let name = CString::new(name).expect("kernel names have no NUL");
-        // SAFETY: the module was loaded by `open_device` and lives for the process.
-        let f = driver("cuModuleGetFunction", || unsafe {
-            result::module::get_function(self.module, name)
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(*f);
+        }
+        let module = crate::ptx::kernel_module(self.ptx_target, name).ok_or_else(|| {
+            Error::internal(format!(
+                "kernel {name} is not in the {} PTX",
+                self.ptx_target
+            ))
+        })?;
+        let image =
+            CString::new(module).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
+        let c_name = CString::new(name).map_err(|_| Error::internal("kernel name has a NUL"))?;
+        // SAFETY: a NUL-terminated PTX image; the module is never unloaded, so the function
+        // stays valid for the process. Loading is not a stream operation: when the first use
+        // of a kernel happens while the caller captures a CUDA graph, the thread's capture mode
+        // is relaxed for the load (as the driver documents for such calls) and restored.
+        let f = driver("loading a kernel (cuModuleLoadData)", || unsafe {
+            let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode).result()?;
+            let loaded = result::module::load_data(image.as_ptr().cast())
+                .and_then(|module| result::module::get_function(module, c_name));
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode).result()?;
+            loaded
         })
-        .map_err(|e| Error::internal(format!("{} (in the {} PTX)", e.message, self.ptx_target)))?;
+        .map_err(|e| {
+            Error::new(
+                e.code,
+                format!("{} ({name}, {} PTX)", e.message, self.ptx_target),
+            )
+        })?;
+        functions.insert(name.to_string(), f);
         Ok(f)
     }
 }
@@ -481,22 +504,16 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     };
     let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let (ptx_target, ptx) = crate::ptx::for_capability(major, minor).ok_or_else(|| {
+    let (ptx_target, _) = crate::ptx::for_capability(major, minor).ok_or_else(|| {
         Error::unsupported(format!(
             "device {ordinal} has compute capability {major}.{minor}; symm needs 8.0 or newer"
         ))
-    })?;
-    let image = CString::new(ptx).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
-    // SAFETY: a NUL-terminated PTX image; the module lives for the process.
-    let module = driver("cuModuleLoadData", || unsafe {
-        result::module::load_data(image.as_ptr().cast())
     })?;
     let multiprocessors =
         attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Ok(CudaDevice {
         context,
         capability: (major, minor),
-        module,
         functions: Mutex::new(HashMap::new()),
         multiprocessors: multiprocessors.max(1) as u32,
         ptx_target,

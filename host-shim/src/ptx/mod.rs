@@ -1,12 +1,16 @@
 //! The PTX built by `cargo xtask ptx`, embedded so that building libsymm needs no nvptx
 //! toolchain.
 
+pub mod split;
+
+use std::sync::OnceLock;
+
 /// PTX for sm_80 (Ampere), also JIT-compiled for newer GPUs without their own PTX.
-pub const SM80: &str = include_str!("../../ptx-out/symm_sm80.ptx");
+pub const SM80: &str = include_str!("../../../ptx-out/symm_sm80.ptx");
 /// PTX for sm_90 (Hopper and newer non-`a` targets).
-pub const SM90: &str = include_str!("../../ptx-out/symm_sm90.ptx");
+pub const SM90: &str = include_str!("../../../ptx-out/symm_sm90.ptx");
 /// PTX for sm_100a (Blackwell B200/GB200: CLC instructions).
-pub const SM100A: &str = include_str!("../../ptx-out/symm_sm100a.ptx");
+pub const SM100A: &str = include_str!("../../../ptx-out/symm_sm100a.ptx");
 
 /// The PTX to load on a GPU of compute capability `major.minor`, with its name, or `None`
 /// below sm_80.
@@ -17,6 +21,23 @@ pub fn for_capability(major: i32, minor: i32) -> Option<(&'static str, &'static 
         (8, _) => Some(("sm_80", SM80)),
         _ => None,
     }
+}
+
+/// The module to load for kernel `kernel` from the PTX of target `target` ("sm_80", "sm_90"
+/// or "sm_100a"): that kernel and what it calls only (see [`split`]); `None` if that PTX has
+/// no such kernel. The files are indexed once per process.
+pub fn kernel_module(target: &str, kernel: &str) -> Option<String> {
+    static INDEXES: [OnceLock<split::PtxIndex<'static>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let (slot, ptx) = match target {
+        "sm_80" => (0, SM80),
+        "sm_90" => (1, SM90),
+        "sm_100a" => (2, SM100A),
+        _ => return None,
+    };
+    INDEXES[slot]
+        .get_or_init(|| split::PtxIndex::new(ptx))
+        .kernel_module(kernel)
 }
 
 #[cfg(test)]
@@ -199,6 +220,44 @@ mod tests {
         for policy in symm_device::scheduler::workload::POLICIES {
             assert!(SM100A.contains(&format!(".entry symm_clc_hardware_{policy}(")));
             assert!(SM90.contains(&format!(".entry symm_clc_software_{policy}(")));
+        }
+    }
+
+    #[test]
+    fn kernel_modules_come_from_the_named_target() {
+        let module = kernel_module("sm_100a", "symm_clc_hardware_greedy").expect("sm_100a");
+        assert!(module.contains(".target sm_100a") && module.contains("try_cancel"));
+        assert!(kernel_module("sm_90", "symm_clc_hardware_greedy").is_none());
+        let module = kernel_module("sm_80", "symm_all_gather").expect("sm_80");
+        assert!(module.contains(".target sm_80"));
+        assert!(kernel_module("sm_75", "symm_all_gather").is_none());
+    }
+
+    #[test]
+    fn every_kernel_of_the_shipped_ptx_is_cut_out_with_its_callees() {
+        for ptx in [SM80, SM90, SM100A] {
+            let index = split::PtxIndex::new(ptx);
+            let kernels = index.kernels();
+            assert!(kernels.len() > 200);
+            for kernel in kernels {
+                let module = index.kernel_module(kernel).expect("defined");
+                assert_eq!(module.matches(".entry ").count(), 1, "{kernel}");
+                // Every called function is defined in the module.
+                for line in module
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with("call"))
+                {
+                    let callee = line
+                        .split([' ', '\t', ',', ';', '(', ')'])
+                        .find(|t| t.starts_with("_R") || t.starts_with("symm_"));
+                    if let Some(callee) = callee {
+                        assert!(
+                            module.contains(&format!(" {callee}(")),
+                            "{kernel}: {callee} not defined"
+                        );
+                    }
+                }
+            }
         }
     }
 
