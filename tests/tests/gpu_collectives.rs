@@ -1,0 +1,542 @@
+//! The GPU set: every collective, data type and operator on the cuda backend, several ranks
+//! on one GPU, checked against references computed on the host; CUDA-graph capture and
+//! replay; the bounded wait; the software work source. CI has no GPU and does not run these
+//! (they are `#[ignore]`d). On a GPU machine, once per algorithm choice:
+//!
+//! ```text
+//! for a in auto ll oneshot twoshot; do
+//!   SYMM_ALGO=$a SYMM_BACKEND=cuda cargo test -p symm-tests --test gpu_collectives -- --ignored
+//! done
+//! ```
+//!
+//! Buffers are filled and read back with the CUDA driver (cudarc, loaded at run time).
+
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+use symm::*;
+use symm_device::DataType;
+use symm_device::numeric::dynamic::{decode, encode, representable};
+use symm_tests::*;
+
+fn cuda_ranks(nranks: usize) -> Vec<symmComm_t> {
+    let comms = init_all(nranks);
+    assert_eq!(
+        backend(comms[0]),
+        "cuda",
+        "run the GPU set with SYMM_BACKEND=cuda"
+    );
+    // SAFETY: device 0 exists (the comm was created on it); its primary context is retained by
+    // the library for the process.
+    unsafe {
+        let device = result::device::get(0).unwrap();
+        let context = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(context).unwrap();
+    }
+    comms
+}
+
+fn upload(ptr: *mut u8, values: &[f32]) {
+    // SAFETY: `ptr` is device memory from symmMemAlloc with room for `values`.
+    unsafe { result::memcpy_htod_sync(ptr as sys::CUdeviceptr, values) }.unwrap();
+}
+
+fn download(ptr: *const u8, count: usize) -> Vec<f32> {
+    let mut out = vec![0f32; count];
+    // SAFETY: `ptr` is device memory from symmMemAlloc holding `count` floats.
+    unsafe { result::memcpy_dtoh_sync(&mut out, ptr as sys::CUdeviceptr) }.unwrap();
+    out
+}
+
+fn synchronize() {
+    // SAFETY: a context is current (see `cuda_ranks`).
+    unsafe { sys::cuCtxSynchronize() }.result().unwrap();
+}
+
+fn run_and_check(buffers: &[RankBuffer], count: usize, send: usize, recv: usize, seed: u64) {
+    let nranks = buffers.len();
+    let mut rng = Rng(seed);
+    let inputs: Vec<Vec<f32>> = (0..nranks)
+        .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
+        .collect();
+    for (b, input) in buffers.iter().zip(&inputs) {
+        // SAFETY: offsets inside the window (checked by the callers' sizes).
+        upload(unsafe { b.base.add(send) }, input);
+    }
+    check(symmGroupStart(), null_mut());
+    for b in buffers {
+        // SAFETY: offsets inside the window.
+        let (s, r) = unsafe { (b.base.add(send), b.base.add(recv)) };
+        check(all_reduce_f32_sum(b.comm, s, r, count), b.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+    synchronize();
+    // SAFETY: offsets inside the window.
+    let results: Vec<Vec<f32>> = buffers
+        .iter()
+        .map(|b| download(unsafe { b.base.add(recv) }, count))
+        .collect();
+    assert_matches_f64_sum(&inputs, &results, &format!("{nranks} ranks, count {count}"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_f32_sum_2_4_8_ranks_on_one_gpu() {
+    for nranks in [2, 3, 4, 8] {
+        let comms = cuda_ranks(nranks);
+        let max = (1 << 20) + 5;
+        let buffers = alloc_windows(&comms, 4 * (2 * max + 64));
+        for (k, count) in [1usize, 7, 1023, 4099, max].into_iter().enumerate() {
+            let seed = (nranks * 10 + k) as u64;
+            run_and_check(&buffers, count, 0, 0, seed);
+            run_and_check(&buffers, count, 16, 16, seed + 1);
+            run_and_check(&buffers, count, 4, 4 * (count + 8), seed + 2);
+        }
+        teardown(buffers);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_same_buffers_1000_times() {
+    let comms = cuda_ranks(8);
+    let buffers = alloc_windows(&comms, 1 << 16);
+    for iteration in 0..1000 {
+        run_and_check(&buffers, 256, 0, 0, iteration);
+    }
+    teardown(buffers);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_missing_peer_raises_the_abort_word_instead_of_hanging() {
+    // Default SYMM_TIMEOUT_MS (10 s) applies.
+    let comms = cuda_ranks(2);
+    let buffers = alloc_windows(&comms, 4096);
+    let b = &buffers[0];
+    let start = Instant::now();
+    check(all_reduce_f32_sum(b.comm, b.base, b.base, 64), b.comm);
+    synchronize();
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the kernel did not give up"
+    );
+    let mut ctx: *const c_void = std::ptr::null();
+    // SAFETY: valid out-pointer.
+    check(
+        unsafe { symmCommGetDeviceContext(b.comm, b.window, &mut ctx) },
+        b.comm,
+    );
+    let mut image = [0u8; 96];
+    // SAFETY: the context is 96 bytes of device memory.
+    unsafe { result::memcpy_dtoh_sync(&mut image, ctx as sys::CUdeviceptr) }.unwrap();
+    let abort_flag = u64::from_ne_bytes(image[56..64].try_into().unwrap());
+    let mut word = [0u32; 1];
+    // SAFETY: the abort word is a u32 in device memory.
+    unsafe { result::memcpy_dtoh_sync(&mut word, abort_flag) }.unwrap();
+    assert_eq!(word[0], 1, "abort word not raised");
+    teardown(buffers);
+}
+
+fn upload_bytes(ptr: *mut u8, bytes: &[u8]) {
+    // SAFETY: `ptr` is device memory from symmMemAlloc with room for `bytes`.
+    unsafe { result::memcpy_htod_sync(ptr as sys::CUdeviceptr, bytes) }.unwrap();
+}
+
+fn download_bytes(ptr: *const u8, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    // SAFETY: `ptr` is device memory from symmMemAlloc holding `len` bytes.
+    unsafe { result::memcpy_dtoh_sync(&mut out, ptr as sys::CUdeviceptr) }.unwrap();
+    out
+}
+
+fn encode_all(dtype: DataType, values: &[f64]) -> Vec<u8> {
+    let size = dtype.size_bytes();
+    let mut bytes = vec![0u8; values.len() * size];
+    for (chunk, v) in bytes.chunks_mut(size).zip(values) {
+        encode(dtype, *v, chunk);
+    }
+    bytes
+}
+
+fn decode_all(dtype: DataType, bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks(dtype.size_bytes())
+        .map(|chunk| decode(dtype, chunk))
+        .collect()
+}
+
+fn is_integer(dtype: DataType) -> bool {
+    matches!(
+        dtype,
+        DataType::Int8
+            | DataType::Uint8
+            | DataType::Int32
+            | DataType::Uint32
+            | DataType::Int64
+            | DataType::Uint64
+    )
+}
+
+/// Inputs whose sums, products, minima and maxima are exact in every type for up to 8 ranks
+/// (|sum| <= 8 or <= 16 unsigned, products of {-1, 0, 1} or wrapping integers), so the
+/// expected value is exact: {-1, 0, 1}, or {0, 1, 2} for unsigned types.
+fn input_value(dtype: DataType, rank: usize, index: usize, seed: u64) -> f64 {
+    let pick = (index as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(seed ^ (rank as u64 * 0xBF58_476D))
+        >> 61;
+    let v = (pick % 3) as f64;
+    if matches!(dtype, DataType::Uint8 | DataType::Uint32 | DataType::Uint64) {
+        v
+    } else {
+        v - 1.0
+    }
+}
+
+/// The reduction of `column` with `op` as the kernels define it: integers exact then wrapped
+/// (avg: exact sum / n, truncated); floats accumulated in f32 (f64 for float64) then rounded
+/// to the type, avg = sum / n in the accumulator.
+fn expected(dtype: DataType, op: i32, column: &[f64]) -> f64 {
+    let n = column.len() as f64;
+    let sum: f64 = column.iter().sum();
+    let value = match op {
+        0 => sum,
+        1 => column.iter().product(),
+        2 => column.iter().copied().fold(f64::MIN, f64::max),
+        3 => column.iter().copied().fold(f64::MAX, f64::min),
+        _ if is_integer(dtype) => (sum / n).trunc(),
+        _ if dtype == DataType::Float64 => sum / n,
+        _ => (sum as f32 / n as f32) as f64,
+    };
+    representable(dtype, value)
+}
+
+/// Where a case puts its buffers, in bytes from the window base.
+#[derive(Clone, Copy, Debug)]
+struct At {
+    send: usize,
+    recv: usize,
+}
+
+/// The placements every case runs with: in place and aligned, out of place and aligned, out
+/// of place at offsets that are multiples of the element size but not of 16.
+fn placements(size: usize, send_bytes: usize, recv_bytes: usize) -> [At; 3] {
+    let region = send_bytes.max(recv_bytes).next_multiple_of(256);
+    [
+        At { send: 0, recv: 0 },
+        At {
+            send: 256,
+            recv: 512 + region,
+        },
+        At {
+            send: 3 * size,
+            recv: 512 + region + 5 * size,
+        },
+    ]
+}
+
+const RANKS: [usize; 4] = [2, 3, 4, 8];
+const COUNTS: [usize; 5] = [1, 7, 1023, 4099, (1 << 20) + 5];
+
+/// Window bytes for the largest case of any collective: 8-byte elements, the biggest count,
+/// up to 8 ranks' segments for all-gather and reduce-scatter.
+fn window_bytes(nranks: usize, count: usize) -> usize {
+    2 * 8 * nranks * count + 4096
+}
+
+/// Whether this run forces the low-latency all-reduce (`SYMM_ALGO=ll`).
+fn forced_low_latency() -> bool {
+    std::env::var("SYMM_ALGO").is_ok_and(|v| v == "ll")
+}
+
+fn run_group(issue: impl Fn(&RankBuffer) -> symmResult_t, buffers: &[RankBuffer]) {
+    check(symmGroupStart(), null_mut());
+    for b in buffers {
+        check(issue(b), b.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+    synchronize();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_all_reduce_every_dtype_and_op() {
+    for nranks in RANKS {
+        let comms = cuda_ranks(nranks);
+        let buffers = alloc_windows(&comms, window_bytes(1, *COUNTS.last().unwrap()));
+        for dtype in DataType::ALL {
+            let size = dtype.size_bytes();
+            for op in 0..5 {
+                for (k, count) in COUNTS.into_iter().enumerate() {
+                    if forced_low_latency()
+                        && count * size > symm_device::sync::signal_pad::LL_MAX_BYTES
+                    {
+                        // SYMM_ALGO=ll refuses payloads beyond the LL buffers (plan tests).
+                        continue;
+                    }
+                    for at in placements(size, count * size, count * size) {
+                        let seed = (nranks * 1000 + k * 10 + op as usize) as u64;
+                        let inputs: Vec<Vec<f64>> = (0..nranks)
+                            .map(|r| (0..count).map(|i| input_value(dtype, r, i, seed)).collect())
+                            .collect();
+                        for (b, input) in buffers.iter().zip(&inputs) {
+                            // SAFETY: offsets inside the window (window_bytes).
+                            upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
+                        }
+                        run_group(
+                            |b| {
+                                // SAFETY: offsets inside the window.
+                                let (s, r) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
+                                symmAllReduce(
+                                    s.cast(),
+                                    r.cast(),
+                                    count,
+                                    dtype as i32,
+                                    op,
+                                    b.comm,
+                                    null_mut(),
+                                )
+                            },
+                            &buffers,
+                        );
+                        // SAFETY: offsets inside the window.
+                        let outputs: Vec<Vec<u8>> = buffers
+                            .iter()
+                            .map(|b| download_bytes(unsafe { b.base.add(at.recv) }, count * size))
+                            .collect();
+                        let case = format!("{nranks} ranks {dtype:?} op {op} count {count} {at:?}");
+                        for out in &outputs[1..] {
+                            assert!(out == &outputs[0], "{case}: ranks differ");
+                        }
+                        let got = decode_all(dtype, &outputs[0]);
+                        let mut column = Vec::with_capacity(nranks);
+                        for (i, g) in got.iter().enumerate() {
+                            column.clear();
+                            column.extend(inputs.iter().map(|x| x[i]));
+                            assert_eq!(*g, expected(dtype, op, &column), "{case}: element {i}");
+                        }
+                    }
+                }
+            }
+        }
+        teardown(buffers);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_all_gather_and_reduce_scatter_every_dtype() {
+    for nranks in RANKS {
+        let comms = cuda_ranks(nranks);
+        let max = *COUNTS.last().unwrap();
+        let buffers = alloc_windows(&comms, window_bytes(nranks, max));
+        for dtype in DataType::ALL {
+            let size = dtype.size_bytes();
+            for count in COUNTS {
+                let segment = count * size;
+                for at in placements(size, nranks * segment, nranks * segment) {
+                    let seed = (nranks * 100 + count) as u64;
+                    // All-gather: rank r's `count` elements land in segment r of every rank.
+                    let inputs: Vec<Vec<f64>> = (0..nranks)
+                        .map(|r| (0..count).map(|i| input_value(dtype, r, i, seed)).collect())
+                        .collect();
+                    for (b, input) in buffers.iter().zip(&inputs) {
+                        // SAFETY: offsets inside the window.
+                        upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
+                    }
+                    if at.send == at.recv {
+                        // In place: the send buffer is the rank's own segment of the output.
+                        for (r, (b, input)) in buffers.iter().zip(&inputs).enumerate() {
+                            // SAFETY: offsets inside the window.
+                            let own = unsafe { b.base.add(at.recv + r * segment) };
+                            upload_bytes(own, &encode_all(dtype, input));
+                        }
+                    }
+                    run_group(
+                        |b| {
+                            let rank = buffers.iter().position(|x| x.comm == b.comm).unwrap();
+                            let send = if at.send == at.recv {
+                                at.recv + rank * segment
+                            } else {
+                                at.send
+                            };
+                            // SAFETY: offsets inside the window.
+                            let (s, r) = unsafe { (b.base.add(send), b.base.add(at.recv)) };
+                            symmAllGather(
+                                s.cast(),
+                                r.cast(),
+                                count,
+                                dtype as i32,
+                                b.comm,
+                                null_mut(),
+                            )
+                        },
+                        &buffers,
+                    );
+                    let case = format!("all_gather {nranks} ranks {dtype:?} count {count} {at:?}");
+                    let all: Vec<u8> = inputs.iter().flat_map(|x| encode_all(dtype, x)).collect();
+                    for b in &buffers {
+                        // SAFETY: offsets inside the window.
+                        let out = download_bytes(unsafe { b.base.add(at.recv) }, nranks * segment);
+                        assert!(out == all, "{case}");
+                    }
+
+                    // Reduce-scatter (sum): rank r receives the sum of segment r over ranks.
+                    let inputs: Vec<Vec<f64>> = (0..nranks)
+                        .map(|r| {
+                            (0..nranks * count)
+                                .map(|i| input_value(dtype, r, i, seed + 1))
+                                .collect()
+                        })
+                        .collect();
+                    for (b, input) in buffers.iter().zip(&inputs) {
+                        // SAFETY: offsets inside the window.
+                        upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
+                    }
+                    run_group(
+                        |b| {
+                            let rank = buffers.iter().position(|x| x.comm == b.comm).unwrap();
+                            let recv = if at.send == at.recv {
+                                at.send + rank * segment
+                            } else {
+                                at.recv
+                            };
+                            // SAFETY: offsets inside the window.
+                            let (s, r) = unsafe { (b.base.add(at.send), b.base.add(recv)) };
+                            symmReduceScatter(
+                                s.cast(),
+                                r.cast(),
+                                count,
+                                dtype as i32,
+                                0,
+                                b.comm,
+                                null_mut(),
+                            )
+                        },
+                        &buffers,
+                    );
+                    let case =
+                        format!("reduce_scatter {nranks} ranks {dtype:?} count {count} {at:?}");
+                    for (rank, b) in buffers.iter().enumerate() {
+                        let recv = if at.send == at.recv {
+                            at.send + rank * segment
+                        } else {
+                            at.recv
+                        };
+                        // SAFETY: offsets inside the window.
+                        let got = decode_all(
+                            dtype,
+                            &download_bytes(unsafe { b.base.add(recv) }, segment),
+                        );
+                        for (i, g) in got.iter().enumerate() {
+                            let column: Vec<f64> =
+                                inputs.iter().map(|x| x[rank * count + i]).collect();
+                            assert_eq!(
+                                *g,
+                                expected(dtype, 0, &column),
+                                "{case}: rank {rank} element {i}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        teardown(buffers);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_graph_capture_then_replay_with_new_inputs() {
+    let nranks = 4;
+    let count = 4099;
+    let comms = cuda_ranks(nranks);
+    let buffers = alloc_windows(&comms, 4 * count + 4096);
+    // SAFETY: stream, graph and exec handles are created, used and destroyed here, in the
+    // current context; captured calls use offsets inside the windows.
+    unsafe {
+        let mut stream = null_mut();
+        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+        check(symmGroupStart(), null_mut());
+        for b in &buffers {
+            let r = symmAllReduce(
+                b.base.cast(),
+                b.base.cast(),
+                count,
+                DataType::Float32 as i32,
+                0,
+                b.comm,
+                stream.cast(),
+            );
+            check(r, b.comm);
+        }
+        check(symmGroupEnd(), null_mut());
+        let mut graph = null_mut();
+        sys::cuStreamEndCapture(stream, &mut graph)
+            .result()
+            .unwrap();
+        let mut exec = null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            .result()
+            .unwrap();
+        for replay in 0..200u64 {
+            let mut rng = Rng(replay);
+            let inputs: Vec<Vec<f32>> = (0..nranks)
+                .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
+                .collect();
+            for (b, input) in buffers.iter().zip(&inputs) {
+                upload(b.base, input);
+            }
+            sys::cuGraphLaunch(exec, stream).result().unwrap();
+            sys::cuStreamSynchronize(stream).result().unwrap();
+            let results: Vec<Vec<f32>> = buffers.iter().map(|b| download(b.base, count)).collect();
+            assert_matches_f64_sum(&inputs, &results, &format!("graph replay {replay}"));
+        }
+        sys::cuGraphExecDestroy(exec).result().unwrap();
+        sys::cuGraphDestroy(graph).result().unwrap();
+        sys::cuStreamDestroy_v2(stream).result().unwrap();
+    }
+    for b in &buffers {
+        let mut error = symmResult_t::symmSuccess;
+        // SAFETY: valid out-pointer.
+        check(unsafe { symmCommGetAsyncError(b.comm, &mut error) }, b.comm);
+        assert_eq!(error, symmResult_t::symmSuccess);
+    }
+    teardown(buffers);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_software_work_source_runs_every_tile_exactly_once() {
+    use symm::clc::{Config, Variant, run};
+    use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
+    let backend = symm::backend::select().unwrap();
+    assert_eq!(backend.kind().name(), "cuda", "run with SYMM_BACKEND=cuda");
+    for tiles in [1, 7, 1000, 10_000] {
+        for imbalance in [UNIFORM, LINEAR_SKEW, ONE_HEAVY_IN_64] {
+            let config = Config {
+                tiles,
+                imbalance,
+                work_iterations: 50,
+                prologue_iterations: 100,
+                threads: 128,
+                iterations: 3,
+                device: 0,
+            };
+            let variants = std::iter::once(Variant::FixedGrid)
+                .chain(POLICIES.iter().map(|p| Variant::Software(p)));
+            for variant in variants {
+                let report = run(&backend, variant, &config).unwrap();
+                assert!(
+                    report.exactly_once,
+                    "{} tiles {tiles} imbalance {imbalance}",
+                    variant.ptx_name()
+                );
+            }
+        }
+    }
+}
