@@ -18,6 +18,12 @@ pub enum Variant {
     Software(&'static str),
     /// Stealing with hardware CLC and a policy (sm_100a only).
     Hardware(&'static str),
+    /// Stealing with hardware CLC in clusters of `cluster` CTAs along x (multicast requests;
+    /// greedy policy; sm_100a only). The tile count must be a multiple of `cluster`.
+    HardwareClustered {
+        /// CTAs per cluster, 1 to 8 (the portable cluster size limit).
+        cluster: u32,
+    },
 }
 
 impl Variant {
@@ -27,6 +33,23 @@ impl Variant {
             Variant::FixedGrid => "symm_clc_fixed_grid".to_string(),
             Variant::Software(p) => format!("symm_clc_software_{p}"),
             Variant::Hardware(p) => format!("symm_clc_hardware_{p}"),
+            Variant::HardwareClustered { .. } => "symm_clc_hardware_clustered_greedy".to_string(),
+        }
+    }
+
+    /// Whether the kernel uses Cluster Launch Control instructions (sm_100a only).
+    pub fn is_hardware(self) -> bool {
+        matches!(
+            self,
+            Variant::Hardware(_) | Variant::HardwareClustered { .. }
+        )
+    }
+
+    /// CTAs per cluster of the launch (1: no cluster launch).
+    pub fn cluster(self) -> u32 {
+        match self {
+            Variant::HardwareClustered { cluster } => cluster,
+            _ => 1,
         }
     }
 }
@@ -75,6 +98,13 @@ pub fn run(backend: &Backend, variant: Variant, config: &Config) -> Result<Repor
             "tiles must be >= 1 and threads in 1..=1024",
         ));
     }
+    let cluster = variant.cluster();
+    if !(1..=8).contains(&cluster) || !config.tiles.is_multiple_of(cluster) {
+        return Err(Error::invalid_argument(format!(
+            "cluster size {cluster} must be in 1..=8 and divide the tile count {}",
+            config.tiles
+        )));
+    }
     match backend {
         Backend::Host(_) => run_on_host(variant, config),
         Backend::Cuda(cuda) => cuda.run_clc_benchmark(variant, config),
@@ -88,7 +118,7 @@ fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
     let kernel: workload::BenchKernel = match variant {
         Variant::FixedGrid => workload::fixed_grid_kernel,
         Variant::Software(p) => workload::software_kernel(p).expect("policy checked"),
-        Variant::Hardware(_) => {
+        Variant::Hardware(_) | Variant::HardwareClustered { .. } => {
             return Err(Error::unsupported(
                 "hardware Cluster Launch Control needs an sm_100 GPU; the host backend has \
                  none (use a software policy)",
@@ -144,6 +174,7 @@ pub fn report(times: &mut [f64], counts: &[u32], launches: u32, stats: &[u32]) -
 mod tests {
     use super::*;
     use crate::backend::host::HostBackend;
+    use crate::ffi::types::symmResult_t;
 
     #[test]
     fn host_runs_fixed_and_software_variants_and_refuses_hardware() {
@@ -166,8 +197,13 @@ mod tests {
         let capped = run(&backend, Variant::Software("max_steals_4"), &config).unwrap();
         assert!(capped.tiles_per_block.iter().all(|t| *t <= 5));
         let e = run(&backend, Variant::Hardware("greedy"), &config).unwrap_err();
-        assert_eq!(e.code, crate::ffi::types::symmResult_t::symmUnsupported);
+        assert_eq!(e.code, symmResult_t::symmUnsupported);
+        let e = run(&backend, Variant::HardwareClustered { cluster: 2 }, &config).unwrap_err();
+        assert_eq!(e.code, symmResult_t::symmUnsupported);
+        let odd = Config { tiles: 7, ..config };
+        let e = run(&backend, Variant::HardwareClustered { cluster: 2 }, &odd).unwrap_err();
+        assert_eq!(e.code, symmResult_t::symmInvalidArgument);
         let e = run(&backend, Variant::Software("lucky"), &config).unwrap_err();
-        assert_eq!(e.code, crate::ffi::types::symmResult_t::symmInvalidArgument);
+        assert_eq!(e.code, symmResult_t::symmInvalidArgument);
     }
 }

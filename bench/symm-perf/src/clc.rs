@@ -7,7 +7,8 @@ use symm::clc::{Config, Variant, run};
 use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
 
 pub const USAGE: &str = "usage: symm-perf clc [-t tiles] [-i uniform|skew|heavy|all] \
-[-p policy|all] [-n iters] [-k work-iterations] [-r prologue-iterations] [-x threads] [-d device]";
+[-p policy|all] [-n iters] [-k work-iterations] [-r prologue-iterations] [-x threads] [-d device] \
+[-c cluster-size (hardware clustered greedy; 1: skip)]";
 
 /// Run the benchmark; `Ok(false)` when a tile did not run exactly once.
 pub fn main(args: &[String]) -> Result<bool, String> {
@@ -21,6 +22,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
         device: 0,
     };
     let mut imbalances = vec![UNIFORM, LINEAR_SKEW, ONE_HEAVY_IN_64];
+    let mut cluster = 2;
     let mut policies: Vec<&'static str> = POLICIES.to_vec();
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
@@ -39,6 +41,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
             "-r" => config.prologue_iterations = number()?,
             "-x" => config.threads = number()?,
             "-d" => config.device = number()? as i32,
+            "-c" => cluster = number()?,
             "-i" => {
                 imbalances = match value.as_str() {
                     "uniform" => vec![UNIFORM],
@@ -82,7 +85,11 @@ pub fn main(args: &[String]) -> Result<bool, String> {
         let mut fixed_us = None;
         let variants = std::iter::once(Variant::FixedGrid)
             .chain(policies.iter().map(|p| Variant::Software(p)))
-            .chain(policies.iter().map(|p| Variant::Hardware(p)));
+            .chain(policies.iter().map(|p| Variant::Hardware(p)))
+            .chain(
+                (cluster > 1 && policies.contains(&"greedy"))
+                    .then_some(Variant::HardwareClustered { cluster }),
+            );
         for variant in variants {
             match run(&backend, variant, &config) {
                 Ok(report) => {
@@ -108,7 +115,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
                 }
                 Err(e) if e.code == symm::symmResult_t::symmUnsupported => {
                     println!("  {:<46} unsupported: {}", variant.ptx_name(), e.message);
-                    if matches!(variant, Variant::Hardware(_)) {
+                    if variant.is_hardware() {
                         break;
                     }
                 }

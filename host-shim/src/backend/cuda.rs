@@ -387,9 +387,7 @@ impl CudaBackend {
     /// Run a work-stealing benchmark variant on `config.device`, timed with CUDA events.
     pub fn run_clc_benchmark(&self, variant: Variant, config: &ClcConfig) -> Result<ClcReport> {
         let device = self.device(config.device)?;
-        if let Variant::Hardware(_) = variant
-            && device.capability != (10, 0)
-        {
+        if variant.is_hardware() && device.capability != (10, 0) {
             let (major, minor) = device.capability;
             return Err(Error::unsupported(format!(
                 "device {} has compute capability {major}.{minor}: hardware Cluster Launch \
@@ -441,14 +439,7 @@ impl CudaBackend {
                 sys::cuEventCreate(&mut stop, 0).result()?;
                 for launch in 0..=config.iterations {
                     sys::cuEventRecord(start, std::ptr::null_mut()).result()?;
-                    result::launch_kernel(
-                        function,
-                        (config.tiles, 1, 1),
-                        (config.threads, 1, 1),
-                        0,
-                        std::ptr::null_mut(),
-                        &mut params,
-                    )?;
+                    launch_clustered(function, config, variant.cluster(), &mut params)?;
                     sys::cuEventRecord(stop, std::ptr::null_mut()).result()?;
                     sys::cuEventSynchronize(stop).result()?;
                     let mut ms = 0f32;
@@ -484,6 +475,56 @@ impl CudaBackend {
             result::stream::synchronize(comm.stream)
         })
     }
+}
+
+/// Launch a benchmark kernel on the default stream, one block per tile, in clusters of
+/// `cluster` CTAs along x when `cluster > 1` (`cuLaunchKernelEx` with a cluster-dimension
+/// attribute).
+///
+/// # Safety
+/// `params` match the benchmark kernels' signature; `config.tiles` is a multiple of `cluster`.
+unsafe fn launch_clustered(
+    function: sys::CUfunction,
+    config: &ClcConfig,
+    cluster: u32,
+    params: &mut [*mut c_void],
+) -> std::result::Result<(), DriverError> {
+    if cluster <= 1 {
+        // SAFETY: forwarded contract.
+        return unsafe {
+            result::launch_kernel(
+                function,
+                (config.tiles, 1, 1),
+                (config.threads, 1, 1),
+                0,
+                std::ptr::null_mut(),
+                params,
+            )
+        };
+    }
+    // SAFETY: a zeroed attribute is valid plain data; the cluster field is then set.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+        x: cluster,
+        y: 1,
+        z: 1,
+    };
+    let launch = sys::CUlaunchConfig {
+        gridDimX: config.tiles,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: config.threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: std::ptr::null_mut(),
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    // SAFETY: the configuration and attribute outlive the call; forwarded contract.
+    unsafe { sys::cuLaunchKernelEx(&launch, function, params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
 }
 
 fn open_device(ordinal: i32) -> Result<CudaDevice> {
