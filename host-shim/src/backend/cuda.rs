@@ -35,9 +35,32 @@ fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverErr
     }
 }
 
+/// Run `setup` (allocation, upload, module loading: work that is not a stream operation) with
+/// this thread's stream-capture mode relaxed, and restore the mode after. A collective's first
+/// use of a kernel or of a rank combination may happen while the caller captures a CUDA graph;
+/// in the default (global) mode such calls would invalidate the capture. This is the driver's
+/// documented way to make them during a capture.
+///
+/// # Safety
+/// `setup` enqueues nothing on a capturing stream.
+unsafe fn outside_capture<T>(
+    setup: impl FnOnce() -> std::result::Result<T, DriverError>,
+) -> std::result::Result<T, DriverError> {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: exchanges this thread's mode; restored below.
+    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result()?;
+    let result = setup();
+    // SAFETY: as above.
+    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result()?;
+    result
+}
+
 /// A device with its primary context and the kernels loaded on it so far.
 struct CudaDevice {
     context: sys::CUcontext,
+    /// A non-blocking stream for the library's own uploads: never captured, never waited on
+    /// by a user's stream, so uploads run at once even while a graph is being captured.
+    setup_stream: sys::CUstream,
     capability: (i32, i32),
     /// Kernel name → function. Each kernel is its own module (see [`crate::ptx::split`]),
     /// loaded on first use and kept for the process.
@@ -81,16 +104,12 @@ impl CudaDevice {
             CString::new(module).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
         let c_name = CString::new(name).map_err(|_| Error::internal("kernel name has a NUL"))?;
         // SAFETY: a NUL-terminated PTX image; the module is never unloaded, so the function
-        // stays valid for the process. Loading is not a stream operation: when the first use
-        // of a kernel happens while the caller captures a CUDA graph, the thread's capture mode
-        // is relaxed for the load (as the driver documents for such calls) and restored.
+        // stays valid for the process. Loading enqueues nothing on any stream.
         let f = driver("loading a kernel (cuModuleLoadData)", || unsafe {
-            let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-            sys::cuThreadExchangeStreamCaptureMode(&mut mode).result()?;
-            let loaded = result::module::load_data(image.as_ptr().cast())
-                .and_then(|module| result::module::get_function(module, c_name));
-            sys::cuThreadExchangeStreamCaptureMode(&mut mode).result()?;
-            loaded
+            outside_capture(|| {
+                let module = result::module::load_data(image.as_ptr().cast())?;
+                result::module::get_function(module, c_name)
+            })
         })
         .map_err(|e| {
             Error::new(
@@ -256,14 +275,20 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// See [`super::Backend::alloc_zeroed`].
+    /// See [`super::Backend::alloc_zeroed`]. Safe to call while the caller captures a graph
+    /// (see [`outside_capture`]): zeroed on the device's setup stream, synchronously.
     pub fn alloc_zeroed(&self, ordinal: i32, bytes: usize) -> Result<u64> {
-        self.device(ordinal)?.make_current()?;
-        // SAFETY: a fresh allocation of `bytes`, zeroed before use.
+        let device = self.device(ordinal)?;
+        device.make_current()?;
+        // SAFETY: a fresh allocation of `bytes`, zeroed on the setup stream (never captured)
+        // before use.
         driver("cuMemAlloc", || unsafe {
-            let address = result::malloc_sync(bytes)?;
-            result::memset_d8_sync(address, 0, bytes)?;
-            Ok(address)
+            outside_capture(|| {
+                let address = result::malloc_sync(bytes)?;
+                result::memset_d8_async(address, 0, bytes, device.setup_stream)?;
+                result::stream::synchronize(device.setup_stream)?;
+                Ok(address)
+            })
         })
     }
 
@@ -271,15 +296,22 @@ impl CudaBackend {
     pub fn free(&self, ordinal: i32, address: u64) -> Result<()> {
         self.device(ordinal)?.make_current()?;
         // SAFETY: `address` came from `alloc_zeroed` and is freed once (callers own it).
-        driver("cuMemFree", || unsafe { result::free_sync(address) })
+        driver("cuMemFree", || unsafe {
+            outside_capture(|| result::free_sync(address))
+        })
     }
 
-    /// See [`super::Backend::upload`].
+    /// See [`super::Backend::upload`]. Safe during a capture, as `alloc_zeroed`.
     pub fn upload(&self, ordinal: i32, address: u64, bytes: &[u8]) -> Result<()> {
-        self.device(ordinal)?.make_current()?;
-        // SAFETY: callers pass an allocation with room for `bytes`.
+        let device = self.device(ordinal)?;
+        device.make_current()?;
+        // SAFETY: callers pass an allocation with room for `bytes`; the copy completes before
+        // `bytes` goes out of scope (synchronized).
         driver("cuMemcpyHtoD", || unsafe {
-            result::memcpy_htod_sync(address, bytes)
+            outside_capture(|| {
+                result::memcpy_htod_async(address, bytes, device.setup_stream)?;
+                result::stream::synchronize(device.setup_stream)
+            })
         })
     }
 
@@ -552,8 +584,12 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     })?;
     let multiprocessors =
         attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let setup_stream = driver("cuStreamCreate", || {
+        result::stream::create(result::stream::StreamKind::NonBlocking)
+    })?;
     Ok(CudaDevice {
         context,
+        setup_stream,
         capability: (major, minor),
         functions: Mutex::new(HashMap::new()),
         multiprocessors: multiprocessors.max(1) as u32,
