@@ -462,31 +462,20 @@ fn all_gather_at_a_mebi_element_and_a_tail() {
     let count = (1 << 20) + 5;
     for world in [3, 8] {
         for in_place in [false, true] {
-            let seed = world as u64 + in_place as u64;
-            run_case::<u8>(
-                world,
-                Algorithm::AllGather,
-                RedOp::Sum,
-                count,
-                in_place,
-                seed,
-            );
-            run_case::<Bf16>(
-                world,
-                Algorithm::AllGather,
-                RedOp::Sum,
-                count,
-                in_place,
-                seed + 1,
-            );
-            run_case::<f64>(
-                world,
-                Algorithm::AllGather,
-                RedOp::Sum,
-                count,
-                in_place,
-                seed,
-            );
+            for dtype in [DataType::Uint8, DataType::Bfloat16, DataType::Float64] {
+                // Odd seeds: unaligned offsets; even: 16-byte aligned.
+                let seed = world as u64 + in_place as u64 + dtype.size_bytes() as u64;
+                for_type(dtype, &mut |case| {
+                    case(
+                        world,
+                        Algorithm::AllGather,
+                        RedOp::Sum,
+                        count,
+                        in_place,
+                        seed,
+                    )
+                });
+            }
         }
     }
 }
@@ -635,16 +624,7 @@ mod randomized {
     }
 
     fn algorithm() -> impl Strategy<Value = Algorithm> {
-        (0usize..6).prop_map(|i| {
-            [
-                Algorithm::OneShotAllReduce,
-                Algorithm::OneShotLlAllReduce,
-                Algorithm::TwoShotAllReduce,
-                Algorithm::ReduceScatter,
-                Algorithm::AllGather,
-                Algorithm::LlAllGather,
-            ][i]
-        })
+        (0..Algorithm::ALL.len()).prop_map(|i| Algorithm::ALL[i])
     }
 
     proptest! {

@@ -181,6 +181,14 @@ impl Rng {
     }
 }
 
+/// `nranks` vectors of `count` random floats in [-1, 1), reproducible from `seed`.
+pub fn random_inputs(nranks: usize, count: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = Rng(seed);
+    (0..nranks)
+        .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
+        .collect()
+}
+
 /// Select the host backend for this test process, before any communicator exists. Every
 /// host-backend test calls this first.
 pub fn use_host_backend() {

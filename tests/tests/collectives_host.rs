@@ -25,10 +25,7 @@ const SENTINEL: f32 = -12345.5;
 /// Run one all-reduce on every rank (one thread driving all ranks, in a group) and check it.
 fn check_all_reduce(buffers: &[RankBuffer], count: usize, at: Placement, seed: u64) {
     let nranks = buffers.len();
-    let mut rng = Rng(seed);
-    let inputs: Vec<Vec<f32>> = (0..nranks)
-        .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
-        .collect();
+    let inputs = random_inputs(nranks, count, seed);
     for (b, input) in buffers.iter().zip(&inputs) {
         assert!(at.send + 4 * count <= b.bytes && at.recv + 4 * count + 4 <= b.bytes);
         // SAFETY: host memory of the window, range checked above.

@@ -56,10 +56,7 @@ fn synchronize() {
 
 fn run_and_check(buffers: &[RankBuffer], count: usize, send: usize, recv: usize, seed: u64) {
     let nranks = buffers.len();
-    let mut rng = Rng(seed);
-    let inputs: Vec<Vec<f32>> = (0..nranks)
-        .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
-        .collect();
+    let inputs = random_inputs(nranks, count, seed);
     for (b, input) in buffers.iter().zip(&inputs) {
         // SAFETY: offsets inside the window (checked by the callers' sizes).
         upload(unsafe { b.base.add(send) }, input);
@@ -220,6 +217,19 @@ struct At {
     recv: usize,
 }
 
+impl At {
+    /// Rank `rank`'s offset for the buffer that, in place, is its own `segment`-byte segment
+    /// of the other buffer (all-gather's send, reduce-scatter's receive); `out_of_place`
+    /// otherwise.
+    fn rank_offset(self, rank: usize, segment: usize, out_of_place: usize) -> usize {
+        if self.send == self.recv {
+            self.send + rank * segment
+        } else {
+            out_of_place
+        }
+    }
+}
+
 /// The placements every case runs with: in place and aligned, out of place and aligned, out
 /// of place at offsets that are multiples of the element size but not of 16.
 fn placements(size: usize, send_bytes: usize, recv_bytes: usize) -> [At; 3] {
@@ -251,10 +261,11 @@ fn forced_low_latency() -> bool {
     std::env::var("SYMM_ALGO").is_ok_and(|v| v == "ll")
 }
 
-fn run_group(issue: impl Fn(&RankBuffer) -> symmResult_t, buffers: &[RankBuffer]) {
+/// Issue one call per rank (`issue(rank, buffer)`) in a group, then wait for the GPU.
+fn run_group(issue: impl Fn(usize, &RankBuffer) -> symmResult_t, buffers: &[RankBuffer]) {
     check(symmGroupStart(), null_mut());
-    for b in buffers {
-        check(issue(b), b.comm);
+    for (rank, b) in buffers.iter().enumerate() {
+        check(issue(rank, b), b.comm);
     }
     check(symmGroupEnd(), null_mut());
     synchronize();
@@ -286,7 +297,7 @@ fn gpu_all_reduce_every_dtype_and_op() {
                             upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
                         }
                         run_group(
-                            |b| {
+                            |_, b| {
                                 // SAFETY: offsets inside the window.
                                 let (s, r) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
                                 symmAllReduce(
@@ -355,13 +366,8 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                         }
                     }
                     run_group(
-                        |b| {
-                            let rank = buffers.iter().position(|x| x.comm == b.comm).unwrap();
-                            let send = if at.send == at.recv {
-                                at.recv + rank * segment
-                            } else {
-                                at.send
-                            };
+                        |rank, b| {
+                            let send = at.rank_offset(rank, segment, at.send);
                             // SAFETY: offsets inside the window.
                             let (s, r) = unsafe { (b.base.add(send), b.base.add(at.recv)) };
                             symmAllGather(
@@ -396,13 +402,8 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                         upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
                     }
                     run_group(
-                        |b| {
-                            let rank = buffers.iter().position(|x| x.comm == b.comm).unwrap();
-                            let recv = if at.send == at.recv {
-                                at.send + rank * segment
-                            } else {
-                                at.recv
-                            };
+                        |rank, b| {
+                            let recv = at.rank_offset(rank, segment, at.recv);
                             // SAFETY: offsets inside the window.
                             let (s, r) = unsafe { (b.base.add(at.send), b.base.add(recv)) };
                             symmReduceScatter(
@@ -420,11 +421,7 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                     let case =
                         format!("reduce_scatter {nranks} ranks {dtype:?} count {count} {at:?}");
                     for (rank, b) in buffers.iter().enumerate() {
-                        let recv = if at.send == at.recv {
-                            at.send + rank * segment
-                        } else {
-                            at.recv
-                        };
+                        let recv = at.rank_offset(rank, segment, at.recv);
                         // SAFETY: offsets inside the window.
                         let got = decode_all(
                             dtype,
@@ -484,10 +481,7 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
             .result()
             .unwrap();
         for replay in 0..200u64 {
-            let mut rng = Rng(replay);
-            let inputs: Vec<Vec<f32>> = (0..nranks)
-                .map(|_| (0..count).map(|_| rng.unit_f32()).collect())
-                .collect();
+            let inputs = random_inputs(nranks, count, replay);
             for (b, input) in buffers.iter().zip(&inputs) {
                 upload(b.base, input);
             }

@@ -29,6 +29,16 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::OneShotAllReduce,
+        Algorithm::OneShotLlAllReduce,
+        Algorithm::TwoShotAllReduce,
+        Algorithm::ReduceScatter,
+        Algorithm::AllGather,
+        Algorithm::LlAllGather,
+    ];
+
     /// `true` for the all-gathers: one kernel serves every data type.
     pub const fn is_data_type_agnostic(self) -> bool {
         matches!(self, Algorithm::AllGather | Algorithm::LlAllGather)

@@ -48,32 +48,37 @@ mod tests {
     use symm_device::symmetric::dispatch::Algorithm;
     use symm_device::{DataType, RedOp};
 
+    /// Every target's name and PTX.
+    const TARGETS: [(&str, &str); 3] = [("sm_80", SM80), ("sm_90", SM90), ("sm_100a", SM100A)];
+
+    /// The PTX names of `algorithms` for every dtype × op.
+    fn kernel_names(algorithms: &[Algorithm]) -> Vec<String> {
+        let mut names = Vec::new();
+        for &algorithm in algorithms {
+            for dtype in DataType::ALL {
+                for op in RedOp::ALL {
+                    let kernel = KernelId {
+                        algorithm,
+                        dtype,
+                        op,
+                    };
+                    names.push(kernel.ptx_name());
+                }
+            }
+        }
+        names
+    }
+
     #[test]
     fn every_ptx_holds_every_kernel_the_planner_can_pick() {
-        for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90), ("sm_100a", SM100A)] {
+        let kernels = kernel_names(&Algorithm::ALL);
+        for (name, ptx) in TARGETS {
             assert!(ptx.contains(&format!(".target {name}")), "{name}");
-            for algorithm in [
-                Algorithm::OneShotAllReduce,
-                Algorithm::OneShotLlAllReduce,
-                Algorithm::TwoShotAllReduce,
-                Algorithm::ReduceScatter,
-                Algorithm::AllGather,
-                Algorithm::LlAllGather,
-            ] {
-                for dtype in DataType::ALL {
-                    for op in RedOp::ALL {
-                        let kernel = KernelId {
-                            algorithm,
-                            dtype,
-                            op,
-                        }
-                        .ptx_name();
-                        assert!(
-                            ptx.contains(&format!(".visible .entry {kernel}(")),
-                            "{name} lacks {kernel}"
-                        );
-                    }
-                }
+            for kernel in &kernels {
+                assert!(
+                    ptx.contains(&format!(".visible .entry {kernel}(")),
+                    "{name} lacks {kernel}"
+                );
             }
             assert!(ptx.contains(".visible .func  (.param .b32 func_retval0) symm_all_reduce("));
         }
@@ -114,36 +119,26 @@ mod tests {
 
     #[test]
     fn every_reduction_kernel_has_a_sixteen_byte_path_for_every_width() {
-        for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90), ("sm_100a", SM100A)] {
-            for algorithm in [
-                Algorithm::OneShotAllReduce,
-                Algorithm::TwoShotAllReduce,
-                Algorithm::ReduceScatter,
-            ] {
-                for dtype in DataType::ALL {
-                    for op in RedOp::ALL {
-                        let kernel = KernelId {
-                            algorithm,
-                            dtype,
-                            op,
-                        }
-                        .ptx_name();
-                        let body = entry(ptx, &kernel);
-                        // LLVM spells a 16-byte access v4.b32 or v2.b64.
-                        let sixteen = |op: &str| {
-                            body.contains(&format!("{op}.v4.b32"))
-                                || body.contains(&format!("{op}.v2.b64"))
-                        };
-                        assert!(
-                            sixteen("ld") && sixteen("st"),
-                            "{name} {kernel} has no 16-byte loads and stores"
-                        );
-                        assert!(
-                            !body.contains(".local"),
-                            "{name} {kernel} uses local memory"
-                        );
-                    }
-                }
+        let kernels = kernel_names(&[
+            Algorithm::OneShotAllReduce,
+            Algorithm::TwoShotAllReduce,
+            Algorithm::ReduceScatter,
+        ]);
+        for (name, ptx) in TARGETS {
+            for kernel in &kernels {
+                let body = entry(ptx, kernel);
+                // LLVM spells a 16-byte access v4.b32 or v2.b64.
+                let sixteen = |op: &str| {
+                    body.contains(&format!("{op}.v4.b32")) || body.contains(&format!("{op}.v2.b64"))
+                };
+                assert!(
+                    sixteen("ld") && sixteen("st"),
+                    "{name} {kernel} has no 16-byte loads and stores"
+                );
+                assert!(
+                    !body.contains(".local"),
+                    "{name} {kernel} uses local memory"
+                );
             }
         }
     }
@@ -206,7 +201,7 @@ mod tests {
         ] {
             assert!(SM100A.contains(needle), "sm_100a lacks {needle}");
         }
-        for (name, ptx) in [("sm_80", SM80), ("sm_90", SM90)] {
+        for (name, ptx) in &TARGETS[..2] {
             assert!(
                 !ptx.contains("clusterlaunchcontrol"),
                 "{name} has CLC instructions"
@@ -235,7 +230,7 @@ mod tests {
 
     #[test]
     fn every_kernel_of_the_shipped_ptx_is_cut_out_with_its_callees() {
-        for ptx in [SM80, SM90, SM100A] {
+        for (_, ptx) in TARGETS {
             let index = split::PtxIndex::new(ptx);
             let kernels = index.kernels();
             assert!(kernels.len() > 200);
