@@ -4,6 +4,7 @@
 //! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time.
 
 use super::all_reduce::between_barriers;
+use super::low_latency::LlLines;
 use super::{CollectiveArgs, Grid, KernelStatus, block_range};
 use crate::arch;
 use crate::context::SymmContext;
@@ -76,41 +77,18 @@ unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
 /// As for [`all_gather`]; the signal pads were sized for `world_size` ranks.
 #[inline(always)]
 pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
-    use crate::sync::barrier::is_aborted;
-    use crate::sync::ll::LlCall;
-    use crate::sync::signal_pad::LL_LINES;
     let bytes = args.count;
-    let lines = bytes.div_ceil(8);
-    if lines > LL_LINES as u64 {
-        return KernelStatus::InvalidLaunch;
-    }
-    // SAFETY: the context is valid (caller's contract).
-    if unsafe { is_aborted(ctx) } {
-        return KernelStatus::Aborted;
-    }
-    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (for_virtual_rank).
-    let call = unsafe { LlCall::begin(ctx, grid.block) };
-    let (lo, hi) = block_range(lines, grid.block, grid.blocks);
+    // SAFETY: forwarded contract.
+    let lines = match unsafe { LlLines::open::<u8>(ctx, grid, bytes) } {
+        Ok(lines) => lines,
+        Err(status) => return status,
+    };
+    let (call, lo, hi) = (&lines.call, lines.lo, lines.hi);
     let stride = arch::block_dim_x() as u64;
     let send = (ctx.local_base + args.send_offset) as *const u8;
     let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut u8;
-
-    let mut line = lo + arch::thread_idx_x() as u64;
-    while line < hi {
-        let mut data = 0u64;
-        for b in 0..8 {
-            let index = line * 8 + b;
-            if index < bytes {
-                // SAFETY: index < bytes: inside the send buffer.
-                data |= (unsafe { send.add(index as usize).read() } as u64) << (8 * b);
-            }
-        }
-        for peer in 0..ctx.world_size {
-            // SAFETY: peer < world, line < LL_LINES.
-            unsafe { call.put(peer, line, data) };
-        }
-        line += stride;
-    }
+    // SAFETY: the send buffer holds `bytes` bytes (caller's contract).
+    unsafe { lines.push(ctx, send, bytes) };
 
     let mut failed = false;
     let mut line = lo + arch::thread_idx_x() as u64;
@@ -135,8 +113,5 @@ pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs
         }
         line += stride;
     }
-    match call.end(failed) {
-        Ok(()) => KernelStatus::Completed,
-        Err(_) => KernelStatus::Aborted,
-    }
+    lines.close(failed)
 }

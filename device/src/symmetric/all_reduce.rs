@@ -17,6 +17,7 @@
 //! Each element is reduced by exactly one rank, so all ranks hold the same bits. In place is
 //! safe without rounds: only rank `r` reads or writes shard `r`'s positions.
 
+use super::low_latency::{self, LlLines};
 use super::{CollectiveArgs, Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::context::SymmContext;
@@ -349,42 +350,19 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
-    use crate::sync::ll::LlCall;
-    use crate::sync::signal_pad::LL_LINES;
     let size = core::mem::size_of::<T>() as u64;
-    let per_line = 8 / size;
-    let lines = args.count.div_ceil(per_line);
-    if lines > LL_LINES as u64 {
-        return KernelStatus::InvalidLaunch;
-    }
-    // SAFETY: the context is valid (caller's contract).
-    if unsafe { is_aborted(ctx) } {
-        return KernelStatus::Aborted;
-    }
-    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (for_virtual_rank).
-    let call = unsafe { LlCall::begin(ctx, grid.block) };
-    let (lo, hi) = block_range(lines, grid.block, grid.blocks);
+    let per_line = low_latency::per_line::<T>();
+    // SAFETY: forwarded contract.
+    let lines = match unsafe { LlLines::open::<T>(ctx, grid, args.count) } {
+        Ok(lines) => lines,
+        Err(status) => return status,
+    };
+    let (call, lo, hi) = (&lines.call, lines.lo, lines.hi);
     let stride = arch::block_dim_x() as u64;
     let send = (ctx.local_base + args.send_offset) as *const T;
     let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
-
-    let mut line = lo + arch::thread_idx_x() as u64;
-    while line < hi {
-        let mut data = 0u64;
-        for e in 0..per_line {
-            let index = line * per_line + e;
-            if index < args.count {
-                // SAFETY: index < count: inside the send buffer.
-                let value = unsafe { send.add(index as usize).read() };
-                data |= value.to_bits() << (e * size * 8);
-            }
-        }
-        for peer in 0..ctx.world_size {
-            // SAFETY: peer < world, line < lines <= LL_LINES.
-            unsafe { call.put(peer, line, data) };
-        }
-        line += stride;
-    }
+    // SAFETY: the send buffer holds `count` elements (caller's contract).
+    unsafe { lines.push(ctx, send, args.count) };
 
     let mut failed = false;
     let mut line = lo + arch::thread_idx_x() as u64;
@@ -415,8 +393,5 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
         }
         line += stride;
     }
-    match call.end(failed) {
-        Ok(()) => KernelStatus::Completed,
-        Err(_) => KernelStatus::Aborted,
-    }
+    lines.close(failed)
 }

@@ -9,6 +9,7 @@
 pub mod all_gather;
 pub mod all_reduce;
 pub mod dispatch;
+mod low_latency;
 pub mod reduce_scatter;
 pub mod vector;
 
