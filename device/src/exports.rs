@@ -11,8 +11,8 @@
 use crate::context::{BackendTag, SymmContext};
 use crate::numeric::element::{Bf16, Element, F16};
 use crate::numeric::ops::{Avg, Max, Min, ReduceOp, Sum};
-use crate::symmetric::all_reduce::{FLAG_IN_PLACE, one_shot_all_reduce};
-use crate::symmetric::{CollectiveArgs, Grid, KernelStatus, for_virtual_rank};
+use crate::symmetric::all_reduce::one_shot_all_reduce;
+use crate::symmetric::{CollectiveArgs, FLAG_IN_PLACE, KernelStatus, RankArgs, for_virtual_rank};
 use crate::types::{DataType, RedOp};
 
 /// Return codes of [`symm_all_reduce_device`] (and of the exported `symm_all_reduce`).
@@ -56,9 +56,8 @@ pub unsafe fn symm_all_reduce_device(
     if ctx == 0 {
         return NULL_CONTEXT;
     }
-    let table = ctx as u64;
     // SAFETY: a non-null ctx is a host-built context (caller's contract).
-    let context = unsafe { &*(table as *const SymmContext) };
+    let context = unsafe { &*(ctx as u64 as *const SymmContext) };
     if context.backend != BackendTag::Native as u32 {
         return UNKNOWN_BACKEND;
     }
@@ -87,11 +86,18 @@ pub unsafe fn symm_all_reduce_device(
         count: num_elements as u64,
         flags: FLAG_IN_PLACE,
     };
-    fn run<T: Element, O: ReduceOp>(table: &u64, args: &CollectiveArgs) -> KernelStatus {
-        // SAFETY: the table holds one host-built context; the range was checked above.
+    let table = RankArgs {
+        send_context: ctx as u64,
+        recv_context: ctx as u64,
+        flags: 0,
+        reserved: 0,
+    };
+    fn run<T: Element, O: ReduceOp>(table: &RankArgs, args: &CollectiveArgs) -> KernelStatus {
+        // SAFETY: the table holds one entry with a host-built context; the range was checked
+        // above.
         unsafe {
-            for_virtual_rank(table, 1, |ctx: &SymmContext, grid: Grid| {
-                one_shot_all_reduce::<T, O>(ctx, grid, args)
+            for_virtual_rank(table, 1, args, |rank, grid, args| {
+                one_shot_all_reduce::<T, O>(rank, grid, args)
             })
         }
     }
@@ -137,8 +143,8 @@ mod ptx {
                 /// Launched by the host shim with contexts and offsets it validated.
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(
-                    contexts: *const u64,
-                    context_count: u32,
+                    ranks: *const RankArgs,
+                    rank_count: u32,
                     send_offset: u64,
                     recv_offset: u64,
                     count: u64,
@@ -151,12 +157,17 @@ mod ptx {
                         flags,
                     };
                     // SAFETY: the host validated the contexts and ranges before launching;
-                    // the outcome is reported through each context's abort word.
-                    let _ = unsafe {
-                        for_virtual_rank(contexts, context_count, |ctx, grid| {
-                            $body(ctx, grid, &args)
-                        })
-                    };
+                    // the outcome is reported through each context's abort word (a refused
+                    // launch included).
+                    unsafe {
+                        let status =
+                            for_virtual_rank(ranks, rank_count, &args, |rank, grid, args| {
+                                $body(rank, grid, args)
+                            });
+                        if status == KernelStatus::InvalidLaunch {
+                            crate::symmetric::report_invalid_launch(ranks, rank_count);
+                        }
+                    }
                 }
             };
         };

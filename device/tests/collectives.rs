@@ -522,7 +522,8 @@ fn a_thousand_calls_across_the_epoch_wrap() {
     let world = 4;
     let count = 37;
     let mut ranks = Ranks::new(world, 4096, TIMEOUT_NS);
-    // Cross the u32 wrap of the barrier epochs and of the LL flags (flag = count mod 2^32-1).
+    // Cross the u32 wrap of the barrier epochs (the LL flag period is crossed in
+    // tests/low_latency.rs).
     ranks.set_epochs(u32::MAX - 1500, 0xFFFF_FFFF - 700);
     let mut rng = Rng(77);
     for iteration in 0..1000 {

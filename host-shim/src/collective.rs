@@ -8,26 +8,26 @@ use crate::group::{self, Deferred};
 use crate::plan::{Collective, Launch, Limits, Plan, plan};
 use crate::window::{self, Window};
 use std::sync::Arc;
-use symm_device::symmetric::CollectiveArgs;
-use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
-use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, RankArgs};
 use symm_device::{DataType, RedOp};
 
 /// What tasks must share to be served by one launch: clique, device, kernel, shape, arguments.
 pub type LaunchKey = (usize, i32, crate::plan::KernelId, u32, u32, CollectiveArgs);
 
-/// A validated collective of one rank, ready to launch once its window is complete.
+/// A validated collective of one rank, ready to launch once its windows are complete.
 pub struct Task {
     /// The rank that runs it.
     pub comm: Arc<Comm>,
-    /// The window whose context drives the kernel.
-    pub window: Arc<Window>,
-    /// The other window involved, kept alive while the task is pending.
-    pub other_window: Arc<Window>,
+    /// The window holding the send buffer.
+    pub send_window: Arc<Window>,
+    /// The window holding the receive buffer.
+    pub recv_window: Arc<Window>,
     /// Kernel and shape.
     pub plan: Plan,
-    /// Kernel arguments.
+    /// Kernel arguments (flags: 0; this rank's flags are in `rank_flags`).
     pub args: CollectiveArgs,
+    /// This rank's flags (`FLAG_IN_PLACE`).
+    pub rank_flags: u32,
     /// The caller's stream, as an address.
     pub stream: u64,
 }
@@ -62,27 +62,30 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
     for task in tasks {
         check_not_aborted(&task.comm)?;
     }
-    let contexts: Vec<&window::DeviceContext> = tasks
+    let context = |w: &Window| {
+        w.context()
+            .map(|c| c.address)
+            .ok_or_else(|| Error::invalid_usage("the window's registration has not completed"))
+    };
+    let ranks: Vec<RankArgs> = tasks
         .iter()
         .map(|t| {
-            t.window
-                .context()
-                .ok_or_else(|| Error::invalid_usage("the window's registration has not completed"))
+            Ok(RankArgs {
+                send_context: context(&t.send_window)?,
+                recv_context: context(&t.recv_window)?,
+                flags: t.rank_flags,
+                reserved: 0,
+            })
         })
         .collect::<Result<_>>()?;
-    let addresses: Vec<u64> = contexts.iter().map(|c| c.address).collect();
     let clique = &first.comm.clique;
-    let context_table = if tasks.len() == 1 {
-        contexts[0].table
-    } else {
-        clique.context_table(first.comm.device, &addresses)?
-    };
+    let table = clique.rank_table(first.comm.device, &ranks)?;
     let launch = Launch {
         kernel: first.plan.kernel,
         grid: first.plan.grid,
         block: first.plan.block,
-        contexts: addresses,
-        context_table,
+        ranks,
+        table,
         args: first.args,
         streams: tasks.iter().map(|t| t.stream).collect(),
     };
@@ -176,11 +179,11 @@ struct Request {
     op: RedOp,
     /// Elements the plan is for (all-reduce: total; others: per rank).
     count: u64,
-    window: Arc<Window>,
-    other_window: Arc<Window>,
+    send_window: Arc<Window>,
+    recv_window: Arc<Window>,
     args: CollectiveArgs,
-    /// Algorithms that cannot serve this request (two-shot across two windows).
-    excluded: Option<Algorithm>,
+    /// This rank's flags.
+    rank_flags: u32,
 }
 
 fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
@@ -193,17 +196,9 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         (Collective::AllReduce, forced) => forced,
         _ => None,
     };
-    if forced.is_some() && forced == request.excluded {
-        return Err(Error::invalid_argument(
-            "SYMM_ALGO=twoshot needs sendbuff and recvbuff in the same window",
-        ));
-    }
     let limits = Limits {
         max_blocks: comm.max_blocks,
-        forced: forced.or(match request.excluded {
-            Some(Algorithm::TwoShotAllReduce) => Some(Algorithm::OneShotAllReduce),
-            _ => None,
-        }),
+        forced,
     };
     let plan = plan(
         request.collective,
@@ -234,10 +229,11 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
     }
     let task = Task {
         comm: comm.clone(),
-        window: request.window,
-        other_window: request.other_window,
+        send_window: request.send_window,
+        recv_window: request.recv_window,
         plan,
         args: request.args,
+        rank_flags: request.rank_flags,
         stream,
     };
     if group::active() {
@@ -271,22 +267,21 @@ pub fn all_reduce(
             "sendbuff and recvbuff overlap without being equal (in place needs sendbuff == recvbuff)",
         ));
     }
-    let same_window = Arc::ptr_eq(&send_window, &recv_window);
     let args = CollectiveArgs {
         send_offset: send - send_window.base,
-        recv_offset: recv.wrapping_sub(send_window.base),
+        recv_offset: recv - recv_window.base,
         count: count as u64,
-        flags: if in_place { FLAG_IN_PLACE } else { 0 },
+        flags: 0,
     };
     let request = Request {
         collective: Collective::AllReduce,
         dtype,
         op,
         count: count as u64,
-        window: send_window,
-        other_window: recv_window,
+        send_window,
+        recv_window,
         args,
-        excluded: (!same_window).then_some(Algorithm::TwoShotAllReduce),
+        rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
     submit(comm, request, stream)
 }
@@ -351,8 +346,10 @@ pub fn all_gather(
     let bytes = byte_count(sendcount, element, "sendcount", &[send])?;
     let (send_window, recv_window) =
         segment_and_whole(comm, Segment::Send, send, recv, bytes, element)?;
+    let in_place = send == recv + comm.rank as u64 * bytes;
     let args = CollectiveArgs {
-        send_offset: send.wrapping_sub(recv_window.base),
+        // In place, the kernel finds the send buffer from the receive buffer and the rank.
+        send_offset: if in_place { 0 } else { send - send_window.base },
         recv_offset: recv - recv_window.base,
         count: bytes,
         flags: 0,
@@ -362,10 +359,10 @@ pub fn all_gather(
         dtype,
         op: RedOp::Sum,
         count: sendcount as u64,
-        window: recv_window,
-        other_window: send_window,
+        send_window,
+        recv_window,
         args,
-        excluded: None,
+        rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
     submit(comm, request, stream)
 }
@@ -388,9 +385,11 @@ pub fn reduce_scatter(
     let bytes = byte_count(recvcount, element, "recvcount", &[recv])?;
     let (send_window, recv_window) =
         segment_and_whole(comm, Segment::Recv, send, recv, bytes, element)?;
+    let in_place = recv == send + comm.rank as u64 * bytes;
     let args = CollectiveArgs {
         send_offset: send - send_window.base,
-        recv_offset: recv.wrapping_sub(send_window.base),
+        // In place, the kernel finds the receive buffer from the send buffer and the rank.
+        recv_offset: if in_place { 0 } else { recv - recv_window.base },
         count: recvcount as u64,
         flags: 0,
     };
@@ -399,10 +398,10 @@ pub fn reduce_scatter(
         dtype,
         op,
         count: recvcount as u64,
-        window: send_window,
-        other_window: recv_window,
+        send_window,
+        recv_window,
         args,
-        excluded: None,
+        rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
     submit(comm, request, stream)
 }

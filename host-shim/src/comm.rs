@@ -12,6 +12,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use symm_device::symmetric::RankArgs;
 use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::sync::signal_pad::MAX_RANKS;
 
@@ -29,8 +30,9 @@ pub struct Clique {
     pub forced_algorithm: Option<Algorithm>,
     /// `SYMM_DEBUG=INFO`: log every plan to stderr.
     pub debug: bool,
-    /// Device tables of context addresses for launches serving several ranks, by content.
-    tables: Mutex<HashMap<(i32, Vec<u64>), u64>>,
+    /// Device rank tables of launches (see `symm_device::symmetric::RankArgs`), by device and
+    /// content; uploaded once and kept until the communicator is destroyed.
+    tables: Mutex<HashMap<(i32, Vec<RankArgs>), u64>>,
     /// Window registrations in flight, by registration sequence number.
     pub exchange: Mutex<Exchange>,
     /// Signalled whenever `exchange` changes.
@@ -38,15 +40,15 @@ pub struct Clique {
 }
 
 impl Clique {
-    /// Device address (on `device`) of a table holding `contexts`, uploaded once and reused.
-    pub fn context_table(&self, device: i32, contexts: &[u64]) -> Result<u64> {
+    /// Device address (on `device`) of a rank table holding `ranks`, uploaded once and reused.
+    pub fn rank_table(&self, device: i32, ranks: &[RankArgs]) -> Result<u64> {
         let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (device, contexts.to_vec());
+        let key = (device, ranks.to_vec());
         if let Some(address) = tables.get(&key) {
             return Ok(*address);
         }
-        let address = self.backend.alloc_zeroed(device, contexts.len() * 8)?;
-        let bytes: Vec<u8> = contexts.iter().flat_map(|c| c.to_ne_bytes()).collect();
+        let bytes: Vec<u8> = bytemuck::cast_slice(ranks).to_vec();
+        let address = self.backend.alloc_zeroed(device, bytes.len())?;
         if let Err(e) = self.backend.upload(device, address, &bytes) {
             let _ = self.backend.free(device, address);
             return Err(e);

@@ -8,8 +8,8 @@
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
-use symm_device::symmetric::CollectiveArgs;
 use symm_device::symmetric::dispatch::{Algorithm, kernel_name};
+use symm_device::symmetric::{CollectiveArgs, RankArgs};
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};
 
@@ -90,10 +90,10 @@ pub struct Launch {
     pub grid: u32,
     /// Threads per block.
     pub block: u32,
-    /// Device addresses of the ranks' `SymmContext`s, in launch order.
-    pub contexts: Vec<u64>,
-    /// Device address of a table holding `contexts` (filled in by the backend when 0).
-    pub context_table: u64,
+    /// The ranks served, in launch order: their windows' contexts and flags.
+    pub ranks: Vec<RankArgs>,
+    /// Device address of a table holding `ranks`.
+    pub table: u64,
     /// Kernel arguments (the same for every rank).
     pub args: CollectiveArgs,
     /// The callers' `CUstream`s (cuda backend), as addresses, one per rank.

@@ -36,13 +36,11 @@ pub struct Exchange {
     registrations: HashMap<u64, Registration>,
 }
 
-/// The device context of a completed window: one allocation holding the `SymmContext`, the
-/// peer tables, and a one-entry context table (for launches that serve this rank alone).
+/// The device context of a completed window: one allocation holding the `SymmContext` and the
+/// peer tables.
 pub struct DeviceContext {
     /// Device address of the `SymmContext`.
     pub address: u64,
-    /// Device address of a `u64` holding `address`.
-    pub table: u64,
     /// A host copy of the context.
     pub host: SymmContext,
 }
@@ -253,9 +251,8 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     let ctx_bytes = std::mem::size_of::<SymmContext>();
     let table_bytes = nranks * 8;
     let backend = &comm.clique.backend;
-    let total = ctx_bytes + 2 * table_bytes + 8;
+    let total = ctx_bytes + 2 * table_bytes;
     let address = backend.alloc_zeroed(comm.device, total)?;
-    let table = address + (ctx_bytes + 2 * table_bytes) as u64;
     let host = SymmContext {
         backend: BackendTag::Native as u32,
         version: CONTEXT_VERSION,
@@ -278,18 +275,13 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     for d in deposits {
         image.extend_from_slice(&d.signal_pad.to_ne_bytes());
     }
-    image.extend_from_slice(&address.to_ne_bytes());
     if let Err(e) = backend.upload(comm.device, address, &image) {
         let _ = backend.free(comm.device, address);
         return Err(e);
     }
     window
         .context
-        .set(DeviceContext {
-            address,
-            table,
-            host,
-        })
+        .set(DeviceContext { address, host })
         .map_err(|_| Error::internal("window completed twice"))
 }
 

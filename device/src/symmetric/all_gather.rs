@@ -1,31 +1,50 @@
-//! All-gather (and its low-latency variant, [`ll_all_gather`]): rank `r` stores its `count` bytes into segment `r` of every peer's receive
-//! buffer, between a start barrier (every peer has reached this collective, so its receive
+//! All-gather (and its low-latency variant, [`ll_all_gather`]): rank `r` stores its `count`
+//! bytes into segment `r` of every peer's receive buffer, between a start barrier (every peer has reached this collective, so its receive
 //! buffer is free) and an end barrier (every peer's stores into this rank have landed). Bytes
 //! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time.
 
 use super::all_reduce::between_barriers;
 use super::low_latency::LlLines;
-use super::{CollectiveArgs, Grid, KernelStatus, block_range};
+use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
-use crate::context::SymmContext;
 
 /// 16 bytes moved as one vector access.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
 struct Bytes16([u32; 4]);
 
-/// All-gather of `args.count` bytes per rank.
+/// The send buffer of an all-gather: in place, this rank's segment of its receive buffer.
+#[inline(always)]
+fn send_address(rank: Rank<'_>, args: &CollectiveArgs) -> u64 {
+    if args.flags & FLAG_IN_PLACE != 0 {
+        rank.recv
+            .local_base
+            .wrapping_add(args.recv_offset)
+            .wrapping_add(rank.recv.rank as u64 * args.count)
+    } else {
+        rank.send.local_base.wrapping_add(args.send_offset)
+    }
+}
+
+/// All-gather of `args.count` bytes per rank. The unit of the copy (16, 8, 4 or 1 bytes) is
+/// the largest that divides the send address, the byte count and every rank's destination
+/// (each peer's window base may be aligned differently).
 ///
 /// # Safety
-/// `ctx` is host-built for a window holding `[send_offset, + count)` and
-/// `[recv_offset, + world·count)` on every rank; every rank launches the same kernel,
-/// arguments and shape.
+/// The contexts are host-built for windows holding `[send_offset, + count)` (send window, this
+/// rank) and `[recv_offset, + world·count)` (receive window, every rank); every rank launches
+/// the same kernel, arguments and shape.
 #[inline(always)]
-pub unsafe fn all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+pub unsafe fn all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+    let ctx = rank.recv;
     let bytes = args.count;
     let segment = ctx.rank as u64 * bytes;
-    let send = ctx.local_base + args.send_offset;
-    let alignment = send | args.recv_offset.wrapping_add(segment) | bytes;
+    let send = send_address(rank, args);
+    let mut alignment = send | args.recv_offset.wrapping_add(segment) | bytes;
+    for peer in 0..ctx.world_size {
+        // SAFETY: peer < world_size; the context is host-built.
+        alignment |= unsafe { ctx.peer_base(peer) };
+    }
     // SAFETY: forwarded contract.
     unsafe {
         between_barriers(ctx, grid, |_| {
@@ -76,7 +95,8 @@ unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
 /// # Safety
 /// As for [`all_gather`]; the signal pads were sized for `world_size` ranks.
 #[inline(always)]
-pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+pub unsafe fn ll_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+    let ctx = rank.recv;
     let bytes = args.count;
     // SAFETY: forwarded contract.
     let lines = match unsafe { LlLines::open::<u8>(ctx, grid, bytes) } {
@@ -85,7 +105,7 @@ pub unsafe fn ll_all_gather(ctx: &SymmContext, grid: Grid, args: &CollectiveArgs
     };
     let (call, lo, hi) = (&lines.call, lines.lo, lines.hi);
     let stride = arch::block_dim_x() as u64;
-    let send = (ctx.local_base + args.send_offset) as *const u8;
+    let send = send_address(rank, args) as *const u8;
     let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut u8;
     // SAFETY: the send buffer holds `bytes` bytes (caller's contract).
     unsafe { lines.push(ctx, send, bytes) };

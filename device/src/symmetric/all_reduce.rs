@@ -17,16 +17,14 @@
 //! Each element is reduced by exactly one rank, so all ranks hold the same bits. In place is
 //! safe without rounds: only rank `r` reads or writes shard `r`'s positions.
 
+pub use super::FLAG_IN_PLACE;
 use super::low_latency::{self, LlLines};
-use super::{CollectiveArgs, Grid, KernelStatus, block_range, vector};
+use super::{CollectiveArgs, Grid, KernelStatus, Rank, block_range, vector};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::{Accumulator, ReduceOp};
-use crate::sync::barrier::{Aborted, CrossRankBarrier, is_aborted};
-
-/// `flags` bit: the receive buffer is the send buffer (in place).
-pub const FLAG_IN_PLACE: u32 = 1;
+use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
 
 /// Elements each thread holds per round in the in-place one-shot protocol. One on the GPU: a
 /// round then covers `threads × blocks` elements, one-shot is picked for small counts (a
@@ -103,8 +101,24 @@ pub(crate) unsafe fn between_barriers(
     grid: Grid,
     body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
 ) -> KernelStatus {
-    // SAFETY: the context is valid (caller's contract).
-    if unsafe { is_aborted(ctx) } {
+    // SAFETY: forwarded contract.
+    unsafe { between_barriers_advancing(ctx, grid, 1, body) }
+}
+
+/// As [`between_barriers`], with an end barrier that passes `end_steps` barriers at once
+/// (see [`CrossRankBarrier::sync_advancing`]).
+///
+/// # Safety
+/// As for [`between_barriers`].
+#[inline(always)]
+pub(crate) unsafe fn between_barriers_advancing(
+    ctx: &SymmContext,
+    grid: Grid,
+    end_steps: u32,
+    body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
+) -> KernelStatus {
+    // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
         return KernelStatus::Aborted;
     }
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
@@ -112,7 +126,7 @@ pub(crate) unsafe fn between_barriers(
     let result = barrier
         .sync()
         .and_then(|()| body(&mut barrier))
-        .and_then(|()| barrier.sync());
+        .and_then(|()| barrier.sync_advancing(end_steps));
     barrier.finish();
     match result {
         Ok(()) => KernelStatus::Completed,
@@ -122,26 +136,41 @@ pub(crate) unsafe fn between_barriers(
 
 /// One-shot all-reduce of `args.count` elements.
 ///
+/// The cross-rank protocol is the same whether this rank is in place or not, so ranks of one
+/// collective may differ in that: in place, the block's range goes in `rounds` rounds with a
+/// barrier between each round's reads and writes; out of place, the block reads and writes in
+/// one pass and its end barrier passes the `rounds` round barriers with it (an in-place peer
+/// waiting at a round barrier is released by it, since this rank has read everything).
+///
 /// # Safety
-/// `ctx` is host-built for a window holding `[send_offset, +count)` and the receive range on
-/// every rank, aligned for `T`; every rank launches the same kernel, arguments and shape.
+/// The contexts are host-built for windows holding the send range (`send_offset`, every rank)
+/// and the receive range on this rank, aligned for `T`; every rank launches the same kernel,
+/// arguments and shape.
 #[inline(always)]
 pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
-    ctx: &SymmContext,
+    rank: Rank<'_>,
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
+    let ctx = rank.send;
     let (lo, hi) = block_range(args.count, grid.block, grid.blocks);
-    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+    let rounds = (hi - lo).div_ceil(arch::block_dim_x() as u64 * UNROLL) as u32;
     let in_place = args.flags & FLAG_IN_PLACE != 0;
+    let recv = if in_place {
+        ctx.local_base.wrapping_add(args.send_offset)
+    } else {
+        rank.recv.local_base.wrapping_add(args.recv_offset)
+    } as *mut T;
     // SAFETY: forwarded contract.
     unsafe {
-        between_barriers(ctx, grid, |barrier| {
-            if in_place {
+        if in_place {
+            return between_barriers(ctx, grid, |barrier| {
                 reduce_in_rounds::<T, O>(ctx, args.send_offset, recv, lo, hi, barrier)
-            } else if vector::aligned(ctx, &[args.send_offset], recv as u64) {
+            });
+        }
+        between_barriers_advancing(ctx, grid, rounds + 1, |_| {
+            if vector::aligned(ctx, &[args.send_offset], recv as u64) {
                 reduce_packs::<T, O>(ctx, grid, args.send_offset, args.count, recv);
-                Ok(())
             } else {
                 let stride = arch::block_dim_x() as u64;
                 let mut index = lo + arch::thread_idx_x() as u64;
@@ -150,8 +179,8 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
                     recv.add(index as usize).write(value);
                     index += stride;
                 }
-                Ok(())
             }
+            Ok(())
         })
     }
 }
@@ -249,21 +278,32 @@ pub fn shard(count: u64, rank: u32, world: u32) -> (u64, u64) {
     block_range(count, rank, world)
 }
 
-/// Two-shot all-reduce of `args.count` elements.
+/// Two-shot all-reduce of `args.count` elements. Results are stored into every rank's receive
+/// buffer at `recv_offset` of its receive window (in place: the send buffer, which then must
+/// be at that offset of that window).
 ///
 /// # Safety
-/// As for [`one_shot_all_reduce`].
+/// As for [`one_shot_all_reduce`]; the receive range lies in every rank's receive window.
 #[inline(always)]
 pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
-    ctx: &SymmContext,
+    rank: Rank<'_>,
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
-    let recv_offset = args.recv_offset;
-    // SAFETY: the context is host-built.
-    if unsafe { vector::aligned(ctx, &[args.send_offset, recv_offset], ctx.local_base) } {
+    let ctx = rank.send;
+    let (recv_ctx, recv_offset) = if args.flags & FLAG_IN_PLACE != 0 {
+        (rank.send, args.send_offset)
+    } else {
+        (rank.recv, args.recv_offset)
+    };
+    // SAFETY: the contexts are host-built.
+    let aligned = unsafe {
+        vector::aligned(ctx, &[args.send_offset, recv_offset], ctx.local_base)
+            && vector::aligned(recv_ctx, &[recv_offset], recv_ctx.local_base)
+    };
+    if aligned {
         // SAFETY: forwarded contract; every buffer is 16-byte aligned.
-        return unsafe { two_shot_packs::<T, O>(ctx, grid, args) };
+        return unsafe { two_shot_packs::<T, O>(ctx, recv_ctx, recv_offset, grid, args) };
     }
     let (shard_lo, shard_hi) = shard(args.count, ctx.rank, ctx.world_size);
     let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
@@ -276,7 +316,7 @@ pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
             while index < hi {
                 let value = reduce_element::<T, O>(ctx, args.send_offset, index);
                 for peer in 0..ctx.world_size {
-                    let recv = ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
+                    let recv = recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
                     recv.add(index as usize).write(value);
                 }
                 index += stride;
@@ -294,6 +334,8 @@ pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
 #[inline(always)]
 unsafe fn two_shot_packs<T: Element, O: ReduceOp>(
     ctx: &SymmContext,
+    recv_ctx: &SymmContext,
+    recv_offset: u64,
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
@@ -312,7 +354,7 @@ unsafe fn two_shot_packs<T: Element, O: ReduceOp>(
                 let pack = vector::reduce_pack::<T, O>(ctx, args.send_offset, i);
                 for peer in 0..ctx.world_size {
                     let recv =
-                        ctx.peer_base(peer).wrapping_add(args.recv_offset) as *mut vector::Pack;
+                        recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut vector::Pack;
                     recv.add(i as usize).write(pack);
                 }
                 i += stride;
@@ -322,7 +364,7 @@ unsafe fn two_shot_packs<T: Element, O: ReduceOp>(
                 while index < args.count {
                     let value = reduce_element::<T, O>(ctx, args.send_offset, index);
                     for peer in 0..ctx.world_size {
-                        let recv = ctx.peer_base(peer).wrapping_add(args.recv_offset) as *mut T;
+                        let recv = recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
                         recv.add(index as usize).write(value);
                     }
                     index += stride;
@@ -338,18 +380,19 @@ unsafe fn two_shot_packs<T: Element, O: ReduceOp>(
 /// then waits for every rank's lines in its own buffer and reduces them in rank order. No
 /// barrier at all: the flags say when data is there, and lines are double-buffered by call
 /// parity (a rank cannot start call `k + 2` before every rank has read call `k`). In place is
-/// safe: peers never read the send buffer. Blocks own the same line ranges on every rank and
-/// count their calls separately.
+/// safe: peers never read the send buffer. Blocks own the same line ranges on every rank; the
+/// call number is the window's (see `sync::ll::LlCall`), so any grid may follow any other.
 ///
 /// # Safety
 /// As for [`one_shot_all_reduce`]; the signal pads were sized for `world_size` ranks
 /// (`signal_pad_bytes`).
 #[inline(always)]
 pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
-    ctx: &SymmContext,
+    rank: Rank<'_>,
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
+    let ctx = rank.send;
     let size = core::mem::size_of::<T>() as u64;
     let per_line = low_latency::per_line::<T>();
     // SAFETY: forwarded contract.
@@ -359,8 +402,12 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
     };
     let (call, lo, hi) = (&lines.call, lines.lo, lines.hi);
     let stride = arch::block_dim_x() as u64;
-    let send = (ctx.local_base + args.send_offset) as *const T;
-    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+    let send = ctx.local_base.wrapping_add(args.send_offset) as *const T;
+    let recv = if args.flags & FLAG_IN_PLACE != 0 {
+        send as *mut T
+    } else {
+        rank.recv.local_base.wrapping_add(args.recv_offset) as *mut T
+    };
     // SAFETY: the send buffer holds `count` elements (caller's contract).
     unsafe { lines.push(ctx, send, args.count) };
 

@@ -4,8 +4,7 @@
 use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::reduce_scatter::reduce_scatter;
-use super::{CollectiveArgs, Grid, KernelStatus};
-use crate::context::SymmContext;
+use super::{CollectiveArgs, Grid, KernelStatus, Rank};
 use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::types::{DataType, RedOp};
@@ -58,10 +57,11 @@ impl Algorithm {
 }
 
 /// A kernel body as the host backend calls it.
-pub type KernelFn = unsafe fn(&SymmContext, Grid, &CollectiveArgs) -> KernelStatus;
+pub type KernelFn = unsafe fn(Rank<'_>, Grid, &CollectiveArgs) -> KernelStatus;
 
-/// PTX parameters shared by every exported kernel, in order.
-pub const KERNEL_PARAMETERS: &str = "(const u64* contexts, u32 context_count, u64 send_offset, \
+/// PTX parameters shared by every exported kernel, in order (`RankArgs` is
+/// [`super::RankArgs`], 24 bytes).
+pub const KERNEL_PARAMETERS: &str = "(const RankArgs* ranks, u32 rank_count, u64 send_offset, \
                                      u64 recv_offset, u64 count, u32 flags)";
 
 /// PTX name of the kernel for `algorithm` (reductions: on `dtype` with `op`).

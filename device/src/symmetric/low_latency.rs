@@ -6,7 +6,7 @@ use super::{Grid, KernelStatus, block_range};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
-use crate::sync::barrier::is_aborted;
+use crate::sync::barrier::block_sees_abort;
 use crate::sync::ll::LlCall;
 use crate::sync::signal_pad::LL_LINES;
 
@@ -44,12 +44,13 @@ impl<'a> LlLines<'a> {
         if lines > LL_LINES as u64 {
             return Err(KernelStatus::InvalidLaunch);
         }
-        // SAFETY: the context is valid (caller's contract).
-        if unsafe { is_aborted(ctx) } {
+        // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
+        if unsafe { block_sees_abort(ctx) } {
             return Err(KernelStatus::Aborted);
         }
-        // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (for_virtual_rank).
-        let call = unsafe { LlCall::begin(ctx, grid.block) };
+        // SAFETY: forwarded contract; grid.block < grid.blocks <= MAX_BLOCKS
+        // (for_virtual_rank).
+        let call = unsafe { LlCall::begin(ctx, grid) }.map_err(|_| KernelStatus::Aborted)?;
         let (lo, hi) = block_range(lines, grid.block, grid.blocks);
         Ok(LlLines { call, lo, hi })
     }

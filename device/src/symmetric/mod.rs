@@ -37,19 +37,58 @@ pub struct Grid {
     pub blocks: u32,
 }
 
-/// Arguments shared by every collective kernel. Offsets are bytes from the window base of the
-/// context and the same on every rank; `count` is in elements (all-gather: bytes per rank).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Arguments shared by every rank of one collective launch. Offsets are bytes from the base of
+/// the window they lie in (the send window for `send_offset`, the receive window for
+/// `recv_offset`) and the same on every rank: symmetric buffers sit at the same offset of the
+/// same window on every rank. `count` is in elements (all-gather: bytes per rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CollectiveArgs {
-    /// Byte offset of the send buffer.
+    /// Byte offset of the send buffer in the send window (unused when the rank is in place:
+    /// see [`FLAG_IN_PLACE`]).
     pub send_offset: u64,
-    /// Byte offset of the receive buffer (may point into another window of the same rank:
-    /// the addition wraps).
+    /// Byte offset of the receive buffer in the receive window.
     pub recv_offset: u64,
     /// Elements (all-reduce: total; reduce-scatter: per rank) or bytes per rank (all-gather).
     pub count: u64,
-    /// Algorithm-specific flags (see each kernel).
+    /// Flags: the launch's, or-ed with the calling rank's [`RankArgs::flags`].
     pub flags: u32,
+}
+
+/// `flags` bit: this rank's call is in place. All-reduce: the receive buffer is the send
+/// buffer. All-gather: the send buffer is this rank's segment of the receive buffer.
+/// Reduce-scatter: the receive buffer is this rank's segment of the send buffer. Ranks of one
+/// collective may differ in this flag; every kernel's cross-rank protocol is the same either
+/// way.
+pub const FLAG_IN_PLACE: u32 = 1;
+
+/// One rank's entry in a launch's rank table: the contexts of the windows holding its send and
+/// receive buffers, and its own flags. A launch serving `n` ranks (several ranks sharing one
+/// GPU) passes a device table of `n` entries; blocks `[k·per, (k+1)·per)` serve entry `k`.
+/// Mirrored by `symmRankArgs` in the host shim; the layout is locked below.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RankArgs {
+    /// Address of the [`SymmContext`] of the window holding the send buffer.
+    pub send_context: u64,
+    /// Address of the [`SymmContext`] of the window holding the receive buffer (equal to
+    /// `send_context` when both buffers lie in one window).
+    pub recv_context: u64,
+    /// This rank's flags ([`FLAG_IN_PLACE`]).
+    pub flags: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+static_assertions::const_assert_eq!(core::mem::size_of::<RankArgs>(), 24);
+static_assertions::const_assert_eq!(core::mem::align_of::<RankArgs>(), 8);
+
+/// One rank's view of a launch: the windows of its buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct Rank<'a> {
+    /// The window holding the send buffer.
+    pub send: &'a SymmContext,
+    /// The window holding the receive buffer.
+    pub recv: &'a SymmContext,
 }
 
 /// The contiguous range `[lo, hi)` of `count` items owned by `block` of `blocks`.
@@ -62,39 +101,99 @@ pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
     (lo, hi)
 }
 
-/// Map the launched grid onto `context_count` ranks (blocks `[k·per, (k+1)·per)` serve the
-/// rank whose context address is `contexts[k]`) and run `kernel` for the calling block.
+/// `true` when `ctx` passes the kernels' limits (world size, rank).
+#[inline(always)]
+fn context_is_valid(ctx: &SymmContext) -> bool {
+    ctx.world_size != 0 && ctx.world_size as usize <= MAX_RANKS && ctx.rank < ctx.world_size
+}
+
+/// Map the launched grid onto `rank_count` ranks (blocks `[k·per, (k+1)·per)` serve the rank of
+/// `ranks[k]`) and run `kernel` for the calling block, with the launch's `args` (flags or-ed
+/// with the rank's). The shape and the table are checked first; on a violation nothing is
+/// touched and the result is [`KernelStatus::InvalidLaunch`] (see [`report_invalid_launch`]).
 ///
 /// # Safety
-/// `contexts` must hold `context_count` addresses of host-built contexts.
+/// `ranks` must hold `rank_count` entries whose contexts were built by the host.
 #[inline(always)]
 pub unsafe fn for_virtual_rank(
-    contexts: *const u64,
-    context_count: u32,
-    kernel: impl FnOnce(&SymmContext, Grid) -> KernelStatus,
+    ranks: *const RankArgs,
+    rank_count: u32,
+    args: &CollectiveArgs,
+    kernel: impl FnOnce(Rank<'_>, Grid, &CollectiveArgs) -> KernelStatus,
 ) -> KernelStatus {
     let launched = arch::grid_dim_x();
-    if context_count == 0 || !launched.is_multiple_of(context_count) {
+    if ranks.is_null() || rank_count == 0 || !launched.is_multiple_of(rank_count) {
         return KernelStatus::InvalidLaunch;
     }
-    let blocks = launched / context_count;
+    let blocks = launched / rank_count;
     let block = arch::block_idx_x();
-    // SAFETY: block / blocks < context_count, and the table holds that many addresses.
-    let ctx = unsafe { &*(*contexts.add((block / blocks) as usize) as *const SymmContext) };
+    // SAFETY: block / blocks < rank_count, and the table holds that many entries.
+    let entry = unsafe { &*ranks.add((block / blocks) as usize) };
+    if entry.send_context == 0 || entry.recv_context == 0 {
+        return KernelStatus::InvalidLaunch;
+    }
+    // SAFETY: non-null contexts built by the host (caller's contract).
+    let (send, recv) = unsafe {
+        (
+            &*(entry.send_context as *const SymmContext),
+            &*(entry.recv_context as *const SymmContext),
+        )
+    };
     if blocks as usize > MAX_BLOCKS
-        || ctx.world_size == 0
-        || ctx.world_size as usize > MAX_RANKS
-        || ctx.rank >= ctx.world_size
+        || !context_is_valid(send)
+        || !context_is_valid(recv)
+        || send.rank != recv.rank
+        || send.world_size != recv.world_size
     {
         return KernelStatus::InvalidLaunch;
     }
+    let args = CollectiveArgs {
+        flags: args.flags | entry.flags,
+        ..*args
+    };
     kernel(
-        ctx,
+        Rank { send, recv },
         Grid {
             block: block % blocks,
             blocks,
         },
+        &args,
     )
+}
+
+/// Abort-word value of a window whose kernel gave up waiting for a peer.
+pub const ABORT_TIMED_OUT: u32 = 1;
+/// Abort-word value of a window whose kernel refused its launch (shape or arguments outside the
+/// kernel's limits); nothing was touched.
+pub const ABORT_INVALID_LAUNCH: u32 = 2;
+
+/// Make a refused launch visible to the host: raise the abort word of every context of the
+/// calling block's rank entry that can be read, with [`ABORT_INVALID_LAUNCH`] (unless a timeout
+/// was already recorded). Called by the exported kernels, which have no other way to report.
+///
+/// # Safety
+/// As for [`for_virtual_rank`].
+pub unsafe fn report_invalid_launch(ranks: *const RankArgs, rank_count: u32) {
+    if ranks.is_null() || rank_count == 0 || arch::thread_idx_x() != 0 {
+        return;
+    }
+    let entry_index = (arch::block_idx_x() as u64 * rank_count as u64 / arch::grid_dim_x() as u64)
+        .min(rank_count as u64 - 1);
+    // SAFETY: entry_index < rank_count (caller's contract for the table).
+    let entry = unsafe { &*ranks.add(entry_index as usize) };
+    for context in [entry.send_context, entry.recv_context] {
+        if context == 0 {
+            continue;
+        }
+        // SAFETY: a non-null context built by the host; its abort word is a valid u32 that
+        // kernels and the host access atomically.
+        unsafe {
+            let abort = (*(context as *const SymmContext)).abort_flag as *mut u32;
+            if !abort.is_null() && arch::load_acquire_sys_u32(abort) == 0 {
+                arch::store_release_sys_u32(abort, ABORT_INVALID_LAUNCH);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

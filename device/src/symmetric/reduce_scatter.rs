@@ -5,26 +5,32 @@
 //! buffer) is safe: peers read only their own segments.
 
 use super::all_reduce::{between_barriers, reduce_element};
-use super::{CollectiveArgs, Grid, KernelStatus, block_range, vector};
+use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range, vector};
 use crate::arch;
-use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
 
 /// Reduce-scatter with `args.count` elements per rank.
 ///
 /// # Safety
-/// `ctx` is host-built for a window holding `[send_offset, + world·count)` and the receive
-/// range on every rank, aligned for `T`; every rank launches the same kernel, arguments and
+/// The contexts are host-built for windows holding `[send_offset, + world·count)` (send
+/// window, every rank) and the receive range (this rank), aligned for `T`; every rank launches the same kernel, arguments and
 /// shape.
 #[inline(always)]
 pub unsafe fn reduce_scatter<T: Element, O: ReduceOp>(
-    ctx: &SymmContext,
+    rank: Rank<'_>,
     grid: Grid,
     args: &CollectiveArgs,
 ) -> KernelStatus {
+    let ctx = rank.send;
     let segment = ctx.rank as u64 * args.count;
-    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut T;
+    let recv = if args.flags & FLAG_IN_PLACE != 0 {
+        ctx.local_base
+            .wrapping_add(args.send_offset)
+            .wrapping_add(segment * core::mem::size_of::<T>() as u64)
+    } else {
+        rank.recv.local_base.wrapping_add(args.recv_offset)
+    } as *mut T;
     let lanes = vector::lanes::<T>();
     let segment_bytes = args.count * core::mem::size_of::<T>() as u64;
     // SAFETY: the context is host-built.

@@ -9,6 +9,7 @@
 
 use crate::arch;
 use crate::context::SymmContext;
+use crate::symmetric::ABORT_TIMED_OUT;
 use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
@@ -56,7 +57,17 @@ impl<'a> CrossRankBarrier<'a> {
     /// before the call is visible to every rank's block `b` after it, and vice versa.
     #[inline(always)]
     pub fn sync(&mut self) -> Result<(), Aborted> {
-        self.epoch = self.epoch.wrapping_add(1);
+        self.sync_advancing(1)
+    }
+
+    /// Pass `steps` barriers at once: announce epoch `e + steps` and wait until every rank's
+    /// block `b` has announced at least that. A peer that passes the same barriers one at a
+    /// time is released at each of them by this one announcement (waits are for "at least"),
+    /// so ranks that take the same epochs in different step sizes stay in step. `steps` is
+    /// at least 1 and below 2^31.
+    #[inline(always)]
+    pub fn sync_advancing(&mut self, steps: u32) -> Result<(), Aborted> {
+        self.epoch = self.epoch.wrapping_add(steps.max(1));
         if barrier_round(self.ctx, self.own_pad, self.block, self.epoch) {
             Err(Aborted)
         } else {
@@ -64,7 +75,10 @@ impl<'a> CrossRankBarrier<'a> {
         }
     }
 
-    /// Store the epoch for the next launch. Call once, on every thread, after the last `sync`.
+    /// Store the epoch for the next use of this block index (a later launch, or a later call
+    /// of a device function in the same kernel). Call once, on every thread, after the last
+    /// `sync`. The two block barriers make the change visible block-wide: no thread can read
+    /// the slot in a later [`CrossRankBarrier::new`] before it is written.
     pub fn finish(self) {
         arch::sync_threads();
         if arch::thread_idx_x() == 0 {
@@ -72,6 +86,7 @@ impl<'a> CrossRankBarrier<'a> {
             // `new` before the barrier above.
             unsafe { core::ptr::write_volatile(epoch_slot(self.own_pad, self.block), self.epoch) };
         }
+        arch::sync_threads();
     }
 }
 
@@ -107,7 +122,7 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
             WaitOutcome::Reached => {}
             WaitOutcome::TimedOut => {
                 // SAFETY: the abort word is a valid u32 of this rank.
-                unsafe { arch::store_release_sys_u32(abort as *mut u32, 1) };
+                unsafe { arch::store_release_sys_u32(abort as *mut u32, ABORT_TIMED_OUT) };
                 failed = true;
             }
             WaitOutcome::Aborted => failed = true,
@@ -124,4 +139,18 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
 pub unsafe fn is_aborted(ctx: &SymmContext) -> bool {
     // SAFETY: the abort word is a valid u32 in this rank's pad (caller's contract).
     unsafe { arch::load_acquire_sys_u32(ctx.abort_flag as *const u32) != 0 }
+}
+
+/// `true`, on every thread of the block alike, when this rank's abort word is raised: one
+/// thread reads the word (it may live in host memory: one read per block, not per warp) and
+/// the block barrier broadcasts the answer, so the whole block takes the same branch (a block
+/// barrier reached by only some threads is undefined behaviour). Every thread of the block
+/// must call it.
+///
+/// # Safety
+/// `ctx` must be a context built by the host.
+pub unsafe fn block_sees_abort(ctx: &SymmContext) -> bool {
+    // SAFETY: forwarded contract.
+    let raised = arch::thread_idx_x() == 0 && unsafe { is_aborted(ctx) };
+    arch::sync_threads_or(raised)
 }

@@ -3,8 +3,11 @@
 
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::barrier::Aborted;
-use crate::sync::signal_pad::{ll_count_slot, ll_flag, ll_line};
+use crate::symmetric::{ABORT_TIMED_OUT, Grid, block_range};
+use crate::sync::barrier::{Aborted, CrossRankBarrier};
+use crate::sync::signal_pad::{
+    MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
+};
 use crate::sync::wait::WaitOutcome;
 
 /// Write `data` with `flag` into the line at `line`.
@@ -52,40 +55,52 @@ pub unsafe fn wait_line(
     }
 }
 
-/// One block's part of one LL call: its call count (hence flag and buffer parity), read at the
-/// start and advanced at the end.
+/// One block's part of one LL call: the window's LL call number (hence flag and buffer
+/// parity), read at the start and advanced at the end.
 pub struct LlCall<'a> {
     ctx: &'a SymmContext,
     own_pad: u64,
-    count_slot: *mut u64,
+    grid: Grid,
     calls: u64,
     flag: u32,
     parity: u32,
 }
 
 impl<'a> LlCall<'a> {
-    /// Start block `block`'s part of the next LL call on `ctx`. Every thread of the block calls
-    /// it.
+    /// Start block `grid.block`'s part of the next LL call on `ctx`. Every thread of the block
+    /// calls it. At the end of each period of flags (once in 2^32 calls of a parity) the call
+    /// first clears this rank's line buffers of the other parity and passes a cross-rank
+    /// barrier, so that no line left from an earlier period can carry a flag of the next one;
+    /// `Err` when that barrier was abandoned.
     ///
     /// # Safety
-    /// `ctx` is host-built, with pads sized by `signal_pad_bytes(world_size)`; `block <
-    /// MAX_BLOCKS`.
+    /// `ctx` is host-built, with pads sized by `signal_pad_bytes(world_size)`; `grid.block <
+    /// grid.blocks <= MAX_BLOCKS`; every rank makes the same sequence of LL calls on the window
+    /// with the same grid, each after its previous one completed (stream order).
     #[inline(always)]
-    pub unsafe fn begin(ctx: &'a SymmContext, block: u32) -> Self {
+    pub unsafe fn begin(ctx: &'a SymmContext, grid: Grid) -> Result<Self, Aborted> {
         // SAFETY: rank < world_size (caller's contract).
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
-        let count_slot = ll_count_slot(own_pad, block);
-        // SAFETY: the slot lies in this rank's pad; only this block writes it, in `end`, after
-        // every thread read it.
-        let calls = unsafe { core::ptr::read_volatile(count_slot) };
-        LlCall {
+        // SAFETY: the slot lies in this rank's pad; it is written only in `end`, after every
+        // thread of the block read it, and by the previous LL call on the window.
+        let calls = unsafe { core::ptr::read_volatile(ll_count_slot(own_pad, grid.block)) };
+        if ll_clears_other_parity(calls) {
+            // SAFETY: forwarded contract.
+            unsafe { clear_parity(ctx, own_pad, grid, (calls & 1) as u32 ^ 1) }?;
+        }
+        Ok(LlCall {
             ctx,
             own_pad,
-            count_slot,
+            grid,
             calls,
             flag: ll_flag(calls),
             parity: (calls & 1) as u32,
-        }
+        })
+    }
+
+    /// The flag of this call (tests and diagnostics).
+    pub fn flag(&self) -> u32 {
+        self.flag
     }
 
     /// Write `data` as line `line` from this rank into `peer`'s buffer.
@@ -118,22 +133,62 @@ impl<'a> LlCall<'a> {
         unsafe {
             wait_line(at, self.flag, abort, self.ctx.timeout_ns).map_err(|outcome| {
                 if outcome == WaitOutcome::TimedOut {
-                    arch::store_release_sys_u32(abort, 1);
+                    arch::store_release_sys_u32(abort, ABORT_TIMED_OUT);
                 }
                 Aborted
             })
         }
     }
 
-    /// End the block's part: agree on the outcome across the block and advance the count.
+    /// End the block's part: agree on the outcome across the block and advance the window's
+    /// call number in this block index's copy and in the copies of the block indices this
+    /// launch does not have (`j ≡ block (mod blocks)`), so that every copy holds the same
+    /// number whatever grid the next call has. The closing block barrier makes the new number
+    /// visible to every thread of the block before any later LL call in the same kernel.
     #[inline(always)]
     pub fn end(self, failed: bool) -> Result<(), Aborted> {
         let failed = arch::sync_threads_or(failed);
-        if arch::thread_idx_x() == 0 {
-            // SAFETY: the slot lies in this rank's pad; every thread read it before the
-            // barrier above.
-            unsafe { core::ptr::write_volatile(self.count_slot, self.calls.wrapping_add(1)) };
+        let next = self.calls.wrapping_add(1);
+        let mut copy =
+            self.grid.block as u64 + arch::thread_idx_x() as u64 * self.grid.blocks as u64;
+        while copy < MAX_BLOCKS as u64 {
+            // SAFETY: copy < MAX_BLOCKS: the slot lies in this rank's pad. Within this launch
+            // only this block writes it (copy ≡ block mod blocks), and every thread of the
+            // block read its own copy before the barrier above.
+            unsafe { core::ptr::write_volatile(ll_count_slot(self.own_pad, copy as u32), next) };
+            copy += arch::block_dim_x() as u64 * self.grid.blocks as u64;
         }
+        arch::sync_threads();
         if failed { Err(Aborted) } else { Ok(()) }
     }
+}
+
+/// Clear this block's share of this rank's line buffers of `parity` (every source), then pass
+/// a cross-rank barrier: after it, every rank's buffers of that parity are clear, and no peer
+/// can write a line of the next call of that parity before it (it must first complete this
+/// call, whose barrier needs this rank's block).
+///
+/// # Safety
+/// As for [`LlCall::begin`]; no peer writes lines of `parity` into this rank's pad until this
+/// rank's current LL call has written its lines (the double-buffering argument).
+#[inline(never)]
+unsafe fn clear_parity(
+    ctx: &SymmContext,
+    own_pad: u64,
+    grid: Grid,
+    parity: u32,
+) -> Result<(), Aborted> {
+    let (lines, total) = ll_parity_lines(own_pad, ctx.world_size, parity);
+    let (lo, hi) = block_range(total, grid.block, grid.blocks);
+    let mut line = lo + arch::thread_idx_x() as u64;
+    while line < hi {
+        // SAFETY: line < total: inside this rank's buffers of that parity.
+        unsafe { arch::store_line(lines.add(line as usize), [0; 4]) };
+        line += arch::block_dim_x() as u64;
+    }
+    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS.
+    let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
+    let result = barrier.sync();
+    barrier.finish();
+    result
 }

@@ -12,7 +12,13 @@
 //! A low-latency (LL) line carries 8 data bytes and a flag twice — `[lo, flag, hi, flag]` —
 //! written with one 16-byte store; each 8-byte half is single-copy atomic, so a reader that
 //! sees the expected flag in both halves has the data. Lines are double-buffered by the parity
-//! of the call count, so no reset is needed between calls.
+//! of the window's LL call number, so no reset is needed between calls.
+//!
+//! The LL call number is one per window, not one per block: which block owns a line depends on
+//! the grid, and the grid changes with the size. Every block index keeps a copy of the number
+//! (`ll counts`), and at the end of a call each block writes the new number into its own copy
+//! and into the copies of the block indices the launch did not have, so every copy always holds
+//! the number of LL calls made on the window.
 //!
 //! The abort word is not in the pad: it lives where the host can read it without a copy
 //! (`SymmContext::abort_flag`).
@@ -55,11 +61,35 @@ pub fn ll_count_slot(pad: u64, block: u32) -> *mut u64 {
     (pad + (LL_COUNTS_OFFSET + block as usize * 8) as u64) as *mut u64
 }
 
-/// The flag of LL call number `count`: never 0 (the value of lines never written), and
-/// different from the flag of the previous call of the same parity.
+/// Flags of one parity repeat after this many calls of that parity (flags are `1..=2^32 - 1`;
+/// 0 is the value of a cleared line and never a flag).
+pub const LL_FLAG_PERIOD: u64 = 0xFFFF_FFFF;
+
+/// The flag of LL call number `calls`: never 0 (the value of a cleared line), and different from
+/// the flag of each of the previous `LL_FLAG_PERIOD - 1` calls of the same parity. Calls of one
+/// parity take the flags `1, 2, 3, …` in turn.
 #[inline(always)]
-pub fn ll_flag(count: u64) -> u32 {
-    (count % 0xFFFF_FFFF) as u32 + 1
+pub fn ll_flag(calls: u64) -> u32 {
+    ((calls >> 1) % LL_FLAG_PERIOD) as u32 + 1
+}
+
+/// `true` when LL call number `calls` must clear the line buffers of the other parity before
+/// writing any line: the next call of that parity starts a new period of flags, and a line left
+/// from a call one or more periods ago would carry its flag.
+#[inline(always)]
+pub fn ll_clears_other_parity(calls: u64) -> bool {
+    let next = calls.wrapping_add(1);
+    next >= 2 && (next >> 1).is_multiple_of(LL_FLAG_PERIOD)
+}
+
+/// Address of the line buffers of parity `parity` (every source, every line) in the pad at
+/// `pad`, and their size in 16-byte lines.
+#[inline(always)]
+pub fn ll_parity_lines(pad: u64, world: u32, parity: u32) -> (*mut [u32; 4], u64) {
+    (
+        ll_line(pad, world, parity, 0, 0),
+        world as u64 * LL_LINES as u64,
+    )
 }
 
 /// Address of the inbox slot that rank `from` sets for `block` in the pad at `pad`.

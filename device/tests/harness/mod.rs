@@ -8,9 +8,9 @@ use std::vec::Vec;
 use symm_device::arch::host::run_grid;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::symmetric::dispatch::KernelFn;
-use symm_device::symmetric::{CollectiveArgs, KernelStatus, for_virtual_rank};
+use symm_device::symmetric::{CollectiveArgs, KernelStatus, RankArgs, for_virtual_rank};
 use symm_device::sync::signal_pad::{
-    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, ll_count_slot, signal_pad_bytes,
+    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, ll_count_slot, ll_parity_lines, signal_pad_bytes,
 };
 
 /// 16-byte aligned storage.
@@ -122,6 +122,32 @@ impl Ranks {
         }
     }
 
+    /// Fill every LL line of every rank (both parities, every source) with `data` and `flag`:
+    /// stale lines, as an old call would have left them.
+    pub fn plant_ll_lines(&mut self, flag: u32, data: u64) {
+        let world = self.world() as u32;
+        for pad in &mut self.pads {
+            let base = pad.as_mut_ptr() as u64;
+            for parity in 0..2 {
+                let (lines, total) = ll_parity_lines(base, world, parity);
+                for line in 0..total as usize {
+                    // SAFETY: the line lies inside the pad; no kernel runs meanwhile.
+                    unsafe {
+                        lines
+                            .add(line)
+                            .write([data as u32, flag, (data >> 32) as u32, flag])
+                    };
+                }
+            }
+        }
+    }
+
+    /// The LL call number held by block index `block`'s copy in rank `rank`'s pad.
+    pub fn ll_calls(&self, rank: usize, block: u32) -> u64 {
+        // SAFETY: the counter lies inside the pad; no kernel runs during this read.
+        unsafe { ll_count_slot(self.pads[rank].as_ptr() as u64, block).read_volatile() }
+    }
+
     /// `true` if rank `rank`'s abort word is raised.
     pub fn aborted(&self, rank: usize) -> bool {
         // SAFETY: kernels write the word atomically; no kernel runs during this read.
@@ -140,9 +166,17 @@ impl Ranks {
     ) -> Vec<KernelStatus> {
         let all: Vec<usize> = (0..self.world()).collect();
         let active = active.unwrap_or(&all);
-        let table: Vec<u64> = active
+        let table: Vec<RankArgs> = active
             .iter()
-            .map(|r| &self.contexts[*r] as *const SymmContext as u64)
+            .map(|r| {
+                let context = &self.contexts[*r] as *const SymmContext as u64;
+                RankArgs {
+                    send_context: context,
+                    recv_context: context,
+                    flags: 0,
+                    reserved: 0,
+                }
+            })
             .collect();
         let statuses: Vec<std::sync::Mutex<Option<KernelStatus>>> =
             active.iter().map(|_| std::sync::Mutex::new(None)).collect();
@@ -151,7 +185,9 @@ impl Ranks {
             // SAFETY: the table holds live contexts of this model; the tests pass arguments
             // that fit the windows.
             let status = unsafe {
-                for_virtual_rank(table.as_ptr(), ranks, |ctx, grid| kernel(ctx, grid, &args))
+                for_virtual_rank(table.as_ptr(), ranks, &args, |rank, grid, args| {
+                    kernel(rank, grid, args)
+                })
             };
             let slot = symm_device::arch::block_idx_x() / blocks;
             let mut s = statuses[slot as usize].lock().unwrap();

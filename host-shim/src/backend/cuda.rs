@@ -361,8 +361,8 @@ impl CudaBackend {
         device.make_current()?;
         let function = device.function(launch.kernel)?;
         let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
-        let mut table = launch.context_table;
-        let mut ranks = launch.contexts.len() as u32;
+        let mut table = launch.table;
+        let mut ranks = launch.ranks.len() as u32;
         let mut send_offset = launch.args.send_offset;
         let mut recv_offset = launch.args.recv_offset;
         let mut count = launch.args.count;

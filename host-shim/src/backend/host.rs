@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use symm_device::arch::host::run_grid;
 use symm_device::symmetric::dispatch;
-use symm_device::symmetric::for_virtual_rank;
+use symm_device::symmetric::{KernelStatus, RankArgs, for_virtual_rank, report_invalid_launch};
 
 /// Alignment of every host allocation (a page, as device allocations are at least that).
 const ALIGNMENT: usize = 4096;
@@ -72,14 +72,20 @@ impl HostBackend {
             op,
         } = launch.kernel;
         let body = dispatch::kernel(algorithm, dtype, op);
-        let ranks = launch.contexts.len() as u32;
-        let table: &[u64] = &launch.contexts;
+        let ranks = launch.ranks.len() as u32;
+        let table: &[RankArgs] = &launch.ranks;
         let args = launch.args;
         run_grid(launch.grid * ranks, launch.block, &|| {
-            // SAFETY: the table holds `ranks` contexts built by `window::complete`, alive while
-            // the tasks hold their windows; the arguments were validated against the windows.
+            // SAFETY: the table holds `ranks` entries whose contexts were built by
+            // `window::complete`, alive while the tasks hold their windows; the arguments were
+            // validated against the windows.
             unsafe {
-                for_virtual_rank(table.as_ptr(), ranks, |ctx, grid| body(ctx, grid, &args));
+                let status = for_virtual_rank(table.as_ptr(), ranks, &args, |rank, grid, args| {
+                    body(rank, grid, args)
+                });
+                if status == KernelStatus::InvalidLaunch {
+                    report_invalid_launch(table.as_ptr(), ranks);
+                }
             }
         });
         Ok(())
