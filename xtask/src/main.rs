@@ -10,6 +10,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod loom;
 mod ptx;
 
 use std::path::{Path, PathBuf};
@@ -95,6 +96,7 @@ fn build_release_and_examples() -> Result<(), String> {
 
 fn test() -> Result<(), String> {
     run(cargo().args(["test", "--workspace", "--exclude", "xtask"]))?;
+    loom::run()?;
     build_release_and_examples()?;
     run(Command::new("make")
         .args(["-C", "examples/c", "run"])

@@ -4,11 +4,34 @@
 //! the threads of one block share a [`BlockBarrier`], and memory operations map to
 //! `core::sync::atomic` with the same orderings. Spin-waits yield the CPU, so that many ranks'
 //! grids can share a two-core machine.
+//!
+//! Under `--cfg loom` the same functions run inside a loom model instead: grid threads are
+//! `loom::thread`s, the block barrier is a `loom::sync` mutex and condition variable, memory
+//! operations act on loom objects keyed by address (see `loom_model`), `nanosleep` yields to
+//! loom's scheduler and the global timer stays at 0, so that bounded waits never time out and a
+//! protocol that never completes shows up as loom's branch limit.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use core::sync::atomic::{AtomicU32, AtomicU64};
+#[cfg(loom)]
+use loom::sync::atomic::AtomicU32;
+#[cfg(loom)]
+use loom::sync::{Condvar, Mutex};
+#[cfg(not(loom))]
 use std::sync::{Condvar, Mutex, OnceLock};
+#[cfg(not(loom))]
 use std::time::Instant;
+
+#[cfg(loom)]
+#[path = "loom_model.rs"]
+mod loom_model;
+#[cfg(loom)]
+pub use loom_model::{
+    Mutation, WordKind, load_plain_u32, load_plain_u64, model_word, mutate, mutated,
+    store_plain_u32, store_plain_u64,
+};
 
 /// A reusable barrier for the threads of one emulated block, with an OR-reduction.
 struct BlockBarrier {
@@ -39,6 +62,11 @@ impl BlockBarrier {
     }
 
     fn wait_or(&self, pred: bool) -> bool {
+        // A barrier of one thread orders nothing: under loom, spare the model its lock.
+        #[cfg(loom)]
+        if self.threads == 1 {
+            return pred;
+        }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.accumulated_or |= pred;
         state.arrived += 1;
@@ -73,8 +101,14 @@ struct Coordinates {
 // it points to is alive; BlockBarrier itself is Sync (Mutex + Condvar).
 unsafe impl Send for Coordinates {}
 
+#[cfg(not(loom))]
 std::thread_local! {
     static COORDINATES: Cell<Option<Coordinates>> = const { Cell::new(None) };
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static COORDINATES: Cell<Option<Coordinates>> = Cell::new(None);
 }
 
 fn coordinates() -> Coordinates {
@@ -92,6 +126,35 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
     assert!(grid > 0 && block > 0, "empty grid {grid}x{block}");
     let barriers: std::vec::Vec<BlockBarrier> =
         (0..grid).map(|_| BlockBarrier::new(block)).collect();
+    #[cfg(loom)]
+    {
+        loom_model::touch();
+        let mut threads = std::vec::Vec::new();
+        for (block_index, barrier) in barriers.iter().enumerate() {
+            for thread in 0..block {
+                let coords = Coordinates {
+                    thread,
+                    block: block_index as u32,
+                    block_dim: block,
+                    grid_dim: grid,
+                    barrier,
+                };
+                // SAFETY: every thread is joined below, before `run_grid` returns: the kernel and
+                // the barriers outlive them (a panic in one ends the whole loom execution).
+                let kernel = unsafe {
+                    core::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(kernel)
+                };
+                threads.push(loom::thread::spawn(move || {
+                    COORDINATES.with(|c| c.set(Some(coords)));
+                    kernel();
+                }));
+            }
+        }
+        for thread in threads {
+            thread.join().expect("an emulated GPU thread panicked");
+        }
+    }
+    #[cfg(not(loom))]
     std::thread::scope(|scope| {
         for (block_index, barrier) in barriers.iter().enumerate() {
             for thread in 0..block {
@@ -132,36 +195,60 @@ pub fn run_grid_with_residency(grid: u32, block: u32, resident: u32, kernel: &(d
     let barriers: std::vec::Vec<(BlockBarrier, AtomicU32)> = (0..resident)
         .map(|_| (BlockBarrier::new(block), AtomicU32::new(0)))
         .collect();
+    let run_blocks = |barrier: &BlockBarrier, current: &AtomicU32, thread: u32| loop {
+        if thread == 0 {
+            current.store(next.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        }
+        barrier.wait_or(false);
+        let index = current.load(Ordering::Relaxed);
+        if index >= grid {
+            break;
+        }
+        let coords = Coordinates {
+            thread,
+            block: index,
+            block_dim: block,
+            grid_dim: grid,
+            barrier,
+        };
+        COORDINATES.with(|c| c.set(Some(coords)));
+        kernel();
+        COORDINATES.with(|c| c.set(None));
+        barrier.wait_or(false);
+    };
+    #[cfg(loom)]
+    {
+        loom_model::touch();
+        type RunBlocks<'a> = &'a (dyn Fn(&BlockBarrier, &AtomicU32, u32) + Sync);
+        type Blocks<'a> = &'a [(BlockBarrier, AtomicU32)];
+        let run_blocks: RunBlocks<'_> = &run_blocks;
+        // SAFETY: every thread is joined below, before this frame, which owns the closure, the
+        // barriers and the block counters, returns (a panic in one ends the whole execution).
+        let (run_blocks, barriers) = unsafe {
+            (
+                core::mem::transmute::<RunBlocks<'_>, RunBlocks<'static>>(run_blocks),
+                core::mem::transmute::<Blocks<'_>, Blocks<'static>>(&barriers[..]),
+            )
+        };
+        let mut threads = std::vec::Vec::new();
+        for (barrier, current) in barriers.iter() {
+            for thread in 0..block {
+                threads.push(loom::thread::spawn(move || {
+                    run_blocks(barrier, current, thread)
+                }));
+            }
+        }
+        for thread in threads {
+            thread.join().expect("an emulated GPU thread panicked");
+        }
+    }
+    #[cfg(not(loom))]
     std::thread::scope(|scope| {
         for (barrier, current) in barriers.iter() {
             for thread in 0..block {
-                let next = &next;
                 std::thread::Builder::new()
                     .stack_size(256 * 1024)
-                    .spawn_scoped(scope, move || {
-                        loop {
-                            if thread == 0 {
-                                current
-                                    .store(next.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-                            }
-                            barrier.wait_or(false);
-                            let index = current.load(Ordering::Relaxed);
-                            if index >= grid {
-                                break;
-                            }
-                            let coords = Coordinates {
-                                thread,
-                                block: index,
-                                block_dim: block,
-                                grid_dim: grid,
-                                barrier,
-                            };
-                            COORDINATES.with(|c| c.set(Some(coords)));
-                            kernel();
-                            COORDINATES.with(|c| c.set(None));
-                            barrier.wait_or(false);
-                        }
-                    })
+                    .spawn_scoped(scope, move || run_blocks(barrier, current, thread))
                     .expect("spawning an emulated GPU thread");
             }
         }
@@ -208,7 +295,7 @@ pub fn sync_threads_or(pred: bool) -> bool {
 /// threads may write it.
 pub unsafe fn load_acquire_sys_u32(ptr: *const u32) -> u32 {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
-    unsafe { AtomicU32::from_ptr(ptr as *mut u32) }.load(Ordering::Acquire)
+    unsafe { atomic_u32(ptr as *mut u32) }.load(acquire())
 }
 
 /// Release store of a `u32` (system scope on the GPU).
@@ -217,7 +304,7 @@ pub unsafe fn load_acquire_sys_u32(ptr: *const u32) -> u32 {
 /// As for [`load_acquire_sys_u32`], and `ptr` must be valid for writes.
 pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
-    unsafe { AtomicU32::from_ptr(ptr) }.store(value, Ordering::Release)
+    unsafe { atomic_u32(ptr) }.store(value, release())
 }
 
 /// Store a 16-byte LL line as two atomic 8-byte halves (`[a, b]` and `[c, d]`), the guarantee
@@ -232,8 +319,8 @@ pub unsafe fn store_line(ptr: *mut [u32; 4], line: [u32; 4]) {
     let hi = line[2] as u64 | (line[3] as u64) << 32;
     // SAFETY: the caller guarantees validity and alignment; AtomicU64 has u64's layout.
     unsafe {
-        core::sync::atomic::AtomicU64::from_ptr(halves).store(lo, Ordering::Release);
-        core::sync::atomic::AtomicU64::from_ptr(halves.add(1)).store(hi, Ordering::Release);
+        atomic_u64(halves).store(lo, release());
+        atomic_u64(halves.add(1)).store(hi, release());
     }
 }
 
@@ -246,8 +333,8 @@ pub unsafe fn load_line(ptr: *const [u32; 4]) -> [u32; 4] {
     // SAFETY: the caller guarantees validity and alignment.
     let (lo, hi) = unsafe {
         (
-            core::sync::atomic::AtomicU64::from_ptr(halves).load(Ordering::Acquire),
-            core::sync::atomic::AtomicU64::from_ptr(halves.add(1)).load(Ordering::Acquire),
+            atomic_u64(halves).load(acquire()),
+            atomic_u64(halves.add(1)).load(acquire()),
         )
     };
     [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32]
@@ -259,7 +346,7 @@ pub unsafe fn load_line(ptr: *const [u32; 4]) -> [u32; 4] {
 /// As for [`store_release_sys_u32`].
 pub unsafe fn atomic_add_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
-    unsafe { AtomicU32::from_ptr(ptr) }.fetch_add(value, Ordering::Relaxed)
+    unsafe { atomic_u32(ptr) }.fetch_add(value, Ordering::Relaxed)
 }
 
 /// Relaxed atomic exchange on a `u32`; returns the previous value.
@@ -268,10 +355,66 @@ pub unsafe fn atomic_add_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
 /// As for [`store_release_sys_u32`].
 pub unsafe fn atomic_exchange_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
-    unsafe { AtomicU32::from_ptr(ptr) }.swap(value, Ordering::Relaxed)
+    unsafe { atomic_u32(ptr) }.swap(value, Ordering::Relaxed)
+}
+
+/// The `u32` at `ptr` as an atomic: the memory itself, or its loom stand-in under loom.
+///
+/// # Safety
+/// `ptr` must be valid for reads and writes, aligned, and only accessed atomically while other
+/// threads may access it.
+#[cfg(not(loom))]
+#[inline(always)]
+unsafe fn atomic_u32<'a>(ptr: *mut u32) -> &'a AtomicU32 {
+    // SAFETY: forwarded contract; AtomicU32 has u32's layout.
+    unsafe { AtomicU32::from_ptr(ptr) }
+}
+
+#[cfg(loom)]
+use loom_model::{atomic_u32, atomic_u64};
+
+/// The `u64` at `ptr` as an atomic (see [`atomic_u32`]).
+///
+/// # Safety
+/// As for [`atomic_u32`].
+#[cfg(not(loom))]
+#[inline(always)]
+unsafe fn atomic_u64<'a>(ptr: *mut u64) -> &'a AtomicU64 {
+    // SAFETY: forwarded contract; AtomicU64 has u64's layout.
+    unsafe { AtomicU64::from_ptr(ptr) }
+}
+
+/// The ordering of a release store (weakened to relaxed under loom by
+/// `Mutation::ReleaseAsRelaxed`).
+#[inline(always)]
+fn release() -> Ordering {
+    #[cfg(loom)]
+    if mutated(Mutation::ReleaseAsRelaxed) {
+        return Ordering::Relaxed;
+    }
+    Ordering::Release
+}
+
+/// The ordering of an acquire load (weakened to relaxed under loom by
+/// `Mutation::AcquireAsRelaxed`).
+#[inline(always)]
+fn acquire() -> Ordering {
+    #[cfg(loom)]
+    if mutated(Mutation::AcquireAsRelaxed) {
+        return Ordering::Relaxed;
+    }
+    Ordering::Acquire
 }
 
 /// Give the CPU away for about `ns` nanoseconds: yields for short waits, sleeps for long ones.
+/// Under loom: yields to the model's scheduler.
+#[cfg(loom)]
+pub fn nanosleep(_ns: u32) {
+    loom::thread::yield_now();
+}
+
+/// Give the CPU away for about `ns` nanoseconds: yields for short waits, sleeps for long ones.
+#[cfg(not(loom))]
 pub fn nanosleep(ns: u32) {
     if ns >= 10_000 {
         std::thread::sleep(core::time::Duration::from_nanos(ns as u64));
@@ -280,13 +423,21 @@ pub fn nanosleep(ns: u32) {
     }
 }
 
+/// Nanoseconds since an arbitrary origin (the global timer). Under loom it stays at 0: waits
+/// never time out, and a protocol that never completes exceeds loom's branch limit instead.
+#[cfg(loom)]
+pub fn global_timer_ns() -> u64 {
+    0
+}
+
 /// Nanoseconds since an arbitrary, process-wide origin (the global timer).
+#[cfg(not(loom))]
 pub fn global_timer_ns() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use core::sync::atomic::AtomicU64;

@@ -23,3 +23,74 @@ pub use host::{
     grid_dim_x, load_acquire_sys_u32, load_line, nanosleep, store_line, store_release_sys_u32,
     sync_threads, sync_threads_or, thread_idx_x,
 };
+
+#[cfg(loom)]
+pub use host::{load_plain_u32, load_plain_u64, store_plain_u32, store_plain_u64};
+#[cfg(not(loom))]
+pub use plain::*;
+
+/// Plain (non-atomic) accesses to words whose readers and writers are ordered by block barriers
+/// or by launch order (barrier epochs, LL call counters, scheduler response slots). Volatile, so
+/// that each is one memory instruction; under loom they are checked for data races instead.
+#[cfg(not(loom))]
+mod plain {
+    /// Plain read of the `u32` at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and aligned, and no write may race with the read.
+    #[inline(always)]
+    pub unsafe fn load_plain_u32(ptr: *const u32) -> u32 {
+        // SAFETY: forwarded contract.
+        unsafe { core::ptr::read_volatile(ptr) }
+    }
+
+    /// Plain write of the `u32` at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes and aligned, and no other access may race with the write.
+    #[inline(always)]
+    pub unsafe fn store_plain_u32(ptr: *mut u32, value: u32) {
+        // SAFETY: forwarded contract.
+        unsafe { core::ptr::write_volatile(ptr, value) }
+    }
+
+    /// Plain read of the `u64` at `ptr`.
+    ///
+    /// # Safety
+    /// As for [`load_plain_u32`].
+    #[inline(always)]
+    pub unsafe fn load_plain_u64(ptr: *const u64) -> u64 {
+        // SAFETY: forwarded contract.
+        unsafe { core::ptr::read_volatile(ptr) }
+    }
+
+    /// Plain write of the `u64` at `ptr`.
+    ///
+    /// # Safety
+    /// As for [`store_plain_u32`].
+    #[inline(always)]
+    pub unsafe fn store_plain_u64(ptr: *mut u64, value: u64) {
+        // SAFETY: forwarded contract.
+        unsafe { core::ptr::write_volatile(ptr, value) }
+    }
+}
+
+/// `true` when a loom test asked for the named `Mutation` (a deliberate weakening of a
+/// protocol, to show that the loom tests catch it); `false`, at compile time, outside loom.
+#[cfg(loom)]
+macro_rules! mutated {
+    ($mutation:ident) => {
+        $crate::arch::host::mutated($crate::arch::host::Mutation::$mutation)
+    };
+}
+
+/// `true` when a loom test asked for the named `Mutation`; `false`, at compile time, outside
+/// loom.
+#[cfg(not(loom))]
+macro_rules! mutated {
+    ($mutation:ident) => {
+        false
+    };
+}
+
+pub(crate) use mutated;

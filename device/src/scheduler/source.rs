@@ -78,7 +78,7 @@ impl SoftwareSource {
     pub unsafe fn new(state: *mut u32, tiles: u32) -> Self {
         // SAFETY: inside the state array (caller's contract).
         unsafe {
-            let epoch = core::ptr::read_volatile(state.add(2)).wrapping_add(1);
+            let epoch = arch::load_plain_u32(state.add(2)).wrapping_add(1);
             let slots = state.add(3 + tiles as usize + (SLOTS * arch::block_idx_x()) as usize);
             SoftwareSource {
                 state,
@@ -136,7 +136,7 @@ impl Source for SoftwareSource {
             }
         }
         // SAFETY: the slot lies in the state array.
-        unsafe { core::ptr::write_volatile(self.slots.add(slot as usize), found) };
+        unsafe { arch::store_plain_u32(self.slots.add(slot as usize), found) };
     }
 
     unsafe fn wait(&mut self, _slot: u32) {
@@ -146,7 +146,7 @@ impl Source for SoftwareSource {
 
     unsafe fn decode(&mut self, slot: u32) -> Option<TileId> {
         // SAFETY: the slot lies in the state array and was written before the barrier.
-        let tile = unsafe { core::ptr::read_volatile(self.slots.add(slot as usize)) };
+        let tile = unsafe { arch::load_plain_u32(self.slots.add(slot as usize)) };
         (tile != NO_TILE).then_some(TileId(tile))
     }
 

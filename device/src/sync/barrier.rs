@@ -44,7 +44,7 @@ impl<'a> CrossRankBarrier<'a> {
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
         // SAFETY: block < MAX_BLOCKS, so the slot lies inside the pad; only this block of this
         // rank writes it, and only after every thread has read it (see `finish`).
-        let epoch = unsafe { core::ptr::read_volatile(epoch_slot(own_pad, block)) };
+        let epoch = unsafe { arch::load_plain_u32(epoch_slot(own_pad, block)) };
         CrossRankBarrier {
             ctx,
             own_pad,
@@ -84,9 +84,11 @@ impl<'a> CrossRankBarrier<'a> {
         if arch::thread_idx_x() == 0 {
             // SAFETY: the slot lies inside this rank's pad; every thread of the block read it in
             // `new` before the barrier above.
-            unsafe { core::ptr::write_volatile(epoch_slot(self.own_pad, self.block), self.epoch) };
+            unsafe { arch::store_plain_u32(epoch_slot(self.own_pad, self.block), self.epoch) };
         }
-        arch::sync_threads();
+        if !arch::mutated!(FinishWithoutClosingBarrier) {
+            arch::sync_threads();
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
 };
-use crate::sync::wait::WaitOutcome;
+use crate::sync::wait::{POLLS_PER_CHECK, WaitOutcome};
 
 /// Write `data` with `flag` into the line at `line`.
 ///
@@ -41,7 +41,7 @@ pub unsafe fn wait_line(
             return Ok(lo as u64 | (hi as u64) << 32);
         }
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(64) {
+        if polls.is_multiple_of(POLLS_PER_CHECK) {
             let begun = *start.get_or_insert_with(arch::global_timer_ns);
             // SAFETY: forwarded contract.
             if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
@@ -83,8 +83,8 @@ impl<'a> LlCall<'a> {
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
         // SAFETY: the slot lies in this rank's pad; it is written only in `end`, after every
         // thread of the block read it, and by the previous LL call on the window.
-        let calls = unsafe { core::ptr::read_volatile(ll_count_slot(own_pad, grid.block)) };
-        if ll_clears_other_parity(calls) {
+        let calls = unsafe { arch::load_plain_u64(ll_count_slot(own_pad, grid.block)) };
+        if ll_clears_other_parity(calls) && !arch::mutated!(LlSkipPeriodClear) {
             // SAFETY: forwarded contract.
             unsafe { clear_parity(ctx, own_pad, grid, (calls & 1) as u32 ^ 1) }?;
         }
@@ -155,10 +155,12 @@ impl<'a> LlCall<'a> {
             // SAFETY: copy < MAX_BLOCKS: the slot lies in this rank's pad. Within this launch
             // only this block writes it (copy ≡ block mod blocks), and every thread of the
             // block read its own copy before the barrier above.
-            unsafe { core::ptr::write_volatile(ll_count_slot(self.own_pad, copy as u32), next) };
+            unsafe { arch::store_plain_u64(ll_count_slot(self.own_pad, copy as u32), next) };
             copy += arch::block_dim_x() as u64 * self.grid.blocks as u64;
         }
-        arch::sync_threads();
+        if !arch::mutated!(LlEndWithoutClosingBarrier) {
+            arch::sync_threads();
+        }
         if failed { Err(Aborted) } else { Ok(()) }
     }
 }

@@ -25,8 +25,9 @@
 
 /// Most ranks a communicator may have.
 pub const MAX_RANKS: usize = 64;
-/// Most blocks a collective kernel may be launched with.
-pub const MAX_BLOCKS: usize = 64;
+/// Most blocks a collective kernel may be launched with (4 under loom, to keep the model
+/// small).
+pub const MAX_BLOCKS: usize = if cfg!(loom) { 4 } else { 64 };
 
 /// Bytes of the barrier inbox.
 pub const INBOX_BYTES: usize = MAX_BLOCKS * MAX_RANKS * 4;
@@ -36,8 +37,9 @@ pub const EPOCHS_OFFSET: usize = INBOX_BYTES;
 pub const LL_COUNTS_OFFSET: usize = EPOCHS_OFFSET + MAX_BLOCKS * 4;
 /// Offset of the LL lines.
 pub const LL_OFFSET: usize = 32 * 1024;
-/// Most payload bytes per rank an LL collective may carry.
-pub const LL_MAX_BYTES: usize = 16 * 1024;
+/// Most payload bytes per rank an LL collective may carry (16 under loom: two lines per source,
+/// so that clearing a parity stays a handful of stores in the model).
+pub const LL_MAX_BYTES: usize = if cfg!(loom) { 16 } else { 16 * 1024 };
 /// LL lines per (parity, source rank).
 pub const LL_LINES: usize = LL_MAX_BYTES / 8;
 

@@ -14,6 +14,10 @@ pub enum WaitOutcome {
     Aborted,
 }
 
+/// Polls of a flag between two looks at the abort word and the timer (and a sleep). Under
+/// loom every poll yields, so that loom's scheduler runs the other threads.
+pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
+
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
 #[inline(always)]
 pub fn reached(value: u32, target: u32) -> bool {
@@ -40,7 +44,7 @@ pub unsafe fn wait_until_reached(
             return WaitOutcome::Reached;
         }
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(64) {
+        if polls.is_multiple_of(POLLS_PER_CHECK) {
             // SAFETY: as for `flag`.
             if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
                 return WaitOutcome::Aborted;
@@ -53,7 +57,7 @@ pub unsafe fn wait_until_reached(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -1,0 +1,580 @@
+//! Model checking of the synchronization protocols with loom: every interleaving (up to a
+//! preemption bound) of a few ranks' blocks, on loom's weak memory model.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p symm-device --release --test loom
+//! --target-dir target/loom` (`cargo xtask test` does). Under `--cfg loom` the host `arch` layer
+//! runs grids as loom threads, maps every atomic word to a loom atomic and every plain word
+//! (barrier epochs, LL call counters, response slots) to a loom cell, and never times out a
+//! wait: a protocol that never completes exceeds loom's branch limit.
+//!
+//! Payloads are `loom::cell::UnsafeCell`s written and read around the protocol under test, so
+//! that an access not ordered by it is reported as a causality violation. The `mutant_*` tests
+//! switch on a deliberate weakening (`arch::host::Mutation`) and expect loom to fail: they show
+//! that the other tests would catch it.
+
+#![cfg(loom)]
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicU32, Ordering};
+use symm_device::arch;
+use symm_device::arch::host::{
+    Mutation, WordKind, model_word, mutate, run_grid, run_grid_with_residency,
+};
+use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
+use symm_device::scheduler::driver::for_each_tile;
+use symm_device::scheduler::policy::Greedy;
+use symm_device::scheduler::source::SoftwareSource;
+use symm_device::symmetric::Grid;
+use symm_device::sync::barrier::CrossRankBarrier;
+use symm_device::sync::ll::LlCall;
+use symm_device::sync::signal_pad::{
+    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, epoch_slot, inbox_slot, ll_clears_other_parity,
+    ll_count_slot, ll_flag, ll_parity_lines, signal_pad_bytes,
+};
+
+/// Explore `model` exhaustively with a preemption bound of 2 (unless `LOOM_MAX_PREEMPTIONS`
+/// says otherwise).
+fn explore(model: impl Fn() + Sync + Send + 'static) {
+    explore_bounded(2, None, model)
+}
+
+/// Explore `model` with a preemption bound of `bound`, for at most `seconds` when given (the
+/// three-rank and four-thread models are too large to finish in CI time: they explore as many
+/// interleavings as fit, in loom's deterministic order; `LOOM_MAX_DURATION` overrides).
+fn explore_bounded(bound: usize, seconds: Option<u64>, model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound.get_or_insert(bound);
+    builder.max_branches = builder.max_branches.max(100_000);
+    if builder.max_duration.is_none() {
+        builder.max_duration = seconds.map(std::time::Duration::from_secs);
+    }
+    builder.check(model);
+}
+
+/// Seconds for each of the models too large to explore exhaustively.
+const BUDGET: Option<u64> = Some(10);
+
+/// 16-byte aligned storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Chunk([u8; 16]);
+
+/// `world` ranks' signal pads, abort words and contexts, in plain memory (fresh in every loom
+/// execution: the model's objects stand for it from the first access on).
+struct World {
+    _pads: Vec<Vec<Chunk>>,
+    _aborts: Vec<u32>,
+    pad_addresses: Vec<u64>,
+    contexts: Vec<SymmContext>,
+}
+
+impl World {
+    fn new(world: usize) -> Box<World> {
+        let mut pads: Vec<Vec<Chunk>> = (0..world)
+            .map(|_| vec![Chunk([0; 16]); signal_pad_bytes(world).div_ceil(16)])
+            .collect();
+        let mut aborts = vec![0u32; world];
+        let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
+        let mut model = Box::new(World {
+            _pads: Vec::new(),
+            _aborts: Vec::new(),
+            pad_addresses,
+            contexts: Vec::new(),
+        });
+        let table = model.pad_addresses.as_ptr() as u64;
+        for (rank, abort) in aborts.iter_mut().enumerate() {
+            model.contexts.push(SymmContext {
+                backend: BackendTag::Native as u32,
+                version: CONTEXT_VERSION,
+                rank: rank as u32,
+                world_size: world as u32,
+                local_base: 0,
+                window_size: 0,
+                peer_bases: 0,
+                peer_signal_pads: table,
+                signal_pad_size: signal_pad_bytes(world) as u64,
+                abort_flag: abort as *mut u32 as u64,
+                timeout_ns: 1,
+                reserved: [0; 3],
+            });
+        }
+        model._pads = pads;
+        model._aborts = aborts;
+        model
+    }
+
+    fn world(&self) -> u32 {
+        self.contexts.len() as u32
+    }
+
+    /// Set every copy of the LL call counter of every rank to `calls` (before the model runs).
+    fn set_ll_calls(&self, calls: u64) {
+        for pad in &self.pad_addresses {
+            for block in 0..MAX_BLOCKS as u32 {
+                // SAFETY: the counter lies inside the pad; no grid runs yet.
+                unsafe { ll_count_slot(*pad, block).write(calls) };
+            }
+        }
+    }
+
+    /// Declare every word the protocols touch to the loom model (after any planting, before
+    /// the grid): inbox slots and abort words are atomic `u32`s, LL line halves atomic `u64`s,
+    /// epochs and LL call counters plain.
+    fn declare(&self) {
+        let world = self.world();
+        // SAFETY: every address lies inside a live pad or abort word; no grid runs yet.
+        unsafe {
+            for context in &self.contexts {
+                model_word(context.abort_flag, WordKind::AtomicU32);
+            }
+            for pad in &self.pad_addresses {
+                for block in 0..MAX_BLOCKS as u32 {
+                    for from in 0..world {
+                        model_word(inbox_slot(*pad, block, from) as u64, WordKind::AtomicU32);
+                    }
+                    model_word(epoch_slot(*pad, block) as u64, WordKind::PlainU32);
+                    model_word(ll_count_slot(*pad, block) as u64, WordKind::PlainU64);
+                }
+                for parity in 0..2 {
+                    let (lines, total) = ll_parity_lines(*pad, world, parity);
+                    for half in 0..2 * total as usize {
+                        model_word((lines as *mut u64).add(half) as u64, WordKind::AtomicU64);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fill every LL line of every rank (both parities) with `data` and `flag`: lines left by
+    /// a call one or more flag periods ago (before the model runs).
+    fn plant_ll_lines(&self, flag: u32, data: u64) {
+        for pad in &self.pad_addresses {
+            for parity in 0..2 {
+                let (lines, total) = ll_parity_lines(*pad, self.world(), parity);
+                for line in 0..total as usize {
+                    // SAFETY: the line lies inside the pad; no grid runs yet.
+                    unsafe {
+                        lines
+                            .add(line)
+                            .write([data as u32, flag, (data >> 32) as u32, flag])
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Payload words, one per (rank, slot): plain memory whose accesses loom checks.
+struct Payload(Vec<UnsafeCell<u64>>);
+
+// SAFETY: accesses go through loom's cell, which reports any that is not ordered.
+unsafe impl Sync for Payload {}
+
+impl Payload {
+    fn new(words: usize) -> Payload {
+        Payload((0..words).map(|_| UnsafeCell::new(0)).collect())
+    }
+
+    fn write(&self, word: usize, value: u64) {
+        // SAFETY: loom checks that no other access races with this one.
+        self.0[word].with_mut(|p| unsafe { *p = value });
+    }
+
+    fn read(&self, word: usize) -> u64 {
+        // SAFETY: loom checks that no write races with this read.
+        self.0[word].with(|p| unsafe { *p })
+    }
+}
+
+/// The calling thread's rank and block within its rank, for a grid of `blocks` blocks per rank.
+fn place(blocks: u32) -> (usize, u32) {
+    let b = arch::block_idx_x();
+    ((b / blocks) as usize, b % blocks)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-rank barrier.
+
+/// Each rank's thread 0 publishes a payload word, passes the barrier, and reads every peer's
+/// word; rewrites it only after the next barrier (so a peer's read of the old value is ordered
+/// before the write); then `finish` and a second `CrossRankBarrier::new` on the same block
+/// index (a second device-function call in the kernel) passes two more barriers.
+fn barrier_payload(world: usize, threads: u32, calls: u64, rounds: u64) {
+    let model = World::new(world);
+    model.declare();
+    let payload = Payload::new(world);
+    run_grid(world as u32, threads, &|| {
+        let (rank, _) = place(1);
+        let ctx = &model.contexts[rank];
+        let leader = arch::thread_idx_x() == 0;
+        let mut value = 0;
+        for call in 0..calls {
+            // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
+            let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+            for round in 0..rounds {
+                value += 1;
+                if leader {
+                    payload.write(rank, value * 10 + rank as u64);
+                }
+                barrier.sync().expect("no timeouts under loom");
+                if leader {
+                    for peer in 0..world {
+                        assert_eq!(
+                            payload.read(peer),
+                            value * 10 + peer as u64,
+                            "call {call} round {round}: rank {rank} reads rank {peer}"
+                        );
+                    }
+                }
+                barrier.sync().expect("no timeouts under loom");
+            }
+            barrier.finish();
+        }
+    });
+}
+
+const CALLS: u64 = 2;
+const ROUNDS: u64 = 1;
+
+/// 2 ranks × 1 block × 1 thread, two calls of one round (four barriers).
+#[test]
+fn barrier_orders_payload_two_ranks() {
+    explore(|| barrier_payload(2, 1, CALLS, ROUNDS));
+}
+
+/// 3 ranks × 1 block × 1 thread.
+#[test]
+fn barrier_orders_payload_three_ranks() {
+    explore_bounded(2, BUDGET, || barrier_payload(3, 1, CALLS, ROUNDS));
+}
+
+/// Two threads per block: thread 0 writes the epoch in `finish` while thread 1 may already be
+/// in the next `new`; the closing block barrier orders them.
+fn barrier_epoch_reuse() {
+    let model = World::new(2);
+    model.declare();
+    let payload = Payload::new(4);
+    run_grid(2, 2, &|| {
+        let (rank, _) = place(1);
+        let ctx = &model.contexts[rank];
+        for call in 1..=2u64 {
+            // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
+            let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+            // One word per (call, rank): the peer may still read this call's word while this
+            // rank writes the next call's.
+            let word = |rank: usize| 2 * (call as usize - 1) + rank;
+            if arch::thread_idx_x() == 1 {
+                payload.write(word(rank), call);
+            }
+            barrier.sync().expect("no timeouts under loom");
+            if arch::thread_idx_x() == 1 {
+                assert_eq!(
+                    payload.read(word(1 - rank)),
+                    call,
+                    "call {call}, rank {rank}"
+                );
+            }
+            barrier.finish();
+        }
+    });
+}
+
+/// 2 ranks × 1 block × 2 threads, two calls of one barrier each on the same block index.
+#[test]
+fn barrier_epoch_is_block_wide_after_finish() {
+    explore_bounded(2, BUDGET, barrier_epoch_reuse);
+}
+
+/// Rank 0 passes two barriers with one `sync_advancing(2)`, rank 1 with two `sync`s (and
+/// rank 2, when present, with `sync_advancing(1)` then `sync`); every rank's payload written
+/// before the first barrier is visible after the last, and a second call continues from the
+/// same epoch on every rank.
+fn barrier_advancing(world: usize) {
+    let model = World::new(world);
+    model.declare();
+    let payload = Payload::new(world);
+    run_grid(world as u32, 1, &|| {
+        let (rank, _) = place(1);
+        let ctx = &model.contexts[rank];
+        // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
+        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        payload.write(rank, 1 + rank as u64);
+        match rank {
+            0 => barrier.sync_advancing(2),
+            1 => barrier.sync().and_then(|()| barrier.sync()),
+            _ => barrier.sync_advancing(1).and_then(|()| barrier.sync()),
+        }
+        .expect("no timeouts under loom");
+        for peer in 0..world {
+            assert_eq!(
+                payload.read(peer),
+                1 + peer as u64,
+                "rank {rank}, peer {peer}"
+            );
+        }
+        barrier.sync().expect("no timeouts under loom");
+        barrier.finish();
+        // A second call: every rank continues from epoch 3.
+        // SAFETY: as above.
+        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        payload.write(rank, 10 + rank as u64);
+        barrier.sync().expect("no timeouts under loom");
+        for peer in 0..world {
+            assert_eq!(
+                payload.read(peer),
+                10 + peer as u64,
+                "rank {rank}, peer {peer}"
+            );
+        }
+        barrier.finish();
+    });
+}
+
+/// 2 ranks: `sync_advancing(2)` against two `sync`s.
+#[test]
+fn barrier_advancing_matches_single_steps() {
+    explore(|| barrier_advancing(2));
+}
+
+/// 3 ranks: three different step sequences to the same epoch.
+#[test]
+fn barrier_advancing_three_ranks() {
+    explore_bounded(2, BUDGET, || barrier_advancing(3));
+}
+
+/// Teeth: with relaxed instead of release stores, a peer's payload write is not ordered before
+/// the read after the barrier.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_barrier_relaxed_release_is_caught() {
+    explore(|| {
+        mutate(Mutation::ReleaseAsRelaxed);
+        barrier_payload(2, 1, 1, 1)
+    });
+}
+
+/// Teeth: with relaxed instead of acquire loads, likewise.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_barrier_relaxed_acquire_is_caught() {
+    explore(|| {
+        mutate(Mutation::AcquireAsRelaxed);
+        barrier_payload(2, 1, 1, 1)
+    });
+}
+
+/// Teeth: without the block barrier after the epoch store in `finish`, thread 1 may read the
+/// epoch in the next `new` while thread 0 writes it.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_finish_without_closing_barrier_is_caught() {
+    explore_bounded(1, None, || {
+        mutate(Mutation::FinishWithoutClosingBarrier);
+        barrier_epoch_reuse()
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Low-latency lines.
+
+/// The data of line `line` from `source` in call `call`.
+fn ll_data(call: u64, source: u32, line: u64) -> u64 {
+    (call << 32) | (source as u64) << 8 | line
+}
+
+/// A per-rank stand-in for stream order between kernel launches: every block of `rank` has
+/// ended launch `launch` before any starts the next (acquire/release on a loom counter).
+struct Launches(Vec<AtomicU32>);
+
+impl Launches {
+    fn new(ranks: usize) -> Launches {
+        Launches((0..ranks).map(|_| AtomicU32::new(0)).collect())
+    }
+
+    fn end(&self, rank: usize, blocks: u32, launch: u32) {
+        if arch::thread_idx_x() == 0 {
+            self.0[rank].fetch_add(1, Ordering::AcqRel);
+            while self.0[rank].load(Ordering::Acquire) < blocks * (launch + 1) {
+                loom::thread::yield_now();
+            }
+        }
+        arch::sync_threads();
+    }
+}
+
+/// One LL call of the grid `grid` on `ctx` moving `lines` lines: every rank puts its lines to
+/// every peer and takes every peer's; every take must return the data of this call.
+fn ll_call(ctx: &SymmContext, grid: Grid, lines: u64, call: u64) {
+    // SAFETY: a host-built context with full pads; grid.block < grid.blocks <= MAX_BLOCKS;
+    // every rank makes the same calls with the same grids.
+    let ll = unsafe { LlCall::begin(ctx, grid) }.expect("no timeouts under loom");
+    let (lo, hi) = symm_device::symmetric::block_range(lines, grid.block, grid.blocks);
+    let world = ctx.world_size;
+    let mut line = lo + arch::thread_idx_x() as u64;
+    while line < hi {
+        for peer in 0..world {
+            // SAFETY: peer < world, line < LL_LINES.
+            unsafe { ll.put(peer, line, ll_data(call, ctx.rank, line)) };
+        }
+        line += arch::block_dim_x() as u64;
+    }
+    let mut line = lo + arch::thread_idx_x() as u64;
+    while line < hi {
+        for source in 0..world {
+            // SAFETY: source < world, line < LL_LINES.
+            let data = unsafe { ll.take(source, line) }.expect("no timeouts under loom");
+            assert_eq!(
+                data,
+                ll_data(call, source, line),
+                "call {call}: rank {} took line {line} from {source}",
+                ctx.rank
+            );
+        }
+        line += arch::block_dim_x() as u64;
+    }
+    ll.end(false).expect("no timeouts under loom");
+}
+
+/// Consecutive LL calls on one window with grids of `grids[k]` blocks per rank (each a
+/// separate launch), moving `lines` lines each, starting from call number `first`.
+fn ll_calls(world: usize, threads: u32, grids: &[u32], lines: u64, first: u64, stale: bool) {
+    assert!(lines <= LL_LINES as u64);
+    let model = World::new(world);
+    if first != 0 {
+        model.set_ll_calls(first);
+    }
+    if stale {
+        // Lines with the flag the calls after the period's end will use: they must never be
+        // accepted (their data is no call's).
+        model.plant_ll_lines(ll_flag(first + 1), u64::MAX);
+    }
+    model.declare();
+    let launches = Launches::new(world);
+    let widest = *grids.iter().max().unwrap();
+    run_grid(world as u32 * widest, threads, &|| {
+        let (rank, block) = place(widest);
+        let ctx = &model.contexts[rank];
+        for (k, &blocks) in grids.iter().enumerate() {
+            if block < blocks {
+                ll_call(ctx, Grid { block, blocks }, lines, first + k as u64);
+            }
+            if k + 1 < grids.len() && widest > 1 {
+                launches.end(rank, widest, k as u32);
+            }
+        }
+    });
+}
+
+/// 2 ranks, three calls with grids of 1, 2 and 1 blocks per rank (the copies of the call
+/// number that a 1-block call leaves to block index 1 are read by the 2-block call), one
+/// thread per block; parities 0, 1, 0.
+#[test]
+fn ll_calls_with_changing_grids() {
+    explore_bounded(2, BUDGET, || ll_calls(2, 1, &[1, 2, 1], 2, 0, false));
+}
+
+/// 2 ranks × 1 block × 2 threads, two calls in one kernel: the closing block barrier of `end`
+/// orders thread 0's store of the new call number before thread 1 reads it.
+#[test]
+fn ll_calls_in_one_kernel_two_threads() {
+    explore_bounded(2, BUDGET, || ll_calls(2, 2, &[1, 1], 2, 0, false));
+}
+
+/// 3 ranks × 1 block × 1 thread, three calls: a parity's buffer is reused only after every
+/// peer took its lines.
+#[test]
+fn ll_calls_three_ranks() {
+    explore_bounded(2, BUDGET, || ll_calls(3, 1, &[1, 1, 1], 1, 0, false));
+}
+
+/// The call numbers just before the end of a flag period; the buffers hold stale lines with
+/// the next period's flags.
+const BEFORE_WRAP: u64 = 2 * LL_FLAG_PERIOD - 1;
+
+/// Across the end of a flag period, with stale lines carrying the next period's first flag:
+/// the calls that clear the other parity (and pass a cross-rank barrier) make sure no stale
+/// line is ever accepted.
+#[test]
+fn ll_flag_period_wrap_rejects_stale_lines() {
+    assert!(ll_clears_other_parity(BEFORE_WRAP));
+    assert!(ll_clears_other_parity(BEFORE_WRAP + 1));
+    assert_eq!(ll_flag(BEFORE_WRAP + 1), ll_flag(BEFORE_WRAP + 2));
+    explore(|| ll_calls(2, 1, &[1, 1, 1], 1, BEFORE_WRAP, true));
+}
+
+/// Teeth: without the clearing at the end of a flag period, a stale line is accepted.
+#[test]
+#[should_panic(expected = "took line")]
+fn mutant_ll_without_period_clear_is_caught() {
+    explore(|| {
+        mutate(Mutation::LlSkipPeriodClear);
+        ll_calls(2, 1, &[1, 1, 1], 1, BEFORE_WRAP, true)
+    });
+}
+
+/// Teeth: without the closing block barrier in `end`, thread 1 may read the call number before
+/// thread 0 writes it, take the previous call's flag and accept that call's line (loom finds
+/// this stale take first; the other order is a causality violation on the counter).
+#[test]
+#[should_panic(expected = "took line")]
+fn mutant_ll_end_without_closing_barrier_is_caught() {
+    explore(|| {
+        mutate(Mutation::LlEndWithoutClosingBarrier);
+        ll_calls(2, 2, &[1, 1], 2, 0, false)
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Software work source.
+
+/// Launches over `tiles` tiles on one state array: the first with every block resident, the
+/// others `resident` at a time; each tile's counter (a loom cell, so that two blocks running
+/// one tile at once are reported) must count one run per launch.
+fn software_source(tiles: u32, resident: &[u32]) {
+    let mut state = vec![0u32; SoftwareSource::state_words(tiles)];
+    let state = state.as_mut_ptr() as u64;
+    for word in 0..SoftwareSource::state_words(tiles) {
+        // Counters, epoch and claims are atomic (the epoch is also read plainly at the start of
+        // a launch); the response slots are plain.
+        let kind = if word < 3 + tiles as usize {
+            WordKind::AtomicU32
+        } else {
+            WordKind::PlainU32
+        };
+        // SAFETY: inside the state array; no grid runs yet.
+        unsafe { model_word(state + 4 * word as u64, kind) };
+    }
+    let runs = Payload::new(tiles as usize);
+    let kernel = || {
+        // SAFETY: one block per tile; the state array is sized for `tiles` and outlives the
+        // launches.
+        let source = unsafe { SoftwareSource::new(state as *mut u32, tiles) };
+        for_each_tile::<Greedy, _>(source, |tile| {
+            if arch::thread_idx_x() == 0 {
+                let t = tile.0 as usize;
+                runs.write(t, runs.read(t) + 1);
+            }
+        });
+    };
+    let launch = |k: usize, run: &dyn Fn()| {
+        run();
+        for tile in 0..tiles as usize {
+            assert_eq!(
+                runs.read(tile),
+                k as u64 + 1,
+                "tile {tile} after launch {k}"
+            );
+        }
+    };
+    launch(0, &|| run_grid(tiles, 1, &kernel));
+    for (k, &r) in resident.iter().enumerate() {
+        launch(k + 1, &|| run_grid_with_residency(tiles, 1, r, &kernel));
+    }
+}
+
+/// Two tiles, three launches (all resident; then one block at a time, twice): every tile runs
+/// exactly once per launch, and the last block's reset lets the next launch start over.
+#[test]
+fn software_source_runs_every_tile_once_across_launches() {
+    explore(|| software_source(2, &[1, 1]));
+}
