@@ -411,3 +411,63 @@ fn graph_capture_then_replay() {
     assert_eq!(model::launches().len(), 400);
     teardown(buffers);
 }
+
+/// Two threads, each driving half of one device's ranks with groups (each group a cooperative
+/// launch of two ranks, separate from the other): runs on non-blocking streams, refused on a
+/// blocking one.
+#[test]
+fn groups_that_split_a_device_between_threads() {
+    let _g = setup();
+    for non_blocking in [true, false] {
+        let comms = init_on(&[0; 4]);
+        let buffers = alloc_windows(&comms, 1 << 20);
+        let streams = [
+            model::create_stream(0, non_blocking),
+            model::create_stream(0, non_blocking),
+        ];
+        // Handles and addresses as integers, to cross threads.
+        let ranks: Vec<(usize, usize)> = buffers
+            .iter()
+            .map(|b| (b.comm as usize, b.base as usize))
+            .collect();
+        let results: Vec<symmResult_t> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ranks
+                .chunks(2)
+                .zip(streams)
+                .map(|(half, s)| {
+                    scope.spawn(move || {
+                        check(symmGroupStart(), std::ptr::null_mut());
+                        for &(comm, base) in half {
+                            let (comm, p) = (comm as symmComm_t, base as *mut c_void);
+                            check(symmAllReduce(p, p, 50_000, F32, SUM, comm, stream(s)), comm);
+                        }
+                        symmGroupEnd()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let expected = if non_blocking {
+            symmResult_t::symmSuccess
+        } else {
+            symmResult_t::symmInvalidUsage
+        };
+        assert_eq!(
+            results,
+            vec![expected; 2],
+            "{}",
+            last_error(buffers[0].comm)
+        );
+        quiescent();
+        if non_blocking {
+            let launches = model::launches();
+            assert_eq!(launches.len(), 2);
+            assert!(
+                launches
+                    .iter()
+                    .all(|l| l.cooperative && l.co_residency_proven)
+            );
+        }
+        teardown(buffers);
+    }
+}

@@ -284,3 +284,103 @@ pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
     }
     Ok(LaunchSchedule { ops })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_device::symmetric::dispatch::Algorithm;
+    use symm_device::{DataType, RedOp};
+
+    fn input(
+        streams: &[(u64, StreamKind)],
+        ranks_on_device: u32,
+        resident: Option<u32>,
+    ) -> LaunchInput {
+        LaunchInput {
+            device: 0,
+            kernel: KernelId {
+                algorithm: Algorithm::OneShotAllReduce,
+                dtype: DataType::Float32,
+                op: RedOp::Sum,
+            },
+            grid: 8,
+            block: 512,
+            table: 0x100,
+            args: CollectiveArgs {
+                send_offset: 0,
+                recv_offset: 0,
+                count: 1000,
+                flags: 0,
+            },
+            parts: streams
+                .iter()
+                .enumerate()
+                .map(|(rank, (user_stream, user_kind))| Part {
+                    rank,
+                    instance: InstanceId { clique: 1, seq: 0 },
+                    user_stream: *user_stream,
+                    user_kind: *user_kind,
+                    before_event: 0x900 + rank as u64,
+                })
+                .collect(),
+            internal_stream: 0x500,
+            after_event: 0x600,
+            clique_ranks: 4,
+            ranks_on_device,
+            resident_blocks: resident,
+        }
+    }
+
+    #[test]
+    fn one_rank_alone_on_its_device_launches_on_the_callers_stream_even_the_null_one() {
+        for kind in [
+            StreamKind::Legacy,
+            StreamKind::Blocking,
+            StreamKind::NonBlocking,
+        ] {
+            let s = schedule(&input(&[(0x42, kind)], 1, None)).unwrap();
+            assert_eq!(s.ops.len(), 1);
+            let StreamOp::Launch(l) = &s.ops[0] else {
+                panic!("{s:?}")
+            };
+            assert_eq!((l.stream, l.grid, l.cooperative), (0x42, 8, false));
+        }
+    }
+
+    #[test]
+    fn merged_parts_on_distinct_streams_go_through_the_internal_stream() {
+        let nb = StreamKind::NonBlocking;
+        let s = schedule(&input(&[(0x42, nb), (0x43, StreamKind::Legacy)], 2, None)).unwrap();
+        // record+wait per part, launch, record, wait per part.
+        assert_eq!(s.ops.len(), 2 * 2 + 1 + 1 + 2);
+        let StreamOp::Launch(l) = &s.ops[4] else {
+            panic!("{s:?}")
+        };
+        assert_eq!((l.stream, l.grid, l.cooperative), (0x500, 16, true));
+        // All parts on one stream: directly there.
+        let s = schedule(&input(&[(0x42, nb), (0x42, nb)], 2, None)).unwrap();
+        assert_eq!(s.ops.len(), 1);
+    }
+
+    #[test]
+    fn separate_launches_on_a_shared_device_need_non_blocking_streams_and_proof() {
+        for kind in [
+            StreamKind::Legacy,
+            StreamKind::PerThread,
+            StreamKind::Blocking,
+        ] {
+            let e = schedule(&input(&[(0x42, kind)], 2, Some(1000))).unwrap_err();
+            assert!(e.message.contains("non-blocking"), "{}", e.message);
+        }
+        let nb = StreamKind::NonBlocking;
+        let e = schedule(&input(&[(0x42, nb)], 2, Some(15))).unwrap_err();
+        assert!(e.message.contains("resident"), "{}", e.message);
+        let e = schedule(&input(&[(0x42, nb)], 2, None)).unwrap_err();
+        assert!(e.message.contains("occupancy"), "{}", e.message);
+        let s = schedule(&input(&[(0x42, nb)], 2, Some(16))).unwrap();
+        let StreamOp::Launch(l) = &s.ops[0] else {
+            panic!("{s:?}")
+        };
+        assert!(l.co_residency_proven && l.stream == 0x42);
+    }
+}
