@@ -130,8 +130,10 @@ pub struct CudaBackend {
 }
 
 /// A communicator's internal stream and the two events that order it with the caller's
-/// stream: every kernel runs on the internal stream, so ranks never share a stream (ranks
-/// sharing one stream would serialize and wait for each other forever).
+/// stream. A launch serving several ranks on different callers' streams runs on the first
+/// rank's internal stream, after every caller's stream and before its next work; a launch
+/// serving one rank (or ranks all on one stream) goes directly on the caller's stream (see
+/// [`schedule::schedule`]).
 pub struct CommStream {
     device: Arc<CudaDevice>,
     stream: sys::CUstream,

@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Multiprocessors of every model device.
-pub const MULTIPROCESSORS: u32 = 132;
+pub(crate) const MULTIPROCESSORS: u32 = 132;
 /// Resident blocks per multiprocessor of every kernel in the model (occupancy).
-pub const BLOCKS_PER_MULTIPROCESSOR: u32 = 2;
+pub(crate) const BLOCKS_PER_MULTIPROCESSOR: u32 = 2;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static STATE: Mutex<Option<State>> = Mutex::new(None);

@@ -11,11 +11,11 @@ use crate::plan::KernelId;
 use symm_device::symmetric::CollectiveArgs;
 
 /// The legacy default stream (`NULL`, or `CU_STREAM_LEGACY`).
-pub const LEGACY_STREAM: u64 = 0;
+pub(crate) const LEGACY_STREAM: u64 = 0;
 /// `CU_STREAM_LEGACY` as a handle.
-pub const CU_STREAM_LEGACY: u64 = 1;
+pub(crate) const CU_STREAM_LEGACY: u64 = 1;
 /// `CU_STREAM_PER_THREAD` as a handle.
-pub const PER_THREAD_STREAM: u64 = 2;
+pub(crate) const PER_THREAD_STREAM: u64 = 2;
 
 /// How a stream orders itself with its device's legacy default stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
