@@ -50,17 +50,22 @@ fn all_reduce(b: &RankBuffer, send: usize, recv: usize, count: usize, s: u64) ->
     symmAllReduce(at(b, send), at(b, recv), count, F32, SUM, b.comm, stream(s))
 }
 
-/// One thread drives every rank with groups; all ranks on one device, one blocking stream for
-/// all (the GPU test set and symm-perf), then one stream per rank (the README), over every
-/// algorithm's size range and the three collectives.
+/// One thread drives every rank with groups; all ranks on one device, one stream for all (the
+/// NULL stream: `allreduce.c`; a blocking one: the GPU test set; a non-blocking one:
+/// symm-perf), then one stream per rank (the README), over every algorithm's size range and the
+/// three collectives.
 #[test]
 fn group_all_ranks_on_one_device() {
     let _g = setup();
     let comms = init_on(&[0; 4]);
     let buffers = alloc_windows(&comms, 1 << 22);
-    let shared = model::create_stream(0, false);
+    let shared = [
+        0,
+        model::create_stream(0, false),
+        model::create_stream(0, true),
+    ];
     let own: Vec<u64> = (0..4).map(|_| model::create_stream(0, false)).collect();
-    for count in [64usize, 4096, 200_000] {
+    for (count, shared) in [64usize, 4096, 200_000].into_iter().zip(shared) {
         check(symmGroupStart(), std::ptr::null_mut());
         for b in &buffers {
             check(all_reduce(b, 0, 0, count, shared), b.comm);
