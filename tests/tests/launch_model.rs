@@ -122,6 +122,17 @@ fn group_ranks_on_two_devices() {
         check(symmGroupEnd(), std::ptr::null_mut());
         quiescent();
     }
+    // One launch per device per call, each serving that device's two ranks, the same grid.
+    let launches = model::launches();
+    assert_eq!(launches.len(), 4);
+    for pair in launches.chunks(2) {
+        assert_eq!((pair[0].device, pair[1].device), (0, 1));
+        assert_eq!(
+            (pair[0].ranks.clone(), pair[1].ranks.clone()),
+            (vec![0, 1], vec![2, 3])
+        );
+        assert_eq!(pair[0].grid, pair[1].grid);
+    }
     teardown(buffers);
 }
 
@@ -162,6 +173,11 @@ fn group_mixed_in_place_all_reduce() {
     check(all_reduce(&buffers[1], 0, 8192, 1000, s), buffers[1].comm);
     check(symmGroupEnd(), std::ptr::null_mut());
     quiescent();
+    // One cooperative launch serving both ranks, directly on the shared stream.
+    let launches = model::launches();
+    assert_eq!(launches.len(), 1, "{launches:?}");
+    assert!(launches[0].cooperative && launches[0].ranks == [0, 1] && launches[0].stream == s);
+    assert_eq!(launches[0].args.recv_offset, 8192);
     teardown(buffers);
 }
 
@@ -475,4 +491,36 @@ fn groups_that_split_a_device_between_threads() {
         }
         teardown(buffers);
     }
+}
+
+/// Devices unequally crowded (three ranks on device 0, one on device 1): every rank plans the
+/// same grid (the clique's block cap), so the parts of one collective agree.
+#[test]
+fn every_rank_plans_the_same_grid_whatever_its_device_crowding() {
+    let _g = setup();
+    let comms = init_on(&[0, 0, 0, 1]);
+    for &c in &comms {
+        // 132 multiprocessors shared by 3 ranks on device 0: the cap of every rank.
+        assert_eq!(symm::comm::Comm::from_handle(c).unwrap().max_blocks, 44);
+    }
+    let buffers = alloc_windows(&comms, 1 << 26);
+    let streams = [model::create_stream(0, true), model::create_stream(1, true)];
+    check(symmGroupStart(), std::ptr::null_mut());
+    for (r, b) in buffers.iter().enumerate() {
+        check(
+            all_reduce(b, 0, 1 << 25, 1 << 23, streams[usize::from(r == 3)]),
+            b.comm,
+        );
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    quiescent();
+    let launches = model::launches();
+    assert_eq!(launches.len(), 2);
+    let per_rank: Vec<u32> = launches
+        .iter()
+        .map(|l| l.grid / l.ranks.len() as u32)
+        .collect();
+    assert_eq!(per_rank[0], per_rank[1], "{launches:?}");
+    assert!(per_rank[0] * 3 <= 132, "{per_rank:?}");
+    teardown(buffers);
 }
