@@ -31,8 +31,6 @@ pub struct Task {
     pub stream: u64,
     /// The collective.
     pub collective: Collective,
-    /// This rank's collective sequence number (see [`Comm::next_collective`]).
-    pub seq: u64,
 }
 
 impl Task {
@@ -116,7 +114,9 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
             .iter()
             .map(|t| InstanceId {
                 clique: Arc::as_ptr(&t.comm.clique) as usize,
-                seq: t.seq,
+                // Numbered when launched, so that refused calls (a refused group) take no
+                // number.
+                seq: t.comm.next_collective.fetch_add(1, Ordering::Relaxed),
             })
             .collect(),
         clique_ranks: clique.nranks as u32,
@@ -309,7 +309,6 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         rank_flags: request.rank_flags,
         stream,
         collective: request.collective,
-        seq: comm.next_collective.fetch_add(1, Ordering::Relaxed),
     };
     if group::active() {
         group::defer(Deferred::Collective(task));
