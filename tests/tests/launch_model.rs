@@ -270,6 +270,14 @@ fn group_with_mismatched_parts_is_refused_before_launching() {
         model::launches()
     );
     quiescent();
+    // The communicators stay usable: a matching group runs.
+    check(symmGroupStart(), std::ptr::null_mut());
+    for b in &buffers {
+        check(all_reduce(b, 0, 0, 1000, s), b.comm);
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    quiescent();
+    assert_eq!(model::launches().len(), 1);
     teardown(buffers);
 }
 
