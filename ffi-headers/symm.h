@@ -273,8 +273,9 @@ symmResult_t symmReduceScatter(const void *sendbuff,
                                symmStream_t stream);
 
 // The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
-// for a peer (the comm then refuses further collectives), else `symmSuccess`. On the cuda
-// backend this reflects the kernels that have run so far; it does not synchronize.
+// for a peer, `symmInternalError` once a kernel refused its launch (the comm then refuses
+// further collectives), else `symmSuccess`. On the cuda backend this reflects the kernels
+// that have run so far; it does not synchronize.
 //
 // # Safety
 // `asyncError` is NULL or valid for a write.

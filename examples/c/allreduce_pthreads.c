@@ -2,6 +2,11 @@
  * symmCommInitRank, allocates, registers its window (collective, no group needed), all-reduces
  * in place, checks against a reference computed in double, deregisters, frees and destroys.
  *
+ * On the cuda backend (`make CUDA=1`) each thread launches on its own non-blocking stream:
+ * ranks sharing a GPU and launching separately wait for each other inside their kernels, so
+ * they must not be serialized by the NULL (legacy) stream or blocking streams; symm refuses
+ * those with symmInvalidUsage. On the host backend the stream is ignored (NULL).
+ *
  * usage: allreduce_pthreads [nranks=4] [count=100003] */
 #include <pthread.h>
 #include "common.h"
@@ -14,6 +19,45 @@ struct rank_args {
   symmUniqueId id;
   size_t wrong;
 };
+
+/* A non-blocking stream on the comm's device (cuda backend), else NULL. */
+static symmStream_t rank_stream(symmComm_t comm) {
+#ifdef SYMM_EXAMPLE_CUDA
+  if (backend_is_cuda(comm)) {
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    SYMMCHECK(symmCommCuDevice(comm, &ordinal), comm);
+    if (cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      fprintf(stderr, "cannot create a non-blocking stream on device %d\n", ordinal);
+      exit(1);
+    }
+    return (symmStream_t)stream;
+  }
+#else
+  (void)comm;
+#endif
+  return NULL;
+}
+
+/* Wait for the rank's stream and destroy it. */
+static void finish_stream(symmComm_t comm, symmStream_t stream) {
+#ifdef SYMM_EXAMPLE_CUDA
+  if (stream != NULL) {
+    if (cuStreamSynchronize((CUstream)stream) != CUDA_SUCCESS ||
+        cuStreamDestroy((CUstream)stream) != CUDA_SUCCESS) {
+      fprintf(stderr, "stream synchronize/destroy failed\n");
+      exit(1);
+    }
+  }
+#else
+  (void)stream;
+#endif
+  finish(comm);
+}
 
 static void* rank_main(void* p) {
   struct rank_args* a = p;
@@ -28,8 +72,9 @@ static void* rank_main(void* p) {
   float* host = malloc(bytes);
   for (size_t i = 0; i < a->count; i++) host[i] = input_value(a->rank, i);
   copy_buffer(comm, buffer, host, bytes, 1);
-  SYMMCHECK(symmAllReduce(buffer, buffer, a->count, symmFloat32, symmSum, comm, NULL), comm);
-  finish(comm);
+  symmStream_t stream = rank_stream(comm);
+  SYMMCHECK(symmAllReduce(buffer, buffer, a->count, symmFloat32, symmSum, comm, stream), comm);
+  finish_stream(comm, stream);
   copy_buffer(comm, host, buffer, bytes, 0);
   for (size_t i = 0; i < a->count; i++) {
     if ((double)host[i] != expected_sum(a->nranks, i)) a->wrong++;

@@ -106,7 +106,7 @@ pub fn run(backend: &Backend, variant: Variant, config: &Config) -> Result<Repor
         )));
     }
     match backend {
-        Backend::Host(_) => run_on_host(variant, config),
+        Backend::Host(_) | Backend::Model(_) => run_on_host(variant, config),
         Backend::Cuda(cuda) => cuda.run_clc_benchmark(variant, config),
     }
 }

@@ -1,6 +1,7 @@
 //! Collectives: validation of a request against the communicator's windows, its plan, and its
 //! execution (now, or at the end of the group, merged with the other ranks' parts).
 
+use crate::backend::schedule::InstanceId;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::ffi::types::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
@@ -8,11 +9,9 @@ use crate::group::{self, Deferred};
 use crate::plan::{Collective, Launch, Limits, Plan, plan};
 use crate::window::{self, Window};
 use std::sync::Arc;
-use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, RankArgs};
+use std::sync::atomic::Ordering;
+use symm_device::symmetric::{ABORT_INVALID_LAUNCH, CollectiveArgs, FLAG_IN_PLACE, RankArgs};
 use symm_device::{DataType, RedOp};
-
-/// What tasks must share to be served by one launch: clique, device, kernel, shape, arguments.
-pub type LaunchKey = (usize, i32, crate::plan::KernelId, u32, u32, CollectiveArgs);
 
 /// A validated collective of one rank, ready to launch once its windows are complete.
 pub struct Task {
@@ -30,6 +29,8 @@ pub struct Task {
     pub rank_flags: u32,
     /// The caller's stream, as an address.
     pub stream: u64,
+    /// The collective.
+    pub collective: Collective,
 }
 
 impl Task {
@@ -39,20 +40,39 @@ impl Task {
         self.comm.clique.backend.kind() == crate::backend::BackendKind::Host
     }
 
-    /// Tasks with equal keys are parts of one collective that a single launch can serve.
-    pub fn launch_key(&self) -> LaunchKey {
-        (
-            Arc::as_ptr(&self.comm.clique) as usize,
-            self.comm.device,
-            self.plan.kernel,
-            self.plan.grid,
-            self.plan.block,
-            self.args,
-        )
+    /// `true` when this rank's kernel reads the launch's send offset (an in-place all-gather
+    /// derives its send buffer from the receive buffer).
+    pub fn uses_send_offset(&self) -> bool {
+        !(self.in_place() && self.collective == Collective::AllGather)
+    }
+
+    /// `true` when this rank's kernel reads the launch's receive offset (an in-place
+    /// all-reduce or reduce-scatter derives its receive buffer from the send buffer).
+    pub fn uses_recv_offset(&self) -> bool {
+        !(self.in_place() && self.collective != Collective::AllGather)
+    }
+
+    fn in_place(&self) -> bool {
+        self.rank_flags & FLAG_IN_PLACE != 0
     }
 }
 
-/// Launch `tasks` (parts of one collective, equal launch keys, distinct ranks) as one launch,
+/// The arguments of a launch serving `tasks` (parts of one collective that agree where they
+/// use an offset): each offset from a part that uses it.
+fn launch_args(tasks: &[&Task]) -> CollectiveArgs {
+    let mut args = tasks[0].args;
+    if let Some(t) = tasks.iter().find(|t| t.uses_send_offset()) {
+        args.send_offset = t.args.send_offset;
+    }
+    if let Some(t) = tasks.iter().find(|t| t.uses_recv_offset()) {
+        args.recv_offset = t.args.recv_offset;
+    }
+    args.flags = 0;
+    args
+}
+
+/// Launch `tasks` (parts of one collective on one device, checked to agree, distinct ranks) as
+/// one launch,
 /// and report a timed-out peer as `symmTimeout` (host backend: of this call; cuda: of a later
 /// one, when the kernel has run).
 pub fn execute(tasks: &[&Task]) -> Result<()> {
@@ -86,9 +106,29 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
         block: first.plan.block,
         ranks,
         table,
-        args: first.args,
+        args: launch_args(tasks),
         streams: tasks.iter().map(|t| t.stream).collect(),
+        device: first.comm.device,
+        rank_ids: tasks.iter().map(|t| t.comm.rank).collect(),
+        instances: tasks
+            .iter()
+            .map(|t| InstanceId {
+                clique: Arc::as_ptr(&t.comm.clique) as usize,
+                // Numbered when launched, so that refused calls (a refused group) take no
+                // number.
+                seq: t.comm.next_collective.fetch_add(1, Ordering::Relaxed),
+            })
+            .collect(),
+        clique_ranks: clique.nranks as u32,
+        ranks_on_device: clique
+            .devices
+            .iter()
+            .filter(|d| **d == first.comm.device)
+            .count() as u32,
     };
+    for task in tasks {
+        task.comm.lock().last_kernel = Some(first.plan.kernel.ptx_name());
+    }
     let resources: Vec<_> = tasks.iter().map(|t| &t.comm.resources).collect();
     clique.backend.launch(&launch, &resources)?;
     let mut result = Ok(());
@@ -101,8 +141,9 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
     result
 }
 
-/// The communicator's state after a timed-out wait: the first call that sees a raised abort
-/// word gets `symmTimeout`; later calls are refused.
+/// The communicator's state after a timed-out wait or a refused launch: the first call that
+/// sees a raised abort word gets `symmTimeout` (a peer did not arrive) or `symmInternalError`
+/// (a kernel refused its launch); later calls are refused.
 pub fn check_not_aborted(comm: &Comm) -> Result<()> {
     let mut state = comm.lock();
     if let Some(reason) = &state.aborted {
@@ -110,16 +151,48 @@ pub fn check_not_aborted(comm: &Comm) -> Result<()> {
             "the communicator was aborted ({reason}); destroy it"
         )));
     }
-    if state.windows.values().any(|w| w.aborted()) {
-        let message = format!(
-            "rank {}: a peer did not arrive within {} ms; this communicator is aborted",
-            comm.rank,
-            comm.clique.timeout.as_millis()
-        );
-        state.aborted = Some(message.clone());
-        return Err(Error::new(symmResult_t::symmTimeout, message));
+    let word = state
+        .windows
+        .values()
+        .map(|w| w.abort_word())
+        .max()
+        .unwrap_or(0);
+    if word == 0 {
+        return Ok(());
     }
-    Ok(())
+    let (code, message) = if word == ABORT_INVALID_LAUNCH {
+        (
+            symmResult_t::symmInternalError,
+            format!(
+                "rank {}: kernel {} refused its launch (ABORT_INVALID_LAUNCH: launch shape or \
+                 arguments outside the kernel's limits; nothing was written); this communicator \
+                 is aborted",
+                comm.rank,
+                state.last_kernel.as_deref().unwrap_or("(unknown)")
+            ),
+        )
+    } else {
+        (
+            symmResult_t::symmTimeout,
+            format!(
+                "rank {}: a peer did not arrive within {} ms (ABORT_TIMED_OUT); this \
+                 communicator is aborted",
+                comm.rank,
+                comm.clique.timeout.as_millis()
+            ),
+        )
+    };
+    state.aborted = Some(message.clone());
+    state.abort_code = Some(code);
+    Err(Error::new(code, message))
+}
+
+/// `symmCommGetAsyncError`: `symmSuccess`, or the error that aborted the communicator.
+pub fn async_error(comm: &Comm) -> symmResult_t {
+    match check_not_aborted(comm) {
+        Ok(()) => symmResult_t::symmSuccess,
+        Err(e) => comm.lock().abort_code.unwrap_or(e.code),
+    }
 }
 
 /// Decode a C `symmDataType_t`.
@@ -235,6 +308,7 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         args: request.args,
         rank_flags: request.rank_flags,
         stream,
+        collective: request.collective,
     };
     if group::active() {
         group::defer(Deferred::Collective(task));

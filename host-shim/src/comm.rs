@@ -30,6 +30,10 @@ pub struct Clique {
     pub forced_algorithm: Option<Algorithm>,
     /// `SYMM_DEBUG=INFO`: log every plan to stderr.
     pub debug: bool,
+    /// Most blocks per rank of every kernel of this clique: the minimum over its devices of
+    /// what lets every rank sharing that device be resident at once. A property of the clique,
+    /// so that every rank plans the same grid.
+    pub max_blocks: u32,
     /// Device rank tables of launches (see `symm_device::symmetric::RankArgs`), by device and
     /// content; uploaded once and kept until the communicator is destroyed.
     tables: Mutex<HashMap<(i32, Vec<RankArgs>), u64>>,
@@ -76,8 +80,13 @@ pub struct CommState {
     pub windows: HashMap<usize, Arc<Window>>,
     /// Sequence number of this rank's next window registration.
     pub next_window_seq: u64,
-    /// Set when a collective timed out: the communicator refuses further collectives.
+    /// Set when a collective timed out or a kernel refused its launch: the communicator
+    /// refuses further collectives.
     pub aborted: Option<String>,
+    /// The error of the abort (`symmTimeout`, or `symmInternalError` for a refused launch).
+    pub abort_code: Option<symmResult_t>,
+    /// The kernel launched last by this rank (named when a kernel refuses its launch).
+    pub last_kernel: Option<String>,
 }
 
 /// One rank of a communicator.
@@ -88,12 +97,15 @@ pub struct Comm {
     pub rank: usize,
     /// CUDA device ordinal (recorded, unused, on the host backend).
     pub device: i32,
-    /// Most blocks this rank's kernels may use (all ranks on its device must fit at once).
+    /// Most blocks this rank's kernels may use: the clique's [`Clique::max_blocks`].
     pub max_blocks: u32,
     /// Launch resources (cuda stream and events).
     pub resources: CommResources,
     /// Mutable state.
     pub state: Mutex<CommState>,
+    /// Sequence number of this rank's next collective launch (the `k`-th collective of every
+    /// rank of the clique is one collective).
+    pub next_collective: AtomicU64,
     last_error: Mutex<CString>,
 }
 
@@ -165,8 +177,7 @@ impl Comm {
 fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
     let device = clique.devices[rank];
     let resources = clique.backend.open_comm(device)?;
-    let sharing = clique.devices.iter().filter(|d| **d == device).count() as u32;
-    let max_blocks = clique.backend.max_blocks_per_rank(device, sharing)?;
+    let max_blocks = clique.max_blocks;
     let comm = Arc::new(Comm {
         clique: clique.clone(),
         rank,
@@ -174,6 +185,7 @@ fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
         max_blocks,
         resources,
         state: Mutex::new(CommState::default()),
+        next_collective: AtomicU64::new(0),
         last_error: Mutex::new(CString::default()),
     });
     live_comms().insert(Arc::as_ptr(&comm) as usize, comm.clone());
@@ -183,7 +195,13 @@ fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
     backend.connect_devices(devices)?;
+    let mut max_blocks = u32::MAX;
+    for &device in devices {
+        let sharing = devices.iter().filter(|d| **d == device).count() as u32;
+        max_blocks = max_blocks.min(backend.max_blocks_per_rank(device, sharing)?);
+    }
     Ok(Arc::new(Clique {
+        max_blocks,
         nranks: devices.len(),
         devices: devices.to_vec(),
         backend,

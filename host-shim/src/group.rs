@@ -3,10 +3,11 @@
 //! known and they can run together.
 
 use crate::collective::{self, Task};
-use crate::comm::Comm;
+use crate::comm::{Clique, Comm};
 use crate::error::{Error, Result};
 use crate::window::{self, Window};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Work deferred to the end of the group.
@@ -84,11 +85,23 @@ pub fn end() -> Result<()> {
             Deferred::Collective(task) => tasks.push(task),
         }
     }
-    for wave in waves(&tasks) {
-        let results: Vec<Result<()>> = if wave.len() > 1 && wave[0][0].runs_to_completion() {
-            // Host launches return when done: launches of one wave run side by side.
+    let instances = match collectives(&tasks) {
+        Ok(instances) => instances,
+        Err(e) => {
+            // Nothing of the group is launched.
+            for task in &tasks {
+                task.comm.set_last_error(&e.message);
+            }
+            return Err(first_error.unwrap_or(e));
+        }
+    };
+    for launches in &instances {
+        let results: Vec<Result<()>> = if launches.len() > 1 && launches[0][0].runs_to_completion()
+        {
+            // Host launches return when done: one collective's launches (one per device) run
+            // side by side.
             std::thread::scope(|scope| {
-                let handles: Vec<_> = wave
+                let handles: Vec<_> = launches
                     .iter()
                     .map(|launch| scope.spawn(move || collective::execute(launch)))
                     .collect();
@@ -101,11 +114,13 @@ pub fn end() -> Result<()> {
                     .collect()
             })
         } else {
-            wave.iter()
+            // Enqueued without blocking the host (cuda), one launch per device.
+            launches
+                .iter()
                 .map(|launch| collective::execute(launch))
                 .collect()
         };
-        for (launch, result) in wave.iter().zip(results) {
+        for (launch, result) in launches.iter().zip(results) {
             if let Err(e) = result {
                 for task in launch {
                     task.comm.set_last_error(&e.message);
@@ -117,32 +132,121 @@ pub fn end() -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
-/// Merge the group's tasks into launches (parts of one collective: equal launch keys,
-/// distinct ranks; each task joins the first launch that fits), and the launches into waves of launches that touch distinct
-/// ranks and may run at the same time. Waves run in order, so two collectives of one rank in
-/// a group run in the order they were called.
-fn waves(tasks: &[Task]) -> Vec<Vec<Vec<&Task>>> {
-    let mut launches: Vec<Vec<&Task>> = Vec::new();
+/// The group's collectives, in order, each as its launches (one per device, ranks in
+/// ascending order). As in NCCL, the `k`-th collective call of each rank of a clique in the
+/// group is one collective; its parts must agree ([`check_parts`]). Ordering the collectives
+/// by their first call keeps every rank's call order.
+#[allow(clippy::type_complexity)]
+fn collectives(tasks: &[Task]) -> Result<Vec<Vec<Vec<&Task>>>> {
+    let mut calls: HashMap<*const Comm, u64> = HashMap::new();
+    let mut index: HashMap<(*const Clique, u64), usize> = HashMap::new();
+    let mut instances: Vec<Vec<&Task>> = Vec::new();
     for task in tasks {
-        let key = task.launch_key();
-        let joinable = launches.iter_mut().find(|l| {
-            l[0].launch_key() == key && l.iter().all(|t| !Arc::ptr_eq(&t.comm, &task.comm))
+        let k = calls.entry(Arc::as_ptr(&task.comm)).or_insert(0);
+        let key = (Arc::as_ptr(&task.comm.clique), *k);
+        *k += 1;
+        let i = *index.entry(key).or_insert_with(|| {
+            instances.push(Vec::new());
+            instances.len() - 1
         });
-        match joinable {
-            Some(launch) => launch.push(task),
-            None => launches.push(vec![task]),
+        instances[i].push(task);
+    }
+    for (k, parts) in instances.iter().enumerate() {
+        check_parts(k, parts)?;
+    }
+    Ok(instances
+        .into_iter()
+        .map(|mut parts| {
+            parts.sort_by_key(|t| t.comm.rank);
+            let mut launches: Vec<Vec<&Task>> = Vec::new();
+            for task in parts {
+                match launches
+                    .iter_mut()
+                    .find(|l| l[0].comm.device == task.comm.device)
+                {
+                    Some(launch) => launch.push(task),
+                    None => launches.push(vec![task]),
+                }
+            }
+            launches
+        })
+        .collect())
+}
+
+/// The parts of one collective (`index`-th of the group) must agree on what every rank's
+/// kernel assumes: collective, kernel, count, launch shape, and the symmetric offsets and
+/// windows wherever a rank uses them.
+fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
+    let first = parts[0];
+    for part in &parts[1..] {
+        let (a, b) = (first, *part);
+        let mut differences = Vec::new();
+        if a.collective != b.collective {
+            differences.push(format!(
+                "collective {} vs {}",
+                a.collective.name(),
+                b.collective.name()
+            ));
+        } else {
+            if a.plan.kernel != b.plan.kernel {
+                differences.push(format!(
+                    "kernel {} vs {} (datatype, operator or algorithm)",
+                    a.plan.kernel.ptx_name(),
+                    b.plan.kernel.ptx_name()
+                ));
+            }
+            if a.args.count != b.args.count {
+                differences.push(format!("count {} vs {}", a.args.count, b.args.count));
+            }
+            if (a.plan.grid, a.plan.block) != (b.plan.grid, b.plan.block) {
+                differences.push(format!(
+                    "launch shape {}x{} vs {}x{}",
+                    a.plan.grid, a.plan.block, b.plan.grid, b.plan.block
+                ));
+            }
+            for (name, a_uses, b_uses, a_at, b_at, a_win, b_win) in [
+                (
+                    "send",
+                    a.uses_send_offset(),
+                    b.uses_send_offset(),
+                    a.args.send_offset,
+                    b.args.send_offset,
+                    a.send_window.seq,
+                    b.send_window.seq,
+                ),
+                (
+                    "receive",
+                    a.uses_recv_offset(),
+                    b.uses_recv_offset(),
+                    a.args.recv_offset,
+                    b.args.recv_offset,
+                    a.recv_window.seq,
+                    b.recv_window.seq,
+                ),
+            ] {
+                if a_uses && b_uses && a_at != b_at {
+                    differences.push(format!(
+                        "{name} buffer at window offset {a_at} vs {b_at} (offsets must be \
+                         symmetric)"
+                    ));
+                }
+                if a_uses && b_uses && a_win != b_win {
+                    differences.push(format!(
+                        "{name} buffer in window registration #{a_win} vs #{b_win}"
+                    ));
+                }
+            }
+        }
+        if !differences.is_empty() {
+            return Err(Error::invalid_usage(format!(
+                "collective #{index} of the group (the {}-th call of each rank) does not match \
+                 between rank {} and rank {}: {}; nothing of this group was launched",
+                index + 1,
+                a.comm.rank,
+                b.comm.rank,
+                differences.join(", ")
+            )));
         }
     }
-    let mut waves: Vec<Vec<Vec<&Task>>> = Vec::new();
-    let mut busy: Vec<*const Comm> = Vec::new();
-    for launch in launches {
-        let ranks: Vec<*const Comm> = launch.iter().map(|t| Arc::as_ptr(&t.comm)).collect();
-        if waves.is_empty() || ranks.iter().any(|r| busy.contains(r)) {
-            waves.push(Vec::new());
-            busy.clear();
-        }
-        busy.extend(ranks);
-        waves.last_mut().expect("a wave exists").push(launch);
-    }
-    waves
+    Ok(())
 }

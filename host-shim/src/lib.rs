@@ -3,8 +3,9 @@
 //! The C ABI of symm (`libsymm.a`, `libsymm.so`, `ffi-headers/symm.h`), NCCL-shaped. Data flows
 //! one way:
 //!
-//! C ABI ([`ffi::api`]) → validation ([`collective`], [`window`], [`comm`]) → plan ([`plan`],
-//! pure) → launch ([`backend`]: CUDA driver or host threads) → kernel (`symm-device`).
+//! C ABI ([`ffi::api`]) → validation ([`collective`], [`window`], [`comm`], [`group`]) → plan
+//! ([`plan`], pure) → launch schedule ([`backend::schedule`], pure data) → executor
+//! ([`backend`]: CUDA driver, host threads, or the checking model) → kernel (`symm-device`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

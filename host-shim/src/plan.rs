@@ -98,6 +98,16 @@ pub struct Launch {
     pub args: CollectiveArgs,
     /// The callers' `CUstream`s (cuda backend), as addresses, one per rank.
     pub streams: Vec<u64>,
+    /// Device of every rank served.
+    pub device: i32,
+    /// The ranks served (rank numbers, in table order).
+    pub rank_ids: Vec<usize>,
+    /// The collective each served rank takes part in.
+    pub instances: Vec<crate::backend::schedule::InstanceId>,
+    /// Ranks of the clique.
+    pub clique_ranks: u32,
+    /// Ranks of the clique on `device`.
+    pub ranks_on_device: u32,
 }
 
 /// Constants of the cost model for one backend.
@@ -212,7 +222,7 @@ pub fn plan(
     limits: Limits,
 ) -> Result<Plan> {
     let model = match backend {
-        BackendKind::Cuda => GPU_MODEL,
+        BackendKind::Cuda | BackendKind::Model => GPU_MODEL,
         BackendKind::Host => HOST_MODEL,
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);

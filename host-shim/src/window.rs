@@ -85,6 +85,12 @@ impl Window {
     pub fn aborted(&self) -> bool {
         self.abort.read() != 0
     }
+
+    /// The abort word: 0, `ABORT_TIMED_OUT` or `ABORT_INVALID_LAUNCH`
+    /// (`symm_device::symmetric`).
+    pub fn abort_word(&self) -> u32 {
+        self.abort.read()
+    }
 }
 
 impl Drop for Window {

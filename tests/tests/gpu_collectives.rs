@@ -113,8 +113,25 @@ fn gpu_missing_peer_raises_the_abort_word_instead_of_hanging() {
     let buffers = alloc_windows(&comms, 4096);
     let b = &buffers[0];
     let start = Instant::now();
-    check(all_reduce_f32_sum(b.comm, b.base, b.base, 64), b.comm);
+    // Rank 0 launches alone while rank 1 shares the GPU: a separate launch, which needs a
+    // non-blocking stream (the NULL stream is refused).
+    let mut stream = null_mut();
+    // SAFETY: a context is current (see `cuda_ranks`); the stream is destroyed below.
+    unsafe { sys::cuStreamCreate(&mut stream, 1) }
+        .result()
+        .unwrap();
+    let (f32_, sum) = (
+        symmDataType_t::symmFloat32 as i32,
+        symmRedOp_t::symmSum as i32,
+    );
+    let p = b.base as *mut c_void;
+    check(
+        symmAllReduce(p, p, 64, f32_, sum, b.comm, stream.cast()),
+        b.comm,
+    );
     synchronize();
+    // SAFETY: created above, idle after the synchronize.
+    unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
     assert!(
         start.elapsed() < Duration::from_secs(30),
         "the kernel did not give up"

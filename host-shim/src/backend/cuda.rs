@@ -5,6 +5,7 @@
 //! `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an error.
 
 use super::Flag;
+use super::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
 use crate::clc::{Config as ClcConfig, Report as ClcReport, Variant, report as clc_report};
 use crate::error::{Error, Result};
 use crate::ffi::types::symmResult_t;
@@ -129,8 +130,10 @@ pub struct CudaBackend {
 }
 
 /// A communicator's internal stream and the two events that order it with the caller's
-/// stream: every kernel runs on the internal stream, so ranks never share a stream (ranks
-/// sharing one stream would serialize and wait for each other forever).
+/// stream. A launch serving several ranks on different callers' streams runs on the first
+/// rank's internal stream, after every caller's stream and before its next work; a launch
+/// serving one rank (or ranks all on one stream) goes directly on the caller's stream (see
+/// [`schedule::schedule`]).
 pub struct CommStream {
     device: Arc<CudaDevice>,
     stream: sys::CUstream,
@@ -349,10 +352,9 @@ impl CudaBackend {
         Ok((device.multiprocessors / ranks_on_device.max(1)).max(1))
     }
 
-    /// Enqueue `launch` on the first rank's internal stream, after every rank's stream and
-    /// before it. A launch serving several ranks is cooperative: the driver guarantees that all
-    /// its blocks are resident at once (or fails), so ranks waiting for each other cannot
-    /// deadlock.
+    /// Enqueue `launch`: describe it ([`super::launch_input`]: the callers' stream kinds from
+    /// `cuStreamGetFlags`, the kernel's occupancy when separate launches share the device),
+    /// plan its stream operations ([`schedule::schedule`], pure) and carry them out.
     pub fn launch(&self, launch: &Launch, comms: &[&CommStream]) -> Result<()> {
         let first = comms
             .first()
@@ -360,60 +362,27 @@ impl CudaBackend {
         let device = &first.device;
         device.make_current()?;
         let function = device.function(launch.kernel)?;
-        let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
-        let mut table = launch.table;
-        let mut ranks = launch.ranks.len() as u32;
-        let mut send_offset = launch.args.send_offset;
-        let mut recv_offset = launch.args.recv_offset;
-        let mut count = launch.args.count;
-        let mut flags = launch.args.flags;
-        let mut params: [*mut c_void; 6] = [
-            (&mut table as *mut u64).cast(),
-            (&mut ranks as *mut u32).cast(),
-            (&mut send_offset as *mut u64).cast(),
-            (&mut recv_offset as *mut u64).cast(),
-            (&mut count as *mut u64).cast(),
-            (&mut flags as *mut u32).cast(),
-        ];
-        let grid = launch.grid * ranks;
-        // SAFETY: the parameters match the kernels' signature (KERNEL_PARAMETERS) and live
-        // until the launch call has copied them; events and streams belong to this context.
-        driver("launching a kernel", || unsafe {
-            for (comm, user) in comms.iter().zip(&launch.streams) {
-                result::event::record(comm.before, *user as sys::CUstream)?;
-                result::stream::wait_event(first.stream, comm.before, wait)?;
-            }
-            if comms.len() > 1 {
-                sys::cuLaunchCooperativeKernel(
-                    function,
-                    grid,
-                    1,
-                    1,
-                    launch.block,
-                    1,
-                    1,
-                    0,
-                    first.stream,
-                    params.as_mut_ptr(),
-                )
-                .result()?;
-            } else {
-                result::launch_kernel(
-                    function,
-                    (grid, 1, 1),
-                    (launch.block, 1, 1),
-                    0,
-                    first.stream,
-                    &mut params,
-                )?;
-            }
-            result::event::record(first.after, first.stream)?;
-            for user in &launch.streams {
-                result::stream::wait_event(*user as sys::CUstream, first.after, wait)?;
-            }
-            Ok(())
-        })
-        .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
+        let kinds = launch
+            .streams
+            .iter()
+            .map(|s| stream_kind(*s))
+            .collect::<Result<Vec<_>>>()?;
+        let resident = if (launch.ranks.len() as u32) < launch.ranks_on_device {
+            Some(resident_blocks(device, function, launch.block)?)
+        } else {
+            None
+        };
+        let befores: Vec<u64> = comms.iter().map(|c| c.before as u64).collect();
+        let input = super::launch_input(
+            launch,
+            (first.stream as u64, first.after as u64),
+            &befores,
+            &kinds,
+            resident,
+        );
+        let schedule = schedule::schedule(&input)?;
+        execute(function, &schedule)
+            .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
     }
 
     /// Run a work-stealing benchmark variant on `config.device`, timed with CUDA events.
@@ -557,6 +526,113 @@ unsafe fn launch_clustered(
     // SAFETY: the configuration and attribute outlive the call; forwarded contract.
     unsafe { sys::cuLaunchKernelEx(&launch, function, params.as_mut_ptr(), std::ptr::null_mut()) }
         .result()
+}
+
+/// The kind of a caller's stream: the special handles by value, others by `cuStreamGetFlags`.
+fn stream_kind(handle: u64) -> Result<StreamKind> {
+    if let Some(kind) = StreamKind::of_special_handle(handle) {
+        return Ok(kind);
+    }
+    let mut flags: std::ffi::c_uint = 0;
+    // SAFETY: a stream handle from the caller, queried for its flags (one write).
+    driver("cuStreamGetFlags", || unsafe {
+        sys::cuStreamGetFlags(handle as sys::CUstream, &mut flags).result()
+    })?;
+    Ok(
+        if flags & sys::CUstream_flags::CU_STREAM_NON_BLOCKING as std::ffi::c_uint != 0 {
+            StreamKind::NonBlocking
+        } else {
+            StreamKind::Blocking
+        },
+    )
+}
+
+/// Blocks of `function` (at `block` threads, no dynamic shared memory) resident at once on
+/// `device`: occupancy × multiprocessors.
+fn resident_blocks(device: &CudaDevice, function: sys::CUfunction, block: u32) -> Result<u32> {
+    let mut per_multiprocessor: std::ffi::c_int = 0;
+    // SAFETY: a loaded function of the current context; one write.
+    driver("cuOccupancyMaxActiveBlocksPerMultiprocessor", || unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut per_multiprocessor,
+            function,
+            block as std::ffi::c_int,
+            0,
+        )
+        .result()
+    })?;
+    Ok(per_multiprocessor.max(0) as u32 * device.multiprocessors)
+}
+
+/// Carry out a launch schedule with driver calls, in order. Kernel launches go through
+/// `cuLaunchKernelEx`; a cooperative one carries `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`, which
+/// stream capture accepts.
+fn execute(function: sys::CUfunction, schedule: &LaunchSchedule) -> Result<()> {
+    let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+    for op in &schedule.ops {
+        match op {
+            StreamOp::RecordEvent { event, stream, .. } => {
+                // SAFETY: an event of this context (a comm's) and the caller's stream.
+                driver("cuEventRecord", || unsafe {
+                    result::event::record(*event as sys::CUevent, *stream as sys::CUstream)
+                })?
+            }
+            StreamOp::WaitEvent { stream, event, .. } => {
+                // SAFETY: as above.
+                driver("cuStreamWaitEvent", || unsafe {
+                    result::stream::wait_event(
+                        *stream as sys::CUstream,
+                        *event as sys::CUevent,
+                        wait,
+                    )
+                })?
+            }
+            StreamOp::Launch(l) => {
+                let mut table = l.table;
+                let mut ranks = l.ranks.len() as u32;
+                let mut send_offset = l.args.send_offset;
+                let mut recv_offset = l.args.recv_offset;
+                let mut count = l.args.count;
+                let mut flags = l.args.flags;
+                let mut params: [*mut c_void; 6] = [
+                    (&mut table as *mut u64).cast(),
+                    (&mut ranks as *mut u32).cast(),
+                    (&mut send_offset as *mut u64).cast(),
+                    (&mut recv_offset as *mut u64).cast(),
+                    (&mut count as *mut u64).cast(),
+                    (&mut flags as *mut u32).cast(),
+                ];
+                // SAFETY: a zeroed attribute is valid plain data; the cooperative field is set.
+                let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+                attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+                attribute.value.cooperative = 1;
+                let config = sys::CUlaunchConfig {
+                    gridDimX: l.grid,
+                    gridDimY: 1,
+                    gridDimZ: 1,
+                    blockDimX: l.block,
+                    blockDimY: 1,
+                    blockDimZ: 1,
+                    sharedMemBytes: 0,
+                    hStream: l.stream as sys::CUstream,
+                    attrs: &mut attribute,
+                    numAttrs: u32::from(l.cooperative),
+                };
+                // SAFETY: the parameters match the kernels' signature (KERNEL_PARAMETERS) and,
+                // with the configuration and attribute, live until the call has copied them.
+                driver("launching a kernel (cuLaunchKernelEx)", || unsafe {
+                    sys::cuLaunchKernelEx(
+                        &config,
+                        function,
+                        params.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                    .result()
+                })?
+            }
+        }
+    }
+    Ok(())
 }
 
 fn open_device(ordinal: i32) -> Result<CudaDevice> {

@@ -2,11 +2,19 @@
 //!
 //! * [`host`] — host memory, kernels run by `symm_device::arch::host::run_grid` (CI).
 //! * [`cuda`] — the CUDA driver, loaded at run time through cudarc; the PTX in `ptx-out/`.
+//! * [`model`] — host memory, launches checked against a model of CUDA's ordering rules
+//!   (tests; selected by [`model::activate`]).
 //!
 //! `SYMM_BACKEND=host|cuda` chooses; unset, cuda is used when a GPU is usable, else host.
+//!
+//! The cuda and model backends share the launch path: [`launch_input`] describes a launch,
+//! [`schedule::schedule`] (pure) turns it into stream operations, and the backend executes
+//! them (driver calls, or the model).
 
 pub mod cuda;
 pub mod host;
+pub mod model;
+pub mod schedule;
 
 use crate::error::{Error, Result};
 use crate::ffi::types::symmResult_t;
@@ -37,6 +45,8 @@ pub enum BackendKind {
     Host,
     /// CUDA devices.
     Cuda,
+    /// The CUDA model (tests).
+    Model,
 }
 
 impl BackendKind {
@@ -45,6 +55,7 @@ impl BackendKind {
         match self {
             BackendKind::Host => "host",
             BackendKind::Cuda => "cuda",
+            BackendKind::Model => "model",
         }
     }
 }
@@ -55,6 +66,8 @@ pub enum Backend {
     Host(host::HostBackend),
     /// See [`cuda::CudaBackend`].
     Cuda(cuda::CudaBackend),
+    /// See [`model::ModelBackend`].
+    Model(model::ModelBackend),
 }
 
 /// Per-communicator launch resources (the cuda backend's internal stream and events).
@@ -63,6 +76,50 @@ pub enum CommResources {
     Host,
     /// See [`cuda::CommStream`].
     Cuda(cuda::CommStream),
+    /// The model backend's internal stream and events.
+    Model {
+        /// Internal stream.
+        stream: u64,
+        /// "Before" event.
+        before: u64,
+        /// "After" event.
+        after: u64,
+    },
+}
+
+/// Describe `launch` for [`schedule::schedule`]: `internal` is the first rank's internal stream
+/// and events `(stream, before, after)`, `befores` every rank's "before" event, `kinds` the
+/// kinds of the callers' streams.
+pub fn launch_input(
+    launch: &Launch,
+    internal: (u64, u64),
+    befores: &[u64],
+    kinds: &[schedule::StreamKind],
+    resident_blocks: Option<u32>,
+) -> schedule::LaunchInput {
+    let parts = (0..launch.ranks.len())
+        .map(|i| schedule::Part {
+            rank: launch.rank_ids[i],
+            instance: launch.instances[i],
+            user_stream: launch.streams[i],
+            user_kind: kinds[i],
+            before_event: befores[i],
+        })
+        .collect();
+    schedule::LaunchInput {
+        device: launch.device,
+        kernel: launch.kernel,
+        grid: launch.grid,
+        block: launch.block,
+        table: launch.table,
+        args: launch.args,
+        parts,
+        internal_stream: internal.0,
+        after_event: internal.1,
+        clique_ranks: launch.clique_ranks,
+        ranks_on_device: launch.ranks_on_device,
+        resident_blocks,
+    }
 }
 
 impl Backend {
@@ -71,6 +128,7 @@ impl Backend {
         match self {
             Backend::Host(_) => BackendKind::Host,
             Backend::Cuda(_) => BackendKind::Cuda,
+            Backend::Model(_) => BackendKind::Model,
         }
     }
 
@@ -79,13 +137,21 @@ impl Backend {
         match self {
             Backend::Host(_) => Ok(CommResources::Host),
             Backend::Cuda(b) => b.open_comm(device).map(CommResources::Cuda),
+            Backend::Model(_) => {
+                let (stream, events) = model::create_internal(device, 2);
+                Ok(CommResources::Model {
+                    stream,
+                    before: events[0],
+                    after: events[1],
+                })
+            }
         }
     }
 
     /// Make every pair of `devices` able to access each other's memory.
     pub fn connect_devices(&self, devices: &[i32]) -> Result<()> {
         match self {
-            Backend::Host(_) => Ok(()),
+            Backend::Host(_) | Backend::Model(_) => Ok(()),
             Backend::Cuda(b) => b.connect_devices(devices),
         }
     }
@@ -94,6 +160,7 @@ impl Backend {
     pub fn alloc_zeroed(&self, device: i32, bytes: usize) -> Result<u64> {
         match self {
             Backend::Host(b) => b.alloc_zeroed(bytes),
+            Backend::Model(b) => b.memory.alloc_zeroed(bytes),
             Backend::Cuda(b) => b.alloc_zeroed(device, bytes),
         }
     }
@@ -102,6 +169,7 @@ impl Backend {
     pub fn free(&self, device: i32, address: u64) -> Result<()> {
         match self {
             Backend::Host(b) => b.free(address),
+            Backend::Model(b) => b.memory.free(address),
             Backend::Cuda(b) => b.free(device, address),
         }
     }
@@ -110,6 +178,7 @@ impl Backend {
     pub fn upload(&self, device: i32, address: u64, bytes: &[u8]) -> Result<()> {
         match self {
             Backend::Host(b) => b.upload(address, bytes),
+            Backend::Model(b) => b.memory.upload(address, bytes),
             Backend::Cuda(b) => b.upload(device, address, bytes),
         }
     }
@@ -120,6 +189,10 @@ impl Backend {
     pub fn alloc_flag(&self, device: i32) -> Result<Flag> {
         match self {
             Backend::Host(b) => b.alloc_zeroed(4).map(|a| Flag { host: a, device: a }),
+            Backend::Model(b) => b
+                .memory
+                .alloc_zeroed(4)
+                .map(|a| Flag { host: a, device: a }),
             Backend::Cuda(b) => b.alloc_flag(device),
         }
     }
@@ -128,6 +201,7 @@ impl Backend {
     pub fn free_flag(&self, device: i32, flag: Flag) -> Result<()> {
         match self {
             Backend::Host(b) => b.free(flag.host),
+            Backend::Model(b) => b.memory.free(flag.host),
             Backend::Cuda(b) => b.free_flag(device, flag),
         }
     }
@@ -138,6 +212,7 @@ impl Backend {
         match self {
             Backend::Host(_) => Ok(2),
             Backend::Cuda(b) => b.max_blocks_per_rank(device, ranks_on_device),
+            Backend::Model(_) => Ok((model::MULTIPROCESSORS / ranks_on_device.max(1)).max(1)),
         }
     }
 
@@ -151,10 +226,36 @@ impl Backend {
                     .iter()
                     .map(|r| match r {
                         CommResources::Cuda(s) => Ok(s),
-                        CommResources::Host => Err(Error::internal("cuda launch without a stream")),
+                        _ => Err(Error::internal("cuda launch without a stream")),
                     })
                     .collect::<Result<_>>()?;
                 b.launch(launch, &streams)
+            }
+            Backend::Model(b) => {
+                let mut befores = Vec::new();
+                let mut first = None;
+                for r in comms {
+                    match r {
+                        CommResources::Model {
+                            stream,
+                            before,
+                            after,
+                        } => {
+                            befores.push(*before);
+                            first.get_or_insert((*stream, *after));
+                        }
+                        _ => return Err(Error::internal("model launch without a model stream")),
+                    }
+                }
+                let first = first.ok_or_else(|| Error::internal("launch without a rank"))?;
+                let kinds = launch
+                    .streams
+                    .iter()
+                    .map(|s| model::stream_kind(launch.device, *s))
+                    .collect::<Result<Vec<_>>>()?;
+                let resident = model::MULTIPROCESSORS * model::BLOCKS_PER_MULTIPROCESSOR;
+                let input = launch_input(launch, first, &befores, &kinds, Some(resident));
+                b.execute(&schedule::schedule(&input)?)
             }
         }
     }
@@ -175,6 +276,12 @@ pub fn select() -> Result<Arc<Backend>> {
         HOST.get_or_init(|| Arc::new(Backend::Host(host::HostBackend::new())))
             .clone()
     };
+    if model::active() {
+        static MODEL: OnceLock<Arc<Backend>> = OnceLock::new();
+        return Ok(MODEL
+            .get_or_init(|| Arc::new(Backend::Model(model::ModelBackend::new())))
+            .clone());
+    }
     match std::env::var("SYMM_BACKEND").ok().as_deref().map(str::trim) {
         Some("host") => Ok(host()),
         Some("cuda") => cuda::shared().map_err(|e| {

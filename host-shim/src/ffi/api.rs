@@ -229,6 +229,7 @@ pub unsafe extern "C" fn symmCommGetBackend(
         let backend: &'static std::ffi::CStr = match c.clique.backend.kind() {
             crate::backend::BackendKind::Cuda => c"cuda",
             crate::backend::BackendKind::Host => c"host",
+            crate::backend::BackendKind::Model => c"model",
         };
         // SAFETY: forwarded contract.
         unsafe { write_out(name, "name", backend.as_ptr()) }
@@ -406,8 +407,9 @@ pub extern "C" fn symmReduceScatter(
 }
 
 /// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
-/// for a peer (the comm then refuses further collectives), else `symmSuccess`. On the cuda
-/// backend this reflects the kernels that have run so far; it does not synchronize.
+/// for a peer, `symmInternalError` once a kernel refused its launch (the comm then refuses
+/// further collectives), else `symmSuccess`. On the cuda backend this reflects the kernels
+/// that have run so far; it does not synchronize.
 ///
 /// # Safety
 /// `asyncError` is NULL or valid for a write.
@@ -418,10 +420,7 @@ pub unsafe extern "C" fn symmCommGetAsyncError(
 ) -> symmResult_t {
     with_comm("symmCommGetAsyncError", comm, |c| {
         require_out(asyncError, "asyncError")?;
-        let state = match collective::check_not_aborted(c) {
-            Ok(()) => symmResult_t::symmSuccess,
-            Err(_) => symmResult_t::symmTimeout,
-        };
+        let state = collective::async_error(c);
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(asyncError, "asyncError", state) }
     })
