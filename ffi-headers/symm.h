@@ -273,8 +273,11 @@ symmResult_t symmReduceScatter(const void *sendbuff,
                                symmStream_t stream);
 
 // The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
-// for a peer (the comm then refuses further collectives), else `symmSuccess`. On the cuda
-// backend this reflects the kernels that have run so far; it does not synchronize.
+// for a peer, `symmUnhandledCudaError` once work queued on its device failed (a kernel trap
+// or illegal address, which leaves the device's context unusable; `symmGetLastError(comm)`
+// names the CUDA error), else `symmSuccess`. Either error is kept: the comm then refuses
+// further collectives. On the cuda backend this reflects the work that has run so far; it
+// does not synchronize.
 //
 // # Safety
 // `asyncError` is NULL or valid for a write.

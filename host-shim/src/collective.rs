@@ -102,9 +102,14 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
 }
 
 /// The communicator's state after a timed-out wait: the first call that sees a raised abort
-/// word gets `symmTimeout`; later calls are refused.
+/// word gets `symmTimeout`; later calls are refused. After the device reported a failure of
+/// queued work (a trapped or faulting kernel, an unusable context), this call and every later
+/// one fail with that error (`symmUnhandledCudaError`).
 pub fn check_not_aborted(comm: &Comm) -> Result<()> {
     let mut state = comm.lock();
+    if let Some(error) = &state.device_error {
+        return Err(error.clone());
+    }
     if let Some(reason) = &state.aborted {
         return Err(Error::invalid_usage(format!(
             "the communicator was aborted ({reason}); destroy it"
@@ -119,7 +124,30 @@ pub fn check_not_aborted(comm: &Comm) -> Result<()> {
         state.aborted = Some(message.clone());
         return Err(Error::new(symmResult_t::symmTimeout, message));
     }
+    if let Some(error) = comm.clique.backend.async_error(&comm.resources) {
+        let error = Error::new(
+            error.code,
+            format!(
+                "rank {}: {}; destroy the communicator",
+                comm.rank, error.message
+            ),
+        );
+        state.device_error = Some(error.clone());
+        return Err(error);
+    }
     Ok(())
+}
+
+/// `symmCommGetAsyncError`: the communicator's asynchronous error, if any — `symmTimeout`
+/// once a peer timed out (also on later queries), the device's error once queued work failed.
+pub fn async_error(comm: &Comm) -> Option<Error> {
+    let error = check_not_aborted(comm).err()?;
+    let state = comm.lock();
+    Some(match (&state.device_error, &state.aborted) {
+        (Some(device), _) => device.clone(),
+        (None, Some(reason)) => Error::new(symmResult_t::symmTimeout, reason.clone()),
+        (None, None) => error,
+    })
 }
 
 /// Decode a C `symmDataType_t`.

@@ -78,6 +78,9 @@ pub struct CommState {
     pub next_window_seq: u64,
     /// Set when a collective timed out: the communicator refuses further collectives.
     pub aborted: Option<String>,
+    /// Set when the device reported that queued work failed (see
+    /// [`crate::backend::Backend::async_error`]): every later collective fails with it.
+    pub device_error: Option<Error>,
 }
 
 /// One rank of a communicator.

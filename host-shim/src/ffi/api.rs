@@ -406,8 +406,11 @@ pub extern "C" fn symmReduceScatter(
 }
 
 /// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
-/// for a peer (the comm then refuses further collectives), else `symmSuccess`. On the cuda
-/// backend this reflects the kernels that have run so far; it does not synchronize.
+/// for a peer, `symmUnhandledCudaError` once work queued on its device failed (a kernel trap
+/// or illegal address, which leaves the device's context unusable; `symmGetLastError(comm)`
+/// names the CUDA error), else `symmSuccess`. Either error is kept: the comm then refuses
+/// further collectives. On the cuda backend this reflects the work that has run so far; it
+/// does not synchronize.
 ///
 /// # Safety
 /// `asyncError` is NULL or valid for a write.
@@ -418,9 +421,12 @@ pub unsafe extern "C" fn symmCommGetAsyncError(
 ) -> symmResult_t {
     with_comm("symmCommGetAsyncError", comm, |c| {
         require_out(asyncError, "asyncError")?;
-        let state = match collective::check_not_aborted(c) {
-            Ok(()) => symmResult_t::symmSuccess,
-            Err(_) => symmResult_t::symmTimeout,
+        let state = match collective::async_error(c) {
+            None => symmResult_t::symmSuccess,
+            Some(error) => {
+                c.set_last_error(&error.message);
+                error.code
+            }
         };
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(asyncError, "asyncError", state) }
