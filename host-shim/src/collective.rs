@@ -143,9 +143,14 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
 
 /// The communicator's state after a timed-out wait or a refused launch: the first call that
 /// sees a raised abort word gets `symmTimeout` (a peer did not arrive) or `symmInternalError`
-/// (a kernel refused its launch); later calls are refused.
+/// (a kernel refused its launch); later calls are refused. After the device reported a failure
+/// of queued work (a trapped or faulting kernel, an unusable context), this call and every
+/// later one fail with that error (`symmUnhandledCudaError`).
 pub fn check_not_aborted(comm: &Comm) -> Result<()> {
     let mut state = comm.lock();
+    if let Some(error) = &state.device_error {
+        return Err(error.clone());
+    }
     if let Some(reason) = &state.aborted {
         return Err(Error::invalid_usage(format!(
             "the communicator was aborted ({reason}); destroy it"
@@ -157,42 +162,61 @@ pub fn check_not_aborted(comm: &Comm) -> Result<()> {
         .map(|w| w.abort_word())
         .max()
         .unwrap_or(0);
-    if word == 0 {
-        return Ok(());
+    if word != 0 {
+        let (code, message) = if word == ABORT_INVALID_LAUNCH {
+            (
+                symmResult_t::symmInternalError,
+                format!(
+                    "rank {}: kernel {} refused its launch (ABORT_INVALID_LAUNCH: launch shape \
+                     or arguments outside the kernel's limits; nothing was written); this \
+                     communicator is aborted",
+                    comm.rank,
+                    state.last_kernel.as_deref().unwrap_or("(unknown)")
+                ),
+            )
+        } else {
+            (
+                symmResult_t::symmTimeout,
+                format!(
+                    "rank {}: a peer did not arrive within {} ms (ABORT_TIMED_OUT); this \
+                     communicator is aborted",
+                    comm.rank,
+                    comm.clique.timeout.as_millis()
+                ),
+            )
+        };
+        state.aborted = Some(message.clone());
+        state.abort_code = Some(code);
+        return Err(Error::new(code, message));
     }
-    let (code, message) = if word == ABORT_INVALID_LAUNCH {
-        (
-            symmResult_t::symmInternalError,
+    if let Some(error) = comm.clique.backend.async_error(&comm.resources) {
+        let error = Error::new(
+            error.code,
             format!(
-                "rank {}: kernel {} refused its launch (ABORT_INVALID_LAUNCH: launch shape or \
-                 arguments outside the kernel's limits; nothing was written); this communicator \
-                 is aborted",
-                comm.rank,
-                state.last_kernel.as_deref().unwrap_or("(unknown)")
+                "rank {}: {}; destroy the communicator",
+                comm.rank, error.message
             ),
-        )
-    } else {
-        (
-            symmResult_t::symmTimeout,
-            format!(
-                "rank {}: a peer did not arrive within {} ms (ABORT_TIMED_OUT); this \
-                 communicator is aborted",
-                comm.rank,
-                comm.clique.timeout.as_millis()
-            ),
-        )
-    };
-    state.aborted = Some(message.clone());
-    state.abort_code = Some(code);
-    Err(Error::new(code, message))
+        );
+        state.device_error = Some(error.clone());
+        return Err(error);
+    }
+    Ok(())
 }
 
-/// `symmCommGetAsyncError`: `symmSuccess`, or the error that aborted the communicator.
-pub fn async_error(comm: &Comm) -> symmResult_t {
-    match check_not_aborted(comm) {
-        Ok(()) => symmResult_t::symmSuccess,
-        Err(e) => comm.lock().abort_code.unwrap_or(e.code),
-    }
+/// `symmCommGetAsyncError`: the communicator's asynchronous error, if any — `symmTimeout`
+/// once a peer timed out, `symmInternalError` once a kernel refused its launch (also on later
+/// queries), the device's error once queued work failed.
+pub fn async_error(comm: &Comm) -> Option<Error> {
+    let error = check_not_aborted(comm).err()?;
+    let state = comm.lock();
+    Some(match (&state.device_error, &state.aborted) {
+        (Some(device), _) => device.clone(),
+        (None, Some(reason)) => Error::new(
+            state.abort_code.unwrap_or(symmResult_t::symmTimeout),
+            reason.clone(),
+        ),
+        (None, None) => error,
+    })
 }
 
 /// Decode a C `symmDataType_t`.

@@ -87,6 +87,9 @@ pub struct CommState {
     pub abort_code: Option<symmResult_t>,
     /// The kernel launched last by this rank (named when a kernel refuses its launch).
     pub last_kernel: Option<String>,
+    /// Set when the device reported that queued work failed (see
+    /// [`crate::backend::Backend::async_error`]): every later collective fails with it.
+    pub device_error: Option<Error>,
 }
 
 /// One rank of a communicator.

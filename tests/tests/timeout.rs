@@ -40,6 +40,13 @@ fn all_reduce_with_a_missing_peer_times_out_and_aborts_the_comm() {
     let p = b.base as *mut c_void;
     let f32_ = symmDataType_t::symmFloat32 as i32;
     let sum = symmRedOp_t::symmSum as i32;
+    let async_error = |comm| {
+        let mut error = symmResult_t::symmInternalError;
+        // SAFETY: valid out-pointer.
+        check(unsafe { symmCommGetAsyncError(comm, &mut error) }, comm);
+        error
+    };
+    assert_eq!(async_error(b.comm), symmResult_t::symmSuccess);
     let start = Instant::now();
     // Rank 1 never calls.
     let r = symmAllReduce(p, p, 16, f32_, sum, b.comm, null_mut());
@@ -50,6 +57,13 @@ fn all_reduce_with_a_missing_peer_times_out_and_aborts_the_comm() {
         "{}",
         last_error(b.comm)
     );
+    // The timeout stays the comm's asynchronous error, query after query; the other rank's
+    // comm is unaffected.
+    for _ in 0..2 {
+        assert_eq!(async_error(b.comm), symmResult_t::symmTimeout);
+        assert!(last_error(b.comm).contains("did not arrive"));
+    }
+    assert_eq!(async_error(buffers[1].comm), symmResult_t::symmSuccess);
     // The comm refuses further collectives, with a clear message.
     let r = symmAllReduce(p, p, 16, f32_, sum, b.comm, null_mut());
     assert_eq!(r, symmResult_t::symmInvalidUsage);

@@ -38,28 +38,35 @@ impl Gpu {
         }
     }
 
-    /// Copy host bytes to device address `dst`.
+    /// Copy host bytes to device address `dst`, on the benchmark's stream (the one every
+    /// collective is issued on), and wait for the copy: it is ordered after the collectives
+    /// issued before (which may still read or write `dst`) and complete before the next one.
     pub fn upload(&self, dst: u64, bytes: &[u8]) -> CudaResult<()> {
-        // SAFETY: `dst` is device memory from symmMemAlloc with room for `bytes`.
+        // SAFETY: `dst` is device memory from symmMemAlloc with room for `bytes`; `bytes`
+        // outlives the copy, which is complete when the stream synchronization returns.
         unsafe {
             check(
-                "cuMemcpyHtoD",
-                sys::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()),
-            )
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(dst, bytes.as_ptr().cast(), bytes.len(), self.stream),
+            )?;
         }
+        self.synchronize()
     }
 
-    /// Copy `len` bytes from device address `src`.
+    /// Copy `len` bytes from device address `src`, on the benchmark's stream: ordered after
+    /// the collectives issued on it (the library makes the stream wait for them), complete
+    /// when this returns.
     pub fn download(&self, src: u64, len: usize) -> CudaResult<Vec<u8>> {
         let mut out = vec![0u8; len];
-        self.synchronize()?;
-        // SAFETY: `src` is device memory holding `len` bytes.
+        // SAFETY: `src` is device memory holding `len` bytes; `out` has room for `len` bytes
+        // and outlives the copy, which is complete when the stream synchronization returns.
         unsafe {
             check(
-                "cuMemcpyDtoH",
-                sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, len),
+                "cuMemcpyDtoHAsync",
+                sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), src, len, self.stream),
             )?
         };
+        self.synchronize()?;
         Ok(out)
     }
 

@@ -2,7 +2,9 @@
 //! runs with no CUDA installed; then this backend reports `symmNoDevice`).
 //!
 //! Every driver call goes through [`driver`], which turns a driver error into a
-//! `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an error.
+//! `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an error. Every
+//! entry that needs a device's context holds a [`CurrentContext`], so the caller's current
+//! context is the same after the call as before it.
 
 use super::Flag;
 use super::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
@@ -12,7 +14,7 @@ use crate::ffi::types::symmResult_t;
 use crate::plan::{KernelId, Launch};
 use cudarc::driver::{DriverError, result, sys};
 use std::collections::HashMap;
-use std::ffi::{CString, c_void};
+use std::ffi::{CStr, CString, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
 use symm_device::scheduler::source::SoftwareSource;
@@ -22,18 +24,277 @@ fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverErr
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(DriverError(code))) => {
-            let result = if code == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
-                symmResult_t::symmOutOfMemory
-            } else {
-                symmResult_t::symmUnhandledCudaError
-            };
-            Err(Error::new(result, format!("{what} failed: {code:?}")))
+            Err(cuda_error(what, code, error_description(code).as_deref()))
         }
         Err(_) => Err(Error::new(
             symmResult_t::symmNoDevice,
             format!("{what}: the CUDA driver library is missing or too old"),
         )),
     }
+}
+
+/// The `symmResult_t` for a driver call that failed with `code`.
+fn result_code(code: sys::CUresult) -> symmResult_t {
+    match code {
+        sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => symmResult_t::symmOutOfMemory,
+        sys::cudaError_enum::CUDA_ERROR_NO_DEVICE => symmResult_t::symmNoDevice,
+        _ => symmResult_t::symmUnhandledCudaError,
+    }
+}
+
+/// `code` as text: its name (as `cuGetErrorName` spells it) and, when known, the driver's
+/// description of it.
+fn describe(code: sys::CUresult, description: Option<&str>) -> String {
+    match description.map(str::trim).filter(|d| !d.is_empty()) {
+        Some(d) => format!("{code:?} ({d})"),
+        None => format!("{code:?}"),
+    }
+}
+
+/// The error of driver call `what` failing with `code`; `description` is the driver's text
+/// for `code` (see [`error_description`]).
+fn cuda_error(what: &str, code: sys::CUresult, description: Option<&str>) -> Error {
+    Error::new(
+        result_code(code),
+        format!("{what} failed: {}", describe(code, description)),
+    )
+}
+
+/// The driver's description of `code` (`cuGetErrorString`), or `None` when the driver has
+/// none or cannot be asked.
+fn error_description(code: sys::CUresult) -> Option<String> {
+    catch_unwind(|| {
+        let mut text: *const c_char = std::ptr::null();
+        // SAFETY: `cuGetErrorString` writes a pointer to a static string, or fails.
+        let status = unsafe { sys::cuGetErrorString(code, &mut text) };
+        if status != sys::cudaError_enum::CUDA_SUCCESS || text.is_null() {
+            return None;
+        }
+        // SAFETY: on success the pointer is a NUL-terminated string owned by the driver for
+        // the life of the process.
+        Some(
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    })
+    .ok()
+    .flatten()
+}
+
+/// The asynchronous error of a communicator on `device` for the status `code` of a
+/// non-blocking stream query: `None` when the work succeeded or is still running, else
+/// `symmUnhandledCudaError` naming the CUDA error. A kernel that traps or faults poisons the
+/// whole context: from then on every driver call in it returns that (sticky) error.
+fn async_status(device: i32, code: sys::CUresult, description: Option<&str>) -> Option<Error> {
+    match code {
+        sys::cudaError_enum::CUDA_SUCCESS | sys::cudaError_enum::CUDA_ERROR_NOT_READY => None,
+        _ => Some(Error::new(
+            symmResult_t::symmUnhandledCudaError,
+            format!(
+                "device {device} reported {}: work queued on it failed (a kernel trapped or \
+                 accessed an illegal address, or the CUDA context is unusable)",
+                describe(code, description)
+            ),
+        )),
+    }
+}
+
+/// Bytes of each JIT log buffer given to `cuModuleLoadDataEx`.
+const JIT_LOG_BYTES: usize = 16 * 1024;
+
+/// Most characters of a JIT log quoted in an error message.
+const JIT_LOG_SHOWN: usize = 4000;
+
+/// A JIT log buffer as text for an error message: up to its first NUL, trimmed, at most
+/// [`JIT_LOG_SHOWN`] characters (then marked as cut); `None` when empty.
+fn jit_log_text(buffer: &[u8]) -> Option<String> {
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    let text = String::from_utf8_lossy(&buffer[..end]);
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut shown: String = text.chars().take(JIT_LOG_SHOWN).collect();
+    if shown.len() < text.len() {
+        shown.push_str(" [...]");
+    }
+    Some(shown)
+}
+
+/// `message` followed by the JIT error and info logs that are not empty.
+fn with_jit_logs(message: String, error_log: &[u8], info_log: &[u8]) -> String {
+    let mut message = message;
+    if let Some(log) = jit_log_text(error_log) {
+        message.push_str("; JIT error log: ");
+        message.push_str(&log);
+    }
+    if let Some(log) = jit_log_text(info_log) {
+        message.push_str("; JIT info log: ");
+        message.push_str(&log);
+    }
+    message
+}
+
+/// Load `image` (NUL-terminated PTX) as a module, the JIT writing its error and info logs
+/// into the two buffers (`cuModuleLoadDataEx` with the log options).
+///
+/// # Safety
+/// A context is current; nothing is being captured on this thread in global mode (see
+/// [`outside_capture`]).
+unsafe fn load_module(
+    image: &CStr,
+    error_log: &mut [u8],
+    info_log: &mut [u8],
+) -> std::result::Result<sys::CUmodule, DriverError> {
+    use sys::CUjit_option::*;
+    let mut options = [
+        CU_JIT_ERROR_LOG_BUFFER,
+        CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        CU_JIT_INFO_LOG_BUFFER,
+        CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // The size options are unsigned ints passed in the pointer-sized value slots, as the
+    // driver API specifies for scalar option values.
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        std::ptr::without_provenance_mut(error_log.len()),
+        info_log.as_mut_ptr().cast(),
+        std::ptr::without_provenance_mut(info_log.len()),
+    ];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: the image is NUL-terminated; the log buffers are valid for writes of the sizes
+    // given and outlive the call; the option and value arrays have 4 entries each.
+    unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            image.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    }
+    .result()?;
+    Ok(module)
+}
+
+/// Make `function` loaded on the device now rather than at its first launch. With lazy
+/// loading (the driver's default since CUDA 12.2, `CUDA_MODULE_LOADING=LAZY`) a function
+/// is loaded at first launch, which may happen inside a stream capture or while peers'
+/// kernels already wait for this one. `cuFuncLoad` (CUDA 12.4) loads it; older drivers lack
+/// it, and there `cuFuncGetAttribute`, which also loads a lazily loaded function, is used.
+///
+/// # Safety
+/// `function` is a valid function handle; its context is current.
+unsafe fn force_load(function: sys::CUfunction) -> std::result::Result<(), DriverError> {
+    static HAS_FUNC_LOAD: OnceLock<bool> = OnceLock::new();
+    let has_func_load = *HAS_FUNC_LOAD.get_or_init(|| {
+        catch_unwind(|| {
+            // SAFETY: only looks the symbol up in the already loaded driver library.
+            unsafe {
+                sys::culib()
+                    .get::<unsafe extern "C" fn(sys::CUfunction) -> sys::CUresult>(b"cuFuncLoad")
+                    .is_ok()
+            }
+        })
+        .unwrap_or(false)
+    });
+    if has_func_load {
+        // SAFETY: a valid function handle (caller's contract); the symbol exists.
+        unsafe { sys::cuFuncLoad(function) }.result()
+    } else {
+        let mut registers = 0;
+        // SAFETY: a valid function handle; writes one int.
+        unsafe {
+            sys::cuFuncGetAttribute(
+                &mut registers,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS,
+                function,
+            )
+        }
+        .result()
+    }
+}
+
+/// The pure part of [`CurrentContext`]: switch the current context from `current` to a
+/// target, and back when leaving, only when they differ.
+#[derive(Debug)]
+struct Switch<C> {
+    /// The context to make current again when leaving; `None` when nothing was switched.
+    restore: Option<C>,
+}
+
+impl<C: Copy + PartialEq> Switch<C> {
+    /// Make `target` current (through `set`) unless it is `current` already.
+    fn enter(current: C, target: C, set: impl FnOnce(C) -> Result<()>) -> Result<Self> {
+        if current == target {
+            return Ok(Switch { restore: None });
+        }
+        set(target)?;
+        Ok(Switch {
+            restore: Some(current),
+        })
+    }
+
+    /// Make the context that was current at [`Switch::enter`] current again (once).
+    fn leave(&mut self, set: impl FnOnce(C) -> Result<()>) -> Result<()> {
+        match self.restore.take() {
+            Some(previous) => set(previous),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A device's context made current on the calling thread for the guard's life; on drop, the
+/// context that was current before (or none) is current again, on every path, errors and
+/// panics included.
+///
+/// Every function of this backend that needs a current context holds one, so the library
+/// never changes the context a caller (a runtime-API program, a framework with its own
+/// contexts) has current. Guards nest; a guard made while the context is already current
+/// changes nothing. It is not `Send`: it restores the context of the thread that made it.
+///
+/// ```ignore
+/// let _context = CurrentContext::enter(&device)?;
+/// // driver calls in the device's context
+/// ```
+pub(crate) struct CurrentContext {
+    switch: Switch<sys::CUcontext>,
+}
+
+impl CurrentContext {
+    /// Make `device`'s primary context current until the guard is dropped.
+    pub(crate) fn enter(device: &CudaDevice) -> Result<Self> {
+        Self::enter_context(device.context)
+    }
+
+    /// Make `context` (a retained primary context) current until the guard is dropped.
+    fn enter_context(context: sys::CUcontext) -> Result<Self> {
+        let current = driver("cuCtxGetCurrent", || {
+            let mut current: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: writes one context handle (null when none is current).
+            unsafe { sys::cuCtxGetCurrent(&mut current) }.result()?;
+            Ok(current)
+        })?;
+        let switch = Switch::enter(current, context, set_current)?;
+        Ok(CurrentContext { switch })
+    }
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        // A failure cannot be reported from here; the next driver call reports a broken
+        // context anyway.
+        let _ = self.switch.leave(set_current);
+    }
+}
+
+/// `cuCtxSetCurrent`: `context` is a retained primary context or null.
+fn set_current(context: sys::CUcontext) -> Result<()> {
+    // SAFETY: a retained primary context (alive for the process), or null, which unbinds.
+    driver("cuCtxSetCurrent", || unsafe {
+        result::ctx::set_current(context)
+    })
 }
 
 /// Run `setup` (allocation, upload, module loading: work that is not a stream operation) with
@@ -57,7 +318,9 @@ unsafe fn outside_capture<T>(
 }
 
 /// A device with its primary context and the kernels loaded on it so far.
-struct CudaDevice {
+pub(crate) struct CudaDevice {
+    /// The device ordinal.
+    ordinal: i32,
     context: sys::CUcontext,
     /// A non-blocking stream for the library's own uploads: never captured, never waited on
     /// by a user's stream, so uploads run at once even while a graph is being captured.
@@ -77,19 +340,16 @@ unsafe impl Send for CudaDevice {}
 unsafe impl Sync for CudaDevice {}
 
 impl CudaDevice {
-    fn make_current(&self) -> Result<()> {
-        // SAFETY: the context is a retained primary context, alive for the process.
-        driver("cuCtxSetCurrent", || unsafe {
-            result::ctx::set_current(self.context)
-        })
-    }
-
+    /// The kernel `kernel`, loaded on the device (see [`CudaDevice::function_by_name`]).
     fn function(&self, kernel: KernelId) -> Result<sys::CUfunction> {
         self.function_by_name(&kernel.ptx_name())
     }
 
-    /// The kernel `name`, loading its module (JIT-compiled by the driver, which caches the
-    /// result on disk) the first time. The caller has made this device's context current.
+    /// The kernel `name`, loaded on the device: the first time, its module is loaded
+    /// (JIT-compiled by the driver, which caches the result on disk) and the function is
+    /// forced onto the device (see [`force_load`]), with this thread's capture mode relaxed
+    /// and this device's context current (the caller's context is restored). A JIT failure
+    /// quotes the JIT's error log.
     fn function_by_name(&self, name: &str) -> Result<sys::CUfunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = functions.get(name) {
@@ -104,20 +364,47 @@ impl CudaDevice {
         let image =
             CString::new(module).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
         let c_name = CString::new(name).map_err(|_| Error::internal("kernel name has a NUL"))?;
-        // SAFETY: a NUL-terminated PTX image; the module is never unloaded, so the function
-        // stays valid for the process. Loading enqueues nothing on any stream.
-        let f = driver("loading a kernel (cuModuleLoadData)", || unsafe {
-            outside_capture(|| {
-                let module = result::module::load_data(image.as_ptr().cast())?;
-                result::module::get_function(module, c_name)
-            })
-        })
-        .map_err(|e| {
+        let annotate = |e: Error| {
             Error::new(
                 e.code,
                 format!("{} ({name}, {} PTX)", e.message, self.ptx_target),
             )
+        };
+        let _context = CurrentContext::enter(self)?;
+        let mut error_log = vec![0u8; JIT_LOG_BYTES];
+        let mut info_log = vec![0u8; JIT_LOG_BYTES];
+        // SAFETY: a NUL-terminated PTX image; logs as `load_module` requires; this device's
+        // context is current. Loading enqueues nothing on any stream.
+        let module = driver("loading a kernel (cuModuleLoadDataEx)", || unsafe {
+            outside_capture(|| load_module(&image, &mut error_log, &mut info_log))
+        })
+        .map_err(|e| {
+            let e = annotate(e);
+            Error::new(e.code, with_jit_logs(e.message, &error_log, &info_log))
         })?;
+        // SAFETY: `module` was just loaded in the current context; it is never unloaded once
+        // a function of it is kept, so the function stays valid for the process. Loading a
+        // function enqueues nothing on any stream.
+        let loaded = driver(
+            "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
+            || unsafe {
+                outside_capture(|| {
+                    let f = result::module::get_function(module, c_name)?;
+                    force_load(f)?;
+                    Ok(f)
+                })
+            },
+        );
+        let f = match loaded {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: the module was loaded above and none of its functions is kept.
+                let _ = driver("cuModuleUnload", || unsafe {
+                    outside_capture(|| result::module::unload(module))
+                });
+                return Err(annotate(e));
+            }
+        };
         functions.insert(name.to_string(), f);
         Ok(f)
     }
@@ -148,7 +435,8 @@ unsafe impl Sync for CommStream {}
 
 impl Drop for CommStream {
     fn drop(&mut self) {
-        let _ = self.device.make_current();
+        // Destroy even when the context cannot be entered: the calls then fail harmlessly.
+        let _context = CurrentContext::enter(&self.device);
         // SAFETY: the handles were created by `open_comm` and are destroyed once, here.
         let _ = driver("destroying a stream", || unsafe {
             result::stream::synchronize(self.stream)?;
@@ -222,7 +510,7 @@ impl CudaBackend {
     /// See [`super::Backend::open_comm`].
     pub fn open_comm(&self, ordinal: i32) -> Result<CommStream> {
         let device = self.device(ordinal)?;
-        device.make_current()?;
+        let _context = CurrentContext::enter(&device)?;
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
         let stream = driver("cuStreamCreate", || {
             result::stream::create(result::stream::StreamKind::NonBlocking)
@@ -262,7 +550,7 @@ impl CudaBackend {
                         "device {a} cannot access device {b}'s memory (no peer access)"
                     )));
                 }
-                da.make_current()?;
+                let _context = CurrentContext::enter(&da)?;
                 // SAFETY: both contexts are retained primary contexts.
                 let status = unsafe { sys::cuCtxEnablePeerAccess(db.context, 0) };
                 if status != sys::cudaError_enum::CUDA_SUCCESS
@@ -282,7 +570,7 @@ impl CudaBackend {
     /// (see [`outside_capture`]): zeroed on the device's setup stream, synchronously.
     pub fn alloc_zeroed(&self, ordinal: i32, bytes: usize) -> Result<u64> {
         let device = self.device(ordinal)?;
-        device.make_current()?;
+        let _context = CurrentContext::enter(&device)?;
         // SAFETY: a fresh allocation of `bytes`, zeroed on the setup stream (never captured)
         // before use.
         driver("cuMemAlloc", || unsafe {
@@ -297,7 +585,8 @@ impl CudaBackend {
 
     /// See [`super::Backend::free`].
     pub fn free(&self, ordinal: i32, address: u64) -> Result<()> {
-        self.device(ordinal)?.make_current()?;
+        let device = self.device(ordinal)?;
+        let _context = CurrentContext::enter(&device)?;
         // SAFETY: `address` came from `alloc_zeroed` and is freed once (callers own it).
         driver("cuMemFree", || unsafe {
             outside_capture(|| result::free_sync(address))
@@ -307,7 +596,7 @@ impl CudaBackend {
     /// See [`super::Backend::upload`]. Safe during a capture, as `alloc_zeroed`.
     pub fn upload(&self, ordinal: i32, address: u64, bytes: &[u8]) -> Result<()> {
         let device = self.device(ordinal)?;
-        device.make_current()?;
+        let _context = CurrentContext::enter(&device)?;
         // SAFETY: callers pass an allocation with room for `bytes`; the copy completes before
         // `bytes` goes out of scope (synchronized).
         driver("cuMemcpyHtoD", || unsafe {
@@ -320,7 +609,8 @@ impl CudaBackend {
 
     /// Allocate mapped, pinned host memory for a `u32` flag.
     pub fn alloc_flag(&self, ordinal: i32) -> Result<Flag> {
-        self.device(ordinal)?.make_current()?;
+        let device_handle = self.device(ordinal)?;
+        let _context = CurrentContext::enter(&device_handle)?;
         let mut host: *mut c_void = std::ptr::null_mut();
         let mut device: sys::CUdeviceptr = 0;
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -339,7 +629,8 @@ impl CudaBackend {
 
     /// Free a flag from [`CudaBackend::alloc_flag`].
     pub fn free_flag(&self, ordinal: i32, flag: Flag) -> Result<()> {
-        self.device(ordinal)?.make_current()?;
+        let device = self.device(ordinal)?;
+        let _context = CurrentContext::enter(&device)?;
         // SAFETY: allocated by `alloc_flag`, freed once.
         driver("cuMemFreeHost", || unsafe {
             sys::cuMemFreeHost(flag.host as *mut c_void).result()
@@ -360,7 +651,8 @@ impl CudaBackend {
             .first()
             .ok_or_else(|| Error::internal("launch without a rank"))?;
         let device = &first.device;
-        device.make_current()?;
+        let _context = CurrentContext::enter(device)?;
+        // Loaded (and, with lazy loading, put on the device) before anything is enqueued.
         let function = device.function(launch.kernel)?;
         let kinds = launch
             .streams
@@ -396,7 +688,7 @@ impl CudaBackend {
                 config.device
             )));
         }
-        device.make_current()?;
+        let _context = CurrentContext::enter(&device)?;
         let function = device.function_by_name(&variant.ptx_name())?;
         let tiles = config.tiles as usize;
         let ordinal = config.device;
@@ -470,11 +762,66 @@ impl CudaBackend {
 
     /// Wait for the communicator's stream.
     pub fn synchronize(&self, comm: &CommStream) -> Result<()> {
-        comm.device.make_current()?;
+        let _context = CurrentContext::enter(&comm.device)?;
         // SAFETY: the stream belongs to this context.
         driver("cuStreamSynchronize", || unsafe {
             result::stream::synchronize(comm.stream)
         })
+    }
+
+    /// See [`super::Backend::prepare`]: load `kernel` on device `ordinal` now (module, JIT,
+    /// function on the device), with the capture mode relaxed, so that no launch has to load
+    /// it. Later calls for the same kernel only look it up.
+    pub fn prepare(&self, ordinal: i32, kernel: KernelId) -> Result<()> {
+        self.device(ordinal)?.function(kernel).map(|_| ())
+    }
+
+    /// See [`super::Backend::async_error`]: the error that work queued by or for `comm`
+    /// raised, if any, without blocking. The communicator's stream is queried
+    /// (`cuStreamQuery`) unless a capture is under way on it (a query would invalidate the
+    /// capture; nothing of it has run anyway); the device's setup stream, never captured, is
+    /// queried too, and reports an error that poisoned the context.
+    pub fn async_error(&self, comm: &CommStream) -> Option<Error> {
+        let device = &comm.device;
+        let unusable = |e: Error| {
+            Error::new(
+                symmResult_t::symmUnhandledCudaError,
+                format!("device {}: {}", device.ordinal, e.message),
+            )
+        };
+        let _context = match CurrentContext::enter(device) {
+            Ok(guard) => guard,
+            Err(e) => return Some(unusable(e)),
+        };
+        // SAFETY: both streams belong to this context and live as long as `comm`; querying
+        // enqueues nothing and does not block.
+        let status = catch_unwind(AssertUnwindSafe(|| unsafe {
+            outside_capture(|| {
+                let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                sys::cuStreamIsCapturing(comm.stream, &mut capture).result()?;
+                if capture == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+                    let status = sys::cuStreamQuery(comm.stream);
+                    if status != sys::cudaError_enum::CUDA_ERROR_NOT_READY {
+                        status.result()?;
+                    }
+                }
+                let status = sys::cuStreamQuery(device.setup_stream);
+                if status != sys::cudaError_enum::CUDA_ERROR_NOT_READY {
+                    status.result()?;
+                }
+                Ok(())
+            })
+        }));
+        match status {
+            Ok(Ok(())) => None,
+            Ok(Err(DriverError(code))) => {
+                async_status(device.ordinal, code, error_description(code).as_deref())
+            }
+            Err(_) => Some(unusable(Error::new(
+                symmResult_t::symmNoDevice,
+                "the CUDA driver library is missing or too old",
+            ))),
+        }
     }
 }
 
@@ -641,10 +988,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     let context = driver("cuDevicePrimaryCtxRetain", || unsafe {
         result::primary_ctx::retain(cu)
     })?;
-    // SAFETY: a retained primary context.
-    driver("cuCtxSetCurrent", || unsafe {
-        result::ctx::set_current(context)
-    })?;
+    let _context = CurrentContext::enter_context(context)?;
     let attribute = |a| {
         // SAFETY: `cu` is a valid device.
         driver("cuDeviceGetAttribute", || unsafe {
@@ -664,6 +1008,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         result::stream::create(result::stream::StreamKind::NonBlocking)
     })?;
     Ok(CudaDevice {
+        ordinal,
         context,
         setup_stream,
         capability: (major, minor),
@@ -671,4 +1016,193 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         multiprocessors: multiprocessors.max(1) as u32,
         ptx_target,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::{Cell, RefCell};
+    use sys::cudaError_enum as E;
+
+    /// A thread's current context (0: none) and every `set` made, for [`Switch`].
+    struct Thread {
+        current: Cell<u32>,
+        sets: RefCell<Vec<u32>>,
+    }
+
+    impl Thread {
+        fn new(current: u32) -> Self {
+            Thread {
+                current: Cell::new(current),
+                sets: RefCell::new(Vec::new()),
+            }
+        }
+
+        fn set(&self, context: u32) -> Result<()> {
+            self.sets.borrow_mut().push(context);
+            self.current.set(context);
+            Ok(())
+        }
+
+        fn enter(&self, target: u32) -> Switch<u32> {
+            Switch::enter(self.current.get(), target, |c| self.set(c)).unwrap()
+        }
+    }
+
+    #[test]
+    fn switch_restores_the_previous_context_including_none() {
+        for previous in [0, 7] {
+            let thread = Thread::new(previous);
+            let mut switch = thread.enter(3);
+            assert_eq!(thread.current.get(), 3);
+            switch.leave(|c| thread.set(c)).unwrap();
+            assert_eq!(thread.current.get(), previous);
+            assert_eq!(*thread.sets.borrow(), [3, previous]);
+            // Leaving again changes nothing.
+            switch.leave(|c| thread.set(c)).unwrap();
+            assert_eq!(thread.sets.borrow().len(), 2);
+        }
+    }
+
+    #[test]
+    fn switch_to_the_current_context_sets_nothing() {
+        let thread = Thread::new(3);
+        let mut switch = thread.enter(3);
+        switch.leave(|c| thread.set(c)).unwrap();
+        assert_eq!(thread.current.get(), 3);
+        assert!(thread.sets.borrow().is_empty());
+    }
+
+    #[test]
+    fn nested_switches_unwind_in_order() {
+        let thread = Thread::new(1);
+        let mut outer = thread.enter(2);
+        let mut same = thread.enter(2);
+        let mut inner = thread.enter(5);
+        assert_eq!(thread.current.get(), 5);
+        inner.leave(|c| thread.set(c)).unwrap();
+        assert_eq!(thread.current.get(), 2);
+        same.leave(|c| thread.set(c)).unwrap();
+        assert_eq!(thread.current.get(), 2);
+        outer.leave(|c| thread.set(c)).unwrap();
+        assert_eq!(thread.current.get(), 1);
+        assert_eq!(*thread.sets.borrow(), [2, 5, 2, 1]);
+    }
+
+    #[test]
+    fn a_failed_switch_leaves_nothing_to_restore() {
+        let failed = Switch::enter(1u32, 2, |_| Err(Error::internal("refused")));
+        assert_eq!(failed.unwrap_err().message, "refused");
+    }
+
+    #[test]
+    fn cuda_errors_map_to_results_and_name_the_error() {
+        assert_eq!(
+            result_code(E::CUDA_ERROR_OUT_OF_MEMORY),
+            symmResult_t::symmOutOfMemory
+        );
+        assert_eq!(
+            result_code(E::CUDA_ERROR_NO_DEVICE),
+            symmResult_t::symmNoDevice
+        );
+        for code in [
+            E::CUDA_ERROR_ILLEGAL_ADDRESS,
+            E::CUDA_ERROR_LAUNCH_FAILED,
+            E::CUDA_ERROR_INVALID_PTX,
+        ] {
+            assert_eq!(result_code(code), symmResult_t::symmUnhandledCudaError);
+        }
+        let e = cuda_error(
+            "cuMemAlloc",
+            E::CUDA_ERROR_OUT_OF_MEMORY,
+            Some("out of memory"),
+        );
+        assert_eq!(e.code, symmResult_t::symmOutOfMemory);
+        assert_eq!(
+            e.message,
+            "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)"
+        );
+        assert_eq!(
+            describe(E::CUDA_ERROR_ILLEGAL_ADDRESS, None),
+            "CUDA_ERROR_ILLEGAL_ADDRESS"
+        );
+        assert_eq!(
+            describe(E::CUDA_ERROR_ILLEGAL_ADDRESS, Some("  ")),
+            "CUDA_ERROR_ILLEGAL_ADDRESS"
+        );
+    }
+
+    #[test]
+    fn driver_maps_errors_and_missing_symbols() {
+        let e = driver("cuMemAlloc", || -> std::result::Result<(), _> {
+            Err(DriverError(E::CUDA_ERROR_OUT_OF_MEMORY))
+        })
+        .unwrap_err();
+        assert_eq!(e.code, symmResult_t::symmOutOfMemory);
+        assert!(
+            e.message
+                .starts_with("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"),
+            "{}",
+            e.message
+        );
+        let e = driver("cuFuncLoad", || -> std::result::Result<(), DriverError> {
+            panic!("Missing symbol cuFuncLoad")
+        })
+        .unwrap_err();
+        assert_eq!(e.code, symmResult_t::symmNoDevice);
+        assert!(e.message.contains("missing or too old"), "{}", e.message);
+        assert_eq!(driver("ok", || Ok(5)), Ok(5));
+    }
+
+    #[test]
+    fn stream_status_becomes_an_async_error_only_on_failure() {
+        assert_eq!(async_status(0, E::CUDA_SUCCESS, None), None);
+        assert_eq!(async_status(0, E::CUDA_ERROR_NOT_READY, None), None);
+        for code in [
+            E::CUDA_ERROR_ILLEGAL_ADDRESS,
+            E::CUDA_ERROR_LAUNCH_FAILED,
+            E::CUDA_ERROR_ASSERT,
+            E::CUDA_ERROR_OUT_OF_MEMORY,
+        ] {
+            let e = async_status(3, code, Some("what the driver says")).unwrap();
+            assert_eq!(e.code, symmResult_t::symmUnhandledCudaError);
+            assert!(e.message.starts_with("device 3 reported "), "{}", e.message);
+            assert!(e.message.contains(&format!("{code:?}")), "{}", e.message);
+            assert!(
+                e.message.contains("(what the driver says)"),
+                "{}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn jit_logs_are_cut_at_the_nul_trimmed_and_bounded() {
+        let mut buffer = vec![0u8; 64];
+        buffer[..12].copy_from_slice(b"\n error: x\n ");
+        assert_eq!(jit_log_text(&buffer).as_deref(), Some("error: x"));
+        assert_eq!(jit_log_text(&[0; 16]), None);
+        assert_eq!(jit_log_text(b"  \n\t"), None);
+        assert_eq!(jit_log_text(b"no nul").as_deref(), Some("no nul"));
+        assert_eq!(jit_log_text(b"a\xffb\0junk").as_deref(), Some("a\u{fffd}b"));
+        let long = "y".repeat(JIT_LOG_SHOWN + 10);
+        let shown = jit_log_text(long.as_bytes()).unwrap();
+        assert_eq!(shown, format!("{} [...]", "y".repeat(JIT_LOG_SHOWN)));
+        let exact = "z".repeat(JIT_LOG_SHOWN);
+        assert_eq!(jit_log_text(exact.as_bytes()), Some(exact));
+    }
+
+    #[test]
+    fn load_failures_quote_the_logs_that_are_not_empty() {
+        let base = "loading a kernel failed".to_string();
+        assert_eq!(with_jit_logs(base.clone(), &[0; 8], &[0; 8]), base);
+        assert_eq!(
+            with_jit_logs(base.clone(), b"ptxas fatal\0", &[0; 8]),
+            "loading a kernel failed; JIT error log: ptxas fatal"
+        );
+        assert_eq!(
+            with_jit_logs(base, b"bad\0", b"info\0"),
+            "loading a kernel failed; JIT error log: bad; JIT info log: info"
+        );
+    }
 }

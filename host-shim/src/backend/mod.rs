@@ -18,7 +18,7 @@ pub mod schedule;
 
 use crate::error::{Error, Result};
 use crate::ffi::types::symmResult_t;
-use crate::plan::Launch;
+use crate::plan::{KernelId, Launch};
 use std::sync::{Arc, OnceLock};
 
 /// A `u32` flag visible to kernels (at `device`) and to the host (at `host`).
@@ -260,6 +260,30 @@ impl Backend {
         }
     }
 
+    /// Load `kernel` on `device` now, so that no later launch of it has to: on the cuda
+    /// backend the module is JIT-compiled and the function loaded on the device (with lazy
+    /// loading, the default since CUDA 12.2, that would otherwise happen at the first launch,
+    /// possibly inside a stream capture or while peers' kernels already wait). Call it before
+    /// anything of a collective is enqueued; it is safe during a capture and cheap once the
+    /// kernel is loaded. Nothing to do on the host backend.
+    pub fn prepare(&self, device: i32, kernel: KernelId) -> Result<()> {
+        match self {
+            Backend::Host(_) | Backend::Model(_) => Ok(()),
+            Backend::Cuda(b) => b.prepare(device, kernel),
+        }
+    }
+
+    /// The error that the communicator's queued work raised on its device, if any, found
+    /// without blocking: on the cuda backend a failed kernel (trap, illegal address) or an
+    /// unusable context, as `symmUnhandledCudaError` naming the CUDA error. Always `None` on
+    /// the host backend, whose calls complete (and report) before they return.
+    pub fn async_error(&self, resources: &CommResources) -> Option<Error> {
+        match (self, resources) {
+            (Backend::Cuda(b), CommResources::Cuda(stream)) => b.async_error(stream),
+            _ => None,
+        }
+    }
+
     /// Wait until the communicator's queued work is done (before its memory is freed).
     pub fn synchronize(&self, resources: &CommResources) -> Result<()> {
         match (self, resources) {
@@ -297,5 +321,22 @@ pub fn select() -> Result<Arc<Backend>> {
         Some(other) => Err(Error::invalid_argument(format!(
             "SYMM_BACKEND={other:?} is not a backend: expected \"host\" or \"cuda\""
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_backend_has_no_async_error_and_nothing_to_prepare() {
+        let backend = Backend::Host(host::HostBackend::new());
+        assert_eq!(backend.async_error(&CommResources::Host), None);
+        let kernel = KernelId {
+            algorithm: symm_device::symmetric::dispatch::Algorithm::OneShotAllReduce,
+            dtype: symm_device::DataType::Float32,
+            op: symm_device::RedOp::Sum,
+        };
+        assert_eq!(backend.prepare(0, kernel), Ok(()));
     }
 }

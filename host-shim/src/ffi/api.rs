@@ -407,9 +407,11 @@ pub extern "C" fn symmReduceScatter(
 }
 
 /// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
-/// for a peer, `symmInternalError` once a kernel refused its launch (the comm then refuses
-/// further collectives), else `symmSuccess`. On the cuda backend this reflects the kernels
-/// that have run so far; it does not synchronize.
+/// for a peer, `symmInternalError` once a kernel refused its launch, `symmUnhandledCudaError`
+/// once work queued on its device failed (a kernel trap or illegal address, which leaves the
+/// device's context unusable; `symmGetLastError(comm)` names the CUDA error), else
+/// `symmSuccess`. Any of these errors is kept: the comm then refuses further collectives. On the cuda backend this reflects the work that has run so far; it
+/// does not synchronize.
 ///
 /// # Safety
 /// `asyncError` is NULL or valid for a write.
@@ -420,7 +422,13 @@ pub unsafe extern "C" fn symmCommGetAsyncError(
 ) -> symmResult_t {
     with_comm("symmCommGetAsyncError", comm, |c| {
         require_out(asyncError, "asyncError")?;
-        let state = collective::async_error(c);
+        let state = match collective::async_error(c) {
+            None => symmResult_t::symmSuccess,
+            Some(error) => {
+                c.set_last_error(&error.message);
+                error.code
+            }
+        };
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(asyncError, "asyncError", state) }
     })
