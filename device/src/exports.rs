@@ -134,6 +134,7 @@ mod ptx {
     use crate::symmetric::all_gather::all_gather;
     use crate::symmetric::all_reduce::{one_shot_ll_all_reduce, two_shot_all_reduce};
     use crate::symmetric::reduce_scatter::reduce_scatter;
+    use crate::symmetric::resolve_launch;
 
     /// One exported kernel: `$body` is a kernel function taking (ctx, grid, args).
     macro_rules! export_kernel {
@@ -160,12 +161,11 @@ mod ptx {
                     // the outcome is reported through each context's abort word (a refused
                     // launch included).
                     unsafe {
-                        let status =
-                            for_virtual_rank(ranks, rank_count, &args, |rank, grid, args| {
-                                $body(rank, grid, args)
-                            });
-                        if status == KernelStatus::InvalidLaunch {
-                            crate::symmetric::report_invalid_launch(ranks, rank_count);
+                        match resolve_launch(ranks, rank_count, &args) {
+                            Ok((rank, grid, args)) => {
+                                $body(rank, grid, &args);
+                            }
+                            Err(_) => crate::symmetric::report_invalid_launch(ranks, rank_count),
                         }
                     }
                 }

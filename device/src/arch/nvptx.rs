@@ -104,47 +104,49 @@ pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
     }
 }
 
-/// Store a 16-byte LL line with one vector store (`st.volatile.v4.u32`); each 8-byte half is
-/// single-copy atomic.
+/// Store a 16-byte LL line `[a, b, c, d]` as two 8-byte elements `b:a` and `d:c` with one
+/// vector store (`st.relaxed.sys.v2.b64`). Each 8-byte element is a single-copy-atomic
+/// strong access in the PTX memory model (the elements of a vector access are not atomic
+/// together, and `.u32` elements would be atomic only 4 bytes at a time), so a reader that
+/// sees the flag in an element's upper half has that element's data.
 ///
 /// # Safety
 /// `ptr` must be a valid, 16-byte aligned generic address of global memory.
 #[inline(always)]
 pub unsafe fn store_line(ptr: *mut [u32; 4], line: [u32; 4]) {
+    let lo = line[0] as u64 | (line[1] as u64) << 32;
+    let hi = line[2] as u64 | (line[3] as u64) << 32;
     // SAFETY: the caller guarantees `ptr` is valid and aligned.
     unsafe {
         asm!(
-            "st.volatile.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            "st.relaxed.sys.v2.b64 [{p}], {{{lo}, {hi}}};",
             p = in(reg64) ptr,
-            a = in(reg32) line[0],
-            b = in(reg32) line[1],
-            c = in(reg32) line[2],
-            d = in(reg32) line[3],
+            lo = in(reg64) lo,
+            hi = in(reg64) hi,
             options(nostack),
         );
     }
 }
 
-/// Load a 16-byte LL line with one vector load (`ld.volatile.v4.u32`).
+/// Load a 16-byte LL line as two single-copy-atomic 8-byte elements with one vector load
+/// (`ld.relaxed.sys.v2.b64`; see [`store_line`]).
 ///
 /// # Safety
 /// As for [`store_line`].
 #[inline(always)]
 pub unsafe fn load_line(ptr: *const [u32; 4]) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
+    let (lo, hi): (u64, u64);
     // SAFETY: the caller guarantees `ptr` is valid and aligned.
     unsafe {
         asm!(
-            "ld.volatile.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            "ld.relaxed.sys.v2.b64 {{{lo}, {hi}}}, [{p}];",
             p = in(reg64) ptr,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
+            lo = out(reg64) lo,
+            hi = out(reg64) hi,
             options(nostack),
         );
     }
-    [a, b, c, d]
+    [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32]
 }
 
 /// Sleep for about `ns` nanoseconds (`nanosleep.u32`, sm_70+).

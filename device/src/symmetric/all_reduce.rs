@@ -170,7 +170,7 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         }
         between_barriers_advancing(ctx, grid, rounds + 1, |_| {
             if vector::aligned(ctx, &[args.send_offset], recv as u64) {
-                reduce_packs::<T, O>(ctx, grid, args.send_offset, args.count, recv);
+                reduce_packs::<T, O>(ctx, args.send_offset, lo, hi, recv);
             } else {
                 let stride = arch::block_dim_x() as u64;
                 let mut index = lo + arch::thread_idx_x() as u64;
@@ -185,42 +185,59 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
     }
 }
 
-/// Out of place, 16-byte aligned: this block's share of the full packs, then (last block) the
-/// tail element by element.
+/// Out of place, 16-byte aligned: the packs that lie wholly inside this block's element range
+/// `[lo, hi)`, and the elements of the range before and after them one by one. The range is
+/// the one the in-place protocol uses ([`block_range`] over elements), so that a peer's
+/// in-place block with the same index overwrites only elements this block has already read
+/// when it passes the barrier.
 ///
 /// # Safety
 /// Contract of [`one_shot_all_reduce`]; every buffer is 16-byte aligned.
 #[inline(always)]
 unsafe fn reduce_packs<T: Element, O: ReduceOp>(
     ctx: &SymmContext,
-    grid: Grid,
     send_offset: u64,
-    count: u64,
+    lo: u64,
+    hi: u64,
     recv: *mut T,
 ) {
     let lanes = vector::lanes::<T>();
-    let packs = count / lanes;
-    let (lo, hi) = block_range(packs, grid.block, grid.blocks);
+    let first_pack = lo.div_ceil(lanes);
+    let end_pack = Ord::max(hi / lanes, first_pack);
     let stride = arch::block_dim_x() as u64;
-    let mut i = lo + arch::thread_idx_x() as u64;
-    while i < hi {
-        // SAFETY: pack i < packs lies in every send buffer and in the receive buffer.
+    let thread = arch::thread_idx_x() as u64;
+    let mut i = first_pack + thread;
+    while i < end_pack {
+        // SAFETY: pack i lies inside [lo, hi), hence in every send buffer and in the receive
+        // buffer.
         unsafe {
             let pack = vector::reduce_pack::<T, O>(ctx, send_offset, i);
             (recv as *mut vector::Pack).add(i as usize).write(pack);
         }
         i += stride;
     }
-    if grid.block + 1 == grid.blocks {
-        let mut index = packs * lanes + arch::thread_idx_x() as u64;
-        while index < count {
-            // SAFETY: index < count.
-            unsafe {
-                let value = reduce_element::<T, O>(ctx, send_offset, index);
-                recv.add(index as usize).write(value);
-            }
-            index += stride;
-        }
+    let (head_end, tail_start) = if first_pack < end_pack {
+        (first_pack * lanes, end_pack * lanes)
+    } else {
+        (hi, hi)
+    };
+    let mut index = lo + thread;
+    while index < head_end {
+        // SAFETY: lo <= index < hi <= count.
+        unsafe {
+            recv.add(index as usize)
+                .write(reduce_element::<T, O>(ctx, send_offset, index))
+        };
+        index += stride;
+    }
+    let mut index = tail_start + thread;
+    while index < hi {
+        // SAFETY: index < hi <= count.
+        unsafe {
+            recv.add(index as usize)
+                .write(reduce_element::<T, O>(ctx, send_offset, index))
+        };
+        index += stride;
     }
 }
 

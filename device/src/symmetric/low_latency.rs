@@ -44,6 +44,12 @@ impl<'a> LlLines<'a> {
         if lines > LL_LINES as u64 {
             return Err(KernelStatus::InvalidLaunch);
         }
+        // A call without lines is not an LL call: it must not take a call number, because the
+        // double-buffering argument needs every peer to read at least one line of each call
+        // (see `sync::ll`). Uniform: every thread, block and rank sees the same count.
+        if lines == 0 {
+            return Err(KernelStatus::Completed);
+        }
         // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
         if unsafe { block_sees_abort(ctx) } {
             return Err(KernelStatus::Aborted);

@@ -108,31 +108,33 @@ fn context_is_valid(ctx: &SymmContext) -> bool {
 }
 
 /// Map the launched grid onto `rank_count` ranks (blocks `[k·per, (k+1)·per)` serve the rank of
-/// `ranks[k]`) and run `kernel` for the calling block, with the launch's `args` (flags or-ed
-/// with the rank's). The shape and the table are checked first; on a violation nothing is
-/// touched and the result is [`KernelStatus::InvalidLaunch`] (see [`report_invalid_launch`]).
+/// `ranks[k]`): the calling block's rank, its place among that rank's blocks, and the launch's
+/// `args` with the rank's flags or-ed in. The shape and the table are checked first; on a
+/// violation nothing is touched and the result is `Err(KernelStatus::InvalidLaunch)` (see
+/// [`report_invalid_launch`]). Kernels call their body directly with the result (no closure),
+/// so that everything inlines into the entry point and no argument goes through local memory.
 ///
 /// # Safety
-/// `ranks` must hold `rank_count` entries whose contexts were built by the host.
+/// `ranks` must hold `rank_count` entries whose contexts were built by the host; the contexts
+/// outlive `'a`.
 #[inline(always)]
-pub unsafe fn for_virtual_rank(
+pub unsafe fn resolve_launch<'a>(
     ranks: *const RankArgs,
     rank_count: u32,
     args: &CollectiveArgs,
-    kernel: impl FnOnce(Rank<'_>, Grid, &CollectiveArgs) -> KernelStatus,
-) -> KernelStatus {
+) -> Result<(Rank<'a>, Grid, CollectiveArgs), KernelStatus> {
     let launched = arch::grid_dim_x();
     if ranks.is_null() || rank_count == 0 || !launched.is_multiple_of(rank_count) {
-        return KernelStatus::InvalidLaunch;
+        return Err(KernelStatus::InvalidLaunch);
     }
     let blocks = launched / rank_count;
     let block = arch::block_idx_x();
     // SAFETY: block / blocks < rank_count, and the table holds that many entries.
     let entry = unsafe { &*ranks.add((block / blocks) as usize) };
     if entry.send_context == 0 || entry.recv_context == 0 {
-        return KernelStatus::InvalidLaunch;
+        return Err(KernelStatus::InvalidLaunch);
     }
-    // SAFETY: non-null contexts built by the host (caller's contract).
+    // SAFETY: non-null contexts built by the host, alive for 'a (caller's contract).
     let (send, recv) = unsafe {
         (
             &*(entry.send_context as *const SymmContext),
@@ -145,20 +147,35 @@ pub unsafe fn for_virtual_rank(
         || send.rank != recv.rank
         || send.world_size != recv.world_size
     {
-        return KernelStatus::InvalidLaunch;
+        return Err(KernelStatus::InvalidLaunch);
     }
     let args = CollectiveArgs {
         flags: args.flags | entry.flags,
         ..*args
     };
-    kernel(
-        Rank { send, recv },
-        Grid {
-            block: block % blocks,
-            blocks,
-        },
-        &args,
-    )
+    let grid = Grid {
+        block: block % blocks,
+        blocks,
+    };
+    Ok((Rank { send, recv }, grid, args))
+}
+
+/// [`resolve_launch`], then `kernel` for the calling block (or the refusal's status).
+///
+/// # Safety
+/// As for [`resolve_launch`].
+#[inline(always)]
+pub unsafe fn for_virtual_rank(
+    ranks: *const RankArgs,
+    rank_count: u32,
+    args: &CollectiveArgs,
+    kernel: impl FnOnce(Rank<'_>, Grid, &CollectiveArgs) -> KernelStatus,
+) -> KernelStatus {
+    // SAFETY: forwarded contract.
+    match unsafe { resolve_launch(ranks, rank_count, args) } {
+        Ok((rank, grid, args)) => kernel(rank, grid, &args),
+        Err(status) => status,
+    }
 }
 
 /// Abort-word value of a window whose kernel gave up waiting for a peer.
@@ -181,17 +198,29 @@ pub unsafe fn report_invalid_launch(ranks: *const RankArgs, rank_count: u32) {
         .min(rank_count as u64 - 1);
     // SAFETY: entry_index < rank_count (caller's contract for the table).
     let entry = unsafe { &*ranks.add(entry_index as usize) };
-    for context in [entry.send_context, entry.recv_context] {
-        if context == 0 {
-            continue;
-        }
-        // SAFETY: a non-null context built by the host; its abort word is a valid u32 that
-        // kernels and the host access atomically.
-        unsafe {
-            let abort = (*(context as *const SymmContext)).abort_flag as *mut u32;
-            if !abort.is_null() && arch::load_acquire_sys_u32(abort) == 0 {
-                arch::store_release_sys_u32(abort, ABORT_INVALID_LAUNCH);
-            }
+    // SAFETY: the entry's contexts are 0 or host-built (caller's contract).
+    unsafe {
+        raise_invalid_launch(entry.send_context);
+        raise_invalid_launch(entry.recv_context);
+    }
+}
+
+/// Raise the abort word of the context at `context` (if not 0) with [`ABORT_INVALID_LAUNCH`],
+/// unless it is already raised.
+///
+/// # Safety
+/// `context` is 0 or the address of a host-built context.
+#[inline(always)]
+unsafe fn raise_invalid_launch(context: u64) {
+    if context == 0 {
+        return;
+    }
+    // SAFETY: a host-built context; its abort word is a valid u32 that kernels and the host
+    // access atomically.
+    unsafe {
+        let abort = (*(context as *const SymmContext)).abort_flag as *mut u32;
+        if !abort.is_null() && arch::load_acquire_sys_u32(abort) == 0 {
+            arch::store_release_sys_u32(abort, ABORT_INVALID_LAUNCH);
         }
     }
 }

@@ -164,16 +164,31 @@ impl Ranks {
         threads: u32,
         active: Option<&[usize]>,
     ) -> Vec<KernelStatus> {
+        self.launch_with_rank_flags(kernel, args, blocks, threads, active, &[])
+    }
+
+    /// As [`Ranks::launch`], with per-rank flags (`rank_flags[i]` for the `i`-th active rank;
+    /// missing entries are 0), e.g. some ranks in place and others not.
+    pub fn launch_with_rank_flags(
+        &self,
+        kernel: KernelFn,
+        args: CollectiveArgs,
+        blocks: u32,
+        threads: u32,
+        active: Option<&[usize]>,
+        rank_flags: &[u32],
+    ) -> Vec<KernelStatus> {
         let all: Vec<usize> = (0..self.world()).collect();
         let active = active.unwrap_or(&all);
         let table: Vec<RankArgs> = active
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 let context = &self.contexts[*r] as *const SymmContext as u64;
                 RankArgs {
                     send_context: context,
                     recv_context: context,
-                    flags: 0,
+                    flags: rank_flags.get(i).copied().unwrap_or(0),
                     reserved: 0,
                 }
             })
