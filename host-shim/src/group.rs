@@ -9,6 +9,8 @@ use crate::window::{self, Window};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use symm_device::symmetric::FLAG_IN_PLACE;
+use symm_device::symmetric::dispatch::Algorithm;
 
 /// Work deferred to the end of the group.
 pub enum Deferred {
@@ -197,6 +199,17 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
             }
             if a.args.count != b.args.count {
                 differences.push(format!("count {} vs {}", a.args.count, b.args.count));
+            }
+            // Two-shot stores each rank's shard into every peer's receive buffer where the
+            // storing rank believes it is: every rank must be in place, or none.
+            if a.plan.kernel.algorithm == Algorithm::TwoShotAllReduce
+                && (a.rank_flags & FLAG_IN_PLACE) != (b.rank_flags & FLAG_IN_PLACE)
+            {
+                differences.push(
+                    "in place vs out of place (the two-shot all-reduce needs every rank in \
+                     place or none)"
+                        .to_string(),
+                );
             }
             if (a.plan.grid, a.plan.block) != (b.plan.grid, b.plan.block) {
                 differences.push(format!(
