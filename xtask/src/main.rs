@@ -4,12 +4,16 @@
 //!   assemble each PTX with ptxas and report registers/spills/stack per kernel; write
 //!   `ptx-out/` (or, with `--check`, fail if `ptx-out/` differs from a fresh build).
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
-//! * `test` — the test suite: workspace tests, then the C examples and a small checked
-//!   `symm-perf` run on the host backend.
+//! * `test` — the test suite: workspace tests (this crate's own included), then the C examples
+//!   and a small checked `symm-perf` run on the host backend.
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
+//! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
+//!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
+//!   16 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod bundle;
 mod loom;
 mod ptx;
 
@@ -24,7 +28,8 @@ fn main() -> ExitCode {
         Some("header") => header(check),
         Some("test") => test(),
         Some("demo") => demo(),
-        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo".to_string()),
+        Some("gpu-bundle") => bundle::build(),
+        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -95,7 +100,7 @@ fn build_release_and_examples() -> Result<(), String> {
 }
 
 fn test() -> Result<(), String> {
-    run(cargo().args(["test", "--workspace", "--exclude", "xtask"]))?;
+    run(cargo().args(["test", "--workspace"]))?;
     loom::run()?;
     build_release_and_examples()?;
     run(Command::new("make")

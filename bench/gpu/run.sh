@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# GPU checks and measurements of symm on a machine with a GPU but no Rust toolchain.
+#
+# Build the bundle on a machine with Rust (`cargo xtask gpu-bundle`), carry it together with
+# the checkout, then, from the repository root on the GPU machine:
+#
+#   bench/gpu/run.sh <part> [bundle]     bundle: default target/gpu-bundle/symm-gpu.tar.xz
+#
+# parts:
+#   env       GPU, driver and CUDA versions, tools; written first into every log folder
+#   tests     the GPU test set (tests/tests/gpu_collectives.rs), each test in its own process,
+#             once per SYMM_ALGO in $ALGOS, with SYMM_BACKEND=cuda
+#   examples  the C examples (group-driven and pthreads), rebuilt with `make CUDA=1` against
+#             the bundle's libsymm.so, on the cuda backend
+#   perf      symm-perf sweeps: $OPS x $RANKS ranks on the one GPU x $DTYPES, 8 B to $MAX_BYTES
+#   baseline  bench/torch_baseline.py over the same matrix as perf
+#   clc       symm-perf clc (fixed grid vs work stealing, every imbalance and policy)
+#   all       env, tests, examples, perf, baseline, clc, in that order
+#
+# Every command runs under `timeout`, and each part stops starting new commands once its
+# deadline ($DEADLINE_S seconds after the part began) is near: what did not run is recorded as
+# "skipped". A failing command is recorded and the part goes on. Logs, one file per command,
+# plus results.tsv and summary.txt, go to $OUT when set, else bench/gpu/logs/<date>. The exit
+# status is 0 only when everything that was to run passed.
+#
+# Settings (environment, defaults in brackets):
+#   DEADLINE_S [500]  per part          SYMM_TIMEOUT_MS [5000]  bound of every wait on a peer
+#   ALGOS [auto ll oneshot twoshot]     TESTS [.]  extended regex selecting GPU tests by name
+#   TEST_TIMEOUT_S [150]                EXAMPLE_TIMEOUT_S [120]
+#   OPS [all_reduce all_gather reduce_scatter]   RANKS [2 4 8]   DTYPES [float bfloat16]
+#   MIN_BYTES [8]  MAX_BYTES [64M]  ITERS [20]  WARMUP [5]  CHECK [1]  PERF_TIMEOUT_S [120]
+#   BASELINE_TIMEOUT_S [120]            CLC_ARGS [-t 4096 -i all -p all -n 10]
+#   CLC_TIMEOUT_S [300]                 CUDA_HOME [/usr/local/cuda, else from nvcc]
+#   KEEP_SCRATCH [0]  1: keep the extracted bundle (its path is printed)
+#   BACKEND [cuda]    SYMM_BACKEND of every run; host: try the script where there is no GPU
+set -euo pipefail
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+[ $# -ge 1 ] || usage
+PART=$1
+case "$PART" in
+  env | tests | examples | perf | baseline | clc | all) ;;
+  *) usage ;;
+esac
+
+# Resolve the bundle against the caller's directory, then work from the repository root.
+BUNDLE_ARG=${2:-}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+if [ -n "$BUNDLE_ARG" ]; then
+  BUNDLE=$BUNDLE_ARG
+  if [ -d "$(dirname "$BUNDLE_ARG")" ]; then
+    BUNDLE=$(cd "$(dirname "$BUNDLE_ARG")" && pwd)/$(basename "$BUNDLE_ARG")
+  fi
+else
+  BUNDLE=$ROOT/target/gpu-bundle/symm-gpu.tar.xz
+fi
+cd "$ROOT"
+
+DEADLINE_S=${DEADLINE_S:-500}
+export SYMM_TIMEOUT_MS=${SYMM_TIMEOUT_MS:-5000}
+ALGOS=${ALGOS:-auto ll oneshot twoshot}
+TESTS=${TESTS:-.}
+TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-150}
+EXAMPLE_TIMEOUT_S=${EXAMPLE_TIMEOUT_S:-120}
+OPS=${OPS:-all_reduce all_gather reduce_scatter}
+RANKS=${RANKS:-2 4 8}
+DTYPES=${DTYPES:-float bfloat16}
+MIN_BYTES=${MIN_BYTES:-8}
+MAX_BYTES=${MAX_BYTES:-64M}
+ITERS=${ITERS:-20}
+WARMUP=${WARMUP:-5}
+CHECK=${CHECK:-1}
+PERF_TIMEOUT_S=${PERF_TIMEOUT_S:-120}
+BASELINE_TIMEOUT_S=${BASELINE_TIMEOUT_S:-120}
+CLC_ARGS=${CLC_ARGS:--t 4096 -i all -p all -n 10}
+CLC_TIMEOUT_S=${CLC_TIMEOUT_S:-300}
+KEEP_SCRATCH=${KEEP_SCRATCH:-0}
+BACKEND=${BACKEND:-cuda}
+# Kernels are JIT-compiled from PTX on first use; keep them all in the driver's cache.
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+
+if [ ! -f "$BUNDLE" ]; then
+  echo "no bundle at $BUNDLE: build it with \`cargo xtask gpu-bundle\` and carry it" >&2
+  exit 2
+fi
+LOG=${OUT:-$ROOT/bench/gpu/logs/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$LOG"
+RESULTS=$LOG/results.tsv
+[ -f "$RESULTS" ] || printf 'part\titem\tvariant\tresult\tseconds\n' >"$RESULTS"
+FAILED=0
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# record PART ITEM VARIANT RESULT SECONDS
+record() {
+  printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS"
+  printf '  %-8s %-58s %-10s %-8s %6ss\n' "$@"
+  [ "$4" = pass ] || FAILED=$((FAILED + 1))
+}
+
+# The part's deadline, in $SECONDS.
+start_part() {
+  PART_END=$((SECONDS + DEADLINE_S))
+  echo "== $1 (deadline ${DEADLINE_S} s, logs in $LOG)"
+}
+
+# Seconds a command may take: min(limit, time left in the part); 0 when under 10 s are left.
+budget() {
+  local left=$((PART_END - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    echo 0
+  elif [ "$1" -lt "$left" ]; then
+    echo "$1"
+  else
+    echo "$left"
+  fi
+}
+
+# run_logged PART ITEM VARIANT LIMIT LOGFILE EXPECT COMMAND...: run COMMAND under timeout with
+# its output in LOGFILE, and record the result. pass: exit status 0 and, when EXPECT is not
+# empty, EXPECT (a fixed string) in the output, or, for EXPECT "!TEXT", TEXT nowhere in it;
+# timeout: killed by timeout; fail: otherwise.
+run_logged() {
+  local part=$1 item=$2 variant=$3 limit=$4 logfile=$5 expect=$6
+  shift 6
+  local t
+  t=$(budget "$limit")
+  if [ "$t" -eq 0 ]; then
+    record "$part" "$item" "$variant" skipped 0
+    return 0
+  fi
+  mkdir -p "$(dirname "$logfile")"
+  local start rc=0
+  start=$(now)
+  {
+    echo "\$ $*"
+    echo "# limit ${t} s, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  } >"$logfile"
+  timeout -k 10 "$t" "$@" </dev/null >>"$logfile" 2>&1 || rc=$?
+  local secs result=pass
+  secs=$(elapsed "$start")
+  echo "# exit status $rc after $secs s" >>"$logfile"
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    result=timeout
+  elif [ "$rc" -ne 0 ]; then
+    result=fail
+  elif [ "${expect#!}" != "$expect" ]; then
+    if grep -qF -- "${expect#!}" "$logfile"; then
+      result=fail
+      echo "# fail: the output contains \"${expect#!}\"" >>"$logfile"
+    fi
+  elif [ -n "$expect" ] && ! grep -qF -- "$expect" "$logfile"; then
+    result=fail
+    echo "# fail: the output lacks \"$expect\"" >>"$logfile"
+  fi
+  record "$part" "$item" "$variant" "$result" "$secs"
+}
+
+write_env() {
+  {
+    echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# kernel: $(uname -srm)"
+    echo "# bundle: $BUNDLE"
+    if command -v nvidia-smi >/dev/null; then
+      echo "## nvidia-smi --query-gpu"
+      nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
+        --format=csv || true
+      echo "## nvidia-smi"
+      nvidia-smi || true
+      echo "## nvidia-smi topo -m"
+      nvidia-smi topo -m || true
+    else
+      echo "## nvidia-smi: not found"
+    fi
+    echo "## CUDA"
+    if command -v nvcc >/dev/null; then nvcc --version | tail -n 2; else echo "nvcc: not found"; fi
+    echo "CUDA_HOME: ${CUDA_HOME:-unset}"
+    echo "## compilers and python"
+    { cc --version 2>/dev/null | sed -n 1p; } || echo "cc: not found"
+    { make --version 2>/dev/null | sed -n 1p; } || echo "make: not found"
+    python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)' 2>&1 || true
+    python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 || true
+    if [ -f "$B/BUILD-INFO.txt" ]; then
+      echo "## bundle BUILD-INFO.txt"
+      cat "$B/BUILD-INFO.txt"
+    fi
+  } >"$LOG/env.txt" 2>&1
+}
+
+# ---- the bundle ------------------------------------------------------------------------------
+
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/symm-gpu.XXXXXX")
+cleanup() { if [ "$KEEP_SCRATCH" = 1 ]; then echo "scratch kept: $SCRATCH"; else rm -rf "$SCRATCH"; fi; }
+trap cleanup EXIT
+if command -v xz >/dev/null; then
+  tar -xJf "$BUNDLE" -C "$SCRATCH"
+else
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$BUNDLE" "$SCRATCH"
+fi
+B=$SCRATCH/symm-gpu
+export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+if [ -z "${CUDA_HOME:-}" ]; then
+  if [ -f /usr/local/cuda/include/cuda.h ]; then
+    CUDA_HOME=/usr/local/cuda
+  elif command -v nvcc >/dev/null; then
+    CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+  fi
+fi
+write_env
+
+# ---- parts -----------------------------------------------------------------------------------
+
+part_env() {
+  cat "$LOG/env.txt"
+}
+
+part_tests() {
+  start_part tests
+  local names
+  names=$("$B/bin/gpu_collectives" --list --ignored 2>/dev/null | sed -n 's/: test$//p' | grep -E -- "$TESTS" || true)
+  if [ -z "$names" ]; then
+    record tests "(listing the GPU tests)" - fail 0
+    return 0
+  fi
+  echo "$names" >"$LOG/tests-list.txt"
+  printf '  %-8s %-58s %-10s %-8s %7s\n' part test algo result seconds
+  local algo name
+  for algo in $ALGOS; do
+    for name in $names; do
+      # A name that matched nothing also exits 0: insist that exactly one test passed.
+      SYMM_BACKEND=$BACKEND SYMM_ALGO=$algo run_logged tests "$name" "$algo" "$TEST_TIMEOUT_S" \
+        "$LOG/tests/$algo/$name.log" "test result: ok. 1 passed" \
+        "$B/bin/gpu_collectives" --ignored --exact "$name" --test-threads=1 --nocapture
+    done
+  done
+}
+
+part_examples() {
+  start_part examples
+  # The bundle's examples were built without the CUDA toolkit: they fill buffers on the host
+  # backend only. Rebuild them with CUDA=1 (device buffers filled through the driver) against
+  # the bundle's libsymm.so, in a copy, so that a failed build leaves those.
+  local dir=$B/examples/c
+  if [ -n "${CUDA_HOME:-}" ] && [ -f "$CUDA_HOME/include/cuda.h" ]; then
+    cp -R "$B/examples/c" "$B/examples/c-cuda"
+    run_logged examples "make CUDA=1" "$CUDA_HOME" 120 "$LOG/examples/build.log" "" \
+      make -C "$B/examples/c-cuda" clean all CUDA=1 CUDA_HOME="$CUDA_HOME" \
+      LIBSYMM="$B/lib/libsymm.so" LDFLAGS="-Wl,-rpath,$B/lib"
+    if tail -n 1 "$RESULTS" | grep -q $'\tpass\t'; then
+      dir=$B/examples/c-cuda
+    else
+      echo "  (the CUDA=1 build failed: running the bundle's host-only builds)"
+    fi
+  else
+    record examples "make CUDA=1" "no cuda.h" fail 0
+    echo "  (no CUDA toolkit found: running the bundle's host-only builds)"
+  fi
+  local args
+  while read -r prog args; do
+    # shellcheck disable=SC2086 # $args: the example's arguments
+    SYMM_BACKEND=$BACKEND run_logged examples "$prog $args" "$BACKEND" "$EXAMPLE_TIMEOUT_S" \
+      "$LOG/examples/${prog}_${args// /_}.log" "result check: OK" "$dir/$prog" $args
+  done <<'EOF'
+allreduce_pthreads 2
+allreduce_pthreads 4
+allreduce_pthreads 5 4099
+allreduce_pthreads 8 1048576
+allreduce 8
+allreduce 1 7
+allreduce 3 1023
+allreduce 8 1048576 20
+EOF
+}
+
+part_perf() {
+  start_part perf
+  local op g d
+  for op in $OPS; do
+    for g in $RANKS; do
+      for d in $DTYPES; do
+        SYMM_BACKEND=$BACKEND run_logged perf "$op -g $g -d $d" "8..$MAX_BYTES" "$PERF_TIMEOUT_S" \
+          "$LOG/perf/${op}_g${g}_${d}.log" "" \
+          "$B/bin/symm-perf" "$op" -b "$MIN_BYTES" -e "$MAX_BYTES" -f 2 -g "$g" -d "$d" -o sum \
+          -n "$ITERS" -w "$WARMUP" -c "$CHECK"
+      done
+    done
+  done
+}
+
+part_baseline() {
+  start_part baseline
+  local op g d
+  for op in $OPS; do
+    for g in $RANKS; do
+      for d in $DTYPES; do
+        run_logged baseline "$op -g $g -d $d" "8..$MAX_BYTES" "$BASELINE_TIMEOUT_S" \
+          "$LOG/baseline/${op}_g${g}_${d}.log" "!WRONG" \
+          python3 "$B/bench/torch_baseline.py" "$op" -g "$g" -b "$MIN_BYTES" -e "$MAX_BYTES" \
+          -f 2 -d "$d" -n "$ITERS" -w "$WARMUP"
+      done
+    done
+  done
+}
+
+part_clc() {
+  start_part clc
+  # shellcheck disable=SC2086 # $CLC_ARGS: symm-perf clc's options
+  SYMM_BACKEND=$BACKEND run_logged clc "symm-perf clc $CLC_ARGS" "$BACKEND" "$CLC_TIMEOUT_S" \
+    "$LOG/clc/clc.log" "" "$B/bin/symm-perf" clc $CLC_ARGS
+}
+
+summary() {
+  {
+    echo "# symm GPU run: $PART, $(date -u +%Y-%m-%dT%H:%M:%SZ), bundle $(basename "$BUNDLE")"
+    grep -m 1 -A 2 '^## nvidia-smi --query-gpu' "$LOG/env.txt" | tail -n +2 || true
+    awk -F '\t' 'NR == 1 { next }
+      $1 != last { printf "\n%-8s %-58s %-10s %-18s %8s\n", "part", ($1 == "tests" ? "test" : "item"),
+                   ($1 == "tests" ? "algo" : "variant"), "result", "seconds"; last = $1 }
+      { printf "%-8s %-58s %-10s %-18s %8s\n", $1, $2, $3, $4, $5 }' "$RESULTS"
+    echo
+    awk -F '\t' 'NR > 1 { n[$4 == "pass" ? "pass" : "not passed"]++ }
+      END { printf "passed %d, not passed %d\n", n["pass"], n["not passed"] }' "$RESULTS"
+  } >"$LOG/summary.txt"
+  echo
+  cat "$LOG/summary.txt"
+  echo "logs: $LOG"
+}
+
+case "$PART" in
+  env) part_env ;;
+  tests) part_tests ;;
+  examples) part_examples ;;
+  perf) part_perf ;;
+  baseline) part_baseline ;;
+  clc) part_clc ;;
+  all)
+    part_env
+    part_tests
+    part_examples
+    part_perf
+    part_baseline
+    part_clc
+    ;;
+esac
+[ "$PART" = env ] || summary
+if [ "$FAILED" -ne 0 ]; then
+  echo "$FAILED item(s) did not pass" >&2
+  exit 1
+fi

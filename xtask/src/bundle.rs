@@ -1,0 +1,275 @@
+//! `cargo xtask gpu-bundle`: what a GPU machine without Rust needs, in one archive.
+//!
+//! Builds in release the GPU test set as a test binary, `symm-perf`, `libsymm.so` and
+//! `libsymm.a`; strips them; builds the C examples against `libsymm.so`; and packs them with
+//! the header, the example sources and Makefile, `bench/torch_baseline.py` and
+//! `bench/gpu/run.sh` into `target/gpu-bundle/symm-gpu.tar.xz`. The binaries each embed the
+//! same PTX; `xz -9` (64 MiB window) stores it about once. The task fails when the archive is
+//! larger than [`MAX_BUNDLE_BYTES`], the most a GPU machine is sent besides the checkout.
+//!
+//! Layout of the archive (top directory `symm-gpu/`):
+//!
+//! ```text
+//! bin/gpu_collectives   tests/tests/gpu_collectives.rs (libtest: --list --ignored, --exact …)
+//! bin/symm-perf
+//! lib/libsymm.so, lib/libsymm.a
+//! ffi-headers/symm.h
+//! examples/c/           sources, Makefile, and the examples linked against ../../lib/libsymm.so
+//! bench/torch_baseline.py, bench/gpu/run.sh
+//! BUILD-INFO.txt        commit, toolchain, date, files
+//! ```
+
+use crate::{cargo, root, run};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Largest archive accepted, in bytes (16 MiB).
+pub const MAX_BUNDLE_BYTES: u64 = 16 << 20;
+/// Directory of the archive, relative to the workspace root (inside the git-ignored `target/`).
+pub const BUNDLE_DIR: &str = "target/gpu-bundle";
+/// File name of the archive.
+pub const ARCHIVE: &str = "symm-gpu.tar.xz";
+/// Top directory inside the archive.
+const TOP: &str = "symm-gpu";
+/// Repository files copied as they are, to the same relative path.
+const FILES: [&str; 7] = [
+    "ffi-headers/symm.h",
+    "examples/c/Makefile",
+    "examples/c/common.h",
+    "examples/c/allreduce.c",
+    "examples/c/allreduce_pthreads.c",
+    "bench/torch_baseline.py",
+    "bench/gpu/run.sh",
+];
+/// The C examples the Makefile builds.
+const EXAMPLES: [&str; 2] = ["allreduce", "allreduce_pthreads"];
+
+/// Build the bundle and print its size and path.
+pub fn build() -> Result<(), String> {
+    let root = root();
+    run(cargo().args(["build", "--release", "-p", "symm", "-p", "symm-perf"]))?;
+    let tests = gpu_test_binary()?;
+
+    let dir = root.join(BUNDLE_DIR);
+    let stage = dir.join(TOP);
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage).map_err(|e| format!("removing {stage:?}: {e}"))?;
+    }
+    for sub in ["bin", "lib"] {
+        create_dir(&stage.join(sub))?;
+    }
+    let release = root.join("target/release");
+    strip_into(&tests, &stage.join("bin/gpu_collectives"), "--strip-all")?;
+    strip_into(
+        &release.join("symm-perf"),
+        &stage.join("bin/symm-perf"),
+        "--strip-all",
+    )?;
+    strip_into(
+        &release.join("libsymm.so"),
+        &stage.join("lib/libsymm.so"),
+        "--strip-unneeded",
+    )?;
+    strip_into(
+        &release.join("libsymm.a"),
+        &stage.join("lib/libsymm.a"),
+        "--strip-debug",
+    )?;
+    for file in FILES {
+        let to = stage.join(file);
+        create_dir(to.parent().expect("a file in a directory"))?;
+        // fs::copy keeps the permissions (run.sh stays executable).
+        std::fs::copy(root.join(file), &to).map_err(|e| format!("copying {file}: {e}"))?;
+    }
+    // The examples against the bundle's libsymm.so, found next to them at run time. Built
+    // without CUDA=1 (no CUDA toolkit needed here): they run on the host backend; run.sh
+    // rebuilds them with CUDA=1 on the GPU machine.
+    let lib = stage.join("lib/libsymm.so");
+    run(Command::new("make")
+        .arg("-C")
+        .arg(stage.join("examples/c"))
+        .arg(format!("LIBSYMM={}", lib.display()))
+        .arg("LDFLAGS=-Wl,-rpath,'$$ORIGIN/../../lib'"))?;
+    for example in EXAMPLES {
+        let path = stage.join("examples/c").join(example);
+        run(Command::new("strip").arg(&path))?;
+    }
+    std::fs::write(stage.join("BUILD-INFO.txt"), build_info(&stage)?)
+        .map_err(|e| format!("writing BUILD-INFO.txt: {e}"))?;
+
+    // A stale archive must not be carried by mistake when this build fails.
+    let archive = dir.join(ARCHIVE);
+    if archive.exists() {
+        std::fs::remove_file(&archive).map_err(|e| format!("removing {archive:?}: {e}"))?;
+    }
+    let partial = dir.join(format!("{ARCHIVE}.partial"));
+    // xz -9: a 64 MiB dictionary, so the PTX embedded in every binary is stored about once.
+    // One thread: one block, the same archive on every machine.
+    run(Command::new("tar")
+        .env("XZ_OPT", "-9 -T1")
+        .arg("--sort=name")
+        .args(["--owner=0", "--group=0", "--numeric-owner"])
+        .arg("-cJf")
+        .arg(&partial)
+        .arg("-C")
+        .arg(&dir)
+        .arg(TOP))?;
+    let bytes = std::fs::metadata(&partial)
+        .map_err(|e| format!("{partial:?}: {e}"))?
+        .len();
+    if let Err(message) = check_size(bytes, MAX_BUNDLE_BYTES) {
+        // Too large to carry: keep nothing at the archive's path.
+        std::fs::remove_file(&partial).map_err(|e| format!("removing {partial:?}: {e}"))?;
+        return Err(message);
+    }
+    std::fs::rename(&partial, &archive).map_err(|e| format!("renaming {partial:?}: {e}"))?;
+    println!(
+        "gpu bundle: {} ({bytes} bytes, {:.2} MiB; limit {} MiB)",
+        archive.strip_prefix(&root).unwrap_or(&archive).display(),
+        bytes as f64 / (1u64 << 20) as f64,
+        MAX_BUNDLE_BYTES >> 20
+    );
+    Ok(())
+}
+
+/// Fail when an archive of `bytes` is larger than `limit`.
+pub fn check_size(bytes: u64, limit: u64) -> Result<(), String> {
+    if bytes > limit {
+        Err(format!(
+            "the GPU bundle is {bytes} bytes, over the limit of {limit} bytes ({} MiB)",
+            limit >> 20
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Build the GPU test set in release without running it; return the test binary's path.
+fn gpu_test_binary() -> Result<PathBuf, String> {
+    let output = cargo()
+        .args(["test", "--release", "-p", "symm-tests", "--test"])
+        .arg("gpu_collectives")
+        .args(["--no-run", "--message-format=json-render-diagnostics"])
+        .current_dir(root())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start cargo test --no-run: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "building the GPU test set failed: {}",
+            output.status
+        ));
+    }
+    test_executable(&String::from_utf8_lossy(&output.stdout), "gpu_collectives")
+        .ok_or_else(|| "cargo reported no gpu_collectives test executable".to_string())
+}
+
+/// The executable of test target `name` in cargo's JSON messages (one object per line).
+pub fn test_executable(messages: &str, name: &str) -> Option<PathBuf> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .filter(|m| m["target"]["name"] == name && m["profile"]["test"] == true)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+}
+
+/// Copy `from` to `to` without the parts `strip_flag` names.
+fn strip_into(from: &Path, to: &Path, strip_flag: &str) -> Result<(), String> {
+    run(Command::new("strip")
+        .arg(strip_flag)
+        .arg("-o")
+        .arg(to)
+        .arg(from))
+}
+
+fn create_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir:?}: {e}"))
+}
+
+/// Output of a command, trimmed; `unknown` when it cannot run.
+fn output_of(command: &mut Command) -> String {
+    command
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn build_info(stage: &Path) -> Result<String, String> {
+    let commit = output_of(Command::new("git").args(["rev-parse", "HEAD"]));
+    let dirty =
+        output_of(Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]));
+    let mut info = format!(
+        "symm GPU bundle (cargo xtask gpu-bundle)\n\
+         commit: {commit}{}\n\
+         built: {}\n\
+         toolchain: {}\n\n\
+         run on the GPU machine, from the repository root: bench/gpu/run.sh <part> [this archive]\n\n\
+         files (bytes, uncompressed):\n",
+        if dirty.is_empty() || dirty == "unknown" {
+            ""
+        } else {
+            " (with uncommitted changes)"
+        },
+        output_of(Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])),
+        output_of(Command::new("rustc").arg("--version")),
+    );
+    let mut files = Vec::new();
+    list_files(stage, stage, &mut files)?;
+    files.sort();
+    for (path, bytes) in files {
+        info += &format!("{bytes:>12}  {path}\n");
+    }
+    Ok(info)
+}
+
+fn list_files(base: &Path, dir: &Path, out: &mut Vec<(String, u64)>) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {dir:?}: {e}"))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.is_dir() {
+            list_files(base, &path, out)?;
+        } else {
+            let bytes = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
+            let relative = path.strip_prefix(base).unwrap_or(&path);
+            out.push((relative.display().to_string(), bytes));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_limit_is_enforced() {
+        assert!(check_size(MAX_BUNDLE_BYTES, MAX_BUNDLE_BYTES).is_ok());
+        assert!(check_size(1, MAX_BUNDLE_BYTES).is_ok());
+        let error = check_size(MAX_BUNDLE_BYTES + 1, MAX_BUNDLE_BYTES).unwrap_err();
+        assert!(error.contains("over the limit"), "{error}");
+        assert_eq!(MAX_BUNDLE_BYTES, 16 * 1024 * 1024);
+    }
+
+    #[test]
+    fn finds_the_test_executable_in_cargo_messages() {
+        let messages = r#"{"reason":"compiler-artifact","target":{"name":"symm_tests","kind":["lib"]},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","target":{"name":"gpu_collectives","kind":["test"]},"profile":{"test":true},"executable":"/w/target/release/deps/gpu_collectives-0123"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            test_executable(messages, "gpu_collectives"),
+            Some(PathBuf::from("/w/target/release/deps/gpu_collectives-0123"))
+        );
+        assert_eq!(test_executable(messages, "abi_errors"), None);
+    }
+
+    #[test]
+    fn every_bundled_file_exists() {
+        for file in FILES {
+            assert!(root().join(file).is_file(), "{file} is missing");
+        }
+    }
+}
