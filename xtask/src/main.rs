@@ -4,8 +4,9 @@
 //!   assemble each PTX with ptxas and report registers/spills/stack per kernel; write
 //!   `ptx-out/` (or, with `--check`, fail if `ptx-out/` differs from a fresh build).
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
-//! * `test` — the test suite: workspace tests (this crate's own included), then the C examples
-//!   and a small checked `symm-perf` run on the host backend.
+//! * `test` — the test suite: workspace tests (this crate's own included), the loom model checks
+//!   of the synchronization protocols (`--cfg loom`), then the C examples and a small checked
+//!   `symm-perf` run on the host backend.
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
 //!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
