@@ -358,6 +358,18 @@ pub unsafe fn atomic_exchange_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
     unsafe { atomic_u32(ptr) }.swap(value, Ordering::Relaxed)
 }
 
+/// Release compare-and-swap on a `u32` (system scope on the GPU): writes `new` when the word
+/// holds `expected`; returns the previous value either way.
+///
+/// # Safety
+/// As for [`store_release_sys_u32`].
+pub unsafe fn compare_exchange_sys_u32(ptr: *mut u32, expected: u32, new: u32) -> u32 {
+    // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
+    match unsafe { atomic_u32(ptr) }.compare_exchange(expected, new, release(), Ordering::Relaxed) {
+        Ok(previous) | Err(previous) => previous,
+    }
+}
+
 /// The `u32` at `ptr` as an atomic: the memory itself, or its loom stand-in under loom.
 ///
 /// # Safety

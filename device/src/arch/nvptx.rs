@@ -38,16 +38,21 @@ pub fn grid_dim_x() -> u32 {
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
-/// Block-wide barrier (`bar.sync 0`). Every thread of the block must call it.
+/// Block-wide barrier (`barrier.sync 0`). Every thread of the block must call it.
+///
+/// The non-`.aligned` form: inline assembly is not `convergent` to LLVM, which may duplicate
+/// or sink it into divergent paths; this form stays correct when threads of a warp reach the
+/// barrier at different instructions.
 #[inline(always)]
 pub fn sync_threads() {
     // SAFETY: a block barrier has no memory-safety preconditions; callers keep control flow
     // uniform so that every thread of the block arrives.
-    unsafe { asm!("bar.sync 0;") }
+    unsafe { asm!("barrier.sync 0;") }
 }
 
 /// Block-wide barrier that returns whether `pred` was true on any thread of the block
-/// (`bar.red.or.pred`). The result is the same on every thread.
+/// (`barrier.red.or.pred`, non-`.aligned` as for [`sync_threads`]). The result is the same on
+/// every thread.
 #[inline(always)]
 pub fn sync_threads_or(pred: bool) -> bool {
     let out: u32;
@@ -58,7 +63,7 @@ pub fn sync_threads_or(pred: bool) -> bool {
             ".reg .pred %p_in;",
             ".reg .pred %p_out;",
             "setp.ne.u32 %p_in, {v}, 0;",
-            "bar.red.or.pred %p_out, 0, %p_in;",
+            "barrier.red.or.pred %p_out, 0, %p_in;",
             "selp.u32 {o}, 1, 0, %p_out;",
             "}}",
             v = in(reg32) pred as u32,
@@ -206,6 +211,28 @@ pub unsafe fn atomic_exchange_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
             o = out(reg32) old,
             p = in(reg64) ptr,
             v = in(reg32) value,
+            options(nostack),
+        );
+    }
+    old
+}
+
+/// Release, system-scope compare-and-swap on a `u32` (`atom.release.sys.cas.b32`): writes
+/// `new` when the word holds `expected`; returns the previous value either way.
+///
+/// # Safety
+/// As for [`store_release_sys_u32`].
+#[inline(always)]
+pub unsafe fn compare_exchange_sys_u32(ptr: *mut u32, expected: u32, new: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "atom.release.sys.cas.b32 {o}, [{p}], {e}, {n};",
+            o = out(reg32) old,
+            p = in(reg64) ptr,
+            e = in(reg32) expected,
+            n = in(reg32) new,
             options(nostack),
         );
     }

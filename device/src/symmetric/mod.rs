@@ -219,8 +219,9 @@ unsafe fn raise_invalid_launch(context: u64) {
     // access atomically.
     unsafe {
         let abort = (*(context as *const SymmContext)).abort_flag as *mut u32;
-        if !abort.is_null() && arch::load_acquire_sys_u32(abort) == 0 {
-            arch::store_release_sys_u32(abort, ABORT_INVALID_LAUNCH);
+        if !abort.is_null() {
+            // Only a clear word is raised: a concurrent timeout report keeps its value.
+            arch::compare_exchange_sys_u32(abort, 0, ABORT_INVALID_LAUNCH);
         }
     }
 }
@@ -228,6 +229,33 @@ unsafe fn raise_invalid_launch(context: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_launch_raises_clear_words_and_keeps_a_timeout() {
+        use crate::context::SymmContext;
+        let mut words = [0u32, ABORT_TIMED_OUT];
+        let contexts: std::vec::Vec<SymmContext> = words
+            .iter_mut()
+            .map(|word| SymmContext {
+                abort_flag: word as *mut u32 as u64,
+                ..bytemuck::Zeroable::zeroed()
+            })
+            .collect();
+        let table: std::vec::Vec<RankArgs> = contexts
+            .iter()
+            .map(|context| RankArgs {
+                send_context: context as *const SymmContext as u64,
+                recv_context: 0,
+                flags: 0,
+                reserved: 0,
+            })
+            .collect();
+        arch::host::run_grid(2, 4, &|| {
+            // SAFETY: a table of two entries over live contexts; 0 stands for "no context".
+            unsafe { report_invalid_launch(table.as_ptr(), 2) };
+        });
+        assert_eq!(words, [ABORT_INVALID_LAUNCH, ABORT_TIMED_OUT]);
+    }
 
     #[test]
     fn block_ranges_tile_the_count() {

@@ -151,7 +151,7 @@ mod tests {
             &[
                 "mbarrier.init.shared::cta.b64",
                 "fence.mbarrier_init.release.cluster;",
-                "bar.sync",
+                "barrier.sync",
                 // Each request: acquire fence, arm, submit, wait, decode, release fence.
                 "fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;",
                 "mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64",
