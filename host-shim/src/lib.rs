@@ -16,10 +16,14 @@ pub mod collective;
 pub mod comm;
 pub mod config;
 pub mod error;
+#[cfg(target_os = "linux")]
+pub mod fdpass;
 pub mod ffi;
 pub mod group;
 pub mod plan;
 pub mod ptx;
+#[cfg(target_os = "linux")]
+pub mod shm;
 pub mod window;
 
 pub use ffi::api::*;
