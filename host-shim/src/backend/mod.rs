@@ -15,6 +15,7 @@ pub mod cuda;
 pub mod host;
 pub mod model;
 pub mod schedule;
+pub mod vmm;
 
 use crate::error::{Error, Result};
 use crate::ffi::types::symmResult_t;
