@@ -3,15 +3,19 @@
 //! Handles given to C are `Arc::as_ptr` of a live [`Comm`]; every entry point looks the handle
 //! up in [`LIVE_COMMS`] first, so a destroyed or made-up handle is an error, never a deref.
 
-use crate::backend::{Backend, CommResources};
+use crate::backend::{Backend, BackendKind, CommResources};
+use crate::bootstrap::{self, UniqueId};
+use crate::fdpass::FdListener;
+use crate::link::{self, PeerInfo, RankLink};
+use crate::shm::SharedMemory;
 use crate::error::{Error, Result, c_message};
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::window::{Exchange, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use symm_device::symmetric::RankArgs;
 use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::sync::signal_pad::MAX_RANKS;
@@ -20,7 +24,7 @@ use symm_device::sync::signal_pad::MAX_RANKS;
 pub struct Clique {
     /// Number of ranks.
     pub nranks: usize,
-    /// Device of every rank.
+    /// Device of every rank ([`REMOTE_DEVICE`] for ranks of other processes).
     pub devices: Vec<i32>,
     /// Backend of every rank.
     pub backend: Arc<Backend>,
@@ -76,6 +80,9 @@ impl Drop for Clique {
 pub struct CommState {
     /// `symmMemAlloc` allocations: address → size.
     pub allocations: BTreeMap<u64, usize>,
+    /// The shareable memory behind those of `allocations` that ranks of other processes map
+    /// (host backend, communicators with ranks in other processes), by address.
+    pub shared: BTreeMap<u64, SharedMemory>,
     /// Registered windows, by handle address.
     pub windows: HashMap<usize, Arc<Window>>,
     /// Sequence number of this rank's next window registration.
@@ -104,6 +111,9 @@ pub struct Comm {
     pub max_blocks: u32,
     /// Launch resources (cuda stream and events).
     pub resources: CommResources,
+    /// The link to the other ranks, for a communicator made by `symmCommInitRank` (`None`:
+    /// `symmCommInitAll`, every rank in this process and its clique).
+    pub link: Option<RankLink>,
     /// Mutable state.
     pub state: Mutex<CommState>,
     /// Sequence number of this rank's next collective launch (the `k`-th collective of every
@@ -162,22 +172,64 @@ impl Comm {
     fn release(&self) -> Result<()> {
         let backend = &self.clique.backend;
         backend.synchronize(&self.resources)?;
-        let (windows, allocations) = {
+        let (windows, allocations, shared) = {
             let mut state = self.lock();
             (
                 std::mem::take(&mut state.windows),
                 std::mem::take(&mut state.allocations),
+                std::mem::take(&mut state.shared),
             )
         };
         drop(windows);
         for address in allocations.into_keys() {
-            backend.free(self.device, address)?;
+            if !shared.contains_key(&address) {
+                backend.free(self.device, address)?;
+            }
         }
+        drop(shared);
         Ok(())
+    }
+
+    /// `true` when this rank's windows must be mapped by ranks of other processes.
+    pub fn shares_across_processes(&self) -> bool {
+        self.link.as_ref().is_some_and(RankLink::has_remote_peers)
+    }
+
+    /// `symmMemAlloc`: `size` zeroed bytes for windows of this communicator; shareable memory
+    /// when ranks of other processes must map it.
+    pub fn mem_alloc(&self, size: usize) -> Result<u64> {
+        if self.shares_across_processes() {
+            let memory = SharedMemory::create(size, "symm-window")?;
+            let address = memory.address();
+            let mut state = self.lock();
+            state.allocations.insert(address, size);
+            state.shared.insert(address, memory);
+            return Ok(address);
+        }
+        let address = self.clique.backend.alloc_zeroed(self.device, size)?;
+        self.lock().allocations.insert(address, size);
+        Ok(address)
+    }
+
+    /// `symmMemFree` of an allocation that is no longer in a window (checked by the caller).
+    pub fn mem_free(&self, address: u64) -> Result<()> {
+        let shared = {
+            let mut state = self.lock();
+            state.allocations.remove(&address);
+            state.shared.remove(&address)
+        };
+        self.clique.backend.synchronize(&self.resources)?;
+        match shared {
+            Some(memory) => {
+                drop(memory);
+                Ok(())
+            }
+            None => self.clique.backend.free(self.device, address),
+        }
     }
 }
 
-fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
+fn new_comm(clique: &Arc<Clique>, rank: usize, link: Option<RankLink>) -> Result<Arc<Comm>> {
     let device = clique.devices[rank];
     let resources = clique.backend.open_comm(device)?;
     let max_blocks = clique.max_blocks;
@@ -187,6 +239,7 @@ fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
         device,
         max_blocks,
         resources,
+        link,
         state: Mutex::new(CommState::default()),
         next_collective: AtomicU64::new(0),
         last_error: Mutex::new(CString::default()),
@@ -197,18 +250,34 @@ fn new_comm(clique: &Arc<Clique>, rank: usize) -> Result<Arc<Comm>> {
 
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
-    backend.connect_devices(devices)?;
     let mut max_blocks = u32::MAX;
     for &device in devices {
         let sharing = devices.iter().filter(|d| **d == device).count() as u32;
         max_blocks = max_blocks.min(backend.max_blocks_per_rank(device, sharing)?);
     }
+    new_clique_with(backend, devices, max_blocks, crate::config::timeout()?)
+}
+
+/// A clique of `devices` (entries [`REMOTE_DEVICE`] for ranks of other processes) whose
+/// kernels use at most `max_blocks` blocks per rank.
+fn new_clique_with(
+    backend: Arc<Backend>,
+    devices: &[i32],
+    max_blocks: u32,
+    timeout: Duration,
+) -> Result<Arc<Clique>> {
+    let local: Vec<i32> = devices
+        .iter()
+        .copied()
+        .filter(|d| *d != REMOTE_DEVICE)
+        .collect();
+    backend.connect_devices(&local)?;
     Ok(Arc::new(Clique {
         max_blocks,
         nranks: devices.len(),
         devices: devices.to_vec(),
         backend,
-        timeout: crate::config::timeout()?,
+        timeout,
         forced_algorithm: crate::config::forced_algorithm()?,
         debug: crate::config::debug(),
         tables: Mutex::new(HashMap::new()),
@@ -242,7 +311,7 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
     let clique = new_clique(devices)?;
     let mut comms = Vec::with_capacity(nranks);
     for rank in 0..nranks {
-        match new_comm(&clique, rank) {
+        match new_comm(&clique, rank, None) {
             Ok(comm) => comms.push(comm),
             Err(e) => {
                 for comm in comms {
@@ -263,39 +332,49 @@ pub fn destroy(comm: &Arc<Comm>) -> Result<()> {
     comm.release()
 }
 
-const UNIQUE_ID_MAGIC: &[u8; 8] = b"SYMMUID1";
+/// How long a root made by `symmGetUniqueId` waits for its ranks to join: the id may travel
+/// through a slow launcher first, so longer than the ranks' own bound.
+const ROOT_JOIN_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// `symmGetUniqueId`: magic, process id, a per-process counter and the time.
-pub fn new_unique_id() -> symmUniqueId {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut bytes = [0u8; SYMM_UNIQUE_ID_BYTES];
-    bytes[..8].copy_from_slice(UNIQUE_ID_MAGIC);
-    bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    bytes[12..20].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    bytes[20..28].copy_from_slice(&nanos.to_le_bytes());
+/// Bootstrap roots serving communicators from this process (kept so that they can be
+/// stopped when the process unloads the library; a root ends by itself once its ranks left).
+static ROOTS: Mutex<Vec<bootstrap::RootHandle>> = Mutex::new(Vec::new());
+
+fn keep_root(root: bootstrap::RootHandle) {
+    let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+    roots.retain(|r| !r.is_finished());
+    roots.push(root);
+}
+
+/// `symmGetUniqueId`: with `SYMM_COMM_ID=host:port` set, the id naming that address (rank 0's
+/// `symmCommInitRank` opens the root there); else a fresh id with a random secret whose root
+/// listens in this process (on loopback unless `SYMM_SOCKET_ADDR` says otherwise).
+pub fn new_unique_id() -> Result<symmUniqueId> {
+    if let Some(id) = UniqueId::from_env()? {
+        return Ok(to_c_id(&id));
+    }
+    let listen = bootstrap::listen_address_from_env()?;
+    let secret = bootstrap::random_secret()?;
+    let root = bootstrap::start_root(listen, secret, ROOT_JOIN_TIMEOUT)?;
+    let id = UniqueId::new(root.address(), secret);
+    keep_root(root);
+    Ok(to_c_id(&id))
+}
+
+fn to_c_id(id: &UniqueId) -> symmUniqueId {
     symmUniqueId {
-        internal: bytes.map(|b| b as std::ffi::c_char),
+        internal: id.encode().map(|b| b as std::ffi::c_char),
     }
 }
 
-/// Ranks gathering for one unique id.
-struct PendingInit {
-    nranks: usize,
-    clique: Option<Arc<Clique>>,
-    joined: Vec<Option<i32>>,
-    left: usize,
-}
-
-static PENDING_INITS: Mutex<BTreeMap<[u8; SYMM_UNIQUE_ID_BYTES], PendingInit>> =
+/// Cliques of this process's ranks of communicators made by `symmCommInitRank`, by unique id:
+/// ranks of one communicator in one process share their clique (so that a group can merge
+/// their launches).
+static LOCAL_CLIQUES: Mutex<BTreeMap<[u8; SYMM_UNIQUE_ID_BYTES], std::sync::Weak<Clique>>> =
     Mutex::new(BTreeMap::new());
-static INIT_CHANGED: Condvar = Condvar::new();
 
-/// `symmCommInitRank`: join the communicator named by `id` as `rank` of `nranks`; returns
-/// when all ranks have joined, or `symmTimeout`.
+/// `symmCommInitRank`: join the communicator named by `id` as `rank` of `nranks`, in this
+/// process or another; returns when all ranks have joined, or `symmTimeout`.
 pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>> {
     let nranks = check_nranks(nranks as i64, "nranks")?;
     if rank < 0 || rank as usize >= nranks {
@@ -303,85 +382,113 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             "rank = {rank}: must be in [0, {nranks})"
         )));
     }
-    let rank = rank as usize;
     let key: [u8; SYMM_UNIQUE_ID_BYTES] = id.internal.map(|c| c as u8);
-    if &key[..8] != UNIQUE_ID_MAGIC {
-        return Err(Error::invalid_argument(
-            "commId was not made by symmGetUniqueId",
-        ));
-    }
-    let pid = u32::from_le_bytes(key[8..12].try_into().expect("4 bytes"));
-    if pid != std::process::id() {
-        return Err(Error::unsupported(format!(
-            "commId comes from process {pid}: communicators across processes are not supported \
-             by this version (use one thread per rank in one process, or symmCommInitAll)"
-        )));
-    }
-    let device = current_device_hint();
-    let mut pending = PENDING_INITS.lock().unwrap_or_else(|e| e.into_inner());
-    let entry = pending.entry(key).or_insert_with(|| PendingInit {
-        nranks,
-        clique: None,
-        joined: vec![None; nranks],
-        left: 0,
-    });
-    if entry.nranks != nranks {
-        return Err(Error::invalid_argument(format!(
-            "nranks = {nranks}, but another rank joined this commId with nranks = {}",
-            entry.nranks
-        )));
-    }
-    if entry.joined[rank].is_some() {
-        return Err(Error::invalid_argument(format!(
-            "rank = {rank} already joined this commId"
-        )));
-    }
-    entry.joined[rank] = Some(device);
-    if entry.joined.iter().all(Option::is_some) {
-        let devices: Vec<i32> = entry.joined.iter().flatten().copied().collect();
-        match new_clique(&devices) {
-            Ok(clique) => entry.clique = Some(clique),
-            Err(e) => {
-                pending.remove(&key);
-                INIT_CHANGED.notify_all();
-                return Err(e);
-            }
-        }
-        INIT_CHANGED.notify_all();
-    }
+    let id = UniqueId::decode(&key)?;
     let timeout = crate::config::timeout()?;
-    let deadline = Instant::now() + timeout;
-    loop {
-        let Some(entry) = pending.get_mut(&key) else {
-            return Err(Error::internal(
-                "communicator creation was abandoned by another rank",
-            ));
-        };
-        if let Some(clique) = entry.clique.clone() {
-            entry.left += 1;
-            if entry.left == nranks {
-                pending.remove(&key);
-            }
-            drop(pending);
-            return new_comm(&clique, rank);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let missing: Vec<usize> = (0..nranks).filter(|r| entry.joined[*r].is_none()).collect();
-            entry.joined[rank] = None;
-            return Err(Error::new(
-                symmResult_t::symmTimeout,
-                format!(
-                    "rank {rank}: ranks {missing:?} did not join within {} ms",
-                    timeout.as_millis()
-                ),
-            ));
-        }
-        pending = INIT_CHANGED
-            .wait_timeout(pending, deadline - now)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+    if rank == 0 && UniqueId::from_env()?.is_some_and(|env| env == id) {
+        // SYMM_COMM_ID: rank 0 opens the root at the agreed address.
+        let root = bootstrap::start_root(id.address(), *id.secret(), ROOT_JOIN_TIMEOUT)?;
+        keep_root(root);
     }
+    let backend = crate::backend::select()?;
+    let device = current_device_hint();
+    let listener = FdListener::bind()?;
+    let info = PeerInfo {
+        pid: std::process::id(),
+        node: link::node_id(),
+        backend: backend.kind() as u8,
+        device,
+        socket: listener.name().to_vec(),
+    };
+    let (client, blobs) =
+        bootstrap::Client::connect(&id, nranks as u32, rank as u32, &info.encode(), timeout)?;
+    let peers = blobs
+        .iter()
+        .enumerate()
+        .map(|(r, b)| PeerInfo::decode(b, r))
+        .collect::<Result<Vec<_>>>()?;
+    let link = RankLink::new(rank as u32, id, peers, client, listener);
+    check_peers(&link, rank as usize, backend.kind())?;
+
+    // Every rank plans the same grids: the block cap is the minimum over the ranks of what
+    // lets the ranks sharing a device in one process be resident at once.
+    let sharing = link
+        .peers
+        .iter()
+        .filter(|p| p.pid == std::process::id() && p.device == device)
+        .count() as u32;
+    let own_cap = backend.max_blocks_per_rank(device, sharing)?;
+    link.contribute(link::INIT_TAG, &own_cap.to_le_bytes())?;
+    let caps = link.gathered(link::INIT_TAG, timeout)?;
+    let mut max_blocks = u32::MAX;
+    for (r, cap) in caps.iter().enumerate() {
+        let cap = <[u8; 4]>::try_from(cap.as_slice())
+            .map(u32::from_le_bytes)
+            .ok()
+            .filter(|c| *c > 0)
+            .ok_or_else(|| Error::internal(format!("rank {r} sent a malformed block cap")))?;
+        max_blocks = max_blocks.min(cap);
+    }
+
+    let clique = {
+        let mut cliques = LOCAL_CLIQUES.lock().unwrap_or_else(|e| e.into_inner());
+        cliques.retain(|_, c| c.strong_count() > 0);
+        match cliques.get(&key).and_then(std::sync::Weak::upgrade) {
+            Some(clique) => clique,
+            None => {
+                // Ranks of other processes have no device here.
+                let devices: Vec<i32> = (0..nranks)
+                    .map(|r| {
+                        if link.is_local(r) {
+                            link.peers[r].device
+                        } else {
+                            REMOTE_DEVICE
+                        }
+                    })
+                    .collect();
+                let clique = new_clique_with(backend, &devices, max_blocks, timeout)?;
+                cliques.insert(key, Arc::downgrade(&clique));
+                clique
+            }
+        }
+    };
+    new_comm(&clique, rank as usize, Some(link))
+}
+
+/// Device entry of [`Clique::devices`] for a rank in another process.
+pub const REMOTE_DEVICE: i32 = -1;
+
+/// Check that the ranks can form one communicator from this rank's point of view.
+fn check_peers(link: &RankLink, rank: usize, kind: BackendKind) -> Result<()> {
+    let own = &link.peers[rank];
+    for (r, peer) in link.peers.iter().enumerate() {
+        if peer.backend != own.backend {
+            return Err(Error::invalid_usage(format!(
+                "rank {r} uses another backend than rank {rank} (SYMM_BACKEND must agree)"
+            )));
+        }
+        if link.is_local(r) {
+            continue;
+        }
+        match kind {
+            BackendKind::Host if peer.node != own.node => {
+                return Err(Error::unsupported(format!(
+                    "rank {r} runs on another machine: the host backend shares memory between \
+                     the processes of one machine only"
+                )));
+            }
+            BackendKind::Host => {}
+            BackendKind::Cuda | BackendKind::Model => {
+                return Err(Error::unsupported(format!(
+                    "rank {r} runs in another process: windows across processes are supported \
+                     on the host backend; on the {} backend, run the ranks as threads of one \
+                     process for now",
+                    kind.name()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The device a rank joining with `symmCommInitRank` uses: the calling thread's current CUDA

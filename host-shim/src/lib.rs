@@ -11,6 +11,8 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+#[cfg(target_os = "linux")]
+pub mod bootstrap;
 pub mod clc;
 pub mod collective;
 pub mod comm;
@@ -20,6 +22,8 @@ pub mod error;
 pub mod fdpass;
 pub mod ffi;
 pub mod group;
+#[cfg(target_os = "linux")]
+pub mod link;
 pub mod plan;
 pub mod ptx;
 #[cfg(target_os = "linux")]

@@ -11,7 +11,10 @@ use crate::error::{Error, Result};
 use crate::ffi::types::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::{Arc, OnceLock};
+use crate::link::{RankLink, WindowDeposit};
+use crate::shm::SharedMemory;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::sync::signal_pad::signal_pad_bytes;
@@ -56,6 +59,13 @@ pub struct Window {
     backend: Arc<Backend>,
     device: i32,
     signal_pad: u64,
+    /// The shareable memory of `signal_pad`, when ranks of other processes map it.
+    signal_pad_memory: Option<SharedMemory>,
+    /// Where to find the window's memory for ranks of other processes: its shareable
+    /// allocation (a duplicate descriptor), the window's offset in it and its length.
+    shared_allocation: Option<(OwnedFd, u64, u64)>,
+    /// Peers' windows and signal pads mapped into this process (ranks of other processes).
+    imports: Mutex<Vec<SharedMemory>>,
     abort: Flag,
     context: OnceLock<DeviceContext>,
 }
@@ -98,7 +108,9 @@ impl Drop for Window {
         if let Some(context) = self.context.take() {
             let _ = self.backend.free(self.device, context.address);
         }
-        let _ = self.backend.free(self.device, self.signal_pad);
+        if self.signal_pad_memory.is_none() {
+            let _ = self.backend.free(self.device, self.signal_pad);
+        }
         let _ = self.backend.free_flag(self.device, self.abort);
     }
 }
@@ -135,11 +147,31 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
             other.base, other.size
         )));
     }
-    let signal_pad = backend.alloc_zeroed(comm.device, signal_pad_bytes(comm.clique.nranks))?;
+    let pad_bytes = signal_pad_bytes(comm.clique.nranks);
+    let (signal_pad, signal_pad_memory, shared_allocation) = if comm.shares_across_processes() {
+        let (&allocation, memory) = state
+            .shared
+            .range(..=buff)
+            .next_back()
+            .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
+        let fd = memory.fd().try_clone_to_owned().map_err(|e| {
+            Error::internal(format!("duplicating the window's memory descriptor: {e}"))
+        })?;
+        let pad = SharedMemory::create(pad_bytes, "symm-signal-pad")?;
+        (
+            pad.address(),
+            Some(pad),
+            Some((fd, buff - allocation, memory.len() as u64)),
+        )
+    } else {
+        (backend.alloc_zeroed(comm.device, pad_bytes)?, None, None)
+    };
     let abort = match backend.alloc_flag(comm.device) {
         Ok(flag) => flag,
         Err(e) => {
-            let _ = backend.free(comm.device, signal_pad);
+            if signal_pad_memory.is_none() {
+                let _ = backend.free(comm.device, signal_pad);
+            }
             return Err(e);
         }
     };
@@ -152,6 +184,9 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         backend,
         device: comm.device,
         signal_pad,
+        signal_pad_memory,
+        shared_allocation,
+        imports: Mutex::new(Vec::new()),
         abort,
         context: OnceLock::new(),
     });
@@ -159,7 +194,10 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         .windows
         .insert(window.handle() as usize, window.clone());
     drop(state);
-    deposit(comm, &window);
+    if let Err(e) = deposit(comm, &window) {
+        comm.lock().windows.remove(&(window.handle() as usize));
+        return Err(e);
+    }
     Ok(window)
 }
 
@@ -171,7 +209,10 @@ fn inside_allocation(state: &CommState, address: u64, bytes: u64) -> bool {
         .is_some_and(|(base, size)| address + bytes <= base + *size as u64)
 }
 
-fn deposit(comm: &Comm, window: &Window) {
+fn deposit(comm: &Comm, window: &Window) -> Result<()> {
+    if let Some(link) = &comm.link {
+        return deposit_linked(comm, link, window);
+    }
     let clique = &comm.clique;
     let mut exchange = clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
     let registration = exchange
@@ -187,12 +228,50 @@ fn deposit(comm: &Comm, window: &Window) {
         signal_pad: window.signal_pad,
     });
     clique.exchange_changed.notify_all();
+    Ok(())
+}
+
+/// Deposit through the bootstrap: the all-gather contribution (returns at once), then the
+/// window's and signal pad's memory to every rank of another process (queued on their
+/// sockets, so one thread may deposit for several ranks before completing any).
+fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
+    let (offset, allocation_len) = window
+        .shared_allocation
+        .as_ref()
+        .map_or((0, window.size), |(_, offset, len)| (*offset, *len));
+    let signal_pad_len = window
+        .signal_pad_memory
+        .as_ref()
+        .map_or(0, |m| m.len() as u64);
+    let deposit = WindowDeposit {
+        base: window.base,
+        size: window.size,
+        offset,
+        allocation_len,
+        signal_pad: window.signal_pad,
+        signal_pad_len,
+    };
+    link.contribute(window.seq, &deposit.encode())?;
+    if let (Some((allocation, _, _)), Some(pad)) =
+        (&window.shared_allocation, &window.signal_pad_memory)
+    {
+        link.send_fds(
+            window.seq,
+            &[allocation.as_fd(), pad.fd()],
+            comm.clique.timeout,
+        )?;
+    }
+    Ok(())
 }
 
 /// Wait until every rank deposited this window's registration, then build this rank's
 /// context. On failure the window is removed from the communicator.
 pub fn complete(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
-    let result = gather(comm, window).and_then(|deposits| build_context(comm, window, &deposits));
+    let gathered = match &comm.link {
+        Some(link) => gather_linked(comm, link, window),
+        None => gather(comm, window),
+    };
+    let result = gathered.and_then(|deposits| build_context(comm, window, &deposits));
     if result.is_err() {
         comm.lock().windows.remove(&(window.handle() as usize));
     }
@@ -239,6 +318,74 @@ fn gather(comm: &Comm, window: &Window) -> Result<Vec<Deposit>> {
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
+}
+
+/// Gather through the bootstrap: every rank's deposit, with the addresses of ranks of other
+/// processes replaced by where their memory is mapped here.
+fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<Deposit>> {
+    let timeout = comm.clique.timeout;
+    let deadline = Instant::now() + timeout;
+    let contributions = link.gathered(window.seq, timeout).map_err(|e| {
+        Error::new(
+            e.code,
+            format!(
+                "rank {}: window #{} registration: {}",
+                comm.rank, window.seq, e.message
+            ),
+        )
+    })?;
+    let deposits = contributions
+        .iter()
+        .enumerate()
+        .map(|(r, bytes)| WindowDeposit::decode(bytes, r))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some((rank, d)) = deposits
+        .iter()
+        .enumerate()
+        .find(|(_, d)| d.size != window.size)
+    {
+        return Err(Error::invalid_argument(format!(
+            "size = {}, but rank {rank} registered window #{} with size {}: symmetric windows \
+             have the same size on every rank",
+            window.size, window.seq, d.size
+        )));
+    }
+    let pad_bytes = signal_pad_bytes(comm.clique.nranks) as u64;
+    let mut out = Vec::with_capacity(deposits.len());
+    let mut imports = Vec::new();
+    for (rank, d) in deposits.iter().enumerate() {
+        if link.is_local(rank) {
+            out.push(Deposit {
+                base: d.base,
+                size: d.size,
+                signal_pad: d.signal_pad,
+            });
+            continue;
+        }
+        if d.signal_pad_len < pad_bytes {
+            return Err(Error::internal(format!(
+                "rank {rank} registered window #{} with a signal pad of {} bytes, not {pad_bytes}",
+                window.seq, d.signal_pad_len
+            )));
+        }
+        let mut fds = link
+            .receive_fds(window.seq, rank as u32, 2, deadline)?
+            .into_iter();
+        let (Some(memory_fd), Some(pad_fd)) = (fds.next(), fds.next()) else {
+            return Err(Error::internal("file descriptors vanished"));
+        };
+        let memory = SharedMemory::import(memory_fd, d.allocation_len as usize)?;
+        let pad = SharedMemory::import(pad_fd, d.signal_pad_len as usize)?;
+        out.push(Deposit {
+            base: memory.address() + d.offset,
+            size: d.size,
+            signal_pad: pad.address(),
+        });
+        imports.push(memory);
+        imports.push(pad);
+    }
+    *window.imports.lock().unwrap_or_else(|e| e.into_inner()) = imports;
+    Ok(out)
 }
 
 fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {

@@ -1041,6 +1041,19 @@ fn run_threads(nranks: usize, window: usize, calls: impl Iterator<Item = Prepare
     };
     // SAFETY: valid out-pointer.
     check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
+    run_local_ranks(0..nranks, nranks, id, window, calls)
+}
+
+/// One OS thread for each rank of `local` (of `nranks`, the others run elsewhere), each
+/// calling the collective on its own rank.
+fn run_local_ranks(
+    local: std::ops::Range<usize>,
+    nranks: usize,
+    id: symmUniqueId,
+    window: usize,
+    calls: impl Iterator<Item = Prepared>,
+) -> Outcome {
+    let local_count = local.len();
     let mut outcome = Outcome {
         calls: 0,
         failures: Vec::new(),
@@ -1048,7 +1061,7 @@ fn run_threads(nranks: usize, window: usize, calls: impl Iterator<Item = Prepare
     };
     std::thread::scope(|scope| {
         let (report_tx, reports) = mpsc::channel();
-        let senders: Vec<mpsc::Sender<Arc<Vec<Prepared>>>> = (0..nranks)
+        let senders: Vec<mpsc::Sender<Arc<Vec<Prepared>>>> = local
             .map(|rank| {
                 let (tx, rx) = mpsc::channel();
                 let report_tx = report_tx.clone();
@@ -1071,7 +1084,7 @@ fn run_threads(nranks: usize, window: usize, calls: impl Iterator<Item = Prepare
                 tx.send(batch.clone()).expect("a rank thread exited early");
             }
             let mut stopped = false;
-            for _ in 0..nranks {
+            for _ in 0..local_count {
                 let report: Report = reports
                     .recv_timeout(Duration::from_secs(300))
                     .expect("a rank thread stopped reporting (panicked?)");
@@ -1089,12 +1102,153 @@ fn run_threads(nranks: usize, window: usize, calls: impl Iterator<Item = Prepare
     outcome
 }
 
+/// Environment variable that makes `child_process_ranks` run ranks of a parent's sequence:
+/// `first,count,nranks,calls,seed,id` (the unique id in hex).
+const CHILD_RANKS_ENV: &str = "SYMM_SEQ_CHILD_RANKS";
+/// Bound of a whole child process.
+const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Run the ranks of a sequence in child processes (`ranks_per_process` ranks each) and
+/// gather their failures. The unique id is made here, so the bootstrap root runs in this
+/// process, as it does in rank 0's process of a launcher-started job.
+fn run_processes(profile: Profile, seed: u64, ranks_per_process: usize, calls: usize) -> Outcome {
+    configure();
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
+    let id_hex = hex(&id.internal.map(|c| c as u8));
+    let nranks = profile.nranks;
+    let children: Vec<(usize, std::process::Child)> = (0..nranks)
+        .step_by(ranks_per_process)
+        .map(|first| {
+            let count = ranks_per_process.min(nranks - first);
+            let spec = format!("{first},{count},{nranks},{},{seed},{id_hex}", profile.calls);
+            let child = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--include-ignored",
+                    "--exact",
+                    "child_process_ranks",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("SYMM_BACKEND", "host")
+                .env("SYMM_TIMEOUT_MS", TIMEOUT_MS)
+                .env(CHILD_RANKS_ENV, spec)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("starting a rank process");
+            (first, child)
+        })
+        .collect();
+    let mut outcome = Outcome {
+        calls,
+        failures: Vec::new(),
+        stopped_at: None,
+    };
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    for (first, mut child) in children {
+        while child.try_wait().expect("waiting for a rank process").is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().expect("collecting a rank process");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        for line in stdout.lines() {
+            let Some(rest) = line.strip_prefix("FAILURE ") else {
+                continue;
+            };
+            let mut parts = rest.splitn(3, ' ');
+            let index: usize = parts.next().unwrap().parse().unwrap();
+            let rank: usize = parts.next().unwrap().parse().unwrap();
+            let what = parts.next().unwrap_or_default().to_string();
+            if what.starts_with("returned") {
+                outcome.stopped_at = Some(outcome.stopped_at.map_or(index, |s| s.min(index)));
+            }
+            outcome.failures.push(Failure { index, rank, what });
+        }
+        if !output.status.success() && !stdout.contains("FAILURE ") {
+            outcome.failures.push(Failure {
+                index: 0,
+                rank: first,
+                what: format!(
+                    "the process of ranks {first}.. failed ({}):\n{stdout}\n{}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+            });
+            outcome.stopped_at = Some(0);
+        }
+    }
+    outcome.failures.sort_by_key(|f| (f.index, f.rank));
+    outcome
+}
+
+/// Runs in a child process of `run_processes`: its ranks of the parent's sequence (rebuilt
+/// here from the same seed), each on its own thread, every call checked; prints each failure
+/// as `FAILURE <call> <rank> <what>` and fails if there is any.
+#[test]
+#[ignore = "child process of the processes_* tests (needs SYMM_SEQ_CHILD_RANKS)"]
+fn child_process_ranks() {
+    let spec = std::env::var(CHILD_RANKS_ENV).expect("run through the processes_* tests");
+    let fields: Vec<&str> = spec.split(',').collect();
+    let number = |i: usize| -> u64 { fields[i].parse().expect("a number") };
+    let (first, count, nranks) = (number(0) as usize, number(1) as usize, number(2) as usize);
+    let (calls, seed) = (number(3) as usize, number(4));
+    let id_bytes = unhex(fields[5]);
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    for (c, b) in id.internal.iter_mut().zip(&id_bytes) {
+        *c = *b as std::ffi::c_char;
+    }
+    configure();
+    let profile = Profile {
+        nranks,
+        calls,
+        menu: EVERYTHING,
+    };
+    let window = window_bytes(profile.menu, nranks);
+    let mut preparer = Preparer::new(nranks, seed);
+    let prepared = sequence(profile, seed)
+        .into_iter()
+        .enumerate()
+        .map(|(index, call)| preparer.prepare(index, call, None));
+    let outcome = run_local_ranks(first..first + count, nranks, id, window, prepared);
+    for f in &outcome.failures {
+        println!("FAILURE {} {} {}", f.index, f.rank, f.what.replace('\n', " "));
+    }
+    assert!(outcome.failures.is_empty(), "{} failures", outcome.failures.len());
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Drive {
     /// One thread, `symmGroupStart/End` around each collective.
     Group,
     /// One OS thread per rank.
     ThreadPerRank,
+    /// One child process per `ranks_per_process` ranks (one thread per rank in it), joined
+    /// with `symmCommInitRank` through the bootstrap, their windows in shared memory.
+    Processes {
+        /// Ranks in each process (the last may have fewer).
+        ranks_per_process: usize,
+    },
 }
 
 /// Summarize an outcome: `Err` with how to reproduce it and the first wrong calls when any
@@ -1160,6 +1314,9 @@ fn run_sequence(name: &str, profile: Profile, seed: u64, drive: Drive) -> Result
     let outcome = match drive {
         Drive::Group => run_group(profile.nranks, window, prepared),
         Drive::ThreadPerRank => run_threads(profile.nranks, window, prepared),
+        Drive::Processes { ranks_per_process } => {
+            run_processes(profile, seed, ranks_per_process, prepared.count())
+        }
     };
     eprintln!(
         "{name}: {} calls on one {window}-byte window per rank, {} ranks, {drive:?}, in {:.1} s",
@@ -1226,6 +1383,39 @@ fn thread_per_rank_5_ranks_200_calls_on_one_window() {
 #[test]
 fn thread_per_rank_8_ranks_150_calls_on_one_window() {
     assert_sequence("threads 8 ranks", 8, 150, 0x7EAD_0008, Drive::ThreadPerRank);
+}
+
+#[test]
+fn processes_2_ranks_200_calls_on_one_window() {
+    let drive = Drive::Processes {
+        ranks_per_process: 1,
+    };
+    assert_sequence("processes 2 ranks", 2, 200, 0x9C0C_0002, drive);
+}
+
+#[test]
+fn processes_4_ranks_150_calls_on_one_window() {
+    let drive = Drive::Processes {
+        ranks_per_process: 1,
+    };
+    assert_sequence("processes 4 ranks", 4, 150, 0x9C0C_0004, drive);
+}
+
+#[test]
+fn processes_8_ranks_100_calls_on_one_window() {
+    let drive = Drive::Processes {
+        ranks_per_process: 1,
+    };
+    assert_sequence("processes 8 ranks", 8, 100, 0x9C0C_0008, drive);
+}
+
+/// Threads and processes mixed: 5 ranks in processes of 2, 2 and 1 ranks.
+#[test]
+fn processes_of_two_threads_5_ranks_150_calls_on_one_window() {
+    let drive = Drive::Processes {
+        ranks_per_process: 2,
+    };
+    assert_sequence("mixed 5 ranks", 5, 150, 0x9C0C_0105, drive);
 }
 
 // ---------------------------------------------------------------------------------------------

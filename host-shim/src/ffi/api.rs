@@ -108,20 +108,24 @@ pub extern "C" fn symmGetLastError(comm: symmComm_t) -> *const c_char {
     }
 }
 
-/// Make a new unique id for `symmCommInitRank`.
+/// Make a new unique id for `symmCommInitRank`: starts the bootstrap root in this process
+/// (with `SYMM_COMM_ID` set: the id of that address, whose root rank 0 opens).
 ///
 /// # Safety
 /// `uniqueId` is NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn symmGetUniqueId(uniqueId: *mut symmUniqueId) -> symmResult_t {
     // SAFETY: forwarded contract.
-    guard("symmGetUniqueId", None, || unsafe {
-        write_out(uniqueId, "uniqueId", comm::new_unique_id())
+    guard("symmGetUniqueId", None, || {
+        require_out(uniqueId, "uniqueId")?;
+        let id = comm::new_unique_id()?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(uniqueId, "uniqueId", id) }
     })
 }
 
 /// Create rank `rank` of an `nranks`-rank communicator named by `commId`. Collective: returns
-/// once every rank has joined (one thread per rank, in this process), or `symmTimeout`.
+/// once every rank has joined (one thread or process per rank, any mix), or `symmTimeout`.
 ///
 /// # Safety
 /// `comm` is NULL or valid for a write.
@@ -257,8 +261,7 @@ pub unsafe extern "C" fn symmMemAlloc(
                 "size = {size} is too large"
             )));
         }
-        let address = c.clique.backend.alloc_zeroed(c.device, size)?;
-        c.lock().allocations.insert(address, size);
+        let address = c.mem_alloc(size)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(ptr, "ptr", address as *mut c_void) }
     })
@@ -272,7 +275,7 @@ pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_
         if ptr.is_null() {
             return Err(Error::invalid_argument("ptr is NULL"));
         }
-        let mut state = c.lock();
+        let state = c.lock();
         let Some(&size) = state.allocations.get(&address) else {
             return Err(Error::invalid_argument(
                 "ptr was not returned by symmMemAlloc on this comm, or was already freed",
@@ -287,10 +290,8 @@ pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_
                 "ptr is still registered in a window: call symmCommWindowDeregister first",
             ));
         }
-        state.allocations.remove(&address);
         drop(state);
-        c.clique.backend.synchronize(&c.resources)?;
-        c.clique.backend.free(c.device, address)
+        c.mem_free(address)
     })
 }
 

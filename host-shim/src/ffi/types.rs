@@ -44,6 +44,8 @@ pub enum symmResult_t {
     symmTimeout = 8,
     /// A memory allocation failed.
     symmOutOfMemory = 9,
+    /// A peer's process exited or its bootstrap connection was lost (or the root failed).
+    symmRemoteError = 10,
 }
 
 /// Element types (NCCL's names and order of appearance; values are symm's own).
@@ -203,6 +205,7 @@ impl symmResult_t {
             symmUnsupported,
             symmTimeout,
             symmOutOfMemory,
+            symmRemoteError,
         ]
         .into_iter()
         .find(|r| *r as c_int == raw)
@@ -222,6 +225,7 @@ impl symmResult_t {
             symmUnsupported => c"unsupported",
             symmTimeout => c"timed out waiting for a peer",
             symmOutOfMemory => c"out of memory",
+            symmRemoteError => c"a peer failed or left",
         }
     }
 }

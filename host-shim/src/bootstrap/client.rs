@@ -1,0 +1,215 @@
+//! A rank's connection to the bootstrap root.
+
+use super::UniqueId;
+use super::wire::{self, Frame, FrameReader};
+use crate::error::{Error, Result};
+use crate::ffi::types::symmResult_t;
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Bound of every write to the root.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the reader side has seen.
+struct Inbox {
+    reader: FrameReader,
+    /// Completed all-gathers not yet asked for, by tag.
+    gathered: HashMap<u64, Vec<Vec<u8>>>,
+    /// Set once the root reported a lost rank or an error, or the connection failed.
+    failure: Option<Error>,
+}
+
+/// A joined rank's connection (usable from several threads).
+pub struct Client {
+    rank: u32,
+    nranks: u32,
+    writer: Mutex<TcpStream>,
+    inbox: Mutex<Inbox>,
+}
+
+impl Client {
+    /// Join the communicator `id` as `rank` of `nranks` with join information `info`; returns
+    /// the client and every rank's information, by rank, once all joined. Retries refused
+    /// connections until the deadline (the root may start later); `symmTimeout` when the
+    /// ranks did not all join within `timeout`.
+    pub fn connect(
+        id: &UniqueId,
+        nranks: u32,
+        rank: u32,
+        info: &[u8],
+        timeout: Duration,
+    ) -> Result<(Client, Vec<Vec<u8>>)> {
+        let deadline = Instant::now() + timeout;
+        let timed_out = |what: &str| {
+            Error::new(
+                symmResult_t::symmTimeout,
+                format!(
+                    "rank {rank}: {what} within {} ms (bootstrap root {})",
+                    timeout.as_millis(),
+                    id.address()
+                ),
+            )
+        };
+        let stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out("could not reach the bootstrap root"));
+            }
+            match TcpStream::connect_timeout(&id.address(), left.min(Duration::from_secs(1))) {
+                Ok(stream) => break stream,
+                Err(_) => std::thread::sleep(Duration::from_millis(20).min(left)),
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut writer = stream
+            .try_clone()
+            .map_err(|e| wire::io_error("cloning the bootstrap connection", e))?;
+        let hello = Frame::Hello {
+            secret: *id.secret(),
+            nranks,
+            rank,
+            info: info.to_vec(),
+        };
+        wire::send(&mut writer, &hello, WRITE_TIMEOUT)?;
+        let mut reader = FrameReader::new(stream);
+        let infos = loop {
+            match reader.next(deadline) {
+                Ok(Some(Frame::Welcome { infos })) if infos.len() == nranks as usize => {
+                    break infos;
+                }
+                Ok(Some(Frame::Error { message })) => {
+                    return Err(Error::invalid_argument(format!("rank {rank}: {message}")));
+                }
+                Ok(Some(_)) => {
+                    return Err(Error::new(
+                        symmResult_t::symmSystemError,
+                        format!("rank {rank}: unexpected message from the bootstrap root"),
+                    ));
+                }
+                Ok(None) => return Err(timed_out("not every rank joined")),
+                Err(e) => {
+                    return Err(Error::new(
+                        e.code,
+                        format!(
+                            "rank {rank}: joining through the bootstrap root {}: {} (a wrong \
+                             commId secret is refused this way)",
+                            id.address(),
+                            e.message
+                        ),
+                    ));
+                }
+            }
+        };
+        Ok((
+            Client {
+                rank,
+                nranks,
+                writer: Mutex::new(writer),
+                inbox: Mutex::new(Inbox {
+                    reader,
+                    gathered: HashMap::new(),
+                    failure: None,
+                }),
+            },
+            infos,
+        ))
+    }
+
+    /// Send this rank's contribution to the all-gather `tag`; does not wait for the others.
+    pub fn contribute(&self, tag: u64, payload: &[u8]) -> Result<()> {
+        if payload.len() > wire::MAX_CONTRIBUTION_BYTES {
+            return Err(Error::internal("all-gather contribution too large"));
+        }
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let frame = Frame::Contribute {
+            tag,
+            payload: payload.to_vec(),
+        };
+        wire::send(&mut writer, &frame, WRITE_TIMEOUT)
+    }
+
+    /// Every rank's contribution to `tag`, by rank; `symmTimeout` after `timeout`, and an
+    /// error at once when a rank's connection was lost or the root failed.
+    pub fn gathered(&self, tag: u64, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(payloads) = inbox.gathered.remove(&tag) {
+                return Ok(payloads);
+            }
+            if let Some(failure) = &inbox.failure {
+                return Err(failure.clone());
+            }
+            match inbox.reader.next(deadline) {
+                Ok(Some(Frame::Gathered { tag: t, payloads }))
+                    if payloads.len() == self.nranks as usize =>
+                {
+                    inbox.gathered.insert(t, payloads);
+                }
+                Ok(Some(Frame::PeerLost { rank })) => {
+                    inbox.failure = Some(Error::new(
+                        symmResult_t::symmRemoteError,
+                        format!(
+                            "rank {}: rank {rank} left the communicator (process exited or \
+                             connection lost)",
+                            self.rank
+                        ),
+                    ));
+                }
+                Ok(Some(Frame::Error { message })) => {
+                    inbox.failure = Some(Error::new(
+                        symmResult_t::symmRemoteError,
+                        format!("rank {}: bootstrap root: {message}", self.rank),
+                    ));
+                }
+                Ok(Some(_)) => {
+                    inbox.failure = Some(Error::new(
+                        symmResult_t::symmSystemError,
+                        format!("rank {}: unexpected message from the root", self.rank),
+                    ));
+                }
+                Ok(None) => {
+                    return Err(Error::new(
+                        symmResult_t::symmTimeout,
+                        format!(
+                            "rank {}: not every rank took part within {} ms",
+                            self.rank,
+                            timeout.as_millis()
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    inbox.failure = Some(Error::new(
+                        e.code,
+                        format!(
+                            "rank {}: lost the bootstrap root: {}",
+                            self.rank, e.message
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Close the connection at once, without a `Leave`: what the root sees when this rank's
+    /// process dies (tests).
+    #[cfg(test)]
+    pub fn vanish(&self) {
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writer.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Leave the communicator (tells the root; the connection closes when dropped).
+    pub fn leave(&self) {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = wire::send(&mut writer, &Frame::Leave, Duration::from_secs(1));
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}

@@ -1,0 +1,440 @@
+//! Bootstrap frames: `magic u32 | kind u8 | 3 zero bytes | length u32 | payload` (little
+//! endian). Every kind has a maximum payload length, checked before anything is allocated;
+//! every payload is decoded strictly (exact lengths, bounded counts).
+
+use crate::error::{Error, Result};
+use crate::ffi::types::symmResult_t;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// First four bytes of every frame.
+pub const MAGIC: u32 = 0x424d_5953; // "SYMB"
+/// Header bytes of a frame.
+pub const HEADER_BYTES: usize = 12;
+/// Most ranks of a communicator (`symm_device::sync::signal_pad::MAX_RANKS`).
+pub const MAX_RANKS: u32 = symm_device::sync::signal_pad::MAX_RANKS as u32;
+/// Largest per-rank join information.
+pub const MAX_INFO_BYTES: usize = 4096;
+/// Largest contribution to one all-gather.
+pub const MAX_CONTRIBUTION_BYTES: usize = 1 << 20;
+/// Largest error message.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// One bootstrap message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Rank → root: join.
+    Hello {
+        /// The communicator's secret.
+        secret: [u8; 32],
+        /// Ranks of the communicator.
+        nranks: u32,
+        /// The joining rank.
+        rank: u32,
+        /// Opaque join information.
+        info: Vec<u8>,
+    },
+    /// Root → rank: everyone joined; every rank's information, by rank.
+    Welcome {
+        /// Join information by rank.
+        infos: Vec<Vec<u8>>,
+    },
+    /// Root → rank: the connection is refused or the communicator failed.
+    Error {
+        /// Why.
+        message: String,
+    },
+    /// Rank → root: a contribution to the all-gather `tag`.
+    Contribute {
+        /// All-gather tag.
+        tag: u64,
+        /// The rank's bytes.
+        payload: Vec<u8>,
+    },
+    /// Root → rank: every rank's contribution to `tag`, by rank.
+    Gathered {
+        /// All-gather tag.
+        tag: u64,
+        /// Contributions by rank.
+        payloads: Vec<Vec<u8>>,
+    },
+    /// Root → rank: `rank`'s connection was lost.
+    PeerLost {
+        /// The lost rank.
+        rank: u32,
+    },
+    /// Rank → root: leaving (communicator destroyed).
+    Leave,
+}
+
+const HELLO: u8 = 1;
+const WELCOME: u8 = 2;
+const ERROR: u8 = 3;
+const CONTRIBUTE: u8 = 4;
+const GATHERED: u8 = 5;
+const PEER_LOST: u8 = 6;
+const LEAVE: u8 = 7;
+
+/// Largest payload of a frame of `kind` (`None`: unknown kind).
+fn max_payload(kind: u8) -> Option<usize> {
+    let lists = |item: usize| 4 + MAX_RANKS as usize * (4 + item);
+    Some(match kind {
+        HELLO => 32 + 8 + 4 + MAX_INFO_BYTES,
+        WELCOME => lists(MAX_INFO_BYTES),
+        ERROR => MAX_MESSAGE_BYTES,
+        CONTRIBUTE => 8 + MAX_CONTRIBUTION_BYTES,
+        GATHERED => 8 + lists(MAX_CONTRIBUTION_BYTES),
+        PEER_LOST => 4,
+        LEAVE => 0,
+        _ => return None,
+    })
+}
+
+fn put_list(out: &mut Vec<u8>, items: &[Vec<u8>]) {
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for item in items {
+        out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        out.extend_from_slice(item);
+    }
+}
+
+impl Frame {
+    /// The frame's bytes, header included.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut payload = Vec::new();
+        let kind = match self {
+            Frame::Hello {
+                secret,
+                nranks,
+                rank,
+                info,
+            } => {
+                payload.extend_from_slice(secret);
+                payload.extend_from_slice(&nranks.to_le_bytes());
+                payload.extend_from_slice(&rank.to_le_bytes());
+                payload.extend_from_slice(&(info.len() as u32).to_le_bytes());
+                payload.extend_from_slice(info);
+                HELLO
+            }
+            Frame::Welcome { infos } => {
+                put_list(&mut payload, infos);
+                WELCOME
+            }
+            Frame::Error { message } => {
+                let bytes = message.as_bytes();
+                payload.extend_from_slice(&bytes[..bytes.len().min(MAX_MESSAGE_BYTES)]);
+                ERROR
+            }
+            Frame::Contribute { tag, payload: p } => {
+                payload.extend_from_slice(&tag.to_le_bytes());
+                payload.extend_from_slice(p);
+                CONTRIBUTE
+            }
+            Frame::Gathered { tag, payloads } => {
+                payload.extend_from_slice(&tag.to_le_bytes());
+                put_list(&mut payload, payloads);
+                GATHERED
+            }
+            Frame::PeerLost { rank } => {
+                payload.extend_from_slice(&rank.to_le_bytes());
+                PEER_LOST
+            }
+            Frame::Leave => LEAVE,
+        };
+        let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+        out.extend_from_slice(&MAGIC.to_le_bytes());
+        out.extend_from_slice(&[kind, 0, 0, 0]);
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// Check a header: the kind and payload length, before the payload is read.
+    pub fn check_header(header: &[u8; HEADER_BYTES]) -> Result<(u8, usize)> {
+        let magic = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+        if magic != MAGIC || header[5..8] != [0, 0, 0] {
+            return Err(malformed("not a symm bootstrap frame"));
+        }
+        let kind = header[4];
+        let len = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes")) as usize;
+        let max = max_payload(kind).ok_or_else(|| malformed("unknown frame kind"))?;
+        if len > max {
+            return Err(malformed("frame longer than its kind allows"));
+        }
+        Ok((kind, len))
+    }
+
+    /// Decode the payload of a frame of `kind` (from [`Frame::check_header`]).
+    pub fn decode(kind: u8, payload: &[u8]) -> Result<Frame> {
+        let mut r = Cursor { bytes: payload };
+        let frame = match kind {
+            HELLO => {
+                let secret = r.array::<32>()?;
+                let nranks = r.u32()?;
+                let rank = r.u32()?;
+                let len = r.u32()? as usize;
+                if len > MAX_INFO_BYTES {
+                    return Err(malformed("join information too long"));
+                }
+                Frame::Hello {
+                    secret,
+                    nranks,
+                    rank,
+                    info: r.take(len)?.to_vec(),
+                }
+            }
+            WELCOME => Frame::Welcome {
+                infos: r.list(MAX_INFO_BYTES)?,
+            },
+            ERROR => Frame::Error {
+                message: String::from_utf8_lossy(r.take(payload.len())?).into_owned(),
+            },
+            CONTRIBUTE => {
+                let tag = r.u64()?;
+                Frame::Contribute {
+                    tag,
+                    payload: r.take(payload.len() - 8)?.to_vec(),
+                }
+            }
+            GATHERED => {
+                let tag = r.u64()?;
+                Frame::Gathered {
+                    tag,
+                    payloads: r.list(MAX_CONTRIBUTION_BYTES)?,
+                }
+            }
+            PEER_LOST => Frame::PeerLost { rank: r.u32()? },
+            LEAVE => Frame::Leave,
+            _ => return Err(malformed("unknown frame kind")),
+        };
+        if !r.bytes.is_empty() {
+            return Err(malformed("trailing bytes in a frame"));
+        }
+        Ok(frame)
+    }
+}
+
+fn malformed(what: &str) -> Error {
+    Error::new(
+        symmResult_t::symmSystemError,
+        format!("malformed bootstrap message: {what}"),
+    )
+}
+
+/// Bounded reader over a payload.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(malformed("truncated frame"));
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array::<4>()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array::<8>()?))
+    }
+    fn list(&mut self, max_item: usize) -> Result<Vec<Vec<u8>>> {
+        let count = self.u32()?;
+        if count == 0 || count > MAX_RANKS {
+            return Err(malformed("bad rank count"));
+        }
+        (0..count)
+            .map(|_| {
+                let len = self.u32()? as usize;
+                if len > max_item {
+                    return Err(malformed("list item too long"));
+                }
+                Ok(self.take(len)?.to_vec())
+            })
+            .collect()
+    }
+}
+
+/// Reads whole frames from a stream with deadlines, keeping partial input between calls (a
+/// deadline never loses bytes of a frame in flight).
+pub struct FrameReader {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl FrameReader {
+    /// A reader over `stream`.
+    pub fn new(stream: TcpStream) -> Self {
+        FrameReader {
+            stream,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next frame, or `Ok(None)` when `deadline` passes first. A closed connection or a
+    /// malformed frame is an error.
+    pub fn next(&mut self, deadline: Instant) -> Result<Option<Frame>> {
+        loop {
+            if self.buffer.len() >= HEADER_BYTES {
+                let header: [u8; HEADER_BYTES] =
+                    self.buffer[..HEADER_BYTES].try_into().expect("header");
+                let (kind, len) = Frame::check_header(&header)?;
+                if self.buffer.len() >= HEADER_BYTES + len {
+                    let frame = Frame::decode(kind, &self.buffer[HEADER_BYTES..HEADER_BYTES + len]);
+                    self.buffer.drain(..HEADER_BYTES + len);
+                    return frame.map(Some);
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wait = (deadline - now).clamp(Duration::from_millis(1), Duration::from_millis(200));
+            self.stream
+                .set_read_timeout(Some(wait))
+                .map_err(|e| io_error("setting a read timeout", e))?;
+            let mut chunk = [0u8; 16384];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(Error::new(
+                        symmResult_t::symmSystemError,
+                        "bootstrap connection closed",
+                    ));
+                }
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error("reading from a bootstrap connection", e)),
+            }
+        }
+    }
+}
+
+/// Write `frame` to `stream`, bounded by `timeout`.
+pub fn send(stream: &mut TcpStream, frame: &Frame, timeout: Duration) -> Result<()> {
+    stream
+        .set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
+        .map_err(|e| io_error("setting a write timeout", e))?;
+    stream
+        .write_all(&frame.encode())
+        .map_err(|e| io_error("writing to a bootstrap connection", e))
+}
+
+/// A `symmSystemError` for a failed socket operation.
+pub fn io_error(what: &str, e: std::io::Error) -> Error {
+    Error::new(symmResult_t::symmSystemError, format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Frame> {
+        vec![
+            Frame::Hello {
+                secret: [3; 32],
+                nranks: 4,
+                rank: 2,
+                info: b"info".to_vec(),
+            },
+            Frame::Welcome {
+                infos: vec![b"a".to_vec(), vec![], b"ccc".to_vec()],
+            },
+            Frame::Error {
+                message: "rank 1 already joined".into(),
+            },
+            Frame::Contribute {
+                tag: 9,
+                payload: vec![1, 2, 3],
+            },
+            Frame::Gathered {
+                tag: u64::MAX,
+                payloads: vec![vec![1], vec![2, 2]],
+            },
+            Frame::PeerLost { rank: 5 },
+            Frame::Leave,
+        ]
+    }
+
+    fn parse(bytes: &[u8]) -> Result<Frame> {
+        let header: [u8; HEADER_BYTES] = bytes
+            .get(..HEADER_BYTES)
+            .ok_or_else(|| malformed("short"))?
+            .try_into()
+            .unwrap();
+        let (kind, len) = Frame::check_header(&header)?;
+        let payload = bytes
+            .get(HEADER_BYTES..HEADER_BYTES + len)
+            .ok_or_else(|| malformed("short"))?;
+        if bytes.len() != HEADER_BYTES + len {
+            return Err(malformed("long"));
+        }
+        Frame::decode(kind, payload)
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_every_truncation_fails() {
+        for frame in samples() {
+            let bytes = frame.encode();
+            assert_eq!(parse(&bytes).unwrap(), frame);
+            for cut in 0..bytes.len() {
+                assert!(parse(&bytes[..cut]).is_err(), "{frame:?} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_and_unknown_headers_are_refused_before_reading() {
+        let mut header = [0u8; HEADER_BYTES];
+        header[..4].copy_from_slice(&MAGIC.to_le_bytes());
+        header[4] = CONTRIBUTE;
+        header[8..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Frame::check_header(&header).is_err());
+        header[4] = 99;
+        header[8..].copy_from_slice(&0u32.to_le_bytes());
+        assert!(Frame::check_header(&header).is_err());
+        header[4] = LEAVE;
+        header[0] ^= 1;
+        assert!(Frame::check_header(&header).is_err());
+    }
+
+    #[test]
+    fn lists_with_bad_counts_or_lengths_are_refused() {
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&(MAX_RANKS + 1).to_le_bytes());
+        assert!(Frame::decode(WELCOME, &payload).is_err());
+        let mut payload = 1u32.to_le_bytes().to_vec();
+        payload.extend_from_slice(&(MAX_INFO_BYTES as u32 + 1).to_le_bytes());
+        assert!(Frame::decode(WELCOME, &payload).is_err());
+        assert!(Frame::decode(PEER_LOST, &[0; 5]).is_err());
+        assert!(Frame::decode(LEAVE, &[0]).is_err());
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let kind = (next() % 9) as u8;
+            let len = (next() % 64) as usize;
+            let payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let _ = Frame::decode(kind, &payload);
+            let mut frame = samples()[(next() % 7) as usize].encode();
+            let at = (next() as usize) % frame.len();
+            frame[at] ^= 1 << (next() % 8);
+            let _ = parse(&frame);
+        }
+    }
+}

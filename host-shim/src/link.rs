@@ -1,0 +1,472 @@
+//! A rank's link to the other ranks of a communicator made by `symmCommInitRank`: its
+//! bootstrap connection (all-gathers through the root), its Unix socket for receiving file
+//! descriptors from ranks in other processes, and what every rank told about itself when it
+//! joined ([`PeerInfo`]).
+//!
+//! Window registration on such a communicator ([`crate::window`]) is an all-gather of
+//! [`WindowDeposit`]s; a rank in another process also sends, over the fd socket, the file
+//! descriptors of its window's memory and signal pad ([`FdHeader`]), which the receiver maps.
+//! Ranks in the same process use each other's addresses directly.
+
+use crate::bootstrap::{Client, UniqueId};
+use crate::error::{Error, Result};
+use crate::fdpass::{FdListener, ReceivedFds};
+use crate::ffi::types::symmResult_t;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Version byte of [`PeerInfo`] and the other messages of this module.
+const VERSION: u8 = 1;
+/// Longest fd-socket name accepted from a peer.
+const MAX_SOCKET_NAME: usize = 107;
+/// All-gather tag of the init exchange (block caps); registration `seq` tags are below it.
+pub const INIT_TAG: u64 = u64::MAX;
+
+/// What a rank tells the others when it joins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Its process id.
+    pub pid: u32,
+    /// Identity of its machine (the kernel's boot id): ranks with equal ids share a node.
+    pub node: [u8; 16],
+    /// Its backend (`BackendKind` as a byte: 0 host, 1 cuda, 2 model).
+    pub backend: u8,
+    /// Its device ordinal, in its own process.
+    pub device: i32,
+    /// Abstract name of its fd socket.
+    pub socket: Vec<u8>,
+}
+
+impl PeerInfo {
+    /// Wire form: version, pid, node, backend, device, name length, name.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(27 + self.socket.len());
+        out.push(VERSION);
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&self.node);
+        out.push(self.backend);
+        out.extend_from_slice(&self.device.to_le_bytes());
+        out.push(self.socket.len() as u8);
+        out.extend_from_slice(&self.socket);
+        out
+    }
+
+    /// Parse and check a peer's info (`rank` names it in errors).
+    pub fn decode(bytes: &[u8], rank: usize) -> Result<PeerInfo> {
+        let bad = |what: &str| {
+            Error::internal(format!(
+                "rank {rank} sent malformed join information ({what})"
+            ))
+        };
+        let mut r = Reader::new(bytes);
+        if r.u8().ok_or_else(|| bad("empty"))? != VERSION {
+            return Err(bad("version"));
+        }
+        let pid = r.u32().ok_or_else(|| bad("pid"))?;
+        let node = r.array::<16>().ok_or_else(|| bad("node"))?;
+        let backend = r.u8().ok_or_else(|| bad("backend"))?;
+        if backend > 2 {
+            return Err(bad("backend"));
+        }
+        let device = r.u32().ok_or_else(|| bad("device"))? as i32;
+        let len = r.u8().ok_or_else(|| bad("socket name"))? as usize;
+        if len == 0 || len > MAX_SOCKET_NAME {
+            return Err(bad("socket name length"));
+        }
+        let socket = r.bytes(len).ok_or_else(|| bad("socket name"))?.to_vec();
+        if !r.done() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(PeerInfo {
+            pid,
+            node,
+            backend,
+            device,
+            socket,
+        })
+    }
+}
+
+/// One rank's part of a window registration, all-gathered under the registration's number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowDeposit {
+    /// Window base in the rank's own address space (used by ranks of the same process).
+    pub base: u64,
+    /// Window size in bytes.
+    pub size: u64,
+    /// Offset of the window in its shareable allocation (ranks of other processes).
+    pub offset: u64,
+    /// Length of that allocation.
+    pub allocation_len: u64,
+    /// Signal pad address in the rank's own address space.
+    pub signal_pad: u64,
+    /// Length of the signal pad's shareable allocation.
+    pub signal_pad_len: u64,
+}
+
+impl WindowDeposit {
+    const BYTES: usize = 1 + 6 * 8;
+
+    /// Wire form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::BYTES);
+        out.push(VERSION);
+        for v in [
+            self.base,
+            self.size,
+            self.offset,
+            self.allocation_len,
+            self.signal_pad,
+            self.signal_pad_len,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Parse a rank's deposit.
+    pub fn decode(bytes: &[u8], rank: usize) -> Result<WindowDeposit> {
+        let bad = || Error::internal(format!("rank {rank} sent a malformed window registration"));
+        if bytes.len() != Self::BYTES || bytes[0] != VERSION {
+            return Err(bad());
+        }
+        let mut r = Reader::new(&bytes[1..]);
+        let mut next = || r.u64().ok_or_else(bad);
+        let deposit = WindowDeposit {
+            base: next()?,
+            size: next()?,
+            offset: next()?,
+            allocation_len: next()?,
+            signal_pad: next()?,
+            signal_pad_len: next()?,
+        };
+        if deposit
+            .offset
+            .checked_add(deposit.size)
+            .is_none_or(|end| end > deposit.allocation_len)
+        {
+            return Err(bad());
+        }
+        Ok(deposit)
+    }
+}
+
+/// Header of the message that carries a window's file descriptors (its allocation, then its
+/// signal pad) to a rank in another process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FdHeader {
+    /// The communicator's secret (from its unique id): the receiver drops anything else.
+    pub secret: [u8; 32],
+    /// Registration number.
+    pub seq: u64,
+    /// Sending rank.
+    pub source: u32,
+}
+
+impl FdHeader {
+    const BYTES: usize = 1 + 32 + 8 + 4;
+
+    /// Wire form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::BYTES);
+        out.push(VERSION);
+        out.extend_from_slice(&self.secret);
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.source.to_le_bytes());
+        out
+    }
+
+    /// Parse a header.
+    pub fn decode(bytes: &[u8]) -> Option<FdHeader> {
+        if bytes.len() != Self::BYTES || bytes[0] != VERSION {
+            return None;
+        }
+        let mut r = Reader::new(&bytes[1..]);
+        Some(FdHeader {
+            secret: r.array::<32>()?,
+            seq: r.u64()?,
+            source: r.u32()?,
+        })
+    }
+}
+
+/// Bounded little-endian reader over untrusted bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.bytes.len() < n {
+            return None;
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Some(head)
+    }
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.bytes(N)?.try_into().ok()
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.bytes(1)?[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.array::<4>()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.array::<8>()?))
+    }
+    fn done(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// The identity of this machine: the kernel's boot id (random per boot), so that ranks can
+/// tell whether they share a node.
+pub fn node_id() -> [u8; 16] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: Vec<u8> = text
+        .bytes()
+        .filter(u8::is_ascii_hexdigit)
+        .map(|c| (c as char).to_digit(16).unwrap_or(0) as u8)
+        .collect();
+    let mut id = [0u8; 16];
+    for (i, pair) in hex.chunks(2).take(16).enumerate() {
+        id[i] = pair[0] << 4 | pair.get(1).copied().unwrap_or(0);
+    }
+    id
+}
+
+/// File descriptors received for registrations, by (registration, source rank).
+type Stash = HashMap<(u64, u32), Vec<OwnedFd>>;
+
+/// One rank's link (see the module docs).
+pub struct RankLink {
+    /// This rank.
+    pub rank: u32,
+    /// The communicator's unique id.
+    pub id: UniqueId,
+    /// Every rank's join information, by rank.
+    pub peers: Vec<PeerInfo>,
+    client: Client,
+    listener: FdListener,
+    stash: Mutex<Stash>,
+}
+
+impl RankLink {
+    /// A link over a joined bootstrap `client` and this rank's fd `listener`.
+    pub fn new(
+        rank: u32,
+        id: UniqueId,
+        peers: Vec<PeerInfo>,
+        client: Client,
+        listener: FdListener,
+    ) -> Self {
+        RankLink {
+            rank,
+            id,
+            peers,
+            client,
+            listener,
+            stash: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `true` when rank `peer` runs in this process.
+    pub fn is_local(&self, peer: usize) -> bool {
+        self.peers[peer].pid == std::process::id()
+    }
+
+    /// `true` when some rank runs in another process.
+    pub fn has_remote_peers(&self) -> bool {
+        (0..self.peers.len()).any(|p| !self.is_local(p))
+    }
+
+    /// Contribute `payload` to the all-gather `tag` (returns at once).
+    pub fn contribute(&self, tag: u64, payload: &[u8]) -> Result<()> {
+        self.client.contribute(tag, payload)
+    }
+
+    /// Every rank's contribution to `tag`, by rank.
+    pub fn gathered(&self, tag: u64, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        self.client.gathered(tag, timeout)
+    }
+
+    /// Send `fds` of registration `seq` to every rank in another process.
+    pub fn send_fds(
+        &self,
+        seq: u64,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+        timeout: Duration,
+    ) -> Result<()> {
+        let header = FdHeader {
+            secret: *self.id.secret(),
+            seq,
+            source: self.rank,
+        }
+        .encode();
+        for (peer, info) in self.peers.iter().enumerate() {
+            if !self.is_local(peer) {
+                crate::fdpass::send_fds(&info.socket, &header, fds, timeout).map_err(|e| {
+                    Error::new(
+                        e.code,
+                        format!(
+                            "rank {}: sending window memory to rank {peer}: {}",
+                            self.rank, e.message
+                        ),
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `count` file descriptors that rank `source` (in another process) sent for
+    /// registration `seq`. Messages for other registrations are kept for later; messages that
+    /// do not come from a rank of this communicator are dropped.
+    pub fn receive_fds(
+        &self,
+        seq: u64,
+        source: u32,
+        count: usize,
+        deadline: Instant,
+    ) -> Result<Vec<OwnedFd>> {
+        loop {
+            if let Some(fds) = self.lock_stash().remove(&(seq, source)) {
+                if fds.len() != count {
+                    return Err(Error::internal(format!(
+                        "rank {source} sent {} file descriptors for window #{seq}, not {count}",
+                        fds.len()
+                    )));
+                }
+                return Ok(fds);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::new(
+                    symmResult_t::symmTimeout,
+                    format!(
+                        "rank {}: rank {source} did not send its window #{seq} memory in time",
+                        self.rank
+                    ),
+                ));
+            }
+            match self.listener.receive(deadline - now) {
+                Ok(received) => self.accept(received),
+                Err(e) if e.code == symmResult_t::symmTimeout => {}
+                // A malformed connection is that connection's problem: keep listening.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Keep `received` if it comes from a rank of this communicator, else drop it (closing
+    /// its descriptors).
+    fn accept(&self, received: ReceivedFds) {
+        let Some(header) = FdHeader::decode(&received.header) else {
+            return;
+        };
+        let known_sender = (header.source as usize) < self.peers.len()
+            && header.source != self.rank
+            && self.peers[header.source as usize].pid == received.peer_pid;
+        if crate::bootstrap::secrets_equal(&header.secret, self.id.secret()) && known_sender {
+            self.lock_stash()
+                .insert((header.seq, header.source), received.fds);
+        }
+    }
+
+    fn lock_stash(&self) -> std::sync::MutexGuard<'_, Stash> {
+        self.stash.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Leave the bootstrap (at destroy).
+    pub fn leave(self) {
+        self.client.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> PeerInfo {
+        PeerInfo {
+            pid: 4242,
+            node: [7; 16],
+            backend: 0,
+            device: 3,
+            socket: b"symm-4242-0123456789abcdef".to_vec(),
+        }
+    }
+
+    #[test]
+    fn peer_info_round_trips_and_rejects_every_truncation() {
+        let bytes = info().encode();
+        assert_eq!(PeerInfo::decode(&bytes, 1).unwrap(), info());
+        for cut in 0..bytes.len() {
+            assert!(PeerInfo::decode(&bytes[..cut], 1).is_err(), "cut {cut}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(PeerInfo::decode(&long, 1).is_err());
+        let mut bad_backend = bytes.clone();
+        bad_backend[21] = 9;
+        assert!(PeerInfo::decode(&bad_backend, 1).is_err());
+        let mut bad_version = bytes;
+        bad_version[0] = 0;
+        let e = PeerInfo::decode(&bad_version, 5).unwrap_err();
+        assert!(e.message.contains("rank 5"), "{}", e.message);
+    }
+
+    #[test]
+    fn window_deposit_round_trips_and_checks_bounds() {
+        let d = WindowDeposit {
+            base: 0x7000_0000,
+            size: 4096,
+            offset: 8192,
+            allocation_len: 16384,
+            signal_pad: 0x8000_0000,
+            signal_pad_len: 65536,
+        };
+        assert_eq!(WindowDeposit::decode(&d.encode(), 0).unwrap(), d);
+        let outside = WindowDeposit {
+            offset: 16000,
+            ..d
+        };
+        assert!(WindowDeposit::decode(&outside.encode(), 0).is_err());
+        let overflow = WindowDeposit {
+            offset: u64::MAX,
+            ..d
+        };
+        assert!(WindowDeposit::decode(&overflow.encode(), 0).is_err());
+        let bytes = d.encode();
+        for cut in 0..bytes.len() {
+            assert!(WindowDeposit::decode(&bytes[..cut], 0).is_err());
+        }
+    }
+
+    #[test]
+    fn fd_header_round_trips() {
+        let h = FdHeader {
+            secret: [9; 32],
+            seq: 77,
+            source: 3,
+        };
+        assert_eq!(FdHeader::decode(&h.encode()), Some(h));
+        let bytes = h.encode();
+        for cut in 0..bytes.len() {
+            assert_eq!(FdHeader::decode(&bytes[..cut]), None);
+        }
+    }
+
+    #[test]
+    fn node_id_is_stable_and_not_empty() {
+        assert_eq!(node_id(), node_id());
+        assert_ne!(node_id(), [0; 16]);
+    }
+}

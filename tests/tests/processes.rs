@@ -1,0 +1,373 @@
+//! Ranks in separate processes (host backend): a rank that dies, resources after destroy, and
+//! the bootstrap facing a rank with the wrong id. (Every collective × data type × operator
+//! across processes, checked exactly, runs in `sequences.rs`, `processes_*`.)
+//!
+//! The ranks are child processes running this binary's `child_rank` test with
+//! `SYMM_PROC_CHILD=<scenario>,<rank>,<nranks>,<id in hex>`; the unique id (and so the
+//! bootstrap root) is made in the test process.
+
+use std::ffi::c_void;
+use std::process::{Child, Command, Stdio};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+use symm::*;
+use symm_tests::*;
+
+/// Bound of every wait on a peer in the children.
+const TIMEOUT_MS: u64 = 1500;
+/// Elements of each all-reduce.
+const COUNT: usize = 4099;
+const CHILD_ENV: &str = "SYMM_PROC_CHILD";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn new_id() -> symmUniqueId {
+    use_host_backend();
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
+    id
+}
+
+fn id_hex(id: &symmUniqueId) -> String {
+    hex(&id.internal.map(|c| c as u8))
+}
+
+fn spawn(scenario: &str, rank: usize, nranks: usize, id: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--include-ignored",
+            "--exact",
+            "child_rank",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SYMM_BACKEND", "host")
+        .env("SYMM_TIMEOUT_MS", TIMEOUT_MS.to_string())
+        .env(CHILD_ENV, format!("{scenario},{rank},{nranks},{id}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting a rank process")
+}
+
+/// Wait for `child` (killed after `limit`); its success and its output.
+fn finish(mut child: Child, limit: Duration) -> (bool, String) {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let mut log = String::from_utf8_lossy(&output.stdout).into_owned();
+    log.push_str(&String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), log)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent side
+
+/// A rank process killed while the others run all-reduces back to back: every survivor's
+/// pending or next collective returns `symmTimeout` within the bound (never hangs), the next
+/// call is refused, and `symmCommDestroy` still works.
+#[test]
+fn a_killed_rank_makes_the_others_time_out_within_the_bound() {
+    for nranks in [2, 4] {
+        let id = id_hex(&new_id());
+        let mut survivors: Vec<Child> = (1..nranks)
+            .map(|rank| spawn("survive", rank, nranks, &id))
+            .collect();
+        let victim = spawn("die", 0, nranks, &id);
+        let (_, victim_log) = finish(victim, Duration::from_secs(60));
+        assert!(
+            victim_log.contains("dying after"),
+            "the victim did not run collectives before dying:\n{victim_log}"
+        );
+        for (i, child) in survivors.drain(..).enumerate() {
+            let (ok, log) = finish(child, Duration::from_secs(60));
+            assert!(ok, "{nranks} ranks: survivor rank {} failed:\n{log}", i + 1);
+            assert!(log.contains("timed out after"), "{log}");
+        }
+    }
+}
+
+/// After `symmCommDestroy`, a rank process holds no more file descriptors and no shared
+/// memory than before `symmCommInitRank` (three windows, collectives, teardown), for 3
+/// processes.
+#[test]
+fn destroy_releases_every_descriptor_and_mapping() {
+    let nranks = 3;
+    let id = id_hex(&new_id());
+    let children: Vec<Child> = (0..nranks)
+        .map(|rank| spawn("leaks", rank, nranks, &id))
+        .collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let (ok, log) = finish(child, Duration::from_secs(120));
+        assert!(ok, "rank {rank}:\n{log}");
+        assert!(log.contains("no leaks"), "rank {rank}:\n{log}");
+    }
+}
+
+/// A process joining with an id whose secret was altered is refused, and does not disturb
+/// the ranks that hold the right id.
+#[test]
+fn a_rank_with_a_forged_secret_is_refused_and_the_others_complete() {
+    let good = new_id();
+    let id = id_hex(&good);
+    let mut forged = good;
+    // The secret is the id's last 32 bytes that are not padding: flip every byte of the id
+    // except its header and address (the first 32), so the secret surely differs.
+    for b in forged.internal[32..].iter_mut() {
+        *b = !*b;
+    }
+    let intruder = std::thread::spawn(move || {
+        let mut comm = null_mut();
+        // SAFETY: valid out-pointer.
+        let r = unsafe { symmCommInitRank(&mut comm, 2, forged, 1) };
+        (r, last_error(null_mut()))
+    });
+    let children: Vec<Child> = (0..2).map(|rank| spawn("allreduce", rank, 2, &id)).collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let (ok, log) = finish(child, Duration::from_secs(60));
+        assert!(ok, "rank {rank}:\n{log}");
+        assert!(log.contains("all-reduces OK"), "rank {rank}:\n{log}");
+    }
+    let (result, message) = intruder.join().unwrap();
+    assert_ne!(result, symmResult_t::symmSuccess, "{message}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child side
+
+/// One rank's communicator, buffer and window.
+struct Rank {
+    comm: symmComm_t,
+    buffer: *mut c_void,
+    window: symmWindow_t,
+}
+
+fn join(id: &symmUniqueId, rank: usize, nranks: usize) -> Rank {
+    let mut comm = null_mut();
+    // SAFETY: valid out-pointer.
+    check(
+        unsafe { symmCommInitRank(&mut comm, nranks as i32, *id, rank as i32) },
+        null_mut(),
+    );
+    let bytes = COUNT * 4;
+    let mut buffer = null_mut();
+    // SAFETY: valid out-pointers; a live allocation of `bytes`.
+    unsafe {
+        check(symmMemAlloc(comm, &mut buffer, bytes), comm);
+        let mut window = null_mut();
+        check(
+            symmCommWindowRegister(comm, buffer, bytes, &mut window, SYMM_WIN_COLL_SYMMETRIC),
+            comm,
+        );
+        Rank {
+            comm,
+            buffer,
+            window,
+        }
+    }
+}
+
+/// All-reduce (sum, in place) of `rank + 1 + i % 7` over the ranks; returns the result and
+/// whether every element is right.
+fn all_reduce(r: &Rank, rank: usize, nranks: usize, round: usize) -> (symmResult_t, bool) {
+    let values: Vec<f32> = (0..COUNT)
+        .map(|i| (rank + 1 + (i + round) % 7) as f32)
+        .collect();
+    // SAFETY: the window holds COUNT f32; this rank's previous call has returned.
+    unsafe { write_f32(r.buffer.cast(), &values) };
+    let result = symmAllReduce(
+        r.buffer,
+        r.buffer,
+        COUNT,
+        symmDataType_t::symmFloat32 as i32,
+        symmRedOp_t::symmSum as i32,
+        r.comm,
+        null_mut(),
+    );
+    if result != symmResult_t::symmSuccess {
+        return (result, false);
+    }
+    // SAFETY: as above.
+    let got = unsafe { read_f32(r.buffer.cast(), COUNT) };
+    let base: usize = (1..=nranks).sum();
+    let right = got
+        .iter()
+        .enumerate()
+        .all(|(i, v)| *v == (base + nranks * ((i + round) % 7)) as f32);
+    (result, right)
+}
+
+fn leave(r: Rank) {
+    check(symmCommWindowDeregister(r.comm, r.window), r.comm);
+    check(symmMemFree(r.comm, r.buffer), r.comm);
+    check(symmCommDestroy(r.comm), null_mut());
+}
+
+/// The process's open descriptors, and how many of them are shared memory.
+fn descriptors() -> (usize, usize) {
+    let mut total = 0;
+    let mut memfds = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        total += 1;
+        if std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().contains("memfd:"))
+        {
+            memfds += 1;
+        }
+    }
+    (total, memfds)
+}
+
+/// Shared-memory mappings of the process.
+fn shared_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:"))
+        .count()
+}
+
+/// Runs in a child process (see the module docs).
+#[test]
+#[ignore = "child process of the other tests of this file (needs SYMM_PROC_CHILD)"]
+fn child_rank() {
+    let spec = std::env::var(CHILD_ENV).expect("run through the other tests of this file");
+    let fields: Vec<&str> = spec.split(',').collect();
+    let (scenario, rank, nranks) = (
+        fields[0],
+        fields[1].parse::<usize>().unwrap(),
+        fields[2].parse::<usize>().unwrap(),
+    );
+    let bytes: Vec<u8> = (0..fields[3].len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&fields[3][i..i + 2], 16).unwrap())
+        .collect();
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    for (c, b) in id.internal.iter_mut().zip(&bytes) {
+        *c = *b as std::ffi::c_char;
+    }
+    match scenario {
+        "allreduce" => {
+            let r = join(&id, rank, nranks);
+            for round in 0..5 {
+                let (result, right) = all_reduce(&r, rank, nranks, round);
+                assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(r.comm));
+                assert!(right, "round {round}: wrong result");
+            }
+            leave(r);
+            println!("rank {rank}: all-reduces OK");
+        }
+        "die" => {
+            let r = join(&id, rank, nranks);
+            for round in 0..3 {
+                let (result, right) = all_reduce(&r, rank, nranks, round);
+                assert!(result == symmResult_t::symmSuccess && right);
+            }
+            println!("rank {rank}: dying after 3 all-reduces");
+            // Killed at a point of its choosing while the next collectives run: from another
+            // thread, a few milliseconds into the loop.
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                // SAFETY: ends this process at once, like `kill -9`.
+                unsafe { libc_kill_self() };
+            });
+            let mut round = 3;
+            loop {
+                let _ = all_reduce(&r, rank, nranks, round);
+                round += 1;
+            }
+        }
+        "survive" => {
+            let r = join(&id, rank, nranks);
+            let bound = Duration::from_millis(TIMEOUT_MS);
+            let mut round = 0;
+            let (result, elapsed) = loop {
+                let start = Instant::now();
+                let (result, right) = all_reduce(&r, rank, nranks, round);
+                if result != symmResult_t::symmSuccess {
+                    break (result, start.elapsed());
+                }
+                assert!(right, "round {round}: wrong result before the peer died");
+                round += 1;
+            };
+            assert_eq!(result, symmResult_t::symmTimeout, "{}", last_error(r.comm));
+            assert!(
+                elapsed < bound * 2 + Duration::from_secs(2),
+                "the failed call took {elapsed:?}, bound {bound:?}"
+            );
+            // The communicator refuses further collectives, and tears down.
+            let (again, _) = all_reduce(&r, rank, nranks, round + 1);
+            assert_ne!(again, symmResult_t::symmSuccess);
+            let _ = symmCommWindowDeregister(r.comm, r.window);
+            let _ = symmMemFree(r.comm, r.buffer);
+            check(symmCommDestroy(r.comm), null_mut());
+            println!(
+                "rank {rank}: timed out after {} ms (round {round})",
+                elapsed.as_millis()
+            );
+        }
+        "leaks" => {
+            let before = descriptors();
+            let maps_before = shared_mappings();
+            let r = join(&id, rank, nranks);
+            let mut extra = Vec::new();
+            for _ in 0..2 {
+                let mut buffer = null_mut();
+                let mut window = null_mut();
+                // SAFETY: valid out-pointers; a live allocation.
+                unsafe {
+                    check(symmMemAlloc(r.comm, &mut buffer, 1 << 16), r.comm);
+                    check(
+                        symmCommWindowRegister(
+                            r.comm,
+                            buffer,
+                            1 << 16,
+                            &mut window,
+                            SYMM_WIN_COLL_SYMMETRIC,
+                        ),
+                        r.comm,
+                    );
+                }
+                extra.push((buffer, window));
+            }
+            for round in 0..3 {
+                let (result, right) = all_reduce(&r, rank, nranks, round);
+                assert!(result == symmResult_t::symmSuccess && right);
+            }
+            assert!(descriptors().1 > before.1, "windows are shared memory");
+            for (buffer, window) in extra {
+                check(symmCommWindowDeregister(r.comm, window), r.comm);
+                check(symmMemFree(r.comm, buffer), r.comm);
+            }
+            leave(r);
+            let after = descriptors();
+            assert_eq!(after, before, "descriptors (all, shared memory) before and after");
+            assert_eq!(shared_mappings(), maps_before, "shared-memory mappings");
+            println!("rank {rank}: no leaks ({} descriptors)", after.0);
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// Send SIGKILL to this process.
+///
+/// # Safety
+/// Ends the process without unwinding or running destructors.
+unsafe fn libc_kill_self() {
+    unsafe extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    const SIGKILL: i32 = 9;
+    // SAFETY: kill(2) with our own pid; the caller accepts the end of the process.
+    unsafe { kill(std::process::id() as i32, SIGKILL) };
+}
