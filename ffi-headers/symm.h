@@ -44,6 +44,8 @@ typedef enum {
   symmTimeout = 8,
   // A memory allocation failed.
   symmOutOfMemory = 9,
+  // A peer's process exited or its bootstrap connection was lost (or the root failed).
+  symmRemoteError = 10,
 } symmResult_t;
 
 // Element types (NCCL's names and order of appearance; values are symm's own).
@@ -166,14 +168,15 @@ const char *symmGetErrorString(symmResult_t result);
 // NULL. Never NULL; valid until the next failing call on that comm or thread.
 const char *symmGetLastError(symmComm_t comm);
 
-// Make a new unique id for `symmCommInitRank`.
+// Make a new unique id for `symmCommInitRank`: starts the bootstrap root in this process
+// (with `SYMM_COMM_ID` set: the id of that address, whose root rank 0 opens).
 //
 // # Safety
 // `uniqueId` is NULL or valid for a write.
 symmResult_t symmGetUniqueId(symmUniqueId *uniqueId);
 
 // Create rank `rank` of an `nranks`-rank communicator named by `commId`. Collective: returns
-// once every rank has joined (one thread per rank, in this process), or `symmTimeout`.
+// once every rank has joined (one thread or process per rank, any mix), or `symmTimeout`.
 //
 // # Safety
 // `comm` is NULL or valid for a write.

@@ -10,7 +10,7 @@
 #   env       GPU, driver and CUDA versions, tools; written first into every log folder
 #   tests     the GPU test set (tests/tests/gpu_collectives.rs), each test in its own process,
 #             once per SYMM_ALGO in $ALGOS, with SYMM_BACKEND=cuda
-#   examples  the C examples (group-driven and pthreads), rebuilt with `make CUDA=1` against
+#   examples  the C examples (group-driven, pthreads, one process per rank), rebuilt with `make CUDA=1` against
 #             the bundle's libsymm.so, on the cuda backend
 #   perf      symm-perf sweeps: $OPS x $RANKS ranks on the one GPU x $DTYPES, 8 B to $MAX_BYTES
 #   baseline  bench/torch_baseline.py over the same matrix as perf
@@ -276,6 +276,8 @@ allreduce 8
 allreduce 1 7
 allreduce 3 1023
 allreduce 8 1048576 20
+allreduce_mp 2
+allreduce_mp 4
 EOF
 }
 

@@ -5,11 +5,11 @@
 
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::bootstrap::{self, UniqueId};
+use crate::error::{Error, Result, c_message};
 use crate::fdpass::FdListener;
+use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
 use crate::shm::SharedMemory;
-use crate::error::{Error, Result, c_message};
-use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::window::{Exchange, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;

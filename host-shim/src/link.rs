@@ -434,10 +434,7 @@ mod tests {
             signal_pad_len: 65536,
         };
         assert_eq!(WindowDeposit::decode(&d.encode(), 0).unwrap(), d);
-        let outside = WindowDeposit {
-            offset: 16000,
-            ..d
-        };
+        let outside = WindowDeposit { offset: 16000, ..d };
         assert!(WindowDeposit::decode(&outside.encode(), 0).is_err());
         let overflow = WindowDeposit {
             offset: u64::MAX,

@@ -124,12 +124,19 @@ fn init_rank_rejects_bad_arguments() {
             symmResult_t::symmInvalidArgument,
             "rank",
         );
-        let mut foreign = id;
-        foreign.internal[8] = foreign.internal[8].wrapping_add(1);
+        let mut other_version = id;
+        other_version.internal[8] = other_version.internal[8].wrapping_add(1);
         expect(
-            symmCommInitRank(&mut comm, 1, foreign, 0),
-            symmResult_t::symmUnsupported,
-            "process",
+            symmCommInitRank(&mut comm, 1, other_version, 0),
+            symmResult_t::symmInvalidArgument,
+            "commId",
+        );
+        let mut bad_padding = id;
+        bad_padding.internal[127] = 1;
+        expect(
+            symmCommInitRank(&mut comm, 1, bad_padding, 0),
+            symmResult_t::symmInvalidArgument,
+            "commId",
         );
     }
     assert!(comm.is_null());

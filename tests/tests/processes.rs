@@ -130,7 +130,9 @@ fn a_rank_with_a_forged_secret_is_refused_and_the_others_complete() {
         let r = unsafe { symmCommInitRank(&mut comm, 2, forged, 1) };
         (r, last_error(null_mut()))
     });
-    let children: Vec<Child> = (0..2).map(|rank| spawn("allreduce", rank, 2, &id)).collect();
+    let children: Vec<Child> = (0..2)
+        .map(|rank| spawn("allreduce", rank, 2, &id))
+        .collect();
     for (rank, child) in children.into_iter().enumerate() {
         let (ok, log) = finish(child, Duration::from_secs(60));
         assert!(ok, "rank {rank}:\n{log}");
@@ -351,7 +353,10 @@ fn child_rank() {
             }
             leave(r);
             let after = descriptors();
-            assert_eq!(after, before, "descriptors (all, shared memory) before and after");
+            assert_eq!(
+                after, before,
+                "descriptors (all, shared memory) before and after"
+            );
             assert_eq!(shared_mappings(), maps_before, "shared-memory mappings");
             println!("rank {rank}: no leaks ({} descriptors)", after.0);
         }

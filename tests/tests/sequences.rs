@@ -1161,7 +1161,11 @@ fn run_processes(profile: Profile, seed: u64, ranks_per_process: usize, calls: u
     };
     let deadline = Instant::now() + CHILD_DEADLINE;
     for (first, mut child) in children {
-        while child.try_wait().expect("waiting for a rank process").is_none() {
+        while child
+            .try_wait()
+            .expect("waiting for a rank process")
+            .is_none()
+        {
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 break;
@@ -1232,9 +1236,18 @@ fn child_process_ranks() {
         .map(|(index, call)| preparer.prepare(index, call, None));
     let outcome = run_local_ranks(first..first + count, nranks, id, window, prepared);
     for f in &outcome.failures {
-        println!("FAILURE {} {} {}", f.index, f.rank, f.what.replace('\n', " "));
+        println!(
+            "FAILURE {} {} {}",
+            f.index,
+            f.rank,
+            f.what.replace('\n', " ")
+        );
     }
-    assert!(outcome.failures.is_empty(), "{} failures", outcome.failures.len());
+    assert!(
+        outcome.failures.is_empty(),
+        "{} failures",
+        outcome.failures.len()
+    );
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,17 +32,19 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 7] = [
+const FILES: [&str; 9] = [
     "ffi-headers/symm.h",
     "examples/c/Makefile",
     "examples/c/common.h",
     "examples/c/allreduce.c",
     "examples/c/allreduce_pthreads.c",
+    "examples/c/allreduce_mp.c",
+    "examples/c/launch_mp.sh",
     "bench/torch_baseline.py",
     "bench/gpu/run.sh",
 ];
 /// The C examples the Makefile builds.
-const EXAMPLES: [&str; 2] = ["allreduce", "allreduce_pthreads"];
+const EXAMPLES: [&str; 3] = ["allreduce", "allreduce_pthreads", "allreduce_mp"];
 
 /// Build the bundle and print its size and path.
 pub fn build() -> Result<(), String> {

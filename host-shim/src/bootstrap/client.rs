@@ -74,32 +74,28 @@ impl Client {
         };
         wire::send(&mut writer, &hello, WRITE_TIMEOUT)?;
         let mut reader = FrameReader::new(stream);
-        let infos = loop {
-            match reader.next(deadline) {
-                Ok(Some(Frame::Welcome { infos })) if infos.len() == nranks as usize => {
-                    break infos;
-                }
-                Ok(Some(Frame::Error { message })) => {
-                    return Err(Error::invalid_argument(format!("rank {rank}: {message}")));
-                }
-                Ok(Some(_)) => {
-                    return Err(Error::new(
-                        symmResult_t::symmSystemError,
-                        format!("rank {rank}: unexpected message from the bootstrap root"),
-                    ));
-                }
-                Ok(None) => return Err(timed_out("not every rank joined")),
-                Err(e) => {
-                    return Err(Error::new(
-                        e.code,
-                        format!(
-                            "rank {rank}: joining through the bootstrap root {}: {} (a wrong \
+        let infos = match reader.next(deadline) {
+            Ok(Some(Frame::Welcome { infos })) if infos.len() == nranks as usize => infos,
+            Ok(Some(Frame::Error { message })) => {
+                return Err(Error::invalid_argument(format!("rank {rank}: {message}")));
+            }
+            Ok(Some(_)) => {
+                return Err(Error::new(
+                    symmResult_t::symmSystemError,
+                    format!("rank {rank}: unexpected message from the bootstrap root"),
+                ));
+            }
+            Ok(None) => return Err(timed_out("not every rank joined")),
+            Err(e) => {
+                return Err(Error::new(
+                    e.code,
+                    format!(
+                        "rank {rank}: joining through the bootstrap root {}: {} (a wrong \
                              commId secret is refused this way)",
-                            id.address(),
-                            e.message
-                        ),
-                    ));
-                }
+                        id.address(),
+                        e.message
+                    ),
+                ));
             }
         };
         Ok((
@@ -183,10 +179,7 @@ impl Client {
                 Err(e) => {
                     inbox.failure = Some(Error::new(
                         e.code,
-                        format!(
-                            "rank {}: lost the bootstrap root: {}",
-                            self.rank, e.message
-                        ),
+                        format!("rank {}: lost the bootstrap root: {}", self.rank, e.message),
                     ));
                 }
             }

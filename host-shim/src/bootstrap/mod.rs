@@ -186,11 +186,7 @@ pub fn random_secret() -> Result<[u8; 32]> {
     while filled < bytes.len() {
         // SAFETY: the pointer and length describe the unfilled part of `bytes`.
         let n = unsafe {
-            libc::getrandom(
-                bytes[filled..].as_mut_ptr().cast(),
-                bytes.len() - filled,
-                0,
-            )
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
         };
         if n < 0 {
             let e = std::io::Error::last_os_error();

@@ -20,8 +20,14 @@ fn join_all(id: UniqueId, nranks: u32) -> Vec<(Client, Vec<Vec<u8>>)> {
     let threads: Vec<_> = (0..nranks)
         .map(|rank| {
             std::thread::spawn(move || {
-                Client::connect(&id, nranks, rank, format!("info-{rank}").as_bytes(), TIMEOUT)
-                    .unwrap()
+                Client::connect(
+                    &id,
+                    nranks,
+                    rank,
+                    format!("info-{rank}").as_bytes(),
+                    TIMEOUT,
+                )
+                .unwrap()
             })
         })
         .collect();
@@ -44,9 +50,7 @@ fn ranks_join_and_all_gather_with_interleaved_tags() {
         for (rank, (client, _)) in clients.iter().enumerate() {
             let tags = if rank % 2 == 0 { [1, 2] } else { [2, 1] };
             for tag in tags {
-                client
-                    .contribute(tag, &[rank as u8, tag as u8])
-                    .unwrap();
+                client.contribute(tag, &[rank as u8, tag as u8]).unwrap();
             }
         }
         for (client, _) in &clients {
@@ -184,7 +188,10 @@ fn a_lost_rank_fails_the_others_pending_all_gather_promptly() {
     let e = survivor.gathered(9, Duration::from_secs(20)).unwrap_err();
     assert_eq!(e.code, symmResult_t::symmRemoteError, "{}", e.message);
     assert!(e.message.contains("rank 2"), "{}", e.message);
-    assert!(start.elapsed() < Duration::from_secs(5), "promptly, not after the bound");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "promptly, not after the bound"
+    );
 }
 
 #[test]
@@ -199,7 +206,10 @@ fn ids_round_trip_and_bad_ids_are_refused() {
     let c = parse_comm_id("127.0.0.1:4000", None).unwrap();
     assert_ne!(a.secret(), b.secret());
     assert_ne!(a.secret(), c.secret());
-    assert_eq!(a, parse_comm_id(" 127.0.0.1:4000 ", Some("s3cret")).unwrap());
+    assert_eq!(
+        a,
+        parse_comm_id(" 127.0.0.1:4000 ", Some("s3cret")).unwrap()
+    );
     for bad in ["", "localhost", "1.2.3.4", "1.2.3.4:0", "no such host!:5"] {
         assert!(parse_comm_id(bad, None).is_err(), "{bad:?}");
     }

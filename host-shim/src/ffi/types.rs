@@ -271,11 +271,11 @@ mod tests {
 
     #[test]
     fn every_result_has_a_description() {
-        for raw in 0..10 {
-            let r = symmResult_t::from_raw(raw).expect("codes 0..=9 exist");
+        for raw in 0..=10 {
+            let r = symmResult_t::from_raw(raw).expect("codes 0..=10 exist");
             assert!(!r.description().to_bytes().is_empty());
         }
-        assert_eq!(symmResult_t::from_raw(10), None);
+        assert_eq!(symmResult_t::from_raw(11), None);
         assert_eq!(symmResult_t::from_raw(-1), None);
     }
 }
