@@ -113,6 +113,8 @@ fn test() -> Result<(), String> {
         "all_reduce -b 8 -e 256K -f 8 -g 4 -n 2 -w 1 -c 1",
         "all_gather -b 64 -e 64K -f 16 -g 3 -d bfloat16 -n 2 -w 1 -c 1",
         "reduce_scatter -b 64 -e 64K -f 16 -g 5 -d int32 -o max -n 2 -w 1 -c 1",
+        "all_reduce -b 8 -e 256K -f 8 --procs 3 -n 2 -w 1 -c 1",
+        "all_gather -b 64 -e 64K -f 16 --procs 2 -d bfloat16 -n 2 -w 1 -c 1",
         "clc -t 300 -x 2 -k 10 -r 100 -n 1",
     ] {
         run(Command::new("target/release/symm-perf")

@@ -6,7 +6,10 @@
 //! symm-perf clc -t tiles -i uniform|skew|heavy|all -p policy|all -n iters
 //! ```
 //!
-//! All ranks live in this process on device 0 (one thread drives them, collectives grouped).
+//! All ranks live in this process on device 0 (one thread drives them, collectives grouped);
+//! with `--procs N`, N processes of one rank each (this process starts them as copies of
+//! itself, joined with `symmCommInitRank`; rank 0 prints the table, every rank checks its own
+//! results), the layout of a torchrun or mpirun job.
 //! Sizes are nccl-tests' (bytes of the whole result; all-gather and reduce-scatter: of the
 //! gathered / scattered buffer). On the cuda backend each point is the median of CUDA-event
 //! timings of CUDA-graph replays, and a floor column compares it with the device-to-device copy
@@ -33,7 +36,12 @@ struct Rank {
 
 struct Bench {
     options: Options,
+    /// The ranks in this process.
     ranks: Vec<Rank>,
+    /// Global rank of `ranks[0]` (the others follow).
+    first_rank: usize,
+    /// Ranks of the communicator.
+    nranks: usize,
     gpu: Option<Gpu>,
     /// Bytes between the two regions of each window.
     region: u64,
@@ -63,16 +71,33 @@ fn ok(what: &str, r: symmResult_t, comm: symmComm_t) -> Result<(), String> {
 }
 
 impl Bench {
-    fn new(options: Options) -> Result<Bench, String> {
+    /// All ranks in this process (`process` `None`), or this process's rank of a
+    /// `--procs` run: `(rank, unique id)`.
+    fn new(options: Options, process: Option<(usize, symmUniqueId)>) -> Result<Bench, String> {
         let n = options.ranks;
-        let mut comms = vec![std::ptr::null_mut(); n];
-        let devices = vec![0; n];
-        // SAFETY: both arrays hold n elements.
-        ok(
-            "symmCommInitAll",
-            unsafe { symmCommInitAll(comms.as_mut_ptr(), n as i32, devices.as_ptr()) },
-            std::ptr::null_mut(),
-        )?;
+        let (comms, first_rank) = match process {
+            None => {
+                let mut comms = vec![std::ptr::null_mut(); n];
+                let devices = vec![0; n];
+                // SAFETY: both arrays hold n elements.
+                ok(
+                    "symmCommInitAll",
+                    unsafe { symmCommInitAll(comms.as_mut_ptr(), n as i32, devices.as_ptr()) },
+                    std::ptr::null_mut(),
+                )?;
+                (comms, 0)
+            }
+            Some((rank, id)) => {
+                let mut comm = std::ptr::null_mut();
+                // SAFETY: valid out-pointer.
+                ok(
+                    "symmCommInitRank",
+                    unsafe { symmCommInitRank(&mut comm, n as i32, id, rank as i32) },
+                    std::ptr::null_mut(),
+                )?;
+                (vec![comm], rank)
+            }
+        };
         let mut backend = std::ptr::null();
         // SAFETY: valid out-pointer.
         ok(
@@ -117,6 +142,8 @@ impl Bench {
         Ok(Bench {
             options,
             ranks,
+            first_rank,
+            nranks: n,
             gpu,
             region,
         })
@@ -127,7 +154,7 @@ impl Bench {
     }
 
     fn shape(&self, bytes: u64) -> Shape {
-        let n = self.ranks.len() as u64;
+        let n = self.nranks as u64;
         match self.options.operation {
             Operation::AllReduce => {
                 let total = bytes / self.element();
@@ -146,10 +173,10 @@ impl Bench {
         }
     }
 
-    /// (send, recv) addresses of rank `r`.
+    /// (send, recv) addresses of `self.ranks[r]`.
     fn buffers(&self, r: usize, shape: Shape, in_place: bool) -> (u64, u64) {
         let base = self.ranks[r].base;
-        let segment = r as u64 * shape.count * self.element();
+        let segment = (self.first_rank + r) as u64 * shape.count * self.element();
         match (self.options.operation, in_place) {
             (Operation::AllReduce, true) => (base, base),
             (Operation::AllReduce, false) => (base, base + self.region),
@@ -231,15 +258,15 @@ impl Bench {
     fn check(&self, shape: Shape, in_place: bool) -> Result<u64, String> {
         let dtype = self.options.dtype;
         let size = self.element() as usize;
-        let n = self.ranks.len();
+        let n = self.nranks;
         let inputs = match self.options.operation {
             Operation::AllGather => shape.count,
             _ => shape.total,
         };
-        for r in 0..n {
+        for r in 0..self.ranks.len() {
             let mut bytes = vec![0u8; inputs as usize * size];
             for (i, chunk) in bytes.chunks_mut(size).enumerate() {
-                encode(dtype, self.input(r, i as u64), chunk);
+                encode(dtype, self.input(self.first_rank + r, i as u64), chunk);
             }
             self.write(self.buffers(r, shape, in_place).0, &bytes)?;
         }
@@ -257,8 +284,12 @@ impl Bench {
             _ => 0.0,
         };
         let mut wrong = 0;
-        for r in 0..n {
-            let got = self.read(self.buffers(r, shape, in_place).1, outputs as usize * size)?;
+        for local in 0..self.ranks.len() {
+            let r = self.first_rank + local;
+            let got = self.read(
+                self.buffers(local, shape, in_place).1,
+                outputs as usize * size,
+            )?;
             for (i, chunk) in got.chunks(size).enumerate() {
                 let i = i as u64;
                 let expected = match self.options.operation {
@@ -315,7 +346,7 @@ impl Bench {
             self.options.dtype,
             self.options.op,
             shape.count,
-            self.ranks.len() as u32,
+            self.nranks as u32,
             comm.clique.backend.kind(),
             symm::plan::Limits {
                 max_blocks: comm.max_blocks,
@@ -323,7 +354,7 @@ impl Bench {
             },
         )
         .expect("valid request");
-        let n = self.ranks.len() as f64;
+        let n = self.nranks as f64;
         let s = (shape.total * self.element()) as f64;
         let per_rank = match plan.kernel.algorithm {
             // Lines of 16 bytes per 8 written into every rank, then read from every rank.
@@ -348,16 +379,87 @@ impl Drop for Bench {
     }
 }
 
-fn run(options: Options) -> Result<bool, String> {
-    let bench = Bench::new(options.clone())?;
-    let n = bench.ranks.len();
+/// Environment of a `--procs` child: `rank,id-in-hex`.
+const PROCESS_ENV: &str = "SYMM_PERF_PROCESS";
+
+/// `--procs N`: start N copies of this program, one rank each, and wait for them; rank 0's
+/// output is this run's output.
+fn run_processes(args: &[String], nranks: usize) -> Result<bool, String> {
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    ok(
+        "symmGetUniqueId",
+        unsafe { symmGetUniqueId(&mut id) },
+        std::ptr::null_mut(),
+    )?;
+    let hex: String = id
+        .internal
+        .iter()
+        .map(|b| format!("{:02x}", *b as u8))
+        .collect();
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let mut children = Vec::with_capacity(nranks);
+    for rank in 0..nranks {
+        let mut command = std::process::Command::new(&exe);
+        command.args(args).env(PROCESS_ENV, format!("{rank},{hex}"));
+        if rank != 0 {
+            command.stdout(std::process::Stdio::null());
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("starting rank {rank}: {e}"))?;
+        children.push(child);
+    }
+    let mut all_right = true;
+    for (rank, mut child) in children.into_iter().enumerate() {
+        let status = child
+            .wait()
+            .map_err(|e| format!("waiting for rank {rank}: {e}"))?;
+        if !status.success() {
+            eprintln!("symm-perf: rank {rank} failed ({status})");
+            all_right = false;
+        }
+    }
+    Ok(all_right)
+}
+
+/// This process's rank and the unique id, when it is a `--procs` child.
+fn process_rank() -> Result<Option<(usize, symmUniqueId)>, String> {
+    let Ok(text) = std::env::var(PROCESS_ENV) else {
+        return Ok(None);
+    };
+    let bad = || format!("{PROCESS_ENV}={text:?} is malformed");
+    let (rank, hex) = text.split_once(',').ok_or_else(bad)?;
+    let rank: usize = rank.parse().map_err(|_| bad())?;
+    if hex.len() != 2 * SYMM_UNIQUE_ID_BYTES {
+        return Err(bad());
+    }
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    for (i, c) in id.internal.iter_mut().enumerate() {
+        *c = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())? as std::ffi::c_char;
+    }
+    Ok(Some((rank, id)))
+}
+
+fn run(options: Options, process: Option<(usize, symmUniqueId)>) -> Result<bool, String> {
+    let bench = Bench::new(options.clone(), process)?;
+    let n = bench.nranks;
     let backend = if bench.gpu.is_some() { "cuda" } else { "host" };
+    let layout = if process.is_some() {
+        "one process per rank"
+    } else {
+        "one thread drives all"
+    };
     let copy_gbps = match &bench.gpu {
         Some(gpu) => Some(gpu.copy_bandwidth_gbps(256 << 20)?),
         None => None,
     };
     println!(
-        "# symm-perf {:?}: {n} ranks on device 0, backend {backend}, {:?} {:?}, median of {} iterations after {} warm-up{}",
+        "# symm-perf {:?}: {n} ranks on device 0 ({layout}), backend {backend}, {:?} {:?}, median of {} iterations after {} warm-up{}",
         options.operation,
         options.dtype,
         options.op,
@@ -464,7 +566,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(options) {
+    let outcome = match process_rank() {
+        Err(message) => Err(message),
+        Ok(None) if options.procs.is_some() => run_processes(&args, options.ranks),
+        Ok(process) => run(options, process),
+    };
+    match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("symm-perf: wrong results");

@@ -37,6 +37,9 @@ pub struct Options {
     pub factor: u64,
     /// Ranks, all on device 0 (`-g`).
     pub ranks: usize,
+    /// One process per rank (`--procs N`: N ranks, each in its own process, joined with
+    /// `symmCommInitRank`), instead of `-g` ranks driven by one thread.
+    pub procs: Option<usize>,
     /// Element type (`-d`).
     pub dtype: DataType,
     /// Reduction (`-o`).
@@ -51,7 +54,7 @@ pub struct Options {
 
 pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|clc [-b minbytes] \
 [-e maxbytes] [-f factor] [-g ranks] [-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2] \
-[-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1]";
+[-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1] [--procs N]";
 
 /// Parse `8`, `64K`, `128M`, `1G`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -114,6 +117,7 @@ impl Options {
             max_bytes: 128 << 20,
             factor: 2,
             ranks: 8,
+            procs: None,
             dtype: DataType::Float32,
             op: RedOp::Sum,
             iterations: 20,
@@ -140,6 +144,10 @@ impl Options {
                 "-n" => options.iterations = number()?,
                 "-w" => options.warmup = number()?,
                 "-c" => options.check = number()? != 0,
+                "--procs" => {
+                    options.procs = Some(number()?);
+                    options.ranks = number()?;
+                }
                 _ => return Err(format!("unknown option {flag}\n{USAGE}")),
             }
         }
@@ -187,6 +195,12 @@ mod tests {
         );
         assert_eq!(o.sizes().len(), 13, "8 B, 32 B, …, 128 MiB");
         assert!(Options::parse(&["broadcast".to_string()]).is_err());
+        let args: Vec<String> = "all_reduce --procs 4 -b 1K"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        let o = Options::parse(&args).unwrap();
+        assert_eq!((o.procs, o.ranks, o.min_bytes), (Some(4), 4, 1024));
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
     }
 }
