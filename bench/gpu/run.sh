@@ -297,8 +297,8 @@ part_perf() {
 }
 
 part_perf_procs() {
-  # One process per rank: on the cuda backend this needs cross-process windows (not yet in
-  # this version: symmUnsupported is recorded), on the host backend it runs.
+  # One process per rank (processes time-slice one GPU: a correctness run; its times are not
+  # comparable with the one-process runs).
   local g
   for g in 2 4; do
     SYMM_BACKEND=$BACKEND run_logged perf "all_reduce --procs $g -d float" "8..$MAX_BYTES" \

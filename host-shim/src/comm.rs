@@ -9,7 +9,7 @@ use crate::error::{Error, Result, c_message};
 use crate::fdpass::FdListener;
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
-use crate::shm::SharedMemory;
+use crate::shareable::Shareable;
 use crate::window::{Exchange, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
@@ -82,7 +82,7 @@ pub struct CommState {
     pub allocations: BTreeMap<u64, usize>,
     /// The shareable memory behind those of `allocations` that ranks of other processes map
     /// (host backend, communicators with ranks in other processes), by address.
-    pub shared: BTreeMap<u64, SharedMemory>,
+    pub shared: BTreeMap<u64, Shareable>,
     /// Registered windows, by handle address.
     pub windows: HashMap<usize, Arc<Window>>,
     /// Sequence number of this rank's next window registration.
@@ -199,7 +199,7 @@ impl Comm {
     /// when ranks of other processes must map it.
     pub fn mem_alloc(&self, size: usize) -> Result<u64> {
         if self.shares_across_processes() {
-            let memory = SharedMemory::create(size, "symm-window")?;
+            let memory = Shareable::create(&self.clique.backend, self.device, size, "symm-window")?;
             let address = memory.address();
             let mut state = self.lock();
             state.allocations.insert(address, size);
@@ -477,13 +477,10 @@ fn check_peers(link: &RankLink, rank: usize, kind: BackendKind) -> Result<()> {
                      the processes of one machine only"
                 )));
             }
-            BackendKind::Host => {}
-            BackendKind::Cuda | BackendKind::Model => {
+            BackendKind::Host | BackendKind::Cuda => {}
+            BackendKind::Model => {
                 return Err(Error::unsupported(format!(
-                    "rank {r} runs in another process: windows across processes are supported \
-                     on the host backend; on the {} backend, run the ranks as threads of one \
-                     process for now",
-                    kind.name()
+                    "rank {r} runs in another process: the model backend runs in one process"
                 )));
             }
         }

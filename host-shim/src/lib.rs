@@ -27,6 +27,8 @@ pub mod link;
 pub mod plan;
 pub mod ptx;
 #[cfg(target_os = "linux")]
+pub mod shareable;
+#[cfg(target_os = "linux")]
 pub mod shm;
 pub mod window;
 

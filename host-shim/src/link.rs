@@ -90,38 +90,32 @@ impl PeerInfo {
 }
 
 /// One rank's part of a window registration, all-gathered under the registration's number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowDeposit {
     /// Window base in the rank's own address space (used by ranks of the same process).
     pub base: u64,
     /// Window size in bytes.
     pub size: u64,
-    /// Offset of the window in its shareable allocation (ranks of other processes).
-    pub offset: u64,
-    /// Length of that allocation.
-    pub allocation_len: u64,
     /// Signal pad address in the rank's own address space.
     pub signal_pad: u64,
-    /// Length of the signal pad's shareable allocation.
-    pub signal_pad_len: u64,
+    /// How ranks of other processes map the window ([`crate::shareable`]; empty when every
+    /// rank is in one process).
+    pub window_export: Vec<u8>,
+    /// How they map the signal pad.
+    pub pad_export: Vec<u8>,
 }
 
 impl WindowDeposit {
-    const BYTES: usize = 1 + 6 * 8;
-
-    /// Wire form.
+    /// Wire form: version, base, size, signal pad, then each export as `u16` length + bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(Self::BYTES);
+        let mut out = Vec::with_capacity(25 + 4 + self.window_export.len() + self.pad_export.len());
         out.push(VERSION);
-        for v in [
-            self.base,
-            self.size,
-            self.offset,
-            self.allocation_len,
-            self.signal_pad,
-            self.signal_pad_len,
-        ] {
+        for v in [self.base, self.size, self.signal_pad] {
             out.extend_from_slice(&v.to_le_bytes());
+        }
+        for export in [&self.window_export, &self.pad_export] {
+            out.extend_from_slice(&(export.len() as u16).to_le_bytes());
+            out.extend_from_slice(export);
         }
         out
     }
@@ -129,27 +123,32 @@ impl WindowDeposit {
     /// Parse a rank's deposit.
     pub fn decode(bytes: &[u8], rank: usize) -> Result<WindowDeposit> {
         let bad = || Error::internal(format!("rank {rank} sent a malformed window registration"));
-        if bytes.len() != Self::BYTES || bytes[0] != VERSION {
+        let mut r = Reader::new(bytes);
+        if r.u8().ok_or_else(bad)? != VERSION {
             return Err(bad());
         }
-        let mut r = Reader::new(&bytes[1..]);
-        let mut next = || r.u64().ok_or_else(bad);
-        let deposit = WindowDeposit {
-            base: next()?,
-            size: next()?,
-            offset: next()?,
-            allocation_len: next()?,
-            signal_pad: next()?,
-            signal_pad_len: next()?,
+        let base = r.u64().ok_or_else(bad)?;
+        let size = r.u64().ok_or_else(bad)?;
+        let signal_pad = r.u64().ok_or_else(bad)?;
+        let mut export = || -> Result<Vec<u8>> {
+            let len = u16::from_le_bytes(r.array::<2>().ok_or_else(bad)?) as usize;
+            if len > crate::shareable::MAX_EXPORT_BYTES {
+                return Err(bad());
+            }
+            Ok(r.bytes(len).ok_or_else(bad)?.to_vec())
         };
-        if deposit
-            .offset
-            .checked_add(deposit.size)
-            .is_none_or(|end| end > deposit.allocation_len)
-        {
+        let window_export = export()?;
+        let pad_export = export()?;
+        if !r.done() {
             return Err(bad());
         }
-        Ok(deposit)
+        Ok(WindowDeposit {
+            base,
+            size,
+            signal_pad,
+            window_export,
+            pad_export,
+        })
     }
 }
 
@@ -285,6 +284,17 @@ impl RankLink {
     /// `true` when some rank runs in another process.
     pub fn has_remote_peers(&self) -> bool {
         (0..self.peers.len()).any(|p| !self.is_local(p))
+    }
+
+    /// How this rank hands memory to ranks of other processes: file descriptors when they all
+    /// run on this machine, else CUDA fabric handles (multi-node NVLink domains).
+    pub fn export_kind(&self) -> crate::shareable::ExportKind {
+        let own = &self.peers[self.rank as usize].node;
+        if self.peers.iter().all(|p| &p.node == own) {
+            crate::shareable::ExportKind::FileDescriptor
+        } else {
+            crate::shareable::ExportKind::Fabric
+        }
     }
 
     /// Contribute `payload` to the all-gather `tag` (returns at once).
@@ -424,27 +434,33 @@ mod tests {
     }
 
     #[test]
-    fn window_deposit_round_trips_and_checks_bounds() {
+    fn window_deposit_round_trips_and_checks_lengths() {
         let d = WindowDeposit {
             base: 0x7000_0000,
             size: 4096,
-            offset: 8192,
-            allocation_len: 16384,
             signal_pad: 0x8000_0000,
-            signal_pad_len: 65536,
+            window_export: vec![1; 17],
+            pad_export: vec![2; 17],
         };
         assert_eq!(WindowDeposit::decode(&d.encode(), 0).unwrap(), d);
-        let outside = WindowDeposit { offset: 16000, ..d };
-        assert!(WindowDeposit::decode(&outside.encode(), 0).is_err());
-        let overflow = WindowDeposit {
-            offset: u64::MAX,
-            ..d
+        let local = WindowDeposit {
+            window_export: Vec::new(),
+            pad_export: Vec::new(),
+            ..d.clone()
         };
-        assert!(WindowDeposit::decode(&overflow.encode(), 0).is_err());
+        assert_eq!(WindowDeposit::decode(&local.encode(), 0).unwrap(), local);
+        let long = WindowDeposit {
+            window_export: vec![0; crate::shareable::MAX_EXPORT_BYTES + 1],
+            ..d.clone()
+        };
+        assert!(WindowDeposit::decode(&long.encode(), 0).is_err());
         let bytes = d.encode();
         for cut in 0..bytes.len() {
             assert!(WindowDeposit::decode(&bytes[..cut], 0).is_err());
         }
+        let mut trailing = bytes;
+        trailing.push(0);
+        assert!(WindowDeposit::decode(&trailing, 0).is_err());
     }
 
     #[test]

@@ -10,10 +10,10 @@ use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 use crate::ffi::types::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
 use crate::link::{RankLink, WindowDeposit};
-use crate::shm::SharedMemory;
+use crate::shareable::{ExportMessage, Imported, Shareable};
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
@@ -60,12 +60,11 @@ pub struct Window {
     device: i32,
     signal_pad: u64,
     /// The shareable memory of `signal_pad`, when ranks of other processes map it.
-    signal_pad_memory: Option<SharedMemory>,
-    /// Where to find the window's memory for ranks of other processes: its shareable
-    /// allocation (a duplicate descriptor), the window's offset in it and its length.
-    shared_allocation: Option<(OwnedFd, u64, u64)>,
+    signal_pad_memory: Option<Shareable>,
+    /// How ranks of other processes map this window and its signal pad.
+    exports: Option<Exports>,
     /// Peers' windows and signal pads mapped into this process (ranks of other processes).
-    imports: Mutex<Vec<SharedMemory>>,
+    imports: Mutex<Vec<Imported>>,
     abort: Flag,
     context: OnceLock<DeviceContext>,
 }
@@ -148,23 +147,26 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         )));
     }
     let pad_bytes = signal_pad_bytes(comm.clique.nranks);
-    let (signal_pad, signal_pad_memory, shared_allocation) = if comm.shares_across_processes() {
-        let (&allocation, memory) = state
-            .shared
-            .range(..=buff)
-            .next_back()
-            .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
-        let fd = memory.fd().try_clone_to_owned().map_err(|e| {
-            Error::internal(format!("duplicating the window's memory descriptor: {e}"))
-        })?;
-        let pad = SharedMemory::create(pad_bytes, "symm-signal-pad")?;
-        (
-            pad.address(),
-            Some(pad),
-            Some((fd, buff - allocation, memory.len() as u64)),
-        )
-    } else {
-        (backend.alloc_zeroed(comm.device, pad_bytes)?, None, None)
+    let (signal_pad, signal_pad_memory, exports) = match comm.link.as_ref() {
+        Some(link) if link.has_remote_peers() => {
+            let (&allocation, memory) = state
+                .shared
+                .range(..=buff)
+                .next_back()
+                .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
+            let kind = link.export_kind();
+            let (window_message, mut fds) = memory.export(buff - allocation, kind)?;
+            let pad = Shareable::create(&backend, comm.device, pad_bytes, "symm-signal-pad")?;
+            let (pad_message, pad_fds) = pad.export(0, kind)?;
+            fds.extend(pad_fds);
+            let exports = Exports {
+                window_message,
+                pad_message,
+                fds,
+            };
+            (pad.address(), Some(pad), Some(exports))
+        }
+        _ => (backend.alloc_zeroed(comm.device, pad_bytes)?, None, None),
     };
     let abort = match backend.alloc_flag(comm.device) {
         Ok(flag) => flag,
@@ -185,7 +187,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         device: comm.device,
         signal_pad,
         signal_pad_memory,
-        shared_allocation,
+        exports,
         imports: Mutex::new(Vec::new()),
         abort,
         context: OnceLock::new(),
@@ -235,33 +237,32 @@ fn deposit(comm: &Comm, window: &Window) -> Result<()> {
 /// window's and signal pad's memory to every rank of another process (queued on their
 /// sockets, so one thread may deposit for several ranks before completing any).
 fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
-    let (offset, allocation_len) = window
-        .shared_allocation
-        .as_ref()
-        .map_or((0, window.size), |(_, offset, len)| (*offset, *len));
-    let signal_pad_len = window
-        .signal_pad_memory
-        .as_ref()
-        .map_or(0, |m| m.len() as u64);
+    let (window_export, pad_export) = window.exports.as_ref().map_or_else(Default::default, |e| {
+        (e.window_message.clone(), e.pad_message.clone())
+    });
     let deposit = WindowDeposit {
         base: window.base,
         size: window.size,
-        offset,
-        allocation_len,
         signal_pad: window.signal_pad,
-        signal_pad_len,
+        window_export,
+        pad_export,
     };
     link.contribute(window.seq, &deposit.encode())?;
-    if let (Some((allocation, _, _)), Some(pad)) =
-        (&window.shared_allocation, &window.signal_pad_memory)
+    if let Some(exports) = &window.exports
+        && !exports.fds.is_empty()
     {
-        link.send_fds(
-            window.seq,
-            &[allocation.as_fd(), pad.fd()],
-            comm.clique.timeout,
-        )?;
+        let fds: Vec<BorrowedFd<'_>> = exports.fds.iter().map(AsFd::as_fd).collect();
+        link.send_fds(window.seq, &fds, comm.clique.timeout)?;
     }
     Ok(())
+}
+
+/// What ranks of other processes need to map a window: the export messages of its memory and
+/// of its signal pad ([`crate::shareable`]) and their descriptors, in that order.
+struct Exports {
+    window_message: Vec<u8>,
+    pad_message: Vec<u8>,
+    fds: Vec<OwnedFd>,
 }
 
 /// Wait until every rank deposited this window's registration, then build this rank's
@@ -350,7 +351,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
             window.size, window.seq, d.size
         )));
     }
-    let pad_bytes = signal_pad_bytes(comm.clique.nranks) as u64;
+    let backend = &comm.clique.backend;
     let mut out = Vec::with_capacity(deposits.len());
     let mut imports = Vec::new();
     for (rank, d) in deposits.iter().enumerate() {
@@ -362,22 +363,19 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
             });
             continue;
         }
-        if d.signal_pad_len < pad_bytes {
-            return Err(Error::internal(format!(
-                "rank {rank} registered window #{} with a signal pad of {} bytes, not {pad_bytes}",
-                window.seq, d.signal_pad_len
-            )));
-        }
-        let mut fds = link
-            .receive_fds(window.seq, rank as u32, 2, deadline)?
-            .into_iter();
-        let (Some(memory_fd), Some(pad_fd)) = (fds.next(), fds.next()) else {
-            return Err(Error::internal("file descriptors vanished"));
+        let memory = ExportMessage::decode(&d.window_export)?;
+        let pad = ExportMessage::decode(&d.pad_export)?;
+        let count = memory.descriptors() + pad.descriptors();
+        let mut fds = if count > 0 {
+            link.receive_fds(window.seq, rank as u32, count, deadline)?
+        } else {
+            Vec::new()
         };
-        let memory = SharedMemory::import(memory_fd, d.allocation_len as usize)?;
-        let pad = SharedMemory::import(pad_fd, d.signal_pad_len as usize)?;
+        let pad_fds = fds.split_off(memory.descriptors());
+        let memory = Imported::import(backend, comm.device, &memory, fds)?;
+        let pad = Imported::import(backend, comm.device, &pad, pad_fds)?;
         out.push(Deposit {
-            base: memory.address() + d.offset,
+            base: memory.address(),
             size: d.size,
             signal_pad: pad.address(),
         });

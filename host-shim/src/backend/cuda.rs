@@ -455,6 +455,12 @@ pub fn shared() -> Result<Arc<super::Backend>> {
         .clone()
 }
 
+/// The driver's handle of device `ordinal` (the cuda backend is in use, so the driver is
+/// loaded and initialized).
+pub fn cu_device(ordinal: i32) -> Result<sys::CUdevice> {
+    driver("cuDeviceGet", || result::device::get(ordinal))
+}
+
 /// The calling thread's current CUDA device, if the driver is present and a context is current.
 pub fn current_device() -> Option<i32> {
     // SAFETY: only checks whether the library can be loaded.
