@@ -92,6 +92,9 @@ pub struct CommState {
     pub aborted: Option<String>,
     /// The error of the abort (`symmTimeout`, or `symmInternalError` for a refused launch).
     pub abort_code: Option<symmResult_t>,
+    /// Set when a window registration through the bootstrap failed: later registrations are
+    /// refused (the ranks of other processes may have given up on it).
+    pub registration_failed: Option<String>,
     /// The kernel launched last by this rank (named when a kernel refuses its launch).
     pub last_kernel: Option<String>,
     /// Set when the device reported that queued work failed (see
@@ -395,13 +398,20 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     let listener = FdListener::bind()?;
     let info = PeerInfo {
         pid: std::process::id(),
+        process: link::process_identity()?,
         node: link::node_id(),
         backend: backend.kind() as u8,
         device,
         socket: listener.name().to_vec(),
     };
-    let (client, blobs) =
-        bootstrap::Client::connect(&id, nranks as u32, rank as u32, &info.encode(), timeout)?;
+    let join_timeout = crate::config::bootstrap_timeout()?;
+    let (client, blobs) = bootstrap::Client::connect(
+        &id,
+        nranks as u32,
+        rank as u32,
+        &info.encode(),
+        join_timeout,
+    )?;
     let peers = blobs
         .iter()
         .enumerate()
@@ -412,10 +422,8 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
 
     // Every rank plans the same grids: the block cap is the minimum over the ranks of what
     // lets the ranks sharing a device in one process be resident at once.
-    let sharing = link
-        .peers
-        .iter()
-        .filter(|p| p.pid == std::process::id() && p.device == device)
+    let sharing = (0..nranks)
+        .filter(|&r| link.is_local(r) && link.peers[r].device == device)
         .count() as u32;
     let own_cap = backend.max_blocks_per_rank(device, sharing)?;
     link.contribute(link::INIT_TAG, &own_cap.to_le_bytes())?;

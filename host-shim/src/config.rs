@@ -22,6 +22,19 @@ pub fn timeout() -> Result<Duration> {
     parse_timeout(std::env::var("SYMM_TIMEOUT_MS").ok().as_deref())
 }
 
+/// `SYMM_BOOTSTRAP_TIMEOUT_MS`: how long `symmCommInitRank` waits for every rank to join
+/// (processes a launcher starts may come up seconds apart); unset: [`timeout`].
+pub fn bootstrap_timeout() -> Result<Duration> {
+    match std::env::var("SYMM_BOOTSTRAP_TIMEOUT_MS") {
+        Ok(text) => parse_timeout(Some(&text)).map_err(|_| {
+            Error::invalid_argument(format!(
+                "SYMM_BOOTSTRAP_TIMEOUT_MS={text:?} is not a positive number of milliseconds"
+            ))
+        }),
+        Err(_) => timeout(),
+    }
+}
+
 /// Parse a `SYMM_TIMEOUT_MS` value (`None`: unset).
 pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
     match value {

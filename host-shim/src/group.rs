@@ -78,14 +78,21 @@ pub fn end() -> Result<()> {
         }
     };
     let mut tasks = Vec::new();
+    let mut registrations = Vec::new();
     for item in deferred {
         match item {
             Deferred::CompleteWindow(comm, window) => {
-                let result = window::complete(&comm, &window);
-                record(&comm, result);
+                // Every registration's first half before any second half (see
+                // `window::start_completion`).
+                let started = window::start_completion(&comm, &window);
+                registrations.push((comm, window, started));
             }
             Deferred::Collective(task) => tasks.push(task),
         }
+    }
+    for (comm, window, started) in registrations {
+        let result = window::finish_completion(&comm, &window, started);
+        record(&comm, result);
     }
     let instances = match collectives(&tasks) {
         Ok(instances) => instances,

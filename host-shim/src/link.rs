@@ -27,8 +27,11 @@ pub const INIT_TAG: u64 = u64::MAX;
 /// What a rank tells the others when it joins.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
-    /// Its process id.
+    /// Its process id (for messages; PID namespaces make it ambiguous).
     pub pid: u32,
+    /// A random identity of its process ([`process_identity`]): ranks with equal identities
+    /// share an address space.
+    pub process: [u8; 16],
     /// Identity of its machine (the kernel's boot id): ranks with equal ids share a node.
     pub node: [u8; 16],
     /// Its backend (`BackendKind` as a byte: 0 host, 1 cuda, 2 model).
@@ -42,9 +45,10 @@ pub struct PeerInfo {
 impl PeerInfo {
     /// Wire form: version, pid, node, backend, device, name length, name.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(27 + self.socket.len());
+        let mut out = Vec::with_capacity(43 + self.socket.len());
         out.push(VERSION);
         out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&self.process);
         out.extend_from_slice(&self.node);
         out.push(self.backend);
         out.extend_from_slice(&self.device.to_le_bytes());
@@ -65,6 +69,7 @@ impl PeerInfo {
             return Err(bad("version"));
         }
         let pid = r.u32().ok_or_else(|| bad("pid"))?;
+        let process = r.array::<16>().ok_or_else(|| bad("process"))?;
         let node = r.array::<16>().ok_or_else(|| bad("node"))?;
         let backend = r.u8().ok_or_else(|| bad("backend"))?;
         if backend > 2 {
@@ -81,6 +86,7 @@ impl PeerInfo {
         }
         Ok(PeerInfo {
             pid,
+            process,
             node,
             backend,
             device,
@@ -225,6 +231,18 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A random identity of this process, the same for all its ranks: unlike the pid, it tells
+/// processes apart across PID namespaces (containers on one machine).
+pub fn process_identity() -> Result<[u8; 16]> {
+    static IDENTITY: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    if let Some(identity) = IDENTITY.get() {
+        return Ok(*identity);
+    }
+    let random = crate::bootstrap::random_secret()?;
+    let identity: [u8; 16] = random[..16].try_into().expect("16 bytes");
+    Ok(*IDENTITY.get_or_init(|| identity))
+}
+
 /// The identity of this machine: the kernel's boot id (random per boot), so that ranks can
 /// tell whether they share a node.
 pub fn node_id() -> [u8; 16] {
@@ -278,7 +296,7 @@ impl RankLink {
 
     /// `true` when rank `peer` runs in this process.
     pub fn is_local(&self, peer: usize) -> bool {
-        self.peers[peer].pid == std::process::id()
+        self.peers[peer].process == self.peers[self.rank as usize].process
     }
 
     /// `true` when some rank runs in another process.
@@ -381,13 +399,20 @@ impl RankLink {
         let Some(header) = FdHeader::decode(&received.header) else {
             return;
         };
-        let known_sender = (header.source as usize) < self.peers.len()
-            && header.source != self.rank
-            && self.peers[header.source as usize].pid == received.peer_pid;
+        // The secret authenticates the sender (and the fd socket admits only our uid); the
+        // pid is not compared, since PID namespaces make it ambiguous.
+        let known_sender =
+            (header.source as usize) < self.peers.len() && !self.is_local(header.source as usize);
         if crate::bootstrap::secrets_equal(&header.secret, self.id.secret()) && known_sender {
             self.lock_stash()
                 .insert((header.seq, header.source), received.fds);
         }
+    }
+
+    /// Drop (close) the descriptors received for registrations up to `seq` that nobody took
+    /// (a registration that failed part-way).
+    pub fn forget_fds_up_to(&self, seq: u64) {
+        self.lock_stash().retain(|(s, _), _| *s > seq);
     }
 
     fn lock_stash(&self) -> std::sync::MutexGuard<'_, Stash> {
@@ -407,6 +432,7 @@ mod tests {
     fn info() -> PeerInfo {
         PeerInfo {
             pid: 4242,
+            process: [5; 16],
             node: [7; 16],
             backend: 0,
             device: 3,
@@ -425,7 +451,7 @@ mod tests {
         long.push(0);
         assert!(PeerInfo::decode(&long, 1).is_err());
         let mut bad_backend = bytes.clone();
-        bad_backend[21] = 9;
+        bad_backend[37] = 9;
         assert!(PeerInfo::decode(&bad_backend, 1).is_err());
         let mut bad_version = bytes;
         bad_version[0] = 0;

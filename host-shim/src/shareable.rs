@@ -207,6 +207,14 @@ impl Imported {
             Imported::Cuda(m) => m.address(),
         }
     }
+
+    /// Bytes mapped from [`Imported::address`] on.
+    pub fn region_len(&self) -> u64 {
+        match self {
+            Imported::Host(m, offset) => (m.len() as u64).saturating_sub(*offset),
+            Imported::Cuda(m) => (m.base() + m.size() as u64).saturating_sub(m.address()),
+        }
+    }
 }
 
 #[cfg(test)]

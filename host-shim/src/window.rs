@@ -130,6 +130,16 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
     let size = size as u64;
     let backend = comm.clique.backend.clone();
     let mut state = comm.lock();
+    if let Some(failed) = state
+        .registration_failed
+        .as_ref()
+        .filter(|_| comm.link.is_some())
+    {
+        return Err(Error::invalid_usage(format!(
+            "an earlier window registration on this communicator failed ({failed}); the ranks \
+             of other processes may have given up on it: create a new communicator"
+        )));
+    }
     if buff.checked_add(size).is_none() || !inside_allocation(&state, buff, size) {
         return Err(Error::invalid_argument(format!(
             "[buff, buff + size) = [{buff:#x}, +{size}) is not inside one symmMemAlloc \
@@ -268,15 +278,69 @@ struct Exports {
 /// Wait until every rank deposited this window's registration, then build this rank's
 /// context. On failure the window is removed from the communicator.
 pub fn complete(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
-    let gathered = match &comm.link {
-        Some(link) => gather_linked(comm, link, window),
-        None => gather(comm, window),
+    let started = start_completion(comm, window);
+    finish_completion(comm, window, started)
+}
+
+/// The first half of [`complete`]: gather and build the context, and (through the bootstrap)
+/// tell the others whether that worked. One thread completing several ranks' registrations
+/// (a group) starts every one before finishing any, since finishing waits for every rank's
+/// answer.
+pub fn start_completion(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
+    match &comm.link {
+        Some(link) => {
+            let built = gather_linked(comm, link, window)
+                .and_then(|deposits| build_context(comm, window, &deposits));
+            let answer = link.contribute(CONFIRM_TAG | window.seq, &[built.is_ok() as u8]);
+            built.and(answer)
+        }
+        None => gather(comm, window).and_then(|deposits| build_context(comm, window, &deposits)),
+    }
+}
+
+/// The second half of [`complete`], given the first half's result.
+pub fn finish_completion(
+    comm: &Arc<Comm>,
+    window: &Arc<Window>,
+    started: Result<()>,
+) -> Result<()> {
+    let result = match &comm.link {
+        Some(link) => {
+            let result = started.and_then(|()| confirm(comm, link, window));
+            link.forget_fds_up_to(window.seq);
+            if let Err(e) = &result {
+                comm.lock().registration_failed = Some(e.message.clone());
+            }
+            result
+        }
+        None => started,
     };
-    let result = gathered.and_then(|deposits| build_context(comm, window, &deposits));
     if result.is_err() {
         comm.lock().windows.remove(&(window.handle() as usize));
     }
     result
+}
+
+/// All-gather tag bit of the confirmation round of a registration.
+const CONFIRM_TAG: u64 = 1 << 62;
+
+/// The second round of a registration through the bootstrap: every rank said whether it
+/// built its context ([`start_completion`]), and the window exists only if all did. A rank
+/// that failed (a bad import, a size mismatch, a timeout) makes every rank fail together,
+/// instead of some holding a context over peers that gave up; and a rank whose earlier
+/// registration failed can never complete a later one alone.
+fn confirm(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
+    let answers = link.gathered(CONFIRM_TAG | window.seq, comm.clique.timeout)?;
+    match answers.iter().position(|a| a.as_slice() != [1]) {
+        None => Ok(()),
+        Some(rank) => Err(Error::new(
+            symmResult_t::symmRemoteError,
+            format!(
+                "rank {}: rank {rank} could not register window #{} (see its error)",
+                comm.rank, window.seq
+            ),
+        )),
+    }
 }
 
 fn gather(comm: &Comm, window: &Window) -> Result<Vec<Deposit>> {
@@ -352,6 +416,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         )));
     }
     let backend = &comm.clique.backend;
+    let pad_bytes = signal_pad_bytes(comm.clique.nranks) as u64;
     let mut out = Vec::with_capacity(deposits.len());
     let mut imports = Vec::new();
     for (rank, d) in deposits.iter().enumerate() {
@@ -374,6 +439,12 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         let pad_fds = fds.split_off(memory.descriptors());
         let memory = Imported::import(backend, comm.device, &memory, fds)?;
         let pad = Imported::import(backend, comm.device, &pad, pad_fds)?;
+        if memory.region_len() < d.size || pad.region_len() < pad_bytes {
+            return Err(Error::internal(format!(
+                "rank {rank} exported less memory than window #{} needs",
+                window.seq
+            )));
+        }
         out.push(Deposit {
             base: memory.address(),
             size: d.size,

@@ -14,7 +14,9 @@ use symm::*;
 use symm_tests::*;
 
 /// Bound of every wait on a peer in the children.
-const TIMEOUT_MS: u64 = 1500;
+const TIMEOUT_MS: u64 = 3000;
+/// Bound of the children's joining (they start one after another on a loaded machine).
+const JOIN_TIMEOUT_MS: &str = "60000";
 /// Elements of each all-reduce.
 const COUNT: usize = 4099;
 const CHILD_ENV: &str = "SYMM_PROC_CHILD";
@@ -48,6 +50,7 @@ fn spawn(scenario: &str, rank: usize, nranks: usize, id: &str) -> Child {
         ])
         .env("SYMM_BACKEND", "host")
         .env("SYMM_TIMEOUT_MS", TIMEOUT_MS.to_string())
+        .env("SYMM_BOOTSTRAP_TIMEOUT_MS", JOIN_TIMEOUT_MS)
         .env(CHILD_ENV, format!("{scenario},{rank},{nranks},{id}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -55,14 +58,23 @@ fn spawn(scenario: &str, rank: usize, nranks: usize, id: &str) -> Child {
         .expect("starting a rank process")
 }
 
-/// Wait for `child` (killed after `limit`); its success and its output.
-fn finish(mut child: Child, limit: Duration) -> (bool, String) {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let output = child.wait_with_output().unwrap();
+/// Wait for `child` (killed after `limit`); its success and its output. The output is read
+/// while it runs (a thread), so a chatty child never blocks on a full pipe.
+fn finish(child: Child, limit: Duration) -> (bool, String) {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = match rx.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: signals the child we started (it has not been reaped: its waiter still
+            // runs).
+            unsafe { kill_process(pid) };
+            rx.recv().unwrap().unwrap()
+        }
+    };
     let mut log = String::from_utf8_lossy(&output.stdout).into_owned();
     log.push_str(&String::from_utf8_lossy(&output.stderr));
     (output.status.success(), log)
@@ -119,9 +131,9 @@ fn a_rank_with_a_forged_secret_is_refused_and_the_others_complete() {
     let good = new_id();
     let id = id_hex(&good);
     let mut forged = good;
-    // The secret is the id's last 32 bytes that are not padding: flip every byte of the id
-    // except its header and address (the first 32), so the secret surely differs.
-    for b in forged.internal[32..].iter_mut() {
+    // The secret: bytes 32..64 of the id (the rest must stay as it is, or the id is refused
+    // before it is used).
+    for b in forged.internal[32..64].iter_mut() {
         *b = !*b;
     }
     let intruder = std::thread::spawn(move || {
@@ -140,6 +152,164 @@ fn a_rank_with_a_forged_secret_is_refused_and_the_others_complete() {
     }
     let (result, message) = intruder.join().unwrap();
     assert_ne!(result, symmResult_t::symmSuccess, "{message}");
+    assert!(message.contains("secret is refused"), "{message}");
+}
+
+/// Ranks of a communicator made by `symmCommInitRank` in threads of this process, then
+/// driven by one thread in groups: every registration's confirmation round waits for every
+/// rank, so a group must start all of them before finishing any.
+#[test]
+fn one_thread_drives_init_rank_ranks_in_groups() {
+    let id = new_id();
+    let comms = join_threads(id, 3);
+    let mut buffers = alloc(&comms, COUNT * 4);
+    register_all(&mut buffers);
+    for round in 0..3 {
+        check(symmGroupStart(), null_mut());
+        for (rank, b) in buffers.iter().enumerate() {
+            let values: Vec<f32> = (0..COUNT).map(|i| (rank + i % 5 + round) as f32).collect();
+            // SAFETY: the window holds COUNT f32; no collective is in flight.
+            unsafe { write_f32(b.base, &values) };
+        }
+        for b in &buffers {
+            let p = b.base as *mut c_void;
+            check(
+                symmAllReduce(
+                    p,
+                    p,
+                    COUNT,
+                    symmDataType_t::symmFloat32 as i32,
+                    symmRedOp_t::symmSum as i32,
+                    b.comm,
+                    null_mut(),
+                ),
+                b.comm,
+            );
+        }
+        check(symmGroupEnd(), null_mut());
+        for b in &buffers {
+            // SAFETY: as above; the group has completed.
+            let got = unsafe { read_f32(b.base as *const u8, COUNT) };
+            for (i, v) in got.iter().enumerate() {
+                assert_eq!(
+                    *v,
+                    (3 + 3 * (i % 5 + round)) as f32,
+                    "round {round} index {i}"
+                );
+            }
+        }
+    }
+    teardown(buffers);
+}
+
+/// Ranks that register windows of different sizes all fail (the confirmation round), and
+/// every later registration on those communicators is refused with a clear error.
+#[test]
+fn a_failed_registration_fails_every_rank_and_later_ones_are_refused() {
+    let id = new_id();
+    let comms = join_threads(id, 2);
+    let results: Vec<(symmResult_t, symmResult_t, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(rank, &comm)| {
+                let comm = comm as usize;
+                scope.spawn(move || {
+                    let comm = comm as symmComm_t;
+                    let bytes = 4096 * (rank + 1);
+                    let mut buffer = null_mut();
+                    let mut window = null_mut();
+                    // SAFETY: valid out-pointers; a live allocation.
+                    unsafe {
+                        check(symmMemAlloc(comm, &mut buffer, bytes), comm);
+                        let first = symmCommWindowRegister(
+                            comm,
+                            buffer,
+                            bytes,
+                            &mut window,
+                            SYMM_WIN_COLL_SYMMETRIC,
+                        );
+                        let second = symmCommWindowRegister(
+                            comm,
+                            buffer,
+                            bytes,
+                            &mut window,
+                            SYMM_WIN_COLL_SYMMETRIC,
+                        );
+                        let message = last_error(comm);
+                        check(symmMemFree(comm, buffer), comm);
+                        (first, second, message)
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, (first, second, message)) in results.iter().enumerate() {
+        assert_ne!(*first, symmResult_t::symmSuccess, "rank {rank}");
+        assert_eq!(
+            *second,
+            symmResult_t::symmInvalidUsage,
+            "rank {rank}: {message}"
+        );
+        assert!(message.contains("earlier window registration"), "{message}");
+    }
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// A rank whose communicator is destroyed makes another rank's registration fail promptly
+/// with `symmRemoteError`, not after the bound.
+#[test]
+fn a_departed_rank_fails_a_registration_promptly() {
+    let id = new_id();
+    let comms = join_threads(id, 2);
+    check(symmCommDestroy(comms[1]), null_mut());
+    let comm = comms[0];
+    let mut buffer = null_mut();
+    let mut window = null_mut();
+    let start = Instant::now();
+    // SAFETY: valid out-pointers; a live allocation.
+    let result = unsafe {
+        check(symmMemAlloc(comm, &mut buffer, 4096), comm);
+        symmCommWindowRegister(comm, buffer, 4096, &mut window, SYMM_WIN_COLL_SYMMETRIC)
+    };
+    assert_eq!(
+        result,
+        symmResult_t::symmRemoteError,
+        "{}",
+        last_error(comm)
+    );
+    assert!(
+        last_error(comm).contains("rank 1 left"),
+        "{}",
+        last_error(comm)
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    check(symmMemFree(comm, buffer), comm);
+    check(symmCommDestroy(comm), null_mut());
+}
+
+/// `nranks` ranks of `id` joined by threads of this process (returns once all joined).
+fn join_threads(id: symmUniqueId, nranks: usize) -> Vec<symmComm_t> {
+    let handles: Vec<_> = (0..nranks)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut comm = null_mut();
+                // SAFETY: valid out-pointer.
+                check(
+                    unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) },
+                    null_mut(),
+                );
+                comm as usize
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap() as symmComm_t)
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -364,15 +534,25 @@ fn child_rank() {
     }
 }
 
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+const SIGKILL: i32 = 9;
+
 /// Send SIGKILL to this process.
 ///
 /// # Safety
 /// Ends the process without unwinding or running destructors.
 unsafe fn libc_kill_self() {
-    unsafe extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    const SIGKILL: i32 = 9;
     // SAFETY: kill(2) with our own pid; the caller accepts the end of the process.
     unsafe { kill(std::process::id() as i32, SIGKILL) };
+}
+
+/// Send SIGKILL to process `pid`.
+///
+/// # Safety
+/// `pid` must be a child of this process that has not been reaped.
+unsafe fn kill_process(pid: u32) {
+    // SAFETY: kill(2) of our own unreaped child (caller's contract).
+    unsafe { kill(pid as i32, SIGKILL) };
 }

@@ -1146,6 +1146,7 @@ fn run_processes(profile: Profile, seed: u64, ranks_per_process: usize, calls: u
                 ])
                 .env("SYMM_BACKEND", "host")
                 .env("SYMM_TIMEOUT_MS", TIMEOUT_MS)
+                .env("SYMM_BOOTSTRAP_TIMEOUT_MS", "60000")
                 .env(CHILD_RANKS_ENV, spec)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -1159,20 +1160,34 @@ fn run_processes(profile: Profile, seed: u64, ranks_per_process: usize, calls: u
         failures: Vec::new(),
         stopped_at: None,
     };
+    // Each child's output is read while it runs (a thread per child), so that a chatty child
+    // never blocks on a full pipe; a child still running at the deadline is killed.
     let deadline = Instant::now() + CHILD_DEADLINE;
-    for (first, mut child) in children {
-        while child
-            .try_wait()
-            .expect("waiting for a rank process")
-            .is_none()
-        {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                break;
+    let waiters: Vec<(
+        usize,
+        u32,
+        mpsc::Receiver<std::io::Result<std::process::Output>>,
+    )> = children
+        .into_iter()
+        .map(|(first, child)| {
+            let pid = child.id();
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(child.wait_with_output());
+            });
+            (first, pid, rx)
+        })
+        .collect();
+    for (first, pid, rx) in waiters {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let output = match rx.recv_timeout(left) {
+            Ok(output) => output,
+            Err(_) => {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                rx.recv().expect("the waiter thread reports")
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        let output = child.wait_with_output().expect("collecting a rank process");
+        .expect("collecting a rank process");
         let stdout = String::from_utf8_lossy(&output.stdout);
         for line in stdout.lines() {
             let Some(rest) = line.strip_prefix("FAILURE ") else {
@@ -1187,12 +1202,13 @@ fn run_processes(profile: Profile, seed: u64, ranks_per_process: usize, calls: u
             }
             outcome.failures.push(Failure { index, rank, what });
         }
-        if !output.status.success() && !stdout.contains("FAILURE ") {
+        let ran = stdout.contains("1 passed");
+        if (!output.status.success() || !ran) && !stdout.contains("FAILURE ") {
             outcome.failures.push(Failure {
                 index: 0,
                 rank: first,
                 what: format!(
-                    "the process of ranks {first}.. failed ({}):\n{stdout}\n{}",
+                    "the process of ranks {first}.. failed or ran no test ({}):\n{stdout}\n{}",
                     output.status,
                     String::from_utf8_lossy(&output.stderr)
                 ),

@@ -148,8 +148,8 @@ impl Client {
                     inbox.failure = Some(Error::new(
                         symmResult_t::symmRemoteError,
                         format!(
-                            "rank {}: rank {rank} left the communicator (process exited or \
-                             connection lost)",
+                            "rank {}: rank {rank} left the communicator (destroyed, its \
+                             process exited, or its connection was lost)",
                             self.rank
                         ),
                     ));

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound of every write to a rank.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections that have not yet joined (or been refused) at once; more are closed at
+/// once, so that a flood of silent connections costs a bounded number of threads.
+const MAX_UNJOINED: usize = 2 * wire::MAX_RANKS as usize + 16;
 
 /// A running root.
 pub struct RootHandle {
@@ -63,6 +66,8 @@ struct State {
 
 struct Shared {
     secret: [u8; 32],
+    /// Connections between accept and the end of their `Hello` handling.
+    unjoined: std::sync::atomic::AtomicUsize,
     join_deadline: Instant,
     finished: AtomicBool,
     state: Mutex<State>,
@@ -87,6 +92,7 @@ pub fn start(listen: SocketAddr, secret: [u8; 32], join_timeout: Duration) -> Re
         .map_err(|e| wire::io_error("reading the listener address", e))?;
     let shared = Arc::new(Shared {
         secret,
+        unjoined: std::sync::atomic::AtomicUsize::new(0),
         join_deadline: Instant::now() + join_timeout,
         finished: AtomicBool::new(false),
         state: Mutex::new(State::default()),
@@ -111,10 +117,18 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         match listener.accept() {
             Ok((stream, _)) => {
+                if shared.unjoined.fetch_add(1, Ordering::AcqRel) >= MAX_UNJOINED {
+                    shared.unjoined.fetch_sub(1, Ordering::AcqRel);
+                    drop(stream);
+                    continue;
+                }
                 let serving = shared.clone();
-                let _ = std::thread::Builder::new()
+                let spawned = std::thread::Builder::new()
                     .name("symm-bootstrap-conn".into())
                     .spawn(move || serve(stream, serving));
+                if spawned.is_err() {
+                    shared.unjoined.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5));
@@ -156,12 +170,20 @@ fn refuse(stream: &mut TcpStream, message: String) {
 
 /// Serve one connection: its `Hello`, then its frames until it leaves or is lost.
 fn serve(stream: TcpStream, shared: Arc<Shared>) {
+    let joined = join(stream, &shared);
+    shared.unjoined.fetch_sub(1, Ordering::AcqRel);
+    if let Some((reader, rank)) = joined {
+        serve_member(reader, rank, &shared);
+    }
+}
+
+/// Read and check a connection's `Hello`: only that kind may come first, within
+/// [`HELLO_TIMEOUT`]. The joined rank and its reader, or `None` (connection closed).
+fn join(stream: TcpStream, shared: &Shared) -> Option<(FrameReader, usize)> {
     let _ = stream.set_nodelay(true);
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
+    let mut writer = stream.try_clone().ok()?;
     let mut reader = FrameReader::new(stream);
-    let hello = reader.next(Instant::now() + HELLO_TIMEOUT);
+    let hello = reader.next_of(Instant::now() + HELLO_TIMEOUT, Some(&[wire::HELLO]));
     let Ok(Some(Frame::Hello {
         secret,
         nranks,
@@ -169,10 +191,10 @@ fn serve(stream: TcpStream, shared: Arc<Shared>) {
         info,
     })) = hello
     else {
-        return; // silence, garbage or another frame first: close
+        return None; // silence, garbage or another frame first: close
     };
     if !secrets_equal(&secret, &shared.secret) {
-        return; // not one of ours: close without a word
+        return None; // not one of ours: close without a word
     }
     let rank = {
         let mut state = shared.lock();
@@ -181,11 +203,11 @@ fn serve(stream: TcpStream, shared: Arc<Shared>) {
                 &mut writer,
                 format!("rank {rank}: every rank of this communicator already joined"),
             );
-            return;
+            return None;
         }
         if nranks == 0 || nranks > wire::MAX_RANKS {
             refuse(&mut writer, format!("nranks = {nranks} is out of range"));
-            return;
+            return None;
         }
         if let Some(expected) = state.nranks
             && expected != nranks
@@ -196,14 +218,14 @@ fn serve(stream: TcpStream, shared: Arc<Shared>) {
                     "nranks = {nranks}, but the ranks that joined first use nranks = {expected}"
                 ),
             );
-            return;
+            return None;
         }
         if rank >= nranks {
             refuse(
                 &mut writer,
                 format!("rank = {rank}: must be in [0, {nranks})"),
             );
-            return;
+            return None;
         }
         if state.nranks.is_none() {
             state.nranks = Some(nranks);
@@ -214,10 +236,10 @@ fn serve(stream: TcpStream, shared: Arc<Shared>) {
                 &mut writer,
                 format!("rank {rank} already joined this communicator"),
             );
-            return;
+            return None;
         }
         let Ok(clone) = writer.try_clone() else {
-            return;
+            return None;
         };
         state.members[rank as usize] = Some(Member {
             writer: Mutex::new(clone),
@@ -237,31 +259,38 @@ fn serve(stream: TcpStream, shared: Arc<Shared>) {
         rank as usize
     };
     drop(writer);
+    Some((reader, rank))
+}
+
+/// Serve a joined rank's frames (only `Contribute` and `Leave`) until it leaves or is lost.
+fn serve_member(mut reader: FrameReader, rank: usize, shared: &Shared) {
+    let allowed = [wire::CONTRIBUTE, wire::LEAVE];
     loop {
         if shared.finished.load(Ordering::Acquire) {
             return;
         }
-        let frame = match reader.next(Instant::now() + Duration::from_millis(200)) {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let frame = match reader.next_of(deadline, Some(&allowed)) {
             Ok(None) => continue,
             Ok(Some(frame)) => frame,
             Err(_) => {
-                lost(&shared, rank);
+                lost(shared, rank);
                 return;
             }
         };
         match frame {
             Frame::Contribute { tag, payload } => {
-                if !contribute(&shared, rank, tag, payload) {
-                    lost(&shared, rank);
+                if !contribute(shared, rank, tag, payload) {
+                    lost(shared, rank);
                     return;
                 }
             }
             Frame::Leave => {
-                leave(&shared, rank);
+                leave(shared, rank);
                 return;
             }
             _ => {
-                lost(&shared, rank);
+                lost(shared, rank);
                 return;
             }
         }
@@ -319,13 +348,10 @@ fn contribute(shared: &Shared, rank: usize, tag: u64, payload: Vec<u8>) -> bool 
     true
 }
 
-/// `rank` left normally.
+/// `rank` left (its communicator was destroyed): no later all-gather can complete, so the
+/// others are told as for a lost rank (they only read it when they next need the root).
 fn leave(shared: &Shared, rank: usize) {
-    let mut state = shared.lock();
-    if let Some(member) = state.members[rank].as_mut() {
-        member.gone = true;
-    }
-    finish_if_empty(shared, &state);
+    lost(shared, rank);
 }
 
 /// `rank`'s connection failed: tell the others (before everyone joined, free its place).

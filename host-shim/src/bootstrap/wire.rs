@@ -68,13 +68,13 @@ pub enum Frame {
     Leave,
 }
 
-const HELLO: u8 = 1;
-const WELCOME: u8 = 2;
-const ERROR: u8 = 3;
-const CONTRIBUTE: u8 = 4;
-const GATHERED: u8 = 5;
-const PEER_LOST: u8 = 6;
-const LEAVE: u8 = 7;
+pub(crate) const HELLO: u8 = 1;
+pub(crate) const WELCOME: u8 = 2;
+pub(crate) const ERROR: u8 = 3;
+pub(crate) const CONTRIBUTE: u8 = 4;
+pub(crate) const GATHERED: u8 = 5;
+pub(crate) const PEER_LOST: u8 = 6;
+pub(crate) const LEAVE: u8 = 7;
 
 /// Largest payload of a frame of `kind` (`None`: unknown kind).
 fn max_payload(kind: u8) -> Option<usize> {
@@ -281,11 +281,21 @@ impl FrameReader {
     /// The next frame, or `Ok(None)` when `deadline` passes first. A closed connection or a
     /// malformed frame is an error.
     pub fn next(&mut self, deadline: Instant) -> Result<Option<Frame>> {
+        self.next_of(deadline, None)
+    }
+
+    /// As [`FrameReader::next`], but a frame whose kind is not in `allowed` is an error as
+    /// soon as its header arrives (before its payload is read): what an unauthenticated
+    /// connection may send is bounded by the allowed kinds' limits.
+    pub fn next_of(&mut self, deadline: Instant, allowed: Option<&[u8]>) -> Result<Option<Frame>> {
         loop {
             if self.buffer.len() >= HEADER_BYTES {
                 let header: [u8; HEADER_BYTES] =
                     self.buffer[..HEADER_BYTES].try_into().expect("header");
                 let (kind, len) = Frame::check_header(&header)?;
+                if allowed.is_some_and(|kinds| !kinds.contains(&kind)) {
+                    return Err(malformed("a frame of a kind not allowed here"));
+                }
                 if self.buffer.len() >= HEADER_BYTES + len {
                     let frame = Frame::decode(kind, &self.buffer[HEADER_BYTES..HEADER_BYTES + len]);
                     self.buffer.drain(..HEADER_BYTES + len);
