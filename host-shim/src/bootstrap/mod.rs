@@ -167,16 +167,25 @@ pub fn parse_listen_address(value: Option<&str>) -> Result<SocketAddr> {
     let Some(text) = value.map(str::trim).filter(|t| !t.is_empty()) else {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
     };
-    if let Ok(address) = text.parse::<SocketAddr>() {
-        return Ok(address);
+    let address = match text.parse::<SocketAddr>() {
+        Ok(address) => address,
+        Err(_) => text
+            .parse::<IpAddr>()
+            .map(|ip| SocketAddr::new(ip, 0))
+            .map_err(|_| {
+                Error::invalid_argument(format!(
+                    "SYMM_SOCKET_ADDR={text:?} is not an IP address or IP:port"
+                ))
+            })?,
+    };
+    if address.ip().is_unspecified() {
+        // The address goes into the id, for the other processes to connect to.
+        return Err(Error::invalid_argument(format!(
+            "SYMM_SOCKET_ADDR={text:?}: name the address of the interface the other ranks \
+             reach, not an unspecified one"
+        )));
     }
-    text.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, 0))
-        .map_err(|_| {
-            Error::invalid_argument(format!(
-                "SYMM_SOCKET_ADDR={text:?} is not an IP address or IP:port"
-            ))
-        })
+    Ok(address)
 }
 
 /// 32 random bytes from the kernel.

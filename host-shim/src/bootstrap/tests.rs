@@ -235,9 +235,11 @@ fn listen_addresses() {
         "127.0.0.1:0".parse().unwrap()
     );
     assert_eq!(
-        parse_listen_address(Some("0.0.0.0")).unwrap(),
-        "0.0.0.0:0".parse().unwrap()
+        parse_listen_address(Some("192.168.1.7")).unwrap(),
+        "192.168.1.7:0".parse().unwrap()
     );
+    assert!(parse_listen_address(Some("0.0.0.0")).is_err());
+    assert!(parse_listen_address(Some("[::]:29500")).is_err());
     assert_eq!(
         parse_listen_address(Some("::1")).unwrap(),
         "[::1]:0".parse().unwrap()
@@ -256,4 +258,35 @@ fn secrets_compare_exactly() {
     assert!(secrets_equal(&a, &b));
     b[31] ^= 0x80;
     assert!(!secrets_equal(&a, &b));
+}
+
+#[test]
+fn a_port_that_answers_garbage_is_an_error_not_a_hang() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (mut stream, _) = listener.accept().unwrap();
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            // A header announcing more than any frame may hold.
+            let mut huge = [0u8; HEADER_BYTES];
+            huge[..4].copy_from_slice(&MAGIC.to_le_bytes());
+            huge[4] = 2;
+            huge[8..].copy_from_slice(&u32::MAX.to_le_bytes());
+            let _ = stream.write_all(&huge);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let id = UniqueId::new(address, [4; 32]);
+    for _ in 0..2 {
+        let start = Instant::now();
+        let e = Client::connect(&id, 2, 0, b"a", TIMEOUT).err().unwrap();
+        assert_eq!(e.code, symmResult_t::symmSystemError, "{}", e.message);
+        assert!(e.message.contains("malformed"), "{}", e.message);
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "an error at once, not at the deadline"
+        );
+    }
+    server.join().unwrap();
 }
