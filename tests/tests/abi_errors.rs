@@ -436,8 +436,8 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
     for (call, code, needle) in &cases {
         expect(call(), *code, needle);
     }
-    // SAFETY: host memory of the window.
     assert_eq!(
+        // SAFETY: host memory of the window.
         unsafe { read_f32(b.base, 256) },
         vec![7.0; 256],
         "no memory touched"
@@ -536,8 +536,8 @@ fn all_gather_and_reduce_scatter_reject_bad_arguments() {
     for (call, code, needle) in &cases {
         expect(call(), *code, needle);
     }
-    // SAFETY: host memory of the window.
     assert_eq!(
+        // SAFETY: host memory of the window.
         unsafe { read_f32(base, 64) },
         vec![3.0; 64],
         "no memory touched"

@@ -79,9 +79,9 @@ impl Bench {
             None => {
                 let mut comms = vec![std::ptr::null_mut(); n];
                 let devices = vec![0; n];
-                // SAFETY: both arrays hold n elements.
                 ok(
                     "symmCommInitAll",
+                    // SAFETY: both arrays hold n elements.
                     unsafe { symmCommInitAll(comms.as_mut_ptr(), n as i32, devices.as_ptr()) },
                     std::ptr::null_mut(),
                 )?;
@@ -89,9 +89,9 @@ impl Bench {
             }
             Some((rank, id)) => {
                 let mut comm = std::ptr::null_mut();
-                // SAFETY: valid out-pointer.
                 ok(
                     "symmCommInitRank",
+                    // SAFETY: valid out-pointer.
                     unsafe { symmCommInitRank(&mut comm, n as i32, id, rank as i32) },
                     std::ptr::null_mut(),
                 )?;
@@ -99,9 +99,9 @@ impl Bench {
             }
         };
         let mut backend = std::ptr::null();
-        // SAFETY: valid out-pointer.
         ok(
             "symmCommGetBackend",
+            // SAFETY: valid out-pointer.
             unsafe { symmCommGetBackend(comms[0], &mut backend) },
             comms[0],
         )?;
@@ -112,9 +112,9 @@ impl Bench {
         let mut ranks = Vec::with_capacity(n);
         for comm in comms {
             let mut ptr = std::ptr::null_mut();
-            // SAFETY: valid out-pointer.
             ok(
                 "symmMemAlloc",
+                // SAFETY: valid out-pointer.
                 unsafe { symmMemAlloc(comm, &mut ptr, 2 * region as usize) },
                 comm,
             )?;
@@ -388,9 +388,9 @@ fn run_processes(args: &[String], nranks: usize) -> Result<bool, String> {
     let mut id = symmUniqueId {
         internal: [0; SYMM_UNIQUE_ID_BYTES],
     };
-    // SAFETY: valid out-pointer.
     ok(
         "symmGetUniqueId",
+        // SAFETY: valid out-pointer.
         unsafe { symmGetUniqueId(&mut id) },
         std::ptr::null_mut(),
     )?;

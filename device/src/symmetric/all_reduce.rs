@@ -280,8 +280,8 @@ unsafe fn reduce_in_rounds<T: Element, O: ReduceOp>(
         barrier.sync()?;
         for (j, value) in held.iter().enumerate() {
             if (j as u64) < valid {
-                // SAFETY: index < count; the element lies in this rank's window.
                 let index = base + j as u64 * threads;
+                // SAFETY: index < count; the element lies in this rank's window.
                 unsafe { recv.add(index as usize).write(T::narrow(*value)) };
             }
         }
