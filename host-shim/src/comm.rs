@@ -13,7 +13,7 @@ use crate::shareable::Shareable;
 use crate::window::{Exchange, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use symm_device::symmetric::RankArgs;
@@ -119,6 +119,10 @@ pub struct Comm {
     pub link: Option<RankLink>,
     /// Mutable state.
     pub state: Mutex<CommState>,
+    /// Work of this rank queued in an open group (`symmGroupStart` without its
+    /// `symmGroupEnd` yet): while non-zero, destroy, deregistration and free are refused, so
+    /// that the group's end never runs on freed memory.
+    pub queued_in_group: AtomicUsize,
     /// Sequence number of this rank's next collective launch (the `k`-th collective of every
     /// rank of the clique is one collective).
     pub next_collective: AtomicU64,
@@ -156,6 +160,19 @@ impl Comm {
     /// Lock the mutable state.
     pub fn lock(&self) -> MutexGuard<'_, CommState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `symmInvalidUsage` while work of this rank is queued in an open group (`what` names the
+    /// refused call).
+    pub fn refuse_if_queued_in_group(&self, what: &str) -> Result<()> {
+        let queued = self.queued_in_group.load(Ordering::Acquire);
+        if queued == 0 {
+            return Ok(());
+        }
+        Err(Error::invalid_usage(format!(
+            "{what} while {queued} call(s) of this comm are queued in an open group \
+             (symmGroupStart without symmGroupEnd): end the group first"
+        )))
     }
 
     /// Record `message` as this communicator's last error.
@@ -244,6 +261,7 @@ fn new_comm(clique: &Arc<Clique>, rank: usize, link: Option<RankLink>) -> Result
         resources,
         link,
         state: Mutex::new(CommState::default()),
+        queued_in_group: AtomicUsize::new(0),
         next_collective: AtomicU64::new(0),
         last_error: Mutex::new(CString::default()),
     });
@@ -329,6 +347,7 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
 
 /// `symmCommDestroy`.
 pub fn destroy(comm: &Arc<Comm>) -> Result<()> {
+    comm.refuse_if_queued_in_group("symmCommDestroy")?;
     if live_comms().remove(&(Arc::as_ptr(comm) as usize)).is_none() {
         return Err(Error::invalid_argument("comm was already destroyed"));
     }

@@ -9,6 +9,7 @@ use crate::window::{self, Window};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use symm_device::symmetric::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::Algorithm;
 
@@ -26,6 +27,16 @@ struct Group {
     deferred: Vec<Deferred>,
 }
 
+impl Drop for Group {
+    /// A thread that exits with a group open: its queued work never runs, so it no longer
+    /// holds its ranks' teardown back.
+    fn drop(&mut self) {
+        for item in &self.deferred {
+            item.comm().queued_in_group.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
 std::thread_local! {
     static GROUP: RefCell<Group> = RefCell::new(Group::default());
 }
@@ -35,9 +46,31 @@ pub fn active() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
 }
 
-/// Queue `item` for the end of the group.
+impl Deferred {
+    /// The rank the item belongs to.
+    fn comm(&self) -> &Arc<Comm> {
+        match self {
+            Deferred::CompleteWindow(comm, _) => comm,
+            Deferred::Collective(task) => &task.comm,
+        }
+    }
+}
+
+/// Queue `item` for the end of the group (its rank counts it as queued until then).
 pub fn defer(item: Deferred) {
+    item.comm().queued_in_group.fetch_add(1, Ordering::AcqRel);
     GROUP.with(|g| g.borrow_mut().deferred.push(item));
+}
+
+/// Uncounts the queued items of a group when its end has run them (on every path out).
+struct Unqueue(Vec<Arc<Comm>>);
+
+impl Drop for Unqueue {
+    fn drop(&mut self) {
+        for comm in &self.0 {
+            comm.queued_in_group.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// `symmGroupStart`: groups nest.
@@ -70,6 +103,7 @@ pub fn end() -> Result<()> {
         })
     })?;
 
+    let _unqueue = Unqueue(deferred.iter().map(|item| item.comm().clone()).collect());
     let mut first_error: Option<Error> = None;
     let mut record = |comm: &Comm, result: Result<()>| {
         if let Err(e) = result {

@@ -271,6 +271,7 @@ pub unsafe extern "C" fn symmMemAlloc(
 #[unsafe(no_mangle)]
 pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_t {
     with_comm("symmMemFree", comm, |c| {
+        c.refuse_if_queued_in_group("symmMemFree")?;
         let address = ptr as u64;
         if ptr.is_null() {
             return Err(Error::invalid_argument("ptr is NULL"));
@@ -325,6 +326,7 @@ pub unsafe extern "C" fn symmCommWindowRegister(
 #[unsafe(no_mangle)]
 pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) -> symmResult_t {
     with_comm("symmCommWindowDeregister", comm, |c| {
+        c.refuse_if_queued_in_group("symmCommWindowDeregister")?;
         window::deregister(c, win)
     })
 }

@@ -1,0 +1,137 @@
+//! Misuse of the C ABI with defined outcomes: teardown calls that would free memory under work
+//! still queued in an open group are refused, and the group still completes correctly.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use symm::*;
+use symm_tests::*;
+
+const COUNT: usize = 1024;
+
+/// Queue an in-place f32 sum all-reduce of every rank in an open group.
+fn queue_all_reduce(buffers: &[RankBuffer]) {
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        let values = vec![(rank + 1) as f32; COUNT];
+        // SAFETY: the window holds COUNT f32; no collective on it is in flight.
+        unsafe { write_f32(b.base, &values) };
+        let p = b.base as *mut c_void;
+        check(
+            symmAllReduce(
+                p,
+                p,
+                COUNT,
+                symmDataType_t::symmFloat32 as i32,
+                symmRedOp_t::symmSum as i32,
+                b.comm,
+                null_mut(),
+            ),
+            b.comm,
+        );
+    }
+}
+
+fn expect_refused(result: symmResult_t, comm: symmComm_t) {
+    let message = last_error(comm);
+    assert_eq!(result, symmResult_t::symmInvalidUsage, "{message}");
+    assert!(message.contains("open group"), "{message}");
+}
+
+/// End the group and check the queued all-reduce's result on every rank.
+fn end_and_check(buffers: &[RankBuffer]) {
+    check(symmGroupEnd(), null_mut());
+    let n = buffers.len();
+    let want = (n * (n + 1) / 2) as f32;
+    for b in buffers {
+        // SAFETY: the window holds COUNT f32; the group has completed.
+        let got = unsafe { read_f32(b.base, COUNT) };
+        assert!(
+            got.iter().all(|v| *v == want),
+            "the queued all-reduce ran correctly"
+        );
+    }
+}
+
+#[test]
+fn destroy_with_work_queued_in_an_open_group_is_refused() {
+    use_host_backend();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, COUNT * 4);
+    queue_all_reduce(&buffers);
+    expect_refused(symmCommDestroy(buffers[0].comm), buffers[0].comm);
+    end_and_check(&buffers);
+    teardown(buffers);
+}
+
+#[test]
+fn deregister_and_free_with_work_queued_in_an_open_group_are_refused() {
+    use_host_backend();
+    let comms = init_all(3);
+    let buffers = alloc_windows(&comms, COUNT * 4);
+    queue_all_reduce(&buffers);
+    let b = &buffers[1];
+    expect_refused(symmCommWindowDeregister(b.comm, b.window), b.comm);
+    expect_refused(symmMemFree(b.comm, b.base.cast()), b.comm);
+    end_and_check(&buffers);
+    teardown(buffers);
+}
+
+#[test]
+fn a_registration_queued_in_an_open_group_blocks_destroy_too() {
+    use_host_backend();
+    let comms = init_all(2);
+    let mut buffers = alloc(&comms, COUNT * 4);
+    check(symmGroupStart(), null_mut());
+    for b in buffers.iter_mut() {
+        // SAFETY: valid out-pointer; a live allocation of this comm.
+        check(
+            unsafe {
+                symmCommWindowRegister(
+                    b.comm,
+                    b.base.cast(),
+                    b.bytes,
+                    &mut b.window,
+                    SYMM_WIN_COLL_SYMMETRIC,
+                )
+            },
+            b.comm,
+        );
+    }
+    expect_refused(symmCommDestroy(buffers[1].comm), buffers[1].comm);
+    check(symmGroupEnd(), null_mut());
+    teardown(buffers);
+}
+
+#[test]
+fn a_thread_that_exits_with_a_group_open_does_not_block_teardown() {
+    use_host_backend();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, COUNT * 4);
+    let addresses: Vec<(usize, usize)> = buffers
+        .iter()
+        .map(|b| (b.comm as usize, b.base as usize))
+        .collect();
+    std::thread::spawn(move || {
+        check(symmGroupStart(), null_mut());
+        for (comm, base) in addresses {
+            let p = base as *mut c_void;
+            let comm = comm as symmComm_t;
+            check(
+                symmAllReduce(
+                    p,
+                    p,
+                    COUNT,
+                    symmDataType_t::symmFloat32 as i32,
+                    symmRedOp_t::symmSum as i32,
+                    comm,
+                    null_mut(),
+                ),
+                comm,
+            );
+        }
+        // The thread ends without symmGroupEnd.
+    })
+    .join()
+    .unwrap();
+    teardown(buffers);
+}
