@@ -119,6 +119,8 @@ pub struct Comm {
     pub link: Option<RankLink>,
     /// Mutable state.
     pub state: Mutex<CommState>,
+    /// The process that created the communicator.
+    pub pid: u32,
     /// Work of this rank queued in an open group (`symmGroupStart` without its
     /// `symmGroupEnd` yet): while non-zero, destroy, deregistration and free are refused, so
     /// that the group's end never runs on freed memory.
@@ -142,14 +144,25 @@ impl Comm {
         if handle.is_null() {
             return Err(Error::invalid_argument("comm is NULL"));
         }
-        live_comms()
+        let comm = live_comms()
             .get(&(handle as usize))
             .cloned()
             .ok_or_else(|| {
                 Error::invalid_argument(
                     "comm is not a live communicator (never created, or already destroyed)",
                 )
-            })
+            })?;
+        let here = std::process::id();
+        if comm.pid != here {
+            // A forked child inherits the handles, not the communicator: its peers, memory
+            // mappings and (on the cuda backend) CUDA context belong to the parent.
+            return Err(Error::invalid_usage(format!(
+                "comm was created by process {}, and this is process {here} (a child made by \
+                 fork?): create a new communicator in this process",
+                comm.pid
+            )));
+        }
+        Ok(comm)
     }
 
     /// This communicator's handle.
@@ -261,6 +274,7 @@ fn new_comm(clique: &Arc<Clique>, rank: usize, link: Option<RankLink>) -> Result
         resources,
         link,
         state: Mutex::new(CommState::default()),
+        pid: std::process::id(),
         queued_in_group: AtomicUsize::new(0),
         next_collective: AtomicU64::new(0),
         last_error: Mutex::new(CString::default()),
