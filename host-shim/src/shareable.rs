@@ -18,7 +18,7 @@ use std::os::fd::OwnedFd;
 const HOST: u8 = 1;
 const CUDA: u8 = 2;
 /// Longest export message accepted from a peer.
-pub const MAX_EXPORT_BYTES: usize = 256;
+pub(crate) const MAX_EXPORT_BYTES: usize = 256;
 
 /// This rank's shareable memory.
 pub enum Shareable {
