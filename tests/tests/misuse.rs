@@ -135,3 +135,27 @@ fn a_thread_that_exits_with_a_group_open_does_not_block_teardown() {
     .unwrap();
     teardown(buffers);
 }
+
+/// `symmCommInitRank` blocks until every rank joined: inside a group (one thread joining
+/// several ranks, as NCCL allows) it is refused at once with a message saying what to do,
+/// instead of waiting out the bound.
+#[test]
+fn init_rank_inside_a_group_is_refused_at_once() {
+    use_host_backend();
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
+    check(symmGroupStart(), null_mut());
+    let mut comm = null_mut();
+    let start = std::time::Instant::now();
+    // SAFETY: valid out-pointer.
+    let r = unsafe { symmCommInitRank(&mut comm, 2, id, 0) };
+    let message = last_error(null_mut());
+    check(symmGroupEnd(), null_mut());
+    assert_eq!(r, symmResult_t::symmInvalidUsage, "{message}");
+    assert!(message.contains("one thread per rank"), "{message}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    assert!(comm.is_null());
+}

@@ -138,6 +138,14 @@ pub unsafe extern "C" fn symmCommInitRank(
 ) -> symmResult_t {
     guard("symmCommInitRank", None, || {
         require_out(comm, "comm")?;
+        if group::active() {
+            // It returns only when every rank joined, so one thread cannot join several.
+            return Err(Error::invalid_usage(
+                "symmCommInitRank inside symmGroupStart/symmGroupEnd: it blocks until every \
+                 rank joined, so one thread cannot join several ranks; call it from one thread \
+                 per rank, or use symmCommInitAll",
+            ));
+        }
         let created = comm::init_rank(nranks, &commId, rank)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(comm, "comm", created.handle()) }
