@@ -23,29 +23,6 @@
 
 #define MAX_RANKS 64
 
-/* A non-blocking stream on the comm's device (cuda backend), else NULL. */
-static symmStream_t rank_stream(symmComm_t comm) {
-#ifdef SYMM_EXAMPLE_CUDA
-  if (backend_is_cuda(comm)) {
-    int ordinal;
-    CUdevice dev;
-    CUcontext ctx;
-    CUstream stream;
-    SYMMCHECK(symmCommCuDevice(comm, &ordinal), comm);
-    if (cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
-        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
-        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-      fprintf(stderr, "cannot create a non-blocking stream on device %d\n", ordinal);
-      exit(1);
-    }
-    return (symmStream_t)stream;
-  }
-#else
-  (void)comm;
-#endif
-  return NULL;
-}
-
 /* Wait for the stream's work. */
 static void wait_stream(symmComm_t comm, symmStream_t stream) {
 #ifdef SYMM_EXAMPLE_CUDA

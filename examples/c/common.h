@@ -69,6 +69,29 @@ static inline void finish(symmComm_t comm) {
 #endif
 }
 
+/* A non-blocking stream on the comm's device (cuda backend), else NULL. */
+static inline symmStream_t rank_stream(symmComm_t comm) {
+#ifdef SYMM_EXAMPLE_CUDA
+  if (backend_is_cuda(comm)) {
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    SYMMCHECK(symmCommCuDevice(comm, &ordinal), comm);
+    if (cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      fprintf(stderr, "cannot create a non-blocking stream on device %d\n", ordinal);
+      exit(1);
+    }
+    return (symmStream_t)stream;
+  }
+#else
+  (void)comm;
+#endif
+  return NULL;
+}
+
 static inline double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -624,28 +624,9 @@ fn abstract_addr(name: &[u8]) -> Result<(libc::sockaddr_un, libc::socklen_t)> {
 
 /// `symm-<pid>-<16 random hex digits>`.
 fn random_name() -> Result<Vec<u8>> {
-    let mut bytes = [0u8; 8];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: the pointer and length describe the unfilled part of `bytes`.
-        let n = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(system_error(format!("getrandom failed: {err}")));
-        }
-        filled += n as usize;
-    }
-    Ok(format!(
-        "symm-{}-{:016x}",
-        std::process::id(),
-        u64::from_ne_bytes(bytes)
-    )
-    .into_bytes())
+    let random = crate::bootstrap::random_secret()?;
+    let bits = u64::from_ne_bytes(random[..8].try_into().expect("8 bytes"));
+    Ok(format!("symm-{}-{bits:016x}", std::process::id()).into_bytes())
 }
 
 /// `now + timeout`, saturating far in the future.

@@ -83,21 +83,7 @@ pub fn alloc(comms: &[symmComm_t], bytes: usize) -> Vec<RankBuffer> {
 /// Register every buffer as a window, one thread driving all ranks (in a group).
 pub fn register_all(buffers: &mut [RankBuffer]) {
     check(symmGroupStart(), std::ptr::null_mut());
-    for b in buffers.iter_mut() {
-        // SAFETY: valid out-pointer; the buffer is a live allocation of this comm.
-        check(
-            unsafe {
-                symmCommWindowRegister(
-                    b.comm,
-                    b.base.cast(),
-                    b.bytes,
-                    &mut b.window,
-                    SYMM_WIN_COLL_SYMMETRIC,
-                )
-            },
-            b.comm,
-        );
-    }
+    register_in_group(buffers);
     check(symmGroupEnd(), std::ptr::null_mut());
 }
 
@@ -220,5 +206,44 @@ pub unsafe fn write_f32(ptr: *mut u8, values: &[f32]) {
     for (i, v) in values.iter().enumerate() {
         // SAFETY: forwarded contract.
         unsafe { (ptr as *mut f32).add(i).write_unaligned(*v) };
+    }
+}
+
+/// A unique id as hex text (to hand it to a child process through its environment).
+pub fn id_to_hex(id: &symmUniqueId) -> String {
+    id.internal
+        .iter()
+        .map(|c| format!("{:02x}", *c as u8))
+        .collect()
+}
+
+/// The unique id written by [`id_to_hex`].
+pub fn id_from_hex(text: &str) -> symmUniqueId {
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    for (i, c) in id.internal.iter_mut().enumerate() {
+        *c = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex") as std::ffi::c_char;
+    }
+    id
+}
+
+/// Register every buffer as a window in the calling thread's open group (completed by its
+/// `symmGroupEnd`).
+pub fn register_in_group(buffers: &mut [RankBuffer]) {
+    for b in buffers.iter_mut() {
+        // SAFETY: valid out-pointer; the buffer is a live allocation of this comm.
+        check(
+            unsafe {
+                symmCommWindowRegister(
+                    b.comm,
+                    b.base.cast(),
+                    b.bytes,
+                    &mut b.window,
+                    SYMM_WIN_COLL_SYMMETRIC,
+                )
+            },
+            b.comm,
+        );
     }
 }

@@ -30,15 +30,7 @@ fn a_forked_child_cannot_use_the_parents_communicators() {
     let pid = unsafe { fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        let r = symmAllReduce(
-            p,
-            p,
-            COUNT,
-            symmDataType_t::symmFloat32 as i32,
-            symmRedOp_t::symmSum as i32,
-            comm,
-            null_mut(),
-        );
+        let r = all_reduce_f32_sum(comm, p.cast(), p.cast(), COUNT);
         let message = last_error(null_mut());
         let code = if r == symmResult_t::symmInvalidUsage && message.contains("fork") {
             0
@@ -61,15 +53,7 @@ fn a_forked_child_cannot_use_the_parents_communicators() {
     for b in &buffers {
         let q = b.base as *mut c_void;
         check(
-            symmAllReduce(
-                q,
-                q,
-                COUNT,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                b.comm,
-                null_mut(),
-            ),
+            all_reduce_f32_sum(b.comm, q.cast(), q.cast(), COUNT),
             b.comm,
         );
     }

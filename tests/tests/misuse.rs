@@ -17,15 +17,7 @@ fn queue_all_reduce(buffers: &[RankBuffer]) {
         unsafe { write_f32(b.base, &values) };
         let p = b.base as *mut c_void;
         check(
-            symmAllReduce(
-                p,
-                p,
-                COUNT,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                b.comm,
-                null_mut(),
-            ),
+            all_reduce_f32_sum(b.comm, p.cast(), p.cast(), COUNT),
             b.comm,
         );
     }
@@ -82,21 +74,7 @@ fn a_registration_queued_in_an_open_group_blocks_destroy_too() {
     let comms = init_all(2);
     let mut buffers = alloc(&comms, COUNT * 4);
     check(symmGroupStart(), null_mut());
-    for b in buffers.iter_mut() {
-        // SAFETY: valid out-pointer; a live allocation of this comm.
-        check(
-            unsafe {
-                symmCommWindowRegister(
-                    b.comm,
-                    b.base.cast(),
-                    b.bytes,
-                    &mut b.window,
-                    SYMM_WIN_COLL_SYMMETRIC,
-                )
-            },
-            b.comm,
-        );
-    }
+    register_in_group(&mut buffers);
     expect_refused(symmCommDestroy(buffers[1].comm), buffers[1].comm);
     check(symmGroupEnd(), null_mut());
     teardown(buffers);
@@ -116,18 +94,7 @@ fn a_thread_that_exits_with_a_group_open_does_not_block_teardown() {
         for (comm, base) in addresses {
             let p = base as *mut c_void;
             let comm = comm as symmComm_t;
-            check(
-                symmAllReduce(
-                    p,
-                    p,
-                    COUNT,
-                    symmDataType_t::symmFloat32 as i32,
-                    symmRedOp_t::symmSum as i32,
-                    comm,
-                    null_mut(),
-                ),
-                comm,
-            );
+            check(all_reduce_f32_sum(comm, p.cast(), p.cast(), COUNT), comm);
         }
         // The thread ends without symmGroupEnd.
     })

@@ -21,10 +21,6 @@ const JOIN_TIMEOUT_MS: &str = "60000";
 const COUNT: usize = 4099;
 const CHILD_ENV: &str = "SYMM_PROC_CHILD";
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn new_id() -> symmUniqueId {
     use_host_backend();
     let mut id = symmUniqueId {
@@ -33,10 +29,6 @@ fn new_id() -> symmUniqueId {
     // SAFETY: valid out-pointer.
     check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
     id
-}
-
-fn id_hex(id: &symmUniqueId) -> String {
-    hex(&id.internal.map(|c| c as u8))
 }
 
 fn spawn(scenario: &str, rank: usize, nranks: usize, id: &str) -> Child {
@@ -89,7 +81,7 @@ fn finish(child: Child, limit: Duration) -> (bool, String) {
 #[test]
 fn a_killed_rank_makes_the_others_time_out_within_the_bound() {
     for nranks in [2, 4] {
-        let id = id_hex(&new_id());
+        let id = id_to_hex(&new_id());
         let mut survivors: Vec<Child> = (1..nranks)
             .map(|rank| spawn("survive", rank, nranks, &id))
             .collect();
@@ -113,7 +105,7 @@ fn a_killed_rank_makes_the_others_time_out_within_the_bound() {
 #[test]
 fn destroy_releases_every_descriptor_and_mapping() {
     let nranks = 3;
-    let id = id_hex(&new_id());
+    let id = id_to_hex(&new_id());
     let children: Vec<Child> = (0..nranks)
         .map(|rank| spawn("leaks", rank, nranks, &id))
         .collect();
@@ -129,7 +121,7 @@ fn destroy_releases_every_descriptor_and_mapping() {
 #[test]
 fn a_rank_with_a_forged_secret_is_refused_and_the_others_complete() {
     let good = new_id();
-    let id = id_hex(&good);
+    let id = id_to_hex(&good);
     let mut forged = good;
     // The secret: bytes 32..64 of the id (the rest must stay as it is, or the id is refused
     // before it is used).
@@ -174,15 +166,7 @@ fn one_thread_drives_init_rank_ranks_in_groups() {
         for b in &buffers {
             let p = b.base as *mut c_void;
             check(
-                symmAllReduce(
-                    p,
-                    p,
-                    COUNT,
-                    symmDataType_t::symmFloat32 as i32,
-                    symmRedOp_t::symmSum as i32,
-                    b.comm,
-                    null_mut(),
-                ),
+                all_reduce_f32_sum(b.comm, p.cast(), p.cast(), COUNT),
                 b.comm,
             );
         }
@@ -355,15 +339,7 @@ fn all_reduce(r: &Rank, rank: usize, nranks: usize, round: usize) -> (symmResult
         .collect();
     // SAFETY: the window holds COUNT f32; this rank's previous call has returned.
     unsafe { write_f32(r.buffer.cast(), &values) };
-    let result = symmAllReduce(
-        r.buffer,
-        r.buffer,
-        COUNT,
-        symmDataType_t::symmFloat32 as i32,
-        symmRedOp_t::symmSum as i32,
-        r.comm,
-        null_mut(),
-    );
+    let result = all_reduce_f32_sum(r.comm, r.buffer.cast(), r.buffer.cast(), COUNT);
     if result != symmResult_t::symmSuccess {
         return (result, false);
     }
@@ -418,16 +394,7 @@ fn child_rank() {
         fields[1].parse::<usize>().unwrap(),
         fields[2].parse::<usize>().unwrap(),
     );
-    let bytes: Vec<u8> = (0..fields[3].len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&fields[3][i..i + 2], 16).unwrap())
-        .collect();
-    let mut id = symmUniqueId {
-        internal: [0; SYMM_UNIQUE_ID_BYTES],
-    };
-    for (c, b) in id.internal.iter_mut().zip(&bytes) {
-        *c = *b as std::ffi::c_char;
-    }
+    let id = id_from_hex(fields[3]);
     match scenario {
         "allreduce" => {
             let r = join(&id, rank, nranks);

@@ -1108,17 +1108,6 @@ const CHILD_RANKS_ENV: &str = "SYMM_SEQ_CHILD_RANKS";
 /// Bound of a whole child process.
 const CHILD_DEADLINE: Duration = Duration::from_secs(300);
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
 /// Run the ranks of a sequence in child processes (`ranks_per_process` ranks each) and
 /// gather their failures. The unique id is made here, so the bootstrap root runs in this
 /// process, as it does in rank 0's process of a launcher-started job.
@@ -1129,7 +1118,7 @@ fn run_processes(profile: Profile, seed: u64, ranks_per_process: usize, calls: u
     };
     // SAFETY: valid out-pointer.
     check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
-    let id_hex = hex(&id.internal.map(|c| c as u8));
+    let id_hex = id_to_hex(&id);
     let nranks = profile.nranks;
     let children: Vec<(usize, std::process::Child)> = (0..nranks)
         .step_by(ranks_per_process)
@@ -1231,13 +1220,7 @@ fn child_process_ranks() {
     let number = |i: usize| -> u64 { fields[i].parse().expect("a number") };
     let (first, count, nranks) = (number(0) as usize, number(1) as usize, number(2) as usize);
     let (calls, seed) = (number(3) as usize, number(4));
-    let id_bytes = unhex(fields[5]);
-    let mut id = symmUniqueId {
-        internal: [0; SYMM_UNIQUE_ID_BYTES],
-    };
-    for (c, b) in id.internal.iter_mut().zip(&id_bytes) {
-        *c = *b as std::ffi::c_char;
-    }
+    let id = id_from_hex(fields[5]);
     configure();
     let profile = Profile {
         nranks,
