@@ -133,6 +133,7 @@ mod ptx {
     use crate::numeric::ops::Prod;
     use crate::symmetric::all_gather::all_gather;
     use crate::symmetric::all_reduce::{one_shot_ll_all_reduce, two_shot_all_reduce};
+    use crate::symmetric::pat::{pat_all_gather, pat_reduce_scatter};
     use crate::symmetric::reduce_scatter::reduce_scatter;
     use crate::symmetric::resolve_launch;
 
@@ -191,6 +192,10 @@ mod ptx {
                 concat!("symm_reduce_scatter_", $tn, "_", $on),
                 reduce_scatter::<$t, $op>
             );
+            export_kernel!(
+                concat!("symm_pat_reduce_scatter_", $tn, "_", $on),
+                pat_reduce_scatter::<$t, $op>
+            );
         };
     }
 
@@ -219,6 +224,7 @@ mod ptx {
         (F8E5M2, "f8e5m2"),
     );
     export_kernel!("symm_all_gather", all_gather);
+    export_kernel!("symm_pat_all_gather", pat_all_gather);
     export_kernel!(
         "symm_ll_all_gather",
         crate::symmetric::all_gather::ll_all_gather

@@ -152,14 +152,18 @@ fn run_case<T: Sample>(
     if in_place
         && matches!(
             algorithm,
-            Algorithm::ReduceScatter | Algorithm::AllGather | Algorithm::LlAllGather
+            Algorithm::ReduceScatter
+                | Algorithm::PatReduceScatter
+                | Algorithm::AllGather
+                | Algorithm::LlAllGather
+                | Algorithm::PatAllGather
         )
     {
         return run_in_place_segment_case::<T>(world, algorithm, op, count, seed);
     }
     let size = std::mem::size_of::<T>();
     let per_rank_input = match algorithm {
-        Algorithm::ReduceScatter => world * count,
+        Algorithm::ReduceScatter | Algorithm::PatReduceScatter => world * count,
         _ => count,
     };
     let output = if algorithm.is_data_type_agnostic() {
@@ -236,7 +240,7 @@ fn run_case<T: Sample>(
     };
     // Every rank must hold the same bits (reduce-scatter: each its own segment); then the
     // reference check needs only one rank's copy, except for reduce-scatter.
-    if algorithm != Algorithm::ReduceScatter {
+    if !is_reduce_scatter(algorithm) {
         for out in &outputs[1..] {
             assert!(
                 bytemuck_bits(out) == bytemuck_bits(&outputs[0]),
@@ -247,7 +251,7 @@ fn run_case<T: Sample>(
             );
         }
     }
-    let checked = if algorithm == Algorithm::ReduceScatter {
+    let checked = if is_reduce_scatter(algorithm) {
         &outputs[..]
     } else {
         &outputs[..1]
@@ -256,11 +260,11 @@ fn run_case<T: Sample>(
     for (rank, out) in checked.iter().enumerate() {
         for (i, got) in out.iter().enumerate() {
             match algorithm {
-                Algorithm::AllGather | Algorithm::LlAllGather => {
+                Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::PatAllGather => {
                     let (source, j) = (i / count.max(1), i % count.max(1));
                     assert_eq!(*got, inputs[source][j], "{}", what(rank, i));
                 }
-                Algorithm::ReduceScatter => {
+                Algorithm::ReduceScatter | Algorithm::PatReduceScatter => {
                     column.clear();
                     column.extend(inputs.iter().map(|x| x[rank * count + i]));
                     check_reduction(&column, op, *got, &|| what(rank, i));
@@ -297,7 +301,7 @@ fn run_in_place_segment_case<T: Sample>(
         ranks.write(rank, lead, input);
     }
     let statuses: Vec<KernelStatus> = match algorithm {
-        Algorithm::ReduceScatter => {
+        Algorithm::ReduceScatter | Algorithm::PatReduceScatter => {
             // Each rank's recv is its own segment: recv_offset differs per rank, so launch
             // each rank with its own arguments, all at once (one grid per rank, concurrently).
             launch_per_rank(&ranks, algorithm, T::DTYPE, op, world, |rank| {
@@ -325,7 +329,7 @@ fn run_in_place_segment_case<T: Sample>(
     assert!(statuses.iter().all(|s| *s == KernelStatus::Completed));
     for rank in 0..world {
         match algorithm {
-            Algorithm::ReduceScatter => {
+            Algorithm::ReduceScatter | Algorithm::PatReduceScatter => {
                 let out: Vec<T> = ranks.read(rank, lead + rank * count * size, count);
                 for (i, got) in out.iter().enumerate() {
                     let column: Vec<T> = inputs.iter().map(|x| x[rank * count + i]).collect();
@@ -404,11 +408,20 @@ fn for_type(dtype: DataType, case: &mut dyn FnMut(Case<'_>)) {
     }
 }
 
-const REDUCTIONS: [Algorithm; 4] = [
+/// `true` for the reduce-scatter kernels (each rank checks its own segment).
+fn is_reduce_scatter(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::ReduceScatter | Algorithm::PatReduceScatter
+    )
+}
+
+const REDUCTIONS: [Algorithm; 5] = [
     Algorithm::OneShotAllReduce,
     Algorithm::OneShotLlAllReduce,
     Algorithm::TwoShotAllReduce,
     Algorithm::ReduceScatter,
+    Algorithm::PatReduceScatter,
 ];
 
 #[test]
@@ -494,7 +507,7 @@ fn every_dtype_op_and_reduction_at_a_mebi_element_and_a_tail() {
                         // Refused beyond the LL buffers (that refusal is checked at 3 ranks).
                         continue;
                     }
-                    let count = if algorithm == Algorithm::ReduceScatter {
+                    let count = if is_reduce_scatter(algorithm) {
                         (1 << 20) / world + 5
                     } else {
                         (1 << 20) + 5
@@ -576,6 +589,8 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
         Algorithm::TwoShotAllReduce,
         Algorithm::AllGather,
         Algorithm::LlAllGather,
+        Algorithm::PatAllGather,
+        Algorithm::PatReduceScatter,
     ] {
         let ranks = Ranks::new(3, 4096, timeout_ns);
         let args = CollectiveArgs {
@@ -609,6 +624,193 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
             Some(&[0]),
         );
         assert_eq!(again, vec![KernelStatus::Aborted]);
+    }
+}
+
+/// PAT all-gather and reduce-scatter for every world size from 1 to 64 (every step count up to
+/// 6, powers of two and not), small odd counts, a dtype of each width in turn, in place and out
+/// of place.
+#[test]
+fn pat_for_1_to_64_ranks() {
+    let cases = [
+        (DataType::Int8, RedOp::Sum),
+        (DataType::Float16, RedOp::Avg),
+        (DataType::Uint32, RedOp::Max),
+        (DataType::Float32, RedOp::Sum),
+        (DataType::Int64, RedOp::Avg),
+        (DataType::Float64, RedOp::Prod),
+    ];
+    for world in 1..=64usize {
+        for (i, algorithm) in [Algorithm::PatAllGather, Algorithm::PatReduceScatter]
+            .into_iter()
+            .enumerate()
+        {
+            let (dtype, op) = cases[(world + 3 * i) % cases.len()];
+            let seed = (world * 2 + i) as u64;
+            let count = 1 + (world * 7 + i) % 13;
+            let in_place = (world + i) % 3 == 0;
+            for_type(dtype, &mut |case| {
+                case(world, algorithm, op, count, in_place, seed)
+            });
+        }
+    }
+}
+
+/// Reduce-scatter counts far beyond one inbox slot (many rounds per block), for several grids.
+#[test]
+fn pat_reduce_scatter_in_many_rounds() {
+    for world in [2, 5, 8] {
+        for (dtype, op) in [
+            (DataType::Float32, RedOp::Sum),
+            (DataType::Int64, RedOp::Sum),
+            (DataType::Bfloat16, RedOp::Max),
+        ] {
+            let count = 40_000 + world;
+            for_type(dtype, &mut |case| {
+                case(
+                    world,
+                    Algorithm::PatReduceScatter,
+                    op,
+                    count,
+                    world % 2 == 0,
+                    world as u64,
+                )
+            });
+        }
+    }
+}
+
+/// PAT calls mixed with every other algorithm on one window, with changing grids and counts,
+/// across the u32 wrap of the PAT round counters and the barrier epochs: every result exact.
+#[test]
+fn pat_mixed_with_every_algorithm_on_one_window() {
+    for world in [3, 6, 8] {
+        let mut ranks = Ranks::new(world, 1 << 16, TIMEOUT_NS);
+        ranks.set_epochs(u32::MAX - 300, 0xFFFF_FFFF - 150);
+        ranks.set_pat_rounds(u32::MAX - 40);
+        let mut rng = Rng(world as u64 * 31);
+        for iteration in 0..240 {
+            let algorithm = Algorithm::ALL[rng.next_u64() as usize % Algorithm::ALL.len()];
+            let blocks = 1 + (rng.next_u64() % 4) as u32;
+            let count = 1 + (rng.next_u64() % 300) as usize;
+            let (send, recv) = (64usize, 64 + 4 * world * count + 64);
+            let input_len = if is_reduce_scatter(algorithm) {
+                world * count
+            } else {
+                count
+            };
+            let inputs: Vec<Vec<i32>> = (0..world)
+                .map(|_| {
+                    (0..input_len)
+                        .map(|_| (rng.next_u64() % 2001) as i32 - 1000)
+                        .collect()
+                })
+                .collect();
+            for (rank, input) in inputs.iter().enumerate() {
+                ranks.write(rank, send, input);
+            }
+            let args = CollectiveArgs {
+                send_offset: send as u64,
+                recv_offset: recv as u64,
+                count: if algorithm.is_data_type_agnostic() {
+                    (count * 4) as u64
+                } else {
+                    count as u64
+                },
+                flags: 0,
+            };
+            let statuses = ranks.launch(
+                kernel(algorithm, DataType::Int32, RedOp::Sum),
+                args,
+                blocks,
+                4,
+                None,
+            );
+            assert!(
+                statuses.iter().all(|s| *s == KernelStatus::Completed),
+                "world {world} iteration {iteration} {} {statuses:?}",
+                algorithm.name()
+            );
+            for rank in 0..world {
+                let what = || {
+                    format!(
+                        "world {world} iteration {iteration} {} rank {rank}",
+                        algorithm.name()
+                    )
+                };
+                if algorithm.is_data_type_agnostic() {
+                    let out: Vec<i32> = ranks.read(rank, recv, world * count);
+                    let expected: Vec<i32> = inputs.concat();
+                    assert_eq!(out, expected, "{}", what());
+                } else if is_reduce_scatter(algorithm) {
+                    let out: Vec<i32> = ranks.read(rank, recv, count);
+                    let expected: Vec<i32> = (0..count)
+                        .map(|i| inputs.iter().map(|x| x[rank * count + i]).sum())
+                        .collect();
+                    assert_eq!(out, expected, "{}", what());
+                } else {
+                    let out: Vec<i32> = ranks.read(rank, recv, count);
+                    let expected: Vec<i32> = (0..count)
+                        .map(|i| inputs.iter().map(|x| x[i]).sum())
+                        .collect();
+                    assert_eq!(out, expected, "{}", what());
+                }
+            }
+        }
+        // Every block index counted the same rounds on every rank.
+        for block in 0..4 {
+            let first = ranks.pat_rounds(0, block);
+            for rank in 1..world {
+                assert_eq!(ranks.pat_rounds(rank, block), first, "block {block}");
+            }
+        }
+    }
+}
+
+/// PAT reduce-scatter of floats is deterministic: the same inputs give the same bits in every
+/// call, whatever the grid (the combination order depends only on the world size).
+#[test]
+fn pat_reduce_scatter_is_deterministic_across_grids() {
+    let world = 7;
+    let count = 333;
+    let mut ranks = Ranks::new(world, 1 << 16, TIMEOUT_NS);
+    let mut rng = Rng(3);
+    let inputs: Vec<Vec<f32>> = (0..world)
+        .map(|_| {
+            (0..world * count)
+                .map(|_| f32::random(&mut rng, RedOp::Sum))
+                .collect()
+        })
+        .collect();
+    for (rank, input) in inputs.iter().enumerate() {
+        ranks.write(rank, 0, input);
+    }
+    let recv = 4 * world * count + 16;
+    let mut first: Option<Vec<Vec<f32>>> = None;
+    for blocks in [1, 3, 4, 2] {
+        let args = CollectiveArgs {
+            send_offset: 0,
+            recv_offset: recv as u64,
+            count: count as u64,
+            flags: 0,
+        };
+        let statuses = ranks.launch(
+            kernel(Algorithm::PatReduceScatter, DataType::Float32, RedOp::Sum),
+            args,
+            blocks,
+            4,
+            None,
+        );
+        assert!(statuses.iter().all(|s| *s == KernelStatus::Completed));
+        let outputs: Vec<Vec<f32>> = (0..world).map(|r| ranks.read(r, recv, count)).collect();
+        match &first {
+            None => first = Some(outputs),
+            Some(first) => {
+                for (a, b) in first.iter().zip(&outputs) {
+                    assert_eq!(bytemuck_bits(a), bytemuck_bits(b), "blocks {blocks}");
+                }
+            }
+        }
     }
 }
 

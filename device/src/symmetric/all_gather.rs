@@ -11,11 +11,11 @@ use crate::arch;
 /// 16 bytes moved as one vector access.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
-struct Bytes16([u32; 4]);
+pub(crate) struct Bytes16([u32; 4]);
 
 /// The send buffer of an all-gather: in place, this rank's segment of its receive buffer.
 #[inline(always)]
-fn send_address(rank: Rank<'_>, args: &CollectiveArgs) -> u64 {
+pub(crate) fn send_address(rank: Rank<'_>, args: &CollectiveArgs) -> u64 {
     if args.flags & FLAG_IN_PLACE != 0 {
         rank.recv
             .local_base
@@ -73,7 +73,7 @@ pub unsafe fn all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> K
 /// # Safety
 /// Both ranges are valid and aligned for `U`.
 #[inline(always)]
-unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
+pub(crate) unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
     let (lo, hi) = block_range(units, grid.block, grid.blocks);
     let stride = arch::block_dim_x() as u64;
     let mut i = lo + arch::thread_idx_x() as u64;

@@ -3,6 +3,7 @@
 
 use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
+use super::pat::{pat_all_gather, pat_reduce_scatter};
 use super::reduce_scatter::reduce_scatter;
 use super::{CollectiveArgs, Grid, KernelStatus, Rank};
 use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
@@ -25,22 +26,31 @@ pub enum Algorithm {
     AllGather,
     /// All-gather over low-latency lines (bytes per rank up to `LL_MAX_BYTES`).
     LlAllGather,
+    /// All-gather in `ceil(log2 n)` steps (PAT: aggregated binomial trees; data type agnostic).
+    PatAllGather,
+    /// Reduce-scatter in `ceil(log2 n)` steps (PAT), partials staged in the signal pad.
+    PatReduceScatter,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::OneShotAllReduce,
         Algorithm::OneShotLlAllReduce,
         Algorithm::TwoShotAllReduce,
         Algorithm::ReduceScatter,
         Algorithm::AllGather,
         Algorithm::LlAllGather,
+        Algorithm::PatAllGather,
+        Algorithm::PatReduceScatter,
     ];
 
     /// `true` for the all-gathers: one kernel serves every data type.
     pub const fn is_data_type_agnostic(self) -> bool {
-        matches!(self, Algorithm::AllGather | Algorithm::LlAllGather)
+        matches!(
+            self,
+            Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::PatAllGather
+        )
     }
 
     /// Name, as in kernel names and `SYMM_ALGO`.
@@ -52,6 +62,8 @@ impl Algorithm {
             Algorithm::ReduceScatter => "reduce_scatter",
             Algorithm::AllGather => "all_gather",
             Algorithm::LlAllGather => "ll_all_gather",
+            Algorithm::PatAllGather => "pat_all_gather",
+            Algorithm::PatReduceScatter => "pat_reduce_scatter",
         }
     }
 }
@@ -122,6 +134,8 @@ fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
         Algorithm::ReduceScatter => reduce_scatter::<T, O>,
         Algorithm::AllGather => all_gather,
         Algorithm::LlAllGather => ll_all_gather,
+        Algorithm::PatAllGather => pat_all_gather,
+        Algorithm::PatReduceScatter => pat_reduce_scatter::<T, O>,
     }
 }
 

@@ -10,6 +10,7 @@ pub mod all_gather;
 pub mod all_reduce;
 pub mod dispatch;
 mod low_latency;
+pub mod pat;
 pub mod reduce_scatter;
 pub mod vector;
 

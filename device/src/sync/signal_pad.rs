@@ -6,8 +6,17 @@
 //! offset 0           inbox      [MAX_BLOCKS][MAX_RANKS] u32   barrier flags written by peers
 //! EPOCHS_OFFSET      epochs     [MAX_BLOCKS] u32              this rank's barrier epoch per block
 //! LL_COUNTS_OFFSET   ll counts  [MAX_BLOCKS] u64              low-latency calls made, per block
+//! PAT_FLAGS_OFFSET   pat flags  [4][MAX_BLOCKS][PAT_MAX_STEPS] u32  per-step PAT flags
+//! PAT_ROUNDS_OFFSET  pat rounds [MAX_BLOCKS] u32              PAT rounds made, per block
 //! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
+//! pat_staging_offset pat inbox  [world-1][PAT_SLOT_BYTES]     PAT reduce-scatter partials
 //! ```
+//!
+//! The PAT region (see `symmetric::pat`) holds, per block index and step, four flags with one
+//! writer each (all-gather data and readiness, reduce-scatter data and readiness), the block's
+//! round counter, and the reduce-scatter inbox: one slot per (step, segment) a rank receives,
+//! `world - 1` slots in all, each shared among the blocks of a launch. It follows the LL lines,
+//! so that a pad of an older layout differs only in its length.
 //!
 //! A low-latency (LL) line carries 8 data bytes and a flag twice — `[lo, flag, hi, flag]` —
 //! written with one 16-byte store; each 8-byte half is single-copy atomic, so a reader that
@@ -43,11 +52,59 @@ pub const LL_MAX_BYTES: usize = if cfg!(loom) { 16 } else { 16 * 1024 };
 /// LL lines per (parity, source rank).
 pub const LL_LINES: usize = LL_MAX_BYTES / 8;
 
-const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= LL_OFFSET);
+/// Most steps of a PAT collective: `ceil(log2(MAX_RANKS))`.
+pub const PAT_MAX_STEPS: usize = (usize::BITS - (MAX_RANKS - 1).leading_zeros()) as usize;
+/// Offset of the PAT flags.
+pub const PAT_FLAGS_OFFSET: usize = LL_COUNTS_OFFSET + MAX_BLOCKS * 8;
+/// Offset of the per-block PAT round counters.
+pub const PAT_ROUNDS_OFFSET: usize = PAT_FLAGS_OFFSET + 4 * MAX_BLOCKS * PAT_MAX_STEPS * 4;
+/// Bytes of one PAT inbox slot (shared by the blocks of a launch; 256 under loom, to keep the
+/// model small).
+pub const PAT_SLOT_BYTES: usize = if cfg!(loom) { 256 } else { 64 * 1024 };
+
+const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= PAT_FLAGS_OFFSET);
+const _: () = assert!(PAT_ROUNDS_OFFSET + MAX_BLOCKS * 4 <= LL_OFFSET);
+const _: () = assert!(1 << PAT_MAX_STEPS >= MAX_RANKS);
+const _: () = assert!(PAT_SLOT_BYTES.is_multiple_of(16 * MAX_BLOCKS));
+
+/// Offset of the PAT inbox in a `world`-rank communicator's pad (after the LL lines).
+pub const fn pat_staging_offset(world: usize) -> usize {
+    LL_OFFSET + 2 * world * LL_LINES * 16
+}
 
 /// Size in bytes of one rank's signal pad in a `world`-rank communicator.
 pub const fn signal_pad_bytes(world: usize) -> usize {
-    LL_OFFSET + 2 * world * LL_LINES * 16
+    pat_staging_offset(world) + world.saturating_sub(1) * PAT_SLOT_BYTES
+}
+
+/// The four kinds of PAT flag. Each (kind, block, step) slot of a pad has exactly one writer,
+/// so flags written in calls of the two collectives never stand in for each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PatFlag {
+    /// All-gather: the segments of step `k` have landed here (written by rank `r + 2^k`).
+    GatherData = 0,
+    /// All-gather: rank `r - 2^k` (the receiver of this rank's step `k`) has entered the round.
+    GatherReady = 1,
+    /// Reduce-scatter: the partials of step `k` have landed in this inbox (written by rank
+    /// `r - 2^k`).
+    ScatterData = 2,
+    /// Reduce-scatter: rank `r + 2^k` (the receiver of this rank's step `k`) has entered the
+    /// round, its inbox of step `k` is free.
+    ScatterReady = 3,
+}
+
+/// Address of the PAT flag `kind` of `block` and `step` in the pad at `pad`.
+#[inline(always)]
+pub fn pat_flag_slot(pad: u64, kind: PatFlag, block: u32, step: u32) -> *mut u32 {
+    let index = (kind as usize * MAX_BLOCKS + block as usize) * PAT_MAX_STEPS + step as usize;
+    (pad + (PAT_FLAGS_OFFSET + index * 4) as u64) as *mut u32
+}
+
+/// Address of the PAT round counter of `block` in the pad at `pad`.
+#[inline(always)]
+pub fn pat_round_slot(pad: u64, block: u32) -> *mut u32 {
+    (pad + (PAT_ROUNDS_OFFSET + block as usize * 4) as u64) as *mut u32
 }
 
 /// Address of LL line `line` from `source` for calls of parity `parity`, in the pad at `pad`.

@@ -10,7 +10,8 @@ use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::symmetric::dispatch::KernelFn;
 use symm_device::symmetric::{CollectiveArgs, KernelStatus, RankArgs, for_virtual_rank};
 use symm_device::sync::signal_pad::{
-    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, ll_count_slot, ll_parity_lines, signal_pad_bytes,
+    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, PAT_MAX_STEPS, PatFlag, ll_count_slot, ll_parity_lines,
+    pat_flag_slot, pat_round_slot, signal_pad_bytes,
 };
 
 /// 16-byte aligned storage.
@@ -120,6 +121,37 @@ impl Ranks {
                 unsafe { ll_count_slot(base, block).write(ll_calls) };
             }
         }
+    }
+
+    /// Set every PAT round counter and PAT flag of every rank to `rounds` (as after `rounds`
+    /// PAT rounds on every block index), e.g. to cross the u32 wrap.
+    pub fn set_pat_rounds(&mut self, rounds: u32) {
+        let kinds = [
+            PatFlag::GatherData,
+            PatFlag::GatherReady,
+            PatFlag::ScatterData,
+            PatFlag::ScatterReady,
+        ];
+        for pad in &mut self.pads {
+            let base = pad.as_mut_ptr() as u64;
+            for block in 0..MAX_BLOCKS as u32 {
+                // SAFETY: the slots lie inside the pad; no kernel runs meanwhile.
+                unsafe {
+                    pat_round_slot(base, block).write(rounds);
+                    for kind in kinds {
+                        for step in 0..PAT_MAX_STEPS as u32 {
+                            pat_flag_slot(base, kind, block, step).write(rounds);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The PAT round counter of block index `block` in rank `rank`'s pad.
+    pub fn pat_rounds(&self, rank: usize, block: u32) -> u32 {
+        // SAFETY: the counter lies inside the pad; no kernel runs during this read.
+        unsafe { pat_round_slot(self.pads[rank].as_ptr() as u64, block).read_volatile() }
     }
 
     /// Fill every LL line of every rank (both parities, every source) with `data` and `flag`:

@@ -1,0 +1,560 @@
+//! PAT (parallel aggregated trees): all-gather and reduce-scatter in `ceil(log2(n))` steps for
+//! any number of ranks `n`, after NCCL's PAT algorithms, on symmetric memory.
+//!
+//! **Schedule.** Segment `s` is rank `s`'s contribution (all-gather) or result
+//! (reduce-scatter). Offsets are taken modulo `n`. At all-gather step `k = 0, 1, …, K-1`
+//! rank `r` stores the `c_k = min(2^k, n - 2^k)` segments `r, r+1, …, r+c_k-1` into the
+//! receive buffer of rank `r - 2^k`: after step `k` rank `r` holds segments
+//! `[r, r + min(2^(k+1), n))`, so after `K` steps all of them. A step moves several segments
+//! at once (the aggregation of NCCL's PAT), and a rank talks to one peer per step, so every
+//! rank touches `K` peers instead of `n - 1`. For each segment the transfers form a binomial
+//! tree rooted at its owner: the rank at distance `d = r' - s` below the root receives it from
+//! distance `d - 2^h` (`h` the highest bit of `d`) at step `h`.
+//!
+//! Reduce-scatter runs the same trees backwards: at step `k = K-1, …, 1, 0` rank `r` sends to
+//! rank `r + 2^k` its partial results of the segments at offsets `d ∈ [2^k, min(2^(k+1), n))`
+//! (segment `r + d`). A partial is this rank's own element combined, in a fixed order (own
+//! first, then the children of step `K-1`, `K-2`, … in turn), with the partials its children
+//! sent at earlier steps. The root of segment `r` (offset 0) combines the same way, finishes
+//! (`avg`) and narrows once.
+//!
+//! **Transport.** Push only: a rank reads its own memory and stores into its peer's, so a rank
+//! never waits for anyone to finish reading its buffers. Per block index and step, a receiver
+//! announces "ready for round `e`" in its sender's pad, and the sender announces "data of
+//! round `e`" in the receiver's pad after its stores (release / acquire at system scope, waits
+//! bounded by the window's timeout as everywhere). All-gather stores straight into the
+//! receive buffers, which are symmetric: no staging. Reduce-scatter stores partials, in the
+//! accumulator type (so narrow types round once, and integer averages are exact), into the
+//! receiver's *inbox* in its signal pad: one slot per (step, segment) received, `n - 1` in
+//! all, each [`PAT_SLOT_BYTES`] shared among the launch's blocks. A block's element range goes
+//! through the inbox in rounds of at most a slot's share, so the staging area is bounded
+//! whatever the count.
+//!
+//! **Rounds.** Each block index keeps a round counter in its rank's pad: every all-gather
+//! call is one round, every reduce-scatter call as many as its range needs. Every rank
+//! launches the same grid and count, so block `b` of every rank counts the same rounds, on any
+//! mix of collectives and grids on one window. A flag never runs ahead of its reader: a sender
+//! writes round `e` only after the receiver announced `e`, which it does only after it
+//! finished round `e - 1`. Because each flag slot has one writer (see [`PatFlag`]), calls of the
+//! two collectives never mistake each other's flags.
+//!
+//! **Order of floating-point reduction.** The direct reduce-scatter combines ranks in rank
+//! order; PAT combines along the tree (the same shape for every segment, rotated by the
+//! segment's owner). Results are deterministic from call to call, and exact for integers and
+//! for max/min, but for floating-point sums and products they may differ in the last bits from
+//! the direct kernel's.
+
+use super::all_gather::{copy_units, send_address};
+use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
+use crate::arch;
+use crate::context::SymmContext;
+use crate::numeric::element::Element;
+use crate::numeric::ops::ReduceOp;
+use crate::symmetric::ABORT_TIMED_OUT;
+use crate::sync::barrier::block_sees_abort;
+use crate::sync::signal_pad::{
+    PAT_SLOT_BYTES, PatFlag, pat_flag_slot, pat_round_slot, pat_staging_offset,
+};
+use crate::sync::wait::{WaitOutcome, wait_until_reached};
+
+/// Steps of a PAT collective over `n` ranks: `ceil(log2(n))` (0 for one rank).
+#[inline(always)]
+pub const fn steps(n: u32) -> u32 {
+    if n <= 1 {
+        0
+    } else {
+        u32::BITS - (n - 1).leading_zeros()
+    }
+}
+
+/// Segments moved at step `k` (`k < steps(n)`): `min(2^k, n - 2^k)`.
+#[inline(always)]
+pub const fn step_segments(n: u32, k: u32) -> u32 {
+    let span = 1u32 << k;
+    if span < n - span { span } else { n - span }
+}
+
+/// One transfer of a schedule: `segments` consecutive segments starting at `first` (modulo
+/// `n`), to or from `peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The other rank.
+    pub peer: u32,
+    /// First segment (rank number of its owner).
+    pub first: u32,
+    /// Number of segments.
+    pub segments: u32,
+}
+
+/// `(a + b) mod n` for `a, b < n`.
+#[inline(always)]
+const fn add_mod(a: u32, b: u32, n: u32) -> u32 {
+    let sum = a as u64 + b as u64;
+    (sum % n as u64) as u32
+}
+
+/// `(a - b) mod n` for `a, b < n`.
+#[inline(always)]
+const fn sub_mod(a: u32, b: u32, n: u32) -> u32 {
+    if a >= b { a - b } else { a + n - b }
+}
+
+/// What rank `rank` stores at all-gather step `k`: its segments `[rank, rank + c_k)` into
+/// rank `rank - 2^k`.
+#[inline(always)]
+pub const fn all_gather_send(n: u32, rank: u32, k: u32) -> Transfer {
+    Transfer {
+        peer: sub_mod(rank, (1u32 << k) % n, n),
+        first: rank,
+        segments: step_segments(n, k),
+    }
+}
+
+/// What rank `rank` receives at all-gather step `k`: segments `[rank + 2^k, + c_k)` from rank
+/// `rank + 2^k`.
+#[inline(always)]
+pub const fn all_gather_receive(n: u32, rank: u32, k: u32) -> Transfer {
+    let from = add_mod(rank, (1u32 << k) % n, n);
+    Transfer {
+        peer: from,
+        first: from,
+        segments: step_segments(n, k),
+    }
+}
+
+/// What rank `rank` sends at reduce-scatter step `k`: its partials of the segments
+/// `[rank + 2^k, + c_k)` (offsets `[2^k, 2^k + c_k)`) into the inbox of rank `rank + 2^k`.
+#[inline(always)]
+pub const fn reduce_scatter_send(n: u32, rank: u32, k: u32) -> Transfer {
+    let to = add_mod(rank, (1u32 << k) % n, n);
+    Transfer {
+        peer: to,
+        first: to,
+        segments: step_segments(n, k),
+    }
+}
+
+/// What rank `rank` receives at reduce-scatter step `k`: partials of its segments
+/// `[rank, rank + c_k)` (offsets `[0, c_k)`) from rank `rank - 2^k`, into inbox slots
+/// `inbox_slot(k, 0..c_k)`.
+#[inline(always)]
+pub const fn reduce_scatter_receive(n: u32, rank: u32, k: u32) -> Transfer {
+    Transfer {
+        peer: sub_mod(rank, (1u32 << k) % n, n),
+        first: rank,
+        segments: step_segments(n, k),
+    }
+}
+
+/// `true` when the partial at offset `offset` receives a child's partial at reduce-scatter
+/// step `k` (`offset < c_k`). A partial combines its children in descending step order.
+#[inline(always)]
+pub const fn reduce_scatter_receives(n: u32, offset: u32, k: u32) -> bool {
+    offset < step_segments(n, k)
+}
+
+/// Inbox slot of the partial at offset `offset` received at reduce-scatter step `k`:
+/// `2^k - 1 + offset` (the slots of steps `0..k` hold `2^k - 1` partials, as only the last
+/// step can move fewer than `2^k`). Slots run from 0 to `n - 2`.
+#[inline(always)]
+pub const fn inbox_slot(k: u32, offset: u32) -> u32 {
+    (1u32 << k) - 1 + offset
+}
+
+/// Elements of an accumulator of `acc_bytes` bytes that one block's share of an inbox slot
+/// holds, for a launch of `blocks` blocks (at least 1 for every `blocks <= MAX_BLOCKS` and
+/// accumulator up to 16 bytes).
+#[inline(always)]
+pub const fn slot_capacity(acc_bytes: u32, blocks: u32) -> u64 {
+    block_share_bytes(blocks) / acc_bytes as u64
+}
+
+/// Bytes of one block's share of an inbox slot (a multiple of 16).
+#[inline(always)]
+const fn block_share_bytes(blocks: u32) -> u64 {
+    (PAT_SLOT_BYTES as u64 / blocks as u64) / 16 * 16
+}
+
+/// The flags of one block of one rank for a PAT call: the round counter and the per-step
+/// flags. Every thread of the block makes the same calls.
+struct PatRounds<'a> {
+    ctx: &'a SymmContext,
+    own_pad: u64,
+    block: u32,
+    /// Rounds this block index made on the window before this call.
+    before: u32,
+}
+
+impl<'a> PatRounds<'a> {
+    /// Open: read the block's round counter.
+    ///
+    /// # Safety
+    /// `ctx` is host-built with pads sized by `signal_pad_bytes(world_size)`;
+    /// `block < MAX_BLOCKS`.
+    #[inline(always)]
+    unsafe fn open(ctx: &'a SymmContext, block: u32) -> Self {
+        // SAFETY: rank < world_size (checked by `resolve_launch`).
+        let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
+        // SAFETY: the counter lies inside this rank's pad; only this block index of this rank
+        // writes it, after every thread has read it (see `finish`).
+        let before = unsafe { arch::load_plain_u32(pat_round_slot(own_pad, block)) };
+        PatRounds {
+            ctx,
+            own_pad,
+            block,
+            before,
+        }
+    }
+
+    /// Store the counter after `rounds` rounds (every thread calls it once, at the end). The
+    /// block barriers keep every read of the old value before the store, and the store before
+    /// any later read by this block index.
+    #[inline(always)]
+    fn finish(self, rounds: u32) {
+        arch::sync_threads();
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: the counter lies inside this rank's pad; every thread read it in `open`
+            // before the barrier above.
+            unsafe {
+                arch::store_plain_u32(
+                    pat_round_slot(self.own_pad, self.block),
+                    self.before.wrapping_add(rounds),
+                )
+            };
+        }
+        arch::sync_threads();
+    }
+
+    /// Set flag `kind` of `step` in `peer`'s pad to `round` (release, system scope), from
+    /// thread 0, after a block barrier: everything the block stored before is visible to a
+    /// reader that acquires the flag.
+    ///
+    /// # Safety
+    /// `peer < world_size`; `step < PAT_MAX_STEPS`.
+    #[inline(always)]
+    unsafe fn post(&self, peer: u32, kind: PatFlag, step: u32, round: u32) {
+        arch::sync_threads();
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: peer < world_size (caller); the slot lies in that peer's pad, which is
+            // only accessed atomically there.
+            unsafe {
+                let pad = self.ctx.peer_signal_pad(peer);
+                arch::store_release_sys_u32(pat_flag_slot(pad, kind, self.block, step), round);
+            }
+        }
+    }
+
+    /// Wait until flag `kind` of `step` in this rank's pad reaches `round` (acquire, bounded);
+    /// `true` on every thread when it did, `false` on every thread after a timeout (the abort
+    /// word is raised) or an abort. Ends with a block barrier, so the whole block may use what
+    /// the flag published.
+    ///
+    /// # Safety
+    /// `step < PAT_MAX_STEPS`.
+    #[inline(always)]
+    unsafe fn wait(&self, kind: PatFlag, step: u32, round: u32) -> bool {
+        let mut failed = false;
+        if arch::thread_idx_x() == 0 {
+            let slot = pat_flag_slot(self.own_pad, kind, self.block, step);
+            let abort = self.ctx.abort_flag as *const u32;
+            // SAFETY: the slot lies in this rank's pad and the abort word is the context's;
+            // both are accessed atomically.
+            match unsafe { wait_until_reached(slot, round, abort, self.ctx.timeout_ns) } {
+                WaitOutcome::Reached => {}
+                WaitOutcome::TimedOut => {
+                    // SAFETY: the abort word is a valid u32 of this rank.
+                    unsafe { arch::store_release_sys_u32(abort as *mut u32, ABORT_TIMED_OUT) };
+                    failed = true;
+                }
+                WaitOutcome::Aborted => failed = true,
+            }
+        }
+        !arch::sync_threads_or(failed)
+    }
+}
+
+/// PAT all-gather of `args.count` bytes per rank (see the module documentation).
+///
+/// # Safety
+/// As for [`super::all_gather::all_gather`]; the signal pads were sized by
+/// `signal_pad_bytes(world_size)`.
+#[inline(always)]
+pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+    let ctx = rank.recv;
+    let bytes = args.count;
+    // Uniform on every rank: a call without bytes takes no round.
+    if bytes == 0 {
+        return KernelStatus::Completed;
+    }
+    let (n, me) = (ctx.world_size, ctx.rank);
+    let send = send_address(rank, args);
+    let local_recv = ctx.local_base.wrapping_add(args.recv_offset);
+    let mut alignment = send | local_recv | args.recv_offset | bytes;
+    for peer in 0..n {
+        // SAFETY: peer < world_size; the context is host-built.
+        alignment |= unsafe { ctx.peer_base(peer) };
+    }
+    // SAFETY: the context is valid; the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
+    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
+    let rounds = unsafe { PatRounds::open(ctx, grid.block) };
+    let round = rounds.before.wrapping_add(1);
+    let total = steps(n);
+    // Ready for this round: the sender of each step may store into this receive buffer.
+    for k in 0..total {
+        // SAFETY: the peer is a rank; k < PAT_MAX_STEPS since n <= MAX_RANKS.
+        unsafe { rounds.post(all_gather_receive(n, me, k).peer, PatFlag::GatherReady, k, round) };
+    }
+    if args.flags & FLAG_IN_PLACE == 0 {
+        let own = local_recv.wrapping_add(me as u64 * bytes);
+        // SAFETY: the send buffer and this rank's segment of its receive buffer (contract).
+        unsafe { copy_segment(send, own, bytes, alignment, grid) };
+    }
+    let mut completed = true;
+    for k in 0..total {
+        // The segments received at step k-1 (and, by earlier waits, before) have landed, and
+        // the receiver of step k has entered this round.
+        // SAFETY: k - 1 and k < PAT_MAX_STEPS.
+        if (k > 0 && unsafe { !rounds.wait(PatFlag::GatherData, k - 1, round) })
+            // SAFETY: as above.
+            || unsafe { !rounds.wait(PatFlag::GatherReady, k, round) }
+        {
+            completed = false;
+            break;
+        }
+        let out = all_gather_send(n, me, k);
+        // SAFETY: the peer is a rank.
+        let peer_recv = unsafe { ctx.peer_base(out.peer) }.wrapping_add(args.recv_offset);
+        for j in 0..out.segments {
+            let segment = add_mod(out.first, j, n) as u64 * bytes;
+            let src = if j == 0 {
+                send
+            } else {
+                local_recv.wrapping_add(segment)
+            };
+            // SAFETY: a segment this rank holds (its own, or one received at an earlier step),
+            // into the same segment of the peer's receive buffer (contract).
+            unsafe { copy_segment(src, peer_recv.wrapping_add(segment), bytes, alignment, grid) };
+        }
+        // SAFETY: the peer is a rank; k < PAT_MAX_STEPS.
+        unsafe { rounds.post(out.peer, PatFlag::GatherData, k, round) };
+    }
+    // SAFETY: total - 1 < PAT_MAX_STEPS.
+    if completed && total > 0 && unsafe { !rounds.wait(PatFlag::GatherData, total - 1, round) } {
+        completed = false;
+    }
+    rounds.finish(1);
+    if completed {
+        KernelStatus::Completed
+    } else {
+        KernelStatus::Aborted
+    }
+}
+
+/// Copy this block's share of a `bytes`-byte segment in the widest unit `alignment` allows.
+///
+/// # Safety
+/// Both ranges are valid; `alignment` is or-ed from both addresses and `bytes`.
+#[inline(always)]
+unsafe fn copy_segment(src: u64, dst: u64, bytes: u64, alignment: u64, grid: Grid) {
+    // SAFETY: forwarded contract; the unit divides both addresses and the length.
+    unsafe {
+        if alignment.is_multiple_of(16) {
+            copy_units::<super::all_gather::Bytes16>(src, dst, bytes / 16, grid);
+        } else if alignment.is_multiple_of(8) {
+            copy_units::<u64>(src, dst, bytes / 8, grid);
+        } else if alignment.is_multiple_of(4) {
+            copy_units::<u32>(src, dst, bytes / 4, grid);
+        } else {
+            copy_units::<u8>(src, dst, bytes, grid);
+        }
+    }
+}
+
+/// PAT reduce-scatter with `args.count` elements per rank (see the module documentation).
+///
+/// # Safety
+/// As for [`super::reduce_scatter::reduce_scatter`]; the signal pads were sized by
+/// `signal_pad_bytes(world_size)`.
+#[inline(always)]
+pub unsafe fn pat_reduce_scatter<T: Element, O: ReduceOp>(
+    rank: Rank<'_>,
+    grid: Grid,
+    args: &CollectiveArgs,
+) -> KernelStatus {
+    let ctx = rank.send;
+    let count = args.count;
+    if count == 0 {
+        return KernelStatus::Completed;
+    }
+    let (n, me) = (ctx.world_size, ctx.rank);
+    let size = core::mem::size_of::<T>() as u64;
+    let send = ctx.local_base.wrapping_add(args.send_offset) as *const T;
+    let recv = if args.flags & FLAG_IN_PLACE != 0 {
+        ctx.local_base
+            .wrapping_add(args.send_offset)
+            .wrapping_add(me as u64 * count * size)
+    } else {
+        rank.recv.local_base.wrapping_add(args.recv_offset)
+    } as *mut T;
+    let acc_bytes = core::mem::size_of::<T::Acc>() as u32;
+    let capacity = slot_capacity(acc_bytes, grid.blocks);
+    if capacity == 0 {
+        return KernelStatus::InvalidLaunch;
+    }
+    let (lo, hi) = block_range(count, grid.block, grid.blocks);
+    let round_count = (hi - lo).div_ceil(capacity) as u32;
+    // SAFETY: the context is valid; the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
+    // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
+    let rounds = unsafe { PatRounds::open(ctx, grid.block) };
+    let total = steps(n);
+    let share = block_share_bytes(grid.blocks);
+    // This block's share of inbox slot `slot` in the pad at `pad`.
+    let slot_address = |pad: u64, slot: u32| -> *mut T::Acc {
+        (pad + pat_staging_offset(n as usize) as u64
+            + slot as u64 * PAT_SLOT_BYTES as u64
+            + grid.block as u64 * share) as *mut T::Acc
+    };
+    let own_pad = rounds.own_pad;
+    let stride = arch::block_dim_x() as u64;
+    let mut completed = true;
+    'rounds: for r in 0..round_count {
+        let round = rounds.before.wrapping_add(r + 1);
+        let start = lo + r as u64 * capacity;
+        let len = (hi - start).min(capacity);
+        // Ready: every sender may store this round's partials into this inbox (the previous
+        // round's were all read: the block barrier in `post` follows the last read).
+        for k in 0..total {
+            let from = reduce_scatter_receive(n, me, k).peer;
+            // SAFETY: the peer is a rank; k < PAT_MAX_STEPS.
+            unsafe { rounds.post(from, PatFlag::ScatterReady, k, round) };
+        }
+        for k in (0..total).rev() {
+            // SAFETY: k + 1 and k < PAT_MAX_STEPS.
+            if (k + 1 < total && unsafe { !rounds.wait(PatFlag::ScatterData, k + 1, round) })
+                // SAFETY: as above.
+                || unsafe { !rounds.wait(PatFlag::ScatterReady, k, round) }
+            {
+                completed = false;
+                break 'rounds;
+            }
+            let out = reduce_scatter_send(n, me, k);
+            // SAFETY: the peer is a rank.
+            let peer_pad = unsafe { ctx.peer_signal_pad(out.peer) };
+            for j in 0..out.segments {
+                let offset = (1u32 << k) + j;
+                let segment = add_mod(me, offset, n) as u64;
+                let dst = slot_address(peer_pad, inbox_slot(k, j));
+                let mut i = arch::thread_idx_x() as u64;
+                while i < len {
+                    // SAFETY: inside this rank's send buffer, its inbox and the peer's inbox
+                    // (contract; len <= capacity).
+                    unsafe {
+                        let acc = partial::<T, O>(
+                            send,
+                            segment * count + start + i,
+                            n,
+                            offset,
+                            k + 1,
+                            total,
+                            |slot| slot_address(own_pad, slot).add(i as usize).read(),
+                        );
+                        dst.add(i as usize).write(acc);
+                    }
+                    i += stride;
+                }
+            }
+            // SAFETY: the peer is a rank; k < PAT_MAX_STEPS.
+            unsafe { rounds.post(out.peer, PatFlag::ScatterData, k, round) };
+        }
+        // SAFETY: 0 < PAT_MAX_STEPS.
+        if total > 0 && unsafe { !rounds.wait(PatFlag::ScatterData, 0, round) } {
+            completed = false;
+            break;
+        }
+        let mut i = arch::thread_idx_x() as u64;
+        while i < len {
+            // SAFETY: this rank's segment of the send buffer, its inbox, and its receive
+            // buffer (contract).
+            unsafe {
+                let acc = partial::<T, O>(send, me as u64 * count + start + i, n, 0, 0, total, |slot| {
+                    slot_address(own_pad, slot).add(i as usize).read()
+                });
+                recv.add((start + i) as usize)
+                    .write(T::narrow(O::finish(acc, n)));
+            }
+            i += stride;
+        }
+    }
+    rounds.finish(round_count);
+    if completed {
+        KernelStatus::Completed
+    } else {
+        KernelStatus::Aborted
+    }
+}
+
+/// The partial at offset `offset` for element `index` of the send buffer: the own element,
+/// then the children received at steps `total-1` down to `from_step` (those the offset receives
+/// at: [`reduce_scatter_receives`]), read through `inbox(slot)`.
+///
+/// # Safety
+/// `send + index` is readable; `inbox` reads valid slots.
+#[inline(always)]
+unsafe fn partial<T: Element, O: ReduceOp>(
+    send: *const T,
+    index: u64,
+    n: u32,
+    offset: u32,
+    from_step: u32,
+    total: u32,
+    inbox: impl Fn(u32) -> T::Acc,
+) -> T::Acc {
+    // SAFETY: forwarded contract.
+    let mut acc = unsafe { send.add(index as usize).read() }.widen();
+    let mut k = total;
+    while k > from_step {
+        k -= 1;
+        if reduce_scatter_receives(n, offset, k) {
+            acc = O::combine(acc, inbox(inbox_slot(k, offset)));
+        }
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_the_ceiling_of_log2() {
+        assert_eq!(
+            [1, 2, 3, 4, 5, 8, 9, 64, 65, 4096].map(steps),
+            [0, 1, 2, 2, 3, 3, 4, 6, 7, 12]
+        );
+        for n in 2..300u32 {
+            let total: u32 = (0..steps(n)).map(|k| step_segments(n, k)).sum();
+            assert_eq!(total, n - 1, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn inbox_slots_are_dense() {
+        for n in 2..300u32 {
+            let mut seen = std::vec![false; n as usize - 1];
+            for k in 0..steps(n) {
+                for j in 0..step_segments(n, k) {
+                    let slot = inbox_slot(k, j) as usize;
+                    assert!(!seen[slot], "n {n} slot {slot}");
+                    seen[slot] = true;
+                }
+            }
+            assert!(seen.iter().all(|s| *s));
+        }
+    }
+}
