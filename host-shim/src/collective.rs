@@ -289,10 +289,10 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
     if group::active() || request.args.count == 0 {
         check_not_aborted(comm)?;
     }
-    let forced = match (request.collective, comm.clique.forced_algorithm) {
-        (Collective::AllReduce, forced) => forced,
-        _ => None,
-    };
+    let forced = comm
+        .clique
+        .forced_algorithm
+        .and_then(|forced| request.collective.resolve_forced(forced));
     let limits = Limits {
         max_blocks: comm.max_blocks,
         forced,

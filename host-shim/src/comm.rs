@@ -30,7 +30,7 @@ pub struct Clique {
     pub backend: Arc<Backend>,
     /// Bound of every wait on a peer.
     pub timeout: Duration,
-    /// `SYMM_ALGO`: an all-reduce algorithm forced for every call.
+    /// `SYMM_ALGO`: an algorithm forced for every call (see `Collective::resolve_forced`).
     pub forced_algorithm: Option<Algorithm>,
     /// `SYMM_DEBUG=INFO`: log every plan to stderr.
     pub debug: bool,

@@ -6,8 +6,9 @@ use std::time::Duration;
 /// Default bound of every wait on a peer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
 
-/// `SYMM_ALGO`: an all-reduce algorithm forced for every call (`ll`, `oneshot`, `twoshot`; `auto`
-/// or unset: the cost model picks).
+/// `SYMM_ALGO`: an algorithm forced for every call: all-reduce `ll`, `oneshot`, `twoshot`, or
+/// `pat` for all-gather and reduce-scatter (each value ignored by the other collectives); `auto`
+/// or unset: the cost model picks.
 pub fn forced_algorithm() -> Result<Option<symm_device::symmetric::dispatch::Algorithm>> {
     crate::plan::parse_forced_algorithm(std::env::var("SYMM_ALGO").ok().as_deref())
 }

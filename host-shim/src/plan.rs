@@ -5,6 +5,13 @@
 //! `b` blocks is `latency + bytes / min(b · per-block bandwidth, peak bandwidth)`, where
 //! `bytes` is what one rank moves. For each algorithm the fewest blocks within 2.5 % of its
 //! best time are taken; then the fastest algorithm wins.
+//!
+//! All-gather and reduce-scatter also have PAT kernels (`ceil(log2 n)` steps, one peer per
+//! step). There the model adds what depends on the rank count: the direct kernels pay
+//! `per_peer_us` for every rank they touch (flags and one stream of accesses per peer), PAT pays
+//! `pat_step_us` per step (a dependent flag round trip) and reaches `pat_bandwidth_share` of the bandwidth (each step drains before the
+//! next). So PAT wins at large rank counts for small and medium sizes, and the direct kernels
+//! keep small rank counts and large sizes.
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
@@ -33,8 +40,29 @@ impl Collective {
                 Algorithm::OneShotAllReduce,
                 Algorithm::TwoShotAllReduce,
             ],
-            Collective::AllGather => &[Algorithm::LlAllGather, Algorithm::AllGather],
-            Collective::ReduceScatter => &[Algorithm::ReduceScatter],
+            Collective::AllGather => &[
+                Algorithm::LlAllGather,
+                Algorithm::AllGather,
+                Algorithm::PatAllGather,
+            ],
+            Collective::ReduceScatter => &[Algorithm::ReduceScatter, Algorithm::PatReduceScatter],
+        }
+    }
+
+    /// The algorithm a `SYMM_ALGO` value forces for this collective, or `None` when the value
+    /// is one of another collective's (it is then ignored, and the model picks). `pat`
+    /// ([`parse_forced_algorithm`] returns [`Algorithm::PatAllGather`] for it) forces
+    /// each collective's PAT kernel; the all-reduce values force all-reduce only.
+    pub fn resolve_forced(self, forced: Algorithm) -> Option<Algorithm> {
+        let pat = matches!(
+            forced,
+            Algorithm::PatAllGather | Algorithm::PatReduceScatter
+        );
+        match self {
+            Collective::AllReduce if !pat => Some(forced),
+            Collective::AllGather if pat => Some(Algorithm::PatAllGather),
+            Collective::ReduceScatter if pat => Some(Algorithm::PatReduceScatter),
+            _ => None,
         }
     }
 
@@ -122,6 +150,12 @@ pub struct Model {
     pub peak_gbps: f64,
     /// Threads per block.
     pub threads: u32,
+    /// Cost of each rank a direct all-gather or reduce-scatter touches, µs.
+    pub per_peer_us: f64,
+    /// Cost of each PAT step (a dependent flag round trip), µs.
+    pub pat_step_us: f64,
+    /// Share of the bandwidth PAT reaches.
+    pub pat_bandwidth_share: f64,
 }
 
 /// Hopper values (NCCL 2.27–2.30's symmetric picker: 4.5 µs for LL kernels, 7.8 µs for the
@@ -131,6 +165,11 @@ pub const GPU_MODEL: Model = Model {
     per_block_gbps: [65.0, 44.0],
     peak_gbps: 320.0,
     threads: 512,
+    // Estimates, not yet measured: with them PAT takes over from 32 ranks for small and
+    // medium sizes (see bench/scale_model.md).
+    per_peer_us: 0.25,
+    pat_step_us: 1.25,
+    pat_bandwidth_share: 0.8,
 };
 
 /// The host backend: OS threads and a microsecond-scale barrier.
@@ -139,6 +178,9 @@ pub const HOST_MODEL: Model = Model {
     per_block_gbps: [1.0, 1.0],
     peak_gbps: 2.0,
     threads: 8,
+    per_peer_us: 16.0,
+    pat_step_us: 80.0,
+    pat_bandwidth_share: 0.8,
 };
 
 /// What constrains a plan besides the request.
@@ -146,7 +188,8 @@ pub const HOST_MODEL: Model = Model {
 pub struct Limits {
     /// Most blocks one rank may use (co-residency of every rank sharing the GPU).
     pub max_blocks: u32,
-    /// An algorithm forced by `SYMM_ALGO` (all-reduce only).
+    /// An algorithm forced by `SYMM_ALGO`: an all-reduce algorithm, or PAT for all-gather and
+    /// reduce-scatter (see [`Collective::resolve_forced`]).
     pub forced: Option<Algorithm>,
 }
 
@@ -167,6 +210,27 @@ impl Model {
             Algorithm::AllGather => nranks * payload_bytes,
             // The same as 16-byte lines per 8 bytes, written and read.
             Algorithm::LlAllGather => 9.0 * nranks * payload_bytes / 2.0,
+            // Stores every other rank's segment once, and copies its own.
+            Algorithm::PatAllGather => nranks * payload_bytes,
+            // Reads its own segments and stores a partial of every other rank's into a peer's
+            // inbox (read back there locally; accumulators wider than the elements and the
+            // local reads are not modelled).
+            Algorithm::PatReduceScatter => nranks * payload_bytes,
+        }
+    }
+
+    /// Latency that depends on the rank count: per peer for the direct all-gather and
+    /// reduce-scatter kernels, per step for PAT, none for all-reduce (whose kernels all touch
+    /// every peer).
+    fn rank_latency_us(&self, algorithm: Algorithm, nranks: u32) -> f64 {
+        match algorithm {
+            Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::ReduceScatter => {
+                self.per_peer_us * nranks as f64
+            }
+            Algorithm::PatAllGather | Algorithm::PatReduceScatter => {
+                self.pat_step_us * symm_device::symmetric::pat::steps(nranks) as f64
+            }
+            _ => 0.0,
         }
     }
 
@@ -181,17 +245,30 @@ impl Model {
         let (latency, per_block) = match algorithm {
             Algorithm::OneShotLlAllReduce => (self.latency_us[0], self.per_block_gbps[0]),
             Algorithm::LlAllGather => (self.latency_us[0], self.per_block_gbps[1]),
+            Algorithm::PatAllGather | Algorithm::PatReduceScatter => (
+                self.latency_us[3],
+                self.per_block_gbps[1] * self.pat_bandwidth_share,
+            ),
             Algorithm::OneShotAllReduce => (self.latency_us[1], self.per_block_gbps[0]),
             Algorithm::TwoShotAllReduce => (self.latency_us[2], self.per_block_gbps[0]),
             _ => (self.latency_us[3], self.per_block_gbps[1]),
         };
-        let bandwidth_bytes_per_us = (blocks as f64 * per_block).min(self.peak_gbps) * 1e3;
+        let peak = if matches!(
+            algorithm,
+            Algorithm::PatAllGather | Algorithm::PatReduceScatter
+        ) {
+            self.peak_gbps * self.pat_bandwidth_share
+        } else {
+            self.peak_gbps
+        };
+        let bandwidth_bytes_per_us = (blocks as f64 * per_block).min(peak) * 1e3;
         latency
+            + self.rank_latency_us(algorithm, nranks)
             + Self::bytes(algorithm, payload_bytes as f64, nranks as f64) / bandwidth_bytes_per_us
     }
 
     /// Fewest blocks within 2.5 % of the best time for `algorithm`, and that time.
-    fn best_blocks(
+    pub fn best_blocks(
         &self,
         algorithm: Algorithm,
         payload: u64,
@@ -228,14 +305,17 @@ pub fn plan(
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
     let fits_ll = payload <= LL_MAX_BYTES as u64;
-    let candidates: Vec<Algorithm> = match (collective, limits.forced) {
+    let forced = limits
+        .forced
+        .and_then(|forced| collective.resolve_forced(forced));
+    let candidates: Vec<Algorithm> = match (collective, forced) {
         (Collective::AllReduce, Some(Algorithm::OneShotLlAllReduce)) if !fits_ll => {
             return Err(Error::invalid_argument(format!(
                 "SYMM_ALGO=ll: {payload} bytes exceed the low-latency buffers ({LL_MAX_BYTES} \
                  bytes per rank)"
             )));
         }
-        (Collective::AllReduce, Some(forced)) => vec![forced],
+        (_, Some(forced)) => vec![forced],
         _ => collective
             .algorithms()
             .iter()
@@ -281,8 +361,9 @@ pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> 
         Some("ll") | Some("oneshot_ll") => Ok(Some(Algorithm::OneShotLlAllReduce)),
         Some("oneshot") | Some("one_shot") => Ok(Some(Algorithm::OneShotAllReduce)),
         Some("twoshot") | Some("two_shot") => Ok(Some(Algorithm::TwoShotAllReduce)),
+        Some("pat") => Ok(Some(Algorithm::PatAllGather)),
         Some(other) => Err(Error::invalid_argument(format!(
-            "SYMM_ALGO={other:?}: expected ll, oneshot, twoshot or auto"
+            "SYMM_ALGO={other:?}: expected ll, oneshot, twoshot, pat or auto"
         ))),
     }
 }
@@ -373,7 +454,8 @@ mod tests {
             Some(Algorithm::OneShotAllReduce)
         );
         assert_eq!(parse_forced_algorithm(None).unwrap(), None);
-        assert!(parse_forced_algorithm(Some("ring")).is_err());
+        let ring = parse_forced_algorithm(Some("ring")).unwrap_err();
+        assert!(ring.message.contains("pat"));
         let ll = Limits {
             max_blocks: 8,
             forced: Some(Algorithm::OneShotLlAllReduce),
@@ -388,6 +470,115 @@ mod tests {
             ll,
         );
         assert!(too_big.unwrap_err().message.contains("low-latency"));
+    }
+
+    fn pick_for(collective: Collective, bytes: u64, nranks: u32, backend: BackendKind) -> Plan {
+        plan(
+            collective,
+            DataType::Float32,
+            RedOp::Sum,
+            bytes / 4,
+            nranks,
+            backend,
+            OPEN,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn pat_wins_at_large_rank_counts_for_small_and_medium_sizes() {
+        for backend in [BackendKind::Cuda, BackendKind::Host] {
+            for (collective, pat) in [
+                (Collective::AllGather, Algorithm::PatAllGather),
+                (Collective::ReduceScatter, Algorithm::PatReduceScatter),
+            ] {
+                // Few ranks: the direct kernels, at every size.
+                for bytes in [4u64, 4 << 10, 1 << 20, 64 << 20] {
+                    for nranks in [2, 4, 8, 16] {
+                        let p = pick_for(collective, bytes, nranks, backend);
+                        assert_ne!(p.kernel.algorithm, pat, "{bytes} B x {nranks} {backend:?}");
+                    }
+                }
+                // 64 ranks: PAT from tiny to medium sizes.
+                for bytes in [4u64, 4 << 10, 16 << 10] {
+                    let p = pick_for(collective, bytes, 64, backend);
+                    assert_eq!(p.kernel.algorithm, pat, "{bytes} B x 64 {backend:?}");
+                }
+            }
+            // Large payloads stay on the direct kernels, where PAT's steps drain the pipeline.
+            let large = pick_for(Collective::AllGather, 256 << 20, 64, backend);
+            assert_eq!(large.kernel.algorithm, Algorithm::AllGather, "{backend:?}");
+        }
+    }
+
+    #[test]
+    fn symm_algo_pat_forces_pat_for_all_gather_and_reduce_scatter_only() {
+        let forced = parse_forced_algorithm(Some("pat")).unwrap();
+        assert_eq!(
+            Collective::AllGather.resolve_forced(forced.unwrap()),
+            Some(Algorithm::PatAllGather)
+        );
+        let limits = Limits {
+            max_blocks: 8,
+            forced,
+        };
+        let planned = |collective| {
+            plan(
+                collective,
+                DataType::Int8,
+                RedOp::Max,
+                1 << 20,
+                2,
+                BackendKind::Cuda,
+                limits,
+            )
+            .unwrap()
+            .kernel
+            .algorithm
+        };
+        assert_eq!(planned(Collective::AllGather), Algorithm::PatAllGather);
+        assert_eq!(
+            planned(Collective::ReduceScatter),
+            Algorithm::PatReduceScatter
+        );
+        // All-reduce has no PAT kernel: the value is ignored there, as the all-reduce values
+        // are by all-gather and reduce-scatter.
+        assert_eq!(
+            planned(Collective::AllReduce),
+            pick_for(Collective::AllReduce, 1 << 20, 2, BackendKind::Cuda)
+                .kernel
+                .algorithm
+        );
+        let oneshot = Limits {
+            max_blocks: 8,
+            forced: Some(Algorithm::OneShotAllReduce),
+        };
+        let gather = plan(
+            Collective::AllGather,
+            DataType::Int8,
+            RedOp::Sum,
+            4,
+            64,
+            BackendKind::Cuda,
+            oneshot,
+        )
+        .unwrap();
+        assert_eq!(gather.kernel.algorithm, Algorithm::PatAllGather);
+        // A forced algorithm of the wrong collective is still refused when asked for directly.
+        let wrong = Limits {
+            max_blocks: 8,
+            forced: Some(Algorithm::ReduceScatter),
+        };
+        let refused = plan(
+            Collective::AllReduce,
+            DataType::Int8,
+            RedOp::Sum,
+            4,
+            2,
+            BackendKind::Cuda,
+            wrong,
+        );
+        assert!(refused.unwrap_err().message.contains("does not implement"));
     }
 
     #[test]

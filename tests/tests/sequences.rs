@@ -191,11 +191,7 @@ impl Call {
 
     /// The algorithm and grid the planner picks for this call on the host backend.
     fn planned(&self, nranks: usize, forced: Option<Algorithm>) -> (Algorithm, u32) {
-        let forced = if self.kind == Kind::AllReduce {
-            forced
-        } else {
-            None
-        };
+        let forced = forced.and_then(|f| self.kind.collective().resolve_forced(f));
         let limits = Limits {
             max_blocks: HOST_MAX_BLOCKS,
             forced,
@@ -401,7 +397,7 @@ fn random_count(
         Size::Tiny => 1 + rng.below(64) as usize,
         Size::Ll => log_uniform(rng, 1, LL_MAX_BYTES / s),
         Size::GridEdge => {
-            let forced = forced.filter(|_| kind == Kind::AllReduce);
+            let forced = forced.and_then(|f| kind.collective().resolve_forced(f));
             let cap = if forced == Some(Algorithm::OneShotLlAllReduce) {
                 LL_MAX_BYTES / s
             } else {
@@ -562,17 +558,27 @@ fn float_range(dtype: DataType) -> (u64, i32, i32) {
     }
 }
 
-/// One random input element. Integers: any bits. Floats: exactly reducible values (prod:
-/// ±{1, 3}·2^{-1, 0, 1} or 0, whose products of 8 have at most 13 significant bits).
-fn random_element(rng: &mut Rng, dtype: DataType, op: RedOp, out: &mut [u8]) {
+/// One random input element. Integers: any bits. Floats: exactly reducible values in any
+/// order of reduction (prod: ±{1, 3}·2^{-1, 0, 1} or 0, whose products of 8 have at most 13
+/// significant bits; sums: partial sums of 8 fit the accumulator). Beyond 8 ranks (up to 64)
+/// products take ±1 or 0 and sums an exponent range 3 bits narrower.
+fn random_element(rng: &mut Rng, dtype: DataType, op: RedOp, nranks: usize, out: &mut [u8]) {
     if integer(dtype).is_some() {
         let bits = rng.next_u64().to_ne_bytes();
         out.copy_from_slice(&bits[..out.len()]);
         return;
     }
+    let many = nranks > 8;
     let value = if op == RedOp::Prod {
         match rng.below(16) {
             0 => 0.0,
+            _ if many => {
+                if rng.coin() {
+                    -1.0
+                } else {
+                    1.0
+                }
+            }
             k => {
                 let m = if k % 2 == 0 { 1.0 } else { 3.0 };
                 let sign = if rng.coin() { -1.0 } else { 1.0 };
@@ -581,6 +587,7 @@ fn random_element(rng: &mut Rng, dtype: DataType, op: RedOp, out: &mut [u8]) {
         }
     } else {
         let (m, lo, hi) = float_range(dtype);
+        let hi = if many { hi - 3 } else { hi };
         let mantissa = rng.below(2 * m + 1) as f64 - m as f64;
         mantissa * 2f64.powi(lo + rng.below((hi - lo + 1) as u64) as i32)
     };
@@ -670,7 +677,7 @@ fn prepare(
         .map(|_| {
             let mut bytes = vec![0u8; call.send_bytes(nranks)];
             for chunk in bytes.chunks_mut(size) {
-                random_element(rng, call.dtype, call.op, chunk);
+                random_element(rng, call.dtype, call.op, nranks, chunk);
             }
             bytes
         })
@@ -1750,10 +1757,64 @@ fn forced_twoshot_sequence_without_ll() {
     forced("twoshot");
 }
 
+/// `SYMM_ALGO=pat`: every all-gather and reduce-scatter runs PAT, between all-reduces the
+/// model picks (LL included), on one window.
+#[test]
+fn forced_pat_sequence_mixed_with_all_reduce() {
+    forced("pat");
+}
+
+/// Tiny and LL-sized calls on 64 ranks, where the host model picks PAT for all-gather and
+/// reduce-scatter (checked here against `symm::plan::plan`) and LL or one-shot for all-reduce:
+/// PAT chosen by the picker, mixed with the other kernels on one window.
+#[test]
+fn pat_picked_at_64_ranks_on_one_window() {
+    const SMALL: &[Size] = &[Size::Zero, Size::Tiny];
+    const MENU: Menu = &[
+        (Kind::AllGather, SMALL),
+        (Kind::ReduceScatter, SMALL),
+        (Kind::AllReduce, SMALL),
+    ];
+    for kind in [Kind::AllGather, Kind::ReduceScatter] {
+        let call = Call {
+            kind,
+            in_place: false,
+            dtype: DataType::Float32,
+            op: RedOp::Sum,
+            count: 64,
+            send: 0,
+            recv: 0,
+        };
+        let (algorithm, _) = call.planned(64, None);
+        assert!(
+            matches!(
+                algorithm,
+                Algorithm::PatAllGather | Algorithm::PatReduceScatter
+            ),
+            "{kind:?} on 64 ranks planned as {}",
+            algorithm.name()
+        );
+    }
+    let profile = Profile {
+        nranks: 64,
+        calls: 24,
+        menu: MENU,
+    };
+    if let Err(message) = run_sequence(
+        "64 ranks, PAT picked",
+        profile,
+        seed_or(0x9A7_0040),
+        Drive::Group,
+    ) {
+        panic!("{message}");
+    }
+}
+
 /// Runs in a child process with `SYMM_ALGO` set. ll: LL-range all-reduces only (larger ones
 /// are refused under `SYMM_ALGO=ll`), one window per rank count 2, 3, 5, 8 (they are cheap);
 /// oneshot/twoshot: all-reduce at every size, reduce-scatter, and all-gather above the LL
-/// range (so no LL kernel runs at all), on 4 and 5 ranks.
+/// range (so no LL kernel runs at all), on 4 and 5 ranks; pat: every collective at every size
+/// (all-gather and reduce-scatter all PAT), on 3 and 6 ranks.
 #[test]
 #[ignore = "child process of the forced_* tests (needs SYMM_ALGO)"]
 fn child_forced_all_reduce_sequence() {
@@ -1762,6 +1823,7 @@ fn child_forced_all_reduce_sequence() {
         "ll" => (LL_ALL_REDUCE, &[2, 3, 5, 8], 0xF0CE_0100),
         "oneshot" => (WITHOUT_LL, &[4], 0xF0CE_0200),
         "twoshot" => (WITHOUT_LL, &[5], 0xF0CE_0300),
+        "pat" => (EVERYTHING, &[3, 6], 0xF0CE_0400),
         other => panic!("run through the forced_* tests (SYMM_ALGO={other:?})"),
     };
     let failures: Vec<String> = ranks

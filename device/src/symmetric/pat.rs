@@ -305,7 +305,14 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
     // Ready for this round: the sender of each step may store into this receive buffer.
     for k in 0..total {
         // SAFETY: the peer is a rank; k < PAT_MAX_STEPS since n <= MAX_RANKS.
-        unsafe { rounds.post(all_gather_receive(n, me, k).peer, PatFlag::GatherReady, k, round) };
+        unsafe {
+            rounds.post(
+                all_gather_receive(n, me, k).peer,
+                PatFlag::GatherReady,
+                k,
+                round,
+            )
+        };
     }
     if args.flags & FLAG_IN_PLACE == 0 {
         let own = local_recv.wrapping_add(me as u64 * bytes);
@@ -482,9 +489,15 @@ pub unsafe fn pat_reduce_scatter<T: Element, O: ReduceOp>(
             // SAFETY: this rank's segment of the send buffer, its inbox, and its receive
             // buffer (contract).
             unsafe {
-                let acc = partial::<T, O>(send, me as u64 * count + start + i, n, 0, 0, total, |slot| {
-                    slot_address(own_pad, slot).add(i as usize).read()
-                });
+                let acc = partial::<T, O>(
+                    send,
+                    me as u64 * count + start + i,
+                    n,
+                    0,
+                    0,
+                    total,
+                    |slot| slot_address(own_pad, slot).add(i as usize).read(),
+                );
                 recv.add((start + i) as usize)
                     .write(T::narrow(O::finish(acc, n)));
             }
