@@ -26,6 +26,7 @@ pub mod group;
 pub mod link;
 pub mod plan;
 pub mod ptx;
+pub mod scale_model;
 #[cfg(target_os = "linux")]
 pub mod shareable;
 #[cfg(target_os = "linux")]

@@ -4,7 +4,12 @@
 //! symm-perf all_reduce|all_gather|reduce_scatter -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
 //!           -n iters -w warmup -c 1
 //! symm-perf clc -t tiles -i uniform|skew|heavy|all -p policy|all -n iters
+//! symm-perf scale-model [--out DIR]
 //! ```
+//!
+//! `scale-model` proves the PAT and direct all-gather / reduce-scatter schedules for every rank
+//! count of its table, prints the table of steps and predicted times (`symm::scale_model`), and
+//! writes it with a plot to `DIR/scale_model.md` and `DIR/scale_model.svg` (default `bench`).
 //!
 //! All ranks live in this process on device 0 (one thread drives them, collectives grouped);
 //! with `--procs N`, N processes of one rank each (this process starts them as copies of
@@ -18,6 +23,27 @@
 mod clc;
 mod device;
 mod options;
+
+/// `symm-perf scale-model [--out DIR]`: print the scale model's table and write it, with the
+/// plot, into `DIR` (default `bench`, relative to the current directory).
+fn scale_model(args: &[String]) -> Result<(), String> {
+    let dir = match args {
+        [] => std::path::PathBuf::from("bench"),
+        [flag, dir] if flag == "--out" => std::path::PathBuf::from(dir),
+        _ => return Err("usage: symm-perf scale-model [--out DIR]".to_string()),
+    };
+    let table = symm::scale_model::markdown()?;
+    print!("{table}");
+    for (name, text) in [
+        ("scale_model.md", table),
+        ("scale_model.svg", symm::scale_model::svg()),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
 
 use device::{Gpu, median};
 use options::{Operation, Options};
@@ -364,6 +390,11 @@ impl Bench {
             Algorithm::TwoShotAllReduce => 2.0 * s,
             Algorithm::ReduceScatter => s + s / n,
             Algorithm::AllGather => 2.0 * s,
+            // Reads each held segment and writes it to one peer (own: also a local copy).
+            Algorithm::PatAllGather => 2.0 * s,
+            // Reads its send buffer, writes and reads back a partial per other rank (in the
+            // element's width here; wider accumulators move more), writes its result.
+            Algorithm::PatReduceScatter => s + 2.0 * s * (n - 1.0) / n + s / n,
         };
         (plan.kernel.algorithm, n * per_rank)
     }
@@ -546,6 +577,15 @@ fn run(options: Options, process: Option<(usize, symmUniqueId)>) -> Result<bool,
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("scale-model") {
+        return match scale_model(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("symm-perf scale-model: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some("clc") {
         return match clc::main(&args[1..]) {
             Ok(true) => ExitCode::SUCCESS,

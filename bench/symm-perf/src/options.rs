@@ -54,7 +54,7 @@ pub struct Options {
 
 pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|clc [-b minbytes] \
 [-e maxbytes] [-f factor] [-g ranks] [-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2] \
-[-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1] [--procs N]";
+[-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1] [--procs N] | scale-model [--out DIR]";
 
 /// Parse `8`, `64K`, `128M`, `1G`.
 pub fn parse_size(text: &str) -> Result<u64, String> {

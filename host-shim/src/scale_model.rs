@@ -1,0 +1,827 @@
+//! The scale model: a host-only simulation of the all-gather and reduce-scatter schedules at
+//! rank counts far beyond one machine, and the cost model's predictions for them.
+//!
+//! **What is proven.** For PAT the schedule is the one the kernels run: the transfers come from
+//! `symm_device::symmetric::pat` (the functions the kernels call), and the reduce-scatter
+//! partials are formed with the kernels' rule ([`pat::reduce_scatter_receives`], inbox slots
+//! from [`pat::inbox_slot`]). The simulation checks, chunk by chunk, that
+//!
+//! * all-gather: every rank ends with every segment, receives each exactly once, and a sender
+//!   only forwards a segment it received at an earlier step (the kernel waits for the data
+//!   flags of every earlier step before it sends);
+//! * reduce-scatter: every rank's result contains every rank's contribution exactly once; a
+//!   partial is sent only once, after every child's partial it combines has landed; every inbox
+//!   slot is written once per round before it is read, and read exactly once;
+//! * both: what a sender sends at a step is what its receiver expects at that step (the two
+//!   sides are computed separately by the kernels).
+//!
+//! The check has two forms. [`prove_pat_all_gather_every_rank`] and
+//! [`prove_pat_reduce_scatter_every_rank`] simulate every rank's buffers (quadratic: used up to
+//! a few hundred ranks). [`prove_pat_all_gather`] and [`prove_pat_reduce_scatter`] first check
+//! that every rank's schedule is rank 0's rotated by its rank number (every step, every rank, and
+//! both sides of every transfer), so that every rank's state is rank 0's rotated, and then
+//! simulate rank 0 chunk by chunk: linear per step, used for every count from 1 to 4096. The
+//! direct kernels (one-shot stores for all-gather, loads for reduce-scatter) are simulated for
+//! every rank ([`prove_direct_all_gather`], [`prove_direct_reduce_scatter`]).
+//!
+//! **What is predicted.** Steps, bytes each rank sends, and the time [`crate::plan::GPU_MODEL`]
+//! predicts with its best block count (up to 64), for every algorithm. The kernels themselves
+//! run up to `MAX_RANKS` (64) ranks; beyond that the numbers are the model's extrapolation.
+//! [`markdown`] and [`svg`] render them (`symm-perf scale-model` writes them to `bench/`).
+
+use crate::plan::{GPU_MODEL, Model};
+use std::fmt::Write as _;
+use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::symmetric::pat::{self, Transfer};
+use symm_device::sync::signal_pad::LL_MAX_BYTES;
+
+/// What a proof established about a schedule on `n` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proof {
+    /// Ranks.
+    pub n: u32,
+    /// Steps (dependent rounds of communication).
+    pub steps: u32,
+    /// Distinct peers each rank sends to.
+    pub peers_per_rank: u32,
+    /// Segments (or partials) each rank sends to other ranks.
+    pub segments_per_rank: u64,
+}
+
+/// A PAT schedule as the proofs see it: the kernels' functions ([`KERNEL_SCHEDULE`]), or a
+/// variant (the tests check that the proofs reject broken ones).
+#[derive(Clone, Copy)]
+pub struct PatSchedule {
+    /// Steps for `n` ranks.
+    pub steps: fn(u32) -> u32,
+    /// All-gather: what `(n, rank, step)` sends.
+    pub gather_send: fn(u32, u32, u32) -> Transfer,
+    /// All-gather: what `(n, rank, step)` receives.
+    pub gather_receive: fn(u32, u32, u32) -> Transfer,
+    /// Reduce-scatter: what `(n, rank, step)` sends.
+    pub scatter_send: fn(u32, u32, u32) -> Transfer,
+    /// Reduce-scatter: what `(n, rank, step)` receives.
+    pub scatter_receive: fn(u32, u32, u32) -> Transfer,
+    /// Reduce-scatter: whether the partial at `(n, offset)` takes a child at `step`.
+    pub scatter_receives: fn(u32, u32, u32) -> bool,
+    /// Reduce-scatter: inbox slot of `(step, offset)`.
+    pub inbox_slot: fn(u32, u32) -> u32,
+}
+
+/// The schedule the kernels run.
+pub const KERNEL_SCHEDULE: PatSchedule = PatSchedule {
+    steps: pat::steps,
+    gather_send: pat::all_gather_send,
+    gather_receive: pat::all_gather_receive,
+    scatter_send: pat::reduce_scatter_send,
+    scatter_receive: pat::reduce_scatter_receive,
+    scatter_receives: pat::reduce_scatter_receives,
+    inbox_slot: pat::inbox_slot,
+};
+
+fn rotate(t: Transfer, by: u32, n: u32) -> Transfer {
+    let add = |x: u32| ((x as u64 + by as u64) % n as u64) as u32;
+    Transfer {
+        peer: add(t.peer),
+        first: add(t.first),
+        segments: t.segments,
+    }
+}
+
+fn segment_of(t: &Transfer, j: u32, n: u32) -> u32 {
+    ((t.first as u64 + j as u64) % n as u64) as u32
+}
+
+/// Every rank's PAT all-gather schedule is rank 0's rotated, and every send matches its
+/// receiver's receive.
+fn check_all_gather_symmetry(s: &PatSchedule, n: u32) -> Result<(), String> {
+    for k in 0..(s.steps)(n) {
+        let zero = (s.gather_send)(n, 0, k);
+        for rank in 0..n {
+            let send = (s.gather_send)(n, rank, k);
+            if send != rotate(zero, rank, n) {
+                return Err(format!(
+                    "n {n} step {k}: rank {rank} sends {send:?}, not rank 0's rotated"
+                ));
+            }
+            let receive = (s.gather_receive)(n, send.peer, k);
+            if receive.peer != rank || receive.first != send.first {
+                return Err(format!(
+                    "n {n} step {k}: rank {rank} sends {send:?} but rank {} expects {receive:?}",
+                    send.peer
+                ));
+            }
+            if receive.segments != send.segments || send.peer == rank {
+                return Err(format!(
+                    "n {n} step {k}: rank {rank}: bad transfer {send:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// PAT all-gather on `n` ranks (any `n >= 1`): the symmetry check, then rank 0's buffer chunk
+/// by chunk. Linear per step after the symmetry check.
+pub fn prove_pat_all_gather(n: u32) -> Result<Proof, String> {
+    prove_all_gather_schedule(&KERNEL_SCHEDULE, n)
+}
+
+/// [`prove_pat_all_gather`] for schedule `s`.
+pub fn prove_all_gather_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
+    check_all_gather_symmetry(s, n)?;
+    // Step at which rank 0 got each segment (0 for its own: "before step 0" is 0, steps are
+    // numbered from 1 here).
+    let mut arrived: Vec<Option<u32>> = vec![None; n as usize];
+    arrived[0] = Some(0);
+    let mut sent = 0u64;
+    for k in 0..(s.steps)(n) {
+        let receive = (s.gather_receive)(n, 0, k);
+        for j in 0..receive.segments {
+            let segment = segment_of(&receive, j, n);
+            // The sender holds segment `segment` exactly when rank 0 holds segment
+            // `segment - sender` (rotation); it must have had it before this step.
+            let at_sender = (segment + n - receive.peer) % n;
+            match arrived[at_sender as usize] {
+                Some(step) if step <= k => {}
+                _ => {
+                    return Err(format!(
+                        "n {n} step {k}: rank {} forwards segment {segment} before it has it",
+                        receive.peer
+                    ));
+                }
+            }
+            if arrived[segment as usize].is_some() {
+                return Err(format!("n {n} step {k}: segment {segment} received twice"));
+            }
+            arrived[segment as usize] = Some(k + 1);
+        }
+        sent += (s.gather_send)(n, 0, k).segments as u64;
+    }
+    if let Some(missing) = arrived.iter().position(Option::is_none) {
+        return Err(format!("n {n}: segment {missing} never arrives"));
+    }
+    Ok(Proof {
+        n,
+        steps: (s.steps)(n),
+        peers_per_rank: distinct_peers(s, n, |k| (s.gather_send)(n, 0, k).peer),
+        segments_per_rank: sent,
+    })
+}
+
+fn distinct_peers(s: &PatSchedule, n: u32, peer: impl Fn(u32) -> u32) -> u32 {
+    let mut peers: Vec<u32> = (0..(s.steps)(n)).map(peer).collect();
+    peers.sort_unstable();
+    peers.dedup();
+    peers.len() as u32
+}
+
+/// PAT all-gather on `n` ranks, every rank's receive buffer simulated (quadratic).
+pub fn prove_pat_all_gather_every_rank(n: u32) -> Result<(), String> {
+    prove_all_gather_schedule_every_rank(&KERNEL_SCHEDULE, n)
+}
+
+/// [`prove_pat_all_gather_every_rank`] for schedule `s`.
+pub fn prove_all_gather_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
+    let size = n as usize;
+    // arrived[rank][segment]: the step after which `rank` holds `segment` (0: its own).
+    let mut arrived: Vec<Vec<Option<u32>>> = (0..size)
+        .map(|rank| {
+            let mut row = vec![None; size];
+            row[rank] = Some(0);
+            row
+        })
+        .collect();
+    for k in 0..(s.steps)(n) {
+        for rank in 0..n {
+            let send = (s.gather_send)(n, rank, k);
+            let receive = (s.gather_receive)(n, send.peer, k);
+            if receive.peer != rank || receive.first != send.first {
+                return Err(format!(
+                    "n {n} step {k}: rank {rank} and its receiver disagree"
+                ));
+            }
+            for j in 0..send.segments {
+                let segment = segment_of(&send, j, n) as usize;
+                if !matches!(arrived[rank as usize][segment], Some(step) if step <= k) {
+                    return Err(format!(
+                        "n {n} step {k}: rank {rank} sends segment {segment} before it has it"
+                    ));
+                }
+                let slot = &mut arrived[send.peer as usize][segment];
+                if slot.is_some() {
+                    return Err(format!(
+                        "n {n} step {k}: rank {} receives segment {segment} twice",
+                        send.peer
+                    ));
+                }
+                *slot = Some(k + 1);
+            }
+        }
+    }
+    for (rank, row) in arrived.iter().enumerate() {
+        if let Some(missing) = row.iter().position(Option::is_none) {
+            return Err(format!("n {n}: rank {rank} never gets segment {missing}"));
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's PAT reduce-scatter schedule is rank 0's rotated, and every send matches its
+/// receiver's receive.
+fn check_reduce_scatter_symmetry(s: &PatSchedule, n: u32) -> Result<(), String> {
+    for k in 0..(s.steps)(n) {
+        let zero = (s.scatter_send)(n, 0, k);
+        for rank in 0..n {
+            let send = (s.scatter_send)(n, rank, k);
+            if send != rotate(zero, rank, n) {
+                return Err(format!(
+                    "n {n} step {k}: rank {rank} sends {send:?}, not rank 0's rotated"
+                ));
+            }
+            let receive = (s.scatter_receive)(n, send.peer, k);
+            if receive.peer != rank
+                || receive.first != send.first
+                || receive.segments != send.segments
+                || send.peer == rank
+            {
+                return Err(format!(
+                    "n {n} step {k}: rank {rank} sends {send:?} but rank {} expects {receive:?}",
+                    send.peer
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One rank's reduce-scatter state in the simulation: contributor lists of its partials (by
+/// offset), its inbox, and which partials it has sent.
+struct ScatterRank {
+    /// Contributors of the partial sent for each offset (`None`: not sent yet).
+    sent: Vec<Option<Vec<u32>>>,
+    /// Inbox slots: contributors of the partial that landed there, and whether it was read.
+    inbox: Vec<Option<(Vec<u32>, bool)>>,
+}
+
+impl ScatterRank {
+    fn new(n: u32) -> Self {
+        ScatterRank {
+            sent: vec![None; n as usize],
+            inbox: vec![None; n.saturating_sub(1) as usize],
+        }
+    }
+
+    /// The partial at `offset` as the kernel forms it before sending it at `step` (or, for
+    /// offset 0 after the last step, `step` = 0 and every child): own contribution `me`, then
+    /// the children of the steps above `from_step` that the offset receives at, each read once
+    /// from a slot written before.
+    fn form(
+        &mut self,
+        s: &PatSchedule,
+        n: u32,
+        me: u32,
+        offset: u32,
+        from_step: u32,
+        what: &str,
+    ) -> Result<Vec<u32>, String> {
+        let mut contributors = vec![me];
+        for k in (from_step..(s.steps)(n)).rev() {
+            if !(s.scatter_receives)(n, offset, k) {
+                continue;
+            }
+            let slot = (s.inbox_slot)(k, offset) as usize;
+            match self.inbox.get_mut(slot) {
+                Some(Some((list, read))) if !*read => {
+                    *read = true;
+                    contributors.extend_from_slice(list);
+                }
+                Some(Some(_)) => {
+                    return Err(format!("{what}: slot {slot} read twice"));
+                }
+                _ => {
+                    return Err(format!("{what}: slot {slot} read before it was written"));
+                }
+            }
+        }
+        Ok(contributors)
+    }
+
+    fn land(&mut self, slot: u32, contributors: Vec<u32>, what: &str) -> Result<(), String> {
+        match self.inbox.get_mut(slot as usize) {
+            Some(entry @ None) => {
+                *entry = Some((contributors, false));
+                Ok(())
+            }
+            Some(Some(_)) => Err(format!("{what}: slot {slot} written twice")),
+            None => Err(format!("{what}: slot {slot} outside the inbox")),
+        }
+    }
+
+    /// The partial this rank sends at `step` for `offset`, formed and recorded once.
+    fn send(
+        &mut self,
+        s: &PatSchedule,
+        n: u32,
+        me: u32,
+        offset: u32,
+        step: u32,
+        what: &str,
+    ) -> Result<(), String> {
+        if self.sent[offset as usize].is_some() {
+            return Err(format!("{what}: offset {offset} sent twice"));
+        }
+        let partial = self.form(s, n, me, offset, step + 1, what)?;
+        self.sent[offset as usize] = Some(partial);
+        Ok(())
+    }
+
+    /// The final result: every slot must have been read exactly once, and the result must
+    /// hold every rank once.
+    fn finish(mut self, s: &PatSchedule, n: u32, me: u32, what: &str) -> Result<(), String> {
+        let result = self.form(s, n, me, 0, 0, what)?;
+        if let Some(slot) = self
+            .inbox
+            .iter()
+            .position(|entry| !matches!(entry, Some((_, true))))
+        {
+            return Err(format!("{what}: slot {slot} never written or never read"));
+        }
+        if let Some(offset) = (1..n).find(|&d| self.sent[d as usize].is_none()) {
+            return Err(format!(
+                "{what}: the partial at offset {offset} is never sent"
+            ));
+        }
+        let mut seen = vec![false; n as usize];
+        for &c in &result {
+            if std::mem::replace(&mut seen[c as usize], true) {
+                return Err(format!("{what}: rank {c}'s contribution counted twice"));
+            }
+        }
+        if result.len() != n as usize {
+            return Err(format!(
+                "{what}: {} of {n} contributions in the result",
+                result.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Offsets a rank sends at reduce-scatter step `k`, and the receiver's inbox slot of each.
+fn scatter_sends(s: &PatSchedule, n: u32, k: u32) -> impl Iterator<Item = (u32, u32)> {
+    let slot = s.inbox_slot;
+    (0..pat::step_segments(n, k)).map(move |j| ((1 << k) + j, slot(k, j)))
+}
+
+/// PAT reduce-scatter on `n` ranks (any `n >= 1`): the symmetry check, then rank 0's partials
+/// and inbox, contribution by contribution (a child's partial is rank 0's partial at the
+/// child's offset, rotated by the child's rank).
+pub fn prove_pat_reduce_scatter(n: u32) -> Result<Proof, String> {
+    prove_reduce_scatter_schedule(&KERNEL_SCHEDULE, n)
+}
+
+/// [`prove_pat_reduce_scatter`] for schedule `s`.
+pub fn prove_reduce_scatter_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
+    check_reduce_scatter_symmetry(s, n)?;
+    let mut zero = ScatterRank::new(n);
+    let mut sent = 0u64;
+    for k in (0..(s.steps)(n)).rev() {
+        let what = format!("n {n} step {k}");
+        for (offset, _) in scatter_sends(s, n, k) {
+            zero.send(s, n, 0, offset, k, &what)?;
+            sent += 1;
+        }
+        let receive = (s.scatter_receive)(n, 0, k);
+        let child = receive.peer;
+        for j in 0..receive.segments {
+            let segment = segment_of(&receive, j, n);
+            // The child's offset of this segment; its partial is rank 0's partial there,
+            // rotated by `child`.
+            let child_offset = (segment + n - child) % n;
+            let partial = zero.sent[child_offset as usize]
+                .as_ref()
+                .ok_or_else(|| {
+                    format!("{what}: child {child} has not formed offset {child_offset}")
+                })?
+                .iter()
+                .map(|c| (c + child) % n)
+                .collect();
+            zero.land((s.inbox_slot)(k, j), partial, &what)?;
+        }
+    }
+    zero.finish(s, n, 0, &format!("n {n} result"))?;
+    Ok(Proof {
+        n,
+        steps: (s.steps)(n),
+        peers_per_rank: distinct_peers(s, n, |k| (s.scatter_send)(n, 0, k).peer),
+        segments_per_rank: sent,
+    })
+}
+
+/// PAT reduce-scatter on `n` ranks, every rank's partials and inbox simulated.
+pub fn prove_pat_reduce_scatter_every_rank(n: u32) -> Result<(), String> {
+    prove_reduce_scatter_schedule_every_rank(&KERNEL_SCHEDULE, n)
+}
+
+/// [`prove_pat_reduce_scatter_every_rank`] for schedule `s`.
+pub fn prove_reduce_scatter_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
+    let mut ranks: Vec<ScatterRank> = (0..n).map(|_| ScatterRank::new(n)).collect();
+    for k in (0..(s.steps)(n)).rev() {
+        for rank in 0..n {
+            let what = format!("n {n} step {k} rank {rank}");
+            for (offset, _) in scatter_sends(s, n, k) {
+                ranks[rank as usize].send(s, n, rank, offset, k, &what)?;
+            }
+        }
+        for rank in 0..n {
+            let what = format!("n {n} step {k} rank {rank}");
+            let send = (s.scatter_send)(n, rank, k);
+            let receive = (s.scatter_receive)(n, send.peer, k);
+            if receive.peer != rank || receive.first != send.first {
+                return Err(format!("{what}: sender and receiver disagree"));
+            }
+            for (offset, slot) in scatter_sends(s, n, k) {
+                let partial = ranks[rank as usize].sent[offset as usize]
+                    .clone()
+                    .unwrap_or_default();
+                ranks[send.peer as usize].land(slot, partial, &what)?;
+            }
+        }
+    }
+    for (rank, state) in ranks.into_iter().enumerate() {
+        state.finish(s, n, rank as u32, &format!("n {n} rank {rank} result"))?;
+    }
+    Ok(())
+}
+
+/// The direct all-gather (every rank stores its segment into every rank, between two barriers),
+/// every rank simulated: each rank gets each segment once, from its owner.
+pub fn prove_direct_all_gather(n: u32) -> Result<Proof, String> {
+    let mut got = vec![0u32; n as usize * n as usize];
+    for source in 0..n {
+        for target in 0..n {
+            got[(target * n + source) as usize] += 1;
+        }
+    }
+    if let Some(i) = got.iter().position(|&c| c != 1) {
+        return Err(format!(
+            "n {n}: rank {} gets segment {} {} times",
+            i as u32 / n,
+            i as u32 % n,
+            got[i]
+        ));
+    }
+    Ok(Proof {
+        n,
+        steps: 1,
+        peers_per_rank: n.saturating_sub(1),
+        segments_per_rank: n.saturating_sub(1) as u64,
+    })
+}
+
+/// The direct reduce-scatter (rank `r` loads segment `r` from every rank after a barrier),
+/// every rank simulated: each result holds every contribution once.
+pub fn prove_direct_reduce_scatter(n: u32) -> Result<Proof, String> {
+    for target in 0..n {
+        let mut seen = vec![0u32; n as usize];
+        for source in 0..n {
+            seen[source as usize] += 1;
+        }
+        if let Some(c) = seen.iter().position(|&c| c != 1) {
+            return Err(format!("n {n}: rank {target} counts rank {c} wrongly"));
+        }
+    }
+    Ok(Proof {
+        n,
+        steps: 1,
+        peers_per_rank: n.saturating_sub(1),
+        segments_per_rank: n.saturating_sub(1) as u64,
+    })
+}
+
+/// The algorithms the model compares, with their collective and a short label.
+pub const ALGORITHMS: [(Algorithm, &str); 5] = [
+    (Algorithm::LlAllGather, "all-gather LL"),
+    (Algorithm::AllGather, "all-gather stores"),
+    (Algorithm::PatAllGather, "all-gather PAT"),
+    (Algorithm::ReduceScatter, "reduce-scatter loads"),
+    (Algorithm::PatReduceScatter, "reduce-scatter PAT"),
+];
+
+/// Predicted µs of `algorithm` for `bytes` per rank on `n` ranks (best block count up to 64),
+/// or `None` where it does not apply (LL beyond its buffers).
+pub fn predicted_us(model: &Model, algorithm: Algorithm, bytes: u64, n: u32) -> Option<f64> {
+    if algorithm == Algorithm::LlAllGather && bytes > LL_MAX_BYTES as u64 {
+        return None;
+    }
+    Some(model.best_blocks(algorithm, bytes, n, 64).1)
+}
+
+/// Rank counts of the table and the plot.
+pub const TABLE_RANKS: [u32; 14] = [2, 3, 4, 8, 16, 32, 64, 72, 128, 256, 512, 1024, 2048, 4096];
+/// Bytes per rank of the tables.
+pub const TABLE_SIZES: [u64; 3] = [1 << 10, 16 << 10, 1 << 20];
+/// Bytes per rank of the plot.
+pub const PLOT_BYTES: u64 = 16 << 10;
+
+fn size_name(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+/// The table (Markdown): per rank count, steps and peers per rank of each schedule (proven
+/// here), then predicted times per size.
+pub fn markdown() -> Result<String, String> {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Scale model: all-gather and reduce-scatter from 2 to 4096 ranks\n\n\
+         Generated by `symm-perf scale-model` from `host-shim/src/scale_model.rs` (do not edit).\n\
+         Every schedule below is simulated chunk by chunk and proven correct for its rank count\n\
+         (PAT: the kernels' own schedule functions; CI proves every count from 1 to 4096).\n\
+         Times are the cost model's predictions (`plan::GPU_MODEL`, Hopper constants, best block\n\
+         count up to 64); the kernels run up to 64 ranks, beyond that the model extrapolates.\n\
+         Plot: [scale_model.svg](scale_model.svg).\n"
+    );
+    let _ = writeln!(
+        out,
+        "## Schedules\n\n\
+         | ranks | PAT steps | PAT peers per rank | direct peers per rank | segments sent per rank (both) |\n\
+         |---:|---:|---:|---:|---:|"
+    );
+    for n in TABLE_RANKS {
+        let gather = prove_pat_all_gather(n)?;
+        let scatter = prove_pat_reduce_scatter(n)?;
+        let direct = prove_direct_all_gather(n)?;
+        prove_direct_reduce_scatter(n)?;
+        if gather.segments_per_rank != direct.segments_per_rank
+            || scatter.segments_per_rank != direct.segments_per_rank
+        {
+            return Err(format!("n {n}: PAT and direct move different amounts"));
+        }
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} | {} | {} |",
+            gather.steps, gather.peers_per_rank, direct.peers_per_rank, gather.segments_per_rank
+        );
+    }
+    for bytes in TABLE_SIZES {
+        let _ = writeln!(
+            out,
+            "\n## Predicted time, {} per rank (µs; bytes sent per rank: (n − 1) × {})\n",
+            size_name(bytes),
+            size_name(bytes)
+        );
+        let mut header = String::from("| ranks |");
+        let mut rule = String::from("|---:|");
+        for (_, label) in ALGORITHMS {
+            let _ = write!(header, " {label} |");
+            rule.push_str("---:|");
+        }
+        let _ = writeln!(out, "{header}\n{rule}");
+        for n in TABLE_RANKS {
+            let mut row = format!("| {n} |");
+            let times: Vec<Option<f64>> = ALGORITHMS
+                .iter()
+                .map(|(a, _)| predicted_us(&GPU_MODEL, *a, bytes, n))
+                .collect();
+            for (i, time) in times.iter().enumerate() {
+                let collective_best = times
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| (*j < 3) == (i < 3))
+                    .filter_map(|(_, t)| *t)
+                    .fold(f64::INFINITY, f64::min);
+                match time {
+                    Some(t) if *t == collective_best => {
+                        let _ = write!(row, " **{t:.1}** |");
+                    }
+                    Some(t) => {
+                        let _ = write!(row, " {t:.1} |");
+                    }
+                    None => row.push_str(" – |"),
+                }
+            }
+            let _ = writeln!(out, "{row}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nBold: the fastest all-gather and the fastest reduce-scatter of the row (what the \
+         picker would choose)."
+    );
+    Ok(out)
+}
+
+/// A plot (SVG) of predicted time versus rank count, [`PLOT_BYTES`] per rank, log-log.
+pub fn svg() -> String {
+    let (width, height) = (760.0, 460.0);
+    let (left, right, top, bottom) = (70.0, 210.0, 40.0, 50.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let ranks: Vec<u32> = (1..=12).map(|e| 1u32 << e).collect();
+    let series: Vec<(&str, &str, Vec<(u32, f64)>)> = ALGORITHMS
+        .iter()
+        .zip(["#9467bd", "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"])
+        .map(|((a, label), color)| {
+            let points = ranks
+                .iter()
+                .filter_map(|&n| predicted_us(&GPU_MODEL, *a, PLOT_BYTES, n).map(|t| (n, t)))
+                .collect();
+            (*label, color, points)
+        })
+        .collect();
+    let (y_min, y_max) = (1.0f64, 10_000.0f64);
+    // Ranks 2 to 4096: log2 from 1 to 12.
+    let x = |n: u32| left + ((n as f64).log2() - 1.0) / 11.0 * plot_w;
+    let y = |t: f64| {
+        top + plot_h
+            - (t.clamp(y_min, y_max).log10() - y_min.log10()) / (y_max.log10() - y_min.log10())
+                * plot_h
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(
+        out,
+        r#"<rect width="{width}" height="{height}" fill="white"/>"#
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">Predicted time, {} per rank (cost model, Hopper constants)</text>"#,
+        left + plot_w / 2.0,
+        size_name(PLOT_BYTES)
+    );
+    for &n in &ranks {
+        let px = x(n);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#ddd"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{n}</text>"##,
+            top + plot_h,
+            top + plot_h + 16.0
+        );
+    }
+    let mut tick = y_min;
+    while tick <= y_max {
+        let py = y(tick);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{tick}</text>"##,
+            left + plot_w,
+            left - 6.0,
+            py + 4.0
+        );
+        tick *= 10.0;
+    }
+    let _ = writeln!(
+        out,
+        r##"<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#333"/>"##
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">ranks (log scale)</text>"#,
+        left + plot_w / 2.0,
+        height - 12.0
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">µs (log scale)</text>"#,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0
+    );
+    for (i, (label, color, points)) in series.iter().enumerate() {
+        let path: Vec<String> = points
+            .iter()
+            .map(|(n, t)| format!("{:.1},{:.1}", x(*n), y(*t)))
+            .collect();
+        let dash = if label.starts_with("reduce") {
+            r#" stroke-dasharray="6 3""#
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
+            path.join(" ")
+        );
+        let ly = top + 10.0 + i as f64 * 20.0;
+        let lx = left + plot_w + 16.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{label}</text>"#,
+            lx + 24.0,
+            lx + 30.0,
+            ly + 4.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<text x="{:.1}" y="{:.1}" fill="#555">LL: up to 16 KiB per rank.</text>"##,
+        left + plot_w + 16.0,
+        top + 10.0 + 5.5 * 20.0
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PAT all-gather and reduce-scatter proven for every rank count from 1 to 4096 (rank 0's
+    /// buffers after the symmetry check), and every rank simulated up to 64 ranks (what the
+    /// kernels run).
+    #[test]
+    fn pat_schedules_are_correct_for_1_to_4096_ranks() {
+        for n in 1..=4096 {
+            let gather = prove_pat_all_gather(n).unwrap();
+            let scatter = prove_pat_reduce_scatter(n).unwrap();
+            assert_eq!(gather.segments_per_rank, n as u64 - 1);
+            assert_eq!(scatter.segments_per_rank, n as u64 - 1);
+            assert_eq!(gather.steps, pat::steps(n));
+            assert!(gather.peers_per_rank <= gather.steps);
+        }
+        for n in 1..=64 {
+            prove_pat_all_gather_every_rank(n).unwrap();
+            prove_pat_reduce_scatter_every_rank(n).unwrap();
+            prove_direct_all_gather(n).unwrap();
+            prove_direct_reduce_scatter(n).unwrap();
+        }
+    }
+
+    /// The proofs reject broken schedules: a step that sends one segment too many, a receiver
+    /// expecting other segments than its sender sends, a partial formed without one of its
+    /// children, and a schedule one step short.
+    #[test]
+    fn the_proofs_reject_wrong_schedules() {
+        fn extra(n: u32, rank: u32, k: u32) -> Transfer {
+            let mut t = pat::all_gather_send(n, rank, k);
+            if k + 1 == pat::steps(n) {
+                t.segments += 1;
+            }
+            t
+        }
+        fn shifted(n: u32, rank: u32, k: u32) -> Transfer {
+            let mut t = pat::all_gather_receive(n, rank, k);
+            t.first = (t.first + 1) % n;
+            t
+        }
+        fn forgets_a_child(n: u32, offset: u32, k: u32) -> bool {
+            pat::reduce_scatter_receives(n, offset, k) && !(offset == 1 && k == 2)
+        }
+        fn one_step_short(n: u32) -> u32 {
+            pat::steps(n).saturating_sub(1)
+        }
+        let broken = [
+            PatSchedule {
+                gather_send: extra,
+                ..KERNEL_SCHEDULE
+            },
+            PatSchedule {
+                gather_receive: shifted,
+                ..KERNEL_SCHEDULE
+            },
+            PatSchedule {
+                scatter_receives: forgets_a_child,
+                ..KERNEL_SCHEDULE
+            },
+            PatSchedule {
+                steps: one_step_short,
+                ..KERNEL_SCHEDULE
+            },
+        ];
+        for (i, s) in broken.iter().enumerate() {
+            for n in [6, 8, 13] {
+                let gather = prove_all_gather_schedule(s, n).is_err();
+                let gather_all = prove_all_gather_schedule_every_rank(s, n).is_err();
+                let scatter = prove_reduce_scatter_schedule(s, n).is_err();
+                let scatter_all = prove_reduce_scatter_schedule_every_rank(s, n).is_err();
+                assert_eq!(gather, gather_all, "schedule {i} n {n}");
+                assert_eq!(scatter, scatter_all, "schedule {i} n {n}");
+                let expected = match i {
+                    0 | 1 => (true, false),
+                    2 => (false, true),
+                    _ => (true, true),
+                };
+                assert_eq!((gather, scatter), expected, "schedule {i} n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_committed_table_and_plot_are_current() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let table = std::fs::read_to_string(root.join("bench/scale_model.md")).unwrap();
+        let plot = std::fs::read_to_string(root.join("bench/scale_model.svg")).unwrap();
+        assert!(
+            table == markdown().unwrap() && plot == svg(),
+            "bench/scale_model.{{md,svg}} are stale: run `symm-perf scale-model`"
+        );
+    }
+}
