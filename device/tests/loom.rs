@@ -25,11 +25,14 @@ use symm_device::scheduler::driver::for_each_tile;
 use symm_device::scheduler::policy::Greedy;
 use symm_device::scheduler::source::SoftwareSource;
 use symm_device::symmetric::Grid;
+use symm_device::symmetric::pat;
 use symm_device::sync::barrier::CrossRankBarrier;
 use symm_device::sync::ll::LlCall;
+use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
-    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, epoch_slot, inbox_slot, ll_clears_other_parity,
-    ll_count_slot, ll_flag, ll_parity_lines, signal_pad_bytes,
+    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatFlag, epoch_slot, inbox_slot,
+    ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, pat_flag_slot, pat_round_slot,
+    signal_pad_bytes,
 };
 
 /// Explore `model` exhaustively with a preemption bound of 2 (unless `LOOM_MAX_PREEMPTIONS`
@@ -134,6 +137,13 @@ impl World {
                     }
                     model_word(epoch_slot(*pad, block) as u64, WordKind::PlainU32);
                     model_word(ll_count_slot(*pad, block) as u64, WordKind::PlainU64);
+                    model_word(pat_round_slot(*pad, block) as u64, WordKind::PlainU32);
+                    for kind in PAT_FLAGS {
+                        for step in 0..PAT_MAX_STEPS as u32 {
+                            let slot = pat_flag_slot(*pad, kind, block, step);
+                            model_word(slot as u64, WordKind::AtomicU32);
+                        }
+                    }
                 }
                 for parity in 0..2 {
                     let (lines, total) = ll_parity_lines(*pad, world, parity);
@@ -163,6 +173,13 @@ impl World {
         }
     }
 }
+
+const PAT_FLAGS: [PatFlag; 4] = [
+    PatFlag::GatherData,
+    PatFlag::GatherReady,
+    PatFlag::ScatterData,
+    PatFlag::ScatterReady,
+];
 
 /// Payload words, one per (rank, slot): plain memory whose accesses loom checks.
 struct Payload(Vec<UnsafeCell<u64>>);
@@ -577,4 +594,191 @@ fn software_source(tiles: u32, resident: &[u32]) {
 #[test]
 fn software_source_runs_every_tile_once_across_launches() {
     explore(|| software_source(2, &[1, 1]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// PAT step flags.
+
+/// Which PAT collective a model call makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PatCall {
+    Gather,
+    Scatter,
+}
+
+/// Rank `rank`'s contribution to segment `segment` in call `call`.
+fn pat_value(call: usize, rank: u32, segment: u32) -> u64 {
+    ((call as u64 + 1) << 20) + ((rank as u64) << 8) + segment as u64
+}
+
+/// `calls` PAT collectives on one window of `world` ranks (one block of `threads` threads
+/// each), with the real `PatRounds` flags and the kernels' schedule, in the kernels' order;
+/// thread 0 moves the data through loom cells: all-gather, each rank's receive buffer (one
+/// word per segment); reduce-scatter, each rank's inbox (one word per slot), partials as sums.
+/// Every received word and every result is checked.
+fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
+    let model = World::new(world);
+    model.declare();
+    let n = world as u32;
+    let received = Payload::new(world * world);
+    let inbox = Payload::new(world * world);
+    run_grid(n, threads, &|| {
+        let (rank, block) = place(1);
+        let me = rank as u32;
+        let ctx = &model.contexts[rank];
+        let leader = arch::thread_idx_x() == 0;
+        let total = pat::steps(n);
+        for (call, kind) in calls.iter().enumerate() {
+            // SAFETY: host-built contexts with full-size pads; block 0; uniform calls.
+            let rounds = unsafe { PatRounds::open(ctx, block) };
+            let round = rounds.before().wrapping_add(1);
+            match kind {
+                PatCall::Gather => {
+                    for k in 0..total {
+                        let sender = pat::all_gather_receive(n, me, k).peer;
+                        // SAFETY: a rank; k < PAT_MAX_STEPS.
+                        unsafe { rounds.post(sender, PatFlag::GatherReady, k, round) };
+                    }
+                    if leader {
+                        received.write(rank * world + rank, pat_value(call, me, me));
+                    }
+                    for k in 0..total {
+                        // SAFETY: k - 1, k < PAT_MAX_STEPS.
+                        unsafe {
+                            assert!(k == 0 || rounds.wait(PatFlag::GatherData, k - 1, round));
+                            assert!(rounds.wait_ready(PatFlag::GatherReady, k, round));
+                        }
+                        let out = pat::all_gather_send(n, me, k);
+                        if leader {
+                            for j in 0..out.segments {
+                                let segment = (out.first + j) % n;
+                                let value = received.read(rank * world + segment as usize);
+                                assert_eq!(value, pat_value(call, segment, segment));
+                                received.write(out.peer as usize * world + segment as usize, value);
+                            }
+                        }
+                        // SAFETY: a rank; k < PAT_MAX_STEPS.
+                        unsafe { rounds.post(out.peer, PatFlag::GatherData, k, round) };
+                    }
+                    // SAFETY: total - 1 < PAT_MAX_STEPS.
+                    assert!(
+                        total == 0 || unsafe { rounds.wait(PatFlag::GatherData, total - 1, round) }
+                    );
+                    if leader {
+                        for segment in 0..n {
+                            assert_eq!(
+                                received.read(rank * world + segment as usize),
+                                pat_value(call, segment, segment),
+                                "call {call}: rank {rank} segment {segment}"
+                            );
+                        }
+                    }
+                }
+                PatCall::Scatter => {
+                    for k in 0..total {
+                        let child = pat::reduce_scatter_receive(n, me, k).peer;
+                        // SAFETY: a rank; k < PAT_MAX_STEPS.
+                        unsafe { rounds.post(child, PatFlag::ScatterReady, k, round) };
+                    }
+                    // The partial at `offset`: own contribution plus the children of the steps
+                    // from `from` up, read from the inbox (as `pat::partial`).
+                    let partial = |offset: u32, from: u32| {
+                        let segment = (me + offset) % n;
+                        let mut sum = pat_value(call, me, segment);
+                        for k in (from..total).rev() {
+                            if pat::reduce_scatter_receives(n, offset, k) {
+                                let slot = pat::inbox_slot(k, offset) as usize;
+                                sum += inbox.read(rank * world + slot);
+                            }
+                        }
+                        sum
+                    };
+                    for k in (0..total).rev() {
+                        // SAFETY: k + 1, k < PAT_MAX_STEPS.
+                        unsafe {
+                            assert!(
+                                k + 1 == total || rounds.wait(PatFlag::ScatterData, k + 1, round)
+                            );
+                            assert!(rounds.wait_ready(PatFlag::ScatterReady, k, round));
+                        }
+                        let out = pat::reduce_scatter_send(n, me, k);
+                        if leader {
+                            for j in 0..out.segments {
+                                let value = partial((1 << k) + j, k + 1);
+                                let slot = pat::inbox_slot(k, j) as usize;
+                                inbox.write(out.peer as usize * world + slot, value);
+                            }
+                        }
+                        // SAFETY: a rank; k < PAT_MAX_STEPS.
+                        unsafe { rounds.post(out.peer, PatFlag::ScatterData, k, round) };
+                    }
+                    // SAFETY: 0 < PAT_MAX_STEPS.
+                    assert!(total == 0 || unsafe { rounds.wait(PatFlag::ScatterData, 0, round) });
+                    if leader {
+                        let expected: u64 = (0..n).map(|r| pat_value(call, r, me)).sum();
+                        assert_eq!(partial(0, 0), expected, "call {call}: rank {rank}");
+                    }
+                }
+            }
+            rounds.finish(1);
+        }
+    });
+}
+
+const GATHER_TWICE: &[PatCall] = &[PatCall::Gather, PatCall::Gather];
+const SCATTER_TWICE: &[PatCall] = &[PatCall::Scatter, PatCall::Scatter];
+const MIXED: &[PatCall] = &[PatCall::Gather, PatCall::Scatter, PatCall::Gather];
+
+/// Two PAT all-gathers on 2 ranks × 1 thread: the second call's stores wait for the receiver
+/// to finish reading the first's.
+#[test]
+fn pat_all_gather_flags_two_ranks() {
+    explore(|| pat_calls(2, 1, GATHER_TWICE));
+}
+
+/// Two PAT all-gathers on 3 ranks (two steps, a forwarded segment).
+#[test]
+fn pat_all_gather_flags_three_ranks() {
+    explore_bounded(2, BUDGET, || pat_calls(3, 1, GATHER_TWICE));
+}
+
+/// Two PAT reduce-scatters on 2 ranks × 2 threads (the inbox reused across calls).
+#[test]
+fn pat_reduce_scatter_flags_two_ranks_two_threads() {
+    explore_bounded(2, BUDGET, || pat_calls(2, 2, SCATTER_TWICE));
+}
+
+/// Two PAT reduce-scatters on 3 ranks (a partial that combines a child's).
+#[test]
+fn pat_reduce_scatter_flags_three_ranks() {
+    explore_bounded(2, BUDGET, || pat_calls(3, 1, SCATTER_TWICE));
+}
+
+/// All-gather, reduce-scatter, all-gather on one window: the two collectives' flags never
+/// stand in for each other.
+#[test]
+fn pat_mixed_calls_two_ranks() {
+    explore(|| pat_calls(2, 1, MIXED));
+}
+
+/// Teeth: with relaxed instead of release stores, a received segment is not ordered before
+/// its data flag.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pat_relaxed_release_is_caught() {
+    explore(|| {
+        mutate(Mutation::ReleaseAsRelaxed);
+        pat_calls(2, 1, GATHER_TWICE)
+    });
+}
+
+/// Teeth: a sender that does not wait for its receiver's ready flag overwrites what the
+/// receiver is still reading from the previous call.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pat_sender_not_waiting_for_ready_is_caught() {
+    explore(|| {
+        mutate(Mutation::PatSkipReadyWait);
+        pat_calls(2, 1, SCATTER_TWICE)
+    });
 }

@@ -1,5 +1,5 @@
 //! `cargo xtask test`'s loom step: the synchronization protocols of the device crate (cross-rank
-//! barrier, LL lines, software work source) model-checked with loom.
+//! barrier, LL lines, PAT step flags, software work source) model-checked with loom.
 
 use crate::cargo;
 

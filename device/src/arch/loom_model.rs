@@ -43,6 +43,9 @@ pub enum Mutation {
     LlEndWithoutClosingBarrier = 8,
     /// `LlCall::begin` never clears the other parity's lines at the end of a flag period.
     LlSkipPeriodClear = 16,
+    /// `PatRounds::wait_ready` returns at once: a PAT sender stores into its receiver without
+    /// waiting for it to enter the round.
+    PatSkipReadyWait = 32,
 }
 
 #[derive(Clone)]

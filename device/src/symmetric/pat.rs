@@ -47,15 +47,11 @@
 use super::all_gather::{copy_units, send_address};
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
-use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
-use crate::symmetric::ABORT_TIMED_OUT;
 use crate::sync::barrier::block_sees_abort;
-use crate::sync::signal_pad::{
-    PAT_SLOT_BYTES, PatFlag, pat_flag_slot, pat_round_slot, pat_staging_offset,
-};
-use crate::sync::wait::{WaitOutcome, wait_until_reached};
+use crate::sync::pat_rounds::PatRounds;
+use crate::sync::signal_pad::{PAT_SLOT_BYTES, PatFlag, pat_staging_offset};
 
 /// Steps of a PAT collective over `n` ranks: `ceil(log2(n))` (0 for one rank).
 #[inline(always)]
@@ -175,104 +171,6 @@ const fn block_share_bytes(blocks: u32) -> u64 {
     (PAT_SLOT_BYTES as u64 / blocks as u64) / 16 * 16
 }
 
-/// The flags of one block of one rank for a PAT call: the round counter and the per-step
-/// flags. Every thread of the block makes the same calls.
-struct PatRounds<'a> {
-    ctx: &'a SymmContext,
-    own_pad: u64,
-    block: u32,
-    /// Rounds this block index made on the window before this call.
-    before: u32,
-}
-
-impl<'a> PatRounds<'a> {
-    /// Open: read the block's round counter.
-    ///
-    /// # Safety
-    /// `ctx` is host-built with pads sized by `signal_pad_bytes(world_size)`;
-    /// `block < MAX_BLOCKS`.
-    #[inline(always)]
-    unsafe fn open(ctx: &'a SymmContext, block: u32) -> Self {
-        // SAFETY: rank < world_size (checked by `resolve_launch`).
-        let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
-        // SAFETY: the counter lies inside this rank's pad; only this block index of this rank
-        // writes it, after every thread has read it (see `finish`).
-        let before = unsafe { arch::load_plain_u32(pat_round_slot(own_pad, block)) };
-        PatRounds {
-            ctx,
-            own_pad,
-            block,
-            before,
-        }
-    }
-
-    /// Store the counter after `rounds` rounds (every thread calls it once, at the end). The
-    /// block barriers keep every read of the old value before the store, and the store before
-    /// any later read by this block index.
-    #[inline(always)]
-    fn finish(self, rounds: u32) {
-        arch::sync_threads();
-        if arch::thread_idx_x() == 0 {
-            // SAFETY: the counter lies inside this rank's pad; every thread read it in `open`
-            // before the barrier above.
-            unsafe {
-                arch::store_plain_u32(
-                    pat_round_slot(self.own_pad, self.block),
-                    self.before.wrapping_add(rounds),
-                )
-            };
-        }
-        arch::sync_threads();
-    }
-
-    /// Set flag `kind` of `step` in `peer`'s pad to `round` (release, system scope), from
-    /// thread 0, after a block barrier: everything the block stored before is visible to a
-    /// reader that acquires the flag.
-    ///
-    /// # Safety
-    /// `peer < world_size`; `step < PAT_MAX_STEPS`.
-    #[inline(always)]
-    unsafe fn post(&self, peer: u32, kind: PatFlag, step: u32, round: u32) {
-        arch::sync_threads();
-        if arch::thread_idx_x() == 0 {
-            // SAFETY: peer < world_size (caller); the slot lies in that peer's pad, which is
-            // only accessed atomically there.
-            unsafe {
-                let pad = self.ctx.peer_signal_pad(peer);
-                arch::store_release_sys_u32(pat_flag_slot(pad, kind, self.block, step), round);
-            }
-        }
-    }
-
-    /// Wait until flag `kind` of `step` in this rank's pad reaches `round` (acquire, bounded);
-    /// `true` on every thread when it did, `false` on every thread after a timeout (the abort
-    /// word is raised) or an abort. Ends with a block barrier, so the whole block may use what
-    /// the flag published.
-    ///
-    /// # Safety
-    /// `step < PAT_MAX_STEPS`.
-    #[inline(always)]
-    unsafe fn wait(&self, kind: PatFlag, step: u32, round: u32) -> bool {
-        let mut failed = false;
-        if arch::thread_idx_x() == 0 {
-            let slot = pat_flag_slot(self.own_pad, kind, self.block, step);
-            let abort = self.ctx.abort_flag as *const u32;
-            // SAFETY: the slot lies in this rank's pad and the abort word is the context's;
-            // both are accessed atomically.
-            match unsafe { wait_until_reached(slot, round, abort, self.ctx.timeout_ns) } {
-                WaitOutcome::Reached => {}
-                WaitOutcome::TimedOut => {
-                    // SAFETY: the abort word is a valid u32 of this rank.
-                    unsafe { arch::store_release_sys_u32(abort as *mut u32, ABORT_TIMED_OUT) };
-                    failed = true;
-                }
-                WaitOutcome::Aborted => failed = true,
-            }
-        }
-        !arch::sync_threads_or(failed)
-    }
-}
-
 /// PAT all-gather of `args.count` bytes per rank (see the module documentation).
 ///
 /// # Safety
@@ -300,7 +198,7 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
     }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
     let rounds = unsafe { PatRounds::open(ctx, grid.block) };
-    let round = rounds.before.wrapping_add(1);
+    let round = rounds.before().wrapping_add(1);
     let total = steps(n);
     // Ready for this round: the sender of each step may store into this receive buffer.
     for k in 0..total {
@@ -326,7 +224,7 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
         // SAFETY: k - 1 and k < PAT_MAX_STEPS.
         if (k > 0 && unsafe { !rounds.wait(PatFlag::GatherData, k - 1, round) })
             // SAFETY: as above.
-            || unsafe { !rounds.wait(PatFlag::GatherReady, k, round) }
+            || unsafe { !rounds.wait_ready(PatFlag::GatherReady, k, round) }
         {
             completed = false;
             break;
@@ -427,11 +325,11 @@ pub unsafe fn pat_reduce_scatter<T: Element, O: ReduceOp>(
             + slot as u64 * PAT_SLOT_BYTES as u64
             + grid.block as u64 * share) as *mut T::Acc
     };
-    let own_pad = rounds.own_pad;
+    let own_pad = rounds.own_pad();
     let stride = arch::block_dim_x() as u64;
     let mut completed = true;
     'rounds: for r in 0..round_count {
-        let round = rounds.before.wrapping_add(r + 1);
+        let round = rounds.before().wrapping_add(r + 1);
         let start = lo + r as u64 * capacity;
         let len = (hi - start).min(capacity);
         // Ready: every sender may store this round's partials into this inbox (the previous
@@ -445,7 +343,7 @@ pub unsafe fn pat_reduce_scatter<T: Element, O: ReduceOp>(
             // SAFETY: k + 1 and k < PAT_MAX_STEPS.
             if (k + 1 < total && unsafe { !rounds.wait(PatFlag::ScatterData, k + 1, round) })
                 // SAFETY: as above.
-                || unsafe { !rounds.wait(PatFlag::ScatterReady, k, round) }
+                || unsafe { !rounds.wait_ready(PatFlag::ScatterReady, k, round) }
             {
                 completed = false;
                 break 'rounds;
