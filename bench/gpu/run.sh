@@ -25,7 +25,7 @@
 #
 # Settings (environment, defaults in brackets):
 #   DEADLINE_S [500]  per part          SYMM_TIMEOUT_MS [5000]  bound of every wait on a peer
-#   ALGOS [auto ll oneshot twoshot]     TESTS [.]  extended regex selecting GPU tests by name
+#   ALGOS [auto ll oneshot twoshot pat]   TESTS [.]  extended regex selecting GPU tests by name
 #   TEST_TIMEOUT_S [150]                EXAMPLE_TIMEOUT_S [120]
 #   OPS [all_reduce all_gather reduce_scatter]   RANKS [2 4 8]   DTYPES [float bfloat16]
 #   MIN_BYTES [8]  MAX_BYTES [64M]  ITERS [20]  WARMUP [5]  CHECK [1]  PERF_TIMEOUT_S [120]
@@ -62,7 +62,7 @@ cd "$ROOT"
 
 DEADLINE_S=${DEADLINE_S:-500}
 export SYMM_TIMEOUT_MS=${SYMM_TIMEOUT_MS:-5000}
-ALGOS=${ALGOS:-auto ll oneshot twoshot}
+ALGOS=${ALGOS:-auto ll oneshot twoshot pat}
 TESTS=${TESTS:-.}
 TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-150}
 EXAMPLE_TIMEOUT_S=${EXAMPLE_TIMEOUT_S:-120}

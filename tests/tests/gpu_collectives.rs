@@ -4,7 +4,7 @@
 //! (they are `#[ignore]`d). On a GPU machine, once per algorithm choice:
 //!
 //! ```text
-//! for a in auto ll oneshot twoshot; do
+//! for a in auto ll oneshot twoshot pat; do
 //!   SYMM_ALGO=$a SYMM_BACKEND=cuda cargo test -p symm-tests --test gpu_collectives -- --ignored
 //! done
 //! ```
