@@ -624,7 +624,9 @@ pub fn svg() -> String {
     let plot_w = width - left - right;
     let plot_h = height - top - bottom;
     let ranks: Vec<u32> = (1..=12).map(|e| 1u32 << e).collect();
-    let series: Vec<(&str, &str, Vec<(u32, f64)>)> = ALGORITHMS
+    // (label, color, points (ranks, µs)) per algorithm.
+    type Series<'a> = (&'a str, &'a str, Vec<(u32, f64)>);
+    let series: Vec<Series<'_>> = ALGORITHMS
         .iter()
         .zip(["#9467bd", "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"])
         .map(|((a, label), color)| {
