@@ -49,9 +49,10 @@ pub struct Proof {
 }
 
 /// A PAT schedule as the proofs see it: the kernels' functions ([`KERNEL_SCHEDULE`]), or a
-/// variant (the tests check that the proofs reject broken ones).
+/// variant (the tests check that the proofs reject broken ones). Crate-private, as are the
+/// table's constants, so that the C header stays free of them.
 #[derive(Clone, Copy)]
-pub struct PatSchedule {
+pub(crate) struct PatSchedule {
     /// Steps for `n` ranks.
     pub steps: fn(u32) -> u32,
     /// All-gather: what `(n, rank, step)` sends.
@@ -69,7 +70,7 @@ pub struct PatSchedule {
 }
 
 /// The schedule the kernels run.
-pub const KERNEL_SCHEDULE: PatSchedule = PatSchedule {
+pub(crate) const KERNEL_SCHEDULE: PatSchedule = PatSchedule {
     steps: pat::steps,
     gather_send: pat::all_gather_send,
     gather_receive: pat::all_gather_receive,
@@ -128,7 +129,7 @@ pub fn prove_pat_all_gather(n: u32) -> Result<Proof, String> {
 }
 
 /// [`prove_pat_all_gather`] for schedule `s`.
-pub fn prove_all_gather_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
+pub(crate) fn prove_all_gather_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
     check_all_gather_symmetry(s, n)?;
     // Step at which rank 0 got each segment (0 for its own: "before step 0" is 0, steps are
     // numbered from 1 here).
@@ -182,7 +183,7 @@ pub fn prove_pat_all_gather_every_rank(n: u32) -> Result<(), String> {
 }
 
 /// [`prove_pat_all_gather_every_rank`] for schedule `s`.
-pub fn prove_all_gather_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
+pub(crate) fn prove_all_gather_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
     let size = n as usize;
     // arrived[rank][segment]: the step after which `rank` holds `segment` (0: its own).
     let mut arrived: Vec<Vec<Option<u32>>> = (0..size)
@@ -382,7 +383,7 @@ pub fn prove_pat_reduce_scatter(n: u32) -> Result<Proof, String> {
 }
 
 /// [`prove_pat_reduce_scatter`] for schedule `s`.
-pub fn prove_reduce_scatter_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
+pub(crate) fn prove_reduce_scatter_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
     check_reduce_scatter_symmetry(s, n)?;
     let mut zero = ScatterRank::new(n);
     let mut sent = 0u64;
@@ -425,7 +426,7 @@ pub fn prove_pat_reduce_scatter_every_rank(n: u32) -> Result<(), String> {
 }
 
 /// [`prove_pat_reduce_scatter_every_rank`] for schedule `s`.
-pub fn prove_reduce_scatter_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
+pub(crate) fn prove_reduce_scatter_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
     let mut ranks: Vec<ScatterRank> = (0..n).map(|_| ScatterRank::new(n)).collect();
     for k in (0..(s.steps)(n)).rev() {
         for rank in 0..n {
@@ -501,7 +502,7 @@ pub fn prove_direct_reduce_scatter(n: u32) -> Result<Proof, String> {
 }
 
 /// The algorithms the model compares, with their collective and a short label.
-pub const ALGORITHMS: [(Algorithm, &str); 5] = [
+pub(crate) const ALGORITHMS: [(Algorithm, &str); 5] = [
     (Algorithm::LlAllGather, "all-gather LL"),
     (Algorithm::AllGather, "all-gather stores"),
     (Algorithm::PatAllGather, "all-gather PAT"),
@@ -519,11 +520,11 @@ pub fn predicted_us(model: &Model, algorithm: Algorithm, bytes: u64, n: u32) -> 
 }
 
 /// Rank counts of the table and the plot.
-pub const TABLE_RANKS: [u32; 14] = [2, 3, 4, 8, 16, 32, 64, 72, 128, 256, 512, 1024, 2048, 4096];
+pub(crate) const TABLE_RANKS: [u32; 14] = [2, 3, 4, 8, 16, 32, 64, 72, 128, 256, 512, 1024, 2048, 4096];
 /// Bytes per rank of the tables.
-pub const TABLE_SIZES: [u64; 3] = [1 << 10, 16 << 10, 1 << 20];
+pub(crate) const TABLE_SIZES: [u64; 3] = [1 << 10, 16 << 10, 1 << 20];
 /// Bytes per rank of the plot.
-pub const PLOT_BYTES: u64 = 16 << 10;
+pub(crate) const PLOT_BYTES: u64 = 16 << 10;
 
 fn size_name(bytes: u64) -> String {
     if bytes >= 1 << 20 {

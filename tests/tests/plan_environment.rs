@@ -56,8 +56,14 @@ fn symm_algo_pat_forces_pat_for_all_gather_and_reduce_scatter() {
         log.contains("reduce_scatter 1000 x Float32 Sum (4000 B) -> pat_reduce_scatter"),
         "{log}"
     );
-    assert!(log.contains("all_reduce 1000 x Float32 Sum (4000 B) -> "), "{log}");
-    assert!(!log.contains("all_reduce 1000 x Float32 Sum (4000 B) -> pat"), "{log}");
+    assert!(
+        log.contains("all_reduce 1000 x Float32 Sum (4000 B) -> "),
+        "{log}"
+    );
+    assert!(
+        !log.contains("all_reduce 1000 x Float32 Sum (4000 B) -> pat"),
+        "{log}"
+    );
     // Without SYMM_ALGO the model keeps the direct kernels at 3 ranks.
     let (ok, log) = run_child_test("child_pat_collectives_with_logging", "auto");
     assert!(ok, "{log}");
