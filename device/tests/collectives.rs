@@ -85,6 +85,21 @@ float_sample! {
     F8E5M2, 1.0 / 8.0, F32_EPS, 1.0 / 65536.0;
 }
 
+/// The sum of `values` with Neumaier's compensation (error about one rounding of the result).
+fn compensated_sum(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut sum, mut compensation) = (0.0f64, 0.0f64);
+    for v in values {
+        let t = sum + v;
+        compensation += if sum.abs() >= v.abs() {
+            (sum - t) + v
+        } else {
+            (v - t) + sum
+        };
+        sum = t;
+    }
+    sum + compensation
+}
+
 /// Check `got` against the reduction of `inputs` (one value per rank) with `op`.
 /// `what` names the case in a failure message (built only on failure).
 fn check_reduction<T: Sample>(inputs: &[T], op: RedOp, got: T, what: &dyn Fn() -> String) {
@@ -107,7 +122,9 @@ fn check_reduction<T: Sample>(inputs: &[T], op: RedOp, got: T, what: &dyn Fn() -
         RedOp::Max => (values().fold(f64::MIN, f64::max), 0.0),
         RedOp::Min => (values().fold(f64::MAX, f64::min), 0.0),
         RedOp::Sum | RedOp::Avg => {
-            let sum: f64 = values().sum();
+            // Compensated (Neumaier) summation: the reference must not carry an error of its
+            // own order, since the kernels may sum in another order (PAT's trees) than this.
+            let sum = compensated_sum(values());
             let magnitude: f64 = values().map(f64::abs).sum();
             let error = (n as f64 - 1.0) * T::ACC_EPS * magnitude;
             if op == RedOp::Avg {
@@ -505,6 +522,11 @@ fn every_dtype_op_and_reduction_at_a_mebi_element_and_a_tail() {
                 for algorithm in REDUCTIONS {
                     if algorithm == Algorithm::OneShotLlAllReduce && world == 8 {
                         // Refused beyond the LL buffers (that refusal is checked at 3 ranks).
+                        continue;
+                    }
+                    if algorithm == Algorithm::PatReduceScatter {
+                        // No 16-byte path to reach; its many rounds per block are checked in
+                        // pat_reduce_scatter_in_many_rounds.
                         continue;
                     }
                     let count = if is_reduce_scatter(algorithm) {

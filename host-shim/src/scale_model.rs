@@ -426,7 +426,10 @@ pub fn prove_pat_reduce_scatter_every_rank(n: u32) -> Result<(), String> {
 }
 
 /// [`prove_pat_reduce_scatter_every_rank`] for schedule `s`.
-pub(crate) fn prove_reduce_scatter_schedule_every_rank(s: &PatSchedule, n: u32) -> Result<(), String> {
+pub(crate) fn prove_reduce_scatter_schedule_every_rank(
+    s: &PatSchedule,
+    n: u32,
+) -> Result<(), String> {
     let mut ranks: Vec<ScatterRank> = (0..n).map(|_| ScatterRank::new(n)).collect();
     for k in (0..(s.steps)(n)).rev() {
         for rank in 0..n {
@@ -520,7 +523,8 @@ pub fn predicted_us(model: &Model, algorithm: Algorithm, bytes: u64, n: u32) -> 
 }
 
 /// Rank counts of the table and the plot.
-pub(crate) const TABLE_RANKS: [u32; 14] = [2, 3, 4, 8, 16, 32, 64, 72, 128, 256, 512, 1024, 2048, 4096];
+pub(crate) const TABLE_RANKS: [u32; 14] =
+    [2, 3, 4, 8, 16, 32, 64, 72, 128, 256, 512, 1024, 2048, 4096];
 /// Bytes per rank of the tables.
 pub(crate) const TABLE_SIZES: [u64; 3] = [1 << 10, 16 << 10, 1 << 20];
 /// Bytes per rank of the plot.
