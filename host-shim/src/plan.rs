@@ -9,9 +9,9 @@
 //! All-gather and reduce-scatter also have PAT kernels (`ceil(log2 n)` steps, one peer per
 //! step). There the model adds what depends on the rank count: the direct kernels pay
 //! `per_peer_us` for every rank they touch (flags and one stream of accesses per peer), PAT pays
-//! `pat_step_us` per step (a dependent flag round trip) and reaches `pat_bandwidth_share` of the bandwidth (each step drains before the
-//! next). So PAT wins at large rank counts for small and medium sizes, and the direct kernels
-//! keep small rank counts and large sizes.
+//! `pat_step_us` per step (a dependent flag round trip) and reaches `pat_bandwidth_share` of
+//! the bandwidth (each step drains before the next). So PAT wins at large rank counts for small
+//! and medium sizes, and the direct kernels keep small rank counts and large sizes.
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
