@@ -73,7 +73,7 @@ pub unsafe fn all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> K
 /// # Safety
 /// Both ranges are valid and aligned for `U`.
 #[inline(always)]
-pub(crate) unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
+unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
     let (lo, hi) = block_range(units, grid.block, grid.blocks);
     let stride = arch::block_dim_x() as u64;
     let mut i = lo + arch::thread_idx_x() as u64;

@@ -44,7 +44,7 @@
 //! for max/min, but for floating-point sums and products they may differ in the last bits from
 //! the direct kernel's.
 
-use super::all_gather::{copy_units, send_address};
+use super::all_gather::send_address;
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
 use crate::numeric::element::Element;
@@ -187,11 +187,6 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
     let (n, me) = (ctx.world_size, ctx.rank);
     let send = send_address(rank, args);
     let local_recv = ctx.local_base.wrapping_add(args.recv_offset);
-    let mut alignment = send | local_recv | args.recv_offset | bytes;
-    for peer in 0..n {
-        // SAFETY: peer < world_size; the context is host-built.
-        alignment |= unsafe { ctx.peer_base(peer) };
-    }
     // SAFETY: the context is valid; the whole block takes this branch.
     if unsafe { block_sees_abort(ctx) } {
         return KernelStatus::Aborted;
@@ -215,7 +210,7 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
     if args.flags & FLAG_IN_PLACE == 0 {
         let own = local_recv.wrapping_add(me as u64 * bytes);
         // SAFETY: the send buffer and this rank's segment of its receive buffer (contract).
-        unsafe { copy_segment(send, own, bytes, alignment, grid) };
+        unsafe { copy_segment(send, own, bytes, grid) };
     }
     let mut completed = true;
     for k in 0..total {
@@ -241,7 +236,7 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
             };
             // SAFETY: a segment this rank holds (its own, or one received at an earlier step),
             // into the same segment of the peer's receive buffer (contract).
-            unsafe { copy_segment(src, peer_recv.wrapping_add(segment), bytes, alignment, grid) };
+            unsafe { copy_segment(src, peer_recv.wrapping_add(segment), bytes, grid) };
         }
         // SAFETY: the peer is a rank; k < PAT_MAX_STEPS.
         unsafe { rounds.post(out.peer, PatFlag::GatherData, k, round) };
@@ -258,23 +253,63 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
     }
 }
 
-/// Copy this block's share of a `bytes`-byte segment in the widest unit `alignment` allows.
+/// Bytes of the granules a segment is split into among the blocks of a launch.
+const GRANULE_BYTES: u64 = 16;
+
+/// The byte range `[lo, hi)` of a `bytes`-byte segment that block `grid.block` copies: whole
+/// [`GRANULE_BYTES`] granules, split by [`block_range`] and clipped to `bytes`. It depends on
+/// nothing but `bytes` and the grid, so block `b` of every rank covers the same bytes whatever
+/// the alignment of each rank's buffers: the data flag of block `b` announces exactly the bytes
+/// block `b` of the receiver forwards.
+#[inline(always)]
+pub fn segment_share(bytes: u64, grid: Grid) -> (u64, u64) {
+    let (lo, hi) = block_range(bytes.div_ceil(GRANULE_BYTES), grid.block, grid.blocks);
+    (
+        (lo * GRANULE_BYTES).min(bytes),
+        (hi * GRANULE_BYTES).min(bytes),
+    )
+}
+
+/// Copy this block's share ([`segment_share`]) of a `bytes`-byte segment, in the widest unit
+/// that divides both addresses of the share and its length.
 ///
 /// # Safety
-/// Both ranges are valid; `alignment` is or-ed from both addresses and `bytes`.
+/// Both `bytes`-byte ranges are valid.
 #[inline(always)]
-unsafe fn copy_segment(src: u64, dst: u64, bytes: u64, alignment: u64, grid: Grid) {
-    // SAFETY: forwarded contract; the unit divides both addresses and the length.
+unsafe fn copy_segment(src: u64, dst: u64, bytes: u64, grid: Grid) {
+    let (lo, hi) = segment_share(bytes, grid);
+    let (src, dst, len) = (src.wrapping_add(lo), dst.wrapping_add(lo), hi - lo);
+    let alignment = src | dst | len;
+    // SAFETY: forwarded contract; the share lies inside both ranges and the unit divides both
+    // addresses and the length.
     unsafe {
         if alignment.is_multiple_of(16) {
-            copy_units::<super::all_gather::Bytes16>(src, dst, bytes / 16, grid);
+            copy_share::<super::all_gather::Bytes16>(src, dst, len / 16);
         } else if alignment.is_multiple_of(8) {
-            copy_units::<u64>(src, dst, bytes / 8, grid);
+            copy_share::<u64>(src, dst, len / 8);
         } else if alignment.is_multiple_of(4) {
-            copy_units::<u32>(src, dst, bytes / 4, grid);
+            copy_share::<u32>(src, dst, len / 4);
         } else {
-            copy_units::<u8>(src, dst, bytes, grid);
+            copy_share::<u8>(src, dst, len);
         }
+    }
+}
+
+/// Copy `units` values of `U` from `src` to `dst`, strided over the threads of the block.
+///
+/// # Safety
+/// Both ranges are valid and aligned for `U`.
+#[inline(always)]
+unsafe fn copy_share<U: Copy>(src: u64, dst: u64, units: u64) {
+    let stride = arch::block_dim_x() as u64;
+    let mut i = arch::thread_idx_x() as u64;
+    while i < units {
+        // SAFETY: i < units; forwarded contract.
+        unsafe {
+            let value = (src as *const U).add(i as usize).read();
+            (dst as *mut U).add(i as usize).write(value);
+        }
+        i += stride;
     }
 }
 
@@ -451,6 +486,24 @@ mod tests {
         for n in 2..300u32 {
             let total: u32 = (0..steps(n)).map(|k| step_segments(n, k)).sum();
             assert_eq!(total, n - 1, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn segment_shares_tile_the_segment_in_granules() {
+        for bytes in [1u64, 15, 16, 17, 48, 1000, 4100, 65_537] {
+            for blocks in 1..=9u32 {
+                let mut next = 0;
+                for block in 0..blocks {
+                    let (lo, hi) = segment_share(bytes, Grid { block, blocks });
+                    assert_eq!(lo, next, "bytes {bytes} blocks {blocks} block {block}");
+                    assert!(lo <= hi && hi <= bytes);
+                    assert!(lo.is_multiple_of(GRANULE_BYTES));
+                    assert!(hi == bytes || hi.is_multiple_of(GRANULE_BYTES));
+                    next = hi;
+                }
+                assert_eq!(next, bytes, "bytes {bytes} blocks {blocks}");
+            }
         }
     }
 

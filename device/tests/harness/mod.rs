@@ -38,13 +38,30 @@ pub struct Ranks {
 impl Ranks {
     /// `world` ranks with zeroed windows and pads; waits bounded by `timeout_ns`.
     pub fn new(world: usize, window_bytes: usize, timeout_ns: u64) -> Box<Ranks> {
+        Ranks::with_base_shifts(world, window_bytes, timeout_ns, &[])
+    }
+
+    /// As [`Ranks::new`], with rank `r`'s window starting `shifts[r]` bytes (less than 16;
+    /// missing entries are 0) past a 16-byte boundary, as a window registered at an offset
+    /// inside an allocation does.
+    pub fn with_base_shifts(
+        world: usize,
+        window_bytes: usize,
+        timeout_ns: u64,
+        shifts: &[usize],
+    ) -> Box<Ranks> {
         assert!((1..=MAX_RANKS).contains(&world));
-        let mut windows: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(window_bytes)).collect();
+        assert!(shifts.iter().all(|s| *s < 16));
+        let mut windows: Vec<Vec<Chunk>> = (0..world).map(|_| aligned(window_bytes + 16)).collect();
         let mut pads: Vec<Vec<Chunk>> = (0..world)
             .map(|_| aligned(signal_pad_bytes(world)))
             .collect();
         let mut aborts: Vec<u32> = vec![0; world];
-        let bases: Vec<u64> = windows.iter_mut().map(|w| w.as_mut_ptr() as u64).collect();
+        let bases: Vec<u64> = windows
+            .iter_mut()
+            .enumerate()
+            .map(|(rank, w)| w.as_mut_ptr() as u64 + shifts.get(rank).copied().unwrap_or(0) as u64)
+            .collect();
         let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
         let mut ranks = Box::new(Ranks {
             windows,
@@ -86,8 +103,9 @@ impl Ranks {
     /// Rank `rank`'s window bytes.
     pub fn window(&mut self, rank: usize) -> &mut [u8] {
         let bytes = self.window_bytes;
-        // SAFETY: the chunks are plain bytes, at least `bytes` long.
-        unsafe { std::slice::from_raw_parts_mut(self.windows[rank].as_mut_ptr().cast(), bytes) }
+        // SAFETY: the window starts at most 15 bytes into its chunks of plain bytes, which are
+        // 16 bytes longer than the window.
+        unsafe { std::slice::from_raw_parts_mut(self.bases[rank] as *mut u8, bytes) }
     }
 
     /// Write `values` at byte `offset` of rank `rank`'s window.
@@ -199,6 +217,29 @@ impl Ranks {
         self.launch_with_rank_flags(kernel, args, blocks, threads, active, &[])
     }
 
+    /// Run `kernel` on every rank with the send buffers in `send`'s windows (rank `r`'s send
+    /// window is `send`'s window `r`) and the receive buffers in this model's, `blocks` blocks
+    /// of `threads` threads each, in one emulated grid. Returns each rank's status.
+    pub fn launch_with_send_windows(
+        &self,
+        send: &Ranks,
+        kernel: KernelFn,
+        args: CollectiveArgs,
+        blocks: u32,
+        threads: u32,
+    ) -> Vec<KernelStatus> {
+        assert_eq!(send.world(), self.world());
+        let table: Vec<RankArgs> = (0..self.world())
+            .map(|r| RankArgs {
+                send_context: &send.contexts[r] as *const SymmContext as u64,
+                recv_context: &self.contexts[r] as *const SymmContext as u64,
+                flags: 0,
+                reserved: 0,
+            })
+            .collect();
+        self.run_table(&table, kernel, args, blocks, threads)
+    }
+
     /// As [`Ranks::launch`], with per-rank flags (`rank_flags[i]` for the `i`-th active rank;
     /// missing entries are 0), e.g. some ranks in place and others not.
     pub fn launch_with_rank_flags(
@@ -225,9 +266,21 @@ impl Ranks {
                 }
             })
             .collect();
+        self.run_table(&table, kernel, args, blocks, threads)
+    }
+
+    /// Run `kernel` for the ranks of `table` (`blocks` blocks each) in one emulated grid.
+    fn run_table(
+        &self,
+        table: &[RankArgs],
+        kernel: KernelFn,
+        args: CollectiveArgs,
+        blocks: u32,
+        threads: u32,
+    ) -> Vec<KernelStatus> {
         let statuses: Vec<std::sync::Mutex<Option<KernelStatus>>> =
-            active.iter().map(|_| std::sync::Mutex::new(None)).collect();
-        let ranks = active.len() as u32;
+            table.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let ranks = table.len() as u32;
         run_grid(blocks * ranks, threads, &|| {
             // SAFETY: the table holds live contexts of this model; the tests pass arguments
             // that fit the windows.
