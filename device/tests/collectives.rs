@@ -10,7 +10,7 @@ use symm_device::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::{Algorithm, kernel};
 use symm_device::symmetric::{CollectiveArgs, KernelStatus};
-use symm_device::sync::signal_pad::LL_MAX_BYTES;
+use symm_device::sync::signal_pad::{LL_MAX_BYTES, PatCollective};
 use symm_device::{DataType, RedOp};
 
 const TIMEOUT_NS: u64 = 20_000_000_000;
@@ -780,10 +780,16 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
             }
         }
         // Every block index counted the same rounds on every rank.
-        for block in 0..4 {
-            let first = ranks.pat_rounds(0, block);
-            for rank in 1..world {
-                assert_eq!(ranks.pat_rounds(rank, block), first, "block {block}");
+        for collective in [PatCollective::Gather, PatCollective::Scatter] {
+            for block in 0..4 {
+                let first = ranks.pat_rounds(0, collective, block);
+                for rank in 1..world {
+                    assert_eq!(
+                        ranks.pat_rounds(rank, collective, block),
+                        first,
+                        "{collective:?} block {block}"
+                    );
+                }
             }
         }
     }
@@ -840,6 +846,51 @@ fn pat_all_gather_with_differently_aligned_send_buffers() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Each PAT collective counts its own rounds: with the reduce-scatter counters and flags far
+/// ahead (half the u32 range and more, as after that many reduce-scatter rounds and no
+/// all-gather), all-gather still waits for this call's data, and the reverse. A rank that
+/// stays out must make the others time out rather than complete on stale flags.
+#[test]
+fn pat_collectives_count_rounds_apart() {
+    let world = 4;
+    let count = 100;
+    for (ahead, behind) in [
+        (PatCollective::Scatter, PatCollective::Gather),
+        (PatCollective::Gather, PatCollective::Scatter),
+    ] {
+        for lead in [1u32 << 31, (1u32 << 31) + 7, u32::MAX - 3] {
+            let mut ranks = Ranks::new(world, 1 << 16, 300_000_000);
+            ranks.set_pat_rounds_of(ahead, lead);
+            let algorithm = match behind {
+                PatCollective::Gather => Algorithm::PatAllGather,
+                PatCollective::Scatter => Algorithm::PatReduceScatter,
+            };
+            let args = CollectiveArgs {
+                send_offset: 0,
+                recv_offset: 32 * 1024,
+                count: if algorithm.is_data_type_agnostic() {
+                    (count * 4) as u64
+                } else {
+                    count as u64
+                },
+                flags: 0,
+            };
+            // Rank 3 stays out: the others cannot finish.
+            let statuses = ranks.launch(
+                kernel(algorithm, DataType::Int32, RedOp::Sum),
+                args,
+                2,
+                2,
+                Some(&[0, 1, 2]),
+            );
+            assert!(
+                statuses.iter().all(|s| *s == KernelStatus::Aborted),
+                "{behind:?} behind {ahead:?} by {lead}: {statuses:?}"
+            );
         }
     }
 }

@@ -30,9 +30,9 @@ use symm_device::sync::barrier::CrossRankBarrier;
 use symm_device::sync::ll::LlCall;
 use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
-    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatFlag, epoch_slot, inbox_slot,
-    ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, pat_flag_slot, pat_round_slot,
-    signal_pad_bytes,
+    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
+    inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, pat_flag_slot,
+    pat_round_slot, signal_pad_bytes,
 };
 
 /// Explore `model` exhaustively with a preemption bound of 2 (unless `LOOM_MAX_PREEMPTIONS`
@@ -137,7 +137,10 @@ impl World {
                     }
                     model_word(epoch_slot(*pad, block) as u64, WordKind::PlainU32);
                     model_word(ll_count_slot(*pad, block) as u64, WordKind::PlainU64);
-                    model_word(pat_round_slot(*pad, block) as u64, WordKind::PlainU32);
+                    for collective in [PatCollective::Gather, PatCollective::Scatter] {
+                        let slot = pat_round_slot(*pad, collective, block);
+                        model_word(slot as u64, WordKind::PlainU32);
+                    }
                     for kind in PAT_FLAGS {
                         for step in 0..PAT_MAX_STEPS as u32 {
                             let slot = pat_flag_slot(*pad, kind, block, step);
@@ -629,8 +632,12 @@ fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
         let leader = arch::thread_idx_x() == 0;
         let total = pat::steps(n);
         for (call, kind) in calls.iter().enumerate() {
+            let collective = match kind {
+                PatCall::Gather => PatCollective::Gather,
+                PatCall::Scatter => PatCollective::Scatter,
+            };
             // SAFETY: host-built contexts with full-size pads; block 0; uniform calls.
-            let rounds = unsafe { PatRounds::open(ctx, block) };
+            let rounds = unsafe { PatRounds::open(ctx, collective, block) };
             let round = rounds.before().wrapping_add(1);
             match kind {
                 PatCall::Gather => {

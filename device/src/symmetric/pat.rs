@@ -30,13 +30,16 @@
 //! through the inbox in rounds of at most a slot's share, so the staging area is bounded
 //! whatever the count.
 //!
-//! **Rounds.** Each block index keeps a round counter in its rank's pad: every all-gather
-//! call is one round, every reduce-scatter call as many as its range needs. Every rank
-//! launches the same grid and count, so block `b` of every rank counts the same rounds, on any
-//! mix of collectives and grids on one window. A flag never runs ahead of its reader: a sender
-//! writes round `e` only after the receiver announced `e`, which it does only after it
-//! finished round `e - 1`. Because each flag slot has one writer (see [`PatFlag`]), calls of the
-//! two collectives never mistake each other's flags.
+//! **Rounds.** Each block index keeps two round counters in its rank's pad, one per
+//! collective: every all-gather call is one all-gather round, every reduce-scatter call as
+//! many reduce-scatter rounds as its range needs. A collective's flags trail only its own
+//! counter, so however many rounds one makes, the other's flags never reach its next targets
+//! (one shared counter would let a collective's old flags satisfy its targets after `2^31`
+//! rounds of the other). Every rank launches the same grid and count, so block `b` of every
+//! rank counts the same rounds of each collective, on any mix of collectives and grids on one
+//! window. A flag never runs ahead of its reader: a sender writes round `e` only after the
+//! receiver announced `e`, which it does only after it finished round `e - 1`; so every flag
+//! of a collective is its counter's value or one less.
 //!
 //! **Order of floating-point reduction.** The direct reduce-scatter combines ranks in rank
 //! order; PAT combines along the tree (the same shape for every segment, rotated by the
@@ -51,7 +54,7 @@ use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
 use crate::sync::barrier::block_sees_abort;
 use crate::sync::pat_rounds::PatRounds;
-use crate::sync::signal_pad::{PAT_SLOT_BYTES, PatFlag, pat_staging_offset};
+use crate::sync::signal_pad::{PAT_SLOT_BYTES, PatCollective, PatFlag, pat_staging_offset};
 
 /// Steps of a PAT collective over `n` ranks: `ceil(log2(n))` (0 for one rank).
 #[inline(always)]
@@ -192,7 +195,7 @@ pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) 
         return KernelStatus::Aborted;
     }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
-    let rounds = unsafe { PatRounds::open(ctx, grid.block) };
+    let rounds = unsafe { PatRounds::open(ctx, PatCollective::Gather, grid.block) };
     let round = rounds.before().wrapping_add(1);
     let total = steps(n);
     // Ready for this round: the sender of each step may store into this receive buffer.
@@ -351,7 +354,7 @@ pub unsafe fn pat_reduce_scatter<T: Element, O: ReduceOp>(
         return KernelStatus::Aborted;
     }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
-    let rounds = unsafe { PatRounds::open(ctx, grid.block) };
+    let rounds = unsafe { PatRounds::open(ctx, PatCollective::Scatter, grid.block) };
     let total = steps(n);
     let share = block_share_bytes(grid.blocks);
     // This block's share of inbox slot `slot` in the pad at `pad`.

@@ -5,12 +5,13 @@
 //! the sender posts "data of round `e`" into the receiver's pad after its stores. Posts are
 //! release stores at system scope from thread 0 after a block barrier; waits are bounded
 //! acquire spins by thread 0 followed by a block barrier that broadcasts the outcome. The round
-//! counter lives in the rank's own pad and is read and written like the barrier epochs.
+//! counter lives in the rank's own pad and is read and written like the barrier epochs; each
+//! collective has its own counter, and its flags trail only that one.
 
 use crate::arch;
 use crate::context::SymmContext;
 use crate::symmetric::ABORT_TIMED_OUT;
-use crate::sync::signal_pad::{PatFlag, pat_flag_slot, pat_round_slot};
+use crate::sync::signal_pad::{PatCollective, PatFlag, pat_flag_slot, pat_round_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
 /// The flags of one block of one rank for a PAT call: the round counter and the per-step
@@ -18,6 +19,7 @@ use crate::sync::wait::{WaitOutcome, wait_until_reached};
 pub struct PatRounds<'a> {
     ctx: &'a SymmContext,
     own_pad: u64,
+    collective: PatCollective,
     block: u32,
     /// Rounds this block index made on the window before this call.
     before: u32,
@@ -36,21 +38,22 @@ impl<'a> PatRounds<'a> {
         self.own_pad
     }
 
-    /// Open: read the block's round counter.
+    /// Open: read the block's round counter of `collective`.
     ///
     /// # Safety
     /// `ctx` is host-built with pads sized by `signal_pad_bytes(world_size)`;
     /// `block < MAX_BLOCKS`.
     #[inline(always)]
-    pub unsafe fn open(ctx: &'a SymmContext, block: u32) -> Self {
+    pub unsafe fn open(ctx: &'a SymmContext, collective: PatCollective, block: u32) -> Self {
         // SAFETY: rank < world_size (checked by `resolve_launch`).
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
         // SAFETY: the counter lies inside this rank's pad; only this block index of this rank
         // writes it, after every thread has read it (see `finish`).
-        let before = unsafe { arch::load_plain_u32(pat_round_slot(own_pad, block)) };
+        let before = unsafe { arch::load_plain_u32(pat_round_slot(own_pad, collective, block)) };
         PatRounds {
             ctx,
             own_pad,
+            collective,
             block,
             before,
         }
@@ -67,7 +70,7 @@ impl<'a> PatRounds<'a> {
             // before the barrier above.
             unsafe {
                 arch::store_plain_u32(
-                    pat_round_slot(self.own_pad, self.block),
+                    pat_round_slot(self.own_pad, self.collective, self.block),
                     self.before.wrapping_add(rounds),
                 )
             };

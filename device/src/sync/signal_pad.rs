@@ -7,7 +7,7 @@
 //! EPOCHS_OFFSET      epochs     [MAX_BLOCKS] u32              this rank's barrier epoch per block
 //! LL_COUNTS_OFFSET   ll counts  [MAX_BLOCKS] u64              low-latency calls made, per block
 //! PAT_FLAGS_OFFSET   pat flags  [4][MAX_BLOCKS][PAT_MAX_STEPS] u32  per-step PAT flags
-//! PAT_ROUNDS_OFFSET  pat rounds [MAX_BLOCKS] u32              PAT rounds made, per block
+//! PAT_ROUNDS_OFFSET  pat rounds [2][MAX_BLOCKS] u32           PAT rounds made, per collective and block
 //! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
 //! pat_staging_offset pat inbox  [world-1][PAT_SLOT_BYTES]     PAT reduce-scatter partials
 //! ```
@@ -56,14 +56,14 @@ pub const LL_LINES: usize = LL_MAX_BYTES / 8;
 pub const PAT_MAX_STEPS: usize = (usize::BITS - (MAX_RANKS - 1).leading_zeros()) as usize;
 /// Offset of the PAT flags.
 pub const PAT_FLAGS_OFFSET: usize = LL_COUNTS_OFFSET + MAX_BLOCKS * 8;
-/// Offset of the per-block PAT round counters.
+/// Offset of the PAT round counters (one per collective and block index).
 pub const PAT_ROUNDS_OFFSET: usize = PAT_FLAGS_OFFSET + 4 * MAX_BLOCKS * PAT_MAX_STEPS * 4;
 /// Bytes of one PAT inbox slot (shared by the blocks of a launch; 256 under loom, to keep the
 /// model small).
 pub const PAT_SLOT_BYTES: usize = if cfg!(loom) { 256 } else { 64 * 1024 };
 
 const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= PAT_FLAGS_OFFSET);
-const _: () = assert!(PAT_ROUNDS_OFFSET + MAX_BLOCKS * 4 <= LL_OFFSET);
+const _: () = assert!(PAT_ROUNDS_OFFSET + 2 * MAX_BLOCKS * 4 <= LL_OFFSET);
 const _: () = assert!(1 << PAT_MAX_STEPS >= MAX_RANKS);
 const _: () = assert!(PAT_SLOT_BYTES.is_multiple_of(16 * MAX_BLOCKS));
 
@@ -101,10 +101,23 @@ pub fn pat_flag_slot(pad: u64, kind: PatFlag, block: u32, step: u32) -> *mut u32
     (pad + (PAT_FLAGS_OFFSET + index * 4) as u64) as *mut u32
 }
 
-/// Address of the PAT round counter of `block` in the pad at `pad`.
+/// The two PAT collectives. Each keeps its own round counter per block index, and its flags
+/// (`Gather*`, `Scatter*`) trail only that counter, so rounds of one never move the targets of
+/// the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PatCollective {
+    /// All-gather (flags `GatherData`, `GatherReady`).
+    Gather = 0,
+    /// Reduce-scatter (flags `ScatterData`, `ScatterReady`).
+    Scatter = 1,
+}
+
+/// Address of the round counter of `collective` for `block` in the pad at `pad`.
 #[inline(always)]
-pub fn pat_round_slot(pad: u64, block: u32) -> *mut u32 {
-    (pad + (PAT_ROUNDS_OFFSET + block as usize * 4) as u64) as *mut u32
+pub fn pat_round_slot(pad: u64, collective: PatCollective, block: u32) -> *mut u32 {
+    let index = collective as usize * MAX_BLOCKS + block as usize;
+    (pad + (PAT_ROUNDS_OFFSET + index * 4) as u64) as *mut u32
 }
 
 /// Address of LL line `line` from `source` for calls of parity `parity`, in the pad at `pad`.

@@ -10,8 +10,8 @@ use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::symmetric::dispatch::KernelFn;
 use symm_device::symmetric::{CollectiveArgs, KernelStatus, RankArgs, for_virtual_rank};
 use symm_device::sync::signal_pad::{
-    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, PAT_MAX_STEPS, PatFlag, ll_count_slot, ll_parity_lines,
-    pat_flag_slot, pat_round_slot, signal_pad_bytes,
+    EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, PAT_MAX_STEPS, PatCollective, PatFlag, ll_count_slot,
+    ll_parity_lines, pat_flag_slot, pat_round_slot, signal_pad_bytes,
 };
 
 /// 16-byte aligned storage.
@@ -142,20 +142,25 @@ impl Ranks {
     }
 
     /// Set every PAT round counter and PAT flag of every rank to `rounds` (as after `rounds`
-    /// PAT rounds on every block index), e.g. to cross the u32 wrap.
+    /// rounds of each PAT collective on every block index), e.g. to cross the u32 wrap.
     pub fn set_pat_rounds(&mut self, rounds: u32) {
-        let kinds = [
-            PatFlag::GatherData,
-            PatFlag::GatherReady,
-            PatFlag::ScatterData,
-            PatFlag::ScatterReady,
-        ];
+        self.set_pat_rounds_of(PatCollective::Gather, rounds);
+        self.set_pat_rounds_of(PatCollective::Scatter, rounds);
+    }
+
+    /// Set the round counters and flags of `collective` only, on every rank and block index, to
+    /// `rounds` (as after `rounds` rounds of that collective).
+    pub fn set_pat_rounds_of(&mut self, collective: PatCollective, rounds: u32) {
+        let kinds = match collective {
+            PatCollective::Gather => [PatFlag::GatherData, PatFlag::GatherReady],
+            PatCollective::Scatter => [PatFlag::ScatterData, PatFlag::ScatterReady],
+        };
         for pad in &mut self.pads {
             let base = pad.as_mut_ptr() as u64;
             for block in 0..MAX_BLOCKS as u32 {
                 // SAFETY: the slots lie inside the pad; no kernel runs meanwhile.
                 unsafe {
-                    pat_round_slot(base, block).write(rounds);
+                    pat_round_slot(base, collective, block).write(rounds);
                     for kind in kinds {
                         for step in 0..PAT_MAX_STEPS as u32 {
                             pat_flag_slot(base, kind, block, step).write(rounds);
@@ -166,10 +171,12 @@ impl Ranks {
         }
     }
 
-    /// The PAT round counter of block index `block` in rank `rank`'s pad.
-    pub fn pat_rounds(&self, rank: usize, block: u32) -> u32 {
+    /// The round counter of `collective` for block index `block` in rank `rank`'s pad.
+    pub fn pat_rounds(&self, rank: usize, collective: PatCollective, block: u32) -> u32 {
         // SAFETY: the counter lies inside the pad; no kernel runs during this read.
-        unsafe { pat_round_slot(self.pads[rank].as_ptr() as u64, block).read_volatile() }
+        unsafe {
+            pat_round_slot(self.pads[rank].as_ptr() as u64, collective, block).read_volatile()
+        }
     }
 
     /// Fill every LL line of every rank (both parities, every source) with `data` and `flag`:
