@@ -103,7 +103,7 @@ pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
 
 /// `true` when `ctx` passes the kernels' limits (world size, rank).
 #[inline(always)]
-fn context_is_valid(ctx: &SymmContext) -> bool {
+pub(crate) fn context_is_valid(ctx: &SymmContext) -> bool {
     ctx.world_size != 0 && ctx.world_size as usize <= MAX_RANKS && ctx.rank < ctx.world_size
 }
 
