@@ -164,9 +164,10 @@ pub unsafe fn symm_all_reduce_device(
         send: context,
         recv: context,
     };
-    /// One (type, operator) instance; not inlined, so that the dispatcher stays small and
-    /// each instance is compiled like the launched kernel of the same name.
-    #[inline(never)]
+    /// One (type, operator) instance. Inlined: a call would pass `rank` and `args` through
+    /// local memory and spill around the call; a caller that gives `op` and `dtype` as
+    /// compile-time constants (Triton `tl.constexpr`) keeps only its one instance.
+    #[inline(always)]
     fn reduce<T: Element, O: ReduceOp>(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> i32 {
         // SAFETY: the context is host-built (checked non-null, native, within the kernels'
         // limits); the range lies in the window and is aligned for T (checked above).

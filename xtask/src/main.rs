@@ -26,11 +26,15 @@ fn main() -> ExitCode {
     let check = args.iter().any(|a| a == "--check");
     let result = match args.first().map(String::as_str) {
         Some("ptx") => ptx::generate(check),
+        Some("triton-library") => ptx::generate_triton_library(),
         Some("header") => header(check),
         Some("test") => test(),
         Some("demo") => demo(),
         Some("gpu-bundle") => bundle::build(),
-        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle".to_string()),
+        _ => Err(
+            "usage: cargo xtask ptx|header [--check] | triton-library | test | demo | gpu-bundle"
+                .to_string(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
