@@ -61,10 +61,16 @@ def barrier_kernel(ctx, status_ptr):
     tl.store(status_ptr + tl.program_id(0), status)
 
 
-def ptxas_path() -> str:
+def ptxas_path(capability: int) -> str:
+    """The ptxas Triton itself uses for `capability` (newer Tritons take the architecture)."""
+    import inspect
+
     from triton.backends.nvidia import compiler as nvidia_compiler
 
-    return nvidia_compiler.get_ptxas().path
+    get_ptxas = nvidia_compiler.get_ptxas
+    if inspect.signature(get_ptxas).parameters:
+        return get_ptxas(capability).path
+    return get_ptxas().path
 
 
 def arch(capability: int) -> str:
@@ -72,12 +78,23 @@ def arch(capability: int) -> str:
 
 
 # What ptxas may keep on the stack per thread: the status (a value merged from the early-exit
-# paths of the argument checks and the collective's path) and at most a few scalars saved
-# around the block barriers; never anything per element. Measured on Triton 3.5 (ptxas 12.8):
-# 0 bytes for 114 of the 180 (target, type, operator) all-reduce kernels, at most 48 for the
-# others, and 0 when the kernel ignores the status.
+# paths of the argument checks and the collective's path) and a few scalars around the block
+# barriers; never anything per element (LLVM's code uses no local memory: checked below).
+# Measured with Triton 3.5 and 3.9: most kernels spill nothing, the others at most 48 bytes
+# of spill traffic and a 16-byte frame; a kernel that ignores the status spills nothing.
+# The test prints the count per run.
 MAX_SPILL_BYTES = 48
-MAX_STACK_BYTES = 8
+MAX_STACK_BYTES = 16
+SPILLING: list = []
+CHECKED: list = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def spill_report():
+    yield
+    print(f"\nTriton {triton.__version__}: {len(CHECKED)} kernels linked, "
+          f"{len(SPILLING)} with ptxas spills or a stack frame: "
+          f"{sorted(SPILLING)[:12]}{' ...' if len(SPILLING) > 12 else ''}")
 
 
 def check_linked(kernel, capability: int, symbol_hint: str) -> str:
@@ -92,13 +109,16 @@ def check_linked(kernel, capability: int, symbol_hint: str) -> str:
     # The collective's path is there: its cross-rank waits are acquire loads at system scope.
     assert "ld.acquire.sys" in ptx or "ld.global.acquire.sys" in ptx, symbol_hint
     out = subprocess.run(
-        [ptxas_path(), "-v", f"-arch={arch(capability)}", "-o", os.devnull, "-"],
+        [ptxas_path(capability), "-v", f"-arch={arch(capability)}", "-o", os.devnull, "-"],
         input=ptx.encode(), capture_output=True, check=True,
     )
     log = (out.stdout + out.stderr).decode()
     spills = [int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
     frames = [int(v) for v in re.findall(r"(\d+) bytes stack frame", log)]
     assert spills and frames, log
+    CHECKED.append((capability, symbol_hint))
+    if any(spills) or any(frames):
+        SPILLING.append((capability, symbol_hint, sum(spills), max(frames)))
     assert sum(spills) <= MAX_SPILL_BYTES, f"{symbol_hint}: spills: {log}"
     assert max(frames) <= MAX_STACK_BYTES, f"{symbol_hint}: stack frame: {log}"
     # No call is left: the device function is inlined into the kernel.
