@@ -359,6 +359,28 @@ fn device_functions_and_launched_kernels_interleave_on_one_window() {
     }
 }
 
+/// One device-function call with its raw arguments.
+#[derive(Clone, Copy)]
+enum Call {
+    Reduce(i64, i64, i64, i64, i32, i32),
+    Gather(i64, i64, i64, i64),
+    Barrier(i64),
+}
+
+impl Call {
+    fn run(self) -> i32 {
+        // SAFETY: every context passed is 0 or a live context of the test's model; the
+        // functions check the ranges before touching memory.
+        unsafe {
+            match self {
+                Call::Reduce(c, l, o, n, op, d) => symm_all_reduce_device(c, l, o, n, op, d),
+                Call::Gather(c, s, r, n) => symm_all_gather_device(c, s, r, n),
+                Call::Barrier(c) => symm_barrier_device(c),
+            }
+        }
+    }
+}
+
 /// Every refusal comes back at once, on every thread, with the window untouched.
 #[test]
 fn bad_arguments_are_refused_before_anything_is_touched() {
@@ -372,119 +394,108 @@ fn bad_arguments_are_refused_before_anything_is_touched() {
     let base = shared.base(0);
     let f32_code = DataType::Float32 as i32;
     let sum = RedOp::Sum as i32;
-    type Call<'a> = (&'a str, u32, i32, Box<dyn Fn() -> i32 + Sync + 'a>);
-    // SAFETY (every call below): the context is 0 or a live context of this model; the
-    // functions check ranges before touching memory.
-    let calls: Vec<Call<'_>> = vec![
+    use Call::*;
+    let calls = [
         (
             "null context",
             1,
             status::NULL_CONTEXT,
-            Box::new(|| unsafe { symm_all_reduce_device(0, 0, 0, 1, sum, f32_code) }),
+            Reduce(0, 0, 0, 1, sum, f32_code),
         ),
         (
             "unknown dtype",
             1,
             status::UNSUPPORTED_DTYPE,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 0, 1, sum, 12) }),
+            Reduce(context, 0, 0, 1, sum, 12),
         ),
         (
             "negative dtype",
             1,
             status::UNSUPPORTED_DTYPE,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 0, 1, sum, -1) }),
+            Reduce(context, 0, 0, 1, sum, -1),
         ),
         (
             "unknown op",
             1,
             status::UNSUPPORTED_OP,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 0, 1, 5, f32_code) }),
+            Reduce(context, 0, 0, 1, 5, f32_code),
         ),
         (
             "past the window",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 1020, 2, sum, f32_code) }),
+            Reduce(context, 0, 1020, 2, sum, f32_code),
         ),
         (
             "negative offset",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, -4, 1, sum, f32_code) }),
+            Reduce(context, 0, -4, 1, sum, f32_code),
         ),
         (
             "negative count",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 0, -1, sum, f32_code) }),
+            Reduce(context, 0, 0, -1, sum, f32_code),
         ),
         (
             "overflowing count",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe {
-                symm_all_reduce_device(context, 0, 0, i64::MAX / 2, sum, f32_code)
-            }),
+            Reduce(context, 0, 0, i64::MAX / 2, sum, f32_code),
         ),
         (
             "misaligned",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 2, 1, sum, f32_code) }),
+            Reduce(context, 0, 2, 1, sum, f32_code),
         ),
         (
             "foreign local_ptr",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe {
-                symm_all_reduce_device(context, base + 8, 0, 1, sum, f32_code)
-            }),
+            Reduce(context, base + 8, 0, 1, sum, f32_code),
         ),
         (
             "too many programs",
             MAX_PROGRAMS + 1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_reduce_device(context, 0, 0, 1, sum, f32_code) }),
+            Reduce(context, 0, 0, 1, sum, f32_code),
         ),
         (
             "gather past the window",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_gather_device(context, 0, 600, 256) }),
+            Gather(context, 0, 600, 256),
         ),
         (
             "gather overlapping",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_gather_device(context, 8, 0, 16) }),
+            Gather(context, 8, 0, 16),
         ),
         (
             "gather negative",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_gather_device(context, 0, 64, -1) }),
+            Gather(context, 0, 64, -1),
         ),
         (
             "gather overflowing",
             1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_all_gather_device(context, 0, 64, i64::MAX / 2 + 1) }),
+            Gather(context, 0, 64, i64::MAX / 2 + 1),
         ),
-        (
-            "barrier null",
-            1,
-            status::NULL_CONTEXT,
-            Box::new(|| unsafe { symm_barrier_device(0) }),
-        ),
+        ("barrier null", 1, status::NULL_CONTEXT, Barrier(0)),
         (
             "barrier too many programs",
             MAX_PROGRAMS + 1,
             status::INVALID_ARGUMENT,
-            Box::new(move || unsafe { symm_barrier_device(context) }),
+            Barrier(context),
         ),
     ];
     for (what, programs, expected, call) in &calls {
-        let got = shared.run_per_rank(*programs, 2, Some(&[0]), &|_| call());
+        let got = shared.run_per_rank(*programs, 2, Some(&[0]), &|_| call.run());
         assert_eq!(got, vec![*expected], "{what}");
     }
     assert_eq!(
