@@ -95,7 +95,9 @@ pub struct Rank<'a> {
 /// Every rank computes the same partition, so block `b` of every rank handles the same range.
 #[inline(always)]
 pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
-    let per_block = count.div_ceil(blocks as u64);
+    // `blocks` is never 0 (launch shapes are checked); `max` lets the compiler see it, so no
+    // division-by-zero panic path is emitted.
+    let per_block = count.div_ceil(blocks.max(1) as u64);
     let lo = (block as u64 * per_block).min(count);
     let hi = (lo + per_block).min(count);
     (lo, hi)
@@ -103,7 +105,7 @@ pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
 
 /// `true` when `ctx` passes the kernels' limits (world size, rank).
 #[inline(always)]
-fn context_is_valid(ctx: &SymmContext) -> bool {
+pub(crate) fn context_is_valid(ctx: &SymmContext) -> bool {
     ctx.world_size != 0 && ctx.world_size as usize <= MAX_RANKS && ctx.rank < ctx.world_size
 }
 

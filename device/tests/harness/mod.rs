@@ -218,6 +218,54 @@ impl Ranks {
     }
 }
 
+impl Ranks {
+    /// Address of rank `rank`'s context, as device code receives it (`int64 ctx`).
+    pub fn context_address(&self, rank: usize) -> i64 {
+        &self.contexts[rank] as *const SymmContext as i64
+    }
+
+    /// Address of rank `rank`'s window base.
+    pub fn base(&self, rank: usize) -> i64 {
+        self.bases[rank] as i64
+    }
+
+    /// Run `body(rank)` on every thread of a separate `blocks × threads` grid per rank in
+    /// `active` (every rank when `None`), the grids concurrently, as independent launches of a
+    /// kernel that calls a device function. Returns each active rank's result; every thread of
+    /// a rank's grid must return the same value (checked).
+    pub fn run_per_rank(
+        &self,
+        blocks: u32,
+        threads: u32,
+        active: Option<&[usize]>,
+        body: &(dyn Fn(usize) -> i32 + Sync),
+    ) -> Vec<i32> {
+        let all: Vec<usize> = (0..self.world()).collect();
+        let active = active.unwrap_or(&all);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = active
+                .iter()
+                .map(|&rank| {
+                    scope.spawn(move || {
+                        let results = std::sync::Mutex::new(Vec::new());
+                        run_grid(blocks, threads, &|| {
+                            let result = body(rank);
+                            results.lock().unwrap().push(result);
+                        });
+                        let results = results.into_inner().unwrap();
+                        assert!(
+                            results.iter().all(|r| *r == results[0]),
+                            "rank {rank}: threads disagree on the status: {results:?}"
+                        );
+                        results[0]
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+}
+
 fn bytemuck_words(chunks: &mut [Chunk]) -> &mut [u32] {
     // SAFETY: 16-byte aligned plain bytes viewed as u32.
     unsafe { std::slice::from_raw_parts_mut(chunks.as_mut_ptr().cast(), chunks.len() * 4) }
