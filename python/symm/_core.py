@@ -139,13 +139,19 @@ def _as_unique_id(uid: UniqueId | bytes | bytearray | str) -> UniqueId:
     raise InvalidArgumentError(f"uid must be a UniqueId, bytes or a hex string, not {type(uid).__name__}")
 
 
-def _as_int(value: Any, name: str, minimum: int = 0) -> int:
-    """``value`` as an int of at least ``minimum`` (integers only, no floats or bools)."""
+#: Largest value of a C ``int`` argument.
+_INT_MAX = 2**31 - 1
+#: Largest value of a C ``size_t`` argument.
+_SIZE_MAX = 2**64 - 1
+
+
+def _as_int(value: Any, name: str, minimum: int = 0, maximum: int = _SIZE_MAX) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (integers only, no floats or bools)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise InvalidArgumentError(f"{name} must be an integer, not {type(value).__name__}")
     number = value.__index__()
-    if number < minimum:
-        raise InvalidArgumentError(f"{name} must be at least {minimum}, not {number}")
+    if not minimum <= number <= maximum:
+        raise InvalidArgumentError(f"{name} must be in [{minimum}, {maximum}], not {number}")
     return number
 
 
@@ -179,8 +185,8 @@ class Comm:
             InvalidArgumentError: a bad ``nranks``, ``rank`` or ``uid``.
             SymmTimeoutError: not every rank joined in time.
         """
-        nranks = _as_int(nranks, "nranks", 1)
-        rank = _as_int(rank, "rank")
+        nranks = _as_int(nranks, "nranks", 1, _INT_MAX)
+        rank = _as_int(rank, "rank", 0, _INT_MAX)
         struct = _as_unique_id(uid)._struct()
         handle = ctypes.c_void_p()
         check(lib.symmCommInitRank(ctypes.byref(handle), nranks, struct, rank))
@@ -197,13 +203,15 @@ class Comm:
         Returns:
             The ranks, in rank order.
         """
-        if isinstance(devices, bool) or (not hasattr(devices, "__index__") and not isinstance(devices, Sequence)):
+        if isinstance(devices, (bool, str, bytes)) or (
+            not hasattr(devices, "__index__") and not isinstance(devices, Sequence)
+        ):
             raise InvalidArgumentError(f"devices must be a count or a list of devices, not {type(devices).__name__}")
         if hasattr(devices, "__index__"):
-            count = _as_int(devices, "devices", 1)
+            count = _as_int(devices, "devices", 1, _INT_MAX)
             devlist = None
         else:
-            device_list = [_as_int(d, "device") for d in devices]
+            device_list = [_as_int(d, "device", 0, _INT_MAX) for d in devices]
             count = len(device_list)
             if count == 0:
                 raise InvalidArgumentError("devices is empty")
@@ -341,7 +349,7 @@ class Comm:
         nbytes = _as_int(nbytes, "nbytes")
         if extent is not None and nbytes > extent:
             raise InvalidArgumentError(f"nbytes {nbytes} exceeds the buffer's {extent} bytes")
-        flags = _as_int(flags, "flags")
+        flags = _as_int(flags, "flags", 0, _INT_MAX)
         handle = ctypes.c_void_p()
         with self._state_lock:
             check(lib.symmCommWindowRegister(self.handle, ptr, nbytes, ctypes.byref(handle), flags))
