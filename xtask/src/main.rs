@@ -6,17 +6,21 @@
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
 //! * `test` — the test suite: workspace tests (this crate's own included), the loom model checks
 //!   of the synchronization protocols (`--cfg loom`), then the C examples and a small checked
-//!   `symm-perf` run on the host backend.
+//!   `symm-perf` run on the host backend, then the Python package's tests (`pytest` below).
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
 //!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
 //!   16 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
+//! * `wheel` — `libsymm.so` in release and a platform wheel of the Python package carrying it,
+//!   `symm.h` and the Triton device libraries, in `<target>/wheels/`.
+//! * `pytest` — the Python package's tests in a virtual environment, on the host backend.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
 mod loom;
 mod ptx;
+mod python;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -30,7 +34,12 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(),
         Some("gpu-bundle") => bundle::build(),
-        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle".to_string()),
+        Some("wheel") => python::wheel(),
+        Some("pytest") => python::pytest(),
+        _ => Err(
+            "usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle | wheel | pytest"
+                .to_string(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -121,6 +130,7 @@ fn test() -> Result<(), String> {
             .args(args.split(' '))
             .env("SYMM_BACKEND", "host"))?;
     }
+    python::pytest()?;
     println!("xtask test: all passed");
     Ok(())
 }
