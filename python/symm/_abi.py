@@ -20,18 +20,18 @@ from pathlib import Path
 from . import _paths
 
 __all__ = [
-    "HEADER",
-    "Result",
-    "DataType",
-    "RedOp",
     "DEFINES",
     "DTYPE_NAMES",
+    "HEADER",
     "OP_NAMES",
     "UNIQUE_ID_BYTES",
-    "WIN_COLL_SYMMETRIC",
     "VERSION_CODE",
-    "parse_enums",
+    "WIN_COLL_SYMMETRIC",
+    "DataType",
+    "RedOp",
+    "Result",
     "parse_defines",
+    "parse_enums",
 ]
 
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)

@@ -15,12 +15,12 @@ __all__ = [
     "DTypeLike",
     "OpLike",
     "StreamLike",
-    "resolve_dtype",
-    "resolve_op",
+    "contiguous_extent",
     "dtype_size",
     "numpy_dtype",
+    "resolve_dtype",
+    "resolve_op",
     "resolve_stream",
-    "contiguous_extent",
 ]
 
 #: What a data-type argument may be: a :class:`symm.DataType`, its integer value, a name
@@ -104,8 +104,7 @@ def resolve_dtype(dtype: DTypeLike) -> DataType:  # type: ignore[valid-type]
             raise InvalidArgumentError(f"dtype {dtype} is not a symmDataType_t value") from None
     name = _dtype_name(dtype).strip().lower()
     for prefix in ("torch.", "numpy.", "np."):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
+        name = name.removeprefix(prefix)
     name = _DTYPE_ALIASES.get(name, name)
     if name in DTYPE_NAMES:
         return DTYPE_NAMES[name]
@@ -155,7 +154,7 @@ def numpy_dtype(dtype: DTypeLike) -> np.dtype:  # type: ignore[valid-type]
         resolved = resolve_dtype(dtype)
     except InvalidArgumentError:
         try:
-            return np.dtype(dtype)
+            return np.dtype(dtype)  # type: ignore[arg-type]
         except TypeError:
             raise InvalidArgumentError(f"dtype {dtype!r} is neither a symm nor a NumPy dtype") from None
     name = resolved.name[len("symm") :].lower()

@@ -42,15 +42,15 @@ from ._lib import check, lib
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, make_error
 
 __all__ = [
-    "UniqueId",
-    "get_unique_id",
-    "Comm",
     "Buffer",
-    "Window",
+    "BufferLike",
+    "Comm",
     "CudaArrayView",
+    "UniqueId",
+    "Window",
+    "get_unique_id",
     "group",
     "version",
-    "BufferLike",
 ]
 
 #: What a send or receive argument may be: a :class:`Buffer`, a :class:`Window` (its base), an
@@ -207,7 +207,7 @@ class Comm:
             not hasattr(devices, "__index__") and not isinstance(devices, Sequence)
         ):
             raise InvalidArgumentError(f"devices must be a count or a list of devices, not {type(devices).__name__}")
-        if hasattr(devices, "__index__"):
+        if not isinstance(devices, Sequence):
             count = _as_int(devices, "devices", 1, _INT_MAX)
             devlist = None
         else:
@@ -227,7 +227,7 @@ class Comm:
 
     def _adopt(self, handle: int | None) -> None:
         if not handle:
-            raise make_error(Result.symmInternalError, "the library returned a NULL comm")
+            raise make_error(Result["symmInternalError"], "the library returned a NULL comm")
         self._handle: int | None = handle
         self._state_lock = threading.Lock()
         self._buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
@@ -308,7 +308,7 @@ class Comm:
         error (not raised) that made the communicator refuse further collectives."""
         code = ctypes.c_int()
         check(lib.symmCommGetAsyncError(self.handle, ctypes.byref(code)))
-        if code.value == Result.symmSuccess:
+        if code.value == Result["symmSuccess"]:
             return None
         return make_error(code.value, self.last_error() or "asynchronous error")
 
@@ -591,7 +591,7 @@ class Buffer:
             return np.empty(0, dtype=element)
         raw = (ctypes.c_char * (count * element.itemsize)).from_address(self.ptr + offset)
         raw._symm_buffer = self  # type: ignore[attr-defined]  # the array's base keeps the buffer alive
-        return np.frombuffer(raw, dtype=element)
+        return np.frombuffer(raw, dtype=element)  # type: ignore[call-overload]
 
     def view(self, dtype: DTypeLike, count: int | None = None, offset: int = 0) -> CudaArrayView:
         """A typed :class:`CudaArrayView` of the buffer (cuda backend), e.g. for
@@ -702,7 +702,7 @@ def group() -> Iterator[None]:
         yield
     except BaseException as error:
         result = lib.symmGroupEnd()
-        if result != Result.symmSuccess:
+        if result != Result["symmSuccess"]:
             error.add_note(f"symmGroupEnd then failed too: {make_error(result, _lib.last_error(None))}")
         raise
     check(lib.symmGroupEnd())

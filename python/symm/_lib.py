@@ -10,7 +10,7 @@ from . import _paths
 from ._abi import UNIQUE_ID_BYTES, Result
 from .errors import make_error
 
-__all__ = ["LIBRARY_PATH", "lib", "UniqueIdStruct", "check", "last_error"]
+__all__ = ["LIBRARY_PATH", "UniqueIdStruct", "check", "last_error", "lib"]
 
 
 class UniqueIdStruct(ctypes.Structure):
@@ -80,7 +80,7 @@ def last_error(comm: int | None = None) -> str:
 def check(result: int) -> None:
     """Raise the exception of ``result`` with this thread's last error message, unless it is
     ``symmSuccess``. Call it right after the C call, on the same thread."""
-    if result != Result.symmSuccess:
+    if result != Result["symmSuccess"]:
         message = last_error(None)
         if not message:
             description = lib.symmGetErrorString(result)

@@ -16,16 +16,16 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "LIBRARY_ENV",
     "HEADER_ENV",
-    "LIBRARY_NAME",
     "HEADER_NAME",
+    "LIBRARY_ENV",
+    "LIBRARY_NAME",
     "TRITON_LIBRARY_GLOB",
-    "package_dir",
     "data_dir",
     "data_file",
-    "library_path",
     "header_path",
+    "library_path",
+    "package_dir",
     "triton_library_files",
 ]
 

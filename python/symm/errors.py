@@ -16,17 +16,17 @@ from __future__ import annotations
 from ._abi import Result
 
 __all__ = [
-    "SymmError",
-    "UnhandledCudaError",
-    "SymmSystemError",
     "InternalError",
     "InvalidArgumentError",
     "InvalidUsageError",
     "NoDeviceError",
-    "UnsupportedError",
-    "SymmTimeoutError",
     "OutOfMemoryError",
     "RemoteError",
+    "SymmError",
+    "SymmSystemError",
+    "SymmTimeoutError",
+    "UnhandledCudaError",
+    "UnsupportedError",
     "error_class",
     "make_error",
 ]
@@ -45,7 +45,7 @@ class SymmError(Exception):
 
     def __init__(self, message: str, code: Result | int | None = None) -> None:
         if code is None:
-            code = Result[self.result_name] if self.result_name else Result.symmInternalError
+            code = Result[self.result_name] if self.result_name else Result["symmInternalError"]
         try:
             self.code: Result | int = Result(code)
         except ValueError:

@@ -9,11 +9,11 @@ import os
 # created, so this must be set before any is.
 os.environ["SYMM_BACKEND"] = "host"
 
-from collections.abc import Callable, Iterator  # noqa: E402
+from collections.abc import Callable, Iterator
 
-import pytest  # noqa: E402
+import pytest
 
-import symm  # noqa: E402
+import symm
 
 #: Bytes of each rank's buffer in a shared world.
 WORLD_BYTES = 1 << 20

@@ -28,7 +28,7 @@ def test_constants_are_the_headers() -> None:
     ]:
         body = re.search(r"typedef enum \{([^}]*)\} " + enum_type + ";", text)
         assert body is not None
-        declared = dict(re.findall(r"^\s*(symm\w+) = (\d+),", body.group(1), re.M))
+        declared = dict(re.findall(r"^\s*(symm\w+) = (\d+),", body.group(1), re.MULTILINE))
         assert declared, enum_type
         assert {m.name: str(m.value) for m in python_enum} == declared
     assert _abi.UNIQUE_ID_BYTES == int(re.search(r"#define SYMM_UNIQUE_ID_BYTES (\d+)", text).group(1))
@@ -111,7 +111,9 @@ def test_dtype_spellings(spelling: object, expected: str) -> None:
     assert symm.resolve_dtype(spelling) == _abi.DTYPE_NAMES[expected]
 
 
-@pytest.mark.parametrize("bad", ["float128", "complex64", "", np.bool_, np.complex128, FakeTorchDtype("bool"), 99, -1, True, None])
+@pytest.mark.parametrize(
+    "bad", ["float128", "complex64", "", np.bool_, np.complex128, FakeTorchDtype("bool"), 99, -1, True, None]
+)
 def test_unknown_dtypes_raise(bad: object) -> None:
     with pytest.raises(symm.InvalidArgumentError, match="dtype"):
         symm.resolve_dtype(bad)

@@ -30,5 +30,5 @@ def test_readme_shows_the_tested_example() -> None:
     """The README's all-reduce block is the example's code between its README markers."""
     example = EXAMPLE.read_text()
     tested = example.split("# -- as in the README --\n", 1)[1].split("# -- end --", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
     assert any(tested.strip() in block for block in blocks), "README.md lacks the example's all-reduce block"

@@ -74,7 +74,7 @@ def test_one_thread_per_rank_with_a_unique_id() -> None:
                     comm.all_gather(buf, gathered, count, "int32")
                     results[rank] = buf.numpy("int32", count * nranks, count * 4 * nranks).copy()
                 buf.free()
-        except BaseException as error:  # reported by the main thread
+        except BaseException as error:  # noqa: BLE001  (reported by the main thread)
             failures.append(error)
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
@@ -152,7 +152,7 @@ def test_use_after_destroy_raises() -> None:
     with pytest.raises(symm.InvalidUsageError, match="destroyed"):
         comms[0].async_error()
     with pytest.raises(symm.InvalidUsageError, match="communicator was destroyed"):
-        wins[0].device_context
+        _ = wins[0].device_context
     with pytest.raises(symm.InvalidUsageError, match="communicator was destroyed"):
         wins[0].deregister()
     with pytest.raises(symm.InvalidUsageError, match="destroyed, which freed it"):
@@ -179,7 +179,7 @@ def test_double_free_and_double_deregister_raise() -> None:
         with pytest.raises(symm.InvalidUsageError, match="deregistered"):
             win.deregister()
         with pytest.raises(symm.InvalidUsageError, match="deregistered"):
-            win.device_context
+            _ = win.device_context
         buf.free()
         with pytest.raises(symm.InvalidUsageError, match="already freed|it was freed"):
             buf.free()
@@ -201,7 +201,11 @@ def test_bad_arguments_raise_the_right_class() -> None:
         (lambda: comm.all_reduce(buf, buf, 4, "float33", "sum"), symm.InvalidArgumentError, "dtype 'float33'"),
         (lambda: comm.all_reduce(buf, buf, 4, "float32", "median"), symm.InvalidArgumentError, "op 'median'"),
         (lambda: comm.all_reduce(buf, buf, -1, "float32", "sum"), symm.InvalidArgumentError, "count"),
-        (lambda: comm.all_reduce(buf, buf, 2.0, "float32", "sum"), symm.InvalidArgumentError, "count must be an integer"),
+        (
+            lambda: comm.all_reduce(buf, buf, 2.0, "float32", "sum"),
+            symm.InvalidArgumentError,
+            "count must be an integer",
+        ),
         (lambda: comm.all_reduce(buf, buf, 257, "float32", "sum"), symm.InvalidArgumentError, "send holds 1024 bytes"),
         (lambda: comm.all_gather(buf, buf, 200, "float32"), symm.InvalidArgumentError, "recv holds 1024 bytes"),
         (lambda: comm.reduce_scatter(buf, buf, 200, "float32", "sum"), symm.InvalidArgumentError, "send holds 1024"),
@@ -221,7 +225,11 @@ def test_bad_arguments_raise_the_right_class() -> None:
         (lambda: symm.Comm(2, 12, 0), symm.InvalidArgumentError, "uid"),
         # Checked by the library: its message arrives in the exception.
         (lambda: comm.all_reduce(buf.ptr + 2, buf, 4, "float32", "sum"), symm.InvalidArgumentError, "element size"),
-        (lambda: comm.all_reduce(np.zeros(4, np.float32), buf, 4, "float32", "sum"), symm.InvalidArgumentError, "window"),
+        (
+            lambda: comm.all_reduce(np.zeros(4, np.float32), buf, 4, "float32", "sum"),
+            symm.InvalidArgumentError,
+            "window",
+        ),
         (lambda: comm.all_reduce(bufs[1], bufs[1], 4, "float32", "sum"), symm.InvalidArgumentError, "window"),
         (lambda: symm.Comm(2, symm.get_unique_id(), 2), symm.InvalidArgumentError, r"rank = 2"),
         (lambda: symm.Comm(2, bytes(128), 0), symm.InvalidArgumentError, "symmGetUniqueId"),
@@ -248,10 +256,9 @@ def test_mismatched_group_parts_raise_invalid_usage_naming_the_ranks() -> None:
     comms = symm.Comm.init_all(2)
     bufs = [c.alloc(1024) for c in comms]
     register_all(comms, bufs)
-    with pytest.raises(symm.InvalidUsageError, match="rank"):
-        with symm.group():
-            comms[0].all_reduce(bufs[0], bufs[0], 4, "float32", "sum")
-            comms[1].all_reduce(bufs[1], bufs[1], 8, "float32", "sum")
+    with pytest.raises(symm.InvalidUsageError, match="rank"), symm.group():
+        comms[0].all_reduce(bufs[0], bufs[0], 4, "float32", "sum")
+        comms[1].all_reduce(bufs[1], bufs[1], 8, "float32", "sum")
     for c in comms:
         c.destroy()
 
@@ -262,11 +269,10 @@ def test_group_ends_even_when_its_block_raises() -> None:
     register_all(comms, bufs)
     for r, b in enumerate(bufs):
         b.numpy("float32")[:] = r + 1
-    with pytest.raises(RuntimeError, match="inside the group"):
-        with symm.group():
-            for c, b in zip(comms, bufs):
-                c.all_reduce(b, b, 4, "float32", "sum")
-            raise RuntimeError("inside the group")
+    with pytest.raises(RuntimeError, match="inside the group"), symm.group():
+        for c, b in zip(comms, bufs):
+            c.all_reduce(b, b, 4, "float32", "sum")
+        raise RuntimeError("inside the group")
     # symmGroupEnd ran on the way out: the queued collective ran, and no group is open.
     for b in bufs:
         np.testing.assert_array_equal(b.numpy("float32", 4), 3)
