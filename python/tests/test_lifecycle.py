@@ -3,6 +3,7 @@ and every misuse: the right exception with a useful message, never a crash."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
 import threading
@@ -321,7 +322,6 @@ def test_a_missing_peer_times_out_and_is_kept_as_the_async_error(monkeypatch: py
 def test_garbage_collection_releases_everything() -> None:
     """Dropping every reference frees buffers and destroys communicators, also when they are
     collected together in one cycle (comm <-> window <-> buffer)."""
-    import ctypes
     import weakref
 
     from symm._lib import lib
@@ -343,3 +343,35 @@ def test_garbage_collection_releases_everything() -> None:
         count = ctypes.c_int()
         for handle in handles:
             assert lib.symmCommCount(handle, ctypes.byref(count)) == symm.Result.symmInvalidArgument
+
+
+class DeviceContextLayout(ctypes.Structure):
+    """The head of ``symmDeviceContext`` as symm.h lays it out."""
+
+    _fields_ = [
+        ("backend", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("local_base", ctypes.c_uint64),
+        ("window_size", ctypes.c_uint64),
+        ("peer_bases", ctypes.c_uint64),
+    ]
+
+
+def test_device_context_describes_the_window() -> None:
+    """On the host backend the device context is host memory: it must describe this window."""
+    comms = symm.Comm.init_all(3)
+    bufs = [c.alloc(8192) for c in comms]
+    with symm.group():
+        wins = [c.register(b, 4096) for c, b in zip(comms, bufs)]
+        with pytest.raises(symm.InvalidUsageError, match="not completed"):
+            _ = wins[0].device_context
+    for rank, (win, buf) in enumerate(zip(wins, bufs)):
+        context = DeviceContextLayout.from_address(win.device_context)
+        assert (context.rank, context.world_size) == (rank, 3)
+        assert (context.local_base, context.window_size) == (buf.ptr, 4096)
+        bases = (ctypes.c_uint64 * 3).from_address(context.peer_bases)
+        assert bases[rank] == buf.ptr
+    for c in comms:
+        c.destroy()
