@@ -20,13 +20,9 @@ import sysconfig
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
-
-try:
-    from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # setuptools older than 70.1 with the `wheel` package
-    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = Path("symm") / "lib"
