@@ -40,10 +40,10 @@ def main() -> None:
     args = parser.parse_args()
 
     comms = symm.Comm.init_all([0] * args.ranks)
-    buffers = [comm.alloc(args.count * 4) for comm in comms]
+    buffers = [comm.alloc(args.count * 4, dtype="float32") for comm in comms]
     with symm.group():  # one thread registers every rank's window
         windows = [comm.register(buf) for comm, buf in zip(comms, buffers)]
-    tensors = [torch.as_tensor(buf.cuda_array(torch.float32)) for buf in buffers]
+    tensors = [torch.as_tensor(buf, device="cuda") for buf in buffers]
     statuses = [torch.zeros(args.programs, dtype=torch.int32, device="cuda") for _ in comms]
     streams = [torch.cuda.Stream() for _ in comms]
     for rank, tensor in enumerate(tensors):
@@ -61,7 +61,7 @@ def main() -> None:
         assert bool((tensor == expected).all()), f"rank {rank}: {tensor[:8].tolist()}"
     print(f"triton all-reduce: {args.ranks} ranks x {args.count} float32 = {expected} everywhere")
     for window in windows:
-        window.close()
+        window.deregister()
     for comm in comms:
         comm.destroy()
 

@@ -32,12 +32,14 @@ from __future__ import annotations
 import functools
 import os
 import re
-from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import triton
 import triton.language as tl
 from triton.language import core
+
+from . import _abi, _paths
+from ._convert import resolve_dtype, resolve_op
 
 __all__ = [
     "MAX_PROGRAMS",
@@ -63,32 +65,12 @@ MAX_PROGRAMS = 64
 LIBRARY_NAME = "symm"
 
 
-def _package_dir() -> Path:
-    return Path(__file__).resolve().parent
-
-
-def _repository_file(*parts: str) -> Optional[Path]:
-    """A file of the source tree when the package runs from a checkout (``python/symm``)."""
-    candidate = _package_dir().parent.parent.joinpath(*parts)
-    return candidate if candidate.is_file() else None
-
-
-def _header_path() -> Path:
-    for candidate in (_package_dir() / "lib" / "symm.h", _repository_file("ffi-headers", "symm.h")):
-        if candidate is not None and candidate.is_file():
-            return candidate
-    raise FileNotFoundError("symm.h is neither packaged (symm/lib/symm.h) nor in a checkout")
-
-
 @functools.lru_cache(maxsize=None)
 def _header_enums() -> Dict[str, int]:
-    """Every enumerator of ``symm.h`` (``symmFloat32``, ``symmSum``, ``symmDeviceTimeout``...)."""
-    text = _header_path().read_text()
-    values: Dict[str, int] = {}
-    for body in re.findall(r"typedef enum\s*\{(.*?)\}", text, re.S):
-        for name, value in re.findall(r"^\s*(symm\w+)\s*=\s*(-?\d+)\s*,?", body, re.M):
-            values[name] = int(value)
-    return values
+    """Every enumerator of the package's ``symm.h`` (``symmFloat32``, ``symmSum``,
+    ``symmDeviceTimeout``...), by name."""
+    enums = _abi.parse_enums(_abi.HEADER.read_text(encoding="utf-8"))
+    return {name: value for members in enums.values() for name, value in members.items()}
 
 
 def _enum(name: str) -> int:
@@ -131,34 +113,16 @@ STATUS_NAMES: Dict[int, str] = {
     v: k[len("symmDevice"):] for k, v in _header_enums().items() if k.startswith("symmDevice")
 }
 
-_DTYPE_ALIASES = {
-    "int8": "symmInt8", "uint8": "symmUint8", "int32": "symmInt32", "uint32": "symmUint32",
-    "int64": "symmInt64", "uint64": "symmUint64", "float16": "symmFloat16",
-    "half": "symmFloat16", "fp16": "symmFloat16", "float32": "symmFloat32",
-    "float": "symmFloat32", "fp32": "symmFloat32", "float64": "symmFloat64",
-    "double": "symmFloat64", "fp64": "symmFloat64", "bfloat16": "symmBfloat16",
-    "bf16": "symmBfloat16", "float8_e4m3fn": "symmFloat8e4m3", "float8e4m3": "symmFloat8e4m3",
-    "fp8e4nv": "symmFloat8e4m3", "float8_e5m2": "symmFloat8e5m2", "float8e5m2": "symmFloat8e5m2",
-    "fp8e5": "symmFloat8e5m2",
-}
-_OP_ALIASES = {"sum": "symmSum", "prod": "symmProd", "max": "symmMax", "min": "symmMin",
-               "avg": "symmAvg"}
-
-
 def dtype_code(dtype: Any) -> int:
-    """The ``symmDataType_t`` of ``dtype``: a name (``"bf16"``), a Triton, NumPy or torch dtype."""
-    name = str(dtype).split(".")[-1].lower()
-    if name not in _DTYPE_ALIASES:
-        raise ValueError(f"symm has no data type {dtype!r}")
-    return _enum(_DTYPE_ALIASES[name])
+    """The ``symmDataType_t`` of ``dtype``: a name (``"bf16"``), a NumPy or torch dtype, or a
+    ``symm.DataType`` (the package's own spellings)."""
+    return int(resolve_dtype(dtype))  # an unknown one raises InvalidArgumentError (a ValueError)
 
 
 def op_code(op: Any) -> int:
-    """The ``symmRedOp_t`` of ``op``: ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` or ``"avg"``."""
-    name = str(op).lower()
-    if name not in _OP_ALIASES:
-        raise ValueError(f"symm has no reduction {op!r}")
-    return _enum(_OP_ALIASES[name])
+    """The ``symmRedOp_t`` of ``op``: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"`` or
+    a ``symm.RedOp``."""
+    return int(resolve_op(op))
 
 
 def _triton_version() -> Tuple[int, int]:
@@ -178,15 +142,7 @@ def library() -> str:
     override = os.environ.get("SYMM_TRITON_LIBRARY")
     if override:
         return override
-    for candidate in (
-        _package_dir() / "lib" / "symm_triton.ll",
-        _repository_file("ptx-out", "symm_triton.ll"),
-    ):
-        if candidate is not None and candidate.is_file():
-            return str(candidate)
-    raise FileNotFoundError(
-        "symm_triton.ll is neither packaged (symm/lib/) nor in a checkout (ptx-out/)"
-    )
+    return str(_paths.triton_library_path())
 
 
 def extern_libs() -> Dict[str, str]:

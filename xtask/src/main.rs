@@ -9,17 +9,22 @@
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
 //! * `test` — the test suite: workspace tests (this crate's own included), the loom model checks
 //!   of the synchronization protocols (`--cfg loom`), then the C examples and a small checked
-//!   `symm-perf` run on the host backend, then the Triton compile tests.
+//!   `symm-perf` run on the host backend, then the Python package's tests (`pytest` below)
+//!   and the Triton compile tests (`triton-test`).
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
 //!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
 //!   16 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
+//! * `wheel` — `libsymm.so` in release and a platform wheel of the Python package carrying it,
+//!   `symm.h` and the Triton device libraries, in `<target>/wheels/`.
+//! * `pytest` — the Python package's tests in a virtual environment, on the host backend.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
 mod loom;
 mod ptx;
+mod python;
 mod triton;
 
 use std::path::{Path, PathBuf};
@@ -36,9 +41,11 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(),
         Some("gpu-bundle") => bundle::build(),
+        Some("wheel") => python::wheel(),
+        Some("pytest") => python::pytest(),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
-             | gpu-bundle"
+             | gpu-bundle | wheel | pytest"
                 .to_string(),
         ),
     };
@@ -131,6 +138,7 @@ fn test() -> Result<(), String> {
             .args(args.split(' '))
             .env("SYMM_BACKEND", "host"))?;
     }
+    python::pytest()?;
     triton::test()?;
     println!("xtask test: all passed");
     Ok(())

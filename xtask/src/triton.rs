@@ -12,6 +12,9 @@ pub const TRITON_VERSIONS: [&str; 2] = ["3.5.0", "3.9.0"];
 
 /// Run the compile tests under every version of [`TRITON_VERSIONS`].
 pub fn test() -> Result<(), String> {
+    // Importing the package loads libsymm (the compile tests themselves need only the header
+    // and ptx-out/symm_triton.ll).
+    let library = crate::python::build_library()?;
     for version in TRITON_VERSIONS {
         let venv = root().join("target/triton").join(version);
         let python = venv.join("bin/python");
@@ -19,9 +22,9 @@ pub fn test() -> Result<(), String> {
         println!("== Triton {version}: compile tests");
         run(Command::new(&python)
             .args(["-m", "pytest", "-q", "python/tests/test_triton_compile.py"])
-            // The package from the checkout: symm.triton needs only the header and the
-            // library in ptx-out/, never libsymm.so.
+            // The package from the checkout, with the library just built.
             .env("PYTHONPATH", root().join("python"))
+            .env("SYMM_LIBRARY", &library)
             .env("TRITON_CACHE_DIR", venv.join("cache")))?;
     }
     Ok(())
