@@ -4,15 +4,15 @@
 //! body is a target-independent function, so the host backend and the tests run exactly what
 //! the GPU runs.
 //!
-//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a table of context
-//! addresses (one per rank served by the launch; the grid is split evenly among them) and the
-//! collective's arguments.
+//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a work table of task
+//! descriptors (`task_count` per rank served by the launch; the grid is split evenly among the
+//! ranks), the number of tasks and the number of ranks.
 
 use crate::context::{BackendTag, SymmContext};
 use crate::numeric::element::{Bf16, Element, F16};
 use crate::numeric::ops::{Avg, Max, Min, ReduceOp, Sum};
 use crate::symmetric::all_reduce::one_shot_all_reduce;
-use crate::symmetric::{CollectiveArgs, FLAG_IN_PLACE, KernelStatus, RankArgs, for_virtual_rank};
+use crate::symmetric::{FLAG_IN_PLACE, KernelStatus, TaskArgs, for_virtual_rank};
 use crate::types::{DataType, RedOp};
 
 /// Return codes of [`symm_all_reduce_device`] (and of the exported `symm_all_reduce`).
@@ -80,40 +80,38 @@ pub unsafe fn symm_all_reduce_device(
     {
         return INVALID_ARGUMENT;
     }
-    let args = CollectiveArgs {
+    let table = TaskArgs {
+        send_context: ctx as u64,
+        recv_context: ctx as u64,
         send_offset: byte_offset as u64,
         recv_offset: byte_offset as u64,
         count: num_elements as u64,
+        first_cell: 0,
         flags: FLAG_IN_PLACE,
-    };
-    let table = RankArgs {
-        send_context: ctx as u64,
-        recv_context: ctx as u64,
-        flags: 0,
         reserved: 0,
     };
-    fn run<T: Element, O: ReduceOp>(table: &RankArgs, args: &CollectiveArgs) -> KernelStatus {
-        // SAFETY: the table holds one entry with a host-built context; the range was checked
-        // above.
+    fn run<T: Element, O: ReduceOp>(table: &TaskArgs) -> KernelStatus {
+        // SAFETY: the table holds one task of one rank with a host-built context; the range
+        // was checked above.
         unsafe {
-            for_virtual_rank(table, 1, args, |rank, grid, args| {
-                one_shot_all_reduce::<T, O>(rank, grid, args)
+            for_virtual_rank(table, 1, 1, |batch, grid| {
+                one_shot_all_reduce::<T, O>(batch, grid)
             })
         }
     }
     let status = match (dtype, op) {
-        (DataType::Float32, RedOp::Sum) => run::<f32, Sum>(&table, &args),
-        (DataType::Float32, RedOp::Avg) => run::<f32, Avg>(&table, &args),
-        (DataType::Float32, RedOp::Max) => run::<f32, Max>(&table, &args),
-        (DataType::Float32, RedOp::Min) => run::<f32, Min>(&table, &args),
-        (DataType::Bfloat16, RedOp::Sum) => run::<Bf16, Sum>(&table, &args),
-        (DataType::Bfloat16, RedOp::Avg) => run::<Bf16, Avg>(&table, &args),
-        (DataType::Bfloat16, RedOp::Max) => run::<Bf16, Max>(&table, &args),
-        (DataType::Bfloat16, RedOp::Min) => run::<Bf16, Min>(&table, &args),
-        (DataType::Float16, RedOp::Sum) => run::<F16, Sum>(&table, &args),
-        (DataType::Float16, RedOp::Avg) => run::<F16, Avg>(&table, &args),
-        (DataType::Float16, RedOp::Max) => run::<F16, Max>(&table, &args),
-        (DataType::Float16, RedOp::Min) => run::<F16, Min>(&table, &args),
+        (DataType::Float32, RedOp::Sum) => run::<f32, Sum>(&table),
+        (DataType::Float32, RedOp::Avg) => run::<f32, Avg>(&table),
+        (DataType::Float32, RedOp::Max) => run::<f32, Max>(&table),
+        (DataType::Float32, RedOp::Min) => run::<f32, Min>(&table),
+        (DataType::Bfloat16, RedOp::Sum) => run::<Bf16, Sum>(&table),
+        (DataType::Bfloat16, RedOp::Avg) => run::<Bf16, Avg>(&table),
+        (DataType::Bfloat16, RedOp::Max) => run::<Bf16, Max>(&table),
+        (DataType::Bfloat16, RedOp::Min) => run::<Bf16, Min>(&table),
+        (DataType::Float16, RedOp::Sum) => run::<F16, Sum>(&table),
+        (DataType::Float16, RedOp::Avg) => run::<F16, Avg>(&table),
+        (DataType::Float16, RedOp::Max) => run::<F16, Max>(&table),
+        (DataType::Float16, RedOp::Min) => run::<F16, Min>(&table),
         (DataType::Float32 | DataType::Bfloat16 | DataType::Float16, _) => {
             return UNSUPPORTED_OP;
         }
@@ -136,36 +134,30 @@ mod ptx {
     use crate::symmetric::reduce_scatter::reduce_scatter;
     use crate::symmetric::resolve_launch;
 
-    /// One exported kernel: `$body` is a kernel function taking (ctx, grid, args).
+    /// One exported kernel: `$body` is a kernel function taking (batch, grid).
     macro_rules! export_kernel {
         ($name:expr, $body:expr) => {
             const _: () = {
                 /// # Safety
-                /// Launched by the host shim with contexts and offsets it validated.
+                /// Launched by the host shim with a work table of contexts and offsets it
+                /// validated.
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(
-                    ranks: *const RankArgs,
+                    tasks: *const TaskArgs,
+                    task_count: u32,
                     rank_count: u32,
-                    send_offset: u64,
-                    recv_offset: u64,
-                    count: u64,
-                    flags: u32,
                 ) {
-                    let args = CollectiveArgs {
-                        send_offset,
-                        recv_offset,
-                        count,
-                        flags,
-                    };
                     // SAFETY: the host validated the contexts and ranges before launching;
                     // the outcome is reported through each context's abort word (a refused
                     // launch included).
                     unsafe {
-                        match resolve_launch(ranks, rank_count, &args) {
-                            Ok((rank, grid, args)) => {
-                                $body(rank, grid, &args);
+                        match resolve_launch(tasks, task_count, rank_count) {
+                            Ok((batch, grid)) => {
+                                $body(&batch, grid);
                             }
-                            Err(_) => crate::symmetric::report_invalid_launch(ranks, rank_count),
+                            Err(_) => crate::symmetric::report_invalid_launch(
+                                tasks, task_count, rank_count,
+                            ),
                         }
                     }
                 }
