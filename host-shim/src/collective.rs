@@ -179,7 +179,8 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     if clique.debug {
         let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
         eprintln!(
-            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {}              threads, predicted {:.1} us; ranks {:?} on device {}",
+            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
+             predicted {:.1} us; ranks {:?} on device {}",
             first.collective.name(),
             task_count,
             bytes,
