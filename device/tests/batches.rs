@@ -187,8 +187,8 @@ fn run_batch(
         let sum = |index: usize| {
             (0..world).fold(0i32, |acc, r| acc.wrapping_add(value(r, t, index, salt)))
         };
-        for rank in 0..world {
-            let at = in_place_recv[rank][t];
+        for (rank, recv_of) in in_place_recv.iter().enumerate() {
+            let at = recv_of[t];
             let (got, expected): (Vec<i32>, Vec<i32>) = match algorithm {
                 Algorithm::AllGather | Algorithm::LlAllGather => (
                     ranks.read(rank, at, world * n),
