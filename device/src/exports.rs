@@ -4,9 +4,9 @@
 //! exactly what the GPU runs. The device functions that Triton kernels link against are in
 //! [`crate::triton`].
 //!
-//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a table of context
-//! addresses (one per rank served by the launch; the grid is split evenly among them) and the
-//! collective's arguments.
+//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a work table of task
+//! descriptors (`task_count` per rank served by the launch; the grid is split evenly among the
+//! ranks), the number of tasks and the number of ranks.
 
 /// The kernel entry points; not in the Triton-linkable library (the `triton-library` feature),
 /// which carries only the device functions of [`crate::triton`].
@@ -19,39 +19,32 @@ mod ptx {
         one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce,
     };
     use crate::symmetric::reduce_scatter::reduce_scatter;
-    use crate::symmetric::resolve_launch;
-    use crate::symmetric::{CollectiveArgs, RankArgs};
+    use crate::symmetric::{TaskArgs, resolve_launch};
 
-    /// One exported kernel: `$body` is a kernel function taking (ctx, grid, args).
+    /// One exported kernel: `$body` is a kernel function taking (batch, grid).
     macro_rules! export_kernel {
         ($name:expr, $body:expr) => {
             const _: () = {
                 /// # Safety
-                /// Launched by the host shim with contexts and offsets it validated.
+                /// Launched by the host shim with a work table of contexts and offsets it
+                /// validated.
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(
-                    ranks: *const RankArgs,
+                    tasks: *const TaskArgs,
+                    task_count: u32,
                     rank_count: u32,
-                    send_offset: u64,
-                    recv_offset: u64,
-                    count: u64,
-                    flags: u32,
                 ) {
-                    let args = CollectiveArgs {
-                        send_offset,
-                        recv_offset,
-                        count,
-                        flags,
-                    };
                     // SAFETY: the host validated the contexts and ranges before launching;
                     // the outcome is reported through each context's abort word (a refused
                     // launch included).
                     unsafe {
-                        match resolve_launch(ranks, rank_count, &args) {
-                            Ok((rank, grid, args)) => {
-                                $body(rank, grid, &args);
+                        match resolve_launch(tasks, task_count, rank_count) {
+                            Ok((batch, grid)) => {
+                                $body(&batch, grid);
                             }
-                            Err(_) => crate::symmetric::report_invalid_launch(ranks, rank_count),
+                            Err(_) => crate::symmetric::report_invalid_launch(
+                                tasks, task_count, rank_count,
+                            ),
                         }
                     }
                 }

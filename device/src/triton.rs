@@ -35,7 +35,7 @@ use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::symmetric::all_gather::all_gather;
 use crate::symmetric::all_reduce::one_shot_all_reduce;
-use crate::symmetric::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, context_is_valid};
+use crate::symmetric::{Batch, FLAG_IN_PLACE, Grid, KernelStatus, TaskArgs, context_is_valid};
 use crate::sync::barrier::{CrossRankBarrier, block_sees_abort};
 use crate::sync::signal_pad::MAX_BLOCKS;
 use crate::types::{DataType, RedOp};
@@ -154,48 +154,54 @@ pub unsafe fn symm_all_reduce_device(
     let Some(grid) = program_grid().filter(|_| valid) else {
         return status::INVALID_ARGUMENT;
     };
-    let args = CollectiveArgs {
+    let task = TaskArgs {
+        send_context: ctx as u64,
+        recv_context: ctx as u64,
         send_offset: byte_offset as u64,
         recv_offset: byte_offset as u64,
         count: num_elements as u64,
+        first_cell: 0,
         flags: FLAG_IN_PLACE,
+        reserved: 0,
     };
-    let rank = Rank {
-        send: context,
-        recv: context,
+    // SAFETY: one task whose context was checked above (`Batch::open` checks it again, on
+    // every thread alike).
+    let Some(batch) = (unsafe { Batch::open(&task, 1) }) else {
+        return status::INVALID_ARGUMENT;
     };
-    /// One (type, operator) instance. Inlined: a call would pass `rank` and `args` through
-    /// local memory and spill around the call; a caller that gives `op` and `dtype` as
-    /// compile-time constants (Triton `tl.constexpr`) keeps only its one instance.
+    /// One (type, operator) instance. Inlined: a call would pass the batch through local
+    /// memory and spill around the call; a caller that gives `op` and `dtype` as compile-time
+    /// constants (Triton `tl.constexpr`) keeps only its one instance.
     #[inline(always)]
-    fn reduce<T: Element, O: ReduceOp>(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> i32 {
+    fn reduce<T: Element, O: ReduceOp>(batch: &Batch<'_>, grid: Grid) -> i32 {
         // SAFETY: the context is host-built (checked non-null, native, within the kernels'
         // limits); the range lies in the window and is aligned for T (checked above).
-        status_of(unsafe { one_shot_all_reduce::<T, O>(rank, grid, args) })
+        status_of(unsafe { one_shot_all_reduce::<T, O>(batch, grid) })
     }
     #[inline(always)]
-    fn by_op<T: Element>(op: RedOp, rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> i32 {
+    fn by_op<T: Element>(op: RedOp, batch: &Batch<'_>, grid: Grid) -> i32 {
         match op {
-            RedOp::Sum => reduce::<T, Sum>(rank, grid, args),
-            RedOp::Prod => reduce::<T, Prod>(rank, grid, args),
-            RedOp::Max => reduce::<T, Max>(rank, grid, args),
-            RedOp::Min => reduce::<T, Min>(rank, grid, args),
-            RedOp::Avg => reduce::<T, Avg>(rank, grid, args),
+            RedOp::Sum => reduce::<T, Sum>(batch, grid),
+            RedOp::Prod => reduce::<T, Prod>(batch, grid),
+            RedOp::Max => reduce::<T, Max>(batch, grid),
+            RedOp::Min => reduce::<T, Min>(batch, grid),
+            RedOp::Avg => reduce::<T, Avg>(batch, grid),
         }
     }
+    let batch = &batch;
     match dtype {
-        DataType::Int8 => by_op::<i8>(op, rank, grid, &args),
-        DataType::Uint8 => by_op::<u8>(op, rank, grid, &args),
-        DataType::Int32 => by_op::<i32>(op, rank, grid, &args),
-        DataType::Uint32 => by_op::<u32>(op, rank, grid, &args),
-        DataType::Int64 => by_op::<i64>(op, rank, grid, &args),
-        DataType::Uint64 => by_op::<u64>(op, rank, grid, &args),
-        DataType::Float16 => by_op::<F16>(op, rank, grid, &args),
-        DataType::Float32 => by_op::<f32>(op, rank, grid, &args),
-        DataType::Float64 => by_op::<f64>(op, rank, grid, &args),
-        DataType::Bfloat16 => by_op::<Bf16>(op, rank, grid, &args),
-        DataType::Float8E4M3 => by_op::<F8E4M3>(op, rank, grid, &args),
-        DataType::Float8E5M2 => by_op::<F8E5M2>(op, rank, grid, &args),
+        DataType::Int8 => by_op::<i8>(op, batch, grid),
+        DataType::Uint8 => by_op::<u8>(op, batch, grid),
+        DataType::Int32 => by_op::<i32>(op, batch, grid),
+        DataType::Uint32 => by_op::<u32>(op, batch, grid),
+        DataType::Int64 => by_op::<i64>(op, batch, grid),
+        DataType::Uint64 => by_op::<u64>(op, batch, grid),
+        DataType::Float16 => by_op::<F16>(op, batch, grid),
+        DataType::Float32 => by_op::<f32>(op, batch, grid),
+        DataType::Float64 => by_op::<f64>(op, batch, grid),
+        DataType::Bfloat16 => by_op::<Bf16>(op, batch, grid),
+        DataType::Float8E4M3 => by_op::<F8E4M3>(op, batch, grid),
+        DataType::Float8E5M2 => by_op::<F8E5M2>(op, batch, grid),
     }
 }
 
@@ -238,19 +244,23 @@ pub unsafe fn symm_all_gather_device(
     let Some(grid) = program_grid().filter(|_| valid) else {
         return status::INVALID_ARGUMENT;
     };
-    let args = CollectiveArgs {
+    let task = TaskArgs {
+        send_context: ctx as u64,
+        recv_context: ctx as u64,
         send_offset: send_byte_offset as u64,
         recv_offset: recv_byte_offset as u64,
         count: n_bytes as u64,
+        first_cell: 0,
         flags: if in_place { FLAG_IN_PLACE } else { 0 },
+        reserved: 0,
     };
-    let rank = Rank {
-        send: context,
-        recv: context,
+    // SAFETY: one task whose context was checked above.
+    let Some(batch) = (unsafe { Batch::open(&task, 1) }) else {
+        return status::INVALID_ARGUMENT;
     };
     // SAFETY: the context is host-built; both ranges lie in the window and do not overlap
     // unless in place (checked above).
-    status_of(unsafe { all_gather(rank, grid, &args) })
+    status_of(unsafe { all_gather(&batch, grid) })
 }
 
 /// Barrier among the programs of one index: program `p` of this rank returns once program `p`

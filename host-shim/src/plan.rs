@@ -6,10 +6,12 @@
 //! `bytes` is what one rank moves. For each algorithm the fewest blocks within 2.5 % of its
 //! best time are taken; then the fastest algorithm wins.
 
+pub mod batch;
+
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+use symm_device::symmetric::TaskArgs;
 use symm_device::symmetric::dispatch::{Algorithm, kernel_name};
-use symm_device::symmetric::{CollectiveArgs, RankArgs};
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};
 
@@ -90,19 +92,21 @@ pub struct Launch {
     pub grid: u32,
     /// Threads per block.
     pub block: u32,
-    /// The ranks served, in launch order: their windows' contexts and flags.
-    pub ranks: Vec<RankArgs>,
-    /// Device address of a table holding `ranks`.
+    /// The work table: `task_count` tasks (windows' contexts, offsets, count, flags, first
+    /// cell) per rank served, rank-major, ranks in launch order.
+    pub tasks: Vec<TaskArgs>,
+    /// Tasks per rank (1 for an unfused call).
+    pub task_count: u32,
+    /// Device address of a table holding `tasks` (0 on the host backend, which passes
+    /// `tasks` itself).
     pub table: u64,
-    /// Kernel arguments (the same for every rank).
-    pub args: CollectiveArgs,
     /// The callers' `CUstream`s (cuda backend), as addresses, one per rank.
     pub streams: Vec<u64>,
     /// Device of every rank served.
     pub device: i32,
     /// The ranks served (rank numbers, in table order).
     pub rank_ids: Vec<usize>,
-    /// The collective each served rank takes part in.
+    /// The collectives each served rank takes part in: `task_count` per rank, rank-major.
     pub instances: Vec<crate::backend::schedule::InstanceId>,
     /// Ranks of the clique.
     pub clique_ranks: u32,

@@ -171,7 +171,7 @@ mod tests {
         assert_eq!(shared_library(messages, "symm_device"), None);
     }
 
-        #[test]
+    #[test]
     fn the_package_sources_exist() {
         for file in [
             "python/pyproject.toml",

@@ -8,7 +8,7 @@ use std::vec::Vec;
 use symm_device::arch::host::run_grid;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::symmetric::dispatch::KernelFn;
-use symm_device::symmetric::{CollectiveArgs, KernelStatus, RankArgs, for_virtual_rank};
+use symm_device::symmetric::{CollectiveArgs, KernelStatus, TaskArgs, for_virtual_rank};
 use symm_device::sync::signal_pad::{
     EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, ll_count_slot, ll_parity_lines, signal_pad_bytes,
 };
@@ -180,28 +180,58 @@ impl Ranks {
     ) -> Vec<KernelStatus> {
         let all: Vec<usize> = (0..self.world()).collect();
         let active = active.unwrap_or(&all);
-        let table: Vec<RankArgs> = active
+        let flags: Vec<Vec<u32>> = (0..active.len())
+            .map(|i| vec![args.flags | rank_flags.get(i).copied().unwrap_or(0)])
+            .collect();
+        let task = BatchTask {
+            args,
+            first_cell: 0,
+        };
+        self.launch_batch(kernel, &[task], &flags, blocks, threads, Some(active))
+    }
+
+    /// Run `kernel` on a batch of `tasks` (their `first_cell`s as the host computes them) on
+    /// the ranks in `active` (every rank when `None`); `flags[i][t]` is the `i`-th active rank's
+    /// flags for task `t` (or-ed with the task's). Returns each active rank's status.
+    pub fn launch_batch(
+        &self,
+        kernel: KernelFn,
+        tasks: &[BatchTask],
+        flags: &[Vec<u32>],
+        blocks: u32,
+        threads: u32,
+        active: Option<&[usize]>,
+    ) -> Vec<KernelStatus> {
+        let all: Vec<usize> = (0..self.world()).collect();
+        let active = active.unwrap_or(&all);
+        let table: Vec<TaskArgs> = active
             .iter()
             .enumerate()
-            .map(|(i, r)| {
+            .flat_map(|(i, r)| {
                 let context = &self.contexts[*r] as *const SymmContext as u64;
-                RankArgs {
+                tasks.iter().enumerate().map(move |(t, task)| TaskArgs {
                     send_context: context,
                     recv_context: context,
-                    flags: rank_flags.get(i).copied().unwrap_or(0),
+                    send_offset: task.args.send_offset,
+                    recv_offset: task.args.recv_offset,
+                    count: task.args.count,
+                    first_cell: task.first_cell,
+                    flags: task.args.flags
+                        | flags.get(i).and_then(|f| f.get(t)).copied().unwrap_or(0),
                     reserved: 0,
-                }
+                })
             })
             .collect();
         let statuses: Vec<std::sync::Mutex<Option<KernelStatus>>> =
             active.iter().map(|_| std::sync::Mutex::new(None)).collect();
         let ranks = active.len() as u32;
+        let task_count = tasks.len() as u32;
         run_grid(blocks * ranks, threads, &|| {
             // SAFETY: the table holds live contexts of this model; the tests pass arguments
             // that fit the windows.
             let status = unsafe {
-                for_virtual_rank(table.as_ptr(), ranks, &args, |rank, grid, args| {
-                    kernel(rank, grid, args)
+                for_virtual_rank(table.as_ptr(), task_count, ranks, |batch, grid| {
+                    kernel(batch, grid)
                 })
             };
             let slot = symm_device::arch::block_idx_x() / blocks;
@@ -264,6 +294,15 @@ impl Ranks {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         })
     }
+}
+
+/// One task of a batch launched by [`Ranks::launch_batch`].
+#[derive(Clone, Copy, Debug)]
+pub struct BatchTask {
+    /// Offsets, count and flags (every rank's).
+    pub args: CollectiveArgs,
+    /// Its first cell among the batch's (`symm_device::symmetric::batch::task_cells`).
+    pub first_cell: u64,
 }
 
 fn bytemuck_words(chunks: &mut [Chunk]) -> &mut [u32] {
