@@ -203,7 +203,7 @@ unsafe fn one_shot_part<T: Element, O: ReduceOp>(
             reduce_in_rounds::<T, O>(ctx, send_offset, recv, first, end, barrier, owed)
         };
     }
-    *owed = owed.wrapping_add((end - first).div_ceil(per_round) as u32);
+    *owed = owed.wrapping_add((end - first).div_ceil(Ord::max(per_round, 1)) as u32);
     let recv = task
         .rank
         .recv
@@ -277,13 +277,13 @@ unsafe fn reduce_in_rounds<T: Element, O: ReduceOp>(
 ) -> Result<(), Aborted> {
     let threads = arch::block_dim_x() as u64;
     let per_round = threads * UNROLL;
-    let rounds = (hi - lo).div_ceil(per_round);
+    let rounds = (hi - lo).div_ceil(Ord::max(per_round, 1));
     let thread = arch::thread_idx_x() as u64;
     for round in 0..rounds {
         let base = lo + round * per_round + thread;
         // Indices grow with j, so the valid ones are a prefix.
         let valid = if base < hi {
-            Ord::min((hi - base).div_ceil(threads), UNROLL)
+            Ord::min((hi - base).div_ceil(Ord::max(threads, 1)), UNROLL)
         } else {
             0
         };
@@ -457,8 +457,8 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
         } else {
             task.rank.recv.local_base.wrapping_add(args.recv_offset)
         } as *mut T;
-        let end_line = end.div_ceil(per_line);
-        let mut line = first / per_line + arch::thread_idx_x() as u64;
+        let end_line = end.div_ceil(Ord::max(per_line, 1));
+        let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
         while line < end_line {
             for e in 0..per_line {
                 let index = line * per_line + e;

@@ -268,7 +268,7 @@ impl<'a> Batch<'a> {
                 break;
             }
             let task = self.task(index);
-            let cells = task.args.count.div_ceil(per_cell);
+            let cells = task.args.count.div_ceil(Ord::max(per_cell, 1));
             let from = Ord::max(lo, first_cell);
             let to = Ord::min(hi, first_cell.saturating_add(cells));
             if from < to {
@@ -295,6 +295,7 @@ pub fn for_packs_and_elements(
     mut pack: impl FnMut(u64),
     mut element: impl FnMut(u64),
 ) {
+    let lanes = Ord::max(lanes, 1);
     let first_pack = lo.div_ceil(lanes);
     let end_pack = Ord::max(hi / lanes, first_pack);
     let stride = arch::block_dim_x() as u64;

@@ -80,8 +80,8 @@ impl<'a> LlLines<'a> {
     ) {
         let size = core::mem::size_of::<T>() as u64;
         let per_line = per_line::<T>();
-        let end_line = end.div_ceil(per_line);
-        let mut line = first / per_line + arch::thread_idx_x() as u64;
+        let end_line = end.div_ceil(Ord::max(per_line, 1));
+        let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
         while line < end_line {
             let mut data = 0u64;
             for e in 0..per_line {
