@@ -58,6 +58,31 @@ fn call_bound() -> Duration {
     Duration::from_millis(TIMEOUT_MS * 40)
 }
 
+/// What the inputs run so far exercised (for the replay test and debugging).
+pub mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Collectives whose results were checked against the reference.
+    pub static CHECKED_COLLECTIVES: AtomicU64 = AtomicU64::new(0);
+    /// Calls that returned the predicted error.
+    pub static PREDICTED_ERRORS: AtomicU64 = AtomicU64::new(0);
+    /// Calls that timed out as predicted, or on a tainted communicator.
+    pub static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+    pub(crate) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The three counters.
+    pub fn read() -> (u64, u64, u64) {
+        (
+            CHECKED_COLLECTIVES.load(Ordering::Relaxed),
+            PREDICTED_ERRORS.load(Ordering::Relaxed),
+            TIMEOUTS.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// Set the environment the library reads when it creates a communicator (once per process).
 pub fn configure_environment() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -174,7 +199,6 @@ struct Checked {
     /// Send and receive windows (by registration) and offsets.
     send_seq: u64,
     recv_seq: u64,
-    in_place: bool,
 }
 
 /// Work queued in the open group.
@@ -298,6 +322,11 @@ impl Harness {
                 "{name} returned {result:?} ({}), the model expected {expected:?}",
                 last_error(null_mut())
             ));
+        }
+        if result == TIMEOUT {
+            stats::add(&stats::TIMEOUTS);
+        } else if result != OK {
+            stats::add(&stats::PREDICTED_ERRORS);
         }
         if result != OK && name != "symmGroupEnd" {
             let message = last_error(null_mut());
@@ -1250,7 +1279,6 @@ impl Harness {
             total: bytes * if call.kind == 0 { 1 } else { nranks },
             send_seq: send_window.seq,
             recv_seq: recv_window.seq,
-            in_place,
         })
     }
 
@@ -1513,6 +1541,7 @@ impl Harness {
             })
             .collect();
         self.check_unchanged(c, &outputs, before);
+        stats::add(&stats::CHECKED_COLLECTIVES);
         let n = parts.len();
         let (_, first, checked) = parts[0];
         let elem = checked.elem;

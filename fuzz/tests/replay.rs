@@ -24,4 +24,9 @@ fn corpus_replays_cleanly() {
         eprintln!("replaying {}", path.display());
         symm_fuzz::run_input(&data);
     }
+    let (checked, errors, timeouts) = symm_fuzz::stats::read();
+    eprintln!(
+        "{} inputs: {checked} collectives checked, {errors} predicted errors, {timeouts} timeouts",
+        inputs.len()
+    );
 }

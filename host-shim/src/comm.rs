@@ -10,7 +10,7 @@ use crate::fdpass::FdListener;
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
 use crate::shareable::Shareable;
-use crate::window::{Exchange, Window};
+use crate::window::{Exchange, SignalPads, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +45,9 @@ pub struct Clique {
     pub exchange: Mutex<Exchange>,
     /// Signalled whenever `exchange` changes.
     pub exchange_changed: Condvar,
+    /// The signal pads of this clique's windows in this process, so that a window can hold
+    /// those of its peers (see [`crate::window::SignalPad`]).
+    pub signal_pads: SignalPads,
 }
 
 impl Clique {
@@ -318,6 +321,7 @@ fn new_clique_with(
         tables: Mutex::new(HashMap::new()),
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
+        signal_pads: Mutex::new(HashMap::new()),
     }))
 }
 
