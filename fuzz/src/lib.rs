@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 use symm::*;
 
 /// `SYMM_TIMEOUT_MS` of the communicators the harness creates.
-pub const TIMEOUT_MS: u64 = 200;
+pub const TIMEOUT_MS: u64 = 1000;
 
 /// Calls per input that may wait for the timeout (each costs [`TIMEOUT_MS`]).
-const BLOCKING_BUDGET: u32 = 3;
+const BLOCKING_BUDGET: u32 = 2;
 
 /// Most live communicators (ranks) at once.
 const MAX_LIVE_RANKS: usize = 8;
@@ -55,7 +55,7 @@ const MAX_OPS: usize = 64;
 /// Longest any call may take: a wait is bounded by the timeout; a group may wait once per
 /// queued item, and the machine may be busy.
 fn call_bound() -> Duration {
-    Duration::from_millis(TIMEOUT_MS * 40)
+    Duration::from_millis(TIMEOUT_MS * 20)
 }
 
 /// What the inputs run so far exercised (for the replay test and debugging).
@@ -1419,12 +1419,12 @@ impl Harness {
             let (send, recv) = match kind {
                 0 => (whole_address, other.unwrap_or(whole_address)),
                 1 => (
-                    other.unwrap_or(whole_address.wrapping_add(r as u64 * bytes)),
+                    other.unwrap_or(whole_address.wrapping_add((r as u64).wrapping_mul(bytes))),
                     whole_address,
                 ),
                 _ => (
                     whole_address,
-                    other.unwrap_or(whole_address.wrapping_add(r as u64 * bytes)),
+                    other.unwrap_or(whole_address.wrapping_add((r as u64).wrapping_mul(bytes))),
                 ),
             };
             calls.push((

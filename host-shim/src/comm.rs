@@ -325,6 +325,18 @@ fn new_clique_with(
     }))
 }
 
+/// `nranks` ranks of one clique on device 0 of `backend`, with the bound `timeout` (tests of
+/// this crate, which must not depend on the environment).
+#[cfg(test)]
+pub(crate) fn init_all_on(
+    backend: Arc<Backend>,
+    nranks: usize,
+    timeout: Duration,
+) -> Result<Vec<Arc<Comm>>> {
+    let clique = new_clique_with(backend, &vec![0; nranks], 1, timeout)?;
+    (0..nranks).map(|r| new_comm(&clique, r, None)).collect()
+}
+
 fn check_nranks(nranks: i64, name: &str) -> Result<usize> {
     if nranks <= 0 {
         return Err(Error::invalid_argument(format!(

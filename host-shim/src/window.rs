@@ -633,3 +633,83 @@ pub fn find(comm: &Comm, address: u64, bytes: u64) -> Option<Arc<Window>> {
         .find(|w| w.contains(address, bytes))
         .cloned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::host::HostBackend;
+    use std::time::Duration;
+
+    fn host_ranks(nranks: usize, timeout_ms: u64) -> (Arc<Backend>, Vec<Arc<Comm>>) {
+        let backend = Arc::new(Backend::Host(HostBackend::new()));
+        let comms =
+            crate::comm::init_all_on(backend.clone(), nranks, Duration::from_millis(timeout_ms))
+                .expect("host ranks");
+        (backend, comms)
+    }
+
+    fn allocated(backend: &Backend, address: u64) -> bool {
+        match backend {
+            Backend::Host(host) => host.is_allocated(address),
+            _ => unreachable!("a host backend"),
+        }
+    }
+
+    fn windows_of(comms: &[Arc<Comm>], bytes: usize) -> Vec<Arc<Window>> {
+        let windows: Vec<Arc<Window>> = comms
+            .iter()
+            .map(|c| {
+                let base = c.mem_alloc(bytes).expect("allocation");
+                register(c, base, bytes, SYMM_WIN_COLL_SYMMETRIC).expect("registration")
+            })
+            .collect();
+        for (c, w) in comms.iter().zip(&windows) {
+            complete(c, w).expect("completion");
+        }
+        windows
+    }
+
+    /// A rank that deregisters while its peer keeps the window: the peer's kernels still write
+    /// barrier arrivals into the rank's signal pad, so the pad is freed only with the last
+    /// window that references it.
+    #[test]
+    fn a_signal_pad_lives_while_a_peer_window_writes_into_it() {
+        let (backend, comms) = host_ranks(2, 10_000);
+        let windows = windows_of(&comms, 4096);
+        let pad = windows[1].signal_pad.address;
+        let handles: Vec<symmWindow_t> = windows.iter().map(Window::handle).collect();
+        drop(windows);
+        deregister(&comms[1], handles[1]).expect("deregistration");
+        assert!(
+            allocated(&backend, pad),
+            "rank 1's pad was freed while rank 0's window writes into it"
+        );
+        deregister(&comms[0], handles[0]).expect("deregistration");
+        assert!(!allocated(&backend, pad), "the pad outlived every window");
+        for c in &comms {
+            crate::comm::destroy(c).expect("destroy");
+        }
+    }
+
+    /// A registration that timed out is withdrawn: a peer registering later times out too,
+    /// instead of completing against the dropped window (and its freed signal pad).
+    #[test]
+    fn a_timed_out_registration_is_withdrawn() {
+        let (_backend, comms) = host_ranks(2, 50);
+        let mut late = Vec::new();
+        for c in &comms {
+            let base = c.mem_alloc(256).expect("allocation");
+            let window = register(c, base, 256, SYMM_WIN_COLL_SYMMETRIC).expect("registration");
+            let error = complete(c, &window).expect_err("nobody else registers at this time");
+            assert_eq!(error.code, symmResult_t::symmTimeout, "{}", error.message);
+            late.push(window);
+        }
+        // Both took the same sequence number: a registration of both now completes.
+        let windows = windows_of(&comms, 128);
+        assert!(windows.iter().all(|w| w.seq == 1 && w.context().is_some()));
+        drop((late, windows));
+        for c in &comms {
+            crate::comm::destroy(c).expect("destroy");
+        }
+    }
+}

@@ -11,10 +11,13 @@
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
 //!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
 //!   16 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
+//! * `fuzz --replay | --time SECONDS | --seeds` — the C ABI fuzz target (`fuzz/`): replay its
+//!   corpus, fuzz for a while, or rewrite its generated seeds.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
+mod fuzz;
 mod loom;
 mod ptx;
 
@@ -30,7 +33,12 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(),
         Some("gpu-bundle") => bundle::build(),
-        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle".to_string()),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
+        _ => Err(
+            "usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle | fuzz \
+             --replay|--time SECONDS|--seeds"
+                .to_string(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
