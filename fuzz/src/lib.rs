@@ -37,10 +37,21 @@ use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
 
-/// `SYMM_TIMEOUT_MS` of the communicators the harness creates.
-pub const TIMEOUT_MS: u64 = 1000;
+/// `SYMM_TIMEOUT_MS` of the communicators the harness creates: `SYMM_FUZZ_TIMEOUT_MS` when
+/// set (a machine so loaded that a collective of every rank cannot finish within the default
+/// makes well-formed calls time out, which the model reports), else 1000.
+pub fn timeout_ms() -> u64 {
+    static TIMEOUT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| {
+        std::env::var("SYMM_FUZZ_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|ms| *ms > 0)
+            .unwrap_or(1000)
+    })
+}
 
-/// Calls per input that may wait for the timeout (each costs [`TIMEOUT_MS`]).
+/// Calls per input that may wait for the timeout (each costs [`timeout_ms`]).
 const BLOCKING_BUDGET: u32 = 2;
 
 /// Most live communicators (ranks) at once.
@@ -55,7 +66,7 @@ const MAX_OPS: usize = 64;
 /// Longest any call may take: a wait is bounded by the timeout; a group may wait once per
 /// queued item, and the machine may be busy.
 fn call_bound() -> Duration {
-    Duration::from_millis(TIMEOUT_MS * 20)
+    Duration::from_millis(timeout_ms() * 20)
 }
 
 /// What the inputs run so far exercised (for the replay test and debugging).
@@ -91,7 +102,7 @@ pub fn configure_environment() {
         // variables only while creating communicators, which happens after this returns.
         unsafe {
             std::env::set_var("SYMM_BACKEND", "host");
-            std::env::set_var("SYMM_TIMEOUT_MS", TIMEOUT_MS.to_string());
+            std::env::set_var("SYMM_TIMEOUT_MS", timeout_ms().to_string());
             std::env::set_var("SYMM_BOOTSTRAP_TIMEOUT_MS", "5000");
             std::env::remove_var("SYMM_ALGO");
             std::env::remove_var("SYMM_COMM_ID");
