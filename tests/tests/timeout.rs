@@ -113,3 +113,65 @@ fn init_rank_with_a_missing_rank_times_out() {
     let message = last_error(null_mut());
     assert!(message.contains("not every rank joined"), "{message}");
 }
+
+/// Regression (found by the `abi_sequence` fuzz target, corpus input
+/// `seed-peer-deregistered`): rank 1 deregisters and frees its window, then rank 0 calls an
+/// all-reduce alone. Rank 0's barrier writes its arrival into rank 1's signal pad, which was
+/// freed with rank 1's window (a use-after-free under AddressSanitizer). The pad now lives as
+/// long as rank 0's window: the call times out, and teardown works.
+#[test]
+fn a_rank_calling_after_its_peer_deregistered_times_out() {
+    configure();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 1024);
+    let (b0, b1) = (&buffers[0], &buffers[1]);
+    check(symmCommWindowDeregister(b1.comm, b1.window), b1.comm);
+    check(symmMemFree(b1.comm, b1.base.cast()), b1.comm);
+    check(symmCommDestroy(b1.comm), null_mut());
+    let start = Instant::now();
+    let r = all_reduce_f32_sum(b0.comm, b0.base, b0.base, 16);
+    assert_eq!(r, symmResult_t::symmTimeout, "{}", last_error(b0.comm));
+    assert_bounded(start);
+    check(symmCommWindowDeregister(b0.comm, b0.window), b0.comm);
+    check(symmMemFree(b0.comm, b0.base.cast()), b0.comm);
+    check(symmCommDestroy(b0.comm), null_mut());
+}
+
+/// Regression: a registration that timed out on rank 0 left its deposit behind, so rank 1's
+/// later registration completed against rank 0's dropped window (and its freed signal pad),
+/// and rank 1 got a window whose collectives wrote into freed memory. Now each times out;
+/// both ranks have used the same registration number, so a registration of both in a group
+/// then works, and so does a collective on it.
+#[test]
+fn a_timed_out_registration_never_pairs_with_a_later_one() {
+    configure();
+    let comms = init_all(2);
+    let mut buffers = alloc(&comms, 1024);
+    for b in &mut buffers {
+        // SAFETY: valid out-pointer; a live allocation of b.bytes.
+        let r = unsafe {
+            symmCommWindowRegister(
+                b.comm,
+                b.base.cast(),
+                b.bytes,
+                &mut b.window,
+                SYMM_WIN_COLL_SYMMETRIC,
+            )
+        };
+        assert_eq!(r, symmResult_t::symmTimeout, "{}", last_error(b.comm));
+        assert!(b.window.is_null());
+    }
+    register_all(&mut buffers);
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        // SAFETY: the window holds 16 f32; no collective is running.
+        unsafe { write_f32(b.base, &[(rank + 1) as f32; 16]) };
+        check(all_reduce_f32_sum(b.comm, b.base, b.base, 16), b.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+    for b in &buffers {
+        // SAFETY: as above; the group has completed.
+        assert_eq!(unsafe { read_f32(b.base, 16) }, vec![3.0; 16]);
+    }
+    teardown(buffers);
+}
