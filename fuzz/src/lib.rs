@@ -281,11 +281,9 @@ fn last_error(comm: symmComm_t) -> String {
 
 impl Harness {
     fn new(data: &[u8]) -> Self {
-        let seed = data
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
-            });
+        let seed = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+        });
         Harness {
             cliques: Vec::new(),
             stale_comms: Vec::new(),
@@ -302,7 +300,13 @@ impl Harness {
     #[track_caller]
     fn fail(&self, what: String) -> ! {
         let tail: Vec<&String> = self.log.iter().rev().take(24).rev().collect();
-        panic!("{what}\nlast operations:\n  {}", tail.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  "));
+        panic!(
+            "{what}\nlast operations:\n  {}",
+            tail.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
     }
 
     /// Run `call` (the C function `name`), and check its result against `expected`.
@@ -389,11 +393,15 @@ impl Harness {
     }
 
     fn rank(&self, at: (usize, usize)) -> &Rank {
-        self.cliques[at.0].ranks[at.1].as_ref().expect("a live rank")
+        self.cliques[at.0].ranks[at.1]
+            .as_ref()
+            .expect("a live rank")
     }
 
     fn rank_mut(&mut self, at: (usize, usize)) -> &mut Rank {
-        self.cliques[at.0].ranks[at.1].as_mut().expect("a live rank")
+        self.cliques[at.0].ranks[at.1]
+            .as_mut()
+            .expect("a live rank")
     }
 
     fn pick_comm(&self, sel: CommSel) -> symmComm_t {
@@ -582,7 +590,13 @@ impl Harness {
                 variant,
             } => {
                 if let Some(c) = self.pick_clique(clique) {
-                    self.collective_all(c, call, (whole, whole_offset), (share, share_offset), variant);
+                    self.collective_all(
+                        c,
+                        call,
+                        (whole, whole_offset),
+                        (share, share_offset),
+                        variant,
+                    );
                 }
             }
             Op::GroupStart => {
@@ -598,8 +612,12 @@ impl Harness {
             }
             Op::DestroyAll { clique } => {
                 if let Some(c) = self.pick_clique(clique) {
-                    let handles: Vec<symmComm_t> =
-                        self.cliques[c].ranks.iter().flatten().map(|r| r.handle).collect();
+                    let handles: Vec<symmComm_t> = self.cliques[c]
+                        .ranks
+                        .iter()
+                        .flatten()
+                        .map(|r| r.handle)
+                        .collect();
                     for handle in handles {
                         self.destroy(handle);
                     }
@@ -682,9 +700,8 @@ impl Harness {
                     scope.spawn(move || {
                         let mut comm: symmComm_t = null_mut();
                         // SAFETY: valid out-pointer.
-                        let result = unsafe {
-                            symmCommInitRank(&mut comm, n as c_int, id, rank as c_int)
-                        };
+                        let result =
+                            unsafe { symmCommInitRank(&mut comm, n as c_int, id, rank as c_int) };
                         (result, comm as usize, last_error(null_mut()))
                     })
                 })
@@ -699,7 +716,9 @@ impl Harness {
         }
         for (rank, (result, _, message)) in results.iter().enumerate() {
             if *result != OK {
-                self.fail(format!("symmCommInitRank of rank {rank}: {result:?}: {message}"));
+                self.fail(format!(
+                    "symmCommInitRank of rank {rank}: {result:?}: {message}"
+                ));
             }
         }
         let comms = results
@@ -718,7 +737,12 @@ impl Harness {
             0 => (2, 0, true, INVALID_USAGE),
             1 => (2, 2, false, INVALID_ARGUMENT),
             2 => (1, 0, false, INVALID_ARGUMENT),
-            _ => (if what & 4 != 0 { 0 } else { 100_000 }, 0, false, INVALID_ARGUMENT),
+            _ => (
+                if what & 4 != 0 { 0 } else { 100_000 },
+                0,
+                false,
+                INVALID_ARGUMENT,
+            ),
         };
         let open_here = in_group && self.group_depth == 0;
         if open_here {
@@ -755,7 +779,7 @@ impl Harness {
         });
         if result == OK {
             let at = at.expect("a live rank");
-            if ptr.is_null() || ptr as usize % 8 != 0 {
+            if ptr.is_null() || !(ptr as usize).is_multiple_of(8) {
                 self.fail(format!("symmMemAlloc returned {ptr:?}"));
             }
             // SAFETY: the library returned `size` bytes of host memory, zeroed.
@@ -830,7 +854,10 @@ impl Harness {
                     rank.allocations
                         .iter()
                         .any(|a| a.base <= address && end <= a.base + a.size as u64)
-                        && !rank.windows.iter().any(|w| address < w.base + w.size && w.base < end)
+                        && !rank
+                            .windows
+                            .iter()
+                            .any(|w| address < w.base + w.size && w.base < end)
                 })
         };
         let mut blocking = false;
@@ -932,7 +959,10 @@ impl Harness {
                 continue;
             };
             let handle = rank.handle;
-            let (address, bytes) = match rank.allocations.get(alloc as usize % rank.allocations.len().max(1)) {
+            let (address, bytes) = match rank
+                .allocations
+                .get(alloc as usize % rank.allocations.len().max(1))
+            {
                 None => (0, 0),
                 Some(a) => {
                     let address = a.base + offset as u64;
@@ -961,7 +991,10 @@ impl Harness {
                         rank.allocations
                             .iter()
                             .any(|a| a.base <= address && end <= a.base + a.size as u64)
-                            && !rank.windows.iter().any(|w| address < w.base + w.size && w.base < end)
+                            && !rank
+                                .windows
+                                .iter()
+                                .any(|w| address < w.base + w.size && w.base < end)
                     })
             });
         if !aligned && clique.nranks() > 1 && !self.may_block() {
@@ -992,7 +1025,13 @@ impl Harness {
                     .live_ranks()
                     .into_iter()
                     .filter(|at| Some(*at) != owner)
-                    .flat_map(|at| self.rank(at).windows.iter().map(|w| w.handle).collect::<Vec<_>>())
+                    .flat_map(|at| {
+                        self.rank(at)
+                            .windows
+                            .iter()
+                            .map(|w| w.handle)
+                            .collect::<Vec<_>>()
+                    })
                     .collect();
                 if foreign.is_empty() {
                     0
@@ -1111,19 +1150,21 @@ impl Harness {
             vec![OK]
         };
         match what % 7 {
-            0 | 1 | 2 => {
+            0..=2 => {
                 let mut value: c_int = -1;
                 let out = if null_out {
                     null_mut()
                 } else {
                     &mut value as *mut c_int
                 };
-                let (name, f): (&str, unsafe extern "C" fn(symmComm_t, *mut c_int) -> symmResult_t) =
-                    match what % 7 {
-                        0 => ("symmCommCount", symmCommCount),
-                        1 => ("symmCommUserRank", symmCommUserRank),
-                        _ => ("symmCommCuDevice", symmCommCuDevice),
-                    };
+                let (name, f): (
+                    &str,
+                    unsafe extern "C" fn(symmComm_t, *mut c_int) -> symmResult_t,
+                ) = match what % 7 {
+                    0 => ("symmCommCount", symmCommCount),
+                    1 => ("symmCommUserRank", symmCommUserRank),
+                    _ => ("symmCommCuDevice", symmCommCuDevice),
+                };
                 // SAFETY: `out` is NULL or a valid out-pointer.
                 let result = self.expect(name, &expected, handle, || unsafe { f(handle, out) });
                 if result == OK {
@@ -1196,9 +1237,10 @@ impl Harness {
                     &mut context as *mut *const c_void
                 };
                 // SAFETY: `out` is NULL or a valid out-pointer.
-                let result = self.expect("symmCommGetDeviceContext", &expected, handle, || unsafe {
-                    symmCommGetDeviceContext(handle, window, out)
-                });
+                let result =
+                    self.expect("symmCommGetDeviceContext", &expected, handle, || unsafe {
+                        symmCommGetDeviceContext(handle, window, out)
+                    });
                 if result == OK {
                     self.check_context(at.expect("a live rank"), window, context);
                 }
@@ -1230,7 +1272,9 @@ impl Harness {
             || ctx.local_base != w.base
             || ctx.window_size != w.size
         {
-            self.fail(format!("device context {ctx:?} does not describe window {w:?}"));
+            self.fail(format!(
+                "device context {ctx:?} does not describe window {w:?}"
+            ));
         }
     }
 
@@ -1254,7 +1298,10 @@ impl Harness {
                 return None;
             }
             let w = *windows.iter().find(|w| {
-                address >= w.base && address.checked_add(len).is_some_and(|e| e <= w.base + w.size)
+                address >= w.base
+                    && address
+                        .checked_add(len)
+                        .is_some_and(|e| e <= w.base + w.size)
             })?;
             (address - w.base).is_multiple_of(es).then_some(w)
         };
@@ -1293,7 +1340,12 @@ impl Harness {
         })
     }
 
-    fn issue_collective(&self, handle: symmComm_t, call: &Call, expected: &[symmResult_t]) -> symmResult_t {
+    fn issue_collective(
+        &self,
+        handle: symmComm_t,
+        call: &Call,
+        expected: &[symmResult_t],
+    ) -> symmResult_t {
         let send = call.send as *const c_void;
         let recv = call.recv as *mut c_void;
         let stream = null_mut();
@@ -1383,7 +1435,11 @@ impl Harness {
             (!ref_windows.is_empty()).then(|| ref_windows[index as usize % ref_windows.len()].seq)
         };
         let whole_seq = window_seq(whole.0);
-        let share_seq = if share.0 == 0xFF { None } else { window_seq(share.0) };
+        let share_seq = if share.0 == 0xFF {
+            None
+        } else {
+            window_seq(share.0)
+        };
         let whole_offset = whole.1 as u64 * es;
         let share_offset = share.1 as u64 * es;
         let count = if spec.count == 0xFFFC {
@@ -1393,7 +1449,11 @@ impl Harness {
                     .map_or(0, |w| w.size.saturating_sub(offset))
             };
             let whole_room = room(whole_seq, whole_offset) / es;
-            let whole_count = if kind == 0 { whole_room } else { whole_room / n as u64 };
+            let whole_count = if kind == 0 {
+                whole_room
+            } else {
+                whole_room / n as u64
+            };
             let share_count = if share.0 == 0xFF {
                 whole_count
             } else {
@@ -1418,8 +1478,16 @@ impl Harness {
                     .map_or(0, |w| w.base)
             };
             let deviant = n > 1 && r == 1 % n;
-            let kind = if variant == 4 && deviant { (kind + 1) % 3 } else { kind };
-            let count = if variant == 3 && deviant { count.wrapping_add(1) } else { count };
+            let kind = if variant == 4 && deviant {
+                (kind + 1) % 3
+            } else {
+                kind
+            };
+            let count = if variant == 3 && deviant {
+                count.wrapping_add(1)
+            } else {
+                count
+            };
             let whole_address = base_of(whole_seq).wrapping_add(whole_offset);
             let bytes = (count as u64).wrapping_mul(es);
             let other = if share.0 == 0xFF {
@@ -1547,7 +1615,11 @@ impl Harness {
         let outputs: Vec<(usize, u64, u64)> = parts
             .iter()
             .map(|(r, call, checked)| {
-                let len = if call.kind == 1 { checked.total } else { checked.bytes };
+                let len = if call.kind == 1 {
+                    checked.total
+                } else {
+                    checked.bytes
+                };
                 (*r, call.recv, len)
             })
             .collect();
@@ -1566,7 +1638,10 @@ impl Harness {
                     0 => (inputs.iter().map(|x| elem.bits_at(x, e)).collect(), e),
                     1 => (vec![elem.bits_at(&inputs[e / count], e % count)], e),
                     _ => (
-                        inputs.iter().map(|x| elem.bits_at(x, r * count + e)).collect(),
+                        inputs
+                            .iter()
+                            .map(|x| elem.bits_at(x, r * count + e))
+                            .collect(),
                         e,
                     ),
                 };
@@ -1607,7 +1682,10 @@ impl Harness {
             let reference = read(&first);
             for (r, call, _) in &parts[1..] {
                 if read(call) != reference {
-                    self.fail(format!("all-reduce results of rank {r} differ from rank {}", parts[0].0));
+                    self.fail(format!(
+                        "all-reduce results of rank {r} differ from rank {}",
+                        parts[0].0
+                    ));
                 }
             }
         }
@@ -1620,7 +1698,11 @@ impl Harness {
             let Some(rank) = self.cliques[*ci].ranks[*r].as_ref() else {
                 continue;
             };
-            if !rank.allocations.iter().any(|a| a.base == *base && a.size == old.len()) {
+            if !rank
+                .allocations
+                .iter()
+                .any(|a| a.base == *base && a.size == old.len())
+            {
                 continue;
             }
             // SAFETY: still a live allocation of this size (host memory).
@@ -1628,9 +1710,9 @@ impl Harness {
             for (i, (a, b)) in old.iter().zip(now).enumerate() {
                 let address = base + i as u64;
                 let written = *ci == c
-                    && outputs
-                        .iter()
-                        .any(|(orank, start, len)| orank == r && address >= *start && address < start + len);
+                    && outputs.iter().any(|(orank, start, len)| {
+                        orank == r && address >= *start && address < start + len
+                    });
                 if a != b && !written {
                     self.fail(format!(
                         "byte {i} of allocation {base:#x} of clique {ci} rank {r} changed outside \
@@ -1645,7 +1727,9 @@ impl Harness {
 
     fn group_end(&mut self) {
         if self.group_depth == 0 {
-            self.expect("symmGroupEnd", &[INVALID_USAGE], null_mut(), || symmGroupEnd());
+            self.expect("symmGroupEnd", &[INVALID_USAGE], null_mut(), || {
+                symmGroupEnd()
+            });
             return;
         }
         if self.group_depth > 1 {
@@ -1761,9 +1845,9 @@ impl Harness {
                         .and_then(|r| r.windows.iter().find(|w| w.seq == seq))
                         .is_some_and(|w| {
                             w.complete
-                                || registered
-                                    .iter()
-                                    .any(|(c, rk, h, ok)| c == clique && rk == rank && *h == w.handle && *ok)
+                                || registered.iter().any(|(c, rk, h, ok)| {
+                                    c == clique && rk == rank && *h == w.handle && *ok
+                                })
                         });
                     windows_complete &= complete_now;
                 }
@@ -1799,14 +1883,18 @@ impl Harness {
         };
 
         // Inputs and a snapshot, for a group that runs exactly one collective.
-        let single = !uncertain && !mismatch && instances.len() == 1 && launches.len() == 1 && launches[0].1;
+        let single =
+            !uncertain && !mismatch && instances.len() == 1 && launches.len() == 1 && launches[0].1;
         let parts: Vec<(usize, Call, Checked)> = if single {
             instances[0]
                 .1
                 .iter()
                 .map(|p| match p {
                     Pending::Collective {
-                        rank, call, checked, ..
+                        rank,
+                        call,
+                        checked,
+                        ..
                     } => (*rank, *call, *checked),
                     _ => unreachable!(),
                 })
@@ -1827,7 +1915,8 @@ impl Harness {
 
         // The model's state after the group.
         for p in &pending {
-            let (Pending::Register { clique, rank, .. } | Pending::Collective { clique, rank, .. }) = *p;
+            let (Pending::Register { clique, rank, .. } | Pending::Collective { clique, rank, .. }) =
+                *p;
             if let Some(r) = self.cliques[clique].ranks[rank].as_mut() {
                 r.queued = r.queued.saturating_sub(1);
             }
@@ -1874,8 +1963,18 @@ impl Harness {
             let mut outputs = Vec::new();
             for (_, parts) in &instances {
                 for p in parts {
-                    if let Pending::Collective { rank, call, checked, .. } = p {
-                        let len = if call.kind == 1 { checked.total } else { checked.bytes };
+                    if let Pending::Collective {
+                        rank,
+                        call,
+                        checked,
+                        ..
+                    } = p
+                    {
+                        let len = if call.kind == 1 {
+                            checked.total
+                        } else {
+                            checked.bytes
+                        };
                         outputs.push((*rank, call.recv, len));
                     }
                 }
@@ -1895,9 +1994,8 @@ impl Harness {
         };
         let mut context: *const c_void = std::ptr::null();
         // SAFETY: valid out-pointer.
-        let result = unsafe {
-            symmCommGetDeviceContext(rank.handle, handle as symmWindow_t, &mut context)
-        };
+        let result =
+            unsafe { symmCommGetDeviceContext(rank.handle, handle as symmWindow_t, &mut context) };
         result == OK
     }
 

@@ -164,7 +164,11 @@ impl Kind {
         match self {
             Kind::Int { bits, .. } => {
                 let v = value as u128 as u64;
-                if bits == 64 { v } else { v & ((1u64 << bits) - 1) }
+                if bits == 64 {
+                    v
+                } else {
+                    v & ((1u64 << bits) - 1)
+                }
             }
             Kind::Float { .. } => unreachable!("int_bits of a float type"),
         }
