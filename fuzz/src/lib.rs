@@ -37,9 +37,9 @@ use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
 
-/// `SYMM_TIMEOUT_MS` of the communicators the harness creates: `SYMM_FUZZ_TIMEOUT_MS` when
-/// set (a machine so loaded that a collective of every rank cannot finish within the default
-/// makes well-formed calls time out, which the model reports), else 1000.
+/// `SYMM_TIMEOUT_MS` of the patient communicators (see [`Clique`]): `SYMM_FUZZ_TIMEOUT_MS`
+/// when set, else 5000 (well-formed collectives must finish within it even on a loaded
+/// machine).
 pub fn timeout_ms() -> u64 {
     static TIMEOUT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *TIMEOUT.get_or_init(|| {
@@ -47,8 +47,20 @@ pub fn timeout_ms() -> u64 {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .filter(|ms| *ms > 0)
-            .unwrap_or(1000)
+            .unwrap_or(5000)
     })
+}
+
+/// `SYMM_TIMEOUT_MS` of the other communicators, where the calls that time out are made.
+pub const FAST_TIMEOUT_MS: u64 = 50;
+
+/// Set the bound of the communicators created next. Only the fuzzing thread creates
+/// communicators and changes the variable.
+fn use_timeout(ms: u64) {
+    // SAFETY: the library reads its variables through `std::env`, which synchronizes with
+    // `set_var`; no other thread of this process reads the environment through libc while
+    // inputs run (the library's bootstrap threads make no such calls).
+    unsafe { std::env::set_var("SYMM_TIMEOUT_MS", ms.to_string()) };
 }
 
 /// Calls per input that may wait for the timeout (each costs [`timeout_ms`]).
@@ -66,7 +78,7 @@ const MAX_OPS: usize = 64;
 /// Longest any call may take: a wait is bounded by the timeout; a group may wait once per
 /// queued item, and the machine may be busy.
 fn call_bound() -> Duration {
-    Duration::from_millis(timeout_ms() * 20)
+    Duration::from_millis(timeout_ms() * 4)
 }
 
 /// What the inputs run so far exercised (for the replay test and debugging).
@@ -102,7 +114,6 @@ pub fn configure_environment() {
         // variables only while creating communicators, which happens after this returns.
         unsafe {
             std::env::set_var("SYMM_BACKEND", "host");
-            std::env::set_var("SYMM_TIMEOUT_MS", timeout_ms().to_string());
             std::env::set_var("SYMM_BOOTSTRAP_TIMEOUT_MS", "5000");
             std::env::remove_var("SYMM_ALGO");
             std::env::remove_var("SYMM_COMM_ID");
@@ -164,6 +175,11 @@ struct Clique {
     /// A call timed out or did something the model does not predict: from now on any result
     /// but `symmInternalError` is accepted here, and data is not checked.
     tainted: bool,
+    /// Made with the long timeout ([`timeout_ms`]): calls that could only time out are not
+    /// made, and every prediction is exact. Else the short one ([`FAST_TIMEOUT_MS`]): calls
+    /// that time out are cheap, and a well-formed collective may time out too (a busy
+    /// machine), which taints the communicator.
+    patient: bool,
 }
 
 impl Clique {
@@ -478,8 +494,8 @@ impl Harness {
     }
 
     /// Spend one unit of the blocking budget; `false` when none is left.
-    fn may_block(&mut self) -> bool {
-        if self.blocking_left == 0 {
+    fn may_block(&mut self, clique: usize) -> bool {
+        if self.cliques[clique].patient || self.blocking_left == 0 {
             return false;
         }
         self.blocking_left -= 1;
@@ -504,7 +520,7 @@ impl Harness {
     pub fn run(&mut self, op: Op) {
         self.log.push(format!("{op:?}"));
         match op {
-            Op::InitAll { nranks } => self.init_all(1 + nranks as usize % 4),
+            Op::InitAll { nranks } => self.init_all(1 + nranks as usize % 4, nranks & 0x80 == 0),
             Op::InitUniqueId { nranks } => self.init_unique_id(1 + nranks as usize % 4),
             Op::Alloc { comm, size } => {
                 let handle = self.pick_comm(comm);
@@ -632,20 +648,21 @@ impl Harness {
         }
     }
 
-    fn init_all(&mut self, n: usize) {
+    fn init_all(&mut self, n: usize, patient: bool) {
         if self.live_ranks().len() + n > MAX_LIVE_RANKS {
             return;
         }
+        use_timeout(if patient { timeout_ms() } else { FAST_TIMEOUT_MS });
         let mut comms = vec![null_mut(); n];
         let devices = vec![0 as c_int; n];
         // SAFETY: both arrays hold n elements.
         self.expect("symmCommInitAll", &[OK], null_mut(), || unsafe {
             symmCommInitAll(comms.as_mut_ptr(), n as c_int, devices.as_ptr())
         });
-        self.add_clique(comms, false);
+        self.add_clique(comms, false, patient);
     }
 
-    fn add_clique(&mut self, comms: Vec<symmComm_t>, linked: bool) {
+    fn add_clique(&mut self, comms: Vec<symmComm_t>, linked: bool, patient: bool) {
         for (r, comm) in comms.iter().enumerate() {
             let mut count: c_int = 0;
             let mut rank: c_int = -1;
@@ -679,6 +696,7 @@ impl Harness {
                 .collect(),
             linked,
             tainted: false,
+            patient,
         });
     }
 
@@ -686,6 +704,8 @@ impl Harness {
         if self.live_ranks().len() + n > MAX_LIVE_RANKS || self.group_depth > 0 {
             return;
         }
+        // Patient: the ranks' first exchange through the bootstrap is bounded by the timeout.
+        use_timeout(timeout_ms());
         let mut id = symmUniqueId {
             internal: [0; SYMM_UNIQUE_ID_BYTES],
         };
@@ -725,7 +745,7 @@ impl Harness {
             .into_iter()
             .map(|(_, comm, _)| comm as symmComm_t)
             .collect();
-        self.add_clique(comms, true);
+        self.add_clique(comms, true, true);
     }
 
     fn init_rank_misuse(&mut self, what: u8) {
@@ -897,7 +917,7 @@ impl Harness {
                 }
             }
         };
-        if blocking && !self.may_block() {
+        if blocking && !self.may_block(at.map_or(0, |a| a.0)) {
             return;
         }
         let takes_seq = !null_out && at.is_some_and(|at| valid_args(self, at));
@@ -997,7 +1017,7 @@ impl Harness {
                                 .any(|w| address < w.base + w.size && w.base < end)
                     })
             });
-        if !aligned && clique.nranks() > 1 && !self.may_block() {
+        if !aligned && clique.nranks() > 1 && !self.may_block(c) {
             return;
         }
         let own_group = self.group_depth == 0;
@@ -1371,7 +1391,7 @@ impl Harness {
         let tainted = self.cliques[at.0].tainted;
         let alone = self.cliques[at.0].nranks() == 1;
         if self.group_depth > 0 {
-            if call.count > 0 && !alone && !self.may_block() {
+            if call.count > 0 && !alone && !self.may_block(at.0) {
                 return;
             }
             let expected = if tainted { anything() } else { vec![OK] };
@@ -1394,7 +1414,7 @@ impl Harness {
             return;
         }
         if tainted || !alone {
-            if !self.may_block() {
+            if !self.may_block(at.0) {
                 return;
             }
             let expected = if tainted { anything() } else { vec![TIMEOUT] };
@@ -1531,7 +1551,7 @@ impl Harness {
             .filter(|((_, _, call), ch)| ch.is_some() && call.count > 0)
             .count();
         let partial = deferred < n || !self.cliques[c].all_alive();
-        if n > 1 && deferred > 0 && (tainted || partial) && !self.may_block() {
+        if n > 1 && deferred > 0 && (tainted || partial) && !self.may_block(c) {
             return;
         }
         let own_group = self.group_depth == 0;
@@ -1911,7 +1931,17 @@ impl Harness {
         };
         let before = self.snapshot();
 
+        // On a communicator with the short bound, a well-formed group may time out too.
+        let fast = pending.iter().any(|p| {
+            let (Pending::Register { clique, .. } | Pending::Collective { clique, .. }) = *p;
+            !self.cliques[clique].patient
+        });
+        let mut expected = expected;
+        if fast && !expected.contains(&TIMEOUT) {
+            expected.push(TIMEOUT);
+        }
         let result = self.expect("symmGroupEnd", &expected, null_mut(), || symmGroupEnd());
+        let uncertain = uncertain || (fast && result == TIMEOUT && !codes.iter().any(|c| c.contains(&TIMEOUT)));
 
         // The model's state after the group.
         for p in &pending {

@@ -21,8 +21,9 @@ fn corpus_replays_cleanly() {
     assert!(!inputs.is_empty(), "no inputs to replay");
     for path in &inputs {
         let data = std::fs::read(path).expect("reading an input");
-        eprintln!("replaying {}", path.display());
+        let started = std::time::Instant::now();
         symm_fuzz::run_input(&data);
+        eprintln!("{:>8.1} ms {}", started.elapsed().as_secs_f64() * 1e3, path.display());
     }
     let (checked, errors, timeouts) = symm_fuzz::stats::read();
     eprintln!(

@@ -12,6 +12,16 @@ fn setup(n: u8, bytes: u16, unique_id: bool) -> Vec<Op> {
     } else {
         Op::InitAll { nranks: n - 1 }
     };
+    with_init(init, bytes)
+}
+
+/// As [`setup`], with `symmCommInitAll` and the short timeout, where calls that time out are
+/// made.
+fn setup_fast(n: u8, bytes: u16) -> Vec<Op> {
+    with_init(Op::InitAll { nranks: 0x80 | (n - 1) }, bytes)
+}
+
+fn with_init(init: Op, bytes: u16) -> Vec<Op> {
     vec![
         init,
         Op::AllocAll {
@@ -148,7 +158,7 @@ fn main() {
     seeds.push(("register-and-reduce-in-group".into(), ops));
     // Misuse: mismatched parts, a rank missing, teardown in an open group.
     for variant in 3..=6u8 {
-        let mut ops = setup(2, 4096, false);
+        let mut ops = setup_fast(2, 4096);
         ops.push(collective(0, 7, 0, 50, true, variant));
         ops.push(collective(0, 7, 0, 50, true, 0));
         ops.extend(teardown());
@@ -183,7 +193,7 @@ fn main() {
     ops.extend(teardown());
     seeds.push(("teardown-in-open-group".into(), ops));
     // Bad handles and arguments on single calls.
-    let mut ops = setup(2, 4096, false);
+    let mut ops = setup_fast(2, 4096);
     for kind in 0..8u8 {
         ops.push(Op::Collective {
             comm: CommSel {
@@ -275,7 +285,7 @@ fn main() {
     ]);
     seeds.push(("bad-arguments".into(), ops));
     // A peer deregisters, then a rank calls alone.
-    let mut ops = setup(2, 4096, false);
+    let mut ops = setup_fast(2, 4096);
     ops.extend([
         Op::Deregister {
             comm: CommSel::live(1),
