@@ -5,6 +5,7 @@
 
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::bootstrap::{self, UniqueId};
+use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
 use crate::fdpass::FdListener;
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
@@ -48,6 +49,8 @@ pub struct Clique {
     /// The signal pads of this clique's windows in this process, so that a window can hold
     /// those of its peers (see [`crate::window::SignalPad`]).
     pub signal_pads: SignalPads,
+    /// The collectives in flight of this process's ranks (see [`crate::collective::Signature`]).
+    pub calls: Mutex<CallLog>,
 }
 
 impl Clique {
@@ -322,6 +325,7 @@ fn new_clique_with(
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
         signal_pads: Mutex::new(HashMap::new()),
+        calls: Mutex::new(CallLog::default()),
     }))
 }
 

@@ -175,3 +175,62 @@ fn a_timed_out_registration_never_pairs_with_a_later_one() {
     }
     teardown(buffers);
 }
+
+/// One thread per rank, and a rank calls another collective (or another count) than its peer:
+/// never success with wrong data. The later call is refused with `symmInvalidUsage` naming both
+/// calls; the earlier one, launched already, times out, and its message names both calls too.
+#[test]
+fn ranks_that_disagree_on_the_call_get_an_error_naming_both() {
+    configure();
+    let f32_ = symmDataType_t::symmFloat32 as i32;
+    let sum = symmRedOp_t::symmSum as i32;
+    for (second_gathers, second_count) in [(true, 64), (false, 128)] {
+        let comms = init_all(2);
+        let buffers = alloc_windows(&comms, 4096);
+        let calls: Vec<(usize, usize, usize)> = buffers
+            .iter()
+            .map(|b| (b.comm as usize, b.base as usize, b.bytes))
+            .collect();
+        let results: Vec<(symmResult_t, String)> = std::thread::scope(|scope| {
+            let threads: Vec<_> = calls
+                .iter()
+                .enumerate()
+                .map(|(rank, &(comm, base, _))| {
+                    scope.spawn(move || {
+                        let comm = comm as symmComm_t;
+                        let p = base as *mut c_void;
+                        let r = if rank == 1 && second_gathers {
+                            // In place: rank 1's share is the second 32 elements.
+                            let share = (base + 32 * 4) as *const c_void;
+                            symmAllGather(share, p, 32, f32_, comm, null_mut())
+                        } else {
+                            let count = if rank == 1 { second_count } else { 64 };
+                            symmAllReduce(p, p, count, f32_, sum, comm, null_mut())
+                        };
+                        (r, last_error(comm))
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut codes: Vec<symmResult_t> = results.iter().map(|(r, _)| *r).collect();
+        codes.sort_by_key(|r| *r as i32);
+        assert_eq!(
+            codes,
+            [symmResult_t::symmInvalidUsage, symmResult_t::symmTimeout],
+            "{results:?}"
+        );
+        let (first, second) = if second_gathers {
+            ("symmAllReduce of 64", "symmAllGather of 32")
+        } else {
+            ("symmAllReduce of 64", "symmAllReduce of 128")
+        };
+        for (_, message) in &results {
+            assert!(
+                message.contains(first) && message.contains(second),
+                "{message}"
+            );
+        }
+        teardown(buffers);
+    }
+}
