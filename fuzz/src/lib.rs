@@ -261,6 +261,13 @@ pub struct Harness {
     blocking_left: u32,
     rng: Rng,
     log: Vec<String>,
+    /// Threads of the process when the input started.
+    threads_at_start: usize,
+}
+
+/// Threads of this process.
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 /// A made-up address that is never a handle or a buffer of the library.
@@ -309,6 +316,7 @@ impl Harness {
             blocking_left: BLOCKING_BUDGET,
             rng: Rng(seed),
             log: Vec::new(),
+            threads_at_start: thread_count(),
         }
     }
 
@@ -2043,6 +2051,21 @@ impl Harness {
         for handle in handles {
             self.log.push("(end of input) Destroy".into());
             self.destroy(handle);
+        }
+        // Every thread the library started for this input ends: kernels' threads at once,
+        // bootstrap roots shortly after their ranks left. (Waiting also keeps LeakSanitizer,
+        // which checks right after the input, from seeing the bookkeeping of a thread that is
+        // still exiting as a leak.)
+        let deadline = Instant::now() + call_bound();
+        while thread_count() > self.threads_at_start {
+            if Instant::now() > deadline {
+                self.fail(format!(
+                    "{} threads run after every communicator was destroyed, {} before the input",
+                    thread_count(),
+                    self.threads_at_start
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
