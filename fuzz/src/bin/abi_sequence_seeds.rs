@@ -306,6 +306,36 @@ fn main() {
     ops.extend(teardown());
     seeds.push(("peer-deregistered".into(), ops));
 
+    // Each rank registers alone (both time out), then both in a group.
+    let mut ops = vec![
+        Op::InitAll { nranks: 0x81 },
+        Op::AllocAll {
+            clique: 0,
+            size: 1024,
+        },
+    ];
+    for rank in 0..2 {
+        ops.push(Op::Register {
+            comm: CommSel::live(rank),
+            ptr: BufSel {
+                kind: 4,
+                index: 0,
+                offset: 0,
+            },
+            size: 0xFFFF,
+            flags: 0,
+        });
+    }
+    ops.push(Op::RegisterAll {
+        clique: 0,
+        alloc: 0,
+        offset: 0,
+        size: 0xFFFF,
+    });
+    ops.push(collective(0, 7, 0, 16, true, 0));
+    ops.extend(teardown());
+    seeds.push(("registration-timed-out".into(), ops));
+
     for (name, ops) in &seeds {
         let path = std::path::Path::new(&dir).join(format!("seed-{name}"));
         std::fs::write(&path, encode_all(ops)).expect("writing a seed");
