@@ -6,8 +6,9 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::ffi::types::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
 use crate::group::{self, Deferred};
-use crate::plan::{Collective, Launch, Limits, Plan, plan};
+use crate::plan::{Collective, KernelId, Launch, Limits, Plan, plan};
 use crate::window::{self, Window};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -104,6 +105,91 @@ impl Task {
     }
 }
 
+/// What the `k`-th collective of every rank of a communicator must agree on: checked between
+/// the ranks of this process (one thread per rank, or a group driving some of them) before a
+/// launch, so that a rank that calls another collective, type, operator or count than its
+/// peers is refused instead of exchanging data with them under wrong assumptions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    collective: Collective,
+    kernel: KernelId,
+    /// The kernel's count argument (elements; bytes for all-gather).
+    count: u64,
+    grid: u32,
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.collective {
+            Collective::AllReduce => "symmAllReduce",
+            Collective::AllGather => "symmAllGather",
+            Collective::ReduceScatter => "symmReduceScatter",
+        };
+        // All-gather kernels count bytes.
+        let elements = match self.collective {
+            Collective::AllGather => self.count / self.kernel.dtype.size_bytes() as u64,
+            _ => self.count,
+        };
+        write!(f, "{name} of {elements} x {:?}", self.kernel.dtype)?;
+        if self.collective != Collective::AllGather {
+            write!(f, " {:?}", self.kernel.op)?;
+        }
+        write!(
+            f,
+            " ({}, {} blocks)",
+            self.kernel.algorithm.name(),
+            self.grid
+        )
+    }
+}
+
+/// The signatures of the collectives in flight of a clique's ranks in this process, by call
+/// number, and the last disagreement found (named again by the peer's timeout).
+#[derive(Default)]
+pub struct CallLog {
+    calls: BTreeMap<u64, Vec<Option<Signature>>>,
+    mismatch: Option<String>,
+}
+
+/// Most call numbers kept waiting for a rank that never calls (one that left, or lives in
+/// another process, where the check does not reach).
+const CALL_LOG_ENTRIES: usize = 256;
+
+/// Record that `rank`'s collective number `seq` is `signature`; an error naming both calls when
+/// a rank of this process made another call under that number.
+fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
+    let clique = &comm.clique;
+    let mut log = clique.calls.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = log
+        .calls
+        .entry(seq)
+        .or_insert_with(|| vec![None; clique.nranks]);
+    let conflict = entry.iter().enumerate().find_map(|(r, theirs)| {
+        theirs
+            .as_ref()
+            .filter(|theirs| r != comm.rank && *theirs != signature)
+            .map(|theirs| (r, theirs.clone()))
+    });
+    if let Some((other, theirs)) = conflict {
+        let message = format!(
+            "rank {}'s collective #{seq} is {signature}, but rank {other}'s is {theirs}: every \
+             rank must make the same collective calls, with the same count, in the same order; \
+             rank {}'s call was refused (nothing was exchanged) and rank {other}'s times out",
+            comm.rank, comm.rank
+        );
+        log.mismatch = Some(message.clone());
+        return Err(Error::invalid_usage(message));
+    }
+    entry[comm.rank] = Some(signature.clone());
+    if entry.iter().all(Option::is_some) {
+        log.calls.remove(&seq);
+    }
+    while log.calls.len() > CALL_LOG_ENTRIES {
+        log.calls.pop_first();
+    }
+    Ok(())
+}
+
 /// Launch `parts` as one launch with `plan`: `parts[i]` is the `i`-th served rank's tasks (one
 /// device, distinct ranks), in batch order; the `t`-th task of every rank is one collective
 /// (checked to agree). An unfused call is one rank's one task with its own plan. A timed-out
@@ -192,6 +278,19 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
             launch.device
         );
     }
+    for (task, instance) in parts
+        .iter()
+        .flat_map(|tasks| tasks.iter())
+        .zip(&launch.instances)
+    {
+        let signature = Signature {
+            collective: task.collective,
+            kernel: plan.kernel,
+            count: task.args.count,
+            grid: plan.grid,
+        };
+        agree(&task.comm, instance.seq, &signature)?;
+    }
     for tasks in parts {
         let comm = &tasks[0].comm;
         comm.lock().last_kernel = Some(plan.kernel.ptx_name());
@@ -243,11 +342,20 @@ pub fn check_not_aborted(comm: &Comm) -> Result<()> {
                 ),
             )
         } else {
+            let mismatch = comm
+                .clique
+                .calls
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .mismatch
+                .as_ref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
             (
                 symmResult_t::symmTimeout,
                 format!(
                     "rank {}: a peer did not arrive within {} ms (ABORT_TIMED_OUT); this \
-                     communicator is aborted",
+                     communicator is aborted{mismatch}",
                     comm.rank,
                     comm.clique.timeout.as_millis()
                 ),

@@ -5,12 +5,13 @@
 
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::bootstrap::{self, UniqueId};
+use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
 use crate::fdpass::FdListener;
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
 use crate::shareable::Shareable;
-use crate::window::{Exchange, Window};
+use crate::window::{Exchange, SignalPads, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -47,6 +48,11 @@ pub struct Clique {
     pub exchange: Mutex<Exchange>,
     /// Signalled whenever `exchange` changes.
     pub exchange_changed: Condvar,
+    /// The signal pads of this clique's windows in this process, so that a window can hold
+    /// those of its peers (see [`crate::window::SignalPad`]).
+    pub signal_pads: SignalPads,
+    /// The collectives in flight of this process's ranks (see [`crate::collective::Signature`]).
+    pub calls: Mutex<CallLog>,
 }
 
 impl Clique {
@@ -333,7 +339,21 @@ fn new_clique_with(
         tables: Mutex::new(HashMap::new()),
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
+        signal_pads: Mutex::new(HashMap::new()),
+        calls: Mutex::new(CallLog::default()),
     }))
+}
+
+/// `nranks` ranks of one clique on device 0 of `backend`, with the bound `timeout` (tests of
+/// this crate, which must not depend on the environment).
+#[cfg(test)]
+pub(crate) fn init_all_on(
+    backend: Arc<Backend>,
+    nranks: usize,
+    timeout: Duration,
+) -> Result<Vec<Arc<Comm>>> {
+    let clique = new_clique_with(backend, &vec![0; nranks], 1, timeout)?;
+    (0..nranks).map(|r| new_comm(&clique, r, None)).collect()
 }
 
 fn check_nranks(nranks: i64, name: &str) -> Result<usize> {

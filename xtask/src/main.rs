@@ -18,10 +18,13 @@
 //! * `wheel` — `libsymm.so` in release and a platform wheel of the Python package carrying it,
 //!   `symm.h` and the Triton device libraries, in `<target>/wheels/`.
 //! * `pytest` — the Python package's tests in a virtual environment, on the host backend.
+//! * `fuzz --replay | --time SECONDS | --seeds` — the C ABI fuzz target (`fuzz/`): replay its
+//!   corpus, fuzz for a while, or rewrite its generated seeds.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
+mod fuzz;
 mod loom;
 mod ptx;
 mod python;
@@ -43,9 +46,10 @@ fn main() -> ExitCode {
         Some("gpu-bundle") => bundle::build(),
         Some("wheel") => python::wheel(),
         Some("pytest") => python::pytest(),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
-             | gpu-bundle | wheel | pytest"
+             | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds"
                 .to_string(),
         ),
     };

@@ -97,6 +97,12 @@ impl HostBackend {
         Ok(())
     }
 
+    /// `true` while `address` is an allocation of this backend.
+    #[cfg(test)]
+    pub fn is_allocated(&self, address: u64) -> bool {
+        self.lock().contains_key(&address)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Layout>> {
         self.allocations.lock().unwrap_or_else(|e| e.into_inner())
     }
