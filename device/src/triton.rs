@@ -109,6 +109,22 @@ fn in_window(context: &SymmContext, offset: i64, bytes: Option<i64>) -> bool {
             .is_some_and(|end| end as u64 <= context.window_size)
 }
 
+/// The one task of a device-function call: both buffers in the window of `ctx`, checked
+/// (non-negative, inside the window) by the caller.
+#[inline(always)]
+fn window_task(ctx: i64, send_offset: i64, recv_offset: i64, count: i64, flags: u32) -> TaskArgs {
+    TaskArgs {
+        send_context: ctx as u64,
+        recv_context: ctx as u64,
+        send_offset: send_offset as u64,
+        recv_offset: recv_offset as u64,
+        count: count as u64,
+        first_cell: 0,
+        flags,
+        reserved: 0,
+    }
+}
+
 /// The device function's status for a kernel body's outcome.
 #[inline(always)]
 fn status_of(outcome: KernelStatus) -> i32 {
@@ -154,16 +170,7 @@ pub unsafe fn symm_all_reduce_device(
     let Some(grid) = program_grid().filter(|_| valid) else {
         return status::INVALID_ARGUMENT;
     };
-    let task = TaskArgs {
-        send_context: ctx as u64,
-        recv_context: ctx as u64,
-        send_offset: byte_offset as u64,
-        recv_offset: byte_offset as u64,
-        count: num_elements as u64,
-        first_cell: 0,
-        flags: FLAG_IN_PLACE,
-        reserved: 0,
-    };
+    let task = window_task(ctx, byte_offset, byte_offset, num_elements, FLAG_IN_PLACE);
     // SAFETY: one task whose context was checked above (`Batch::open` checks it again, on
     // every thread alike).
     let Some(batch) = (unsafe { Batch::open(&task, 1) }) else {
@@ -244,16 +251,8 @@ pub unsafe fn symm_all_gather_device(
     let Some(grid) = program_grid().filter(|_| valid) else {
         return status::INVALID_ARGUMENT;
     };
-    let task = TaskArgs {
-        send_context: ctx as u64,
-        recv_context: ctx as u64,
-        send_offset: send_byte_offset as u64,
-        recv_offset: recv_byte_offset as u64,
-        count: n_bytes as u64,
-        first_cell: 0,
-        flags: if in_place { FLAG_IN_PLACE } else { 0 },
-        reserved: 0,
-    };
+    let flags = if in_place { FLAG_IN_PLACE } else { 0 };
+    let task = window_task(ctx, send_byte_offset, recv_byte_offset, n_bytes, flags);
     // SAFETY: one task whose context was checked above.
     let Some(batch) = (unsafe { Batch::open(&task, 1) }) else {
         return status::INVALID_ARGUMENT;
