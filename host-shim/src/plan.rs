@@ -232,32 +232,9 @@ pub fn plan(
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
     let fits_ll = payload <= LL_MAX_BYTES as u64;
-    let candidates: Vec<Algorithm> = match (collective, limits.forced) {
-        (Collective::AllReduce, Some(Algorithm::OneShotLlAllReduce)) if !fits_ll => {
-            return Err(Error::invalid_argument(format!(
-                "SYMM_ALGO=ll: {payload} bytes exceed the low-latency buffers ({LL_MAX_BYTES} \
-                 bytes per rank)"
-            )));
-        }
-        (Collective::AllReduce, Some(forced)) => vec![forced],
-        _ => collective
-            .algorithms()
-            .iter()
-            .copied()
-            .filter(|a| {
-                !matches!(a, Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather) || fits_ll
-            })
-            .collect(),
-    };
-    if !candidates
-        .iter()
-        .all(|a| collective.algorithms().contains(a))
-    {
-        return Err(Error::invalid_argument(format!(
-            "SYMM_ALGO names an algorithm that does not implement {}",
-            collective.name()
-        )));
-    }
+    let candidates = candidates(collective, limits.forced, fits_ll, || {
+        format!("{payload} bytes exceed")
+    })?;
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
@@ -276,6 +253,51 @@ pub fn plan(
         block: model.threads,
         predicted_us,
     })
+}
+
+/// `true` for the low-latency algorithms (payloads up to `LL_MAX_BYTES` per rank).
+pub(crate) fn is_low_latency(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather
+    )
+}
+
+/// The algorithms a plan chooses among: the one `SYMM_ALGO` forces (all-reduce), else every
+/// algorithm of `collective`, the low-latency ones only when the payload `fits_ll`. A forced
+/// low-latency algorithm that does not fit is an error; `too_large` words the payload
+/// ("… bytes exceed").
+pub(crate) fn candidates(
+    collective: Collective,
+    forced: Option<Algorithm>,
+    fits_ll: bool,
+    too_large: impl FnOnce() -> String,
+) -> Result<Vec<Algorithm>> {
+    let candidates: Vec<Algorithm> = match (collective, forced) {
+        (Collective::AllReduce, Some(forced)) if is_low_latency(forced) && !fits_ll => {
+            return Err(Error::invalid_argument(format!(
+                "SYMM_ALGO=ll: {} the low-latency buffers ({LL_MAX_BYTES} bytes per rank)",
+                too_large()
+            )));
+        }
+        (Collective::AllReduce, Some(forced)) => vec![forced],
+        _ => collective
+            .algorithms()
+            .iter()
+            .copied()
+            .filter(|a| !is_low_latency(*a) || fits_ll)
+            .collect(),
+    };
+    if !candidates
+        .iter()
+        .all(|a| collective.algorithms().contains(a))
+    {
+        return Err(Error::invalid_argument(format!(
+            "SYMM_ALGO names an algorithm that does not implement {}",
+            collective.name()
+        )));
+    }
+    Ok(candidates)
 }
 
 /// Parse `SYMM_ALGO` (`None`: unset, `auto` or empty).

@@ -29,7 +29,7 @@
 //! algorithm added there is considered here once the device crate gives its cells
 //! (`cell_elements`).
 
-use super::{Collective, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan};
+use super::{Collective, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use symm_device::symmetric::batch::task_cells;
@@ -171,33 +171,13 @@ pub fn plan_batch(
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let fits_ll = request.fits_ll();
-    let is_ll = |a: Algorithm| matches!(a, Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather);
-    let candidates: Vec<Algorithm> = match (collective, limits.forced) {
-        (Collective::AllReduce, Some(forced)) if is_ll(forced) && !fits_ll => {
-            return Err(Error::invalid_argument(format!(
-                "SYMM_ALGO=ll: a fused batch of {} all-reduces ({} bytes) exceeds the \
-                 low-latency buffers ({LL_MAX_BYTES} bytes per rank)",
-                counts.len(),
-                request.size().total_bytes
-            )));
-        }
-        (Collective::AllReduce, Some(forced)) => vec![forced],
-        _ => collective
-            .algorithms()
-            .iter()
-            .copied()
-            .filter(|a| !is_ll(*a) || fits_ll)
-            .collect(),
-    };
-    if !candidates
-        .iter()
-        .all(|a| collective.algorithms().contains(a))
-    {
-        return Err(Error::invalid_argument(format!(
-            "SYMM_ALGO names an algorithm that does not implement {}",
-            collective.name()
-        )));
-    }
+    let candidates = candidates(collective, limits.forced, fits_ll, || {
+        format!(
+            "a fused batch of {} all-reduces ({} bytes) exceeds",
+            counts.len(),
+            request.size().total_bytes
+        )
+    })?;
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
