@@ -146,27 +146,6 @@ fn new_id() -> symmUniqueId {
     id
 }
 
-/// `symmCommInitRank` of `nranks` ranks, one thread each.
-fn join_threads(id: symmUniqueId, nranks: usize) -> Vec<symmComm_t> {
-    let threads: Vec<_> = (0..nranks)
-        .map(|rank| {
-            std::thread::spawn(move || {
-                let mut comm = null_mut();
-                // SAFETY: valid out-pointer.
-                check(
-                    unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) },
-                    null_mut(),
-                );
-                comm as usize
-            })
-        })
-        .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().expect("a joining thread") as symmComm_t)
-        .collect()
-}
-
 fn unique_id_round() {
     let comms = join_threads(new_id(), 3);
     let buffers = alloc_windows(&comms, COUNT * 4);
