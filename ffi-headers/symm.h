@@ -90,6 +90,28 @@ typedef enum {
   symmAvg = 4,
 } symmRedOp_t;
 
+// Status returned by the device functions of the Triton-linkable library
+// (`ptx-out/symm_triton.ll`: `symm_all_reduce`, `symm_all_gather`, `symm_barrier`), the same
+// on every thread of a program. Mirrors `symm_device::triton::status`.
+typedef enum {
+  // The collective completed on this rank.
+  symmDeviceSuccess = 0,
+  // The context pointer is null.
+  symmDeviceNullContext = -1,
+  // The context is not a native symm window.
+  symmDeviceUnknownBackend = -2,
+  // The reduction operator is not a `symmRedOp_t`.
+  symmDeviceUnsupportedOp = -3,
+  // The data type is not a `symmDataType_t`.
+  symmDeviceUnsupportedDtype = -4,
+  // A peer did not arrive within the window's timeout, or the window was aborted; the host
+  // reports `symmTimeout` for the window.
+  symmDeviceTimeout = -5,
+  // A range leaves the window, is misaligned or overlaps, `local_ptr` is not this rank's
+  // window base, or the grid is not 1-D with at most 64 programs.
+  symmDeviceInvalidArgument = -6,
+} symmDeviceStatus_t;
+
 // CUDA's stream type, as in `cuda.h`.
 typedef struct CUstream_st CUstream_st;
 

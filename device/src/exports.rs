@@ -1,172 +1,58 @@
 //! What the PTX and the bitcode export: one kernel entry point (`extern "ptx-kernel"`) per
 //! (algorithm, data type, operator), named as [`crate::symmetric::dispatch::kernel_name`]
-//! says, plus `symm_all_gather`, and the device function Triton kernels link against. Every
-//! body is a target-independent function, so the host backend and the tests run exactly what
-//! the GPU runs.
+//! says. Every body is a target-independent function, so the host backend and the tests run
+//! exactly what the GPU runs. The device functions that Triton kernels link against are in
+//! [`crate::triton`].
 //!
-//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a table of context
-//! addresses (one per rank served by the launch; the grid is split evenly among them) and the
-//! collective's arguments.
+//! Every kernel takes [`crate::symmetric::dispatch::KERNEL_PARAMETERS`]: a work table of task
+//! descriptors (`task_count` per rank served by the launch; the grid is split evenly among the
+//! ranks), the number of tasks and the number of ranks.
 
-use crate::context::{BackendTag, SymmContext};
-use crate::numeric::element::{Bf16, Element, F16};
-use crate::numeric::ops::{Avg, Max, Min, ReduceOp, Sum};
-use crate::symmetric::all_reduce::one_shot_all_reduce;
-use crate::symmetric::{CollectiveArgs, FLAG_IN_PLACE, KernelStatus, RankArgs, for_virtual_rank};
-use crate::types::{DataType, RedOp};
-
-/// Return codes of [`symm_all_reduce_device`] (and of the exported `symm_all_reduce`).
-pub mod device_status {
-    /// Success.
-    pub const SUCCESS: i32 = 0;
-    /// The context pointer is null.
-    pub const NULL_CONTEXT: i32 = -1;
-    /// The context's backend tag is not one this library implements.
-    pub const UNKNOWN_BACKEND: i32 = -2;
-    /// The reduction is not supported by the device function.
-    pub const UNSUPPORTED_OP: i32 = -3;
-    /// The data type is not supported by the device function.
-    pub const UNSUPPORTED_DTYPE: i32 = -4;
-    /// A peer did not arrive in time (or the window was aborted); the abort word is set.
-    pub const TIMEOUT: i32 = -5;
-    /// `local_ptr` is not this rank's window base, the range leaves the window or is
-    /// misaligned, or the grid is larger than the signal pad allows.
-    pub const INVALID_ARGUMENT: i32 = -6;
-}
-
-/// In-place one-shot all-reduce of `num_elements` elements at `byte_offset` of the window
-/// described by `ctx`, for device code that links the bitcode (Triton). Every thread of every
-/// block of the calling grid must call it with the same arguments, and every rank must make the
-/// same call. Supports float32, float16 and bfloat16 with sum, avg, max and min.
-///
-/// `local_ptr` is this rank's window base (as Triton sees it) or 0.
-///
-/// # Safety
-/// `ctx` must be 0 or the address of a context built by the host for this rank.
-#[inline(always)]
-pub unsafe fn symm_all_reduce_device(
-    ctx: i64,
-    local_ptr: i64,
-    byte_offset: i64,
-    num_elements: i64,
-    reduce_op: i32,
-    dtype: i32,
-) -> i32 {
-    use device_status::*;
-    if ctx == 0 {
-        return NULL_CONTEXT;
-    }
-    // SAFETY: a non-null ctx is a host-built context (caller's contract).
-    let context = unsafe { &*(ctx as u64 as *const SymmContext) };
-    if context.backend != BackendTag::Native as u32 {
-        return UNKNOWN_BACKEND;
-    }
-    let Some(dtype) = DataType::from_raw(dtype as u32) else {
-        return UNSUPPORTED_DTYPE;
-    };
-    let Some(op) = RedOp::from_raw(reduce_op as u32) else {
-        return UNSUPPORTED_OP;
-    };
-    let size = dtype.size_bytes() as i64;
-    let in_window = byte_offset >= 0
-        && num_elements >= 0
-        && num_elements
-            .checked_mul(size)
-            .and_then(|bytes| bytes.checked_add(byte_offset))
-            .is_some_and(|end| end as u64 <= context.window_size);
-    if !in_window
-        || (local_ptr != 0 && local_ptr as u64 != context.local_base)
-        || byte_offset % size != 0
-    {
-        return INVALID_ARGUMENT;
-    }
-    let args = CollectiveArgs {
-        send_offset: byte_offset as u64,
-        recv_offset: byte_offset as u64,
-        count: num_elements as u64,
-        flags: FLAG_IN_PLACE,
-    };
-    let table = RankArgs {
-        send_context: ctx as u64,
-        recv_context: ctx as u64,
-        flags: 0,
-        reserved: 0,
-    };
-    fn run<T: Element, O: ReduceOp>(table: &RankArgs, args: &CollectiveArgs) -> KernelStatus {
-        // SAFETY: the table holds one entry with a host-built context; the range was checked
-        // above.
-        unsafe {
-            for_virtual_rank(table, 1, args, |rank, grid, args| {
-                one_shot_all_reduce::<T, O>(rank, grid, args)
-            })
-        }
-    }
-    let status = match (dtype, op) {
-        (DataType::Float32, RedOp::Sum) => run::<f32, Sum>(&table, &args),
-        (DataType::Float32, RedOp::Avg) => run::<f32, Avg>(&table, &args),
-        (DataType::Float32, RedOp::Max) => run::<f32, Max>(&table, &args),
-        (DataType::Float32, RedOp::Min) => run::<f32, Min>(&table, &args),
-        (DataType::Bfloat16, RedOp::Sum) => run::<Bf16, Sum>(&table, &args),
-        (DataType::Bfloat16, RedOp::Avg) => run::<Bf16, Avg>(&table, &args),
-        (DataType::Bfloat16, RedOp::Max) => run::<Bf16, Max>(&table, &args),
-        (DataType::Bfloat16, RedOp::Min) => run::<Bf16, Min>(&table, &args),
-        (DataType::Float16, RedOp::Sum) => run::<F16, Sum>(&table, &args),
-        (DataType::Float16, RedOp::Avg) => run::<F16, Avg>(&table, &args),
-        (DataType::Float16, RedOp::Max) => run::<F16, Max>(&table, &args),
-        (DataType::Float16, RedOp::Min) => run::<F16, Min>(&table, &args),
-        (DataType::Float32 | DataType::Bfloat16 | DataType::Float16, _) => {
-            return UNSUPPORTED_OP;
-        }
-        _ => return UNSUPPORTED_DTYPE,
-    };
-    match status {
-        KernelStatus::Completed => SUCCESS,
-        KernelStatus::Aborted => TIMEOUT,
-        KernelStatus::InvalidLaunch => INVALID_ARGUMENT,
-    }
-}
-
-#[cfg(target_arch = "nvptx64")]
+/// The kernel entry points; not in the Triton-linkable library (the `triton-library` feature),
+/// which carries only the device functions of [`crate::triton`].
+#[cfg(all(target_arch = "nvptx64", not(feature = "triton-library")))]
 mod ptx {
-    use super::*;
-    use crate::numeric::element::{F8E4M3, F8E5M2};
-    use crate::numeric::ops::Prod;
+    use crate::numeric::element::{Bf16, F8E4M3, F8E5M2, F16};
+    use crate::numeric::ops::{Avg, Max, Min, Prod, Sum};
     use crate::symmetric::all_gather::all_gather;
-    use crate::symmetric::all_reduce::{one_shot_ll_all_reduce, two_shot_all_reduce};
+    use crate::symmetric::all_reduce::{
+        one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce,
+    };
     use crate::symmetric::pat::{pat_all_gather, pat_reduce_scatter};
     use crate::symmetric::reduce_scatter::reduce_scatter;
-    use crate::symmetric::resolve_launch;
+    use crate::symmetric::{KernelStatus, TaskArgs, resolve_launch};
 
-    /// One exported kernel: `$body` is a kernel function taking (ctx, grid, args).
+    /// One exported kernel: `$body` is a kernel function taking (batch, grid).
     macro_rules! export_kernel {
         ($name:expr, $body:expr) => {
             const _: () = {
                 /// # Safety
-                /// Launched by the host shim with contexts and offsets it validated.
+                /// Launched by the host shim with a work table of contexts and offsets it
+                /// validated.
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(
-                    ranks: *const RankArgs,
+                    tasks: *const TaskArgs,
+                    task_count: u32,
                     rank_count: u32,
-                    send_offset: u64,
-                    recv_offset: u64,
-                    count: u64,
-                    flags: u32,
                 ) {
-                    let args = CollectiveArgs {
-                        send_offset,
-                        recv_offset,
-                        count,
-                        flags,
-                    };
                     // SAFETY: the host validated the contexts and ranges before launching;
                     // the outcome is reported through each context's abort word (a refused
                     // launch included).
                     unsafe {
-                        match resolve_launch(ranks, rank_count, &args) {
-                            Ok((rank, grid, args)) => {
-                                $body(rank, grid, &args);
+                        match resolve_launch(tasks, task_count, rank_count) {
+                            Ok((batch, grid)) => {
+                                // A body may refuse the launch too (LL lines that do not
+                                // fit, a PAT work table of several tasks): reported alike,
+                                // as the host backend's executor does.
+                                if $body(&batch, grid) == KernelStatus::InvalidLaunch {
+                                    crate::symmetric::report_invalid_launch(
+                                        tasks, task_count, rank_count,
+                                    );
+                                }
                             }
-                            Err(_) => crate::symmetric::report_invalid_launch(ranks, rank_count),
+                            Err(_) => crate::symmetric::report_invalid_launch(
+                                tasks, task_count, rank_count,
+                            ),
                         }
                     }
                 }
@@ -295,24 +181,5 @@ mod ptx {
                 crate::scheduler::policy::Greedy,
             >(w)
         });
-    }
-
-    /// Device function for Triton: see [`symm_all_reduce_device`].
-    ///
-    /// # Safety
-    /// As for [`symm_all_reduce_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_all_reduce(
-        ctx: i64,
-        local_ptr: i64,
-        byte_offset: i64,
-        num_elements: i64,
-        reduce_op: i32,
-        dtype: i32,
-    ) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe {
-            symm_all_reduce_device(ctx, local_ptr, byte_offset, num_elements, reduce_op, dtype)
-        }
     }
 }

@@ -15,8 +15,9 @@
 //! 2. [`sync`] — safe primitives built on `arch`: bounded waits and the cross-rank barrier on
 //!    signal pads.
 //! 3. [`symmetric`] — the collective kernels, generic over element type and reduction.
-//! 4. [`exports`] — the `extern "ptx-kernel"` entry points and device functions that appear in
-//!    the PTX and the bitcode.
+//! 4. [`exports`] — the `extern "ptx-kernel"` entry points that appear in the PTX, and
+//!    [`triton`] — the device functions that Triton kernels (or any device code) link from the
+//!    Triton-linkable LLVM IR.
 //!
 //! [`SymmContext`] is the `#[repr(C)]` description of one symmetric window that every kernel
 //! receives as a 64-bit pointer.
@@ -39,6 +40,7 @@ pub mod numeric;
 pub mod scheduler;
 pub mod symmetric;
 pub mod sync;
+pub mod triton;
 pub mod types;
 
 pub use context::{BackendTag, SymmContext};

@@ -395,6 +395,80 @@ fn mutant_finish_without_closing_barrier_is_caught() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fused one-shot all-reduce: owed round barriers.
+
+/// The barrier protocol of a fused one-shot all-reduce (`symmetric::all_reduce`) with two
+/// tasks: rank 0 is out of place for task 0 and in place for task 1, rank 1 the other way
+/// round. Every rank reads every rank's word of each task; a rank in place for a task
+/// overwrites its own word after that task's round barrier; a rank out of place owes the
+/// task's round barrier and announces it with its next barrier (`sync_advancing`). With
+/// `announce_owed` false (the mutant), a rank announces only its own barriers, so a peer's
+/// in-place write can race with its reads. A second launch then passes a barrier from the
+/// epoch both ranks ended at.
+fn fused_one_shot_owed_rounds(announce_owed: bool) {
+    const TASKS: usize = 2;
+    let world = 2;
+    let model = World::new(world);
+    model.declare();
+    let payload = Payload::new(world * TASKS + world);
+    let word = |task: usize, rank: usize| task * world + rank;
+    for task in 0..TASKS {
+        for rank in 0..world {
+            payload.write(word(task, rank), (10 * task + rank) as u64);
+        }
+    }
+    run_grid(world as u32, 1, &|| {
+        let (rank, _) = place(1);
+        let ctx = &model.contexts[rank];
+        // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
+        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        barrier.sync().expect("no timeouts under loom");
+        let mut owed = 0u32;
+        for task in 0..TASKS {
+            let in_place = (task + rank) % 2 == 1;
+            let sum: u64 = (0..world).map(|r| payload.read(word(task, r))).sum();
+            let expected: u64 = (0..world).map(|r| (10 * task + r) as u64).sum();
+            assert_eq!(sum, expected, "rank {rank} task {task}");
+            if in_place {
+                barrier
+                    .sync_advancing(owed + 1)
+                    .expect("no timeouts under loom");
+                owed = 0;
+                payload.write(word(task, rank), sum);
+            } else if announce_owed {
+                owed += 1;
+            }
+        }
+        barrier
+            .sync_advancing(owed + 1)
+            .expect("no timeouts under loom");
+        barrier.finish();
+        // The next launch on the window: both ranks continue from the same epoch.
+        // SAFETY: as above.
+        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        payload.write(world * TASKS + rank, 100 + rank as u64);
+        barrier.sync().expect("no timeouts under loom");
+        let peer = 1 - rank;
+        assert_eq!(payload.read(world * TASKS + peer), 100 + peer as u64);
+        barrier.finish();
+    });
+}
+
+/// 2 ranks × 1 block × 1 thread: the owed round barriers of a fused one-shot batch.
+#[test]
+fn fused_one_shot_owed_round_barriers() {
+    explore(|| fused_one_shot_owed_rounds(true));
+}
+
+/// Teeth: a rank that does not announce the round barriers it owes lets a peer overwrite a
+/// word it is still reading.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_fused_one_shot_without_owed_rounds_is_caught() {
+    explore(|| fused_one_shot_owed_rounds(false));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Low-latency lines.
 
 /// The data of line `line` from `source` in call `call`.

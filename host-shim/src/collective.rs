@@ -6,11 +6,14 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::ffi::types::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
 use crate::group::{self, Deferred};
-use crate::plan::{Collective, Launch, Limits, Plan, plan};
+use crate::plan::{Collective, KernelId, Launch, Limits, Plan, plan};
 use crate::window::{self, Window};
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use symm_device::symmetric::{ABORT_INVALID_LAUNCH, CollectiveArgs, FLAG_IN_PLACE, RankArgs};
+use symm_device::symmetric::batch::task_cells;
+use symm_device::symmetric::{ABORT_INVALID_LAUNCH, CollectiveArgs, FLAG_IN_PLACE, TaskArgs};
 use symm_device::{DataType, RedOp};
 
 /// A validated collective of one rank, ready to launch once its windows are complete.
@@ -55,63 +58,196 @@ impl Task {
     fn in_place(&self) -> bool {
         self.rank_flags & FLAG_IN_PLACE != 0
     }
+
+    /// Payload bytes of this rank's share (all-reduce: the whole buffer).
+    fn share_bytes(&self) -> u64 {
+        match self.collective {
+            // All-gather counts bytes.
+            Collective::AllGather => self.args.count,
+            _ => self.args.count * self.plan.kernel.dtype.size_bytes() as u64,
+        }
+    }
+
+    /// The address ranges of this rank's memory the task reads and writes, `(reads, writes)`
+    /// (peers access the same offsets of the same windows, so these also stand for what the
+    /// task does to peers' memory).
+    pub fn footprint(&self) -> (Range<u64>, Range<u64>) {
+        let share = self.share_bytes();
+        let whole = share * self.comm.clique.nranks as u64;
+        let send = self.send_window.base + self.args.send_offset;
+        let recv = self.recv_window.base + self.args.recv_offset;
+        let rank_share = self.comm.rank as u64 * share;
+        match (self.collective, self.in_place()) {
+            (Collective::AllReduce, true) => (send..send + share, send..send + share),
+            (Collective::AllReduce, false) => (send..send + share, recv..recv + share),
+            (Collective::AllGather, true) => (
+                recv + rank_share..recv + rank_share + share,
+                recv..recv + whole,
+            ),
+            (Collective::AllGather, false) => (send..send + share, recv..recv + whole),
+            (Collective::ReduceScatter, true) => (
+                send..send + whole,
+                send + rank_share..send + rank_share + share,
+            ),
+            (Collective::ReduceScatter, false) => (send..send + whole, recv..recv + share),
+        }
+    }
+
+    /// `true` when one of `self` and `other` writes memory the other reads or writes, so
+    /// that they must run one after the other.
+    pub fn conflicts_with(&self, other: &Task) -> bool {
+        let overlap = |a: &Range<u64>, b: &Range<u64>| a.start < b.end && b.start < a.end;
+        let (reads, writes) = self.footprint();
+        let (other_reads, other_writes) = other.footprint();
+        overlap(&writes, &other_reads)
+            || overlap(&writes, &other_writes)
+            || overlap(&reads, &other_writes)
+    }
 }
 
-/// The arguments of a launch serving `tasks` (parts of one collective that agree where they
-/// use an offset): each offset from a part that uses it.
-fn launch_args(tasks: &[&Task]) -> CollectiveArgs {
-    let mut args = tasks[0].args;
-    if let Some(t) = tasks.iter().find(|t| t.uses_send_offset()) {
-        args.send_offset = t.args.send_offset;
-    }
-    if let Some(t) = tasks.iter().find(|t| t.uses_recv_offset()) {
-        args.recv_offset = t.args.recv_offset;
-    }
-    args.flags = 0;
-    args
+/// What the `k`-th collective of every rank of a communicator must agree on: checked between
+/// the ranks of this process (one thread per rank, or a group driving some of them) before a
+/// launch, so that a rank that calls another collective, type, operator or count than its
+/// peers is refused instead of exchanging data with them under wrong assumptions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    collective: Collective,
+    kernel: KernelId,
+    /// The kernel's count argument (elements; bytes for all-gather).
+    count: u64,
+    grid: u32,
 }
 
-/// Launch `tasks` (parts of one collective on one device, checked to agree, distinct ranks) as
-/// one launch,
-/// and report a timed-out peer as `symmTimeout` (host backend: of this call; cuda: of a later
-/// one, when the kernel has run).
-pub fn execute(tasks: &[&Task]) -> Result<()> {
-    let first = tasks
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.collective {
+            Collective::AllReduce => "symmAllReduce",
+            Collective::AllGather => "symmAllGather",
+            Collective::ReduceScatter => "symmReduceScatter",
+        };
+        // All-gather kernels count bytes.
+        let elements = match self.collective {
+            Collective::AllGather => self.count / self.kernel.dtype.size_bytes() as u64,
+            _ => self.count,
+        };
+        write!(f, "{name} of {elements} x {:?}", self.kernel.dtype)?;
+        if self.collective != Collective::AllGather {
+            write!(f, " {:?}", self.kernel.op)?;
+        }
+        write!(
+            f,
+            " ({}, {} blocks)",
+            self.kernel.algorithm.name(),
+            self.grid
+        )
+    }
+}
+
+/// The signatures of the collectives in flight of a clique's ranks in this process, by call
+/// number, and the last disagreement found (named again by the peer's timeout).
+#[derive(Default)]
+pub struct CallLog {
+    calls: BTreeMap<u64, Vec<Option<Signature>>>,
+    mismatch: Option<String>,
+}
+
+/// Most call numbers kept waiting for a rank that never calls (one that left, or lives in
+/// another process, where the check does not reach).
+const CALL_LOG_ENTRIES: usize = 256;
+
+/// Record that `rank`'s collective number `seq` is `signature`; an error naming both calls when
+/// a rank of this process made another call under that number.
+fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
+    let clique = &comm.clique;
+    let mut log = clique.calls.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = log
+        .calls
+        .entry(seq)
+        .or_insert_with(|| vec![None; clique.nranks]);
+    let conflict = entry.iter().enumerate().find_map(|(r, theirs)| {
+        theirs
+            .as_ref()
+            .filter(|theirs| r != comm.rank && *theirs != signature)
+            .map(|theirs| (r, theirs.clone()))
+    });
+    if let Some((other, theirs)) = conflict {
+        let message = format!(
+            "rank {}'s collective #{seq} is {signature}, but rank {other}'s is {theirs}: every \
+             rank must make the same collective calls, with the same count, in the same order; \
+             rank {}'s call was refused (nothing was exchanged) and rank {other}'s times out",
+            comm.rank, comm.rank
+        );
+        log.mismatch = Some(message.clone());
+        return Err(Error::invalid_usage(message));
+    }
+    entry[comm.rank] = Some(signature.clone());
+    if entry.iter().all(Option::is_some) {
+        log.calls.remove(&seq);
+    }
+    while log.calls.len() > CALL_LOG_ENTRIES {
+        log.calls.pop_first();
+    }
+    Ok(())
+}
+
+/// Launch `parts` as one launch with `plan`: `parts[i]` is the `i`-th served rank's tasks (one
+/// device, distinct ranks), in batch order; the `t`-th task of every rank is one collective
+/// (checked to agree). An unfused call is one rank's one task with its own plan. A timed-out
+/// peer is reported as `symmTimeout` (host backend: of this call; cuda: of a later one, when
+/// the kernel has run).
+pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
+    let first = parts
         .first()
+        .and_then(|tasks| tasks.first())
         .ok_or_else(|| Error::internal("empty launch"))?;
-    for task in tasks {
-        check_not_aborted(&task.comm)?;
+    let task_count = parts[0].len();
+    if parts.iter().any(|tasks| tasks.len() != task_count) {
+        return Err(Error::internal(
+            "the ranks of a launch differ in their task counts",
+        ));
+    }
+    for tasks in parts {
+        check_not_aborted(&tasks[0].comm)?;
     }
     let context = |w: &Window| {
         w.context()
             .map(|c| c.address)
             .ok_or_else(|| Error::invalid_usage("the window's registration has not completed"))
     };
-    let ranks: Vec<RankArgs> = tasks
-        .iter()
-        .map(|t| {
-            Ok(RankArgs {
-                send_context: context(&t.send_window)?,
-                recv_context: context(&t.recv_window)?,
-                flags: t.rank_flags,
+    let algorithm = plan.kernel.algorithm;
+    let element_bytes = plan.kernel.dtype.size_bytes() as u64;
+    let mut work = Vec::with_capacity(parts.len() * task_count);
+    for tasks in parts {
+        let mut first_cell = 0u64;
+        for task in tasks {
+            work.push(TaskArgs {
+                send_context: context(&task.send_window)?,
+                recv_context: context(&task.recv_window)?,
+                send_offset: task.args.send_offset,
+                recv_offset: task.args.recv_offset,
+                count: task.args.count,
+                first_cell,
+                flags: task.rank_flags,
                 reserved: 0,
-            })
-        })
-        .collect::<Result<_>>()?;
+            });
+            first_cell += task_cells(algorithm, element_bytes, task.args.count);
+        }
+    }
     let clique = &first.comm.clique;
-    let table = clique.rank_table(first.comm.device, &ranks)?;
+    let table = clique.work_table(first.comm.device, &work)?;
     let launch = Launch {
-        kernel: first.plan.kernel,
-        grid: first.plan.grid,
-        block: first.plan.block,
-        ranks,
+        kernel: plan.kernel,
+        grid: plan.grid,
+        block: plan.block,
+        tasks: work,
+        task_count: task_count as u32,
         table,
-        args: launch_args(tasks),
-        streams: tasks.iter().map(|t| t.stream).collect(),
+        streams: parts.iter().map(|tasks| tasks[0].stream).collect(),
         device: first.comm.device,
-        rank_ids: tasks.iter().map(|t| t.comm.rank).collect(),
-        instances: tasks
+        rank_ids: parts.iter().map(|tasks| tasks[0].comm.rank).collect(),
+        instances: parts
             .iter()
+            .flat_map(|tasks| tasks.iter())
             .map(|t| InstanceId {
                 clique: Arc::as_ptr(&t.comm.clique) as usize,
                 // Numbered when launched, so that refused calls (a refused group) take no
@@ -126,15 +262,46 @@ pub fn execute(tasks: &[&Task]) -> Result<()> {
             .filter(|d| **d == first.comm.device)
             .count() as u32,
     };
-    for task in tasks {
-        task.comm.lock().last_kernel = Some(first.plan.kernel.ptx_name());
+    if clique.debug {
+        let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
+        eprintln!(
+            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
+             predicted {:.1} us; ranks {:?} on device {}",
+            first.collective.name(),
+            task_count,
+            bytes,
+            plan.kernel.ptx_name(),
+            plan.grid,
+            plan.block,
+            plan.predicted_us,
+            launch.rank_ids,
+            launch.device
+        );
     }
-    let resources: Vec<_> = tasks.iter().map(|t| &t.comm.resources).collect();
+    for (task, instance) in parts
+        .iter()
+        .flat_map(|tasks| tasks.iter())
+        .zip(&launch.instances)
+    {
+        let signature = Signature {
+            collective: task.collective,
+            kernel: plan.kernel,
+            count: task.args.count,
+            grid: plan.grid,
+        };
+        agree(&task.comm, instance.seq, &signature)?;
+    }
+    for tasks in parts {
+        let comm = &tasks[0].comm;
+        comm.lock().last_kernel = Some(plan.kernel.ptx_name());
+        comm.launches.fetch_add(1, Ordering::Relaxed);
+    }
+    let resources: Vec<_> = parts.iter().map(|t| &t[0].comm.resources).collect();
     clique.backend.launch(&launch, &resources)?;
     let mut result = Ok(());
-    for task in tasks {
-        if let Err(e) = check_not_aborted(&task.comm) {
-            task.comm.set_last_error(&e.message);
+    for tasks in parts {
+        if let Err(e) = check_not_aborted(&tasks[0].comm) {
+            tasks[0].comm.set_last_error(&e.message);
             result = result.and(Err(e));
         }
     }
@@ -175,11 +342,20 @@ pub fn check_not_aborted(comm: &Comm) -> Result<()> {
                 ),
             )
         } else {
+            let mismatch = comm
+                .clique
+                .calls
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .mismatch
+                .as_ref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
             (
                 symmResult_t::symmTimeout,
                 format!(
                     "rank {}: a peer did not arrive within {} ms (ABORT_TIMED_OUT); this \
-                     communicator is aborted",
+                     communicator is aborted{mismatch}",
                     comm.rank,
                     comm.clique.timeout.as_millis()
                 ),
@@ -338,7 +514,8 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         group::defer(Deferred::Collective(task));
         Ok(())
     } else {
-        execute(&[&task])
+        let plan = task.plan;
+        execute(&[vec![&task]], &plan)
     }
 }
 

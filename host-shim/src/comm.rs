@@ -5,18 +5,19 @@
 
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::bootstrap::{self, UniqueId};
+use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
 use crate::fdpass::FdListener;
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
 use crate::shareable::Shareable;
-use crate::window::{Exchange, Window};
+use crate::window::{Exchange, SignalPads, Window};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
-use symm_device::symmetric::RankArgs;
+use symm_device::symmetric::TaskArgs;
 use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::sync::signal_pad::MAX_RANKS;
 
@@ -38,24 +39,35 @@ pub struct Clique {
     /// what lets every rank sharing that device be resident at once. A property of the clique,
     /// so that every rank plans the same grid.
     pub max_blocks: u32,
-    /// Device rank tables of launches (see `symm_device::symmetric::RankArgs`), by device and
-    /// content; uploaded once and kept until the communicator is destroyed.
-    tables: Mutex<HashMap<(i32, Vec<RankArgs>), u64>>,
+    /// Device work tables of launches (see `symm_device::symmetric::TaskArgs`), by device and
+    /// content; uploaded once and kept until the communicator is destroyed (a CUDA graph that
+    /// captured a launch replays it with the same table). A program whose fused batches keep
+    /// changing (offsets, counts, windows) adds a table per new batch.
+    tables: Mutex<HashMap<(i32, Vec<TaskArgs>), u64>>,
     /// Window registrations in flight, by registration sequence number.
     pub exchange: Mutex<Exchange>,
     /// Signalled whenever `exchange` changes.
     pub exchange_changed: Condvar,
+    /// The signal pads of this clique's windows in this process, so that a window can hold
+    /// those of its peers (see [`crate::window::SignalPad`]).
+    pub signal_pads: SignalPads,
+    /// The collectives in flight of this process's ranks (see [`crate::collective::Signature`]).
+    pub calls: Mutex<CallLog>,
 }
 
 impl Clique {
-    /// Device address (on `device`) of a rank table holding `ranks`, uploaded once and reused.
-    pub fn rank_table(&self, device: i32, ranks: &[RankArgs]) -> Result<u64> {
+    /// Device address (on `device`) of a work table holding `tasks`, uploaded once and reused;
+    /// 0 on the host backend, whose kernels read the host's copy during the launch.
+    pub fn work_table(&self, device: i32, tasks: &[TaskArgs]) -> Result<u64> {
+        if self.backend.kind() == BackendKind::Host {
+            return Ok(0);
+        }
         let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (device, ranks.to_vec());
+        let key = (device, tasks.to_vec());
         if let Some(address) = tables.get(&key) {
             return Ok(*address);
         }
-        let bytes: Vec<u8> = bytemuck::cast_slice(ranks).to_vec();
+        let bytes: Vec<u8> = bytemuck::cast_slice(tasks).to_vec();
         let address = self.backend.alloc_zeroed(device, bytes.len())?;
         if let Err(e) = self.backend.upload(device, address, &bytes) {
             let _ = self.backend.free(device, address);
@@ -128,6 +140,8 @@ pub struct Comm {
     /// Sequence number of this rank's next collective launch (the `k`-th collective of every
     /// rank of the clique is one collective).
     pub next_collective: AtomicU64,
+    /// Kernel launches that served this rank (a fused launch counts once).
+    pub launches: AtomicU64,
     last_error: Mutex<CString>,
 }
 
@@ -163,6 +177,12 @@ impl Comm {
             )));
         }
         Ok(comm)
+    }
+
+    /// Kernel launches that have served this rank so far (a launch that fuses a group's
+    /// collectives counts once): what a group became, for tests and benchmarks.
+    pub fn launch_count(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
     }
 
     /// This communicator's handle.
@@ -277,6 +297,7 @@ fn new_comm(clique: &Arc<Clique>, rank: usize, link: Option<RankLink>) -> Result
         pid: std::process::id(),
         queued_in_group: AtomicUsize::new(0),
         next_collective: AtomicU64::new(0),
+        launches: AtomicU64::new(0),
         last_error: Mutex::new(CString::default()),
     });
     live_comms().insert(Arc::as_ptr(&comm) as usize, comm.clone());
@@ -318,7 +339,21 @@ fn new_clique_with(
         tables: Mutex::new(HashMap::new()),
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
+        signal_pads: Mutex::new(HashMap::new()),
+        calls: Mutex::new(CallLog::default()),
     }))
+}
+
+/// `nranks` ranks of one clique on device 0 of `backend`, with the bound `timeout` (tests of
+/// this crate, which must not depend on the environment).
+#[cfg(test)]
+pub(crate) fn init_all_on(
+    backend: Arc<Backend>,
+    nranks: usize,
+    timeout: Duration,
+) -> Result<Vec<Arc<Comm>>> {
+    let clique = new_clique_with(backend, &vec![0; nranks], 1, timeout)?;
+    (0..nranks).map(|r| new_comm(&clique, r, None)).collect()
 }
 
 fn check_nranks(nranks: i64, name: &str) -> Result<usize> {

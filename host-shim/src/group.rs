@@ -1,10 +1,12 @@
 //! `symmGroupStart` / `symmGroupEnd`: one thread driving several ranks defers window
 //! completion and collective launches to the end of the group, where every rank's part is
-//! known and they can run together.
+//! known and they can run together; collectives of one (collective, operator, data type) are
+//! fused into one launch per device (see [`crate::fusion`]).
 
 use crate::collective::{self, Task};
 use crate::comm::{Clique, Comm};
 use crate::error::{Error, Result};
+use crate::fusion::{self, Instance};
 use crate::window::{self, Window};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -138,34 +140,45 @@ pub fn end() -> Result<()> {
             return Err(first_error.unwrap_or(e));
         }
     };
-    for launches in &instances {
-        let results: Vec<Result<()>> = if launches.len() > 1 && launches[0][0].runs_to_completion()
-        {
-            // Host launches return when done: one collective's launches (one per device) run
-            // side by side.
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = launches
-                    .iter()
-                    .map(|launch| scope.spawn(move || collective::execute(launch)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(Error::internal("a host kernel panicked")))
-                    })
-                    .collect()
-            })
-        } else {
-            // Enqueued without blocking the host (cuda), one launch per device.
-            launches
-                .iter()
-                .map(|launch| collective::execute(launch))
-                .collect()
+    for batch in fusion::fuse(instances) {
+        let plan = match batch.plan() {
+            Ok(plan) => plan,
+            Err(e) => {
+                for task in batch.instances.iter().flatten() {
+                    task.comm.set_last_error(&e.message);
+                }
+                first_error.get_or_insert(e);
+                continue;
+            }
         };
-        for (launch, result) in launches.iter().zip(results) {
+        let launches = batch.launches();
+        let results: Vec<Result<()>> =
+            if launches.len() > 1 && launches[0][0][0].runs_to_completion() {
+                // Host launches return when done: one batch's launches (one per device) run
+                // side by side.
+                std::thread::scope(|scope| {
+                    let handles: Vec<_> = launches
+                        .iter()
+                        .map(|parts| scope.spawn(|| collective::execute(parts, &plan)))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join()
+                                .unwrap_or_else(|_| Err(Error::internal("a host kernel panicked")))
+                        })
+                        .collect()
+                })
+            } else {
+                // Enqueued without blocking the host (cuda), one launch per device.
+                launches
+                    .iter()
+                    .map(|parts| collective::execute(parts, &plan))
+                    .collect()
+            };
+        for (parts, result) in launches.iter().zip(results) {
             if let Err(e) = result {
-                for task in launch {
+                for task in parts.iter().flatten() {
                     task.comm.set_last_error(&e.message);
                 }
                 first_error.get_or_insert(e);
@@ -175,12 +188,11 @@ pub fn end() -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
-/// The group's collectives, in order, each as its launches (one per device, ranks in
-/// ascending order). As in NCCL, the `k`-th collective call of each rank of a clique in the
-/// group is one collective; its parts must agree ([`check_parts`]). Ordering the collectives
-/// by their first call keeps every rank's call order.
-#[allow(clippy::type_complexity)]
-fn collectives(tasks: &[Task]) -> Result<Vec<Vec<Vec<&Task>>>> {
+/// The group's collectives, in order, each as its parts (ranks in ascending order). As in
+/// NCCL, the `k`-th collective call of each rank of a clique in the group is one collective;
+/// its parts must agree ([`check_parts`]). Ordering the collectives by their first call keeps
+/// every rank's call order.
+fn collectives(tasks: &[Task]) -> Result<Vec<Instance<'_>>> {
     let mut calls: HashMap<*const Comm, u64> = HashMap::new();
     let mut index: HashMap<(*const Clique, u64), usize> = HashMap::new();
     let mut instances: Vec<Vec<&Task>> = Vec::new();
@@ -201,17 +213,7 @@ fn collectives(tasks: &[Task]) -> Result<Vec<Vec<Vec<&Task>>>> {
         .into_iter()
         .map(|mut parts| {
             parts.sort_by_key(|t| t.comm.rank);
-            let mut launches: Vec<Vec<&Task>> = Vec::new();
-            for task in parts {
-                match launches
-                    .iter_mut()
-                    .find(|l| l[0].comm.device == task.comm.device)
-                {
-                    Some(launch) => launch.push(task),
-                    None => launches.push(vec![task]),
-                }
-            }
-            launches
+            parts
         })
         .collect())
 }

@@ -21,6 +21,7 @@ pub mod error;
 #[cfg(target_os = "linux")]
 pub mod fdpass;
 pub mod ffi;
+pub mod fusion;
 pub mod group;
 #[cfg(target_os = "linux")]
 pub mod link;

@@ -13,10 +13,12 @@
 //! the bandwidth (each step drains before the next). So PAT wins at large rank counts for small
 //! and medium sizes, and the direct kernels keep small rank counts and large sizes.
 
+pub mod batch;
+
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+use symm_device::symmetric::TaskArgs;
 use symm_device::symmetric::dispatch::{Algorithm, kernel_name};
-use symm_device::symmetric::{CollectiveArgs, RankArgs};
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};
 
@@ -54,10 +56,7 @@ impl Collective {
     /// ([`parse_forced_algorithm`] returns [`Algorithm::PatAllGather`] for it) forces
     /// each collective's PAT kernel; the all-reduce values force all-reduce only.
     pub fn resolve_forced(self, forced: Algorithm) -> Option<Algorithm> {
-        let pat = matches!(
-            forced,
-            Algorithm::PatAllGather | Algorithm::PatReduceScatter
-        );
+        let pat = is_pat(forced);
         match self {
             Collective::AllReduce if !pat => Some(forced),
             Collective::AllGather if pat => Some(Algorithm::PatAllGather),
@@ -118,19 +117,21 @@ pub struct Launch {
     pub grid: u32,
     /// Threads per block.
     pub block: u32,
-    /// The ranks served, in launch order: their windows' contexts and flags.
-    pub ranks: Vec<RankArgs>,
-    /// Device address of a table holding `ranks`.
+    /// The work table: `task_count` tasks (windows' contexts, offsets, count, flags, first
+    /// cell) per rank served, rank-major, ranks in launch order.
+    pub tasks: Vec<TaskArgs>,
+    /// Tasks per rank (1 for an unfused call).
+    pub task_count: u32,
+    /// Device address of a table holding `tasks` (0 on the host backend, which passes
+    /// `tasks` itself).
     pub table: u64,
-    /// Kernel arguments (the same for every rank).
-    pub args: CollectiveArgs,
     /// The callers' `CUstream`s (cuda backend), as addresses, one per rank.
     pub streams: Vec<u64>,
     /// Device of every rank served.
     pub device: i32,
     /// The ranks served (rank numbers, in table order).
     pub rank_ids: Vec<usize>,
-    /// The collective each served rank takes part in.
+    /// The collectives each served rank takes part in: `task_count` per rank, rank-major.
     pub instances: Vec<crate::backend::schedule::InstanceId>,
     /// Ranks of the clique.
     pub clique_ranks: u32,
@@ -253,10 +254,7 @@ impl Model {
             Algorithm::TwoShotAllReduce => (self.latency_us[2], self.per_block_gbps[0]),
             _ => (self.latency_us[3], self.per_block_gbps[1]),
         };
-        let peak = if matches!(
-            algorithm,
-            Algorithm::PatAllGather | Algorithm::PatReduceScatter
-        ) {
+        let peak = if is_pat(algorithm) {
             self.peak_gbps * self.pat_bandwidth_share
         } else {
             self.peak_gbps
@@ -305,35 +303,9 @@ pub fn plan(
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
     let fits_ll = payload <= LL_MAX_BYTES as u64;
-    let forced = limits
-        .forced
-        .and_then(|forced| collective.resolve_forced(forced));
-    let candidates: Vec<Algorithm> = match (collective, forced) {
-        (Collective::AllReduce, Some(Algorithm::OneShotLlAllReduce)) if !fits_ll => {
-            return Err(Error::invalid_argument(format!(
-                "SYMM_ALGO=ll: {payload} bytes exceed the low-latency buffers ({LL_MAX_BYTES} \
-                 bytes per rank)"
-            )));
-        }
-        (_, Some(forced)) => vec![forced],
-        _ => collective
-            .algorithms()
-            .iter()
-            .copied()
-            .filter(|a| {
-                !matches!(a, Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather) || fits_ll
-            })
-            .collect(),
-    };
-    if !candidates
-        .iter()
-        .all(|a| collective.algorithms().contains(a))
-    {
-        return Err(Error::invalid_argument(format!(
-            "SYMM_ALGO names an algorithm that does not implement {}",
-            collective.name()
-        )));
-    }
+    let candidates = candidates(collective, limits.forced, fits_ll, || {
+        format!("{payload} bytes exceed")
+    })?;
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
@@ -352,6 +324,61 @@ pub fn plan(
         block: model.threads,
         predicted_us,
     })
+}
+
+/// `true` for the low-latency algorithms (payloads up to `LL_MAX_BYTES` per rank).
+pub(crate) fn is_low_latency(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather
+    )
+}
+
+/// `true` for the PAT kernels, which run one task per launch (never a fused batch).
+pub(crate) fn is_pat(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::PatAllGather | Algorithm::PatReduceScatter
+    )
+}
+
+/// The algorithms a plan chooses among: the one `SYMM_ALGO` forces for `collective`
+/// ([`Collective::resolve_forced`]), else every algorithm of `collective`, the low-latency ones
+/// only when the payload `fits_ll`. A forced
+/// low-latency algorithm that does not fit is an error; `too_large` words the payload
+/// ("… bytes exceed").
+pub(crate) fn candidates(
+    collective: Collective,
+    forced: Option<Algorithm>,
+    fits_ll: bool,
+    too_large: impl FnOnce() -> String,
+) -> Result<Vec<Algorithm>> {
+    let forced = forced.and_then(|forced| collective.resolve_forced(forced));
+    let candidates: Vec<Algorithm> = match (collective, forced) {
+        (Collective::AllReduce, Some(forced)) if is_low_latency(forced) && !fits_ll => {
+            return Err(Error::invalid_argument(format!(
+                "SYMM_ALGO=ll: {} the low-latency buffers ({LL_MAX_BYTES} bytes per rank)",
+                too_large()
+            )));
+        }
+        (_, Some(forced)) => vec![forced],
+        _ => collective
+            .algorithms()
+            .iter()
+            .copied()
+            .filter(|a| !is_low_latency(*a) || fits_ll)
+            .collect(),
+    };
+    if !candidates
+        .iter()
+        .all(|a| collective.algorithms().contains(a))
+    {
+        return Err(Error::invalid_argument(format!(
+            "SYMM_ALGO names an algorithm that does not implement {}",
+            collective.name()
+        )));
+    }
+    Ok(candidates)
 }
 
 /// Parse `SYMM_ALGO` (`None`: unset, `auto` or empty).

@@ -14,7 +14,7 @@ use crate::shareable::{ExportMessage, Imported, Shareable};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::sync::signal_pad::signal_pad_bytes;
@@ -25,7 +25,37 @@ pub struct Deposit {
     base: u64,
     size: u64,
     signal_pad: u64,
+    /// The rank runs in this process: its signal pad is a [`SignalPad`] of this process,
+    /// found through [`Clique::signal_pads`](crate::comm::Clique::signal_pads) (else it is
+    /// mapped from another process, and the mapping is kept by the window's imports).
+    local: bool,
 }
+
+/// A window's signal pad. Every rank of the registration writes into it (barrier arrivals,
+/// low-latency lines), so it lives as long as any window that references it: its own, and
+/// those of the ranks of this process that registered with it. A rank that deregisters or
+/// destroys its communicator while a peer still holds the window therefore never frees memory
+/// that the peer's kernels write (they time out waiting for it instead).
+pub struct SignalPad {
+    backend: Arc<Backend>,
+    device: i32,
+    /// Its address.
+    pub address: u64,
+    /// The shareable memory behind it, when ranks of other processes map it.
+    memory: Option<Shareable>,
+}
+
+impl Drop for SignalPad {
+    fn drop(&mut self) {
+        if self.memory.is_none() {
+            let _ = self.backend.free(self.device, self.address);
+        }
+    }
+}
+
+/// The signal pads of a clique's windows in this process, by address (each entry lives while
+/// some window holds the pad).
+pub type SignalPads = Mutex<HashMap<u64, Weak<SignalPad>>>;
 
 /// One registration in flight.
 struct Registration {
@@ -58,9 +88,10 @@ pub struct Window {
     pub size: u64,
     backend: Arc<Backend>,
     device: i32,
-    signal_pad: u64,
-    /// The shareable memory of `signal_pad`, when ranks of other processes map it.
-    signal_pad_memory: Option<Shareable>,
+    signal_pad: Arc<SignalPad>,
+    /// The signal pads of the other ranks of this process in the registration, kept alive
+    /// while this window may write into them.
+    peer_pads: Mutex<Vec<Arc<SignalPad>>>,
     /// How ranks of other processes map this window and its signal pad.
     exports: Option<Exports>,
     /// Peers' windows and signal pads mapped into this process (ranks of other processes).
@@ -106,9 +137,6 @@ impl Drop for Window {
     fn drop(&mut self) {
         if let Some(context) = self.context.take() {
             let _ = self.backend.free(self.device, context.address);
-        }
-        if self.signal_pad_memory.is_none() {
-            let _ = self.backend.free(self.device, self.signal_pad);
         }
         let _ = self.backend.free_flag(self.device, self.abort);
     }
@@ -178,15 +206,22 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         }
         _ => (backend.alloc_zeroed(comm.device, pad_bytes)?, None, None),
     };
-    let abort = match backend.alloc_flag(comm.device) {
-        Ok(flag) => flag,
-        Err(e) => {
-            if signal_pad_memory.is_none() {
-                let _ = backend.free(comm.device, signal_pad);
-            }
-            return Err(e);
-        }
-    };
+    let signal_pad = Arc::new(SignalPad {
+        backend: backend.clone(),
+        device: comm.device,
+        address: signal_pad,
+        memory: signal_pad_memory,
+    });
+    let abort = backend.alloc_flag(comm.device)?;
+    {
+        let mut pads = comm
+            .clique
+            .signal_pads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        pads.retain(|_, pad| pad.strong_count() > 0);
+        pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
+    }
     let seq = state.next_window_seq;
     state.next_window_seq += 1;
     let window = Arc::new(Window {
@@ -196,7 +231,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         backend,
         device: comm.device,
         signal_pad,
-        signal_pad_memory,
+        peer_pads: Mutex::new(Vec::new()),
         exports,
         imports: Mutex::new(Vec::new()),
         abort,
@@ -237,7 +272,8 @@ fn deposit(comm: &Comm, window: &Window) -> Result<()> {
     registration.ranks[comm.rank] = Some(Deposit {
         base: window.base,
         size: window.size,
-        signal_pad: window.signal_pad,
+        signal_pad: window.signal_pad.address,
+        local: true,
     });
     clique.exchange_changed.notify_all();
     Ok(())
@@ -253,7 +289,7 @@ fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
     let deposit = WindowDeposit {
         base: window.base,
         size: window.size,
-        signal_pad: window.signal_pad,
+        signal_pad: window.signal_pad.address,
         window_export,
         pad_export,
     };
@@ -365,6 +401,13 @@ fn gather(comm: &Comm, window: &Window) -> Result<Vec<Deposit>> {
             let missing: Vec<usize> = (0..clique.nranks)
                 .filter(|r| registration.ranks[*r].is_none())
                 .collect();
+            // Withdraw this rank's deposit (under the lock, so no rank can take it from now
+            // on): the window is dropped with this error, and a peer registering later must not
+            // complete against its freed signal pad; it times out in turn.
+            registration.ranks[comm.rank] = None;
+            if registration.ranks.iter().all(Option::is_none) {
+                exchange.registrations.remove(&window.seq);
+            }
             return Err(Error::new(
                 symmResult_t::symmTimeout,
                 format!(
@@ -425,6 +468,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
                 base: d.base,
                 size: d.size,
                 signal_pad: d.signal_pad,
+                local: true,
             });
             continue;
         }
@@ -449,6 +493,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
             base: memory.address(),
             size: d.size,
             signal_pad: pad.address(),
+            local: false,
         });
         imports.push(memory);
         imports.push(pad);
@@ -469,6 +514,33 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
             window.size, window.seq, d.size
         )));
     }
+    // Hold the signal pads of the other ranks of this process: this rank's kernels write into
+    // them for as long as the window exists.
+    let mut peer_pads = Vec::new();
+    {
+        let pads = comm
+            .clique
+            .signal_pads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (rank, d) in deposits.iter().enumerate() {
+            if rank == comm.rank || !d.local {
+                continue;
+            }
+            let pad = pads
+                .get(&d.signal_pad)
+                .and_then(Weak::upgrade)
+                .ok_or_else(|| {
+                    Error::invalid_usage(format!(
+                        "rank {}: rank {rank} deregistered window #{} (or destroyed its \
+                         communicator) before the registration completed",
+                        comm.rank, window.seq
+                    ))
+                })?;
+            peer_pads.push(pad);
+        }
+    }
+    *window.peer_pads.lock().unwrap_or_else(|e| e.into_inner()) = peer_pads;
     let nranks = deposits.len();
     let ctx_bytes = std::mem::size_of::<SymmContext>();
     let table_bytes = nranks * 8;
@@ -560,4 +632,84 @@ pub fn find(comm: &Comm, address: u64, bytes: u64) -> Option<Arc<Window>> {
         .values()
         .find(|w| w.contains(address, bytes))
         .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::host::HostBackend;
+    use std::time::Duration;
+
+    fn host_ranks(nranks: usize, timeout_ms: u64) -> (Arc<Backend>, Vec<Arc<Comm>>) {
+        let backend = Arc::new(Backend::Host(HostBackend::new()));
+        let comms =
+            crate::comm::init_all_on(backend.clone(), nranks, Duration::from_millis(timeout_ms))
+                .expect("host ranks");
+        (backend, comms)
+    }
+
+    fn allocated(backend: &Backend, address: u64) -> bool {
+        match backend {
+            Backend::Host(host) => host.is_allocated(address),
+            _ => unreachable!("a host backend"),
+        }
+    }
+
+    fn windows_of(comms: &[Arc<Comm>], bytes: usize) -> Vec<Arc<Window>> {
+        let windows: Vec<Arc<Window>> = comms
+            .iter()
+            .map(|c| {
+                let base = c.mem_alloc(bytes).expect("allocation");
+                register(c, base, bytes, SYMM_WIN_COLL_SYMMETRIC).expect("registration")
+            })
+            .collect();
+        for (c, w) in comms.iter().zip(&windows) {
+            complete(c, w).expect("completion");
+        }
+        windows
+    }
+
+    /// A rank that deregisters while its peer keeps the window: the peer's kernels still write
+    /// barrier arrivals into the rank's signal pad, so the pad is freed only with the last
+    /// window that references it.
+    #[test]
+    fn a_signal_pad_lives_while_a_peer_window_writes_into_it() {
+        let (backend, comms) = host_ranks(2, 10_000);
+        let windows = windows_of(&comms, 4096);
+        let pad = windows[1].signal_pad.address;
+        let handles: Vec<symmWindow_t> = windows.iter().map(Window::handle).collect();
+        drop(windows);
+        deregister(&comms[1], handles[1]).expect("deregistration");
+        assert!(
+            allocated(&backend, pad),
+            "rank 1's pad was freed while rank 0's window writes into it"
+        );
+        deregister(&comms[0], handles[0]).expect("deregistration");
+        assert!(!allocated(&backend, pad), "the pad outlived every window");
+        for c in &comms {
+            crate::comm::destroy(c).expect("destroy");
+        }
+    }
+
+    /// A registration that timed out is withdrawn: a peer registering later times out too,
+    /// instead of completing against the dropped window (and its freed signal pad).
+    #[test]
+    fn a_timed_out_registration_is_withdrawn() {
+        let (_backend, comms) = host_ranks(2, 50);
+        let mut late = Vec::new();
+        for c in &comms {
+            let base = c.mem_alloc(256).expect("allocation");
+            let window = register(c, base, 256, SYMM_WIN_COLL_SYMMETRIC).expect("registration");
+            let error = complete(c, &window).expect_err("nobody else registers at this time");
+            assert_eq!(error.code, symmResult_t::symmTimeout, "{}", error.message);
+            late.push(window);
+        }
+        // Both took the same sequence number: a registration of both now completes.
+        let windows = windows_of(&comms, 128);
+        assert!(windows.iter().all(|w| w.seq == 1 && w.context().is_some()));
+        drop((late, windows));
+        for c in &comms {
+            crate::comm::destroy(c).expect("destroy");
+        }
+    }
 }

@@ -247,3 +247,25 @@ pub fn register_in_group(buffers: &mut [RankBuffer]) {
         );
     }
 }
+
+/// `nranks` ranks of `id` joined by `symmCommInitRank`, one thread each (returns once all
+/// joined).
+pub fn join_threads(id: symmUniqueId, nranks: usize) -> Vec<symmComm_t> {
+    let handles: Vec<_> = (0..nranks)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut comm = std::ptr::null_mut();
+                // SAFETY: valid out-pointer.
+                check(
+                    unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) },
+                    std::ptr::null_mut(),
+                );
+                comm as usize
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("a joining thread") as symmComm_t)
+        .collect()
+}

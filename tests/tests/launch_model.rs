@@ -177,7 +177,16 @@ fn group_mixed_in_place_all_reduce() {
     let launches = model::launches();
     assert_eq!(launches.len(), 1, "{launches:?}");
     assert!(launches[0].cooperative && launches[0].ranks == [0, 1] && launches[0].stream == s);
-    assert_eq!(launches[0].args.recv_offset, 8192);
+    // One task per rank; each rank's entry holds its own offsets and flags.
+    assert_eq!(launches[0].task_count, 1);
+    assert_eq!(
+        launches[0].tasks[0].flags,
+        symm_device::symmetric::FLAG_IN_PLACE
+    );
+    assert_eq!(
+        (launches[0].tasks[1].recv_offset, launches[0].tasks[1].flags),
+        (8192, 0)
+    );
     teardown(buffers);
 }
 

@@ -275,27 +275,6 @@ fn a_departed_rank_fails_a_registration_promptly() {
     check(symmCommDestroy(comm), null_mut());
 }
 
-/// `nranks` ranks of `id` joined by threads of this process (returns once all joined).
-fn join_threads(id: symmUniqueId, nranks: usize) -> Vec<symmComm_t> {
-    let handles: Vec<_> = (0..nranks)
-        .map(|rank| {
-            std::thread::spawn(move || {
-                let mut comm = null_mut();
-                // SAFETY: valid out-pointer.
-                check(
-                    unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) },
-                    null_mut(),
-                );
-                comm as usize
-            })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().unwrap() as symmComm_t)
-        .collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // The child side
 

@@ -113,3 +113,124 @@ fn init_rank_with_a_missing_rank_times_out() {
     let message = last_error(null_mut());
     assert!(message.contains("not every rank joined"), "{message}");
 }
+
+/// Regression (found by the `abi_sequence` fuzz target, corpus input
+/// `seed-peer-deregistered`): rank 1 deregisters and frees its window, then rank 0 calls an
+/// all-reduce alone. Rank 0's barrier writes its arrival into rank 1's signal pad, which was
+/// freed with rank 1's window (a use-after-free under AddressSanitizer). The pad now lives as
+/// long as rank 0's window: the call times out, and teardown works.
+#[test]
+fn a_rank_calling_after_its_peer_deregistered_times_out() {
+    configure();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 1024);
+    let (b0, b1) = (&buffers[0], &buffers[1]);
+    check(symmCommWindowDeregister(b1.comm, b1.window), b1.comm);
+    check(symmMemFree(b1.comm, b1.base.cast()), b1.comm);
+    check(symmCommDestroy(b1.comm), null_mut());
+    let start = Instant::now();
+    let r = all_reduce_f32_sum(b0.comm, b0.base, b0.base, 16);
+    assert_eq!(r, symmResult_t::symmTimeout, "{}", last_error(b0.comm));
+    assert_bounded(start);
+    check(symmCommWindowDeregister(b0.comm, b0.window), b0.comm);
+    check(symmMemFree(b0.comm, b0.base.cast()), b0.comm);
+    check(symmCommDestroy(b0.comm), null_mut());
+}
+
+/// Regression: a registration that timed out on rank 0 left its deposit behind, so rank 1's
+/// later registration completed against rank 0's dropped window (and its freed signal pad),
+/// and rank 1 got a window whose collectives wrote into freed memory. Now each times out;
+/// both ranks have used the same registration number, so a registration of both in a group
+/// then works, and so does a collective on it.
+#[test]
+fn a_timed_out_registration_never_pairs_with_a_later_one() {
+    configure();
+    let comms = init_all(2);
+    let mut buffers = alloc(&comms, 1024);
+    for b in &mut buffers {
+        // SAFETY: valid out-pointer; a live allocation of b.bytes.
+        let r = unsafe {
+            symmCommWindowRegister(
+                b.comm,
+                b.base.cast(),
+                b.bytes,
+                &mut b.window,
+                SYMM_WIN_COLL_SYMMETRIC,
+            )
+        };
+        assert_eq!(r, symmResult_t::symmTimeout, "{}", last_error(b.comm));
+        assert!(b.window.is_null());
+    }
+    register_all(&mut buffers);
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        // SAFETY: the window holds 16 f32; no collective is running.
+        unsafe { write_f32(b.base, &[(rank + 1) as f32; 16]) };
+        check(all_reduce_f32_sum(b.comm, b.base, b.base, 16), b.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+    for b in &buffers {
+        // SAFETY: as above; the group has completed.
+        assert_eq!(unsafe { read_f32(b.base, 16) }, vec![3.0; 16]);
+    }
+    teardown(buffers);
+}
+
+/// One thread per rank, and a rank calls another collective (or another count) than its peer:
+/// never success with wrong data. The later call is refused with `symmInvalidUsage` naming both
+/// calls; the earlier one, launched already, times out, and its message names both calls too.
+#[test]
+fn ranks_that_disagree_on_the_call_get_an_error_naming_both() {
+    configure();
+    let f32_ = symmDataType_t::symmFloat32 as i32;
+    let sum = symmRedOp_t::symmSum as i32;
+    for (second_gathers, second_count) in [(true, 64), (false, 128)] {
+        let comms = init_all(2);
+        let buffers = alloc_windows(&comms, 4096);
+        let calls: Vec<(usize, usize, usize)> = buffers
+            .iter()
+            .map(|b| (b.comm as usize, b.base as usize, b.bytes))
+            .collect();
+        let results: Vec<(symmResult_t, String)> = std::thread::scope(|scope| {
+            let threads: Vec<_> = calls
+                .iter()
+                .enumerate()
+                .map(|(rank, &(comm, base, _))| {
+                    scope.spawn(move || {
+                        let comm = comm as symmComm_t;
+                        let p = base as *mut c_void;
+                        let r = if rank == 1 && second_gathers {
+                            // In place: rank 1's share is the second 32 elements.
+                            let share = (base + 32 * 4) as *const c_void;
+                            symmAllGather(share, p, 32, f32_, comm, null_mut())
+                        } else {
+                            let count = if rank == 1 { second_count } else { 64 };
+                            symmAllReduce(p, p, count, f32_, sum, comm, null_mut())
+                        };
+                        (r, last_error(comm))
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut codes: Vec<symmResult_t> = results.iter().map(|(r, _)| *r).collect();
+        codes.sort_by_key(|r| *r as i32);
+        assert_eq!(
+            codes,
+            [symmResult_t::symmInvalidUsage, symmResult_t::symmTimeout],
+            "{results:?}"
+        );
+        let (first, second) = if second_gathers {
+            ("symmAllReduce of 64", "symmAllGather of 32")
+        } else {
+            ("symmAllReduce of 64", "symmAllReduce of 128")
+        };
+        for (_, message) in &results {
+            assert!(
+                message.contains(first) && message.contains(second),
+                "{message}"
+            );
+        }
+        teardown(buffers);
+    }
+}

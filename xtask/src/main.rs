@@ -1,22 +1,34 @@
 //! `cargo xtask <task>`: the project's build tasks.
 //!
-//! * `ptx [--check]` — build the device crate for every PTX target and the Triton bitcode,
-//!   assemble each PTX with ptxas and report registers/spills/stack per kernel; write
-//!   `ptx-out/` (or, with `--check`, fail if `ptx-out/` differs from a fresh build).
+//! * `ptx [--check]` — build the device crate for every PTX target and the Triton-linkable
+//!   library (`ptx-out/symm_triton.ll`), assemble each PTX with ptxas and report
+//!   registers/spills/stack per kernel; write `ptx-out/` (or, with `--check`, fail if
+//!   `ptx-out/` differs from a fresh build).
+//! * `triton-library` — only `ptx-out/symm_triton.ll`.
+//! * `triton-test` — the Triton compile tests under the oldest and newest supported Triton.
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
 //! * `test` — the test suite: workspace tests (this crate's own included), the loom model checks
 //!   of the synchronization protocols (`--cfg loom`), then the C examples and a small checked
-//!   `symm-perf` run on the host backend.
+//!   `symm-perf` run on the host backend, then the Python package's tests (`pytest` below)
+//!   and the Triton compile tests (`triton-test`).
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
 //!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
 //!   16 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
+//! * `wheel` — `libsymm.so` in release and a platform wheel of the Python package carrying it,
+//!   `symm.h` and the Triton device libraries, in `<target>/wheels/`.
+//! * `pytest` — the Python package's tests in a virtual environment, on the host backend.
+//! * `fuzz --replay | --time SECONDS | --seeds` — the C ABI fuzz target (`fuzz/`): replay its
+//!   corpus, fuzz for a while, or rewrite its generated seeds.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
+mod fuzz;
 mod loom;
 mod ptx;
+mod python;
+mod triton;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -26,11 +38,20 @@ fn main() -> ExitCode {
     let check = args.iter().any(|a| a == "--check");
     let result = match args.first().map(String::as_str) {
         Some("ptx") => ptx::generate(check),
+        Some("triton-library") => ptx::generate_triton_library(),
+        Some("triton-test") => triton::test(),
         Some("header") => header(check),
         Some("test") => test(),
         Some("demo") => demo(),
         Some("gpu-bundle") => bundle::build(),
-        _ => Err("usage: cargo xtask ptx|header [--check] | test | demo | gpu-bundle".to_string()),
+        Some("wheel") => python::wheel(),
+        Some("pytest") => python::pytest(),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
+        _ => Err(
+            "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
+             | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds"
+                .to_string(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -121,6 +142,8 @@ fn test() -> Result<(), String> {
             .args(args.split(' '))
             .env("SYMM_BACKEND", "host"))?;
     }
+    python::pytest()?;
+    triton::test()?;
     println!("xtask test: all passed");
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask ptx`: PTX per target, Triton bitcode, and the ptxas report.
+//! `cargo xtask ptx`: PTX per target, the Triton-linkable library, and the ptxas report.
 
 use crate::{cargo, root};
 #[path = "../../host-shim/src/ptx/split.rs"]
@@ -12,8 +12,12 @@ const TARGETS: [(&str, &str); 3] = [
     ("sm_90", "symm_sm90.ptx"),
     ("sm_100a", "symm_sm100a.ptx"),
 ];
-/// Target of the bitcode handed to Triton.
-const BITCODE_TARGET: (&str, &str) = ("sm_90", "symm_sm90.bc");
+/// The Triton-linkable library: the device functions of `symm_device::triton` and what they
+/// call, as textual LLVM IR, built for the oldest target (the functions use nothing newer) and
+/// linked by Triton for every target (see [`triton_library`]).
+const TRITON_LIBRARY: (&str, &str) = ("sm_80", "symm_triton.ll");
+/// The functions the Triton library exports; everything else is internalized.
+const TRITON_FUNCTIONS: [&str; 3] = ["symm_all_reduce", "symm_all_gather", "symm_barrier"];
 
 pub fn generate(check: bool) -> Result<(), String> {
     let root = root();
@@ -33,9 +37,9 @@ pub fn generate(check: bool) -> Result<(), String> {
         failures.extend(assemble(&ptxas, cpu, &dest)?);
         assemble_each_kernel(&ptxas, cpu, &dest)?;
     }
-    let (cpu, file) = BITCODE_TARGET;
-    let built = build_device(cpu, true)?;
-    std::fs::copy(&built, out_dir.join(file)).map_err(|e| format!("copying {built:?}: {e}"))?;
+    let (cpu, file) = TRITON_LIBRARY;
+    let library = triton_library(cpu)?;
+    std::fs::write(out_dir.join(file), library).map_err(|e| format!("writing {file}: {e}"))?;
 
     if !failures.is_empty() {
         return Err(format!(
@@ -43,7 +47,7 @@ pub fn generate(check: bool) -> Result<(), String> {
         ));
     }
     if check {
-        for name in TARGETS.iter().map(|t| t.1).chain([BITCODE_TARGET.1]) {
+        for name in TARGETS.iter().map(|t| t.1).chain([TRITON_LIBRARY.1]) {
             let fresh = std::fs::read(out_dir.join(name)).map_err(|e| e.to_string())?;
             let committed = std::fs::read(root.join("ptx-out").join(name)).unwrap_or_default();
             if fresh != committed {
@@ -57,13 +61,30 @@ pub fn generate(check: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Build the device crate for `cpu`; return the PTX, or the fat-LTO bitcode when `bitcode`.
+/// `cargo xtask triton-library`: only `ptx-out/symm_triton.ll` (part of `cargo xtask ptx`), for
+/// working on the device functions without rebuilding every kernel.
+pub fn generate_triton_library() -> Result<(), String> {
+    let (cpu, file) = TRITON_LIBRARY;
+    let library = triton_library(cpu)?;
+    let dest = root().join("ptx-out").join(file);
+    std::fs::write(&dest, library).map_err(|e| format!("writing {dest:?}: {e}"))?;
+    println!("wrote {}", dest.display());
+    Ok(())
+}
+
+/// Build the device crate for `cpu`; return the PTX, or the fat-LTO bitcode of the
+/// `triton-library` build when `bitcode`.
 fn build_device(cpu: &str, bitcode: bool) -> Result<PathBuf, String> {
-    let kind = if bitcode { "bc" } else { "ptx" };
+    let kind = if bitcode { "triton" } else { "ptx" };
     let target_dir = root().join(format!("target/ptx/{kind}_{cpu}"));
     let mut command = cargo();
     command
         .args(["rustc", "-p", "symm-device", "--release", "--quiet"])
+        .args(if bitcode {
+            &["--features", "triton-library"][..]
+        } else {
+            &[]
+        })
         .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
         .args(["--crate-type", "cdylib", "--target-dir"])
         .arg(&target_dir)
@@ -74,9 +95,13 @@ fn build_device(cpu: &str, bitcode: bool) -> Result<PathBuf, String> {
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS");
     if bitcode {
+        // Panic locations inside `core` name the toolchain's source directory: map it to a
+        // fixed name so that the library does not depend on where the toolchain lives.
+        let remap = format!("--remap-path-prefix={}=/rust", sysroot()?.display());
         command
             .arg("--emit=llvm-bc")
-            .env("CARGO_PROFILE_RELEASE_LTO", "fat");
+            .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+            .env("CARGO_ENCODED_RUSTFLAGS", remap);
     }
     crate::run(&mut command)?;
     let release = target_dir.join("nvptx64-nvidia-cuda/release");
@@ -85,6 +110,159 @@ fn build_device(cpu: &str, bitcode: bool) -> Result<PathBuf, String> {
     } else {
         release.join("symm_device.ptx")
     })
+}
+
+/// The toolchain's sysroot (where `opt`, `llvm-dis` and the `core` sources live).
+fn sysroot() -> Result<PathBuf, String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let output = Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("rustc --print sysroot: {e}"))?;
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}
+
+/// An LLVM tool of the toolchain's `llvm-tools` component (the LLVM that wrote the bitcode).
+fn llvm_tool(name: &str) -> Result<PathBuf, String> {
+    let sysroot = sysroot()?;
+    let bin = sysroot
+        .join("lib/rustlib")
+        .join(host_triple())
+        .join("bin")
+        .join(name);
+    if bin.exists() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} not found: `rustup component add llvm-tools`",
+            bin.display()
+        ))
+    }
+}
+
+/// The host's target triple, as rustc names it.
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    Command::new(rustc)
+        .arg("-vV")
+        .current_dir(root())
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        })
+        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".to_string())
+}
+
+/// The Triton-linkable library as textual LLVM IR: the `triton-library` build's fat-LTO
+/// bitcode, reduced to the exported functions and what they call (`internalize` +
+/// `globaldce`), disassembled, and made readable by every Triton from 3.5 on:
+///
+/// * the attribute `nocreateundeforpoison`, which this LLVM (22.1) puts on intrinsic
+///   declarations, is removed: the LLVM 22.0 snapshots inside Triton 3.5 and 3.6 refuse it
+///   ("Failed to parse library"), and as text (unlike bitcode, which re-derives intrinsic
+///   attributes) it stays removed; it only allows optimizations, so dropping it is sound;
+/// * `"target-cpu"` and `"target-features"` function attributes are removed, so that Triton
+///   can inline the functions into kernels for any target (LLVM refuses to inline across
+///   different target attributes); the functions use nothing newer than sm_70.
+///
+/// Triton replaces the triple and data layout with its own when it links the file.
+fn triton_library(cpu: &str) -> Result<String, String> {
+    let bitcode = build_device(cpu, true)?;
+    let work = root().join("target/ptx/triton_work");
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+    let reduced = work.join("symm_triton.bc");
+    let text = work.join("symm_triton.ll");
+    crate::run(
+        Command::new(llvm_tool("opt")?)
+            .arg("-passes=internalize,globaldce")
+            .arg(format!(
+                "-internalize-public-api-list={}",
+                TRITON_FUNCTIONS.join(",")
+            ))
+            .arg(&bitcode)
+            .arg("-o")
+            .arg(&reduced),
+    )?;
+    crate::run(
+        Command::new(llvm_tool("llvm-dis")?)
+            .arg(&reduced)
+            .arg("-o")
+            .arg(&text),
+    )?;
+    let ir = std::fs::read_to_string(&text).map_err(|e| format!("reading {text:?}: {e}"))?;
+    let library = make_portable(&ir);
+    for function in TRITON_FUNCTIONS {
+        let definition = format!(" @{function}(");
+        if !library
+            .lines()
+            .any(|l| l.starts_with("define ") && l.contains(&definition))
+        {
+            return Err(format!(
+                "the Triton library lacks a definition of {function}"
+            ));
+        }
+    }
+    if library
+        .lines()
+        .any(|l| l.starts_with("define ") && l.contains("ptx_kernel"))
+    {
+        return Err("the Triton library holds kernel entry points".to_string());
+    }
+    Ok(library)
+}
+
+/// Remove from textual IR what older LLVMs cannot read or what ties it to one target (see
+/// [`triton_library`]); the module identifier line names a work file and is dropped too.
+fn make_portable(ir: &str) -> String {
+    let mut out = String::with_capacity(ir.len());
+    for line in ir.lines() {
+        if line.starts_with("; ModuleID") {
+            continue;
+        }
+        let line = line.replace(" nocreateundeforpoison", "");
+        // A `memory(...)` naming the target-specific locations `target_mem0`/`target_mem1`
+        // (new in LLVM 22.1) is dropped whole: no memory attribute means "may access
+        // anything", which is always sound.
+        let mut line = strip_target_memory(&line);
+        for key in ["\"target-cpu\"=\"", "\"target-features\"=\""] {
+            while let Some(start) = line.find(&format!(" {key}")) {
+                let value = start + 1 + key.len();
+                let end = line[value..]
+                    .find('"')
+                    .map_or(line.len(), |e| value + e + 1);
+                line.replace_range(start..end, "");
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Drop every ` memory(...)` attribute of `text` that names `target_mem*` (see
+/// [`make_portable`]).
+fn strip_target_memory(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(" memory(") {
+        let Some(length) = rest[start..].find(')') else {
+            break;
+        };
+        let end = start + length + 1;
+        out.push_str(&rest[..start]);
+        if !rest[start..end].contains("target_mem") {
+            out.push_str(&rest[start..end]);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// ptxas from `$PTXAS`, the PATH, or the pip cache that `.ci/run` fills.
@@ -214,4 +392,18 @@ fn assemble(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<Vec<String>, String> 
         }
     }
     Ok(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::make_portable;
+
+    #[test]
+    fn portable_ir_drops_new_attributes_and_target_pins() {
+        let ir = "; ModuleID = 'x.bc'\nattributes #0 = { nounwind \"target-cpu\"=\"sm_80\" \"target-features\"=\"+ptx70,+sm_80\" }\nattributes #1 = { nocallback nocreateundeforpoison nofree memory(none) }\nattributes #2 = { nofree memory(readwrite, inaccessiblemem: none, target_mem0: none) nosync }\n";
+        assert_eq!(
+            make_portable(ir),
+            "attributes #0 = { nounwind }\nattributes #1 = { nocallback nofree memory(none) }\nattributes #2 = { nofree nosync }\n"
+        );
+    }
 }

@@ -20,6 +20,7 @@
 //! timings of CUDA-graph replays, and a floor column compares it with the device-to-device copy
 //! bandwidth measured at start; on the host backend, the median wall time of grouped calls.
 
+mod batch;
 mod clc;
 mod device;
 mod options;
@@ -135,13 +136,15 @@ impl Bench {
         let cuda = unsafe { std::ffi::CStr::from_ptr(backend) }.to_bytes() == b"cuda";
         let gpu = if cuda { Some(Gpu::open()?) } else { None };
         let region = options.max_bytes.next_multiple_of(256);
+        // `--batch N`: N pairs of regions, one per collective of a batch.
+        let window = 2 * region as usize * options.batch.unwrap_or(1);
         let mut ranks = Vec::with_capacity(n);
         for comm in comms {
             let mut ptr = std::ptr::null_mut();
             ok(
                 "symmMemAlloc",
                 // SAFETY: valid out-pointer.
-                unsafe { symmMemAlloc(comm, &mut ptr, 2 * region as usize) },
+                unsafe { symmMemAlloc(comm, &mut ptr, window) },
                 comm,
             )?;
             ranks.push(Rank {
@@ -157,7 +160,7 @@ impl Bench {
                 symmCommWindowRegister(
                     r.comm,
                     r.base as *mut _,
-                    2 * region as usize,
+                    window,
                     &mut r.window,
                     SYMM_WIN_COLL_SYMMETRIC,
                 )
@@ -199,9 +202,9 @@ impl Bench {
         }
     }
 
-    /// (send, recv) addresses of `self.ranks[r]`.
-    fn buffers(&self, r: usize, shape: Shape, in_place: bool) -> (u64, u64) {
-        let base = self.ranks[r].base;
+    /// (send, recv) addresses of `self.ranks[r]` for collective `item` of a batch.
+    fn item_buffers(&self, r: usize, shape: Shape, in_place: bool, item: usize) -> (u64, u64) {
+        let base = self.ranks[r].base + item as u64 * 2 * self.region;
         let segment = (self.first_rank + r) as u64 * shape.count * self.element();
         match (self.options.operation, in_place) {
             (Operation::AllReduce, true) => (base, base),
@@ -215,14 +218,40 @@ impl Bench {
 
     /// Issue the collective on every rank (one group).
     fn issue(&self, shape: Shape, in_place: bool) -> Result<(), String> {
+        self.issue_items(shape, in_place, 0..1)
+    }
+
+    /// Issue collectives `items` of a batch on every rank, in one group.
+    fn issue_items(
+        &self,
+        shape: Shape,
+        in_place: bool,
+        items: std::ops::Range<usize>,
+    ) -> Result<(), String> {
         let stream = self
             .gpu
             .as_ref()
             .map_or(std::ptr::null_mut(), Gpu::symm_stream);
         let (dtype, op) = (self.options.dtype as i32, self.options.op as i32);
         ok("symmGroupStart", symmGroupStart(), std::ptr::null_mut())?;
+        for item in items {
+            self.issue_one(shape, in_place, item, dtype, op, stream)?;
+        }
+        ok("symmGroupEnd", symmGroupEnd(), std::ptr::null_mut())
+    }
+
+    /// Collective `item` of a batch on every rank (inside an open group).
+    fn issue_one(
+        &self,
+        shape: Shape,
+        in_place: bool,
+        item: usize,
+        dtype: i32,
+        op: i32,
+        stream: symmStream_t,
+    ) -> Result<(), String> {
         for (r, rank) in self.ranks.iter().enumerate() {
-            let (send, recv) = self.buffers(r, shape, in_place);
+            let (send, recv) = self.item_buffers(r, shape, in_place, item);
             let (send, recv) = (send as *const _, recv as *mut _);
             let c = shape.count as usize;
             let result = match self.options.operation {
@@ -234,7 +263,7 @@ impl Bench {
             };
             ok("collective", result, rank.comm)?;
         }
-        ok("symmGroupEnd", symmGroupEnd(), std::ptr::null_mut())
+        Ok(())
     }
 
     fn input(&self, rank: usize, index: u64) -> f64 {
@@ -282,6 +311,18 @@ impl Bench {
 
     /// Fill the inputs, run once, and count wrong elements.
     fn check(&self, shape: Shape, in_place: bool) -> Result<u64, String> {
+        self.check_items(shape, in_place, 1, &|| self.issue(shape, in_place))
+    }
+
+    /// Fill the inputs of the first `items` collectives of a batch, run `issue`, and count
+    /// wrong elements of all of them.
+    fn check_items(
+        &self,
+        shape: Shape,
+        in_place: bool,
+        items: usize,
+        issue: &dyn Fn() -> Result<(), String>,
+    ) -> Result<u64, String> {
         let dtype = self.options.dtype;
         let size = self.element() as usize;
         let n = self.nranks;
@@ -289,14 +330,16 @@ impl Bench {
             Operation::AllGather => shape.count,
             _ => shape.total,
         };
-        for r in 0..self.ranks.len() {
-            let mut bytes = vec![0u8; inputs as usize * size];
-            for (i, chunk) in bytes.chunks_mut(size).enumerate() {
-                encode(dtype, self.input(self.first_rank + r, i as u64), chunk);
+        for item in 0..items {
+            for r in 0..self.ranks.len() {
+                let mut bytes = vec![0u8; inputs as usize * size];
+                for (i, chunk) in bytes.chunks_mut(size).enumerate() {
+                    encode(dtype, self.input(self.first_rank + r, i as u64), chunk);
+                }
+                self.write(self.item_buffers(r, shape, in_place, item).0, &bytes)?;
             }
-            self.write(self.buffers(r, shape, in_place).0, &bytes)?;
         }
-        self.issue(shape, in_place)?;
+        issue()?;
         let outputs = match self.options.operation {
             Operation::ReduceScatter => shape.count,
             _ => shape.total,
@@ -310,10 +353,10 @@ impl Bench {
             _ => 0.0,
         };
         let mut wrong = 0;
-        for local in 0..self.ranks.len() {
+        for (item, local) in (0..items).flat_map(|k| (0..self.ranks.len()).map(move |l| (k, l))) {
             let r = self.first_rank + local;
             let got = self.read(
-                self.buffers(local, shape, in_place).1,
+                self.item_buffers(local, shape, in_place, item).1,
                 outputs as usize * size,
             )?;
             for (i, chunk) in got.chunks(size).enumerate() {
@@ -339,24 +382,38 @@ impl Bench {
 
     /// Median µs of one collective on every rank.
     fn time(&self, shape: Shape, in_place: bool) -> Result<f64, String> {
+        self.time_with(&|| self.issue(shape, in_place))
+    }
+
+    /// Median µs of `issue` (after the warm-up).
+    fn time_with(&self, issue: &dyn Fn() -> Result<(), String>) -> Result<f64, String> {
         for _ in 0..self.options.warmup.max(1) {
-            self.issue(shape, in_place)?;
+            issue()?;
         }
         match &self.gpu {
             Some(gpu) => {
                 gpu.synchronize()?;
-                gpu.time_graph(self.options.iterations, &mut || self.issue(shape, in_place))
+                gpu.time_graph(self.options.iterations, &mut || issue())
             }
             None => {
                 let mut times = Vec::with_capacity(self.options.iterations);
                 for _ in 0..self.options.iterations {
                     let start = Instant::now();
-                    self.issue(shape, in_place)?;
+                    issue()?;
                     times.push(start.elapsed().as_secs_f64() * 1e6);
                 }
                 Ok(median(&mut times))
             }
         }
+    }
+
+    /// The algorithm of the kernel the first rank launched last.
+    fn last_kernel(&self) -> String {
+        symm::comm::Comm::from_handle(self.ranks[0].comm)
+            .ok()
+            .and_then(|c| c.lock().last_kernel.clone())
+            .map(|k| k.trim_start_matches("symm_").to_string())
+            .unwrap_or_default()
     }
 
     /// The algorithm the planner picks, and the bytes all ranks read and write with it.
@@ -609,6 +666,7 @@ fn main() -> ExitCode {
     let outcome = match process_rank() {
         Err(message) => Err(message),
         Ok(None) if options.procs.is_some() => run_processes(&args, options.ranks),
+        Ok(None) if options.batch.is_some() => batch::run(options),
         Ok(process) => run(options, process),
     };
     match outcome {

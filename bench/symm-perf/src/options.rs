@@ -40,6 +40,9 @@ pub struct Options {
     /// One process per rank (`--procs N`: N ranks, each in its own process, joined with
     /// `symmCommInitRank`), instead of `-g` ranks driven by one thread.
     pub procs: Option<usize>,
+    /// `--batch N`: time a group of N collectives of each size (fused into one launch per
+    /// device) next to N separate calls.
+    pub batch: Option<usize>,
     /// Element type (`-d`).
     pub dtype: DataType,
     /// Reduction (`-o`).
@@ -54,7 +57,7 @@ pub struct Options {
 
 pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|clc [-b minbytes] \
 [-e maxbytes] [-f factor] [-g ranks] [-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2] \
-[-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1] [--procs N] | scale-model [--out DIR]";
+[-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1] [--procs N] [--batch N] | scale-model [--out DIR]";
 
 /// Parse `8`, `64K`, `128M`, `1G`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -118,6 +121,7 @@ impl Options {
             factor: 2,
             ranks: 8,
             procs: None,
+            batch: None,
             dtype: DataType::Float32,
             op: RedOp::Sum,
             iterations: 20,
@@ -144,6 +148,7 @@ impl Options {
                 "-n" => options.iterations = number()?,
                 "-w" => options.warmup = number()?,
                 "-c" => options.check = number()? != 0,
+                "--batch" => options.batch = Some(number()?),
                 "--procs" => {
                     options.procs = Some(number()?);
                     options.ranks = number()?;
@@ -153,6 +158,11 @@ impl Options {
         }
         if options.factor < 2 || options.ranks == 0 || options.iterations == 0 {
             return Err(format!("-f must be >= 2, -g and -n >= 1\n{USAGE}"));
+        }
+        if options.batch == Some(0) || (options.batch.is_some() && options.procs.is_some()) {
+            return Err(format!(
+                "--batch needs N >= 1 and all ranks in one process\n{USAGE}"
+            ));
         }
         if options.min_bytes > options.max_bytes {
             return Err("-b must not exceed -e".to_string());
@@ -201,6 +211,17 @@ mod tests {
             .collect();
         let o = Options::parse(&args).unwrap();
         assert_eq!((o.procs, o.ranks, o.min_bytes), (Some(4), 4, 1024));
+        let args: Vec<String> = "all_reduce --batch 64 -b 1K -e 1K -g 8"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        let o = Options::parse(&args).unwrap();
+        assert_eq!((o.batch, o.ranks, o.max_bytes), (Some(64), 8, 1024));
+        let args: Vec<String> = "all_reduce --batch 0"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        assert!(Options::parse(&args).is_err());
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
     }
 }

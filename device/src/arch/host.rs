@@ -275,6 +275,11 @@ pub fn grid_dim_x() -> u32 {
     coordinates().grid_dim
 }
 
+/// `true` when the grid and the blocks are one-dimensional: always, for an emulated grid.
+pub fn launch_is_one_dimensional() -> bool {
+    true
+}
+
 /// Block-wide barrier. Every thread of the block must call it.
 pub fn sync_threads() {
     sync_threads_or(false);

@@ -38,6 +38,18 @@ pub fn grid_dim_x() -> u32 {
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
+/// `true` when the grid and the blocks are one-dimensional (y and z extents of 1).
+#[inline(always)]
+pub fn launch_is_one_dimensional() -> bool {
+    // SAFETY: reading special registers has no preconditions.
+    unsafe {
+        nvptx::_grid_dim_y() == 1
+            && nvptx::_grid_dim_z() == 1
+            && nvptx::_block_dim_y() == 1
+            && nvptx::_block_dim_z() == 1
+    }
+}
+
 /// Block-wide barrier (`barrier.sync 0`). Every thread of the block must call it.
 ///
 /// The non-`.aligned` form: inline assembly is not `convergent` to LLVM, which may duplicate

@@ -49,7 +49,11 @@ macro_rules! integer_accumulator {
             #[inline(always)]
             fn min(self, other: Self) -> Self { Ord::min(self, other) }
             #[inline(always)]
-            fn div_ranks(self, nranks: u32) -> Self { self.wrapping_div(nranks as $t) }
+            fn div_ranks(self, nranks: u32) -> Self {
+                // `nranks` is at least 1 (contexts are checked); `max` lets the compiler see
+                // it, so no division-by-zero panic path is emitted.
+                self.wrapping_div(nranks.max(1) as $t)
+            }
         }
     )*};
 }

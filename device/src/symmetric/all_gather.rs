@@ -1,9 +1,13 @@
-//! All-gather (and its low-latency variant, [`ll_all_gather`]): rank `r` stores its `count`
-//! bytes into segment `r` of every peer's receive buffer, between a start barrier (every peer has reached this collective, so its receive
-//! buffer is free) and an end barrier (every peer's stores into this rank have landed). Bytes
+//! All-gather (and its low-latency variant, [`ll_all_gather`]) of a batch: for each task, rank
+//! `r` stores its `count` bytes into segment `r` of every peer's receive buffer, between a start
+//! barrier (every peer has reached this launch, so its receive buffers are free) and an end
+//! barrier (every peer's stores into this rank have landed), both on the batch window. Block
+//! `b` of every rank copies the same cells (1 KiB of each rank's segment) of the batch. Bytes
 //! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time.
 
 use super::all_reduce::between_barriers;
+use super::batch::{Batch, Task, cell_elements};
+use super::dispatch::Algorithm;
 use super::low_latency::LlLines;
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
@@ -26,59 +30,77 @@ pub(crate) fn send_address(rank: Rank<'_>, args: &CollectiveArgs) -> u64 {
     }
 }
 
-/// All-gather of `args.count` bytes per rank. The unit of the copy (16, 8, 4 or 1 bytes) is
-/// the largest that divides the send address, the byte count and every rank's destination
-/// (each peer's window base may be aligned differently).
+/// All-gather of a batch (`count`: bytes per rank of each task).
 ///
 /// # Safety
-/// The contexts are host-built for windows holding `[send_offset, + count)` (send window, this
-/// rank) and `[recv_offset, + world·count)` (receive window, every rank); every rank launches
-/// the same kernel, arguments and shape.
+/// The contexts are host-built for windows holding each task's `[send_offset, + count)` (send
+/// window, this rank) and `[recv_offset, + world·count)` (receive window, every rank); every
+/// rank launches the same kernel, batch and shape.
 #[inline(always)]
-pub unsafe fn all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
-    let ctx = rank.recv;
-    let bytes = args.count;
-    let segment = ctx.rank as u64 * bytes;
-    let send = send_address(rank, args);
-    let mut alignment = send | args.recv_offset.wrapping_add(segment) | bytes;
-    for peer in 0..ctx.world_size {
-        // SAFETY: peer < world_size; the context is host-built.
-        alignment |= unsafe { ctx.peer_base(peer) };
-    }
+pub unsafe fn all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
+    let ctx = batch.first().rank.recv;
+    let per_cell = cell_elements(Algorithm::AllGather, 1);
+    let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
     // SAFETY: forwarded contract.
     unsafe {
         between_barriers(ctx, grid, |_| {
-            for peer in 0..ctx.world_size {
-                let dst = ctx
-                    .peer_base(peer)
-                    .wrapping_add(args.recv_offset)
-                    .wrapping_add(segment);
-                if alignment.is_multiple_of(16) {
-                    copy_units::<Bytes16>(send, dst, bytes / 16, grid);
-                } else if alignment.is_multiple_of(8) {
-                    copy_units::<u64>(send, dst, bytes / 8, grid);
-                } else if alignment.is_multiple_of(4) {
-                    copy_units::<u32>(send, dst, bytes / 4, grid);
-                } else {
-                    copy_units::<u8>(send, dst, bytes, grid);
-                }
-            }
-            Ok(())
+            batch.walk(lo, hi, per_cell, |task, first, end| {
+                gather_part(task, first, end);
+                Ok(())
+            })
         })
     }
 }
 
-/// Copy `units` values of `U` from `src` to `dst`, this block's share.
+/// Bytes `[lo, hi)` of one task's segment, into every rank. The unit of the copy (16, 8, 4 or
+/// 1 bytes) is the largest that divides the send address, the byte count and every rank's
+/// destination (each peer's window base may be aligned differently); `lo` starts a cell, so it
+/// is a multiple of every unit.
+///
+/// # Safety
+/// Contract of [`all_gather`]; `hi <= count`.
+#[inline(always)]
+unsafe fn gather_part(task: &Task<'_>, lo: u64, hi: u64) {
+    let ctx = task.rank.recv;
+    let args = &task.args;
+    let bytes = args.count;
+    let segment = ctx.rank as u64 * bytes;
+    let send = send_address(task.rank, args);
+    let mut alignment = send | args.recv_offset.wrapping_add(segment) | bytes | lo;
+    for peer in 0..ctx.world_size {
+        // SAFETY: peer < world_size; the context is host-built.
+        alignment |= unsafe { ctx.peer_base(peer) };
+    }
+    for peer in 0..ctx.world_size {
+        // SAFETY: peer < world_size; the context is host-built.
+        let dst = unsafe { ctx.peer_base(peer) }
+            .wrapping_add(args.recv_offset)
+            .wrapping_add(segment);
+        // SAFETY: forwarded contract; the unit divides both addresses, `lo` and `hi`.
+        unsafe {
+            if alignment.is_multiple_of(16) {
+                copy_units::<Bytes16>(send, dst, lo / 16, hi / 16);
+            } else if alignment.is_multiple_of(8) {
+                copy_units::<u64>(send, dst, lo / 8, hi / 8);
+            } else if alignment.is_multiple_of(4) {
+                copy_units::<u32>(send, dst, lo / 4, hi / 4);
+            } else {
+                copy_units::<u8>(send, dst, lo, hi);
+            }
+        }
+    }
+}
+
+/// Copy the values `[lo, hi)` of `U` from `src` to `dst`, each thread of the block its share.
 ///
 /// # Safety
 /// Both ranges are valid and aligned for `U`.
 #[inline(always)]
-unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
-    let (lo, hi) = block_range(units, grid.block, grid.blocks);
+unsafe fn copy_units<U: Copy>(src: u64, dst: u64, lo: u64, hi: u64) {
     let stride = arch::block_dim_x() as u64;
     let mut i = lo + arch::thread_idx_x() as u64;
     while i < hi {
-        // SAFETY: i < units; forwarded contract.
+        // SAFETY: i < hi; forwarded contract.
         unsafe {
             let value = (src as *const U).add(i as usize).read();
             (dst as *mut U).add(i as usize).write(value);
@@ -87,51 +109,65 @@ unsafe fn copy_units<U: Copy>(src: u64, dst: u64, units: u64, grid: Grid) {
     }
 }
 
-/// All-gather over low-latency lines (up to `LL_MAX_BYTES` per rank): each rank writes its
-/// bytes, 8 per line with the call's flag, into every peer's line buffer, then waits for every
-/// rank's lines in its own buffer and copies them to its receive buffer. No barrier; lines are
-/// double-buffered by call parity (see `one_shot_ll_all_reduce`). In place is safe.
+/// All-gather over low-latency lines (up to `LL_MAX_BYTES` per rank for the whole batch): each
+/// rank writes its bytes, 8 per line with the call's flag, into every peer's line buffer, then
+/// waits for every rank's lines in its own buffer and copies them to its receive buffer. No
+/// barrier; lines are double-buffered by call parity (see `one_shot_ll_all_reduce`, also for
+/// how a batch's tasks share the batch window's lines). In place is safe.
 ///
 /// # Safety
 /// As for [`all_gather`]; the signal pads were sized for `world_size` ranks.
 #[inline(always)]
-pub unsafe fn ll_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
-    let ctx = rank.recv;
-    let bytes = args.count;
+pub unsafe fn ll_all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
+    let ctx = batch.first().rank.recv;
+    let per_line = cell_elements(Algorithm::LlAllGather, 1);
     // SAFETY: forwarded contract.
-    let lines = match unsafe { LlLines::open::<u8>(ctx, grid, bytes) } {
+    let lines = match unsafe { LlLines::open(ctx, grid, batch.total_cells(per_line)) } {
         Ok(lines) => lines,
         Err(status) => return status,
     };
-    let (call, lo, hi) = (&lines.call, lines.lo, lines.hi);
+    let call = &lines.call;
     let stride = arch::block_dim_x() as u64;
-    let send = send_address(rank, args) as *const u8;
-    let recv = ctx.local_base.wrapping_add(args.recv_offset) as *mut u8;
-    // SAFETY: the send buffer holds `bytes` bytes (caller's contract).
-    unsafe { lines.push(ctx, send, bytes) };
+    let _ = batch.walk(lines.lo, lines.hi, per_line, |task, first, end| {
+        let send = send_address(task.rank, &task.args) as *const u8;
+        // SAFETY: the send buffer holds `count` bytes (caller's contract).
+        unsafe { lines.push(ctx, send, task.args.count, first, end, task.first_cell) };
+        Ok::<(), ()>(())
+    });
 
     let mut failed = false;
-    let mut line = lo + arch::thread_idx_x() as u64;
-    'lines: while line < hi {
-        for source in 0..ctx.world_size {
-            // SAFETY: source < world, line < LL_LINES.
-            let Ok(data) = (unsafe { call.take(source, line) }) else {
-                failed = true;
-                break 'lines;
-            };
-            let segment = source as u64 * bytes;
-            for b in 0..8 {
-                let index = line * 8 + b;
-                if index < bytes {
-                    // SAFETY: inside segment `source` of the receive buffer.
-                    unsafe {
-                        recv.add((segment + index) as usize)
-                            .write((data >> (8 * b)) as u8)
-                    };
+    let _ = batch.walk(lines.lo, lines.hi, per_line, |task, first, end| {
+        let bytes = task.args.count;
+        let recv = task
+            .rank
+            .recv
+            .local_base
+            .wrapping_add(task.args.recv_offset) as *mut u8;
+        let end_line = end.div_ceil(8);
+        let mut line = first / 8 + arch::thread_idx_x() as u64;
+        while line < end_line {
+            for source in 0..ctx.world_size {
+                // SAFETY: source < world; the line lies inside the batch's lines, which `open`
+                // checked against LL_LINES.
+                let Ok(data) = (unsafe { call.take(source, task.first_cell + line) }) else {
+                    failed = true;
+                    return Err(());
+                };
+                let segment = source as u64 * bytes;
+                for b in 0..8 {
+                    let index = line * 8 + b;
+                    if index < bytes {
+                        // SAFETY: inside segment `source` of the receive buffer.
+                        unsafe {
+                            recv.add((segment + index) as usize)
+                                .write((data >> (8 * b)) as u8)
+                        };
+                    }
                 }
             }
+            line += stride;
         }
-        line += stride;
-    }
+        Ok(())
+    });
     lines.close(failed)
 }

@@ -1,7 +1,9 @@
 //! All-reduce.
 //!
+//! Every kernel runs a batch of tasks (see [`super::batch`]: an unfused call is a batch of one);
+//! block `b` of each rank owns the same cells of the batch.
+//!
 //! **One-shot** (latency): every rank reads every peer's copy and reduces locally.
-//! Block `b` of each rank owns the same element range (see [`super::block_range`]).
 //! 1. A cross-rank barrier: every rank's send buffer is ready (stream order put it there).
 //! 2. Each thread reduces its elements over ranks `0, 1, …, world-1` — the same order on every
 //!    rank, so results are bitwise identical — and stores them to its receive buffer.
@@ -18,8 +20,10 @@
 //! safe without rounds: only rank `r` reads or writes shard `r`'s positions.
 
 pub use super::FLAG_IN_PLACE;
+use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
+use super::dispatch::Algorithm;
 use super::low_latency::{self, LlLines};
-use super::{CollectiveArgs, Grid, KernelStatus, Rank, block_range, vector};
+use super::{Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
@@ -101,22 +105,6 @@ pub(crate) unsafe fn between_barriers(
     grid: Grid,
     body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
 ) -> KernelStatus {
-    // SAFETY: forwarded contract.
-    unsafe { between_barriers_advancing(ctx, grid, 1, body) }
-}
-
-/// As [`between_barriers`], with an end barrier that passes `end_steps` barriers at once
-/// (see [`CrossRankBarrier::sync_advancing`]).
-///
-/// # Safety
-/// As for [`between_barriers`].
-#[inline(always)]
-pub(crate) unsafe fn between_barriers_advancing(
-    ctx: &SymmContext,
-    grid: Grid,
-    end_steps: u32,
-    body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
-) -> KernelStatus {
     // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
     if unsafe { block_sees_abort(ctx) } {
         return KernelStatus::Aborted;
@@ -126,7 +114,7 @@ pub(crate) unsafe fn between_barriers_advancing(
     let result = barrier
         .sync()
         .and_then(|()| body(&mut barrier))
-        .and_then(|()| barrier.sync_advancing(end_steps));
+        .and_then(|()| barrier.sync());
     barrier.finish();
     match result {
         Ok(()) => KernelStatus::Completed,
@@ -134,65 +122,118 @@ pub(crate) unsafe fn between_barriers_advancing(
     }
 }
 
-/// One-shot all-reduce of `args.count` elements.
+/// One-shot all-reduce of a batch.
 ///
-/// The cross-rank protocol is the same whether this rank is in place or not, so ranks of one
-/// collective may differ in that: in place, the block's range goes in `rounds` rounds with a
-/// barrier between each round's reads and writes; out of place, the block reads and writes in
-/// one pass and its end barrier passes the `rounds` round barriers with it (an in-place peer
-/// waiting at a round barrier is released by it, since this rank has read everything).
+/// The block passes a start barrier, reduces its cells task by task, and passes an end
+/// barrier, all on the batch window's barrier of its block index. A rank in place for a task
+/// must not overwrite an element that a peer has yet to read: it goes through its part of the
+/// task in rounds (`UNROLL` elements per thread), reading a round into registers, passing a
+/// barrier, then writing. A rank out of place for the task reads and writes in one pass and
+/// owes its peers the task's round barriers: it adds them to the next barrier it passes (a
+/// later round barrier, or the end barrier) with [`CrossRankBarrier::sync_advancing`], which
+/// announces every owed epoch at once. That is sound because an announcement means "this
+/// block has read everything it reads before the barriers announced": an out-of-place rank has
+/// read the task's cells before it announces the epochs of their rounds, and a peer's in-place
+/// round barrier waits for at least its own epoch, so it is released only after those reads.
+/// Every rank takes the same epochs in all (one start, one per round of every task part, one
+/// end), since the rounds depend only on the cells, the block size and `UNROLL`, so ranks may
+/// differ in being in place, task by task.
 ///
 /// # Safety
-/// The contexts are host-built for windows holding the send range (`send_offset`, every rank)
-/// and the receive range on this rank, aligned for `T`; every rank launches the same kernel,
-/// arguments and shape.
+/// The batch's contexts are host-built for windows holding each task's send range
+/// (`send_offset`, every rank) and receive range (this rank), aligned for `T`; every rank
+/// launches the same kernel, batch (counts, cells and the windows peers use) and shape.
 #[inline(always)]
 pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
-    rank: Rank<'_>,
+    batch: &Batch<'_>,
     grid: Grid,
-    args: &CollectiveArgs,
 ) -> KernelStatus {
-    let ctx = rank.send;
-    let (lo, hi) = block_range(args.count, grid.block, grid.blocks);
-    let rounds = (hi - lo).div_ceil(arch::block_dim_x() as u64 * UNROLL) as u32;
-    let in_place = args.flags & FLAG_IN_PLACE != 0;
-    let recv = if in_place {
-        ctx.local_base.wrapping_add(args.send_offset)
-    } else {
-        rank.recv.local_base.wrapping_add(args.recv_offset)
-    } as *mut T;
-    // SAFETY: forwarded contract.
-    unsafe {
-        if in_place {
-            return between_barriers(ctx, grid, |barrier| {
-                reduce_in_rounds::<T, O>(ctx, args.send_offset, recv, lo, hi, barrier)
-            });
-        }
-        between_barriers_advancing(ctx, grid, rounds + 1, |_| {
-            if vector::aligned(ctx, &[args.send_offset], recv as u64) {
-                reduce_packs::<T, O>(ctx, args.send_offset, lo, hi, recv);
-            } else {
-                let stride = arch::block_dim_x() as u64;
-                let mut index = lo + arch::thread_idx_x() as u64;
-                while index < hi {
-                    let value = reduce_element::<T, O>(ctx, args.send_offset, index);
-                    recv.add(index as usize).write(value);
-                    index += stride;
+    let ctx = batch.first().rank.send;
+    let per_cell = cell_elements(
+        Algorithm::OneShotAllReduce,
+        core::mem::size_of::<T>() as u64,
+    );
+    let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
+    let per_round = arch::block_dim_x() as u64 * UNROLL;
+    // SAFETY: the context is valid (contract); the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
+    // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
+    let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
+    // Round barriers of out-of-place task parts not announced yet.
+    let mut owed: u32 = 0;
+    let result = barrier
+        .sync()
+        .and_then(|()| {
+            batch.walk(lo, hi, per_cell, |task, first, end| {
+                // SAFETY: forwarded contract; [first, end) lies inside the task's count.
+                unsafe {
+                    one_shot_part::<T, O>(task, first, end, per_round, &mut barrier, &mut owed)
                 }
-            }
-            Ok(())
+            })
         })
+        .and_then(|()| barrier.sync_advancing(owed + 1));
+    barrier.finish();
+    match result {
+        Ok(()) => KernelStatus::Completed,
+        Err(Aborted) => KernelStatus::Aborted,
     }
 }
 
-/// Out of place, 16-byte aligned: the packs that lie wholly inside this block's element range
-/// `[lo, hi)`, and the elements of the range before and after them one by one. The range is
-/// the one the in-place protocol uses ([`block_range`] over elements), so that a peer's
-/// in-place block with the same index overwrites only elements this block has already read
-/// when it passes the barrier.
+/// Elements `[first, end)` of one task of a one-shot batch (see [`one_shot_all_reduce`]).
 ///
 /// # Safety
-/// Contract of [`one_shot_all_reduce`]; every buffer is 16-byte aligned.
+/// Contract of [`one_shot_all_reduce`]; `end <= count`.
+#[inline(always)]
+unsafe fn one_shot_part<T: Element, O: ReduceOp>(
+    task: &Task<'_>,
+    first: u64,
+    end: u64,
+    per_round: u64,
+    barrier: &mut CrossRankBarrier<'_>,
+    owed: &mut u32,
+) -> Result<(), Aborted> {
+    let ctx = task.rank.send;
+    let send_offset = task.args.send_offset;
+    if task.args.flags & FLAG_IN_PLACE != 0 {
+        let recv = ctx.local_base.wrapping_add(send_offset) as *mut T;
+        // SAFETY: forwarded contract.
+        return unsafe {
+            reduce_in_rounds::<T, O>(ctx, send_offset, recv, first, end, barrier, owed)
+        };
+    }
+    *owed = owed.wrapping_add((end - first).div_ceil(Ord::max(per_round, 1)) as u32);
+    let recv = task
+        .rank
+        .recv
+        .local_base
+        .wrapping_add(task.args.recv_offset) as *mut T;
+    // SAFETY: forwarded contract.
+    unsafe {
+        if vector::aligned(ctx, &[send_offset], recv as u64) {
+            reduce_packs::<T, O>(ctx, send_offset, first, end, recv);
+        } else {
+            let stride = arch::block_dim_x() as u64;
+            let mut index = first + arch::thread_idx_x() as u64;
+            while index < end {
+                let value = reduce_element::<T, O>(ctx, send_offset, index);
+                recv.add(index as usize).write(value);
+                index += stride;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Out of place, 16-byte aligned: the packs that lie wholly inside the element range
+/// `[lo, hi)` of a task, and the elements of the range before and after them one by one. The
+/// range is the one the in-place protocol uses (the same cells), so that a peer's in-place
+/// block with the same index overwrites only elements this block has already read when it
+/// passes the barrier.
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`]; every buffer is 16-byte aligned; `hi <= count`.
 #[inline(always)]
 unsafe fn reduce_packs<T: Element, O: ReduceOp>(
     ctx: &SymmContext,
@@ -201,46 +242,27 @@ unsafe fn reduce_packs<T: Element, O: ReduceOp>(
     hi: u64,
     recv: *mut T,
 ) {
-    let lanes = vector::lanes::<T>();
-    let first_pack = lo.div_ceil(lanes);
-    let end_pack = Ord::max(hi / lanes, first_pack);
-    let stride = arch::block_dim_x() as u64;
-    let thread = arch::thread_idx_x() as u64;
-    let mut i = first_pack + thread;
-    while i < end_pack {
+    for_packs_and_elements(
+        lo,
+        hi,
+        vector::lanes::<T>(),
         // SAFETY: pack i lies inside [lo, hi), hence in every send buffer and in the receive
         // buffer.
-        unsafe {
+        |i| unsafe {
             let pack = vector::reduce_pack::<T, O>(ctx, send_offset, i);
             (recv as *mut vector::Pack).add(i as usize).write(pack);
-        }
-        i += stride;
-    }
-    let (head_end, tail_start) = if first_pack < end_pack {
-        (first_pack * lanes, end_pack * lanes)
-    } else {
-        (hi, hi)
-    };
-    let mut index = lo + thread;
-    while index < head_end {
+        },
         // SAFETY: lo <= index < hi <= count.
-        unsafe {
+        |index| unsafe {
             recv.add(index as usize)
                 .write(reduce_element::<T, O>(ctx, send_offset, index))
-        };
-        index += stride;
-    }
-    let mut index = tail_start + thread;
-    while index < hi {
-        // SAFETY: index < hi <= count.
-        unsafe {
-            recv.add(index as usize)
-                .write(reduce_element::<T, O>(ctx, send_offset, index))
-        };
-        index += stride;
-    }
+        },
+    );
 }
 
+/// The elements `[lo, hi)` of a task this rank runs in place, in rounds; the first round
+/// barrier also announces the `owed` barriers of earlier out-of-place parts.
+///
 /// # Safety
 /// Contract of [`one_shot_all_reduce`], in place.
 #[inline(always)]
@@ -251,16 +273,17 @@ unsafe fn reduce_in_rounds<T: Element, O: ReduceOp>(
     lo: u64,
     hi: u64,
     barrier: &mut CrossRankBarrier<'_>,
+    owed: &mut u32,
 ) -> Result<(), Aborted> {
     let threads = arch::block_dim_x() as u64;
     let per_round = threads * UNROLL;
-    let rounds = (hi - lo).div_ceil(per_round);
+    let rounds = (hi - lo).div_ceil(Ord::max(per_round, 1));
     let thread = arch::thread_idx_x() as u64;
     for round in 0..rounds {
         let base = lo + round * per_round + thread;
         // Indices grow with j, so the valid ones are a prefix.
         let valid = if base < hi {
-            Ord::min((hi - base).div_ceil(threads), UNROLL)
+            Ord::min((hi - base).div_ceil(Ord::max(threads, 1)), UNROLL)
         } else {
             0
         };
@@ -277,7 +300,8 @@ unsafe fn reduce_in_rounds<T: Element, O: ReduceOp>(
             }
         }
         // No rank overwrites this round's elements until every rank has read them.
-        barrier.sync()?;
+        barrier.sync_advancing(owed.wrapping_add(1))?;
+        *owed = 0;
         for (j, value) in held.iter().enumerate() {
             if (j as u64) < valid {
                 let index = base + j as u64 * threads;
@@ -289,173 +313,181 @@ unsafe fn reduce_in_rounds<T: Element, O: ReduceOp>(
     Ok(())
 }
 
-/// The shard `[lo, hi)` of `count` elements that rank `rank` of `world` reduces in two-shot.
+/// The shard `[lo, hi)` of `count` elements (two-shot: cells) that rank `rank` of `world`
+/// reduces in two-shot.
 #[inline(always)]
 pub fn shard(count: u64, rank: u32, world: u32) -> (u64, u64) {
     block_range(count, rank, world)
 }
 
-/// Two-shot all-reduce of `args.count` elements. Results are stored into every rank's receive
-/// buffer at `recv_offset` of its receive window (in place: the send buffer, which then must
-/// be at that offset of that window).
+/// Two-shot all-reduce of a batch: rank `r` owns shard `r` of the batch's cells (blocks split
+/// the shard), loads its elements from every rank, reduces them and stores the result into
+/// every rank's receive buffer at `recv_offset` of its receive window (in place: the send
+/// buffer, which then must be at that offset of that window). Between a start and an end
+/// barrier on the batch window.
 ///
 /// # Safety
-/// As for [`one_shot_all_reduce`]; the receive range lies in every rank's receive window.
+/// As for [`one_shot_all_reduce`]; each task's receive range lies in every rank's receive
+/// window.
 #[inline(always)]
 pub unsafe fn two_shot_all_reduce<T: Element, O: ReduceOp>(
-    rank: Rank<'_>,
+    batch: &Batch<'_>,
     grid: Grid,
-    args: &CollectiveArgs,
 ) -> KernelStatus {
-    let ctx = rank.send;
+    let ctx = batch.first().rank.send;
+    let per_cell = cell_elements(
+        Algorithm::TwoShotAllReduce,
+        core::mem::size_of::<T>() as u64,
+    );
+    let (shard_lo, shard_hi) = shard(batch.total_cells(per_cell), ctx.rank, ctx.world_size);
+    let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
+    let (lo, hi) = (shard_lo + lo, shard_lo + hi);
+    // SAFETY: forwarded contract.
+    unsafe {
+        between_barriers(ctx, grid, |_| {
+            batch.walk(lo, hi, per_cell, |task, first, end| {
+                two_shot_part::<T, O>(task, first, end);
+                Ok(())
+            })
+        })
+    }
+}
+
+/// Elements `[lo, hi)` of one task of a two-shot batch: reduce, store into every rank.
+///
+/// # Safety
+/// Contract of [`two_shot_all_reduce`]; `hi <= count`.
+#[inline(always)]
+unsafe fn two_shot_part<T: Element, O: ReduceOp>(task: &Task<'_>, lo: u64, hi: u64) {
+    let ctx = task.rank.send;
+    let args = &task.args;
     let (recv_ctx, recv_offset) = if args.flags & FLAG_IN_PLACE != 0 {
-        (rank.send, args.send_offset)
+        (task.rank.send, args.send_offset)
     } else {
-        (rank.recv, args.recv_offset)
+        (task.rank.recv, args.recv_offset)
     };
+    let world = ctx.world_size;
     // SAFETY: the contexts are host-built.
     let aligned = unsafe {
         vector::aligned(ctx, &[args.send_offset, recv_offset], ctx.local_base)
             && vector::aligned(recv_ctx, &[recv_offset], recv_ctx.local_base)
     };
-    if aligned {
-        // SAFETY: forwarded contract; every buffer is 16-byte aligned.
-        return unsafe { two_shot_packs::<T, O>(ctx, recv_ctx, recv_offset, grid, args) };
-    }
-    let (shard_lo, shard_hi) = shard(args.count, ctx.rank, ctx.world_size);
-    let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
-    let (lo, hi) = (shard_lo + lo, shard_lo + hi);
-    // SAFETY: forwarded contract.
-    unsafe {
-        between_barriers(ctx, grid, |_| {
-            let stride = arch::block_dim_x() as u64;
-            let mut index = lo + arch::thread_idx_x() as u64;
-            while index < hi {
-                let value = reduce_element::<T, O>(ctx, args.send_offset, index);
-                for peer in 0..ctx.world_size {
-                    let recv = recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
-                    recv.add(index as usize).write(value);
-                }
-                index += stride;
+    let store_element = |index: u64| {
+        // SAFETY: index < hi <= count: inside every rank's send and receive buffers.
+        unsafe {
+            let value = reduce_element::<T, O>(ctx, args.send_offset, index);
+            for peer in 0..world {
+                let recv = recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
+                recv.add(index as usize).write(value);
             }
-            Ok(())
-        })
-    }
-}
-
-/// Two-shot over 16-byte packs: shards are whole packs; the last rank's last block also takes
-/// the tail, element by element.
-///
-/// # Safety
-/// As for [`two_shot_all_reduce`]; every buffer is 16-byte aligned.
-#[inline(always)]
-unsafe fn two_shot_packs<T: Element, O: ReduceOp>(
-    ctx: &SymmContext,
-    recv_ctx: &SymmContext,
-    recv_offset: u64,
-    grid: Grid,
-    args: &CollectiveArgs,
-) -> KernelStatus {
-    let lanes = vector::lanes::<T>();
-    let packs = args.count / lanes;
-    let (shard_lo, shard_hi) = shard(packs, ctx.rank, ctx.world_size);
-    let (lo, hi) = block_range(shard_hi - shard_lo, grid.block, grid.blocks);
-    let (lo, hi) = (shard_lo + lo, shard_lo + hi);
-    let takes_tail = ctx.rank + 1 == ctx.world_size && grid.block + 1 == grid.blocks;
-    // SAFETY: forwarded contract.
-    unsafe {
-        between_barriers(ctx, grid, |_| {
-            let stride = arch::block_dim_x() as u64;
-            let mut i = lo + arch::thread_idx_x() as u64;
-            while i < hi {
+        }
+    };
+    if aligned {
+        for_packs_and_elements(
+            lo,
+            hi,
+            vector::lanes::<T>(),
+            // SAFETY: pack i lies inside [lo, hi): inside every rank's buffers, 16-byte
+            // aligned.
+            |i| unsafe {
                 let pack = vector::reduce_pack::<T, O>(ctx, args.send_offset, i);
-                for peer in 0..ctx.world_size {
+                for peer in 0..world {
                     let recv =
                         recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut vector::Pack;
                     recv.add(i as usize).write(pack);
                 }
-                i += stride;
-            }
-            if takes_tail {
-                let mut index = packs * lanes + arch::thread_idx_x() as u64;
-                while index < args.count {
-                    let value = reduce_element::<T, O>(ctx, args.send_offset, index);
-                    for peer in 0..ctx.world_size {
-                        let recv = recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut T;
-                        recv.add(index as usize).write(value);
-                    }
-                    index += stride;
-                }
-            }
-            Ok(())
-        })
+            },
+            store_element,
+        );
+    } else {
+        let stride = arch::block_dim_x() as u64;
+        let mut index = lo + arch::thread_idx_x() as u64;
+        while index < hi {
+            store_element(index);
+            index += stride;
+        }
     }
 }
 
-/// One-shot all-reduce over low-latency lines (payloads up to `LL_MAX_BYTES` per rank): each
-/// rank writes its data, 8 bytes per line with the call's flag, into every peer's line buffer,
-/// then waits for every rank's lines in its own buffer and reduces them in rank order. No
-/// barrier at all: the flags say when data is there, and lines are double-buffered by call
-/// parity (a rank cannot start call `k + 2` before every rank has read call `k`). In place is
-/// safe: peers never read the send buffer. Blocks own the same line ranges on every rank; the
-/// call number is the window's (see `sync::ll::LlCall`), so any grid may follow any other.
+/// One-shot all-reduce over low-latency lines (payloads up to `LL_MAX_BYTES` per rank for the
+/// whole batch): each rank writes its data, 8 bytes per line with the call's flag, into every
+/// peer's line buffer, then waits for every rank's lines in its own buffer and reduces them in
+/// rank order. No barrier at all: the flags say when data is there, and lines are
+/// double-buffered by call parity (a rank cannot start call `k + 2` before every rank has read
+/// call `k`). In place is safe: peers never read the send buffer. The tasks of a batch lie one
+/// after the other in the batch window's lines (a task's lines start at its first cell: a cell
+/// is a line), and the batch is one LL call on that window. Blocks own the same line ranges on
+/// every rank; the call number is the window's (see `sync::ll::LlCall`), so any grid may follow
+/// any other.
 ///
 /// # Safety
 /// As for [`one_shot_all_reduce`]; the signal pads were sized for `world_size` ranks
 /// (`signal_pad_bytes`).
 #[inline(always)]
 pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
-    rank: Rank<'_>,
+    batch: &Batch<'_>,
     grid: Grid,
-    args: &CollectiveArgs,
 ) -> KernelStatus {
-    let ctx = rank.send;
+    let ctx = batch.first().rank.send;
     let size = core::mem::size_of::<T>() as u64;
     let per_line = low_latency::per_line::<T>();
     // SAFETY: forwarded contract.
-    let lines = match unsafe { LlLines::open::<T>(ctx, grid, args.count) } {
+    let lines = match unsafe { LlLines::open(ctx, grid, batch.total_cells(per_line)) } {
         Ok(lines) => lines,
         Err(status) => return status,
     };
-    let (call, lo, hi) = (&lines.call, lines.lo, lines.hi);
+    let call = &lines.call;
     let stride = arch::block_dim_x() as u64;
-    let send = ctx.local_base.wrapping_add(args.send_offset) as *const T;
-    let recv = if args.flags & FLAG_IN_PLACE != 0 {
-        send as *mut T
-    } else {
-        rank.recv.local_base.wrapping_add(args.recv_offset) as *mut T
-    };
-    // SAFETY: the send buffer holds `count` elements (caller's contract).
-    unsafe { lines.push(ctx, send, args.count) };
+    let _ = batch.walk(lines.lo, lines.hi, per_line, |task, first, end| {
+        let send = task
+            .rank
+            .send
+            .local_base
+            .wrapping_add(task.args.send_offset) as *const T;
+        // SAFETY: the send buffer holds `count` elements (caller's contract).
+        unsafe { lines.push(ctx, send, task.args.count, first, end, task.first_cell) };
+        Ok::<(), ()>(())
+    });
 
     let mut failed = false;
-    let mut line = lo + arch::thread_idx_x() as u64;
-    'lines: while line < hi {
-        for e in 0..per_line {
-            let index = line * per_line + e;
-            if index >= args.count {
-                break;
+    let _ = batch.walk(lines.lo, lines.hi, per_line, |task, first, end| {
+        let args = &task.args;
+        let recv = if args.flags & FLAG_IN_PLACE != 0 {
+            task.rank.send.local_base.wrapping_add(args.send_offset)
+        } else {
+            task.rank.recv.local_base.wrapping_add(args.recv_offset)
+        } as *mut T;
+        let end_line = end.div_ceil(Ord::max(per_line, 1));
+        let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
+        while line < end_line {
+            for e in 0..per_line {
+                let index = line * per_line + e;
+                if index >= args.count {
+                    break;
+                }
+                let mut acc = None;
+                for source in 0..ctx.world_size {
+                    // SAFETY: source < world; the line lies inside the batch's lines, which
+                    // `open` checked against LL_LINES.
+                    let Ok(data) = (unsafe { call.take(source, task.first_cell + line) }) else {
+                        failed = true;
+                        return Err(());
+                    };
+                    let value = T::from_bits(data >> (e * size * 8)).widen();
+                    acc = Some(match acc {
+                        None => value,
+                        Some(a) => O::combine(a, value),
+                    });
+                }
+                if let Some(acc) = acc {
+                    let value = T::narrow(O::finish(acc, ctx.world_size));
+                    // SAFETY: index < count: inside the receive buffer.
+                    unsafe { recv.add(index as usize).write(value) };
+                }
             }
-            let mut acc = None;
-            for source in 0..ctx.world_size {
-                // SAFETY: source < world, line < LL_LINES.
-                let Ok(data) = (unsafe { call.take(source, line) }) else {
-                    failed = true;
-                    break 'lines;
-                };
-                let value = T::from_bits(data >> (e * size * 8)).widen();
-                acc = Some(match acc {
-                    None => value,
-                    Some(a) => O::combine(a, value),
-                });
-            }
-            if let Some(acc) = acc {
-                let value = T::narrow(O::finish(acc, ctx.world_size));
-                // SAFETY: index < count: inside the receive buffer.
-                unsafe { recv.add(index as usize).write(value) };
-            }
+            line += stride;
         }
-        line += stride;
-    }
+        Ok(())
+    });
     lines.close(failed)
 }

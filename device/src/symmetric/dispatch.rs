@@ -5,7 +5,7 @@ use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::pat::{pat_all_gather, pat_reduce_scatter};
 use super::reduce_scatter::reduce_scatter;
-use super::{CollectiveArgs, Grid, KernelStatus, Rank};
+use super::{Batch, Grid, KernelStatus};
 use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::types::{DataType, RedOp};
@@ -69,12 +69,12 @@ impl Algorithm {
 }
 
 /// A kernel body as the host backend calls it.
-pub type KernelFn = unsafe fn(Rank<'_>, Grid, &CollectiveArgs) -> KernelStatus;
+pub type KernelFn = unsafe fn(&Batch<'_>, Grid) -> KernelStatus;
 
-/// PTX parameters shared by every exported kernel, in order (`RankArgs` is
-/// [`super::RankArgs`], 24 bytes).
-pub const KERNEL_PARAMETERS: &str = "(const RankArgs* ranks, u32 rank_count, u64 send_offset, \
-                                     u64 recv_offset, u64 count, u32 flags)";
+/// PTX parameters shared by every exported kernel, in order (`TaskArgs` is
+/// [`super::TaskArgs`], 56 bytes; the table holds `rank_count × task_count` entries,
+/// rank-major).
+pub const KERNEL_PARAMETERS: &str = "(const TaskArgs* tasks, u32 task_count, u32 rank_count)";
 
 /// PTX name of the kernel for `algorithm` (reductions: on `dtype` with `op`).
 pub fn kernel_name(algorithm: Algorithm, dtype: DataType, op: RedOp) -> heapless_name::KernelName {

@@ -1,6 +1,7 @@
-//! The frame shared by the low-latency (LL) kernels: open a call for a payload of `count`
-//! elements (lines of 8 data bytes), push this block's lines into every rank, and close the
-//! call. What each kernel does with the lines it takes differs (reduce, or copy).
+//! The frame shared by the low-latency (LL) kernels: open a call for a batch's lines (8 data
+//! bytes each; a task's lines start at its first cell), push this block's lines of each task
+//! into every rank, and close the call. What each kernel does with the lines it takes differs
+//! (reduce, or copy).
 
 use super::{Grid, KernelStatus, block_range};
 use crate::arch;
@@ -10,7 +11,7 @@ use crate::sync::barrier::block_sees_abort;
 use crate::sync::ll::LlCall;
 use crate::sync::signal_pad::LL_LINES;
 
-/// This block's part of an LL call over `count` elements of `T`: lines `[lo, hi)`.
+/// This block's part of an LL call: the batch's lines `[lo, hi)`.
 pub(crate) struct LlLines<'a> {
     /// The call (flag, buffer parity, call counter).
     pub call: LlCall<'a>,
@@ -27,20 +28,19 @@ pub(crate) const fn per_line<T>() -> u64 {
 }
 
 impl<'a> LlLines<'a> {
-    /// Open this block's part of an LL call for `count` elements of `T`; `Err` with the
-    /// kernel's status when the payload exceeds the LL buffers (nothing touched) or the window
-    /// is already aborted. Every thread of the block calls it.
+    /// Open this block's part of an LL call over `lines` lines (a batch's); `Err` with the
+    /// kernel's status when they exceed the LL buffers (nothing touched) or the window is
+    /// already aborted. Every thread of the block calls it.
     ///
     /// # Safety
     /// `ctx` is host-built, with pads sized by `signal_pad_bytes(world_size)`; `grid` comes
     /// from `for_virtual_rank`.
     #[inline(always)]
-    pub(crate) unsafe fn open<T>(
+    pub(crate) unsafe fn open(
         ctx: &'a SymmContext,
         grid: Grid,
-        count: u64,
+        lines: u64,
     ) -> Result<Self, KernelStatus> {
-        let lines = count.div_ceil(per_line::<T>());
         if lines > LL_LINES as u64 {
             return Err(KernelStatus::InvalidLaunch);
         }
@@ -61,17 +61,28 @@ impl<'a> LlLines<'a> {
         Ok(LlLines { call, lo, hi })
     }
 
-    /// Pack this block's lines of the `count` elements at `send` (8 bytes a line, the last one
-    /// zero-padded) and put each into every rank's line buffer.
+    /// Pack the lines holding elements `[first, end)` of a task's `count` elements at `send`
+    /// (8 bytes a line, the last one zero-padded; `first` starts a line) and put each into
+    /// every rank's line buffer, the task's line `l` as the call's line `first_line + l`.
     ///
     /// # Safety
-    /// `send` holds `count` elements; `ctx` is the context the call was opened on.
+    /// `send` holds `count` elements; `ctx` is the context the call was opened on; the lines
+    /// `first_line + [first / per_line, ⌈end / per_line⌉)` lie inside the call's lines.
     #[inline(always)]
-    pub(crate) unsafe fn push<T: Element>(&self, ctx: &SymmContext, send: *const T, count: u64) {
+    pub(crate) unsafe fn push<T: Element>(
+        &self,
+        ctx: &SymmContext,
+        send: *const T,
+        count: u64,
+        first: u64,
+        end: u64,
+        first_line: u64,
+    ) {
         let size = core::mem::size_of::<T>() as u64;
         let per_line = per_line::<T>();
-        let mut line = self.lo + arch::thread_idx_x() as u64;
-        while line < self.hi {
+        let end_line = end.div_ceil(Ord::max(per_line, 1));
+        let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
+        while line < end_line {
             let mut data = 0u64;
             for e in 0..per_line {
                 let index = line * per_line + e;
@@ -82,8 +93,8 @@ impl<'a> LlLines<'a> {
                 }
             }
             for peer in 0..ctx.world_size {
-                // SAFETY: peer < world, line < lines <= LL_LINES.
-                unsafe { self.call.put(peer, line, data) };
+                // SAFETY: peer < world; the line lies inside the call's lines (<= LL_LINES).
+                unsafe { self.call.put(peer, first_line + line, data) };
             }
             line += arch::block_dim_x() as u64;
         }

@@ -4,10 +4,12 @@
 //!
 //! A launch may serve several ranks at once (several ranks on one GPU, launched together so
 //! that they are co-resident): [`Grid`] is the calling block's place among the blocks of *its*
-//! rank, and [`for_virtual_rank`] maps the launched grid onto the ranks.
+//! rank, and [`for_virtual_rank`] maps the launched grid onto the ranks. It may also run several
+//! tasks (collectives fused by a group): see [`batch`].
 
 pub mod all_gather;
 pub mod all_reduce;
+pub mod batch;
 pub mod dispatch;
 mod low_latency;
 pub mod pat;
@@ -17,6 +19,7 @@ pub mod vector;
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS};
+pub use batch::{Batch, Task, TaskArgs};
 
 /// How a kernel ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,9 +41,9 @@ pub struct Grid {
     pub blocks: u32,
 }
 
-/// Arguments shared by every rank of one collective launch. Offsets are bytes from the base of
-/// the window they lie in (the send window for `send_offset`, the receive window for
-/// `recv_offset`) and the same on every rank: symmetric buffers sit at the same offset of the
+/// One task's arguments as one rank runs it. Offsets are bytes from the base of the window they
+/// lie in (the send window for `send_offset`, the receive window for `recv_offset`) and the
+/// same on every rank where peers use them: symmetric buffers sit at the same offset of the
 /// same window on every rank. `count` is in elements (all-gather: bytes per rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CollectiveArgs {
@@ -51,7 +54,7 @@ pub struct CollectiveArgs {
     pub recv_offset: u64,
     /// Elements (all-reduce: total; reduce-scatter: per rank) or bytes per rank (all-gather).
     pub count: u64,
-    /// Flags: the launch's, or-ed with the calling rank's [`RankArgs::flags`].
+    /// This rank's flags ([`FLAG_IN_PLACE`]).
     pub flags: u32,
 }
 
@@ -61,27 +64,6 @@ pub struct CollectiveArgs {
 /// collective may differ in this flag; every kernel's cross-rank protocol is the same either
 /// way.
 pub const FLAG_IN_PLACE: u32 = 1;
-
-/// One rank's entry in a launch's rank table: the contexts of the windows holding its send and
-/// receive buffers, and its own flags. A launch serving `n` ranks (several ranks sharing one
-/// GPU) passes a device table of `n` entries; blocks `[k·per, (k+1)·per)` serve entry `k`.
-/// Mirrored by `symmRankArgs` in the host shim; the layout is locked below.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct RankArgs {
-    /// Address of the [`SymmContext`] of the window holding the send buffer.
-    pub send_context: u64,
-    /// Address of the [`SymmContext`] of the window holding the receive buffer (equal to
-    /// `send_context` when both buffers lie in one window).
-    pub recv_context: u64,
-    /// This rank's flags ([`FLAG_IN_PLACE`]).
-    pub flags: u32,
-    /// Zero.
-    pub reserved: u32,
-}
-
-static_assertions::const_assert_eq!(core::mem::size_of::<RankArgs>(), 24);
-static_assertions::const_assert_eq!(core::mem::align_of::<RankArgs>(), 8);
 
 /// One rank's view of a launch: the windows of its buffers.
 #[derive(Clone, Copy, Debug)]
@@ -96,7 +78,9 @@ pub struct Rank<'a> {
 /// Every rank computes the same partition, so block `b` of every rank handles the same range.
 #[inline(always)]
 pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
-    let per_block = count.div_ceil(blocks as u64);
+    // `blocks` is never 0 (launch shapes are checked); `max` lets the compiler see it, so no
+    // division-by-zero panic path is emitted.
+    let per_block = count.div_ceil(blocks.max(1) as u64);
     let lo = (block as u64 * per_block).min(count);
     let hi = (lo + per_block).min(count);
     (lo, hi)
@@ -104,61 +88,48 @@ pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
 
 /// `true` when `ctx` passes the kernels' limits (world size, rank).
 #[inline(always)]
-fn context_is_valid(ctx: &SymmContext) -> bool {
+pub(crate) fn context_is_valid(ctx: &SymmContext) -> bool {
     ctx.world_size != 0 && ctx.world_size as usize <= MAX_RANKS && ctx.rank < ctx.world_size
 }
 
-/// Map the launched grid onto `rank_count` ranks (blocks `[k·per, (k+1)·per)` serve the rank of
-/// `ranks[k]`): the calling block's rank, its place among that rank's blocks, and the launch's
-/// `args` with the rank's flags or-ed in. The shape and the table are checked first; on a
+/// Map the launched grid onto `rank_count` ranks (blocks `[k·per, (k+1)·per)` serve the
+/// `k`-th rank, whose tasks are entries `[k·task_count, (k+1)·task_count)` of `tasks`): the
+/// calling block's rank's batch and its place among that rank's blocks. The shape and the
+/// table are checked first (the block's threads share the checks of the entries); on a
 /// violation nothing is touched and the result is `Err(KernelStatus::InvalidLaunch)` (see
 /// [`report_invalid_launch`]). Kernels call their body directly with the result (no closure),
 /// so that everything inlines into the entry point and no argument goes through local memory.
+/// Every thread of the block calls it.
 ///
 /// # Safety
-/// `ranks` must hold `rank_count` entries whose contexts were built by the host; the contexts
-/// outlive `'a`.
+/// `tasks` must hold `rank_count × task_count` entries whose contexts were built by the host;
+/// the contexts outlive `'a`.
 #[inline(always)]
 pub unsafe fn resolve_launch<'a>(
-    ranks: *const RankArgs,
+    tasks: *const TaskArgs,
+    task_count: u32,
     rank_count: u32,
-    args: &CollectiveArgs,
-) -> Result<(Rank<'a>, Grid, CollectiveArgs), KernelStatus> {
+) -> Result<(Batch<'a>, Grid), KernelStatus> {
     let launched = arch::grid_dim_x();
-    if ranks.is_null() || rank_count == 0 || !launched.is_multiple_of(rank_count) {
-        return Err(KernelStatus::InvalidLaunch);
-    }
-    let blocks = launched / rank_count;
-    let block = arch::block_idx_x();
-    // SAFETY: block / blocks < rank_count, and the table holds that many entries.
-    let entry = unsafe { &*ranks.add((block / blocks) as usize) };
-    if entry.send_context == 0 || entry.recv_context == 0 {
-        return Err(KernelStatus::InvalidLaunch);
-    }
-    // SAFETY: non-null contexts built by the host, alive for 'a (caller's contract).
-    let (send, recv) = unsafe {
-        (
-            &*(entry.send_context as *const SymmContext),
-            &*(entry.recv_context as *const SymmContext),
-        )
-    };
-    if blocks as usize > MAX_BLOCKS
-        || !context_is_valid(send)
-        || !context_is_valid(recv)
-        || send.rank != recv.rank
-        || send.world_size != recv.world_size
+    if tasks.is_null() || task_count == 0 || rank_count == 0 || !launched.is_multiple_of(rank_count)
     {
         return Err(KernelStatus::InvalidLaunch);
     }
-    let args = CollectiveArgs {
-        flags: args.flags | entry.flags,
-        ..*args
-    };
+    let blocks = launched / rank_count;
+    if blocks as usize > MAX_BLOCKS {
+        return Err(KernelStatus::InvalidLaunch);
+    }
+    let block = arch::block_idx_x();
+    // SAFETY: block / blocks < rank_count, and the table holds rank_count × task_count
+    // entries.
+    let entries = unsafe { tasks.add((block / blocks) as usize * task_count as usize) };
+    // SAFETY: forwarded contract; task_count >= 1.
+    let batch = unsafe { Batch::open(entries, task_count) }.ok_or(KernelStatus::InvalidLaunch)?;
     let grid = Grid {
         block: block % blocks,
         blocks,
     };
-    Ok((Rank { send, recv }, grid, args))
+    Ok((batch, grid))
 }
 
 /// [`resolve_launch`], then `kernel` for the calling block (or the refusal's status).
@@ -167,14 +138,14 @@ pub unsafe fn resolve_launch<'a>(
 /// As for [`resolve_launch`].
 #[inline(always)]
 pub unsafe fn for_virtual_rank(
-    ranks: *const RankArgs,
+    tasks: *const TaskArgs,
+    task_count: u32,
     rank_count: u32,
-    args: &CollectiveArgs,
-    kernel: impl FnOnce(Rank<'_>, Grid, &CollectiveArgs) -> KernelStatus,
+    kernel: impl FnOnce(&Batch<'_>, Grid) -> KernelStatus,
 ) -> KernelStatus {
     // SAFETY: forwarded contract.
-    match unsafe { resolve_launch(ranks, rank_count, args) } {
-        Ok((rank, grid, args)) => kernel(rank, grid, &args),
+    match unsafe { resolve_launch(tasks, task_count, rank_count) } {
+        Ok((batch, grid)) => kernel(&batch, grid),
         Err(status) => status,
     }
 }
@@ -186,19 +157,20 @@ pub const ABORT_TIMED_OUT: u32 = 1;
 pub const ABORT_INVALID_LAUNCH: u32 = 2;
 
 /// Make a refused launch visible to the host: raise the abort word of every context of the
-/// calling block's rank entry that can be read, with [`ABORT_INVALID_LAUNCH`] (unless a timeout
-/// was already recorded). Called by the exported kernels, which have no other way to report.
+/// first task of the calling block's rank that can be read, with [`ABORT_INVALID_LAUNCH`]
+/// (unless a timeout was already recorded). Called by the exported kernels, which have no other
+/// way to report.
 ///
 /// # Safety
 /// As for [`for_virtual_rank`].
-pub unsafe fn report_invalid_launch(ranks: *const RankArgs, rank_count: u32) {
-    if ranks.is_null() || rank_count == 0 || arch::thread_idx_x() != 0 {
+pub unsafe fn report_invalid_launch(tasks: *const TaskArgs, task_count: u32, rank_count: u32) {
+    if tasks.is_null() || task_count == 0 || rank_count == 0 || arch::thread_idx_x() != 0 {
         return;
     }
-    let entry_index = (arch::block_idx_x() as u64 * rank_count as u64 / arch::grid_dim_x() as u64)
+    let slot = (arch::block_idx_x() as u64 * rank_count as u64 / arch::grid_dim_x() as u64)
         .min(rank_count as u64 - 1);
-    // SAFETY: entry_index < rank_count (caller's contract for the table).
-    let entry = unsafe { &*ranks.add(entry_index as usize) };
+    // SAFETY: slot < rank_count (caller's contract for the table).
+    let entry = unsafe { &*tasks.add(slot as usize * task_count as usize) };
     // SAFETY: the entry's contexts are 0 or host-built (caller's contract).
     unsafe {
         raise_invalid_launch(entry.send_context);
@@ -242,18 +214,17 @@ mod tests {
                 ..bytemuck::Zeroable::zeroed()
             })
             .collect();
-        let table: std::vec::Vec<RankArgs> = contexts
+        let table: std::vec::Vec<TaskArgs> = contexts
             .iter()
-            .map(|context| RankArgs {
+            .map(|context| TaskArgs {
                 send_context: context as *const SymmContext as u64,
-                recv_context: 0,
-                flags: 0,
-                reserved: 0,
+                ..bytemuck::Zeroable::zeroed()
             })
             .collect();
         arch::host::run_grid(2, 4, &|| {
-            // SAFETY: a table of two entries over live contexts; 0 stands for "no context".
-            unsafe { report_invalid_launch(table.as_ptr(), 2) };
+            // SAFETY: a table of two ranks' single tasks over live contexts; 0 stands for "no
+            // context".
+            unsafe { report_invalid_launch(table.as_ptr(), 1, 2) };
         });
         assert_eq!(words, [ABORT_INVALID_LAUNCH, ABORT_TIMED_OUT]);
     }

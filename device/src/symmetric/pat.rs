@@ -48,6 +48,7 @@
 //! the direct kernel's.
 
 use super::all_gather::send_address;
+use super::batch::{Batch, Task};
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
 use crate::numeric::element::Element;
@@ -174,13 +175,33 @@ const fn block_share_bytes(blocks: u32) -> u64 {
     (PAT_SLOT_BYTES as u64 / blocks as u64) / 16 * 16
 }
 
-/// PAT all-gather of `args.count` bytes per rank (see the module documentation).
+/// The one task of a PAT launch, or `None` for a batch of several (the host never fuses PAT
+/// calls; a work table of several tasks is refused as an invalid launch on every rank alike).
+#[inline(always)]
+fn single_task<'a>(batch: &Batch<'a>) -> Option<Task<'a>> {
+    (batch.len() == 1).then(|| batch.first())
+}
+
+/// PAT all-gather kernel: one task of `count` bytes per rank (see the module documentation).
 ///
 /// # Safety
 /// As for [`super::all_gather::all_gather`]; the signal pads were sized by
 /// `signal_pad_bytes(world_size)`.
 #[inline(always)]
-pub unsafe fn pat_all_gather(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
+pub unsafe fn pat_all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
+    match single_task(batch) {
+        // SAFETY: forwarded contract.
+        Some(task) => unsafe { pat_all_gather_task(task.rank, grid, &task.args) },
+        None => KernelStatus::InvalidLaunch,
+    }
+}
+
+/// PAT all-gather of `args.count` bytes per rank.
+///
+/// # Safety
+/// As for [`pat_all_gather`].
+#[inline(always)]
+unsafe fn pat_all_gather_task(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs) -> KernelStatus {
     let ctx = rank.recv;
     let bytes = args.count;
     // Uniform on every rank: a call without bytes takes no round.
@@ -316,13 +337,30 @@ unsafe fn copy_share<U: Copy>(src: u64, dst: u64, units: u64) {
     }
 }
 
-/// PAT reduce-scatter with `args.count` elements per rank (see the module documentation).
+/// PAT reduce-scatter kernel: one task of `count` elements per rank (see the module
+/// documentation).
 ///
 /// # Safety
 /// As for [`super::reduce_scatter::reduce_scatter`]; the signal pads were sized by
 /// `signal_pad_bytes(world_size)`.
 #[inline(always)]
 pub unsafe fn pat_reduce_scatter<T: Element, O: ReduceOp>(
+    batch: &Batch<'_>,
+    grid: Grid,
+) -> KernelStatus {
+    match single_task(batch) {
+        // SAFETY: forwarded contract.
+        Some(task) => unsafe { pat_reduce_scatter_task::<T, O>(task.rank, grid, &task.args) },
+        None => KernelStatus::InvalidLaunch,
+    }
+}
+
+/// PAT reduce-scatter with `args.count` elements per rank.
+///
+/// # Safety
+/// As for [`pat_reduce_scatter`].
+#[inline(always)]
+unsafe fn pat_reduce_scatter_task<T: Element, O: ReduceOp>(
     rank: Rank<'_>,
     grid: Grid,
     args: &CollectiveArgs,
@@ -501,7 +539,7 @@ mod tests {
                     let (lo, hi) = segment_share(bytes, Grid { block, blocks });
                     assert_eq!(lo, next, "bytes {bytes} blocks {blocks} block {block}");
                     assert!(lo <= hi && hi <= bytes);
-                    assert!(lo.is_multiple_of(GRANULE_BYTES));
+                    assert!(lo == bytes || lo.is_multiple_of(GRANULE_BYTES));
                     assert!(hi == bytes || hi.is_multiple_of(GRANULE_BYTES));
                     next = hi;
                 }

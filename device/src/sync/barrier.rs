@@ -93,9 +93,12 @@ impl<'a> CrossRankBarrier<'a> {
 }
 
 /// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout or
-/// abort). Not inlined: a kernel calls it a few times, never per element, and scalar arguments
-/// keep the caller's state in registers.
-#[inline(never)]
+/// abort). Not inlined in the kernels: a kernel calls it a few times, never per element, and
+/// scalar arguments keep the caller's state in registers. Inlined in the Triton-linkable
+/// library, whose callers are compiled by Triton's ptxas: there a call makes ptxas save the
+/// values that live across it (an in-place round's loaded data) to the stack.
+#[cfg_attr(not(feature = "triton-library"), inline(never))]
+#[cfg_attr(feature = "triton-library", inline(always))]
 fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bool {
     arch::sync_threads();
     let stride = arch::block_dim_x();

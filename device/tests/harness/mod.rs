@@ -8,7 +8,7 @@ use std::vec::Vec;
 use symm_device::arch::host::run_grid;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::symmetric::dispatch::KernelFn;
-use symm_device::symmetric::{CollectiveArgs, KernelStatus, RankArgs, for_virtual_rank};
+use symm_device::symmetric::{CollectiveArgs, KernelStatus, TaskArgs, for_virtual_rank};
 use symm_device::sync::signal_pad::{
     EPOCHS_OFFSET, MAX_BLOCKS, MAX_RANKS, PAT_MAX_STEPS, PatCollective, PatFlag, ll_count_slot,
     ll_parity_lines, pat_flag_slot, pat_round_slot, signal_pad_bytes,
@@ -236,15 +236,19 @@ impl Ranks {
         threads: u32,
     ) -> Vec<KernelStatus> {
         assert_eq!(send.world(), self.world());
-        let table: Vec<RankArgs> = (0..self.world())
-            .map(|r| RankArgs {
+        let table: Vec<TaskArgs> = (0..self.world())
+            .map(|r| TaskArgs {
                 send_context: &send.contexts[r] as *const SymmContext as u64,
                 recv_context: &self.contexts[r] as *const SymmContext as u64,
-                flags: 0,
+                send_offset: args.send_offset,
+                recv_offset: args.recv_offset,
+                count: args.count,
+                first_cell: 0,
+                flags: args.flags,
                 reserved: 0,
             })
             .collect();
-        self.run_table(&table, kernel, args, blocks, threads)
+        self.run_table(&table, 1, kernel, blocks, threads)
     }
 
     /// As [`Ranks::launch`], with per-rank flags (`rank_flags[i]` for the `i`-th active rank;
@@ -260,40 +264,70 @@ impl Ranks {
     ) -> Vec<KernelStatus> {
         let all: Vec<usize> = (0..self.world()).collect();
         let active = active.unwrap_or(&all);
-        let table: Vec<RankArgs> = active
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let context = &self.contexts[*r] as *const SymmContext as u64;
-                RankArgs {
-                    send_context: context,
-                    recv_context: context,
-                    flags: rank_flags.get(i).copied().unwrap_or(0),
-                    reserved: 0,
-                }
-            })
+        let flags: Vec<Vec<u32>> = (0..active.len())
+            .map(|i| vec![args.flags | rank_flags.get(i).copied().unwrap_or(0)])
             .collect();
-        self.run_table(&table, kernel, args, blocks, threads)
+        let task = BatchTask {
+            args,
+            first_cell: 0,
+        };
+        self.launch_batch(kernel, &[task], &flags, blocks, threads, Some(active))
     }
 
-    /// Run `kernel` for the ranks of `table` (`blocks` blocks each) in one emulated grid.
+    /// Run `kernel` on a batch of `tasks` (their `first_cell`s as the host computes them) on
+    /// the ranks in `active` (every rank when `None`); `flags[i][t]` is the `i`-th active rank's
+    /// flags for task `t` (or-ed with the task's). Returns each active rank's status.
+    pub fn launch_batch(
+        &self,
+        kernel: KernelFn,
+        tasks: &[BatchTask],
+        flags: &[Vec<u32>],
+        blocks: u32,
+        threads: u32,
+        active: Option<&[usize]>,
+    ) -> Vec<KernelStatus> {
+        let all: Vec<usize> = (0..self.world()).collect();
+        let active = active.unwrap_or(&all);
+        let table: Vec<TaskArgs> = active
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| {
+                let context = &self.contexts[*r] as *const SymmContext as u64;
+                tasks.iter().enumerate().map(move |(t, task)| TaskArgs {
+                    send_context: context,
+                    recv_context: context,
+                    send_offset: task.args.send_offset,
+                    recv_offset: task.args.recv_offset,
+                    count: task.args.count,
+                    first_cell: task.first_cell,
+                    flags: task.args.flags
+                        | flags.get(i).and_then(|f| f.get(t)).copied().unwrap_or(0),
+                    reserved: 0,
+                })
+            })
+            .collect();
+        self.run_table(&table, tasks.len() as u32, kernel, blocks, threads)
+    }
+
+    /// Run `kernel` on the work table `table` (`task_count` tasks per rank, rank-major;
+    /// `blocks` blocks per rank) in one emulated grid. Returns each rank's status.
     fn run_table(
         &self,
-        table: &[RankArgs],
+        table: &[TaskArgs],
+        task_count: u32,
         kernel: KernelFn,
-        args: CollectiveArgs,
         blocks: u32,
         threads: u32,
     ) -> Vec<KernelStatus> {
+        let ranks = (table.len() / task_count.max(1) as usize) as u32;
         let statuses: Vec<std::sync::Mutex<Option<KernelStatus>>> =
-            table.iter().map(|_| std::sync::Mutex::new(None)).collect();
-        let ranks = table.len() as u32;
+            (0..ranks).map(|_| std::sync::Mutex::new(None)).collect();
         run_grid(blocks * ranks, threads, &|| {
             // SAFETY: the table holds live contexts of this model; the tests pass arguments
             // that fit the windows.
             let status = unsafe {
-                for_virtual_rank(table.as_ptr(), ranks, &args, |rank, grid, args| {
-                    kernel(rank, grid, args)
+                for_virtual_rank(table.as_ptr(), task_count, ranks, |batch, grid| {
+                    kernel(batch, grid)
                 })
             };
             let slot = symm_device::arch::block_idx_x() / blocks;
@@ -308,6 +342,63 @@ impl Ranks {
             .map(|s| s.into_inner().unwrap().unwrap())
             .collect()
     }
+}
+
+impl Ranks {
+    /// Address of rank `rank`'s context, as device code receives it (`int64 ctx`).
+    pub fn context_address(&self, rank: usize) -> i64 {
+        &self.contexts[rank] as *const SymmContext as i64
+    }
+
+    /// Address of rank `rank`'s window base.
+    pub fn base(&self, rank: usize) -> i64 {
+        self.bases[rank] as i64
+    }
+
+    /// Run `body(rank)` on every thread of a separate `blocks × threads` grid per rank in
+    /// `active` (every rank when `None`), the grids concurrently, as independent launches of a
+    /// kernel that calls a device function. Returns each active rank's result; every thread of
+    /// a rank's grid must return the same value (checked).
+    pub fn run_per_rank(
+        &self,
+        blocks: u32,
+        threads: u32,
+        active: Option<&[usize]>,
+        body: &(dyn Fn(usize) -> i32 + Sync),
+    ) -> Vec<i32> {
+        let all: Vec<usize> = (0..self.world()).collect();
+        let active = active.unwrap_or(&all);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = active
+                .iter()
+                .map(|&rank| {
+                    scope.spawn(move || {
+                        let results = std::sync::Mutex::new(Vec::new());
+                        run_grid(blocks, threads, &|| {
+                            let result = body(rank);
+                            results.lock().unwrap().push(result);
+                        });
+                        let results = results.into_inner().unwrap();
+                        assert!(
+                            results.iter().all(|r| *r == results[0]),
+                            "rank {rank}: threads disagree on the status: {results:?}"
+                        );
+                        results[0]
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+}
+
+/// One task of a batch launched by [`Ranks::launch_batch`].
+#[derive(Clone, Copy, Debug)]
+pub struct BatchTask {
+    /// Offsets, count and flags (every rank's).
+    pub args: CollectiveArgs,
+    /// Its first cell among the batch's (`symm_device::symmetric::batch::task_cells`).
+    pub first_cell: u64,
 }
 
 fn bytemuck_words(chunks: &mut [Chunk]) -> &mut [u32] {

@@ -665,7 +665,7 @@ impl CudaBackend {
             .iter()
             .map(|s| stream_kind(*s))
             .collect::<Result<Vec<_>>>()?;
-        let resident = if (launch.ranks.len() as u32) < launch.ranks_on_device {
+        let resident = if (launch.rank_ids.len() as u32) < launch.ranks_on_device {
             Some(resident_blocks(device, function, launch.block)?)
         } else {
             None
@@ -942,18 +942,12 @@ fn execute(function: sys::CUfunction, schedule: &LaunchSchedule) -> Result<()> {
             }
             StreamOp::Launch(l) => {
                 let mut table = l.table;
+                let mut task_count = l.task_count;
                 let mut ranks = l.ranks.len() as u32;
-                let mut send_offset = l.args.send_offset;
-                let mut recv_offset = l.args.recv_offset;
-                let mut count = l.args.count;
-                let mut flags = l.args.flags;
-                let mut params: [*mut c_void; 6] = [
+                let mut params: [*mut c_void; 3] = [
                     (&mut table as *mut u64).cast(),
+                    (&mut task_count as *mut u32).cast(),
                     (&mut ranks as *mut u32).cast(),
-                    (&mut send_offset as *mut u64).cast(),
-                    (&mut recv_offset as *mut u64).cast(),
-                    (&mut count as *mut u64).cast(),
-                    (&mut flags as *mut u32).cast(),
                 ];
                 // SAFETY: a zeroed attribute is valid plain data; the cooperative field is set.
                 let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use symm_device::arch::host::run_grid;
 use symm_device::symmetric::dispatch;
-use symm_device::symmetric::{KernelStatus, RankArgs, for_virtual_rank, report_invalid_launch};
+use symm_device::symmetric::{KernelStatus, TaskArgs, for_virtual_rank, report_invalid_launch};
 
 /// Alignment of every host allocation (a page, as device allocations are at least that).
 const ALIGNMENT: usize = 4096;
@@ -72,23 +72,35 @@ impl HostBackend {
             op,
         } = launch.kernel;
         let body = dispatch::kernel(algorithm, dtype, op);
-        let ranks = launch.ranks.len() as u32;
-        let table: &[RankArgs] = &launch.ranks;
-        let args = launch.args;
+        let ranks = launch.rank_ids.len() as u32;
+        let task_count = launch.task_count;
+        let table: &[TaskArgs] = &launch.tasks;
+        if ranks == 0 || table.len() != ranks as usize * task_count as usize {
+            return Err(Error::internal(format!(
+                "a work table of {} entries for {ranks} ranks x {task_count} tasks",
+                table.len()
+            )));
+        }
         run_grid(launch.grid * ranks, launch.block, &|| {
-            // SAFETY: the table holds `ranks` entries whose contexts were built by
-            // `window::complete`, alive while the tasks hold their windows; the arguments were
-            // validated against the windows.
+            // SAFETY: the table holds `ranks × task_count` entries whose contexts were built
+            // by `window::complete`, alive while the tasks hold their windows; the arguments
+            // were validated against the windows.
             unsafe {
-                let status = for_virtual_rank(table.as_ptr(), ranks, &args, |rank, grid, args| {
-                    body(rank, grid, args)
+                let status = for_virtual_rank(table.as_ptr(), task_count, ranks, |batch, grid| {
+                    body(batch, grid)
                 });
                 if status == KernelStatus::InvalidLaunch {
-                    report_invalid_launch(table.as_ptr(), ranks);
+                    report_invalid_launch(table.as_ptr(), task_count, ranks);
                 }
             }
         });
         Ok(())
+    }
+
+    /// `true` while `address` is an allocation of this backend.
+    #[cfg(test)]
+    pub fn is_allocated(&self, address: u64) -> bool {
+        self.lock().contains_key(&address)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Layout>> {

@@ -98,10 +98,11 @@ pub fn launch_input(
     kinds: &[schedule::StreamKind],
     resident_blocks: Option<u32>,
 ) -> schedule::LaunchInput {
-    let parts = (0..launch.ranks.len())
+    let tasks = launch.task_count.max(1) as usize;
+    let parts = (0..launch.rank_ids.len())
         .map(|i| schedule::Part {
             rank: launch.rank_ids[i],
-            instance: launch.instances[i],
+            instances: launch.instances[i * tasks..(i + 1) * tasks].to_vec(),
             user_stream: launch.streams[i],
             user_kind: kinds[i],
             before_event: befores[i],
@@ -113,7 +114,8 @@ pub fn launch_input(
         grid: launch.grid,
         block: launch.block,
         table: launch.table,
-        args: launch.args,
+        tasks: launch.tasks.clone(),
+        task_count: launch.task_count,
         parts,
         internal_stream: internal.0,
         after_event: internal.1,

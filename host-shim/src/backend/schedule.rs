@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::plan::KernelId;
-use symm_device::symmetric::CollectiveArgs;
+use symm_device::symmetric::TaskArgs;
 
 /// The legacy default stream (`NULL`, or `CU_STREAM_LEGACY`).
 pub(crate) const LEGACY_STREAM: u64 = 0;
@@ -58,12 +58,13 @@ pub struct InstanceId {
 }
 
 /// One rank served by a launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Part {
     /// The rank.
     pub rank: usize,
-    /// The collective it takes part in.
-    pub instance: InstanceId,
+    /// The collectives it takes part in (one per task of the launch: several when the launch
+    /// fuses a group's collectives).
+    pub instances: Vec<InstanceId>,
     /// The caller's stream.
     pub user_stream: u64,
     /// Its kind.
@@ -83,10 +84,12 @@ pub struct LaunchInput {
     pub grid: u32,
     /// Threads per block.
     pub block: u32,
-    /// Device address of the rank table.
+    /// Device address of the work table.
     pub table: u64,
-    /// Kernel arguments.
-    pub args: CollectiveArgs,
+    /// The work table's entries (`task_count` per part, rank-major).
+    pub tasks: Vec<TaskArgs>,
+    /// Tasks per part.
+    pub task_count: u32,
     /// The ranks served, in table order.
     pub parts: Vec<Part>,
     /// The first part's internal stream (non-blocking, the library's).
@@ -119,17 +122,20 @@ pub struct KernelLaunch {
     pub cooperative: bool,
     /// The ranks served.
     pub ranks: Vec<usize>,
-    /// The collective each served rank takes part in (same order as `ranks`).
+    /// The collectives each served rank takes part in (`task_count` per rank, in the order of
+    /// `ranks`).
     pub instances: Vec<InstanceId>,
     /// Ranks of the clique (parts of each instance).
     pub clique_ranks: u32,
     /// `true` when the occupancy check proved that every rank of the clique on this device can
     /// be resident at once, so that separate launches on the device may wait on each other.
     pub co_residency_proven: bool,
-    /// Device address of the rank table.
+    /// Device address of the work table.
     pub table: u64,
-    /// Kernel arguments.
-    pub args: CollectiveArgs,
+    /// The work table's entries (`task_count` per rank, rank-major).
+    pub tasks: Vec<TaskArgs>,
+    /// Tasks per rank.
+    pub task_count: u32,
 }
 
 /// One stream operation.
@@ -262,11 +268,16 @@ pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
         block: input.block,
         cooperative: served > 1,
         ranks: input.parts.iter().map(|p| p.rank).collect(),
-        instances: input.parts.iter().map(|p| p.instance).collect(),
+        instances: input
+            .parts
+            .iter()
+            .flat_map(|p| p.instances.iter().copied())
+            .collect(),
         clique_ranks: input.clique_ranks,
         co_residency_proven,
         table: input.table,
-        args: input.args,
+        tasks: input.tasks.clone(),
+        task_count: input.task_count,
     }));
     if !direct {
         ops.push(StreamOp::RecordEvent {
@@ -306,18 +317,20 @@ mod tests {
             grid: 8,
             block: 512,
             table: 0x100,
-            args: CollectiveArgs {
-                send_offset: 0,
-                recv_offset: 0,
-                count: 1000,
-                flags: 0,
-            },
+            tasks: vec![
+                TaskArgs {
+                    count: 1000,
+                    ..bytemuck::Zeroable::zeroed()
+                };
+                streams.len()
+            ],
+            task_count: 1,
             parts: streams
                 .iter()
                 .enumerate()
                 .map(|(rank, (user_stream, user_kind))| Part {
                     rank,
-                    instance: InstanceId { clique: 1, seq: 0 },
+                    instances: vec![InstanceId { clique: 1, seq: 0 }],
                     user_stream: *user_stream,
                     user_kind: *user_kind,
                     before_event: 0x900 + rank as u64,

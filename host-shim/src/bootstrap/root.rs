@@ -48,11 +48,11 @@ impl RootHandle {
     }
 }
 
-/// A joined rank's connection, for writing.
+/// A joined rank's connection, for writing (dropped, which closes it, once the rank left or
+/// was lost).
 struct Member {
     writer: Mutex<TcpStream>,
     info: Vec<u8>,
-    gone: bool,
 }
 
 #[derive(Default)]
@@ -161,6 +161,7 @@ fn fail_join(shared: &Shared) {
         );
         let _ = writer.shutdown(std::net::Shutdown::Both);
     }
+    state.members.clear();
     shared.finished.store(true, Ordering::Release);
 }
 
@@ -244,7 +245,6 @@ fn join(stream: TcpStream, shared: &Shared) -> Option<(FrameReader, usize)> {
         state.members[rank as usize] = Some(Member {
             writer: Mutex::new(clone),
             info,
-            gone: false,
         });
         if state.members.iter().all(Option::is_some) {
             state.welcomed = true;
@@ -301,7 +301,6 @@ fn serve_member(mut reader: FrameReader, rank: usize, shared: &Shared) {
 fn broadcast(state: &State, frame: &Frame, except: Option<usize>) {
     for (r, member) in state.members.iter().enumerate() {
         if let Some(member) = member
-            && !member.gone
             && Some(r) != except
         {
             let mut writer = member.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -361,15 +360,11 @@ fn lost(shared: &Shared, rank: usize) {
         state.members[rank] = None;
         return;
     }
-    if let Some(member) = state.members[rank].as_mut() {
-        member.gone = true;
-    }
+    // Its connection is closed now, not when the root's last handle goes (the process may
+    // never make another root).
+    state.members[rank] = None;
     broadcast(&state, &Frame::PeerLost { rank: rank as u32 }, Some(rank));
-    finish_if_empty(shared, &state);
-}
-
-fn finish_if_empty(shared: &Shared, state: &State) {
-    if state.welcomed && state.members.iter().flatten().all(|m| m.gone) {
+    if state.members.iter().all(Option::is_none) {
         shared.finished.store(true, Ordering::Release);
     }
 }

@@ -94,6 +94,30 @@ pub enum symmRedOp_t {
     symmAvg = 4,
 }
 
+/// Status returned by the device functions of the Triton-linkable library
+/// (`ptx-out/symm_triton.ll`: `symm_all_reduce`, `symm_all_gather`, `symm_barrier`), the same
+/// on every thread of a program. Mirrors `symm_device::triton::status`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum symmDeviceStatus_t {
+    /// The collective completed on this rank.
+    symmDeviceSuccess = 0,
+    /// The context pointer is null.
+    symmDeviceNullContext = -1,
+    /// The context is not a native symm window.
+    symmDeviceUnknownBackend = -2,
+    /// The reduction operator is not a `symmRedOp_t`.
+    symmDeviceUnsupportedOp = -3,
+    /// The data type is not a `symmDataType_t`.
+    symmDeviceUnsupportedDtype = -4,
+    /// A peer did not arrive within the window's timeout, or the window was aborted; the host
+    /// reports `symmTimeout` for the window.
+    symmDeviceTimeout = -5,
+    /// A range leaves the window, is misaligned or overlaps, `local_ptr` is not this rank's
+    /// window base, or the grid is not 1-D with at most 64 programs.
+    symmDeviceInvalidArgument = -6,
+}
+
 /// A raw `symmResult_t` received from C (spelled `symmResult_t` in the header).
 pub type symmResultRaw = c_int;
 /// A raw `symmDataType_t` received from C (spelled `symmDataType_t` in the header).
@@ -232,6 +256,28 @@ impl symmResult_t {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn device_status_codes_match_the_device_crate() {
+        use super::symmDeviceStatus_t::*;
+        use symm_device::triton::{MAX_PROGRAMS, status};
+        let pairs = [
+            (symmDeviceSuccess, status::SUCCESS),
+            (symmDeviceNullContext, status::NULL_CONTEXT),
+            (symmDeviceUnknownBackend, status::UNKNOWN_BACKEND),
+            (symmDeviceUnsupportedOp, status::UNSUPPORTED_OP),
+            (symmDeviceUnsupportedDtype, status::UNSUPPORTED_DTYPE),
+            (symmDeviceTimeout, status::TIMEOUT),
+            (symmDeviceInvalidArgument, status::INVALID_ARGUMENT),
+        ];
+        for (abi, device) in pairs {
+            assert_eq!(abi as i32, device, "{abi:?}");
+        }
+        assert_eq!(
+            MAX_PROGRAMS, 64,
+            "update symmDeviceInvalidArgument's documentation"
+        );
+    }
+
     use super::*;
     use symm_device::{DataType, RedOp};
 

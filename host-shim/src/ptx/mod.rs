@@ -80,7 +80,8 @@ mod tests {
                     "{name} lacks {kernel}"
                 );
             }
-            assert!(ptx.contains(".visible .func  (.param .b32 func_retval0) symm_all_reduce("));
+            // The Triton device functions live in ptx-out/symm_triton.ll only.
+            assert!(!ptx.contains("symm_all_reduce("), "{name}");
         }
     }
 

@@ -1,0 +1,127 @@
+"""Where the package's files are: ``libsymm.so``, ``symm.h`` and the Triton device libraries.
+
+An installed package carries them in ``symm/lib/``. Two environment variables override the
+packaged files:
+
+* ``SYMM_LIBRARY``: path of the ``libsymm.so`` to load;
+* ``SYMM_HEADER``: path of the ``symm.h`` whose constants the package uses.
+
+Run from a source checkout (``PYTHONPATH=python``), the header falls back to the checkout's
+``ffi-headers/symm.h`` and the Triton libraries to ``ptx-out/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "HEADER_ENV",
+    "HEADER_NAME",
+    "LIBRARY_ENV",
+    "LIBRARY_NAME",
+    "TRITON_LIBRARY_NAME",
+    "data_dir",
+    "data_file",
+    "header_path",
+    "library_path",
+    "package_dir",
+    "triton_library_path",
+]
+
+#: Environment variable naming the ``libsymm.so`` to load instead of the packaged one.
+LIBRARY_ENV = "SYMM_LIBRARY"
+#: Environment variable naming the ``symm.h`` to read instead of the packaged one.
+HEADER_ENV = "SYMM_HEADER"
+#: File name of the shared library inside the data directory.
+LIBRARY_NAME = "libsymm.so"
+#: File name of the C header inside the data directory.
+HEADER_NAME = "symm.h"
+#: File name of the Triton-linkable device library (textual LLVM IR, one for every target).
+TRITON_LIBRARY_NAME = "symm_triton.ll"
+
+
+def package_dir() -> Path:
+    """The directory of the installed ``symm`` package."""
+    return Path(__file__).resolve().parent
+
+
+def data_dir() -> Path:
+    """The directory holding the packaged ``libsymm.so``, ``symm.h`` and Triton libraries."""
+    return package_dir() / "lib"
+
+
+def _checkout_root() -> Path | None:
+    """The repository root when the package is imported from a source checkout, else None."""
+    root = package_dir().parent.parent
+    if (root / "Cargo.toml").is_file() and (root / "ffi-headers").is_dir():
+        return root
+    return None
+
+
+def data_file(name: str) -> Path:
+    """The path of the packaged file ``name`` (e.g. ``"symm.h"``, ``"symm_triton.ll"``).
+
+    In a source checkout without packaged files, ``symm.h`` is taken from ``ffi-headers/`` and
+    the Triton library from ``ptx-out/``.
+
+    Raises:
+        FileNotFoundError: the file is neither packaged nor in the checkout.
+    """
+    packaged = data_dir() / name
+    if packaged.is_file():
+        return packaged
+    root = _checkout_root()
+    if root is not None:
+        for candidate in (root / "ffi-headers" / name, root / "ptx-out" / name):
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(
+        f"{name} is not part of this installation of symm (looked in {data_dir()}); "
+        "reinstall the package with `pip install ./python` or a wheel from `cargo xtask wheel`"
+    )
+
+
+def library_path() -> Path:
+    """The ``libsymm.so`` to load: ``$SYMM_LIBRARY`` when set, else the packaged one.
+
+    Raises:
+        FileNotFoundError: ``$SYMM_LIBRARY`` names no file, or nothing is packaged.
+    """
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise FileNotFoundError(f"{LIBRARY_ENV}={override} is not a file")
+        return path
+    packaged = data_dir() / LIBRARY_NAME
+    if packaged.is_file():
+        return packaged
+    raise FileNotFoundError(
+        f"{LIBRARY_NAME} is not packaged in {data_dir()}: install the package with "
+        f"`pip install ./python` (which builds it), or set {LIBRARY_ENV} to a built libsymm.so"
+    )
+
+
+def header_path() -> Path:
+    """The ``symm.h`` whose constants are used: ``$SYMM_HEADER`` when set, else the packaged one.
+
+    Raises:
+        FileNotFoundError: ``$SYMM_HEADER`` names no file, or no header is found.
+    """
+    override = os.environ.get(HEADER_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise FileNotFoundError(f"{HEADER_ENV}={override} is not a file")
+        return path
+    return data_file(HEADER_NAME)
+
+
+def triton_library_path() -> Path:
+    """The Triton-linkable device library (``symm_triton.ll``), packaged or in the checkout.
+
+    Raises:
+        FileNotFoundError: it is neither packaged nor in the checkout.
+    """
+    return data_file(TRITON_LIBRARY_NAME)

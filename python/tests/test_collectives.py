@@ -1,0 +1,211 @@
+"""Every collective x data type x operator on 2, 3 and 4 ranks, at odd counts, in place and out
+of place, checked bit for bit against the references of ``references.py``."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from references import ALL_TYPES, OPS, STORAGE, random_inputs, reduce
+
+import symm
+
+RANKS = [2, 3, 4]
+#: (count, in place, how the buffers are passed)
+CASES = [(1, False, "buffer"), (37, True, "numpy"), (4099, False, "int")]
+
+
+def rng_for(*key: object) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def aligned(nbytes: int) -> int:
+    return (nbytes + 255) // 256 * 256
+
+
+def operand(world, rank: int, offset: int, count: int, dtype: str, form: str):
+    """The buffer at ``offset`` of rank ``rank``'s window, passed as ``form``."""
+    buf = world.bufs[rank]
+    if form == "buffer" and offset == 0:
+        return buf
+    if form == "numpy":
+        return buf.numpy(STORAGE[dtype], count, offset)
+    return buf.ptr + offset
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ALL_TYPES)
+def test_all_reduce(world, dtype: str, op: str, nranks: int) -> None:
+    w = world(nranks)
+    size = np.dtype(STORAGE[dtype]).itemsize
+    rng = rng_for("all_reduce", dtype, op, nranks)
+    for count, in_place, form in CASES:
+        inputs = random_inputs(dtype, op, nranks, count, rng)
+        send_offset = 0
+        recv_offset = send_offset if in_place else aligned(count * size)
+        for r in range(nranks):
+            w.bufs[r].numpy(STORAGE[dtype], count, send_offset)[:] = inputs[r]
+            if not in_place:
+                w.bufs[r].numpy(np.uint8, count * size, recv_offset)[:] = 0xA5
+        with symm.group():
+            for r, comm in enumerate(w.comms):
+                send = operand(w, r, send_offset, count, dtype, form)
+                recv = operand(w, r, recv_offset, count, dtype, form)
+                comm.all_reduce(send, recv, count, dtype, op)
+        expected = reduce(dtype, op, inputs)
+        for r in range(nranks):
+            got = w.bufs[r].numpy(STORAGE[dtype], count, recv_offset)
+            np.testing.assert_array_equal(got, expected, err_msg=f"rank {r}, count {count}, in place {in_place}")
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ALL_TYPES)
+def test_reduce_scatter(world, dtype: str, op: str, nranks: int) -> None:
+    w = world(nranks)
+    size = np.dtype(STORAGE[dtype]).itemsize
+    rng = rng_for("reduce_scatter", dtype, op, nranks)
+    for count, in_place, form in CASES:
+        total = count * nranks
+        inputs = random_inputs(dtype, op, nranks, total, rng)
+        send_offset = 0
+        recv_base = aligned(total * size)
+        for r in range(nranks):
+            w.bufs[r].numpy(STORAGE[dtype], total, send_offset)[:] = inputs[r]
+        with symm.group():
+            for r, comm in enumerate(w.comms):
+                # In place: rank r's result lands on its own segment of the send buffer.
+                recv_offset = send_offset + r * count * size if in_place else recv_base
+                send = operand(w, r, send_offset, total, dtype, form)
+                recv = operand(w, r, recv_offset, count, dtype, "int" if in_place else form)
+                comm.reduce_scatter(send, recv, count, dtype, op)
+        expected = reduce(dtype, op, inputs)
+        for r in range(nranks):
+            recv_offset = send_offset + r * count * size if in_place else recv_base
+            got = w.bufs[r].numpy(STORAGE[dtype], count, recv_offset)
+            np.testing.assert_array_equal(
+                got, expected[r * count : (r + 1) * count], err_msg=f"rank {r}, count {count}, in place {in_place}"
+            )
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("dtype", ALL_TYPES)
+def test_all_gather(world, dtype: str, nranks: int) -> None:
+    w = world(nranks)
+    size = np.dtype(STORAGE[dtype]).itemsize
+    storage = STORAGE[dtype]
+    rng = rng_for("all_gather", dtype, nranks)
+    for count, in_place, form in CASES:
+        # Raw bit patterns: all-gather moves bytes, NaN patterns included.
+        inputs = [rng.integers(0, 256, count * size, dtype=np.uint8).view(storage) for _ in range(nranks)]
+        recv_offset = 0
+        send_base = aligned(count * size * nranks)
+        for r in range(nranks):
+            send_offset = recv_offset + r * count * size if in_place else send_base
+            w.bufs[r].numpy(np.uint8, count * size * nranks, recv_offset)[:] = 0x5A
+            w.bufs[r].numpy(storage, count, send_offset)[:] = inputs[r]
+        with symm.group():
+            for r, comm in enumerate(w.comms):
+                send_offset = recv_offset + r * count * size if in_place else send_base
+                send = operand(w, r, send_offset, count, dtype, form)
+                recv = operand(w, r, recv_offset, count * nranks, dtype, form)
+                comm.all_gather(send, recv, count, dtype)
+        expected = np.concatenate(inputs)
+        for r in range(nranks):
+            got = w.bufs[r].numpy(storage, count * nranks, recv_offset)
+            np.testing.assert_array_equal(got, expected, err_msg=f"rank {r}, count {count}, in place {in_place}")
+
+
+def test_count_zero_is_a_no_op(world) -> None:
+    w = world(2)
+    before = [buf.numpy(np.uint8, 64).copy() for buf in w.bufs]
+    with symm.group():
+        for comm, buf in zip(w.comms, w.bufs):
+            comm.all_reduce(buf, buf, 0, "float32", "sum")
+            comm.all_gather(buf, buf, 0, "float32")
+            comm.reduce_scatter(buf, buf, 0, "float32", "sum")
+    for buf, old in zip(w.bufs, before):
+        np.testing.assert_array_equal(buf.numpy(np.uint8, 64), old)
+
+
+def test_single_rank_needs_no_group() -> None:
+    (comm,) = symm.Comm.init_all(1)
+    with comm:
+        buf = comm.alloc(4096)
+        with comm.register(buf):
+            data = buf.numpy("float64", 100)
+            data[:] = np.arange(100) * 0.5
+            comm.all_reduce(buf, buf.ptr + 2048, 100, np.float64, "avg")
+            np.testing.assert_array_equal(buf.numpy("float64", 100, 2048), np.arange(100) * 0.5)
+
+
+def test_many_calls_on_one_window_with_changing_shapes(world) -> None:
+    """A long random sequence of collectives, sizes and algorithms on the same windows, each
+    result checked: state kept across calls (epochs, low-latency lines) must stay right."""
+    w = world(3)
+    nranks = w.nranks
+    rng = rng_for("sequence")
+    for step in range(120):
+        kind = rng.choice(["all_reduce", "all_gather", "reduce_scatter"])
+        count = int(rng.choice([1, 2, 7, 64, 255, 1000, 5000, 20000]))
+        values = [rng.integers(-1000, 1000, count * nranks).astype(np.int32) for _ in range(nranks)]
+        for r in range(nranks):
+            w.bufs[r].numpy(np.int32, count * nranks)[:] = values[r]
+        recv_offset = aligned(count * nranks * 4)
+        with symm.group():
+            for comm, buf in zip(w.comms, w.bufs):
+                recv = buf.ptr + recv_offset
+                if kind == "all_reduce":
+                    comm.all_reduce(buf, recv, count, "int32", "sum")
+                elif kind == "all_gather":
+                    comm.all_gather(buf, recv, count, "int32")
+                else:
+                    comm.reduce_scatter(buf, recv, count, "int32", "max")
+        for r in range(nranks):
+            if kind == "all_reduce":
+                expected = sum(v[:count].astype(np.int64) for v in values).astype(np.int32)
+                got = w.bufs[r].numpy(np.int32, count, recv_offset)
+            elif kind == "all_gather":
+                expected = np.concatenate([v[:count] for v in values])
+                got = w.bufs[r].numpy(np.int32, count * nranks, recv_offset)
+            else:
+                expected = np.max(np.stack([v[r * count : (r + 1) * count] for v in values]), axis=0)
+                got = w.bufs[r].numpy(np.int32, count, recv_offset)
+            np.testing.assert_array_equal(got, expected, err_msg=f"step {step}: {kind} of {count}")
+
+
+def test_nested_groups_run_at_the_outermost_end(world) -> None:
+    w = world(2)
+    for r, buf in enumerate(w.bufs):
+        buf.numpy("float32", 8)[:] = r + 1
+    with symm.group():
+        with symm.group():
+            w.comms[0].all_reduce(w.bufs[0], w.bufs[0], 8, "float32", "sum")
+        # The inner end ran nothing: rank 0's part waits for rank 1's.
+        np.testing.assert_array_equal(w.bufs[0].numpy("float32", 8), 1)
+        w.comms[1].all_reduce(w.bufs[1], w.bufs[1], 8, "float32", "sum")
+    for buf in w.bufs:
+        np.testing.assert_array_equal(buf.numpy("float32", 8), 3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8e4m3", "float8e5m2"])
+def test_avg_of_neighbours_rounds_ties_to_even(world, dtype: str) -> None:
+    """The average of two neighbouring values is exactly between them: the result must be the
+    one whose code is even (round to nearest, ties to even), once, from the float32 sum."""
+    w = world(2)
+    storage = STORAGE[dtype]
+    # Positive codes from 0x10 up: normal numbers, small enough to stay clear of the maximum.
+    low = np.arange(0x10, 0x70, dtype=storage)
+    high = low + 1
+    expected = np.where(low % 2 == 0, low, high).astype(storage)
+    np.testing.assert_array_equal(reduce(dtype, "avg", [low, high]), expected)
+    count = low.size
+    w.bufs[0].numpy(storage, count)[:] = low
+    w.bufs[1].numpy(storage, count)[:] = high
+    with symm.group():
+        for comm, buf in zip(w.comms, w.bufs):
+            comm.all_reduce(buf, buf, count, dtype, "avg")
+    for buf in w.bufs:
+        np.testing.assert_array_equal(buf.numpy(storage, count), expected)

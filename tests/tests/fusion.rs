@@ -1,0 +1,810 @@
+//! Fused launches through the C ABI on the host backend: a group's collectives of one
+//! (collective, operator, data type) run as one launch per device (see `symm::fusion`).
+//!
+//! Batches of 1 to 256 tasks with mixed counts (0 included), offsets, two windows per rank and
+//! in-place tasks, for every collective and a data type of each width (1, 2, 4 and 8 bytes),
+//! checked exactly against references computed here and bitwise equal across ranks; the
+//! launch counter proves one launch per (tuple, device) per group; unfused calls on the same
+//! windows afterwards (in a group of one, and one thread per rank without a group) prove that
+//! a fused launch leaves every window's barrier epochs and LL call numbers in agreement.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use symm::comm::Comm;
+use symm::*;
+use symm_tests::*;
+
+/// Bytes of each of a rank's two windows.
+const WINDOW: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// A data type with an exact reference: values are small integers, encoded per type.
+#[derive(Clone, Copy, Debug)]
+struct Type {
+    dtype: symmDataType_t,
+    op: symmRedOp_t,
+}
+
+impl Type {
+    fn size(self) -> usize {
+        match self.dtype {
+            symmDataType_t::symmUint8 | symmDataType_t::symmInt8 => 1,
+            symmDataType_t::symmBfloat16 => 2,
+            symmDataType_t::symmInt32 => 4,
+            symmDataType_t::symmFloat64 => 8,
+            other => panic!("no reference for {other:?}"),
+        }
+    }
+
+    /// The input value of element `index` of `rank`'s send buffer of task `task` (small, so
+    /// that sums are exact in every type).
+    fn value(self, rank: usize, task: usize, index: usize) -> i64 {
+        let mix = (rank as i64 * 7919 + task as i64 * 104_729 + index as i64 * 31) % 61;
+        match self.dtype {
+            symmDataType_t::symmBfloat16 => mix % 31 - 15,
+            symmDataType_t::symmFloat64 => mix * 1001 - 30_000,
+            _ => mix * 5 - 100,
+        }
+    }
+
+    fn combine(self, a: i64, b: i64) -> i64 {
+        match self.op {
+            symmRedOp_t::symmSum => a + b,
+            symmRedOp_t::symmMax => a.max(b),
+            other => panic!("no reference for {other:?}"),
+        }
+    }
+
+    fn encode(self, v: i64) -> Vec<u8> {
+        match self.dtype {
+            symmDataType_t::symmUint8 | symmDataType_t::symmInt8 => vec![v as u8],
+            // Integers of up to 8 significant bits are exact in bfloat16 (the top half of an
+            // f32).
+            symmDataType_t::symmBfloat16 => {
+                (((v as f32).to_bits() >> 16) as u16).to_le_bytes().to_vec()
+            }
+            symmDataType_t::symmInt32 => (v as i32).to_le_bytes().to_vec(),
+            symmDataType_t::symmFloat64 => (v as f64).to_le_bytes().to_vec(),
+            other => panic!("no reference for {other:?}"),
+        }
+    }
+}
+
+const TYPES: [Type; 4] = [
+    Type {
+        dtype: symmDataType_t::symmUint8,
+        op: symmRedOp_t::symmSum,
+    },
+    Type {
+        dtype: symmDataType_t::symmBfloat16,
+        op: symmRedOp_t::symmSum,
+    },
+    Type {
+        dtype: symmDataType_t::symmInt32,
+        op: symmRedOp_t::symmMax,
+    },
+    Type {
+        dtype: symmDataType_t::symmFloat64,
+        op: symmRedOp_t::symmSum,
+    },
+];
+
+/// Every rank's two windows.
+struct World {
+    comms: Vec<symmComm_t>,
+    /// `windows[w][rank]`.
+    windows: [Vec<RankBuffer>; 2],
+}
+
+impl World {
+    fn new(nranks: usize) -> World {
+        use_host_backend();
+        let comms = init_all(nranks);
+        let mut a = alloc(&comms, WINDOW);
+        let mut b = alloc(&comms, WINDOW);
+        check(symmGroupStart(), std::ptr::null_mut());
+        register_in_group(&mut a);
+        register_in_group(&mut b);
+        check(symmGroupEnd(), std::ptr::null_mut());
+        World {
+            comms,
+            windows: [a, b],
+        }
+    }
+
+    fn nranks(&self) -> usize {
+        self.comms.len()
+    }
+
+    fn at(&self, place: Place, rank: usize) -> *mut u8 {
+        assert!(place.offset + place.bytes <= WINDOW);
+        // SAFETY: inside the window's allocation (checked).
+        unsafe { self.windows[place.window][rank].base.add(place.offset) }
+    }
+
+    fn write(&self, place: Place, rank: usize, at: usize, bytes: &[u8]) {
+        assert!(at + bytes.len() <= place.bytes);
+        // SAFETY: inside the region (checked), host memory, no collective running.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.at(place, rank).add(at), bytes.len())
+        };
+    }
+
+    fn read(&self, place: Place, rank: usize) -> Vec<u8> {
+        // SAFETY: inside the window (checked by `at`), host memory, no collective running.
+        unsafe { std::slice::from_raw_parts(self.at(place, rank), place.bytes) }.to_vec()
+    }
+
+    fn launches(&self) -> Vec<u64> {
+        self.comms
+            .iter()
+            .map(|&c| Comm::from_handle(c).unwrap().launch_count())
+            .collect()
+    }
+
+    fn teardown(self) {
+        for window in self.windows {
+            for b in window {
+                check(symmCommWindowDeregister(b.comm, b.window), b.comm);
+                check(symmMemFree(b.comm, b.base.cast()), b.comm);
+            }
+        }
+        for c in self.comms {
+            check(symmCommDestroy(c), std::ptr::null_mut());
+        }
+    }
+}
+
+/// A region of one window, at the same offset on every rank.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    window: usize,
+    offset: usize,
+    bytes: usize,
+}
+
+/// Bump allocation of symmetric regions in the two windows.
+struct Layout {
+    next: [usize; 2],
+}
+
+impl Layout {
+    fn new() -> Layout {
+        Layout { next: [0, 0] }
+    }
+
+    /// `bytes` in `window` at a multiple of `align` plus a random number of elements, so that
+    /// buffers are sometimes 16-byte aligned and sometimes not.
+    fn take(&mut self, rng: &mut Rng, window: usize, bytes: usize, align: usize) -> Place {
+        let skip = if rng.next_u64().is_multiple_of(2) {
+            0
+        } else {
+            (rng.next_u64() % 7) as usize * align
+        };
+        let offset = self.next[window].next_multiple_of(16) + skip;
+        self.next[window] = offset + bytes;
+        Place {
+            window,
+            offset,
+            bytes,
+        }
+    }
+}
+
+/// One collective of a batch, as every rank calls it.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    kind: Kind,
+    ty: Type,
+    count: usize,
+    in_place: bool,
+    /// Send buffer (in place: unused; the receive region holds it).
+    send: Place,
+    /// Receive buffer.
+    recv: Place,
+    /// Index of the call's inputs.
+    id: usize,
+}
+
+impl Call {
+    /// A call with random count (0 included), windows, offsets and placement.
+    fn random(
+        rng: &mut Rng,
+        layout: &mut Layout,
+        kind: Kind,
+        ty: Type,
+        nranks: usize,
+        id: usize,
+        max_count: usize,
+    ) -> Call {
+        let count = match rng.next_u64() % 8 {
+            0 => 0,
+            1 => 1,
+            2 => (rng.next_u64() % 20) as usize,
+            _ => (rng.next_u64() % max_count as u64) as usize,
+        };
+        let size = ty.size();
+        let bytes = count * size;
+        let (send_bytes, recv_bytes) = match kind {
+            Kind::AllReduce => (bytes, bytes),
+            Kind::AllGather => (bytes, nranks * bytes),
+            Kind::ReduceScatter => (nranks * bytes, bytes),
+        };
+        let in_place = rng.next_u64().is_multiple_of(3);
+        let recv_window = (rng.next_u64() % 2) as usize;
+        let send_window = (rng.next_u64() % 2) as usize;
+        let (send, recv) = if in_place {
+            // The whole buffer; the share is the rank's segment of it (all-reduce: itself).
+            let whole = layout.take(rng, recv_window, send_bytes.max(recv_bytes), size);
+            (whole, whole)
+        } else {
+            (
+                layout.take(rng, send_window, send_bytes, size),
+                layout.take(rng, recv_window, recv_bytes, size),
+            )
+        };
+        Call {
+            kind,
+            ty,
+            count,
+            in_place,
+            send,
+            recv,
+            id,
+        }
+    }
+
+    /// Where rank `rank`'s send data lies: `(region, byte offset in it, bytes)`.
+    fn send_of(&self, rank: usize, nranks: usize) -> (Place, usize, usize) {
+        let bytes = self.count * self.ty.size();
+        match (self.kind, self.in_place) {
+            (Kind::AllGather, true) => (self.recv, rank * bytes, bytes),
+            (Kind::ReduceScatter, _) => (self.send, 0, nranks * bytes),
+            _ => (self.send, 0, bytes),
+        }
+    }
+
+    /// Fill rank `rank`'s send data and poison the rest of its receive buffer.
+    fn prepare(&self, world: &World, rank: usize) {
+        let nranks = world.nranks();
+        if !self.in_place {
+            world.write(self.recv, rank, 0, &vec![0xA5; self.recv.bytes]);
+        }
+        let (place, at, bytes) = self.send_of(rank, nranks);
+        let data: Vec<u8> = (0..bytes / self.ty.size())
+            .flat_map(|i| self.ty.encode(self.ty.value(rank, self.id, i)))
+            .collect();
+        world.write(place, rank, at, &data);
+    }
+
+    fn call(&self, world: &World, rank: usize) -> symmResult_t {
+        let comm = world.comms[rank];
+        let bytes = self.count * self.ty.size();
+        let recv = world.at(self.recv, rank) as *mut c_void;
+        let (dtype, op) = (self.ty.dtype as i32, self.ty.op as i32);
+        let null = std::ptr::null_mut();
+        match (self.kind, self.in_place) {
+            (Kind::AllReduce, true) => symmAllReduce(recv, recv, self.count, dtype, op, comm, null),
+            (Kind::AllReduce, false) => {
+                let send = world.at(self.send, rank) as *const c_void;
+                symmAllReduce(send, recv, self.count, dtype, op, comm, null)
+            }
+            (Kind::AllGather, in_place) => {
+                let send = if in_place {
+                    // SAFETY: this rank's segment of the receive region.
+                    unsafe { (recv as *mut u8).add(rank * bytes) as *const c_void }
+                } else {
+                    world.at(self.send, rank) as *const c_void
+                };
+                symmAllGather(send, recv, self.count, dtype, comm, null)
+            }
+            (Kind::ReduceScatter, in_place) => {
+                let send = world.at(self.send, rank);
+                let recv = if in_place {
+                    // SAFETY: this rank's segment of the send region.
+                    unsafe { send.add(rank * bytes) as *mut c_void }
+                } else {
+                    recv
+                };
+                symmReduceScatter(
+                    send as *const c_void,
+                    recv,
+                    self.count,
+                    dtype,
+                    op,
+                    comm,
+                    null,
+                )
+            }
+        }
+    }
+
+    /// The exact result rank `rank` must hold: `(region, byte offset, bytes)`.
+    fn expected(&self, rank: usize, nranks: usize) -> (Place, usize, Vec<u8>) {
+        let ty = self.ty;
+        let reduce = |index: usize| {
+            (1..nranks).fold(ty.value(0, self.id, index), |acc, r| {
+                ty.combine(acc, ty.value(r, self.id, index))
+            })
+        };
+        match self.kind {
+            Kind::AllReduce => {
+                let data = (0..self.count).flat_map(|i| ty.encode(reduce(i))).collect();
+                (self.recv, 0, data)
+            }
+            Kind::AllGather => {
+                let data = (0..nranks)
+                    .flat_map(|r| (0..self.count).map(move |i| (r, i)))
+                    .flat_map(|(r, i)| ty.encode(ty.value(r, self.id, i)))
+                    .collect();
+                (self.recv, 0, data)
+            }
+            Kind::ReduceScatter => {
+                let data = (0..self.count)
+                    .flat_map(|i| ty.encode(reduce(rank * self.count + i)))
+                    .collect();
+                let at = if self.in_place {
+                    rank * self.count * ty.size()
+                } else {
+                    0
+                };
+                (self.recv, at, data)
+            }
+        }
+    }
+
+    #[track_caller]
+    fn check(&self, world: &World, what: &str) {
+        let nranks = world.nranks();
+        for rank in 0..nranks {
+            let (place, at, expected) = self.expected(rank, nranks);
+            let got = world.read(place, rank);
+            let got = &got[at..at + expected.len()];
+            if got != expected {
+                let first = (0..expected.len())
+                    .find(|&i| got[i] != expected[i])
+                    .unwrap();
+                panic!(
+                    "{what}: {self:?}, rank {rank}: byte {first} is {:#04x}, expected {:#04x}",
+                    got[first], expected[first]
+                );
+            }
+        }
+    }
+}
+
+/// Run `calls` in one group driven by this thread (every rank makes every call in order);
+/// returns the launches each rank made.
+fn run_group(world: &World, calls: &[Call]) -> Vec<u64> {
+    for call in calls {
+        for rank in 0..world.nranks() {
+            call.prepare(world, rank);
+        }
+    }
+    let before = world.launches();
+    check(symmGroupStart(), std::ptr::null_mut());
+    for call in calls {
+        for rank in 0..world.nranks() {
+            check(call.call(world, rank), world.comms[rank]);
+        }
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    world
+        .launches()
+        .iter()
+        .zip(before)
+        .map(|(after, before)| after - before)
+        .collect()
+}
+
+/// Run `call` without a group: one thread per rank.
+fn run_threads(world: &World, call: &Call) {
+    for rank in 0..world.nranks() {
+        call.prepare(world, rank);
+    }
+    std::thread::scope(|scope| {
+        for rank in 0..world.nranks() {
+            let comm = world.comms[rank] as usize;
+            scope.spawn(move || {
+                let result = call.call(world, rank);
+                check(result, comm as symmComm_t);
+            });
+        }
+    });
+}
+
+// SAFETY: the raw handles and host pointers of `World` are used by one thread per rank at a
+// time (the library validates handles and serializes per-communicator state).
+unsafe impl Sync for World {}
+
+/// One fused batch of `tasks` calls of `kind` and `ty`, then unfused calls on the same
+/// windows.
+fn fused_batch_then_unfused(nranks: usize, kind: Kind, ty: Type, tasks: usize, seed: u64) {
+    fused_batch_then(nranks, kind, ty, tasks, seed, &[5, 3000, 1], true);
+}
+
+/// One fused batch (one launch when `one_launch`, else at least one), then unfused calls of
+/// `unfused` elements on the same windows.
+fn fused_batch_then(
+    nranks: usize,
+    kind: Kind,
+    ty: Type,
+    tasks: usize,
+    seed: u64,
+    unfused: &[usize],
+    one_launch: bool,
+) {
+    let world = World::new(nranks);
+    let mut rng = Rng(seed);
+    // Keep every batch inside the windows: 256 tasks of up to ~600 elements of 8 bytes, times
+    // the ranks, spread over two windows.
+    let max_count = (WINDOW / 2 / (tasks * nranks * ty.size() + 1)).clamp(2, 600);
+    let mut layout = Layout::new();
+    let calls: Vec<Call> = (0..tasks)
+        .map(|id| Call::random(&mut rng, &mut layout, kind, ty, nranks, id, max_count))
+        .collect();
+    let what = format!("{nranks} ranks, {kind:?} {ty:?}, {tasks} tasks, seed {seed:#x}");
+    let launches = run_group(&world, &calls);
+    let expected = u64::from(calls.iter().any(|c| c.count > 0));
+    if one_launch {
+        assert_eq!(
+            launches,
+            vec![expected; nranks],
+            "{what}: launches per rank of one fused group"
+        );
+    } else {
+        assert!(launches.iter().all(|l| *l == launches[0] && *l >= expected));
+    }
+    for call in &calls {
+        call.check(&world, &what);
+    }
+    // Unfused calls on the same windows: in a group of one (all ranks one launch), and one
+    // thread per rank without a group, small (LL) and larger (barrier kernels).
+    let mut layout = Layout::new();
+    for (i, &count) in unfused.iter().enumerate() {
+        let mut call = Call::random(&mut rng, &mut layout, kind, ty, nranks, 1000 + i, 2);
+        call.count = count;
+        let size = ty.size();
+        let whole = nranks * count * size;
+        call.send = Place {
+            window: 0,
+            offset: 64,
+            bytes: whole,
+        };
+        call.recv = Place {
+            window: 1,
+            offset: 128 + 8 * size,
+            bytes: whole,
+        };
+        call.in_place = false;
+        let launches = run_group(&world, &[call]);
+        assert_eq!(launches, vec![1; nranks], "{what}: one call, one launch");
+        call.check(&world, &format!("{what}, then a group of one ({count})"));
+        call.id += 10;
+        call.send.window = 1;
+        call.recv.window = 0;
+        run_threads(&world, &call);
+        call.check(
+            &world,
+            &format!("{what}, then one thread per rank ({count})"),
+        );
+    }
+    world.teardown();
+}
+
+#[test]
+fn fused_all_reduce_every_width() {
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        for (nranks, tasks) in [(2, 1), (3, 7), (4, 64), (2, 256)] {
+            fused_batch_then_unfused(nranks, Kind::AllReduce, ty, tasks, 0xA11 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn fused_all_gather_every_width() {
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        for (nranks, tasks) in [(2, 1), (4, 9), (3, 64), (2, 256)] {
+            fused_batch_then_unfused(nranks, Kind::AllGather, ty, tasks, 0xA6 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn fused_reduce_scatter_every_width() {
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        for (nranks, tasks) in [(2, 1), (4, 5), (3, 64), (2, 256)] {
+            fused_batch_then_unfused(nranks, Kind::ReduceScatter, ty, tasks, 0x55 + i as u64);
+        }
+    }
+}
+
+/// A group mixing tuples: one launch per tuple per rank, and every result exact.
+#[test]
+fn mixed_tuples_one_launch_each_in_call_order() {
+    let world = World::new(3);
+    let mut rng = Rng(0x31);
+    let mut layout = Layout::new();
+    let plan = [
+        (Kind::AllReduce, TYPES[3]),
+        (Kind::AllGather, TYPES[0]),
+        (Kind::AllReduce, TYPES[3]),
+        (Kind::ReduceScatter, TYPES[2]),
+        (Kind::AllReduce, TYPES[1]),
+        (Kind::AllGather, TYPES[0]),
+        (Kind::AllReduce, TYPES[3]),
+        (Kind::ReduceScatter, TYPES[2]),
+    ];
+    let mut calls: Vec<Call> = plan
+        .iter()
+        .enumerate()
+        .map(|(id, (kind, ty))| Call::random(&mut rng, &mut layout, *kind, *ty, 3, id, 300))
+        .collect();
+    for call in &mut calls {
+        call.count = call.count.max(1);
+        let size = call.ty.size();
+        let (send_bytes, recv_bytes) = match call.kind {
+            Kind::AllReduce => (call.count * size, call.count * size),
+            Kind::AllGather => (call.count * size, 3 * call.count * size),
+            Kind::ReduceScatter => (3 * call.count * size, call.count * size),
+        };
+        call.send = layout.take(&mut rng, 0, send_bytes, size);
+        call.recv = if call.in_place {
+            call.send = layout.take(&mut rng, 1, send_bytes.max(recv_bytes), size);
+            call.send
+        } else {
+            layout.take(&mut rng, 1, recv_bytes, size)
+        };
+    }
+    // Tuples: all-reduce f64 sum, all-gather (u8), reduce-scatter i32 max, all-reduce bf16.
+    let launches = run_group(&world, &calls);
+    assert_eq!(launches, vec![4; 3]);
+    for call in &calls {
+        call.check(&world, "mixed tuples");
+    }
+    world.teardown();
+}
+
+/// A call that reads what an earlier call of the same tuple writes is not fused with it (it
+/// would run concurrently): two launches, and the second sees the first's result.
+#[test]
+fn dependent_calls_of_one_tuple_keep_their_order() {
+    let world = World::new(2);
+    let ty = TYPES[3];
+    let count = 100;
+    let bytes = count * ty.size();
+    let x = Place {
+        window: 0,
+        offset: 0,
+        bytes,
+    };
+    let y = Place {
+        window: 1,
+        offset: 4096,
+        bytes,
+    };
+    let z = Place {
+        window: 0,
+        offset: 8192,
+        bytes,
+    };
+    let independent = Place {
+        window: 1,
+        offset: 16384,
+        bytes,
+    };
+    for rank in 0..2 {
+        let data: Vec<u8> = (0..count)
+            .flat_map(|i| ty.encode(ty.value(rank, 0, i)))
+            .collect();
+        world.write(x, rank, 0, &data);
+        world.write(independent, rank, 0, &data);
+    }
+    let before = world.launches();
+    check(symmGroupStart(), std::ptr::null_mut());
+    for rank in 0..2 {
+        let comm = world.comms[rank];
+        let (dt, op) = (ty.dtype as i32, ty.op as i32);
+        let at = |p: Place| world.at(p, rank) as *mut c_void;
+        let null = std::ptr::null_mut();
+        check(symmAllReduce(at(x), at(y), count, dt, op, comm, null), comm);
+        // Independent of the first: fuses with it.
+        check(
+            symmAllReduce(at(independent), at(independent), count, dt, op, comm, null),
+            comm,
+        );
+        // Reads y, which the first writes: a second launch.
+        check(symmAllReduce(at(y), at(z), count, dt, op, comm, null), comm);
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    let after = world.launches();
+    assert_eq!(
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>(),
+        vec![2, 2]
+    );
+    let sum = |i: usize| ty.value(0, 0, i) + ty.value(1, 0, i);
+    for rank in 0..2 {
+        let z_expected: Vec<u8> = (0..count).flat_map(|i| ty.encode(2 * sum(i))).collect();
+        let y_expected: Vec<u8> = (0..count).flat_map(|i| ty.encode(sum(i))).collect();
+        assert_eq!(world.read(z, rank), z_expected, "rank {rank}: z = 2 · sum");
+        assert_eq!(world.read(y, rank), y_expected, "rank {rank}: y = sum");
+        assert_eq!(world.read(independent, rank), y_expected, "rank {rank}");
+    }
+    world.teardown();
+}
+
+/// `Arc` keeps the comm handle alive across the counter's reads.
+#[test]
+fn the_launch_counter_counts_unfused_calls_too() {
+    let world = World::new(2);
+    let comm: Arc<Comm> = Comm::from_handle(world.comms[0]).unwrap();
+    let before = comm.launch_count();
+    let ty = TYPES[2];
+    let call = Call {
+        kind: Kind::AllReduce,
+        ty,
+        count: 10,
+        in_place: true,
+        send: Place {
+            window: 0,
+            offset: 0,
+            bytes: 40,
+        },
+        recv: Place {
+            window: 0,
+            offset: 0,
+            bytes: 40,
+        },
+        id: 0,
+    };
+    for _ in 0..3 {
+        run_threads(&world, &call);
+    }
+    assert_eq!(comm.launch_count() - before, 3);
+    drop(comm);
+    world.teardown();
+}
+
+/// Fused batches with the all-reduce algorithm forced (`SYMM_ALGO`, read when a communicator
+/// is created): run in a child process with the variable set (see
+/// [`forced_algorithms_run_fused_batches`]).
+#[test]
+#[ignore = "run by forced_algorithms_run_fused_batches with SYMM_ALGO set"]
+fn child_fused_all_reduce_with_forced_algorithm() {
+    let ll = std::env::var("SYMM_ALGO").is_ok_and(|a| a == "ll");
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        for (nranks, tasks) in [(2, 64), (4, 17), (3, 2)] {
+            // LL may split a batch that would not fit its buffers.
+            let unfused: &[usize] = if ll { &[5, 1] } else { &[5, 3000] };
+            let seed = 0xF0 + i as u64 + tasks as u64;
+            fused_batch_then(nranks, Kind::AllReduce, ty, tasks, seed, unfused, !ll);
+        }
+    }
+}
+
+#[test]
+fn forced_algorithms_run_fused_batches() {
+    for (algo, kernel) in [
+        ("twoshot", "kernel symm_two_shot_all_reduce_"),
+        ("oneshot", "kernel symm_one_shot_all_reduce_"),
+        ("ll", "kernel symm_one_shot_ll_all_reduce_"),
+    ] {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "child_fused_all_reduce_with_forced_algorithm",
+                "--nocapture",
+            ])
+            .env("SYMM_BACKEND", "host")
+            .env("SYMM_DEBUG", "INFO")
+            .env("SYMM_ALGO", algo)
+            .output()
+            .expect("re-running the test binary");
+        let log = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "SYMM_ALGO={algo}:\n{stdout}\n{log}"
+        );
+        assert!(
+            stdout.contains("1 passed"),
+            "SYMM_ALGO={algo}: the child ran nothing"
+        );
+        // One line per launch: collective, tasks fused, bytes, kernel, blocks, threads,
+        // predicted time.
+        let fused: Vec<&str> = log
+            .lines()
+            .filter(|l| l.starts_with("symm INFO launch: all_reduce of 17 task(s)"))
+            .collect();
+        assert!(
+            !fused.is_empty(),
+            "SYMM_ALGO={algo}: no fused launch logged:\n{log}"
+        );
+        for line in fused {
+            assert!(line.contains(kernel), "SYMM_ALGO={algo}: {line}");
+            assert!(
+                line.contains(" B per rank") && line.contains(" blocks x "),
+                "{line}"
+            );
+            assert!(line.contains(" threads, predicted "), "{line}");
+        }
+    }
+}
+
+/// A group of all-gathers and reduce-scatters with PAT forced (`SYMM_ALGO=pat`): the PAT
+/// kernels run one task per launch, so each call with elements is its own launch, in call
+/// order, and every result is exact; then unfused calls on the same windows. Run in a child
+/// process with the variable set (see [`symm_algo_pat_runs_each_call_of_a_group_alone`]).
+#[test]
+#[ignore = "run by symm_algo_pat_runs_each_call_of_a_group_alone with SYMM_ALGO=pat"]
+fn child_group_with_pat_forced() {
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        for kind in [Kind::AllGather, Kind::ReduceScatter] {
+            for (nranks, tasks) in [(3, 9), (5, 4), (2, 17)] {
+                let seed = 0x9A7 + i as u64 + tasks as u64;
+                fused_batch_then(nranks, kind, ty, tasks, seed, &[5, 3000], false);
+                let world = World::new(nranks);
+                let mut rng = Rng(seed);
+                let mut layout = Layout::new();
+                let calls: Vec<Call> = (0..tasks)
+                    .map(|id| Call::random(&mut rng, &mut layout, kind, ty, nranks, id, 300))
+                    .collect();
+                let launches = run_group(&world, &calls);
+                let with_elements = calls.iter().filter(|c| c.count > 0).count() as u64;
+                let what = format!("{nranks} ranks, {kind:?} {ty:?}, {tasks} calls, PAT");
+                assert_eq!(launches, vec![with_elements; nranks], "{what}: launches");
+                for call in &calls {
+                    call.check(&world, &what);
+                }
+                world.teardown();
+            }
+        }
+    }
+}
+
+#[test]
+fn symm_algo_pat_runs_each_call_of_a_group_alone() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_group_with_pat_forced",
+            "--nocapture",
+        ])
+        .env("SYMM_BACKEND", "host")
+        .env("SYMM_DEBUG", "INFO")
+        .env("SYMM_ALGO", "pat")
+        .output()
+        .expect("re-running the test binary");
+    let log = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{log}");
+    assert!(stdout.contains("1 passed"), "the child ran nothing");
+    let launches: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.starts_with("symm INFO launch: all_gather")
+                || l.starts_with("symm INFO launch: reduce_scatter")
+        })
+        .collect();
+    assert!(!launches.is_empty(), "no launch logged:\n{log}");
+    for line in launches {
+        assert!(line.contains(" of 1 task(s)"), "{line}");
+        assert!(
+            line.contains("kernel symm_pat_all_gather")
+                || line.contains("kernel symm_pat_reduce_scatter_"),
+            "{line}"
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! `cargo xtask triton-test`: the Triton compile tests (`python/tests/test_triton_compile.py`)
+//! under the oldest supported Triton and the newest, each in its own virtual environment under
+//! `target/triton/` (created once; PyPI wheels bundle ptxas, no GPU or torch needed).
+
+use crate::{root, run};
+use std::path::Path;
+use std::process::Command;
+
+/// The Triton versions CI compiles against: the oldest supported (what PyTorch 2.9–2.11 ship
+/// is 3.5 / 3.6) and the newest on PyPI when this list was last updated.
+pub const TRITON_VERSIONS: [&str; 2] = ["3.5.0", "3.9.0"];
+
+/// Run the compile tests under every version of [`TRITON_VERSIONS`].
+pub fn test() -> Result<(), String> {
+    // Importing the package loads libsymm (the compile tests themselves need only the header
+    // and ptx-out/symm_triton.ll).
+    let library = crate::python::build_library()?;
+    for version in TRITON_VERSIONS {
+        let venv = root().join("target/triton").join(version);
+        let python = venv.join("bin/python");
+        ensure_venv(&venv, &python, version)?;
+        println!("== Triton {version}: compile tests");
+        run(Command::new(&python)
+            .args(["-m", "pytest", "-q", "python/tests/test_triton_compile.py"])
+            // The package from the checkout, with the library just built.
+            .env("PYTHONPATH", root().join("python"))
+            .env("SYMM_LIBRARY", &library)
+            .env("TRITON_CACHE_DIR", venv.join("cache")))?;
+    }
+    Ok(())
+}
+
+/// A virtual environment at `venv` with `triton==version`, pytest and numpy.
+fn ensure_venv(venv: &Path, python: &Path, version: &str) -> Result<(), String> {
+    let ready = venv.join(".ready");
+    if ready.exists() {
+        return Ok(());
+    }
+    let system_python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    run(Command::new(system_python).args(["-m", "venv"]).arg(venv))?;
+    run(Command::new(python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        &format!("triton=={version}"),
+        "pytest",
+        "numpy",
+    ]))?;
+    std::fs::write(&ready, version).map_err(|e| format!("writing {ready:?}: {e}"))
+}
