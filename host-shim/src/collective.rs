@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use symm_device::symmetric::batch::task_cells;
+use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::symmetric::{ABORT_INVALID_LAUNCH, CollectiveArgs, FLAG_IN_PLACE, TaskArgs};
 use symm_device::{DataType, RedOp};
 
@@ -140,6 +141,47 @@ impl std::fmt::Display for Signature {
             self.kernel.algorithm.name(),
             self.grid
         )
+    }
+}
+
+impl Signature {
+    /// Words of [`Signature::to_words`].
+    pub const WORDS: usize = 2;
+
+    /// The signature as plain words, for ranks of other processes to read
+    /// ([`crate::call_records`]): collective, algorithm, type, operator and grid; the count.
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        let collective = Collective::ALL
+            .iter()
+            .position(|c| *c == self.collective)
+            .unwrap_or(0) as u64;
+        let algorithm = Algorithm::ALL
+            .iter()
+            .position(|a| *a == self.kernel.algorithm)
+            .unwrap_or(0) as u64;
+        [
+            collective
+                | algorithm << 8
+                | (self.kernel.dtype as u64) << 16
+                | (self.kernel.op as u64) << 24
+                | (self.grid as u64) << 32,
+            self.count,
+        ]
+    }
+
+    /// The signature of [`Signature::to_words`]'s `words`, if they name one.
+    pub fn from_words(words: [u64; Self::WORDS]) -> Option<Signature> {
+        let field = |shift: u32| ((words[0] >> shift) & 0xFF) as usize;
+        Some(Signature {
+            collective: *Collective::ALL.get(field(0))?,
+            kernel: KernelId {
+                algorithm: *Algorithm::ALL.get(field(8))?,
+                dtype: DataType::from_raw(field(16) as u32)?,
+                op: RedOp::from_raw(field(24) as u32)?,
+            },
+            count: words[1],
+            grid: (words[0] >> 32) as u32,
+        })
     }
 }
 
@@ -290,6 +332,9 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
             grid: plan.grid,
         };
         agree(&task.comm, instance.seq, &signature)?;
+        if let Some(records) = &task.comm.call_records {
+            records.agree(instance.seq, &signature)?;
+        }
     }
     for tasks in parts {
         let comm = &tasks[0].comm;
@@ -342,13 +387,21 @@ pub fn check_not_aborted(comm: &Comm) -> Result<()> {
                 ),
             )
         } else {
-            let mismatch = comm
+            let in_process = comm
                 .clique
                 .calls
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .mismatch
-                .as_ref()
+                .clone();
+            // A rank of another process that made another call under a number this rank
+            // launched (see `crate::call_records`).
+            let mismatch = in_process
+                .or_else(|| {
+                    comm.call_records.as_ref().and_then(|records| {
+                        records.recent_conflict(comm.next_collective.load(Ordering::Relaxed))
+                    })
+                })
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
             (

@@ -5,6 +5,7 @@
 
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::bootstrap::{self, UniqueId};
+use crate::call_records::CallRecords;
 use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
 use crate::fdpass::FdListener;
@@ -142,6 +143,10 @@ pub struct Comm {
     pub next_collective: AtomicU64,
     /// Kernel launches that served this rank (a fused launch counts once).
     pub launches: AtomicU64,
+    /// The call records shared with the ranks of other processes of this machine (see
+    /// [`crate::call_records`]); `None` when every rank runs in this process or some rank runs
+    /// on another machine.
+    pub call_records: Option<CallRecords>,
     last_error: Mutex<CString>,
 }
 
@@ -282,7 +287,12 @@ impl Comm {
     }
 }
 
-fn new_comm(clique: &Arc<Clique>, rank: usize, link: Option<RankLink>) -> Result<Arc<Comm>> {
+fn new_comm(
+    clique: &Arc<Clique>,
+    rank: usize,
+    link: Option<RankLink>,
+    call_records: Option<CallRecords>,
+) -> Result<Arc<Comm>> {
     let device = clique.devices[rank];
     let resources = clique.backend.open_comm(device)?;
     let max_blocks = clique.max_blocks;
@@ -298,6 +308,7 @@ fn new_comm(clique: &Arc<Clique>, rank: usize, link: Option<RankLink>) -> Result
         queued_in_group: AtomicUsize::new(0),
         next_collective: AtomicU64::new(0),
         launches: AtomicU64::new(0),
+        call_records,
         last_error: Mutex::new(CString::default()),
     });
     live_comms().insert(Arc::as_ptr(&comm) as usize, comm.clone());
@@ -353,7 +364,9 @@ pub(crate) fn init_all_on(
     timeout: Duration,
 ) -> Result<Vec<Arc<Comm>>> {
     let clique = new_clique_with(backend, &vec![0; nranks], 1, timeout)?;
-    (0..nranks).map(|r| new_comm(&clique, r, None)).collect()
+    (0..nranks)
+        .map(|r| new_comm(&clique, r, None, None))
+        .collect()
 }
 
 fn check_nranks(nranks: i64, name: &str) -> Result<usize> {
@@ -381,7 +394,7 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
     let clique = new_clique(devices)?;
     let mut comms = Vec::with_capacity(nranks);
     for rank in 0..nranks {
-        match new_comm(&clique, rank, None) {
+        match new_comm(&clique, rank, None, None) {
             Ok(comm) => comms.push(comm),
             Err(e) => {
                 for comm in comms {
@@ -528,7 +541,8 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             }
         }
     };
-    new_comm(&clique, rank as usize, Some(link))
+    let call_records = CallRecords::exchange(&link, timeout)?;
+    new_comm(&clique, rank as usize, Some(link), call_records)
 }
 
 /// Device entry of [`Clique::devices`] for a rank in another process.

@@ -13,6 +13,8 @@
 pub mod backend;
 #[cfg(target_os = "linux")]
 pub mod bootstrap;
+#[cfg(target_os = "linux")]
+pub mod call_records;
 pub mod clc;
 pub mod collective;
 pub mod comm;

@@ -34,6 +34,13 @@ pub enum Collective {
 }
 
 impl Collective {
+    /// Every collective.
+    pub const ALL: [Collective; 3] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ];
+
     /// The algorithms that implement it.
     pub fn algorithms(self) -> &'static [Algorithm] {
         match self {

@@ -116,6 +116,56 @@ fn destroy_releases_every_descriptor_and_mapping() {
     }
 }
 
+/// Two rank processes that disagree on a call (rank 1 all-gathers, or all-reduces another
+/// count, where rank 0 all-reduces 64 floats): never success with wrong data. A rank that finds
+/// its peer's other call on record is refused with `symmInvalidUsage` (nothing launched); a
+/// rank that launched before its peer's call was on record times out; every message names both
+/// calls. Then three calls that agree after a fresh start show that agreeing ranks are not
+/// refused.
+#[test]
+fn processes_that_disagree_on_the_call_get_an_error_naming_both() {
+    for (scenario, second) in [
+        ("disagree_gather", "symmAllGather of 32"),
+        ("disagree_count", "symmAllReduce of 128"),
+    ] {
+        let id = id_to_hex(&new_id());
+        let children: Vec<Child> = (0..2).map(|rank| spawn(scenario, rank, 2, &id)).collect();
+        let mut codes = Vec::new();
+        for (rank, child) in children.into_iter().enumerate() {
+            let (ok, log) = finish(child, Duration::from_secs(60));
+            assert!(ok, "{scenario}, rank {rank}:\n{log}");
+            // The test harness may print its own words before the child's on the line.
+            let line = log
+                .lines()
+                .find_map(|l| l.find("result symm").map(|at| &l[at..]))
+                .unwrap_or_else(|| panic!("{scenario}, rank {rank}: no result:\n{log}"));
+            assert!(
+                line.contains("symmAllReduce of 64") && line.contains(second),
+                "{scenario}, rank {rank}: {line}"
+            );
+            codes.push(
+                line.split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .trim_end_matches(':')
+                    .to_string(),
+            );
+        }
+        // Each call is refused or times out, and at least one is refused (both are when each
+        // saw the other's record).
+        assert!(
+            codes
+                .iter()
+                .all(|c| c == "symmInvalidUsage" || c == "symmTimeout"),
+            "{scenario}: {codes:?}"
+        );
+        assert!(
+            codes.iter().any(|c| c == "symmInvalidUsage"),
+            "{scenario}: {codes:?}"
+        );
+    }
+}
+
 /// A process joining with an id whose secret was altered is refused, and does not disturb
 /// the ranks that hold the right id.
 #[test]
@@ -475,6 +525,31 @@ fn child_rank() {
             );
             assert_eq!(shared_mappings(), maps_before, "shared-memory mappings");
             println!("rank {rank}: no leaks ({} descriptors)", after.0);
+        }
+        "disagree_gather" | "disagree_count" => {
+            // Calls that agree first: refused by nobody.
+            let r = join(&id, rank, nranks);
+            for round in 0..3 {
+                let (result, right) = all_reduce(&r, rank, nranks, round);
+                assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(r.comm));
+                assert!(right, "round {round}: wrong result");
+            }
+            let f32_ = symmDataType_t::symmFloat32 as i32;
+            let sum = symmRedOp_t::symmSum as i32;
+            let result = if rank == 1 && scenario == "disagree_gather" {
+                // In place: rank 1's share is the second 32 elements.
+                // SAFETY: inside the window of COUNT floats.
+                let share = unsafe { r.buffer.cast::<f32>().add(32) }.cast::<c_void>();
+                symmAllGather(share, r.buffer, 32, f32_, r.comm, null_mut())
+            } else {
+                let count = if rank == 1 { 128 } else { 64 };
+                symmAllReduce(r.buffer, r.buffer, count, f32_, sum, r.comm, null_mut())
+            };
+            println!("result {result:?}: {}", last_error(r.comm));
+            assert_ne!(result, symmResult_t::symmSuccess);
+            let _ = symmCommWindowDeregister(r.comm, r.window);
+            let _ = symmMemFree(r.comm, r.buffer);
+            check(symmCommDestroy(r.comm), null_mut());
         }
         other => panic!("unknown scenario {other}"),
     }

@@ -1,0 +1,275 @@
+//! Call records: how ranks in *different processes* of one machine check that they make the
+//! same collective calls, as the ranks of one process do through the clique's
+//! [`crate::collective::CallLog`].
+//!
+//! Each rank of a communicator made by `symmCommInitRank` whose ranks all run on this machine
+//! (some in other processes) owns a small shared memory file, a ring of [`RECORD_SLOTS`]
+//! records, and maps the files of the ranks in the other processes (passed at initialization
+//! like window memory: over the ranks' Unix sockets, authenticated by the communicator's
+//! secret). Before it launches its collective number `k`, a rank writes the call's
+//! [`Signature`] into slot `k mod RECORD_SLOTS` of its own ring, then reads slot `k` of every
+//! peer's ring: a peer that already made its call `k` and made another one gets this rank's
+//! call refused with a message naming both (nothing is launched, so nothing is exchanged), and
+//! the peer, which launched, times out and names both in its timeout message
+//! ([`CallRecords::recent_conflict`]).
+//!
+//! **Why one of two disagreeing ranks always sees it.** Each rank writes its own record, then
+//! (after a sequentially consistent fence) reads the others'. Of two ranks making their call
+//! `k`, at least one reads the other's record: both fences are in the single total order of
+//! SC fences, and the rank whose fence comes second sees the other's write (the store-buffering
+//! pattern that SC fences forbid). So a mismatch is never launched by both; the rank that
+//! launched waits for a peer that never comes, and gets `symmTimeout` naming both calls.
+//!
+//! **Records are read while their owner may rewrite them** (a rank more than
+//! `RECORD_SLOTS` calls ahead reuses a slot): each slot is a small seqlock — the call number
+//! is cleared, the signature written, the number written last with release; a reader takes the
+//! record only when it reads the same, expected number before and after the signature. A
+//! record that is not (or no longer) there is not compared: the check is complete for ranks
+//! within `RECORD_SLOTS` calls of each other, which is where a mismatch shows (a rank cannot
+//! complete calls that its peers do not join).
+//!
+//! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
+//! with them ends in a timeout without the peer's call named).
+
+use crate::collective::Signature;
+use crate::error::{Error, Result};
+use crate::link::RankLink;
+use crate::shm::SharedMemory;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::time::{Duration, Instant};
+
+/// Records in each rank's ring.
+pub const RECORD_SLOTS: usize = 1024;
+
+/// Words of one record: the call number plus one (0: empty or being written), then the
+/// signature.
+const SLOT_WORDS: usize = 1 + Signature::WORDS;
+
+/// Bytes of a rank's ring.
+pub const RECORDS_BYTES: usize = RECORD_SLOTS * SLOT_WORDS * 8;
+
+/// The fd-passing sequence number of the rings (window registrations count up from 0, so
+/// they never reach it).
+const RECORDS_FD_SEQ: u64 = u64::MAX;
+
+/// Most recent calls [`CallRecords::recent_conflict`] looks at.
+const RECENT_CALLS: u64 = 64;
+
+/// This rank's ring and those of the ranks in other processes of this machine.
+pub struct CallRecords {
+    /// This rank.
+    rank: usize,
+    /// This rank's ring.
+    own: SharedMemory,
+    /// Every rank's ring, by rank: `None` for this rank and the ranks of this process (whose
+    /// calls the clique's call log compares).
+    peers: Vec<Option<SharedMemory>>,
+}
+
+impl CallRecords {
+    /// Create this rank's ring and exchange rings with the ranks of other processes; `None`
+    /// when every rank runs in this process or some rank runs on another machine (see the
+    /// module documentation). Every rank of the communicator calls it at initialization.
+    pub fn exchange(link: &RankLink, timeout: Duration) -> Result<Option<CallRecords>> {
+        if !link.has_remote_peers()
+            || link.export_kind() != crate::shareable::ExportKind::FileDescriptor
+        {
+            return Ok(None);
+        }
+        let rank = link.rank as usize;
+        let own = SharedMemory::create(RECORDS_BYTES, "symm-call-records")?;
+        link.send_fds(RECORDS_FD_SEQ, &[own.fd()], timeout)?;
+        let deadline = Instant::now() + timeout;
+        let mut peers = Vec::with_capacity(link.peers.len());
+        for peer in 0..link.peers.len() {
+            if link.is_local(peer) {
+                peers.push(None);
+                continue;
+            }
+            let mut fds = link.receive_fds(RECORDS_FD_SEQ, peer as u32, 1, deadline)?;
+            let fd = fds
+                .pop()
+                .ok_or_else(|| Error::internal(format!("rank {peer} sent no call records")))?;
+            peers.push(Some(SharedMemory::import(fd, RECORDS_BYTES)?));
+        }
+        Ok(Some(CallRecords { rank, own, peers }))
+    }
+
+    /// The words of `memory`'s slot for call `seq`.
+    fn slot(memory: &SharedMemory, seq: u64) -> &[AtomicU64] {
+        let index = (seq % RECORD_SLOTS as u64) as usize;
+        // SAFETY: the mapping holds RECORDS_BYTES (checked at creation and import), page
+        // aligned, so the slot's SLOT_WORDS words are inside it and 8-byte aligned; the words
+        // are only ever accessed atomically, by every process that maps them, and live as
+        // long as `memory`.
+        unsafe {
+            std::slice::from_raw_parts(
+                (memory.as_ptr() as *const AtomicU64).add(index * SLOT_WORDS),
+                SLOT_WORDS,
+            )
+        }
+    }
+
+    /// Write `signature` as this rank's call `seq`.
+    fn publish(&self, seq: u64, signature: &Signature) {
+        let slot = Self::slot(&self.own, seq);
+        slot[0].store(0, Ordering::Relaxed);
+        // Readers that see a signature word of this write also see the cleared number.
+        fence(Ordering::Release);
+        for (word, value) in slot[1..].iter().zip(signature.to_words()) {
+            word.store(value, Ordering::Relaxed);
+        }
+        slot[0].store(seq + 1, Ordering::Release);
+    }
+
+    /// The record of call `seq` in `memory`, when it is there and was not being rewritten.
+    fn read(memory: &SharedMemory, seq: u64) -> Option<Signature> {
+        let slot = Self::slot(memory, seq);
+        if slot[0].load(Ordering::Acquire) != seq + 1 {
+            return None;
+        }
+        let mut words = [0u64; Signature::WORDS];
+        for (value, word) in words.iter_mut().zip(&slot[1..]) {
+            *value = word.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        if slot[0].load(Ordering::Relaxed) != seq + 1 {
+            return None;
+        }
+        Signature::from_words(words)
+    }
+
+    /// The first peer whose call `seq` is on record and differs from `signature`.
+    fn conflict(&self, seq: u64, signature: &Signature) -> Option<(usize, Signature)> {
+        self.peers.iter().enumerate().find_map(|(peer, memory)| {
+            let theirs = Self::read(memory.as_ref()?, seq)?;
+            (theirs != *signature).then_some((peer, theirs))
+        })
+    }
+
+    /// Record this rank's call `seq` and compare it with the peers' calls `seq` on record: an
+    /// error naming both when one differs (the call must then not be launched).
+    pub fn agree(&self, seq: u64, signature: &Signature) -> Result<()> {
+        self.publish(seq, signature);
+        // Between the write above and the reads below: see the module documentation.
+        fence(Ordering::SeqCst);
+        match self.conflict(seq, signature) {
+            None => Ok(()),
+            Some((peer, theirs)) => Err(Error::invalid_usage(format!(
+                "{}; rank {}'s call was refused (nothing was exchanged) and rank {peer} (in \
+                 another process) times out",
+                describe(seq, self.rank, signature, peer, &theirs),
+                self.rank
+            ))),
+        }
+    }
+
+    /// A description of the latest disagreement among this rank's calls before `next_seq`
+    /// (the last [`RECENT_CALLS`] of them) and the peers' records: what a timed-out rank
+    /// names.
+    pub fn recent_conflict(&self, next_seq: u64) -> Option<String> {
+        (next_seq.saturating_sub(RECENT_CALLS)..next_seq)
+            .rev()
+            .find_map(|seq| {
+                let own = Self::read(&self.own, seq)?;
+                let (peer, theirs) = self.conflict(seq, &own)?;
+                Some(describe(seq, self.rank, &own, peer, &theirs))
+            })
+    }
+}
+
+/// "rank A's collective #k is X, but rank B's is Y: ...".
+fn describe(seq: u64, rank: usize, own: &Signature, peer: usize, theirs: &Signature) -> String {
+    format!(
+        "rank {rank}'s collective #{seq} is {own}, but rank {peer}'s is {theirs}: every rank must \
+         make the same collective calls, with the same count, in the same order"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Collective;
+    use symm_device::symmetric::dispatch::Algorithm;
+    use symm_device::{DataType, RedOp};
+
+    /// Two ranks "in two processes": each maps the other's ring through a duplicate of its fd.
+    fn pair() -> (CallRecords, CallRecords) {
+        let a = SharedMemory::create(RECORDS_BYTES, "test-records-a").unwrap();
+        let b = SharedMemory::create(RECORDS_BYTES, "test-records-b").unwrap();
+        let a_seen = SharedMemory::import(a.fd().try_clone_to_owned().unwrap(), RECORDS_BYTES);
+        let b_seen = SharedMemory::import(b.fd().try_clone_to_owned().unwrap(), RECORDS_BYTES);
+        (
+            CallRecords {
+                rank: 0,
+                own: a,
+                peers: vec![None, Some(b_seen.unwrap())],
+            },
+            CallRecords {
+                rank: 1,
+                own: b,
+                peers: vec![Some(a_seen.unwrap()), None],
+            },
+        )
+    }
+
+    /// A signature from its parts (through the words, as a peer reads it).
+    fn signature(collective: usize, algorithm: usize, count: u64) -> Signature {
+        let word = collective as u64
+            | (algorithm as u64) << 8
+            | (DataType::Float32 as u64) << 16
+            | (RedOp::Sum as u64) << 24
+            | 4u64 << 32;
+        Signature::from_words([word, count]).unwrap()
+    }
+
+    #[test]
+    fn signatures_survive_their_words() {
+        for c in 0..Collective::ALL.len() {
+            for a in 0..Algorithm::ALL.len() {
+                let s = signature(c, a, 12345);
+                assert_eq!(Signature::from_words(s.to_words()), Some(s));
+            }
+        }
+        // Words that name nothing are not a signature.
+        assert_eq!(Signature::from_words([0xFF, 1]), None);
+        assert_eq!(Signature::from_words([0xFF << 8, 1]), None);
+    }
+
+    #[test]
+    fn agreeing_calls_pass_and_a_disagreement_is_named_by_both_ranks() {
+        let (a, b) = pair();
+        for seq in 0..5 {
+            a.agree(seq, &signature(0, 0, 64)).unwrap();
+            b.agree(seq, &signature(0, 0, 64)).unwrap();
+        }
+        assert_eq!(a.recent_conflict(5), None);
+        // Rank 0 calls first (and would launch); rank 1 makes another call: refused.
+        a.agree(5, &signature(0, 0, 64)).unwrap();
+        let refused = b.agree(5, &signature(0, 0, 128)).unwrap_err();
+        assert!(
+            refused.message.contains("rank 1's collective #5")
+                && refused.message.contains("rank 0's is"),
+            "{}",
+            refused.message
+        );
+        // Rank 0's timeout names both calls.
+        let named = a.recent_conflict(6).unwrap();
+        assert!(
+            named.contains("of 64") && named.contains("of 128"),
+            "{named}"
+        );
+    }
+
+    #[test]
+    fn a_rewritten_slot_is_not_compared() {
+        let (a, b) = pair();
+        a.agree(3, &signature(1, 4, 8)).unwrap();
+        // Rank 0 runs a ring's length ahead: slot 3 now holds its call 3 + RECORD_SLOTS.
+        a.agree(3 + RECORD_SLOTS as u64, &signature(2, 3, 8))
+            .unwrap();
+        b.agree(3, &signature(0, 0, 8)).unwrap();
+        assert_eq!(CallRecords::read(&b.own, 3), Some(signature(0, 0, 8)));
+        assert_eq!(CallRecords::read(&a.own, 3), None);
+    }
+}
