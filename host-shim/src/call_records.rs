@@ -20,13 +20,17 @@
 //! pattern that SC fences forbid). So a mismatch is never launched by both; the rank that
 //! launched waits for a peer that never comes, and gets `symmTimeout` naming both calls.
 //!
-//! **Records are read while their owner may rewrite them** (a rank more than
-//! `RECORD_SLOTS` calls ahead reuses a slot): each slot is a small seqlock — the call number
-//! is cleared, the signature written, the number written last with release; a reader takes the
-//! record only when it reads the same, expected number before and after the signature. A
-//! record that is not (or no longer) there is not compared: the check is complete for ranks
-//! within `RECORD_SLOTS` calls of each other, which is where a mismatch shows (a rank cannot
-//! complete calls that its peers do not join).
+//! **A slot is reused only after every peer checked the call it held.** Launches are
+//! asynchronous (a rank may queue many calls its peers have not made yet), so a rank could
+//! otherwise overwrite its record of call `k` with call `k + RECORD_SLOTS` before a slow peer
+//! compared its own call `k` with it, and both would launch a mismatch. Each ring therefore
+//! ends with a word counting the calls its owner has checked (stored with release after each
+//! check, refused or not), and a rank writes call `k >= RECORD_SLOTS` only once every peer has
+//! checked call `k - RECORD_SLOTS`, waiting for that at most the communicator's timeout, then
+//! failing with `symmTimeout`. Each slot is also a small seqlock, so a record read while its
+//! owner rewrites it is never taken: the call number is cleared, the signature written, the
+//! number written last with release; a reader takes the record only when it reads the same,
+//! expected number before and after the signature. A call number is never written twice.
 //!
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
@@ -45,8 +49,11 @@ pub const RECORD_SLOTS: usize = 1024;
 /// signature.
 const SLOT_WORDS: usize = 1 + Signature::WORDS;
 
-/// Bytes of a rank's ring.
-pub const RECORDS_BYTES: usize = RECORD_SLOTS * SLOT_WORDS * 8;
+/// Index of the word after the slots that counts the calls the ring's owner has checked.
+const CHECKED_WORD: usize = RECORD_SLOTS * SLOT_WORDS;
+
+/// Bytes of a rank's ring: the slots and the checked-calls word.
+pub const RECORDS_BYTES: usize = (CHECKED_WORD + 1) * 8;
 
 /// The fd-passing sequence number of the rings (window registrations count up from 0, so
 /// they never reach it).
@@ -59,6 +66,8 @@ const RECENT_CALLS: u64 = 64;
 pub struct CallRecords {
     /// This rank.
     rank: usize,
+    /// The communicator's bound of every wait on a peer.
+    timeout: Duration,
     /// This rank's ring.
     own: SharedMemory,
     /// Every rank's ring, by rank: `None` for this rank and the ranks of this process (whose
@@ -92,22 +101,66 @@ impl CallRecords {
                 .ok_or_else(|| Error::internal(format!("rank {peer} sent no call records")))?;
             peers.push(Some(SharedMemory::import(fd, RECORDS_BYTES)?));
         }
-        Ok(Some(CallRecords { rank, own, peers }))
+        Ok(Some(CallRecords {
+            rank,
+            timeout,
+            own,
+            peers,
+        }))
+    }
+
+    /// The words of `memory`'s ring.
+    fn words(memory: &SharedMemory) -> &[AtomicU64] {
+        // SAFETY: the mapping holds RECORDS_BYTES (checked at creation and import), page
+        // aligned, so its CHECKED_WORD + 1 words are inside it and 8-byte aligned; the words
+        // are only ever accessed atomically, by every process that maps them, and live as
+        // long as `memory`.
+        unsafe { std::slice::from_raw_parts(memory.as_ptr() as *const AtomicU64, CHECKED_WORD + 1) }
     }
 
     /// The words of `memory`'s slot for call `seq`.
     fn slot(memory: &SharedMemory, seq: u64) -> &[AtomicU64] {
         let index = (seq % RECORD_SLOTS as u64) as usize;
-        // SAFETY: the mapping holds RECORDS_BYTES (checked at creation and import), page
-        // aligned, so the slot's SLOT_WORDS words are inside it and 8-byte aligned; the words
-        // are only ever accessed atomically, by every process that maps them, and live as
-        // long as `memory`.
-        unsafe {
-            std::slice::from_raw_parts(
-                (memory.as_ptr() as *const AtomicU64).add(index * SLOT_WORDS),
-                SLOT_WORDS,
-            )
+        &Self::words(memory)[index * SLOT_WORDS..(index + 1) * SLOT_WORDS]
+    }
+
+    /// The word counting the calls `memory`'s owner has checked.
+    fn checked(memory: &SharedMemory) -> &AtomicU64 {
+        &Self::words(memory)[CHECKED_WORD]
+    }
+
+    /// Wait (at most the timeout) until every peer has checked call `seq - RECORD_SLOTS`, whose
+    /// slot call `seq` reuses.
+    fn wait_for_slot(&self, seq: u64) -> Result<()> {
+        let Some(reused) = seq.checked_sub(RECORD_SLOTS as u64) else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + self.timeout;
+        for (peer, memory) in self.peers.iter().enumerate() {
+            let Some(memory) = memory else { continue };
+            let mut spins = 0u32;
+            while Self::checked(memory).load(Ordering::Acquire) <= reused {
+                if Instant::now() >= deadline {
+                    return Err(Error::new(
+                        crate::ffi::types::symmResult_t::symmTimeout,
+                        format!(
+                            "rank {}: collective #{seq} waited {} ms for rank {peer} (in another \
+                             process) to make its collective #{reused}: ranks may be at most \
+                             {RECORD_SLOTS} collectives apart",
+                            self.rank,
+                            self.timeout.as_millis()
+                        ),
+                    ));
+                }
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
         }
+        Ok(())
     }
 
     /// Write `signature` as this rank's call `seq`.
@@ -150,10 +203,14 @@ impl CallRecords {
     /// Record this rank's call `seq` and compare it with the peers' calls `seq` on record: an
     /// error naming both when one differs (the call must then not be launched).
     pub fn agree(&self, seq: u64, signature: &Signature) -> Result<()> {
+        self.wait_for_slot(seq)?;
         self.publish(seq, signature);
         // Between the write above and the reads below: see the module documentation.
         fence(Ordering::SeqCst);
-        match self.conflict(seq, signature) {
+        let conflict = self.conflict(seq, signature);
+        // Checked (refused or not): the peers may reuse the slots of calls up to `seq`.
+        Self::checked(&self.own).store(seq + 1, Ordering::Release);
+        match conflict {
             None => Ok(()),
             Some((peer, theirs)) => Err(Error::invalid_usage(format!(
                 "{}; rank {}'s call was refused (nothing was exchanged) and rank {peer} (in \
@@ -202,11 +259,13 @@ mod tests {
         (
             CallRecords {
                 rank: 0,
+                timeout: Duration::from_millis(200),
                 own: a,
                 peers: vec![None, Some(b_seen.unwrap())],
             },
             CallRecords {
                 rank: 1,
+                timeout: Duration::from_millis(200),
                 own: b,
                 peers: vec![Some(a_seen.unwrap()), None],
             },
@@ -261,15 +320,25 @@ mod tests {
         );
     }
 
+    /// A rank a ring's length ahead waits for its peer before it reuses a slot the peer has
+    /// not checked against (else both could launch a mismatch), and times out when the peer
+    /// does not get there.
     #[test]
-    fn a_rewritten_slot_is_not_compared() {
+    fn a_slot_is_reused_only_after_the_peer_checked_it() {
         let (a, b) = pair();
-        a.agree(3, &signature(1, 4, 8)).unwrap();
-        // Rank 0 runs a ring's length ahead: slot 3 now holds its call 3 + RECORD_SLOTS.
-        a.agree(3 + RECORD_SLOTS as u64, &signature(2, 3, 8))
-            .unwrap();
-        b.agree(3, &signature(0, 0, 8)).unwrap();
-        assert_eq!(CallRecords::read(&b.own, 3), Some(signature(0, 0, 8)));
-        assert_eq!(CallRecords::read(&a.own, 3), None);
+        let slots = RECORD_SLOTS as u64;
+        for seq in 0..slots {
+            a.agree(seq, &signature(0, 0, 8)).unwrap();
+        }
+        // Rank 1 has checked nothing: rank 0 may not overwrite its record of call 0.
+        let early = a.agree(slots, &signature(0, 0, 8)).unwrap_err();
+        assert_eq!(early.code, crate::ffi::types::symmResult_t::symmTimeout);
+        assert!(early.message.contains("rank 1"), "{}", early.message);
+        // Rank 1's call 0 differs: still caught, since the record is still there.
+        assert!(b.agree(0, &signature(1, 4, 8)).is_err());
+        // Rank 1 has checked call 0: rank 0 goes on, and slot 0 now holds its call `slots`.
+        a.agree(slots, &signature(0, 0, 8)).unwrap();
+        assert_eq!(CallRecords::read(&a.own, 0), None);
+        assert_eq!(CallRecords::read(&a.own, slots), Some(signature(0, 0, 8)));
     }
 }
