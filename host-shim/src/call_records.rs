@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// Records in each rank's ring.
-pub const RECORD_SLOTS: usize = 1024;
+pub(crate) const RECORD_SLOTS: usize = 1024;
 
 /// Words of one record: the call number plus one (0: empty or being written), then the
 /// signature.
@@ -53,7 +53,7 @@ const SLOT_WORDS: usize = 1 + Signature::WORDS;
 const CHECKED_WORD: usize = RECORD_SLOTS * SLOT_WORDS;
 
 /// Bytes of a rank's ring: the slots and the checked-calls word.
-pub const RECORDS_BYTES: usize = (CHECKED_WORD + 1) * 8;
+pub(crate) const RECORDS_BYTES: usize = (CHECKED_WORD + 1) * 8;
 
 /// The fd-passing sequence number of the rings (window registrations count up from 0, so
 /// they never reach it).

@@ -146,11 +146,11 @@ impl std::fmt::Display for Signature {
 
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub const WORDS: usize = 2;
+    pub(crate) const WORDS: usize = 2;
 
     /// The signature as plain words, for ranks of other processes to read
     /// ([`crate::call_records`]): collective, algorithm, type, operator and grid; the count.
-    pub fn to_words(&self) -> [u64; Self::WORDS] {
+    pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
             .position(|c| *c == self.collective)
@@ -170,7 +170,7 @@ impl Signature {
     }
 
     /// The signature of [`Signature::to_words`]'s `words`, if they name one.
-    pub fn from_words(words: [u64; Self::WORDS]) -> Option<Signature> {
+    pub(crate) fn from_words(words: [u64; Self::WORDS]) -> Option<Signature> {
         let field = |shift: u32| ((words[0] >> shift) & 0xFF) as usize;
         Some(Signature {
             collective: *Collective::ALL.get(field(0))?,

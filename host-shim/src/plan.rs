@@ -35,7 +35,7 @@ pub enum Collective {
 
 impl Collective {
     /// Every collective.
-    pub const ALL: [Collective; 3] = [
+    pub(crate) const ALL: [Collective; 3] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
