@@ -35,7 +35,7 @@
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
 
-use crate::collective::Signature;
+use crate::collective::{Signature, mismatch_message};
 use crate::error::{Error, Result};
 use crate::link::RankLink;
 use crate::shm::SharedMemory;
@@ -215,7 +215,7 @@ impl CallRecords {
             Some((peer, theirs)) => Err(Error::invalid_usage(format!(
                 "{}; rank {}'s call was refused (nothing was exchanged) and rank {peer} (in \
                  another process) times out",
-                describe(seq, self.rank, signature, peer, &theirs),
+                mismatch_message(seq, self.rank, signature, peer, &theirs),
                 self.rank
             ))),
         }
@@ -230,17 +230,9 @@ impl CallRecords {
             .find_map(|seq| {
                 let own = Self::read(&self.own, seq)?;
                 let (peer, theirs) = self.conflict(seq, &own)?;
-                Some(describe(seq, self.rank, &own, peer, &theirs))
+                Some(mismatch_message(seq, self.rank, &own, peer, &theirs))
             })
     }
-}
-
-/// "rank A's collective #k is X, but rank B's is Y: ...".
-fn describe(seq: u64, rank: usize, own: &Signature, peer: usize, theirs: &Signature) -> String {
-    format!(
-        "rank {rank}'s collective #{seq} is {own}, but rank {peer}'s is {theirs}: every rank must \
-         make the same collective calls, with the same count, in the same order"
-    )
 }
 
 #[cfg(test)]

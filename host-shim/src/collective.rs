@@ -197,6 +197,21 @@ pub struct CallLog {
 /// another process, where the check does not reach).
 const CALL_LOG_ENTRIES: usize = 256;
 
+/// "rank A's collective #k is X, but rank B's is Y: ...": two ranks' different calls under
+/// one number (this process's ranks here, ranks of other processes in `crate::call_records`).
+pub(crate) fn mismatch_message(
+    seq: u64,
+    rank: usize,
+    own: &Signature,
+    peer: usize,
+    theirs: &Signature,
+) -> String {
+    format!(
+        "rank {rank}'s collective #{seq} is {own}, but rank {peer}'s is {theirs}: every rank must \
+         make the same collective calls, with the same count, in the same order"
+    )
+}
+
 /// Record that `rank`'s collective number `seq` is `signature`; an error naming both calls when
 /// a rank of this process made another call under that number.
 fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
@@ -214,10 +229,9 @@ fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
     });
     if let Some((other, theirs)) = conflict {
         let message = format!(
-            "rank {}'s collective #{seq} is {signature}, but rank {other}'s is {theirs}: every \
-             rank must make the same collective calls, with the same count, in the same order; \
-             rank {}'s call was refused (nothing was exchanged) and rank {other}'s times out",
-            comm.rank, comm.rank
+            "{}; rank {}'s call was refused (nothing was exchanged) and rank {other}'s times out",
+            mismatch_message(seq, comm.rank, signature, other, &theirs),
+            comm.rank
         );
         log.mismatch = Some(message.clone());
         return Err(Error::invalid_usage(message));

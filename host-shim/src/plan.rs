@@ -280,16 +280,20 @@ impl Model {
         nranks: u32,
         max_blocks: u32,
     ) -> (u32, f64) {
-        let times: Vec<f64> = (1..=max_blocks)
-            .map(|b| self.time_us(algorithm, payload, nranks, b))
-            .collect();
-        let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-        let blocks = times
-            .iter()
-            .position(|t| *t <= best * 1.025)
-            .map_or(1, |i| i as u32 + 1);
-        (blocks, times[blocks as usize - 1])
+        fewest_blocks(max_blocks, |b| self.time_us(algorithm, payload, nranks, b))
     }
+}
+
+/// The fewest blocks in `1..=max_blocks` (at least 1) whose predicted `time_us` is within
+/// 2.5 % of the best, and that time.
+pub(crate) fn fewest_blocks(max_blocks: u32, time_us: impl Fn(u32) -> f64) -> (u32, f64) {
+    let times: Vec<f64> = (1..=max_blocks.max(1)).map(time_us).collect();
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let blocks = times
+        .iter()
+        .position(|t| *t <= best * 1.025)
+        .map_or(1, |i| i as u32 + 1);
+    (blocks, times[blocks as usize - 1])
 }
 
 /// Choose the kernel and launch shape. `count` is in elements (all-reduce: total;

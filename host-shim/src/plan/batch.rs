@@ -30,7 +30,10 @@
 //! algorithm added there is considered here once the device crate gives its cells
 //! (`cell_elements`).
 
-use super::{Collective, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates, is_pat};
+use super::{
+    Collective, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates, fewest_blocks,
+    is_pat,
+};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use symm_device::symmetric::batch::task_cells;
@@ -185,15 +188,10 @@ pub fn plan_batch(
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
-            let times: Vec<f64> = (1..=max_blocks)
-                .map(|b| batch_time_us(&model, &batch_model, request, a, b))
-                .collect();
-            let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-            let blocks = times
-                .iter()
-                .position(|t| *t <= best * 1.025)
-                .map_or(1, |i| i as u32 + 1);
-            (a, blocks, times[blocks as usize - 1])
+            let (blocks, time) = fewest_blocks(max_blocks, |b| {
+                batch_time_us(&model, &batch_model, request, a, b)
+            });
+            (a, blocks, time)
         })
         .min_by(|x, y| x.2.total_cmp(&y.2))
         .ok_or_else(|| Error::internal(format!("no algorithm for {}", collective.name())))?;
