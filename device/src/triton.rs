@@ -171,9 +171,9 @@ pub unsafe fn symm_all_reduce_device(
         return status::INVALID_ARGUMENT;
     };
     let task = window_task(ctx, byte_offset, byte_offset, num_elements, FLAG_IN_PLACE);
-    // SAFETY: one task whose context was checked above (`Batch::open` checks it again, on
-    // every thread alike).
-    let Some(batch) = (unsafe { Batch::open(&task, 1) }) else {
+    // SAFETY: one task whose context was checked above (`open_one` checks it again, on every
+    // thread alike). Held by value: the task stays in registers.
+    let Some(batch) = (unsafe { Batch::open_one(task) }) else {
         return status::INVALID_ARGUMENT;
     };
     /// One (type, operator) instance. Inlined: a call would pass the batch through local
@@ -253,8 +253,8 @@ pub unsafe fn symm_all_gather_device(
     };
     let flags = if in_place { FLAG_IN_PLACE } else { 0 };
     let task = window_task(ctx, send_byte_offset, recv_byte_offset, n_bytes, flags);
-    // SAFETY: one task whose context was checked above.
-    let Some(batch) = (unsafe { Batch::open(&task, 1) }) else {
+    // SAFETY: one task whose context was checked above; held by value.
+    let Some(batch) = (unsafe { Batch::open_one(task) }) else {
         return status::INVALID_ARGUMENT;
     };
     // SAFETY: the context is host-built; both ranges lie in the window and do not overlap

@@ -23,6 +23,9 @@ kernel with the same grid, on the stream it uses for the window's other collecti
 other than :data:`SUCCESS` is one of the ``STATUS_*`` codes; a timeout also marks the window as
 aborted, and the host then reports ``symmTimeout``.
 
+:func:`jit` and :func:`compile` also set ``maxnreg`` (see :func:`default_maxnreg`) unless the
+caller does, so that ptxas does not spill the collective's registers to raise occupancy.
+
 Supported: Triton 3.5 (PyTorch 2.9–2.11) to the newest, on sm_80 and newer (one library
 serves every target: Triton replaces its triple and data layout when linking).
 """
@@ -55,6 +58,7 @@ __all__ = [
     "compile",
     "dtype_code",
     "op_code",
+    "default_maxnreg",
 ]
 
 #: Oldest Triton whose LLVM reads the library.
@@ -63,6 +67,25 @@ OLDEST_TRITON: Tuple[int, int] = (3, 5)
 MAX_PROGRAMS = 64
 #: The name under which the library is passed in ``extern_libs``.
 LIBRARY_NAME = "symm"
+#: Registers of one SM's register file (every target from sm_80 on).
+_REGISTER_FILE = 65536
+#: Most registers one thread may use.
+_MAX_THREAD_REGISTERS = 255
+
+
+def default_maxnreg(num_warps: int = 4) -> int:
+    """The ``maxnreg`` option :func:`jit` and :func:`compile` give a kernel that sets none:
+    every register a thread of a ``num_warps``-warp program can have.
+
+    Triton declares each kernel's block size (``.reqntid``), and ptxas then trades registers
+    for occupancy: it caps a kernel at a register count of its own choosing (40 for 4 warps)
+    and spills what does not fit, which puts the collective's addresses and status in local
+    memory. An explicit ``maxnreg`` turns that trade off, so the collective runs without
+    spills (the compile tests check it). Pass ``maxnreg=None`` to get ptxas's trade back, or a
+    number of your own.
+    """
+    per_thread = _REGISTER_FILE // (32 * max(int(num_warps), 1))
+    return min(_MAX_THREAD_REGISTERS, per_thread)
 
 
 @functools.lru_cache(maxsize=None)
@@ -193,7 +216,8 @@ def barrier(ctx, _semantic=None):
 
 
 class SymmKernel:
-    """A ``@triton.jit`` function whose launches, warm-ups and compiles link the library."""
+    """A ``@triton.jit`` function whose launches, warm-ups and compiles link the library (and,
+    unless the call gives ``maxnreg``, set :func:`default_maxnreg`)."""
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
@@ -203,6 +227,8 @@ class SymmKernel:
         libs = dict(kwargs.pop("extern_libs", None) or {})
         libs.update(extern_libs())
         kwargs["extern_libs"] = libs
+        if "maxnreg" not in kwargs:
+            kwargs["maxnreg"] = default_maxnreg(kwargs.get("num_warps") or 4)
         return kwargs
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
@@ -246,7 +272,8 @@ def compile(  # noqa: A001 - mirrors triton.compile
     options: Optional[Dict[str, Any]] = None,
 ) -> Any:
     """Compile ``kernel`` for compute capability ``capability`` (80, 90, 100...) without a GPU,
-    with the library linked: ``triton.compile`` on an ``ASTSource``."""
+    with the library linked: ``triton.compile`` on an ``ASTSource``. Without a ``maxnreg``
+    in ``options``, :func:`default_maxnreg` is used."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -256,4 +283,6 @@ def compile(  # noqa: A001 - mirrors triton.compile
     libs = dict(opts.pop("extern_libs", None) or {})
     libs.update(extern_libs())
     opts["extern_libs"] = tuple(libs.items())
+    if "maxnreg" not in opts:
+        opts["maxnreg"] = default_maxnreg(opts.get("num_warps") or 4)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=opts)

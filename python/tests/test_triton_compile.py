@@ -77,15 +77,15 @@ def arch(capability: int) -> str:
     return f"sm_{capability}{'a' if capability >= 90 else ''}"
 
 
-# Not yet met: the issue asks for no spill at all. Measured on 2026-11-23 with the batched
-# kernels: up to 68 bytes of spill traffic and a 24-byte frame in some (type, operator,
-# target) kernels (the status merged from the early exits and a few scalars around the block
-# barriers, not per element; a kernel that ignores the status has none), and the all-gather
-# keeps its one 56-byte task descriptor in local memory (a 72-byte frame). The bounds below catch a regression
-# (something per element, or a large frame); the test prints how many kernels spill.
-MAX_SPILL_BYTES = 128
-MAX_STACK_BYTES = 96
-MAX_LOCAL_BYTES = 64
+# The collective's path runs in registers: no spill, no stack frame, nothing in local memory.
+# Two things make it so: a device-function call keeps its one task descriptor by value (no
+# pointer into a stack copy), and `symm.triton` gives each kernel an explicit `maxnreg`
+# (`default_maxnreg`), without which ptxas caps a 4-warp kernel at 40 registers and parks a few
+# scalars (the status, a barrier slot's address) in local memory to get there
+# (measured with Triton 3.5; `maxnreg=None` opts out).
+MAX_SPILL_BYTES = 0
+MAX_STACK_BYTES = 0
+MAX_LOCAL_BYTES = 0
 SPILLING: list = []
 CHECKED: list = []
 
@@ -100,7 +100,7 @@ def spill_report():
 
 def check_linked(kernel, capability: int, symbol_hint: str) -> str:
     ptx = kernel.asm["ptx"]
-    # What LLVM put in local memory: at most one task descriptor.
+    # What LLVM put in local memory: nothing.
     local = sum(int(v) for v in re.findall(r"\.local \.align \d+ \.b8 \s*\w+\[(\d+)\]", ptx))
     assert local <= MAX_LOCAL_BYTES, f"{symbol_hint}: {local} bytes of local memory"
     assert ".extern .func" not in ptx, "an external function is left unresolved"
@@ -195,10 +195,39 @@ def test_the_decorator_links_the_library_on_every_launch():
     kernel = st.requires_symm(FakeJit())
     kernel[(4,)](1, 2, num_warps=4, extern_libs={"mine": "/x.bc"})
     kernel.warmup(3, grid=(1,))
+    kernel[(2,)](5, num_warps=16)
+    kernel[(2,)](6, maxnreg=None)
+    kernel[(2,)](7, maxnreg=96)
     assert calls[0][0] == (4,) and calls[0][1] == (1, 2)
     assert calls[0][2]["extern_libs"] == {"mine": "/x.bc", "symm": st.library()}
     assert calls[0][2]["num_warps"] == 4
     assert calls[1][2]["extern_libs"] == {"symm": st.library()}
+    # Every register a thread can have, unless the caller chose (None: ptxas's own cap).
+    assert calls[0][2]["maxnreg"] == 255 and calls[1][2]["maxnreg"] == 255
+    assert calls[2][2]["maxnreg"] == 128
+    assert calls[3][2]["maxnreg"] is None
+    assert calls[4][2]["maxnreg"] == 96
+
+
+def test_default_maxnreg_fills_the_register_file():
+    assert [st.default_maxnreg(w) for w in (1, 2, 4, 8, 16, 32)] == [255, 255, 255, 255, 128, 64]
+
+
+@pytest.mark.parametrize("capability", [80, 90])
+def test_the_default_maxnreg_reaches_the_ptx_and_none_opts_out(capability):
+    # With `maxnreg=None` the caller gets ptxas's own register cap back: no `.maxnreg`, and
+    # (measured with Triton 3.5's ptxas, not asserted, since it is ptxas's heuristic) up to
+    # 68 bytes of spills in some (type, operator, target) kernels.
+    constexprs = {"op": st.op_code("sum"), "dtype": st.dtype_code("int32")}
+    signature = {"ctx": "i64", "local": "i64", "offset": "i64", "n": "i64",
+                 "op": "constexpr", "dtype": "constexpr", "status_ptr": "*i32"}
+    capped = st.compile(all_reduce_kernel, signature=signature, capability=capability,
+                        constexprs=constexprs, options={"maxnreg": None})
+    assert ".maxnreg" not in capped.asm["ptx"]
+    default = st.compile(all_reduce_kernel, signature=signature, capability=capability,
+                         constexprs=constexprs)
+    assert re.search(r"^\.maxnreg 255$", default.asm["ptx"], re.M)
+    check_linked(default, capability, "int32 sum (default maxnreg)")
 
 
 def test_library_is_textual_ir_without_the_attribute_old_triton_refuses():

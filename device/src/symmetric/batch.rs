@@ -98,14 +98,40 @@ pub struct Task<'a> {
     pub first_cell: u64,
 }
 
-/// The calling block's rank's tasks of a launch, checked by [`super::resolve_launch`]. Two
-/// words, so that the launch's resolution stays in registers on the GPU; tasks are read from
-/// the table when used.
+/// The calling block's rank's tasks of a launch, checked by [`super::resolve_launch`] (a
+/// launched kernel: two words, so that the launch's resolution stays in registers on the GPU;
+/// tasks are read from the table when used) or by [`Batch::open_one`] (a device function's
+/// single task, held by value so that it never goes through local memory).
 #[derive(Clone, Copy)]
 pub struct Batch<'a> {
-    entries: *const TaskArgs,
+    entries: Entries,
     len: u32,
     _contexts: PhantomData<&'a SymmContext>,
+}
+
+/// Where a batch's task arguments are. Every function reading them is inlined, and each kind
+/// is built at a place where the kind is a constant, so the other arm is folded away.
+#[derive(Clone, Copy)]
+enum Entries {
+    /// `len` entries of the launch's work table.
+    Table(*const TaskArgs),
+    /// One task, by value (`len == 1`).
+    One(TaskArgs),
+}
+
+impl Entries {
+    /// Entry `index` (`index < len`).
+    ///
+    /// # Safety
+    /// For a table, `index` is below the batch's length.
+    #[inline(always)]
+    unsafe fn get(&self, index: u32) -> TaskArgs {
+        match self {
+            // SAFETY: index < len (caller's contract); the table holds len entries.
+            Entries::Table(entries) => unsafe { *entries.add(index as usize) },
+            Entries::One(task) => *task,
+        }
+    }
 }
 
 /// The windows of `entry`, when it passes the kernels' limits.
@@ -179,8 +205,24 @@ impl<'a> Batch<'a> {
             return None;
         }
         Some(Batch {
-            entries,
+            entries: Entries::Table(entries),
             len,
+            _contexts: PhantomData,
+        })
+    }
+
+    /// A batch of the one task `task`, held by value, when its contexts pass the kernels'
+    /// limits (the same answer on every thread; no block barrier).
+    ///
+    /// # Safety
+    /// The task's contexts are 0 or host-built, alive for `'a`.
+    #[inline(always)]
+    pub(crate) unsafe fn open_one(task: TaskArgs) -> Option<Batch<'a>> {
+        // SAFETY: forwarded contract.
+        unsafe { checked_rank(&task) }?;
+        Some(Batch {
+            entries: Entries::One(task),
+            len: 1,
             _contexts: PhantomData,
         })
     }
@@ -207,23 +249,24 @@ impl<'a> Batch<'a> {
     #[inline(always)]
     pub fn task(&self, index: u32) -> Task<'a> {
         let index = Ord::min(index, self.len - 1);
-        // SAFETY: index < len; `open` checked that every entry's contexts are non-null,
+        // SAFETY: index < len.
+        let entry = unsafe { self.entries.get(index) };
+        // SAFETY: `open` / `open_one` checked that every entry's contexts are non-null,
         // host-built and valid, alive for 'a.
-        unsafe {
-            let entry = &*self.entries.add(index as usize);
-            let rank = Rank {
+        let rank = unsafe {
+            Rank {
                 send: &*(entry.send_context as *const SymmContext),
                 recv: &*(entry.recv_context as *const SymmContext),
-            };
-            task_of(rank, entry)
-        }
+            }
+        };
+        task_of(rank, &entry)
     }
 
     /// `first_cell` of task `index` (no context is read).
     #[inline(always)]
     fn first_cell(&self, index: u32) -> u64 {
         // SAFETY: index < len (callers).
-        unsafe { (*self.entries.add(index as usize)).first_cell }
+        unsafe { self.entries.get(index) }.first_cell
     }
 
     /// Cells of the batch when a cell holds `per_cell` elements: the last task's first cell
@@ -231,7 +274,7 @@ impl<'a> Batch<'a> {
     #[inline(always)]
     pub fn total_cells(&self, per_cell: u64) -> u64 {
         // SAFETY: len >= 1.
-        let last = unsafe { &*self.entries.add(self.len as usize - 1) };
+        let last = unsafe { self.entries.get(self.len - 1) };
         last.first_cell
             .saturating_add(last.count.div_ceil(Ord::max(per_cell, 1)))
     }
