@@ -15,7 +15,10 @@
 #   perf      symm-perf sweeps: $OPS x $RANKS ranks on the one GPU x $DTYPES, 8 B to $MAX_BYTES
 #   baseline  bench/torch_baseline.py over the same matrix as perf
 #   clc       symm-perf clc (fixed grid vs work stealing, every imbalance and policy)
-#   all       env, tests, examples, perf, baseline, clc, in that order
+#   python    the Python package on the GPU (PyTorch tensors over symmetric memory, every
+#             collective) and Triton kernels calling the device functions, 2 and 4 ranks:
+#             bench/gpu/python_check.py, examples/triton/allreduce.py, examples/python/allreduce.py
+#   all       env, tests, examples, perf, baseline, clc, python, in that order
 #
 # Every command runs under `timeout`, and each part stops starting new commands once its
 # deadline ($DEADLINE_S seconds after the part began) is near: what did not run is recorded as
@@ -31,6 +34,7 @@
 #   MIN_BYTES [8]  MAX_BYTES [64M]  ITERS [20]  WARMUP [5]  CHECK [1]  PERF_TIMEOUT_S [120]
 #   BASELINE_TIMEOUT_S [120]            CLC_ARGS [-t 4096 -i all -p all -n 10]
 #   CLC_TIMEOUT_S [300]                 CUDA_HOME [/usr/local/cuda, else from nvcc]
+#   PYTHON_TIMEOUT_S [400]              PYTHON_RANKS [2 4]
 #   KEEP_SCRATCH [0]  1: keep the extracted bundle (its path is printed)
 #   BACKEND [cuda]    SYMM_BACKEND of every run; host: try the script where there is no GPU
 set -euo pipefail
@@ -43,7 +47,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | examples | perf | baseline | clc | all) ;;
+  env | tests | examples | perf | baseline | clc | python | all) ;;
   *) usage ;;
 esac
 
@@ -78,6 +82,8 @@ PERF_TIMEOUT_S=${PERF_TIMEOUT_S:-120}
 BASELINE_TIMEOUT_S=${BASELINE_TIMEOUT_S:-120}
 CLC_ARGS=${CLC_ARGS:--t 4096 -i all -p all -n 10}
 CLC_TIMEOUT_S=${CLC_TIMEOUT_S:-300}
+PYTHON_TIMEOUT_S=${PYTHON_TIMEOUT_S:-400}
+PYTHON_RANKS=${PYTHON_RANKS:-2 4}
 KEEP_SCRATCH=${KEEP_SCRATCH:-0}
 BACKEND=${BACKEND:-cuda}
 # Kernels are JIT-compiled from PTX on first use; keep them all in the driver's cache.
@@ -330,6 +336,27 @@ part_clc() {
     "$LOG/clc/clc.log" "" "$B/bin/symm-perf" clc $CLC_ARGS
 }
 
+part_python() {
+  start_part python
+  # The package laid out as pip installs it: the sources plus symm/lib/ holding the bundle's
+  # libsymm.so, symm.h and the Triton library (no Rust, no network needed).
+  local pkg=$B/python g
+  mkdir -p "$pkg/symm/lib"
+  cp "$B/lib/libsymm.so" "$B/ffi-headers/symm.h" "$B/ptx-out/symm_triton.ll" "$pkg/symm/lib/"
+  export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$SCRATCH/triton-cache}
+  # shellcheck disable=SC2086 # $PYTHON_RANKS: rank counts
+  PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND run_logged python "python_check.py --ranks ${PYTHON_RANKS// /,}" \
+    "$BACKEND" "$PYTHON_TIMEOUT_S" "$LOG/python/check.log" "0 failed" \
+    python3 "$B/bench/gpu/python_check.py" --ranks $PYTHON_RANKS
+  for g in $PYTHON_RANKS; do
+    PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND run_logged python "examples/triton/allreduce.py --ranks $g" \
+      "$BACKEND" 120 "$LOG/python/triton_allreduce_$g.log" "everywhere" \
+      python3 "$B/examples/triton/allreduce.py" --ranks "$g"
+  done
+  PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND run_logged python "examples/python/allreduce.py" "$BACKEND" 120 \
+    "$LOG/python/python_allreduce.log" "all-reduce of" python3 "$B/examples/python/allreduce.py"
+}
+
 summary() {
   {
     echo "# symm GPU run: $PART, $(date -u +%Y-%m-%dT%H:%M:%SZ), bundle $(basename "$BUNDLE")"
@@ -354,6 +381,7 @@ case "$PART" in
   perf) part_perf; part_perf_procs ;;
   baseline) part_baseline ;;
   clc) part_clc ;;
+  python) part_python ;;
   all)
     part_env
     part_tests
@@ -362,6 +390,7 @@ case "$PART" in
     part_perf_procs
     part_baseline
     part_clc
+    part_python
     ;;
 esac
 [ "$PART" = env ] || summary

@@ -2,8 +2,10 @@
 //!
 //! Builds in release the GPU test set as a test binary, `symm-perf`, `libsymm.so` and
 //! `libsymm.a`; strips them; builds the C examples against `libsymm.so`; and packs them with
-//! the header, the example sources and Makefile, `bench/torch_baseline.py` and
-//! `bench/gpu/run.sh` into `target/gpu-bundle/symm-gpu.tar.xz`. The binaries each embed the
+//! the header, the example sources and Makefile, `bench/torch_baseline.py`, `bench/gpu/run.sh`,
+//! and, for the Python and Triton checks, the Python package's sources, the Triton library,
+//! the Python and Triton examples and `bench/gpu/python_check.py` into
+//! `target/gpu-bundle/symm-gpu.tar.xz`. The binaries each embed the
 //! same PTX; `xz -9` (64 MiB window) stores it about once. The task fails when the archive is
 //! larger than [`MAX_BUNDLE_BYTES`], the most a GPU machine is sent besides the checkout.
 //!
@@ -15,7 +17,11 @@
 //! lib/libsymm.so, lib/libsymm.a
 //! ffi-headers/symm.h
 //! examples/c/           sources, Makefile, and the examples linked against ../../lib/libsymm.so
-//! bench/torch_baseline.py, bench/gpu/run.sh
+//! bench/torch_baseline.py, bench/gpu/run.sh, bench/gpu/python_check.py
+//! python/symm/          the package's sources (run.sh adds lib/: libsymm.so, symm.h, the
+//!                       Triton library, as an installed package has them)
+//! ptx-out/symm_triton.ll
+//! examples/python/allreduce.py, examples/triton/allreduce.py
 //! BUILD-INFO.txt        commit, toolchain, date, files
 //! ```
 
@@ -32,7 +38,7 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 9] = [
+const FILES: [&str; 14] = [
     "ffi-headers/symm.h",
     "examples/c/Makefile",
     "examples/c/common.h",
@@ -42,7 +48,14 @@ const FILES: [&str; 9] = [
     "examples/c/launch_mp.sh",
     "bench/torch_baseline.py",
     "bench/gpu/run.sh",
+    "bench/gpu/python_check.py",
+    "ptx-out/symm_triton.ll",
+    "examples/python/allreduce.py",
+    "examples/triton/allreduce.py",
+    "python/pyproject.toml",
 ];
+/// The Python package's directory: its `.py` files and `py.typed` are copied.
+const PYTHON_PACKAGE: &str = "python/symm";
 /// The C examples the Makefile builds.
 const EXAMPLES: [&str; 3] = ["allreduce", "allreduce_pthreads", "allreduce_mp"];
 
@@ -83,6 +96,7 @@ pub fn build() -> Result<(), String> {
         // fs::copy keeps the permissions (run.sh stays executable).
         std::fs::copy(root.join(file), &to).map_err(|e| format!("copying {file}: {e}"))?;
     }
+    copy_python_package(&root, &stage)?;
     // The examples against the bundle's libsymm.so, found next to them at run time. Built
     // without CUDA=1 (no CUDA toolkit needed here): they run on the host backend; run.sh
     // rebuilds them with CUDA=1 on the GPU machine.
@@ -198,6 +212,25 @@ fn output_of(command: &mut Command) -> String {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The package's sources ([`PYTHON_PACKAGE`]: `*.py`, `py.typed`), without build products.
+fn copy_python_package(root: &Path, stage: &Path) -> Result<(), String> {
+    let from = root.join(PYTHON_PACKAGE);
+    let to = stage.join(PYTHON_PACKAGE);
+    create_dir(&to)?;
+    let entries = std::fs::read_dir(&from).map_err(|e| format!("reading {from:?}: {e}"))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let Some(name) = name.filter(|n| n.ends_with(".py") || n == "py.typed") else {
+            continue;
+        };
+        if path.is_file() {
+            std::fs::copy(&path, to.join(&name)).map_err(|e| format!("copying {path:?}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 fn build_info(stage: &Path) -> Result<String, String> {
