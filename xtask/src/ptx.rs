@@ -1,12 +1,15 @@
 //! `cargo xtask ptx`: PTX per target, the Triton-linkable library, and the ptxas report.
 
 use crate::{cargo, root};
+#[path = "../../host-shim/src/ptx/gzip.rs"]
+mod gzip;
 #[path = "../../host-shim/src/ptx/split.rs"]
 mod split;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (target-cpu, file written in ptx-out/).
+/// (target-cpu, PTX file name). `ptx-out/` holds each gzip-compressed (`<name>.gz`, see
+/// [`gzip`]); the plain text is written to `target/ptx/<name>`.
 const TARGETS: [(&str, &str); 3] = [
     ("sm_80", "symm_sm80.ptx"),
     ("sm_90", "symm_sm90.ptx"),
@@ -21,6 +24,7 @@ const TRITON_FUNCTIONS: [&str; 3] = ["symm_all_reduce", "symm_all_gather", "symm
 
 pub fn generate(check: bool) -> Result<(), String> {
     let root = root();
+    let plain_dir = root.join("target/ptx");
     let out_dir = if check {
         root.join("target/ptx/check")
     } else {
@@ -32,10 +36,14 @@ pub fn generate(check: bool) -> Result<(), String> {
     let mut failures = Vec::new();
     for (cpu, file) in TARGETS {
         let built = build_device(cpu, false)?;
-        let dest = out_dir.join(file);
-        std::fs::copy(&built, &dest).map_err(|e| format!("copying {built:?}: {e}"))?;
-        failures.extend(assemble(&ptxas, cpu, &dest)?);
-        assemble_each_kernel(&ptxas, cpu, &dest)?;
+        let plain = plain_dir.join(file);
+        std::fs::copy(&built, &plain).map_err(|e| format!("copying {built:?}: {e}"))?;
+        failures.extend(assemble(&ptxas, cpu, &plain)?);
+        assemble_each_kernel(&ptxas, cpu, &plain)?;
+        let text = std::fs::read(&plain).map_err(|e| format!("reading {plain:?}: {e}"))?;
+        let compressed = out_dir.join(format!("{file}.gz"));
+        std::fs::write(&compressed, gzip::compress(&text))
+            .map_err(|e| format!("writing {compressed:?}: {e}"))?;
     }
     let (cpu, file) = TRITON_LIBRARY;
     let library = triton_library(cpu)?;
@@ -47,16 +55,35 @@ pub fn generate(check: bool) -> Result<(), String> {
         ));
     }
     if check {
-        for name in TARGETS.iter().map(|t| t.1).chain([TRITON_LIBRARY.1]) {
-            let fresh = std::fs::read(out_dir.join(name)).map_err(|e| e.to_string())?;
-            let committed = std::fs::read(root.join("ptx-out").join(name)).unwrap_or_default();
+        // The PTX is compared as text (a different compressor may write other bytes).
+        for (_, file) in TARGETS {
+            let fresh = std::fs::read(plain_dir.join(file)).map_err(|e| e.to_string())?;
+            let name = format!("{file}.gz");
+            let committed = std::fs::read(root.join("ptx-out").join(&name))
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| gzip::decompress(&bytes))
+                .map_err(|e| format!("ptx-out/{name}: {e}"))?;
             if fresh != committed {
                 return Err(format!(
                     "ptx-out/{name} differs from a fresh build: run `cargo xtask ptx` and commit"
                 ));
             }
         }
+        let name = TRITON_LIBRARY.1;
+        let fresh = std::fs::read(out_dir.join(name)).map_err(|e| e.to_string())?;
+        let committed = std::fs::read(root.join("ptx-out").join(name)).unwrap_or_default();
+        if fresh != committed {
+            return Err(format!(
+                "ptx-out/{name} differs from a fresh build: run `cargo xtask ptx` and commit"
+            ));
+        }
         println!("ptx-out/ is up to date");
+    } else {
+        for (_, file) in TARGETS {
+            println!(
+                "wrote ptx-out/{file}.gz (plain text: target/ptx/{file}, or gunzip -k ptx-out/{file}.gz)"
+            );
+        }
     }
     Ok(())
 }

@@ -997,7 +997,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     };
     let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let (ptx_target, _) = crate::ptx::for_capability(major, minor).ok_or_else(|| {
+    let ptx_target = crate::ptx::target_for_capability(major, minor).ok_or_else(|| {
         Error::unsupported(format!(
             "device {ordinal} has compute capability {major}.{minor}; symm needs 8.0 or newer"
         ))

@@ -1,24 +1,47 @@
 //! The PTX built by `cargo xtask ptx`, embedded so that building libsymm needs no nvptx
-//! toolchain.
+//! toolchain. `ptx-out/` holds it gzip-compressed (a sixth of the size, in the repository and
+//! in libsymm); a target's text is decompressed once per process, the first time it is used.
 
+pub mod gzip;
 pub mod split;
 
 use std::sync::OnceLock;
 
-/// PTX for sm_80 (Ampere), also JIT-compiled for newer GPUs without their own PTX.
-pub const SM80: &str = include_str!("../../../ptx-out/symm_sm80.ptx");
-/// PTX for sm_90 (Hopper and newer non-`a` targets).
-pub const SM90: &str = include_str!("../../../ptx-out/symm_sm90.ptx");
-/// PTX for sm_100a (Blackwell B200/GB200: CLC instructions).
-pub const SM100A: &str = include_str!("../../../ptx-out/symm_sm100a.ptx");
+/// The targets: name and compressed PTX. sm_80 (Ampere) is also JIT-compiled for newer GPUs
+/// without their own PTX; sm_90 serves Hopper and newer non-`a` targets; sm_100a is Blackwell
+/// B200/GB200 (CLC instructions).
+const TARGETS: [(&str, &[u8]); 3] = [
+    ("sm_80", include_bytes!("../../../ptx-out/symm_sm80.ptx.gz")),
+    ("sm_90", include_bytes!("../../../ptx-out/symm_sm90.ptx.gz")),
+    (
+        "sm_100a",
+        include_bytes!("../../../ptx-out/symm_sm100a.ptx.gz"),
+    ),
+];
 
-/// The PTX to load on a GPU of compute capability `major.minor`, with its name, or `None`
-/// below sm_80.
-pub fn for_capability(major: i32, minor: i32) -> Option<(&'static str, &'static str)> {
+/// The PTX text of target `target` ("sm_80", "sm_90" or "sm_100a"), or `None` for another
+/// name or an embedded file that does not decompress (a build defect, reported as no PTX
+/// rather than a panic).
+pub fn text(target: &str) -> Option<&'static str> {
+    static TEXTS: [OnceLock<Option<String>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = TARGETS.iter().position(|(name, _)| *name == target)?;
+    TEXTS[slot]
+        .get_or_init(|| {
+            gzip::decompress(TARGETS[slot].1)
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+        })
+        .as_deref()
+}
+
+/// The name of the PTX to load on a GPU of compute capability `major.minor`, or `None` below
+/// sm_80.
+pub fn target_for_capability(major: i32, minor: i32) -> Option<&'static str> {
     match (major, minor) {
-        (10, 0) => Some(("sm_100a", SM100A)),
-        (m, _) if m >= 9 => Some(("sm_90", SM90)),
-        (8, _) => Some(("sm_80", SM80)),
+        (10, 0) => Some("sm_100a"),
+        (m, _) if m >= 9 => Some("sm_90"),
+        (8, _) => Some("sm_80"),
         _ => None,
     }
 }
@@ -29,12 +52,8 @@ pub fn for_capability(major: i32, minor: i32) -> Option<(&'static str, &'static 
 pub fn kernel_module(target: &str, kernel: &str) -> Option<String> {
     static INDEXES: [OnceLock<split::PtxIndex<'static>>; 3] =
         [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    let (slot, ptx) = match target {
-        "sm_80" => (0, SM80),
-        "sm_90" => (1, SM90),
-        "sm_100a" => (2, SM100A),
-        _ => return None,
-    };
+    let slot = TARGETS.iter().position(|(name, _)| *name == target)?;
+    let ptx = text(target)?;
     INDEXES[slot]
         .get_or_init(|| split::PtxIndex::new(ptx))
         .kernel_module(kernel)
@@ -49,7 +68,26 @@ mod tests {
     use symm_device::{DataType, RedOp};
 
     /// Every target's name and PTX.
-    const TARGETS: [(&str, &str); 3] = [("sm_80", SM80), ("sm_90", SM90), ("sm_100a", SM100A)];
+    fn targets() -> [(&'static str, &'static str); 3] {
+        TARGETS.map(|(name, _)| (name, text(name).expect("the embedded PTX decompresses")))
+    }
+
+    #[test]
+    fn every_target_decompresses_and_is_its_own_target() {
+        for (name, ptx) in targets() {
+            assert!(ptx.contains(&format!("\n.target {name}")), "{name}");
+        }
+        assert_eq!(text("sm_70"), None);
+        assert_eq!(target_for_capability(7, 5), None);
+        assert_eq!(target_for_capability(9, 0), Some("sm_90"));
+        assert_eq!(target_for_capability(10, 0), Some("sm_100a"));
+        assert_eq!(target_for_capability(12, 0), Some("sm_90"));
+        assert_eq!(target_for_capability(8, 6), Some("sm_80"));
+    }
+
+    fn sm100a() -> &'static str {
+        text("sm_100a").expect("sm_100a PTX")
+    }
 
     /// The PTX names of `algorithms` for every dtype × op.
     fn kernel_names(algorithms: &[Algorithm]) -> Vec<String> {
@@ -72,7 +110,7 @@ mod tests {
     #[test]
     fn every_ptx_holds_every_kernel_the_planner_can_pick() {
         let kernels = kernel_names(&Algorithm::ALL);
-        for (name, ptx) in TARGETS {
+        for (name, ptx) in targets() {
             assert!(ptx.contains(&format!(".target {name}")), "{name}");
             for kernel in &kernels {
                 assert!(
@@ -125,7 +163,7 @@ mod tests {
             Algorithm::TwoShotAllReduce,
             Algorithm::ReduceScatter,
         ]);
-        for (name, ptx) in TARGETS {
+        for (name, ptx) in targets() {
             for kernel in &kernels {
                 let body = entry(ptx, kernel);
                 // LLVM spells a 16-byte access v4.b32 or v2.b64.
@@ -146,7 +184,7 @@ mod tests {
 
     #[test]
     fn hardware_clc_loop_has_the_required_instruction_sequence() {
-        let body = entry(SM100A, "symm_clc_hardware_greedy");
+        let body = entry(sm100a(), "symm_clc_hardware_greedy");
         check_sequence(
             body,
             &[
@@ -169,7 +207,7 @@ mod tests {
 
     #[test]
     fn clustered_clc_loop_multicasts_and_syncs_the_cluster() {
-        let body = entry(SM100A, "symm_clc_hardware_clustered_greedy");
+        let body = entry(sm100a(), "symm_clc_hardware_clustered_greedy");
         check_sequence(
             body,
             &[
@@ -200,9 +238,9 @@ mod tests {
             "fence.proxy.async",
             "mbarrier.try_wait",
         ] {
-            assert!(SM100A.contains(needle), "sm_100a lacks {needle}");
+            assert!(sm100a().contains(needle), "sm_100a lacks {needle}");
         }
-        for (name, ptx) in &TARGETS[..2] {
+        for (name, ptx) in &targets()[..2] {
             assert!(
                 !ptx.contains("clusterlaunchcontrol"),
                 "{name} has CLC instructions"
@@ -214,8 +252,12 @@ mod tests {
             assert!(ptx.contains(".entry symm_clc_software_greedy("), "{name}");
         }
         for policy in symm_device::scheduler::workload::POLICIES {
-            assert!(SM100A.contains(&format!(".entry symm_clc_hardware_{policy}(")));
-            assert!(SM90.contains(&format!(".entry symm_clc_software_{policy}(")));
+            assert!(sm100a().contains(&format!(".entry symm_clc_hardware_{policy}(")));
+            assert!(
+                text("sm_90")
+                    .unwrap()
+                    .contains(&format!(".entry symm_clc_software_{policy}("))
+            );
         }
     }
 
@@ -231,7 +273,7 @@ mod tests {
 
     #[test]
     fn every_kernel_of_the_shipped_ptx_is_cut_out_with_its_callees() {
-        for (_, ptx) in TARGETS {
+        for (_, ptx) in targets() {
             let index = split::PtxIndex::new(ptx);
             let kernels = index.kernels();
             assert!(kernels.len() > 200);
@@ -255,14 +297,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn capability_picks_a_ptx() {
-        assert_eq!(for_capability(9, 0).unwrap().0, "sm_90");
-        assert_eq!(for_capability(10, 0).unwrap().0, "sm_100a");
-        assert_eq!(for_capability(12, 0).unwrap().0, "sm_90");
-        assert_eq!(for_capability(8, 6).unwrap().0, "sm_80");
-        assert!(for_capability(7, 5).is_none());
     }
 }
