@@ -82,7 +82,9 @@ def default_maxnreg(num_warps: int = 4) -> int:
     and spills what does not fit, which puts the collective's addresses and status in local
     memory. An explicit ``maxnreg`` turns that trade off, so the collective runs without
     spills (the compile tests check it). Pass ``maxnreg=None`` to get ptxas's trade back, or a
-    number of your own.
+    number of your own; pass ``None`` too for warp-specialized kernels
+    (``tl.range(..., warp_specialize=True)``), whose extra worker warps this default does not
+    count.
     """
     per_thread = _REGISTER_FILE // (32 * max(int(num_warps), 1))
     return min(_MAX_THREAD_REGISTERS, per_thread)
@@ -215,6 +217,18 @@ def barrier(ctx, _semantic=None):
     return _call("symm_barrier", [_i64(ctx, _semantic)], (core.int64,), _semantic)
 
 
+def _is_tuner(fn: Any) -> bool:
+    """Whether ``fn`` is ``triton.autotune`` / ``triton.heuristics`` around a kernel: its
+    configurations (``num_warps``, ``maxnreg``) are only known inside it, so no default
+    ``maxnreg`` is added on its behalf (put ``@triton.autotune`` above ``@symm.triton.jit``
+    instead: then each configuration gets its own default)."""
+    try:
+        from triton.runtime.autotuner import Autotuner, Heuristics
+    except ImportError:  # pragma: no cover - every supported Triton has them
+        return False
+    return isinstance(fn, (Autotuner, Heuristics))
+
+
 class SymmKernel:
     """A ``@triton.jit`` function whose launches, warm-ups and compiles link the library (and,
     unless the call gives ``maxnreg``, set :func:`default_maxnreg`)."""
@@ -227,7 +241,7 @@ class SymmKernel:
         libs = dict(kwargs.pop("extern_libs", None) or {})
         libs.update(extern_libs())
         kwargs["extern_libs"] = libs
-        if "maxnreg" not in kwargs:
+        if "maxnreg" not in kwargs and not _is_tuner(self.fn):
             kwargs["maxnreg"] = default_maxnreg(kwargs.get("num_warps") or 4)
         return kwargs
 

@@ -209,6 +209,21 @@ def test_the_decorator_links_the_library_on_every_launch():
     assert calls[4][2]["maxnreg"] == 96
 
 
+def test_no_default_maxnreg_around_an_autotuner():
+    # An autotuner's configurations carry their own num_warps / maxnreg: a default added
+    # outside it would clash with them (`maxnreg` passed twice).
+    calls = []
+
+    @triton.jit
+    def kernel(x):
+        pass
+
+    tuner = triton.autotune(configs=[triton.Config({}, num_warps=16, maxnreg=64)], key=[])(kernel)
+    tuner.run = lambda *args, **kwargs: calls.append(kwargs)
+    st.requires_symm(tuner).run(1, grid=(1,))
+    assert "maxnreg" not in calls[0] and calls[0]["extern_libs"] == {"symm": st.library()}
+
+
 def test_default_maxnreg_fills_the_register_file():
     assert [st.default_maxnreg(w) for w in (1, 2, 4, 8, 16, 32)] == [255, 255, 255, 255, 128, 64]
 

@@ -31,6 +31,7 @@ pub fn generate(check: bool) -> Result<(), String> {
         root.join("ptx-out")
     };
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&plain_dir).map_err(|e| e.to_string())?;
     let ptxas = find_ptxas()?;
 
     let mut failures = Vec::new();

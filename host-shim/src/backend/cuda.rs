@@ -356,10 +356,17 @@ impl CudaDevice {
             return Ok(*f);
         }
         let module = crate::ptx::kernel_module(self.ptx_target, name).ok_or_else(|| {
-            Error::internal(format!(
-                "kernel {name} is not in the {} PTX",
-                self.ptx_target
-            ))
+            if crate::ptx::text(self.ptx_target).is_none() {
+                Error::internal(format!(
+                    "the embedded {} PTX does not decompress (a damaged build of libsymm)",
+                    self.ptx_target
+                ))
+            } else {
+                Error::internal(format!(
+                    "kernel {name} is not in the {} PTX",
+                    self.ptx_target
+                ))
+            }
         })?;
         let image =
             CString::new(module).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
