@@ -49,6 +49,16 @@ macro_rules! integer_sample {
 }
 integer_sample!(i8, u8, i32, u32, i64, u64);
 
+/// The `count` a kernel of `algorithm` takes for `count` elements of `element_bytes` bytes:
+/// the all-gathers count bytes, the reductions elements.
+fn kernel_count(algorithm: Algorithm, count: usize, element_bytes: usize) -> u64 {
+    if algorithm.is_data_type_agnostic() {
+        (count * element_bytes) as u64
+    } else {
+        count as u64
+    }
+}
+
 /// A random float in ±[0.5, 2) for products (no underflow), else in [-2, 2).
 fn random_unit(rng: &mut Rng, op: RedOp) -> f64 {
     let t = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
@@ -218,11 +228,7 @@ fn run_case<T: Sample>(
     let args = CollectiveArgs {
         send_offset: at.send as u64,
         recv_offset: at.recv as u64,
-        count: if algorithm.is_data_type_agnostic() {
-            (count * size) as u64
-        } else {
-            count as u64
-        },
+        count: kernel_count(algorithm, count, size),
         flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
     let statuses = ranks.launch(kernel(algorithm, T::DTYPE, op), args, BLOCKS, THREADS, None);
@@ -734,11 +740,7 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
             let args = CollectiveArgs {
                 send_offset: send as u64,
                 recv_offset: recv as u64,
-                count: if algorithm.is_data_type_agnostic() {
-                    (count * 4) as u64
-                } else {
-                    count as u64
-                },
+                count: kernel_count(algorithm, count, 4),
                 flags: 0,
             };
             let statuses = ranks.launch(
@@ -872,11 +874,7 @@ fn pat_collectives_count_rounds_apart() {
             let args = CollectiveArgs {
                 send_offset: 0,
                 recv_offset: 32 * 1024,
-                count: if algorithm.is_data_type_agnostic() {
-                    (count * 4) as u64
-                } else {
-                    count as u64
-                },
+                count: kernel_count(algorithm, count, 4),
                 flags: 0,
             };
             // Rank 3 stays out: the others cannot finish.

@@ -93,19 +93,24 @@ fn segment_of(t: &Transfer, j: u32, n: u32) -> u32 {
     ((t.first as u64 + j as u64) % n as u64) as u32
 }
 
-/// Every rank's PAT all-gather schedule is rank 0's rotated, and every send matches its
-/// receiver's receive.
-fn check_all_gather_symmetry(s: &PatSchedule, n: u32) -> Result<(), String> {
-    for k in 0..(s.steps)(n) {
-        let zero = (s.gather_send)(n, 0, k);
+/// Every rank's schedule of one PAT collective (`send` / `receive`: the schedule's functions of
+/// `(n, rank, step)`) is rank 0's rotated, and every send matches its receiver's receive.
+fn check_symmetry(
+    steps: fn(u32) -> u32,
+    send_of: fn(u32, u32, u32) -> Transfer,
+    receive_of: fn(u32, u32, u32) -> Transfer,
+    n: u32,
+) -> Result<(), String> {
+    for k in 0..steps(n) {
+        let zero = send_of(n, 0, k);
         for rank in 0..n {
-            let send = (s.gather_send)(n, rank, k);
+            let send = send_of(n, rank, k);
             if send != rotate(zero, rank, n) {
                 return Err(format!(
                     "n {n} step {k}: rank {rank} sends {send:?}, not rank 0's rotated"
                 ));
             }
-            let receive = (s.gather_receive)(n, send.peer, k);
+            let receive = receive_of(n, send.peer, k);
             if receive.peer != rank || receive.first != send.first {
                 return Err(format!(
                     "n {n} step {k}: rank {rank} sends {send:?} but rank {} expects {receive:?}",
@@ -130,7 +135,7 @@ pub fn prove_pat_all_gather(n: u32) -> Result<Proof, String> {
 
 /// [`prove_pat_all_gather`] for schedule `s`.
 pub(crate) fn prove_all_gather_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
-    check_all_gather_symmetry(s, n)?;
+    check_symmetry(s.steps, s.gather_send, s.gather_receive, n)?;
     // Step at which rank 0 got each segment (0 for its own: "before step 0" is 0, steps are
     // numbered from 1 here).
     let mut arrived: Vec<Option<u32>> = vec![None; n as usize];
@@ -223,34 +228,6 @@ pub(crate) fn prove_all_gather_schedule_every_rank(s: &PatSchedule, n: u32) -> R
     for (rank, row) in arrived.iter().enumerate() {
         if let Some(missing) = row.iter().position(Option::is_none) {
             return Err(format!("n {n}: rank {rank} never gets segment {missing}"));
-        }
-    }
-    Ok(())
-}
-
-/// Every rank's PAT reduce-scatter schedule is rank 0's rotated, and every send matches its
-/// receiver's receive.
-fn check_reduce_scatter_symmetry(s: &PatSchedule, n: u32) -> Result<(), String> {
-    for k in 0..(s.steps)(n) {
-        let zero = (s.scatter_send)(n, 0, k);
-        for rank in 0..n {
-            let send = (s.scatter_send)(n, rank, k);
-            if send != rotate(zero, rank, n) {
-                return Err(format!(
-                    "n {n} step {k}: rank {rank} sends {send:?}, not rank 0's rotated"
-                ));
-            }
-            let receive = (s.scatter_receive)(n, send.peer, k);
-            if receive.peer != rank
-                || receive.first != send.first
-                || receive.segments != send.segments
-                || send.peer == rank
-            {
-                return Err(format!(
-                    "n {n} step {k}: rank {rank} sends {send:?} but rank {} expects {receive:?}",
-                    send.peer
-                ));
-            }
         }
     }
     Ok(())
@@ -384,7 +361,7 @@ pub fn prove_pat_reduce_scatter(n: u32) -> Result<Proof, String> {
 
 /// [`prove_pat_reduce_scatter`] for schedule `s`.
 pub(crate) fn prove_reduce_scatter_schedule(s: &PatSchedule, n: u32) -> Result<Proof, String> {
-    check_reduce_scatter_symmetry(s, n)?;
+    check_symmetry(s.steps, s.scatter_send, s.scatter_receive, n)?;
     let mut zero = ScatterRank::new(n);
     let mut sent = 0u64;
     for k in (0..(s.steps)(n)).rev() {

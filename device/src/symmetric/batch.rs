@@ -213,20 +213,19 @@ impl<'a> Batch<'a> {
         })
     }
 
-    /// A batch of the one task `task`, held by value, when its contexts pass the kernels'
-    /// limits (the same answer on every thread; no block barrier).
+    /// A batch of the one task `task`, held by value.
     ///
     /// # Safety
-    /// The task's contexts are 0 or host-built, alive for `'a`.
+    /// The task's contexts are host-built, alive for `'a`, and already checked as
+    /// [`checked_rank`] would (non-null, within the kernels' limits, one rank of one
+    /// communicator size): the device functions check their context first.
     #[inline(always)]
-    pub(crate) unsafe fn open_one(task: TaskArgs) -> Option<Batch<'a>> {
-        // SAFETY: forwarded contract.
-        unsafe { checked_rank(&task) }?;
-        Some(Batch {
+    pub(crate) unsafe fn open_one(task: TaskArgs) -> Batch<'a> {
+        Batch {
             entries: Entries::One(task),
             len: 1,
             _contexts: PhantomData,
-        })
+        }
     }
 
     /// Number of tasks.
@@ -253,8 +252,8 @@ impl<'a> Batch<'a> {
         let index = Ord::min(index, self.len - 1);
         // SAFETY: index < len.
         let entry = unsafe { self.entries.get(index) };
-        // SAFETY: `open` / `open_one` checked that every entry's contexts are non-null,
-        // host-built and valid, alive for 'a.
+        // SAFETY: `open` checked, and `open_one`'s caller checked, that every entry's contexts
+        // are non-null, host-built and valid, alive for 'a.
         let rank = unsafe {
             Rank {
                 send: &*(entry.send_context as *const SymmContext),
