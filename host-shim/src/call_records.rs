@@ -35,8 +35,9 @@
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
 
-use crate::collective::{Signature, mismatch_message};
+use crate::collective::{Call, Signature, mismatch_message};
 use crate::error::{Error, Result};
+use crate::ffi::types::symmResult_t;
 use crate::link::RankLink;
 use crate::shm::SharedMemory;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
@@ -52,8 +53,22 @@ const SLOT_WORDS: usize = 1 + Signature::WORDS;
 /// Index of the word after the slots that counts the calls the ring's owner has checked.
 const CHECKED_WORD: usize = RECORD_SLOTS * SLOT_WORDS;
 
-/// Bytes of a rank's ring: the slots and the checked-calls word.
-pub(crate) const RECORDS_BYTES: usize = (CHECKED_WORD + 1) * 8;
+/// Index of the word that says the ring's owner failed the communicator (see
+/// [`crate::failure`]): 0 while it works, [`FAILURE_WRITING`] while the owner writes its
+/// message, else the error code plus one.
+const FAILURE_WORD: usize = CHECKED_WORD + 1;
+
+/// [`FAILURE_WORD`] while the message is being written.
+const FAILURE_WRITING: u64 = u64::MAX;
+
+/// Words of the failure message (UTF-8, cut to fit, zero-padded), after [`FAILURE_WORD`].
+const FAILURE_TEXT_WORDS: usize = 96;
+
+/// Words of a ring.
+const RING_WORDS: usize = FAILURE_WORD + 1 + FAILURE_TEXT_WORDS;
+
+/// Bytes of a rank's ring: the slots, the checked-calls word and the failure record.
+pub(crate) const RECORDS_BYTES: usize = RING_WORDS * 8;
 
 /// The fd-passing sequence number of the rings (window registrations count up from 0, so
 /// they never reach it).
@@ -112,10 +127,10 @@ impl CallRecords {
     /// The words of `memory`'s ring.
     fn words(memory: &SharedMemory) -> &[AtomicU64] {
         // SAFETY: the mapping holds RECORDS_BYTES (checked at creation and import), page
-        // aligned, so its CHECKED_WORD + 1 words are inside it and 8-byte aligned; the words
+        // aligned, so its RING_WORDS words are inside it and 8-byte aligned; the words
         // are only ever accessed atomically, by every process that maps them, and live as
         // long as `memory`.
-        unsafe { std::slice::from_raw_parts(memory.as_ptr() as *const AtomicU64, CHECKED_WORD + 1) }
+        unsafe { std::slice::from_raw_parts(memory.as_ptr() as *const AtomicU64, RING_WORDS) }
     }
 
     /// The words of `memory`'s slot for call `seq`.
@@ -163,20 +178,20 @@ impl CallRecords {
         Ok(())
     }
 
-    /// Write `signature` as this rank's call `seq`.
-    fn publish(&self, seq: u64, signature: &Signature) {
+    /// Write `call` as this rank's call `seq`.
+    fn publish(&self, seq: u64, call: &Call) {
         let slot = Self::slot(&self.own, seq);
         slot[0].store(0, Ordering::Relaxed);
         // Readers that see a signature word of this write also see the cleared number.
         fence(Ordering::Release);
-        for (word, value) in slot[1..].iter().zip(signature.to_words()) {
+        for (word, value) in slot[1..].iter().zip(call.to_words()) {
             word.store(value, Ordering::Relaxed);
         }
         slot[0].store(seq + 1, Ordering::Release);
     }
 
     /// The record of call `seq` in `memory`, when it is there and was not being rewritten.
-    fn read(memory: &SharedMemory, seq: u64) -> Option<Signature> {
+    fn read(memory: &SharedMemory, seq: u64) -> Option<Call> {
         let slot = Self::slot(memory, seq);
         if slot[0].load(Ordering::Acquire) != seq + 1 {
             return None;
@@ -189,36 +204,92 @@ impl CallRecords {
         if slot[0].load(Ordering::Relaxed) != seq + 1 {
             return None;
         }
-        Signature::from_words(words)
+        Call::from_words(words)
     }
 
-    /// The first peer whose call `seq` is on record and differs from `signature`.
-    fn conflict(&self, seq: u64, signature: &Signature) -> Option<(usize, Signature)> {
+    /// The first peer whose call `seq` is on record and differs from `call`.
+    fn conflict(&self, seq: u64, call: &Call) -> Option<(usize, Call)> {
         self.peers.iter().enumerate().find_map(|(peer, memory)| {
             let theirs = Self::read(memory.as_ref()?, seq)?;
-            (theirs != *signature).then_some((peer, theirs))
+            (!theirs.agrees_with(call)).then_some((peer, theirs))
         })
     }
 
     /// Record this rank's call `seq` and compare it with the peers' calls `seq` on record: an
-    /// error naming both when one differs (the call must then not be launched).
-    pub fn agree(&self, seq: u64, signature: &Signature) -> Result<()> {
+    /// error naming both when one differs (the call must then not be launched, and the
+    /// communicator is failed).
+    pub fn agree(&self, seq: u64, call: &Call) -> Result<()> {
         self.wait_for_slot(seq)?;
-        self.publish(seq, signature);
+        self.publish(seq, call);
         // Between the write above and the reads below: see the module documentation.
         fence(Ordering::SeqCst);
-        let conflict = self.conflict(seq, signature);
+        let conflict = self.conflict(seq, call);
         // Checked (refused or not): the peers may reuse the slots of calls up to `seq`.
         Self::checked(&self.own).store(seq + 1, Ordering::Release);
         match conflict {
             None => Ok(()),
             Some((peer, theirs)) => Err(Error::invalid_usage(format!(
-                "{}; rank {}'s call was refused (nothing was exchanged) and rank {peer} (in \
-                 another process) times out",
-                mismatch_message(seq, self.rank, signature, peer, &theirs),
+                "{} (rank {peer} runs in another process); nothing of rank {}'s call was \
+                 exchanged, and the communicator is failed on every rank",
+                mismatch_message(seq, self.rank, call, peer, &theirs),
                 self.rank
             ))),
         }
+    }
+
+    /// Tell the ranks of other processes that this rank failed the communicator with `code`
+    /// and `message` (see [`crate::failure`]); only the first failure is written.
+    pub fn publish_failure(&self, code: symmResult_t, message: &str) {
+        let words = Self::words(&self.own);
+        if words[FAILURE_WORD]
+            .compare_exchange(0, FAILURE_WRITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        let mut text = [0u8; FAILURE_TEXT_WORDS * 8];
+        let mut length = message.len().min(text.len());
+        while !message.is_char_boundary(length) {
+            length -= 1;
+        }
+        text[..length].copy_from_slice(&message.as_bytes()[..length]);
+        for (word, chunk) in words[FAILURE_WORD + 1..].iter().zip(text.chunks_exact(8)) {
+            let value = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            word.store(value, Ordering::Relaxed);
+        }
+        words[FAILURE_WORD].store(code as u64 + 1, Ordering::Release);
+    }
+
+    /// The first rank of another process that failed the communicator, with its error code
+    /// and message (a rank still writing its message is named with a placeholder).
+    pub fn peer_failure(&self) -> Option<(usize, symmResult_t, String)> {
+        self.peers.iter().enumerate().find_map(|(peer, memory)| {
+            let words = Self::words(memory.as_ref()?);
+            let state = words[FAILURE_WORD].load(Ordering::Acquire);
+            if state == 0 {
+                return None;
+            }
+            if state == FAILURE_WRITING {
+                return Some((
+                    peer,
+                    symmResult_t::symmRemoteError,
+                    format!("rank {peer} (in another process) failed the communicator"),
+                ));
+            }
+            let mut text = Vec::with_capacity(FAILURE_TEXT_WORDS * 8);
+            for word in &words[FAILURE_WORD + 1..] {
+                text.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+            }
+            let end = text.iter().position(|b| *b == 0).unwrap_or(text.len());
+            let message = String::from_utf8_lossy(&text[..end]).into_owned();
+            let code =
+                symmResult_t::from_raw((state - 1) as i32).unwrap_or(symmResult_t::symmRemoteError);
+            Some((
+                peer,
+                code,
+                format!("{message} (rank {peer} runs in another process)"),
+            ))
+        })
     }
 
     /// A description of the latest disagreement among this rank's calls before `next_seq`
@@ -274,6 +345,16 @@ mod tests {
         Signature::from_words([word, count]).unwrap()
     }
 
+    /// A made call of [`signature`].
+    fn made(collective: usize, algorithm: usize, count: u64) -> Call {
+        Call::Made(signature(collective, algorithm, count))
+    }
+
+    /// `true` when `read` is `expected` (a made call with that signature).
+    fn is_made(read: Option<Call>, expected: Signature) -> bool {
+        matches!(read, Some(Call::Made(s)) if s == expected)
+    }
+
     #[test]
     fn signatures_survive_their_words() {
         for c in 0..Collective::ALL.len() {
@@ -291,13 +372,13 @@ mod tests {
     fn agreeing_calls_pass_and_a_disagreement_is_named_by_both_ranks() {
         let (a, b) = pair();
         for seq in 0..5 {
-            a.agree(seq, &signature(0, 0, 64)).unwrap();
-            b.agree(seq, &signature(0, 0, 64)).unwrap();
+            a.agree(seq, &made(0, 0, 64)).unwrap();
+            b.agree(seq, &made(0, 0, 64)).unwrap();
         }
         assert_eq!(a.recent_conflict(5), None);
         // Rank 0 calls first (and would launch); rank 1 makes another call: refused.
-        a.agree(5, &signature(0, 0, 64)).unwrap();
-        let refused = b.agree(5, &signature(0, 0, 128)).unwrap_err();
+        a.agree(5, &made(0, 0, 64)).unwrap();
+        let refused = b.agree(5, &made(0, 0, 128)).unwrap_err();
         assert!(
             refused.message.contains("rank 1's collective #5")
                 && refused.message.contains("rank 0's is"),
@@ -320,17 +401,77 @@ mod tests {
         let (a, b) = pair();
         let slots = RECORD_SLOTS as u64;
         for seq in 0..slots {
-            a.agree(seq, &signature(0, 0, 8)).unwrap();
+            a.agree(seq, &made(0, 0, 8)).unwrap();
         }
         // Rank 1 has checked nothing: rank 0 may not overwrite its record of call 0.
-        let early = a.agree(slots, &signature(0, 0, 8)).unwrap_err();
+        let early = a.agree(slots, &made(0, 0, 8)).unwrap_err();
         assert_eq!(early.code, crate::ffi::types::symmResult_t::symmTimeout);
         assert!(early.message.contains("rank 1"), "{}", early.message);
         // Rank 1's call 0 differs: still caught, since the record is still there.
-        assert!(b.agree(0, &signature(1, 4, 8)).is_err());
+        assert!(b.agree(0, &made(1, 4, 8)).is_err());
         // Rank 1 has checked call 0: rank 0 goes on, and slot 0 now holds its call `slots`.
-        a.agree(slots, &signature(0, 0, 8)).unwrap();
-        assert_eq!(CallRecords::read(&a.own, 0), None);
-        assert_eq!(CallRecords::read(&a.own, slots), Some(signature(0, 0, 8)));
+        a.agree(slots, &made(0, 0, 8)).unwrap();
+        assert!(CallRecords::read(&a.own, 0).is_none());
+        assert!(is_made(
+            CallRecords::read(&a.own, slots),
+            signature(0, 0, 8)
+        ));
+    }
+
+    /// A refused call is a call: refusals agree with each other and disagree with a made
+    /// call, in both orders.
+    #[test]
+    fn a_refused_call_agrees_only_with_a_refusal() {
+        let (a, b) = pair();
+        a.agree(0, &Call::Refused("bad sendbuff".into())).unwrap();
+        b.agree(0, &Call::Refused(String::new())).unwrap();
+        a.agree(1, &made(0, 0, 64)).unwrap();
+        let refused = b
+            .agree(1, &Call::Refused("count too large".into()))
+            .unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("rank 1's collective #1 was refused (count too large)")
+                && refused.message.contains("rank 0's is symmAllReduce"),
+            "{}",
+            refused.message
+        );
+        b.agree(2, &Call::Refused(String::new())).unwrap();
+        let made_late = a.agree(2, &made(0, 0, 64)).unwrap_err();
+        assert!(
+            made_late.message.contains("rank 1's was refused"),
+            "{}",
+            made_late.message
+        );
+    }
+
+    /// A failure is written once and read by the peer with its code and message.
+    #[test]
+    fn a_failure_record_reaches_the_peer() {
+        let (a, b) = pair();
+        assert_eq!(b.peer_failure(), None);
+        a.publish_failure(symmResult_t::symmTimeout, "rank 0: rank 1 did not arrive");
+        a.publish_failure(
+            symmResult_t::symmInvalidUsage,
+            "a second failure is not kept",
+        );
+        let (rank, code, message) = b.peer_failure().unwrap();
+        assert_eq!((rank, code), (0, symmResult_t::symmTimeout));
+        assert!(
+            message.starts_with("rank 0: rank 1 did not arrive"),
+            "{message}"
+        );
+        // A rank's own record is not a peer's failure.
+        assert_eq!(a.peer_failure(), None);
+        // A message longer than the record is cut at a character boundary.
+        let (c, d) = pair();
+        c.publish_failure(symmResult_t::symmRemoteError, &"é".repeat(1000));
+        let (_, _, long) = d.peer_failure().unwrap();
+        assert!(
+            long.starts_with("éé") && long.len() < 1000,
+            "{}",
+            long.len()
+        );
     }
 }

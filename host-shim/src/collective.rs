@@ -14,7 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use symm_device::symmetric::batch::task_cells;
 use symm_device::symmetric::dispatch::Algorithm;
-use symm_device::symmetric::{ABORT_INVALID_LAUNCH, CollectiveArgs, FLAG_IN_PLACE, TaskArgs};
+use symm_device::symmetric::{
+    ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, CollectiveArgs, FLAG_IN_PLACE, TaskArgs,
+    timed_out_peer,
+};
 use symm_device::{DataType, RedOp};
 
 /// A validated collective of one rank, ready to launch once its windows are complete.
@@ -185,12 +188,60 @@ impl Signature {
     }
 }
 
-/// The signatures of the collectives in flight of a clique's ranks in this process, by call
-/// number, and the last disagreement found (named again by the peer's timeout).
+/// A rank's `k`-th collective as its peers compare it: a call it made (launched, or of
+/// count 0), or a call it refused after it reached the communicator (bad arguments, a
+/// mismatch inside a group). A refused call still counts: ranks that all refused their `k`-th
+/// call agree and go on; a rank that refused a call its peers made fails the communicator
+/// (see [`crate::failure`]), so that its next call never pairs with their `k`-th.
+#[derive(Clone, Debug)]
+pub enum Call {
+    /// A call made, with what every rank's kernel assumes.
+    Made(Signature),
+    /// A refused call, and why (empty when read from another process).
+    Refused(String),
+}
+
+impl Call {
+    /// `true` when two ranks' `k`-th calls are the same collective (any two refusals agree).
+    pub fn agrees_with(&self, other: &Call) -> bool {
+        match (self, other) {
+            (Call::Made(a), Call::Made(b)) => a == b,
+            (Call::Refused(_), Call::Refused(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// "is symmAllReduce of …" or "was refused (…)".
+    fn phrase(&self) -> String {
+        match self {
+            Call::Made(signature) => format!("is {signature}"),
+            Call::Refused(reason) if reason.is_empty() => "was refused".to_string(),
+            Call::Refused(reason) => format!("was refused ({reason})"),
+        }
+    }
+
+    /// The call as plain words, for ranks of other processes ([`crate::call_records`]): a
+    /// refusal is a word no signature has.
+    pub(crate) fn to_words(&self) -> [u64; Signature::WORDS] {
+        match self {
+            Call::Made(signature) => signature.to_words(),
+            Call::Refused(_) => [u64::MAX, 0],
+        }
+    }
+
+    /// The call of [`Call::to_words`]'s `words`, if they name one.
+    pub(crate) fn from_words(words: [u64; Signature::WORDS]) -> Option<Call> {
+        if words[0] == u64::MAX {
+            return Some(Call::Refused(String::new()));
+        }
+        Signature::from_words(words).map(Call::Made)
+    }
+}
+
+/// The calls in flight of a clique's ranks in this process, by call number.
 #[derive(Default)]
 pub struct CallLog {
-    calls: BTreeMap<u64, Vec<Option<Signature>>>,
-    mismatch: Option<String>,
+    calls: BTreeMap<u64, Vec<Option<Call>>>,
 }
 
 /// Most call numbers kept waiting for a rank that never calls (one that left, or lives in
@@ -202,19 +253,21 @@ const CALL_LOG_ENTRIES: usize = 256;
 pub(crate) fn mismatch_message(
     seq: u64,
     rank: usize,
-    own: &Signature,
+    own: &Call,
     peer: usize,
-    theirs: &Signature,
+    theirs: &Call,
 ) -> String {
     format!(
-        "rank {rank}'s collective #{seq} is {own}, but rank {peer}'s is {theirs}: every rank must \
-         make the same collective calls, with the same count, in the same order"
+        "rank {rank}'s collective #{seq} {}, but rank {peer}'s {}: every rank must make the same \
+         collective calls, with the same count, in the same order",
+        own.phrase(),
+        theirs.phrase()
     )
 }
 
-/// Record that `rank`'s collective number `seq` is `signature`; an error naming both calls when
-/// a rank of this process made another call under that number.
-fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
+/// Record that `rank`'s collective number `seq` is `call`; an error naming both calls when a
+/// rank of this process made another call under that number.
+fn agree_in_process(comm: &Comm, seq: u64, call: &Call) -> Result<()> {
     let clique = &comm.clique;
     let mut log = clique.calls.lock().unwrap_or_else(|e| e.into_inner());
     let entry = log
@@ -224,19 +277,18 @@ fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
     let conflict = entry.iter().enumerate().find_map(|(r, theirs)| {
         theirs
             .as_ref()
-            .filter(|theirs| r != comm.rank && *theirs != signature)
+            .filter(|theirs| r != comm.rank && !theirs.agrees_with(call))
             .map(|theirs| (r, theirs.clone()))
     });
     if let Some((other, theirs)) = conflict {
-        let message = format!(
-            "{}; rank {}'s call was refused (nothing was exchanged) and rank {other}'s times out",
-            mismatch_message(seq, comm.rank, signature, other, &theirs),
+        return Err(Error::invalid_usage(format!(
+            "{}; nothing of rank {}'s call was exchanged, and the communicator is failed on \
+             every rank",
+            mismatch_message(seq, comm.rank, call, other, &theirs),
             comm.rank
-        );
-        log.mismatch = Some(message.clone());
-        return Err(Error::invalid_usage(message));
+        )));
     }
-    entry[comm.rank] = Some(signature.clone());
+    entry[comm.rank] = Some(call.clone());
     if entry.iter().all(Option::is_some) {
         log.calls.remove(&seq);
     }
@@ -246,16 +298,72 @@ fn agree(comm: &Comm, seq: u64, signature: &Signature) -> Result<()> {
     Ok(())
 }
 
+/// Number `call` as `comm`'s next collective and compare it with the peers' calls of that
+/// number (this process's ranks, and those of other processes of this machine). A
+/// disagreement fails the communicator ([`crate::failure::fail`]) and is returned.
+pub(crate) fn agree_call(comm: &Comm, call: &Call) -> Result<u64> {
+    let seq = comm.next_collective.fetch_add(1, Ordering::Relaxed);
+    let checked = agree_in_process(comm, seq, call).and_then(|()| match &comm.call_records {
+        Some(records) => records.agree(seq, call),
+        None => Ok(()),
+    });
+    if let Err(e) = checked {
+        crate::failure::fail(comm, &e);
+        return Err(e);
+    }
+    Ok(seq)
+}
+
+/// `true` when some peer of `comm` runs where its calls cannot be compared with this rank's
+/// (another machine): a call this rank refuses then fails the communicator at once.
+fn has_uncompared_peers(comm: &Comm) -> bool {
+    comm.call_records.is_none()
+        && comm
+            .link
+            .as_ref()
+            .is_some_and(crate::link::RankLink::has_remote_peers)
+}
+
+/// Count a call that `comm` refused after it reached the communicator (`error`) as its next
+/// collective ([`Call::Refused`]): when a peer made that call, or may have (a peer on another
+/// machine), the communicator is failed, and the error says so. Nothing is recorded on a
+/// communicator that has failed already.
+pub(crate) fn record_refusal(comm: &Comm, error: Error) -> Error {
+    if crate::failure::adopted(comm).is_some() || comm.clique.nranks == 1 {
+        return error;
+    }
+    match agree_call(comm, &Call::Refused(error.message.clone())) {
+        Err(conflict) => Error::new(
+            error.code,
+            format!("{}; {}", error.message, conflict.message),
+        ),
+        Ok(seq) if has_uncompared_peers(comm) => {
+            let failed = Error::new(
+                error.code,
+                format!(
+                    "{}; this refusal was rank {}'s collective #{seq}, which ranks on other \
+                     machines may have made, so the communicator is failed on every rank",
+                    error.message, comm.rank
+                ),
+            );
+            crate::failure::fail(comm, &failed);
+            failed
+        }
+        Ok(_) => error,
+    }
+}
+
 /// Launch `parts` as one launch with `plan`: `parts[i]` is the `i`-th served rank's tasks (one
 /// device, distinct ranks), in batch order; the `t`-th task of every rank is one collective
 /// (checked to agree). An unfused call is one rank's one task with its own plan. A timed-out
 /// peer is reported as `symmTimeout` (host backend: of this call; cuda: of a later one, when
-/// the kernel has run).
+/// the kernel has run). Every task takes its rank's next call number: a task that cannot be
+/// launched is counted as refused ([`record_refusal`]); a launch that fails after its tasks
+/// were numbered fails the communicator.
 pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
-    let first = parts
-        .first()
-        .and_then(|tasks| tasks.first())
-        .ok_or_else(|| Error::internal("empty launch"))?;
+    if parts.is_empty() || parts[0].is_empty() {
+        return Err(Error::internal("empty launch"));
+    }
     let task_count = parts[0].len();
     if parts.iter().any(|tasks| tasks.len() != task_count) {
         return Err(Error::internal(
@@ -265,6 +373,101 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     for tasks in parts {
         check_not_aborted(&tasks[0].comm)?;
     }
+    let first = parts[0][0];
+    let clique = &first.comm.clique;
+    let resources: Vec<_> = parts.iter().map(|t| &t[0].comm.resources).collect();
+    // Everything that can refuse the launch comes before its calls are numbered, so that a
+    // refusal counts as refused calls (which the peers can compare), not as a launch the peers
+    // wait for in vain.
+    let prepared = launch_of(parts, plan)
+        .and_then(|launch| Ok((clique.backend.prepare_launch(&launch, &resources)?, launch)));
+    let (prepared, launch) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            refuse_tasks(parts, &e);
+            return Err(e);
+        }
+    };
+    for (task, instance) in parts
+        .iter()
+        .flat_map(|tasks| tasks.iter())
+        .zip(&launch.instances)
+    {
+        let signature = Signature {
+            collective: task.collective,
+            kernel: plan.kernel,
+            count: task.args.count,
+            grid: plan.grid,
+        };
+        let seq = agree_call(&task.comm, &Call::Made(signature))?;
+        if seq != instance.seq {
+            // The rank's calls are made by this thread alone (`Comm::enter_call`).
+            let e = Error::internal(format!(
+                "rank {}: collective numbered #{seq} while #{} was planned",
+                task.comm.rank, instance.seq
+            ));
+            crate::failure::fail(&task.comm, &e);
+            return Err(e);
+        }
+    }
+    if clique.debug {
+        let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
+        eprintln!(
+            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
+             predicted {:.1} us; ranks {:?} on device {}",
+            first.collective.name(),
+            task_count,
+            bytes,
+            plan.kernel.ptx_name(),
+            plan.grid,
+            plan.block,
+            plan.predicted_us,
+            launch.rank_ids,
+            launch.device
+        );
+    }
+    for tasks in parts {
+        let comm = &tasks[0].comm;
+        comm.lock().last_kernel = Some(plan.kernel.ptx_name());
+        comm.launches.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Err(e) = clique.backend.run_launch(&launch, &resources, prepared) {
+        // The peers may have launched these calls: this rank is out of step.
+        let e = Error::new(
+            e.code,
+            format!(
+                "{}; the launch failed after its calls were numbered, so the communicator is \
+                 failed on every rank",
+                e.message
+            ),
+        );
+        for tasks in parts {
+            crate::failure::fail(&tasks[0].comm, &e);
+        }
+        return Err(e);
+    }
+    let mut result = Ok(());
+    for tasks in parts {
+        if let Err(e) = check_not_aborted(&tasks[0].comm) {
+            tasks[0].comm.set_last_error(&e.message);
+            result = result.and(Err(e));
+        }
+    }
+    result
+}
+
+/// Count every task of `parts` as refused with `error` (see [`record_refusal`]).
+pub(crate) fn refuse_tasks(parts: &[Vec<&Task>], error: &Error) {
+    for task in parts.iter().flat_map(|tasks| tasks.iter()) {
+        let _ = record_refusal(&task.comm, error.clone());
+    }
+}
+
+/// The launch of `parts` with `plan`, its work table uploaded; its call numbers (`instances`)
+/// are added once the calls agreed.
+fn launch_of(parts: &[Vec<&Task>], plan: &Plan) -> Result<Launch> {
+    let first = parts[0][0];
+    let task_count = parts[0].len();
     let context = |w: &Window| {
         w.context()
             .map(|c| c.address)
@@ -291,7 +494,7 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     }
     let clique = &first.comm.clique;
     let table = clique.work_table(first.comm.device, &work)?;
-    let launch = Launch {
+    Ok(Launch {
         kernel: plan.kernel,
         grid: plan.grid,
         block: plan.block,
@@ -301,14 +504,16 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         streams: parts.iter().map(|tasks| tasks[0].stream).collect(),
         device: first.comm.device,
         rank_ids: parts.iter().map(|tasks| tasks[0].comm.rank).collect(),
+        // The numbers the calls take when they agree: this thread alone numbers the calls of
+        // these ranks now (`Comm::enter_call`), the `t`-th task of a rank its `next + t`.
         instances: parts
             .iter()
-            .flat_map(|tasks| tasks.iter())
-            .map(|t| InstanceId {
-                clique: Arc::as_ptr(&t.comm.clique) as usize,
-                // Numbered when launched, so that refused calls (a refused group) take no
-                // number.
-                seq: t.comm.next_collective.fetch_add(1, Ordering::Relaxed),
+            .flat_map(|tasks| {
+                let next = tasks[0].comm.next_collective.load(Ordering::Relaxed);
+                tasks.iter().enumerate().map(move |(t, task)| InstanceId {
+                    clique: Arc::as_ptr(&task.comm.clique) as usize,
+                    seq: next + t as u64,
+                })
             })
             .collect(),
         clique_ranks: clique.nranks as u32,
@@ -317,149 +522,106 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
             .iter()
             .filter(|d| **d == first.comm.device)
             .count() as u32,
-    };
-    if clique.debug {
-        let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
-        eprintln!(
-            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
-             predicted {:.1} us; ranks {:?} on device {}",
-            first.collective.name(),
-            task_count,
-            bytes,
-            plan.kernel.ptx_name(),
-            plan.grid,
-            plan.block,
-            plan.predicted_us,
-            launch.rank_ids,
-            launch.device
-        );
-    }
-    for (task, instance) in parts
-        .iter()
-        .flat_map(|tasks| tasks.iter())
-        .zip(&launch.instances)
-    {
-        let signature = Signature {
-            collective: task.collective,
-            kernel: plan.kernel,
-            count: task.args.count,
-            grid: plan.grid,
-        };
-        agree(&task.comm, instance.seq, &signature)?;
-        if let Some(records) = &task.comm.call_records {
-            records.agree(instance.seq, &signature)?;
-        }
-    }
-    for tasks in parts {
-        let comm = &tasks[0].comm;
-        comm.lock().last_kernel = Some(plan.kernel.ptx_name());
-        comm.launches.fetch_add(1, Ordering::Relaxed);
-    }
-    let resources: Vec<_> = parts.iter().map(|t| &t[0].comm.resources).collect();
-    clique.backend.launch(&launch, &resources)?;
-    let mut result = Ok(());
-    for tasks in parts {
-        if let Err(e) = check_not_aborted(&tasks[0].comm) {
-            tasks[0].comm.set_last_error(&e.message);
-            result = result.and(Err(e));
-        }
-    }
-    result
+    })
 }
 
-/// The communicator's state after a timed-out wait or a refused launch: the first call that
-/// sees a raised abort word gets `symmTimeout` (a peer did not arrive) or `symmInternalError`
-/// (a kernel refused its launch); later calls are refused. After the device reported a failure
-/// of queued work (a trapped or faulting kernel, an unusable context), this call and every
-/// later one fail with that error (`symmUnhandledCudaError`).
+/// The communicator's state before and after a launch: once it has failed (here or on another
+/// rank, see [`crate::failure`]) every call gets its error. A raised abort word is a failure
+/// found now: `symmTimeout` naming the rank that did not arrive (when the kernel knew it), or
+/// `symmInternalError` for a kernel that refused its launch; a failed device
+/// (`symmUnhandledCudaError`: a trapped or faulting kernel, an unusable context) likewise.
 pub fn check_not_aborted(comm: &Comm) -> Result<()> {
-    let mut state = comm.lock();
-    if let Some(error) = &state.device_error {
-        return Err(error.clone());
+    if let Some(error) = comm.lock().device_error.clone() {
+        return Err(error);
     }
-    if let Some(reason) = &state.aborted {
-        return Err(Error::invalid_usage(format!(
-            "the communicator was aborted ({reason}); destroy it"
-        )));
+    if let Some(error) = crate::failure::adopted(comm) {
+        return Err(error);
     }
-    let word = state
-        .windows
-        .values()
-        .map(|w| w.abort_word())
-        .max()
-        .unwrap_or(0);
+    let (word, last_kernel) = {
+        let state = comm.lock();
+        let word = state
+            .windows
+            .values()
+            .map(|w| w.abort_word())
+            .find(|w| *w != 0)
+            .unwrap_or(0);
+        (word, state.last_kernel.clone())
+    };
     if word != 0 {
-        let (code, message) = if word == ABORT_INVALID_LAUNCH {
-            (
-                symmResult_t::symmInternalError,
+        let error = match word & 0xFF {
+            ABORT_INVALID_LAUNCH => Error::internal(format!(
+                "rank {}: kernel {} refused its launch (launch shape or arguments outside the \
+                 kernel's limits; nothing was written); the communicator is failed on every \
+                 rank",
+                comm.rank,
+                last_kernel.as_deref().unwrap_or("(unknown)")
+            )),
+            ABORT_PEER_FAILED => Error::new(
+                symmResult_t::symmRemoteError,
                 format!(
-                    "rank {}: kernel {} refused its launch (ABORT_INVALID_LAUNCH: launch shape \
-                     or arguments outside the kernel's limits; nothing was written); this \
-                     communicator is aborted",
-                    comm.rank,
-                    state.last_kernel.as_deref().unwrap_or("(unknown)")
+                    "rank {}: another rank failed the communicator; every collective on it \
+                     fails: destroy it",
+                    comm.rank
                 ),
-            )
-        } else {
-            let in_process = comm
-                .clique
-                .calls
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .mismatch
-                .clone();
-            // A rank of another process that made another call under a number this rank
-            // launched (see `crate::call_records`).
-            let mismatch = in_process
-                .or_else(|| {
-                    comm.call_records.as_ref().and_then(|records| {
-                        records.recent_conflict(comm.next_collective.load(Ordering::Relaxed))
-                    })
-                })
-                .map(|m| format!(" ({m})"))
-                .unwrap_or_default();
-            (
-                symmResult_t::symmTimeout,
-                format!(
-                    "rank {}: a peer did not arrive within {} ms (ABORT_TIMED_OUT); this \
-                     communicator is aborted{mismatch}",
-                    comm.rank,
-                    comm.clique.timeout.as_millis()
-                ),
-            )
+            ),
+            _ => timeout_error(comm, timed_out_peer(word)),
         };
-        state.aborted = Some(message.clone());
-        state.abort_code = Some(code);
-        return Err(Error::new(code, message));
+        crate::failure::fail(comm, &error);
+        return Err(crate::failure::adopted(comm).unwrap_or(error));
     }
     if let Some(error) = comm.clique.backend.async_error(&comm.resources) {
         let error = Error::new(
             error.code,
             format!(
-                "rank {}: {}; destroy the communicator",
+                "rank {}: {}; the communicator is failed on every rank: destroy it",
                 comm.rank, error.message
             ),
         );
-        state.device_error = Some(error.clone());
+        comm.lock().device_error = Some(error.clone());
+        crate::failure::fail(comm, &error);
         return Err(error);
     }
     Ok(())
 }
 
+/// `symmTimeout` of `comm`, whose wait for `peer` (when known) ran out: "rank 0: rank 1 did not
+/// arrive within 3000 ms", with a disagreement of calls a rank of another process made when
+/// there is one, and a hint when one thread seems to drive several ranks without a group.
+fn timeout_error(comm: &Comm, peer: Option<u32>) -> Error {
+    let who = match peer {
+        Some(peer) => format!("rank {peer}"),
+        None => "a peer".to_string(),
+    };
+    let mismatch = comm
+        .call_records
+        .as_ref()
+        .and_then(|records| records.recent_conflict(comm.next_collective.load(Ordering::Relaxed)))
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    let hint =
+        if comm.link.is_none() && comm.clique.nranks > 1 && !group::active() && !group::ending() {
+            " (if one thread drives several ranks of this communicator, their calls must be made \
+         between symmGroupStart and symmGroupEnd: a group is probably missing)"
+        } else {
+            ""
+        };
+    Error::new(
+        symmResult_t::symmTimeout,
+        format!(
+            "rank {}: {who} did not arrive within {} ms{mismatch}{hint}; the communicator is \
+             failed on every rank",
+            comm.rank,
+            comm.clique.timeout.as_millis()
+        ),
+    )
+}
+
 /// `symmCommGetAsyncError`: the communicator's asynchronous error, if any — `symmTimeout`
 /// once a peer timed out, `symmInternalError` once a kernel refused its launch (also on later
-/// queries), the device's error once queued work failed.
+/// queries), the device's error once queued work failed, `symmRemoteError` once another rank
+/// failed the communicator, or the error of this rank's refused call that failed it.
 pub fn async_error(comm: &Comm) -> Option<Error> {
-    let error = check_not_aborted(comm).err()?;
-    let state = comm.lock();
-    Some(match (&state.device_error, &state.aborted) {
-        (Some(device), _) => device.clone(),
-        (None, Some(reason)) => Error::new(
-            state.abort_code.unwrap_or(symmResult_t::symmTimeout),
-            reason.clone(),
-        ),
-        (None, None) => error,
-    })
+    check_not_aborted(comm).err()
 }
 
 /// Decode a C `symmDataType_t`.
@@ -483,12 +645,8 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
     if address == 0 {
         return Err(Error::invalid_argument(format!("{name} is NULL")));
     }
-    let window = window::find(comm, address, bytes).ok_or_else(|| {
-        Error::invalid_argument(format!(
-            "{name} [{address:#x}, +{bytes} bytes) is not inside a window registered on this \
-             comm with SYMM_WIN_COLL_SYMMETRIC"
-        ))
-    })?;
+    let window = window::find(comm, address, bytes)
+        .ok_or_else(|| Error::invalid_argument(outside_windows(comm, name, address, bytes)))?;
     if !(address - window.base).is_multiple_of(align) {
         return Err(Error::invalid_argument(format!(
             "{name} is at offset {} of its window, not a multiple of the element size {align}",
@@ -496,6 +654,51 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
         )));
     }
     Ok(window)
+}
+
+/// Why `[address, +bytes)` is in no window of `comm`: it starts in a window and overruns it,
+/// lies in a `symmMemAlloc` allocation outside every window, or is no memory of this comm.
+fn outside_windows(comm: &Comm, name: &str, address: u64, bytes: u64) -> String {
+    let state = comm.lock();
+    if let Some(w) = state.windows.values().find(|w| w.contains(address, 1)) {
+        let end = address.saturating_add(bytes);
+        return format!(
+            "{name} [{address:#x}, +{bytes} bytes) starts in the window registered at {:#x} \
+             (+{} bytes) but overruns its end by {} bytes",
+            w.base,
+            w.size,
+            end - (w.base + w.size)
+        );
+    }
+    let allocation = state
+        .allocations
+        .range(..=address)
+        .next_back()
+        .filter(|(base, size)| address < **base + **size as u64);
+    if let Some((base, size)) = allocation {
+        let windows: Vec<String> = state
+            .windows
+            .values()
+            .filter(|w| w.base >= *base && w.base < *base + *size as u64)
+            .map(|w| format!("[{:#x}, +{})", w.base, w.size))
+            .collect();
+        let registered = if windows.is_empty() {
+            "no window is registered in it".to_string()
+        } else {
+            format!("its registered windows are {}", windows.join(", "))
+        };
+        return format!(
+            "{name} [{address:#x}, +{bytes} bytes) is inside the symmMemAlloc allocation at \
+             {base:#x} (+{size} bytes) of this comm, but in none of its windows ({registered}): \
+             register the range with symmCommWindowRegister"
+        );
+    }
+    format!(
+        "{name} = {address:#x} is not memory from symmMemAlloc on this comm (rank {}): \
+         collective buffers must lie in windows registered with symmCommWindowRegister on the \
+         comm of the call",
+        comm.rank
+    )
 }
 
 /// `count × element` bytes, also checked for overflow of the buffers' ends.
@@ -527,11 +730,8 @@ struct Request {
 }
 
 fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
-    // A call that `execute`s at once is checked there; a deferred one (group) or a no-op
-    // (count 0) is checked here, when the call is made.
-    if group::active() || request.args.count == 0 {
-        check_not_aborted(comm)?;
-    }
+    // A failed communicator refuses every call before anything is planned or numbered.
+    check_not_aborted(comm)?;
     let forced = comm
         .clique
         .forced_algorithm
@@ -548,7 +748,8 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         comm.clique.nranks as u32,
         comm.clique.backend.kind(),
         limits,
-    )?;
+    )
+    .map_err(|e| refuse(comm, e))?;
     if comm.clique.debug {
         eprintln!(
             "symm INFO rank {}: {} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
@@ -565,7 +766,19 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         );
     }
     if request.args.count == 0 {
-        return Ok(());
+        // Nothing to launch, but still this rank's next collective: a peer that made another
+        // call under its number must not pair it with a later one.
+        let call = Call::Made(Signature {
+            collective: request.collective,
+            kernel: plan.kernel,
+            count: 0,
+            grid: plan.grid,
+        });
+        if group::active() {
+            group::defer(Deferred::Empty(comm.clone(), call));
+            return Ok(());
+        }
+        return agree_call(comm, &call).map(|_| ());
     }
     let task = Task {
         comm: comm.clone(),
@@ -586,6 +799,26 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
     }
 }
 
+/// A call of `comm` refused with `error` after it reached the communicator: still this rank's
+/// next collective (see [`Call::Refused`]); inside a group, the group's end refuses the whole
+/// group.
+fn refuse(comm: &Arc<Comm>, error: Error) -> Error {
+    if group::active() {
+        group::defer(Deferred::Refused(comm.clone(), error.clone()));
+        error
+    } else {
+        record_refusal(comm, error)
+    }
+}
+
+/// "symmAllReduce of 1024 x Float32": a call as another thread's refusal names it.
+fn describe(name: &str, count: usize, datatype: symmDataTypeRaw) -> String {
+    match data_type(datatype) {
+        Ok(dtype) => format!("{name} of {count} x {dtype:?}"),
+        Err(_) => format!("{name} of {count} x (datatype {datatype})"),
+    }
+}
+
 /// `symmAllReduce`.
 #[allow(clippy::too_many_arguments)]
 pub fn all_reduce(
@@ -597,6 +830,20 @@ pub fn all_reduce(
     op: symmRedOpRaw,
     stream: u64,
 ) -> Result<()> {
+    let _call = comm.enter_call(&describe("symmAllReduce", count, datatype))?;
+    let request =
+        all_reduce_request(comm, send, recv, count, datatype, op).map_err(|e| refuse(comm, e))?;
+    submit(comm, request, stream)
+}
+
+fn all_reduce_request(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+) -> Result<Request> {
     let dtype = data_type(datatype)?;
     let op = red_op(op)?;
     let element = dtype.size_bytes() as u64;
@@ -615,7 +862,7 @@ pub fn all_reduce(
         count: count as u64,
         flags: 0,
     };
-    let request = Request {
+    Ok(Request {
         collective: Collective::AllReduce,
         dtype,
         op,
@@ -624,8 +871,7 @@ pub fn all_reduce(
         recv_window,
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
-    };
-    submit(comm, request, stream)
+    })
 }
 
 /// Which buffer of an all-gather or reduce-scatter holds one rank's share (the other holds
@@ -683,6 +929,19 @@ pub fn all_gather(
     datatype: symmDataTypeRaw,
     stream: u64,
 ) -> Result<()> {
+    let _call = comm.enter_call(&describe("symmAllGather", sendcount, datatype))?;
+    let request =
+        all_gather_request(comm, send, recv, sendcount, datatype).map_err(|e| refuse(comm, e))?;
+    submit(comm, request, stream)
+}
+
+fn all_gather_request(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    sendcount: usize,
+    datatype: symmDataTypeRaw,
+) -> Result<Request> {
     let dtype = data_type(datatype)?;
     let element = dtype.size_bytes() as u64;
     let bytes = byte_count(sendcount, element, "sendcount", &[send])?;
@@ -696,7 +955,7 @@ pub fn all_gather(
         count: bytes,
         flags: 0,
     };
-    let request = Request {
+    Ok(Request {
         collective: Collective::AllGather,
         dtype,
         op: RedOp::Sum,
@@ -705,8 +964,7 @@ pub fn all_gather(
         recv_window,
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
-    };
-    submit(comm, request, stream)
+    })
 }
 
 /// `symmReduceScatter`: rank `r` receives the reduction of segment `r` (`recvcount` elements)
@@ -721,6 +979,20 @@ pub fn reduce_scatter(
     op: symmRedOpRaw,
     stream: u64,
 ) -> Result<()> {
+    let _call = comm.enter_call(&describe("symmReduceScatter", recvcount, datatype))?;
+    let request = reduce_scatter_request(comm, send, recv, recvcount, datatype, op)
+        .map_err(|e| refuse(comm, e))?;
+    submit(comm, request, stream)
+}
+
+fn reduce_scatter_request(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    recvcount: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+) -> Result<Request> {
     let dtype = data_type(datatype)?;
     let op = red_op(op)?;
     let element = dtype.size_bytes() as u64;
@@ -735,7 +1007,7 @@ pub fn reduce_scatter(
         count: recvcount as u64,
         flags: 0,
     };
-    let request = Request {
+    Ok(Request {
         collective: Collective::ReduceScatter,
         dtype,
         op,
@@ -744,6 +1016,5 @@ pub fn reduce_scatter(
         recv_window,
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
-    };
-    submit(comm, request, stream)
+    })
 }

@@ -8,6 +8,7 @@ use crate::bootstrap::{self, UniqueId};
 use crate::call_records::CallRecords;
 use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
+use crate::failure::Failure;
 use crate::fdpass::FdListener;
 use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
@@ -54,6 +55,9 @@ pub struct Clique {
     pub signal_pads: SignalPads,
     /// The collectives in flight of this process's ranks (see [`crate::collective::Signature`]).
     pub calls: Mutex<CallLog>,
+    /// The communicator's first failure found by a rank of this process, or adopted from a
+    /// rank of another process (see [`crate::failure`]).
+    pub failure: Mutex<Option<Failure>>,
 }
 
 impl Clique {
@@ -147,7 +151,31 @@ pub struct Comm {
     /// [`crate::call_records`]); `None` when every rank runs in this process or some rank runs
     /// on another machine.
     pub call_records: Option<CallRecords>,
+    /// The thread whose call is being made on this rank (a collective, or the collectives it
+    /// queued in its open group), and that call: see [`Comm::enter_call`].
+    user: Mutex<Option<User>>,
     last_error: Mutex<CString>,
+}
+
+/// The thread currently making calls on a rank, and what it is doing.
+struct User {
+    thread: std::thread::ThreadId,
+    /// The call it entered first ("symmAllReduce of 1024 x Float32", "symmGroupEnd").
+    call: String,
+    /// Its calls in progress: a collective being made, plus one per collective queued in its
+    /// open group.
+    holds: usize,
+}
+
+/// A call in progress on a rank (see [`Comm::enter_call`]); leaving it releases the rank.
+pub struct CallInProgress<'a> {
+    comm: &'a Comm,
+}
+
+impl Drop for CallInProgress<'_> {
+    fn drop(&mut self) {
+        self.comm.release_call();
+    }
 }
 
 /// Every live communicator, by handle address.
@@ -211,6 +239,70 @@ impl Comm {
             "{what} while {queued} call(s) of this comm are queued in an open group \
              (symmGroupStart without symmGroupEnd): end the group first"
         )))
+    }
+
+    /// Enter `call` (a collective, or a group end) on this rank from the calling thread.
+    /// Calls on one rank are ordered, so that every rank can pair its `k`-th collective with
+    /// its peers' `k`-th: a call from a second thread while another thread's call is in
+    /// progress (or queued in its open group) is refused with `symmInvalidUsage` naming both,
+    /// and since the rank's calls no longer have an order its peers can know, the communicator
+    /// is failed on every rank ([`crate::failure`]). The same thread may enter again (its
+    /// group's end, a nested call).
+    pub fn enter_call(&self, call: &str) -> Result<CallInProgress<'_>> {
+        let me = std::thread::current().id();
+        let refused = {
+            let mut user = self.user.lock().unwrap_or_else(|e| e.into_inner());
+            match user.as_mut() {
+                Some(u) if u.thread != me => Some(format!(
+                    "comm is in use by another thread: this thread's {call} on rank {} was made \
+                     while another thread's {} is in progress on it; a communicator must be used \
+                     by one thread at a time (the rank's calls now have no order its peers can \
+                     agree on, so the communicator is failed on every rank)",
+                    self.rank, u.call
+                )),
+                Some(u) => {
+                    u.holds += 1;
+                    None
+                }
+                None => {
+                    *user = Some(User {
+                        thread: me,
+                        call: call.to_string(),
+                        holds: 1,
+                    });
+                    None
+                }
+            }
+        };
+        match refused {
+            Some(message) => {
+                let error = Error::invalid_usage(message);
+                crate::failure::fail(self, &error);
+                Err(error)
+            }
+            None => Ok(CallInProgress { comm: self }),
+        }
+    }
+
+    /// Keep the calling thread's hold on this rank for a collective queued in its open group
+    /// (released by [`Comm::release_call`] at the group's end). The thread must be in a call
+    /// on this rank ([`Comm::enter_call`]).
+    pub fn hold_for_group(&self) {
+        let mut user = self.user.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(u) = user.as_mut() {
+            u.holds += 1;
+        }
+    }
+
+    /// Release one hold of [`Comm::enter_call`] or [`Comm::hold_for_group`].
+    pub fn release_call(&self) {
+        let mut user = self.user.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(u) = user.as_mut() {
+            u.holds -= 1;
+            if u.holds == 0 {
+                *user = None;
+            }
+        }
     }
 
     /// Record `message` as this communicator's last error.
@@ -309,8 +401,16 @@ fn new_comm(
         next_collective: AtomicU64::new(0),
         launches: AtomicU64::new(0),
         call_records,
+        user: Mutex::new(None),
         last_error: Mutex::new(CString::default()),
     });
+    if clique.debug {
+        eprintln!(
+            "symm INFO rank {rank}: calls on a communicator must come from one thread at a time: \
+             a collective or group end that finds another thread's call in progress on it is \
+             refused (symmInvalidUsage) and fails the communicator on every rank"
+        );
+    }
     live_comms().insert(Arc::as_ptr(&comm) as usize, comm.clone());
     Ok(comm)
 }
@@ -352,6 +452,7 @@ fn new_clique_with(
         exchange_changed: Condvar::new(),
         signal_pads: Mutex::new(HashMap::new()),
         calls: Mutex::new(CallLog::default()),
+        failure: Mutex::new(None),
     }))
 }
 
@@ -405,6 +506,15 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
         }
     }
     Ok(comms)
+}
+
+/// The live ranks of `clique` in this process.
+pub fn clique_comms(clique: &Arc<Clique>) -> Vec<Arc<Comm>> {
+    live_comms()
+        .values()
+        .filter(|c| Arc::ptr_eq(&c.clique, clique))
+        .cloned()
+        .collect()
 }
 
 /// `symmCommDestroy`.

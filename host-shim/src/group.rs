@@ -3,7 +3,7 @@
 //! known and they can run together; collectives of one (collective, operator, data type) are
 //! fused into one launch per device (see [`crate::fusion`]).
 
-use crate::collective::{self, Task};
+use crate::collective::{self, Call, Task};
 use crate::comm::{Clique, Comm};
 use crate::error::{Error, Result};
 use crate::fusion::{self, Instance};
@@ -21,6 +21,10 @@ pub enum Deferred {
     CompleteWindow(Arc<Comm>, Arc<Window>),
     /// Launch a collective.
     Collective(Task),
+    /// Count a collective of count 0 (nothing to launch) as the rank's next call.
+    Empty(Arc<Comm>, Call),
+    /// A collective refused when it was called: the group's end refuses the whole group.
+    Refused(Arc<Comm>, Error),
 }
 
 #[derive(Default)]
@@ -35,17 +39,42 @@ impl Drop for Group {
     fn drop(&mut self) {
         for item in &self.deferred {
             item.comm().queued_in_group.fetch_sub(1, Ordering::AcqRel);
+            if item.is_collective() {
+                item.comm().release_call();
+            }
         }
     }
 }
 
 std::thread_local! {
     static GROUP: RefCell<Group> = RefCell::new(Group::default());
+    static ENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// `true` between `symmGroupStart` and the matching `symmGroupEnd` on this thread.
 pub fn active() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
+}
+
+/// `true` while this thread runs the work of its outermost `symmGroupEnd`.
+pub fn ending() -> bool {
+    ENDING.with(|e| e.get())
+}
+
+/// Marks this thread as running a group's end while alive.
+struct Ending;
+
+impl Ending {
+    fn start() -> Ending {
+        ENDING.with(|e| e.set(true));
+        Ending
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        ENDING.with(|e| e.set(false));
+    }
 }
 
 impl Deferred {
@@ -54,23 +83,38 @@ impl Deferred {
         match self {
             Deferred::CompleteWindow(comm, _) => comm,
             Deferred::Collective(task) => &task.comm,
+            Deferred::Empty(comm, _) | Deferred::Refused(comm, _) => comm,
         }
+    }
+
+    /// `true` for a collective (made, empty or refused): it holds its rank for this thread
+    /// until the group's end (see [`Comm::enter_call`]).
+    fn is_collective(&self) -> bool {
+        !matches!(self, Deferred::CompleteWindow(..))
     }
 }
 
-/// Queue `item` for the end of the group (its rank counts it as queued until then).
+/// Queue `item` for the end of the group (its rank counts it as queued until then; a
+/// collective keeps its rank held by this thread until then).
 pub fn defer(item: Deferred) {
     item.comm().queued_in_group.fetch_add(1, Ordering::AcqRel);
+    if item.is_collective() {
+        item.comm().hold_for_group();
+    }
     GROUP.with(|g| g.borrow_mut().deferred.push(item));
 }
 
-/// Uncounts the queued items of a group when its end has run them (on every path out).
-struct Unqueue(Vec<Arc<Comm>>);
+/// Uncounts the queued items of a group when its end has run them (on every path out), and
+/// releases the holds of its collectives.
+struct Unqueue(Vec<(Arc<Comm>, bool)>);
 
 impl Drop for Unqueue {
     fn drop(&mut self) {
-        for comm in &self.0 {
+        for (comm, collective) in &self.0 {
             comm.queued_in_group.fetch_sub(1, Ordering::AcqRel);
+            if *collective {
+                comm.release_call();
+            }
         }
     }
 }
@@ -105,7 +149,14 @@ pub fn end() -> Result<()> {
         })
     })?;
 
-    let _unqueue = Unqueue(deferred.iter().map(|item| item.comm().clone()).collect());
+    let _unqueue = Unqueue(
+        deferred
+            .iter()
+            .map(|item| (item.comm().clone(), item.is_collective()))
+            .collect(),
+    );
+    let _ending = Ending::start();
+    // The group's collectives hold their ranks for this thread since they were queued.
     let mut first_error: Option<Error> = None;
     let mut record = |comm: &Comm, result: Result<()>| {
         if let Err(e) = result {
@@ -115,6 +166,11 @@ pub fn end() -> Result<()> {
     };
     let mut tasks = Vec::new();
     let mut registrations = Vec::new();
+    let mut empties = Vec::new();
+    // Every collective of the group in call order (made, empty or refused), and the first
+    // refusal.
+    let mut in_order: Vec<Arc<Comm>> = Vec::new();
+    let mut refusal: Option<Error> = None;
     for item in deferred {
         match item {
             Deferred::CompleteWindow(comm, window) => {
@@ -123,29 +179,59 @@ pub fn end() -> Result<()> {
                 let started = window::start_completion(&comm, &window);
                 registrations.push((comm, window, started));
             }
-            Deferred::Collective(task) => tasks.push(task),
+            Deferred::Collective(task) => {
+                in_order.push(task.comm.clone());
+                tasks.push(task);
+            }
+            Deferred::Empty(comm, call) => {
+                in_order.push(comm.clone());
+                empties.push((comm, call));
+            }
+            Deferred::Refused(comm, error) => {
+                in_order.push(comm);
+                refusal.get_or_insert(error);
+            }
         }
     }
     for (comm, window, started) in registrations {
         let result = window::finish_completion(&comm, &window, started);
         record(&comm, result);
     }
-    let instances = match collectives(&tasks) {
+    let instances = match refusal {
+        Some(e) => Err(Error::new(
+            e.code,
+            format!("{}; nothing of this group was launched", e.message),
+        )),
+        None => collectives(&tasks),
+    };
+    let instances = match instances {
         Ok(instances) => instances,
         Err(e) => {
-            // Nothing of the group is launched.
-            for task in &tasks {
-                task.comm.set_last_error(&e.message);
+            // Nothing of the group is launched, and every collective of it counts as refused
+            // on its rank: ranks whose whole group this thread drove stay usable (they all
+            // refused the same calls); a rank whose peers run elsewhere and made these calls
+            // fails the communicator instead of pairing its next call with theirs.
+            for comm in &in_order {
+                let refused = collective::record_refusal(comm, e.clone());
+                comm.set_last_error(&refused.message);
             }
-            return Err(first_error.unwrap_or(e));
+            return Err(e);
         }
     };
+    for (comm, call) in &empties {
+        if let Err(e) = collective::check_not_aborted(comm)
+            .and_then(|()| collective::agree_call(comm, call).map(|_| ()))
+        {
+            record(comm, Err(e));
+        }
+    }
     for batch in fusion::fuse(instances) {
         let plan = match batch.plan() {
             Ok(plan) => plan,
             Err(e) => {
                 for task in batch.instances.iter().flatten() {
-                    task.comm.set_last_error(&e.message);
+                    let refused = collective::record_refusal(&task.comm, e.clone());
+                    task.comm.set_last_error(&refused.message);
                 }
                 first_error.get_or_insert(e);
                 continue;

@@ -20,6 +20,7 @@ pub mod collective;
 pub mod comm;
 pub mod config;
 pub mod error;
+pub mod failure;
 #[cfg(target_os = "linux")]
 pub mod fdpass;
 pub mod ffi;

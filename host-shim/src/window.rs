@@ -126,10 +126,16 @@ impl Window {
         self.abort.read() != 0
     }
 
-    /// The abort word: 0, `ABORT_TIMED_OUT` or `ABORT_INVALID_LAUNCH`
-    /// (`symm_device::symmetric`).
+    /// The abort word: 0, a timeout (`ABORT_TIMED_OUT` in the low byte, the peer waited for
+    /// above it), `ABORT_INVALID_LAUNCH` or `ABORT_PEER_FAILED` (`symm_device::symmetric`).
     pub fn abort_word(&self) -> u32 {
         self.abort.read()
+    }
+
+    /// Raise the abort word to `value` unless it is raised already: kernels on this window
+    /// give up at their next look.
+    pub fn raise_abort(&self, value: u32) {
+        self.abort.raise(value);
     }
 }
 

@@ -364,6 +364,8 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
     let mut unregistered: *mut c_void = null_mut();
     // SAFETY: valid out-pointer.
     check(unsafe { symmMemAlloc(comm, &mut unregistered, 256) }, comm);
+    let mut not_from_symm = [0f32; 8];
+    let foreign = not_from_symm.as_mut_ptr() as *mut c_void;
     let s = null_mut();
     type Call<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
     let cases: Vec<(Call, symmResult_t, &str)> = vec![
@@ -405,12 +407,22 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
         (
             Box::new(|| symmAllReduce(base, base, 257, F32, SUM, comm, s)),
             symmResult_t::symmInvalidArgument,
-            "not inside a window",
+            "overruns its end by 4 bytes",
         ),
         (
             Box::new(|| symmAllReduce(unregistered, unregistered, 4, F32, SUM, comm, s)),
             symmResult_t::symmInvalidArgument,
             "sendbuff",
+        ),
+        (
+            Box::new(|| symmAllReduce(unregistered, unregistered, 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "but in none of its windows (no window is registered in it)",
+        ),
+        (
+            Box::new(|| symmAllReduce(foreign, foreign, 4, F32, SUM, comm, s)),
+            symmResult_t::symmInvalidArgument,
+            "is not memory from symmMemAlloc on this comm",
         ),
         (
             Box::new(|| symmAllReduce(base, unregistered, 4, F32, SUM, comm, s)),

@@ -47,15 +47,25 @@ fn a_refused_launch_is_reported_by_the_next_call_and_the_async_error() {
     check(unsafe { symmCommGetAsyncError(b.comm, &mut state) }, b.comm);
     assert_eq!(state, symmResult_t::symmInternalError);
     let r = symmAllReduce(p, p, 16, f32_, sum, b.comm, null_mut());
-    assert_eq!(r, symmResult_t::symmInvalidUsage, "{}", last_error(b.comm));
+    assert_eq!(r, symmResult_t::symmInternalError, "{}", last_error(b.comm));
     assert!(
-        last_error(b.comm).contains("aborted"),
+        last_error(b.comm).contains("the communicator has failed"),
         "{}",
         last_error(b.comm)
     );
     // SAFETY: valid out-pointer.
     check(unsafe { symmCommGetAsyncError(b.comm, &mut state) }, b.comm);
     assert_eq!(state, symmResult_t::symmInternalError);
+    // The other rank's communicator has failed too, naming rank 0 and the cause.
+    let other = buffers[1].comm;
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmCommGetAsyncError(other, &mut state) }, other);
+    assert_eq!(state, symmResult_t::symmRemoteError);
+    let message = last_error(other);
+    assert!(
+        message.contains("failed on rank 0") && message.contains("refused its launch"),
+        "{message}"
+    );
     teardown(buffers);
 }
 

@@ -30,8 +30,19 @@ fn child_forced_ll() {
     let comms = init_all(2);
     let count = 1 << 13; // 32 KiB of float32: over the 16 KiB LL buffers
     let buffers = alloc_windows(&comms, 4 * count);
-    let r = all_reduce_f32_sum(buffers[0].comm, buffers[0].base, buffers[0].base, count);
-    assert_eq!(r, symmResult_t::symmInvalidArgument);
+    // Refused on every rank (one thread drives both, so in a group): the group is refused as
+    // a whole, and the communicator stays usable.
+    check(symmGroupStart(), std::ptr::null_mut());
+    for b in &buffers {
+        let r = all_reduce_f32_sum(b.comm, b.base, b.base, count);
+        assert_eq!(r, symmResult_t::symmInvalidArgument);
+    }
+    assert_eq!(
+        symmGroupEnd(),
+        symmResult_t::symmInvalidArgument,
+        "{}",
+        last_error(buffers[0].comm)
+    );
     println!("{}", last_error(buffers[0].comm));
     // A payload that fits runs.
     check(symmGroupStart(), std::ptr::null_mut());

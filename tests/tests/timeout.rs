@@ -57,17 +57,35 @@ fn all_reduce_with_a_missing_peer_times_out_and_aborts_the_comm() {
         "{}",
         last_error(b.comm)
     );
+    // The message names the rank that did not arrive, and says that a group is probably
+    // missing (one thread drives both ranks here), in the user's words.
+    let message = last_error(b.comm);
+    assert!(
+        message.contains("rank 0: rank 1 did not arrive within")
+            && message.contains("a group is probably missing")
+            && !message.contains("ABORT_"),
+        "{message}"
+    );
     // The timeout stays the comm's asynchronous error, query after query; the other rank's
-    // comm is unaffected.
+    // comm has failed too (it would otherwise pair its next call with rank 0's stale one).
     for _ in 0..2 {
         assert_eq!(async_error(b.comm), symmResult_t::symmTimeout);
         assert!(last_error(b.comm).contains("did not arrive"));
     }
-    assert_eq!(async_error(buffers[1].comm), symmResult_t::symmSuccess);
-    // The comm refuses further collectives, with a clear message.
+    let other = buffers[1].comm;
+    assert_eq!(async_error(other), symmResult_t::symmRemoteError);
+    assert!(
+        last_error(other).contains("failed on rank 0: rank 0: rank 1 did not arrive"),
+        "{}",
+        last_error(other)
+    );
+    // Both refuse further collectives, with a clear message.
     let r = symmAllReduce(p, p, 16, f32_, sum, b.comm, null_mut());
-    assert_eq!(r, symmResult_t::symmInvalidUsage);
-    assert!(last_error(b.comm).contains("aborted"));
+    assert_eq!(r, symmResult_t::symmTimeout);
+    assert!(last_error(b.comm).contains("the communicator has failed"));
+    let q = buffers[1].base as *mut c_void;
+    let r = symmAllReduce(q, q, 16, f32_, sum, other, null_mut());
+    assert_eq!(r, symmResult_t::symmRemoteError);
     teardown(buffers);
 }
 
@@ -178,7 +196,8 @@ fn a_timed_out_registration_never_pairs_with_a_later_one() {
 
 /// One thread per rank, and a rank calls another collective (or another count) than its peer:
 /// never success with wrong data. The later call is refused with `symmInvalidUsage` naming both
-/// calls; the earlier one, launched already, times out, and its message names both calls too.
+/// calls and fails the communicator; the earlier one, launched already, gives up at once with
+/// `symmRemoteError`, and its message names both calls too.
 #[test]
 fn ranks_that_disagree_on_the_call_get_an_error_naming_both() {
     configure();
@@ -217,7 +236,10 @@ fn ranks_that_disagree_on_the_call_get_an_error_naming_both() {
         codes.sort_by_key(|r| *r as i32);
         assert_eq!(
             codes,
-            [symmResult_t::symmInvalidUsage, symmResult_t::symmTimeout],
+            [
+                symmResult_t::symmInvalidUsage,
+                symmResult_t::symmRemoteError
+            ],
             "{results:?}"
         );
         let (first, second) = if second_gathers {

@@ -9,7 +9,7 @@
 
 use crate::arch;
 use crate::context::SymmContext;
-use crate::symmetric::ABORT_TIMED_OUT;
+use crate::symmetric::abort_timed_out_waiting_for;
 use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
@@ -127,7 +127,12 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
             WaitOutcome::Reached => {}
             WaitOutcome::TimedOut => {
                 // SAFETY: the abort word is a valid u32 of this rank.
-                unsafe { arch::store_release_sys_u32(abort as *mut u32, ABORT_TIMED_OUT) };
+                unsafe {
+                    arch::store_release_sys_u32(
+                        abort as *mut u32,
+                        abort_timed_out_waiting_for(peer),
+                    )
+                };
                 failed = true;
             }
             WaitOutcome::Aborted => failed = true,

@@ -3,7 +3,7 @@
 
 use crate::arch;
 use crate::context::SymmContext;
-use crate::symmetric::{ABORT_TIMED_OUT, Grid, block_range};
+use crate::symmetric::{Grid, abort_timed_out_waiting_for, block_range};
 use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
@@ -133,7 +133,7 @@ impl<'a> LlCall<'a> {
         unsafe {
             wait_line(at, self.flag, abort, self.ctx.timeout_ns).map_err(|outcome| {
                 if outcome == WaitOutcome::TimedOut {
-                    arch::store_release_sys_u32(abort, ABORT_TIMED_OUT);
+                    arch::store_release_sys_u32(abort, abort_timed_out_waiting_for(source));
                 }
                 Aborted
             })

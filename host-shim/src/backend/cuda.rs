@@ -660,6 +660,14 @@ impl CudaBackend {
     /// `cuStreamGetFlags`, the kernel's occupancy when separate launches share the device),
     /// plan its stream operations ([`schedule::schedule`], pure) and carry them out.
     pub fn launch(&self, launch: &Launch, comms: &[&CommStream]) -> Result<()> {
+        let prepared = self.prepare_launch(launch, comms)?;
+        self.run_launch(comms, &prepared)
+    }
+
+    /// Everything of `launch` that can refuse it before anything is enqueued: the kernel
+    /// loaded on the device, the streams' kinds, co-residency, the stream operations
+    /// ([`schedule::schedule`]).
+    pub fn prepare_launch(&self, launch: &Launch, comms: &[&CommStream]) -> Result<PreparedLaunch> {
         let first = comms
             .first()
             .ok_or_else(|| Error::internal("launch without a rank"))?;
@@ -685,8 +693,20 @@ impl CudaBackend {
             &kinds,
             resident,
         );
-        let schedule = schedule::schedule(&input)?;
-        execute(function, &schedule)
+        Ok(PreparedLaunch {
+            function,
+            schedule: schedule::schedule(&input)?,
+        })
+    }
+
+    /// Enqueue a launch that [`CudaBackend::prepare_launch`] accepted.
+    pub fn run_launch(&self, comms: &[&CommStream], prepared: &PreparedLaunch) -> Result<()> {
+        let first = comms
+            .first()
+            .ok_or_else(|| Error::internal("launch without a rank"))?;
+        let device = &first.device;
+        let _context = CurrentContext::enter(device)?;
+        execute(prepared.function, &prepared.schedule)
             .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
     }
 
@@ -927,6 +947,12 @@ fn resident_blocks(device: &CudaDevice, function: sys::CUfunction, block: u32) -
 /// Carry out a launch schedule with driver calls, in order. Kernel launches go through
 /// `cuLaunchKernelEx`; a cooperative one carries `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`, which
 /// stream capture accepts.
+/// A launch accepted by [`CudaBackend::prepare_launch`], ready to enqueue.
+pub struct PreparedLaunch {
+    function: sys::CUfunction,
+    schedule: LaunchSchedule,
+}
+
 fn execute(function: sys::CUfunction, schedule: &LaunchSchedule) -> Result<()> {
     let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
     for op in &schedule.ops {

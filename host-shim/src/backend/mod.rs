@@ -37,6 +37,19 @@ impl Flag {
         // SAFETY: `host` is a live, 4-byte aligned u32 that kernels access atomically.
         unsafe { symm_device::arch::host::load_acquire_sys_u32(self.host as *const u32) }
     }
+
+    /// Raise the flag to `value` unless it is raised already (a kernel's report is kept).
+    pub fn raise(&self, value: u32) {
+        // SAFETY: `host` is a live, 4-byte aligned u32 that kernels and the host access only
+        // atomically (system scope on the device).
+        let word = unsafe { &*(self.host as *const std::sync::atomic::AtomicU32) };
+        let _ = word.compare_exchange(
+            0,
+            value,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        );
+    }
 }
 
 /// Which backend a communicator uses.
@@ -222,19 +235,24 @@ impl Backend {
     /// Run or enqueue `launch`, which serves one rank per entry of `comms` (in the order of
     /// `launch.contexts`). On the host backend it has completed when this returns.
     pub fn launch(&self, launch: &Launch, comms: &[&CommResources]) -> Result<()> {
+        let prepared = self.prepare_launch(launch, comms)?;
+        self.run_launch(launch, comms, prepared)
+    }
+
+    /// Everything that can refuse `launch` before anything of it runs or is enqueued (the
+    /// kernel's loading, the streams, co-residency, the stream operations): an error here
+    /// leaves nothing behind.
+    pub fn prepare_launch(
+        &self,
+        launch: &Launch,
+        comms: &[&CommResources],
+    ) -> Result<PreparedLaunch> {
         match self {
-            Backend::Host(b) => b.launch(launch),
-            Backend::Cuda(b) => {
-                let streams: Vec<&cuda::CommStream> = comms
-                    .iter()
-                    .map(|r| match r {
-                        CommResources::Cuda(s) => Ok(s),
-                        _ => Err(Error::internal("cuda launch without a stream")),
-                    })
-                    .collect::<Result<_>>()?;
-                b.launch(launch, &streams)
-            }
-            Backend::Model(b) => {
+            Backend::Host(_) => Ok(PreparedLaunch::Host),
+            Backend::Cuda(b) => b
+                .prepare_launch(launch, &cuda_streams(comms)?)
+                .map(PreparedLaunch::Cuda),
+            Backend::Model(_) => {
                 let mut befores = Vec::new();
                 let mut first = None;
                 for r in comms {
@@ -258,8 +276,25 @@ impl Backend {
                     .collect::<Result<Vec<_>>>()?;
                 let resident = model::MULTIPROCESSORS * model::BLOCKS_PER_MULTIPROCESSOR;
                 let input = launch_input(launch, first, &befores, &kinds, Some(resident));
-                b.execute(&schedule::schedule(&input)?)
+                schedule::schedule(&input).map(PreparedLaunch::Model)
             }
+        }
+    }
+
+    /// Run or enqueue a launch that [`Backend::prepare_launch`] accepted.
+    pub fn run_launch(
+        &self,
+        launch: &Launch,
+        comms: &[&CommResources],
+        prepared: PreparedLaunch,
+    ) -> Result<()> {
+        match (self, prepared) {
+            (Backend::Host(b), PreparedLaunch::Host) => b.launch(launch),
+            (Backend::Cuda(b), PreparedLaunch::Cuda(prepared)) => {
+                b.run_launch(&cuda_streams(comms)?, &prepared)
+            }
+            (Backend::Model(b), PreparedLaunch::Model(schedule)) => b.execute(&schedule),
+            _ => Err(Error::internal("a launch prepared by another backend")),
         }
     }
 
@@ -294,6 +329,27 @@ impl Backend {
             _ => Ok(()),
         }
     }
+}
+
+/// A launch accepted by [`Backend::prepare_launch`].
+pub enum PreparedLaunch {
+    /// Host backend: nothing to prepare.
+    Host,
+    /// Cuda backend: the loaded kernel and the stream operations.
+    Cuda(cuda::PreparedLaunch),
+    /// Model backend: the stream operations.
+    Model(schedule::LaunchSchedule),
+}
+
+/// The cuda streams of `comms`.
+fn cuda_streams<'a>(comms: &[&'a CommResources]) -> Result<Vec<&'a cuda::CommStream>> {
+    comms
+        .iter()
+        .map(|r| match r {
+            CommResources::Cuda(s) => Ok(s),
+            _ => Err(Error::internal("cuda launch without a stream")),
+        })
+        .collect()
 }
 
 /// The backend selected by `SYMM_BACKEND` (see the module docs).
