@@ -730,8 +730,9 @@ struct Request {
 }
 
 fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
-    // A failed communicator refuses every call before anything is planned or numbered.
-    check_not_aborted(comm)?;
+    // A failed communicator refuses every call before anything is planned or numbered (in a
+    // group, its end then fails too).
+    check_not_aborted(comm).map_err(|e| refuse(comm, e))?;
     let forced = comm
         .clique
         .forced_algorithm
