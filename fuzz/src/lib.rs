@@ -11,7 +11,9 @@
 //! calls left: which handles are live, which allocations and windows each rank holds, which
 //! registrations are complete, what is queued in the open group. A well-formed collective is
 //! issued by every rank of a communicator inside a group (one thread drives all ranks); an
-//! ill-formed one is a single call that must fail validation without touching memory. After a
+//! ill-formed one is a single call that must fail validation without touching memory (a refused
+//! call still counts as its rank's call, so on a communicator of several ranks it taints the
+//! communicator, or makes its group's end uncertain). After a
 //! collective ran, every receive buffer is checked against a reference computed independently
 //! (integers exactly, floats in f64 within an error bound), and every byte of every allocation
 //! outside the receive buffers must be unchanged.
@@ -258,6 +260,12 @@ pub struct Harness {
     stale_pointers: Vec<u64>,
     group_depth: u32,
     pending: Vec<Pending>,
+    /// Cliques (of several ranks) on which a collective of the open group was refused when it
+    /// was called, or made with count 0 where others may not be: the library refuses the
+    /// whole group at its end, or numbers the calls in a way the model does not follow, so
+    /// the group's end is uncertain and those cliques are tainted (see
+    /// `symm::collective::Call`).
+    group_unsure: Vec<usize>,
     blocking_left: u32,
     rng: Rng,
     log: Vec<String>,
@@ -313,6 +321,7 @@ impl Harness {
             stale_pointers: Vec::new(),
             group_depth: 0,
             pending: Vec::new(),
+            group_unsure: Vec::new(),
             blocking_left: BLOCKING_BUDGET,
             rng: Rng(seed),
             log: Vec::new(),
@@ -1392,12 +1401,21 @@ impl Harness {
             self.issue_collective(handle, &call, &[INVALID_ARGUMENT]);
             return;
         };
+        let alone = self.cliques[at.0].nranks() == 1;
         let Some(checked) = checked else {
             self.issue_collective(handle, &call, &[INVALID_ARGUMENT]);
+            // A refused call is still the rank's call: its peers are out of step with it
+            // (outside a group), or the group is refused at its end.
+            if !alone {
+                self.refused_on(at.0);
+            }
             return;
         };
         let tainted = self.cliques[at.0].tainted;
-        let alone = self.cliques[at.0].nranks() == 1;
+        if call.count == 0 && !alone {
+            // Numbered on this rank alone.
+            self.refused_on(at.0);
+        }
         if self.group_depth > 0 {
             if call.count > 0 && !alone && !self.may_block(at.0) {
                 return;
@@ -1438,6 +1456,18 @@ impl Harness {
         let inputs = self.read_inputs(&[(at.1, call, checked)], at.0);
         self.issue_collective(handle, &call, &[OK]);
         self.check_results(at.0, &[(at.1, call, checked)], &inputs, &before);
+    }
+
+    /// A collective call on clique `c` that its peers do not match: outside a group the
+    /// clique is tainted at once; inside one, its end is uncertain.
+    fn refused_on(&mut self, c: usize) {
+        if self.group_depth > 0 {
+            if !self.group_unsure.contains(&c) {
+                self.group_unsure.push(c);
+            }
+        } else {
+            self.cliques[c].tainted = true;
+        }
     }
 
     /// The same collective on every rank of clique `c` (with `variant`'s deviations).
@@ -1566,6 +1596,11 @@ impl Harness {
         if own_group {
             self.expect("symmGroupStart", &[OK], null_mut(), || symmGroupStart());
             self.group_depth += 1;
+        }
+        let counts_differ = calls.iter().any(|(_, _, call)| call.count == 0)
+            && calls.iter().any(|(_, _, call)| call.count != 0);
+        if n > 1 && (counts_differ || checked.iter().any(Option::is_none)) {
+            self.refused_on(c);
         }
         for ((r, handle, call), checked) in calls.into_iter().zip(checked) {
             let Some(checked) = checked else {
@@ -1768,7 +1803,11 @@ impl Harness {
         self.group_depth = 0;
         let pending = std::mem::take(&mut self.pending);
         let mut codes: Vec<Vec<symmResult_t>> = Vec::new();
-        let mut uncertain = false;
+        let unsure = std::mem::take(&mut self.group_unsure);
+        let mut uncertain = !unsure.is_empty();
+        for c in unsure {
+            self.cliques[c].tainted = true;
+        }
 
         // Registrations: the k-th of every rank of a clique is one; it completes when every
         // rank deposited its k-th in this group, with the same size.
@@ -1841,6 +1880,7 @@ impl Harness {
             instances[i].1.push(p);
         }
         let mut mismatch = false;
+        let mut partial_mismatch: Vec<usize> = Vec::new();
         let mut launches: Vec<(usize, bool)> = Vec::new(); // (clique, certain success)
         for (clique, parts) in &instances {
             let cl = &self.cliques[*clique];
@@ -1884,11 +1924,16 @@ impl Harness {
                 uncertain = true;
                 continue;
             }
+            let full = parts.len() == cl.nranks() && cl.all_alive();
+            if !full {
+                // If the group is refused (a mismatch), its calls count as refused on these
+                // ranks only: out of step.
+                partial_mismatch.push(*clique);
+            }
             if !agree {
                 mismatch = true;
                 continue;
             }
-            let full = parts.len() == cl.nranks() && cl.all_alive();
             if !windows_complete {
                 uncertain = true;
                 continue;
@@ -1981,6 +2026,11 @@ impl Harness {
             }
         }
         let touched: Vec<usize> = instances.iter().map(|(c, _)| *c).collect();
+        if mismatch && !partial_mismatch.is_empty() {
+            for c in &touched {
+                self.cliques[*c].tainted = true;
+            }
+        }
         if uncertain || result == TIMEOUT || result != OK && !mismatch {
             for c in &touched {
                 self.cliques[*c].tainted = true;
