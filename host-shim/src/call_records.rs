@@ -261,20 +261,19 @@ impl CallRecords {
     }
 
     /// The first rank of another process that failed the communicator, with its error code
-    /// and message (a rank still writing its message is named with a placeholder).
+    /// and message. A rank caught writing its message is waited for (a few microseconds of
+    /// stores); one still writing after a millisecond is passed over this time.
     pub fn peer_failure(&self) -> Option<(usize, symmResult_t, String)> {
         self.peers.iter().enumerate().find_map(|(peer, memory)| {
             let words = Self::words(memory.as_ref()?);
-            let state = words[FAILURE_WORD].load(Ordering::Acquire);
-            if state == 0 {
-                return None;
+            let deadline = Instant::now() + Duration::from_millis(1);
+            let mut state = words[FAILURE_WORD].load(Ordering::Acquire);
+            while state == FAILURE_WRITING && Instant::now() < deadline {
+                std::hint::spin_loop();
+                state = words[FAILURE_WORD].load(Ordering::Acquire);
             }
-            if state == FAILURE_WRITING {
-                return Some((
-                    peer,
-                    symmResult_t::symmRemoteError,
-                    format!("rank {peer} (in another process) failed the communicator"),
-                ));
+            if state == 0 || state == FAILURE_WRITING {
+                return None;
             }
             let mut text = Vec::with_capacity(FAILURE_TEXT_WORDS * 8);
             for word in &words[FAILURE_WORD + 1..] {

@@ -242,11 +242,16 @@ impl Call {
 #[derive(Default)]
 pub struct CallLog {
     calls: BTreeMap<u64, Vec<Option<Call>>>,
+    /// Call numbers below this were dropped before every rank of this process made them
+    /// (see [`CALL_LOG_ENTRIES`]): such a call can no longer be compared.
+    dropped_below: u64,
 }
 
-/// Most call numbers kept waiting for a rank that never calls (one that left, or lives in
-/// another process, where the check does not reach).
-const CALL_LOG_ENTRIES: usize = 256;
+/// Most call numbers kept waiting for a rank of this process that has not made them yet (one
+/// that left, or lags far behind: calls of count 0 and refused calls launch nothing, and cuda
+/// launches do not block, so a rank can run far ahead). A lagging rank that reaches a dropped
+/// number cannot be compared any more and fails the communicator, never pairs unchecked.
+const CALL_LOG_ENTRIES: usize = 4096;
 
 /// "rank A's collective #k is X, but rank B's is Y: ...": two ranks' different calls under
 /// one number (this process's ranks here, ranks of other processes in `crate::call_records`).
@@ -270,6 +275,14 @@ pub(crate) fn mismatch_message(
 fn agree_in_process(comm: &Comm, seq: u64, call: &Call) -> Result<()> {
     let clique = &comm.clique;
     let mut log = clique.calls.lock().unwrap_or_else(|e| e.into_inner());
+    if seq < log.dropped_below {
+        return Err(Error::invalid_usage(format!(
+            "rank {}'s collective #{seq} can no longer be compared with its peers' (they are \
+             more than {CALL_LOG_ENTRIES} collectives ahead); the communicator is failed on \
+             every rank",
+            comm.rank
+        )));
+    }
     let entry = log
         .calls
         .entry(seq)
@@ -289,11 +302,19 @@ fn agree_in_process(comm: &Comm, seq: u64, call: &Call) -> Result<()> {
         )));
     }
     entry[comm.rank] = Some(call.clone());
-    if entry.iter().all(Option::is_some) {
+    // Complete once every rank of this process made it (ranks of other processes are compared
+    // through the call records).
+    let complete = entry
+        .iter()
+        .zip(&clique.devices)
+        .all(|(call, device)| call.is_some() || *device == crate::comm::REMOTE_DEVICE);
+    if complete {
         log.calls.remove(&seq);
     }
     while log.calls.len() > CALL_LOG_ENTRIES {
-        log.calls.pop_first();
+        if let Some((dropped, _)) = log.calls.pop_first() {
+            log.dropped_below = log.dropped_below.max(dropped + 1);
+        }
     }
     Ok(())
 }

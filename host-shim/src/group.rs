@@ -245,7 +245,13 @@ pub fn end() -> Result<()> {
                 std::thread::scope(|scope| {
                     let handles: Vec<_> = launches
                         .iter()
-                        .map(|parts| scope.spawn(|| collective::execute(parts, &plan)))
+                        .map(|parts| {
+                            scope.spawn(|| {
+                                // Still this group's end, on a helper thread.
+                                let _ending = Ending::start();
+                                collective::execute(parts, &plan)
+                            })
+                        })
                         .collect();
                     handles
                         .into_iter()

@@ -241,7 +241,30 @@ def test_bad_arguments_raise_the_right_class() -> None:
         with pytest.raises(cls, match=pattern):
             call()
         assert all(c.async_error() is None for c in comms), f"case {index} left an error behind"
-    # The comms still work after all that.
+    # The calls the library refused still count as rank 0's calls (only it made them), so the
+    # ranks are out of step: their next collective fails the communicator, naming the refused
+    # call, instead of pairing rank 0's call with another of rank 1's.
+    for r, b in enumerate(bufs):
+        b.numpy("int32")[:] = r
+    # (InvalidUsage from the rank that finds the mismatch, RemoteError from its peer: the group
+    # end reports whichever launch it looks at first.)
+    with pytest.raises((symm.InvalidUsageError, symm.RemoteError), match="was refused"), symm.group():
+        for c, b in zip(comms, bufs):
+            c.all_reduce(b, b, 256, "int32", "sum")
+    for b, r in zip(bufs, range(2)):
+        assert (b.numpy("int32") == r).all()
+    assert all(c.async_error() is not None for c in comms)
+    for c in comms:
+        c.destroy()
+    # A fresh pair that makes the same bad call on both ranks stays in step and works.
+    comms = symm.Comm.init_all(2)
+    bufs = [c.alloc(1024) for c in comms]
+    register_all(comms, bufs)
+    with pytest.raises(symm.InvalidArgumentError, match="nothing of this group was launched"):
+        with symm.group():
+            for c, b in zip(comms, bufs):
+                with pytest.raises(symm.InvalidArgumentError, match="multiple of the element size"):
+                    c.all_reduce(b.ptr + 2, b.ptr + 2, 4, "int32", "sum")
     for r, b in enumerate(bufs):
         b.numpy("int32")[:] = r
     with symm.group():
@@ -312,8 +335,11 @@ def test_a_missing_peer_times_out_and_is_kept_as_the_async_error(monkeypatch: py
         comms[0].all_reduce(bufs[0], bufs[0], 4, "float32", "sum")
     error = comms[0].async_error()
     assert isinstance(error, symm.SymmTimeoutError) and error.code == symm.Result.symmTimeout
-    assert comms[1].async_error() is None
-    with pytest.raises(symm.InvalidUsageError, match="aborted"):
+    # The communicator has failed on rank 1 too (its next call would pair with rank 0's stale
+    # one), naming rank 0 and the rank that did not arrive.
+    remote = comms[1].async_error()
+    assert isinstance(remote, symm.RemoteError) and "rank 1 did not arrive" in str(remote)
+    with pytest.raises(symm.SymmTimeoutError, match="has failed"):
         comms[0].all_reduce(bufs[0], bufs[0], 4, "float32", "sum")
     for c in comms:
         c.destroy()
