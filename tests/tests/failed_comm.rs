@@ -482,3 +482,31 @@ fn different_communicators_stay_concurrent() {
     teardown(x);
     teardown(y);
 }
+
+/// Regression (found in review): a rank far ahead of a lagging peer in the same process —
+/// count-0 calls launch nothing, so rank 0 makes thousands of them before rank 1 makes its
+/// first call. The call log cannot keep every number; the lagging rank's call must then fail,
+/// never pair unchecked with rank 0's latest (both returned success with 3.0 before).
+#[test]
+fn a_rank_far_ahead_never_pairs_with_a_lagging_peer_unchecked() {
+    configure();
+    let buffers = two_threads(4096);
+    let ranks = ranks_of(&buffers);
+    let ahead = std::sync::Barrier::new(2);
+    let outcomes = per_rank(&ranks, |r, rank| {
+        rank.fill(0, 64, r as f32 + 1.0);
+        if r == 0 {
+            for _ in 0..5000 {
+                assert_eq!(rank.all_reduce(0, 0), symmResult_t::symmSuccess);
+            }
+            ahead.wait();
+        } else {
+            ahead.wait();
+        }
+        (rank.all_reduce(0, 64), rank.read(0, 64))
+    });
+    for (r, (result, data)) in outcomes.iter().enumerate() {
+        assert_ne!(*result, symmResult_t::symmSuccess, "rank {r}: {data:?}");
+    }
+    teardown(buffers);
+}
