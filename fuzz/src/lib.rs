@@ -669,7 +669,11 @@ impl Harness {
         if self.live_ranks().len() + n > MAX_LIVE_RANKS {
             return;
         }
-        use_timeout(if patient { timeout_ms() } else { FAST_TIMEOUT_MS });
+        use_timeout(if patient {
+            timeout_ms()
+        } else {
+            FAST_TIMEOUT_MS
+        });
         let mut comms = vec![null_mut(); n];
         let devices = vec![0 as c_int; n];
         // SAFETY: both arrays hold n elements.
@@ -1406,15 +1410,13 @@ impl Harness {
             self.issue_collective(handle, &call, &[INVALID_ARGUMENT]);
             // A refused call is still the rank's call: its peers are out of step with it
             // (outside a group), or the group is refused at its end.
-            if !alone {
-                self.refused_on(at.0);
-            }
+            self.refused_on(at.0, alone);
             return;
         };
         let tainted = self.cliques[at.0].tainted;
-        if call.count == 0 && !alone {
-            // Numbered on this rank alone.
-            self.refused_on(at.0);
+        if (call.count == 0 || tainted) && !alone {
+            // Numbered on this rank alone, or on a communicator that may have failed.
+            self.refused_on(at.0, alone);
         }
         if self.group_depth > 0 {
             if call.count > 0 && !alone && !self.may_block(at.0) {
@@ -1422,6 +1424,10 @@ impl Harness {
             }
             let expected = if tainted { anything() } else { vec![OK] };
             let result = self.issue_collective(handle, &call, &expected);
+            if result != OK {
+                // Refused (a failed communicator): the group is refused at its end.
+                self.refused_on(at.0, alone);
+            }
             if result == OK && call.count > 0 {
                 self.rank_mut(at).queued += 1;
                 self.pending.push(Pending::Collective {
@@ -1458,14 +1464,15 @@ impl Harness {
         self.check_results(at.0, &[(at.1, call, checked)], &inputs, &before);
     }
 
-    /// A collective call on clique `c` that its peers do not match: outside a group the
-    /// clique is tainted at once; inside one, its end is uncertain.
-    fn refused_on(&mut self, c: usize) {
+    /// A collective call on clique `c` that its peers do not match (or a refused call): inside
+    /// a group, the group's end is uncertain (a refused call refuses the whole group, on every
+    /// clique); outside one, a clique of several ranks is tainted at once.
+    fn refused_on(&mut self, c: usize, alone: bool) {
         if self.group_depth > 0 {
             if !self.group_unsure.contains(&c) {
                 self.group_unsure.push(c);
             }
-        } else {
+        } else if !alone {
             self.cliques[c].tainted = true;
         }
     }
@@ -1597,10 +1604,12 @@ impl Harness {
             self.expect("symmGroupStart", &[OK], null_mut(), || symmGroupStart());
             self.group_depth += 1;
         }
+        // Calls the library numbers in ways the model does not follow (counts of 0 beside
+        // others, a tainted communicator's calls) or refuses (which refuses the group).
         let counts_differ = calls.iter().any(|(_, _, call)| call.count == 0)
             && calls.iter().any(|(_, _, call)| call.count != 0);
-        if n > 1 && (counts_differ || checked.iter().any(Option::is_none)) {
-            self.refused_on(c);
+        if (n > 1 && (counts_differ || tainted)) || checked.iter().any(Option::is_none) {
+            self.refused_on(c, n == 1);
         }
         for ((r, handle, call), checked) in calls.into_iter().zip(checked) {
             let Some(checked) = checked else {
@@ -1610,6 +1619,10 @@ impl Harness {
             self.fill_inputs((c, r), &call, &checked);
             let expected = if tainted { anything() } else { vec![OK] };
             let result = self.issue_collective(handle, &call, &expected);
+            if result != OK {
+                // Refused (a failed communicator): the group is refused at its end.
+                self.refused_on(c, n == 1);
+            }
             if result == OK && call.count > 0 {
                 self.rank_mut((c, r)).queued += 1;
                 self.pending.push(Pending::Collective {
@@ -1804,7 +1817,8 @@ impl Harness {
         let pending = std::mem::take(&mut self.pending);
         let mut codes: Vec<Vec<symmResult_t>> = Vec::new();
         let unsure = std::mem::take(&mut self.group_unsure);
-        let mut uncertain = !unsure.is_empty();
+        let group_unsure = !unsure.is_empty();
+        let mut uncertain = group_unsure;
         for c in unsure {
             self.cliques[c].tainted = true;
         }
@@ -1994,7 +2008,8 @@ impl Harness {
             expected.push(TIMEOUT);
         }
         let result = self.expect("symmGroupEnd", &expected, null_mut(), || symmGroupEnd());
-        let uncertain = uncertain || (fast && result == TIMEOUT && !codes.iter().any(|c| c.contains(&TIMEOUT)));
+        let uncertain =
+            uncertain || (fast && result == TIMEOUT && !codes.iter().any(|c| c.contains(&TIMEOUT)));
 
         // The model's state after the group.
         for p in &pending {
@@ -2026,7 +2041,7 @@ impl Harness {
             }
         }
         let touched: Vec<usize> = instances.iter().map(|(c, _)| *c).collect();
-        if mismatch && !partial_mismatch.is_empty() {
+        if group_unsure || (mismatch && !partial_mismatch.is_empty()) {
             for c in &touched {
                 self.cliques[*c].tainted = true;
             }

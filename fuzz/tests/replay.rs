@@ -23,7 +23,11 @@ fn corpus_replays_cleanly() {
         let data = std::fs::read(path).expect("reading an input");
         let started = std::time::Instant::now();
         symm_fuzz::run_input(&data);
-        eprintln!("{:>8.1} ms {}", started.elapsed().as_secs_f64() * 1e3, path.display());
+        eprintln!(
+            "{:>8.1} ms {}",
+            started.elapsed().as_secs_f64() * 1e3,
+            path.display()
+        );
     }
     let (checked, errors, timeouts) = symm_fuzz::stats::read();
     eprintln!(

@@ -38,7 +38,9 @@ impl Drop for Group {
     /// holds its ranks' teardown back.
     fn drop(&mut self) {
         for item in &self.deferred {
-            item.comm().queued_in_group.fetch_sub(1, Ordering::AcqRel);
+            if item.uses_memory() {
+                item.comm().queued_in_group.fetch_sub(1, Ordering::AcqRel);
+            }
             if item.is_collective() {
                 item.comm().release_call();
             }
@@ -87,6 +89,15 @@ impl Deferred {
         }
     }
 
+    /// `true` for an item that uses its rank's memory at the group's end (a registration, a
+    /// collective to launch): while queued, teardown of the rank is refused.
+    fn uses_memory(&self) -> bool {
+        matches!(
+            self,
+            Deferred::CompleteWindow(..) | Deferred::Collective(..)
+        )
+    }
+
     /// `true` for a collective (made, empty or refused): it holds its rank for this thread
     /// until the group's end (see [`Comm::enter_call`]).
     fn is_collective(&self) -> bool {
@@ -97,7 +108,9 @@ impl Deferred {
 /// Queue `item` for the end of the group (its rank counts it as queued until then; a
 /// collective keeps its rank held by this thread until then).
 pub fn defer(item: Deferred) {
-    item.comm().queued_in_group.fetch_add(1, Ordering::AcqRel);
+    if item.uses_memory() {
+        item.comm().queued_in_group.fetch_add(1, Ordering::AcqRel);
+    }
     if item.is_collective() {
         item.comm().hold_for_group();
     }
@@ -106,12 +119,14 @@ pub fn defer(item: Deferred) {
 
 /// Uncounts the queued items of a group when its end has run them (on every path out), and
 /// releases the holds of its collectives.
-struct Unqueue(Vec<(Arc<Comm>, bool)>);
+struct Unqueue(Vec<(Arc<Comm>, bool, bool)>);
 
 impl Drop for Unqueue {
     fn drop(&mut self) {
-        for (comm, collective) in &self.0 {
-            comm.queued_in_group.fetch_sub(1, Ordering::AcqRel);
+        for (comm, uses_memory, collective) in &self.0 {
+            if *uses_memory {
+                comm.queued_in_group.fetch_sub(1, Ordering::AcqRel);
+            }
             if *collective {
                 comm.release_call();
             }
@@ -152,7 +167,13 @@ pub fn end() -> Result<()> {
     let _unqueue = Unqueue(
         deferred
             .iter()
-            .map(|item| (item.comm().clone(), item.is_collective()))
+            .map(|item| {
+                (
+                    item.comm().clone(),
+                    item.uses_memory(),
+                    item.is_collective(),
+                )
+            })
             .collect(),
     );
     let _ending = Ending::start();

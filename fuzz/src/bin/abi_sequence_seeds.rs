@@ -18,7 +18,12 @@ fn setup(n: u8, bytes: u16, unique_id: bool) -> Vec<Op> {
 /// As [`setup`], with `symmCommInitAll` and the short timeout, where calls that time out are
 /// made.
 fn setup_fast(n: u8, bytes: u16) -> Vec<Op> {
-    with_init(Op::InitAll { nranks: 0x80 | (n - 1) }, bytes)
+    with_init(
+        Op::InitAll {
+            nranks: 0x80 | (n - 1),
+        },
+        bytes,
+    )
 }
 
 fn with_init(init: Op, bytes: u16) -> Vec<Op> {
