@@ -104,10 +104,10 @@ pub struct CommState {
     pub windows: HashMap<usize, Arc<Window>>,
     /// Sequence number of this rank's next window registration.
     pub next_window_seq: u64,
-    /// Set when a collective timed out or a kernel refused its launch: the communicator
-    /// refuses further collectives.
+    /// Why this rank's communicator failed (see [`crate::failure`]): its own finding, or
+    /// another rank's it adopted; every later collective is refused with it.
     pub aborted: Option<String>,
-    /// The error of the abort (`symmTimeout`, or `symmInternalError` for a refused launch).
+    /// The code of that failure on this rank (its own finding's, or `symmRemoteError`).
     pub abort_code: Option<symmResult_t>,
     /// Set when a window registration through the bootstrap failed: later registrations are
     /// refused (the ranks of other processes may have given up on it).
