@@ -313,7 +313,8 @@ pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
 }
 
 /// Store a 16-byte LL line as two atomic 8-byte halves (`[a, b]` and `[c, d]`), the guarantee
-/// the GPU's vector store gives.
+/// the GPU's vector store gives. Relaxed, as the PTX (`st.relaxed.sys.v2.b64`): an LL line
+/// orders nothing but itself, so loom checks the program the GPU runs.
 ///
 /// # Safety
 /// `ptr` must be valid for writes and 16-byte aligned, and only accessed through these
@@ -324,12 +325,13 @@ pub unsafe fn store_line(ptr: *mut [u32; 4], line: [u32; 4]) {
     let hi = line[2] as u64 | (line[3] as u64) << 32;
     // SAFETY: the caller guarantees validity and alignment; AtomicU64 has u64's layout.
     unsafe {
-        atomic_u64(halves).store(lo, release());
-        atomic_u64(halves.add(1)).store(hi, release());
+        atomic_u64(halves).store(lo, Ordering::Relaxed);
+        atomic_u64(halves.add(1)).store(hi, Ordering::Relaxed);
     }
 }
 
-/// Load a 16-byte LL line as two atomic 8-byte halves.
+/// Load a 16-byte LL line as two atomic 8-byte halves, relaxed as the PTX
+/// (`ld.relaxed.sys.v2.b64`).
 ///
 /// # Safety
 /// As for [`store_line`], for reads.
@@ -338,8 +340,8 @@ pub unsafe fn load_line(ptr: *const [u32; 4]) -> [u32; 4] {
     // SAFETY: the caller guarantees validity and alignment.
     let (lo, hi) = unsafe {
         (
-            atomic_u64(halves).load(acquire()),
-            atomic_u64(halves.add(1)).load(acquire()),
+            atomic_u64(halves).load(Ordering::Relaxed),
+            atomic_u64(halves.add(1)).load(Ordering::Relaxed),
         )
     };
     [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32]

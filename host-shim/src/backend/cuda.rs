@@ -735,27 +735,17 @@ impl CudaBackend {
             .collect();
         let result = (|| {
             self.upload(ordinal, data, &ones)?;
-            let mut params_storage = (
-                config.tiles,
-                config.imbalance,
-                config.work_iterations,
-                config.prologue_iterations,
+            let mut params_storage = BenchmarkParams {
+                tiles: config.tiles,
+                imbalance: config.imbalance,
+                work_iterations: config.work_iterations,
+                prologue_iterations: config.prologue_iterations,
                 data,
-                counts,
-                stats,
-                state,
-            );
-            let p = &mut params_storage;
-            let mut params: [*mut c_void; 8] = [
-                (&mut p.0 as *mut u32).cast(),
-                (&mut p.1 as *mut u32).cast(),
-                (&mut p.2 as *mut u32).cast(),
-                (&mut p.3 as *mut u32).cast(),
-                (&mut p.4 as *mut u64).cast(),
-                (&mut p.5 as *mut u64).cast(),
-                (&mut p.6 as *mut u64).cast(),
-                (&mut p.7 as *mut u64).cast(),
-            ];
+                tile_counts: counts,
+                block_stats: stats,
+                source_state: state,
+            };
+            let mut params = params_storage.pointers();
             let mut times = Vec::new();
             // SAFETY: parameters match the benchmark kernels' signature; the buffers are sized
             // for `tiles` tiles; events are created and destroyed here.
@@ -855,6 +845,79 @@ impl CudaBackend {
                 "the CUDA driver library is missing or too old",
             ))),
         }
+    }
+}
+
+/// The parameters of every collective kernel, in the order of their `.param` list
+/// ([`symm_device::symmetric::dispatch::KERNEL_PARAMETERS`]).
+struct CollectiveParams {
+    /// Device address of the work table.
+    table: u64,
+    /// Tasks per rank in the table.
+    task_count: u32,
+    /// Ranks served by the launch.
+    ranks: u32,
+}
+
+impl CollectiveParams {
+    /// The PTX type of each parameter, in order (checked against every collective `.entry`
+    /// of the shipped PTX by [`crate::ptx::lint`]).
+    pub(crate) const PTX_TYPES: [&str; 3] = ["u64", "u32", "u32"];
+
+    /// `kernelParams` for `cuLaunchKernelEx`: one pointer per parameter, valid while `self`
+    /// is neither moved nor dropped.
+    fn pointers(&mut self) -> [*mut c_void; 3] {
+        [
+            (&raw mut self.table).cast(),
+            (&raw mut self.task_count).cast(),
+            (&raw mut self.ranks).cast(),
+        ]
+    }
+}
+
+/// The parameters of the work-scheduling benchmark kernels (`symm_clc_*`), in the order of
+/// their `.param` list.
+struct BenchmarkParams {
+    tiles: u32,
+    imbalance: u32,
+    work_iterations: u32,
+    prologue_iterations: u32,
+    data: u64,
+    tile_counts: u64,
+    block_stats: u64,
+    source_state: u64,
+}
+
+impl BenchmarkParams {
+    /// The PTX type of each parameter, in order (checked by [`crate::ptx::lint`]).
+    pub(crate) const PTX_TYPES: [&str; 8] =
+        ["u32", "u32", "u32", "u32", "u64", "u64", "u64", "u64"];
+
+    /// `kernelParams`: one pointer per parameter, valid while `self` is neither moved nor
+    /// dropped.
+    fn pointers(&mut self) -> [*mut c_void; 8] {
+        [
+            (&raw mut self.tiles).cast(),
+            (&raw mut self.imbalance).cast(),
+            (&raw mut self.work_iterations).cast(),
+            (&raw mut self.prologue_iterations).cast(),
+            (&raw mut self.data).cast(),
+            (&raw mut self.tile_counts).cast(),
+            (&raw mut self.block_stats).cast(),
+            (&raw mut self.source_state).cast(),
+        ]
+    }
+}
+
+/// The `.param` types the host passes to kernel `name` (see [`CollectiveParams`] and
+/// [`BenchmarkParams`]), or `None` for a name the host never launches.
+pub fn launched_param_types(name: &str) -> Option<&'static [&'static str]> {
+    if name.starts_with("symm_clc_") {
+        Some(&BenchmarkParams::PTX_TYPES)
+    } else if name.starts_with("symm_") {
+        Some(&CollectiveParams::PTX_TYPES)
+    } else {
+        None
     }
 }
 
@@ -974,14 +1037,12 @@ fn execute(function: sys::CUfunction, schedule: &LaunchSchedule) -> Result<()> {
                 })?
             }
             StreamOp::Launch(l) => {
-                let mut table = l.table;
-                let mut task_count = l.task_count;
-                let mut ranks = l.ranks.len() as u32;
-                let mut params: [*mut c_void; 3] = [
-                    (&mut table as *mut u64).cast(),
-                    (&mut task_count as *mut u32).cast(),
-                    (&mut ranks as *mut u32).cast(),
-                ];
+                let mut values = CollectiveParams {
+                    table: l.table,
+                    task_count: l.task_count,
+                    ranks: l.ranks.len() as u32,
+                };
+                let mut params = values.pointers();
                 // SAFETY: a zeroed attribute is valid plain data; the cooperative field is set.
                 let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
                 attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;

@@ -3,6 +3,7 @@
 //! in libsymm); a target's text is decompressed once per process, the first time it is used.
 
 pub mod gzip;
+pub mod lint;
 pub mod split;
 
 use std::sync::OnceLock;
