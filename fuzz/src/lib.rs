@@ -1606,9 +1606,15 @@ impl Harness {
         }
         // Calls the library numbers in ways the model does not follow (counts of 0 beside
         // others, a tainted communicator's calls) or refuses (which refuses the group).
-        let counts_differ = calls.iter().any(|(_, _, call)| call.count == 0)
-            && calls.iter().any(|(_, _, call)| call.count != 0);
-        if (n > 1 && (counts_differ || tainted)) || checked.iter().any(Option::is_none) {
+        // A count of 0 is a call too: its signature (kind, type, op) is compared with its
+        // peers', so count-0 calls that differ are a mismatch the model does not follow.
+        let has_zero = calls.iter().any(|(_, _, call)| call.count == 0);
+        let calls_differ = calls.windows(2).any(|pair| {
+            let (a, b) = (&pair[0].2, &pair[1].2);
+            (a.kind, a.dtype, a.op, a.count) != (b.kind, b.dtype, b.op, b.count)
+        });
+        if (n > 1 && ((has_zero && calls_differ) || tainted)) || checked.iter().any(Option::is_none)
+        {
             self.refused_on(c, n == 1);
         }
         for ((r, handle, call), checked) in calls.into_iter().zip(checked) {
