@@ -28,6 +28,7 @@ pub mod fusion;
 pub mod group;
 #[cfg(target_os = "linux")]
 pub mod link;
+pub mod mutation;
 pub mod plan;
 pub mod ptx;
 pub mod scale_model;

@@ -867,6 +867,13 @@ impl CollectiveParams {
     /// `kernelParams` for `cuLaunchKernelEx`: one pointer per parameter, valid while `self`
     /// is neither moved nor dropped.
     fn pointers(&mut self) -> [*mut c_void; 3] {
+        if crate::mutation::active(crate::mutation::Mutation::SwapKernelParameters) {
+            return [
+                (&raw mut self.table).cast(),
+                (&raw mut self.ranks).cast(),
+                (&raw mut self.task_count).cast(),
+            ];
+        }
         [
             (&raw mut self.table).cast(),
             (&raw mut self.task_count).cast(),

@@ -286,6 +286,9 @@ pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
             device,
         });
         for part in &input.parts {
+            if crate::mutation::active(crate::mutation::Mutation::SkipCompletionWait) {
+                continue;
+            }
             ops.push(StreamOp::WaitEvent {
                 stream: part.user_stream,
                 event: input.after_event,

@@ -1,0 +1,50 @@
+//! Deliberate defects, to prove that the simulated GPU's tests catch what they claim to catch
+//! (`cargo xtask sim --test` turns each on and expects a failure). Compiled in only with the
+//! `mutations` feature, and then active only when `SYMM_MUTATION` names them (comma-separated);
+//! without the feature [`active`] is a constant `false`.
+
+/// A defect the tests must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// The launch schedule forgets the user streams' wait for the collective's completion
+    /// (`skip-completion-wait`): work the user queues after a collective may run before it.
+    SkipCompletionWait,
+    /// The collective kernels' last two parameters are passed swapped
+    /// (`swap-kernel-parameters`).
+    SwapKernelParameters,
+}
+
+impl Mutation {
+    /// The name `SYMM_MUTATION` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::SkipCompletionWait => "skip-completion-wait",
+            Mutation::SwapKernelParameters => "swap-kernel-parameters",
+        }
+    }
+}
+
+/// Whether `mutation` is on (only with the `mutations` feature and `SYMM_MUTATION` naming it).
+#[cfg(feature = "mutations")]
+pub fn active(mutation: Mutation) -> bool {
+    use std::sync::OnceLock;
+    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            std::env::var("SYMM_MUTATION")
+                .unwrap_or_default()
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .iter()
+        .any(|n| n == mutation.name())
+}
+
+/// Whether `mutation` is on: never, without the `mutations` feature.
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub fn active(_mutation: Mutation) -> bool {
+    false
+}
