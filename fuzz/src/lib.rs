@@ -1613,7 +1613,10 @@ impl Harness {
             let (a, b) = (&pair[0].2, &pair[1].2);
             (a.kind, a.dtype, a.op, a.count) != (b.kind, b.dtype, b.op, b.count)
         });
-        if (n > 1 && ((has_zero && calls_differ) || tainted)) || checked.iter().any(Option::is_none)
+        // Count-0 calls not every rank makes leave the ranks' call numbers out of step.
+        let some_ranks_skip = calls.len() < n || !self.cliques[c].all_alive();
+        if (n > 1 && ((has_zero && (calls_differ || some_ranks_skip)) || tainted))
+            || checked.iter().any(Option::is_none)
         {
             self.refused_on(c, n == 1);
         }
