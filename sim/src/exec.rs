@@ -1,0 +1,778 @@
+//! The interpreter core: runs one GPU thread until its next scheduling decision.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::Ordering;
+
+use crate::ir::{GUARD_NEG, Inst, NO_GUARD, Op, atom, cmp, sem, slot};
+use crate::memory::{MemView, host_load, host_rmw, host_store};
+use crate::parse::Program;
+
+/// A fast hasher for integer keys (FxHash).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A `HashMap` with [`FxHasher`].
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// Granule of spin tracking: 8 bytes.
+#[inline]
+pub(crate) fn granule(addr: u64) -> u64 {
+    addr >> 3
+}
+
+/// What is known about stores to one granule.
+#[derive(Default, Debug)]
+pub(crate) struct GranuleInfo {
+    /// Sequence number of the last store.
+    pub last: u64,
+    /// Sleeping threads watching it: (thread, park token).
+    pub watchers: Vec<(u32, u32)>,
+}
+
+/// Stores seen by the simulation, for waking threads that spin on memory.
+#[derive(Default, Debug)]
+pub(crate) struct Stores {
+    /// Stores so far.
+    pub seq: u64,
+    /// Per granule.
+    pub map: FxMap<u64, GranuleInfo>,
+    /// Sleepers that read too many locations to track: any store wakes them.
+    pub any: Vec<(u32, u32)>,
+    /// Threads to wake (filled by stores, drained by the scheduler).
+    pub woken: Vec<(u32, u32)>,
+}
+
+impl Stores {
+    #[inline]
+    fn on_store(&mut self, addr: u64) {
+        self.seq += 1;
+        let e = self.map.entry(granule(addr)).or_default();
+        e.last = self.seq;
+        if !e.watchers.is_empty() {
+            self.woken.append(&mut e.watchers);
+        }
+        if !self.any.is_empty() {
+            self.woken.append(&mut self.any);
+        }
+    }
+}
+
+/// At most this many distinct granules are tracked per thread between two sleeps.
+pub(crate) const MAX_READS: usize = 64;
+
+/// A call frame: where to return and which call site.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Frame {
+    pub ret_pc: u32,
+    pub site: u32,
+}
+
+/// Thread scheduling state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TState {
+    /// May run.
+    Runnable,
+    /// Parked by `nanosleep` until a watched store or its wake-up time.
+    Sleeping,
+    /// Waiting at a block barrier.
+    Barrier,
+    /// Done.
+    Exited,
+}
+
+/// One GPU thread.
+#[derive(Debug)]
+pub(crate) struct Thread {
+    pub regs: Box<[u64]>,
+    pub pc: u32,
+    pub frames: Vec<Frame>,
+    /// Grid slot.
+    pub grid: u32,
+    /// Block slot.
+    pub block: u32,
+    /// Linear index in the block.
+    pub lane: u32,
+    /// Granules read since the last sleep with the store sequence number at the read.
+    pub reads: Vec<(u64, u64)>,
+    /// Set when more than [`MAX_READS`] granules were read: the store sequence then.
+    pub reads_overflow: Option<u64>,
+    /// Wake-up time while sleeping.
+    pub wake_at: u64,
+    /// Granules watched while sleeping.
+    pub watch: Vec<u64>,
+    /// Barrier: the destination register and this thread's predicate.
+    pub bar_dest: u32,
+    pub bar_pred: bool,
+    /// The barrier instruction waited at.
+    pub bar_pc: u32,
+    /// Index of the weak-memory thread state (weak mode).
+    pub weak_id: u32,
+}
+
+/// Why a thread stopped.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// Its interleaving points are used up (pc at the next memory instruction).
+    Yield,
+    /// The instruction cap was reached.
+    Limit,
+    /// It arrived at a barrier (pc after it).
+    Barrier,
+    /// `nanosleep` of that many ns (pc after it).
+    Sleep(u64),
+    /// It exited.
+    Exit,
+    /// `trap` (pc at it).
+    Trap,
+    /// A fault (pc at the instruction).
+    Fault(String),
+}
+
+/// What a thread's execution needs besides the thread itself.
+pub(crate) struct Ctx<'a> {
+    pub mem: &'a mut MemView,
+    pub device: u32,
+    pub params: &'a [u8],
+    /// Virtual time at the start of the slice.
+    pub now: u64,
+    /// Instructions executed towards the next nanosecond.
+    pub frac: u64,
+    /// Live threads: every one runs one instruction per nanosecond.
+    pub live: u64,
+    pub stores: &'a mut Stores,
+    pub weak: Option<&'a mut crate::weak::Weak>,
+    /// Whether plain loads are interleaving points.
+    pub plain_load_points: bool,
+}
+
+#[inline(always)]
+fn mask(bits: u8) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+#[inline(always)]
+fn sext(v: u64, bits: u8) -> i64 {
+    if bits >= 64 {
+        v as i64
+    } else {
+        let s = 64 - bits as u32;
+        ((v << s) as i64) >> s
+    }
+}
+
+const NAN32: u64 = 0x7FFF_FFFF;
+const NAN64: u64 = 0x7FFF_FFFF_FFFF_FFFF;
+
+#[inline(always)]
+fn f32r(v: f32) -> u64 {
+    if v.is_nan() {
+        NAN32
+    } else {
+        v.to_bits() as u64
+    }
+}
+
+#[inline(always)]
+fn f64r(v: f64) -> u64 {
+    if v.is_nan() { NAN64 } else { v.to_bits() }
+}
+
+#[inline(always)]
+fn f32of(v: u64) -> f32 {
+    f32::from_bits(v as u32)
+}
+
+#[inline(always)]
+fn f64of(v: u64) -> f64 {
+    f64::from_bits(v)
+}
+
+fn fmin32(a: f32, b: f32, max: bool) -> u64 {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => NAN32,
+        (true, false) => b.to_bits() as u64,
+        (false, true) => a.to_bits() as u64,
+        _ => {
+            if a == b {
+                // ±0: -0 < +0.
+                let neg = a.is_sign_negative();
+                let pick_a = if max { !neg } else { neg };
+                (if pick_a { a } else { b }).to_bits() as u64
+            } else if (a < b) != max {
+                a.to_bits() as u64
+            } else {
+                b.to_bits() as u64
+            }
+        }
+    }
+}
+
+fn fmin64(a: f64, b: f64, max: bool) -> u64 {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => NAN64,
+        (true, false) => b.to_bits(),
+        (false, true) => a.to_bits(),
+        _ => {
+            if a == b {
+                let neg = a.is_sign_negative();
+                let pick_a = if max { !neg } else { neg };
+                (if pick_a { a } else { b }).to_bits()
+            } else if (a < b) != max {
+                a.to_bits()
+            } else {
+                b.to_bits()
+            }
+        }
+    }
+}
+
+fn fcmp(c: u8, a: f64, b: f64) -> bool {
+    let unordered = a.is_nan() || b.is_nan();
+    match c {
+        cmp::EQ => a == b,
+        cmp::NE => !unordered && a != b,
+        cmp::LT => a < b,
+        cmp::LE => a <= b,
+        cmp::GT => a > b,
+        cmp::GE => a >= b,
+        cmp::EQU => unordered || a == b,
+        cmp::NEU => a != b,
+        cmp::LTU => unordered || a < b,
+        cmp::LEU => unordered || a <= b,
+        cmp::GTU => unordered || a > b,
+        cmp::GEU => unordered || a >= b,
+        cmp::NUM => !unordered,
+        _ => unordered,
+    }
+}
+
+#[inline(always)]
+fn icmp<T: PartialOrd>(c: u8, a: T, b: T) -> bool {
+    match c {
+        cmp::EQ => a == b,
+        cmp::NE => a != b,
+        cmp::LT => a < b,
+        cmp::LE => a <= b,
+        cmp::GT => a > b,
+        _ => a >= b,
+    }
+}
+
+fn bfe(a: u64, pos: u64, len: u64, bits: u8, signed: bool) -> u64 {
+    let msb = bits as u64 - 1;
+    let pos = pos & 0xff;
+    let len = len & 0xff;
+    let sbit = if !signed || len == 0 {
+        0
+    } else {
+        (a >> (pos + len - 1).min(msb)) & 1
+    };
+    let mut d = 0u64;
+    for i in 0..=msb {
+        let bit = if i < len && pos + i <= msb {
+            (a >> (pos + i)) & 1
+        } else {
+            sbit
+        };
+        d |= bit << i;
+    }
+    d
+}
+
+fn cvt_from_float(f: f64, bits: u8, signed: bool) -> u64 {
+    // Round toward zero, saturate, NaN → 0 (Rust's `as` does exactly that).
+    let v = match (bits, signed) {
+        (8, true) => f as i8 as u64,
+        (8, false) => f as u8 as u64,
+        (16, true) => f as i16 as u64,
+        (16, false) => f as u16 as u64,
+        (32, true) => f as i32 as u64,
+        (32, false) => f as u32 as u64,
+        (64, true) => f as i64 as u64,
+        _ => f as u64,
+    };
+    v & mask(bits)
+}
+
+/// Load `bytes` at a checked `addr` for `t`, through the weak model when there is one.
+#[inline]
+fn load(ctx: &mut Ctx, t: &mut Thread, addr: u64, bytes: u32, s: u8) -> u64 {
+    let g = granule(addr);
+    match t.reads.last() {
+        Some(&(last, _)) if last == g => {}
+        _ => {
+            if t.reads.len() < MAX_READS {
+                t.reads.push((g, ctx.stores.seq));
+            } else if t.reads_overflow.is_none() {
+                t.reads_overflow = Some(ctx.stores.seq);
+            }
+        }
+    }
+    if let Some(w) = ctx.weak.as_deref_mut() {
+        return w.load(t.weak_id, addr, bytes, s);
+    }
+    let order = if s == sem::ACQUIRE {
+        Ordering::Acquire
+    } else {
+        Ordering::Relaxed
+    };
+    // SAFETY: `addr` was checked against the address space (mapped, aligned, allowed).
+    unsafe { host_load(addr, bytes, order) }
+}
+
+#[inline]
+fn store(ctx: &mut Ctx, t: &Thread, addr: u64, bytes: u32, v: u64, s: u8) {
+    if let Some(w) = ctx.weak.as_deref_mut() {
+        w.store(t.weak_id, addr, bytes, v, s);
+    } else {
+        let order = if s == sem::RELEASE {
+            Ordering::Release
+        } else {
+            Ordering::Relaxed
+        };
+        // SAFETY: `addr` was checked against the address space (mapped, aligned, allowed).
+        unsafe { host_store(addr, bytes, v, order) };
+    }
+    ctx.stores.on_store(addr);
+}
+
+fn atomic(ctx: &mut Ctx, t: &Thread, i: &Inst, addr: u64, b: u64, c: u64) -> u64 {
+    let bits = i.bits;
+    let m = mask(bits);
+    let op = i.aux;
+    let f = move |old: u64| -> Option<u64> {
+        let old = old & m;
+        let new = match op {
+            atom::CAS => {
+                if old == b & m {
+                    c
+                } else {
+                    return None;
+                }
+            }
+            atom::EXCH => b,
+            atom::ADD => old.wrapping_add(b),
+            atom::AND => old & b,
+            atom::OR => old | b,
+            atom::XOR => old ^ b,
+            atom::MIN_U => old.min(b & m),
+            atom::MAX_U => old.max(b & m),
+            atom::MIN_S => {
+                if sext(old, bits) <= sext(b, bits) {
+                    old
+                } else {
+                    b
+                }
+            }
+            atom::MAX_S => {
+                if sext(old, bits) >= sext(b, bits) {
+                    old
+                } else {
+                    b
+                }
+            }
+            atom::INC => {
+                if old >= b & m {
+                    0
+                } else {
+                    old + 1
+                }
+            }
+            _ => {
+                if old == 0 || old > b & m {
+                    b
+                } else {
+                    old - 1
+                }
+            }
+        };
+        Some(new & m)
+    };
+    let bytes = bits as u32 / 8;
+    let (old, wrote) = if let Some(w) = ctx.weak.as_deref_mut() {
+        w.rmw(t.weak_id, addr, bytes, i.flags, &f)
+    } else {
+        let mut wrote = false;
+        // SAFETY: `addr` was checked against the address space (mapped, aligned, allowed).
+        let old = unsafe {
+            host_rmw(addr, bytes, |o| {
+                let r = f(o);
+                wrote = r.is_some();
+                r
+            })
+        };
+        (old, wrote)
+    };
+    if wrote {
+        ctx.stores.on_store(addr);
+    }
+    old
+}
+
+/// Run `t` until it has passed `points` interleaving points (memory and synchronisation
+/// instructions; it stops *before* the next one), stops for another reason, or has executed
+/// about `limit` instructions. Returns why and how many instructions ran.
+pub(crate) fn run(
+    t: &mut Thread,
+    prog: &Program,
+    ctx: &mut Ctx,
+    mut points: u32,
+    limit: u64,
+) -> (Stop, u64) {
+    let code = &prog.code[..];
+    let mut pc = t.pc as usize;
+    let mut n: u64 = 0;
+    let stop = loop {
+        let i = &code[pc];
+        n += 1;
+        if i.guard != NO_GUARD {
+            let p = t.regs[(i.guard & !GUARD_NEG) as usize] != 0;
+            if p == (i.guard & GUARD_NEG != 0) {
+                pc += 1;
+                continue;
+            }
+        }
+        let r = &mut t.regs;
+        let o = &i.o;
+        macro_rules! a {
+            () => {
+                r[o[1] as usize]
+            };
+        }
+        macro_rules! b {
+            () => {
+                r[o[2] as usize]
+            };
+        }
+        macro_rules! c {
+            () => {
+                r[o[3] as usize]
+            };
+        }
+        macro_rules! set {
+            ($v:expr) => {{
+                let v = $v;
+                r[o[0] as usize] = v;
+            }};
+        }
+        let m = mask(i.bits);
+        match i.op {
+            Op::Mov => set!(a!() & m),
+            Op::Add => set!(a!().wrapping_add(b!()) & m),
+            Op::Sub => set!(a!().wrapping_sub(b!()) & m),
+            Op::AddSubCarry => {
+                let cin = if i.flags & 1 != 0 {
+                    r[slot::CC as usize] & 1
+                } else {
+                    0
+                };
+                let (x, y) = (a!() & m, b!() & m);
+                let (v, carry) = if i.flags & 4 == 0 {
+                    let full = x as u128 + y as u128 + cin as u128;
+                    (full as u64 & m, (full >> i.bits) as u64 & 1)
+                } else {
+                    let v = x.wrapping_sub(y).wrapping_sub(cin) & m;
+                    (v, ((x as u128) < y as u128 + cin as u128) as u64)
+                };
+                set!(v);
+                if i.flags & 2 != 0 {
+                    r[slot::CC as usize] = carry;
+                }
+            }
+            Op::MulLo => set!(a!().wrapping_mul(b!()) & m),
+            Op::MulHiU => {
+                let p = (a!() & m) as u128 * (b!() & m) as u128;
+                set!((p >> i.bits) as u64 & m)
+            }
+            Op::MulHiS => {
+                let p = sext(a!(), i.bits) as i128 * sext(b!(), i.bits) as i128;
+                set!((p >> i.bits) as u64 & m)
+            }
+            Op::MulWideU => set!((a!() & m).wrapping_mul(b!() & m) & mask(i.bits * 2)),
+            Op::MulWideS => {
+                set!(
+                    (sext(a!(), i.bits).wrapping_mul(sext(b!(), i.bits))) as u64 & mask(i.bits * 2)
+                )
+            }
+            Op::MadLo => set!(a!().wrapping_mul(b!()).wrapping_add(c!()) & m),
+            Op::DivU => {
+                let (x, y) = (a!() & m, b!() & m);
+                set!(x.checked_div(y).unwrap_or(m))
+            }
+            Op::DivS => {
+                let (x, y) = (sext(a!(), i.bits), sext(b!(), i.bits));
+                set!(if y == 0 {
+                    m
+                } else {
+                    x.wrapping_div(y) as u64 & m
+                })
+            }
+            Op::RemU => {
+                let (x, y) = (a!() & m, b!() & m);
+                set!(x.checked_rem(y).unwrap_or(x))
+            }
+            Op::RemS => {
+                let (x, y) = (sext(a!(), i.bits), sext(b!(), i.bits));
+                set!(if y == 0 {
+                    x as u64 & m
+                } else {
+                    x.wrapping_rem(y) as u64 & m
+                })
+            }
+            Op::MinU => set!((a!() & m).min(b!() & m)),
+            Op::MaxU => set!((a!() & m).max(b!() & m)),
+            Op::MinS => set!(sext(a!(), i.bits).min(sext(b!(), i.bits)) as u64 & m),
+            Op::MaxS => set!(sext(a!(), i.bits).max(sext(b!(), i.bits)) as u64 & m),
+            Op::And => set!(a!() & b!() & m),
+            Op::Or => set!((a!() | b!()) & m),
+            Op::Xor => set!((a!() ^ b!()) & m),
+            Op::Not => set!(!a!() & m),
+            Op::Neg => set!(a!().wrapping_neg() & m),
+            Op::Shl => {
+                let s = b!() as u32;
+                set!(if s >= i.bits as u32 {
+                    0
+                } else {
+                    (a!() << s) & m
+                })
+            }
+            Op::ShrU => {
+                let s = b!() as u32;
+                set!(if s >= i.bits as u32 {
+                    0
+                } else {
+                    (a!() & m) >> s
+                })
+            }
+            Op::ShrS => {
+                let s = (b!() as u32).min(i.bits as u32 - 1);
+                set!((sext(a!(), i.bits) >> s) as u64 & m)
+            }
+            Op::Shf => {
+                let v = (b!() & 0xFFFF_FFFF) << 32 | (a!() & 0xFFFF_FFFF);
+                let c = c!() as u32;
+                let s = if i.flags & 2 != 0 { c.min(32) } else { c & 31 };
+                set!(if i.flags & 1 == 0 {
+                    (v << s) >> 32
+                } else {
+                    (v >> s) & 0xFFFF_FFFF
+                })
+            }
+            Op::BfeU => set!(bfe(a!(), b!(), c!(), i.bits, false)),
+            Op::BfeS => set!(bfe(a!(), b!(), c!(), i.bits, true)),
+            Op::Clz => {
+                let v = a!() & m;
+                set!((v.leading_zeros() - (64 - i.bits as u32)) as u64)
+            }
+            Op::Popc => set!((a!() & m).count_ones() as u64),
+            Op::SetpU => set!(icmp(i.flags, a!() & m, b!() & m) as u64),
+            Op::SetpS => set!(icmp(i.flags, sext(a!(), i.bits), sext(b!(), i.bits)) as u64),
+            Op::SetpF32 => set!(fcmp(i.flags, f32of(a!()) as f64, f32of(b!()) as f64) as u64),
+            Op::SetpF64 => set!(fcmp(i.flags, f64of(a!()), f64of(b!())) as u64),
+            Op::Selp => set!(if c!() != 0 { a!() } else { b!() } & m),
+            Op::CvtInt => {
+                let v = if i.flags & 1 != 0 {
+                    sext(a!(), i.aux) as u64
+                } else {
+                    a!() & mask(i.aux)
+                };
+                set!(v & m)
+            }
+            Op::CvtF32FromInt => {
+                let f = if i.flags & 1 != 0 {
+                    sext(a!(), i.aux) as f32
+                } else {
+                    (a!() & mask(i.aux)) as f32
+                };
+                set!(f.to_bits() as u64)
+            }
+            Op::CvtF64FromInt => {
+                let f = if i.flags & 1 != 0 {
+                    sext(a!(), i.aux) as f64
+                } else {
+                    (a!() & mask(i.aux)) as f64
+                };
+                set!(f.to_bits())
+            }
+            Op::CvtIntFromF32 => set!(cvt_from_float(f32of(a!()) as f64, i.bits, i.flags & 1 != 0)),
+            Op::CvtIntFromF64 => set!(cvt_from_float(f64of(a!()), i.bits, i.flags & 1 != 0)),
+            Op::CvtF64FromF32 => set!(f64r(f32of(a!()) as f64)),
+            Op::CvtF32FromF64 => set!(f32r(f64of(a!()) as f32)),
+            Op::FAdd32 => set!(f32r(f32of(a!()) + f32of(b!()))),
+            Op::FSub32 => set!(f32r(f32of(a!()) - f32of(b!()))),
+            Op::FMul32 => set!(f32r(f32of(a!()) * f32of(b!()))),
+            Op::FDiv32 => set!(f32r(f32of(a!()) / f32of(b!()))),
+            Op::FFma32 => set!(f32r(f32of(a!()).mul_add(f32of(b!()), f32of(c!())))),
+            Op::FMin32 => set!(fmin32(f32of(a!()), f32of(b!()), false)),
+            Op::FMax32 => set!(fmin32(f32of(a!()), f32of(b!()), true)),
+            Op::FNeg32 => set!((a!() ^ 0x8000_0000) & 0xFFFF_FFFF),
+            Op::FAbs32 => set!(a!() & 0x7FFF_FFFF),
+            Op::FAdd64 => set!(f64r(f64of(a!()) + f64of(b!()))),
+            Op::FSub64 => set!(f64r(f64of(a!()) - f64of(b!()))),
+            Op::FMul64 => set!(f64r(f64of(a!()) * f64of(b!()))),
+            Op::FDiv64 => set!(f64r(f64of(a!()) / f64of(b!()))),
+            Op::FFma64 => set!(f64r(f64of(a!()).mul_add(f64of(b!()), f64of(c!())))),
+            Op::FMin64 => set!(fmin64(f64of(a!()), f64of(b!()), false)),
+            Op::FMax64 => set!(fmin64(f64of(a!()), f64of(b!()), true)),
+            Op::FNeg64 => set!(a!() ^ (1 << 63)),
+            Op::FAbs64 => set!(a!() & !(1 << 63)),
+            Op::Pack => {
+                let mut v = 0u64;
+                for k in 0..i.aux as usize {
+                    v |= (r[o[k + 1] as usize] & m) << (k as u32 * i.bits as u32);
+                }
+                set!(v)
+            }
+            Op::Unpack => {
+                let v = r[o[5] as usize];
+                for k in 0..i.aux as usize {
+                    r[o[k] as usize] = (v >> (k as u32 * i.bits as u32)) & m;
+                }
+            }
+            Op::GlobalTimer => set!(ctx.now + (ctx.frac + n) / ctx.live),
+            Op::LdKernelParam => {
+                let off = o[1] as usize;
+                let bytes = (i.bits as usize / 8).max(1);
+                let mut buf = [0u8; 8];
+                buf[..bytes].copy_from_slice(&ctx.params[off..off + bytes]);
+                let v = u64::from_le_bytes(buf);
+                set!(if i.flags & 1 != 0 {
+                    sext(v, i.bits) as u64
+                } else {
+                    v
+                })
+            }
+            Op::Ld | Op::St | Op::Atom => {
+                // Plain loads are interleaving points only when the policy says so: for
+                // data-race-free code they cannot change an outcome (weak mode explores the
+                // racy reads).
+                if i.op != Op::Ld || i.flags & 0x7f != sem::WEAK || ctx.plain_load_points {
+                    if points == 0 {
+                        n -= 1;
+                        break Stop::Yield;
+                    }
+                    points -= 1;
+                }
+                let addr = r[o[4] as usize].wrapping_add(o[5] as i32 as i64 as u64);
+                let eb = i.bits as u32 / 8;
+                let total = if i.op == Op::Atom {
+                    eb as u64
+                } else {
+                    eb as u64 * i.aux as u64
+                };
+                let what = match i.op {
+                    Op::Ld => "load",
+                    Op::St => "store",
+                    _ => "atomic",
+                };
+                if let Err(e) = ctx.mem.check(addr, total, total, ctx.device, what) {
+                    n -= 1;
+                    break Stop::Fault(e);
+                }
+                let s = i.flags & 0x7f;
+                match i.op {
+                    Op::Ld => {
+                        for (k, &dst) in o[..i.aux as usize].iter().enumerate() {
+                            let v = load(ctx, t, addr + k as u64 * eb as u64, eb, s);
+                            let v = if i.flags & 0x80 != 0 {
+                                sext(v, i.bits) as u64
+                            } else {
+                                v
+                            };
+                            t.regs[dst as usize] = v;
+                        }
+                    }
+                    Op::St => {
+                        for (k, &src) in o[..i.aux as usize].iter().enumerate() {
+                            let v = t.regs[src as usize] & m;
+                            store(ctx, t, addr + k as u64 * eb as u64, eb, v, s);
+                        }
+                    }
+                    _ => {
+                        let (bv, cv) = (t.regs[o[1] as usize], t.regs[o[2] as usize]);
+                        let old = atomic(ctx, t, i, addr, bv, cv);
+                        t.regs[o[0] as usize] = old;
+                    }
+                }
+            }
+            Op::Bar => {
+                if points == 0 {
+                    n -= 1;
+                    break Stop::Yield;
+                }
+                t.bar_dest = o[0];
+                t.bar_pred = (r[o[1] as usize] != 0) != (i.flags & 1 != 0);
+                t.bar_pc = pc as u32;
+                pc += 1;
+                break Stop::Barrier;
+            }
+            Op::Nanosleep => {
+                if points == 0 {
+                    n -= 1;
+                    break Stop::Yield;
+                }
+                let ns = a!() & 0xFFFF_FFFF;
+                pc += 1;
+                break Stop::Sleep(ns);
+            }
+            Op::Bra => {
+                pc = o[0] as usize;
+                if n >= limit {
+                    break Stop::Limit;
+                }
+                continue;
+            }
+            Op::Call => {
+                let site = &prog.calls[o[0] as usize];
+                for &(from, to) in &site.args {
+                    r[to as usize] = r[from as usize];
+                }
+                t.frames.push(Frame {
+                    ret_pc: pc as u32 + 1,
+                    site: o[0],
+                });
+                pc = site.target as usize;
+                continue;
+            }
+            Op::Ret => match t.frames.pop() {
+                None => break Stop::Exit,
+                Some(f) => {
+                    if let Some((from, to)) = prog.calls[f.site as usize].ret {
+                        r[to as usize] = r[from as usize];
+                    }
+                    pc = f.ret_pc as usize;
+                    continue;
+                }
+            },
+            Op::Exit => break Stop::Exit,
+            Op::Trap => break Stop::Trap,
+        }
+        pc += 1;
+    };
+    t.pc = pc as u32;
+    (stop, n)
+}

@@ -1,0 +1,1856 @@
+//! PTX text → [`Program`]: a parser for the LLVM-NVPTX subset symm ships, lowering straight
+//! to the pre-decoded [`Inst`] form. Every opcode and modifier combination not implemented
+//! is an error naming the line.
+
+use std::collections::HashMap;
+
+use crate::ir::{CallSite, GUARD_NEG, Inst, NO_GUARD, Op, atom, cmp, red, sem, slot};
+use crate::lex::{FloatLit, Kind, Tok, parse_float, parse_int, tokenize};
+
+/// A function of a program.
+#[derive(Clone, Debug)]
+pub(crate) struct Func {
+    /// Its PTX name.
+    pub name: String,
+    /// First instruction (`u32::MAX` while only declared).
+    pub start: u32,
+    /// One past the last instruction.
+    pub end: u32,
+    /// Whether it is a `.entry`.
+    pub is_entry: bool,
+    /// Parameter slots (functions) with their sizes.
+    pub params: Vec<(String, u32, u32)>,
+    /// The return-value slot, if any.
+    pub ret: Option<(String, u32, u32)>,
+    /// Whether a body was parsed.
+    pub defined: bool,
+}
+
+/// A kernel: its function and its parameter layout.
+#[derive(Clone, Debug)]
+pub(crate) struct Kernel {
+    /// Its name.
+    pub name: String,
+    /// Index into [`Program::funcs`].
+    pub func: u32,
+    /// Size and alignment per parameter.
+    pub params: Vec<crate::ParamInfo>,
+    /// Byte offset of each parameter in the parameter buffer.
+    pub offsets: Vec<usize>,
+    /// Bytes of the parameter buffer.
+    pub param_bytes: usize,
+}
+
+/// A lowered module.
+#[derive(Clone, Debug)]
+pub(crate) struct Program {
+    /// All instructions of all functions.
+    pub code: Vec<Inst>,
+    /// The PTX line of each instruction.
+    pub lines: Vec<u32>,
+    /// Functions in definition order (declared-only ones too).
+    pub funcs: Vec<Func>,
+    /// The `.entry` functions.
+    pub kernels: Vec<Kernel>,
+    /// Call sites.
+    pub calls: Vec<CallSite>,
+    /// The initial register file (constants filled in).
+    pub template: Vec<u64>,
+    /// The text of each line holding instructions.
+    pub line_text: HashMap<u32, Box<str>>,
+}
+
+impl Program {
+    /// The function holding instruction `pc`.
+    pub fn func_at(&self, pc: u32) -> Option<&Func> {
+        self.funcs
+            .iter()
+            .find(|f| f.defined && f.start <= pc && pc < f.end)
+    }
+}
+
+type PResult<T> = Result<T, String>;
+
+/// What a name in a scope stands for.
+#[derive(Clone, Copy, Debug)]
+enum Sym {
+    /// A register: slot and declared width (1 = predicate).
+    Reg(u32, u8),
+    /// A `.param` of a function or a call sequence held in a slot: slot and size in bytes.
+    Param(u32, u32),
+    /// A kernel parameter: byte offset and size.
+    KParam(u32, u32),
+}
+
+/// An operand as written.
+#[derive(Clone, Debug)]
+enum Opnd<'a> {
+    /// A name (register, label, function, parameter, special register).
+    Name(&'a str),
+    /// An integer literal (two's complement bits).
+    Int(u64),
+    /// A float literal.
+    F32(u32),
+    F64(u64),
+    /// `[base + off]`.
+    Addr(&'a str, i64),
+    /// `[imm]`.
+    AbsAddr(u64),
+    /// `{a, b, ...}` (`_` allowed).
+    Vector(Vec<&'a str>),
+    /// `(a, b, ...)` (call lists).
+    List(Vec<&'a str>),
+    /// `!%p` (negated predicate operand).
+    NotName(&'a str),
+}
+
+/// Names declared in one `{ }` scope: single names and `%r<N>` ranges.
+#[derive(Default)]
+struct Scope<'a> {
+    names: HashMap<&'a str, Sym>,
+    /// Range base → (first slot, count, width).
+    ranges: HashMap<&'a str, (u32, u32, u8)>,
+}
+
+struct Parser<'a> {
+    toks: Vec<Tok<'a>>,
+    pos: usize,
+    prog: Program,
+    consts: HashMap<u64, u32>,
+    func_index: HashMap<String, u32>,
+    /// Pending branch fixups: (instruction, label, line, function).
+    branches: Vec<(usize, &'a str, u32)>,
+    labels: HashMap<&'a str, u32>,
+    scopes: Vec<Scope<'a>>,
+    /// The function being parsed.
+    cur: u32,
+    next_slot: u32,
+    /// Call graph edges (caller, callee, line) for the recursion check.
+    edges: Vec<(u32, u32, u32)>,
+}
+
+fn err<T>(line: u32, msg: impl std::fmt::Display) -> PResult<T> {
+    Err(format!("line {line}: {msg}"))
+}
+
+/// Parse and lower `text`.
+pub(crate) fn parse(text: &str) -> PResult<Program> {
+    let toks = tokenize(text).map_err(|(line, m)| format!("line {line}: {m}"))?;
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        prog: Program {
+            code: Vec::new(),
+            lines: Vec::new(),
+            funcs: Vec::new(),
+            kernels: Vec::new(),
+            calls: Vec::new(),
+            template: vec![0; slot::FIRST_FREE as usize],
+            line_text: HashMap::new(),
+        },
+        consts: HashMap::new(),
+        func_index: HashMap::new(),
+        branches: Vec::new(),
+        labels: HashMap::new(),
+        scopes: Vec::new(),
+        cur: 0,
+        next_slot: slot::FIRST_FREE,
+        edges: Vec::new(),
+    };
+    p.module()?;
+    // Resolve call targets, reject undefined callees and recursion.
+    for i in 0..p.prog.calls.len() {
+        let f = &p.prog.funcs[p.prog.calls[i].func as usize];
+        if !f.defined {
+            return Err(format!(
+                "function {} is called but not defined in this module",
+                f.name
+            ));
+        }
+        p.prog.calls[i].target = f.start;
+    }
+    check_recursion(&p.prog.funcs, &p.edges)?;
+    p.prog.template.resize(p.next_slot as usize, 0);
+    compact(&mut p.prog)?;
+    let lines: Vec<&str> = text.lines().collect();
+    for &l in &p.prog.lines {
+        p.prog
+            .line_text
+            .entry(l)
+            .or_insert_with(|| lines.get(l as usize - 1).unwrap_or(&"").trim().into());
+    }
+    Ok(p.prog)
+}
+
+/// The positions in [`Inst::o`] that hold register slots.
+fn slot_positions(i: &Inst) -> ([u8; 6], usize) {
+    let mut out = [0u8; 6];
+    let mut n = 0;
+    let mut add = |p: u8| {
+        out[n] = p;
+        n += 1;
+    };
+    match i.op {
+        Op::Ld | Op::St => {
+            for k in 0..i.aux.min(4) {
+                add(k);
+            }
+            add(4);
+        }
+        Op::Atom => [0, 1, 2, 4].into_iter().for_each(add),
+        Op::Bar => [0, 1].into_iter().for_each(add),
+        Op::Nanosleep => add(1),
+        Op::Bra | Op::Call | Op::Ret | Op::Exit | Op::Trap => {}
+        Op::LdKernelParam | Op::GlobalTimer => add(0),
+        Op::Pack => {
+            for k in 0..=i.aux.min(4) {
+                add(k);
+            }
+        }
+        Op::Unpack => {
+            for k in 0..i.aux.min(4) {
+                add(k);
+            }
+            add(5);
+        }
+        _ => [0, 1, 2, 3].into_iter().for_each(add),
+    }
+    (out, n)
+}
+
+/// Renumber register slots in order of first use (the registers a stretch of code uses share
+/// cache lines), drop unused ones, and check that every slot lies in the register file.
+fn compact(prog: &mut Program) -> PResult<()> {
+    let n = prog.template.len();
+    let mut map = vec![u32::MAX; n];
+    for (s, m) in map.iter_mut().enumerate().take(slot::FIRST_FREE as usize) {
+        *m = s as u32;
+    }
+    let mut next = slot::FIRST_FREE;
+    let mut visit = |s: u32, map: &mut Vec<u32>| -> PResult<u32> {
+        let m = map
+            .get_mut(s as usize)
+            .ok_or_else(|| format!("internal error: register slot {s} out of range"))?;
+        if *m == u32::MAX {
+            *m = next;
+            next += 1;
+        }
+        Ok(*m)
+    };
+    for pc in 0..prog.code.len() {
+        let mut i = prog.code[pc];
+        if i.guard != NO_GUARD {
+            i.guard = visit(i.guard & !GUARD_NEG, &mut map)? | (i.guard & GUARD_NEG);
+        }
+        let (pos, k) = slot_positions(&i);
+        for &p in &pos[..k] {
+            i.o[p as usize] = visit(i.o[p as usize], &mut map)?;
+        }
+        if i.op == Op::Call {
+            let site = &mut prog.calls[i.o[0] as usize];
+            for (a, b) in &mut site.args {
+                *a = visit(*a, &mut map)?;
+                *b = visit(*b, &mut map)?;
+            }
+            if let Some((a, b)) = &mut site.ret {
+                *a = visit(*a, &mut map)?;
+                *b = visit(*b, &mut map)?;
+            }
+        }
+        prog.code[pc] = i;
+    }
+    let mut template = vec![0u64; next as usize];
+    for (old, &new) in map.iter().enumerate() {
+        if new != u32::MAX {
+            template[new as usize] = prog.template[old];
+        }
+    }
+    prog.template = template;
+    Ok(())
+}
+
+fn check_recursion(funcs: &[Func], edges: &[(u32, u32, u32)]) -> PResult<()> {
+    // Depth-first search for a cycle; registers are allocated statically per function.
+    let n = funcs.len();
+    let mut adj = vec![Vec::new(); n];
+    for &(a, b, line) in edges {
+        adj[a as usize].push((b, line));
+    }
+    let mut state = vec![0u8; n];
+    fn visit(v: usize, adj: &[Vec<(u32, u32)>], state: &mut [u8], funcs: &[Func]) -> PResult<()> {
+        state[v] = 1;
+        for &(w, line) in &adj[v] {
+            match state[w as usize] {
+                1 => {
+                    return err(
+                        line,
+                        format!(
+                            "recursive call of {} is not supported",
+                            funcs[w as usize].name
+                        ),
+                    );
+                }
+                0 => visit(w as usize, adj, state, funcs)?,
+                _ => {}
+            }
+        }
+        state[v] = 2;
+        Ok(())
+    }
+    for v in 0..n {
+        if state[v] == 0 {
+            visit(v, &adj, &mut state, funcs)?;
+        }
+    }
+    Ok(())
+}
+
+/// Size in bytes and bits of a type name (without the dot), and whether it is signed /
+/// float.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ty {
+    bits: u8,
+    signed: bool,
+    float: bool,
+    pred: bool,
+}
+
+fn ty(name: &str) -> Option<Ty> {
+    let t = |bits, signed, float| {
+        Some(Ty {
+            bits,
+            signed,
+            float,
+            pred: false,
+        })
+    };
+    match name {
+        "b8" | "u8" => t(8, false, false),
+        "s8" => t(8, true, false),
+        "b16" | "u16" => t(16, false, false),
+        "s16" => t(16, true, false),
+        "b32" | "u32" => t(32, false, false),
+        "s32" => t(32, true, false),
+        "b64" | "u64" => t(64, false, false),
+        "s64" => t(64, true, false),
+        "f32" => t(32, false, true),
+        "f64" => t(64, false, true),
+        "pred" => Some(Ty {
+            bits: 1,
+            signed: false,
+            float: false,
+            pred: true,
+        }),
+        _ => None,
+    }
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&self) -> Option<&Tok<'a>> {
+        self.toks.get(self.pos)
+    }
+
+    fn line(&self) -> u32 {
+        self.toks
+            .get(self.pos)
+            .or(self.toks.last())
+            .map_or(0, |t| t.line)
+    }
+
+    fn next(&mut self) -> PResult<Tok<'a>> {
+        let t = self
+            .toks
+            .get(self.pos)
+            .copied()
+            .ok_or_else(|| format!("line {}: unexpected end of text", self.line()))?;
+        self.pos += 1;
+        Ok(t)
+    }
+
+    fn expect(&mut self, p: &str) -> PResult<()> {
+        let t = self.next()?;
+        if t.is(p) {
+            Ok(())
+        } else {
+            err(t.line, format!("expected `{p}`, found `{}`", t.text))
+        }
+    }
+
+    fn eat(&mut self, p: &str) -> bool {
+        if self.peek().is_some_and(|t| t.is(p)) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn ident(&mut self) -> PResult<Tok<'a>> {
+        let t = self.next()?;
+        if t.kind == Kind::Ident {
+            Ok(t)
+        } else {
+            err(t.line, format!("expected a name, found `{}`", t.text))
+        }
+    }
+
+    fn number(&mut self) -> PResult<u64> {
+        let t = self.next()?;
+        if t.kind == Kind::Num {
+            parse_int(t.text).ok_or_else(|| format!("line {}: bad number `{}`", t.line, t.text))
+        } else {
+            err(t.line, format!("expected a number, found `{}`", t.text))
+        }
+    }
+
+    fn alloc(&mut self) -> u32 {
+        let s = self.next_slot;
+        self.next_slot += 1;
+        s
+    }
+
+    fn konst(&mut self, v: u64) -> u32 {
+        if v == 0 {
+            return slot::ZERO;
+        }
+        if let Some(&s) = self.consts.get(&v) {
+            return s;
+        }
+        let s = self.alloc();
+        let t = &mut self.prog.template;
+        if t.len() <= s as usize {
+            t.resize(s as usize + 1, 0);
+        }
+        t[s as usize] = v;
+        self.consts.insert(v, s);
+        s
+    }
+
+    fn module(&mut self) -> PResult<()> {
+        let mut saw_version = false;
+        while let Some(t) = self.peek().copied() {
+            match t.text {
+                ".version" => {
+                    self.pos += 1;
+                    let v = self.next()?;
+                    if v.kind != Kind::Num {
+                        return err(v.line, "bad .version");
+                    }
+                    saw_version = true;
+                }
+                ".target" => {
+                    self.pos += 1;
+                    self.ident()?;
+                    while self.eat(",") {
+                        self.ident()?;
+                    }
+                }
+                ".address_size" => {
+                    self.pos += 1;
+                    if self.number()? != 64 {
+                        return err(t.line, "only .address_size 64 is supported");
+                    }
+                }
+                ".visible" | ".weak" | ".extern" => self.pos += 1,
+                ".entry" | ".func" => self.function()?,
+                _ => {
+                    return err(
+                        t.line,
+                        format!("unsupported module-level statement `{}`", t.text),
+                    );
+                }
+            }
+        }
+        if !saw_version {
+            return Err("no .version directive: not PTX".into());
+        }
+        Ok(())
+    }
+
+    /// `.param` declaration list items: returns (name, size, align, line).
+    fn param_decl(&mut self) -> PResult<(&'a str, u32, u32, u32)> {
+        let t = self.ident()?;
+        if t.text != ".param" {
+            return err(t.line, format!("expected .param, found `{}`", t.text));
+        }
+        let mut size = 0u32;
+        let mut align = 0u32;
+        let mut after_ptr = false;
+        loop {
+            let t = self.ident()?;
+            match t.text {
+                ".ptr" => after_ptr = true,
+                ".global" | ".const" | ".shared" | ".local" if after_ptr => {}
+                ".align" => {
+                    let n = self.number()? as u32;
+                    if !after_ptr {
+                        align = n;
+                    }
+                }
+                s if s.starts_with('.') => {
+                    let ty = ty(&s[1..])
+                        .ok_or_else(|| format!("line {}: unknown .param type {s}", t.line))?;
+                    size = (ty.bits as u32).max(8) / 8;
+                }
+                name => {
+                    let mut count = 1;
+                    if self.eat("[") {
+                        count = self.number()? as u32;
+                        self.expect("]")?;
+                    }
+                    if size == 0 {
+                        return err(t.line, "parameter without a type");
+                    }
+                    let elem = size;
+                    if align == 0 {
+                        align = elem;
+                    }
+                    return Ok((name, elem * count, align, t.line));
+                }
+            }
+        }
+    }
+
+    fn function(&mut self) -> PResult<()> {
+        let kw = self.next()?;
+        let is_entry = kw.text == ".entry";
+        let mut ret_decl = None;
+        if !is_entry && self.eat("(") {
+            ret_decl = Some(self.param_decl()?);
+            self.expect(")")?;
+        }
+        let name_tok = self.ident()?;
+        let name = name_tok.text;
+        let mut params = Vec::new();
+        if self.eat("(") && !self.eat(")") {
+            loop {
+                params.push(self.param_decl()?);
+                if self.eat(")") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+        }
+        // Attributes before the body or the `;`.
+        loop {
+            let Some(t) = self.peek().copied() else {
+                return err(
+                    name_tok.line,
+                    "unexpected end of text after function header",
+                );
+            };
+            match t.text {
+                ".noreturn" => self.pos += 1,
+                ".maxntid" | ".reqntid" | ".minnctapersm" | ".maxnreg" | ".maxnctapersm" => {
+                    self.pos += 1;
+                    self.number()?;
+                    while self.eat(",") {
+                        self.number()?;
+                    }
+                }
+                _ => break,
+            }
+        }
+        // Find or create the function record.
+        let index = match self.func_index.get(name) {
+            Some(&i) => i,
+            None => {
+                let i = self.prog.funcs.len() as u32;
+                let mut f = Func {
+                    name: name.to_string(),
+                    start: u32::MAX,
+                    end: u32::MAX,
+                    is_entry,
+                    params: Vec::new(),
+                    ret: None,
+                    defined: false,
+                };
+                if !is_entry {
+                    for &(pname, size, _, line) in &params {
+                        if size > 8 {
+                            return err(line, "function parameters over 8 bytes are not supported");
+                        }
+                        let s = self.alloc();
+                        f.params.push((pname.to_string(), s, size));
+                    }
+                    if let Some((rname, size, _, line)) = ret_decl {
+                        if size > 8 {
+                            return err(line, "return values over 8 bytes are not supported");
+                        }
+                        let s = self.alloc();
+                        f.ret = Some((rname.to_string(), s, size));
+                    }
+                }
+                self.prog.funcs.push(f);
+                self.func_index.insert(name.to_string(), i);
+                i
+            }
+        };
+        if self.eat(";") {
+            return Ok(());
+        }
+        let open = self.next()?;
+        if !open.is("{") {
+            return err(
+                open.line,
+                format!("expected `{{` or `;`, found `{}`", open.text),
+            );
+        }
+        if self.prog.funcs[index as usize].defined {
+            return err(name_tok.line, format!("{name} defined twice"));
+        }
+        // Parameter names of this definition (they may differ from the declaration's).
+        let mut top: HashMap<&'a str, Sym> = HashMap::new();
+        if is_entry {
+            let mut off = 0usize;
+            let mut infos = Vec::new();
+            let mut offsets = Vec::new();
+            for &(pname, size, align, _) in &params {
+                let align = align.max(1) as usize;
+                off = off.div_ceil(align) * align;
+                top.insert(pname, Sym::KParam(off as u32, size));
+                offsets.push(off);
+                infos.push(crate::ParamInfo {
+                    size: size as usize,
+                    align,
+                });
+                off += size as usize;
+            }
+            self.prog.kernels.push(Kernel {
+                name: name.to_string(),
+                func: index,
+                params: infos,
+                offsets,
+                param_bytes: off,
+            });
+        } else {
+            let f = &self.prog.funcs[index as usize];
+            if f.params.len() != params.len() {
+                return err(name_tok.line, "definition does not match its declaration");
+            }
+            for (i, &(pname, _, _, _)) in params.iter().enumerate() {
+                let (_, s, size) = f.params[i];
+                top.insert(pname, Sym::Param(s, size));
+            }
+            if let (Some((rname, _, _, _)), Some((_, s, size))) = (ret_decl, &f.ret) {
+                top.insert(rname, Sym::Param(*s, *size));
+            }
+        }
+        self.cur = index;
+        self.scopes = vec![Scope {
+            names: top,
+            ranges: HashMap::new(),
+        }];
+        self.labels.clear();
+        self.branches.clear();
+        let start = self.prog.code.len() as u32;
+        self.prog.funcs[index as usize].start = start;
+        self.body()?;
+        // Falling off the end returns (exits in a kernel).
+        let end_line = self.toks[self.pos - 1].line;
+        self.push(Inst::new(Op::Ret, 0), end_line);
+        for (at, label, line) in std::mem::take(&mut self.branches) {
+            let Some(&target) = self.labels.get(label) else {
+                return err(line, format!("undefined label {label}"));
+            };
+            self.prog.code[at].o[0] = target;
+        }
+        let f = &mut self.prog.funcs[index as usize];
+        f.end = self.prog.code.len() as u32;
+        f.defined = true;
+        Ok(())
+    }
+
+    fn push(&mut self, inst: Inst, line: u32) {
+        self.prog.code.push(inst);
+        self.prog.lines.push(line);
+    }
+
+    fn lookup(&self, name: &str) -> Option<Sym> {
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (base, index) = name.split_at(name.len() - digits);
+        let index: Option<u32> = if digits > 0 { index.parse().ok() } else { None };
+        for scope in self.scopes.iter().rev() {
+            if let Some(&s) = scope.names.get(name) {
+                return Some(s);
+            }
+            if let Some(i) = index
+                && let Some(&(first, n, bits)) = scope.ranges.get(base)
+                && i < n
+            {
+                return Some(Sym::Reg(first + i, bits));
+            }
+        }
+        None
+    }
+
+    fn body(&mut self) -> PResult<()> {
+        let mut depth = 1;
+        loop {
+            let t = self.next()?;
+            if t.is("{") {
+                depth += 1;
+                self.scopes.push(Scope::default());
+                continue;
+            }
+            if t.is("}") {
+                depth -= 1;
+                if depth == 0 {
+                    return Ok(());
+                }
+                self.scopes.pop();
+                continue;
+            }
+            if t.kind != Kind::Ident && !t.is("@") {
+                return err(t.line, format!("unexpected `{}`", t.text));
+            }
+            match t.text {
+                ".reg" => self.reg_decl(t.line)?,
+                ".param" => {
+                    self.pos -= 1;
+                    let (name, size, _, line) = self.param_decl()?;
+                    if size > 8 {
+                        return err(line, "call parameters over 8 bytes are not supported");
+                    }
+                    self.expect(";")?;
+                    let s = self.alloc();
+                    self.scopes
+                        .last_mut()
+                        .expect("scope")
+                        .names
+                        .insert(name, Sym::Param(s, size));
+                }
+                ".pragma" => {
+                    while !self.eat(";") {
+                        self.next()?;
+                    }
+                }
+                ".local" | ".shared" | ".const" | ".global" => {
+                    return err(t.line, format!("{} variables are not supported", t.text));
+                }
+                _ if self.peek().is_some_and(|n| n.is(":")) && !t.is("@") => {
+                    self.pos += 1;
+                    if self
+                        .labels
+                        .insert(t.text, self.prog.code.len() as u32)
+                        .is_some()
+                    {
+                        return err(t.line, format!("label {} defined twice", t.text));
+                    }
+                }
+                _ => {
+                    self.pos -= 1;
+                    self.instruction()?;
+                }
+            }
+        }
+    }
+
+    fn reg_decl(&mut self, line: u32) -> PResult<()> {
+        let t = self.ident()?;
+        let ty = t
+            .text
+            .strip_prefix('.')
+            .and_then(ty)
+            .ok_or_else(|| format!("line {line}: unknown register type {}", t.text))?;
+        loop {
+            let name = self.ident()?;
+            if self.eat("<") {
+                let n = self.number()?;
+                self.expect(">")?;
+                let first = self.next_slot;
+                self.next_slot += n as u32;
+                self.scopes
+                    .last_mut()
+                    .expect("scope")
+                    .ranges
+                    .insert(name.text, (first, n as u32, ty.bits));
+            } else {
+                let s = self.alloc();
+                self.scopes
+                    .last_mut()
+                    .expect("scope")
+                    .names
+                    .insert(name.text, Sym::Reg(s, ty.bits));
+            }
+            if self.eat(";") {
+                return Ok(());
+            }
+            self.expect(",")?;
+        }
+    }
+
+    fn operand(&mut self) -> PResult<Opnd<'a>> {
+        let t = self.next()?;
+        if t.is("-") {
+            let n = self.next()?;
+            if n.kind != Kind::Num {
+                return err(n.line, "expected a number after `-`");
+            }
+            if let Some(f) = parse_float(n.text) {
+                return Ok(match f {
+                    FloatLit::F32(b) => Opnd::F32(b ^ 0x8000_0000),
+                    FloatLit::F64(b) => Opnd::F64(b ^ (1 << 63)),
+                });
+            }
+            let v = parse_int(n.text).ok_or_else(|| format!("line {}: bad number", n.line))?;
+            return Ok(Opnd::Int(v.wrapping_neg()));
+        }
+        if t.is("!") {
+            let n = self.ident()?;
+            return Ok(Opnd::NotName(n.text));
+        }
+        if t.kind == Kind::Num {
+            if let Some(f) = parse_float(t.text) {
+                return Ok(match f {
+                    FloatLit::F32(b) => Opnd::F32(b),
+                    FloatLit::F64(b) => Opnd::F64(b),
+                });
+            }
+            let v = parse_int(t.text).ok_or_else(|| format!("line {}: bad number", t.line))?;
+            return Ok(Opnd::Int(v));
+        }
+        if t.is("[") {
+            let b = self.next()?;
+            if b.kind == Kind::Num {
+                let v = parse_int(b.text).ok_or_else(|| format!("line {}: bad address", b.line))?;
+                self.expect("]")?;
+                return Ok(Opnd::AbsAddr(v));
+            }
+            if b.kind != Kind::Ident {
+                return err(b.line, "bad address operand");
+            }
+            let mut off: i64 = 0;
+            if self.eat("+") {
+                let neg = self.eat("-");
+                let v = self.number()? as i64;
+                off = if neg { v.wrapping_neg() } else { v };
+            } else if self.eat("-") {
+                off = (self.number()? as i64).wrapping_neg();
+            }
+            self.expect("]")?;
+            return Ok(Opnd::Addr(b.text, off));
+        }
+        if t.is("{") {
+            let mut v = Vec::new();
+            loop {
+                v.push(self.ident()?.text);
+                if self.eat("}") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+            return Ok(Opnd::Vector(v));
+        }
+        if t.is("(") {
+            let mut v = Vec::new();
+            if self.eat(")") {
+                return Ok(Opnd::List(v));
+            }
+            loop {
+                v.push(self.ident()?.text);
+                if self.eat(")") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+            return Ok(Opnd::List(v));
+        }
+        if t.kind == Kind::Ident {
+            return Ok(Opnd::Name(t.text));
+        }
+        err(t.line, format!("bad operand `{}`", t.text))
+    }
+
+    fn instruction(&mut self) -> PResult<()> {
+        let first = self.peek().copied().expect("token");
+        let line = first.line;
+        let mut guard = NO_GUARD;
+        if self.eat("@") {
+            let neg = self.eat("!");
+            let p = self.ident()?;
+            match self.lookup(p.text) {
+                Some(Sym::Reg(s, 1)) => guard = s | if neg { GUARD_NEG } else { 0 },
+                _ => {
+                    return err(
+                        line,
+                        format!("guard {} is not a predicate register", p.text),
+                    );
+                }
+            }
+        }
+        let opc = self.ident()?;
+        let mut ops = Vec::new();
+        if !self.eat(";") {
+            loop {
+                ops.push(self.operand()?);
+                if self.eat(";") {
+                    break;
+                }
+                let t = self.next()?;
+                if !t.is(",") {
+                    return err(t.line, format!("expected `,` or `;`, found `{}`", t.text));
+                }
+            }
+        }
+        let mut parts = opc.text.split('.');
+        let base = parts.next().unwrap_or("");
+        let mods: Vec<&str> = parts.collect();
+        let result = self.lower(base, &mods, &ops, line);
+        match result {
+            Ok(mut insts) => {
+                for i in &mut insts {
+                    if i.guard == NO_GUARD {
+                        i.guard = guard;
+                    }
+                }
+                let n = insts.len();
+                if n > 1 && guard != NO_GUARD {
+                    return err(line, "guarded multi-part instruction");
+                }
+                for i in insts {
+                    self.push(i, line);
+                }
+                Ok(())
+            }
+            Err(e) => err(line, format!("`{}`: {e}", opc.text)),
+        }
+    }
+
+    // ---- operand resolution -------------------------------------------------------------
+
+    /// A source operand as a slot: registers, immediates (as constants), special registers.
+    fn src(&mut self, o: &Opnd<'a>, t: Ty) -> PResult<u32> {
+        match o {
+            Opnd::Name(n) => self.src_name(n),
+            Opnd::Int(v) => {
+                let v = if t.pred {
+                    (*v != 0) as u64
+                } else if t.float {
+                    // An integer literal in a float instruction is the value, converted.
+                    if t.bits == 32 {
+                        ((*v as i64) as f32).to_bits() as u64
+                    } else {
+                        ((*v as i64) as f64).to_bits()
+                    }
+                } else {
+                    *v
+                };
+                Ok(self.konst(v))
+            }
+            Opnd::F32(b) => {
+                let v = if t.bits == 64 {
+                    (f32::from_bits(*b) as f64).to_bits()
+                } else {
+                    *b as u64
+                };
+                Ok(self.konst(v))
+            }
+            Opnd::F64(b) => {
+                let v = if t.bits == 32 && t.float {
+                    (f64::from_bits(*b) as f32).to_bits() as u64
+                } else {
+                    *b
+                };
+                Ok(self.konst(v))
+            }
+            _ => Err("expected a register or immediate operand".into()),
+        }
+    }
+
+    fn src_name(&mut self, n: &str) -> PResult<u32> {
+        if let Some(s) = special(n) {
+            return Ok(s);
+        }
+        match self.lookup(n) {
+            Some(Sym::Reg(s, _)) => Ok(s),
+            Some(_) => Err(format!("{n} is not a register")),
+            None => Err(format!("unknown register {n}")),
+        }
+    }
+
+    fn dst(&mut self, o: &Opnd<'a>) -> PResult<u32> {
+        match o {
+            Opnd::Name("_") => Ok(slot::SINK),
+            Opnd::Name(n) => match self.lookup(n) {
+                Some(Sym::Reg(s, _)) => Ok(s),
+                _ => Err(format!("destination {n} is not a register")),
+            },
+            _ => Err("destination must be a register".into()),
+        }
+    }
+
+    fn pred_src(&mut self, o: &Opnd<'a>) -> PResult<(u32, bool)> {
+        match o {
+            Opnd::NotName(n) => Ok((self.src_name(n)?, true)),
+            Opnd::Int(v) => Ok((self.konst((*v != 0) as u64), false)),
+            _ => Ok((self.src(o, ty("pred").expect("pred"))?, false)),
+        }
+    }
+
+    // ---- lowering -----------------------------------------------------------------------
+
+    fn lower(
+        &mut self,
+        base: &str,
+        mods: &[&str],
+        ops: &[Opnd<'a>],
+        line: u32,
+    ) -> PResult<Vec<Inst>> {
+        let need = |n: usize| -> PResult<()> {
+            if ops.len() == n {
+                Ok(())
+            } else {
+                Err(format!("expected {n} operands, found {}", ops.len()))
+            }
+        };
+        let last_ty = || -> PResult<Ty> {
+            mods.last()
+                .and_then(|m| ty(m))
+                .ok_or_else(|| "missing or unknown type".to_string())
+        };
+        let only = |allowed: &[&str], skip_last: usize| -> PResult<()> {
+            for m in &mods[..mods.len().saturating_sub(skip_last)] {
+                if !allowed.contains(m) {
+                    return Err(format!("unsupported modifier .{m}"));
+                }
+            }
+            Ok(())
+        };
+        let inst = |op: Op, bits: u8| Inst::new(op, bits);
+        let one = |i: Inst| Ok(vec![i]);
+        match base {
+            "add" | "sub" => {
+                let t = last_ty()?;
+                let mut i;
+                if t.float {
+                    only(&["rn"], 1)?;
+                    need(3)?;
+                    i = inst(
+                        match (base, t.bits) {
+                            ("add", 32) => Op::FAdd32,
+                            ("add", 64) => Op::FAdd64,
+                            ("sub", 32) => Op::FSub32,
+                            _ => Op::FSub64,
+                        },
+                        t.bits,
+                    );
+                } else if mods.contains(&"cc") {
+                    only(&["cc"], 1)?;
+                    need(3)?;
+                    if t.bits < 32 {
+                        return Err("carry arithmetic needs 32 or 64 bits".into());
+                    }
+                    i = inst(Op::AddSubCarry, t.bits);
+                    i.flags = 2 | if base == "sub" { 4 } else { 0 };
+                } else {
+                    only(&[], 1)?;
+                    need(3)?;
+                    if t.pred {
+                        return Err("no predicate arithmetic".into());
+                    }
+                    i = inst(if base == "add" { Op::Add } else { Op::Sub }, t.bits);
+                }
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "addc" | "subc" => {
+                let t = last_ty()?;
+                only(&["cc"], 1)?;
+                need(3)?;
+                if t.float || t.bits < 32 {
+                    return Err("carry arithmetic needs 32- or 64-bit integers".into());
+                }
+                let mut i = inst(Op::AddSubCarry, t.bits);
+                i.flags = 1
+                    | if mods.contains(&"cc") { 2 } else { 0 }
+                    | if base == "subc" { 4 } else { 0 };
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "mul" => {
+                let t = last_ty()?;
+                need(3)?;
+                let mut i;
+                if t.float {
+                    only(&["rn"], 1)?;
+                    i = inst(if t.bits == 32 { Op::FMul32 } else { Op::FMul64 }, t.bits);
+                } else {
+                    let mode = if mods.len() == 2 { mods[0] } else { "" };
+                    if mods.len() != 2 || t.pred || t.bits < 16 {
+                        return Err("mul needs .lo, .hi or .wide and an integer type".into());
+                    }
+                    let op = match (mode, t.signed) {
+                        ("lo", _) => Op::MulLo,
+                        ("hi", false) => Op::MulHiU,
+                        ("hi", true) => Op::MulHiS,
+                        ("wide", false) if t.bits <= 32 => Op::MulWideU,
+                        ("wide", true) if t.bits <= 32 => Op::MulWideS,
+                        _ => return Err(format!("unsupported mul mode .{mode}")),
+                    };
+                    i = inst(op, t.bits);
+                }
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "mad" | "fma" => {
+                let t = last_ty()?;
+                need(4)?;
+                let mut i;
+                if t.float {
+                    only(&["rn"], 1)?;
+                    if !mods.contains(&"rn") {
+                        return Err("fused multiply-add needs .rn".into());
+                    }
+                    i = inst(if t.bits == 32 { Op::FFma32 } else { Op::FFma64 }, t.bits);
+                } else {
+                    if base != "mad" || mods.len() != 2 || mods[0] != "lo" || t.pred {
+                        return Err("only mad.lo on integers is supported".into());
+                    }
+                    i = inst(Op::MadLo, t.bits);
+                }
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                i.o[3] = self.src(&ops[3], t)?;
+                one(i)
+            }
+            "div" | "rem" => {
+                let t = last_ty()?;
+                need(3)?;
+                let mut i;
+                if t.float {
+                    if base == "rem" || mods.len() != 2 || mods[0] != "rn" {
+                        return Err("only div.rn on floats is supported".into());
+                    }
+                    i = inst(if t.bits == 32 { Op::FDiv32 } else { Op::FDiv64 }, t.bits);
+                } else {
+                    only(&[], 1)?;
+                    if t.pred || t.bits < 16 {
+                        return Err("bad type".into());
+                    }
+                    let op = match (base, t.signed) {
+                        ("div", false) => Op::DivU,
+                        ("div", true) => Op::DivS,
+                        ("rem", false) => Op::RemU,
+                        _ => Op::RemS,
+                    };
+                    i = inst(op, t.bits);
+                }
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "min" | "max" => {
+                let t = last_ty()?;
+                need(3)?;
+                only(&[], 1)?;
+                let op = match (base, t.float, t.bits, t.signed) {
+                    ("min", true, 32, _) => Op::FMin32,
+                    ("min", true, 64, _) => Op::FMin64,
+                    ("max", true, 32, _) => Op::FMax32,
+                    ("max", true, 64, _) => Op::FMax64,
+                    ("min", false, _, false) => Op::MinU,
+                    ("min", false, _, true) => Op::MinS,
+                    ("max", false, _, false) => Op::MaxU,
+                    _ => Op::MaxS,
+                };
+                if t.pred || (!t.float && t.bits < 16) {
+                    return Err("bad type".into());
+                }
+                let mut i = inst(op, t.bits);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "and" | "or" | "xor" => {
+                let t = last_ty()?;
+                need(3)?;
+                only(&[], 1)?;
+                if t.float || t.signed {
+                    return Err("logic ops take .b or .pred types".into());
+                }
+                let mut i = inst(
+                    match base {
+                        "and" => Op::And,
+                        "or" => Op::Or,
+                        _ => Op::Xor,
+                    },
+                    t.bits,
+                );
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "not" | "neg" | "clz" | "popc" | "abs" => {
+                let t = last_ty()?;
+                need(2)?;
+                only(&[], 1)?;
+                let op = match (base, t.float, t.bits) {
+                    ("not", false, _) if !t.signed => Op::Not,
+                    ("neg", true, 32) => Op::FNeg32,
+                    ("neg", true, 64) => Op::FNeg64,
+                    ("abs", true, 32) => Op::FAbs32,
+                    ("abs", true, 64) => Op::FAbs64,
+                    ("neg", false, _) if t.signed => Op::Neg,
+                    ("clz", false, 32 | 64) if !t.signed => Op::Clz,
+                    ("popc", false, 32 | 64) if !t.signed => Op::Popc,
+                    _ => return Err("unsupported type".into()),
+                };
+                let mut i = inst(op, t.bits);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                one(i)
+            }
+            "shl" | "shr" => {
+                let t = last_ty()?;
+                need(3)?;
+                only(&[], 1)?;
+                if t.float || t.pred || t.bits < 16 {
+                    return Err("bad type".into());
+                }
+                let op = match (base, t.signed) {
+                    ("shl", false) => Op::Shl,
+                    ("shr", false) => Op::ShrU,
+                    ("shr", true) => Op::ShrS,
+                    _ => return Err("shl takes .b types".into()),
+                };
+                let mut i = inst(op, t.bits);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], ty("u32").expect("u32"))?;
+                one(i)
+            }
+            "shf" => {
+                need(4)?;
+                if mods.len() != 3 || mods[2] != "b32" {
+                    return Err("shf needs .l/.r, .wrap/.clamp and .b32".into());
+                }
+                let mut i = inst(Op::Shf, 32);
+                i.flags = match (mods[0], mods[1]) {
+                    ("l", "wrap") => 0,
+                    ("r", "wrap") => 1,
+                    ("l", "clamp") => 2,
+                    ("r", "clamp") => 3,
+                    _ => return Err("shf needs .l/.r and .wrap/.clamp".into()),
+                };
+                let t = ty("b32").expect("b32");
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                i.o[3] = self.src(&ops[3], t)?;
+                one(i)
+            }
+            "bfe" => {
+                let t = last_ty()?;
+                need(4)?;
+                only(&[], 1)?;
+                if t.float || t.pred || t.bits < 32 {
+                    return Err("bfe takes .u32/.s32/.u64/.s64".into());
+                }
+                let mut i = inst(if t.signed { Op::BfeS } else { Op::BfeU }, t.bits);
+                let u = ty("u32").expect("u32");
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], u)?;
+                i.o[3] = self.src(&ops[3], u)?;
+                one(i)
+            }
+            "setp" => {
+                let t = last_ty()?;
+                need(3)?;
+                if mods.len() != 2 {
+                    return Err("setp needs a comparison and a type (no boolean combine)".into());
+                }
+                let c = match mods[0] {
+                    "eq" => cmp::EQ,
+                    "ne" => cmp::NE,
+                    "lt" | "lo" => cmp::LT,
+                    "le" | "ls" => cmp::LE,
+                    "gt" | "hi" => cmp::GT,
+                    "ge" | "hs" => cmp::GE,
+                    "equ" => cmp::EQU,
+                    "neu" => cmp::NEU,
+                    "ltu" => cmp::LTU,
+                    "leu" => cmp::LEU,
+                    "gtu" => cmp::GTU,
+                    "geu" => cmp::GEU,
+                    "num" => cmp::NUM,
+                    "nan" => cmp::NAN,
+                    m => return Err(format!("unknown comparison .{m}")),
+                };
+                let op = if t.float {
+                    if t.bits == 32 {
+                        Op::SetpF32
+                    } else {
+                        Op::SetpF64
+                    }
+                } else {
+                    if c > cmp::GE || t.pred {
+                        return Err("unordered comparisons need a float type".into());
+                    }
+                    let bty = mods[1].starts_with('b');
+                    if bty && c != cmp::EQ && c != cmp::NE {
+                        return Err(".b types compare only with eq/ne".into());
+                    }
+                    if t.signed { Op::SetpS } else { Op::SetpU }
+                };
+                let mut i = inst(op, t.bits);
+                i.flags = c;
+                if matches!(ops[0], Opnd::Name(n) if n.contains('|')) {
+                    return Err("two-destination setp is not supported".into());
+                }
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                one(i)
+            }
+            "selp" => {
+                let t = last_ty()?;
+                need(4)?;
+                only(&[], 1)?;
+                if t.pred {
+                    return Err("bad type".into());
+                }
+                let mut i = inst(Op::Selp, t.bits);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = self.src(&ops[2], t)?;
+                let (p, neg) = self.pred_src(&ops[3])?;
+                if neg {
+                    // selp d, a, b, !p == selp d, b, a, p
+                    i.o.swap(1, 2);
+                }
+                i.o[3] = p;
+                one(i)
+            }
+            "cvt" => {
+                need(2)?;
+                let (dt, st) = match mods {
+                    [.., d, s] => (
+                        ty(d).ok_or("unknown destination type")?,
+                        ty(s).ok_or("unknown source type")?,
+                    ),
+                    _ => return Err("cvt needs two types".into()),
+                };
+                let rnd: Vec<&str> = mods[..mods.len() - 2].to_vec();
+                if dt.pred || st.pred {
+                    return Err("cvt of predicates".into());
+                }
+                let mut i = match (dt.float, st.float) {
+                    (false, false) => {
+                        if !rnd.is_empty() {
+                            return Err("rounding or saturation on integer cvt".into());
+                        }
+                        let mut i = inst(Op::CvtInt, dt.bits);
+                        i.aux = st.bits;
+                        i.flags = st.signed as u8;
+                        i
+                    }
+                    (true, false) => {
+                        if rnd != ["rn"] {
+                            return Err("integer → float needs .rn".into());
+                        }
+                        let mut i = inst(
+                            if dt.bits == 32 {
+                                Op::CvtF32FromInt
+                            } else {
+                                Op::CvtF64FromInt
+                            },
+                            dt.bits,
+                        );
+                        i.aux = st.bits;
+                        i.flags = st.signed as u8;
+                        i
+                    }
+                    (false, true) => {
+                        if rnd != ["rzi"] {
+                            return Err("float → integer needs .rzi".into());
+                        }
+                        let mut i = inst(
+                            if st.bits == 32 {
+                                Op::CvtIntFromF32
+                            } else {
+                                Op::CvtIntFromF64
+                            },
+                            dt.bits,
+                        );
+                        i.flags = dt.signed as u8;
+                        i
+                    }
+                    (true, true) => match (dt.bits, st.bits) {
+                        (64, 32) if rnd.is_empty() => inst(Op::CvtF64FromF32, 64),
+                        (32, 64) if rnd == ["rn"] => inst(Op::CvtF32FromF64, 32),
+                        _ => return Err("unsupported float conversion".into()),
+                    },
+                };
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], st)?;
+                one(i)
+            }
+            "cvta" => {
+                need(2)?;
+                let ok = matches!(mods, ["to", "global", "u64"] | ["global", "u64"]);
+                if !ok {
+                    return Err("only cvta{.to}.global.u64 is supported".into());
+                }
+                let t = ty("u64").expect("u64");
+                let mut i = inst(Op::Mov, 64);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                one(i)
+            }
+            "mov" => {
+                let t = last_ty()?;
+                need(2)?;
+                only(&[], 1)?;
+                match (&ops[0], &ops[1]) {
+                    (Opnd::Vector(names), src) => {
+                        let n = names.len();
+                        if !matches!(n, 2 | 4) || t.bits < 32 {
+                            return Err("bad unpack".into());
+                        }
+                        let mut i = inst(Op::Unpack, t.bits / n as u8);
+                        i.aux = n as u8;
+                        for (k, name) in names.iter().enumerate() {
+                            i.o[k] = self.dst(&Opnd::Name(name))?;
+                        }
+                        i.o[5] = self.src(src, t)?;
+                        one(i)
+                    }
+                    (d, Opnd::Vector(names)) => {
+                        let n = names.len();
+                        if !matches!(n, 2 | 4) || t.bits < 32 {
+                            return Err("bad pack".into());
+                        }
+                        let mut i = inst(Op::Pack, t.bits / n as u8);
+                        i.aux = n as u8;
+                        i.o[0] = self.dst(d)?;
+                        for (k, name) in names.iter().enumerate() {
+                            i.o[k + 1] = self.src_name(name)?;
+                        }
+                        one(i)
+                    }
+                    (d, Opnd::Name("%globaltimer")) => {
+                        if t.bits != 64 {
+                            return Err("%globaltimer is 64-bit".into());
+                        }
+                        let mut i = inst(Op::GlobalTimer, 64);
+                        i.o[0] = self.dst(d)?;
+                        one(i)
+                    }
+                    (d, s) => {
+                        let mut i = inst(Op::Mov, t.bits);
+                        i.o[0] = self.dst(d)?;
+                        i.o[1] = self.src(s, t)?;
+                        one(i)
+                    }
+                }
+            }
+            "ld" | "st" => self.lower_ld_st(base == "ld", mods, ops),
+            "atom" => self.lower_atom(mods, ops),
+            "bar" | "barrier" => {
+                let mut m: Vec<&str> = mods.to_vec();
+                m.retain(|x| *x != "cta");
+                let aligned = base == "bar" || m.contains(&"aligned");
+                m.retain(|x| *x != "aligned");
+                let mut i = inst(Op::Bar, 0);
+                i.flags = if aligned { 2 } else { 0 };
+                let id = |o: &Opnd<'a>| match o {
+                    Opnd::Int(0) => Ok(()),
+                    _ => Err("only barrier 0 (immediate) is supported".to_string()),
+                };
+                match m.as_slice() {
+                    ["sync"] => {
+                        need(1)?;
+                        id(&ops[0])?;
+                        i.aux = red::NONE;
+                        i.o[0] = slot::SINK;
+                    }
+                    ["red", op, "pred"] | ["red", op, "u32"] => {
+                        need(3)?;
+                        id(&ops[1])?;
+                        i.aux = match *op {
+                            "or" => red::OR,
+                            "and" => red::AND,
+                            "popc" => red::POPC,
+                            _ => return Err(format!("unknown reduction .{op}")),
+                        };
+                        if (i.aux == red::POPC) != (m[2] == "u32") {
+                            return Err("popc reduces to .u32, and/or to .pred".into());
+                        }
+                        i.o[0] = self.dst(&ops[0])?;
+                        let (p, neg) = self.pred_src(&ops[2])?;
+                        i.o[1] = p;
+                        i.flags |= neg as u8;
+                    }
+                    _ => return Err("unsupported barrier form".into()),
+                }
+                one(i)
+            }
+            "nanosleep" => {
+                need(1)?;
+                if mods != ["u32"] {
+                    return Err("nanosleep takes .u32".into());
+                }
+                let mut i = inst(Op::Nanosleep, 32);
+                i.o[1] = self.src(&ops[0], ty("u32").expect("u32"))?;
+                one(i)
+            }
+            "bra" => {
+                need(1)?;
+                only(&["uni"], 0)?;
+                let Opnd::Name(label) = ops[0] else {
+                    return Err("branch target must be a label".into());
+                };
+                let at = self.prog.code.len();
+                self.branches.push((at, label, line));
+                one(inst(Op::Bra, 0))
+            }
+            "call" => {
+                only(&["uni"], 0)?;
+                self.lower_call(ops, line)
+            }
+            "ret" => {
+                only(&["uni"], 0)?;
+                need(0)?;
+                one(inst(Op::Ret, 0))
+            }
+            "exit" => {
+                need(0)?;
+                only(&[], 0)?;
+                one(inst(Op::Exit, 0))
+            }
+            "trap" => {
+                need(0)?;
+                only(&[], 0)?;
+                one(inst(Op::Trap, 0))
+            }
+            _ => Err("unsupported instruction".into()),
+        }
+    }
+
+    fn lower_ld_st(&mut self, is_ld: bool, mods: &[&str], ops: &[Opnd<'a>]) -> PResult<Vec<Inst>> {
+        if ops.len() != 2 {
+            return Err("expected 2 operands".into());
+        }
+        let t = mods
+            .last()
+            .and_then(|m| ty(m))
+            .ok_or("missing or unknown type")?;
+        if t.pred {
+            return Err("predicate loads".into());
+        }
+        let mut s = sem::WEAK;
+        let mut space = "";
+        let mut vec = 1u8;
+        let mut scope_needed = false;
+        let mut scope_seen = false;
+        for &m in &mods[..mods.len() - 1] {
+            match m {
+                "weak" => s = sem::WEAK,
+                "volatile" => s = sem::VOLATILE,
+                "relaxed" => {
+                    s = sem::RELAXED;
+                    scope_needed = true
+                }
+                "acquire" if is_ld => {
+                    s = sem::ACQUIRE;
+                    scope_needed = true
+                }
+                "release" if !is_ld => {
+                    s = sem::RELEASE;
+                    scope_needed = true
+                }
+                "cta" | "gpu" | "sys" | "cluster" => scope_seen = true,
+                "global" | "param" => space = m,
+                "v2" => vec = 2,
+                "v4" => vec = 4,
+                _ => return Err(format!("unsupported modifier .{m}")),
+            }
+        }
+        if scope_needed != scope_seen {
+            return Err("a scope goes with .relaxed/.acquire/.release only".into());
+        }
+        let (vals, addr) = if is_ld {
+            (&ops[0], &ops[1])
+        } else {
+            (&ops[1], &ops[0])
+        };
+        if space == "param" {
+            if vec != 1 || s != sem::WEAK {
+                return Err("vector or ordered .param accesses are not supported".into());
+            }
+            let Opnd::Addr(name, off) = addr else {
+                return Err("bad .param address".into());
+            };
+            let bytes = (t.bits as u32 / 8).max(1);
+            match self.lookup(name) {
+                Some(Sym::KParam(o, size)) if is_ld => {
+                    if *off < 0 || *off as u32 + bytes > size {
+                        return Err("kernel parameter access out of bounds".into());
+                    }
+                    let mut i = Inst::new(Op::LdKernelParam, t.bits);
+                    i.flags = t.signed as u8;
+                    i.o[0] = self.dst(vals)?;
+                    i.o[1] = o + *off as u32;
+                    Ok(vec![i])
+                }
+                Some(Sym::Param(slot_, size)) => {
+                    if *off != 0 || bytes > size {
+                        return Err("parameter access with an offset or wider than it".into());
+                    }
+                    // A function parameter held in a slot: a move (sign-extending loads).
+                    let mut i;
+                    if is_ld {
+                        if t.signed {
+                            i = Inst::new(Op::CvtInt, 64);
+                            i.aux = t.bits;
+                            i.flags = 1;
+                        } else {
+                            i = Inst::new(Op::Mov, t.bits);
+                        }
+                        i.o[0] = self.dst(vals)?;
+                        i.o[1] = slot_;
+                    } else {
+                        i = Inst::new(Op::Mov, t.bits);
+                        i.o[0] = slot_;
+                        i.o[1] = self.src(vals, t)?;
+                    }
+                    Ok(vec![i])
+                }
+                Some(Sym::KParam(..)) => Err("stores to kernel parameters".into()),
+                _ => Err(format!("unknown parameter {name}")),
+            }
+        } else {
+            if t.bits < 8 {
+                return Err("bad type".into());
+            }
+            let mut i = Inst::new(if is_ld { Op::Ld } else { Op::St }, t.bits);
+            i.aux = vec;
+            i.flags = s | if t.signed && is_ld { 0x80 } else { 0 };
+            if vec > 1 && s != sem::WEAK && s != sem::RELAXED && s != sem::VOLATILE {
+                return Err("vector acquire/release accesses are not supported".into());
+            }
+            match vals {
+                Opnd::Vector(names) => {
+                    if names.len() != vec as usize {
+                        return Err("vector length does not match".into());
+                    }
+                    for (k, n) in names.iter().enumerate() {
+                        i.o[k] = if is_ld {
+                            self.dst(&Opnd::Name(n))?
+                        } else {
+                            self.src(&Opnd::Name(n), t)?
+                        };
+                    }
+                }
+                v => {
+                    if vec != 1 {
+                        return Err("vector access needs a vector operand".into());
+                    }
+                    i.o[0] = if is_ld { self.dst(v)? } else { self.src(v, t)? };
+                }
+            }
+            self.address(addr, &mut i)?;
+            Ok(vec![i])
+        }
+    }
+
+    fn address(&mut self, addr: &Opnd<'a>, i: &mut Inst) -> PResult<()> {
+        match addr {
+            Opnd::Addr(name, off) => {
+                i.o[4] = match self.lookup(name) {
+                    Some(Sym::Reg(s, 64)) => s,
+                    Some(Sym::Reg(..)) => return Err("address register must be 64-bit".into()),
+                    _ => return Err(format!("{name} is not an address register")),
+                };
+                i.o[5] = i32::try_from(*off).map_err(|_| "address offset too large")? as u32;
+            }
+            Opnd::AbsAddr(v) => {
+                i.o[4] = self.konst(*v);
+                i.o[5] = 0;
+            }
+            _ => return Err("expected an address `[...]`".into()),
+        }
+        Ok(())
+    }
+
+    fn lower_atom(&mut self, mods: &[&str], ops: &[Opnd<'a>]) -> PResult<Vec<Inst>> {
+        let t = mods
+            .last()
+            .and_then(|m| ty(m))
+            .ok_or("missing or unknown type")?;
+        let mut s = sem::RELAXED;
+        let mut op = None;
+        for &m in &mods[..mods.len() - 1] {
+            match m {
+                "relaxed" => s = sem::RELAXED,
+                "acquire" => s = sem::ACQUIRE,
+                "release" => s = sem::RELEASE,
+                "acq_rel" => s = sem::ACQ_REL,
+                "cta" | "gpu" | "sys" | "cluster" | "global" => {}
+                "cas" | "exch" | "add" | "and" | "or" | "xor" | "min" | "max" | "inc" | "dec" => {
+                    if op.is_some() {
+                        return Err("two atomic operations".into());
+                    }
+                    op = Some(m)
+                }
+                _ => return Err(format!("unsupported modifier .{m}")),
+            }
+        }
+        let op = op.ok_or("no atomic operation")?;
+        if t.pred || t.float || !(t.bits == 32 || t.bits == 64) {
+            return Err("atomics on 32/64-bit integers only".into());
+        }
+        let code = match (op, t.signed) {
+            ("cas", _) => atom::CAS,
+            ("exch", _) => atom::EXCH,
+            ("add", _) => atom::ADD,
+            ("and", _) => atom::AND,
+            ("or", _) => atom::OR,
+            ("xor", _) => atom::XOR,
+            ("min", false) => atom::MIN_U,
+            ("max", false) => atom::MAX_U,
+            ("min", true) => atom::MIN_S,
+            ("max", true) => atom::MAX_S,
+            ("inc", false) if t.bits == 32 => atom::INC,
+            ("dec", false) if t.bits == 32 => atom::DEC,
+            _ => return Err("unsupported atomic operation/type".into()),
+        };
+        let n = if code == atom::CAS { 4 } else { 3 };
+        if ops.len() != n {
+            return Err(format!("expected {n} operands"));
+        }
+        let mut i = Inst::new(Op::Atom, t.bits);
+        i.aux = code;
+        i.flags = s;
+        i.o[0] = self.dst(&ops[0])?;
+        self.address(&ops[1], &mut i)?;
+        i.o[1] = self.src(&ops[2], t)?;
+        if n == 4 {
+            i.o[2] = self.src(&ops[3], t)?;
+        }
+        Ok(vec![i])
+    }
+
+    fn lower_call(&mut self, ops: &[Opnd<'a>], line: u32) -> PResult<Vec<Inst>> {
+        // call (ret), name, (args);  call name, (args);  call name;
+        let mut k = 0;
+        let mut ret = None;
+        if let Some(Opnd::List(r)) = ops.first() {
+            if r.len() != 1 {
+                return Err("one return value expected".into());
+            }
+            ret = Some(r[0]);
+            k = 1;
+        }
+        let Some(Opnd::Name(callee)) = ops.get(k) else {
+            return Err("call needs a function name".into());
+        };
+        let args: Vec<&str> = match ops.get(k + 1) {
+            Some(Opnd::List(a)) => a.clone(),
+            None => Vec::new(),
+            _ => return Err("bad argument list".into()),
+        };
+        if ops.len() > k + 2 {
+            return Err("indirect calls are not supported".into());
+        }
+        let &fi = self
+            .func_index
+            .get(*callee)
+            .ok_or_else(|| format!("call of undeclared function {callee}"))?;
+        let f = self.prog.funcs[fi as usize].clone();
+        if f.is_entry {
+            return Err("call of a kernel".into());
+        }
+        if f.params.len() != args.len() {
+            return Err(format!("{callee} takes {} arguments", f.params.len()));
+        }
+        let mut site = CallSite {
+            func: fi,
+            target: 0,
+            args: Vec::new(),
+            ret: None,
+        };
+        for (a, (_, cs, csize)) in args.iter().zip(&f.params) {
+            match self.lookup(a) {
+                Some(Sym::Param(s, size)) if size == *csize => site.args.push((s, *cs)),
+                Some(Sym::Param(..)) => return Err(format!("argument {a} has the wrong size")),
+                _ => return Err(format!("argument {a} is not a .param")),
+            }
+        }
+        match (ret, &f.ret) {
+            (Some(r), Some((_, cs, csize))) => match self.lookup(r) {
+                Some(Sym::Param(s, size)) if size == *csize => site.ret = Some((*cs, s)),
+                _ => return Err(format!("return value {r} is not a matching .param")),
+            },
+            (None, _) => {}
+            (Some(_), None) => return Err(format!("{callee} returns nothing")),
+        }
+        self.edges.push((self.cur, fi, line));
+        let idx = self.prog.calls.len() as u32;
+        self.prog.calls.push(site);
+        let mut i = Inst::new(Op::Call, 0);
+        i.o[0] = idx;
+        Ok(vec![i])
+    }
+}
+
+/// The slot of a special register name.
+fn special(n: &str) -> Option<u32> {
+    let (base, dim) = n.rsplit_once('.')?;
+    let d = match dim {
+        "x" => 0,
+        "y" => 1,
+        "z" => 2,
+        _ => return None,
+    };
+    let b = match base {
+        "%tid" => slot::TID,
+        "%ntid" => slot::NTID,
+        "%ctaid" => slot::CTAID,
+        "%nctaid" => slot::NCTAID,
+        _ => return None,
+    };
+    Some(b + d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_small_kernel() {
+        let text = ".version 7.8\n.target sm_90\n.address_size 64\n\
+.visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0,\n\t.param .u32 k_param_1\n)\n{\n\
+\t.reg .pred %p<2>;\n\t.reg .b32 %r<4>;\n\t.reg .b64 %rd<3>;\n\
+\tld.param.b64 %rd1, [k_param_0];\n\tld.param.b32 %r1, [k_param_1];\n\
+\tsetp.eq.b32 %p1, %r1, 0;\n\t@%p1 bra $L__BB0_2;\n\tst.b32 [%rd1+4], %r1;\n\
+$L__BB0_2:\n\tret;\n}\n";
+        let p = parse(text).expect("parses");
+        assert_eq!(p.kernels.len(), 1);
+        assert_eq!(p.kernels[0].params[0].size, 8);
+        assert_eq!(p.kernels[0].params[0].align, 8);
+        assert_eq!(p.kernels[0].offsets, [0, 8]);
+        assert_eq!(p.code[3].op, Op::Bra);
+        assert_eq!(p.code[3].o[0], 5);
+    }
+
+    #[test]
+    fn rejects_unknown_instructions_with_the_line() {
+        let text = ".version 7.8\n.target sm_90\n.address_size 64\n\
+.visible .entry k()\n{\n\t.reg .b32 %r<4>;\n\tprmt.b32 %r1, %r2, %r3, 0;\n\tret;\n}\n";
+        let e = parse(text).unwrap_err();
+        assert!(e.contains("line 7") && e.contains("prmt"), "{e}");
+    }
+}

@@ -1,0 +1,452 @@
+//! Weak memory: per-location store histories with happens-before knowledge (in the style of
+//! C11Tester / loom), so that relaxed, volatile and plain loads may read older stores that
+//! coherence and happens-before allow.
+//!
+//! **Knowledge instead of full vector clocks.** A simulation has tens of thousands of threads,
+//! so a thread's happens-before knowledge is a sparse map with two kinds of entries:
+//! *block phases* (`block b → p`: every event of every thread of block `b` before the
+//! block's `p`-th barrier completed is known) and *thread epochs* (`thread t → e`: the first
+//! `e` stores of `t` are known). Barriers join the knowledge of a block's threads and advance
+//! the block's phase, which also covers (and prunes) the thread entries of that block; a
+//! release store carries a snapshot of the writer's knowledge, which an acquire load that
+//! reads it joins. Stores of grids that finished before a launch are visible to the new
+//! grid's threads (stream and event order imply completion); stores of grids still running
+//! are not, unless ordered by release/acquire.
+//!
+//! **Locations.** A location is an aligned address with a size (a vector access is one
+//! location per element). The newest store is always in real memory; a history is trusted
+//! only while its newest value equals real memory (anything else — a host write, another
+//! process, an access of another size — resets it to the current value).
+//!
+//! **Choices.** A load may return any store from the newest one that happens-before it (or
+//! the newest it or its thread already saw: coherence) up to the newest, biased to stale
+//! ones. Read-modify-writes read the newest. A thread that read a stale value and then sleeps
+//! (`nanosleep`) sees at least the newest values of those locations afterwards (eventual
+//! visibility), and its sleep is not a park.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::exec::FxMap;
+use crate::ir::sem;
+use crate::memory::{host_load, host_rmw, host_store};
+use crate::rng::Rng;
+
+/// Thread entries have this bit set in their key.
+const THREAD: u32 = 1 << 31;
+/// Stores kept per location.
+const HISTORY: usize = 8;
+/// Threads whose coherence position is kept per location.
+const SEEN: usize = 32;
+
+/// Sparse happens-before knowledge: sorted `(key, value)`.
+#[derive(Clone, Debug, Default)]
+struct Know(Vec<(u32, u32)>);
+
+impl Know {
+    fn get(&self, key: u32) -> u32 {
+        match self.0.binary_search_by_key(&key, |e| e.0) {
+            Ok(i) => self.0[i].1,
+            Err(_) => 0,
+        }
+    }
+
+    fn raise(&mut self, key: u32, value: u32) {
+        match self.0.binary_search_by_key(&key, |e| e.0) {
+            Ok(i) => self.0[i].1 = self.0[i].1.max(value),
+            Err(i) => self.0.insert(i, (key, value)),
+        }
+    }
+
+    fn join(&mut self, other: &[(u32, u32)]) {
+        if other.is_empty() {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.0.len() + other.len());
+        let (a, b) = (&self.0, other);
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            if j == b.len() || (i < a.len() && a[i].0 < b[j].0) {
+                out.push(a[i]);
+                i += 1;
+            } else if i == a.len() || b[j].0 < a[i].0 {
+                out.push(b[j]);
+                j += 1;
+            } else {
+                out.push((a[i].0, a[i].1.max(b[j].1)));
+                i += 1;
+                j += 1;
+            }
+        }
+        self.0 = out;
+    }
+}
+
+/// One store in a location's history.
+#[derive(Clone, Debug)]
+struct Rec {
+    value: u64,
+    /// Position in the location's modification order.
+    seq: u32,
+    /// The writer's grid (visibility after it finished).
+    grid: u32,
+    /// Writer thread (`u32::MAX`: the value found in memory, visible to everyone), its store
+    /// epoch, its block and the block phase at the store.
+    thread: u32,
+    epoch: u32,
+    block: u32,
+    phase: u32,
+    /// Knowledge a release store (or an RMW continuing a release sequence) publishes.
+    rel: Option<Arc<[(u32, u32)]>>,
+}
+
+/// A location's history.
+#[derive(Debug, Default)]
+struct Loc {
+    bytes: u32,
+    next_seq: u32,
+    recs: Vec<Rec>,
+    /// Threads' coherence positions: (thread, newest seq seen).
+    seen: Vec<(u32, u32)>,
+}
+
+impl Loc {
+    /// Forget the history: the current value, visible to everyone.
+    fn reset(&mut self, bytes: u32, value: u64) {
+        self.bytes = bytes;
+        self.recs.clear();
+        self.seen.clear();
+        self.recs.push(Rec {
+            value,
+            seq: self.next_seq,
+            grid: 0,
+            thread: u32::MAX,
+            epoch: 0,
+            block: 0,
+            phase: 0,
+            rel: None,
+        });
+        self.next_seq += 1;
+    }
+
+    fn see(&mut self, thread: u32, seq: u32) {
+        if let Some(e) = self.seen.iter_mut().find(|e| e.0 == thread) {
+            e.1 = e.1.max(seq);
+            return;
+        }
+        if self.seen.len() >= SEEN {
+            // Too many readers to track: only the newest store stays readable.
+            let last = self.recs.pop().expect("history");
+            self.recs.clear();
+            self.recs.push(Rec {
+                thread: u32::MAX,
+                ..last
+            });
+            self.seen.clear();
+        }
+        self.seen.push((thread, seq));
+    }
+
+    fn seen_by(&self, thread: u32) -> u32 {
+        self.seen.iter().find(|e| e.0 == thread).map_or(0, |e| e.1)
+    }
+}
+
+/// One thread's weak-memory state.
+#[derive(Debug, Default)]
+struct WThread {
+    know: Know,
+    epoch: u32,
+    phase: u32,
+    block: u32,
+    grid: u32,
+    /// Stores of grids finished at or before this finish count are visible.
+    floor: u32,
+    /// Locations read stale since the last sleep.
+    stale: Vec<u64>,
+    live: bool,
+}
+
+/// The weak-memory model state.
+#[derive(Debug)]
+pub(crate) struct Weak {
+    rng: Rng,
+    locs: FxMap<u64, Loc>,
+    threads: Vec<WThread>,
+    /// Block of each thread id.
+    blocks: u32,
+    /// Joined knowledge of the threads at each block's barrier.
+    barrier: FxMap<u32, Know>,
+    /// Finish count at which each grid finished (0: running), by grid id.
+    finished_at: Vec<u32>,
+    finishes: u32,
+    /// Stale values returned (statistics).
+    pub stale_reads: u64,
+}
+
+impl Weak {
+    pub fn new(seed: u64) -> Weak {
+        Weak {
+            rng: Rng::new(seed),
+            locs: FxMap::default(),
+            threads: Vec::new(),
+            blocks: 0,
+            barrier: FxMap::default(),
+            finished_at: vec![0],
+            finishes: 0,
+            stale_reads: 0,
+        }
+    }
+
+    /// A new grid: its id and the finish count its threads see stores up to.
+    pub fn new_grid(&mut self) -> (u32, u32) {
+        self.finished_at.push(0);
+        ((self.finished_at.len() - 1) as u32, self.finishes)
+    }
+
+    /// Grid `grid` finished (or was removed): its stores become visible to later launches.
+    pub fn grid_done(&mut self, grid: u32) {
+        self.finishes += 1;
+        self.finished_at[grid as usize] = self.finishes;
+    }
+
+    /// A new block id.
+    pub fn new_block(&mut self) -> u32 {
+        self.blocks += 1;
+        self.blocks
+    }
+
+    /// A new thread of block `block` of grid `grid` (from [`Weak::new_grid`]).
+    pub fn new_thread(&mut self, block: u32, (grid, floor): (u32, u32)) -> u32 {
+        self.threads.push(WThread {
+            block,
+            grid,
+            floor,
+            live: true,
+            ..WThread::default()
+        });
+        (self.threads.len() - 1) as u32
+    }
+
+    pub fn thread_exit(&mut self, th: u32) {
+        let t = &mut self.threads[th as usize];
+        t.know = Know::default();
+        t.stale = Vec::new();
+        t.live = false;
+    }
+
+    /// Whether store `r` happens-before the current point of thread `th`.
+    fn covered(&self, th: u32, r: &Rec) -> bool {
+        if r.thread == u32::MAX || r.thread == th {
+            return true;
+        }
+        let t = &self.threads[th as usize];
+        let done = self.finished_at[r.grid as usize];
+        (done != 0 && done <= t.floor)
+            || t.know.get(r.block) > r.phase
+            || t.know.get(THREAD | r.thread) >= r.epoch
+    }
+
+    /// The history of `addr`, consistent with real memory value `cur`.
+    fn loc(&mut self, addr: u64, bytes: u32, cur: u64) -> &mut Loc {
+        if self.locs.len() > 1 << 22 {
+            self.locs.clear();
+        }
+        let loc = self.locs.entry(addr).or_default();
+        if loc.bytes != bytes || loc.recs.last().is_none_or(|r| r.value != cur) {
+            loc.reset(bytes, cur);
+        }
+        loc
+    }
+
+    pub fn load(&mut self, th: u32, addr: u64, bytes: u32, s: u8) -> u64 {
+        // SAFETY: the caller checked `addr` against the address space.
+        let cur = unsafe { host_load(addr, bytes, Ordering::Acquire) };
+        let Some(loc) = self.locs.get(&addr) else {
+            return cur;
+        };
+        if loc.bytes != bytes || loc.recs.last().is_none_or(|r| r.value != cur) {
+            self.loc(addr, bytes, cur);
+            return cur;
+        }
+        let n = loc.recs.len();
+        let mut lo = 0;
+        if n > 1 {
+            for i in (0..n).rev() {
+                if self.covered(th, &loc.recs[i]) {
+                    lo = i;
+                    break;
+                }
+            }
+            let seen = loc.seen_by(th);
+            while lo < n - 1 && loc.recs[lo].seq < seen {
+                lo += 1;
+            }
+        }
+        let idx = if lo + 1 >= n {
+            n - 1
+        } else if self.rng.chance(32768) {
+            lo
+        } else {
+            lo + self.rng.below((n - lo) as u64) as usize
+        };
+        let loc = self.locs.get_mut(&addr).expect("location");
+        let rec = loc.recs[idx].clone();
+        loc.see(th, rec.seq);
+        if idx + 1 < n {
+            self.stale_reads += 1;
+            self.threads[th as usize].stale.push(addr);
+        }
+        if s == sem::ACQUIRE
+            && let Some(rel) = &rec.rel
+        {
+            self.threads[th as usize].know.join(rel);
+        }
+        rec.value
+    }
+
+    /// The knowledge thread `th` publishes with a release now.
+    fn snapshot(&self, th: u32) -> Know {
+        let t = &self.threads[th as usize];
+        let mut k = t.know.clone();
+        k.raise(THREAD | th, t.epoch);
+        k.raise(t.block, t.phase);
+        k
+    }
+
+    fn push(&mut self, th: u32, addr: u64, rel: Option<Arc<[(u32, u32)]>>, value: u64) {
+        let t = &mut self.threads[th as usize];
+        t.epoch += 1;
+        let rec = Rec {
+            value,
+            seq: 0,
+            grid: t.grid,
+            thread: th,
+            epoch: t.epoch,
+            block: t.block,
+            phase: t.phase,
+            rel,
+        };
+        let loc = self.locs.get_mut(&addr).expect("location");
+        let seq = loc.next_seq;
+        loc.next_seq += 1;
+        loc.recs.push(Rec { seq, ..rec });
+        if loc.recs.len() > HISTORY {
+            loc.recs.remove(0);
+        }
+        loc.see(th, seq);
+    }
+
+    pub fn store(&mut self, th: u32, addr: u64, bytes: u32, v: u64, s: u8) {
+        // SAFETY: the caller checked `addr` against the address space.
+        let cur = unsafe { host_load(addr, bytes, Ordering::Acquire) };
+        self.loc(addr, bytes, cur);
+        let rel = (s == sem::RELEASE || s == sem::ACQ_REL).then(|| self.snapshot(th).0.into());
+        self.push(th, addr, rel, v);
+        // SAFETY: as above.
+        unsafe { host_store(addr, bytes, v, Ordering::Release) };
+    }
+
+    pub fn rmw(
+        &mut self,
+        th: u32,
+        addr: u64,
+        bytes: u32,
+        s: u8,
+        f: &dyn Fn(u64) -> Option<u64>,
+    ) -> (u64, bool) {
+        let mut new = None;
+        // SAFETY: the caller checked `addr` against the address space.
+        let old = unsafe {
+            host_rmw(addr, bytes, |o| {
+                new = f(o);
+                new
+            })
+        };
+        let loc = self.loc(addr, bytes, old);
+        let read = loc.recs.last().expect("history").clone();
+        loc.see(th, read.seq);
+        if (s == sem::ACQUIRE || s == sem::ACQ_REL)
+            && let Some(rel) = &read.rel
+        {
+            self.threads[th as usize].know.join(rel);
+        }
+        if let Some(v) = new {
+            // A release RMW publishes; any RMW continues the release sequence it read.
+            let mut rel: Option<Know> = read.rel.as_deref().map(|r| Know(r.to_vec()));
+            if s == sem::RELEASE || s == sem::ACQ_REL {
+                let mine = self.snapshot(th);
+                match &mut rel {
+                    Some(k) => k.join(&mine.0),
+                    None => rel = Some(mine),
+                }
+            }
+            self.push(th, addr, rel.map(|k| k.0.into()), v);
+        }
+        (old, new.is_some())
+    }
+
+    /// Thread `th` arrives at block `block`'s barrier.
+    pub fn barrier_arrive(&mut self, th: u32, block: u32) {
+        let know = std::mem::take(&mut self.threads[th as usize].know);
+        self.barrier.entry(block).or_default().join(&know.0);
+        self.threads[th as usize].know = know;
+    }
+
+    /// Thread `th` leaves block `block`'s barrier: it knows what every participant knew and
+    /// every event of the block before the barrier.
+    pub fn barrier_leave(&mut self, th: u32, block: u32) {
+        let joined = self.barrier.get(&block).cloned().unwrap_or_default();
+        let t = &mut self.threads[th as usize];
+        t.phase += 1;
+        let mut know = joined;
+        know.raise(block, t.phase);
+        // Thread entries of this block are covered by the phase now.
+        let threads = &self.threads;
+        know.0.retain(|&(k, _)| {
+            k & THREAD == 0
+                || threads
+                    .get((k & !THREAD) as usize)
+                    .is_none_or(|t| t.block != block)
+        });
+        self.threads[th as usize].know = know;
+    }
+
+    /// Block `block`'s barrier completed.
+    pub fn barrier_done(&mut self, block: u32) {
+        self.barrier.remove(&block);
+    }
+
+    /// Thread `th` sleeps: whether it read stale values since its last sleep (then it must
+    /// not park; it sees at least the newest values of those locations from now on).
+    pub fn on_sleep(&mut self, th: u32) -> bool {
+        let stale = std::mem::take(&mut self.threads[th as usize].stale);
+        if stale.is_empty() {
+            return false;
+        }
+        for addr in &stale {
+            if let Some(loc) = self.locs.get_mut(addr)
+                && let Some(last) = loc.recs.last()
+            {
+                let seq = last.seq;
+                loc.see(th, seq);
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knowledge_joins_by_maximum() {
+        let mut a = Know(vec![(1, 3), (5, 1), (THREAD | 2, 7)]);
+        a.join(&[(1, 2), (4, 4), (THREAD | 2, 9)]);
+        assert_eq!(a.0, vec![(1, 3), (4, 4), (5, 1), (THREAD | 2, 9)]);
+        a.raise(0, 1);
+        assert_eq!(a.get(0), 1);
+        assert_eq!(a.get(7), 0);
+    }
+}

@@ -1,0 +1,404 @@
+//! A real collective of the shipped PTX: an 8-rank one-shot all-reduce of 64 KiB per rank,
+//! each rank its own grid (as each rank's stream launches it), with the argument table and
+//! window contexts the host library builds. Prints the simulation speed.
+
+#[allow(dead_code)]
+#[path = "../../host-shim/src/ptx/split.rs"]
+mod split;
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::Buffer;
+use symm_sim::{AddressSpace, Launch, Module, RunOutcome, SimConfig, Simulator};
+
+/// The sm_90 module of `kernel`, cut as the CUDA backend cuts it, with `edit` applied.
+fn kernel_module(kernel: &str, edit: fn(String) -> String) -> Module {
+    let path = format!("{}/../ptx-out/symm_sm90.ptx.gz", env!("CARGO_MANIFEST_DIR"));
+    let file = std::fs::read(path).expect("PTX");
+    let text =
+        miniz_oxide::inflate::decompress_to_vec_with_limit(&file[10..file.len() - 8], 256 << 20)
+            .expect("inflates");
+    let text = String::from_utf8(text).expect("UTF-8");
+    let module = split::PtxIndex::new(&text)
+        .kernel_module(kernel)
+        .expect("kernel");
+    Module::load(&edit(module)).expect("loads")
+}
+
+/// Bytes of one rank's signal pad for `world` ranks (device/src/sync/signal_pad.rs).
+fn signal_pad_bytes(world: usize) -> usize {
+    let ll_offset = 32 * 1024;
+    let ll_lines = 16 * 1024 / 8;
+    ll_offset + 2 * world * ll_lines * 16 + (world - 1) * 64 * 1024
+}
+
+struct World {
+    _space: Arc<AddressSpace>,
+    windows: Vec<Buffer>,
+    _pads: Vec<Buffer>,
+    /// Peer bases, peer pads, abort words, contexts.
+    tables: Vec<Buffer>,
+    tasks: Vec<Buffer>,
+}
+
+const ONE_SHOT: &str = "symm_one_shot_all_reduce_f32_sum";
+const TWO_SHOT: &str = "symm_two_shot_all_reduce_f32_sum";
+const WORLD: usize = 8;
+const COUNT: usize = 16384; // f32 elements: 64 KiB per rank
+const BYTES: usize = COUNT * 4;
+
+/// Windows (send buffer at 0, receive buffer at `BYTES`), pads, contexts and one task per
+/// rank; rank r's send value i is `r * 1000 + i % 1000`.
+fn world(space: &Arc<AddressSpace>, timeout_ns: u64) -> World {
+    let pad_bytes = signal_pad_bytes(WORLD);
+    let mut windows: Vec<Buffer> = (0..WORLD)
+        .map(|r| Buffer::new(space, 2 * BYTES / 8, &format!("window {r}")))
+        .collect();
+    let pads: Vec<Buffer> = (0..WORLD)
+        .map(|r| Buffer::new(space, pad_bytes / 8, &format!("pad {r}")))
+        .collect();
+    let mut tables = Vec::new();
+    let mut bases = Buffer::new(space, WORLD, "peer bases");
+    let mut pad_table = Buffer::new(space, WORLD, "peer pads");
+    let aborts = Buffer::new(space, WORLD, "aborts");
+    let mut contexts = Buffer::new(space, 12 * WORLD, "contexts");
+    let mut tasks = Vec::new();
+    for r in 0..WORLD {
+        for i in 0..COUNT {
+            windows[r].set32(i, ((r * 1000 + i % 1000) as f32).to_bits());
+        }
+        bases.set(r, windows[r].addr());
+        pad_table.set(r, pads[r].addr());
+        let ctx = [
+            1u64 << 32,
+            r as u64 | (WORLD as u64) << 32,
+            windows[r].addr(),
+            2 * BYTES as u64,
+            bases.addr(),
+            pad_table.addr(),
+            pad_bytes as u64,
+            aborts.addr() + 4 * r as u64,
+            timeout_ns,
+            0,
+            0,
+            0,
+        ];
+        let ctx_addr = contexts.addr() + 96 * r as u64;
+        for (k, v) in ctx.iter().enumerate() {
+            contexts.set(12 * r + k, *v);
+        }
+        let mut task = Buffer::new(space, 7, &format!("task {r}"));
+        let args = [ctx_addr, ctx_addr, 0, BYTES as u64, COUNT as u64, 0, 0];
+        for (k, v) in args.iter().enumerate() {
+            task.set(k, *v);
+        }
+        tasks.push(task);
+    }
+    tables.extend([bases, pad_table, aborts, contexts]);
+    World {
+        _space: space.clone(),
+        windows,
+        _pads: pads,
+        tables,
+        tasks,
+    }
+}
+
+/// Run the all-reduce `calls` times with `config` (in place from the second call on each
+/// rank's stream order: a rank's next call starts when its previous one finished); returns
+/// (instructions, seconds), or the first wrong element.
+struct Run {
+    kernel: &'static str,
+    config: SimConfig,
+    blocks: u32,
+    threads: u32,
+    edit: fn(String) -> String,
+    in_place: bool,
+    calls: u32,
+    count: usize,
+}
+
+/// A run of `kernel` under `config` with `blocks` × `threads` per rank, one out-of-place
+/// call of the whole 64 KiB.
+fn run(kernel: &'static str, config: SimConfig, blocks: u32, threads: u32) -> Run {
+    Run {
+        kernel,
+        config,
+        blocks,
+        threads,
+        edit: unchanged,
+        in_place: false,
+        calls: 1,
+        count: COUNT,
+    }
+}
+
+/// As [`run`], two in-place calls of 16 KiB with `edit` applied to the PTX.
+fn twice_in_place(config: SimConfig, edit: fn(String) -> String) -> Run {
+    Run {
+        edit,
+        in_place: true,
+        calls: 2,
+        count: 4096,
+        ..run(ONE_SHOT, config, 2, 256)
+    }
+}
+
+fn all_reduce(run: Run) -> Result<(u64, f64), String> {
+    let Run {
+        kernel: kernel_name,
+        config,
+        blocks,
+        threads,
+        edit,
+        in_place,
+        calls,
+        count,
+    } = run;
+    assert!(count <= COUNT);
+    let module = Arc::new(kernel_module(kernel_name, edit));
+    let kernel = module.kernel(kernel_name).expect("kernel");
+    let space = Arc::new(AddressSpace::new());
+    let mut w = world(&space, 10_000_000_000);
+    for task in &mut w.tasks {
+        task.set(4, count as u64);
+    }
+    if in_place {
+        for task in &mut w.tasks {
+            let ctx = task.get(0);
+            task.set(1, ctx);
+            task.set(3, 0);
+            task.set(6, 1); // FLAG_IN_PLACE
+        }
+    }
+    let mut sim = Simulator::new(config.clone(), space.clone());
+    let mut rank_of = std::collections::HashMap::new();
+    let launch = |sim: &mut Simulator, r: usize| {
+        sim.launch(Launch {
+            device: r as u32,
+            module: module.clone(),
+            kernel,
+            grid: [blocks, 1, 1],
+            block: [threads, 1, 1],
+            params: vec![
+                w.tasks[r].addr().to_le_bytes().to_vec(),
+                1u32.to_le_bytes().to_vec(),
+                1u32.to_le_bytes().to_vec(),
+            ],
+        })
+        .expect("launch")
+    };
+    for r in 0..WORLD {
+        let id = launch(&mut sim, r);
+        rank_of.insert(id, (r, 1));
+    }
+    let start = Instant::now();
+    let mut finished = 0;
+    while finished < WORLD {
+        match sim.run(u64::MAX) {
+            RunOutcome::Finished(grids) => {
+                for g in grids {
+                    let (r, call) = rank_of[&g];
+                    if call < calls {
+                        let id = launch(&mut sim, r);
+                        rank_of.insert(id, (r, call + 1));
+                    } else {
+                        finished += 1;
+                    }
+                }
+            }
+            RunOutcome::Fault(_, report) => return Err(report),
+            other => panic!("seed {}: {other:?}", config.seed),
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let result = if in_place { 0 } else { COUNT };
+    for r in 0..WORLD {
+        for i in 0..count {
+            let sum: f32 = (0..WORLD).map(|q| (q * 1000 + i % 1000) as f32).sum();
+            let want = sum * (WORLD as f32).powi(calls as i32 - 1);
+            let got = f32::from_bits(w.windows[r].get32(result + i));
+            if got != want {
+                return Err(format!(
+                    "seed {} rank {r} element {i}: {got} instead of {want}",
+                    config.seed
+                ));
+            }
+        }
+    }
+    eprintln!("{:?} policy seed {}", sim.stats(), config.seed);
+    Ok((sim.instructions(), seconds))
+}
+
+fn unchanged(text: String) -> String {
+    text
+}
+
+/// The orderings of the cross-rank barriers relaxed (what a missing acquire/release would
+/// do): `ld.acquire` → `ld.relaxed`, `st.release` → `st.relaxed`, `atom.release` →
+/// `atom.relaxed`.
+fn relaxed(text: String) -> String {
+    text.replace("ld.acquire.sys.u32", "ld.relaxed.sys.u32")
+        .replace("st.release.sys.u32", "st.relaxed.sys.u32")
+        .replace("atom.release.sys.cas.b32", "atom.relaxed.sys.cas.b32")
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn eight_rank_one_shot_all_reduce_of_64_kib() {
+    for seed in 0..3 {
+        let config = SimConfig {
+            seed,
+            ..SimConfig::default()
+        };
+        let (instructions, seconds) = all_reduce(run(ONE_SHOT, config, 4, 512)).unwrap();
+        eprintln!(
+            "seed {seed}: {instructions} instructions in {seconds:.3} s: {:.1} M instructions/s",
+            instructions as f64 / seconds / 1e6
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn eight_rank_two_shot_all_reduce_sc_and_weak() {
+    for seed in 0..2 {
+        let config = SimConfig {
+            seed,
+            weak_memory: seed == 1,
+            ..SimConfig::default()
+        };
+        all_reduce(run(TWO_SHOT, config, 2, 256)).unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn eight_rank_one_shot_all_reduce_on_few_sms() {
+    // 8 grids of 2 blocks on 2 SMs per device: every block still fits.
+    let config = SimConfig {
+        seed: 77,
+        sms: 2,
+        ..SimConfig::default()
+    };
+    all_reduce(run(ONE_SHOT, config, 2, 256)).unwrap();
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn eight_rank_one_shot_all_reduce_is_correct_under_weak_memory() {
+    for seed in 0..3 {
+        let config = SimConfig {
+            seed,
+            weak_memory: true,
+            ..SimConfig::default()
+        };
+        let (instructions, seconds) = all_reduce(run(ONE_SHOT, config.clone(), 2, 256)).unwrap();
+        let (i2, s2) = all_reduce(twice_in_place(config, unchanged)).unwrap();
+        eprintln!("weak, in place twice (16 KiB), seed {seed}: {i2} instructions in {s2:.3} s");
+        eprintln!(
+            "weak, seed {seed}: {instructions} instructions in {seconds:.3} s: {:.1} M instructions/s",
+            instructions as f64 / seconds / 1e6
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn relaxing_the_barrier_orderings_is_caught_under_weak_memory() {
+    // Sequential consistency hides the missing orderings.
+    let config = SimConfig {
+        seed: 0,
+        ..SimConfig::default()
+    };
+    all_reduce(twice_in_place(config, relaxed)).expect("SC");
+    // A few seeds of weak memory expose them.
+    let caught = (0..4).find_map(|seed| {
+        let weak = SimConfig {
+            seed,
+            weak_memory: true,
+            ..SimConfig::default()
+        };
+        all_reduce(twice_in_place(weak, relaxed)).err()
+    });
+    eprintln!("caught: {caught:?}");
+    assert!(caught.is_some(), "no seed exposed the relaxed barrier");
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn a_missing_rank_stalls_then_times_out_when_time_passes() {
+    let module = Arc::new(kernel_module(ONE_SHOT, unchanged));
+    let kernel = module.kernel(ONE_SHOT).expect("kernel");
+    let space = Arc::new(AddressSpace::new());
+    let w = world(&space, 200_000);
+    let config = SimConfig {
+        seed: 5,
+        ..SimConfig::default()
+    };
+    let mut sim = Simulator::new(config, space.clone());
+    // Rank 7 never launches.
+    for r in 0..WORLD - 1 {
+        sim.launch(Launch {
+            device: r as u32,
+            module: module.clone(),
+            kernel,
+            grid: [2, 1, 1],
+            block: [128, 1, 1],
+            params: vec![
+                w.tasks[r].addr().to_le_bytes().to_vec(),
+                1u32.to_le_bytes().to_vec(),
+                1u32.to_le_bytes().to_vec(),
+            ],
+        })
+        .expect("launch");
+    }
+    let report = match sim.run(u64::MAX) {
+        RunOutcome::Stalled(r) => r,
+        other => panic!("expected a stall, got {other:?}"),
+    };
+    assert!(report.contains("sleep at line"), "{report}");
+    assert!(report.contains("seed 5"), "{report}");
+    // Letting virtual time pass, the waits time out and every kernel gives up.
+    let mut finished = 0;
+    let mut advances = 0;
+    while finished < WORLD - 1 {
+        match sim.run(u64::MAX) {
+            RunOutcome::Finished(g) => finished += g.len(),
+            RunOutcome::Stalled(r) => {
+                advances += 1;
+                assert!(advances < 100_000, "{r}");
+                let t = sim.next_wakeup_ns().expect("sleepers");
+                sim.advance_time_to(t);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(sim.now_ns() >= 200_000);
+    // Each rank's abort word says it timed out waiting for rank 7.
+    let aborts = &w.tables[2];
+    for r in 0..WORLD - 1 {
+        assert_eq!(aborts.get32(r), 1 | 8 << 8, "rank {r}");
+    }
+}

@@ -1,0 +1,308 @@
+//! Grids running together: message passing, residency deadlock, faults, determinism.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use symm_sim::{AddressSpace, RunOutcome, SimConfig, Simulator};
+
+/// Producer: every thread writes `data[tid] = tid + 1`, then (after a barrier) thread 0 sets
+/// the flag with `flag_store`. Consumer: thread 0 waits for the flag with `flag_load` and
+/// `nanosleep`, then (after a barrier) every thread copies `data[tid]` to `out[tid]`.
+fn message_passing(flag_store: &str, flag_load: &str) -> String {
+    let producer = kernel(
+        "producer",
+        ".param .u64 .ptr .align 1 producer_param_0, .param .u64 .ptr .align 1 producer_param_1",
+        &format!(
+            "
+	ld.param.b64 	%rd1, [producer_param_0];
+	ld.param.b64 	%rd2, [producer_param_1];
+	mov.u32 	%r1, %tid.x;
+	add.s32 	%r2, %r1, 1;
+	mul.wide.u32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd1, %rd3;
+	st.b32 	[%rd4], %r2;
+	barrier.sync 	0;
+	setp.ne.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__done;
+	mov.b32 	%r3, 1;
+	{flag_store} 	[%rd2], %r3;
+$L__done:
+"
+        ),
+    );
+    let consumer = kernel(
+        "consumer",
+        ".param .u64 .ptr .align 1 consumer_param_0, .param .u64 .ptr .align 1 consumer_param_1, .param .u64 .ptr .align 1 consumer_param_2",
+        &format!(
+            "
+	ld.param.b64 	%rd1, [consumer_param_0];
+	ld.param.b64 	%rd2, [consumer_param_1];
+	ld.param.b64 	%rd5, [consumer_param_2];
+	mov.u32 	%r1, %tid.x;
+	setp.ne.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__wait;
+$L__spin:
+	{flag_load} 	%r4, [%rd2];
+	setp.ne.b32 	%p2, %r4, 0;
+	@%p2 bra 	$L__wait;
+	nanosleep.u32 	100;
+	bra.uni 	$L__spin;
+$L__wait:
+	barrier.sync 	0;
+	mul.wide.u32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd1, %rd3;
+	ld.b32 	%r2, [%rd4];
+	add.s64 	%rd6, %rd5, %rd3;
+	st.b32 	[%rd6], %r2;
+"
+        ),
+    );
+    // Two modules in one text: keep one header.
+    let body = consumer.split_once(".address_size 64\n").expect("header").1;
+    format!("{producer}{body}")
+}
+
+/// Run the message-passing pair with `seed`; the number of wrong values the consumer saw.
+fn run_message_passing(text: &str, seed: u64, weak: bool) -> usize {
+    let m = module(text);
+    let space = Arc::new(AddressSpace::new());
+    let config = SimConfig {
+        seed,
+        weak_memory: weak,
+        ..SimConfig::default()
+    };
+    let mut sim = Simulator::new(config, space.clone());
+    let data = Buffer::new(&space, 64, "data");
+    let flag = Buffer::new(&space, 1, "flag");
+    let out = Buffer::new(&space, 64, "out");
+    // The consumer starts first and spins; the producer runs on another device.
+    launch_on(
+        &mut sim,
+        1,
+        &m,
+        "consumer",
+        1,
+        128,
+        &[data.addr(), flag.addr(), out.addr()],
+    );
+    launch_on(
+        &mut sim,
+        0,
+        &m,
+        "producer",
+        1,
+        128,
+        &[data.addr(), flag.addr()],
+    );
+    run_to_end(&mut sim).unwrap_or_else(|e| panic!("{e}"));
+    (0..128).filter(|&i| out.get32(i) != i as u32 + 1).count()
+}
+
+#[test]
+fn release_acquire_message_passing_works_for_every_seed() {
+    let text = message_passing("st.release.sys.u32", "ld.acquire.sys.u32");
+    for seed in 0..20 {
+        assert_eq!(run_message_passing(&text, seed, false), 0, "seed {seed}");
+        assert_eq!(
+            run_message_passing(&text, seed, true),
+            0,
+            "weak, seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn relaxed_message_passing_is_caught_by_the_weak_model() {
+    let text = message_passing("st.relaxed.sys.u32", "ld.relaxed.sys.u32");
+    let mut caught = 0;
+    for seed in 0..8 {
+        assert_eq!(
+            run_message_passing(&text, seed, false),
+            0,
+            "SC, seed {seed}"
+        );
+        if run_message_passing(&text, seed, true) > 0 {
+            caught += 1;
+        }
+    }
+    assert!(
+        caught > 0,
+        "the weak model never let the consumer read stale data"
+    );
+}
+
+/// Every block adds 1 to a counter, then waits (spinning with nanosleep) until all blocks
+/// did: a grid-wide barrier, which needs every block resident at once.
+fn grid_barrier() -> String {
+    kernel(
+        "gb",
+        ".param .u64 .ptr .align 1 gb_param_0",
+        "
+	ld.param.b64 	%rd1, [gb_param_0];
+	mov.u32 	%r1, %tid.x;
+	mov.u32 	%r2, %nctaid.x;
+	setp.ne.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__wait;
+	atom.relaxed.gpu.add.u32 	%r3, [%rd1], 1;
+$L__spin:
+	ld.acquire.sys.u32 	%r4, [%rd1];
+	setp.ge.u32 	%p2, %r4, %r2;
+	@%p2 bra 	$L__wait;
+	nanosleep.u32 	1000;
+	bra.uni 	$L__spin;
+$L__wait:
+	barrier.sync 	0;
+",
+    )
+}
+
+#[test]
+fn a_grid_needing_more_resident_blocks_than_fit_is_reported_stalled() {
+    let m = module(&grid_barrier());
+    let space = Arc::new(AddressSpace::new());
+    let config = SimConfig {
+        seed: 9,
+        sms: 2,
+        ..SimConfig::default()
+    };
+    // 512 threads at 80 registers: one block per SM, so 2 of the 3 blocks are resident.
+    let mut sim = Simulator::new(config.clone(), space.clone());
+    let counter = Buffer::new(&space, 1, "counter");
+    launch(&mut sim, &m, "gb", 3, 512, &[counter.addr()]);
+    let report = match sim.run(1 << 24) {
+        RunOutcome::Stalled(r) => r,
+        other => panic!("expected a stall, got {other:?}"),
+    };
+    assert!(
+        report.contains("1 blocks waiting for residency"),
+        "{report}"
+    );
+    assert!(report.contains("sleep at line"), "{report}");
+    assert!(report.contains("wait at the barrier"), "{report}");
+    assert!(report.contains("seed 9"), "{report}");
+    // Time passing does not help.
+    let t = sim.next_wakeup_ns().expect("sleepers");
+    sim.advance_time_to(t);
+    assert!(matches!(sim.run(1 << 24), RunOutcome::Stalled(_)));
+
+    // With room for all three blocks it completes.
+    let mut sim = Simulator::new(SimConfig { sms: 3, ..config }, space.clone());
+    let counter = Buffer::new(&space, 1, "counter");
+    launch(&mut sim, &m, "gb", 3, 512, &[counter.addr()]);
+    run_to_end(&mut sim).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(counter.get32(0), 3);
+}
+
+#[test]
+fn a_trap_names_the_panic_block_thread_and_line() {
+    let text = ".version 7.8\n.target sm_90\n.address_size 64\n\
+.func _RNvNtCsby7Xz2y7qhS_4core9panicking9panic_fmt\n(\n\t.param .b64 p_0\n)\n.noreturn;\n\
+.func _RNvNtNtCsby7Xz2y7qhS_4core9panicking11panic_const23panic_const_div_by_zero\n(\n\t.param .b64 q_0\n)\n.noreturn;\n\
+.visible .entry k()\n{\n\t.reg .pred \t%p<4>;\n\t.reg .b32 \t%r<8>;\n\
+\tmov.u32 \t%r1, %tid.x;\n\tmov.u32 \t%r2, %ctaid.x;\n\tadd.s32 \t%r3, %r1, %r2;\n\
+\tsetp.ne.b32 \t%p1, %r3, 4;\n\t@%p1 bra \t$L__ok;\n\
+\t{ // callseq 0, 0\n\t.param .b64 \tparam0;\n\
+\tcall.uni _RNvNtNtCsby7Xz2y7qhS_4core9panicking11panic_const23panic_const_div_by_zero, (param0);\n\t} // callseq 0\n\
+$L__ok:\n\tret;\n}\n\
+.func _RNvNtCsby7Xz2y7qhS_4core9panicking9panic_fmt(\n\t.param .b64 p_0\n)\n.noreturn\n{\n\ttrap;\n\texit;\n}\n\
+.func _RNvNtNtCsby7Xz2y7qhS_4core9panicking11panic_const23panic_const_div_by_zero(\n\t.param .b64 q_0\n)\n.noreturn\n{\n\
+\t{\n\t.param .b64 \tparam0;\n\tcall.uni _RNvNtCsby7Xz2y7qhS_4core9panicking9panic_fmt, (param0);\n\t}\n\texit;\n}\n";
+    let m = module(text);
+    let (mut sim, _space) = sim(11);
+    let grid = launch(&mut sim, &m, "k", 2, 4, &[]);
+    let (g, report) = loop {
+        match sim.run(1 << 20) {
+            RunOutcome::Fault(g, r) => break (g, r),
+            RunOutcome::Finished(_) => continue,
+            other => panic!("expected a fault, got {other:?}"),
+        }
+    };
+    assert_eq!(g, grid);
+    assert!(report.contains("panic_const_div_by_zero"), "{report}");
+    assert!(
+        report.contains("block (1, 0, 0), thread (3, 0, 0)"),
+        "{report}"
+    );
+    assert!(report.contains("kernel k"), "{report}");
+    assert!(report.contains("line 35: trap;"), "{report}");
+    assert!(report.contains("seed 11"), "{report}");
+    assert!(
+        matches!(sim.run(1 << 20), RunOutcome::Idle),
+        "the grid is gone"
+    );
+}
+
+#[test]
+fn bad_accesses_fault_with_block_thread_and_line() {
+    let text = kernel(
+        "k",
+        ".param .u64 .ptr .align 1 k_param_0, .param .u64 k_param_1",
+        "
+	ld.param.b64 	%rd1, [k_param_0];
+	ld.param.b64 	%rd2, [k_param_1];
+	mov.u32 	%r1, %tid.x;
+	setp.ne.b32 	%p1, %r1, 5;
+	@%p1 bra 	$L__ok;
+	add.s64 	%rd3, %rd1, %rd2;
+	ld.v4.b32 	{%r2, %r3, %r4, %r5}, [%rd3];
+$L__ok:
+",
+    );
+    let m = module(&text);
+    for (offset, expect) in [
+        (1 << 20, "out-of-bounds"),
+        (4, "misaligned"),
+        (512, "out-of-bounds"),
+    ] {
+        let (mut sim, space) = sim(2);
+        let buf = Buffer::new(&space, 64, "buf");
+        launch(&mut sim, &m, "k", 1, 32, &[buf.addr(), offset]);
+        let report = match sim.run(1 << 20) {
+            RunOutcome::Fault(_, r) => r,
+            other => panic!("expected a fault, got {other:?}"),
+        };
+        assert!(report.contains(expect), "{report}");
+        assert!(report.contains("thread (5, 0, 0)"), "{report}");
+        assert!(report.contains("ld.v4.b32"), "{report}");
+        assert!(report.contains("line 19"), "{report}");
+    }
+    // A range another device may not touch.
+    let (mut sim, space) = sim(2);
+    let buf = Buffer::new(&space, 64, "buf");
+    space.set_devices(buf.addr(), 512, 1 << 3);
+    launch(&mut sim, &m, "k", 1, 32, &[buf.addr(), 0]);
+    match sim.run(1 << 20) {
+        RunOutcome::Fault(_, r) => assert!(r.contains("may not access"), "{r}"),
+        other => panic!("expected a fault, got {other:?}"),
+    }
+}
+
+/// The trace hash of the grid-barrier kernel and an atomic counter run with `seed`.
+fn trace(seed: u64) -> (u64, u64) {
+    let m = module(&grid_barrier());
+    let space = Arc::new(AddressSpace::new());
+    let config = SimConfig {
+        seed,
+        sms: 8,
+        ..SimConfig::default()
+    };
+    let mut sim = Simulator::new(config, space.clone());
+    let counter = Buffer::new(&space, 1, "counter");
+    launch(&mut sim, &m, "gb", 4, 256, &[counter.addr()]);
+    launch(&mut sim, &m, "gb", 4, 64, &[counter.addr() + 4]);
+    run_to_end(&mut sim).unwrap_or_else(|e| panic!("{e}"));
+    (sim.trace_hash(), sim.instructions())
+}
+
+#[test]
+fn the_same_seed_replays_the_same_execution() {
+    let a = trace(42);
+    assert_eq!(a, trace(42));
+    let others: Vec<_> = (43..47).map(trace).collect();
+    assert!(
+        others.iter().any(|o| o.0 != a.0),
+        "seeds change the schedule"
+    );
+}
