@@ -9,6 +9,9 @@
 //! done
 //! ```
 //!
+//! On the simulated GPU (`cargo xtask sim --test`), with `SYMM_GPU_TEST_MAX_COUNT` and
+//! `SYMM_GPU_TEST_REPEATS` making the largest count and the repetitions smaller.
+//!
 //! Buffers are filled and read back with the CUDA driver (cudarc, loaded at run time).
 
 use cudarc::driver::{result, sys};
@@ -82,7 +85,7 @@ fn run_and_check(buffers: &[RankBuffer], count: usize, send: usize, recv: usize,
 fn gpu_f32_sum_2_4_8_ranks_on_one_gpu() {
     for nranks in [2, 3, 4, 8] {
         let comms = cuda_ranks(nranks);
-        let max = (1 << 20) + 5;
+        let max = largest_count();
         let buffers = alloc_windows(&comms, 4 * (2 * max + 64));
         for (k, count) in [1usize, 7, 1023, 4099, max].into_iter().enumerate() {
             let seed = (nranks * 10 + k) as u64;
@@ -99,7 +102,7 @@ fn gpu_f32_sum_2_4_8_ranks_on_one_gpu() {
 fn gpu_same_buffers_1000_times() {
     let comms = cuda_ranks(8);
     let buffers = alloc_windows(&comms, 1 << 16);
-    for iteration in 0..1000 {
+    for iteration in 0..repeats(1000) {
         run_and_check(&buffers, 256, 0, 0, iteration);
     }
     teardown(buffers);
@@ -265,7 +268,27 @@ fn placements(size: usize, send_bytes: usize, recv_bytes: usize) -> [At; 3] {
 }
 
 const RANKS: [usize; 4] = [2, 3, 4, 8];
-const COUNTS: [usize; 5] = [1, 7, 1023, 4099, (1 << 20) + 5];
+/// The counts every collective is checked at: small, odd tails, and [`largest_count`].
+fn counts() -> [usize; 5] {
+    [1, 7, 1023, 4099, largest_count()]
+}
+
+/// The largest count the set checks: 1 Mi + 5 elements, or `SYMM_GPU_TEST_MAX_COUNT` (the
+/// simulated GPU runs the set with a smaller one; never below 4100).
+fn largest_count() -> usize {
+    std::env::var("SYMM_GPU_TEST_MAX_COUNT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or((1 << 20) + 5, |n| n.max(4100))
+}
+
+/// `default` repetitions, or `SYMM_GPU_TEST_REPEATS` (the simulated GPU runs fewer).
+fn repeats(default: u64) -> u64 {
+    std::env::var("SYMM_GPU_TEST_REPEATS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(default)
+}
 
 /// Window bytes for the largest case of any collective: 8-byte elements, the biggest count,
 /// up to 8 ranks' segments for all-gather and reduce-scatter.
@@ -293,11 +316,11 @@ fn run_group(issue: impl Fn(usize, &RankBuffer) -> symmResult_t, buffers: &[Rank
 fn gpu_all_reduce_every_dtype_and_op() {
     for nranks in RANKS {
         let comms = cuda_ranks(nranks);
-        let buffers = alloc_windows(&comms, window_bytes(1, *COUNTS.last().unwrap()));
+        let buffers = alloc_windows(&comms, window_bytes(1, largest_count()));
         for dtype in DataType::ALL {
             let size = dtype.size_bytes();
             for op in 0..5 {
-                for (k, count) in COUNTS.into_iter().enumerate() {
+                for (k, count) in counts().into_iter().enumerate() {
                     if forced_low_latency()
                         && count * size > symm_device::sync::signal_pad::LL_MAX_BYTES
                     {
@@ -358,11 +381,11 @@ fn gpu_all_reduce_every_dtype_and_op() {
 fn gpu_all_gather_and_reduce_scatter_every_dtype() {
     for nranks in RANKS {
         let comms = cuda_ranks(nranks);
-        let max = *COUNTS.last().unwrap();
+        let max = largest_count();
         let buffers = alloc_windows(&comms, window_bytes(nranks, max));
         for dtype in DataType::ALL {
             let size = dtype.size_bytes();
-            for count in COUNTS {
+            for count in counts() {
                 let segment = count * size;
                 for at in placements(size, nranks * segment, nranks * segment) {
                     let seed = (nranks * 100 + count) as u64;
@@ -497,7 +520,7 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
         sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
             .result()
             .unwrap();
-        for replay in 0..200u64 {
+        for replay in 0..repeats(200) {
             let inputs = random_inputs(nranks, count, replay);
             for (b, input) in buffers.iter().zip(&inputs) {
                 upload(b.base, input);
