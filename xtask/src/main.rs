@@ -20,6 +20,9 @@
 //! * `pytest` — the Python package's tests in a virtual environment, on the host backend.
 //! * `fuzz --replay | --time SECONDS | --seeds` — the C ABI fuzz target (`fuzz/`): replay its
 //!   corpus, fuzz for a while, or rewrite its generated seeds.
+//! * `sim [--test]` — build the simulated GPU (a fake `libcuda.so.1` over the PTX interpreter
+//!   in `sim/`) into `target/sim/` and print the directory; with `--test`, run the GPU test
+//!   set, the C examples and the mutation checks on it.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -28,6 +31,7 @@ mod fuzz;
 mod loom;
 mod ptx;
 mod python;
+mod sim;
 mod triton;
 
 use std::path::{Path, PathBuf};
@@ -47,9 +51,10 @@ fn main() -> ExitCode {
         Some("wheel") => python::wheel(),
         Some("pytest") => python::pytest(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
+        Some("sim") => sim::sim(&args[1..]),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
-             | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds"
+             | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds | sim [--test]"
                 .to_string(),
         ),
     };

@@ -1,0 +1,8 @@
+//! The exported driver functions (C ABI, `#[no_mangle]`), by area.
+
+pub mod device;
+pub mod errors;
+pub mod memory;
+pub mod module;
+pub mod stream;
+pub mod vmm;

@@ -1,0 +1,41 @@
+//! A fake CUDA driver: the driver functions symm's CUDA backend and GPU tests call,
+//! implemented over the simulated GPU of `symm-sim`.
+//!
+//! Built as a `cdylib` and linked (or symlinked) as `libcuda.so.1`, it lets programs that use
+//! the CUDA driver API through `dlopen` (cudarc, libsymm's cuda backend) or by linking
+//! `-lcuda` run on the simulated GPU:
+//!
+//! * `SYMM_SIM_DEVICES` devices (default 8) of compute capability 9.0, with
+//!   `SYMM_SIM_SMS` multiprocessors each, peer access between all of them.
+//! * Flat memory: a device pointer is a host address of the process. `cuMemAlloc` and
+//!   `cuMemHostAlloc` hand out host memory registered with the simulator; the VMM functions
+//!   map memfds, so POSIX file descriptor handles share memory between processes as on a GPU.
+//!   `cuMemSetAccess` grants access to exactly the devices named.
+//! * Asynchronous streams and events: every stream operation is queued and run later by one
+//!   device thread per process, which owns the simulator and picks among the operations CUDA
+//!   allows to run next (stream order, event waits, the legacy default stream's implicit
+//!   synchronization) in an order drawn from the seed (`SYMM_SIM_SEED`).
+//! * Stream capture into graphs (modes, fork and join through events, the illegal operations
+//!   that invalidate a capture) and graph replay.
+//! * A kernel fault puts the context into a sticky error state, as on a GPU. A stall longer
+//!   than `SYMM_SIM_DEADLOCK_MS` (default 2000) is reported on stderr with the seed; with
+//!   `SYMM_SIM_DEADLOCK=fail` the stalled grids fail instead of waiting.
+//!
+//! Functions not listed in [`api`] are not exported: cudarc then reports the missing symbol.
+//! Exported functions the simulation does not model print `symm-sim: … is not implemented`
+//! and return `CUDA_ERROR_NOT_SUPPORTED`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(non_snake_case)]
+
+pub mod api;
+mod engine;
+mod state;
+mod util;
+
+pub use api::device::*;
+pub use api::errors::*;
+pub use api::memory::*;
+pub use api::module::*;
+pub use api::stream::*;
+pub use api::vmm::*;
