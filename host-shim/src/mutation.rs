@@ -12,6 +12,10 @@ pub enum Mutation {
     /// The collective kernels' last two parameters are passed swapped
     /// (`swap-kernel-parameters`).
     SwapKernelParameters,
+    /// Grids sized as if each rank had the device to itself, and the occupancy check that
+    /// proves separate launches co-resident trusting that (`oversized-grids`): ranks on one
+    /// device launched separately then need more resident blocks than the device holds.
+    OversizedGrids,
 }
 
 impl Mutation {
@@ -20,6 +24,7 @@ impl Mutation {
         match self {
             Mutation::SkipCompletionWait => "skip-completion-wait",
             Mutation::SwapKernelParameters => "swap-kernel-parameters",
+            Mutation::OversizedGrids => "oversized-grids",
         }
     }
 }

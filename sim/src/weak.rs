@@ -34,6 +34,9 @@ use crate::rng::Rng;
 
 /// Thread entries have this bit set in their key.
 const THREAD: u32 = 1 << 31;
+/// The key of the finish count up to which finished grids' stores are known (block ids start
+/// at 1).
+const FLOOR: u32 = 0;
 /// Stores kept per location.
 const HISTORY: usize = 8;
 /// Threads whose coherence position is kept per location.
@@ -180,6 +183,15 @@ pub(crate) struct Weak {
     /// Finish count at which each grid finished (0: running), by grid id.
     finished_at: Vec<u32>,
     finishes: u32,
+    /// Grid of each block id (index `block - 1`).
+    block_grid: Vec<u32>,
+    /// Joined knowledge of each running grid's exited threads, by grid id.
+    grid_know: FxMap<u32, Know>,
+    /// What finished grids knew of grids still running then (what a grid's threads acquired
+    /// is known to every later launch, as stream and event order make it).
+    finished_know: Know,
+    /// The knowledge each grid's threads start with, by grid id.
+    start_know: FxMap<u32, Arc<[(u32, u32)]>>,
     /// Stale values returned (statistics).
     pub stale_reads: u64,
 }
@@ -194,6 +206,10 @@ impl Weak {
             barrier: FxMap::default(),
             finished_at: vec![0],
             finishes: 0,
+            block_grid: Vec::new(),
+            grid_know: FxMap::default(),
+            finished_know: Know::default(),
+            start_know: FxMap::default(),
             stale_reads: 0,
         }
     }
@@ -201,13 +217,38 @@ impl Weak {
     /// A new grid: its id and the finish count its threads see stores up to.
     pub fn new_grid(&mut self) -> (u32, u32) {
         self.finished_at.push(0);
-        ((self.finished_at.len() - 1) as u32, self.finishes)
+        let grid = (self.finished_at.len() - 1) as u32;
+        if !self.finished_know.0.is_empty() {
+            self.start_know
+                .insert(grid, self.finished_know.0.clone().into());
+        }
+        (grid, self.finishes)
     }
 
-    /// Grid `grid` finished (or was removed): its stores become visible to later launches.
+    /// Grid `grid` finished (or was removed): its stores become visible to later launches, and
+    /// so does what its threads knew of grids still running.
     pub fn grid_done(&mut self, grid: u32) {
         self.finishes += 1;
         self.finished_at[grid as usize] = self.finishes;
+        self.start_know.remove(&grid);
+        if let Some(know) = self.grid_know.remove(&grid) {
+            self.finished_know.join(&know.0);
+        }
+        // Entries about finished grids are covered by their finish.
+        let (finished_at, block_grid, threads) =
+            (&self.finished_at, &self.block_grid, &self.threads);
+        let running = |g: u32| finished_at.get(g as usize).is_some_and(|&f| f == 0);
+        self.finished_know.0.retain(|&(k, _)| {
+            if k & THREAD != 0 {
+                threads
+                    .get((k & !THREAD) as usize)
+                    .is_some_and(|t| running(t.grid))
+            } else {
+                block_grid
+                    .get(k.wrapping_sub(1) as usize)
+                    .is_some_and(|&g| running(g))
+            }
+        });
     }
 
     /// A new block id.
@@ -218,7 +259,16 @@ impl Weak {
 
     /// A new thread of block `block` of grid `grid` (from [`Weak::new_grid`]).
     pub fn new_thread(&mut self, block: u32, (grid, floor): (u32, u32)) -> u32 {
+        if self.block_grid.len() < block as usize {
+            self.block_grid.resize(block as usize, 0);
+        }
+        self.block_grid[block as usize - 1] = grid;
+        let know = self
+            .start_know
+            .get(&grid)
+            .map_or_else(Know::default, |k| Know(k.to_vec()));
         self.threads.push(WThread {
+            know,
             block,
             grid,
             floor,
@@ -229,6 +279,9 @@ impl Weak {
     }
 
     pub fn thread_exit(&mut self, th: u32) {
+        let know = self.snapshot(th);
+        let grid = self.threads[th as usize].grid;
+        self.grid_know.entry(grid).or_default().join(&know.0);
         let t = &mut self.threads[th as usize];
         t.know = Know::default();
         t.stale = Vec::new();
@@ -242,7 +295,7 @@ impl Weak {
         }
         let t = &self.threads[th as usize];
         let done = self.finished_at[r.grid as usize];
-        (done != 0 && done <= t.floor)
+        (done != 0 && done <= t.floor.max(t.know.get(FLOOR)))
             || t.know.get(r.block) > r.phase
             || t.know.get(THREAD | r.thread) >= r.epoch
     }
@@ -309,6 +362,8 @@ impl Weak {
     fn snapshot(&self, th: u32) -> Know {
         let t = &self.threads[th as usize];
         let mut k = t.know.clone();
+        // What the thread sees of finished grids travels with its releases too.
+        k.raise(FLOOR, t.floor);
         k.raise(THREAD | th, t.epoch);
         k.raise(t.block, t.phase);
         k

@@ -9,8 +9,11 @@
 //! done
 //! ```
 //!
-//! On the simulated GPU (`cargo xtask sim --test`), with `SYMM_GPU_TEST_MAX_COUNT` and
-//! `SYMM_GPU_TEST_REPEATS` making the largest count and the repetitions smaller.
+//! On the simulated GPU (`cargo xtask sim --test`), with knobs that shrink the set (every
+//! kernel still runs): `SYMM_GPU_TEST_MAX_COUNT` (the largest count), `SYMM_GPU_TEST_REPEATS`
+//! (repetitions), `SYMM_GPU_TEST_SUBSET=1` (each data type and operator at one rank count,
+//! rotating through all of them, instead of at every one) and `SYMM_GPU_TEST_MAX_TILES` (the
+//! software work source's largest tile count, with less work per tile).
 //!
 //! Buffers are filled and read back with the CUDA driver (cudarc, loaded at run time).
 
@@ -290,6 +293,13 @@ fn repeats(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// `SYMM_GPU_TEST_SUBSET=1`: run case `index` of a rank-count sweep only at one rank count
+/// (`index` rotates through them), so every kernel still runs, at a quarter of the cost.
+fn runs_at(nranks: usize, index: usize) -> bool {
+    let subset = std::env::var("SYMM_GPU_TEST_SUBSET").is_ok_and(|v| v == "1");
+    !subset || RANKS[index % RANKS.len()] == nranks
+}
+
 /// Window bytes for the largest case of any collective: 8-byte elements, the biggest count,
 /// up to 8 ranks' segments for all-gather and reduce-scatter.
 fn window_bytes(nranks: usize, count: usize) -> usize {
@@ -317,9 +327,12 @@ fn gpu_all_reduce_every_dtype_and_op() {
     for nranks in RANKS {
         let comms = cuda_ranks(nranks);
         let buffers = alloc_windows(&comms, window_bytes(1, largest_count()));
-        for dtype in DataType::ALL {
+        for (d, dtype) in DataType::ALL.into_iter().enumerate() {
             let size = dtype.size_bytes();
             for op in 0..5 {
+                if !runs_at(nranks, d * 5 + op as usize) {
+                    continue;
+                }
                 for (k, count) in counts().into_iter().enumerate() {
                     if forced_low_latency()
                         && count * size > symm_device::sync::signal_pad::LL_MAX_BYTES
@@ -383,9 +396,12 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
         let comms = cuda_ranks(nranks);
         let max = largest_count();
         let buffers = alloc_windows(&comms, window_bytes(nranks, max));
-        for dtype in DataType::ALL {
+        for (d, dtype) in DataType::ALL.into_iter().enumerate() {
             let size = dtype.size_bytes();
-            for count in counts() {
+            for (k, count) in counts().into_iter().enumerate() {
+                if !runs_at(nranks, d + k) {
+                    continue;
+                }
                 let segment = count * size;
                 for at in placements(size, nranks * segment, nranks * segment) {
                     let seed = (nranks * 100 + count) as u64;
@@ -550,15 +566,29 @@ fn gpu_software_work_source_runs_every_tile_exactly_once() {
     use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
     let backend = symm::backend::select().unwrap();
     assert_eq!(backend.kind().name(), "cuda", "run with SYMM_BACKEND=cuda");
-    for tiles in [1, 7, 1000, 10_000] {
+    // SYMM_GPU_TEST_MAX_TILES (the simulated GPU): fewer tiles, each with less work; the
+    // exactly-once property does not depend on how long a tile takes.
+    let max_tiles = std::env::var("SYMM_GPU_TEST_MAX_TILES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok());
+    let (work_iterations, prologue_iterations, iterations) = match max_tiles {
+        Some(_) => (4, 8, 1),
+        None => (50, 100, 3),
+    };
+    let mut tile_counts: Vec<u32> = [1, 7, 1000, 10_000]
+        .into_iter()
+        .map(|t| max_tiles.map_or(t, |m| t.min(m.max(1))))
+        .collect();
+    tile_counts.dedup();
+    for tiles in tile_counts {
         for imbalance in [UNIFORM, LINEAR_SKEW, ONE_HEAVY_IN_64] {
             let config = Config {
                 tiles,
                 imbalance,
-                work_iterations: 50,
-                prologue_iterations: 100,
+                work_iterations,
+                prologue_iterations,
                 threads: 128,
-                iterations: 3,
+                iterations,
                 device: 0,
             };
             let variants = std::iter::once(Variant::FixedGrid)
@@ -573,4 +603,357 @@ fn gpu_software_work_source_runs_every_tile_exactly_once() {
             }
         }
     }
+}
+
+/// A non-blocking stream of the current context (destroyed by the caller).
+fn non_blocking_stream() -> sys::CUstream {
+    let mut stream = null_mut();
+    // SAFETY: a context is current (see `cuda_ranks` and `make_context_current`).
+    unsafe {
+        sys::cuStreamCreate(
+            &mut stream,
+            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+        )
+    }
+    .result()
+    .unwrap();
+    stream
+}
+
+/// Bind device 0's primary context to this thread (the threads a test spawns).
+fn make_context_current() {
+    // SAFETY: device 0 exists; its primary context is retained by the library for the process.
+    unsafe {
+        let device = result::device::get(0).unwrap();
+        let context = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(context).unwrap();
+    }
+}
+
+/// The ranks of one device driven from one thread in a group, each on its own non-blocking
+/// stream (one launch on the library's internal stream, ordered with the callers' streams
+/// by events). What each caller queues after the collective on its own stream — here a copy
+/// of the result — must see the result; nothing else is synchronized before it is read.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_group_with_a_stream_per_rank_orders_later_work_on_each_stream() {
+    let nranks = 4;
+    let count: usize = 4099;
+    let bytes = 4 * count;
+    let (send, recv, copy) = (
+        0,
+        bytes.next_multiple_of(256),
+        2 * bytes.next_multiple_of(256),
+    );
+    let comms = cuda_ranks(nranks);
+    let buffers = alloc_windows(&comms, copy + bytes + 4096);
+    let streams: Vec<sys::CUstream> = (0..nranks).map(|_| non_blocking_stream()).collect();
+    for iteration in 0..repeats(100) {
+        let inputs = random_inputs(nranks, count, 7000 + iteration);
+        for (b, input) in buffers.iter().zip(&inputs) {
+            // SAFETY: offsets inside the window.
+            upload(unsafe { b.base.add(send) }, input);
+        }
+        check(symmGroupStart(), null_mut());
+        for (b, &stream) in buffers.iter().zip(&streams) {
+            // SAFETY: offsets inside the window.
+            let (s, r) = unsafe { (b.base.add(send), b.base.add(recv)) };
+            let result = symmAllReduce(
+                s.cast(),
+                r.cast(),
+                count,
+                symmDataType_t::symmFloat32 as i32,
+                symmRedOp_t::symmSum as i32,
+                b.comm,
+                stream.cast(),
+            );
+            check(result, b.comm);
+        }
+        check(symmGroupEnd(), null_mut());
+        for (b, &stream) in buffers.iter().zip(&streams) {
+            // SAFETY: device ranges inside the window; the stream is this test's.
+            unsafe {
+                sys::cuMemcpyDtoDAsync_v2(
+                    b.base.add(copy) as sys::CUdeviceptr,
+                    b.base.add(recv) as sys::CUdeviceptr,
+                    bytes,
+                    stream,
+                )
+                .result()
+                .unwrap();
+                sys::cuStreamSynchronize(stream).result().unwrap();
+            }
+        }
+        // SAFETY: offsets inside the window.
+        let results: Vec<Vec<f32>> = buffers
+            .iter()
+            .map(|b| download(unsafe { b.base.add(copy) }, count))
+            .collect();
+        assert_matches_f64_sum(&inputs, &results, &format!("iteration {iteration}"));
+    }
+    for stream in streams {
+        // SAFETY: created above; idle after the synchronizations.
+        unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    }
+    teardown(buffers);
+}
+
+/// One thread per rank, every rank of the device on its own non-blocking stream: separate
+/// launches that wait for each other on the device, which the library allows only when the
+/// occupancy API proves that all of them are resident at once (its grids are sized so).
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_one_thread_per_rank_each_on_its_own_stream() {
+    let nranks = 8;
+    let comms = cuda_ranks(nranks);
+    let max: usize = 4099;
+    let bytes = (4 * max).next_multiple_of(256);
+    let buffers = alloc_windows(&comms, 2 * bytes + 4096);
+    let iterations = repeats(50);
+    std::thread::scope(|scope| {
+        for (rank, b) in buffers.iter().enumerate() {
+            let (comm, base) = (b.comm as usize, b.base as usize);
+            scope.spawn(move || {
+                make_context_current();
+                let (comm, base) = (comm as symmComm_t, base as *mut u8);
+                let stream = non_blocking_stream();
+                for iteration in 0..iterations {
+                    // Small (low-latency) and larger calls alternate.
+                    let count = if iteration % 2 == 0 { 255 } else { max };
+                    let inputs = random_inputs(nranks, count, 9000 + iteration);
+                    upload(base, &inputs[rank]);
+                    // SAFETY: offsets inside the window.
+                    let recv = unsafe { base.add(bytes) };
+                    let result = symmAllReduce(
+                        base.cast(),
+                        recv.cast(),
+                        count,
+                        symmDataType_t::symmFloat32 as i32,
+                        symmRedOp_t::symmSum as i32,
+                        comm,
+                        stream.cast(),
+                    );
+                    check(result, comm);
+                    // SAFETY: the stream is this thread's.
+                    unsafe { sys::cuStreamSynchronize(stream) }
+                        .result()
+                        .unwrap();
+                    let got = download(recv, count);
+                    assert_matches_f64_sum(
+                        &inputs,
+                        &[got],
+                        &format!("rank {rank} iteration {iteration}"),
+                    );
+                }
+                // SAFETY: created above, idle after the synchronization.
+                unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+            });
+        }
+    });
+    teardown(buffers);
+}
+
+/// A seeded sequence of `repeats(300)` mixed calls on one window of 3 ranks — all-reduce (sum,
+/// max, min), all-gather and reduce-scatter of int32, in place and out of place, at counts
+/// that pick every algorithm — each reading what earlier calls wrote on the device (nothing is
+/// uploaded between calls, so a kernel that reads a stale value is caught), checked against a
+/// host model of the window every 10 calls and at the end. Int32 sums wrap exactly, and 3
+/// ranks never wrap every value to zero.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_sequence_of_mixed_calls_on_one_window() {
+    const NRANKS: usize = 3;
+    const COUNTS: [usize; 6] = [1, 5, 255, 1023, 1537, 4099];
+    let max = *COUNTS.iter().max().unwrap();
+    // Two regions of NRANKS × max elements; calls go between them or stay in one.
+    let region = NRANKS * max;
+    let comms = cuda_ranks(NRANKS);
+    let buffers = alloc_windows(&comms, 2 * 4 * region + 4096);
+    let mut rng = Rng(0x5E0_0E5C);
+    let mut model: Vec<Vec<i32>> = (0..NRANKS)
+        .map(|_| {
+            (0..2 * region)
+                .map(|_| rng.next_u64() as i32 >> 8)
+                .collect()
+        })
+        .collect();
+    for (b, m) in buffers.iter().zip(&model) {
+        upload_bytes(
+            b.base,
+            &m.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>(),
+        );
+    }
+    let int32 = DataType::Int32 as i32;
+    let calls = repeats(300);
+    for call in 0..calls {
+        let count = COUNTS[(rng.next_u64() % COUNTS.len() as u64) as usize];
+        let kind = rng.next_u64() % 3;
+        let op = [0, 2, 3][(rng.next_u64() % 3) as usize];
+        let in_place = rng.next_u64() % 2 == 0;
+        let from = (rng.next_u64() % 2) as usize * region;
+        let to = if in_place { from } else { region - from };
+        check(symmGroupStart(), null_mut());
+        for (rank, b) in buffers.iter().enumerate() {
+            // Element offsets: all-gather sends its own segment in place, reduce-scatter
+            // receives into its own segment in place.
+            let (send, recv) = match kind {
+                1 if in_place => (to + rank * count, to),
+                2 if in_place => (from, from + rank * count),
+                _ => (from, to),
+            };
+            // SAFETY: element offsets inside the two regions of the window.
+            let (s, r) = unsafe { (b.base.add(4 * send).cast(), b.base.add(4 * recv).cast()) };
+            let result = match kind {
+                0 => symmAllReduce(s, r, count, int32, op, b.comm, null_mut()),
+                1 => symmAllGather(s, r, count, int32, b.comm, null_mut()),
+                _ => symmReduceScatter(s, r, count, int32, op, b.comm, null_mut()),
+            };
+            check(result, b.comm);
+        }
+        check(symmGroupEnd(), null_mut());
+        // The model, from the inputs as they were before the call.
+        let before = model.clone();
+        let reduce = |values: &mut dyn Iterator<Item = i32>| -> i32 {
+            match op {
+                0 => values.fold(0i32, i32::wrapping_add),
+                2 => values.max().unwrap(),
+                _ => values.min().unwrap(),
+            }
+        };
+        for (rank, m) in model.iter_mut().enumerate() {
+            match kind {
+                0 => {
+                    for i in 0..count {
+                        m[to + i] = reduce(&mut before.iter().map(|x| x[from + i]));
+                    }
+                }
+                1 => {
+                    for (peer, x) in before.iter().enumerate() {
+                        let send = if in_place { to + peer * count } else { from };
+                        m[to + peer * count..to + (peer + 1) * count]
+                            .copy_from_slice(&x[send..send + count]);
+                    }
+                }
+                _ => {
+                    let recv = if in_place { from + rank * count } else { to };
+                    for i in 0..count {
+                        m[recv + i] =
+                            reduce(&mut before.iter().map(|x| x[from + rank * count + i]));
+                    }
+                }
+            }
+        }
+        if call % 10 == 9 || call + 1 == calls {
+            synchronize();
+            for (rank, (b, m)) in buffers.iter().zip(&model).enumerate() {
+                let got: Vec<i32> = download_bytes(b.base, 2 * 4 * region)
+                    .chunks(4)
+                    .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+                    .collect();
+                if let Some(i) = (0..got.len()).find(|&i| got[i] != m[i]) {
+                    panic!(
+                        "after call {call} (the last: kind {kind} op {op} count {count} \
+                         in place {in_place}): rank {rank} element {i} = {}, expected {}",
+                        got[i], m[i]
+                    );
+                }
+            }
+        }
+    }
+    teardown(buffers);
+}
+
+/// One thread per rank (separate launches on separate non-blocking streams, so one rank's
+/// kernel may start while a peer's previous kernel still runs), `repeats(60)` in-place int32
+/// sums chained on the device: each call reads what the previous calls of every rank wrote,
+/// ordered only by the kernels' cross-rank barriers. After call k every element is
+/// 3^(k-1) × the sum of the initial values (wrapping), checked every 10 calls.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_threads_chain_in_place_all_reduces() {
+    const NRANKS: usize = 3;
+    // Low-latency and one-shot calls alternate on the window (under SYMM_ALGO=ll, all fit the
+    // low-latency buffers of 16 KiB per rank).
+    let max: usize = if forced_low_latency() { 4093 } else { 4099 };
+    let counts = [max, 255, 1537];
+    let comms = cuda_ranks(NRANKS);
+    let buffers = alloc_windows(&comms, 4 * max + 4096);
+    let initial: Vec<Vec<i32>> = (0..NRANKS)
+        .map(|r| {
+            let mut rng = Rng(0xC4A1 + r as u64);
+            (0..max).map(|_| rng.next_u64() as i32 >> 4).collect()
+        })
+        .collect();
+    for (b, x) in buffers.iter().zip(&initial) {
+        upload_bytes(
+            b.base,
+            &x.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>(),
+        );
+    }
+    // Element i after the calls so far (every call covers a prefix of the buffer).
+    let calls = repeats(60) as usize;
+    let schedule: Vec<usize> = (0..calls).map(|k| counts[k % counts.len()]).collect();
+    let expected_after = |k: usize| -> Vec<i32> {
+        let mut v: Vec<Vec<i32>> = initial.clone();
+        for &count in &schedule[..k] {
+            let sums: Vec<i32> = (0..count)
+                .map(|i| v.iter().fold(0i32, |a, x| a.wrapping_add(x[i])))
+                .collect();
+            for x in v.iter_mut() {
+                x[..count].copy_from_slice(&sums);
+            }
+        }
+        v.swap_remove(0)
+    };
+    let checkpoints: Vec<(usize, Vec<i32>)> = (1..=calls)
+        .filter(|k| k % 10 == 0 || *k == calls)
+        .map(|k| (k, expected_after(k)))
+        .collect();
+    std::thread::scope(|scope| {
+        for (rank, b) in buffers.iter().enumerate() {
+            let (comm, base) = (b.comm as usize, b.base as usize);
+            let (schedule, checkpoints) = (&schedule, &checkpoints);
+            scope.spawn(move || {
+                make_context_current();
+                let (comm, base) = (comm as symmComm_t, base as *mut u8);
+                let stream = non_blocking_stream();
+                for (k, &count) in schedule.iter().enumerate() {
+                    let result = symmAllReduce(
+                        base.cast(),
+                        base.cast(),
+                        count,
+                        DataType::Int32 as i32,
+                        symmRedOp_t::symmSum as i32,
+                        comm,
+                        stream.cast(),
+                    );
+                    check(result, comm);
+                    if let Some((_, want)) = checkpoints.iter().find(|(c, _)| *c == k + 1) {
+                        // SAFETY: the stream is this thread's.
+                        unsafe { sys::cuStreamSynchronize(stream) }
+                            .result()
+                            .unwrap();
+                        let got: Vec<i32> = download_bytes(base, 4 * max)
+                            .chunks(4)
+                            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+                            .collect();
+                        if let Some(i) = (0..max).find(|&i| got[i] != want[i]) {
+                            panic!(
+                                "rank {rank} after call {}: element {i} = {}, expected {}",
+                                k + 1,
+                                got[i],
+                                want[i]
+                            );
+                        }
+                    }
+                }
+                // SAFETY: the stream is this thread's; created above.
+                unsafe {
+                    sys::cuStreamSynchronize(stream).result().unwrap();
+                    sys::cuStreamDestroy_v2(stream).result().unwrap();
+                }
+            });
+        }
+    });
+    teardown(buffers);
 }

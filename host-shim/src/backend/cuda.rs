@@ -653,6 +653,9 @@ impl CudaBackend {
     /// Blocks per rank such that `ranks_on_device` ranks fit at one block per multiprocessor.
     pub fn max_blocks_per_rank(&self, ordinal: i32, ranks_on_device: u32) -> Result<u32> {
         let device = self.device(ordinal)?;
+        if crate::mutation::active(crate::mutation::Mutation::OversizedGrids) {
+            return Ok(device.multiprocessors);
+        }
         Ok((device.multiprocessors / ranks_on_device.max(1)).max(1))
     }
 
@@ -1011,6 +1014,9 @@ fn resident_blocks(device: &CudaDevice, function: sys::CUfunction, block: u32) -
         )
         .result()
     })?;
+    if crate::mutation::active(crate::mutation::Mutation::OversizedGrids) {
+        return Ok(u32::MAX);
+    }
     Ok(per_multiprocessor.max(0) as u32 * device.multiprocessors)
 }
 

@@ -34,6 +34,10 @@ pub(crate) struct Options {
     pub strict_copies: bool,
     /// Print every stream operation queued, started and completed (`SYMM_SIM_TRACE=1`).
     pub trace: bool,
+    /// Text replacements applied to every PTX module before it is parsed
+    /// (`SYMM_SIM_PTX_EDIT="from=>to;from=>to"`): deliberate defects for mutation checks, such
+    /// as an acquire load turned relaxed.
+    pub ptx_edits: Vec<(String, String)>,
 }
 
 impl Options {
@@ -50,8 +54,32 @@ impl Options {
             deadlock_fail: std::env::var("SYMM_SIM_DEADLOCK").is_ok_and(|v| v == "fail"),
             strict_copies: std::env::var("SYMM_SIM_STRICT_COPIES").is_ok_and(|v| v == "1"),
             trace: std::env::var("SYMM_SIM_TRACE").is_ok_and(|v| v == "1"),
+            ptx_edits: std::env::var("SYMM_SIM_PTX_EDIT")
+                .map(|v| parse_ptx_edits(&v))
+                .unwrap_or_default(),
         }
     }
+}
+
+/// `from=>to` pairs separated by `;` (empty `from`s are ignored).
+fn parse_ptx_edits(spec: &str) -> Vec<(String, String)> {
+    spec.split(';')
+        .filter_map(|pair| pair.split_once("=>"))
+        .map(|(from, to)| (from.trim().to_string(), to.trim().to_string()))
+        .filter(|(from, _)| !from.is_empty())
+        .collect()
+}
+
+/// `text` with `edits` applied; each edit's count of replacements is reported on stderr (a
+/// mutation check that replaced nothing proves nothing).
+pub(crate) fn edit_ptx(text: &str, edits: &[(String, String)]) -> String {
+    let mut text = text.to_string();
+    for (from, to) in edits {
+        let n = text.matches(from.as_str()).count();
+        eprintln!("symm-sim: SYMM_SIM_PTX_EDIT replaced {n} occurrence(s) of `{from}` by `{to}`");
+        text = text.replace(from.as_str(), to);
+    }
+    text
 }
 
 /// The process's driver: configuration, the simulated memory and the guarded state.

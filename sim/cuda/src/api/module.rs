@@ -114,6 +114,13 @@ fn load(
             E::CUDA_ERROR_INVALID_IMAGE,
         );
     };
+    let edited;
+    let text = if driver.options.ptx_edits.is_empty() {
+        text
+    } else {
+        edited = state::edit_ptx(text, &driver.options.ptx_edits);
+        edited.as_str()
+    };
     let module = match Module::load(text) {
         Ok(m) => Arc::new(m),
         Err(e) => return fail(format!("symm-sim: {e}"), E::CUDA_ERROR_INVALID_PTX),
