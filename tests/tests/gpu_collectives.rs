@@ -155,7 +155,19 @@ fn gpu_missing_peer_raises_the_abort_word_instead_of_hanging() {
     let mut word = [0u32; 1];
     // SAFETY: the abort word is a u32 in device memory.
     unsafe { result::memcpy_dtoh_sync(&mut word, abort_flag) }.unwrap();
-    assert_eq!(word[0], 1, "abort word not raised");
+    // Raised as a timeout that names the peer it waited for (rank 1).
+    assert_eq!(
+        word[0] & 0xFF,
+        symm_device::symmetric::ABORT_TIMED_OUT,
+        "abort word not raised as a timeout: {:#x}",
+        word[0]
+    );
+    assert_eq!(
+        symm_device::symmetric::timed_out_peer(word[0]),
+        Some(1),
+        "the abort word names the wrong peer: {:#x}",
+        word[0]
+    );
     teardown(buffers);
 }
 
@@ -753,7 +765,7 @@ fn gpu_one_thread_per_rank_each_on_its_own_stream() {
     teardown(buffers);
 }
 
-/// A seeded sequence of `repeats(300)` mixed calls on one window of 3 ranks — all-reduce (sum,
+/// A seeded sequence of 300 mixed calls on one window of 3 ranks — all-reduce (sum,
 /// max, min), all-gather and reduce-scatter of int32, in place and out of place, at counts
 /// that pick every algorithm — each reading what earlier calls wrote on the device (nothing is
 /// uploaded between calls, so a kernel that reads a stale value is caught), checked against a
@@ -784,7 +796,7 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
         );
     }
     let int32 = DataType::Int32 as i32;
-    let calls = repeats(300);
+    let calls = 300;
     for call in 0..calls {
         let count = COUNTS[(rng.next_u64() % COUNTS.len() as u64) as usize];
         let kind = rng.next_u64() % 3;
@@ -864,7 +876,7 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
 }
 
 /// One thread per rank (separate launches on separate non-blocking streams, so one rank's
-/// kernel may start while a peer's previous kernel still runs), `repeats(60)` in-place int32
+/// kernel may start while a peer's previous kernel still runs), 60 in-place int32
 /// sums chained on the device: each call reads what the previous calls of every rank wrote,
 /// ordered only by the kernels' cross-rank barriers. After call k every element is
 /// 3^(k-1) × the sum of the initial values (wrapping), checked every 10 calls.
@@ -891,7 +903,7 @@ fn gpu_threads_chain_in_place_all_reduces() {
         );
     }
     // Element i after the calls so far (every call covers a prefix of the buffer).
-    let calls = repeats(60) as usize;
+    let calls = 60;
     let schedule: Vec<usize> = (0..calls).map(|k| counts[k % counts.len()]).collect();
     let expected_after = |k: usize| -> Vec<i32> {
         let mut v: Vec<Vec<i32>> = initial.clone();

@@ -5,8 +5,9 @@
 //! `cargo xtask sim --test`: what CI runs on the simulated GPU (see [`test`]).
 
 use crate::{cargo, root, run};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 /// Build the fake driver in release and return the directory holding `libcuda.so.1`.
 pub fn build() -> Result<PathBuf, String> {
@@ -41,22 +42,348 @@ pub fn sim(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// A command that runs on the simulated GPU in `dir` with seed `seed`.
-fn on_sim(program: &str, dir: &std::path::Path, seed: u64) -> Command {
-    let mut command = Command::new(program);
-    command
-        .env("LD_LIBRARY_PATH", dir)
-        .env("SYMM_BACKEND", "cuda")
-        .env("SYMM_SIM_SEED", seed.to_string());
-    command
+/// Settings of every run on the simulated GPU: the GPU set at its simulated size (every kernel
+/// still runs), bounded waits of 5 s, deadlocks reported after 2 s.
+const COMMON_ENV: [(&str, &str); 7] = [
+    ("SYMM_BACKEND", "cuda"),
+    ("SYMM_TIMEOUT_MS", "5000"),
+    ("SYMM_GPU_TEST_SUBSET", "1"),
+    ("SYMM_GPU_TEST_MAX_COUNT", "4100"),
+    ("SYMM_GPU_TEST_REPEATS", "20"),
+    ("SYMM_GPU_TEST_MAX_TILES", "300"),
+    ("SYMM_SIM_DEADLOCK_MS", "2000"),
+];
+
+/// One run of the GPU test binary (or another program) on the simulated GPU.
+struct SimRun<'a> {
+    /// What it checks, for the log.
+    what: &'a str,
+    program: &'a Path,
+    args: Vec<&'a str>,
+    env: Vec<(&'a str, &'a str)>,
 }
 
-/// What CI runs on the simulated GPU.
+impl SimRun<'_> {
+    fn command(&self, dir: &Path) -> Command {
+        let mut command = Command::new(self.program);
+        command
+            .args(&self.args)
+            .current_dir(root().join("tests"))
+            .env("LD_LIBRARY_PATH", dir);
+        for (k, v) in COMMON_ENV.iter().chain(&self.env) {
+            command.env(k, v);
+        }
+        command
+    }
+
+    fn describe(&self) -> String {
+        let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{} [{} {}]", self.what, env.join(" "), self.args.join(" "))
+    }
+
+    /// Run; it must pass.
+    fn pass(&self, dir: &Path) -> Result<(), String> {
+        let started = Instant::now();
+        println!("sim: {}", self.describe());
+        let status = self
+            .command(dir)
+            .status()
+            .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
+        println!("sim:   took {:.1?}", started.elapsed());
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "on the simulated GPU: {} failed ({status}); the seed is in the environment \
+                 (SYMM_SIM_SEED) and the output above",
+                self.describe()
+            ))
+        }
+    }
+
+    /// Run with a deliberate defect; it must fail, and `evidence` (when given) must appear in
+    /// its output (proof that the defect was applied).
+    fn caught(&self, dir: &Path, evidence: Option<&str>) -> Result<(), String> {
+        let started = Instant::now();
+        println!("sim: mutation check: {}", self.describe());
+        let output = self
+            .command(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot start {:?}: {e}", self.program))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let first_panic = text
+            .lines()
+            .skip_while(|l| !l.contains("panicked at"))
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" / ");
+        println!(
+            "sim:   took {:.1?}; {}",
+            started.elapsed(),
+            if output.status.success() {
+                "PASSED (the defect went unnoticed)".to_string()
+            } else {
+                format!("caught: {first_panic}")
+            }
+        );
+        if let Some(evidence) = evidence
+            && !text.contains(evidence)
+        {
+            return Err(format!(
+                "mutation check {}: `{evidence}` is not in the output: the defect was not applied",
+                self.describe()
+            ));
+        }
+        if output.status.success() {
+            println!("{text}");
+            return Err(format!(
+                "mutation check {}: the tests passed with the defect in place",
+                self.describe()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Build the GPU test set with the `mutations` feature (inactive unless `SYMM_MUTATION` names
+/// one) and return its executable.
+fn gpu_test_binary() -> Result<PathBuf, String> {
+    let output = cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "symm-tests",
+            "--features",
+            "symm/mutations",
+            "--test",
+            "gpu_collectives",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .current_dir(root())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the GPU test set failed".into());
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["target"]["name"] == "gpu_collectives")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| "cargo did not name the GPU test executable".into())
+}
+
+/// A directory laid out as `CUDA_HOME` for the C examples' `make CUDA=1`: `include/cuda.h`
+/// from NVIDIA's CUDA runtime wheel (headers only), `lib64/stubs/libcuda.so` the fake driver.
+fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
+    let home = root().join("target/sim/cuda-home");
+    let header = home.join("include/cuda.h");
+    if !header.exists() {
+        let wheels = root().join("target/sim/wheels");
+        run(
+            Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string()))
+                .args([
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "nvidia-cuda-runtime-cu12==12.9.79",
+                    "-d",
+                ])
+                .arg(&wheels),
+        )?;
+        let script = "import glob, sys, zipfile\n\
+            w = glob.glob(sys.argv[1] + '/nvidia_cuda_runtime*.whl')[0]\n\
+            z = zipfile.ZipFile(w)\n\
+            for n in z.namelist():\n\
+            \x20   if n.startswith('nvidia/cuda_runtime/include/'):\n\
+            \x20       z.extract(n, sys.argv[2])\n";
+        let unpacked = root().join("target/sim/wheel-include");
+        run(Command::new("python3")
+            .args(["-c", script])
+            .arg(&wheels)
+            .arg(&unpacked))?;
+        std::fs::create_dir_all(&home).map_err(|e| format!("creating {home:?}: {e}"))?;
+        let _ = std::fs::remove_dir_all(home.join("include"));
+        std::fs::rename(
+            unpacked.join("nvidia/cuda_runtime/include"),
+            home.join("include"),
+        )
+        .map_err(|e| format!("laying out {home:?}: {e}"))?;
+    }
+    let stubs = home.join("lib64/stubs");
+    std::fs::create_dir_all(&stubs).map_err(|e| format!("creating {stubs:?}: {e}"))?;
+    let stub = stubs.join("libcuda.so");
+    let _ = std::fs::remove_file(&stub);
+    std::fs::copy(dir.join("libcuda.so"), &stub).map_err(|e| format!("copying the stub: {e}"))?;
+    Ok(home)
+}
+
+/// What CI runs on the simulated GPU:
+///
+/// 1. The GPU test set (`tests/tests/gpu_collectives.rs`) twice: seed 1 on a 16-SM device,
+///    seed 2 on an H100-shaped one (132 SMs), with every algorithm choice the planner makes.
+/// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
+///    in-place sums across threads, with the automatic and the two-shot algorithms.
+/// 3. The C examples (`make -C examples/c CUDA=1 run`): one process, threads, and
+///    `allreduce_mp` across processes sharing memory through exported file descriptors.
+/// 4. Mutation checks: each deliberate defect must make a test fail — kernel parameters
+///    swapped, the user streams' completion wait dropped, grids larger than fit co-resident,
+///    the barriers' acquire loads turned relaxed.
 pub fn test() -> Result<(), String> {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let dir = build()?;
-    let _ = on_sim("true", &dir, 1);
-    let _ = Command::new("true").current_dir(root());
-    println!("xtask sim --test: took {:.0?}", started.elapsed());
+    let binary = gpu_test_binary()?;
+    let gpu = |what, args: Vec<&'static str>, env: Vec<(&'static str, &'static str)>| {
+        let mut all = vec!["--ignored", "--test-threads=1"];
+        all.extend(args);
+        SimRun {
+            what,
+            program: &binary,
+            args: all,
+            env,
+        }
+    };
+    let mut steps: Vec<(String, f64)> = Vec::new();
+    let mut step = |name: &str, since: Instant| {
+        let seconds = since.elapsed().as_secs_f64();
+        println!("sim: step '{name}' took {seconds:.0} s");
+        steps.push((name.to_string(), seconds));
+    };
+
+    let t = Instant::now();
+    gpu(
+        "the GPU set, 16 SMs",
+        vec![],
+        vec![("SYMM_SIM_SEED", "1"), ("SYMM_SIM_SMS", "16")],
+    )
+    .pass(&dir)?;
+    gpu(
+        "the GPU set, 132 SMs",
+        vec![],
+        vec![("SYMM_SIM_SEED", "2"), ("SYMM_SIM_SMS", "132")],
+    )
+    .pass(&dir)?;
+    step("GPU set", t);
+
+    let t = Instant::now();
+    for algo in ["auto", "twoshot"] {
+        gpu(
+            "weak memory",
+            vec!["gpu_sequence_of_mixed_calls", "gpu_threads_chain"],
+            vec![
+                ("SYMM_SIM_SEED", "3"),
+                ("SYMM_SIM_SMS", "16"),
+                ("SYMM_SIM_WEAK", "1"),
+                ("SYMM_ALGO", algo),
+            ],
+        )
+        .pass(&dir)?;
+    }
+    step("weak memory", t);
+
+    let t = Instant::now();
+    let home = cuda_home(&dir)?;
+    let home_var = format!("CUDA_HOME={}", home.display());
+    run(Command::new("make").args(["-C", "examples/c", "clean"]))?;
+    run(cargo().args(["build", "--release", "-p", "symm"]))?;
+    let make = Command::new("make")
+        .arg("-C")
+        .arg(root().join("examples/c"))
+        .arg("CUDA=1")
+        .arg(&home_var)
+        .arg("run")
+        .env("SYMM_SIM_SEED", "4")
+        .env("SYMM_SIM_SMS", "16")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SYMM_BACKEND", "cuda")
+        .env("SYMM_TIMEOUT_MS", "5000")
+        .status();
+    // The host build of the examples is what `cargo xtask test` runs: put it back.
+    let restore = run(Command::new("make").args(["-C", "examples/c", "clean"]))
+        .and_then(|()| run(Command::new("make").args(["-C", "examples/c"])));
+    match make {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            return Err(format!(
+                "the C examples failed on the simulated GPU ({s}), seed 4"
+            ));
+        }
+        Err(e) => return Err(format!("cannot start make: {e}")),
+    }
+    restore?;
+    step("C examples", t);
+
+    let t = Instant::now();
+    gpu(
+        "kernel parameters swapped",
+        vec!["gpu_f32_sum"],
+        vec![
+            ("SYMM_SIM_SEED", "5"),
+            ("SYMM_MUTATION", "swap-kernel-parameters"),
+        ],
+    )
+    .caught(&dir, None)?;
+    gpu(
+        "the user streams' completion wait dropped",
+        vec!["gpu_group_with_a_stream_per_rank"],
+        vec![
+            ("SYMM_SIM_SEED", "5"),
+            ("SYMM_MUTATION", "skip-completion-wait"),
+        ],
+    )
+    .caught(&dir, None)?;
+    // A small device, so that the grids fill it: the same test passes without the defect.
+    let small = vec![("SYMM_SIM_SEED", "5"), ("SYMM_SIM_SMS", "8")];
+    gpu(
+        "separate launches on an 8-SM device (baseline of the next check)",
+        vec!["gpu_one_thread_per_rank"],
+        small.clone(),
+    )
+    .pass(&dir)?;
+    let mut oversized = small;
+    oversized.extend([
+        ("SYMM_MUTATION", "oversized-grids"),
+        ("SYMM_SIM_DEADLOCK", "fail"),
+    ]);
+    gpu(
+        "grids larger than fit co-resident",
+        vec!["gpu_one_thread_per_rank"],
+        oversized,
+    )
+    .caught(&dir, Some("symm-sim: deadlock?"))?;
+    gpu(
+        "the barriers' acquire loads relaxed, weak memory",
+        vec!["gpu_threads_chain"],
+        vec![
+            ("SYMM_SIM_SEED", "5"),
+            ("SYMM_SIM_WEAK", "1"),
+            ("SYMM_ALGO", "twoshot"),
+            (
+                "SYMM_SIM_PTX_EDIT",
+                "ld.acquire.sys.u32=>ld.relaxed.sys.u32",
+            ),
+        ],
+    )
+    .caught(&dir, Some("replaced"))?;
+    step("mutation checks", t);
+
+    for (name, seconds) in &steps {
+        println!("sim: {name}: {seconds:.0} s");
+    }
+    println!(
+        "xtask sim --test: all passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -76,7 +76,13 @@ pub(crate) fn edit_ptx(text: &str, edits: &[(String, String)]) -> String {
     let mut text = text.to_string();
     for (from, to) in edits {
         let n = text.matches(from.as_str()).count();
-        eprintln!("symm-sim: SYMM_SIM_PTX_EDIT replaced {n} occurrence(s) of `{from}` by `{to}`");
+        if n == 0 {
+            eprintln!("symm-sim: SYMM_SIM_PTX_EDIT found no `{from}` in a module");
+        } else {
+            eprintln!(
+                "symm-sim: SYMM_SIM_PTX_EDIT replaced {n} occurrence(s) of `{from}` by `{to}`"
+            );
+        }
         text = text.replace(from.as_str(), to);
     }
     text
