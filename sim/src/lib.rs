@@ -797,6 +797,7 @@ impl Simulator {
                         s.heap_prio = low;
                         s.in_heap = true;
                         self.heap.push(heap_key(low, tid));
+                        self.compact_heap();
                     }
                 }
             }
@@ -913,6 +914,39 @@ impl Simulator {
             .is_some_and(|s| s.state == TState::Sleeping && s.token == token)
     }
 
+    /// Drop stale entries of the run heap (threads that exited or changed priority since)
+    /// once they outnumber the threads: entries below the running threads' priorities are
+    /// otherwise never popped, and a long simulation would grow without bound.
+    fn compact_heap(&mut self) {
+        if self.heap.len() <= 2 * self.sched.len() + 4096 {
+            return;
+        }
+        let sched = &mut self.sched;
+        self.heap.retain(|&key| {
+            let (prio, tid) = ((key >> 32) as u32, !(key as u32));
+            sched
+                .get(tid as usize)
+                .is_some_and(|s| s.in_heap && s.heap_prio == prio && s.state != TState::Exited)
+        });
+        for s in sched.iter_mut().filter(|s| s.state == TState::Exited) {
+            s.in_heap = false;
+        }
+    }
+
+    /// Drop timer entries of sleeps that already ended (woken early by a store, or the thread
+    /// exited) once they outnumber the threads.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.sched.len() + 4096 {
+            return;
+        }
+        let sched = &self.sched;
+        self.timers.retain(|&Reverse((_, tid, token))| {
+            sched
+                .get(tid as usize)
+                .is_some_and(|s| s.state == TState::Sleeping && s.token == token)
+        });
+    }
+
     fn make_runnable(&mut self, tid: u32) {
         let token = self.token();
         let s = &mut self.sched[tid as usize];
@@ -922,6 +956,7 @@ impl Simulator {
             s.in_heap = true;
             s.heap_prio = s.prio;
             self.heap.push(heap_key(s.prio, tid));
+            self.compact_heap();
         }
         if self.run_pos[tid as usize] == u32::MAX {
             self.run_pos[tid as usize] = self.run_list.len() as u32;
@@ -1036,6 +1071,7 @@ impl Simulator {
             self.stores.any.push((tid, token));
         }
         self.timers.push(Reverse((wake_at, tid, token)));
+        self.compact_timers();
     }
 
     fn thread_barrier(&mut self, tid: u32) {
