@@ -801,7 +801,7 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
         let count = COUNTS[(rng.next_u64() % COUNTS.len() as u64) as usize];
         let kind = rng.next_u64() % 3;
         let op = [0, 2, 3][(rng.next_u64() % 3) as usize];
-        let in_place = rng.next_u64() % 2 == 0;
+        let in_place = rng.next_u64().is_multiple_of(2);
         let from = (rng.next_u64() % 2) as usize * region;
         let to = if in_place { from } else { region - from };
         check(symmGroupStart(), null_mut());
