@@ -33,13 +33,7 @@ fn cuda_ranks(nranks: usize) -> Vec<symmComm_t> {
         "cuda",
         "run the GPU set with SYMM_BACKEND=cuda"
     );
-    // SAFETY: device 0 exists (the comm was created on it); its primary context is retained by
-    // the library for the process.
-    unsafe {
-        let device = result::device::get(0).unwrap();
-        let context = result::primary_ctx::retain(device).unwrap();
-        result::ctx::set_current(context).unwrap();
-    }
+    make_context_current();
     comms
 }
 

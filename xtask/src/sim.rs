@@ -187,21 +187,20 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
     let home = root().join("target/sim/cuda-home");
     let header = home.join("include/cuda.h");
     if !header.exists() {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
         let wheels = root().join("target/sim/wheels");
-        run(
-            Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string()))
-                .args([
-                    "-m",
-                    "pip",
-                    "download",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "nvidia-cuda-runtime-cu12==12.9.79",
-                    "-d",
-                ])
-                .arg(&wheels),
-        )?;
+        run(Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "nvidia-cuda-runtime-cu12==12.9.79",
+                "-d",
+            ])
+            .arg(&wheels))?;
         let script = "import glob, sys, zipfile\n\
             w = glob.glob(sys.argv[1] + '/nvidia_cuda_runtime*.whl')[0]\n\
             z = zipfile.ZipFile(w)\n\
@@ -209,7 +208,7 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
             \x20   if n.startswith('nvidia/cuda_runtime/include/'):\n\
             \x20       z.extract(n, sys.argv[2])\n";
         let unpacked = root().join("target/sim/wheel-include");
-        run(Command::new("python3")
+        run(Command::new(&python)
             .args(["-c", script])
             .arg(&wheels)
             .arg(&unpacked))?;

@@ -197,6 +197,16 @@ impl Engine {
         self.driver.done.notify_all();
     }
 
+    /// A copy or memset (`what`) reached memory no longer mapped for `device` by the time it
+    /// ran: the context fails with an illegal address, as a kernel's access would.
+    fn refuse_unmapped(&mut self, device: u32, what: &str) {
+        eprintln!(
+            "symm-sim: device {device}: {what} touches memory that is no longer mapped for the \
+             device"
+        );
+        self.fail_device(device, E::CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+
     fn start(&mut self, id: u64, device: u32, kind: OpKind) {
         trace(|| format!("start op {id} (device {device})"));
         match kind {
@@ -247,11 +257,7 @@ impl Engine {
                     src_ok && (!device_dst || state.check_device_memory(dst, len).is_ok())
                 };
                 if !valid {
-                    eprintln!(
-                        "symm-sim: device {device}: a copy of {len} bytes to {dst:#x} touches \
-                         memory that is no longer mapped for the device"
-                    );
-                    self.fail_device(device, E::CUDA_ERROR_ILLEGAL_ADDRESS);
+                    self.refuse_unmapped(device, &format!("a copy of {len} bytes to {dst:#x}"));
                     return;
                 }
                 match src {
@@ -273,11 +279,7 @@ impl Engine {
             OpKind::Memset { dst, value, len } => {
                 let valid = self.driver.lock().check_device_memory(dst, len).is_ok();
                 if !valid {
-                    eprintln!(
-                        "symm-sim: device {device}: a memset of {len} bytes at {dst:#x} touches \
-                         memory that is no longer mapped for the device"
-                    );
-                    self.fail_device(device, E::CUDA_ERROR_ILLEGAL_ADDRESS);
+                    self.refuse_unmapped(device, &format!("a memset of {len} bytes at {dst:#x}"));
                     return;
                 }
                 // SAFETY: a device range checked just now; device memory is host memory.

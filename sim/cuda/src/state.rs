@@ -634,6 +634,20 @@ impl State {
         Ok(device)
     }
 
+    /// The stream a memory operation of `call` goes on: `stream`'s (the asynchronous
+    /// functions), or for the synchronous ones (`None`) the current context's legacy stream,
+    /// which needs a healthy context and no capture that forbids it.
+    pub(crate) fn memory_op_stream(&mut self, call: &str, stream: Option<u64>) -> CuResult<u64> {
+        match stream {
+            Some(h) => self.resolve_stream(h),
+            None => {
+                let d = self.current_healthy()?;
+                self.check_capture_safe(call)?;
+                Ok(self.devices[d as usize].legacy)
+            }
+        }
+    }
+
     /// The stream a handle names for this thread: 0 and `CU_STREAM_LEGACY` (1) the current
     /// context's legacy stream, `CU_STREAM_PER_THREAD` (2) this thread's per-thread stream of
     /// the current context.

@@ -221,14 +221,7 @@ fn copy(
 ) -> CuResult<()> {
     let driver = state::driver()?;
     let mut state = driver.lock();
-    let sid = match stream {
-        Some(h) => state.resolve_stream(h)?,
-        None => {
-            let d = state.current_healthy()?;
-            state.check_capture_safe(call)?;
-            state.devices[d as usize].legacy
-        }
-    };
+    let sid = state.memory_op_stream(call, stream)?;
     if len == 0 {
         return Ok(());
     }
@@ -449,14 +442,7 @@ pub unsafe extern "C" fn cuMemcpyAsync(
 fn memset(call: &str, dst: u64, value: u8, len: usize, stream: Option<u64>) -> CuResult<()> {
     let driver = state::driver()?;
     let mut state = driver.lock();
-    let sid = match stream {
-        Some(h) => state.resolve_stream(h)?,
-        None => {
-            let d = state.current_healthy()?;
-            state.check_capture_safe(call)?;
-            state.devices[d as usize].legacy
-        }
-    };
+    let sid = state.memory_op_stream(call, stream)?;
     if len == 0 {
         return Ok(());
     }
