@@ -694,6 +694,9 @@ pub(crate) fn run(
                     break Stop::Fault(e);
                 }
                 let s = i.flags & 0x7f;
+                if let Some(w) = ctx.weak.as_deref_mut() {
+                    w.line = prog.lines.get(pc).copied().unwrap_or(0);
+                }
                 match i.op {
                     Op::Ld => {
                         for (k, &dst) in o[..i.aux as usize].iter().enumerate() {
@@ -717,6 +720,10 @@ pub(crate) fn run(
                         let old = atomic(ctx, t, i, addr, bv, cv);
                         t.regs[o[0] as usize] = old;
                     }
+                }
+                if let Some(race) = ctx.weak.as_deref_mut().and_then(|w| w.race.take()) {
+                    // The access happened; the report points at it.
+                    break Stop::Fault(race);
                 }
             }
             Op::Bar => {

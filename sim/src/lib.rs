@@ -45,7 +45,9 @@
 //!   older stores that coherence and happens-before allow (biased to stale ones);
 //!   `st.release` / release atomics publish, `ld.acquire` / acquire atomics join, barriers
 //!   join the block; read-modify-writes read the newest store; vector elements are separate
-//!   locations. The newest value is always in real memory.
+//!   locations. The newest value is always in real memory. Data races (a plain access and a
+//!   conflicting access of another thread that happens-before does not order) are faults
+//!   naming both accesses, unless [`SimConfig::races`] is off.
 //! - **Faults** ([`RunOutcome::Fault`], classified by [`FaultKind::of`]) name the kernel,
 //!   grid, block, thread, PTX line and text, the call chain (a `trap` names the Rust panic
 //!   function that raised it) and the seed; the grid is removed.
@@ -83,6 +85,10 @@ pub struct SimConfig {
     /// Model weak memory (`SYMM_SIM_WEAK=1`): relaxed, volatile and plain loads may read
     /// older stores that coherence allows.
     pub weak_memory: bool,
+    /// With weak memory, report data races — a plain access and a conflicting access of
+    /// another thread not ordered by happens-before — as faults (`SYMM_SIM_RACES`, default
+    /// on; `0` turns it off).
+    pub races: bool,
 }
 
 impl Default for SimConfig {
@@ -93,6 +99,7 @@ impl Default for SimConfig {
             sms: 132,
             registers_per_thread: 80,
             weak_memory: false,
+            races: true,
         }
     }
 }
@@ -118,6 +125,12 @@ impl SimConfig {
                 matches!(
                     v.trim().to_ascii_lowercase().as_str(),
                     "1" | "true" | "yes" | "on"
+                )
+            }),
+            races: var("SYMM_SIM_RACES").is_none_or(|v| {
+                !matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "0" | "false" | "no" | "off"
                 )
             }),
         }
@@ -301,7 +314,9 @@ pub enum RunOutcome {
     /// Every live thread waits (spins on memory no running thread will store to, or a block
     /// barrier other threads cannot reach, or a block not resident waits for residency):
     /// only a store from outside (host, another process) or more virtual time can help.
-    Stalled(String),
+    /// [`Simulator::stall_report`] says who waits where (built only when asked: stalls are
+    /// frequent while kernels wait on each other, reports rare).
+    Stalled,
     /// A grid faulted (trap, out-of-bounds access, unsupported instruction, bad barrier use):
     /// the report names the kernel, block, thread, PTX line and seed. The grid is gone.
     Fault(GridId, String),
@@ -321,6 +336,8 @@ pub enum FaultKind {
     IllegalInstruction,
     /// Barrier misuse (threads of one block at different barriers, mixed forms).
     Barrier,
+    /// A data race (weak memory with race reports on).
+    DataRace,
     /// Anything else.
     Other,
 }
@@ -332,6 +349,8 @@ impl FaultKind {
             FaultKind::IllegalAddress
         } else if report.starts_with("misaligned address:") {
             FaultKind::MisalignedAddress
+        } else if report.starts_with("data race:") {
+            FaultKind::DataRace
         } else if report.starts_with("trap") {
             FaultKind::Trap
         } else if report.starts_with("illegal instruction:") {
@@ -586,7 +605,11 @@ impl Simulator {
             plain_load_points: rng.below(4) == 0,
         };
         let pct_countdown = 1 + rng.below(2 * policy.pct_mean);
-        let weak = config.weak_memory.then(|| weak::Weak::new(rng.next_u64()));
+        let weak = config.weak_memory.then(|| {
+            let mut w = weak::Weak::new(rng.next_u64());
+            w.report_races = config.races;
+            w
+        });
         Simulator {
             mem: memory::MemView::new(memory),
             rng,
@@ -707,7 +730,13 @@ impl Simulator {
             blocks: Vec::new(),
             template: template.into(),
             threads_per_block,
-            weak_grid: self.weak.as_mut().map_or((0, 0), |w| w.new_grid()),
+            weak_grid: match self.weak.as_mut() {
+                Some(w) => w.new_grid(format!(
+                    "kernel {} (grid {}, device {})",
+                    launch.module.prog.kernels[launch.kernel.0 as usize].name, id.0, launch.device
+                )),
+                None => (0, 0),
+            },
             res_threads: warps * 32,
             res_regs: warps * regs_per_warp(regs),
             module: launch.module.clone(),
@@ -753,7 +782,7 @@ impl Simulator {
             self.wake_timers();
             self.process_woken();
             if self.run_list.is_empty() {
-                return RunOutcome::Stalled(self.stall_report());
+                return RunOutcome::Stalled;
             }
             if executed >= max_steps {
                 return RunOutcome::Budget;
@@ -848,6 +877,11 @@ impl Simulator {
             self.timers.pop();
         }
         None
+    }
+
+    /// Stores to global memory executed so far (all threads; atomics included).
+    pub fn stores(&self) -> u64 {
+        self.stores.seq
     }
 
     /// Instructions executed so far (all threads).
@@ -1059,16 +1093,31 @@ impl Simulator {
             let len = e.watchers.len();
             if len >= 16 && len.is_power_of_two() {
                 let sched = &self.sched;
+                // Only live parks stay (this one included: the thread sleeps with `token`
+                // already). Keeping every entry of this thread, as before, let a granule that
+                // one thread polls alone collect one entry per sleep without bound.
                 e.watchers.retain(|&(w, tok)| {
-                    w == tid
-                        || sched
-                            .get(w as usize)
-                            .is_some_and(|s| s.state == TState::Sleeping && s.token == tok)
+                    sched
+                        .get(w as usize)
+                        .is_some_and(|s| s.state == TState::Sleeping && s.token == tok)
                 });
             }
         }
         if overflow.is_some() {
-            self.stores.any.push((tid, token));
+            // Sleepers woken by their timers stay listed until the next store: without stores
+            // (every thread polls) the list would grow with every sleep, so drop stale entries
+            // as it doubles.
+            let any = &mut self.stores.any;
+            any.push((tid, token));
+            let len = any.len();
+            if len >= 16 && len.is_power_of_two() {
+                let sched = &self.sched;
+                any.retain(|&(w, tok)| {
+                    sched
+                        .get(w as usize)
+                        .is_some_and(|s| s.state == TState::Sleeping && s.token == tok)
+                });
+            }
         }
         self.timers.push(Reverse((wake_at, tid, token)));
         self.compact_timers();
@@ -1280,10 +1329,10 @@ impl Simulator {
                 regs[(slot::CTAID + d) as usize] = ctaid[d as usize] as u64;
             }
             let prio = (self.rng.next_u64() as u32) | 0x8000_0000;
-            let weak_id = self
-                .weak
-                .as_mut()
-                .map_or(0, |w| w.new_thread(weak_block, weak_grid));
+            let weak_id = self.weak.as_mut().map_or(0, |w| {
+                let site = [ctaid[0], ctaid[1], ctaid[2], tid3[0], tid3[1], tid3[2]];
+                w.new_thread(weak_block, weak_grid, site)
+            });
             let t = Box::new(Thread {
                 regs,
                 pc: entry,
@@ -1438,7 +1487,9 @@ impl Simulator {
         self.start_blocks();
     }
 
-    fn stall_report(&self) -> String {
+    /// Who waits where, after a [`RunOutcome::Stalled`]: groups of threads parked alike (the
+    /// PTX line, the addresses they watch), blocks waiting for residency, the seed.
+    pub fn stall_report(&self) -> String {
         let mut out = format!(
             "stalled: every live thread waits; only a store from outside or more virtual time can help ({})\n",
             self.seed_line()

@@ -18,6 +18,14 @@
 //! only while its newest value equals real memory (anything else — a host write, another
 //! process, an access of another size — resets it to the current value).
 //!
+//! **Races.** Every location also keeps the loads made since its newest store. A plain
+//! (`ld`/`st` without `.relaxed`, `.volatile`, `.acquire` or `.release`) access that conflicts
+//! with another thread's access of the location (one of them a store) and is not ordered with
+//! it by happens-before is a data race, which the PTX memory model leaves undefined: it is
+//! reported (as a fault naming both accesses) unless `SYMM_SIM_RACES=0`. Two strong accesses
+//! never race (scopes are not modelled). Only the newest store and the loads since it are
+//! compared, so a race with an older access can go unreported.
+//!
 //! **Choices.** A load may return any store from the newest one that happens-before it (or
 //! the newest it or its thread already saw: coherence) up to the newest, biased to stale
 //! ones. Read-modify-writes read the newest. A thread that read a stale value and then sleeps
@@ -41,6 +49,8 @@ const FLOOR: u32 = 0;
 const HISTORY: usize = 8;
 /// Threads whose coherence position is kept per location.
 const SEEN: usize = 32;
+/// Loads kept per location for race detection (since its newest store).
+const READS: usize = 16;
 
 /// Sparse happens-before knowledge: sorted `(key, value)`.
 #[derive(Clone, Debug, Default)]
@@ -101,6 +111,22 @@ struct Rec {
     phase: u32,
     /// Knowledge a release store (or an RMW continuing a release sequence) publishes.
     rel: Option<Arc<[(u32, u32)]>>,
+    /// A strong (not plain) store, and its PTX line.
+    strong: bool,
+    line: u32,
+}
+
+/// A load kept for race detection: who, where in its thread's history, how.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    thread: u32,
+    /// The epoch of the thread's next store (knowing it means knowing this load).
+    epoch: u32,
+    block: u32,
+    phase: u32,
+    grid: u32,
+    strong: bool,
+    line: u32,
 }
 
 /// A location's history.
@@ -111,6 +137,8 @@ struct Loc {
     recs: Vec<Rec>,
     /// Threads' coherence positions: (thread, newest seq seen).
     seen: Vec<(u32, u32)>,
+    /// Loads since the newest store (race detection).
+    reads: Vec<Read>,
 }
 
 impl Loc {
@@ -119,6 +147,7 @@ impl Loc {
         self.bytes = bytes;
         self.recs.clear();
         self.seen.clear();
+        self.reads.clear();
         self.recs.push(Rec {
             value,
             seq: self.next_seq,
@@ -128,6 +157,8 @@ impl Loc {
             block: 0,
             phase: 0,
             rel: None,
+            strong: true,
+            line: 0,
         });
         self.next_seq += 1;
     }
@@ -168,6 +199,8 @@ struct WThread {
     /// Locations read stale since the last sleep.
     stale: Vec<u64>,
     live: bool,
+    /// Block index and thread index (x, y, z each), for race reports.
+    site: [u32; 6],
 }
 
 /// The weak-memory model state.
@@ -194,6 +227,14 @@ pub(crate) struct Weak {
     start_know: FxMap<u32, Arc<[(u32, u32)]>>,
     /// Stale values returned (statistics).
     pub stale_reads: u64,
+    /// Report data races (`SYMM_SIM_RACES`, default on).
+    pub report_races: bool,
+    /// The PTX line of the access being made (set by the executor before each access).
+    pub line: u32,
+    /// A data race the last access made, described (taken by the executor).
+    pub race: Option<String>,
+    /// "kernel K (grid G, device D)" by grid id, for race reports.
+    grid_labels: FxMap<u32, Arc<str>>,
 }
 
 impl Weak {
@@ -211,13 +252,19 @@ impl Weak {
             finished_know: Know::default(),
             start_know: FxMap::default(),
             stale_reads: 0,
+            report_races: true,
+            line: 0,
+            race: None,
+            grid_labels: FxMap::default(),
         }
     }
 
-    /// A new grid: its id and the finish count its threads see stores up to.
-    pub fn new_grid(&mut self) -> (u32, u32) {
+    /// A new grid (`label` names it in race reports): its id and the finish count its threads
+    /// see stores up to.
+    pub fn new_grid(&mut self, label: String) -> (u32, u32) {
         self.finished_at.push(0);
         let grid = (self.finished_at.len() - 1) as u32;
+        self.grid_labels.insert(grid, label.into());
         if !self.finished_know.0.is_empty() {
             self.start_know
                 .insert(grid, self.finished_know.0.clone().into());
@@ -257,8 +304,9 @@ impl Weak {
         self.blocks
     }
 
-    /// A new thread of block `block` of grid `grid` (from [`Weak::new_grid`]).
-    pub fn new_thread(&mut self, block: u32, (grid, floor): (u32, u32)) -> u32 {
+    /// A new thread of block `block` of grid `grid` (from [`Weak::new_grid`]); `site` is its
+    /// block index and thread index, for race reports.
+    pub fn new_thread(&mut self, block: u32, (grid, floor): (u32, u32), site: [u32; 6]) -> u32 {
         if self.block_grid.len() < block as usize {
             self.block_grid.resize(block as usize, 0);
         }
@@ -273,6 +321,7 @@ impl Weak {
             grid,
             floor,
             live: true,
+            site,
             ..WThread::default()
         });
         (self.threads.len() - 1) as u32
@@ -290,14 +339,153 @@ impl Weak {
 
     /// Whether store `r` happens-before the current point of thread `th`.
     fn covered(&self, th: u32, r: &Rec) -> bool {
-        if r.thread == u32::MAX || r.thread == th {
+        self.knows(th, r.thread, r.epoch, r.block, r.phase, r.grid)
+    }
+
+    /// Whether an event of thread `thread` (before its store `epoch`, in block phase `phase`
+    /// of `block`, in grid `grid`) happens-before the current point of thread `th`.
+    fn knows(&self, th: u32, thread: u32, epoch: u32, block: u32, phase: u32, grid: u32) -> bool {
+        if thread == u32::MAX || thread == th {
             return true;
         }
         let t = &self.threads[th as usize];
-        let done = self.finished_at[r.grid as usize];
+        let done = self.finished_at[grid as usize];
         (done != 0 && done <= t.floor.max(t.know.get(FLOOR)))
-            || t.know.get(r.block) > r.phase
-            || t.know.get(THREAD | r.thread) >= r.epoch
+            || t.know.get(block) > phase
+            || t.know.get(THREAD | thread) >= epoch
+    }
+
+    /// "kernel K (grid G, device D), block (x, y, z), thread (x, y, z)" of weak thread `th`.
+    fn describe(&self, th: u32) -> String {
+        let t = &self.threads[th as usize];
+        let s = t.site;
+        format!(
+            "{}, block ({}, {}, {}), thread ({}, {}, {})",
+            self.grid_labels
+                .get(&t.grid)
+                .map_or("a finished kernel", |l| l),
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            s[4],
+            s[5]
+        )
+    }
+
+    /// Record a data race between this access of `th` and an earlier one of `other`.
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &mut self,
+        addr: u64,
+        bytes: u32,
+        this: &str,
+        this_strong: bool,
+        other: u32,
+        other_kind: &str,
+        other_strong: bool,
+        other_line: u32,
+    ) {
+        if self.race.is_some() {
+            return;
+        }
+        let how = |strong: bool| if strong { "strong" } else { "plain" };
+        self.race = Some(format!(
+            "data race: a {} {this} of {bytes} bytes at {addr:#x} and a {} {other_kind} of it by \
+             {} at PTX line {other_line}, not ordered by happens-before (plain accesses to \
+             memory another thread writes need a release/acquire or a barrier between them)",
+            how(this_strong),
+            how(other_strong),
+            self.describe(other),
+        ));
+    }
+
+    /// Check a load of `th` against the newest store of `addr`.
+    fn check_load(&mut self, th: u32, addr: u64, bytes: u32, strong: bool) {
+        let Some(last) = self.locs.get(&addr).and_then(|l| l.recs.last()) else {
+            return;
+        };
+        if (strong && last.strong) || self.covered(th, last) {
+            return;
+        }
+        let (other, line, other_strong) = (last.thread, last.line, last.strong);
+        self.report(
+            addr,
+            bytes,
+            "load",
+            strong,
+            other,
+            "store",
+            other_strong,
+            line,
+        );
+    }
+
+    /// Check a store of `th` against the newest store of `addr` and the loads since.
+    fn check_store(&mut self, th: u32, addr: u64, bytes: u32, strong: bool) {
+        let Some(loc) = self.locs.get(&addr) else {
+            return;
+        };
+        let mut found = None;
+        if let Some(last) = loc.recs.last()
+            && !(strong && last.strong)
+            && !self.covered(th, last)
+        {
+            found = Some((last.thread, "store", last.strong, last.line));
+        }
+        if found.is_none() {
+            found = loc
+                .reads
+                .iter()
+                .find(|r| {
+                    let both_strong = strong && r.strong;
+                    !both_strong && !self.knows(th, r.thread, r.epoch, r.block, r.phase, r.grid)
+                })
+                .map(|r| (r.thread, "load", r.strong, r.line));
+        }
+        if let Some((other, kind, other_strong, line)) = found {
+            self.report(
+                addr,
+                bytes,
+                "store",
+                strong,
+                other,
+                kind,
+                other_strong,
+                line,
+            );
+        }
+    }
+
+    /// Keep a load of `th` for race checks of later stores.
+    fn note_read(&mut self, th: u32, addr: u64, strong: bool) {
+        let t = &self.threads[th as usize];
+        let read = Read {
+            thread: th,
+            epoch: t.epoch + 1,
+            block: t.block,
+            phase: t.phase,
+            grid: t.grid,
+            strong,
+            line: self.line,
+        };
+        let Some(loc) = self.locs.get_mut(&addr) else {
+            return;
+        };
+        if let Some(r) = loc
+            .reads
+            .iter_mut()
+            .find(|r| r.thread == th && r.strong == strong)
+        {
+            // A later load of the same thread and kind: whatever is ordered after it is
+            // ordered after the earlier one too.
+            *r = read;
+            return;
+        }
+        if loc.reads.len() >= READS {
+            loc.reads.remove(0);
+        }
+        loc.reads.push(read);
     }
 
     /// The history of `addr`, consistent with real memory value `cur`.
@@ -315,13 +503,25 @@ impl Weak {
     pub fn load(&mut self, th: u32, addr: u64, bytes: u32, s: u8) -> u64 {
         // SAFETY: the caller checked `addr` against the address space.
         let cur = unsafe { host_load(addr, bytes, Ordering::Acquire) };
+        let strong = s != sem::WEAK;
         let Some(loc) = self.locs.get(&addr) else {
+            if self.report_races {
+                self.loc(addr, bytes, cur);
+                self.note_read(th, addr, strong);
+            }
             return cur;
         };
         if loc.bytes != bytes || loc.recs.last().is_none_or(|r| r.value != cur) {
             self.loc(addr, bytes, cur);
+            if self.report_races {
+                self.note_read(th, addr, strong);
+            }
             return cur;
         }
+        if self.report_races {
+            self.check_load(th, addr, bytes, strong);
+        }
+        let loc = &self.locs[&addr];
         let n = loc.recs.len();
         let mut lo = 0;
         if n > 1 {
@@ -355,6 +555,9 @@ impl Weak {
         {
             self.threads[th as usize].know.join(rel);
         }
+        if self.report_races {
+            self.note_read(th, addr, strong);
+        }
         rec.value
     }
 
@@ -364,12 +567,22 @@ impl Weak {
         let mut k = t.know.clone();
         // What the thread sees of finished grids travels with its releases too.
         k.raise(FLOOR, t.floor);
-        k.raise(THREAD | th, t.epoch);
+        // Everything up to now, this release included (its store takes epoch + 1): loads
+        // made since the thread's last store are known too.
+        k.raise(THREAD | th, t.epoch + 1);
         k.raise(t.block, t.phase);
         k
     }
 
-    fn push(&mut self, th: u32, addr: u64, rel: Option<Arc<[(u32, u32)]>>, value: u64) {
+    fn push(
+        &mut self,
+        th: u32,
+        addr: u64,
+        rel: Option<Arc<[(u32, u32)]>>,
+        value: u64,
+        strong: bool,
+    ) {
+        let line = self.line;
         let t = &mut self.threads[th as usize];
         t.epoch += 1;
         let rec = Rec {
@@ -381,8 +594,11 @@ impl Weak {
             block: t.block,
             phase: t.phase,
             rel,
+            strong,
+            line,
         };
         let loc = self.locs.get_mut(&addr).expect("location");
+        loc.reads.clear();
         let seq = loc.next_seq;
         loc.next_seq += 1;
         loc.recs.push(Rec { seq, ..rec });
@@ -396,8 +612,12 @@ impl Weak {
         // SAFETY: the caller checked `addr` against the address space.
         let cur = unsafe { host_load(addr, bytes, Ordering::Acquire) };
         self.loc(addr, bytes, cur);
+        let strong = s != sem::WEAK;
+        if self.report_races {
+            self.check_store(th, addr, bytes, strong);
+        }
         let rel = (s == sem::RELEASE || s == sem::ACQ_REL).then(|| self.snapshot(th).0.into());
-        self.push(th, addr, rel, v);
+        self.push(th, addr, rel, v, strong);
         // SAFETY: as above.
         unsafe { host_store(addr, bytes, v, Ordering::Release) };
     }
@@ -418,7 +638,16 @@ impl Weak {
                 new
             })
         };
-        let loc = self.loc(addr, bytes, old);
+        self.loc(addr, bytes, old);
+        if self.report_races {
+            // An atomic is a strong load and, when it writes, a strong store.
+            if new.is_some() {
+                self.check_store(th, addr, bytes, true);
+            } else {
+                self.check_load(th, addr, bytes, true);
+            }
+        }
+        let loc = self.locs.get_mut(&addr).expect("location");
         let read = loc.recs.last().expect("history").clone();
         loc.see(th, read.seq);
         if (s == sem::ACQUIRE || s == sem::ACQ_REL)
@@ -436,7 +665,7 @@ impl Weak {
                     None => rel = Some(mine),
                 }
             }
-            self.push(th, addr, rel.map(|k| k.0.into()), v);
+            self.push(th, addr, rel.map(|k| k.0.into()), v, true);
         }
         (old, new.is_some())
     }

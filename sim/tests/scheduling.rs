@@ -64,13 +64,15 @@ $L__wait:
     format!("{producer}{body}")
 }
 
-/// Run the message-passing pair with `seed`; the number of wrong values the consumer saw.
-fn run_message_passing(text: &str, seed: u64, weak: bool) -> usize {
+/// Run the message-passing pair with `seed`; the number of wrong values the consumer saw, or
+/// the fault report (a data race, with `races`).
+fn try_message_passing(text: &str, seed: u64, weak: bool, races: bool) -> Result<usize, String> {
     let m = module(text);
     let space = Arc::new(AddressSpace::new());
     let config = SimConfig {
         seed,
         weak_memory: weak,
+        races,
         ..SimConfig::default()
     };
     let mut sim = Simulator::new(config, space.clone());
@@ -96,8 +98,13 @@ fn run_message_passing(text: &str, seed: u64, weak: bool) -> usize {
         128,
         &[data.addr(), flag.addr()],
     );
-    run_to_end(&mut sim).unwrap_or_else(|e| panic!("{e}"));
-    (0..128).filter(|&i| out.get32(i) != i as u32 + 1).count()
+    run_to_end(&mut sim)?;
+    Ok((0..128).filter(|&i| out.get32(i) != i as u32 + 1).count())
+}
+
+/// [`try_message_passing`] without race reports; it must run to the end.
+fn run_message_passing(text: &str, seed: u64, weak: bool) -> usize {
+    try_message_passing(text, seed, weak, false).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -131,6 +138,30 @@ fn relaxed_message_passing_is_caught_by_the_weak_model() {
         caught > 0,
         "the weak model never let the consumer read stale data"
     );
+}
+
+#[test]
+fn plain_accesses_ordered_only_by_relaxed_flags_are_reported_as_races() {
+    let relaxed = message_passing("st.relaxed.sys.u32", "ld.relaxed.sys.u32");
+    for seed in 0..4 {
+        let report = try_message_passing(&relaxed, seed, true, true)
+            .expect_err("the racy program ran without a report");
+        assert!(
+            report.starts_with("data race: a plain load of 4 bytes")
+                && report.contains("plain store of it by kernel producer")
+                && report.contains("kernel consumer"),
+            "seed {seed}: {report}"
+        );
+    }
+    // Release/acquire orders the same plain accesses: no report, every seed.
+    let ordered = message_passing("st.release.sys.u32", "ld.acquire.sys.u32");
+    for seed in 0..8 {
+        assert_eq!(
+            try_message_passing(&ordered, seed, true, true),
+            Ok(0),
+            "seed {seed}"
+        );
+    }
 }
 
 /// Every block adds 1 to a counter, then waits (spinning with nanosleep) until all blocks
@@ -172,7 +203,7 @@ fn a_grid_needing_more_resident_blocks_than_fit_is_reported_stalled() {
     let counter = Buffer::new(&space, 1, "counter");
     launch(&mut sim, &m, "gb", 3, 512, &[counter.addr()]);
     let report = match sim.run(1 << 24) {
-        RunOutcome::Stalled(r) => r,
+        RunOutcome::Stalled => sim.stall_report(),
         other => panic!("expected a stall, got {other:?}"),
     };
     assert!(
@@ -185,7 +216,7 @@ fn a_grid_needing_more_resident_blocks_than_fit_is_reported_stalled() {
     // Time passing does not help.
     let t = sim.next_wakeup_ns().expect("sleepers");
     sim.advance_time_to(t);
-    assert!(matches!(sim.run(1 << 24), RunOutcome::Stalled(_)));
+    assert!(matches!(sim.run(1 << 24), RunOutcome::Stalled));
 
     // With room for all three blocks it completes.
     let mut sim = Simulator::new(SimConfig { sms: 3, ..config }, space.clone());
@@ -305,4 +336,118 @@ fn the_same_seed_replays_the_same_execution() {
         others.iter().any(|o| o.0 != a.0),
         "seeds change the schedule"
     );
+}
+
+/// Reader: every thread loads `data[tid]` (plain) into `out[tid]`, then (after a barrier)
+/// thread 0 sets the flag with `flag_store`. Writer: thread 0 waits for the flag with
+/// `flag_load`, then (after a barrier) every thread overwrites `data[tid]` (plain): a store
+/// that must come after the other grid's loads.
+fn overwrite_after_read(flag_store: &str, flag_load: &str) -> String {
+    let reader = kernel(
+        "reader",
+        ".param .u64 .ptr .align 1 reader_param_0, .param .u64 .ptr .align 1 reader_param_1, .param .u64 .ptr .align 1 reader_param_2",
+        &format!(
+            "
+	ld.param.b64 	%rd1, [reader_param_0];
+	ld.param.b64 	%rd2, [reader_param_1];
+	ld.param.b64 	%rd5, [reader_param_2];
+	mov.u32 	%r1, %tid.x;
+	mul.wide.u32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd1, %rd3;
+	ld.b32 	%r2, [%rd4];
+	add.s64 	%rd6, %rd5, %rd3;
+	st.b32 	[%rd6], %r2;
+	barrier.sync 	0;
+	setp.ne.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__done;
+	mov.b32 	%r3, 1;
+	{flag_store} 	[%rd2], %r3;
+$L__done:
+"
+        ),
+    );
+    let writer = kernel(
+        "writer",
+        ".param .u64 .ptr .align 1 writer_param_0, .param .u64 .ptr .align 1 writer_param_1",
+        &format!(
+            "
+	ld.param.b64 	%rd1, [writer_param_0];
+	ld.param.b64 	%rd2, [writer_param_1];
+	mov.u32 	%r1, %tid.x;
+	setp.ne.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__wait;
+$L__spin:
+	{flag_load} 	%r4, [%rd2];
+	setp.ne.b32 	%p2, %r4, 0;
+	@%p2 bra 	$L__wait;
+	nanosleep.u32 	100;
+	bra.uni 	$L__spin;
+$L__wait:
+	barrier.sync 	0;
+	mul.wide.u32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd1, %rd3;
+	mov.b32 	%r2, 7;
+	st.b32 	[%rd4], %r2;
+"
+        ),
+    );
+    let body = writer.split_once(".address_size 64\n").expect("header").1;
+    format!("{reader}{body}")
+}
+
+/// Run [`overwrite_after_read`] under weak memory with race reports.
+fn try_overwrite_after_read(text: &str, seed: u64) -> Result<(), String> {
+    let m = module(text);
+    let space = Arc::new(AddressSpace::new());
+    let config = SimConfig {
+        seed,
+        weak_memory: true,
+        ..SimConfig::default()
+    };
+    let mut sim = Simulator::new(config, space.clone());
+    let data = Buffer::new(&space, 64, "data");
+    let flag = Buffer::new(&space, 1, "flag");
+    let out = Buffer::new(&space, 64, "out");
+    launch_on(
+        &mut sim,
+        1,
+        &m,
+        "writer",
+        1,
+        128,
+        &[data.addr(), flag.addr()],
+    );
+    launch_on(
+        &mut sim,
+        0,
+        &m,
+        "reader",
+        1,
+        128,
+        &[data.addr(), flag.addr(), out.addr()],
+    );
+    run_to_end(&mut sim)
+}
+
+#[test]
+fn a_store_not_ordered_after_another_threads_load_is_reported_as_a_race() {
+    let relaxed = overwrite_after_read("st.relaxed.sys.u32", "ld.relaxed.sys.u32");
+    for seed in 0..4 {
+        let report = try_overwrite_after_read(&relaxed, seed)
+            .expect_err("the racy program ran without a report");
+        assert!(
+            report.starts_with("data race: a plain store of 4 bytes")
+                && report.contains("plain load of it by kernel reader")
+                && report.contains("kernel writer"),
+            "seed {seed}: {report}"
+        );
+    }
+    let ordered = overwrite_after_read("st.release.sys.u32", "ld.acquire.sys.u32");
+    for seed in 0..8 {
+        assert_eq!(
+            try_overwrite_after_read(&ordered, seed),
+            Ok(()),
+            "seed {seed}"
+        );
+    }
 }

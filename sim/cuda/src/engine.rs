@@ -19,10 +19,6 @@ const BUDGET: u64 = 20_000;
 /// process or a host thread may have stored to what they watch).
 const WAKE_PERIOD: Duration = Duration::from_millis(1);
 
-/// Instructions between two stalls that count as progress (ending a stall episode); fewer are
-/// the polling of waiting threads.
-const PROGRESS: u64 = 1_000_000;
-
 /// Start the device thread of `driver`.
 pub(crate) fn spawn(driver: &'static Driver) {
     std::thread::Builder::new()
@@ -48,8 +44,9 @@ struct Stall {
     reported: bool,
     /// When the sleeping threads were last woken.
     last_wake: Instant,
-    /// Simulator instructions at the last `Stalled`.
-    instructions: u64,
+    /// The simulated threads' stores at the last `Stalled`: threads that only woke, polled
+    /// and slept again since (however many instructions that took) did not end the episode.
+    stores: u64,
 }
 
 /// The device thread's state.
@@ -63,7 +60,13 @@ struct Engine {
     stall: Option<Stall>,
     /// Start every ready operation in the next round (after a stall).
     start_all: bool,
+    /// When the last heartbeat was traced (`SYMM_SIM_TRACE`).
+    heartbeat: Instant,
 }
+
+/// Real time between two heartbeats in the trace (what the grids are doing while nothing
+/// completes).
+const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// The sticky error for a fault report (its first line says what happened).
 pub(crate) fn fault_code(report: &str) -> CUresult {
@@ -92,6 +95,7 @@ impl Engine {
             abandoned: HashSet::new(),
             stall: None,
             start_all: false,
+            heartbeat: Instant::now(),
         }
     }
 
@@ -112,6 +116,25 @@ impl Engine {
             }
             let outcome = self.sim.run(BUDGET);
             self.handle(outcome);
+            if self.heartbeat.elapsed() >= HEARTBEAT {
+                self.heartbeat = Instant::now();
+                let (stats, now) = (self.sim.stats(), self.sim.now_ns());
+                let names: Vec<&str> = self.grids.values().map(|g| g.name.as_str()).collect();
+                trace(|| {
+                    format!(
+                        "heartbeat: virtual time {now} ns, {} instructions, {} parks, {}; \
+                         grids: {}",
+                        stats.instructions,
+                        stats.sleeps_parked,
+                        if self.stall.is_some() {
+                            "stalled"
+                        } else {
+                            "running"
+                        },
+                        names.join(", ")
+                    )
+                });
+            }
         }
     }
 
@@ -292,7 +315,7 @@ impl Engine {
     }
 
     fn handle(&mut self, outcome: RunOutcome) {
-        if !matches!(outcome, RunOutcome::Budget | RunOutcome::Stalled(_)) {
+        if !matches!(outcome, RunOutcome::Budget | RunOutcome::Stalled) {
             trace(|| format!("simulator: {outcome:?}"));
         }
         match outcome {
@@ -332,14 +355,14 @@ impl Engine {
                     self.fail_device(grid.device, fault_code(&report));
                 }
             }
-            RunOutcome::Stalled(report) => self.stalled(report),
+            RunOutcome::Stalled => self.stalled(),
         }
     }
 
     /// Every grid waits. Start what is ready; else let virtual time follow real time (napping
     /// until a sleeping thread's wake-up time or the next periodic wake-up of all of them);
     /// report (and with `SYMM_SIM_DEADLOCK=fail` fail) an episode that lasts.
-    fn stalled(&mut self, report: String) {
+    fn stalled(&mut self) {
         let driver = self.driver;
         {
             let state = driver.lock();
@@ -348,14 +371,13 @@ impl Engine {
                 return;
             }
         }
-        let instructions = self.sim.instructions();
+        let stores = self.sim.stores();
         let now = Instant::now();
-        if self
-            .stall
-            .as_ref()
-            .is_some_and(|s| instructions.saturating_sub(s.instructions) > PROGRESS)
-        {
-            // The grids did real work since the last stall: a new episode.
+        if self.stall.as_ref().is_some_and(|s| s.stores != stores) {
+            // The grids stored since the last stall (real work, not only polling): a new
+            // episode. Polling rounds of thousands of threads can take longer in real time
+            // than the virtual time they cover; they must not hold virtual time back, or a
+            // kernel's bounded wait would take hours to time out.
             self.stall = None;
         }
         let virtual_now = self.sim.now_ns();
@@ -364,9 +386,8 @@ impl Engine {
             virtual_ns: virtual_now,
             reported: false,
             last_wake: now,
-            instructions,
+            stores,
         });
-        stall.instructions = instructions;
         let target = |s: &Stall| s.virtual_ns + s.since.elapsed().as_nanos() as u64;
         let next = self.sim.next_wakeup_ns();
         if next.is_none_or(|n| n > target(stall)) {
@@ -401,10 +422,11 @@ impl Engine {
             .collect();
         eprintln!(
             "symm-sim: deadlock? no progress for {} ms of real time (seed {}); waiting grids: \
-             {}\n{report}",
+             {}\n{}",
             elapsed.as_millis(),
             driver.config.seed,
-            names.join(", ")
+            names.join(", "),
+            self.sim.stall_report()
         );
         if driver.options.deadlock_fail {
             let devices: HashSet<u32> = self.grids.values().map(|g| g.device).collect();

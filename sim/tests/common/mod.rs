@@ -117,11 +117,11 @@ pub fn run_to_end(sim: &mut Simulator) -> Result<(), String> {
             RunOutcome::Idle => return Ok(()),
             RunOutcome::Budget => return Err("budget".into()),
             RunOutcome::Fault(_, r) => return Err(r),
-            RunOutcome::Stalled(r) => {
+            RunOutcome::Stalled => {
                 waits += 1;
                 match sim.next_wakeup_ns() {
                     Some(t) if waits < 10_000 => sim.advance_time_to(t),
-                    _ => return Err(r),
+                    _ => return Err(sim.stall_report()),
                 }
             }
         }
