@@ -253,13 +253,20 @@ impl Comm {
         let refused = {
             let mut user = self.user.lock().unwrap_or_else(|e| e.into_inner());
             match user.as_mut() {
-                Some(u) if u.thread != me => Some(format!(
-                    "comm is in use by another thread: this thread's {call} on rank {} was made \
+                Some(u)
+                    if u.thread != me
+                        && !crate::mutation::active(
+                            crate::mutation::Mutation::ThreadsShareARank,
+                        ) =>
+                {
+                    Some(format!(
+                        "comm is in use by another thread: this thread's {call} on rank {} was made \
                      while another thread's {} is in progress on it; a communicator must be used \
                      by one thread at a time (the rank's calls now have no order its peers can \
                      agree on, so the communicator is failed on every rank)",
-                    self.rank, u.call
-                )),
+                        self.rank, u.call
+                    ))
+                }
                 Some(u) => {
                     u.holds += 1;
                     None

@@ -16,6 +16,13 @@ pub enum Mutation {
     /// proves separate launches co-resident trusting that (`oversized-grids`): ranks on one
     /// device launched separately then need more resident blocks than the device holds.
     OversizedGrids,
+    /// A second thread entering a call on a rank another thread is using goes ahead instead of
+    /// being refused (`threads-share-a-rank`): a rank's calls get numbers in one order and may
+    /// reach the device in another.
+    ThreadsShareARank,
+    /// Ranks of one process never compare their calls (`skip-call-agreement`): a rank whose
+    /// call differs from its peers' is launched anyway.
+    SkipCallAgreement,
 }
 
 impl Mutation {
@@ -25,6 +32,8 @@ impl Mutation {
             Mutation::SkipCompletionWait => "skip-completion-wait",
             Mutation::SwapKernelParameters => "swap-kernel-parameters",
             Mutation::OversizedGrids => "oversized-grids",
+            Mutation::ThreadsShareARank => "threads-share-a-rank",
+            Mutation::SkipCallAgreement => "skip-call-agreement",
         }
     }
 }

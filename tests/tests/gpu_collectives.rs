@@ -963,3 +963,435 @@ fn gpu_threads_chain_in_place_all_reduces() {
     });
     teardown(buffers);
 }
+
+/// `comm`'s asynchronous error.
+fn async_error(comm: symmComm_t) -> symmResult_t {
+    let mut error = symmResult_t::symmInternalError;
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmCommGetAsyncError(comm, &mut error) }, comm);
+    error
+}
+
+/// A rank's window of device memory, as integers (to cross threads); every method runs on a
+/// thread with the device's context current and uses the caller's stream.
+#[derive(Clone, Copy)]
+struct GpuRank {
+    comm: usize,
+    base: usize,
+}
+
+impl GpuRank {
+    fn of(buffers: &[RankBuffer]) -> Vec<GpuRank> {
+        buffers
+            .iter()
+            .map(|b| GpuRank {
+                comm: b.comm as usize,
+                base: b.base as usize,
+            })
+            .collect()
+    }
+
+    fn comm(self) -> symmComm_t {
+        self.comm as symmComm_t
+    }
+
+    fn at(self, bytes: usize) -> *mut u8 {
+        (self.base + bytes) as *mut u8
+    }
+
+    /// Fill `count` floats at byte `offset` with `value`.
+    fn fill(self, offset: usize, count: usize, value: f32) {
+        upload(self.at(offset), &vec![value; count]);
+    }
+
+    /// `count` floats at byte `offset`, once `stream` has finished.
+    fn read(self, offset: usize, count: usize, stream: sys::CUstream) -> Vec<f32> {
+        // SAFETY: the stream is the caller's; a failed kernel ends, it does not fault.
+        unsafe { sys::cuStreamSynchronize(stream) }
+            .result()
+            .unwrap();
+        download(self.at(offset), count)
+    }
+
+    /// In-place all-reduce (sum) of `count` floats at byte `offset`, on `stream`.
+    fn all_reduce(self, offset: usize, count: usize, stream: sys::CUstream) -> symmResult_t {
+        let p = self.at(offset).cast();
+        symmAllReduce(
+            p,
+            p,
+            count,
+            symmDataType_t::symmFloat32 as i32,
+            symmRedOp_t::symmSum as i32,
+            self.comm(),
+            stream.cast(),
+        )
+    }
+}
+
+/// Run `work(rank, stream)` on one thread per rank, each with the device's context current and
+/// its own non-blocking stream, and collect what each returns.
+fn per_rank_on_streams<T: Send>(
+    ranks: &[GpuRank],
+    work: impl Fn(usize, GpuRank, sys::CUstream) -> T + Sync,
+) -> Vec<T> {
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(r, &rank)| {
+                scope.spawn(move || {
+                    make_context_current();
+                    let stream = non_blocking_stream();
+                    let out = work(r, rank, stream);
+                    // SAFETY: the stream is this thread's; created above.
+                    unsafe {
+                        sys::cuStreamSynchronize(stream).result().unwrap();
+                        sys::cuStreamDestroy_v2(stream).result().unwrap();
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The new user's report on the cuda backend (a thread and a stream per rank): rank 0
+/// all-reduces 1024 floats, rank 1 only 512, then both all-reduce 16 elements of 10·(r+1).
+/// Launches do not wait for the kernels, so the rank that launched first may see its calls
+/// accepted; but the communicator fails on both ranks (the asynchronous error says so), the
+/// refused rank is told why, no later call is accepted once a rank knows of the failure, and
+/// nothing ever returns success with a stale pairing (21.0 where 30.0 is right).
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_a_mismatch_between_threads_fails_the_communicator_on_every_rank() {
+    let comms = cuda_ranks(2);
+    let buffers = alloc_windows(&comms, 8192);
+    let ranks = GpuRank::of(&buffers);
+    let outcomes = per_rank_on_streams(&ranks, |r, rank, stream| {
+        rank.fill(0, 1024, 1.0);
+        let count = if r == 0 { 1024 } else { 512 };
+        let first = rank.all_reduce(0, count, stream);
+        let first_message = last_error(rank.comm());
+        rank.read(0, 1, stream);
+        let status_after_first = async_error(rank.comm());
+        rank.fill(0, 16, 10.0 * (r as f32 + 1.0));
+        let second = rank.all_reduce(0, 16, stream);
+        let second_message = last_error(rank.comm());
+        let data = rank.read(0, 16, stream);
+        (
+            first,
+            first_message,
+            status_after_first,
+            second,
+            second_message,
+            data,
+        )
+    });
+    let refused: Vec<usize> = (0..2)
+        .filter(|&r| outcomes[r].0 != symmResult_t::symmSuccess)
+        .collect();
+    assert!(!refused.is_empty(), "both mismatched calls were accepted");
+    for (r, (first, first_message, after_first, second, second_message, data)) in
+        outcomes.iter().enumerate()
+    {
+        if *first != symmResult_t::symmSuccess {
+            assert!(
+                first_message.contains("symmAllReduce of 1024") && first_message.contains("of 512"),
+                "rank {r}: {first_message}"
+            );
+            // A rank that knows of the failure accepts nothing more.
+            assert_ne!(*after_first, symmResult_t::symmSuccess, "rank {r}");
+        }
+        if *after_first != symmResult_t::symmSuccess {
+            assert_ne!(
+                *second,
+                symmResult_t::symmSuccess,
+                "rank {r}'s call after the failure was accepted: {data:?}"
+            );
+            assert!(
+                second_message.contains("the communicator has failed"),
+                "rank {r}: {second_message}"
+            );
+        }
+        // Whatever was accepted, the communicator has failed on this rank.
+        assert_ne!(
+            async_error(ranks[r].comm()),
+            symmResult_t::symmSuccess,
+            "rank {r}: the communicator did not fail (second call's data {data:?})"
+        );
+        if *second == symmResult_t::symmSuccess {
+            assert_ne!(data, &vec![21.0; 16], "rank {r} paired with a stale call");
+        }
+    }
+    teardown(buffers);
+}
+
+/// A call refused on one rank for a bad argument (beyond its window) while its peer made the
+/// call, on the cuda backend: the refusal is still that rank's call, so neither rank's next
+/// call pairs with the peer's stale one; the communicator fails on both. Ranks that all
+/// refuse the same call stay in step and go on.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_a_call_refused_on_one_rank_is_still_its_call() {
+    let comms = cuda_ranks(2);
+    let buffers = alloc_windows(&comms, 4096);
+    let ranks = GpuRank::of(&buffers);
+    let refused = per_rank_on_streams(&ranks, |_, rank, stream| rank.all_reduce(0, 5000, stream));
+    assert!(
+        refused
+            .iter()
+            .all(|r| *r == symmResult_t::symmInvalidArgument),
+        "{refused:?}"
+    );
+    let sums = per_rank_on_streams(&ranks, |r, rank, stream| {
+        rank.fill(0, 64, r as f32 + 1.0);
+        (rank.all_reduce(0, 64, stream), rank.read(0, 64, stream))
+    });
+    for (result, data) in &sums {
+        assert_eq!(*result, symmResult_t::symmSuccess);
+        assert_eq!(data, &vec![3.0; 64]);
+    }
+    let outcomes = per_rank_on_streams(&ranks, |r, rank, stream| {
+        rank.fill(0, 64, r as f32 + 1.0);
+        let first = if r == 0 {
+            rank.all_reduce(0, 64, stream)
+        } else {
+            rank.all_reduce(4000, 64, stream)
+        };
+        rank.read(0, 1, stream);
+        rank.fill(0, 64, 10.0 * (r as f32 + 1.0));
+        let second = rank.all_reduce(0, 64, stream);
+        (first, second, rank.read(0, 64, stream))
+    });
+    assert_eq!(outcomes[1].0, symmResult_t::symmInvalidArgument);
+    assert_ne!(
+        outcomes[1].1,
+        symmResult_t::symmSuccess,
+        "{:?}",
+        outcomes[1].2
+    );
+    for (r, (_, _, data)) in outcomes.iter().enumerate() {
+        assert_ne!(
+            async_error(ranks[r].comm()),
+            symmResult_t::symmSuccess,
+            "rank {r}: {data:?}"
+        );
+        // Rank 0's second call (#3) may have been accepted before rank 1's refusal was known;
+        // it then ends with the failure, never with a stale pairing (rank 1's 2.0 + 10.0).
+        assert_ne!(data, &vec![12.0; 64], "rank {r} paired with a stale call");
+    }
+    teardown(buffers);
+}
+
+/// One thread driving both ranks in a group, on the cuda backend: rank 0's all-reduce is valid
+/// and rank 1's overruns its window. The whole group is refused before anything is launched,
+/// `symmGroupEnd` returns the bad argument's error, and the communicator stays usable.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_a_bad_call_in_a_group_refuses_the_group_and_keeps_the_communicator() {
+    let comms = cuda_ranks(2);
+    let buffers = alloc_windows(&comms, 4096);
+    let ranks = GpuRank::of(&buffers);
+    let stream = non_blocking_stream();
+    ranks[0].fill(0, 16, 1.0);
+    ranks[1].fill(0, 16, 2.0);
+    check(symmGroupStart(), null_mut());
+    check(ranks[0].all_reduce(0, 16, stream), ranks[0].comm());
+    assert_eq!(
+        ranks[1].all_reduce(4090, 16, stream),
+        symmResult_t::symmInvalidArgument
+    );
+    let end = symmGroupEnd();
+    let message = last_error(null_mut());
+    assert_eq!(end, symmResult_t::symmInvalidArgument, "{message}");
+    assert!(
+        message.contains("nothing of this group was launched"),
+        "{message}"
+    );
+    assert_eq!(ranks[0].read(0, 16, stream), vec![1.0; 16], "something ran");
+    for rank in &ranks {
+        assert_eq!(async_error(rank.comm()), symmResult_t::symmSuccess);
+    }
+    check(symmGroupStart(), null_mut());
+    for (r, rank) in ranks.iter().enumerate() {
+        rank.fill(0, 16, 10.0 * (r as f32 + 1.0));
+        check(rank.all_reduce(0, 16, stream), rank.comm());
+    }
+    check(symmGroupEnd(), null_mut());
+    for rank in &ranks {
+        assert_eq!(rank.read(0, 16, stream), vec![30.0; 16]);
+    }
+    // SAFETY: created above, idle after the reads.
+    unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    teardown(buffers);
+}
+
+/// Two threads of rank 0 start all-reduces on one communicator at the same moment (region A
+/// with n floats, region B with 2n, each thread on its own stream) while rank 1 calls A then B,
+/// on the cuda backend. The library numbers and launches a rank's calls in one order (a second
+/// thread entering a collective while another's is being launched is refused), so whatever the
+/// interleaving, no call is accepted and then completes with another call's data: a call
+/// whose rank's communicator did not fail returned the right sum.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_two_threads_on_one_rank_never_pair_wrongly() {
+    let sizes: &[usize] = if largest_count() < 64 * 1024 {
+        &[1024, 4096]
+    } else {
+        &[1024, 4096, 16 * 1024, 64 * 1024]
+    };
+    let rounds = repeats(6).min(6);
+    let (mut clean, mut failed) = (0, 0);
+    for &n in sizes {
+        for round in 0..rounds {
+            let comms = cuda_ranks(2);
+            let buffers = alloc_windows(&comms, 4 * 3 * n + 4096);
+            let ranks = GpuRank::of(&buffers);
+            let (a, b) = (0usize, 4 * n);
+            let value =
+                |r: usize, region: usize| (100 * (r + 1) + 10 * region) as f32 + round as f32;
+            for (r, rank) in ranks.iter().enumerate() {
+                rank.fill(a, n, value(r, 1));
+                rank.fill(b, 2 * n, value(r, 2));
+            }
+            let want = |region: usize| value(0, region) + value(1, region);
+            let start = std::sync::Barrier::new(3);
+            // (rank, region, result, data once its stream finished, message)
+            let results: Vec<(usize, usize, symmResult_t, Vec<f32>, String)> =
+                std::thread::scope(|scope| {
+                    let start = &start;
+                    let call = |r: usize, rank: GpuRank, region: usize, stream| {
+                        let (offset, count) = if region == 1 { (a, n) } else { (b, 2 * n) };
+                        let result = rank.all_reduce(offset, count, stream);
+                        let message = last_error(rank.comm());
+                        (r, region, result, rank.read(offset, count, stream), message)
+                    };
+                    let mut handles = Vec::new();
+                    for region in [1, 2] {
+                        let rank = ranks[0];
+                        handles.push(scope.spawn(move || {
+                            make_context_current();
+                            let stream = non_blocking_stream();
+                            start.wait();
+                            let out = vec![call(0, rank, region, stream)];
+                            // SAFETY: this thread's stream, idle after the read.
+                            unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+                            out
+                        }));
+                    }
+                    let rank = ranks[1];
+                    handles.push(scope.spawn(move || {
+                        make_context_current();
+                        let stream = non_blocking_stream();
+                        start.wait();
+                        let out = vec![call(1, rank, 1, stream), call(1, rank, 2, stream)];
+                        // SAFETY: as above.
+                        unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+                        out
+                    }));
+                    handles
+                        .into_iter()
+                        .flat_map(|h| h.join().unwrap())
+                        .collect()
+                });
+            let healthy: Vec<bool> = ranks
+                .iter()
+                .map(|rank| async_error(rank.comm()) == symmResult_t::symmSuccess)
+                .collect();
+            for (r, region, result, data, message) in &results {
+                if *result == symmResult_t::symmSuccess && healthy[*r] {
+                    if let Some(x) = data.iter().find(|x| **x != want(*region)) {
+                        panic!(
+                            "n {n} round {round}: rank {r}'s region {region} succeeded with {x} \
+                             where {} is right",
+                            want(*region)
+                        );
+                    }
+                } else if message.starts_with("symmAllReduce: comm is in use by another thread") {
+                    assert_eq!(*result, symmResult_t::symmInvalidUsage, "{message}");
+                    assert!(
+                        message.matches("symmAllReduce").count() >= 2,
+                        "the refusal does not name both calls: {message}"
+                    );
+                }
+            }
+            if healthy.iter().all(|h| *h) {
+                clean += 1;
+            } else {
+                failed += 1;
+            }
+            teardown(buffers);
+        }
+    }
+    eprintln!("{clean} rounds completed, {failed} failed the communicator (never wrongly paired)");
+}
+
+/// The refusal made certain: thread A of rank 0 holds the rank with a call queued in its open
+/// group while thread B of rank 0 makes another call. B is refused at once with
+/// `symmInvalidUsage` naming both calls, nothing of B's runs, and the communicator fails on
+/// both ranks, so A's group and rank 1's call end in an error, never in a wrong pairing.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_a_second_thread_is_refused_while_another_holds_the_rank() {
+    let comms = cuda_ranks(2);
+    let buffers = alloc_windows(&comms, 8192);
+    let ranks = GpuRank::of(&buffers);
+    for (r, rank) in ranks.iter().enumerate() {
+        rank.fill(0, 512, 1.0 + r as f32);
+        rank.fill(4096, 256, 10.0 + r as f32);
+    }
+    let queued = std::sync::Barrier::new(2);
+    let refused = std::sync::Barrier::new(2);
+    let (group_end, (b_result, b_message, b_data)) = std::thread::scope(|scope| {
+        let (queued, refused) = (&queued, &refused);
+        let rank = ranks[0];
+        let a = scope.spawn(move || {
+            make_context_current();
+            let stream = non_blocking_stream();
+            check(symmGroupStart(), null_mut());
+            check(rank.all_reduce(0, 512, stream), rank.comm());
+            queued.wait();
+            refused.wait();
+            let end = symmGroupEnd();
+            rank.read(0, 1, stream);
+            // SAFETY: this thread's stream, idle after the read.
+            unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+            end
+        });
+        let b = scope.spawn(move || {
+            make_context_current();
+            let stream = non_blocking_stream();
+            queued.wait();
+            let result = rank.all_reduce(4096, 256, stream);
+            let message = last_error(rank.comm());
+            refused.wait();
+            let data = rank.read(4096, 256, stream);
+            // SAFETY: as above.
+            unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+            (result, message, data)
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(b_result, symmResult_t::symmInvalidUsage, "{b_message}");
+    assert!(
+        b_message.starts_with("symmAllReduce: comm is in use by another thread")
+            && b_message.contains("symmAllReduce of 256")
+            && b_message.contains("symmAllReduce of 512"),
+        "{b_message}"
+    );
+    assert_eq!(b_data, vec![10.0; 256], "the refused call ran");
+    // Rank 1 makes its first call: it must not pair with anything of rank 0's.
+    let stream = non_blocking_stream();
+    let peer = ranks[1].all_reduce(0, 512, stream);
+    let peer_data = ranks[1].read(0, 512, stream);
+    // SAFETY: created above, idle after the read.
+    unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    assert_ne!(group_end, symmResult_t::symmSuccess, "thread A's group ran");
+    assert_ne!(peer, symmResult_t::symmSuccess, "rank 1: {peer_data:?}");
+    for rank in &ranks {
+        assert_ne!(async_error(rank.comm()), symmResult_t::symmSuccess);
+    }
+    teardown(buffers);
+}
