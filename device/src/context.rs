@@ -5,7 +5,7 @@
 //! is locked below and mirrored by `symmDeviceContext` in `symm.h`.
 
 use bytemuck::{Pod, Zeroable};
-use static_assertions::{const_assert, const_assert_eq};
+use static_assertions::const_assert_eq;
 
 /// Which library produced the context. Only [`BackendTag::Native`] is implemented; the other
 /// values are reserved so that a context can later wrap an NVSHMEM or NCCL window.
@@ -71,7 +71,6 @@ const_assert_eq!(core::mem::offset_of!(SymmContext, signal_pad_size), 48);
 const_assert_eq!(core::mem::offset_of!(SymmContext, abort_flag), 56);
 const_assert_eq!(core::mem::offset_of!(SymmContext, timeout_ns), 64);
 const_assert_eq!(core::mem::offset_of!(SymmContext, reserved), 72);
-const_assert!(crate::sync::signal_pad::MAX_RANKS <= u32::MAX as usize);
 
 impl SymmContext {
     /// Address of rank `peer`'s window base.

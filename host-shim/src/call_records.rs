@@ -35,9 +35,9 @@
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
 
+use crate::abi::symmResult_t;
 use crate::collective::{Call, Signature, mismatch_message};
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use crate::link::RankLink;
 use crate::shm::SharedMemory;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
@@ -157,7 +157,7 @@ impl CallRecords {
             while Self::checked(memory).load(Ordering::Acquire) <= reused {
                 if Instant::now() >= deadline {
                     return Err(Error::new(
-                        crate::ffi::types::symmResult_t::symmTimeout,
+                        crate::abi::symmResult_t::symmTimeout,
                         format!(
                             "rank {}: collective #{seq} waited {} ms for rank {peer} (in another \
                              process) to make its collective #{reused}: ranks may be at most \
@@ -404,7 +404,7 @@ mod tests {
         }
         // Rank 1 has checked nothing: rank 0 may not overwrite its record of call 0.
         let early = a.agree(slots, &made(0, 0, 8)).unwrap_err();
-        assert_eq!(early.code, crate::ffi::types::symmResult_t::symmTimeout);
+        assert_eq!(early.code, crate::abi::symmResult_t::symmTimeout);
         assert!(early.message.contains("rank 1"), "{}", early.message);
         // Rank 1's call 0 differs: still caught, since the record is still there.
         assert!(b.agree(0, &made(1, 4, 8)).is_err());

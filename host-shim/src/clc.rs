@@ -173,8 +173,8 @@ pub fn report(times: &mut [f64], counts: &[u32], launches: u32, stats: &[u32]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::symmResult_t;
     use crate::backend::host::HostBackend;
-    use crate::ffi::types::symmResult_t;
 
     #[test]
     fn host_runs_fixed_and_software_variants_and_refuses_hardware() {

@@ -1,10 +1,10 @@
 //! Collectives: validation of a request against the communicator's windows, its plan, and its
 //! execution (now, or at the end of the group, merged with the other ranks' parts).
 
+use crate::abi::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
 use crate::backend::schedule::InstanceId;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::ffi::types::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
 use crate::group::{self, Deferred};
 use crate::plan::{Collective, KernelId, Launch, Limits, Plan, plan};
 use crate::window::{self, Window};

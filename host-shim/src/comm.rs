@@ -3,6 +3,7 @@
 //! Handles given to C are `Arc::as_ptr` of a live [`Comm`]; every entry point looks the handle
 //! up in [`LIVE_COMMS`] first, so a destroyed or made-up handle is an error, never a deref.
 
+use crate::abi::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::bootstrap::{self, UniqueId};
 use crate::call_records::CallRecords;
@@ -10,7 +11,6 @@ use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
 use crate::failure::Failure;
 use crate::fdpass::FdListener;
-use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
 use crate::link::{self, PeerInfo, RankLink};
 use crate::shareable::Shareable;
 use crate::window::{Exchange, SignalPads, Window};

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use std::time::Duration;
+use symm_device::symmetric::dispatch::Algorithm;
 
 /// Default bound of every wait on a peer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
@@ -9,8 +10,22 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// `SYMM_ALGO`: an algorithm forced for every call: all-reduce `ll`, `oneshot`, `twoshot`, or
 /// `pat` for all-gather and reduce-scatter (each value ignored by the other collectives); `auto`
 /// or unset: the cost model picks.
-pub fn forced_algorithm() -> Result<Option<symm_device::symmetric::dispatch::Algorithm>> {
-    crate::plan::parse_forced_algorithm(std::env::var("SYMM_ALGO").ok().as_deref())
+pub fn forced_algorithm() -> Result<Option<Algorithm>> {
+    parse_forced_algorithm(std::env::var("SYMM_ALGO").ok().as_deref())
+}
+
+/// Parse `SYMM_ALGO` (`None`: unset, `auto` or empty).
+pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> {
+    match value.map(str::trim) {
+        None | Some("") | Some("auto") => Ok(None),
+        Some("ll") | Some("oneshot_ll") => Ok(Some(Algorithm::OneShotLlAllReduce)),
+        Some("oneshot") | Some("one_shot") => Ok(Some(Algorithm::OneShotAllReduce)),
+        Some("twoshot") | Some("two_shot") => Ok(Some(Algorithm::TwoShotAllReduce)),
+        Some("pat") => Ok(Some(Algorithm::PatAllGather)),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "SYMM_ALGO={other:?}: expected ll, oneshot, twoshot, pat or auto"
+        ))),
+    }
 }
 
 /// `SYMM_DEBUG=INFO`: log every plan (size, algorithm, blocks, predicted time) to stderr.
@@ -52,7 +67,7 @@ pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::types::symmResult_t;
+    use crate::abi::symmResult_t;
 
     #[test]
     fn timeout_values() {

@@ -1,7 +1,7 @@
 //! Errors: a [`symmResult_t`] code with a message that names the bad argument, and the
 //! per-thread / per-communicator "last error" storage behind `symmGetLastError`.
 
-use crate::ffi::types::symmResult_t;
+use crate::abi::symmResult_t;
 use std::cell::RefCell;
 use std::ffi::CString;
 

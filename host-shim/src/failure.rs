@@ -22,9 +22,9 @@
 //! From then on every collective of every rank returns an error before anything is launched;
 //! only teardown (deregistration, `symmMemFree`, `symmCommDestroy`) remains.
 
+use crate::abi::symmResult_t;
 use crate::comm::{self, Clique, Comm};
 use crate::error::Error;
-use crate::ffi::types::symmResult_t;
 use symm_device::symmetric::ABORT_PEER_FAILED;
 
 /// The first failure of a communicator: the rank that found it, and its error.

@@ -17,8 +17,8 @@
 //! allocation beyond [`MAX_HEADER_BYTES`]; every fd that arrives is owned and closed on every
 //! error path. Peers running as another user are refused.
 
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use std::io;
 use std::mem::{offset_of, size_of, size_of_val};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

@@ -10,6 +10,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod abi;
 pub mod backend;
 #[cfg(target_os = "linux")]
 pub mod bootstrap;
@@ -38,5 +39,5 @@ pub mod shareable;
 pub mod shm;
 pub mod window;
 
+pub use abi::*;
 pub use ffi::api::*;
-pub use ffi::types::*;

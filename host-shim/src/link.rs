@@ -8,10 +8,10 @@
 //! descriptors of its window's memory and signal pad ([`FdHeader`]), which the receiver maps.
 //! Ranks in the same process use each other's addresses directly.
 
+use crate::abi::symmResult_t;
 use crate::bootstrap::{Client, UniqueId};
 use crate::error::{Error, Result};
 use crate::fdpass::{FdListener, ReceivedFds};
-use crate::ffi::types::symmResult_t;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;

@@ -15,12 +15,32 @@
 
 pub mod batch;
 
-use crate::backend::BackendKind;
+pub use crate::config::parse_forced_algorithm;
 use crate::error::{Error, Result};
 use symm_device::symmetric::TaskArgs;
 use symm_device::symmetric::dispatch::{Algorithm, kernel_name};
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};
+
+/// The kind of device a plan is for: it picks the cost model. Executors name theirs
+/// (`From<BackendKind>` in [`crate::backend`]), so the planner needs nothing of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceModel {
+    /// A GPU (the cuda executor, and the model that checks its launches).
+    Gpu,
+    /// CPU threads (the host executor).
+    Host,
+}
+
+/// One collective of a clique: the clique (its address) and the per-rank sequence number of
+/// the call (the `seq`-th collective call of every rank of the clique is one collective).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InstanceId {
+    /// The clique, by address.
+    pub clique: usize,
+    /// The call's sequence number on each rank.
+    pub seq: u64,
+}
 
 /// A collective as the C ABI names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +159,7 @@ pub struct Launch {
     /// The ranks served (rank numbers, in table order).
     pub rank_ids: Vec<usize>,
     /// The collectives each served rank takes part in: `task_count` per rank, rank-major.
-    pub instances: Vec<crate::backend::schedule::InstanceId>,
+    pub instances: Vec<InstanceId>,
     /// Ranks of the clique.
     pub clique_ranks: u32,
     /// Ranks of the clique on `device`.
@@ -304,12 +324,12 @@ pub fn plan(
     op: RedOp,
     count: u64,
     nranks: u32,
-    backend: BackendKind,
+    device: impl Into<DeviceModel>,
     limits: Limits,
 ) -> Result<Plan> {
-    let model = match backend {
-        BackendKind::Cuda | BackendKind::Model => GPU_MODEL,
-        BackendKind::Host => HOST_MODEL,
+    let model = match device.into() {
+        DeviceModel::Gpu => GPU_MODEL,
+        DeviceModel::Host => HOST_MODEL,
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
@@ -392,20 +412,6 @@ pub(crate) fn candidates(
     Ok(candidates)
 }
 
-/// Parse `SYMM_ALGO` (`None`: unset, `auto` or empty).
-pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> {
-    match value.map(str::trim) {
-        None | Some("") | Some("auto") => Ok(None),
-        Some("ll") | Some("oneshot_ll") => Ok(Some(Algorithm::OneShotLlAllReduce)),
-        Some("oneshot") | Some("one_shot") => Ok(Some(Algorithm::OneShotAllReduce)),
-        Some("twoshot") | Some("two_shot") => Ok(Some(Algorithm::TwoShotAllReduce)),
-        Some("pat") => Ok(Some(Algorithm::PatAllGather)),
-        Some(other) => Err(Error::invalid_argument(format!(
-            "SYMM_ALGO={other:?}: expected ll, oneshot, twoshot, pat or auto"
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,7 +428,7 @@ mod tests {
             RedOp::Sum,
             count,
             nranks,
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap()
@@ -454,7 +460,7 @@ mod tests {
                 RedOp::Sum,
                 1 << shift,
                 4,
-                BackendKind::Cuda,
+                DeviceModel::Gpu,
                 Limits {
                     max_blocks: 16,
                     forced: None,
@@ -482,7 +488,7 @@ mod tests {
             RedOp::Sum,
             4,
             2,
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             forced,
         )
         .unwrap();
@@ -504,13 +510,13 @@ mod tests {
             RedOp::Sum,
             1 << 20,
             2,
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             ll,
         );
         assert!(too_big.unwrap_err().message.contains("low-latency"));
     }
 
-    fn pick_for(collective: Collective, bytes: u64, nranks: u32, backend: BackendKind) -> Plan {
+    fn pick_for(collective: Collective, bytes: u64, nranks: u32, backend: DeviceModel) -> Plan {
         plan(
             collective,
             DataType::Float32,
@@ -525,7 +531,7 @@ mod tests {
 
     #[test]
     fn pat_wins_at_large_rank_counts_for_small_and_medium_sizes() {
-        for backend in [BackendKind::Cuda, BackendKind::Host] {
+        for backend in [DeviceModel::Gpu, DeviceModel::Host] {
             for (collective, pat) in [
                 (Collective::AllGather, Algorithm::PatAllGather),
                 (Collective::ReduceScatter, Algorithm::PatReduceScatter),
@@ -567,7 +573,7 @@ mod tests {
                 RedOp::Max,
                 1 << 20,
                 2,
-                BackendKind::Cuda,
+                DeviceModel::Gpu,
                 limits,
             )
             .unwrap()
@@ -583,7 +589,7 @@ mod tests {
         // are by all-gather and reduce-scatter.
         assert_eq!(
             planned(Collective::AllReduce),
-            pick_for(Collective::AllReduce, 1 << 20, 2, BackendKind::Cuda)
+            pick_for(Collective::AllReduce, 1 << 20, 2, DeviceModel::Gpu)
                 .kernel
                 .algorithm
         );
@@ -597,7 +603,7 @@ mod tests {
             RedOp::Sum,
             4,
             64,
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             oneshot,
         )
         .unwrap();
@@ -613,7 +619,7 @@ mod tests {
             RedOp::Sum,
             4,
             2,
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             wrong,
         );
         assert!(refused.unwrap_err().message.contains("does not implement"));
@@ -628,7 +634,7 @@ mod tests {
                 RedOp::Max,
                 count,
                 8,
-                BackendKind::Host,
+                DeviceModel::Host,
                 Limits {
                     max_blocks: 2,
                     forced: None,

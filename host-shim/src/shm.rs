@@ -10,8 +10,8 @@
 //! that could still shrink: a mapping whose file shrank under it raises `SIGBUS` on access,
 //! and a peer could otherwise send a file that it truncates later.
 
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

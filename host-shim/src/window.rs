@@ -5,10 +5,10 @@
 //! Each rank deposits its window base, size and signal pad in the clique's [`Exchange`]; once
 //! all have, each builds its [`SymmContext`] and peer tables in device memory.
 
+use crate::abi::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
 use crate::backend::{Backend, Flag};
 use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
-use crate::ffi::types::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
 use crate::link::{RankLink, WindowDeposit};
 use crate::shareable::{ExportMessage, Imported, Shareable};
 use std::collections::HashMap;

@@ -7,7 +7,8 @@
 //! * `triton-library` — only `ptx-out/symm_triton.ll`.
 //! * `triton-test` — the Triton compile tests under the oldest and newest supported Triton.
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
-//! * `test` — the test suite: workspace tests (this crate's own included), the loom model checks
+//! * `test` — the test suite: the layering check (`layers` below), workspace tests (this
+//!   crate's own included), the loom model checks
 //!   of the synchronization protocols (`--cfg loom`), then the C examples and a small checked
 //!   `symm-perf` run on the host backend, then the Python package's tests (`pytest` below)
 //!   and the Triton compile tests (`triton-test`).
@@ -23,11 +24,14 @@
 //! * `sim [--test]` — build the simulated GPU (a fake `libcuda.so.1` over the PTX interpreter
 //!   in `sim/`) into `target/sim/` and print the directory; with `--test`, run the GPU test
 //!   set, the C examples and the mutation checks on it.
+//! * `layers` — check the imports between modules against the layers `docs/ARCHITECTURE.md`
+//!   states (and its list of imports that still break them).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
 mod fuzz;
+mod layers;
 mod loom;
 mod ptx;
 mod python;
@@ -52,9 +56,11 @@ fn main() -> ExitCode {
         Some("pytest") => python::pytest(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sim") => sim::sim(&args[1..]),
+        Some("layers") => layers::check(),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
-             | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds | sim [--test]"
+             | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds | sim [--test] \
+             | layers"
                 .to_string(),
         ),
     };
@@ -127,6 +133,7 @@ fn build_release_and_examples() -> Result<(), String> {
 }
 
 fn test() -> Result<(), String> {
+    layers::check()?;
     run(cargo().args(["test", "--workspace"]))?;
     loom::run()?;
     build_release_and_examples()?;

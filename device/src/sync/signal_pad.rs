@@ -34,6 +34,8 @@
 
 /// Most ranks a communicator may have.
 pub const MAX_RANKS: usize = 64;
+// Rank numbers travel as `u32` (the context's `world_size`, flags naming peers).
+const _: () = assert!(MAX_RANKS <= u32::MAX as usize);
 /// Most blocks a collective kernel may be launched with (4 under loom, to keep the model
 /// small).
 pub const MAX_BLOCKS: usize = if cfg!(loom) { 4 } else { 64 };

@@ -8,9 +8,9 @@
 
 use super::Flag;
 use super::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
+use crate::abi::symmResult_t;
 use crate::clc::{Config as ClcConfig, Report as ClcReport, Variant, report as clc_report};
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use crate::plan::{KernelId, Launch};
 use cudarc::driver::{DriverError, result, sys};
 use std::collections::HashMap;

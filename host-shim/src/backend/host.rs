@@ -1,8 +1,8 @@
 //! The host backend: host memory, kernels run on OS threads by `arch::host::run_grid`.
 //! Calls complete before they return.
 
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use crate::plan::{KernelId, Launch};
 use std::alloc::Layout;
 use std::collections::HashMap;

@@ -17,8 +17,8 @@ pub mod model;
 pub mod schedule;
 pub mod vmm;
 
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use crate::plan::{KernelId, Launch};
 use std::sync::{Arc, OnceLock};
 
@@ -61,6 +61,16 @@ pub enum BackendKind {
     Cuda,
     /// The CUDA model (tests).
     Model,
+}
+
+impl From<BackendKind> for crate::plan::DeviceModel {
+    /// The cost model the planner uses for launches of this executor.
+    fn from(kind: BackendKind) -> Self {
+        match kind {
+            BackendKind::Cuda | BackendKind::Model => crate::plan::DeviceModel::Gpu,
+            BackendKind::Host => crate::plan::DeviceModel::Host,
+        }
+    }
 }
 
 impl BackendKind {

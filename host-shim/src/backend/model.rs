@@ -519,7 +519,7 @@ impl State {
                 let capacity = MULTIPROCESSORS * BLOCKS_PER_MULTIPROCESSOR;
                 if l.cooperative && l.grid > capacity {
                     return Err(Error::new(
-                        crate::ffi::types::symmResult_t::symmUnhandledCudaError,
+                        crate::abi::symmResult_t::symmUnhandledCudaError,
                         format!(
                             "cooperative launch of {} blocks exceeds the {capacity} resident \
                              blocks of device {device} (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, model)",

@@ -47,15 +47,7 @@ impl StreamKind {
     }
 }
 
-/// One collective of a clique: the clique (its address) and the per-rank sequence number of
-/// the call (the `seq`-th collective call of every rank of the clique is one collective).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct InstanceId {
-    /// The clique, by address.
-    pub clique: usize,
-    /// The call's sequence number on each rank.
-    pub seq: u64,
-}
+pub use crate::plan::InstanceId;
 
 /// One rank served by a launch.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -33,8 +33,8 @@
 //! The driver steps are written against a small private trait so that their clean-up on
 //! every error path is tested without a GPU.
 
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use cudarc::driver::{DriverError, result, sys};
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

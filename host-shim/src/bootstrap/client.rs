@@ -2,8 +2,8 @@
 
 use super::UniqueId;
 use super::wire::{self, Frame, FrameReader};
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::sync::Mutex;

@@ -17,8 +17,8 @@ pub mod wire;
 pub use client::Client;
 pub use root::{RootHandle, start as start_root};
 
+use crate::abi::{SYMM_UNIQUE_ID_BYTES, symmResult_t};
 use crate::error::{Error, Result};
-use crate::ffi::types::{SYMM_UNIQUE_ID_BYTES, symmResult_t};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
 const ID_MAGIC: &[u8; 8] = b"SYMMUID2";

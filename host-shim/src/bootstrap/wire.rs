@@ -2,8 +2,8 @@
 //! endian). Every kind has a maximum payload length, checked before anything is allocated;
 //! every payload is decoded strictly (exact lengths, bounded counts).
 
+use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::ffi::types::symmResult_t;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 
 #![allow(non_snake_case)]
 
-use super::types::*;
+use crate::abi::*;
 use crate::comm::{self, Comm};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
 use crate::group::{self, Deferred};

@@ -1,4 +1,3 @@
-//! The C ABI: types mirrored in `symm.h` ([`types`]) and the exported functions ([`api`]).
+//! The C ABI's entry points ([`api`]); their types are in [`crate::abi`].
 
 pub mod api;
-pub mod types;

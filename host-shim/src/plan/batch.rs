@@ -31,10 +31,9 @@
 //! (`cell_elements`).
 
 use super::{
-    Collective, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates, fewest_blocks,
-    is_pat,
+    Collective, DeviceModel, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates,
+    fewest_blocks, is_pat,
 };
-use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use symm_device::symmetric::batch::task_cells;
 use symm_device::symmetric::dispatch::Algorithm;
@@ -148,7 +147,7 @@ pub fn batch_time_us(
 /// task gets [`super::plan`]'s answer).
 pub fn plan_batch(
     request: &BatchRequest<'_>,
-    backend: BackendKind,
+    device: impl Into<DeviceModel>,
     limits: Limits,
 ) -> Result<Plan> {
     let BatchRequest {
@@ -165,13 +164,13 @@ pub fn plan_batch(
             op,
             counts.first().copied().unwrap_or(0),
             nranks,
-            backend,
+            device,
             limits,
         );
     }
-    let (model, batch_model) = match backend {
-        BackendKind::Cuda | BackendKind::Model => (GPU_MODEL, GPU_BATCH_MODEL),
-        BackendKind::Host => (HOST_MODEL, HOST_BATCH_MODEL),
+    let (model, batch_model) = match device.into() {
+        DeviceModel::Gpu => (GPU_MODEL, GPU_BATCH_MODEL),
+        DeviceModel::Host => (HOST_MODEL, HOST_BATCH_MODEL),
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let fits_ll = request.fits_ll();
@@ -232,7 +231,7 @@ mod tests {
             let counts = [count];
             let batch = plan_batch(
                 &request(Collective::AllReduce, &counts, 8),
-                BackendKind::Cuda,
+                DeviceModel::Gpu,
                 OPEN,
             )
             .unwrap();
@@ -242,7 +241,7 @@ mod tests {
                 RedOp::Sum,
                 count,
                 8,
-                BackendKind::Cuda,
+                DeviceModel::Gpu,
                 OPEN,
             )
             .unwrap();
@@ -256,7 +255,7 @@ mod tests {
         let counts = [256u64; 16];
         let p = plan_batch(
             &request(Collective::AllReduce, &counts, 8),
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
@@ -265,7 +264,7 @@ mod tests {
         let counts = [256u64; 17];
         let p = plan_batch(
             &request(Collective::AllReduce, &counts, 8),
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
@@ -276,7 +275,7 @@ mod tests {
         };
         let e = plan_batch(
             &request(Collective::AllReduce, &counts, 8),
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             forced,
         )
         .unwrap_err();
@@ -285,7 +284,7 @@ mod tests {
         let counts = [64u64, 0, 128];
         let p = plan_batch(
             &request(Collective::AllGather, &counts, 4),
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
@@ -302,14 +301,14 @@ mod tests {
             RedOp::Sum,
             256,
             8,
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
         let counts = [256u64; 64];
         let fused = plan_batch(
             &request(Collective::AllReduce, &counts, 8),
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
@@ -332,7 +331,7 @@ mod tests {
             ] {
                 let p = plan_batch(
                     &request(collective, &counts, 4),
-                    BackendKind::Cuda,
+                    DeviceModel::Gpu,
                     Limits {
                         max_blocks: 16,
                         forced: None,
@@ -351,7 +350,7 @@ mod tests {
         let counts = [3u64, 0, 70_000];
         let p = plan_batch(
             &request(Collective::ReduceScatter, &counts, 3),
-            BackendKind::Host,
+            DeviceModel::Host,
             Limits {
                 max_blocks: 2,
                 forced: None,
@@ -367,7 +366,7 @@ mod tests {
         counts.push(1 << 22);
         let p = plan_batch(
             &request(Collective::AllReduce, &counts, 8),
-            BackendKind::Cuda,
+            DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
@@ -379,7 +378,7 @@ mod tests {
     /// of them takes a direct kernel: the PAT kernels run one task per launch.
     #[test]
     fn batches_never_take_the_pat_kernels() {
-        for backend in [BackendKind::Cuda, BackendKind::Host] {
+        for backend in [DeviceModel::Gpu, DeviceModel::Host] {
             for collective in [Collective::AllGather, Collective::ReduceScatter] {
                 let single = super::super::plan(
                     collective,

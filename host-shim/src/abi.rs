@@ -1,5 +1,6 @@
-//! Types of the C ABI, as they appear in `symm.h`. cbindgen generates the header from this
-//! module and [`super::api`].
+//! Types of the C ABI, as they appear in `symm.h`: the bottom layer, imported by every other
+//! module and importing none of them. cbindgen generates the header from this module and the
+//! entry points ([`crate::ffi::api`]).
 //!
 //! Enum-typed *parameters* are received as raw integers (`symmDataTypeRaw`, …), which the
 //! header spells with the enum's name: a C caller may pass any value, and a Rust enum holding
