@@ -23,8 +23,19 @@
 //! with another thread's access of the location (one of them a store) and is not ordered with
 //! it by happens-before is a data race, which the PTX memory model leaves undefined: it is
 //! reported (as a fault naming both accesses) unless `SYMM_SIM_RACES=0`. Two strong accesses
-//! never race (scopes are not modelled). Only the newest store and the loads since it are
-//! compared, so a race with an older access can go unreported.
+//! never race (scopes are not modelled). A value written from outside (host, another process)
+//! carries the finished grids' stores to a thread that acquires it (CUDA orders such writes
+//! after the work they follow).
+//!
+//! Limits of the race check. It can miss races: only the newest store and the last 16 loads
+//! since it are compared, a load that returns an older store is checked against the newest
+//! one, a thread that exited counts as ordered before its block's later barriers, and every
+//! grid that finished before a launch counts as ordered before it (not only those its stream
+//! and events order). It can report races the PTX model does not have, in patterns symm's
+//! kernels do not use: release pattern 2 (a strong store after a release on the same
+//! location, read by an acquire), observation order (a plain access ordered only by a strong
+//! read that saw a strong store), and an access of another size that resets a location's
+//! history (and the release knowledge it carried).
 //!
 //! **Choices.** A load may return any store from the newest one that happens-before it (or
 //! the newest it or its thread already saw: coherence) up to the newest, biased to stale
@@ -142,8 +153,10 @@ struct Loc {
 }
 
 impl Loc {
-    /// Forget the history: the current value, visible to everyone.
-    fn reset(&mut self, bytes: u32, value: u64) {
+    /// Forget the history: the current value, visible to everyone. It was written from outside
+    /// the simulated threads (a host copy or store, another process), which CUDA orders after
+    /// the grids finished so far: a thread that acquires it knows their stores (`floor`).
+    fn reset(&mut self, bytes: u32, value: u64, floor: u32) {
         self.bytes = bytes;
         self.recs.clear();
         self.seen.clear();
@@ -156,7 +169,7 @@ impl Loc {
             epoch: 0,
             block: 0,
             phase: 0,
-            rel: None,
+            rel: Some(Arc::from([(FLOOR, floor)])),
             strong: true,
             line: 0,
         });
@@ -169,13 +182,11 @@ impl Loc {
             return;
         }
         if self.seen.len() >= SEEN {
-            // Too many readers to track: only the newest store stays readable.
+            // Too many readers to track: only the newest store stays readable (its writer is
+            // kept, for race checks).
             let last = self.recs.pop().expect("history");
             self.recs.clear();
-            self.recs.push(Rec {
-                thread: u32::MAX,
-                ..last
-            });
+            self.recs.push(last);
             self.seen.clear();
         }
         self.seen.push((thread, seq));
@@ -493,9 +504,10 @@ impl Weak {
         if self.locs.len() > 1 << 22 {
             self.locs.clear();
         }
+        let floor = self.finishes;
         let loc = self.locs.entry(addr).or_default();
         if loc.bytes != bytes || loc.recs.last().is_none_or(|r| r.value != cur) {
-            loc.reset(bytes, cur);
+            loc.reset(bytes, cur, floor);
         }
         loc
     }
@@ -645,6 +657,7 @@ impl Weak {
                 self.check_store(th, addr, bytes, true);
             } else {
                 self.check_load(th, addr, bytes, true);
+                self.note_read(th, addr, true);
             }
         }
         let loc = self.locs.get_mut(&addr).expect("location");
