@@ -487,6 +487,22 @@ struct Sched {
 }
 
 /// The priority-heap key of `tid` at `prio` (ties: lower slot first).
+/// Drop the entries of a list of parks (`(thread, park token)`, just pushed to) whose park has
+/// ended, each time the list doubles: only live parks stay (the one just pushed included: its
+/// thread sleeps with that token already). Without it, a list no store drains — a granule one
+/// thread polls alone, the sleepers that read too much to track — grows by one entry per
+/// sleep without bound.
+fn prune_parks(parks: &mut Vec<(u32, u32)>, sched: &[Sched]) {
+    let len = parks.len();
+    if len >= 16 && len.is_power_of_two() {
+        parks.retain(|&(w, tok)| {
+            sched
+                .get(w as usize)
+                .is_some_and(|s| s.state == TState::Sleeping && s.token == tok)
+        });
+    }
+}
+
 fn heap_key(prio: u32, tid: u32) -> u64 {
     (prio as u64) << 32 | (!tid) as u64
 }
@@ -1090,34 +1106,11 @@ impl Simulator {
         for &g in &t.watch {
             let e = self.stores.map.entry(g).or_default();
             e.watchers.push((tid, token));
-            let len = e.watchers.len();
-            if len >= 16 && len.is_power_of_two() {
-                let sched = &self.sched;
-                // Only live parks stay (this one included: the thread sleeps with `token`
-                // already). Keeping every entry of this thread, as before, let a granule that
-                // one thread polls alone collect one entry per sleep without bound.
-                e.watchers.retain(|&(w, tok)| {
-                    sched
-                        .get(w as usize)
-                        .is_some_and(|s| s.state == TState::Sleeping && s.token == tok)
-                });
-            }
+            prune_parks(&mut e.watchers, &self.sched);
         }
         if overflow.is_some() {
-            // Sleepers woken by their timers stay listed until the next store: without stores
-            // (every thread polls) the list would grow with every sleep, so drop stale entries
-            // as it doubles.
-            let any = &mut self.stores.any;
-            any.push((tid, token));
-            let len = any.len();
-            if len >= 16 && len.is_power_of_two() {
-                let sched = &self.sched;
-                any.retain(|&(w, tok)| {
-                    sched
-                        .get(w as usize)
-                        .is_some_and(|s| s.state == TState::Sleeping && s.token == tok)
-                });
-            }
+            self.stores.any.push((tid, token));
+            prune_parks(&mut self.stores.any, &self.sched);
         }
         self.timers.push(Reverse((wake_at, tid, token)));
         self.compact_timers();

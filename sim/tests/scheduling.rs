@@ -67,39 +67,39 @@ $L__wait:
 /// Run the message-passing pair with `seed`; the number of wrong values the consumer saw, or
 /// the fault report (a data race, with `races`).
 fn try_message_passing(text: &str, seed: u64, weak: bool, races: bool) -> Result<usize, String> {
-    let m = module(text);
-    let space = Arc::new(AddressSpace::new());
     let config = SimConfig {
         seed,
         weak_memory: weak,
         races,
         ..SimConfig::default()
     };
+    // The consumer starts first and spins; the producer runs on another device.
+    let out = run_pair(text, config, ("consumer", true), ("producer", false))?;
+    Ok((0..128).filter(|&i| out.get32(i) != i as u32 + 1).count())
+}
+
+/// Run two one-block kernels of `text` (128 threads each) over a `data` (64 words), `flag`
+/// and `out` buffer to the end: `waiter` first on device 1, then `signaller` on device 0, each
+/// named with whether it takes `out` after `data` and `flag`. Returns `out`.
+fn run_pair(
+    text: &str,
+    config: SimConfig,
+    waiter: (&str, bool),
+    signaller: (&str, bool),
+) -> Result<Buffer, String> {
+    let m = module(text);
+    let space = Arc::new(AddressSpace::new());
     let mut sim = Simulator::new(config, space.clone());
     let data = Buffer::new(&space, 64, "data");
     let flag = Buffer::new(&space, 1, "flag");
     let out = Buffer::new(&space, 64, "out");
-    // The consumer starts first and spins; the producer runs on another device.
-    launch_on(
-        &mut sim,
-        1,
-        &m,
-        "consumer",
-        1,
-        128,
-        &[data.addr(), flag.addr(), out.addr()],
-    );
-    launch_on(
-        &mut sim,
-        0,
-        &m,
-        "producer",
-        1,
-        128,
-        &[data.addr(), flag.addr()],
-    );
+    for (device, (name, takes_out)) in [(1, waiter), (0, signaller)] {
+        let all = [data.addr(), flag.addr(), out.addr()];
+        let params = if takes_out { &all[..] } else { &all[..2] };
+        launch_on(&mut sim, device, &m, name, 1, 128, params);
+    }
     run_to_end(&mut sim)?;
-    Ok((0..128).filter(|&i| out.get32(i) != i as u32 + 1).count())
+    Ok(out)
 }
 
 /// [`try_message_passing`] without race reports; it must run to the end.
@@ -397,36 +397,12 @@ $L__wait:
 
 /// Run [`overwrite_after_read`] under weak memory with race reports.
 fn try_overwrite_after_read(text: &str, seed: u64) -> Result<(), String> {
-    let m = module(text);
-    let space = Arc::new(AddressSpace::new());
     let config = SimConfig {
         seed,
         weak_memory: true,
         ..SimConfig::default()
     };
-    let mut sim = Simulator::new(config, space.clone());
-    let data = Buffer::new(&space, 64, "data");
-    let flag = Buffer::new(&space, 1, "flag");
-    let out = Buffer::new(&space, 64, "out");
-    launch_on(
-        &mut sim,
-        1,
-        &m,
-        "writer",
-        1,
-        128,
-        &[data.addr(), flag.addr()],
-    );
-    launch_on(
-        &mut sim,
-        0,
-        &m,
-        "reader",
-        1,
-        128,
-        &[data.addr(), flag.addr(), out.addr()],
-    );
-    run_to_end(&mut sim)
+    run_pair(text, config, ("writer", false), ("reader", true)).map(drop)
 }
 
 #[test]

@@ -14,6 +14,16 @@ pub fn check(result: symmResult_t, comm: symmComm_t) {
     }
 }
 
+/// `comm`'s asynchronous error (`symmCommGetAsyncError`).
+// The library validates the handle before any use, so passing any pointer is safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn async_error(comm: symmComm_t) -> symmResult_t {
+    let mut error = symmResult_t::symmInternalError;
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmCommGetAsyncError(comm, &mut error) }, comm);
+    error
+}
+
 /// `symmGetLastError(comm)` as a String.
 pub fn last_error(comm: symmComm_t) -> String {
     // SAFETY: symmGetLastError never returns NULL and returns a NUL-terminated string.

@@ -33,14 +33,6 @@ fn new_id() -> symmUniqueId {
     id
 }
 
-/// `comm`'s asynchronous error.
-fn async_error(comm: symmComm_t) -> symmResult_t {
-    let mut error = symmResult_t::symmInternalError;
-    // SAFETY: valid out-pointer.
-    check(unsafe { symmCommGetAsyncError(comm, &mut error) }, comm);
-    error
-}
-
 /// A rank's window, as integers (to cross threads).
 #[derive(Clone, Copy)]
 struct Rank {

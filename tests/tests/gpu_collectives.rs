@@ -964,14 +964,6 @@ fn gpu_threads_chain_in_place_all_reduces() {
     teardown(buffers);
 }
 
-/// `comm`'s asynchronous error.
-fn async_error(comm: symmComm_t) -> symmResult_t {
-    let mut error = symmResult_t::symmInternalError;
-    // SAFETY: valid out-pointer.
-    check(unsafe { symmCommGetAsyncError(comm, &mut error) }, comm);
-    error
-}
-
 /// A rank's window of device memory, as integers (to cross threads); every method runs on a
 /// thread with the device's context current and uses the caller's stream.
 #[derive(Clone, Copy)]
@@ -1028,6 +1020,20 @@ impl GpuRank {
     }
 }
 
+/// Run `work(stream)` on this thread with the device's context current and a new non-blocking
+/// stream, then wait for the stream and destroy it.
+fn on_own_stream<T>(work: impl FnOnce(sys::CUstream) -> T) -> T {
+    make_context_current();
+    let stream = non_blocking_stream();
+    let out = work(stream);
+    // SAFETY: the stream was created above and is used by nobody else.
+    unsafe {
+        sys::cuStreamSynchronize(stream).result().unwrap();
+        sys::cuStreamDestroy_v2(stream).result().unwrap();
+    }
+    out
+}
+
 /// Run `work(rank, stream)` on one thread per rank, each with the device's context current and
 /// its own non-blocking stream, and collect what each returns.
 fn per_rank_on_streams<T: Send>(
@@ -1039,19 +1045,7 @@ fn per_rank_on_streams<T: Send>(
         let handles: Vec<_> = ranks
             .iter()
             .enumerate()
-            .map(|(r, &rank)| {
-                scope.spawn(move || {
-                    make_context_current();
-                    let stream = non_blocking_stream();
-                    let out = work(r, rank, stream);
-                    // SAFETY: the stream is this thread's; created above.
-                    unsafe {
-                        sys::cuStreamSynchronize(stream).result().unwrap();
-                        sys::cuStreamDestroy_v2(stream).result().unwrap();
-                    }
-                    out
-                })
-            })
+            .map(|(r, &rank)| scope.spawn(move || on_own_stream(|stream| work(r, rank, stream))))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
@@ -1272,24 +1266,18 @@ fn gpu_two_threads_on_one_rank_never_pair_wrongly() {
                     for region in [1, 2] {
                         let rank = ranks[0];
                         handles.push(scope.spawn(move || {
-                            make_context_current();
-                            let stream = non_blocking_stream();
-                            start.wait();
-                            let out = vec![call(0, rank, region, stream)];
-                            // SAFETY: this thread's stream, idle after the read.
-                            unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
-                            out
+                            on_own_stream(|stream| {
+                                start.wait();
+                                vec![call(0, rank, region, stream)]
+                            })
                         }));
                     }
                     let rank = ranks[1];
                     handles.push(scope.spawn(move || {
-                        make_context_current();
-                        let stream = non_blocking_stream();
-                        start.wait();
-                        let out = vec![call(1, rank, 1, stream), call(1, rank, 2, stream)];
-                        // SAFETY: as above.
-                        unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
-                        out
+                        on_own_stream(|stream| {
+                            start.wait();
+                            vec![call(1, rank, 1, stream), call(1, rank, 2, stream)]
+                        })
                     }));
                     handles
                         .into_iter()
@@ -1348,29 +1336,24 @@ fn gpu_a_second_thread_is_refused_while_another_holds_the_rank() {
         let (queued, refused) = (&queued, &refused);
         let rank = ranks[0];
         let a = scope.spawn(move || {
-            make_context_current();
-            let stream = non_blocking_stream();
-            check(symmGroupStart(), null_mut());
-            check(rank.all_reduce(0, 512, stream), rank.comm());
-            queued.wait();
-            refused.wait();
-            let end = symmGroupEnd();
-            rank.read(0, 1, stream);
-            // SAFETY: this thread's stream, idle after the read.
-            unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
-            end
+            on_own_stream(|stream| {
+                check(symmGroupStart(), null_mut());
+                check(rank.all_reduce(0, 512, stream), rank.comm());
+                queued.wait();
+                refused.wait();
+                let end = symmGroupEnd();
+                rank.read(0, 1, stream);
+                end
+            })
         });
         let b = scope.spawn(move || {
-            make_context_current();
-            let stream = non_blocking_stream();
-            queued.wait();
-            let result = rank.all_reduce(4096, 256, stream);
-            let message = last_error(rank.comm());
-            refused.wait();
-            let data = rank.read(4096, 256, stream);
-            // SAFETY: as above.
-            unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
-            (result, message, data)
+            on_own_stream(|stream| {
+                queued.wait();
+                let result = rank.all_reduce(4096, 256, stream);
+                let message = last_error(rank.comm());
+                refused.wait();
+                (result, message, rank.read(4096, 256, stream))
+            })
         });
         (a.join().unwrap(), b.join().unwrap())
     });
@@ -1383,11 +1366,12 @@ fn gpu_a_second_thread_is_refused_while_another_holds_the_rank() {
     );
     assert_eq!(b_data, vec![10.0; 256], "the refused call ran");
     // Rank 1 makes its first call: it must not pair with anything of rank 0's.
-    let stream = non_blocking_stream();
-    let peer = ranks[1].all_reduce(0, 512, stream);
-    let peer_data = ranks[1].read(0, 512, stream);
-    // SAFETY: created above, idle after the read.
-    unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    let (peer, peer_data) = on_own_stream(|stream| {
+        (
+            ranks[1].all_reduce(0, 512, stream),
+            ranks[1].read(0, 512, stream),
+        )
+    });
     assert_ne!(group_end, symmResult_t::symmSuccess, "thread A's group ran");
     assert_ne!(peer, symmResult_t::symmSuccess, "rank 1: {peer_data:?}");
     for rank in &ranks {
