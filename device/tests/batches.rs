@@ -7,8 +7,9 @@
 mod harness;
 
 use harness::{BatchTask, Ranks, Rng};
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::batch::task_cells;
-use symm_device::symmetric::dispatch::{Algorithm, kernel};
+use symm_device::symmetric::dispatch::kernel;
 use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
 use symm_device::sync::signal_pad::LL_LINES;
 use symm_device::{DataType, RedOp};

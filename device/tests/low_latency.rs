@@ -6,7 +6,8 @@
 mod harness;
 
 use harness::{Ranks, Rng};
-use symm_device::symmetric::dispatch::{Algorithm, kernel};
+use symm_device::symmetric::Algorithm;
+use symm_device::symmetric::dispatch::kernel;
 use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
 use symm_device::sync::signal_pad::{LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};

@@ -5,9 +5,10 @@
 mod harness;
 
 use harness::{Ranks, Rng};
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::CollectiveArgs;
 use symm_device::symmetric::FLAG_IN_PLACE;
-use symm_device::symmetric::dispatch::{Algorithm, kernel};
+use symm_device::symmetric::dispatch::kernel;
 use symm_device::triton::{
     MAX_PROGRAMS, status, symm_all_gather_device, symm_all_reduce_device, symm_barrier_device,
 };

@@ -264,7 +264,7 @@ pub struct Harness {
     /// was called, or made with count 0 where others may not be: the library refuses the
     /// whole group at its end, or numbers the calls in a way the model does not follow, so
     /// the group's end is uncertain and those cliques are tainted (see
-    /// `symm::collective::Call`).
+    /// `symm::agree::Call`).
     group_unsure: Vec<usize>,
     blocking_left: u32,
     rng: Rng,

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use std::time::Duration;
-use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::symmetric::Algorithm;
 
 /// Default bound of every wait on a peer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);

@@ -11,32 +11,20 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod agree;
 pub mod backend;
-#[cfg(target_os = "linux")]
-pub mod bootstrap;
-#[cfg(target_os = "linux")]
-pub mod call_records;
-pub mod clc;
 pub mod collective;
 pub mod comm;
 pub mod config;
 pub mod error;
-pub mod failure;
-#[cfg(target_os = "linux")]
-pub mod fdpass;
 pub mod ffi;
-pub mod fusion;
 pub mod group;
-#[cfg(target_os = "linux")]
-pub mod link;
+pub mod launch;
 pub mod mutation;
 pub mod plan;
 pub mod ptx;
-pub mod scale_model;
 #[cfg(target_os = "linux")]
-pub mod shareable;
-#[cfg(target_os = "linux")]
-pub mod shm;
+pub mod transport;
 pub mod window;
 
 pub use abi::*;

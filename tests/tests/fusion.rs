@@ -1,5 +1,5 @@
 //! Fused launches through the C ABI on the host backend: a group's collectives of one
-//! (collective, operator, data type) run as one launch per device (see `symm::fusion`).
+//! (collective, operator, data type) run as one launch per device (see `symm::group::fusion`).
 //!
 //! Batches of 1 to 256 tasks with mixed counts (0 included), offsets, two windows per rank and
 //! in-place tasks, for every collective and a data type of each width (1, 2, 4 and 8 bytes),

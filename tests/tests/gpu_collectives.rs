@@ -568,7 +568,7 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_software_work_source_runs_every_tile_exactly_once() {
-    use symm::clc::{Config, Variant, run};
+    use symm::backend::clc::{Config, Variant};
     use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
     let backend = symm::backend::select().unwrap();
     assert_eq!(backend.kind().name(), "cuda", "run with SYMM_BACKEND=cuda");
@@ -600,7 +600,7 @@ fn gpu_software_work_source_runs_every_tile_exactly_once() {
             let variants = std::iter::once(Variant::FixedGrid)
                 .chain(POLICIES.iter().map(|p| Variant::Software(p)));
             for variant in variants {
-                let report = run(&backend, variant, &config).unwrap();
+                let report = backend.run_clc_benchmark(variant, &config).unwrap();
                 assert!(
                     report.exactly_once,
                     "{} tiles {tiles} imbalance {imbalance}",

@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, c_void};
 use symm::backend::model;
-use symm::backend::schedule::{LaunchSchedule, StreamOp};
+use symm::launch::schedule::{LaunchSchedule, StreamOp};
 use symm::*;
 use symm_tests::*;
 
@@ -155,7 +155,7 @@ fn one_rank_per_device_takes_the_short_path() {
     let ops = model::operations();
     assert!(
         ops.iter()
-            .all(|op| matches!(op, symm::backend::schedule::StreamOp::Launch(l) if streams.contains(&l.stream))),
+            .all(|op| matches!(op, symm::launch::schedule::StreamOp::Launch(l) if streams.contains(&l.stream))),
         "expected only launches on the callers' streams, got {ops:#?}"
     );
     teardown(buffers);

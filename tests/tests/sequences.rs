@@ -42,7 +42,7 @@ use symm::backend::BackendKind;
 use symm::plan::{Collective, Limits, parse_forced_algorithm, plan};
 use symm::*;
 use symm_device::numeric::dynamic::{decode, encode};
-use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::symmetric::Algorithm;
 use symm_device::sync::signal_pad::LL_MAX_BYTES;
 use symm_device::{DataType, RedOp};
 use symm_tests::Rng;

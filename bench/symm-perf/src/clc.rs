@@ -3,7 +3,7 @@
 //! for every policy: median time, speed-up over the fixed grid, tiles per block
 //! (min/median/max over blocks that ran any), steals, and the exactly-once check.
 
-use symm::clc::{Config, Variant, run};
+use symm::backend::clc::{Config, Variant};
 use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
 
 pub const USAGE: &str = "usage: symm-perf clc [-t tiles] [-i uniform|skew|heavy|all] \
@@ -91,7 +91,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
                     .then_some(Variant::HardwareClustered { cluster }),
             );
         for variant in variants {
-            match run(&backend, variant, &config) {
+            match backend.run_clc_benchmark(variant, &config) {
                 Ok(report) => {
                     let mut tiles = report.tiles_per_block.clone();
                     tiles.sort_unstable();

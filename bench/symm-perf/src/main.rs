@@ -8,7 +8,7 @@
 //! ```
 //!
 //! `scale-model` proves the PAT and direct all-gather / reduce-scatter schedules for every rank
-//! count of its table, prints the table of steps and predicted times (`symm::scale_model`), and
+//! count of its table, prints the table of steps and predicted times (`symm::plan::scale_model`), and
 //! writes it with a plot to `DIR/scale_model.md` and `DIR/scale_model.svg` (default `bench`).
 //!
 //! All ranks live in this process on device 0 (one thread drives them, collectives grouped);
@@ -33,11 +33,11 @@ fn scale_model(args: &[String]) -> Result<(), String> {
         [flag, dir] if flag == "--out" => std::path::PathBuf::from(dir),
         _ => return Err("usage: symm-perf scale-model [--out DIR]".to_string()),
     };
-    let table = symm::scale_model::markdown()?;
+    let table = symm::plan::scale_model::markdown()?;
     print!("{table}");
     for (name, text) in [
         ("scale_model.md", table),
-        ("scale_model.svg", symm::scale_model::svg()),
+        ("scale_model.svg", symm::plan::scale_model::svg()),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -52,7 +52,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 use symm::*;
 use symm_device::numeric::dynamic::{decode, encode, representable};
-use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::symmetric::Algorithm;
 use symm_device::{DataType, RedOp};
 
 struct Rank {

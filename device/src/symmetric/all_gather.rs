@@ -5,9 +5,9 @@
 //! `b` of every rank copies the same cells (1 KiB of each rank's segment) of the batch. Bytes
 //! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time.
 
+use super::Algorithm;
 use super::all_reduce::between_barriers;
 use super::batch::{Batch, Task, cell_elements};
-use super::dispatch::Algorithm;
 use super::low_latency::LlLines;
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;

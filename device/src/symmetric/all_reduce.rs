@@ -19,9 +19,9 @@
 //! Each element is reduced by exactly one rank, so all ranks hold the same bits. In place is
 //! safe without rounds: only rank `r` reads or writes shard `r`'s positions.
 
+use super::Algorithm;
 pub use super::FLAG_IN_PLACE;
 use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
-use super::dispatch::Algorithm;
 use super::low_latency::{self, LlLines};
 use super::{Grid, KernelStatus, block_range, vector};
 use crate::arch;

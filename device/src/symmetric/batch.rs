@@ -24,7 +24,7 @@
 //! for memory ordering: a release store and the acquire load that observes it order the
 //! accesses around them whatever address they use.
 
-use super::dispatch::Algorithm;
+use super::Algorithm;
 use super::{CollectiveArgs, Rank, context_is_valid};
 use crate::arch;
 use crate::context::SymmContext;

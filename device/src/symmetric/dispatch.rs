@@ -5,68 +5,10 @@ use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::pat::{pat_all_gather, pat_reduce_scatter};
 use super::reduce_scatter::reduce_scatter;
-use super::{Batch, Grid, KernelStatus};
+use super::{Algorithm, Batch, Grid, KernelStatus};
 use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::types::{DataType, RedOp};
-
-/// A collective kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// All-reduce, every rank reads every peer (latency).
-    OneShotAllReduce,
-    /// All-reduce, every rank writes low-latency lines into every peer (smallest latency;
-    /// payloads up to `LL_MAX_BYTES`).
-    OneShotLlAllReduce,
-    /// All-reduce, reduce-scatter by loads then all-gather by stores (bandwidth).
-    TwoShotAllReduce,
-    /// Reduce-scatter by loads.
-    ReduceScatter,
-    /// All-gather by stores (data type agnostic: counts bytes).
-    AllGather,
-    /// All-gather over low-latency lines (bytes per rank up to `LL_MAX_BYTES`).
-    LlAllGather,
-    /// All-gather in `ceil(log2 n)` steps (PAT: aggregated binomial trees; data type agnostic).
-    PatAllGather,
-    /// Reduce-scatter in `ceil(log2 n)` steps (PAT), partials staged in the signal pad.
-    PatReduceScatter,
-}
-
-impl Algorithm {
-    /// Every algorithm.
-    pub const ALL: [Algorithm; 8] = [
-        Algorithm::OneShotAllReduce,
-        Algorithm::OneShotLlAllReduce,
-        Algorithm::TwoShotAllReduce,
-        Algorithm::ReduceScatter,
-        Algorithm::AllGather,
-        Algorithm::LlAllGather,
-        Algorithm::PatAllGather,
-        Algorithm::PatReduceScatter,
-    ];
-
-    /// `true` for the all-gathers: one kernel serves every data type.
-    pub const fn is_data_type_agnostic(self) -> bool {
-        matches!(
-            self,
-            Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::PatAllGather
-        )
-    }
-
-    /// Name, as in kernel names and `SYMM_ALGO`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::OneShotAllReduce => "one_shot_all_reduce",
-            Algorithm::OneShotLlAllReduce => "one_shot_ll_all_reduce",
-            Algorithm::TwoShotAllReduce => "two_shot_all_reduce",
-            Algorithm::ReduceScatter => "reduce_scatter",
-            Algorithm::AllGather => "all_gather",
-            Algorithm::LlAllGather => "ll_all_gather",
-            Algorithm::PatAllGather => "pat_all_gather",
-            Algorithm::PatReduceScatter => "pat_reduce_scatter",
-        }
-    }
-}
 
 /// A kernel body as the host backend calls it.
 pub type KernelFn = unsafe fn(&Batch<'_>, Grid) -> KernelStatus;

@@ -7,6 +7,7 @@
 //! rank, and [`for_virtual_rank`] maps the launched grid onto the ranks. It may also run several
 //! tasks (collectives fused by a group): see [`batch`].
 
+mod algorithm;
 pub mod all_gather;
 pub mod all_reduce;
 pub mod batch;
@@ -18,7 +19,13 @@ pub mod vector;
 
 use crate::arch;
 use crate::context::SymmContext;
+pub use crate::sync::abort::{
+    ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, ABORT_TIMED_OUT, abort_timed_out_waiting_for,
+    timed_out_peer,
+};
+pub use crate::sync::grid::{Grid, block_range};
 use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS};
+pub use algorithm::Algorithm;
 pub use batch::{Batch, Task, TaskArgs};
 
 /// How a kernel ended.
@@ -30,15 +37,6 @@ pub enum KernelStatus {
     Aborted,
     /// The launch shape or context violates the kernel's limits; nothing was touched.
     InvalidLaunch,
-}
-
-/// The calling block's index among the blocks that serve its rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Grid {
-    /// Block index within the rank, `0 <= block < blocks`.
-    pub block: u32,
-    /// Blocks serving the rank.
-    pub blocks: u32,
 }
 
 /// One task's arguments as one rank runs it. Offsets are bytes from the base of the window they
@@ -72,18 +70,6 @@ pub struct Rank<'a> {
     pub send: &'a SymmContext,
     /// The window holding the receive buffer.
     pub recv: &'a SymmContext,
-}
-
-/// The contiguous range `[lo, hi)` of `count` items owned by `block` of `blocks`.
-/// Every rank computes the same partition, so block `b` of every rank handles the same range.
-#[inline(always)]
-pub fn block_range(count: u64, block: u32, blocks: u32) -> (u64, u64) {
-    // `blocks` is never 0 (launch shapes are checked); `max` lets the compiler see it, so no
-    // division-by-zero panic path is emitted.
-    let per_block = count.div_ceil(blocks.max(1) as u64);
-    let lo = (block as u64 * per_block).min(count);
-    let hi = (lo + per_block).min(count);
-    (lo, hi)
 }
 
 /// `true` when `ctx` passes the kernels' limits (world size, rank).
@@ -149,33 +135,6 @@ pub unsafe fn for_virtual_rank(
         Err(status) => status,
     }
 }
-
-/// Abort-word value (low byte) of a window whose kernel gave up waiting for a peer; the word
-/// of a wait that knew which peer it waited for is [`abort_timed_out_waiting_for`].
-pub const ABORT_TIMED_OUT: u32 = 1;
-/// Abort-word value raised by the host, never by a kernel: another rank found the
-/// communicator failed (a mismatched or refused call, a peer's timeout), so this rank's
-/// pending kernels give up at once instead of waiting for their own timeout.
-pub const ABORT_PEER_FAILED: u32 = 3;
-
-/// The abort word of a wait that timed out waiting for `peer`: [`ABORT_TIMED_OUT`] in the low
-/// byte, `peer + 1` above it (so that the host can name the rank that did not arrive).
-#[inline(always)]
-pub const fn abort_timed_out_waiting_for(peer: u32) -> u32 {
-    ABORT_TIMED_OUT | (peer.wrapping_add(1) << 8)
-}
-
-/// The rank a timed-out wait was waiting for, when the abort word names one.
-pub const fn timed_out_peer(word: u32) -> Option<u32> {
-    if word & 0xFF != ABORT_TIMED_OUT || word >> 8 == 0 {
-        None
-    } else {
-        Some((word >> 8) - 1)
-    }
-}
-/// Abort-word value of a window whose kernel refused its launch (shape or arguments outside the
-/// kernel's limits); nothing was touched.
-pub const ABORT_INVALID_LAUNCH: u32 = 2;
 
 /// Make a refused launch visible to the host: raise the abort word of every context of the
 /// first task of the calling block's rank that can be read, with [`ABORT_INVALID_LAUNCH`]
@@ -248,33 +207,5 @@ mod tests {
             unsafe { report_invalid_launch(table.as_ptr(), 1, 2) };
         });
         assert_eq!(words, [ABORT_INVALID_LAUNCH, ABORT_TIMED_OUT]);
-    }
-
-    #[test]
-    fn a_timeout_word_names_the_peer_it_waited_for() {
-        for peer in [0u32, 1, 7, 63] {
-            let word = abort_timed_out_waiting_for(peer);
-            assert_eq!(word & 0xFF, ABORT_TIMED_OUT);
-            assert_eq!(timed_out_peer(word), Some(peer));
-        }
-        assert_eq!(timed_out_peer(ABORT_TIMED_OUT), None);
-        assert_eq!(timed_out_peer(ABORT_INVALID_LAUNCH), None);
-        assert_eq!(timed_out_peer(ABORT_PEER_FAILED), None);
-    }
-
-    #[test]
-    fn block_ranges_tile_the_count() {
-        for count in [0u64, 1, 7, 63, 64, 65, 1000, 4099] {
-            for blocks in 1..=9u32 {
-                let mut next = 0;
-                for b in 0..blocks {
-                    let (lo, hi) = block_range(count, b, blocks);
-                    assert_eq!(lo, next.min(count));
-                    assert!(hi >= lo);
-                    next = hi;
-                }
-                assert_eq!(next, count);
-            }
-        }
     }
 }

@@ -6,9 +6,9 @@
 //! In place (receive buffer = segment `r` of the send buffer) is safe: peers read only their
 //! own segments.
 
+use super::Algorithm;
 use super::all_reduce::{between_barriers, reduce_element};
 use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
-use super::dispatch::Algorithm;
 use super::{FLAG_IN_PLACE, Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::numeric::element::Element;

@@ -7,9 +7,9 @@
 //! reached `e + 1`. Comparisons are wrap-safe. A peer may run ahead by one barrier; since slots
 //! only grow, waiting for "at least" is correct.
 
+use super::abort::abort_timed_out_waiting_for;
 use crate::arch;
 use crate::context::SymmContext;
-use crate::symmetric::abort_timed_out_waiting_for;
 use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 

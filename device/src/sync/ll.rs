@@ -1,9 +1,10 @@
 //! Low-latency (LL) lines: 8 data bytes travel with their flag, so a reader needs no barrier —
 //! it waits for the line itself (bounded, like every wait on a peer).
 
+use super::abort::abort_timed_out_waiting_for;
+use super::grid::{Grid, block_range};
 use crate::arch;
 use crate::context::SymmContext;
-use crate::symmetric::{Grid, abort_timed_out_waiting_for, block_range};
 use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,

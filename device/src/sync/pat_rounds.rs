@@ -8,9 +8,9 @@
 //! counter lives in the rank's own pad and is read and written like the barrier epochs; each
 //! collective has its own counter, and its flags trail only that one.
 
+use super::abort::ABORT_TIMED_OUT;
 use crate::arch;
 use crate::context::SymmContext;
-use crate::symmetric::ABORT_TIMED_OUT;
 use crate::sync::signal_pad::{PatCollective, PatFlag, pat_flag_slot, pat_round_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 

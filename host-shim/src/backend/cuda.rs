@@ -7,11 +7,14 @@
 //! context is the same after the call as before it.
 
 use super::Flag;
-use super::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
 use crate::abi::symmResult_t;
-use crate::clc::{Config as ClcConfig, Report as ClcReport, Variant, report as clc_report};
+use crate::backend::clc::{
+    Config as ClcConfig, Report as ClcReport, Variant, report as clc_report,
+};
 use crate::error::{Error, Result};
-use crate::plan::{KernelId, Launch};
+use crate::launch::Launch;
+use crate::launch::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
+use crate::plan::KernelId;
 use cudarc::driver::{DriverError, result, sys};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_void};

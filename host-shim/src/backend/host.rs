@@ -3,7 +3,8 @@
 
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::plan::{KernelId, Launch};
+use crate::launch::Launch;
+use crate::plan::KernelId;
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -83,7 +84,7 @@ impl HostBackend {
         }
         run_grid(launch.grid * ranks, launch.block, &|| {
             // SAFETY: the table holds `ranks × task_count` entries whose contexts were built
-            // by `window::complete`, alive while the tasks hold their windows; the arguments
+            // by `windows::complete`, alive while the tasks hold their windows; the arguments
             // were validated against the windows.
             unsafe {
                 let status = for_virtual_rank(table.as_ptr(), task_count, ranks, |batch, grid| {

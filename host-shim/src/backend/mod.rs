@@ -11,15 +11,16 @@
 //! [`schedule::schedule`] (pure) turns it into stream operations, and the backend executes
 //! them (driver calls, or the model).
 
+pub mod clc;
 pub mod cuda;
 pub mod host;
 pub mod model;
-pub mod schedule;
 pub mod vmm;
 
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::plan::{KernelId, Launch};
+use crate::launch::{Launch, schedule};
+use crate::plan::KernelId;
 use std::sync::{Arc, OnceLock};
 
 /// A `u32` flag visible to kernels (at `device`) and to the host (at `host`).
@@ -149,6 +150,22 @@ pub fn launch_input(
 }
 
 impl Backend {
+    /// Run the work-stealing benchmark kernel `variant` `config.iterations` times (after one
+    /// warm-up): on the GPU, or as the host emulation (see [`crate::backend::clc`]).
+    pub fn run_clc_benchmark(
+        &self,
+        variant: crate::backend::clc::Variant,
+        config: &crate::backend::clc::Config,
+    ) -> Result<crate::backend::clc::Report> {
+        crate::backend::clc::validate(variant, config)?;
+        match self {
+            Backend::Host(_) | Backend::Model(_) => {
+                crate::backend::clc::run_on_host(variant, config)
+            }
+            Backend::Cuda(cuda) => cuda.run_clc_benchmark(variant, config),
+        }
+    }
+
     /// The backend's kind.
     pub fn kind(&self) -> BackendKind {
         match self {
@@ -402,7 +419,7 @@ mod tests {
         let backend = Backend::Host(host::HostBackend::new());
         assert_eq!(backend.async_error(&CommResources::Host), None);
         let kernel = KernelId {
-            algorithm: symm_device::symmetric::dispatch::Algorithm::OneShotAllReduce,
+            algorithm: symm_device::symmetric::Algorithm::OneShotAllReduce,
             dtype: symm_device::DataType::Float32,
             op: symm_device::RedOp::Sum,
         };

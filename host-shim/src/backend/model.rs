@@ -25,8 +25,8 @@
 //! use it) and serialize themselves with [`lock`].
 
 use super::host::HostBackend;
-use super::schedule::{InstanceId, KernelLaunch, LaunchSchedule, StreamKind, StreamOp};
 use crate::error::{Error, Result};
+use crate::launch::schedule::{InstanceId, KernelLaunch, LaunchSchedule, StreamKind, StreamOp};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};

@@ -5,10 +5,10 @@
 #![allow(non_snake_case)]
 
 use crate::abi::*;
-use crate::comm::{self, Comm};
+use crate::collective;
+use crate::comm::{self, Comm, windows};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
-use crate::group::{self, Deferred};
-use crate::{collective, window};
+use crate::group;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -319,12 +319,8 @@ pub unsafe extern "C" fn symmCommWindowRegister(
 ) -> symmResult_t {
     with_comm("symmCommWindowRegister", comm, |c| {
         require_out(win, "win")?;
-        let window = window::register(c, buff as u64, size, winFlags)?;
-        if group::active() {
-            group::defer(Deferred::CompleteWindow(c.clone(), window.clone()));
-        } else {
-            window::complete(c, &window)?;
-        }
+        let window = windows::register(c, buff as u64, size, winFlags)?;
+        group::complete_window(c, &window)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(win, "win", window.handle()) }
     })
@@ -335,7 +331,7 @@ pub unsafe extern "C" fn symmCommWindowRegister(
 pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) -> symmResult_t {
     with_comm("symmCommWindowDeregister", comm, |c| {
         c.refuse_if_queued_in_group("symmCommWindowDeregister")?;
-        window::deregister(c, win)
+        windows::deregister(c, win)
     })
 }
 
@@ -355,13 +351,10 @@ pub extern "C" fn symmAllReduce(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAllReduce", comm, |c| {
-        collective::all_reduce(
+        group::collective(
             c,
-            sendbuff as u64,
-            recvbuff as u64,
-            count,
-            datatype,
-            op,
+            &collective::describe("symmAllReduce", count, datatype),
+            || collective::all_reduce(c, sendbuff as u64, recvbuff as u64, count, datatype, op),
             stream as u64,
         )
     })
@@ -380,12 +373,10 @@ pub extern "C" fn symmAllGather(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAllGather", comm, |c| {
-        collective::all_gather(
+        group::collective(
             c,
-            sendbuff as u64,
-            recvbuff as u64,
-            sendcount,
-            datatype,
+            &collective::describe("symmAllGather", sendcount, datatype),
+            || collective::all_gather(c, sendbuff as u64, recvbuff as u64, sendcount, datatype),
             stream as u64,
         )
     })
@@ -405,13 +396,19 @@ pub extern "C" fn symmReduceScatter(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmReduceScatter", comm, |c| {
-        collective::reduce_scatter(
+        group::collective(
             c,
-            sendbuff as u64,
-            recvbuff as u64,
-            recvcount,
-            datatype,
-            op,
+            &collective::describe("symmReduceScatter", recvcount, datatype),
+            || {
+                collective::reduce_scatter(
+                    c,
+                    sendbuff as u64,
+                    recvbuff as u64,
+                    recvcount,
+                    datatype,
+                    op,
+                )
+            },
             stream as u64,
         )
     })
@@ -433,7 +430,7 @@ pub unsafe extern "C" fn symmCommGetAsyncError(
 ) -> symmResult_t {
     with_comm("symmCommGetAsyncError", comm, |c| {
         require_out(asyncError, "asyncError")?;
-        let state = match collective::async_error(c) {
+        let state = match crate::comm::failure::async_error(c) {
             None => symmResult_t::symmSuccess,
             Some(error) => {
                 c.set_last_error(&error.message);
@@ -470,7 +467,7 @@ pub unsafe extern "C" fn symmCommGetDeviceContext(
 ) -> symmResult_t {
     with_comm("symmCommGetDeviceContext", comm, |c| {
         require_out(devCtx, "devCtx")?;
-        let window = window::from_handle(c, win)?;
+        let window = windows::from_handle(c, win)?;
         let context = window.context().ok_or_else(|| {
             Error::invalid_usage("the window's registration has not completed (call symmGroupEnd)")
         })?;

@@ -35,8 +35,8 @@ use super::{
     fewest_blocks, is_pat,
 };
 use crate::error::{Error, Result};
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::batch::task_cells;
-use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::sync::signal_pad::{LL_LINES, LL_MAX_BYTES, MAX_BLOCKS};
 use symm_device::{DataType, RedOp};
 

@@ -65,7 +65,7 @@ mod tests {
     use super::*;
 
     use crate::plan::KernelId;
-    use symm_device::symmetric::dispatch::Algorithm;
+    use symm_device::symmetric::Algorithm;
     use symm_device::{DataType, RedOp};
 
     /// Every target's name and PTX.

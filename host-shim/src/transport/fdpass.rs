@@ -624,7 +624,7 @@ fn abstract_addr(name: &[u8]) -> Result<(libc::sockaddr_un, libc::socklen_t)> {
 
 /// `symm-<pid>-<16 random hex digits>`.
 fn random_name() -> Result<Vec<u8>> {
-    let random = crate::bootstrap::random_secret()?;
+    let random = crate::transport::bootstrap::random_secret()?;
     let bits = u64::from_ne_bytes(random[..8].try_into().expect("8 bytes"));
     Ok(format!("symm-{}-{bits:016x}", std::process::id()).into_bytes())
 }
@@ -649,8 +649,8 @@ fn show(name: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::SharedMemory;
-    use crate::shm::tests::{open_fds, run_alone};
+    use crate::transport::shm::SharedMemory;
+    use crate::transport::shm::tests::{open_fds, run_alone};
     use std::io::Write;
     use std::os::unix::net::UnixStream;
     use std::process::{Command, Stdio};
@@ -996,7 +996,7 @@ mod tests {
 
     #[test]
     fn no_fd_leaks() {
-        run_alone("fdpass::tests::leak_check_child", LEAK_CHILD);
+        run_alone("transport::fdpass::tests::leak_check_child", LEAK_CHILD);
     }
 
     /// Runs alone in a child process (see [`no_fd_leaks`]); does nothing otherwise.
@@ -1038,7 +1038,7 @@ mod tests {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "fdpass::tests::cross_process_child",
+                "transport::fdpass::tests::cross_process_child",
                 "--nocapture",
                 "--test-threads=1",
             ])

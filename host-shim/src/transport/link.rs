@@ -9,9 +9,9 @@
 //! Ranks in the same process use each other's addresses directly.
 
 use crate::abi::symmResult_t;
-use crate::bootstrap::{Client, UniqueId};
 use crate::error::{Error, Result};
-use crate::fdpass::{FdListener, ReceivedFds};
+use crate::transport::bootstrap::{Client, UniqueId};
+use crate::transport::fdpass::{FdListener, ReceivedFds};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -104,7 +104,7 @@ pub struct WindowDeposit {
     pub size: u64,
     /// Signal pad address in the rank's own address space.
     pub signal_pad: u64,
-    /// How ranks of other processes map the window ([`crate::shareable`]; empty when every
+    /// How ranks of other processes map the window ([`crate::transport::shareable`]; empty when every
     /// rank is in one process).
     pub window_export: Vec<u8>,
     /// How they map the signal pad.
@@ -138,7 +138,7 @@ impl WindowDeposit {
         let signal_pad = r.u64().ok_or_else(bad)?;
         let mut export = || -> Result<Vec<u8>> {
             let len = u16::from_le_bytes(r.array::<2>().ok_or_else(bad)?) as usize;
-            if len > crate::shareable::MAX_EXPORT_BYTES {
+            if len > crate::transport::shareable::MAX_EXPORT_BYTES {
                 return Err(bad());
             }
             Ok(r.bytes(len).ok_or_else(bad)?.to_vec())
@@ -238,7 +238,7 @@ pub fn process_identity() -> Result<[u8; 16]> {
     if let Some(identity) = IDENTITY.get() {
         return Ok(*identity);
     }
-    let random = crate::bootstrap::random_secret()?;
+    let random = crate::transport::bootstrap::random_secret()?;
     let identity: [u8; 16] = random[..16].try_into().expect("16 bytes");
     Ok(*IDENTITY.get_or_init(|| identity))
 }
@@ -306,12 +306,12 @@ impl RankLink {
 
     /// How this rank hands memory to ranks of other processes: file descriptors when they all
     /// run on this machine, else CUDA fabric handles (multi-node NVLink domains).
-    pub fn export_kind(&self) -> crate::shareable::ExportKind {
+    pub fn export_kind(&self) -> crate::transport::shareable::ExportKind {
         let own = &self.peers[self.rank as usize].node;
         if self.peers.iter().all(|p| &p.node == own) {
-            crate::shareable::ExportKind::FileDescriptor
+            crate::transport::shareable::ExportKind::FileDescriptor
         } else {
-            crate::shareable::ExportKind::Fabric
+            crate::transport::shareable::ExportKind::Fabric
         }
     }
 
@@ -340,15 +340,17 @@ impl RankLink {
         .encode();
         for (peer, info) in self.peers.iter().enumerate() {
             if !self.is_local(peer) {
-                crate::fdpass::send_fds(&info.socket, &header, fds, timeout).map_err(|e| {
-                    Error::new(
-                        e.code,
-                        format!(
-                            "rank {}: sending window memory to rank {peer}: {}",
-                            self.rank, e.message
-                        ),
-                    )
-                })?;
+                crate::transport::fdpass::send_fds(&info.socket, &header, fds, timeout).map_err(
+                    |e| {
+                        Error::new(
+                            e.code,
+                            format!(
+                                "rank {}: sending window memory to rank {peer}: {}",
+                                self.rank, e.message
+                            ),
+                        )
+                    },
+                )?;
             }
         }
         Ok(())
@@ -403,7 +405,9 @@ impl RankLink {
         // pid is not compared, since PID namespaces make it ambiguous.
         let known_sender =
             (header.source as usize) < self.peers.len() && !self.is_local(header.source as usize);
-        if crate::bootstrap::secrets_equal(&header.secret, self.id.secret()) && known_sender {
+        if crate::transport::bootstrap::secrets_equal(&header.secret, self.id.secret())
+            && known_sender
+        {
             self.lock_stash()
                 .insert((header.seq, header.source), received.fds);
         }
@@ -476,7 +480,7 @@ mod tests {
         };
         assert_eq!(WindowDeposit::decode(&local.encode(), 0).unwrap(), local);
         let long = WindowDeposit {
-            window_export: vec![0; crate::shareable::MAX_EXPORT_BYTES + 1],
+            window_export: vec![0; crate::transport::shareable::MAX_EXPORT_BYTES + 1],
             ..d.clone()
         };
         assert!(WindowDeposit::decode(&long.encode(), 0).is_err());

@@ -1,23 +1,18 @@
 //! Collectives: validation of a request against the communicator's windows, its plan, and its
 //! execution (now, or at the end of the group, merged with the other ranks' parts).
 
-use crate::abi::{symmDataTypeRaw, symmRedOpRaw, symmResult_t};
-use crate::backend::schedule::InstanceId;
-use crate::comm::Comm;
+use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
+use crate::agree::{Call, Signature};
+use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
-use crate::group::{self, Deferred};
-use crate::plan::{Collective, KernelId, Launch, Limits, Plan, plan};
-use crate::window::{self, Window};
-use std::collections::BTreeMap;
+use crate::launch::{InstanceId, Launch};
+use crate::plan::{Collective, Limits, Plan, plan};
+use crate::window::Window;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use symm_device::symmetric::batch::task_cells;
-use symm_device::symmetric::dispatch::Algorithm;
-use symm_device::symmetric::{
-    ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, CollectiveArgs, FLAG_IN_PLACE, TaskArgs,
-    timed_out_peer,
-};
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, TaskArgs};
 use symm_device::{DataType, RedOp};
 
 /// A validated collective of one rank, ready to launch once its windows are complete.
@@ -109,229 +104,25 @@ impl Task {
     }
 }
 
-/// What the `k`-th collective of every rank of a communicator must agree on: checked between
-/// the ranks of this process (one thread per rank, or a group driving some of them) before a
-/// launch, so that a rank that calls another collective, type, operator or count than its
-/// peers is refused instead of exchanging data with them under wrong assumptions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Signature {
-    collective: Collective,
-    kernel: KernelId,
-    /// The kernel's count argument (elements; bytes for all-gather).
-    count: u64,
-    grid: u32,
-}
-
-impl std::fmt::Display for Signature {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = match self.collective {
-            Collective::AllReduce => "symmAllReduce",
-            Collective::AllGather => "symmAllGather",
-            Collective::ReduceScatter => "symmReduceScatter",
-        };
-        // All-gather kernels count bytes.
-        let elements = match self.collective {
-            Collective::AllGather => self.count / self.kernel.dtype.size_bytes() as u64,
-            _ => self.count,
-        };
-        write!(f, "{name} of {elements} x {:?}", self.kernel.dtype)?;
-        if self.collective != Collective::AllGather {
-            write!(f, " {:?}", self.kernel.op)?;
-        }
-        write!(
-            f,
-            " ({}, {} blocks)",
-            self.kernel.algorithm.name(),
-            self.grid
-        )
-    }
-}
-
-impl Signature {
-    /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 2;
-
-    /// The signature as plain words, for ranks of other processes to read
-    /// ([`crate::call_records`]): collective, algorithm, type, operator and grid; the count.
-    pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
-        let collective = Collective::ALL
-            .iter()
-            .position(|c| *c == self.collective)
-            .unwrap_or(0) as u64;
-        let algorithm = Algorithm::ALL
-            .iter()
-            .position(|a| *a == self.kernel.algorithm)
-            .unwrap_or(0) as u64;
-        [
-            collective
-                | algorithm << 8
-                | (self.kernel.dtype as u64) << 16
-                | (self.kernel.op as u64) << 24
-                | (self.grid as u64) << 32,
-            self.count,
-        ]
-    }
-
-    /// The signature of [`Signature::to_words`]'s `words`, if they name one.
-    pub(crate) fn from_words(words: [u64; Self::WORDS]) -> Option<Signature> {
-        let field = |shift: u32| ((words[0] >> shift) & 0xFF) as usize;
-        Some(Signature {
-            collective: *Collective::ALL.get(field(0))?,
-            kernel: KernelId {
-                algorithm: *Algorithm::ALL.get(field(8))?,
-                dtype: DataType::from_raw(field(16) as u32)?,
-                op: RedOp::from_raw(field(24) as u32)?,
-            },
-            count: words[1],
-            grid: (words[0] >> 32) as u32,
-        })
-    }
-}
-
-/// A rank's `k`-th collective as its peers compare it: a call it made (launched, or of
-/// count 0), or a call it refused after it reached the communicator (bad arguments, a
-/// mismatch inside a group). A refused call still counts: ranks that all refused their `k`-th
-/// call agree and go on; a rank that refused a call its peers made fails the communicator
-/// (see [`crate::failure`]), so that its next call never pairs with their `k`-th.
-#[derive(Clone, Debug)]
-pub enum Call {
-    /// A call made, with what every rank's kernel assumes.
-    Made(Signature),
-    /// A refused call, and why (empty when read from another process).
-    Refused(String),
-}
-
-impl Call {
-    /// `true` when two ranks' `k`-th calls are the same collective (any two refusals agree).
-    pub fn agrees_with(&self, other: &Call) -> bool {
-        match (self, other) {
-            (Call::Made(a), Call::Made(b)) => a == b,
-            (Call::Refused(_), Call::Refused(_)) => true,
-            _ => false,
-        }
-    }
-
-    /// "is symmAllReduce of …" or "was refused (…)".
-    fn phrase(&self) -> String {
-        match self {
-            Call::Made(signature) => format!("is {signature}"),
-            Call::Refused(reason) if reason.is_empty() => "was refused".to_string(),
-            Call::Refused(reason) => format!("was refused ({reason})"),
-        }
-    }
-
-    /// The call as plain words, for ranks of other processes ([`crate::call_records`]): a
-    /// refusal is a word no signature has.
-    pub(crate) fn to_words(&self) -> [u64; Signature::WORDS] {
-        match self {
-            Call::Made(signature) => signature.to_words(),
-            Call::Refused(_) => [u64::MAX, 0],
-        }
-    }
-
-    /// The call of [`Call::to_words`]'s `words`, if they name one.
-    pub(crate) fn from_words(words: [u64; Signature::WORDS]) -> Option<Call> {
-        if words[0] == u64::MAX {
-            return Some(Call::Refused(String::new()));
-        }
-        Signature::from_words(words).map(Call::Made)
-    }
-}
-
-/// The calls in flight of a clique's ranks in this process, by call number.
-#[derive(Default)]
-pub struct CallLog {
-    calls: BTreeMap<u64, Vec<Option<Call>>>,
-    /// Call numbers below this were dropped before every rank of this process made them
-    /// (see [`CALL_LOG_ENTRIES`]): such a call can no longer be compared.
-    dropped_below: u64,
-}
-
-/// Most call numbers kept waiting for a rank of this process that has not made them yet (one
-/// that left, or lags far behind: calls of count 0 and refused calls launch nothing, and cuda
-/// launches do not block, so a rank can run far ahead). A lagging rank that reaches a dropped
-/// number cannot be compared any more and fails the communicator, never pairs unchecked.
-const CALL_LOG_ENTRIES: usize = 4096;
-
-/// "rank A's collective #k is X, but rank B's is Y: ...": two ranks' different calls under
-/// one number (this process's ranks here, ranks of other processes in `crate::call_records`).
-pub(crate) fn mismatch_message(
-    seq: u64,
-    rank: usize,
-    own: &Call,
-    peer: usize,
-    theirs: &Call,
-) -> String {
-    format!(
-        "rank {rank}'s collective #{seq} {}, but rank {peer}'s {}: every rank must make the same \
-         collective calls, with the same count, in the same order",
-        own.phrase(),
-        theirs.phrase()
-    )
-}
-
-/// Record that `rank`'s collective number `seq` is `call`; an error naming both calls when a
-/// rank of this process made another call under that number.
-fn agree_in_process(comm: &Comm, seq: u64, call: &Call) -> Result<()> {
-    let clique = &comm.clique;
-    let mut log = clique.calls.lock().unwrap_or_else(|e| e.into_inner());
-    if seq < log.dropped_below {
-        return Err(Error::invalid_usage(format!(
-            "rank {}'s collective #{seq} can no longer be compared with its peers' (they are \
-             more than {CALL_LOG_ENTRIES} collectives ahead); the communicator is failed on \
-             every rank",
-            comm.rank
-        )));
-    }
-    let entry = log
-        .calls
-        .entry(seq)
-        .or_insert_with(|| vec![None; clique.nranks]);
-    let conflict = entry.iter().enumerate().find_map(|(r, theirs)| {
-        theirs
-            .as_ref()
-            .filter(|theirs| r != comm.rank && !theirs.agrees_with(call))
-            .map(|theirs| (r, theirs.clone()))
-    });
-    let conflict =
-        conflict.filter(|_| !crate::mutation::active(crate::mutation::Mutation::SkipCallAgreement));
-    if let Some((other, theirs)) = conflict {
-        return Err(Error::invalid_usage(format!(
-            "{}; nothing of rank {}'s call was exchanged, and the communicator is failed on \
-             every rank",
-            mismatch_message(seq, comm.rank, call, other, &theirs),
-            comm.rank
-        )));
-    }
-    entry[comm.rank] = Some(call.clone());
-    // Complete once every rank of this process made it (ranks of other processes are compared
-    // through the call records).
-    let complete = entry
-        .iter()
-        .zip(&clique.devices)
-        .all(|(call, device)| call.is_some() || *device == crate::comm::REMOTE_DEVICE);
-    if complete {
-        log.calls.remove(&seq);
-    }
-    while log.calls.len() > CALL_LOG_ENTRIES {
-        if let Some((dropped, _)) = log.calls.pop_first() {
-            log.dropped_below = log.dropped_below.max(dropped + 1);
-        }
-    }
-    Ok(())
-}
-
 /// Number `call` as `comm`'s next collective and compare it with the peers' calls of that
 /// number (this process's ranks, and those of other processes of this machine). A
-/// disagreement fails the communicator ([`crate::failure::fail`]) and is returned.
+/// disagreement fails the communicator ([`crate::comm::failure::fail`]) and is returned.
 pub(crate) fn agree_call(comm: &Comm, call: &Call) -> Result<u64> {
     let seq = comm.next_collective.fetch_add(1, Ordering::Relaxed);
-    let checked = agree_in_process(comm, seq, call).and_then(|()| match &comm.call_records {
-        Some(records) => records.agree(seq, call),
-        None => Ok(()),
-    });
+    let clique = &comm.clique;
+    let checked = clique
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .record(seq, comm.rank, call, clique.nranks, |r| {
+            clique.devices[r] == crate::comm::REMOTE_DEVICE
+        })
+        .and_then(|()| match &comm.call_records {
+            Some(records) => records.agree(seq, call),
+            None => Ok(()),
+        });
     if let Err(e) = checked {
-        crate::failure::fail(comm, &e);
+        crate::comm::failure::fail(comm, &e);
         return Err(e);
     }
     Ok(seq)
@@ -344,7 +135,7 @@ fn has_uncompared_peers(comm: &Comm) -> bool {
         && comm
             .link
             .as_ref()
-            .is_some_and(crate::link::RankLink::has_remote_peers)
+            .is_some_and(crate::transport::link::RankLink::has_remote_peers)
 }
 
 /// Count a call that `comm` refused after it reached the communicator (`error`) as its next
@@ -352,7 +143,7 @@ fn has_uncompared_peers(comm: &Comm) -> bool {
 /// machine), the communicator is failed, and the error says so. Nothing is recorded on a
 /// communicator that has failed already.
 pub(crate) fn record_refusal(comm: &Comm, error: Error) -> Error {
-    if crate::failure::adopted(comm).is_some() || comm.clique.nranks == 1 {
+    if crate::comm::failure::adopted(comm).is_some() || comm.clique.nranks == 1 {
         return error;
     }
     match agree_call(comm, &Call::Refused(error.message.clone())) {
@@ -369,7 +160,7 @@ pub(crate) fn record_refusal(comm: &Comm, error: Error) -> Error {
                     error.message, comm.rank
                 ),
             );
-            crate::failure::fail(comm, &failed);
+            crate::comm::failure::fail(comm, &failed);
             failed
         }
         Ok(_) => error,
@@ -394,7 +185,7 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         ));
     }
     for tasks in parts {
-        check_not_aborted(&tasks[0].comm)?;
+        crate::comm::failure::check(&tasks[0].comm)?;
     }
     let first = parts[0][0];
     let clique = &first.comm.clique;
@@ -429,7 +220,7 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
                 "rank {}: collective numbered #{seq} while #{} was planned",
                 task.comm.rank, instance.seq
             ));
-            crate::failure::fail(&task.comm, &e);
+            crate::comm::failure::fail(&task.comm, &e);
             return Err(e);
         }
     }
@@ -465,13 +256,13 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
             ),
         );
         for tasks in parts {
-            crate::failure::fail(&tasks[0].comm, &e);
+            crate::comm::failure::fail(&tasks[0].comm, &e);
         }
         return Err(e);
     }
     let mut result = Ok(());
     for tasks in parts {
-        if let Err(e) = check_not_aborted(&tasks[0].comm) {
+        if let Err(e) = crate::comm::failure::check(&tasks[0].comm) {
             tasks[0].comm.set_last_error(&e.message);
             result = result.and(Err(e));
         }
@@ -548,105 +339,6 @@ fn launch_of(parts: &[Vec<&Task>], plan: &Plan) -> Result<Launch> {
     })
 }
 
-/// The communicator's state before and after a launch: once it has failed (here or on another
-/// rank, see [`crate::failure`]) every call gets its error. A raised abort word is a failure
-/// found now: `symmTimeout` naming the rank that did not arrive (when the kernel knew it), or
-/// `symmInternalError` for a kernel that refused its launch; a failed device
-/// (`symmUnhandledCudaError`: a trapped or faulting kernel, an unusable context) likewise.
-pub fn check_not_aborted(comm: &Comm) -> Result<()> {
-    if let Some(error) = comm.lock().device_error.clone() {
-        return Err(error);
-    }
-    if let Some(error) = crate::failure::adopted(comm) {
-        return Err(error);
-    }
-    let (word, last_kernel) = {
-        let state = comm.lock();
-        let word = state
-            .windows
-            .values()
-            .map(|w| w.abort_word())
-            .find(|w| *w != 0)
-            .unwrap_or(0);
-        (word, state.last_kernel.clone())
-    };
-    if word != 0 {
-        let error = match word & 0xFF {
-            ABORT_INVALID_LAUNCH => Error::internal(format!(
-                "rank {}: kernel {} refused its launch (launch shape or arguments outside the \
-                 kernel's limits; nothing was written); the communicator is failed on every \
-                 rank",
-                comm.rank,
-                last_kernel.as_deref().unwrap_or("(unknown)")
-            )),
-            ABORT_PEER_FAILED => Error::new(
-                symmResult_t::symmRemoteError,
-                format!(
-                    "rank {}: another rank failed the communicator; every collective on it \
-                     fails: destroy it",
-                    comm.rank
-                ),
-            ),
-            _ => timeout_error(comm, timed_out_peer(word)),
-        };
-        crate::failure::fail(comm, &error);
-        return Err(crate::failure::adopted(comm).unwrap_or(error));
-    }
-    if let Some(error) = comm.clique.backend.async_error(&comm.resources) {
-        let error = Error::new(
-            error.code,
-            format!(
-                "rank {}: {}; the communicator is failed on every rank: destroy it",
-                comm.rank, error.message
-            ),
-        );
-        comm.lock().device_error = Some(error.clone());
-        crate::failure::fail(comm, &error);
-        return Err(error);
-    }
-    Ok(())
-}
-
-/// `symmTimeout` of `comm`, whose wait for `peer` (when known) ran out: "rank 0: rank 1 did not
-/// arrive within 3000 ms", with a disagreement of calls a rank of another process made when
-/// there is one, and a hint when one thread seems to drive several ranks without a group.
-fn timeout_error(comm: &Comm, peer: Option<u32>) -> Error {
-    let who = match peer {
-        Some(peer) => format!("rank {peer}"),
-        None => "a peer".to_string(),
-    };
-    let mismatch = comm
-        .call_records
-        .as_ref()
-        .and_then(|records| records.recent_conflict(comm.next_collective.load(Ordering::Relaxed)))
-        .map(|m| format!(" ({m})"))
-        .unwrap_or_default();
-    let hint =
-        if comm.link.is_none() && comm.clique.nranks > 1 && !group::active() && !group::ending() {
-            " (if one thread drives several ranks of this communicator, their calls must be made \
-         between symmGroupStart and symmGroupEnd: a group is probably missing)"
-        } else {
-            ""
-        };
-    Error::new(
-        symmResult_t::symmTimeout,
-        format!(
-            "rank {}: {who} did not arrive within {} ms{mismatch}{hint}; the communicator is \
-             failed on every rank",
-            comm.rank,
-            comm.clique.timeout.as_millis()
-        ),
-    )
-}
-
-/// `symmCommGetAsyncError`: the communicator's asynchronous error, if any — `symmTimeout`
-/// once a peer timed out, `symmInternalError` once a kernel refused its launch (also on later
-/// queries), the device's error once queued work failed, `symmRemoteError` once another rank
-/// failed the communicator, or the error of this rank's refused call that failed it.
-pub fn async_error(comm: &Comm) -> Option<Error> {
-    check_not_aborted(comm).err()
-}
-
 /// Decode a C `symmDataType_t`.
 pub fn data_type(raw: symmDataTypeRaw) -> Result<DataType> {
     u32::try_from(raw)
@@ -668,7 +360,7 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
     if address == 0 {
         return Err(Error::invalid_argument(format!("{name} is NULL")));
     }
-    let window = window::find(comm, address, bytes)
+    let window = windows::find(comm, address, bytes)
         .ok_or_else(|| Error::invalid_argument(outside_windows(comm, name, address, bytes)))?;
     if !(address - window.base).is_multiple_of(align) {
         return Err(Error::invalid_argument(format!(
@@ -738,8 +430,8 @@ fn overlap(a: u64, a_bytes: u64, b: u64, b_bytes: u64) -> bool {
     a < b + b_bytes && b < a + a_bytes
 }
 
-/// A validated request, before planning.
-struct Request {
+/// A validated request of one rank, before planning.
+pub struct Request {
     collective: Collective,
     dtype: DataType,
     op: RedOp,
@@ -752,10 +444,19 @@ struct Request {
     rank_flags: u32,
 }
 
-fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
-    // A failed communicator refuses every call before anything is planned or numbered (in a
-    // group, its end then fails too).
-    check_not_aborted(comm).map_err(|e| refuse(comm, e))?;
+/// A planned call, ready to run now or at the group's end (the caller decides: `group`).
+pub enum Prepared {
+    /// A call of count 0: nothing to launch, but still the rank's next collective (a peer that
+    /// made another call under its number must not pair it with a later one).
+    Empty(Call),
+    /// A task to launch.
+    Task(Task),
+}
+
+/// Plan `request` of `comm` on `stream`. A failed communicator refuses every call first,
+/// before anything is planned or numbered.
+pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepared> {
+    crate::comm::failure::check(comm)?;
     let forced = comm
         .clique
         .forced_algorithm
@@ -772,8 +473,7 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         comm.clique.nranks as u32,
         comm.clique.backend.kind(),
         limits,
-    )
-    .map_err(|e| refuse(comm, e))?;
+    )?;
     if comm.clique.debug {
         eprintln!(
             "symm INFO rank {}: {} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
@@ -790,21 +490,14 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         );
     }
     if request.args.count == 0 {
-        // Nothing to launch, but still this rank's next collective: a peer that made another
-        // call under its number must not pair it with a later one.
-        let call = Call::Made(Signature {
+        return Ok(Prepared::Empty(Call::Made(Signature {
             collective: request.collective,
             kernel: plan.kernel,
             count: 0,
             grid: plan.grid,
-        });
-        if group::active() {
-            group::defer(Deferred::Empty(comm.clone(), call));
-            return Ok(());
-        }
-        return agree_call(comm, &call).map(|_| ());
+        })));
     }
-    let task = Task {
+    Ok(Prepared::Task(Task {
         comm: comm.clone(),
         send_window: request.send_window,
         recv_window: request.recv_window,
@@ -813,54 +506,19 @@ fn submit(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<()> {
         rank_flags: request.rank_flags,
         stream,
         collective: request.collective,
-    };
-    if group::active() {
-        group::defer(Deferred::Collective(task));
-        Ok(())
-    } else {
-        let plan = task.plan;
-        execute(&[vec![&task]], &plan)
-    }
-}
-
-/// A call of `comm` refused with `error` after it reached the communicator: still this rank's
-/// next collective (see [`Call::Refused`]); inside a group, the group's end refuses the whole
-/// group.
-fn refuse(comm: &Arc<Comm>, error: Error) -> Error {
-    if group::active() {
-        group::defer(Deferred::Refused(comm.clone(), error.clone()));
-        error
-    } else {
-        record_refusal(comm, error)
-    }
+    }))
 }
 
 /// "symmAllReduce of 1024 x Float32": a call as another thread's refusal names it.
-fn describe(name: &str, count: usize, datatype: symmDataTypeRaw) -> String {
+pub fn describe(name: &str, count: usize, datatype: symmDataTypeRaw) -> String {
     match data_type(datatype) {
         Ok(dtype) => format!("{name} of {count} x {dtype:?}"),
         Err(_) => format!("{name} of {count} x (datatype {datatype})"),
     }
 }
 
-/// `symmAllReduce`.
-#[allow(clippy::too_many_arguments)]
+/// Validate `symmAllReduce`'s arguments against `comm`'s windows.
 pub fn all_reduce(
-    comm: &Arc<Comm>,
-    send: u64,
-    recv: u64,
-    count: usize,
-    datatype: symmDataTypeRaw,
-    op: symmRedOpRaw,
-    stream: u64,
-) -> Result<()> {
-    let _call = comm.enter_call(&describe("symmAllReduce", count, datatype))?;
-    let request =
-        all_reduce_request(comm, send, recv, count, datatype, op).map_err(|e| refuse(comm, e))?;
-    submit(comm, request, stream)
-}
-
-fn all_reduce_request(
     comm: &Comm,
     send: u64,
     recv: u64,
@@ -945,21 +603,8 @@ fn segment_and_whole(
 }
 
 /// `symmAllGather`: `sendcount` elements from every rank, rank `r`'s at `recvbuff + r·sendcount`.
+/// Validate `symmAllGather`'s arguments against `comm`'s windows.
 pub fn all_gather(
-    comm: &Arc<Comm>,
-    send: u64,
-    recv: u64,
-    sendcount: usize,
-    datatype: symmDataTypeRaw,
-    stream: u64,
-) -> Result<()> {
-    let _call = comm.enter_call(&describe("symmAllGather", sendcount, datatype))?;
-    let request =
-        all_gather_request(comm, send, recv, sendcount, datatype).map_err(|e| refuse(comm, e))?;
-    submit(comm, request, stream)
-}
-
-fn all_gather_request(
     comm: &Comm,
     send: u64,
     recv: u64,
@@ -993,23 +638,8 @@ fn all_gather_request(
 
 /// `symmReduceScatter`: rank `r` receives the reduction of segment `r` (`recvcount` elements)
 /// of every rank's send buffer.
-#[allow(clippy::too_many_arguments)]
+/// Validate `symmReduceScatter`'s arguments against `comm`'s windows.
 pub fn reduce_scatter(
-    comm: &Arc<Comm>,
-    send: u64,
-    recv: u64,
-    recvcount: usize,
-    datatype: symmDataTypeRaw,
-    op: symmRedOpRaw,
-    stream: u64,
-) -> Result<()> {
-    let _call = comm.enter_call(&describe("symmReduceScatter", recvcount, datatype))?;
-    let request = reduce_scatter_request(comm, send, recv, recvcount, datatype, op)
-        .map_err(|e| refuse(comm, e))?;
-    submit(comm, request, stream)
-}
-
-fn reduce_scatter_request(
     comm: &Comm,
     send: u64,
     recv: u64,

@@ -2,7 +2,7 @@
 //!
 //! A [`SharedMemory`] is an anonymous memory file (`memfd_create`) mapped `MAP_SHARED`. The
 //! process that allocates a symmetric buffer calls [`SharedMemory::create`] and passes
-//! [`SharedMemory::fd`] to its peers (see [`crate::fdpass`]); each peer maps it with
+//! [`SharedMemory::fd`] to its peers (see [`crate::transport::fdpass`]); each peer maps it with
 //! [`SharedMemory::import`]. Every mapping of one memory file shows the same bytes, so a peer's
 //! buffer is ordinary memory at a different address in each process.
 //!
@@ -475,7 +475,7 @@ pub(crate) mod tests {
 
     #[test]
     fn no_fd_or_mapping_leaks() {
-        run_alone("shm::tests::leak_check_child", LEAK_CHILD);
+        run_alone("transport::shm::tests::leak_check_child", LEAK_CHILD);
     }
 
     /// Runs alone in a child process (see [`no_fd_or_mapping_leaks`]); does nothing otherwise.

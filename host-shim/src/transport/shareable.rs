@@ -1,6 +1,6 @@
 //! Memory that ranks of other processes map: what `symmMemAlloc` and window registration use
 //! on a communicator with ranks in several processes. On the host backend a `memfd`
-//! ([`crate::shm`]); on the cuda backend CUDA VMM memory ([`crate::backend::vmm`]), made as
+//! ([`crate::transport::shm`]); on the cuda backend CUDA VMM memory ([`crate::backend::vmm`]), made as
 //! NCCL's `ncclMemAlloc` makes it.
 //!
 //! A rank [`Shareable::export`]s a region (a message and file descriptors); each rank of
@@ -12,7 +12,7 @@
 use crate::backend::vmm::{self, ExportedHandle, HandleKind, ImportedMapping, VmmAllocation};
 use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, Result};
-use crate::shm::SharedMemory;
+use crate::transport::shm::SharedMemory;
 use std::os::fd::OwnedFd;
 
 const HOST: u8 = 1;

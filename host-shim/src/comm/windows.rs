@@ -1,152 +1,21 @@
-//! Symmetric windows: registration (a rendezvous of all ranks), the device context built from
-//! it, lookup of a buffer's window, and deregistration.
-//!
-//! Registration is collective: rank `r`'s `k`-th registration meets every other rank's `k`-th.
-//! Each rank deposits its window base, size and signal pad in the clique's [`Exchange`]; once
-//! all have, each builds its [`SymmContext`] and peer tables in device memory.
+//! Window registration on a communicator: a rendezvous of all ranks. Rank `r`'s `k`-th
+//! registration meets every other rank's `k`-th: each rank deposits its window base, size and
+//! signal pad in the clique's [`Exchange`](crate::window::Exchange) (or through the bootstrap, for ranks of other
+//! processes); once all have, each builds its [`SymmContext`] and peer tables in device memory.
+//! Also lookup of a buffer's window, and deregistration.
 
 use crate::abi::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
-use crate::backend::{Backend, Flag};
 use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
-use crate::link::{RankLink, WindowDeposit};
-use crate::shareable::{ExportMessage, Imported, Shareable};
-use std::collections::HashMap;
+use crate::transport::link::{RankLink, WindowDeposit};
+use crate::transport::shareable::{ExportMessage, Imported, Shareable};
+use crate::window::{Deposit, DeviceContext, Exports, Registration, SignalPad, Window};
 use std::ffi::c_int;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::sync::signal_pad::signal_pad_bytes;
-
-/// What one rank contributes to a window registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deposit {
-    base: u64,
-    size: u64,
-    signal_pad: u64,
-    /// The rank runs in this process: its signal pad is a [`SignalPad`] of this process,
-    /// found through [`Clique::signal_pads`](crate::comm::Clique::signal_pads) (else it is
-    /// mapped from another process, and the mapping is kept by the window's imports).
-    local: bool,
-}
-
-/// A window's signal pad. Every rank of the registration writes into it (barrier arrivals,
-/// low-latency lines), so it lives as long as any window that references it: its own, and
-/// those of the ranks of this process that registered with it. A rank that deregisters or
-/// destroys its communicator while a peer still holds the window therefore never frees memory
-/// that the peer's kernels write (they time out waiting for it instead).
-pub struct SignalPad {
-    backend: Arc<Backend>,
-    device: i32,
-    /// Its address.
-    pub address: u64,
-    /// The shareable memory behind it, when ranks of other processes map it.
-    memory: Option<Shareable>,
-}
-
-impl Drop for SignalPad {
-    fn drop(&mut self) {
-        if self.memory.is_none() {
-            let _ = self.backend.free(self.device, self.address);
-        }
-    }
-}
-
-/// The signal pads of a clique's windows in this process, by address (each entry lives while
-/// some window holds the pad).
-pub type SignalPads = Mutex<HashMap<u64, Weak<SignalPad>>>;
-
-/// One registration in flight.
-struct Registration {
-    ranks: Vec<Option<Deposit>>,
-    taken: usize,
-}
-
-/// Registrations in flight on a clique, by sequence number.
-#[derive(Default)]
-pub struct Exchange {
-    registrations: HashMap<u64, Registration>,
-}
-
-/// The device context of a completed window: one allocation holding the `SymmContext` and the
-/// peer tables.
-pub struct DeviceContext {
-    /// Device address of the `SymmContext`.
-    pub address: u64,
-    /// A host copy of the context.
-    pub host: SymmContext,
-}
-
-/// One rank's registered window.
-pub struct Window {
-    /// Registration sequence number (the same on every rank).
-    pub seq: u64,
-    /// Base address of this rank's buffer.
-    pub base: u64,
-    /// Size in bytes.
-    pub size: u64,
-    backend: Arc<Backend>,
-    device: i32,
-    signal_pad: Arc<SignalPad>,
-    /// The signal pads of the other ranks of this process in the registration, kept alive
-    /// while this window may write into them.
-    peer_pads: Mutex<Vec<Arc<SignalPad>>>,
-    /// How ranks of other processes map this window and its signal pad.
-    exports: Option<Exports>,
-    /// Peers' windows and signal pads mapped into this process (ranks of other processes).
-    imports: Mutex<Vec<Imported>>,
-    abort: Flag,
-    context: OnceLock<DeviceContext>,
-}
-
-impl Window {
-    /// The handle given to C.
-    pub fn handle(self: &Arc<Self>) -> symmWindow_t {
-        Arc::as_ptr(self) as symmWindow_t
-    }
-
-    /// The device context, once the registration completed on every rank.
-    pub fn context(&self) -> Option<&DeviceContext> {
-        self.context.get()
-    }
-
-    /// `true` if `[address, address + bytes)` lies inside the window.
-    pub fn contains(&self, address: u64, bytes: u64) -> bool {
-        address >= self.base
-            && address
-                .checked_add(bytes)
-                .is_some_and(|end| end <= self.base + self.size)
-    }
-
-    /// `true` once a kernel on this window gave up waiting for a peer. The word is readable
-    /// from the host without a copy on both backends; on the cuda backend it reflects the
-    /// kernels that have run so far.
-    pub fn aborted(&self) -> bool {
-        self.abort.read() != 0
-    }
-
-    /// The abort word: 0, a timeout (`ABORT_TIMED_OUT` in the low byte, the peer waited for
-    /// above it), `ABORT_INVALID_LAUNCH` or `ABORT_PEER_FAILED` (`symm_device::symmetric`).
-    pub fn abort_word(&self) -> u32 {
-        self.abort.read()
-    }
-
-    /// Raise the abort word to `value` unless it is raised already: kernels on this window
-    /// give up at their next look.
-    pub fn raise_abort(&self, value: u32) {
-        self.abort.raise(value);
-    }
-}
-
-impl Drop for Window {
-    fn drop(&mut self) {
-        if let Some(context) = self.context.take() {
-            let _ = self.backend.free(self.device, context.address);
-        }
-        let _ = self.backend.free_flag(self.device, self.abort);
-    }
-}
 
 /// `symmCommWindowRegister` on one rank: validate, deposit, and (outside a group) complete.
 pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Result<Arc<Window>> {
@@ -307,14 +176,6 @@ fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
         link.send_fds(window.seq, &fds, comm.clique.timeout)?;
     }
     Ok(())
-}
-
-/// What ranks of other processes need to map a window: the export messages of its memory and
-/// of its signal pad ([`crate::shareable`]) and their descriptors, in that order.
-struct Exports {
-    window_message: Vec<u8>,
-    pad_message: Vec<u8>,
-    fds: Vec<OwnedFd>,
 }
 
 /// Wait until every rank deposited this window's registration, then build this rank's
@@ -643,6 +504,7 @@ pub fn find(comm: &Comm, address: u64, bytes: u64) -> Option<Arc<Window>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
     use crate::backend::host::HostBackend;
     use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Call records: how ranks in *different processes* of one machine check that they make the
 //! same collective calls, as the ranks of one process do through the clique's
-//! [`crate::collective::CallLog`].
+//! [`super::CallLog`].
 //!
 //! Each rank of a communicator made by `symmCommInitRank` whose ranks all run on this machine
 //! (some in other processes) owns a small shared memory file, a ring of [`RECORD_SLOTS`]
@@ -35,11 +35,11 @@
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
 
+use super::{Call, Signature, mismatch_message};
 use crate::abi::symmResult_t;
-use crate::collective::{Call, Signature, mismatch_message};
 use crate::error::{Error, Result};
-use crate::link::RankLink;
-use crate::shm::SharedMemory;
+use crate::transport::link::RankLink;
+use crate::transport::shm::SharedMemory;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ const SLOT_WORDS: usize = 1 + Signature::WORDS;
 const CHECKED_WORD: usize = RECORD_SLOTS * SLOT_WORDS;
 
 /// Index of the word that says the ring's owner failed the communicator (see
-/// [`crate::failure`]): 0 while it works, [`FAILURE_WRITING`] while the owner writes its
+/// [`crate::comm::failure`]): 0 while it works, [`FAILURE_WRITING`] while the owner writes its
 /// message, else the error code plus one.
 const FAILURE_WORD: usize = CHECKED_WORD + 1;
 
@@ -96,7 +96,7 @@ impl CallRecords {
     /// module documentation). Every rank of the communicator calls it at initialization.
     pub fn exchange(link: &RankLink, timeout: Duration) -> Result<Option<CallRecords>> {
         if !link.has_remote_peers()
-            || link.export_kind() != crate::shareable::ExportKind::FileDescriptor
+            || link.export_kind() != crate::transport::shareable::ExportKind::FileDescriptor
         {
             return Ok(None);
         }
@@ -238,7 +238,7 @@ impl CallRecords {
     }
 
     /// Tell the ranks of other processes that this rank failed the communicator with `code`
-    /// and `message` (see [`crate::failure`]); only the first failure is written.
+    /// and `message` (see [`crate::comm::failure`]); only the first failure is written.
     pub fn publish_failure(&self, code: symmResult_t, message: &str) {
         let words = Self::words(&self.own);
         if words[FAILURE_WORD]
@@ -309,7 +309,7 @@ impl CallRecords {
 mod tests {
     use super::*;
     use crate::plan::Collective;
-    use symm_device::symmetric::dispatch::Algorithm;
+    use symm_device::symmetric::Algorithm;
     use symm_device::{DataType, RedOp};
 
     /// Two ranks "in two processes": each maps the other's ring through a duplicate of its fd.

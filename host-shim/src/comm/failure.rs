@@ -6,7 +6,7 @@
 //! that skipped a call its peers made (refused it, timed out in it, or made another call under
 //! its number) is out of step for good: its next call would pair with a peer's stale one and
 //! could return success with another call's data. So whichever rank finds such a break — a
-//! mismatched or refused call ([`crate::collective`]), a wait that timed out, a kernel that
+//! mismatched or refused call ((`collective`)), a wait that timed out, a kernel that
 //! refused its launch, a failed device, two threads on one communicator — calls [`fail`]:
 //!
 //! * the rank keeps its error (later calls and `symmCommGetAsyncError` report it);
@@ -14,7 +14,7 @@
 //!   in-process rank adopts it at its next look ([`adopted`]) as `symmRemoteError` naming the
 //!   rank and the cause;
 //! * ranks of other processes of this machine read it from the failing rank's call records
-//!   ([`crate::call_records`]) and adopt it likewise;
+//!   ([`crate::agree::records`]) and adopt it likewise;
 //! * the abort word of every window of this process's ranks is raised
 //!   ([`ABORT_PEER_FAILED`]), so that their pending kernels give up at once instead of after
 //!   their timeout (ranks of other processes time out, then name the cause).
@@ -25,7 +25,8 @@
 use crate::abi::symmResult_t;
 use crate::comm::{self, Clique, Comm};
 use crate::error::Error;
-use symm_device::symmetric::ABORT_PEER_FAILED;
+use std::sync::atomic::Ordering;
+use symm_device::symmetric::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
 
 /// The first failure of a communicator: the rank that found it, and its error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,4 +143,122 @@ pub fn adopted(comm: &Comm) -> Option<Error> {
             comm.rank
         ),
     ))
+}
+
+/// The communicator's state before and after a launch: `Err` once it has failed (here or on
+/// another rank) — the failure already known ([`adopted`], or the device's error), or one found
+/// now by [`find_new_failure`], which is then recorded on every rank ([`fail`]).
+pub fn check(comm: &Comm) -> Result<(), Error> {
+    if let Some(error) = comm.lock().device_error.clone() {
+        return Err(error);
+    }
+    if let Some(error) = adopted(comm) {
+        return Err(error);
+    }
+    let Some(found) = find_new_failure(comm) else {
+        return Ok(());
+    };
+    if found.device {
+        comm.lock().device_error = Some(found.error.clone());
+    }
+    fail(comm, &found.error);
+    Err(if found.device {
+        found.error
+    } else {
+        adopted(comm).unwrap_or(found.error)
+    })
+}
+
+/// A failure that [`find_new_failure`] found.
+pub struct Finding {
+    /// The error every call of the rank returns from now on.
+    pub error: Error,
+    /// `true` when the device itself failed (kept as the rank's device error).
+    pub device: bool,
+}
+
+/// A failure that nothing recorded yet, read (never written) from the rank's windows and
+/// device: a raised abort word — `symmTimeout` naming the rank that did not arrive (when the
+/// kernel knew it), `symmInternalError` for a kernel that refused its launch, `symmRemoteError`
+/// when another rank raised it — or a failed device (`symmUnhandledCudaError`: a trapped or
+/// faulting kernel, an unusable context).
+pub fn find_new_failure(comm: &Comm) -> Option<Finding> {
+    let (word, last_kernel) = {
+        let state = comm.lock();
+        let word = state
+            .windows
+            .values()
+            .map(|w| w.abort_word())
+            .find(|w| *w != 0)
+            .unwrap_or(0);
+        (word, state.last_kernel.clone())
+    };
+    if word != 0 {
+        let error = match word & 0xFF {
+            ABORT_INVALID_LAUNCH => Error::internal(format!(
+                "rank {}: kernel {} refused its launch (launch shape or arguments outside the \
+                 kernel's limits; nothing was written); the communicator is failed on every \
+                 rank",
+                comm.rank,
+                last_kernel.as_deref().unwrap_or("(unknown)")
+            )),
+            ABORT_PEER_FAILED => Error::new(
+                symmResult_t::symmRemoteError,
+                format!(
+                    "rank {}: another rank failed the communicator; every collective on it \
+                     fails: destroy it",
+                    comm.rank
+                ),
+            ),
+            _ => timeout_error(comm, timed_out_peer(word)),
+        };
+        return Some(Finding {
+            error,
+            device: false,
+        });
+    }
+    let error = comm.clique.backend.async_error(&comm.resources)?;
+    Some(Finding {
+        error: Error::new(
+            error.code,
+            format!(
+                "rank {}: {}; the communicator is failed on every rank: destroy it",
+                comm.rank, error.message
+            ),
+        ),
+        device: true,
+    })
+}
+
+/// `symmTimeout` of `comm`, whose wait for `peer` (when known) ran out: "rank 0: rank 1 did not
+/// arrive within 3000 ms", with a disagreement of calls a rank of another process made when
+/// there is one.
+fn timeout_error(comm: &Comm, peer: Option<u32>) -> Error {
+    let who = match peer {
+        Some(peer) => format!("rank {peer}"),
+        None => "a peer".to_string(),
+    };
+    let mismatch = comm
+        .call_records
+        .as_ref()
+        .and_then(|records| records.recent_conflict(comm.next_collective.load(Ordering::Relaxed)))
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    Error::new(
+        symmResult_t::symmTimeout,
+        format!(
+            "rank {}: {who} did not arrive within {} ms{mismatch}; the communicator is failed on \
+             every rank",
+            comm.rank,
+            comm.clique.timeout.as_millis()
+        ),
+    )
+}
+
+/// `symmCommGetAsyncError`: the communicator's asynchronous error, if any — `symmTimeout`
+/// once a peer timed out, `symmInternalError` once a kernel refused its launch (also on later
+/// queries), the device's error once queued work failed, `symmRemoteError` once another rank
+/// failed the communicator, or the error of this rank's refused call that failed it.
+pub fn async_error(comm: &Comm) -> Option<Error> {
+    check(comm).err()
 }

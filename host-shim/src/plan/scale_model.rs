@@ -31,7 +31,7 @@
 
 use crate::plan::{GPU_MODEL, Model};
 use std::fmt::Write as _;
-use symm_device::symmetric::dispatch::Algorithm;
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::pat::{self, Transfer};
 use symm_device::sync::signal_pad::LL_MAX_BYTES;
 

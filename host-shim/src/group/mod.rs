@@ -1,19 +1,23 @@
 //! `symmGroupStart` / `symmGroupEnd`: one thread driving several ranks defers window
 //! completion and collective launches to the end of the group, where every rank's part is
 //! known and they can run together; collectives of one (collective, operator, data type) are
-//! fused into one launch per device (see [`crate::fusion`]).
+//! fused into one launch per device (see [`crate::group::fusion`]).
 
-use crate::collective::{self, Call, Task};
-use crate::comm::{Clique, Comm};
+pub mod fusion;
+
+use crate::abi::symmResult_t;
+use crate::agree::Call;
+use crate::collective::{self, Prepared, Request, Task};
+use crate::comm::{Clique, Comm, windows};
 use crate::error::{Error, Result};
-use crate::fusion::{self, Instance};
-use crate::window::{self, Window};
+use crate::window::Window;
+use fusion::Instance;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::FLAG_IN_PLACE;
-use symm_device::symmetric::dispatch::Algorithm;
 
 /// Work deferred to the end of the group.
 pub enum Deferred {
@@ -134,6 +138,72 @@ impl Drop for Unqueue {
     }
 }
 
+/// A collective call of `comm` (`what` names it, for another thread's refusal): its arguments
+/// validated by `validate`, then run now or, inside a group, queued to the group's end. This is
+/// the one place that decides "now or at the group's end" for collectives (windows:
+/// [`complete_window`]). A call refused after it reached the communicator is still the rank's
+/// next collective (`Call::Refused`); inside a group, the group's end refuses the whole group.
+pub fn collective(
+    comm: &Arc<Comm>,
+    what: &str,
+    validate: impl FnOnce() -> Result<Request>,
+    stream: u64,
+) -> Result<()> {
+    let _call = comm.enter_call(what)?;
+    let prepared = validate().and_then(|request| collective::prepare(comm, request, stream));
+    let grouped = active();
+    let result = match prepared {
+        Err(error) if grouped => {
+            defer(Deferred::Refused(comm.clone(), error.clone()));
+            Err(error)
+        }
+        Err(error) => Err(collective::record_refusal(comm, error)),
+        Ok(Prepared::Empty(call)) if grouped => {
+            defer(Deferred::Empty(comm.clone(), call));
+            Ok(())
+        }
+        Ok(Prepared::Empty(call)) => collective::agree_call(comm, &call).map(|_| ()),
+        Ok(Prepared::Task(task)) if grouped => {
+            defer(Deferred::Collective(task));
+            Ok(())
+        }
+        Ok(Prepared::Task(task)) => {
+            let plan = task.plan;
+            collective::execute(&[vec![&task]], &plan)
+        }
+    };
+    result.map_err(|error| with_missing_group_hint(comm, error))
+}
+
+/// Finish `window`'s registration on `comm` now or, inside a group, at the group's end (where
+/// every rank's registration is known).
+pub fn complete_window(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
+    if active() {
+        defer(Deferred::CompleteWindow(comm.clone(), window.clone()));
+        Ok(())
+    } else {
+        windows::complete(comm, window)
+    }
+}
+
+/// A timeout outside any group on a communicator whose ranks all run in this process: one
+/// thread probably drives several ranks without a group (each call then waits for peers that
+/// this thread has not called yet), so the error says so.
+fn with_missing_group_hint(comm: &Comm, error: Error) -> Error {
+    let one_process = comm.link.is_none() && comm.clique.nranks > 1;
+    if error.code != symmResult_t::symmTimeout || !one_process || active() || ending() {
+        return error;
+    }
+    Error::new(
+        error.code,
+        format!(
+            "{} (if one thread drives several ranks of this communicator, their calls must be \
+             made between symmGroupStart and symmGroupEnd: a group is probably missing)",
+            error.message
+        ),
+    )
+}
+
 /// `symmGroupStart`: groups nest.
 pub fn start() -> Result<()> {
     GROUP.with(|g| {
@@ -196,8 +266,8 @@ pub fn end() -> Result<()> {
         match item {
             Deferred::CompleteWindow(comm, window) => {
                 // Every registration's first half before any second half (see
-                // `window::start_completion`).
-                let started = window::start_completion(&comm, &window);
+                // `windows::start_completion`).
+                let started = windows::start_completion(&comm, &window);
                 registrations.push((comm, window, started));
             }
             Deferred::Collective(task) => {
@@ -215,7 +285,7 @@ pub fn end() -> Result<()> {
         }
     }
     for (comm, window, started) in registrations {
-        let result = window::finish_completion(&comm, &window, started);
+        let result = windows::finish_completion(&comm, &window, started);
         record(&comm, result);
     }
     let instances = match refusal {
@@ -240,7 +310,7 @@ pub fn end() -> Result<()> {
         }
     };
     for (comm, call) in &empties {
-        if let Err(e) = collective::check_not_aborted(comm)
+        if let Err(e) = crate::comm::failure::check(comm)
             .and_then(|()| collective::agree_call(comm, call).map(|_| ()))
         {
             record(comm, Err(e));

@@ -29,8 +29,8 @@ use crate::error::Result;
 use crate::plan::batch::{BatchRequest, plan_batch};
 use crate::plan::{Collective, Limits, Plan, is_pat};
 use std::sync::Arc;
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::batch::MAX_TASKS;
-use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::{DataType, RedOp};
 
 /// One collective of a group: its parts on the ranks the group drives, sorted by rank.

@@ -1,9 +1,9 @@
 //! Work-stealing benchmark launches: the fixed-grid, software-source and hardware-CLC kernels
-//! of `symm_device::scheduler::workload`, on either backend. Hardware CLC needs an sm_100 GPU:
+//! of `symm_device::scheduler::workload`: their configuration, the host emulation and the
+//! report (the cuda executor launches them: `Backend::run_clc_benchmark`). Hardware CLC needs an sm_100 GPU:
 //! anywhere else the request is `symmUnsupported`, never a launch of instructions the GPU does
 //! not have.
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use symm_device::arch::host::run_grid_with_residency;
 use symm_device::scheduler::source::SoftwareSource;
@@ -86,8 +86,9 @@ pub struct Report {
     pub exactly_once: bool,
 }
 
-/// Run `variant` `config.iterations` times (after one warm-up).
-pub fn run(backend: &Backend, variant: Variant, config: &Config) -> Result<Report> {
+/// Check `variant` and `config` before anything is launched (the cuda executor and the host
+/// emulation both start with it).
+pub fn validate(variant: Variant, config: &Config) -> Result<()> {
     if let Variant::Software(p) | Variant::Hardware(p) = variant
         && !workload::POLICIES.contains(&p)
     {
@@ -105,16 +106,16 @@ pub fn run(backend: &Backend, variant: Variant, config: &Config) -> Result<Repor
             config.tiles
         )));
     }
-    match backend {
-        Backend::Host(_) | Backend::Model(_) => run_on_host(variant, config),
-        Backend::Cuda(cuda) => cuda.run_clc_benchmark(variant, config),
-    }
+    Ok(())
 }
 
 /// Blocks of the host emulation that run at once (an SM count of sorts).
 const HOST_RESIDENT_BLOCKS: u32 = 8;
 
-fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
+/// Run `variant` on CPU threads, `config.iterations` times after one warm-up (the host and
+/// model executors).
+pub fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
+    validate(variant, config)?;
     let kernel: workload::BenchKernel = match variant {
         Variant::FixedGrid => workload::fixed_grid_kernel,
         Variant::Software(p) => workload::software_kernel(p).expect("policy checked"),
@@ -174,6 +175,7 @@ pub fn report(times: &mut [f64], counts: &[u32], launches: u32, stats: &[u32]) -
 mod tests {
     use super::*;
     use crate::abi::symmResult_t;
+    use crate::backend::Backend;
     use crate::backend::host::HostBackend;
 
     #[test]
@@ -188,22 +190,36 @@ mod tests {
             iterations: 2,
             device: 0,
         };
-        let fixed = run(&backend, Variant::FixedGrid, &config).unwrap();
+        let fixed = backend
+            .run_clc_benchmark(Variant::FixedGrid, &config)
+            .unwrap();
         assert!(fixed.exactly_once && fixed.steals == 0);
         assert_eq!(fixed.tiles_per_block.len(), 200);
-        let greedy = run(&backend, Variant::Software("greedy"), &config).unwrap();
+        let greedy = backend
+            .run_clc_benchmark(Variant::Software("greedy"), &config)
+            .unwrap();
         assert!(greedy.exactly_once);
         assert_eq!(greedy.tiles_per_block.iter().sum::<u32>(), 200);
-        let capped = run(&backend, Variant::Software("max_steals_4"), &config).unwrap();
+        let capped = backend
+            .run_clc_benchmark(Variant::Software("max_steals_4"), &config)
+            .unwrap();
         assert!(capped.tiles_per_block.iter().all(|t| *t <= 5));
-        let e = run(&backend, Variant::Hardware("greedy"), &config).unwrap_err();
+        let e = backend
+            .run_clc_benchmark(Variant::Hardware("greedy"), &config)
+            .unwrap_err();
         assert_eq!(e.code, symmResult_t::symmUnsupported);
-        let e = run(&backend, Variant::HardwareClustered { cluster: 2 }, &config).unwrap_err();
+        let e = backend
+            .run_clc_benchmark(Variant::HardwareClustered { cluster: 2 }, &config)
+            .unwrap_err();
         assert_eq!(e.code, symmResult_t::symmUnsupported);
         let odd = Config { tiles: 7, ..config };
-        let e = run(&backend, Variant::HardwareClustered { cluster: 2 }, &odd).unwrap_err();
+        let e = backend
+            .run_clc_benchmark(Variant::HardwareClustered { cluster: 2 }, &odd)
+            .unwrap_err();
         assert_eq!(e.code, symmResult_t::symmInvalidArgument);
-        let e = run(&backend, Variant::Software("lucky"), &config).unwrap_err();
+        let e = backend
+            .run_clc_benchmark(Variant::Software("lucky"), &config)
+            .unwrap_err();
         assert_eq!(e.code, symmResult_t::symmInvalidArgument);
     }
 }

@@ -3,7 +3,7 @@
 //! [`schedule`] turns one launch (the parts it serves, the callers' streams and their kinds,
 //! the internal stream and events, what is known about co-residency) into a list of
 //! [`StreamOp`]s. Executors carry it out: the cuda backend by driver calls, the model backend
-//! ([`super::model`]) by checking it against CUDA's ordering rules. Nothing here touches a
+//! ([`crate::backend::model`]) by checking it against CUDA's ordering rules. Nothing here touches a
 //! device, so every decision is testable without a GPU.
 
 use crate::error::{Error, Result};
@@ -47,7 +47,7 @@ impl StreamKind {
     }
 }
 
-pub use crate::plan::InstanceId;
+pub use super::InstanceId;
 
 /// One rank served by a launch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,7 +294,7 @@ pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use symm_device::symmetric::dispatch::Algorithm;
+    use symm_device::symmetric::Algorithm;
     use symm_device::{DataType, RedOp};
 
     fn input(

@@ -3,24 +3,27 @@
 //! Handles given to C are `Arc::as_ptr` of a live [`Comm`]; every entry point looks the handle
 //! up in [`LIVE_COMMS`] first, so a destroyed or made-up handle is an error, never a deref.
 
+pub mod failure;
+pub mod windows;
+
 use crate::abi::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
+use crate::agree::CallLog;
+use crate::agree::records::CallRecords;
 use crate::backend::{Backend, BackendKind, CommResources};
-use crate::bootstrap::{self, UniqueId};
-use crate::call_records::CallRecords;
-use crate::collective::CallLog;
 use crate::error::{Error, Result, c_message};
-use crate::failure::Failure;
-use crate::fdpass::FdListener;
-use crate::link::{self, PeerInfo, RankLink};
-use crate::shareable::Shareable;
+use crate::transport::bootstrap::{self, UniqueId};
+use crate::transport::fdpass::FdListener;
+use crate::transport::link::{self, PeerInfo, RankLink};
+use crate::transport::shareable::Shareable;
 use crate::window::{Exchange, SignalPads, Window};
+use failure::Failure;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::TaskArgs;
-use symm_device::symmetric::dispatch::Algorithm;
 use symm_device::sync::signal_pad::MAX_RANKS;
 
 /// What the ranks of one communicator share.
@@ -53,10 +56,10 @@ pub struct Clique {
     /// The signal pads of this clique's windows in this process, so that a window can hold
     /// those of its peers (see [`crate::window::SignalPad`]).
     pub signal_pads: SignalPads,
-    /// The collectives in flight of this process's ranks (see [`crate::collective::Signature`]).
+    /// The collectives in flight of this process's ranks (see [`crate::agree::Signature`]).
     pub calls: Mutex<CallLog>,
     /// The communicator's first failure found by a rank of this process, or adopted from a
-    /// rank of another process (see [`crate::failure`]).
+    /// rank of another process (see [`failure`]).
     pub failure: Mutex<Option<Failure>>,
 }
 
@@ -104,7 +107,7 @@ pub struct CommState {
     pub windows: HashMap<usize, Arc<Window>>,
     /// Sequence number of this rank's next window registration.
     pub next_window_seq: u64,
-    /// Why this rank's communicator failed (see [`crate::failure`]): its own finding, or
+    /// Why this rank's communicator failed (see [`failure`]): its own finding, or
     /// another rank's it adopted; every later collective is refused with it.
     pub aborted: Option<String>,
     /// The code of that failure on this rank (its own finding's, or `symmRemoteError`).
@@ -148,7 +151,7 @@ pub struct Comm {
     /// Kernel launches that served this rank (a fused launch counts once).
     pub launches: AtomicU64,
     /// The call records shared with the ranks of other processes of this machine (see
-    /// [`crate::call_records`]); `None` when every rank runs in this process or some rank runs
+    /// [`crate::agree::records`]); `None` when every rank runs in this process or some rank runs
     /// on another machine.
     pub call_records: Option<CallRecords>,
     /// The thread whose call is being made on this rank (a collective, or the collectives it
@@ -246,7 +249,7 @@ impl Comm {
     /// its peers' `k`-th: a call from a second thread while another thread's call is in
     /// progress (or queued in its open group) is refused with `symmInvalidUsage` naming both,
     /// and since the rank's calls no longer have an order its peers can know, the communicator
-    /// is failed on every rank ([`crate::failure`]). The same thread may enter again (its
+    /// is failed on every rank ([`failure`]). The same thread may enter again (its
     /// group's end, a nested call).
     pub fn enter_call(&self, call: &str) -> Result<CallInProgress<'_>> {
         let me = std::thread::current().id();
@@ -284,7 +287,7 @@ impl Comm {
         match refused {
             Some(message) => {
                 let error = Error::invalid_usage(message);
-                crate::failure::fail(self, &error);
+                failure::fail(self, &error);
                 Err(error)
             }
             None => Ok(CallInProgress { comm: self }),

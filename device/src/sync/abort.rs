@@ -1,0 +1,48 @@
+//! The abort word of a window: how a kernel that gives up (a peer did not arrive, a refused
+//! launch) tells the host, and how the host tells pending kernels that the communicator failed.
+//! The word is a `u32` in host-visible memory ([`crate::SymmContext::abort_flag`]); its low
+//! byte is one of the `ABORT_*` values below.
+
+/// Abort-word value (low byte) of a window whose kernel gave up waiting for a peer; the word
+/// of a wait that knew which peer it waited for is [`abort_timed_out_waiting_for`].
+pub const ABORT_TIMED_OUT: u32 = 1;
+/// Abort-word value raised by the host, never by a kernel: another rank found the
+/// communicator failed (a mismatched or refused call, a peer's timeout), so this rank's
+/// pending kernels give up at once instead of waiting for their own timeout.
+pub const ABORT_PEER_FAILED: u32 = 3;
+
+/// The abort word of a wait that timed out waiting for `peer`: [`ABORT_TIMED_OUT`] in the low
+/// byte, `peer + 1` above it (so that the host can name the rank that did not arrive).
+#[inline(always)]
+pub const fn abort_timed_out_waiting_for(peer: u32) -> u32 {
+    ABORT_TIMED_OUT | (peer.wrapping_add(1) << 8)
+}
+
+/// The rank a timed-out wait was waiting for, when the abort word names one.
+pub const fn timed_out_peer(word: u32) -> Option<u32> {
+    if word & 0xFF != ABORT_TIMED_OUT || word >> 8 == 0 {
+        None
+    } else {
+        Some((word >> 8) - 1)
+    }
+}
+/// Abort-word value of a window whose kernel refused its launch (shape or arguments outside the
+/// kernel's limits); nothing was touched.
+pub const ABORT_INVALID_LAUNCH: u32 = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_word_names_the_peer_it_waited_for() {
+        for peer in [0u32, 1, 7, 63] {
+            let word = abort_timed_out_waiting_for(peer);
+            assert_eq!(word & 0xFF, ABORT_TIMED_OUT);
+            assert_eq!(timed_out_peer(word), Some(peer));
+        }
+        assert_eq!(timed_out_peer(ABORT_TIMED_OUT), None);
+        assert_eq!(timed_out_peer(ABORT_INVALID_LAUNCH), None);
+        assert_eq!(timed_out_peer(ABORT_PEER_FAILED), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! Call agreement: what the `k`-th collective of every rank must agree on ([`Signature`],
+//! [`Call`]), and where the ranks' calls are compared — between the ranks of this process
+//! ([`CallLog`]) and with the ranks of other processes of this machine ([`records`]). Pure
+//! bookkeeping on numbers: numbering a rank's calls and failing its communicator on a
+//! disagreement is the caller's part (`collective`).
+
+#[cfg(target_os = "linux")]
+pub mod records;
+
+use crate::error::{Error, Result};
+use crate::mutation::{self, Mutation};
+use crate::plan::{Collective, KernelId};
+use std::collections::BTreeMap;
+use symm_device::symmetric::Algorithm;
+use symm_device::{DataType, RedOp};
+
+/// What the `k`-th collective of every rank of a communicator must agree on: checked between
+/// the ranks of this process (one thread per rank, or a group driving some of them) before a
+/// launch, so that a rank that calls another collective, type, operator or count than its
+/// peers is refused instead of exchanging data with them under wrong assumptions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// The collective.
+    pub collective: Collective,
+    /// The kernel (algorithm, type, operator).
+    pub kernel: KernelId,
+    /// The kernel's count argument (elements; bytes for all-gather).
+    pub count: u64,
+    /// Blocks per rank.
+    pub grid: u32,
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.collective {
+            Collective::AllReduce => "symmAllReduce",
+            Collective::AllGather => "symmAllGather",
+            Collective::ReduceScatter => "symmReduceScatter",
+        };
+        // All-gather kernels count bytes.
+        let elements = match self.collective {
+            Collective::AllGather => self.count / self.kernel.dtype.size_bytes() as u64,
+            _ => self.count,
+        };
+        write!(f, "{name} of {elements} x {:?}", self.kernel.dtype)?;
+        if self.collective != Collective::AllGather {
+            write!(f, " {:?}", self.kernel.op)?;
+        }
+        write!(
+            f,
+            " ({}, {} blocks)",
+            self.kernel.algorithm.name(),
+            self.grid
+        )
+    }
+}
+
+impl Signature {
+    /// Words of [`Signature::to_words`].
+    pub(crate) const WORDS: usize = 2;
+
+    /// The signature as plain words, for ranks of other processes to read
+    /// ([`records`]): collective, algorithm, type, operator and grid; the count.
+    pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
+        let collective = Collective::ALL
+            .iter()
+            .position(|c| *c == self.collective)
+            .unwrap_or(0) as u64;
+        let algorithm = Algorithm::ALL
+            .iter()
+            .position(|a| *a == self.kernel.algorithm)
+            .unwrap_or(0) as u64;
+        [
+            collective
+                | algorithm << 8
+                | (self.kernel.dtype as u64) << 16
+                | (self.kernel.op as u64) << 24
+                | (self.grid as u64) << 32,
+            self.count,
+        ]
+    }
+
+    /// The signature of [`Signature::to_words`]'s `words`, if they name one.
+    pub(crate) fn from_words(words: [u64; Self::WORDS]) -> Option<Signature> {
+        let field = |shift: u32| ((words[0] >> shift) & 0xFF) as usize;
+        Some(Signature {
+            collective: *Collective::ALL.get(field(0))?,
+            kernel: KernelId {
+                algorithm: *Algorithm::ALL.get(field(8))?,
+                dtype: DataType::from_raw(field(16) as u32)?,
+                op: RedOp::from_raw(field(24) as u32)?,
+            },
+            count: words[1],
+            grid: (words[0] >> 32) as u32,
+        })
+    }
+}
+
+/// A rank's `k`-th collective as its peers compare it: a call it made (launched, or of
+/// count 0), or a call it refused after it reached the communicator (bad arguments, a
+/// mismatch inside a group). A refused call still counts: ranks that all refused their `k`-th
+/// call agree and go on; a rank that refused a call its peers made fails the communicator
+/// (see `comm::failure`), so that its next call never pairs with their `k`-th.
+#[derive(Clone, Debug)]
+pub enum Call {
+    /// A call made, with what every rank's kernel assumes.
+    Made(Signature),
+    /// A refused call, and why (empty when read from another process).
+    Refused(String),
+}
+
+impl Call {
+    /// `true` when two ranks' `k`-th calls are the same collective (any two refusals agree).
+    pub fn agrees_with(&self, other: &Call) -> bool {
+        match (self, other) {
+            (Call::Made(a), Call::Made(b)) => a == b,
+            (Call::Refused(_), Call::Refused(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// "is symmAllReduce of …" or "was refused (…)".
+    fn phrase(&self) -> String {
+        match self {
+            Call::Made(signature) => format!("is {signature}"),
+            Call::Refused(reason) if reason.is_empty() => "was refused".to_string(),
+            Call::Refused(reason) => format!("was refused ({reason})"),
+        }
+    }
+
+    /// The call as plain words, for ranks of other processes ([`records`]): a
+    /// refusal is a word no signature has.
+    pub(crate) fn to_words(&self) -> [u64; Signature::WORDS] {
+        match self {
+            Call::Made(signature) => signature.to_words(),
+            Call::Refused(_) => [u64::MAX, 0],
+        }
+    }
+
+    /// The call of [`Call::to_words`]'s `words`, if they name one.
+    pub(crate) fn from_words(words: [u64; Signature::WORDS]) -> Option<Call> {
+        if words[0] == u64::MAX {
+            return Some(Call::Refused(String::new()));
+        }
+        Signature::from_words(words).map(Call::Made)
+    }
+}
+
+/// The calls in flight of a clique's ranks in this process, by call number.
+#[derive(Default)]
+pub struct CallLog {
+    calls: BTreeMap<u64, Vec<Option<Call>>>,
+    /// Call numbers below this were dropped before every rank of this process made them
+    /// (see [`CALL_LOG_ENTRIES`]): such a call can no longer be compared.
+    dropped_below: u64,
+}
+
+/// Most call numbers kept waiting for a rank of this process that has not made them yet (one
+/// that left, or lags far behind: calls of count 0 and refused calls launch nothing, and cuda
+/// launches do not block, so a rank can run far ahead). A lagging rank that reaches a dropped
+/// number cannot be compared any more and fails the communicator, never pairs unchecked.
+const CALL_LOG_ENTRIES: usize = 4096;
+
+impl CallLog {
+    /// Record that `rank`'s collective number `seq` is `call`, among `nranks` ranks of which
+    /// `remote(r)` are in other processes (compared through [`records`], never here); an error
+    /// naming both calls when a rank of this process made another call under that number. The
+    /// entry of `seq` is dropped once every rank of this process made its call.
+    pub fn record(
+        &mut self,
+        seq: u64,
+        rank: usize,
+        call: &Call,
+        nranks: usize,
+        remote: impl Fn(usize) -> bool,
+    ) -> Result<()> {
+        if seq < self.dropped_below {
+            return Err(Error::invalid_usage(format!(
+                "rank {rank}'s collective #{seq} can no longer be compared with its peers' (they \
+                 are more than {CALL_LOG_ENTRIES} collectives ahead); the communicator is failed \
+                 on every rank"
+            )));
+        }
+        let entry = self.calls.entry(seq).or_insert_with(|| vec![None; nranks]);
+        let conflict = entry.iter().enumerate().find_map(|(r, theirs)| {
+            theirs
+                .as_ref()
+                .filter(|theirs| r != rank && !theirs.agrees_with(call))
+                .map(|theirs| (r, theirs.clone()))
+        });
+        let conflict = conflict.filter(|_| !mutation::active(Mutation::SkipCallAgreement));
+        if let Some((other, theirs)) = conflict {
+            return Err(Error::invalid_usage(format!(
+                "{}; nothing of rank {rank}'s call was exchanged, and the communicator is failed \
+                 on every rank",
+                mismatch_message(seq, rank, call, other, &theirs),
+            )));
+        }
+        entry[rank] = Some(call.clone());
+        let complete = entry
+            .iter()
+            .enumerate()
+            .all(|(r, call)| call.is_some() || remote(r));
+        if complete {
+            self.calls.remove(&seq);
+        }
+        while self.calls.len() > CALL_LOG_ENTRIES {
+            if let Some((dropped, _)) = self.calls.pop_first() {
+                self.dropped_below = self.dropped_below.max(dropped + 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// "rank A's collective #k is X, but rank B's is Y: ...": two ranks' different calls under
+/// one number (this process's ranks here, ranks of other processes in [`records`]).
+pub(crate) fn mismatch_message(
+    seq: u64,
+    rank: usize,
+    own: &Call,
+    peer: usize,
+    theirs: &Call,
+) -> String {
+    format!(
+        "rank {rank}'s collective #{seq} {}, but rank {peer}'s {}: every rank must make the same \
+         collective calls, with the same count, in the same order",
+        own.phrase(),
+        theirs.phrase()
+    )
+}
