@@ -253,7 +253,7 @@ def test_library_is_textual_ir_without_the_attribute_old_triton_refuses():
         assert re.search(rf"^define .*@{symbol}\(", text, re.M), symbol
 
 
-def test_the_readme_example_compiles_for_every_target():
+def test_the_triton_example_compiles_for_every_target():
     import importlib.util
 
     path = Path(__file__).resolve().parents[2] / "examples" / "triton" / "allreduce.py"
@@ -267,4 +267,4 @@ def test_the_readme_example_compiles_for_every_target():
             capability=capability,
             constexprs={"DTYPE": st.FLOAT32.value},
         )
-        check_linked(kernel, capability, "README example")
+        check_linked(kernel, capability, "Triton example")

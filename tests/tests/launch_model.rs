@@ -1,7 +1,8 @@
-//! Every launch pattern of the README, the C examples, symm-perf and the GPU test set, driven
-//! through the C ABI into the model backend (`symm::backend::model`), which plays each launch
-//! schedule against CUDA's ordering rules (legacy-stream synchronization, events, kernels that
-//! spin on each other, co-residency, stream capture) and reports deadlocks. No GPU needed.
+//! Every launch pattern of the README and docs/USER_GUIDE.md, the C examples, symm-perf and the
+//! GPU test set, driven through the C ABI into the model backend (`symm::backend::model`), which
+//! plays each launch schedule against CUDA's ordering rules (legacy-stream synchronization,
+//! events, kernels that spin on each other, co-residency, stream capture) and reports deadlocks.
+//! No GPU needed.
 
 use std::ffi::{c_int, c_void};
 use symm::backend::model;
@@ -52,7 +53,7 @@ fn all_reduce(b: &RankBuffer, send: usize, recv: usize, count: usize, s: u64) ->
 
 /// One thread drives every rank with groups; all ranks on one device, one stream for all (the
 /// NULL stream: `allreduce.c`; a blocking one: the GPU test set; a non-blocking one:
-/// symm-perf), then one stream per rank (the README), over every algorithm's size range and the
+/// symm-perf), then one stream per rank (docs/USER_GUIDE.md), over every algorithm's size range and the
 /// three collectives.
 #[test]
 fn group_all_ranks_on_one_device() {

@@ -17,8 +17,8 @@
 //! up to 512 KiB over all ranks), at random element-aligned offsets (16-byte aligned or not).
 //! Every call is checked exactly against a reference computed here, independently of the
 //! kernels (integers in i128, floats in f64 with inputs chosen so that every partial result of
-//! the kernels' accumulator is exact, then one rounding to the type as README.md specifies),
-//! bitwise on every rank; every byte of the window outside the receive buffer must be
+//! the kernels' accumulator is exact, then one rounding to the type as docs/USER_GUIDE.md
+//! specifies), bitwise on every rank; every byte of the window outside the receive buffer must be
 //! unchanged (the send buffer keeps its input, everything else a per-call guard byte).
 //!
 //! The ranks are driven both ways the C ABI allows: one thread in `symmGroupStart/End` per call,
@@ -595,7 +595,7 @@ fn random_element(rng: &mut Rng, dtype: DataType, op: RedOp, nranks: usize, out:
     encode(dtype, value, out);
 }
 
-/// Reduce one element of every rank (`column`) as README.md defines it, into `out`.
+/// Reduce one element of every rank (`column`) as docs/USER_GUIDE.md defines it, into `out`.
 fn reduce(dtype: DataType, op: RedOp, column: &[&[u8]], out: &mut [u8]) {
     let n = column.len();
     if let Some((bits, signed)) = integer(dtype) {

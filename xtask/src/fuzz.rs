@@ -71,7 +71,7 @@ fn fuzz_run(libfuzzer_args: &[String]) -> Result<(), String> {
     } else {
         Err(format!(
             "the fuzz target failed ({status}); the input is in fuzz/artifacts/{TARGET}/ (see \
-             the README's Fuzzing section)"
+             docs/DEVELOPING.md, section Fuzzing)"
         ))
     }
 }
