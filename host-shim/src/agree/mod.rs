@@ -24,7 +24,7 @@ pub struct Signature {
     pub collective: Collective,
     /// The kernel (algorithm, type, operator).
     pub kernel: KernelId,
-    /// The kernel's count argument (elements; bytes for all-gather).
+    /// Elements (all-reduce: total; the others: per rank).
     pub count: u64,
     /// Blocks per rank.
     pub grid: u32,
@@ -37,12 +37,7 @@ impl std::fmt::Display for Signature {
             Collective::AllGather => "symmAllGather",
             Collective::ReduceScatter => "symmReduceScatter",
         };
-        // All-gather kernels count bytes.
-        let elements = match self.collective {
-            Collective::AllGather => self.count / self.kernel.dtype.size_bytes() as u64,
-            _ => self.count,
-        };
-        write!(f, "{name} of {elements} x {:?}", self.kernel.dtype)?;
+        write!(f, "{name} of {} x {:?}", self.count, self.kernel.dtype)?;
         if self.collective != Collective::AllGather {
             write!(f, " {:?}", self.kernel.op)?;
         }
@@ -190,11 +185,7 @@ impl CallLog {
         });
         let conflict = conflict.filter(|_| !mutation::active(Mutation::SkipCallAgreement));
         if let Some((other, theirs)) = conflict {
-            return Err(Error::invalid_usage(format!(
-                "{}; nothing of rank {rank}'s call was exchanged, and the communicator is failed \
-                 on every rank",
-                mismatch_message(seq, rank, call, other, &theirs),
-            )));
+            return Err(disagreement(seq, rank, call, other, &theirs, false));
         }
         entry[rank] = Some(call.clone());
         let complete = entry
@@ -228,4 +219,27 @@ pub(crate) fn mismatch_message(
         own.phrase(),
         theirs.phrase()
     )
+}
+
+/// The error of `rank`, whose collective number `seq` is `own` while `peer`'s is `theirs`
+/// (`peer_elsewhere`: the peer runs in another process): the same for a disagreement found in
+/// this process ([`CallLog`]) or through the call records ([`records`]).
+pub(crate) fn disagreement(
+    seq: u64,
+    rank: usize,
+    own: &Call,
+    peer: usize,
+    theirs: &Call,
+    peer_elsewhere: bool,
+) -> Error {
+    let elsewhere = if peer_elsewhere {
+        format!(" (rank {peer} runs in another process)")
+    } else {
+        String::new()
+    };
+    Error::invalid_usage(format!(
+        "{}{elsewhere}; nothing of rank {rank}'s call was exchanged, and the communicator is \
+         failed on every rank",
+        mismatch_message(seq, rank, own, peer, theirs)
+    ))
 }

@@ -35,7 +35,7 @@
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
 
-use super::{Call, Signature, mismatch_message};
+use super::{Call, Signature, disagreement, mismatch_message};
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
 use crate::transport::link::RankLink;
@@ -228,12 +228,7 @@ impl CallRecords {
         Self::checked(&self.own).store(seq + 1, Ordering::Release);
         match conflict {
             None => Ok(()),
-            Some((peer, theirs)) => Err(Error::invalid_usage(format!(
-                "{} (rank {peer} runs in another process); nothing of rank {}'s call was \
-                 exchanged, and the communicator is failed on every rank",
-                mismatch_message(seq, self.rank, call, peer, &theirs),
-                self.rank
-            ))),
+            Some((peer, theirs)) => Err(disagreement(seq, self.rank, call, peer, &theirs, true)),
         }
     }
 

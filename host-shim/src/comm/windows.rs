@@ -19,84 +19,13 @@ use symm_device::sync::signal_pad::signal_pad_bytes;
 
 /// `symmCommWindowRegister` on one rank: validate, deposit, and (outside a group) complete.
 pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Result<Arc<Window>> {
-    if buff == 0 {
-        return Err(Error::invalid_argument("buff is NULL"));
-    }
-    if size == 0 {
-        return Err(Error::invalid_argument("size is 0"));
-    }
-    if flags & SYMM_WIN_COLL_SYMMETRIC == 0 || flags & !SYMM_WIN_COLL_SYMMETRIC != 0 {
-        return Err(Error::invalid_argument(format!(
-            "winFlags = {flags:#x}: must be SYMM_WIN_COLL_SYMMETRIC"
-        )));
-    }
+    check_arguments(buff, size, flags)?;
     let size = size as u64;
     let backend = comm.clique.backend.clone();
     let mut state = comm.lock();
-    if let Some(failed) = state
-        .registration_failed
-        .as_ref()
-        .filter(|_| comm.link.is_some())
-    {
-        return Err(Error::invalid_usage(format!(
-            "an earlier window registration on this communicator failed ({failed}); the ranks \
-             of other processes may have given up on it: create a new communicator"
-        )));
-    }
-    if buff.checked_add(size).is_none() || !inside_allocation(&state, buff, size) {
-        return Err(Error::invalid_argument(format!(
-            "[buff, buff + size) = [{buff:#x}, +{size}) is not inside one symmMemAlloc \
-             allocation of this comm"
-        )));
-    }
-    if let Some(other) = state
-        .windows
-        .values()
-        .find(|w| buff < w.base + w.size && w.base < buff + size)
-    {
-        return Err(Error::invalid_argument(format!(
-            "buff overlaps the window registered at {:#x} (+{})",
-            other.base, other.size
-        )));
-    }
-    let pad_bytes = signal_pad_bytes(comm.clique.nranks);
-    let (signal_pad, signal_pad_memory, exports) = match comm.link.as_ref() {
-        Some(link) if link.has_remote_peers() => {
-            let (&allocation, memory) = state
-                .shared
-                .range(..=buff)
-                .next_back()
-                .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
-            let kind = link.export_kind();
-            let (window_message, mut fds) = memory.export(buff - allocation, kind)?;
-            let pad = Shareable::create(&backend, comm.device, pad_bytes, "symm-signal-pad")?;
-            let (pad_message, pad_fds) = pad.export(0, kind)?;
-            fds.extend(pad_fds);
-            let exports = Exports {
-                window_message,
-                pad_message,
-                fds,
-            };
-            (pad.address(), Some(pad), Some(exports))
-        }
-        _ => (backend.alloc_zeroed(comm.device, pad_bytes)?, None, None),
-    };
-    let signal_pad = Arc::new(SignalPad {
-        backend: backend.clone(),
-        device: comm.device,
-        address: signal_pad,
-        memory: signal_pad_memory,
-    });
+    check_range(comm, &state, buff, size)?;
+    let (signal_pad, exports) = new_signal_pad(comm, &state, buff)?;
     let abort = backend.alloc_flag(comm.device)?;
-    {
-        let mut pads = comm
-            .clique
-            .signal_pads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        pads.retain(|_, pad| pad.strong_count() > 0);
-        pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
-    }
     let seq = state.next_window_seq;
     state.next_window_seq += 1;
     let window = Arc::new(Window {
@@ -121,6 +50,97 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         return Err(e);
     }
     Ok(window)
+}
+
+/// The arguments of `symmCommWindowRegister`, before anything is looked at.
+fn check_arguments(buff: u64, size: usize, flags: c_int) -> Result<()> {
+    if buff == 0 {
+        return Err(Error::invalid_argument("buff is NULL"));
+    }
+    if size == 0 {
+        return Err(Error::invalid_argument("size is 0"));
+    }
+    if flags & SYMM_WIN_COLL_SYMMETRIC == 0 || flags & !SYMM_WIN_COLL_SYMMETRIC != 0 {
+        return Err(Error::invalid_argument(format!(
+            "winFlags = {flags:#x}: must be SYMM_WIN_COLL_SYMMETRIC"
+        )));
+    }
+    Ok(())
+}
+
+/// `[buff, buff + size)` may become a window of `comm`: inside one `symmMemAlloc` allocation,
+/// overlapping no window, and no earlier registration of a multi-process communicator failed.
+fn check_range(comm: &Comm, state: &CommState, buff: u64, size: u64) -> Result<()> {
+    if let Some(failed) = state
+        .registration_failed
+        .as_ref()
+        .filter(|_| comm.link.is_some())
+    {
+        return Err(Error::invalid_usage(format!(
+            "an earlier window registration on this communicator failed ({failed}); the ranks \
+             of other processes may have given up on it: create a new communicator"
+        )));
+    }
+    if buff.checked_add(size).is_none() || !inside_allocation(state, buff, size) {
+        return Err(Error::invalid_argument(format!(
+            "[buff, buff + size) = [{buff:#x}, +{size}) is not inside one symmMemAlloc \
+             allocation of this comm"
+        )));
+    }
+    if let Some(other) = state.windows.values().find(|w| w.overlaps(buff, size)) {
+        return Err(Error::invalid_argument(format!(
+            "buff overlaps the window registered at {:#x} (+{})",
+            other.base, other.size
+        )));
+    }
+    Ok(())
+}
+
+/// The signal pad of a new window at `buff`, known to the clique's other ranks of this process;
+/// shareable, with the exports ranks of other processes map, when the communicator has such
+/// ranks.
+fn new_signal_pad(
+    comm: &Comm,
+    state: &CommState,
+    buff: u64,
+) -> Result<(Arc<SignalPad>, Option<Exports>)> {
+    let backend = &comm.clique.backend;
+    let pad_bytes = signal_pad_bytes(comm.clique.nranks);
+    let (address, memory, exports) = match comm.link.as_ref() {
+        Some(link) if link.has_remote_peers() => {
+            let (&allocation, memory) = state
+                .shared
+                .range(..=buff)
+                .next_back()
+                .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
+            let kind = link.export_kind();
+            let (window_message, mut fds) = memory.export(buff - allocation, kind)?;
+            let pad = Shareable::create(backend, comm.device, pad_bytes, "symm-signal-pad")?;
+            let (pad_message, pad_fds) = pad.export(0, kind)?;
+            fds.extend(pad_fds);
+            let exports = Exports {
+                window_message,
+                pad_message,
+                fds,
+            };
+            (pad.address(), Some(pad), Some(exports))
+        }
+        _ => (backend.alloc_zeroed(comm.device, pad_bytes)?, None, None),
+    };
+    let signal_pad = Arc::new(SignalPad {
+        backend: backend.clone(),
+        device: comm.device,
+        address,
+        memory,
+    });
+    let mut pads = comm
+        .clique
+        .signal_pads
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    pads.retain(|_, pad| pad.strong_count() > 0);
+    pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
+    Ok((signal_pad, exports))
 }
 
 fn inside_allocation(state: &CommState, address: u64, bytes: u64) -> bool {
@@ -314,17 +334,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         .enumerate()
         .map(|(r, bytes)| WindowDeposit::decode(bytes, r))
         .collect::<Result<Vec<_>>>()?;
-    if let Some((rank, d)) = deposits
-        .iter()
-        .enumerate()
-        .find(|(_, d)| d.size != window.size)
-    {
-        return Err(Error::invalid_argument(format!(
-            "size = {}, but rank {rank} registered window #{} with size {}: symmetric windows \
-             have the same size on every rank",
-            window.size, window.seq, d.size
-        )));
-    }
+    same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
     let backend = &comm.clique.backend;
     let pad_bytes = signal_pad_bytes(comm.clique.nranks) as u64;
     let mut out = Vec::with_capacity(deposits.len());
@@ -369,18 +379,25 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
     Ok(out)
 }
 
-fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
-    if let Some((rank, d)) = deposits
-        .iter()
+/// A symmetric window has the same size on every rank: an error naming the first rank whose
+/// registration (`sizes`, by rank) differs from this rank's.
+fn same_size_on_every_rank(window: &Window, sizes: impl IntoIterator<Item = u64>) -> Result<()> {
+    match sizes
+        .into_iter()
         .enumerate()
-        .find(|(_, d)| d.size != window.size)
+        .find(|(_, size)| *size != window.size)
     {
-        return Err(Error::invalid_argument(format!(
-            "size = {}, but rank {rank} registered window #{} with size {}: symmetric windows \
-             have the same size on every rank",
-            window.size, window.seq, d.size
-        )));
+        Some((rank, size)) => Err(Error::invalid_argument(format!(
+            "size = {}, but rank {rank} registered window #{} with size {size}: symmetric \
+             windows have the same size on every rank",
+            window.size, window.seq
+        ))),
+        None => Ok(()),
     }
+}
+
+fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
+    same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
     // Hold the signal pads of the other ranks of this process: this rank's kernels write into
     // them for as long as the window exists.
     let mut peer_pads = Vec::new();

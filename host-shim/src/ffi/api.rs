@@ -293,7 +293,7 @@ pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_
         if state
             .windows
             .values()
-            .any(|w| w.base < address + size as u64 && address < w.base + w.size)
+            .any(|w| w.overlaps(address, size as u64))
         {
             return Err(Error::invalid_usage(
                 "ptr is still registered in a window: call symmCommWindowDeregister first",

@@ -85,15 +85,7 @@ impl<'t> Batch<'t> {
     fn counts(&self) -> Vec<u64> {
         self.instances
             .iter()
-            .map(|instance| {
-                let task = instance[0];
-                match task.collective {
-                    Collective::AllGather => {
-                        task.args.count / task.plan.kernel.dtype.size_bytes() as u64
-                    }
-                    _ => task.args.count,
-                }
-            })
+            .map(|instance| instance[0].args.count)
             .collect()
     }
 

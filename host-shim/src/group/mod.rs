@@ -247,7 +247,13 @@ pub fn end() -> Result<()> {
             .collect(),
     );
     let _ending = Ending::start();
-    // The group's collectives hold their ranks for this thread since they were queued.
+    let Sorted {
+        registrations,
+        tasks,
+        empties,
+        in_order,
+        refusal,
+    } = sort(deferred);
     let mut first_error: Option<Error> = None;
     let mut record = |comm: &Comm, result: Result<()>| {
         if let Err(e) = result {
@@ -255,35 +261,6 @@ pub fn end() -> Result<()> {
             first_error.get_or_insert(e);
         }
     };
-    let mut tasks = Vec::new();
-    let mut registrations = Vec::new();
-    let mut empties = Vec::new();
-    // Every collective of the group in call order (made, empty or refused), and the first
-    // refusal.
-    let mut in_order: Vec<Arc<Comm>> = Vec::new();
-    let mut refusal: Option<Error> = None;
-    for item in deferred {
-        match item {
-            Deferred::CompleteWindow(comm, window) => {
-                // Every registration's first half before any second half (see
-                // `windows::start_completion`).
-                let started = windows::start_completion(&comm, &window);
-                registrations.push((comm, window, started));
-            }
-            Deferred::Collective(task) => {
-                in_order.push(task.comm.clone());
-                tasks.push(task);
-            }
-            Deferred::Empty(comm, call) => {
-                in_order.push(comm.clone());
-                empties.push((comm, call));
-            }
-            Deferred::Refused(comm, error) => {
-                in_order.push(comm);
-                refusal.get_or_insert(error);
-            }
-        }
-    }
     for (comm, window, started) in registrations {
         let result = windows::finish_completion(&comm, &window, started);
         record(&comm, result);
@@ -310,62 +287,116 @@ pub fn end() -> Result<()> {
         }
     };
     for (comm, call) in &empties {
-        if let Err(e) = crate::comm::failure::check(comm)
-            .and_then(|()| collective::agree_call(comm, call).map(|_| ()))
-        {
-            record(comm, Err(e));
-        }
+        let result = crate::comm::failure::check(comm)
+            .and_then(|()| collective::agree_call(comm, call).map(|_| ()));
+        record(comm, result);
     }
     for batch in fusion::fuse(instances) {
-        let plan = match batch.plan() {
-            Ok(plan) => plan,
-            Err(e) => {
-                for task in batch.instances.iter().flatten() {
-                    let refused = collective::record_refusal(&task.comm, e.clone());
-                    task.comm.set_last_error(&refused.message);
-                }
-                first_error.get_or_insert(e);
-                continue;
+        if let Err(e) = run_batch(&batch) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// A group's deferred work by kind; the group's collectives hold their ranks for this thread
+/// since they were queued.
+struct Sorted {
+    /// Window registrations, each with its first half started.
+    registrations: Vec<(Arc<Comm>, Arc<Window>, Result<()>)>,
+    /// Collectives to launch.
+    tasks: Vec<Task>,
+    /// Collectives of count 0.
+    empties: Vec<(Arc<Comm>, Call)>,
+    /// The rank of every collective of the group in call order (made, empty or refused).
+    in_order: Vec<Arc<Comm>>,
+    /// The first collective refused when it was called.
+    refusal: Option<Error>,
+}
+
+/// Sort `deferred`, starting every registration's first half before any second half (see
+/// `windows::start_completion`).
+fn sort(deferred: Vec<Deferred>) -> Sorted {
+    let mut sorted = Sorted {
+        registrations: Vec::new(),
+        tasks: Vec::new(),
+        empties: Vec::new(),
+        in_order: Vec::new(),
+        refusal: None,
+    };
+    for item in deferred {
+        match item {
+            Deferred::CompleteWindow(comm, window) => {
+                let started = windows::start_completion(&comm, &window);
+                sorted.registrations.push((comm, window, started));
             }
-        };
-        let launches = batch.launches();
-        let results: Vec<Result<()>> =
-            if launches.len() > 1 && launches[0][0][0].runs_to_completion() {
-                // Host launches return when done: one batch's launches (one per device) run
-                // side by side.
-                std::thread::scope(|scope| {
-                    let handles: Vec<_> = launches
-                        .iter()
-                        .map(|parts| {
-                            scope.spawn(|| {
-                                // Still this group's end, on a helper thread.
-                                let _ending = Ending::start();
-                                collective::execute(parts, &plan)
-                            })
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| {
-                            h.join()
-                                .unwrap_or_else(|_| Err(Error::internal("a host kernel panicked")))
-                        })
-                        .collect()
+            Deferred::Collective(task) => {
+                sorted.in_order.push(task.comm.clone());
+                sorted.tasks.push(task);
+            }
+            Deferred::Empty(comm, call) => {
+                sorted.in_order.push(comm.clone());
+                sorted.empties.push((comm, call));
+            }
+            Deferred::Refused(comm, error) => {
+                sorted.in_order.push(comm);
+                sorted.refusal.get_or_insert(error);
+            }
+        }
+    }
+    sorted
+}
+
+/// Plan and run one fused batch: one launch per device (on the host backend side by side, one
+/// thread each, since host launches return when done). A batch that cannot be planned counts
+/// as refused calls on its ranks. The first error, after each failed launch's ranks have it as
+/// their last error.
+fn run_batch(batch: &fusion::Batch<'_>) -> Result<()> {
+    let plan = match batch.plan() {
+        Ok(plan) => plan,
+        Err(e) => {
+            for task in batch.instances.iter().flatten() {
+                let refused = collective::record_refusal(&task.comm, e.clone());
+                task.comm.set_last_error(&refused.message);
+            }
+            return Err(e);
+        }
+    };
+    let launches = batch.launches();
+    let results: Vec<Result<()>> = if launches.len() > 1 && launches[0][0][0].runs_to_completion() {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = launches
+                .iter()
+                .map(|parts| {
+                    scope.spawn(|| {
+                        // Still this group's end, on a helper thread.
+                        let _ending = Ending::start();
+                        collective::execute(parts, &plan)
+                    })
                 })
-            } else {
-                // Enqueued without blocking the host (cuda), one launch per device.
-                launches
-                    .iter()
-                    .map(|parts| collective::execute(parts, &plan))
-                    .collect()
-            };
-        for (parts, result) in launches.iter().zip(results) {
-            if let Err(e) = result {
-                for task in parts.iter().flatten() {
-                    task.comm.set_last_error(&e.message);
-                }
-                first_error.get_or_insert(e);
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::internal("a host kernel panicked")))
+                })
+                .collect()
+        })
+    } else {
+        // Enqueued without blocking the host (cuda), one launch per device.
+        launches
+            .iter()
+            .map(|parts| collective::execute(parts, &plan))
+            .collect()
+    };
+    let mut first_error = None;
+    for (parts, result) in launches.iter().zip(results) {
+        if let Err(e) = result {
+            for task in parts.iter().flatten() {
+                task.comm.set_last_error(&e.message);
             }
+            first_error.get_or_insert(e);
         }
     }
     first_error.map_or(Ok(()), Err)
@@ -409,23 +440,12 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
     for part in &parts[1..] {
         let (a, b) = (first, *part);
         let mut differences = Vec::new();
-        if a.collective != b.collective {
-            differences.push(format!(
-                "collective {} vs {}",
-                a.collective.name(),
-                b.collective.name()
-            ));
+        let (a_call, b_call) = (a.signature(&a.plan), b.signature(&b.plan));
+        if a_call != b_call {
+            // What every rank's `k`-th call must agree on (`agree`); the rest is what a group's
+            // parts must agree on besides: in-place-ness, block size, symmetric offsets.
+            differences.push(format!("{a_call} vs {b_call}"));
         } else {
-            if a.plan.kernel != b.plan.kernel {
-                differences.push(format!(
-                    "kernel {} vs {} (datatype, operator or algorithm)",
-                    a.plan.kernel.ptx_name(),
-                    b.plan.kernel.ptx_name()
-                ));
-            }
-            if a.args.count != b.args.count {
-                differences.push(format!("count {} vs {}", a.args.count, b.args.count));
-            }
             // Two-shot stores each rank's shard into every peer's receive buffer where the
             // storing rank believes it is: every rank must be in place, or none.
             if a.plan.kernel.algorithm == Algorithm::TwoShotAllReduce
@@ -437,10 +457,10 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
                         .to_string(),
                 );
             }
-            if (a.plan.grid, a.plan.block) != (b.plan.grid, b.plan.block) {
+            if a.plan.block != b.plan.block {
                 differences.push(format!(
-                    "launch shape {}x{} vs {}x{}",
-                    a.plan.grid, a.plan.block, b.plan.grid, b.plan.block
+                    "threads per block {} vs {}",
+                    a.plan.block, b.plan.block
                 ));
             }
             for (name, a_uses, b_uses, a_at, b_at, a_win, b_win) in [

@@ -6,6 +6,7 @@ use crate::abi::symmWindow_t;
 use crate::backend::{Backend, Flag};
 use crate::transport::shareable::{Imported, Shareable};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use symm_device::context::SymmContext;
@@ -110,6 +111,16 @@ impl Window {
                 .is_some_and(|end| end <= self.base + self.size)
     }
 
+    /// `true` if `[address, address + bytes)` shares a byte with the window.
+    pub fn overlaps(&self, address: u64, bytes: u64) -> bool {
+        ranges_overlap(&(address..address.saturating_add(bytes)), &self.range())
+    }
+
+    /// The window's bytes, `[base, base + size)`.
+    pub fn range(&self) -> Range<u64> {
+        self.base..self.base + self.size
+    }
+
     /// `true` once a kernel on this window gave up waiting for a peer. The word is readable
     /// from the host without a copy on both backends; on the cuda backend it reflects the
     /// kernels that have run so far.
@@ -145,4 +156,10 @@ pub(crate) struct Exports {
     pub(crate) window_message: Vec<u8>,
     pub(crate) pad_message: Vec<u8>,
     pub(crate) fds: Vec<OwnedFd>,
+}
+
+/// `true` when two byte ranges share a byte (empty ranges share none): the one overlap test of
+/// the crate (buffers of a call, windows of a registration, tasks of a group).
+pub fn ranges_overlap(a: &Range<u64>, b: &Range<u64>) -> bool {
+    a.start < b.end && b.start < a.end && !a.is_empty() && !b.is_empty()
 }

@@ -1,0 +1,263 @@
+//! Running a launch: its calls numbered and agreed with the peers (a refused call still counts
+//! as its rank's call), the work table built, the executor called, the communicator checked
+//! before and after.
+
+use super::Task;
+use crate::agree::Call;
+use crate::comm::{Comm, failure};
+use crate::error::{Error, Result};
+use crate::launch::{InstanceId, Launch};
+use crate::plan::Plan;
+use crate::window::Window;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use symm_device::symmetric::TaskArgs;
+use symm_device::symmetric::batch::task_cells;
+
+/// Number `call` as `comm`'s next collective and compare it with the peers' calls of that
+/// number (this process's ranks, and those of other processes of this machine). A
+/// disagreement fails the communicator ([`failure::fail`]) and is returned.
+pub(crate) fn agree_call(comm: &Comm, call: &Call) -> Result<u64> {
+    let seq = comm.next_collective.fetch_add(1, Ordering::Relaxed);
+    let clique = &comm.clique;
+    let checked = clique
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .record(seq, comm.rank, call, clique.nranks, |r| {
+            clique.devices[r] == crate::comm::REMOTE_DEVICE
+        })
+        .and_then(|()| match &comm.call_records {
+            Some(records) => records.agree(seq, call),
+            None => Ok(()),
+        });
+    if let Err(e) = checked {
+        failure::fail(comm, &e);
+        return Err(e);
+    }
+    Ok(seq)
+}
+
+/// `true` when some peer of `comm` runs where its calls cannot be compared with this rank's
+/// (another machine): a call this rank refuses then fails the communicator at once.
+fn has_uncompared_peers(comm: &Comm) -> bool {
+    comm.call_records.is_none()
+        && comm
+            .link
+            .as_ref()
+            .is_some_and(crate::transport::link::RankLink::has_remote_peers)
+}
+
+/// Count a call that `comm` refused after it reached the communicator (`error`) as its next
+/// collective ([`Call::Refused`]): when a peer made that call, or may have (a peer on another
+/// machine), the communicator is failed, and the error says so. Nothing is recorded on a
+/// communicator that has failed already.
+pub(crate) fn record_refusal(comm: &Comm, error: Error) -> Error {
+    if failure::adopted(comm).is_some() || comm.clique.nranks == 1 {
+        return error;
+    }
+    match agree_call(comm, &Call::Refused(error.message.clone())) {
+        Err(conflict) => Error::new(
+            error.code,
+            format!("{}; {}", error.message, conflict.message),
+        ),
+        Ok(seq) if has_uncompared_peers(comm) => {
+            let failed = Error::new(
+                error.code,
+                format!(
+                    "{}; this refusal was rank {}'s collective #{seq}, which ranks on other \
+                     machines may have made, so the communicator is failed on every rank",
+                    error.message, comm.rank
+                ),
+            );
+            failure::fail(comm, &failed);
+            failed
+        }
+        Ok(_) => error,
+    }
+}
+
+/// Launch `parts` as one launch with `plan`: `parts[i]` is the `i`-th served rank's tasks (one
+/// device, distinct ranks), in batch order; the `t`-th task of every rank is one collective
+/// (checked to agree). An unfused call is one rank's one task with its own plan. A timed-out
+/// peer is reported as `symmTimeout` (host backend: of this call; cuda: of a later one, when
+/// the kernel has run). Every task takes its rank's next call number: a task that cannot be
+/// launched is counted as refused ([`record_refusal`]); a launch that fails after its tasks
+/// were numbered fails the communicator.
+pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
+    check_shape(parts)?;
+    for tasks in parts {
+        failure::check(&tasks[0].comm)?;
+    }
+    let clique = &parts[0][0].comm.clique;
+    let resources: Vec<_> = parts.iter().map(|t| &t[0].comm.resources).collect();
+    // Everything that can refuse the launch comes before its calls are numbered, so that a
+    // refusal counts as refused calls (which the peers can compare), not as a launch the peers
+    // wait for in vain.
+    let prepared = launch_of(parts, plan)
+        .and_then(|launch| Ok((clique.backend.prepare_launch(&launch, &resources)?, launch)));
+    let (prepared, launch) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            refuse_tasks(parts, &e);
+            return Err(e);
+        }
+    };
+    number_calls(parts, plan, &launch)?;
+    note_launch(parts, plan, &launch);
+    if let Err(e) = clique.backend.run_launch(&launch, &resources, prepared) {
+        // The peers may have launched these calls: this rank is out of step.
+        let e = Error::new(
+            e.code,
+            format!(
+                "{}; the launch failed after its calls were numbered, so the communicator is \
+                 failed on every rank",
+                e.message
+            ),
+        );
+        for tasks in parts {
+            failure::fail(&tasks[0].comm, &e);
+        }
+        return Err(e);
+    }
+    let mut result = Ok(());
+    for tasks in parts {
+        if let Err(e) = failure::check(&tasks[0].comm) {
+            tasks[0].comm.set_last_error(&e.message);
+            result = result.and(Err(e));
+        }
+    }
+    result
+}
+
+/// A launch serves at least one rank, and every rank the same number of tasks.
+fn check_shape(parts: &[Vec<&Task>]) -> Result<()> {
+    if parts.is_empty() || parts[0].is_empty() {
+        return Err(Error::internal("empty launch"));
+    }
+    let task_count = parts[0].len();
+    if parts.iter().any(|tasks| tasks.len() != task_count) {
+        return Err(Error::internal(
+            "the ranks of a launch differ in their task counts",
+        ));
+    }
+    Ok(())
+}
+
+/// Number every task of `parts` as its rank's next call and agree on it with the peers
+/// ([`agree_call`]); each must take the number `launch` planned for it.
+fn number_calls(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) -> Result<()> {
+    for (task, instance) in parts
+        .iter()
+        .flat_map(|tasks| tasks.iter())
+        .zip(&launch.instances)
+    {
+        let seq = agree_call(&task.comm, &Call::Made(task.signature(plan)))?;
+        if seq != instance.seq {
+            // The rank's calls are made by this thread alone (`Comm::enter_call`).
+            let e = Error::internal(format!(
+                "rank {}: collective numbered #{seq} while #{} was planned",
+                task.comm.rank, instance.seq
+            ));
+            failure::fail(&task.comm, &e);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Record the launch on its ranks (the last kernel, for messages; the launch count) and, at
+/// `SYMM_DEBUG=INFO`, say what is launched.
+fn note_launch(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) {
+    let first = parts[0][0];
+    if first.comm.clique.debug {
+        let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
+        eprintln!(
+            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
+             predicted {:.1} us; ranks {:?} on device {}",
+            first.collective.name(),
+            parts[0].len(),
+            bytes,
+            plan.kernel.ptx_name(),
+            plan.grid,
+            plan.block,
+            plan.predicted_us,
+            launch.rank_ids,
+            launch.device
+        );
+    }
+    for tasks in parts {
+        let comm = &tasks[0].comm;
+        comm.lock().last_kernel = Some(plan.kernel.ptx_name());
+        comm.launches.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Count every task of `parts` as refused with `error` (see [`record_refusal`]).
+pub(crate) fn refuse_tasks(parts: &[Vec<&Task>], error: &Error) {
+    for task in parts.iter().flat_map(|tasks| tasks.iter()) {
+        let _ = record_refusal(&task.comm, error.clone());
+    }
+}
+
+/// The launch of `parts` with `plan`, its work table uploaded; its call numbers (`instances`)
+/// are added once the calls agreed.
+fn launch_of(parts: &[Vec<&Task>], plan: &Plan) -> Result<Launch> {
+    let first = parts[0][0];
+    let task_count = parts[0].len();
+    let context = |w: &Window| {
+        w.context()
+            .map(|c| c.address)
+            .ok_or_else(|| Error::invalid_usage("the window's registration has not completed"))
+    };
+    let algorithm = plan.kernel.algorithm;
+    let element_bytes = plan.kernel.dtype.size_bytes() as u64;
+    let mut work = Vec::with_capacity(parts.len() * task_count);
+    for tasks in parts {
+        let mut first_cell = 0u64;
+        for task in tasks {
+            work.push(TaskArgs {
+                send_context: context(&task.send_window)?,
+                recv_context: context(&task.recv_window)?,
+                send_offset: task.args.send_offset,
+                recv_offset: task.args.recv_offset,
+                count: task.kernel_count(plan),
+                first_cell,
+                flags: task.rank_flags,
+                reserved: 0,
+            });
+            first_cell += task_cells(algorithm, element_bytes, task.kernel_count(plan));
+        }
+    }
+    let clique = &first.comm.clique;
+    let table = clique.work_table(first.comm.device, &work)?;
+    Ok(Launch {
+        kernel: plan.kernel,
+        grid: plan.grid,
+        block: plan.block,
+        tasks: work,
+        task_count: task_count as u32,
+        table,
+        streams: parts.iter().map(|tasks| tasks[0].stream).collect(),
+        device: first.comm.device,
+        rank_ids: parts.iter().map(|tasks| tasks[0].comm.rank).collect(),
+        // The numbers the calls take when they agree: this thread alone numbers the calls of
+        // these ranks now (`Comm::enter_call`), the `t`-th task of a rank its `next + t`.
+        instances: parts
+            .iter()
+            .flat_map(|tasks| {
+                let next = tasks[0].comm.next_collective.load(Ordering::Relaxed);
+                tasks.iter().enumerate().map(move |(t, task)| InstanceId {
+                    clique: Arc::as_ptr(&task.comm.clique) as usize,
+                    seq: next + t as u64,
+                })
+            })
+            .collect(),
+        clique_ranks: clique.nranks as u32,
+        ranks_on_device: clique
+            .devices
+            .iter()
+            .filter(|d| **d == first.comm.device)
+            .count() as u32,
+    })
+}

@@ -1,0 +1,284 @@
+//! Validation of a collective call against the communicator's windows: buffers inside
+//! registered windows, aligned, counts that do not overflow, overlaps only in place; the
+//! result is a [`Request`] that `prepare` plans.
+
+use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
+use crate::comm::{Comm, windows};
+use crate::error::{Error, Result};
+use crate::plan::Collective;
+use crate::window::Window;
+use std::sync::Arc;
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE};
+use symm_device::{DataType, RedOp};
+
+/// A validated request of one rank, before planning.
+pub struct Request {
+    pub(super) collective: Collective,
+    pub(super) dtype: DataType,
+    pub(super) op: RedOp,
+    /// Elements the plan is for (all-reduce: total; others: per rank).
+    pub(super) count: u64,
+    pub(super) send_window: Arc<Window>,
+    pub(super) recv_window: Arc<Window>,
+    pub(super) args: CollectiveArgs,
+    /// This rank's flags.
+    pub(super) rank_flags: u32,
+}
+
+/// Decode a C `symmDataType_t`.
+pub fn data_type(raw: symmDataTypeRaw) -> Result<DataType> {
+    u32::try_from(raw)
+        .ok()
+        .and_then(DataType::from_raw)
+        .ok_or_else(|| Error::invalid_argument(format!("datatype = {raw} is not a symmDataType_t")))
+}
+
+/// Decode a C `symmRedOp_t`.
+pub fn red_op(raw: symmRedOpRaw) -> Result<RedOp> {
+    u32::try_from(raw)
+        .ok()
+        .and_then(RedOp::from_raw)
+        .ok_or_else(|| Error::invalid_argument(format!("op = {raw} is not a symmRedOp_t")))
+}
+
+/// Find the window of `name`'s buffer and check its alignment.
+fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> Result<Arc<Window>> {
+    if address == 0 {
+        return Err(Error::invalid_argument(format!("{name} is NULL")));
+    }
+    let window = windows::find(comm, address, bytes)
+        .ok_or_else(|| Error::invalid_argument(outside_windows(comm, name, address, bytes)))?;
+    if !(address - window.base).is_multiple_of(align) {
+        return Err(Error::invalid_argument(format!(
+            "{name} is at offset {} of its window, not a multiple of the element size {align}",
+            address - window.base
+        )));
+    }
+    Ok(window)
+}
+
+/// Why `[address, +bytes)` is in no window of `comm`: it starts in a window and overruns it,
+/// lies in a `symmMemAlloc` allocation outside every window, or is no memory of this comm.
+fn outside_windows(comm: &Comm, name: &str, address: u64, bytes: u64) -> String {
+    let state = comm.lock();
+    if let Some(w) = state.windows.values().find(|w| w.contains(address, 1)) {
+        let end = address.saturating_add(bytes);
+        return format!(
+            "{name} [{address:#x}, +{bytes} bytes) starts in the window registered at {:#x} \
+             (+{} bytes) but overruns its end by {} bytes",
+            w.base,
+            w.size,
+            end - (w.base + w.size)
+        );
+    }
+    let allocation = state
+        .allocations
+        .range(..=address)
+        .next_back()
+        .filter(|(base, size)| address < **base + **size as u64);
+    if let Some((base, size)) = allocation {
+        let windows: Vec<String> = state
+            .windows
+            .values()
+            .filter(|w| w.base >= *base && w.base < *base + *size as u64)
+            .map(|w| format!("[{:#x}, +{})", w.base, w.size))
+            .collect();
+        let registered = if windows.is_empty() {
+            "no window is registered in it".to_string()
+        } else {
+            format!("its registered windows are {}", windows.join(", "))
+        };
+        return format!(
+            "{name} [{address:#x}, +{bytes} bytes) is inside the symmMemAlloc allocation at \
+             {base:#x} (+{size} bytes) of this comm, but in none of its windows ({registered}): \
+             register the range with symmCommWindowRegister"
+        );
+    }
+    format!(
+        "{name} = {address:#x} is not memory from symmMemAlloc on this comm (rank {}): \
+         collective buffers must lie in windows registered with symmCommWindowRegister on the \
+         comm of the call",
+        comm.rank
+    )
+}
+
+/// `count × element` bytes, also checked for overflow of the buffers' ends.
+fn byte_count(count: usize, element: u64, name: &str, ends: &[u64]) -> Result<u64> {
+    (count as u64)
+        .checked_mul(element)
+        .filter(|b| ends.iter().all(|e| e.checked_add(*b).is_some()))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("{name} = {count}: the buffers would overflow"))
+        })
+}
+
+fn overlap(a: u64, a_bytes: u64, b: u64, b_bytes: u64) -> bool {
+    crate::window::ranges_overlap(
+        &(a..a.saturating_add(a_bytes)),
+        &(b..b.saturating_add(b_bytes)),
+    )
+}
+
+/// "symmAllReduce of 1024 x Float32": a call as another thread's refusal names it.
+pub fn describe(name: &str, count: usize, datatype: symmDataTypeRaw) -> String {
+    match data_type(datatype) {
+        Ok(dtype) => format!("{name} of {count} x {dtype:?}"),
+        Err(_) => format!("{name} of {count} x (datatype {datatype})"),
+    }
+}
+
+/// Validate `symmAllReduce`'s arguments against `comm`'s windows.
+pub fn all_reduce(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+) -> Result<Request> {
+    let dtype = data_type(datatype)?;
+    let op = red_op(op)?;
+    let element = dtype.size_bytes() as u64;
+    let bytes = byte_count(count, element, "count", &[send, recv])?;
+    let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
+    let in_place = send == recv;
+    if !in_place && overlap(send, bytes, recv, bytes) {
+        return Err(Error::invalid_argument(
+            "sendbuff and recvbuff overlap without being equal (in place needs sendbuff == recvbuff)",
+        ));
+    }
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset: recv - recv_window.base,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::AllReduce,
+        dtype,
+        op,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
+    })
+}
+
+/// Which buffer of an all-gather or reduce-scatter holds one rank's share (the other holds
+/// all ranks' shares).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Segment {
+    /// All-gather: the send buffer is the share, the receive buffer the whole.
+    Send,
+    /// Reduce-scatter: the receive buffer is the share, the send buffer the whole.
+    Recv,
+}
+
+/// The windows of an all-gather's or reduce-scatter's buffers, `(send, recv)`: the share is
+/// `bytes`, the whole `nranks × bytes`; they may overlap only when the share is this rank's
+/// part of the whole (in place).
+fn segment_and_whole(
+    comm: &Comm,
+    segment: Segment,
+    send: u64,
+    recv: u64,
+    bytes: u64,
+    element: u64,
+) -> Result<(Arc<Window>, Arc<Window>)> {
+    let (share, whole, share_name, whole_name, count_name) = match segment {
+        Segment::Send => (send, recv, "sendbuff", "recvbuff", "sendcount"),
+        Segment::Recv => (recv, send, "recvbuff", "sendbuff", "recvcount"),
+    };
+    let total = bytes
+        .checked_mul(comm.clique.nranks as u64)
+        .filter(|t| whole.checked_add(*t).is_some())
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("{count_name} × nranks: the buffers would overflow"))
+        })?;
+    let (send_bytes, recv_bytes) = match segment {
+        Segment::Send => (bytes, total),
+        Segment::Recv => (total, bytes),
+    };
+    let send_window = window_of(comm, "sendbuff", send, send_bytes, element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, recv_bytes, element)?;
+    if share != whole + comm.rank as u64 * bytes && overlap(share, bytes, whole, total) {
+        return Err(Error::invalid_argument(format!(
+            "{share_name} overlaps {whole_name} without being this rank's segment (in place \
+             needs {share_name} == {whole_name} + rank × {count_name})"
+        )));
+    }
+    Ok((send_window, recv_window))
+}
+
+/// `symmAllGather`: `sendcount` elements from every rank, rank `r`'s at `recvbuff + r·sendcount`.
+/// Validate `symmAllGather`'s arguments against `comm`'s windows.
+pub fn all_gather(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    sendcount: usize,
+    datatype: symmDataTypeRaw,
+) -> Result<Request> {
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let bytes = byte_count(sendcount, element, "sendcount", &[send])?;
+    let (send_window, recv_window) =
+        segment_and_whole(comm, Segment::Send, send, recv, bytes, element)?;
+    let in_place = send == recv + comm.rank as u64 * bytes;
+    let args = CollectiveArgs {
+        // In place, the kernel finds the send buffer from the receive buffer and the rank.
+        send_offset: if in_place { 0 } else { send - send_window.base },
+        recv_offset: recv - recv_window.base,
+        count: sendcount as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::AllGather,
+        dtype,
+        op: RedOp::Sum,
+        count: sendcount as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
+    })
+}
+
+/// `symmReduceScatter`: rank `r` receives the reduction of segment `r` (`recvcount` elements)
+/// of every rank's send buffer.
+/// Validate `symmReduceScatter`'s arguments against `comm`'s windows.
+pub fn reduce_scatter(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    recvcount: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+) -> Result<Request> {
+    let dtype = data_type(datatype)?;
+    let op = red_op(op)?;
+    let element = dtype.size_bytes() as u64;
+    let bytes = byte_count(recvcount, element, "recvcount", &[recv])?;
+    let (send_window, recv_window) =
+        segment_and_whole(comm, Segment::Recv, send, recv, bytes, element)?;
+    let in_place = recv == send + comm.rank as u64 * bytes;
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        // In place, the kernel finds the receive buffer from the send buffer and the rank.
+        recv_offset: if in_place { 0 } else { recv - recv_window.base },
+        count: recvcount as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::ReduceScatter,
+        dtype,
+        op,
+        count: recvcount as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
+    })
+}
