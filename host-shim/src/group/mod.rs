@@ -265,27 +265,7 @@ pub fn end() -> Result<()> {
         let result = windows::finish_completion(&comm, &window, started);
         record(&comm, result);
     }
-    let instances = match refusal {
-        Some(e) => Err(Error::new(
-            e.code,
-            format!("{}; nothing of this group was launched", e.message),
-        )),
-        None => collectives(&tasks),
-    };
-    let instances = match instances {
-        Ok(instances) => instances,
-        Err(e) => {
-            // Nothing of the group is launched, and every collective of it counts as refused
-            // on its rank: ranks whose whole group this thread drove stay usable (they all
-            // refused the same calls); a rank whose peers run elsewhere and made these calls
-            // fails the communicator instead of pairing its next call with theirs.
-            for comm in &in_order {
-                let refused = collective::record_refusal(comm, e.clone());
-                comm.set_last_error(&refused.message);
-            }
-            return Err(e);
-        }
-    };
+    let instances = group_collectives(&tasks, refusal, &in_order)?;
     for (comm, call) in &empties {
         let result = crate::comm::failure::check(comm)
             .and_then(|()| collective::agree_call(comm, call).map(|_| ()));
@@ -297,6 +277,32 @@ pub fn end() -> Result<()> {
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The group's collectives as instances to fuse and launch, unless one of them was refused
+/// when it was called (`refusal`) or their parts do not match: then nothing of the group is
+/// launched, and every collective of it (its ranks `in_order`) counts as refused on its rank.
+/// Ranks whose whole group this thread drove stay usable (they all refused the same calls); a
+/// rank whose peers run elsewhere and made these calls fails the communicator instead of
+/// pairing its next call with theirs.
+fn group_collectives<'t>(
+    tasks: &'t [Task],
+    refusal: Option<Error>,
+    in_order: &[Arc<Comm>],
+) -> Result<Vec<Instance<'t>>> {
+    let instances = match refusal {
+        Some(e) => Err(Error::new(
+            e.code,
+            format!("{}; nothing of this group was launched", e.message),
+        )),
+        None => collectives(tasks),
+    };
+    instances.inspect_err(|e| {
+        for comm in in_order {
+            let refused = collective::record_refusal(comm, e.clone());
+            comm.set_last_error(&refused.message);
+        }
+    })
 }
 
 /// A group's deferred work by kind; the group's collectives hold their ranks for this thread
