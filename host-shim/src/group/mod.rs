@@ -446,12 +446,23 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
     for part in &parts[1..] {
         let (a, b) = (first, *part);
         let mut differences = Vec::new();
-        let (a_call, b_call) = (a.signature(&a.plan), b.signature(&b.plan));
-        if a_call != b_call {
-            // What every rank's `k`-th call must agree on (`agree`); the rest is what a group's
-            // parts must agree on besides: in-place-ness, block size, symmetric offsets.
-            differences.push(format!("{a_call} vs {b_call}"));
+        if a.collective != b.collective {
+            differences.push(format!(
+                "collective {} vs {}",
+                a.collective.name(),
+                b.collective.name()
+            ));
         } else {
+            if a.plan.kernel != b.plan.kernel {
+                differences.push(format!(
+                    "kernel {} vs {} (datatype, operator or algorithm)",
+                    a.plan.kernel.ptx_name(),
+                    b.plan.kernel.ptx_name()
+                ));
+            }
+            if a.args.count != b.args.count {
+                differences.push(format!("count {} vs {}", a.args.count, b.args.count));
+            }
             // Two-shot stores each rank's shard into every peer's receive buffer where the
             // storing rank believes it is: every rank must be in place, or none.
             if a.plan.kernel.algorithm == Algorithm::TwoShotAllReduce
@@ -463,10 +474,10 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
                         .to_string(),
                 );
             }
-            if a.plan.block != b.plan.block {
+            if (a.plan.grid, a.plan.block) != (b.plan.grid, b.plan.block) {
                 differences.push(format!(
-                    "threads per block {} vs {}",
-                    a.plan.block, b.plan.block
+                    "launch shape {}x{} vs {}x{}",
+                    a.plan.grid, a.plan.block, b.plan.grid, b.plan.block
                 ));
             }
             for (name, a_uses, b_uses, a_at, b_at, a_win, b_win) in [
