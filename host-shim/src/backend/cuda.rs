@@ -1,12 +1,17 @@
 //! The cuda backend: the CUDA driver through cudarc, loaded at run time (libsymm builds and
 //! runs with no CUDA installed; then this backend reports `symmNoDevice`).
 //!
-//! Every driver call goes through [`driver`], which turns a driver error into a
-//! `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an error. Every
-//! entry that needs a device's context holds a [`CurrentContext`], so the caller's current
-//! context is the same after the call as before it.
+//! Every driver call goes through [`driver`] (see [`super::driver`]), which turns a driver
+//! error into a `symmResult_t` and a panic (cudarc panics when a symbol is missing) into an
+//! error. Every entry that needs a device's context holds the guard of
+//! [`PrimaryContext::enter`], so the caller's current context is the same after the call as
+//! before it.
 
 use super::Flag;
+use super::driver::{
+    PrimaryContext, describe, device_attribute, driver, error_description, guarded,
+    library_present, outside_capture,
+};
 use crate::abi::symmResult_t;
 use crate::backend::clc::{
     Config as ClcConfig, Report as ClcReport, Variant, report as clc_report,
@@ -17,73 +22,10 @@ use crate::launch::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
 use crate::plan::KernelId;
 use cudarc::driver::{DriverError, result, sys};
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_char, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ffi::{CStr, CString, c_void};
+use std::panic::catch_unwind;
 use std::sync::{Arc, Mutex, OnceLock};
 use symm_device::scheduler::source::SoftwareSource;
-
-/// Run a driver call, mapping failures and panics to errors that name `what`.
-fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverError>) -> Result<T> {
-    match catch_unwind(AssertUnwindSafe(call)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(DriverError(code))) => {
-            Err(cuda_error(what, code, error_description(code).as_deref()))
-        }
-        Err(_) => Err(Error::new(
-            symmResult_t::symmNoDevice,
-            format!("{what}: the CUDA driver library is missing or too old"),
-        )),
-    }
-}
-
-/// The `symmResult_t` for a driver call that failed with `code`.
-fn result_code(code: sys::CUresult) -> symmResult_t {
-    match code {
-        sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => symmResult_t::symmOutOfMemory,
-        sys::cudaError_enum::CUDA_ERROR_NO_DEVICE => symmResult_t::symmNoDevice,
-        _ => symmResult_t::symmUnhandledCudaError,
-    }
-}
-
-/// `code` as text: its name (as `cuGetErrorName` spells it) and, when known, the driver's
-/// description of it.
-fn describe(code: sys::CUresult, description: Option<&str>) -> String {
-    match description.map(str::trim).filter(|d| !d.is_empty()) {
-        Some(d) => format!("{code:?} ({d})"),
-        None => format!("{code:?}"),
-    }
-}
-
-/// The error of driver call `what` failing with `code`; `description` is the driver's text
-/// for `code` (see [`error_description`]).
-fn cuda_error(what: &str, code: sys::CUresult, description: Option<&str>) -> Error {
-    Error::new(
-        result_code(code),
-        format!("{what} failed: {}", describe(code, description)),
-    )
-}
-
-/// The driver's description of `code` (`cuGetErrorString`), or `None` when the driver has
-/// none or cannot be asked.
-fn error_description(code: sys::CUresult) -> Option<String> {
-    catch_unwind(|| {
-        let mut text: *const c_char = std::ptr::null();
-        // SAFETY: `cuGetErrorString` writes a pointer to a static string, or fails.
-        let status = unsafe { sys::cuGetErrorString(code, &mut text) };
-        if status != sys::cudaError_enum::CUDA_SUCCESS || text.is_null() {
-            return None;
-        }
-        // SAFETY: on success the pointer is a NUL-terminated string owned by the driver for
-        // the life of the process.
-        Some(
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned(),
-        )
-    })
-    .ok()
-    .flatten()
-}
 
 /// The asynchronous error of a communicator on `device` for the status `code` of a
 /// non-blocking stream query: `None` when the work succeeded or is still running, else
@@ -219,112 +161,12 @@ unsafe fn force_load(function: sys::CUfunction) -> std::result::Result<(), Drive
     }
 }
 
-/// The pure part of [`CurrentContext`]: switch the current context from `current` to a
-/// target, and back when leaving, only when they differ.
-#[derive(Debug)]
-struct Switch<C> {
-    /// The context to make current again when leaving; `None` when nothing was switched.
-    restore: Option<C>,
-}
-
-impl<C: Copy + PartialEq> Switch<C> {
-    /// Make `target` current (through `set`) unless it is `current` already.
-    fn enter(current: C, target: C, set: impl FnOnce(C) -> Result<()>) -> Result<Self> {
-        if current == target {
-            return Ok(Switch { restore: None });
-        }
-        set(target)?;
-        Ok(Switch {
-            restore: Some(current),
-        })
-    }
-
-    /// Make the context that was current at [`Switch::enter`] current again (once).
-    fn leave(&mut self, set: impl FnOnce(C) -> Result<()>) -> Result<()> {
-        match self.restore.take() {
-            Some(previous) => set(previous),
-            None => Ok(()),
-        }
-    }
-}
-
-/// A device's context made current on the calling thread for the guard's life; on drop, the
-/// context that was current before (or none) is current again, on every path, errors and
-/// panics included.
-///
-/// Every function of this backend that needs a current context holds one, so the library
-/// never changes the context a caller (a runtime-API program, a framework with its own
-/// contexts) has current. Guards nest; a guard made while the context is already current
-/// changes nothing. It is not `Send`: it restores the context of the thread that made it.
-///
-/// ```ignore
-/// let _context = CurrentContext::enter(&device)?;
-/// // driver calls in the device's context
-/// ```
-pub(crate) struct CurrentContext {
-    switch: Switch<sys::CUcontext>,
-}
-
-impl CurrentContext {
-    /// Make `device`'s primary context current until the guard is dropped.
-    pub(crate) fn enter(device: &CudaDevice) -> Result<Self> {
-        Self::enter_context(device.context)
-    }
-
-    /// Make `context` (a retained primary context) current until the guard is dropped.
-    fn enter_context(context: sys::CUcontext) -> Result<Self> {
-        let current = driver("cuCtxGetCurrent", || {
-            let mut current: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: writes one context handle (null when none is current).
-            unsafe { sys::cuCtxGetCurrent(&mut current) }.result()?;
-            Ok(current)
-        })?;
-        let switch = Switch::enter(current, context, set_current)?;
-        Ok(CurrentContext { switch })
-    }
-}
-
-impl Drop for CurrentContext {
-    fn drop(&mut self) {
-        // A failure cannot be reported from here; the next driver call reports a broken
-        // context anyway.
-        let _ = self.switch.leave(set_current);
-    }
-}
-
-/// `cuCtxSetCurrent`: `context` is a retained primary context or null.
-fn set_current(context: sys::CUcontext) -> Result<()> {
-    // SAFETY: a retained primary context (alive for the process), or null, which unbinds.
-    driver("cuCtxSetCurrent", || unsafe {
-        result::ctx::set_current(context)
-    })
-}
-
-/// Run `setup` (allocation, upload, module loading: work that is not a stream operation) with
-/// this thread's stream-capture mode relaxed, and restore the mode after. A collective's first
-/// use of a kernel or of a rank combination may happen while the caller captures a CUDA graph;
-/// in the default (global) mode such calls would invalidate the capture. This is the driver's
-/// documented way to make them during a capture.
-///
-/// # Safety
-/// `setup` enqueues nothing on a capturing stream.
-unsafe fn outside_capture<T>(
-    setup: impl FnOnce() -> std::result::Result<T, DriverError>,
-) -> std::result::Result<T, DriverError> {
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: exchanges this thread's mode; restored below.
-    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result()?;
-    let result = setup();
-    // SAFETY: as above.
-    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result()?;
-    result
-}
-
 /// A device with its primary context and the kernels loaded on it so far.
 pub(crate) struct CudaDevice {
     /// The device ordinal.
     ordinal: i32,
-    context: sys::CUcontext,
+    /// The device's primary context, retained for the device's life.
+    context: PrimaryContext,
     /// A non-blocking stream for the library's own uploads: never captured, never waited on
     /// by a user's stream, so uploads run at once even while a graph is being captured.
     setup_stream: sys::CUstream,
@@ -380,37 +222,42 @@ impl CudaDevice {
                 format!("{} ({name}, {} PTX)", e.message, self.ptx_target),
             )
         };
-        let _context = CurrentContext::enter(self)?;
+        let _context = self.context.enter()?;
         let mut error_log = vec![0u8; JIT_LOG_BYTES];
         let mut info_log = vec![0u8; JIT_LOG_BYTES];
-        // SAFETY: a NUL-terminated PTX image; logs as `load_module` requires; this device's
-        // context is current. Loading enqueues nothing on any stream.
-        let module = driver("loading a kernel (cuModuleLoadDataEx)", || unsafe {
-            outside_capture(|| load_module(&image, &mut error_log, &mut info_log))
+        // Loading enqueues nothing on any stream.
+        let module = outside_capture(|| {
+            // SAFETY: a NUL-terminated PTX image; logs as `load_module` requires; this
+            // device's context is current and the capture mode relaxed.
+            driver("loading a kernel (cuModuleLoadDataEx)", || unsafe {
+                load_module(&image, &mut error_log, &mut info_log)
+            })
         })
         .map_err(|e| {
             let e = annotate(e);
             Error::new(e.code, with_jit_logs(e.message, &error_log, &info_log))
         })?;
-        // SAFETY: `module` was just loaded in the current context; it is never unloaded once
-        // a function of it is kept, so the function stays valid for the process. Loading a
-        // function enqueues nothing on any stream.
-        let loaded = driver(
-            "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
-            || unsafe {
-                outside_capture(|| {
+        // Loading a function enqueues nothing on any stream.
+        let loaded = outside_capture(|| {
+            // SAFETY: `module` was just loaded in the current context; it is never unloaded
+            // once a function of it is kept, so the function stays valid for the process.
+            driver(
+                "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
+                || unsafe {
                     let f = result::module::get_function(module, c_name)?;
                     force_load(f)?;
                     Ok(f)
-                })
-            },
-        );
+                },
+            )
+        });
         let f = match loaded {
             Ok(f) => f,
             Err(e) => {
-                // SAFETY: the module was loaded above and none of its functions is kept.
-                let _ = driver("cuModuleUnload", || unsafe {
-                    outside_capture(|| result::module::unload(module))
+                let _ = outside_capture(|| {
+                    // SAFETY: the module was loaded above and none of its functions is kept.
+                    driver("cuModuleUnload", || unsafe {
+                        result::module::unload(module)
+                    })
                 });
                 return Err(annotate(e));
             }
@@ -446,7 +293,7 @@ unsafe impl Sync for CommStream {}
 impl Drop for CommStream {
     fn drop(&mut self) {
         // Destroy even when the context cannot be entered: the calls then fail harmlessly.
-        let _context = CurrentContext::enter(&self.device);
+        let _context = self.device.context.enter();
         // SAFETY: the handles were created by `open_comm` and are destroyed once, here.
         let _ = driver("destroying a stream", || unsafe {
             result::stream::synchronize(self.stream)?;
@@ -473,8 +320,7 @@ pub fn cu_device(ordinal: i32) -> Result<sys::CUdevice> {
 
 /// The calling thread's current CUDA device, if the driver is present and a context is current.
 pub fn current_device() -> Option<i32> {
-    // SAFETY: only checks whether the library can be loaded.
-    if !unsafe { sys::is_culib_present() } {
+    if !library_present() {
         return None;
     }
     driver("cuCtxGetDevice", || {
@@ -488,8 +334,7 @@ pub fn current_device() -> Option<i32> {
 
 impl CudaBackend {
     fn probe() -> Result<Self> {
-        // SAFETY: only checks whether the library can be loaded.
-        if !unsafe { sys::is_culib_present() } {
+        if !library_present() {
             return Err(Error::new(
                 symmResult_t::symmNoDevice,
                 "libcuda could not be loaded (no NVIDIA driver)",
@@ -526,13 +371,14 @@ impl CudaBackend {
     /// See [`super::Backend::open_comm`].
     pub fn open_comm(&self, ordinal: i32) -> Result<CommStream> {
         let device = self.device(ordinal)?;
-        let _context = CurrentContext::enter(&device)?;
+        let entered = device.context.enter()?;
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
         let stream = driver("cuStreamCreate", || {
             result::stream::create(result::stream::StreamKind::NonBlocking)
         })?;
         let before = driver("cuEventCreate", || result::event::create(flags))?;
         let after = driver("cuEventCreate", || result::event::create(flags))?;
+        drop(entered);
         Ok(CommStream {
             device,
             stream,
@@ -566,9 +412,9 @@ impl CudaBackend {
                         "device {a} cannot access device {b}'s memory (no peer access)"
                     )));
                 }
-                let _context = CurrentContext::enter(&da)?;
+                let _context = da.context.enter()?;
                 // SAFETY: both contexts are retained primary contexts.
-                let status = unsafe { sys::cuCtxEnablePeerAccess(db.context, 0) };
+                let status = unsafe { sys::cuCtxEnablePeerAccess(db.context.handle(), 0) };
                 if status != sys::cudaError_enum::CUDA_SUCCESS
                     && status != sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
                 {
@@ -586,11 +432,11 @@ impl CudaBackend {
     /// (see [`outside_capture`]): zeroed on the device's setup stream, synchronously.
     pub fn alloc_zeroed(&self, ordinal: i32, bytes: usize) -> Result<u64> {
         let device = self.device(ordinal)?;
-        let _context = CurrentContext::enter(&device)?;
-        // SAFETY: a fresh allocation of `bytes`, zeroed on the setup stream (never captured)
-        // before use.
-        driver("cuMemAlloc", || unsafe {
-            outside_capture(|| {
+        let _context = device.context.enter()?;
+        outside_capture(|| {
+            // SAFETY: a fresh allocation of `bytes`, zeroed on the setup stream (never
+            // captured) before use.
+            driver("cuMemAlloc", || unsafe {
                 let address = result::malloc_sync(bytes)?;
                 result::memset_d8_async(address, 0, bytes, device.setup_stream)?;
                 result::stream::synchronize(device.setup_stream)?;
@@ -602,21 +448,21 @@ impl CudaBackend {
     /// See [`super::Backend::free`].
     pub fn free(&self, ordinal: i32, address: u64) -> Result<()> {
         let device = self.device(ordinal)?;
-        let _context = CurrentContext::enter(&device)?;
-        // SAFETY: `address` came from `alloc_zeroed` and is freed once (callers own it).
-        driver("cuMemFree", || unsafe {
-            outside_capture(|| result::free_sync(address))
+        let _context = device.context.enter()?;
+        outside_capture(|| {
+            // SAFETY: `address` came from `alloc_zeroed` and is freed once (callers own it).
+            driver("cuMemFree", || unsafe { result::free_sync(address) })
         })
     }
 
     /// See [`super::Backend::upload`]. Safe during a capture, as `alloc_zeroed`.
     pub fn upload(&self, ordinal: i32, address: u64, bytes: &[u8]) -> Result<()> {
         let device = self.device(ordinal)?;
-        let _context = CurrentContext::enter(&device)?;
-        // SAFETY: callers pass an allocation with room for `bytes`; the copy completes before
-        // `bytes` goes out of scope (synchronized).
-        driver("cuMemcpyHtoD", || unsafe {
-            outside_capture(|| {
+        let _context = device.context.enter()?;
+        outside_capture(|| {
+            // SAFETY: callers pass an allocation with room for `bytes`; the copy completes
+            // before `bytes` goes out of scope (synchronized).
+            driver("cuMemcpyHtoD", || unsafe {
                 result::memcpy_htod_async(address, bytes, device.setup_stream)?;
                 result::stream::synchronize(device.setup_stream)
             })
@@ -626,7 +472,7 @@ impl CudaBackend {
     /// Allocate mapped, pinned host memory for a `u32` flag.
     pub fn alloc_flag(&self, ordinal: i32) -> Result<Flag> {
         let device_handle = self.device(ordinal)?;
-        let _context = CurrentContext::enter(&device_handle)?;
+        let _context = device_handle.context.enter()?;
         let mut host: *mut c_void = std::ptr::null_mut();
         let mut device: sys::CUdeviceptr = 0;
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -646,7 +492,7 @@ impl CudaBackend {
     /// Free a flag from [`CudaBackend::alloc_flag`].
     pub fn free_flag(&self, ordinal: i32, flag: Flag) -> Result<()> {
         let device = self.device(ordinal)?;
-        let _context = CurrentContext::enter(&device)?;
+        let _context = device.context.enter()?;
         // SAFETY: allocated by `alloc_flag`, freed once.
         driver("cuMemFreeHost", || unsafe {
             sys::cuMemFreeHost(flag.host as *mut c_void).result()
@@ -678,7 +524,7 @@ impl CudaBackend {
             .first()
             .ok_or_else(|| Error::internal("launch without a rank"))?;
         let device = &first.device;
-        let _context = CurrentContext::enter(device)?;
+        let _context = device.context.enter()?;
         // Loaded (and, with lazy loading, put on the device) before anything is enqueued.
         let function = device.function(launch.kernel)?;
         let kinds = launch
@@ -711,7 +557,7 @@ impl CudaBackend {
             .first()
             .ok_or_else(|| Error::internal("launch without a rank"))?;
         let device = &first.device;
-        let _context = CurrentContext::enter(device)?;
+        let _context = device.context.enter()?;
         execute(prepared.function, &prepared.schedule)
             .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
     }
@@ -727,7 +573,7 @@ impl CudaBackend {
                 config.device
             )));
         }
-        let _context = CurrentContext::enter(&device)?;
+        let _context = device.context.enter()?;
         let function = device.function_by_name(&variant.ptx_name())?;
         let tiles = config.tiles as usize;
         let ordinal = config.device;
@@ -791,7 +637,7 @@ impl CudaBackend {
 
     /// Wait for the communicator's stream.
     pub fn synchronize(&self, comm: &CommStream) -> Result<()> {
-        let _context = CurrentContext::enter(&comm.device)?;
+        let _context = comm.device.context.enter()?;
         // SAFETY: the stream belongs to this context.
         driver("cuStreamSynchronize", || unsafe {
             result::stream::synchronize(comm.stream)
@@ -818,14 +664,14 @@ impl CudaBackend {
                 format!("device {}: {}", device.ordinal, e.message),
             )
         };
-        let _context = match CurrentContext::enter(device) {
+        let _context = match device.context.enter() {
             Ok(guard) => guard,
             Err(e) => return Some(unusable(e)),
         };
-        // SAFETY: both streams belong to this context and live as long as `comm`; querying
-        // enqueues nothing and does not block.
-        let status = catch_unwind(AssertUnwindSafe(|| unsafe {
-            outside_capture(|| {
+        // Querying enqueues nothing and does not block.
+        let status = outside_capture(|| {
+            // SAFETY: both streams belong to this context and live as long as `comm`.
+            guarded("cuStreamIsCapturing, cuStreamQuery", || unsafe {
                 let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
                 sys::cuStreamIsCapturing(comm.stream, &mut capture).result()?;
                 if capture == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
@@ -840,16 +686,14 @@ impl CudaBackend {
                 }
                 Ok(())
             })
-        }));
+        });
         match status {
             Ok(Ok(())) => None,
             Ok(Err(DriverError(code))) => {
                 async_status(device.ordinal, code, error_description(code).as_deref())
             }
-            Err(_) => Some(unusable(Error::new(
-                symmResult_t::symmNoDevice,
-                "the CUDA driver library is missing or too old",
-            ))),
+            // The driver is missing, or the capture mode could not be relaxed.
+            Err(e) => Some(unusable(e)),
         }
     }
 }
@@ -1092,19 +936,13 @@ fn execute(function: sys::CUfunction, schedule: &LaunchSchedule) -> Result<()> {
     Ok(())
 }
 
+/// Open device `ordinal`: retain its primary context (released again if anything after
+/// fails), check its compute capability, create its setup stream.
 fn open_device(ordinal: i32) -> Result<CudaDevice> {
-    let cu = driver("cuDeviceGet", || result::device::get(ordinal))?;
-    // SAFETY: `cu` is a valid device.
-    let context = driver("cuDevicePrimaryCtxRetain", || unsafe {
-        result::primary_ctx::retain(cu)
-    })?;
-    let _context = CurrentContext::enter_context(context)?;
-    let attribute = |a| {
-        // SAFETY: `cu` is a valid device.
-        driver("cuDeviceGetAttribute", || unsafe {
-            result::device::get_attribute(cu, a)
-        })
-    };
+    let cu = cu_device(ordinal)?;
+    let context = PrimaryContext::retain(cu)?;
+    let entered = context.enter()?;
+    let attribute = |a| device_attribute(cu, a);
     let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let ptx_target = crate::ptx::target_for_capability(major, minor).ok_or_else(|| {
@@ -1117,6 +955,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     let setup_stream = driver("cuStreamCreate", || {
         result::stream::create(result::stream::StreamKind::NonBlocking)
     })?;
+    drop(entered);
     Ok(CudaDevice {
         ordinal,
         context,
@@ -1131,138 +970,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::{Cell, RefCell};
     use sys::cudaError_enum as E;
-
-    /// A thread's current context (0: none) and every `set` made, for [`Switch`].
-    struct Thread {
-        current: Cell<u32>,
-        sets: RefCell<Vec<u32>>,
-    }
-
-    impl Thread {
-        fn new(current: u32) -> Self {
-            Thread {
-                current: Cell::new(current),
-                sets: RefCell::new(Vec::new()),
-            }
-        }
-
-        fn set(&self, context: u32) -> Result<()> {
-            self.sets.borrow_mut().push(context);
-            self.current.set(context);
-            Ok(())
-        }
-
-        fn enter(&self, target: u32) -> Switch<u32> {
-            Switch::enter(self.current.get(), target, |c| self.set(c)).unwrap()
-        }
-    }
-
-    #[test]
-    fn switch_restores_the_previous_context_including_none() {
-        for previous in [0, 7] {
-            let thread = Thread::new(previous);
-            let mut switch = thread.enter(3);
-            assert_eq!(thread.current.get(), 3);
-            switch.leave(|c| thread.set(c)).unwrap();
-            assert_eq!(thread.current.get(), previous);
-            assert_eq!(*thread.sets.borrow(), [3, previous]);
-            // Leaving again changes nothing.
-            switch.leave(|c| thread.set(c)).unwrap();
-            assert_eq!(thread.sets.borrow().len(), 2);
-        }
-    }
-
-    #[test]
-    fn switch_to_the_current_context_sets_nothing() {
-        let thread = Thread::new(3);
-        let mut switch = thread.enter(3);
-        switch.leave(|c| thread.set(c)).unwrap();
-        assert_eq!(thread.current.get(), 3);
-        assert!(thread.sets.borrow().is_empty());
-    }
-
-    #[test]
-    fn nested_switches_unwind_in_order() {
-        let thread = Thread::new(1);
-        let mut outer = thread.enter(2);
-        let mut same = thread.enter(2);
-        let mut inner = thread.enter(5);
-        assert_eq!(thread.current.get(), 5);
-        inner.leave(|c| thread.set(c)).unwrap();
-        assert_eq!(thread.current.get(), 2);
-        same.leave(|c| thread.set(c)).unwrap();
-        assert_eq!(thread.current.get(), 2);
-        outer.leave(|c| thread.set(c)).unwrap();
-        assert_eq!(thread.current.get(), 1);
-        assert_eq!(*thread.sets.borrow(), [2, 5, 2, 1]);
-    }
-
-    #[test]
-    fn a_failed_switch_leaves_nothing_to_restore() {
-        let failed = Switch::enter(1u32, 2, |_| Err(Error::internal("refused")));
-        assert_eq!(failed.unwrap_err().message, "refused");
-    }
-
-    #[test]
-    fn cuda_errors_map_to_results_and_name_the_error() {
-        assert_eq!(
-            result_code(E::CUDA_ERROR_OUT_OF_MEMORY),
-            symmResult_t::symmOutOfMemory
-        );
-        assert_eq!(
-            result_code(E::CUDA_ERROR_NO_DEVICE),
-            symmResult_t::symmNoDevice
-        );
-        for code in [
-            E::CUDA_ERROR_ILLEGAL_ADDRESS,
-            E::CUDA_ERROR_LAUNCH_FAILED,
-            E::CUDA_ERROR_INVALID_PTX,
-        ] {
-            assert_eq!(result_code(code), symmResult_t::symmUnhandledCudaError);
-        }
-        let e = cuda_error(
-            "cuMemAlloc",
-            E::CUDA_ERROR_OUT_OF_MEMORY,
-            Some("out of memory"),
-        );
-        assert_eq!(e.code, symmResult_t::symmOutOfMemory);
-        assert_eq!(
-            e.message,
-            "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)"
-        );
-        assert_eq!(
-            describe(E::CUDA_ERROR_ILLEGAL_ADDRESS, None),
-            "CUDA_ERROR_ILLEGAL_ADDRESS"
-        );
-        assert_eq!(
-            describe(E::CUDA_ERROR_ILLEGAL_ADDRESS, Some("  ")),
-            "CUDA_ERROR_ILLEGAL_ADDRESS"
-        );
-    }
-
-    #[test]
-    fn driver_maps_errors_and_missing_symbols() {
-        let e = driver("cuMemAlloc", || -> std::result::Result<(), _> {
-            Err(DriverError(E::CUDA_ERROR_OUT_OF_MEMORY))
-        })
-        .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmOutOfMemory);
-        assert!(
-            e.message
-                .starts_with("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"),
-            "{}",
-            e.message
-        );
-        let e = driver("cuFuncLoad", || -> std::result::Result<(), DriverError> {
-            panic!("Missing symbol cuFuncLoad")
-        })
-        .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmNoDevice);
-        assert!(e.message.contains("missing or too old"), "{}", e.message);
-        assert_eq!(driver("ok", || Ok(5)), Ok(5));
-    }
 
     #[test]
     fn stream_status_becomes_an_async_error_only_on_failure() {

@@ -2,6 +2,8 @@
 //!
 //! * [`host`] — host memory, kernels run by `symm_device::arch::host::run_grid` (CI).
 //! * [`cuda`] — the CUDA driver, loaded at run time through cudarc; the PTX in `ptx-out/`.
+//!   [`vmm`] makes its shareable memory; both call the driver through [`driver`], the checked
+//!   layer over `cudarc::driver::sys`.
 //! * [`model`] — host memory, launches checked against a model of CUDA's ordering rules
 //!   (tests; selected by [`model::activate`]).
 //!
@@ -13,6 +15,7 @@
 
 pub mod clc;
 pub mod cuda;
+pub(crate) mod driver;
 pub mod host;
 pub mod model;
 pub mod vmm;

@@ -33,12 +33,13 @@
 //! The driver steps are written against a small private trait so that their clean-up on
 //! every error path is tested without a GPU.
 
-use crate::abi::symmResult_t;
+use super::driver::{
+    PrimaryContext, cuda_error, device_attribute, driver, guarded, outside_capture,
+};
 use crate::error::{Error, Result};
 use cudarc::driver::{DriverError, result, sys};
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 // ---------------------------------------------------------------------------------------
 // Planning (pure)
@@ -368,37 +369,6 @@ fn take<const N: usize>(rest: &mut &[u8]) -> Option<[u8; N]> {
 // Driver plumbing
 // ---------------------------------------------------------------------------------------
 
-/// Run a driver call, catching the panic cudarc raises when a symbol is missing: `Err` only
-/// for that panic; the call's own result inside.
-fn guarded<T>(
-    what: &str,
-    call: impl FnOnce() -> std::result::Result<T, DriverError>,
-) -> Result<std::result::Result<T, DriverError>> {
-    catch_unwind(AssertUnwindSafe(call)).map_err(|_| {
-        Error::new(
-            symmResult_t::symmNoDevice,
-            format!("{what}: the CUDA driver library is missing or too old"),
-        )
-    })
-}
-
-/// Run a driver call, mapping failures and panics to errors that name `what`.
-fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverError>) -> Result<T> {
-    guarded(what, call)?.map_err(|DriverError(code)| cuda_error(what, code))
-}
-
-/// The error of driver call `what` failing with `code`: `symmOutOfMemory` for
-/// `CUDA_ERROR_OUT_OF_MEMORY`, `symmNoDevice` for `CUDA_ERROR_NO_DEVICE`, else
-/// `symmUnhandledCudaError`.
-fn cuda_error(what: &str, code: sys::CUresult) -> Error {
-    let result = match code {
-        sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => symmResult_t::symmOutOfMemory,
-        sys::cudaError_enum::CUDA_ERROR_NO_DEVICE => symmResult_t::symmNoDevice,
-        _ => symmResult_t::symmUnhandledCudaError,
-    };
-    Error::new(result, format!("{what} failed: {code:?}"))
-}
-
 /// Whether `cuMemCreate` failing with `code` means "no fabric handles here", after which
 /// NCCL retries with a POSIX file descriptor alone.
 fn fabric_refused(code: sys::CUresult) -> bool {
@@ -407,91 +377,6 @@ fn fabric_refused(code: sys::CUresult) -> bool {
         sys::cudaError_enum::CUDA_ERROR_NOT_PERMITTED
             | sys::cudaError_enum::CUDA_ERROR_NOT_SUPPORTED
     )
-}
-
-/// Run `work` (setup that enqueues nothing on a caller's stream) with this thread's
-/// stream-capture mode relaxed, then restore the mode: in the default (global) mode such
-/// calls during a caller's graph capture would invalidate it. `work`'s result is returned
-/// even if restoring the mode fails, so that nothing it made is lost.
-fn outside_capture<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
-    let exchange = |mode: &mut sys::CUstreamCaptureMode| {
-        driver("cuThreadExchangeStreamCaptureMode", || {
-            // SAFETY: exchanges this thread's capture mode with `*mode` (a valid enum value).
-            unsafe { sys::cuThreadExchangeStreamCaptureMode(mode) }.result()
-        })
-    };
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    exchange(&mut mode)?;
-    let result = work();
-    let _ = exchange(&mut mode);
-    result
-}
-
-/// A retained reference to a device's primary context, released on drop.
-#[derive(Debug)]
-struct PrimaryContext {
-    device: sys::CUdevice,
-    context: sys::CUcontext,
-}
-
-impl PrimaryContext {
-    /// Initialize the driver and retain `device`'s primary context.
-    fn retain(device: sys::CUdevice) -> Result<Self> {
-        driver("cuInit", result::init)?;
-        // SAFETY: the driver checks the device handle and fails for an invalid one; the
-        // reference is released once, in `Drop`.
-        let context = driver("cuDevicePrimaryCtxRetain", || unsafe {
-            result::primary_ctx::retain(device)
-        })?;
-        Ok(PrimaryContext { device, context })
-    }
-
-    /// Make the context current until the guard is dropped (then the previous one is).
-    fn enter(&self) -> Result<Entered> {
-        let current = driver("cuCtxGetCurrent", || {
-            let mut current: sys::CUcontext = std::ptr::null_mut();
-            // SAFETY: writes one context handle (null when none is current).
-            unsafe { sys::cuCtxGetCurrent(&mut current) }.result()?;
-            Ok(current)
-        })?;
-        if current == self.context {
-            return Ok(Entered { restore: None });
-        }
-        // SAFETY: a context retained by `self`, alive while `self` is.
-        driver("cuCtxSetCurrent", || unsafe {
-            sys::cuCtxSetCurrent(self.context).result()
-        })?;
-        Ok(Entered {
-            restore: Some(current),
-        })
-    }
-}
-
-impl Drop for PrimaryContext {
-    fn drop(&mut self) {
-        // SAFETY: releases the one reference taken in `retain`.
-        let _ = driver("cuDevicePrimaryCtxRelease", || unsafe {
-            result::primary_ctx::release(self.device)
-        });
-    }
-}
-
-/// A context made current by [`PrimaryContext::enter`]; restores the previous one on drop.
-/// Not `Send` (it restores the context of the thread that made it).
-struct Entered {
-    restore: Option<sys::CUcontext>,
-}
-
-impl Drop for Entered {
-    fn drop(&mut self) {
-        if let Some(previous) = self.restore.take() {
-            // SAFETY: the context that was current on this thread when the guard was made
-            // (or null, which unbinds); the caller still holds it.
-            let _ = driver("cuCtxSetCurrent", || unsafe {
-                sys::cuCtxSetCurrent(previous).result()
-            });
-        }
-    }
 }
 
 /// A location on `device`.
@@ -534,13 +419,7 @@ fn device_uuid(device: sys::CUdevice) -> Result<[u8; 16]> {
 pub fn device_caps(device: sys::CUdevice) -> Result<DeviceCaps> {
     let context = PrimaryContext::retain(device)?;
     let _entered = context.enter()?;
-    let attribute = |attribute: sys::CUdevice_attribute| {
-        // SAFETY: a plain query; the driver checks the device handle and the attribute.
-        driver("cuDeviceGetAttribute", || unsafe {
-            result::device::get_attribute(device, attribute)
-        })
-        .map(|value| value != 0)
-    };
+    let attribute = |attribute| device_attribute(device, attribute).map(|value| value != 0);
     use sys::CUdevice_attribute as A;
     let vmm_supported = attribute(A::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)?;
     let posix_fd_supported =
@@ -1178,6 +1057,7 @@ impl Drop for ImportedMapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::symmResult_t;
     use std::cell::RefCell;
     use std::collections::BTreeSet;
     use sys::cudaError_enum as E;
@@ -1558,27 +1438,7 @@ mod tests {
     // ----- driver plumbing -----
 
     #[test]
-    fn driver_errors_map_to_results() {
-        let e = driver("cuMemCreate", || {
-            Err::<(), _>(DriverError(E::CUDA_ERROR_OUT_OF_MEMORY))
-        })
-        .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmOutOfMemory);
-        assert_eq!(e.message, "cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY");
-        let e = driver("x", || Err::<(), _>(DriverError(E::CUDA_ERROR_NO_DEVICE))).unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmNoDevice);
-        let e = driver("x", || {
-            Err::<(), _>(DriverError(E::CUDA_ERROR_INVALID_VALUE))
-        })
-        .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmUnhandledCudaError);
-        let e = driver("cuMemMap", || -> std::result::Result<(), DriverError> {
-            panic!("Missing symbol cuMemMap")
-        })
-        .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmNoDevice);
-        assert!(e.message.starts_with("cuMemMap: "), "{}", e.message);
-        assert_eq!(driver("x", || Ok(7)), Ok(7));
+    fn fabric_is_refused_only_by_not_permitted_or_not_supported() {
         assert!(fabric_refused(E::CUDA_ERROR_NOT_PERMITTED));
         assert!(fabric_refused(E::CUDA_ERROR_NOT_SUPPORTED));
         assert!(!fabric_refused(E::CUDA_ERROR_OUT_OF_MEMORY));
@@ -1820,8 +1680,7 @@ mod tests {
 
     #[test]
     fn without_a_driver_every_entry_is_an_error_not_a_panic() {
-        // SAFETY: only checks whether the library can be loaded.
-        if unsafe { sys::is_culib_present() } {
+        if crate::backend::driver::library_present() {
             return;
         }
         let e = device_caps(0).unwrap_err();
