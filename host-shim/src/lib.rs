@@ -3,9 +3,10 @@
 //! The C ABI of symm (`libsymm.a`, `libsymm.so`, `ffi-headers/symm.h`), NCCL-shaped. Data flows
 //! one way:
 //!
-//! C ABI ([`ffi::api`]) → validation ([`collective`], [`window`], [`comm`], [`group`]) → plan
-//! ([`plan`], pure) → launch schedule ([`backend::schedule`], pure data) → executor
-//! ([`backend`]: CUDA driver, host threads, or the checking model) → kernel (`symm-device`).
+//! C ABI ([`ffi::api`]) → now or at the group's end ([`group`]) → validation and plan
+//! ([`collective`], [`plan`], pure) → numbering and agreement ([`agree`], [`comm`]) → launch
+//! ([`launch`], the schedule as pure data) → executor ([`backend`]: CUDA driver, host threads,
+//! or the checking model) → kernel (`symm-device`). `docs/ARCHITECTURE.md` has the layers.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

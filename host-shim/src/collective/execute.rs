@@ -20,17 +20,19 @@ use symm_device::symmetric::batch::task_cells;
 pub(crate) fn agree_call(comm: &Comm, call: &Call) -> Result<u64> {
     let seq = comm.next_collective.fetch_add(1, Ordering::Relaxed);
     let clique = &comm.clique;
-    let checked = clique
+    // The in-process log's lock is released before the call records are read: that read may
+    // wait for a rank of another process, which must not hold up this process's other ranks.
+    let in_process = clique
         .calls
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .record(seq, comm.rank, call, clique.nranks, |r| {
             clique.devices[r] == crate::comm::REMOTE_DEVICE
-        })
-        .and_then(|()| match &comm.call_records {
-            Some(records) => records.agree(seq, call),
-            None => Ok(()),
         });
+    let checked = in_process.and_then(|()| match &comm.call_records {
+        Some(records) => records.agree(seq, call),
+        None => Ok(()),
+    });
     if let Err(e) = checked {
         failure::fail(comm, &e);
         return Err(e);

@@ -230,9 +230,22 @@ pub fn find_new_failure(comm: &Comm) -> Option<Finding> {
     })
 }
 
+std::thread_local! {
+    /// This thread's calls are grouped now (see [`set_thread_grouped`]).
+    static THREAD_GROUPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Tell whether this thread's calls are grouped now (between `symmGroupStart` and the end of
+/// the outermost `symmGroupEnd`, including its helper threads): `group` keeps it current. A
+/// timeout found outside a group, on a communicator whose ranks all run in this process, says
+/// that a group is probably missing.
+pub fn set_thread_grouped(grouped: bool) {
+    THREAD_GROUPED.with(|g| g.set(grouped));
+}
+
 /// `symmTimeout` of `comm`, whose wait for `peer` (when known) ran out: "rank 0: rank 1 did not
 /// arrive within 3000 ms", with a disagreement of calls a rank of another process made when
-/// there is one.
+/// there is one, and a hint when one thread seems to drive several ranks without a group.
 fn timeout_error(comm: &Comm, peer: Option<u32>) -> Error {
     let who = match peer {
         Some(peer) => format!("rank {peer}"),
@@ -244,11 +257,18 @@ fn timeout_error(comm: &Comm, peer: Option<u32>) -> Error {
         .and_then(|records| records.recent_conflict(comm.next_collective.load(Ordering::Relaxed)))
         .map(|m| format!(" ({m})"))
         .unwrap_or_default();
+    let grouped = THREAD_GROUPED.with(|g| g.get());
+    let hint = if comm.link.is_none() && comm.clique.nranks > 1 && !grouped {
+        " (if one thread drives several ranks of this communicator, their calls must be made \
+         between symmGroupStart and symmGroupEnd: a group is probably missing)"
+    } else {
+        ""
+    };
     Error::new(
         symmResult_t::symmTimeout,
         format!(
-            "rank {}: {who} did not arrive within {} ms{mismatch}; the communicator is failed on \
-             every rank",
+            "rank {}: {who} did not arrive within {} ms{mismatch}{hint}; the communicator is \
+             failed on every rank",
             comm.rank,
             comm.clique.timeout.as_millis()
         ),

@@ -26,6 +26,15 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
     check_range(comm, &state, buff, size)?;
     let (signal_pad, exports) = new_signal_pad(comm, &state, buff)?;
     let abort = backend.alloc_flag(comm.device)?;
+    {
+        let mut pads = comm
+            .clique
+            .signal_pads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        pads.retain(|_, pad| pad.strong_count() > 0);
+        pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
+    }
     let seq = state.next_window_seq;
     state.next_window_seq += 1;
     let window = Arc::new(Window {
@@ -96,8 +105,8 @@ fn check_range(comm: &Comm, state: &CommState, buff: u64, size: u64) -> Result<(
     Ok(())
 }
 
-/// The signal pad of a new window at `buff`, known to the clique's other ranks of this process;
-/// shareable, with the exports ranks of other processes map, when the communicator has such
+/// The signal pad of a new window at `buff` (the caller makes it known to the clique's other
+/// ranks of this process): shareable, with the exports ranks of other processes map, when the communicator has such
 /// ranks.
 fn new_signal_pad(
     comm: &Comm,
@@ -133,13 +142,6 @@ fn new_signal_pad(
         address,
         memory,
     });
-    let mut pads = comm
-        .clique
-        .signal_pads
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    pads.retain(|_, pad| pad.strong_count() > 0);
-    pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
     Ok((signal_pad, exports))
 }
 

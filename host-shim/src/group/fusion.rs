@@ -105,7 +105,7 @@ impl<'t> Batch<'t> {
     }
 }
 
-/// What limits a plan of `task`'s communicator (as `collective::submit` plans).
+/// What limits a plan of `task`'s communicator (as `collective::prepare` plans).
 fn limits(task: &Task) -> Limits {
     Limits {
         max_blocks: task.comm.max_blocks,

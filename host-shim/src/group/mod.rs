@@ -5,7 +5,6 @@
 
 pub mod fusion;
 
-use crate::abi::symmResult_t;
 use crate::agree::Call;
 use crate::collective::{self, Prepared, Request, Task};
 use crate::comm::{Clique, Comm, windows};
@@ -73,6 +72,7 @@ struct Ending;
 impl Ending {
     fn start() -> Ending {
         ENDING.with(|e| e.set(true));
+        publish_grouped();
         Ending
     }
 }
@@ -80,7 +80,14 @@ impl Ending {
 impl Drop for Ending {
     fn drop(&mut self) {
         ENDING.with(|e| e.set(false));
+        publish_grouped();
     }
+}
+
+/// Keep the failure layer's view of this thread current: its calls are grouped while a group
+/// is open or its end runs (see `failure::set_thread_grouped`).
+fn publish_grouped() {
+    crate::comm::failure::set_thread_grouped(active() || ending());
 }
 
 impl Deferred {
@@ -152,7 +159,7 @@ pub fn collective(
     let _call = comm.enter_call(what)?;
     let prepared = validate().and_then(|request| collective::prepare(comm, request, stream));
     let grouped = active();
-    let result = match prepared {
+    match prepared {
         Err(error) if grouped => {
             defer(Deferred::Refused(comm.clone(), error.clone()));
             Err(error)
@@ -171,8 +178,7 @@ pub fn collective(
             let plan = task.plan;
             collective::execute(&[vec![&task]], &plan)
         }
-    };
-    result.map_err(|error| with_missing_group_hint(comm, error))
+    }
 }
 
 /// Finish `window`'s registration on `comm` now or, inside a group, at the group's end (where
@@ -186,24 +192,6 @@ pub fn complete_window(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
     }
 }
 
-/// A timeout outside any group on a communicator whose ranks all run in this process: one
-/// thread probably drives several ranks without a group (each call then waits for peers that
-/// this thread has not called yet), so the error says so.
-fn with_missing_group_hint(comm: &Comm, error: Error) -> Error {
-    let one_process = comm.link.is_none() && comm.clique.nranks > 1;
-    if error.code != symmResult_t::symmTimeout || !one_process || active() || ending() {
-        return error;
-    }
-    Error::new(
-        error.code,
-        format!(
-            "{} (if one thread drives several ranks of this communicator, their calls must be \
-             made between symmGroupStart and symmGroupEnd: a group is probably missing)",
-            error.message
-        ),
-    )
-}
-
 /// `symmGroupStart`: groups nest.
 pub fn start() -> Result<()> {
     GROUP.with(|g| {
@@ -213,7 +201,9 @@ pub fn start() -> Result<()> {
             .checked_add(1)
             .ok_or_else(|| Error::invalid_usage("groups nested too deeply"))?;
         Ok(())
-    })
+    })?;
+    publish_grouped();
+    Ok(())
 }
 
 /// `symmGroupEnd`: at the outermost end, complete windows, then run every collective (on the
@@ -233,6 +223,7 @@ pub fn end() -> Result<()> {
             Vec::new()
         })
     })?;
+    publish_grouped();
 
     let _unqueue = Unqueue(
         deferred

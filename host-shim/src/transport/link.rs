@@ -17,8 +17,9 @@ use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Version byte of [`PeerInfo`] and the other messages of this module.
-const VERSION: u8 = 1;
+/// Version byte of [`PeerInfo`] and the other messages of this module. 2: the call records
+/// count all-gathers in elements (1: bytes), so processes of both builds must not join.
+const VERSION: u8 = 2;
 /// Longest fd-socket name accepted from a peer.
 const MAX_SOCKET_NAME: usize = 107;
 /// All-gather tag of the init exchange (block caps); registration `seq` tags are below it.
