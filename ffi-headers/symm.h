@@ -115,9 +115,6 @@ typedef enum {
 // CUDA's stream type, as in `cuda.h`.
 typedef struct CUstream_st CUstream_st;
 
-// Constants of the cost model for one backend.
-typedef struct Model Model;
-
 // Opaque communicator.
 typedef struct symmComm symmComm;
 
@@ -168,10 +165,6 @@ typedef struct {
   // Reserved, zero.
   uint64_t reserved[3];
 } symmDeviceContext;
-
-
-
-
 
 #ifdef __cplusplus
 extern "C" {

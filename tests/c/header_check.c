@@ -3,6 +3,12 @@
 #include <stddef.h>
 #include "symm.h"
 
+/* The header declares only symm-prefixed names (and CUDA's CUstream_st): a program's own types
+ * with common names must not clash with it (`cargo xtask header` checks every name). */
+typedef double Model;
+typedef int Plan;
+typedef struct Window { int id; } Window;
+
 #ifdef __cplusplus
 #define STATIC_ASSERT static_assert
 #else

@@ -10,7 +10,7 @@
 //! * `test` — the test suite: the layering check (`layers` below), workspace tests (this
 //!   crate's own included), the loom model checks
 //!   of the synchronization protocols (`--cfg loom`), then the C examples and a small checked
-//!   `symm-perf` run on the host backend, then the Python package's tests (`pytest` below)
+//!   `symm-perf` run on the host backend, the install check (`install` below), then the Python package's tests (`pytest` below)
 //!   and the Triton compile tests (`triton-test`).
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
@@ -24,6 +24,9 @@
 //! * `sim [--test]` — build the simulated GPU (a fake `libcuda.so.1` over the PTX interpreter
 //!   in `sim/`) into `target/sim/` and print the directory; with `--test`, run the GPU test
 //!   set, the C examples and the mutation checks on it.
+//! * `install --prefix P` — libsymm (shared, with its SONAME, and static), `symm.h` and a
+//!   pkg-config file `symm.pc` carrying the link flags, under `P`; `install --check` (run by
+//!   `test`) builds the C example against a scratch installation with pkg-config's flags alone.
 //! * `layers` — check the imports between modules against the layers `docs/ARCHITECTURE.md`
 //!   states (and its list of imports that still break them).
 
@@ -31,6 +34,7 @@
 
 mod bundle;
 mod fuzz;
+mod install;
 mod layers;
 mod loom;
 mod ptx;
@@ -57,10 +61,11 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sim") => sim::sim(&args[1..]),
         Some("layers") => layers::check(),
+        Some("install") => install::install(&args[1..]),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
              | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds | sim [--test] \
-             | layers"
+             | layers | install --prefix DIRECTORY|--check"
                 .to_string(),
         ),
     };
@@ -110,6 +115,14 @@ fn header(check: bool) -> Result<(), String> {
         .map_err(|e| format!("cbindgen: {e}"))?;
     let mut generated = Vec::new();
     bindings.write(&mut generated);
+    let unprefixed = unprefixed_names(&String::from_utf8_lossy(&generated));
+    if !unprefixed.is_empty() {
+        return Err(format!(
+            "symm.h would declare names without the symm/SYMM_ prefix, which can clash with a \
+             user's own (exclude them in host-shim/cbindgen.toml or rename them): {}",
+            unprefixed.join(", ")
+        ));
+    }
     let path = root.join("ffi-headers/symm.h");
     if check {
         let current = std::fs::read(&path).unwrap_or_default();
@@ -127,6 +140,63 @@ fn header(check: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Names a C header may declare without symm's prefix: CUDA's own stream type, declared as
+/// `cuda.h` does.
+const FOREIGN_NAMES: [&str; 1] = ["CUstream_st"];
+
+/// Every name `header` declares at file scope (types, typedef names, enumerators, functions,
+/// macros) that does not start with `symm` or `SYMM_` and is not CUDA's (struct fields are
+/// not declarations at file scope).
+fn unprefixed_names(header: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_enum = false;
+    for line in header.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("//") || trimmed.is_empty() {
+            continue;
+        }
+        let word = |s: &str| -> String {
+            s.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        };
+        if let Some(rest) = trimmed.strip_prefix("#define ") {
+            names.push(word(rest));
+        } else if trimmed.starts_with("typedef enum") {
+            in_enum = true;
+        } else if let Some(rest) = trimmed.strip_prefix('}') {
+            in_enum = false;
+            let name = word(rest.trim_start());
+            if !name.is_empty() {
+                names.push(name);
+            }
+        } else if in_enum {
+            names.push(word(trimmed));
+        } else if let Some(rest) = trimmed.strip_prefix("typedef ") {
+            if !rest.trim_end().ends_with('{') {
+                // `typedef struct A B;`: both names.
+                for part in rest.trim_end_matches(';').split_whitespace().skip(1) {
+                    names.push(word(part.trim_start_matches('*')));
+                }
+            }
+        } else if !line.starts_with(' ') && !line.starts_with('#') && line.contains('(') {
+            let before = &line[..line.find('(').unwrap_or(0)];
+            if let Some(name) = before.split([' ', '*']).next_back() {
+                names.push(word(name));
+            }
+        }
+    }
+    names.retain(|n| {
+        !n.is_empty()
+            && !n.starts_with("symm")
+            && !n.starts_with("SYMM_")
+            && !FOREIGN_NAMES.contains(&n.as_str())
+    });
+    names.sort();
+    names.dedup();
+    names
+}
+
 fn build_release_and_examples() -> Result<(), String> {
     run(cargo().args(["build", "--release", "-p", "symm", "-p", "symm-perf"]))?;
     run(Command::new("make").args(["-C", "examples/c"]))
@@ -140,6 +210,7 @@ fn test() -> Result<(), String> {
     run(Command::new("make")
         .args(["-C", "examples/c", "run"])
         .env("SYMM_BACKEND", "host"))?;
+    install::check()?;
     // The benchmark, small and checked, on the host backend (it exits non-zero on a wrong
     // element).
     for args in [
@@ -163,4 +234,28 @@ fn test() -> Result<(), String> {
 fn demo() -> Result<(), String> {
     build_release_and_examples()?;
     run(Command::new("examples/c/allreduce").arg("8"))
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::unprefixed_names;
+
+    #[test]
+    fn every_unprefixed_declaration_is_found() {
+        let header = "#define SYMM_H\n#define MAX 3\ntypedef enum {\n  symmSuccess = 0,\n  \
+                      Oops = 1,\n} symmResult_t;\ntypedef struct CUstream_st CUstream_st;\n\
+                      typedef struct Model Model;\ntypedef struct {\n  int field;\n} Pair;\n\
+                      // comment(x)\nsymmResult_t symmInit(int *x,\n                 int y);\n\
+                      const char *helper(void);\n";
+        assert_eq!(
+            unprefixed_names(header),
+            ["MAX", "Model", "Oops", "Pair", "helper"]
+        );
+    }
+
+    #[test]
+    fn the_shipped_header_declares_only_prefixed_names() {
+        let header = std::fs::read_to_string(crate::root().join("ffi-headers/symm.h")).unwrap();
+        assert_eq!(unprefixed_names(&header), Vec::<String>::new());
+    }
 }
