@@ -12,6 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// NCCL's other names of the element types (ncclChar, ncclInt, ncclHalf, ncclFloat, ncclDouble),
+// so that code ported from NCCL needs only the prefix changed.
+#define symmChar symmInt8
+#define symmInt symmInt32
+#define symmHalf symmFloat16
+#define symmFloat symmFloat32
+#define symmDouble symmFloat64
+
 // Version of this library: `major * 10000 + minor * 100 + patch`.
 #define SYMM_VERSION_CODE 100
 
@@ -22,7 +30,9 @@
 // Bytes in a [`symmUniqueId`].
 #define SYMM_UNIQUE_ID_BYTES 128
 
-// Result of every call.
+// Result of every call. Codes that mean what one of NCCL's `ncclResult_t` means have its
+// number (0 to 6); 7 is left free (NCCL's `ncclInProgress`: symm has no non-blocking
+// communicators); symm's own codes follow.
 typedef enum {
   // The call succeeded.
   symmSuccess = 0,
@@ -36,19 +46,21 @@ typedef enum {
   symmInvalidArgument = 4,
   // The call is not valid in the current state (e.g. `symmGroupEnd` without a start).
   symmInvalidUsage = 5,
+  // A peer's process exited or its bootstrap connection was lost (or the root failed), or
+  // another rank failed the communicator.
+  symmRemoteError = 6,
   // No usable GPU or no CUDA driver for the cuda backend.
-  symmNoDevice = 6,
+  symmNoDevice = 8,
   // Valid, but not supported by this version or this GPU.
-  symmUnsupported = 7,
+  symmUnsupported = 9,
   // A peer did not arrive within `SYMM_TIMEOUT_MS`.
-  symmTimeout = 8,
+  symmTimeout = 10,
   // A memory allocation failed.
-  symmOutOfMemory = 9,
-  // A peer's process exited or its bootstrap connection was lost (or the root failed).
-  symmRemoteError = 10,
+  symmOutOfMemory = 11,
 } symmResult_t;
 
-// Element types (NCCL's names and order of appearance; values are symm's own).
+// Element types: NCCL's names and numbers (`symm.h` also defines NCCL's aliases, e.g.
+// `symmFloat` for `symmFloat32`).
 typedef enum {
   // Signed 8-bit integer.
   symmInt8 = 0,

@@ -21,7 +21,9 @@ pub const SYMM_WIN_COLL_SYMMETRIC: c_int = 1;
 /// Bytes in a [`symmUniqueId`].
 pub const SYMM_UNIQUE_ID_BYTES: usize = 128;
 
-/// Result of every call.
+/// Result of every call. Codes that mean what one of NCCL's `ncclResult_t` means have its
+/// number (0 to 6); 7 is left free (NCCL's `ncclInProgress`: symm has no non-blocking
+/// communicators); symm's own codes follow.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum symmResult_t {
@@ -37,19 +39,21 @@ pub enum symmResult_t {
     symmInvalidArgument = 4,
     /// The call is not valid in the current state (e.g. `symmGroupEnd` without a start).
     symmInvalidUsage = 5,
+    /// A peer's process exited or its bootstrap connection was lost (or the root failed), or
+    /// another rank failed the communicator.
+    symmRemoteError = 6,
     /// No usable GPU or no CUDA driver for the cuda backend.
-    symmNoDevice = 6,
+    symmNoDevice = 8,
     /// Valid, but not supported by this version or this GPU.
-    symmUnsupported = 7,
+    symmUnsupported = 9,
     /// A peer did not arrive within `SYMM_TIMEOUT_MS`.
-    symmTimeout = 8,
+    symmTimeout = 10,
     /// A memory allocation failed.
-    symmOutOfMemory = 9,
-    /// A peer's process exited or its bootstrap connection was lost (or the root failed).
-    symmRemoteError = 10,
+    symmOutOfMemory = 11,
 }
 
-/// Element types (NCCL's names and order of appearance; values are symm's own).
+/// Element types: NCCL's names and numbers (`symm.h` also defines NCCL's aliases, e.g.
+/// `symmFloat` for `symmFloat32`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum symmDataType_t {
@@ -226,11 +230,11 @@ impl symmResult_t {
             symmInternalError,
             symmInvalidArgument,
             symmInvalidUsage,
+            symmRemoteError,
             symmNoDevice,
             symmUnsupported,
             symmTimeout,
             symmOutOfMemory,
-            symmRemoteError,
         ]
         .into_iter()
         .find(|r| *r as c_int == raw)
@@ -318,11 +322,12 @@ mod tests {
 
     #[test]
     fn every_result_has_a_description() {
-        for raw in 0..=10 {
-            let r = symmResult_t::from_raw(raw).expect("codes 0..=10 exist");
+        for raw in (0..=6).chain(8..=11) {
+            let r = symmResult_t::from_raw(raw).expect("codes 0..=6 and 8..=11 exist");
             assert!(!r.description().to_bytes().is_empty());
         }
-        assert_eq!(symmResult_t::from_raw(11), None);
+        assert_eq!(symmResult_t::from_raw(7), None);
+        assert_eq!(symmResult_t::from_raw(12), None);
         assert_eq!(symmResult_t::from_raw(-1), None);
     }
 }

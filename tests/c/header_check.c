@@ -15,6 +15,18 @@ typedef struct Window { int id; } Window;
 #define STATIC_ASSERT _Static_assert
 #endif
 
+/* NCCL's numbers and names, so that ported code keeps its meaning. */
+STATIC_ASSERT(symmSuccess == 0 && symmUnhandledCudaError == 1 && symmSystemError == 2 &&
+                  symmInternalError == 3 && symmInvalidArgument == 4 && symmInvalidUsage == 5 &&
+                  symmRemoteError == 6,
+              "result codes as ncclResult_t");
+STATIC_ASSERT(symmChar == symmInt8 && symmInt == symmInt32 && symmHalf == symmFloat16 &&
+                  symmFloat == symmFloat32 && symmDouble == symmFloat64 && symmBfloat16 == 9 &&
+                  symmFloat8e5m2 == 11,
+              "element types as ncclDataType_t");
+STATIC_ASSERT(symmSum == 0 && symmProd == 1 && symmMax == 2 && symmMin == 3 && symmAvg == 4,
+              "operators as ncclRedOp_t");
+
 STATIC_ASSERT(sizeof(symmDeviceContext) == 96, "context size");
 STATIC_ASSERT(offsetof(symmDeviceContext, rank) == 8, "rank");
 STATIC_ASSERT(offsetof(symmDeviceContext, world_size) == 12, "world_size");
@@ -24,7 +36,7 @@ STATIC_ASSERT(offsetof(symmDeviceContext, peer_signal_pads) == 40, "peer_signal_
 STATIC_ASSERT(offsetof(symmDeviceContext, abort_flag) == 56, "abort_flag");
 STATIC_ASSERT(offsetof(symmDeviceContext, timeout_ns) == 64, "timeout_ns");
 STATIC_ASSERT(sizeof(symmUniqueId) == SYMM_UNIQUE_ID_BYTES, "unique id");
-STATIC_ASSERT(symmSuccess == 0 && symmOutOfMemory == 9, "results");
+STATIC_ASSERT(symmNoDevice == 8 && symmTimeout == 10 && symmOutOfMemory == 11, "symm's own results");
 STATIC_ASSERT(symmFloat32 == 7 && symmBfloat16 == 9 && symmFloat8e5m2 == 11, "types");
 STATIC_ASSERT(symmSum == 0 && symmAvg == 4, "ops");
 STATIC_ASSERT(SYMM_WIN_COLL_SYMMETRIC == 1, "flag");
