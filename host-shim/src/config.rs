@@ -28,11 +28,6 @@ pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> 
     }
 }
 
-/// `SYMM_DEBUG=INFO`: log every plan (size, algorithm, blocks, predicted time) to stderr.
-pub fn debug() -> bool {
-    std::env::var("SYMM_DEBUG").is_ok_and(|v| v.eq_ignore_ascii_case("INFO"))
-}
-
 /// `SYMM_TIMEOUT_MS`: bound of every wait on another rank (kernels and host rendezvous).
 pub fn timeout() -> Result<Duration> {
     parse_timeout(std::env::var("SYMM_TIMEOUT_MS").ok().as_deref())

@@ -21,6 +21,7 @@ pub mod error;
 pub mod ffi;
 pub mod group;
 pub mod launch;
+pub mod log;
 pub mod mutation;
 pub mod plan;
 pub mod ptx;

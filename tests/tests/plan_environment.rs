@@ -28,11 +28,11 @@ fn symm_algo_forces_the_algorithm_and_symm_debug_logs_each_pick() {
     assert!(ok, "{log}");
     assert!(
         log.contains(
-            "symm INFO rank 0: all_reduce 1000 x Float32 Sum (4000 B) -> two_shot_all_reduce"
+            "[0] symm INFO plan: all_reduce 1000 x Float32 Sum (4000 B) -> two_shot_all_reduce"
         ),
         "{log}"
     );
-    assert!(log.contains("symm INFO rank 1:"), "{log}");
+    assert!(log.contains("[1] symm INFO plan:"), "{log}");
     assert!(log.contains("predicted"), "{log}");
     let (ok, log) = run_child("oneshot");
     assert!(ok, "{log}");

@@ -23,6 +23,7 @@ pub mod vmm;
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
 use crate::launch::{Launch, schedule};
+use crate::log::{Level, Subsys};
 use crate::plan::KernelId;
 use std::sync::{Arc, OnceLock};
 
@@ -396,7 +397,15 @@ pub fn select() -> Result<Arc<Backend>> {
             .clone());
     }
     match std::env::var("SYMM_BACKEND").ok().as_deref().map(str::trim) {
-        Some("host") => Ok(host()),
+        Some("host") => {
+            crate::log!(
+                Level::Info,
+                Subsys::Init,
+                None,
+                "backend host (SYMM_BACKEND=host)"
+            );
+            Ok(host())
+        }
         Some("cuda") => cuda::shared().map_err(|e| {
             Error::new(
                 symmResult_t::symmNoDevice,
@@ -406,7 +415,28 @@ pub fn select() -> Result<Arc<Backend>> {
                 ),
             )
         }),
-        None | Some("") => Ok(cuda::shared().unwrap_or_else(|_| host())),
+        None | Some("") => Ok(match cuda::shared() {
+            Ok(cuda) => {
+                crate::log!(
+                    Level::Info,
+                    Subsys::Init,
+                    None,
+                    "backend cuda (SYMM_BACKEND unset and a CUDA device is usable)"
+                );
+                cuda
+            }
+            Err(e) => {
+                crate::log!(
+                    Level::Warn,
+                    Subsys::Init,
+                    None,
+                    "backend host: SYMM_BACKEND is unset and the cuda backend is unusable ({}); \
+                     collectives run on CPU threads (set SYMM_BACKEND=cuda to make this an error)",
+                    e.message
+                );
+                host()
+            }
+        }),
         Some(other) => Err(Error::invalid_argument(format!(
             "SYMM_BACKEND={other:?} is not a backend: expected \"host\" or \"cuda\""
         ))),

@@ -7,6 +7,7 @@ use crate::agree::Call;
 use crate::comm::{Comm, failure};
 use crate::error::{Error, Result};
 use crate::launch::{InstanceId, Launch};
+use crate::log::{Level, Subsys};
 use crate::plan::Plan;
 use crate::window::Window;
 use std::sync::Arc;
@@ -172,20 +173,25 @@ fn number_calls(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) -> Result<()
 /// `SYMM_DEBUG=INFO`, say what is launched.
 fn note_launch(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) {
     let first = parts[0][0];
-    if first.comm.clique.debug {
+    if crate::log::enabled(Level::Info, Subsys::Coll) {
         let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
-        eprintln!(
-            "symm INFO launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
-             predicted {:.1} us; ranks {:?} on device {}",
-            first.collective.name(),
-            parts[0].len(),
-            bytes,
-            plan.kernel.ptx_name(),
-            plan.grid,
-            plan.block,
-            plan.predicted_us,
-            launch.rank_ids,
-            launch.device
+        crate::log::log(
+            Level::Info,
+            Subsys::Coll,
+            Some(first.comm.rank),
+            format_args!(
+                "launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
+                 predicted {:.1} us; ranks {:?} on device {}",
+                first.collective.name(),
+                parts[0].len(),
+                bytes,
+                plan.kernel.ptx_name(),
+                plan.grid,
+                plan.block,
+                plan.predicted_us,
+                launch.rank_ids,
+                launch.device
+            ),
         );
     }
     for tasks in parts {

@@ -11,6 +11,7 @@ pub use validate::{Request, all_gather, all_reduce, data_type, describe, red_op,
 use crate::agree::{Call, Signature};
 use crate::comm::Comm;
 use crate::error::Result;
+use crate::log::{Level, Subsys};
 use crate::plan::{Collective, Limits, Plan, plan};
 use crate::window::Window;
 use std::ops::Range;
@@ -155,21 +156,21 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         comm.clique.backend.kind(),
         limits,
     )?;
-    if comm.clique.debug {
-        eprintln!(
-            "symm INFO rank {}: {} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
-            comm.rank,
-            request.collective.name(),
-            request.count,
-            request.dtype,
-            request.op,
-            request.count * request.dtype.size_bytes() as u64,
-            plan.kernel.algorithm.name(),
-            plan.grid,
-            plan.block,
-            plan.predicted_us
-        );
-    }
+    crate::log!(
+        Level::Info,
+        Subsys::Plan,
+        Some(comm.rank),
+        "plan: {} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
+        request.collective.name(),
+        request.count,
+        request.dtype,
+        request.op,
+        request.count * request.dtype.size_bytes() as u64,
+        plan.kernel.algorithm.name(),
+        plan.grid,
+        plan.block,
+        plan.predicted_us
+    );
     if request.args.count == 0 {
         return Ok(Prepared::Empty(Call::Made(Signature {
             collective: request.collective,

@@ -11,6 +11,7 @@ use crate::agree::CallLog;
 use crate::agree::records::CallRecords;
 use crate::backend::{Backend, BackendKind, CommResources};
 use crate::error::{Error, Result, c_message};
+use crate::log::{Level, Subsys};
 use crate::transport::bootstrap::{self, UniqueId};
 use crate::transport::fdpass::FdListener;
 use crate::transport::link::{self, PeerInfo, RankLink};
@@ -38,8 +39,6 @@ pub struct Clique {
     pub timeout: Duration,
     /// `SYMM_ALGO`: an algorithm forced for every call (see `Collective::resolve_forced`).
     pub forced_algorithm: Option<Algorithm>,
-    /// `SYMM_DEBUG=INFO`: log every plan to stderr.
-    pub debug: bool,
     /// Most blocks per rank of every kernel of this clique: the minimum over its devices of
     /// what lets every rank sharing that device be resident at once. A property of the clique,
     /// so that every rank plans the same grid.
@@ -414,13 +413,30 @@ fn new_comm(
         user: Mutex::new(None),
         last_error: Mutex::new(CString::default()),
     });
-    if clique.debug {
-        eprintln!(
-            "symm INFO rank {rank}: calls on a communicator must come from one thread at a time: \
-             a collective or group end that finds another thread's call in progress on it is \
-             refused (symmInvalidUsage) and fails the communicator on every rank"
-        );
-    }
+    crate::log!(
+        Level::Info,
+        Subsys::Init,
+        Some(rank),
+        "symm {} rank {rank} of {}: backend {}, device {device}, {}",
+        env!("CARGO_PKG_VERSION"),
+        clique.nranks,
+        clique.backend.kind().name(),
+        match &comm.link {
+            Some(link) if link.has_remote_peers() => {
+                "joined through the bootstrap, with ranks in other processes"
+            }
+            Some(_) => "joined through the bootstrap, every rank in this process",
+            None => "every rank in this process (symmCommInitAll)",
+        }
+    );
+    crate::log!(
+        Level::Info,
+        Subsys::Init,
+        Some(rank),
+        "calls on a communicator must come from one thread at a time: a collective or group end \
+         that finds another thread's call in progress on it is refused (symmInvalidUsage) and \
+         fails the communicator on every rank"
+    );
     live_comms().insert(Arc::as_ptr(&comm) as usize, comm.clone());
     Ok(comm)
 }
@@ -456,7 +472,6 @@ fn new_clique_with(
         backend,
         timeout,
         forced_algorithm: crate::config::forced_algorithm()?,
-        debug: crate::config::debug(),
         tables: Mutex::new(HashMap::new()),
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
@@ -620,6 +635,14 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
         .collect::<Result<Vec<_>>>()?;
     let link = RankLink::new(rank as u32, id, peers, client, listener);
     check_peers(&link, rank as usize, backend.kind())?;
+    crate::log!(
+        Level::Info,
+        Subsys::Bootstrap,
+        Some(rank as usize),
+        "bootstrap: joined {nranks} ranks through the root at {}; ranks in other processes: {}",
+        link.id.address(),
+        (0..nranks as usize).filter(|&r| !link.is_local(r)).count()
+    );
 
     // Every rank plans the same grids: the block cap is the minimum over the ranks of what
     // lets the ranks sharing a device in one process be resident at once.

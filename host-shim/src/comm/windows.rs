@@ -7,6 +7,7 @@
 use crate::abi::{SYMM_WIN_COLL_SYMMETRIC, symmResult_t, symmWindow_t};
 use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
+use crate::log::{Level, Subsys};
 use crate::transport::link::{RankLink, WindowDeposit};
 use crate::transport::shareable::{ExportMessage, Imported, Shareable};
 use crate::window::{Deposit, DeviceContext, Exports, Registration, SignalPad, Window};
@@ -240,8 +241,29 @@ pub fn finish_completion(
         }
         None => started,
     };
-    if result.is_err() {
-        comm.lock().windows.remove(&(window.handle() as usize));
+    match &result {
+        Ok(()) => crate::log!(
+            Level::Info,
+            Subsys::Reg,
+            Some(comm.rank),
+            "window #{} registered: [{:#x}, +{} bytes) on device {}, signal pad {:#x}",
+            window.seq,
+            window.base,
+            window.size,
+            comm.device,
+            window.signal_pad.address
+        ),
+        Err(e) => {
+            crate::log!(
+                Level::Warn,
+                Subsys::Reg,
+                Some(comm.rank),
+                "window #{} registration failed: {}",
+                window.seq,
+                e.message
+            );
+            comm.lock().windows.remove(&(window.handle() as usize));
+        }
     }
     result
 }
