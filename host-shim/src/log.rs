@@ -202,11 +202,10 @@ pub fn enabled(level: Level, subsys: Subsys) -> bool {
     settings.level.is_some_and(|l| level <= l) && settings.subsys & subsys as u32 != 0
 }
 
-/// Log `message` at `level` about `subsys`, for `rank` (`None`: no rank), if enabled.
-pub fn log(level: Level, subsys: Subsys, rank: Option<usize>, message: fmt::Arguments<'_>) {
-    if enabled(level, subsys) {
-        emit(settings(), level, rank, message);
-    }
+/// Write `message` at `level` for `rank` (`None`: no rank); callers check [`enabled`] first
+/// (the [`log!`](crate::log!) macro does), so that nothing is formatted for a line not logged.
+pub fn write(level: Level, rank: Option<usize>, message: fmt::Arguments<'_>) {
+    emit(settings(), level, rank, message);
 }
 
 /// One whole line: `host:pid:tid [rank] symm LEVEL message`.
@@ -255,7 +254,7 @@ fn emit(settings: &Settings, level: Level, rank: Option<usize>, message: fmt::Ar
 macro_rules! log {
     ($level:expr, $subsys:expr, $rank:expr, $($arg:tt)*) => {
         if $crate::log::enabled($level, $subsys) {
-            $crate::log::log($level, $subsys, $rank, format_args!($($arg)*));
+            $crate::log::write($level, $rank, format_args!($($arg)*));
         }
     };
 }

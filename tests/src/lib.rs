@@ -149,6 +149,30 @@ pub fn assert_matches_f64_sum(inputs: &[Vec<f32>], results: &[Vec<f32>], case: &
     }
 }
 
+/// Two ranks driven by this thread all-reduce (f32 sum, in place, grouped) 1000 elements of
+/// rank + 1 for `rounds` rounds, each result checked (3.0 everywhere); then teardown. The child
+/// process of the tests that read what the library logs.
+pub fn two_rank_grouped_all_reduces(rounds: usize) {
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 4000);
+    for _ in 0..rounds {
+        for (r, b) in buffers.iter().enumerate() {
+            // SAFETY: host memory of the window.
+            unsafe { write_f32(b.base, &vec![r as f32 + 1.0; 1000]) };
+        }
+        check(symmGroupStart(), std::ptr::null_mut());
+        for b in &buffers {
+            check(all_reduce_f32_sum(b.comm, b.base, b.base, 1000), b.comm);
+        }
+        check(symmGroupEnd(), std::ptr::null_mut());
+        for b in &buffers {
+            // SAFETY: host memory of the window.
+            assert_eq!(unsafe { read_f32(b.base, 1000) }, vec![3.0; 1000]);
+        }
+    }
+    teardown(buffers);
+}
+
 /// Deregister, free and destroy.
 pub fn teardown(buffers: Vec<RankBuffer>) {
     for b in buffers {

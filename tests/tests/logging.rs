@@ -180,22 +180,5 @@ fn child_all_reduces() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let comms = init_all(2);
-    let buffers = alloc_windows(&comms, 4000);
-    for _ in 0..repeat {
-        for (r, b) in buffers.iter().enumerate() {
-            // SAFETY: host memory of the window.
-            unsafe { write_f32(b.base, &vec![r as f32 + 1.0; 1000]) };
-        }
-        check(symm::symmGroupStart(), std::ptr::null_mut());
-        for b in &buffers {
-            check(all_reduce_f32_sum(b.comm, b.base, b.base, 1000), b.comm);
-        }
-        check(symm::symmGroupEnd(), std::ptr::null_mut());
-        for b in &buffers {
-            // SAFETY: host memory of the window.
-            assert_eq!(unsafe { read_f32(b.base, 1000) }, vec![3.0; 1000]);
-        }
-    }
-    teardown(buffers);
+    two_rank_grouped_all_reduces(repeat);
 }

@@ -13,18 +13,9 @@ use std::process::Command;
 use crate::python::build_library;
 use crate::{root, run};
 
-/// The SONAME of libsymm (`host-shim/build.rs` sets the same): the major version, or for 0.x
-/// releases, whose minor version breaks compatibility, `0.<minor>`.
-pub fn soname(version: &str) -> String {
-    let mut parts = version.split('.');
-    let major = parts.next().unwrap_or("0");
-    let minor = parts.next().unwrap_or("0");
-    if major == "0" {
-        format!("libsymm.so.0.{minor}")
-    } else {
-        format!("libsymm.so.{major}")
-    }
-}
+#[path = "../../host-shim/soname.rs"]
+mod soname;
+use soname::soname;
 
 /// The system libraries the static library needs (what rustc reports as
 /// `native-static-libs` for a Linux staticlib of this crate).

@@ -113,9 +113,8 @@ pub fn validate(variant: Variant, config: &Config) -> Result<()> {
 const HOST_RESIDENT_BLOCKS: u32 = 8;
 
 /// Run `variant` on CPU threads, `config.iterations` times after one warm-up (the host and
-/// model executors).
-pub fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
-    validate(variant, config)?;
+/// model executors), once [`validate`] accepted it.
+pub(crate) fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
     let kernel: workload::BenchKernel = match variant {
         Variant::FixedGrid => workload::fixed_grid_kernel,
         Variant::Software(p) => workload::software_kernel(p).expect("policy checked"),

@@ -173,27 +173,22 @@ fn number_calls(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) -> Result<()
 /// `SYMM_DEBUG=INFO`, say what is launched.
 fn note_launch(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) {
     let first = parts[0][0];
-    if crate::log::enabled(Level::Info, Subsys::Coll) {
-        let bytes: u64 = parts[0].iter().map(|t| t.share_bytes()).sum();
-        crate::log::log(
-            Level::Info,
-            Subsys::Coll,
-            Some(first.comm.rank),
-            format_args!(
-                "launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, \
-                 predicted {:.1} us; ranks {:?} on device {}",
-                first.collective.name(),
-                parts[0].len(),
-                bytes,
-                plan.kernel.ptx_name(),
-                plan.grid,
-                plan.block,
-                plan.predicted_us,
-                launch.rank_ids,
-                launch.device
-            ),
-        );
-    }
+    crate::log!(
+        Level::Info,
+        Subsys::Coll,
+        Some(first.comm.rank),
+        "launch: {} of {} task(s) ({} B per rank), kernel {}, {} blocks x {} threads, predicted \
+         {:.1} us; ranks {:?} on device {}",
+        first.collective.name(),
+        parts[0].len(),
+        parts[0].iter().map(|t| t.share_bytes()).sum::<u64>(),
+        plan.kernel.ptx_name(),
+        plan.grid,
+        plan.block,
+        plan.predicted_us,
+        launch.rank_ids,
+        launch.device
+    );
     for tasks in parts {
         let comm = &tasks[0].comm;
         comm.lock().last_kernel = Some(plan.kernel.ptx_name());

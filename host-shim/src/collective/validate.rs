@@ -212,8 +212,8 @@ fn segment_and_whole(
     Ok((send_window, recv_window))
 }
 
-/// `symmAllGather`: `sendcount` elements from every rank, rank `r`'s at `recvbuff + r·sendcount`.
-/// Validate `symmAllGather`'s arguments against `comm`'s windows.
+/// Validate `symmAllGather`'s arguments against `comm`'s windows: `sendcount` elements from
+/// every rank, rank `r`'s at `recvbuff + r·sendcount`.
 pub fn all_gather(
     comm: &Comm,
     send: u64,
@@ -246,9 +246,8 @@ pub fn all_gather(
     })
 }
 
-/// `symmReduceScatter`: rank `r` receives the reduction of segment `r` (`recvcount` elements)
-/// of every rank's send buffer.
-/// Validate `symmReduceScatter`'s arguments against `comm`'s windows.
+/// Validate `symmReduceScatter`'s arguments against `comm`'s windows: rank `r` receives the
+/// reduction of segment `r` (`recvcount` elements) of every rank's send buffer.
 pub fn reduce_scatter(
     comm: &Comm,
     send: u64,

@@ -69,27 +69,20 @@ fn record_in_clique(clique: &std::sync::Arc<Clique>, failure: Failure) {
     let first = {
         let mut slot = clique.failure.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
-            *slot = Some(failure);
+            *slot = Some(failure.clone());
             true
         } else {
             false
         }
     };
     if first {
-        let failure = clique
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(failure) = failure {
-            crate::log!(
-                crate::log::Level::Warn,
-                crate::log::Subsys::Coll,
-                Some(failure.rank),
-                "the communicator failed: {}",
-                failure.message
-            );
-        }
+        crate::log!(
+            crate::log::Level::Warn,
+            crate::log::Subsys::Coll,
+            Some(failure.rank),
+            "the communicator failed: {}",
+            failure.message
+        );
         for peer in comm::clique_comms(clique) {
             let windows: Vec<_> = peer.lock().windows.values().cloned().collect();
             for window in windows {
