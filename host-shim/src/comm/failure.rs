@@ -165,6 +165,13 @@ pub fn check(comm: &Comm) -> Result<(), Error> {
     let Some(found) = find_new_failure(comm) else {
         return Ok(());
     };
+    if found.error.code == symmResult_t::symmTimeout
+        && let Some(earlier) = earlier_failure(comm)
+    {
+        // Another rank's wait ran out first: its failure names the cause (the rank that is
+        // gone), where this rank's may name a live rank that was itself waiting for it.
+        return Err(earlier);
+    }
     if found.device {
         comm.lock().device_error = Some(found.error.clone());
     }
@@ -174,6 +181,29 @@ pub fn check(comm: &Comm) -> Result<(), Error> {
     } else {
         adopted(comm).unwrap_or(found.error)
     })
+}
+
+/// A failure that another rank recorded while this rank's own wait ran out, adopted
+/// ([`adopted`]) if it arrives within a short grace (a fifth of the timeout, between 10 ms and
+/// 1 s). When a rank dies, the ranks waiting for it are not the only ones that time out: a rank
+/// a step ahead waits for those, and its own timeout would name a live rank. The rank that
+/// waited longest, for the dead one, times out first; the grace lets its record arrive, so that
+/// every rank reports the cause.
+fn earlier_failure(comm: &Comm) -> Option<Error> {
+    let grace = (comm.clique.timeout / 5).clamp(
+        std::time::Duration::from_millis(10),
+        std::time::Duration::from_secs(1),
+    );
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if let Some(error) = adopted(comm) {
+            return Some(error);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// A failure that [`find_new_failure`] found.
