@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
 
     comms = symm.Comm.init_all([0] * args.ranks)
-    buffers = [comm.alloc(args.count * 4, dtype="float32") for comm in comms]
+    buffers = [comm.alloc(args.count, "float32") for comm in comms]
     with symm.group():  # one thread registers every rank's window
         windows = [comm.register(buf) for comm, buf in zip(comms, buffers)]
     tensors = [torch.as_tensor(buf, device="cuda") for buf in buffers]

@@ -2,22 +2,23 @@
 
 A thin ctypes layer over ``libsymm.so``; importing it needs neither a GPU nor PyTorch. On a
 machine without a GPU (or with ``SYMM_BACKEND=host``) the same kernels run on CPU threads, over
-host memory that :meth:`Buffer.numpy` views without a copy.
+host memory that :meth:`Buffer.numpy` views without a copy. The API reference and a
+troubleshooting table: ``docs/PYTHON.md``.
 
 Example (one process driving four ranks)::
 
     import numpy as np, symm
 
     comms = symm.Comm.init_all(4)
-    bufs = [c.alloc(1024 * 4) for c in comms]
+    bufs = [c.alloc(1024, "float32") for c in comms]
     for r, b in enumerate(bufs):
-        b.numpy("float32")[:] = r
+        b.numpy()[:] = r
     with symm.group():
         wins = [c.register(b) for c, b in zip(comms, bufs)]
     with symm.group():
         for c, b in zip(comms, bufs):
-            c.all_reduce(b, b, 1024, "float32", "sum")
-    assert (bufs[0].numpy("float32") == 6).all()
+            c.all_reduce(b)  # count and dtype from the typed buffer; in place
+    assert (np.asarray(bufs[0]) == 6).all()
 
 The C constants are read from the packaged ``symm.h``: :class:`Result`, :class:`DataType`,
 :class:`RedOp`. Every failure raises a subclass of :class:`SymmError`.

@@ -17,6 +17,7 @@ Destroying, freeing or deregistering twice raises :class:`~symm.InvalidUsageErro
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,6 @@ from ._convert import (
     DTypeLike,
     OpLike,
     StreamLike,
-    contiguous_extent,
     dtype_size,
     numpy_dtype,
     resolve_dtype,
@@ -39,6 +39,7 @@ from ._convert import (
     resolve_stream,
 )
 from ._lib import check, lib
+from ._operand import Operand, describe, resolve_call, torch_stream
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, make_error
 
 __all__ = [
@@ -53,10 +54,12 @@ __all__ = [
     "version",
 ]
 
-#: What a send or receive argument may be: a :class:`Buffer`, a :class:`Window` (its base), an
-#: integer address, an object with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch) or
-#: ``data_ptr()`` (a PyTorch tensor), or, on the host backend, a C-contiguous NumPy array.
-BufferLike = Union["Buffer", "Window", int, np.ndarray, Any]
+#: What a send or receive argument may be: a :class:`Buffer`, a :class:`Window` (its base), a
+#: :class:`CudaArrayView`, an integer address, a PyTorch tensor, an object with
+#: ``__cuda_array_interface__`` (CuPy, Numba), ``__dlpack__`` (JAX, ...) or
+#: ``__array_interface__``, or a C-contiguous NumPy array — memory inside a registered window, on
+#: the communicator's backend (CUDA memory on the cuda backend, host memory on the host backend).
+BufferLike = Union["Buffer", "Window", "CudaArrayView", int, np.ndarray, Any]
 
 
 def version() -> tuple[int, int, int]:
@@ -225,6 +228,58 @@ class Comm:
             comms.append(comm)
         return comms
 
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Comm:
+        """Join the communicator a launcher describes in the environment, as
+        ``torch.distributed``'s ``env://`` does: ``torchrun``, ``mpirun`` with the variables
+        exported, Slurm scripts.
+
+        * rank: ``RANK``, else ``SYMM_RANK``, else ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK``;
+        * number of ranks: ``WORLD_SIZE``, else ``SYMM_WORLD_SIZE``, else
+          ``OMPI_COMM_WORLD_SIZE`` / ``PMI_SIZE``;
+        * where rank 0 opens the bootstrap root: ``SYMM_COMM_ID`` (``host:port``) when set, else
+          ``MASTER_ADDR`` at port ``MASTER_PORT + 1`` (``MASTER_PORT`` itself is the port of
+          torchrun's own store); the secret is ``SYMM_COMM_SECRET`` when set (see
+          ``docs/CONFIGURATION.md``: without it, anyone who reaches the address can join).
+
+        The other ``SYMM_*`` variables apply as for every communicator. The CUDA device is the
+        current one, as for ``symmCommInitRank``: select it first (``torch.cuda.set_device(
+        int(os.environ["LOCAL_RANK"]))``).
+
+        Args:
+            environ: the variables to read (default: ``os.environ``).
+
+        Raises:
+            InvalidArgumentError: a variable is missing or malformed (the message names it).
+        """
+        env = os.environ if environ is None else environ
+
+        def number(names: tuple[str, ...], what: str) -> int:
+            for name in names:
+                text = env.get(name)
+                if text is not None:
+                    try:
+                        return int(text)
+                    except ValueError:
+                        raise InvalidArgumentError(f"{name}={text!r} is not an integer") from None
+            raise InvalidArgumentError(f"{what}: none of {', '.join(names)} is set")
+
+        rank = number(("RANK", "SYMM_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "the rank")
+        nranks = number(("WORLD_SIZE", "SYMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), "the number of ranks")
+        address = env.get("SYMM_COMM_ID")
+        if not address:
+            master = env.get("MASTER_ADDR")
+            port = number(("MASTER_PORT",), "the bootstrap port (or set SYMM_COMM_ID=host:port)") if master else None
+            if not master or port is None:
+                raise InvalidArgumentError("the bootstrap address: set SYMM_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT")
+            if not 0 < port < 65535:
+                raise InvalidArgumentError(f"MASTER_PORT={port} is not a port below 65535")
+            host = f"[{master}]" if ":" in master and not master.startswith("[") else master
+            address = f"{host}:{port + 1}"
+        with _comm_id_environment(address, env.get("SYMM_COMM_SECRET")):
+            # Rank 0's symmCommInitRank opens the root when SYMM_COMM_ID names the id's address.
+            return cls(nranks, get_unique_id(), rank)
+
     def _adopt(self, handle: int | None) -> None:
         if not handle:
             raise make_error(Result["symmInternalError"], "the library returned a NULL comm")
@@ -232,6 +287,7 @@ class Comm:
         self._state_lock = threading.Lock()
         self._buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
         self._windows: set[Window] = set()
+        self._barrier_window: Window | None = None
         self._alive = [True]
         self._finalizer = weakref.finalize(self, _destroy_handle, handle, self._alive)
         self.rank: int = self._query(lib.symmCommUserRank)
@@ -314,16 +370,20 @@ class Comm:
 
     # -- memory and windows -------------------------------------------------------------------
 
-    def alloc(self, nbytes: int, dtype: DTypeLike = "uint8") -> Buffer:
-        """Allocate ``nbytes`` of memory usable in a symmetric window (``symmMemAlloc``):
-        device memory on the cuda backend, host memory on the host backend.
+    def alloc(self, size: int, dtype: DTypeLike | None = None) -> Buffer:
+        """Allocate memory usable in a symmetric window (``symmMemAlloc``): device memory on the
+        cuda backend, host memory on the host backend.
 
         Args:
-            nbytes: size in bytes.
-            dtype: the element type the buffer's ``__cuda_array_interface__`` reports.
+            size: elements of ``dtype``; without a ``dtype``, bytes.
+            dtype: the element type: the buffer is then an array of ``size`` elements
+                (``np.asarray(buf)``, ``buf.numpy()``, ``torch.as_tensor(buf)`` are typed, and a
+                collective given it infers its ``dtype`` and refuses another). Without one, the
+                buffer is raw bytes, usable as any type.
         """
-        nbytes = _as_int(nbytes, "nbytes")
-        element = resolve_dtype(dtype)
+        size = _as_int(size, "size")
+        element = None if dtype is None else resolve_dtype(dtype)
+        nbytes = size if element is None else size * dtype_size(element)
         ptr = ctypes.c_void_p()
         with self._state_lock:
             check(lib.symmMemAlloc(self.handle, ctypes.byref(ptr), nbytes))
@@ -365,110 +425,131 @@ class Comm:
     def all_reduce(
         self,
         send: BufferLike,
-        recv: BufferLike,
-        count: int,
-        dtype: DTypeLike,
+        recv: BufferLike | None = None,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
         op: OpLike = "sum",
         stream: StreamLike = None,
     ) -> None:
         """All-reduce ``count`` elements of ``send`` into ``recv`` on every rank
-        (``symmAllReduce``; in place when they are the same address). Both inside registered
-        windows, at the same offsets on every rank."""
-        count = _as_int(count, "count")
-        element = resolve_dtype(dtype)
-        operator = resolve_op(op)
-        nbytes = count * dtype_size(element)
-        send_ptr = self._operand(send, "send", nbytes)
-        recv_ptr = self._operand(recv, "recv", nbytes)
-        check(lib.symmAllReduce(send_ptr, recv_ptr, count, element, operator, self.handle, resolve_stream(stream)))
+        (``symmAllReduce``; in place when ``recv`` is None or the same address). Both inside
+        registered windows, at the same offsets on every rank.
+
+        ``count`` and ``dtype`` default to what the arrays say (see :data:`BufferLike`; a
+        :class:`Buffer` allocated with a dtype counts as an array); given, they must agree with
+        them. ``stream=None``: PyTorch's current stream for CUDA tensors, else the default
+        stream.
+
+        Raises:
+            InvalidArgumentError: a ``dtype`` or ``count`` that disagrees with an array, or
+                memory the library refuses (the message names it).
+        """
+        recv = send if recv is None else recv
+        self._collective(lib.symmAllReduce, send, recv, count, dtype, 1, 1, stream, resolve_op(op))
 
     def all_gather(
         self,
         send: BufferLike,
         recv: BufferLike,
-        count: int,
-        dtype: DTypeLike,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
         stream: StreamLike = None,
     ) -> None:
         """All-gather (``symmAllGather``): rank ``r``'s ``count`` elements of ``send`` land at
-        element ``r * count`` of every rank's ``recv`` (``nranks * count`` elements)."""
-        count = _as_int(count, "count")
-        element = resolve_dtype(dtype)
-        nbytes = count * dtype_size(element)
-        send_ptr = self._operand(send, "send", nbytes)
-        recv_ptr = self._operand(recv, "recv", nbytes * self.nranks)
-        check(lib.symmAllGather(send_ptr, recv_ptr, count, element, self.handle, resolve_stream(stream)))
+        element ``r * count`` of every rank's ``recv`` (``nranks * count`` elements).
+        ``count`` and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
+        self._collective(lib.symmAllGather, send, recv, count, dtype, 1, self.nranks, stream)
 
     def reduce_scatter(
         self,
         send: BufferLike,
         recv: BufferLike,
-        count: int,
-        dtype: DTypeLike,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
         op: OpLike = "sum",
         stream: StreamLike = None,
     ) -> None:
         """Reduce-scatter (``symmReduceScatter``): rank ``r``'s ``recv`` gets, in ``count``
         elements, the reduction of segment ``r`` of every rank's ``send`` (``nranks * count``
-        elements)."""
-        count = _as_int(count, "count")
-        element = resolve_dtype(dtype)
-        operator = resolve_op(op)
-        nbytes = count * dtype_size(element)
-        send_ptr = self._operand(send, "send", nbytes * self.nranks)
-        recv_ptr = self._operand(recv, "recv", nbytes)
-        check(lib.symmReduceScatter(send_ptr, recv_ptr, count, element, operator, self.handle, resolve_stream(stream)))
+        elements). ``count`` and ``dtype`` default to what the arrays say (as for
+        :meth:`all_reduce`)."""
+        self._collective(lib.symmReduceScatter, send, recv, count, dtype, self.nranks, 1, stream, resolve_op(op))
 
-    def _operand(self, buffer: BufferLike, name: str, needed: int) -> int:
-        ptr, extent = self._address(buffer, name)
-        if extent is not None and needed > extent:
-            raise InvalidArgumentError(f"{name} holds {extent} bytes, the call needs {needed}")
-        return ptr
+    def barrier(self, stream: StreamLike = None) -> None:
+        """Wait until every rank reached its barrier: an all-reduce of one integer in a small
+        window that the first barrier registers (collectively, like every registration).
+        Stream-ordered on the cuda backend (synchronize the stream to wait on the host); one
+        thread driving several ranks calls it inside :func:`group`."""
+        window = self._barrier_window
+        if window is None:
+            buffer = self.alloc(4, "int32")
+            window = self.register(buffer)
+            self._barrier_window = window
+        self.all_reduce(window, window, 1, "int32", "sum", stream)
+
+    def _collective(
+        self,
+        function: Any,
+        send: BufferLike,
+        recv: BufferLike,
+        count: int | None,
+        dtype: DTypeLike | None,
+        send_ratio: int,
+        recv_ratio: int,
+        stream: StreamLike,
+        op: Any = None,
+    ) -> None:
+        send_operand = self._operand(send, "send")
+        recv_operand = self._operand(recv, "recv")
+        if count is not None:
+            count = _as_int(count, "count")
+        count, element = resolve_call(send_operand, recv_operand, count, dtype, send_ratio, recv_ratio)
+        handle = self.handle
+        if stream is None:
+            stream_handle = torch_stream([send_operand, recv_operand]) or 0
+        else:
+            stream_handle = resolve_stream(stream)
+        arguments = [send_operand.ptr, recv_operand.ptr, count, element]
+        if op is not None:
+            arguments.append(op)
+        check(function(*arguments, handle, stream_handle))
+
+    def _operand(self, buffer: BufferLike, name: str) -> Operand:
+        """``buffer`` described, refused when its memory is the other backend's."""
+        operand = describe(buffer, name, self.backend)
+        memory = "cpu" if self.backend == "host" else "cuda"
+        if operand.device is not None and operand.device != memory:
+            needs = "device memory" if memory == "cuda" else "host memory"
+            raise InvalidArgumentError(
+                f"{name} is {operand.kind} ({'host' if operand.device == 'cpu' else 'device'} memory); "
+                f"the {self.backend} backend needs {needs} from alloc()"
+            )
+        return operand
 
     def _address(self, buffer: BufferLike, name: str) -> tuple[int, int | None]:
         """The address of a :data:`BufferLike` and its size in bytes when known."""
-        if isinstance(buffer, Buffer):
-            buffer._check_live()
-            return buffer.ptr, buffer.nbytes
-        if isinstance(buffer, Window):
-            return buffer.base, buffer.nbytes
-        if isinstance(buffer, bool):
-            raise InvalidArgumentError(f"{name} must be a buffer or an address, not a bool")
-        if isinstance(buffer, int):
-            if buffer < 0 or buffer >= 1 << 64:
-                raise InvalidArgumentError(f"{name} address {buffer} is not a pointer value")
-            return buffer, None
-        interface = getattr(buffer, "__cuda_array_interface__", None)
-        if isinstance(interface, dict):
-            itemsize = np.dtype(interface["typestr"]).itemsize
-            strides = interface.get("strides")
-            extent = contiguous_extent(tuple(interface["shape"]), None if strides is None else tuple(strides), itemsize)
-            if extent is None:
-                raise InvalidArgumentError(f"{name} is not contiguous")
-            return int(interface["data"][0]), extent
-        if isinstance(buffer, np.ndarray):
-            if self.backend != "host":
-                raise InvalidArgumentError(
-                    f"{name} is a NumPy array (host memory); the {self.backend} backend needs device "
-                    "memory from alloc()"
-                )
-            if not buffer.flags.c_contiguous:
-                raise InvalidArgumentError(f"{name} is not a C-contiguous array")
-            return int(buffer.__array_interface__["data"][0]), int(buffer.nbytes)
-        data_ptr = getattr(buffer, "data_ptr", None)
-        if callable(data_ptr):
-            is_contiguous = getattr(buffer, "is_contiguous", None)
-            if callable(is_contiguous) and not is_contiguous():
-                raise InvalidArgumentError(f"{name} is not contiguous")
-            extent = None
-            numel, element_size = getattr(buffer, "numel", None), getattr(buffer, "element_size", None)
-            if callable(numel) and callable(element_size):
-                extent = int(numel()) * int(element_size())
-            return int(data_ptr()), extent
-        raise InvalidArgumentError(
-            f"{name} must be a symm Buffer, an integer address, an object with "
-            f"__cuda_array_interface__ or data_ptr(), or a NumPy array, not {type(buffer).__name__}"
-        )
+        operand = self._operand(buffer, name)
+        return operand.ptr, operand.nbytes
+
+
+@contextmanager
+def _comm_id_environment(address: str, secret: str | None) -> Iterator[None]:
+    """``SYMM_COMM_ID=address`` (and ``SYMM_COMM_SECRET=secret``, or unset) for the duration
+    of the block, then the variables as they were."""
+    saved = {name: os.environ.get(name) for name in ("SYMM_COMM_ID", "SYMM_COMM_SECRET")}
+    os.environ["SYMM_COMM_ID"] = address
+    if secret is None:
+        os.environ.pop("SYMM_COMM_SECRET", None)
+    else:
+        os.environ["SYMM_COMM_SECRET"] = secret
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class CudaArrayView:
@@ -504,7 +585,7 @@ class Buffer:
     """Memory from :meth:`Comm.alloc` (``symmMemAlloc``). Freed by :meth:`free` or when
     garbage-collected; a context manager (``with`` frees it on exit)."""
 
-    def __init__(self, comm: Comm, ptr: int, nbytes: int, dtype: DataType) -> None:  # type: ignore[valid-type]
+    def __init__(self, comm: Comm, ptr: int, nbytes: int, dtype: DataType | None) -> None:  # type: ignore[valid-type]
         self.comm = comm
         """The communicator the memory belongs to."""
         self.ptr = ptr
@@ -512,7 +593,7 @@ class Buffer:
         self.nbytes = nbytes
         """Size in bytes."""
         self.dtype = dtype
-        """Element type reported by ``__cuda_array_interface__`` (``alloc``'s ``dtype``)."""
+        """Element type (``alloc``'s ``dtype``), or None for raw bytes."""
         self._dead: str | None = None
         self._finalizer = weakref.finalize(self, _free_memory, comm.handle, comm._alive, ptr)
 
@@ -552,7 +633,21 @@ class Buffer:
 
     def __repr__(self) -> str:
         state = f", {self._dead}" if self._dead else ""
-        return f"<symm.Buffer {self.nbytes} bytes at {self.ptr:#x} on rank {self.comm.rank}{state}>"
+        what = f"{self.count} x {self.dtype.name[4:].lower()}, " if self.dtype is not None else ""  # type: ignore[attr-defined]
+        return f"<symm.Buffer {what}{self.nbytes} bytes at {self.ptr:#x} on rank {self.comm.rank}{state}>"
+
+    @property
+    def count(self) -> int:
+        """Number of elements (of ``dtype``; bytes for a raw buffer)."""
+        return self.nbytes // (1 if self.dtype is None else dtype_size(self.dtype))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _default_dtype(self, dtype: DTypeLike | None) -> DTypeLike:
+        if dtype is not None:
+            return dtype
+        return "uint8" if self.dtype is None else self.dtype
 
     def _element_range(self, dtype: DTypeLike, count: int | None, offset: int) -> tuple[np.dtype, int]:
         self._check_live()
@@ -566,12 +661,13 @@ class Buffer:
             )
         return element, count
 
-    def numpy(self, dtype: DTypeLike = "uint8", count: int | None = None, offset: int = 0) -> np.ndarray:
+    def numpy(self, dtype: DTypeLike | None = None, count: int | None = None, offset: int = 0) -> np.ndarray:
         """A NumPy array over the buffer's memory, without a copy (host backend only).
+        ``np.asarray(buf)`` is the same array of the whole buffer.
 
         Args:
-            dtype: element type (bfloat16 and float8 are viewed as their bit patterns, see
-                :func:`symm.numpy_dtype`).
+            dtype: element type; default: the buffer's (``uint8`` for a raw buffer). bfloat16
+                and float8 are viewed as their bit patterns, see :func:`symm.numpy_dtype`.
             count: number of elements; default: as many as fit after ``offset``.
             offset: byte offset of the first element.
 
@@ -586,28 +682,46 @@ class Buffer:
                 f"numpy() views host memory; on the {self.comm.backend} backend use "
                 "__cuda_array_interface__ (cupy.asarray, torch.as_tensor)"
             )
-        element, count = self._element_range(dtype, count, offset)
+        element, count = self._element_range(self._default_dtype(dtype), count, offset)
         if count == 0:
             return np.empty(0, dtype=element)
         raw = (ctypes.c_char * (count * element.itemsize)).from_address(self.ptr + offset)
         raw._symm_buffer = self  # type: ignore[attr-defined]  # the array's base keeps the buffer alive
         return np.frombuffer(raw, dtype=element)  # type: ignore[call-overload]
 
-    def view(self, dtype: DTypeLike, count: int | None = None, offset: int = 0) -> CudaArrayView:
-        """A typed :class:`CudaArrayView` of the buffer (cuda backend), e.g. for
-        ``torch.as_tensor(buf.view("float32"), device="cuda")``."""
-        element = resolve_dtype(dtype)
+    def view(self, dtype: DTypeLike | None = None, count: int | None = None, offset: int = 0) -> CudaArrayView:
+        """A typed :class:`CudaArrayView` of the buffer (default: the buffer's type, ``uint8``
+        for a raw buffer), e.g. ``torch.as_tensor(buf.view("float32", 1024), device="cuda")``:
+        a collective given the view uses exactly its elements."""
+        element = resolve_dtype(self._default_dtype(dtype))
         _, count = self._element_range(element, count, offset)
         return CudaArrayView(self, element, count, offset)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """The CUDA array interface (version 3) of the whole buffer as ``alloc``'s dtype.
-        Only on the cuda backend (absent on the host backend, whose memory is not device
-        memory)."""
+        """The CUDA array interface (version 3) of the whole buffer as its dtype (``uint8``
+        for a raw buffer). Only on the cuda backend (absent on the host backend, whose memory
+        is not device memory)."""
         if self.comm.backend != "cuda":
             raise AttributeError("__cuda_array_interface__ is only offered on the cuda backend")
-        return self.view(self.dtype).__cuda_array_interface__
+        return self.view().__cuda_array_interface__
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """The NumPy array interface (version 3) of the whole buffer as its dtype (``uint8``
+        for a raw buffer), so that ``np.asarray(buf)`` is a typed array over its memory. Only
+        on the host backend."""
+        if self.comm.backend != "host":
+            raise AttributeError("__array_interface__ is only offered on the host backend (host memory)")
+        self._check_live()
+        element = numpy_dtype(self._default_dtype(None))
+        return {
+            "version": 3,
+            "shape": (self.nbytes // element.itemsize,),
+            "typestr": element.str,
+            "data": (self.ptr, False),
+            "strides": None,
+        }
 
 
 class Window:

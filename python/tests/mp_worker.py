@@ -24,3 +24,19 @@ def all_reduce_rank(uid: symm.UniqueId, nranks: int, rank: int, count: int) -> n
             result = buf.numpy("float32").copy()
         buf.free()
     return result
+
+
+def from_env_rank(environ: dict[str, str], count: int) -> tuple[int, int, np.ndarray]:
+    """Join with :meth:`symm.Comm.from_env` reading ``environ`` (as torchrun sets it),
+    all-reduce :func:`rank_input` out of place with count and dtype from the arrays, pass a
+    barrier, return (rank, nranks, result)."""
+    with symm.Comm.from_env(environ) as comm:
+        buf = comm.alloc(2 * count, "float32")
+        with comm.register(buf):
+            send, recv = buf.numpy()[:count], buf.numpy()[count:]
+            send[:] = rank_input(comm.rank, count)
+            comm.all_reduce(send, recv)
+            comm.barrier()
+            result = recv.copy()
+        buf.free()
+        return comm.rank, comm.nranks, result

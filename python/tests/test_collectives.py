@@ -30,7 +30,9 @@ def operand(world, rank: int, offset: int, count: int, dtype: str, form: str):
     if form == "buffer" and offset == 0:
         return buf
     if form == "numpy":
-        return buf.numpy(STORAGE[dtype], count, offset)
+        # The array's own type: NumPy's float16/32/64, and the bit patterns for bfloat16 and
+        # float8 (NumPy has no such types).
+        return buf.numpy(symm.numpy_dtype(dtype), count, offset)
     return buf.ptr + offset
 
 

@@ -27,17 +27,18 @@ def test_init_all_end_to_end(nranks: int) -> None:
     assert {c.nranks for c in comms} == {nranks}
     assert {c.backend for c in comms} == {"host"}
     assert all(c.async_error() is None for c in comms)
-    bufs = [c.alloc(1000 * 8, dtype="float64") for c in comms]
-    assert all(b.nbytes == 8000 and b.ptr % 16 == 0 for b in bufs)
+    bufs = [c.alloc(1000, dtype="float64") for c in comms]
+    assert all(b.nbytes == 8000 and b.count == 1000 and b.ptr % 16 == 0 for b in bufs)
     wins = register_all(comms, bufs)
     assert all(w.base == b.ptr and w.nbytes == 8000 and w.device_context != 0 for w, b in zip(wins, bufs))
     for r, buf in enumerate(bufs):
-        buf.numpy("float64")[:] = np.arange(1000) * (r + 1)
+        buf.numpy()[:] = np.arange(1000) * (r + 1)
     with symm.group():
         for comm, buf in zip(comms, bufs):
-            comm.all_reduce(buf, buf, 1000, "float64", "sum")
+            comm.all_reduce(buf)  # count, dtype from the typed buffer; in place
     for buf in bufs:
-        np.testing.assert_array_equal(buf.numpy("float64"), np.arange(1000) * (nranks * (nranks + 1) // 2))
+        assert np.asarray(buf).dtype == np.float64
+        np.testing.assert_array_equal(np.asarray(buf), np.arange(1000) * (nranks * (nranks + 1) // 2))
     for w in wins:
         w.deregister()
     for b in bufs:
@@ -104,8 +105,10 @@ def test_one_process_per_rank() -> None:
 
 def test_buffer_views_and_array_interface() -> None:
     with symm.Comm.init_all(1)[0] as comm:
-        buf = comm.alloc(64, dtype="bf16")
+        buf = comm.alloc(32, dtype="bf16")
+        assert buf.nbytes == 64 and len(buf) == 32
         assert not hasattr(buf, "__cuda_array_interface__")  # host memory: no device interface
+        assert buf.numpy().dtype == np.uint16 and np.asarray(buf).shape == (32,)  # bf16 bit patterns
         view = buf.view("float32", count=4, offset=16)
         interface = view.__cuda_array_interface__
         assert interface["version"] == 3
@@ -215,7 +218,7 @@ def test_bad_arguments_raise_the_right_class() -> None:
         (lambda: comm.all_reduce(buf, -8, 1, "float32", "sum"), symm.InvalidArgumentError, "not a pointer"),
         (lambda: comm.all_reduce(buf, buf, 1, "float32", "sum", stream="s"), symm.InvalidArgumentError, "stream"),
         (lambda: comm.all_reduce(buf.numpy("float32")[::2], buf, 1, "f32"), symm.InvalidArgumentError, "contiguous"),
-        (lambda: comm.alloc(-1), symm.InvalidArgumentError, "nbytes"),
+        (lambda: comm.alloc(-1), symm.InvalidArgumentError, "size"),
         (lambda: comm.register(buf.ptr), symm.InvalidArgumentError, "nbytes is required"),
         (lambda: comm.register(buf, 2048), symm.InvalidArgumentError, "exceeds"),
         (lambda: symm.Comm.init_all(0), symm.InvalidArgumentError, "devices"),
