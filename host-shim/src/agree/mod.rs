@@ -157,6 +157,12 @@ pub struct CallLog {
 const CALL_LOG_ENTRIES: usize = 4096;
 
 impl CallLog {
+    /// Whether every rank of this process has made its collective number `seq` (its entry is
+    /// gone once they all have).
+    pub fn settled(&self, seq: u64) -> bool {
+        !self.calls.contains_key(&seq)
+    }
+
     /// Record that `rank`'s collective number `seq` is `call`, among `nranks` ranks of which
     /// `remote(r)` are in other processes (compared through [`records`], never here); an error
     /// naming both calls when a rank of this process made another call under that number. The

@@ -232,6 +232,15 @@ impl CallRecords {
         }
     }
 
+    /// Whether every peer has checked its call `seq` against the calls on record (then a call
+    /// of this rank under that number that differs from a peer's has been found by one side).
+    pub fn peers_checked(&self, seq: u64) -> bool {
+        self.peers
+            .iter()
+            .flatten()
+            .all(|memory| Self::checked(memory).load(Ordering::Acquire) > seq)
+    }
+
     /// Tell the ranks of other processes that this rank failed the communicator with `code`
     /// and `message` (see [`crate::comm::failure`]); only the first failure is written.
     pub fn publish_failure(&self, code: symmResult_t, message: &str) {

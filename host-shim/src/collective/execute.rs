@@ -76,7 +76,10 @@ pub(crate) fn record_refusal(comm: &Comm, error: Error) -> Error {
             failure::fail(comm, &failed);
             failed
         }
-        Ok(_) => error,
+        Ok(seq) => {
+            comm.unsettled_refusal.store(seq, Ordering::Relaxed);
+            error
+        }
     }
 }
 

@@ -183,6 +183,57 @@ pub fn check(comm: &Comm) -> Result<(), Error> {
     })
 }
 
+/// Before the next collective of a rank that refused its previous one (number `k`) while some
+/// peers had not made call `k` yet: wait, at most the timeout, until every peer this rank can
+/// compare with (in this process, or in another process of this machine) has made and checked
+/// call `k`. A peer whose call `k` was a real call has then found the disagreement and failed
+/// the communicator, and this call returns that error; peers that refused `k` too leave the
+/// ranks in step. Without the wait, this rank's next call could be launched before the
+/// disagreement is found, and return success with its own data unreduced.
+pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
+    let seq = comm.unsettled_refusal.load(Ordering::Relaxed);
+    if seq == u64::MAX {
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + comm.clique.timeout;
+    loop {
+        if let Some(error) = adopted(comm) {
+            return Err(error);
+        }
+        let in_process = comm
+            .clique
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settled(seq);
+        let other_processes = comm
+            .call_records
+            .as_ref()
+            .is_none_or(|records| records.peers_checked(seq));
+        if in_process && other_processes {
+            comm.unsettled_refusal.store(u64::MAX, Ordering::Relaxed);
+            // A peer that found the disagreement may have recorded it just now.
+            return match adopted(comm) {
+                Some(error) => Err(error),
+                None => Ok(()),
+            };
+        }
+        if std::time::Instant::now() >= deadline {
+            let error = Error::new(
+                symmResult_t::symmTimeout,
+                format!(
+                    "rank {}: its collective #{seq} was refused, and a peer did not make its                      collective #{seq} within {} ms, so the ranks cannot be known to be in                      step; the communicator is failed on every rank",
+                    comm.rank,
+                    comm.clique.timeout.as_millis()
+                ),
+            );
+            fail(comm, &error);
+            return Err(adopted(comm).unwrap_or(error));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// A failure that another rank recorded while this rank's own wait ran out, adopted
 /// ([`adopted`]) if it arrives within a short grace (a fifth of the timeout, between 10 ms and
 /// 1 s). When a rank dies, the ranks waiting for it are not the only ones that time out: a rank

@@ -147,6 +147,9 @@ pub struct Comm {
     /// Sequence number of this rank's next collective launch (the `k`-th collective of every
     /// rank of the clique is one collective).
     pub next_collective: AtomicU64,
+    /// The number of this rank's last refused collective while its peers' calls under that
+    /// number are not all known (`u64::MAX`: none): see [`failure::settle_refusal`].
+    pub unsettled_refusal: AtomicU64,
     /// Kernel launches that served this rank (a fused launch counts once).
     pub launches: AtomicU64,
     /// The call records shared with the ranks of other processes of this machine (see
@@ -408,6 +411,7 @@ fn new_comm(
         pid: std::process::id(),
         queued_in_group: AtomicUsize::new(0),
         next_collective: AtomicU64::new(0),
+        unsettled_refusal: AtomicU64::new(u64::MAX),
         launches: AtomicU64::new(0),
         call_records,
         user: Mutex::new(None),
