@@ -20,7 +20,6 @@
 //! neither is implemented.
 
 use super::Algorithm;
-use super::all_gather::Bytes16;
 use super::all_reduce::between_barriers;
 use super::batch::{Batch, Task, cell_elements};
 use super::{FLAG_IN_PLACE, FLAG_ROOT, Grid, KernelStatus, block_range};
@@ -56,7 +55,9 @@ pub unsafe fn broadcast(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
 /// Bytes `[lo, hi)` of one task, from the root into every rank's receive buffer (itself
 /// included unless it is in place). The unit of the copy (16, 8, 4 or 1 bytes) is the largest
 /// that divides the source address, the byte count, the receive offset and every rank's window
-/// base; `lo` starts a cell, so it is a multiple of every unit. `block` rotates the order of
+/// base; `lo` starts a cell, so it is a multiple of every unit. 16 bytes travel as a `u128`
+/// (`ld.v2.b64`/`st.v2.b64`): a 16-byte aggregate held across the stores would be kept in
+/// local memory. `block` rotates the order of
 /// the destinations, so that the root's blocks do not all store into the same rank at once.
 ///
 /// # Safety
@@ -83,7 +84,7 @@ unsafe fn push_part(task: &Task<'_>, lo: u64, hi: u64, block: u32) {
     // `hi`.
     unsafe {
         if alignment.is_multiple_of(16) {
-            fan_out::<Bytes16>(ctx, src, args.recv_offset, skip, first, lo / 16, hi / 16);
+            fan_out::<u128>(ctx, src, args.recv_offset, skip, first, lo / 16, hi / 16);
         } else if alignment.is_multiple_of(8) {
             fan_out::<u64>(ctx, src, args.recv_offset, skip, first, lo / 8, hi / 8);
         } else if alignment.is_multiple_of(4) {
