@@ -302,6 +302,20 @@ symmResult_t symmReduceScatter(const void *sendbuff,
                                symmComm_t comm,
                                symmStream_t stream);
 
+// Broadcast: the root's `count` elements of `sendbuff` land in `recvbuff` of every rank (in
+// place on the root when `sendbuff == recvbuff`). `recvbuff` inside a registered window, at the
+// same offset on every rank; `sendbuff` inside a registered window on the root, and ignored on
+// the other ranks (it may be NULL there), as in NCCL. `root` must be a rank of `comm`, the
+// same on every rank. The root's data is stored into every rank as bytes, so every data type
+// arrives bit for bit.
+symmResult_t symmBroadcast(const void *sendbuff,
+                           void *recvbuff,
+                           size_t count,
+                           symmDataType_t datatype,
+                           int root,
+                           symmComm_t comm,
+                           symmStream_t stream);
+
 // The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
 // for a peer, `symmInternalError` once a kernel refused its launch, `symmUnhandledCudaError`
 // once work queued on its device failed (a kernel trap or illegal address, which leaves the

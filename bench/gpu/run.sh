@@ -284,6 +284,8 @@ allreduce 3 1023
 allreduce 8 1048576 20
 allreduce_mp 2
 allreduce_mp 4
+broadcast 8
+broadcast 3 4099
 EOF
 }
 

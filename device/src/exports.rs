@@ -110,6 +110,7 @@ mod ptx {
         (F8E5M2, "f8e5m2"),
     );
     export_kernel!("symm_all_gather", all_gather);
+    export_kernel!("symm_broadcast", crate::symmetric::broadcast::broadcast);
     export_kernel!("symm_pat_all_gather", pat_all_gather);
     export_kernel!(
         "symm_ll_all_gather",

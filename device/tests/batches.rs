@@ -2,7 +2,8 @@
 //! blocks, ranks that differ task by task in being in place (the one-shot protocol's owed round
 //! barriers), and launches of every kernel one after the other on one window with changing
 //! grids and batch sizes (barrier epochs and LL call numbers stay in agreement). Every result
-//! is checked exactly (i32 wrapping sum, computed here).
+//! is checked exactly (i32 wrapping sum, computed here; broadcasts: the root's data, each task
+//! from its own root).
 
 mod harness;
 
@@ -10,21 +11,22 @@ use harness::{BatchTask, Ranks, Rng};
 use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::batch::task_cells;
 use symm_device::symmetric::dispatch::kernel;
-use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, FLAG_ROOT, KernelStatus};
 use symm_device::sync::signal_pad::LL_LINES;
 use symm_device::{DataType, RedOp};
 
 const TIMEOUT_NS: u64 = 20_000_000_000;
 const WINDOW: usize = 1 << 20;
 
-/// One task of a batch: where its buffers lie (the same offsets on every rank) and which
-/// ranks run it in place.
+/// One task of a batch: where its buffers lie (the same offsets on every rank), which ranks
+/// run it in place, and (broadcasts) its root.
 #[derive(Clone, Debug)]
 struct Spec {
     count: usize,
     send: usize,
     recv: usize,
     in_place: Vec<bool>,
+    root: usize,
 }
 
 fn is_all_gather(algorithm: Algorithm) -> bool {
@@ -100,11 +102,17 @@ fn random_batch(rng: &mut Rng, algorithm: Algorithm, world: usize, tasks: usize)
                 .collect();
             let whole = take(rng, send_bytes.max(recv_bytes));
             let other = take(rng, recv_bytes.max(send_bytes));
+            let root = if algorithm == Algorithm::Broadcast {
+                (rng.next_u64() % world as u64) as usize
+            } else {
+                0
+            };
             Spec {
                 count,
                 send: whole,
                 recv: other,
                 in_place,
+                root,
             }
         })
         .collect()
@@ -126,10 +134,13 @@ fn run_batch(
     what: &str,
 ) {
     let world = ranks.world();
+    let broadcast = algorithm == Algorithm::Broadcast;
     // Inputs, and poisoned receive buffers.
     for (t, spec) in specs.iter().enumerate() {
         for rank in 0..world {
-            let in_place = spec.in_place[rank];
+            // Only a broadcast's root can be in place (see `batch_for`); its data is then in
+            // its receive buffer.
+            let in_place = spec.in_place[rank] && !broadcast;
             let n = spec.count;
             let len = if is_reduce_scatter(algorithm) {
                 world * n
@@ -146,12 +157,15 @@ fn run_batch(
                 ranks.write(rank, spec.recv, &vec![0x5A5A_5A5Au32 as i32; len]);
             }
             ranks.write(rank, spec.send, &data);
+            if broadcast && spec.in_place[rank] {
+                ranks.write(rank, spec.recv, &data);
+            }
         }
     }
     let mut tasks = Vec::new();
     let mut first_cell = 0u64;
     for spec in specs {
-        let units = if is_all_gather(algorithm) {
+        let units = if algorithm.is_data_type_agnostic() {
             spec.count as u64 * 4
         } else {
             spec.count as u64
@@ -173,7 +187,14 @@ fn run_batch(
         .map(|rank| {
             specs
                 .iter()
-                .map(|s| if s.in_place[rank] { FLAG_IN_PLACE } else { 0 })
+                .map(|s| {
+                    let root = if broadcast && s.root == rank {
+                        FLAG_ROOT
+                    } else {
+                        0
+                    };
+                    root | if s.in_place[rank] { FLAG_IN_PLACE } else { 0 }
+                })
                 .collect()
         })
         .collect();
@@ -182,6 +203,7 @@ fn run_batch(
             specs
                 .iter()
                 .map(|s| match s.in_place[rank] {
+                    _ if broadcast => s.recv,
                     true if is_reduce_scatter(algorithm) => s.send + rank * s.count * 4,
                     true => s.send,
                     false => s.recv,
@@ -210,7 +232,12 @@ fn run_batch(
         };
         for (rank, recv_of) in in_place_recv.iter().enumerate() {
             let at = recv_of[t];
-            let (got, expected): (Vec<i32>, Vec<i32>) = if is_all_gather(algorithm) {
+            let (got, expected): (Vec<i32>, Vec<i32>) = if broadcast {
+                (
+                    ranks.read(rank, at, n),
+                    (0..n).map(|i| value(spec.root, t, i, salt)).collect(),
+                )
+            } else if is_all_gather(algorithm) {
                 (
                     ranks.read(rank, at, world * n),
                     (0..world)
@@ -239,12 +266,20 @@ fn run_batch(
 
 /// All-gathers are run with every rank out of place here (in place they read their segment
 /// from the receive buffer, covered through the C ABI); the reductions with random in-place
-/// ranks.
+/// ranks; broadcasts with a random root, in place or not (the other ranks out of place: in
+/// place means nothing there).
 fn batch_for(rng: &mut Rng, algorithm: Algorithm, world: usize, tasks: usize) -> Vec<Spec> {
     let mut specs = random_batch(rng, algorithm, world, tasks);
     if is_all_gather(algorithm) {
         for s in &mut specs {
             s.in_place.iter_mut().for_each(|p| *p = false);
+        }
+    }
+    if algorithm == Algorithm::Broadcast {
+        for s in &mut specs {
+            for (rank, p) in s.in_place.iter_mut().enumerate() {
+                *p &= rank == s.root;
+            }
         }
     }
     specs

@@ -1,6 +1,7 @@
 //! Every collective kernel × data type × operator on the host emulation of the GPU, checked
 //! against references computed independently (f64 for floats, exact 128-bit integers for
-//! integers) and for bitwise equality across ranks; epoch wrap; a missing rank.
+//! integers) and for bitwise equality across ranks; epoch wrap; a missing rank. The broadcast
+//! from every root, in place and not, every alignment.
 
 mod harness;
 
@@ -10,7 +11,7 @@ use symm_device::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::kernel;
-use symm_device::symmetric::{CollectiveArgs, KernelStatus};
+use symm_device::symmetric::{CollectiveArgs, FLAG_ROOT, KernelStatus};
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, PatCollective};
 use symm_device::{DataType, RedOp};
 
@@ -177,6 +178,10 @@ fn run_case<T: Sample>(
     in_place: bool,
     seed: u64,
 ) {
+    if algorithm == Algorithm::Broadcast {
+        let root = (seed % world as u64) as usize;
+        return run_broadcast_case::<T>(world, root, count, in_place, seed);
+    }
     if in_place
         && matches!(
             algorithm,
@@ -299,6 +304,86 @@ fn run_case<T: Sample>(
                     check_reduction(&column, op, *got, &|| what(rank, i));
                 }
             }
+        }
+    }
+}
+
+/// Broadcast of `count` elements from `root` (in place on the root, or not; the other ranks'
+/// send buffers hold other data, which must neither arrive anywhere nor change), checked bit
+/// for bit on every rank; a guard element after every receive buffer must not change.
+fn run_broadcast_case<T: Sample>(
+    world: usize,
+    root: usize,
+    count: usize,
+    in_place: bool,
+    seed: u64,
+) {
+    let size = std::mem::size_of::<T>();
+    let region = (count * size).next_multiple_of(16) + 64;
+    // Even seeds: 16-byte aligned buffers; odd seeds: multiples of the element size only.
+    let lead = if seed.is_multiple_of(2) { 16 } else { size * 3 };
+    let send = lead;
+    let recv = if in_place { lead } else { lead + region };
+    let mut ranks = Ranks::new(world, 2 * region + 2 * lead + 64, TIMEOUT_NS);
+    let mut rng = Rng(seed);
+    let mut random =
+        |n: usize| -> Vec<T> { (0..n).map(|_| T::random(&mut rng, RedOp::Sum)).collect() };
+    let inputs: Vec<Vec<T>> = (0..world).map(|_| random(count)).collect();
+    let guards: Vec<Vec<T>> = (0..world).map(|_| random(1)).collect();
+    let stale: Vec<Vec<T>> = (0..world).map(|_| random(count)).collect();
+    for rank in 0..world {
+        ranks.write(rank, send, &inputs[rank]);
+        if !in_place {
+            ranks.write(rank, recv, &stale[rank]);
+        }
+        ranks.write(rank, recv + count * size, &guards[rank]);
+    }
+    let args = CollectiveArgs {
+        send_offset: send as u64,
+        recv_offset: recv as u64,
+        count: kernel_count(Algorithm::Broadcast, count, size),
+        flags: 0,
+    };
+    let rank_flags: Vec<u32> = (0..world)
+        .map(|r| match (r == root, in_place) {
+            (true, true) => FLAG_ROOT | FLAG_IN_PLACE,
+            (true, false) => FLAG_ROOT,
+            (false, _) => 0,
+        })
+        .collect();
+    let statuses = ranks.launch_with_rank_flags(
+        kernel(Algorithm::Broadcast, T::DTYPE, RedOp::Sum),
+        args,
+        BLOCKS,
+        THREADS,
+        None,
+        &rank_flags,
+    );
+    let case = format!(
+        "broadcast {:?} world {world} root {root} count {count} in_place {in_place} seed {seed}",
+        T::DTYPE
+    );
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Completed),
+        "{case}: {statuses:?}"
+    );
+    for rank in 0..world {
+        let out: Vec<T> = ranks.read(rank, recv, count);
+        assert!(
+            bytemuck_bits(&out) == bytemuck_bits(&inputs[root]),
+            "{case}: rank {rank}"
+        );
+        let guard: Vec<T> = ranks.read(rank, recv + count * size, 1);
+        assert!(
+            bytemuck_bits(&guard) == bytemuck_bits(&guards[rank]),
+            "{case}: rank {rank} wrote past the end"
+        );
+        if !in_place {
+            let sent: Vec<T> = ranks.read(rank, send, count);
+            assert!(
+                bytemuck_bits(&sent) == bytemuck_bits(&inputs[rank]),
+                "{case}: rank {rank}'s send buffer changed"
+            );
         }
     }
 }
@@ -552,6 +637,42 @@ fn every_dtype_op_and_reduction_at_a_mebi_element_and_a_tail() {
     }
 }
 
+/// The broadcast from every root of 1 to 8 ranks, one data type of each size (its kernel moves
+/// bytes: the sizes give the alignments; every type goes through the C ABI), odd counts, in
+/// place and out of place.
+#[test]
+fn broadcast_from_every_root_for_1_to_8_ranks() {
+    let mut seed = 0;
+    for world in 1..=8 {
+        for root in 0..world {
+            for dtype in [
+                DataType::Uint8,
+                DataType::Bfloat16,
+                DataType::Float32,
+                DataType::Int64,
+            ] {
+                for count in [0usize, 1, 7, 1023, 4099] {
+                    for in_place in [false, true] {
+                        seed += 1;
+                        for_type(dtype, &mut |case| {
+                            // `run_case` takes the root from the seed.
+                            let seed = seed * world as u64 + root as u64;
+                            case(
+                                world,
+                                Algorithm::Broadcast,
+                                RedOp::Sum,
+                                count,
+                                in_place,
+                                seed,
+                            )
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn count_zero_touches_nothing() {
     for algorithm in REDUCTIONS {
@@ -744,12 +865,21 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
                 count: kernel_count(algorithm, count, 4),
                 flags: 0,
             };
-            let statuses = ranks.launch(
+            // A broadcast's root: its entry carries the flag.
+            let root = iteration % world;
+            let rank_flags: Vec<u32> = (0..world)
+                .map(|r| match algorithm {
+                    Algorithm::Broadcast if r == root => FLAG_ROOT,
+                    _ => 0,
+                })
+                .collect();
+            let statuses = ranks.launch_with_rank_flags(
                 kernel(algorithm, DataType::Int32, RedOp::Sum),
                 args,
                 blocks,
                 4,
                 None,
+                &rank_flags,
             );
             assert!(
                 statuses.iter().all(|s| *s == KernelStatus::Completed),
@@ -763,7 +893,10 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
                         algorithm.name()
                     )
                 };
-                if algorithm.is_data_type_agnostic() {
+                if algorithm == Algorithm::Broadcast {
+                    let out: Vec<i32> = ranks.read(rank, recv, count);
+                    assert_eq!(out, inputs[root], "{}", what());
+                } else if algorithm.is_data_type_agnostic() {
                     let out: Vec<i32> = ranks.read(rank, recv, world * count);
                     let expected: Vec<i32> = inputs.concat();
                     assert_eq!(out, expected, "{}", what());

@@ -51,8 +51,11 @@ static symmResult_t (*init_rank)(symmComm_t*, int, symmUniqueId, int) = symmComm
 static symmResult_t (*device_context)(symmComm_t, symmWindow_t, const void**) =
     symmCommGetDeviceContext;
 static const char* (*error_string)(symmResult_t) = symmGetErrorString;
+/* ncclBroadcast's shape: (sendbuff, recvbuff, count, datatype, root, comm, stream). */
+static symmResult_t (*broadcast)(const void*, void*, size_t, symmDataType_t, int, symmComm_t,
+                                 symmStream_t) = symmBroadcast;
 
 int symm_header_check_uses(void) {
   return all_reduce != 0 && register_window != 0 && init_all != 0 && init_rank != 0 &&
-         device_context != 0 && error_string != 0;
+         device_context != 0 && error_string != 0 && broadcast != 0;
 }

@@ -558,6 +558,139 @@ fn all_gather_and_reduce_scatter_reject_bad_arguments() {
     teardown(buffers);
 }
 
+/// `symmBroadcast` on rank 1 of two: a root that is no rank, and every buffer error, on the
+/// root (whose `sendbuff` is checked) and off it (whose `sendbuff` is ignored, even NULL or
+/// foreign, while its `recvbuff` is checked). Nothing is launched (rank 0 never calls), and no
+/// memory is touched.
+#[test]
+fn broadcast_rejects_bad_arguments() {
+    use_host_backend();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 256);
+    let (comm, base) = (buffers[1].comm, buffers[1].base);
+    // SAFETY: offsets inside the 256-byte window.
+    let at = |bytes: usize| unsafe { base.add(bytes) } as *mut c_void;
+    let s = null_mut();
+    let mut unregistered: *mut c_void = null_mut();
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmMemAlloc(comm, &mut unregistered, 256) }, comm);
+    let mut not_from_symm = [0f32; 8];
+    let foreign = not_from_symm.as_mut_ptr() as *mut c_void;
+    // SAFETY: host memory of the window.
+    unsafe { write_f32(base, &[3.0; 64]) };
+    type Call<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
+    let invalid = symmResult_t::symmInvalidArgument;
+    let cases: Vec<(Call, symmResult_t, &str)> = vec![
+        (
+            Box::new(|| symmBroadcast(at(0), at(64), 4, F32, -1, comm, s)),
+            invalid,
+            "root = -1 is not a rank of this comm (it has 2 ranks",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(0), at(64), 4, F32, 2, comm, s)),
+            invalid,
+            "root = 2",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(0), at(64), 4, F32, i32::MAX, comm, s)),
+            invalid,
+            "root = 2147483647",
+        ),
+        // A bad root is named before anything else.
+        (
+            Box::new(|| symmBroadcast(null(), null_mut(), 4, 99, 7, comm, s)),
+            invalid,
+            "root = 7",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(0), at(64), 4, F32, 0, null_mut(), s)),
+            invalid,
+            "comm is NULL",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(0), at(64), 4, 12, 1, comm, s)),
+            invalid,
+            "datatype = 12",
+        ),
+        // On the root (rank 1): its sendbuff.
+        (
+            Box::new(|| symmBroadcast(null(), at(64), 4, F32, 1, comm, s)),
+            invalid,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmBroadcast(foreign, at(64), 4, F32, 1, comm, s)),
+            invalid,
+            "sendbuff = ",
+        ),
+        (
+            Box::new(|| symmBroadcast(unregistered, at(64), 4, F32, 1, comm, s)),
+            invalid,
+            "sendbuff",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(200), at(0), 16, F32, 1, comm, s)),
+            invalid,
+            "sendbuff [",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(2), at(64), 4, F32, 1, comm, s)),
+            invalid,
+            "element size",
+        ),
+        (
+            Box::new(|| symmBroadcast(at(0), at(8), 4, F32, 1, comm, s)),
+            invalid,
+            "overlap on the root",
+        ),
+        // Off the root (root 0): sendbuff is not looked at, recvbuff is.
+        (
+            Box::new(|| symmBroadcast(foreign, null_mut(), 4, F32, 0, comm, s)),
+            invalid,
+            "recvbuff is NULL",
+        ),
+        (
+            Box::new(|| symmBroadcast(null(), at(192), 32, F32, 0, comm, s)),
+            invalid,
+            "recvbuff [",
+        ),
+        (
+            Box::new(|| symmBroadcast(null(), unregistered, 4, F32, 0, comm, s)),
+            invalid,
+            "recvbuff",
+        ),
+        (
+            Box::new(|| symmBroadcast(null(), at(66), 4, F32, 0, comm, s)),
+            invalid,
+            "element size",
+        ),
+        (
+            Box::new(|| symmBroadcast(null(), at(0), usize::MAX / 2, F32, 0, comm, s)),
+            invalid,
+            "count = ",
+        ),
+    ];
+    for (call, code, needle) in &cases {
+        expect(call(), *code, needle);
+    }
+    // The comm's own last error says the same.
+    assert!(
+        last_error(comm).contains("count = "),
+        "{}",
+        last_error(comm)
+    );
+    assert_eq!(
+        // SAFETY: host memory of the window.
+        unsafe { read_f32(base, 64) },
+        vec![3.0; 64],
+        "no memory touched"
+    );
+    assert_eq!(not_from_symm, [0.0; 8]);
+    drop(cases);
+    check(symmMemFree(comm, unregistered), comm);
+    teardown(buffers);
+}
+
 #[test]
 fn group_end_without_start() {
     expect(

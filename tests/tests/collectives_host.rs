@@ -1,5 +1,7 @@
 //! f32 sum all-reduce on the host backend, through the C ABI, checked against a reference
-//! computed independently in f64, and for bitwise equality across ranks.
+//! computed independently in f64, and for bitwise equality across ranks; all-gather,
+//! reduce-scatter and every data type and operator; the broadcast from every root (the root's
+//! bytes, exactly).
 
 use symm::*;
 use symm_tests::*;
@@ -410,4 +412,225 @@ unsafe fn read_as(ptr: *const u8, dtype: i32, count: usize) -> Vec<f64> {
         .chunks(size)
         .map(|chunk| symm_device::numeric::dynamic::decode(dtype, chunk))
         .collect()
+}
+
+/// `symmBroadcast` of `count` elements of `dtype` from `root`, one thread driving every rank in
+/// a group. Every rank's send region holds its own random bytes (the root's must arrive bit for
+/// bit, NaNs and all; the others' must arrive nowhere); every receive buffer is poisoned first
+/// and followed by a guard that must not change. In place, the root passes `sendbuff ==
+/// recvbuff` (its data is in its receive buffer). The ranks that are not the root pass, by
+/// turns, NULL, a pointer that is no memory of the comm, or a buffer of their window, as
+/// `sendbuff` (ignored there, as in NCCL).
+fn check_broadcast(buffers: &[RankBuffer], dtype: i32, count: usize, root: usize, in_place: bool) {
+    let nranks = buffers.len();
+    let size = symm_device::DataType::from_raw(dtype as u32)
+        .unwrap()
+        .size_bytes();
+    let bytes = count * size;
+    // Element-aligned offsets: 16-byte aligned when the count is even, else 16 + one element.
+    let send_at = if count % 2 == 0 { 64 } else { 64 + size };
+    let recv_at = if in_place {
+        send_at
+    } else {
+        (send_at + bytes + 16).next_multiple_of(size) + size
+    };
+    let mut rng = Rng((nranks * 1000 + root * 100 + count) as u64 ^ dtype as u64);
+    let mut random_bytes = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.next_u64() as u8).collect() };
+    let inputs: Vec<Vec<u8>> = (0..nranks).map(|_| random_bytes(bytes)).collect();
+    let guards: Vec<Vec<u8>> = (0..nranks).map(|_| random_bytes(16)).collect();
+    for (r, b) in buffers.iter().enumerate() {
+        assert!(recv_at.max(send_at) + bytes + 16 <= b.bytes);
+        // SAFETY: host memory of the window, range checked above.
+        unsafe {
+            if !in_place {
+                std::ptr::write_bytes(b.base.add(recv_at), 0xA5, bytes);
+            }
+            std::ptr::copy_nonoverlapping(inputs[r].as_ptr(), b.base.add(send_at), bytes);
+            std::ptr::copy_nonoverlapping(guards[r].as_ptr(), b.base.add(recv_at + bytes), 16);
+        }
+    }
+    let mut foreign = [0u8; 8];
+    check(symmGroupStart(), std::ptr::null_mut());
+    for (r, b) in buffers.iter().enumerate() {
+        // SAFETY: offsets inside the window (checked above).
+        let (own_send, recv) = unsafe { (b.base.add(send_at), b.base.add(recv_at)) };
+        let send: *const u8 = match (r == root, (r + count) % 3) {
+            (true, _) => own_send,
+            (false, 0) => std::ptr::null(),
+            (false, 1) => foreign.as_mut_ptr(),
+            (false, _) => own_send,
+        };
+        check(
+            symmBroadcast(
+                send.cast(),
+                recv.cast(),
+                count,
+                dtype,
+                root as i32,
+                b.comm,
+                std::ptr::null_mut(),
+            ),
+            b.comm,
+        );
+    }
+    check(symmGroupEnd(), std::ptr::null_mut());
+    let case =
+        format!("{nranks} ranks, dtype {dtype}, count {count}, root {root}, in place {in_place}");
+    for (r, b) in buffers.iter().enumerate() {
+        // SAFETY: host memory of the window.
+        let (got, guard, sent) = unsafe {
+            (
+                std::slice::from_raw_parts(b.base.add(recv_at), bytes),
+                std::slice::from_raw_parts(b.base.add(recv_at + bytes), 16),
+                std::slice::from_raw_parts(b.base.add(send_at), bytes),
+            )
+        };
+        assert!(
+            got == inputs[root].as_slice(),
+            "{case}: rank {r} did not receive the root's data"
+        );
+        assert_eq!(
+            guard,
+            guards[r].as_slice(),
+            "{case}: rank {r}: written past recvbuff"
+        );
+        if !in_place {
+            assert_eq!(
+                sent,
+                inputs[r].as_slice(),
+                "{case}: rank {r}'s sendbuff changed"
+            );
+        }
+    }
+    assert_eq!(
+        foreign, [0; 8],
+        "{case}: a non-root's ignored sendbuff was touched"
+    );
+}
+
+/// Broadcast on 1 to 8 ranks from every root, every data type at every (rank count, root),
+/// odd counts and in place or not in turn; then every count at one data type.
+#[test]
+fn broadcast_from_every_root_every_dtype_for_1_to_8_ranks() {
+    use_host_backend();
+    let counts = [1usize, 7, 1023, 4099];
+    for nranks in 1..=8 {
+        let comms = init_all(nranks);
+        let buffers = alloc_windows(&comms, 2 * 8 * 4099 + 256);
+        for root in 0..nranks {
+            for dtype in 0..12 {
+                let k = dtype as usize + root + nranks;
+                check_broadcast(&buffers, dtype, counts[k % 4], root, k % 2 == 0);
+            }
+            for count in counts {
+                for in_place in [false, true] {
+                    check_broadcast(&buffers, 7, count, root, in_place);
+                }
+            }
+        }
+        teardown(buffers);
+    }
+}
+
+/// A large broadcast (past many cells and blocks), and count 0 (a validated no-op that still
+/// refuses a bad root).
+#[test]
+fn broadcast_large_and_empty() {
+    use_host_backend();
+    let comms = init_all(3);
+    let count = (1 << 20) + 3;
+    let buffers = alloc_windows(&comms, 2 * 4 * count + 256);
+    check_broadcast(&buffers, 7, count, 2, false);
+    check_broadcast(&buffers, 0, 4 * count, 1, true);
+    for (rank, b) in buffers.iter().enumerate() {
+        // SAFETY: host memory of the window.
+        unsafe { write_f32(b.base, &[1.5; 4]) };
+        let f32_ = symmDataType_t::symmFloat32 as i32;
+        let null = std::ptr::null_mut();
+        // Root 1's sendbuff is validated; the others' is ignored.
+        let send = if rank == 1 {
+            b.base
+        } else {
+            std::ptr::null_mut()
+        };
+        let r = symmBroadcast(send.cast(), b.base.cast(), 0, f32_, 1, b.comm, null);
+        assert_eq!(r, symmResult_t::symmSuccess, "{}", last_error(b.comm));
+        // Refused on every rank alike: the ranks stay in step.
+        let r = symmBroadcast(b.base.cast(), b.base.cast(), 0, f32_, 3, b.comm, null);
+        assert_eq!(r, symmResult_t::symmInvalidArgument);
+        assert!(
+            last_error(b.comm).contains("root = 3"),
+            "{}",
+            last_error(b.comm)
+        );
+        // SAFETY: host memory of the window.
+        assert_eq!(unsafe { read_f32(b.base, 4) }, vec![1.5; 4]);
+    }
+    // Still in step: a broadcast after the refusals works.
+    check_broadcast(&buffers, 9, 5, 0, false);
+    teardown(buffers);
+}
+
+/// One thread per rank (`symmCommInitRank`), no group: every rank broadcasts from each root in
+/// turn, in place, into one buffer, and the rank after the root then holds that root's data.
+#[test]
+fn broadcast_one_thread_per_rank() {
+    use_host_backend();
+    let nranks = 4;
+    let count = 3001;
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, std::ptr::null_mut());
+    let comms = join_threads(id, nranks);
+    let handles: Vec<_> = comms
+        .iter()
+        .enumerate()
+        .map(|(rank, &comm)| {
+            let comm = comm as usize;
+            std::thread::spawn(move || {
+                let comm = comm as symmComm_t;
+                let mut buffers = alloc(&[comm], 4 * count);
+                register_all(&mut buffers);
+                let b = &buffers[0];
+                let mut seen = Vec::new();
+                for root in 0..nranks {
+                    let mine: Vec<f32> = (0..count)
+                        .map(|i| (rank * 10_000 + root * 100 + i) as f32)
+                        .collect();
+                    // SAFETY: host memory of the window.
+                    unsafe { write_f32(b.base, &mine) };
+                    let send = if rank == root {
+                        b.base as *const u8
+                    } else {
+                        std::ptr::null()
+                    };
+                    let r = symmBroadcast(
+                        send.cast(),
+                        b.base.cast(),
+                        count,
+                        symmDataType_t::symmFloat32 as i32,
+                        root as i32,
+                        comm,
+                        std::ptr::null_mut(),
+                    );
+                    check(r, comm);
+                    // SAFETY: host memory of the window.
+                    seen.push(unsafe { read_f32(b.base, count) });
+                }
+                teardown(buffers);
+                seen
+            })
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let seen = h.join().unwrap();
+        for (root, got) in seen.iter().enumerate() {
+            let expected: Vec<f32> = (0..count)
+                .map(|i| (root * 10_000 + root * 100 + i) as f32)
+                .collect();
+            assert_eq!(*got, expected, "rank {rank}, root {root}");
+        }
+    }
 }

@@ -64,6 +64,20 @@ impl Rank {
     fn all_reduce(self, offset: usize, count: usize) -> symmResult_t {
         all_reduce_f32_sum(self.comm(), self.at(offset), self.at(offset), count)
     }
+
+    /// Broadcast of `count` floats at `offset` from `root`, in place (`sendbuff` is the
+    /// receive buffer on every rank).
+    fn broadcast(self, offset: usize, count: usize, root: usize) -> symmResult_t {
+        symmBroadcast(
+            self.at(offset).cast(),
+            self.at(offset).cast(),
+            count,
+            symmDataType_t::symmFloat32 as i32,
+            root as i32,
+            self.comm(),
+            null_mut(),
+        )
+    }
 }
 
 fn ranks_of(buffers: &[RankBuffer]) -> Vec<Rank> {
@@ -234,6 +248,92 @@ fn a_call_refused_on_one_rank_is_still_its_call() {
         }
         assert_ne!(*second, symmResult_t::symmSuccess, "rank {r}: {data:?}");
         assert_ne!(async_error(ranks[r].comm()), symmResult_t::symmSuccess);
+    }
+    teardown(buffers);
+}
+
+/// Two threads' ranks broadcast with different roots (each names itself, so each would push
+/// its data into the other), or from one root with different counts: never success with
+/// wrong data. Each call fails naming both calls, nothing is exchanged (each buffer keeps its
+/// own data), and the next call fails on both ranks (the communicator has failed).
+#[test]
+fn broadcasts_that_disagree_on_root_or_count_fail_the_communicator_on_every_rank() {
+    configure();
+    for (roots, counts, names) in [
+        ([0, 1], [64, 64], ["from root 0", "from root 1"]),
+        ([1, 0], [64, 64], ["from root 1", "from root 0"]),
+        (
+            [1, 1],
+            [64, 32],
+            ["symmBroadcast of 64", "symmBroadcast of 32"],
+        ),
+    ] {
+        let buffers = two_threads(4096);
+        let ranks = ranks_of(&buffers);
+        let outcomes = per_rank(&ranks, |r, rank| {
+            rank.fill(0, 64, r as f32 + 1.0);
+            let first = rank.broadcast(0, counts[r], roots[r]);
+            let first_message = last_error(rank.comm());
+            let data = rank.read(0, 64);
+            let second = rank.broadcast(0, 16, 0);
+            (first, first_message, data, second, last_error(rank.comm()))
+        });
+        let case = format!("roots {roots:?}, counts {counts:?}");
+        for (r, (first, first_message, data, second, second_message)) in outcomes.iter().enumerate()
+        {
+            assert_ne!(
+                *first,
+                symmResult_t::symmSuccess,
+                "{case}: rank {r}: {data:?}"
+            );
+            assert!(
+                names.iter().all(|n| first_message.contains(n)),
+                "{case}: rank {r}: {first_message}"
+            );
+            assert_eq!(data, &vec![r as f32 + 1.0; 64], "{case}: rank {r} got data");
+            assert_ne!(*second, symmResult_t::symmSuccess, "{case}: rank {r}");
+            assert!(
+                second_message.contains("the communicator has failed"),
+                "{case}: rank {r}: {second_message}"
+            );
+            assert_ne!(async_error(ranks[r].comm()), symmResult_t::symmSuccess);
+        }
+        teardown(buffers);
+    }
+}
+
+/// One thread driving both ranks in a group whose broadcasts disagree on the root:
+/// `symmGroupEnd` refuses the group naming both roots, nothing runs, and the communicator
+/// stays usable (the ranks refused the same call): an agreeing broadcast then works.
+#[test]
+fn a_group_whose_broadcasts_disagree_on_the_root_is_refused_whole() {
+    configure();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 4096);
+    let ranks = ranks_of(&buffers);
+    check(symmGroupStart(), null_mut());
+    for (r, rank) in ranks.iter().enumerate() {
+        rank.fill(0, 16, r as f32 + 1.0);
+        check(rank.broadcast(0, 16, r), rank.comm());
+    }
+    let end = symmGroupEnd();
+    let message = last_error(null_mut());
+    assert_eq!(end, symmResult_t::symmInvalidUsage, "{message}");
+    assert!(
+        message.contains("root 0 vs 1") && message.contains("nothing of this group was launched"),
+        "{message}"
+    );
+    for (r, rank) in ranks.iter().enumerate() {
+        assert_eq!(rank.read(0, 16), vec![r as f32 + 1.0; 16]);
+        assert_eq!(async_error(rank.comm()), symmResult_t::symmSuccess);
+    }
+    check(symmGroupStart(), null_mut());
+    for rank in &ranks {
+        check(rank.broadcast(0, 16, 1), rank.comm());
+    }
+    check(symmGroupEnd(), null_mut());
+    for rank in &ranks {
+        assert_eq!(rank.read(0, 16), vec![2.0; 16]);
     }
     teardown(buffers);
 }

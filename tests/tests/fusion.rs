@@ -7,6 +7,8 @@
 //! launch counter proves one launch per (tuple, device) per group; unfused calls on the same
 //! windows afterwards (in a group of one, and one thread per rank without a group) prove that
 //! a fused launch leaves every window's barrier epochs and LL call numbers in agreement.
+//! Broadcasts with mixed roots fuse when the group drives every rank, and are fences when
+//! ranks are driven by separate threads (only the root's thread knows what they read).
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -22,6 +24,7 @@ enum Kind {
     AllReduce,
     AllGather,
     ReduceScatter,
+    Broadcast,
 }
 
 /// A data type with an exact reference: values are small integers, encoded per type.
@@ -210,6 +213,8 @@ struct Call {
     recv: Place,
     /// Index of the call's inputs.
     id: usize,
+    /// The broadcast's root (0 for the others).
+    root: usize,
 }
 
 impl Call {
@@ -232,9 +237,14 @@ impl Call {
         let size = ty.size();
         let bytes = count * size;
         let (send_bytes, recv_bytes) = match kind {
-            Kind::AllReduce => (bytes, bytes),
+            Kind::AllReduce | Kind::Broadcast => (bytes, bytes),
             Kind::AllGather => (bytes, nranks * bytes),
             Kind::ReduceScatter => (nranks * bytes, bytes),
+        };
+        let root = if kind == Kind::Broadcast {
+            (rng.next_u64() % nranks as u64) as usize
+        } else {
+            0
         };
         let in_place = rng.next_u64().is_multiple_of(3);
         let recv_window = (rng.next_u64() % 2) as usize;
@@ -257,6 +267,7 @@ impl Call {
             send,
             recv,
             id,
+            root,
         }
     }
 
@@ -304,6 +315,17 @@ impl Call {
                 };
                 symmAllGather(send, recv, self.count, dtype, comm, null)
             }
+            (Kind::Broadcast, in_place) => {
+                let send = if in_place {
+                    recv as *const c_void
+                } else if rank != self.root && self.id % 2 == 1 {
+                    // Ignored off the root: NULL is fine there.
+                    std::ptr::null()
+                } else {
+                    world.at(self.send, rank) as *const c_void
+                };
+                symmBroadcast(send, recv, self.count, dtype, self.root as i32, comm, null)
+            }
             (Kind::ReduceScatter, in_place) => {
                 let send = world.at(self.send, rank);
                 let recv = if in_place {
@@ -336,6 +358,12 @@ impl Call {
         match self.kind {
             Kind::AllReduce => {
                 let data = (0..self.count).flat_map(|i| ty.encode(reduce(i))).collect();
+                (self.recv, 0, data)
+            }
+            Kind::Broadcast => {
+                let data = (0..self.count)
+                    .flat_map(|i| ty.encode(ty.value(self.root, self.id, i)))
+                    .collect();
                 (self.recv, 0, data)
             }
             Kind::AllGather => {
@@ -395,6 +423,40 @@ fn run_group(world: &World, calls: &[Call]) -> Vec<u64> {
         }
     }
     check(symmGroupEnd(), std::ptr::null_mut());
+    world
+        .launches()
+        .iter()
+        .zip(before)
+        .map(|(after, before)| after - before)
+        .collect()
+}
+
+/// Run `calls` in one group per rank, each driven by its own thread (every rank makes every
+/// call in order); returns the launches each rank made.
+fn run_group_per_thread(world: &World, calls: &[Call]) -> Vec<u64> {
+    for call in calls {
+        for rank in 0..world.nranks() {
+            call.prepare(world, rank);
+        }
+    }
+    issue_group_per_thread(world, calls)
+}
+
+/// [`run_group_per_thread`] without preparing the calls' buffers.
+fn issue_group_per_thread(world: &World, calls: &[Call]) -> Vec<u64> {
+    let before = world.launches();
+    std::thread::scope(|scope| {
+        for rank in 0..world.nranks() {
+            scope.spawn(move || {
+                let comm = world.comms[rank];
+                check(symmGroupStart(), std::ptr::null_mut());
+                for call in calls {
+                    check(call.call(world, rank), comm);
+                }
+                check(symmGroupEnd(), comm);
+            });
+        }
+    });
     world
         .launches()
         .iter()
@@ -525,6 +587,15 @@ fn fused_reduce_scatter_every_width() {
     }
 }
 
+#[test]
+fn fused_broadcast_every_width_mixed_roots() {
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        for (nranks, tasks) in [(2, 1), (5, 9), (3, 64), (8, 40), (2, 256)] {
+            fused_batch_then_unfused(nranks, Kind::Broadcast, ty, tasks, 0xB0 + i as u64);
+        }
+    }
+}
+
 /// A group mixing tuples: one launch per tuple per rank, and every result exact.
 #[test]
 fn mixed_tuples_one_launch_each_in_call_order() {
@@ -533,6 +604,7 @@ fn mixed_tuples_one_launch_each_in_call_order() {
     let mut layout = Layout::new();
     let plan = [
         (Kind::AllReduce, TYPES[3]),
+        (Kind::Broadcast, TYPES[1]),
         (Kind::AllGather, TYPES[0]),
         (Kind::AllReduce, TYPES[3]),
         (Kind::ReduceScatter, TYPES[2]),
@@ -540,6 +612,7 @@ fn mixed_tuples_one_launch_each_in_call_order() {
         (Kind::AllGather, TYPES[0]),
         (Kind::AllReduce, TYPES[3]),
         (Kind::ReduceScatter, TYPES[2]),
+        (Kind::Broadcast, TYPES[1]),
     ];
     let mut calls: Vec<Call> = plan
         .iter()
@@ -550,7 +623,7 @@ fn mixed_tuples_one_launch_each_in_call_order() {
         call.count = call.count.max(1);
         let size = call.ty.size();
         let (send_bytes, recv_bytes) = match call.kind {
-            Kind::AllReduce => (call.count * size, call.count * size),
+            Kind::AllReduce | Kind::Broadcast => (call.count * size, call.count * size),
             Kind::AllGather => (call.count * size, 3 * call.count * size),
             Kind::ReduceScatter => (3 * call.count * size, call.count * size),
         };
@@ -562,9 +635,10 @@ fn mixed_tuples_one_launch_each_in_call_order() {
             layout.take(&mut rng, 1, recv_bytes, size)
         };
     }
-    // Tuples: all-reduce f64 sum, all-gather (u8), reduce-scatter i32 max, all-reduce bf16.
+    // Tuples: all-reduce f64 sum, broadcast (bf16), all-gather (u8), reduce-scatter i32 max,
+    // all-reduce bf16.
     let launches = run_group(&world, &calls);
-    assert_eq!(launches, vec![4; 3]);
+    assert_eq!(launches, vec![5; 3]);
     for call in &calls {
         call.check(&world, "mixed tuples");
     }
@@ -643,6 +717,175 @@ fn dependent_calls_of_one_tuple_keep_their_order() {
     world.teardown();
 }
 
+/// Broadcasts of one group that depend on each other through the root's send buffer (which
+/// only the root's part shows) keep their order; independent ones fuse. B1 (root 1) sends x
+/// into y; B2 (root 2) is in place elsewhere; B3 (root 0) sends y, which B1 writes, into z;
+/// B4 (root 0) is in place on x, which B1 reads on its root. Launches: [B1, B2], [B3, B4].
+#[test]
+fn broadcasts_that_read_an_earlier_result_keep_their_order() {
+    let nranks = 3;
+    let world = World::new(nranks);
+    let ty = TYPES[1];
+    let count = 300;
+    let bytes = count * ty.size();
+    let place = |window, offset| Place {
+        window,
+        offset,
+        bytes,
+    };
+    let (x, y, z, w) = (place(0, 0), place(1, 4096), place(0, 8192), place(1, 16384));
+    let call = |id, root, send, recv, in_place| Call {
+        kind: Kind::Broadcast,
+        ty,
+        count,
+        in_place,
+        send,
+        recv,
+        id,
+        root,
+    };
+    let calls = [
+        call(1, 1, x, y, false),
+        call(2, 2, w, w, true),
+        call(3, 0, y, z, false),
+        call(4, 0, x, x, true),
+    ];
+    // Preparing the calls in order leaves B2's inputs in w, B3's in y and B4's in x (B1's
+    // inputs in x are overwritten by B4's): rank r's x holds `data(r, 4)`.
+    let launches = run_group(&world, &calls);
+    assert_eq!(launches, vec![2; nranks]);
+    let data = |rank: usize, id: usize| -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| ty.encode(ty.value(rank, id, i)))
+            .collect()
+    };
+    for rank in 0..nranks {
+        // Before B4 overwrote rank 1's x with rank 0's.
+        assert_eq!(
+            world.read(y, rank),
+            data(1, 4),
+            "rank {rank}: y = rank 1's x"
+        );
+        // After B1 wrote y (not rank 0's stale y, `data(0, 3)`).
+        assert_eq!(
+            world.read(z, rank),
+            data(1, 4),
+            "rank {rank}: z = y, after B1"
+        );
+        assert_eq!(
+            world.read(w, rank),
+            data(2, 2),
+            "rank {rank}: w = rank 2's w"
+        );
+        assert_eq!(
+            world.read(x, rank),
+            data(0, 4),
+            "rank {rank}: x = rank 0's x"
+        );
+    }
+    world.teardown();
+}
+
+/// Ranks driven by separate threads, each in its own group: a thread that does not drive a
+/// broadcast's root cannot see what it reads, so every broadcast is a fence (its own launch,
+/// nothing moves across it) on every rank alike, and every result is exact. One thread
+/// driving every rank fuses the same calls into one launch.
+#[test]
+fn broadcasts_of_separately_driven_ranks_are_fences() {
+    let nranks = 3;
+    let world = World::new(nranks);
+    let ty = TYPES[2];
+    let mut rng = Rng(0xFE);
+    let mut layout = Layout::new();
+    let calls: Vec<Call> = (0..6)
+        .map(|id| {
+            let mut call =
+                Call::random(&mut rng, &mut layout, Kind::Broadcast, ty, nranks, id, 400);
+            call.count = call.count.max(1);
+            call.root = id % nranks;
+            let bytes = call.count * ty.size();
+            call.send = layout.take(&mut rng, 0, bytes, ty.size());
+            call.recv = if call.in_place {
+                call.send
+            } else {
+                layout.take(&mut rng, 1, bytes, ty.size())
+            };
+            call
+        })
+        .collect();
+    let launches = run_group_per_thread(&world, &calls);
+    assert_eq!(launches, vec![calls.len() as u64; nranks]);
+    for call in &calls {
+        call.check(&world, "one thread per rank");
+    }
+    let launches = run_group(&world, &calls);
+    assert_eq!(launches, vec![1; nranks]);
+    for call in &calls {
+        call.check(&world, "one thread for every rank");
+    }
+    world.teardown();
+}
+
+/// The case the fence is for: B1 (root 0) sends x into y, B2 (root 1) sends w into x, in
+/// groups driven by one thread per rank. Only rank 0's thread sees that B2 overwrites what B1
+/// reads; a thread that fused the two would run B2's stores into rank 0's x while rank 0 reads
+/// it, and pair its one launch with rank 0's two. As fences, both run alone on every rank, in
+/// call order.
+#[test]
+fn separately_driven_ranks_keep_a_broadcast_before_one_that_overwrites_its_source() {
+    let nranks = 3;
+    let world = World::new(nranks);
+    let ty = TYPES[3];
+    let count = 2000;
+    let bytes = count * ty.size();
+    let place = |window, offset| Place {
+        window,
+        offset,
+        bytes,
+    };
+    let (x, y, w) = (place(0, 0), place(1, 0), place(1, 32768));
+    let call = |id, root, send, recv| Call {
+        kind: Kind::Broadcast,
+        ty,
+        count,
+        in_place: false,
+        send,
+        recv,
+        id,
+        root,
+    };
+    let calls = [call(1, 0, x, y), call(2, 1, w, x)];
+    let data = |rank: usize, id: usize| -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| ty.encode(ty.value(rank, id, i)))
+            .collect()
+    };
+    for round in 0..3 {
+        for rank in 0..nranks {
+            for call in &calls {
+                call.prepare(&world, rank);
+            }
+            // B2's preparation poisoned x, B1's source: B1's inputs again.
+            world.write(x, rank, 0, &data(rank, 1));
+        }
+        let launches = issue_group_per_thread(&world, &calls);
+        assert_eq!(launches, vec![2; nranks], "round {round}");
+        for rank in 0..nranks {
+            assert_eq!(
+                world.read(y, rank),
+                data(0, 1),
+                "round {round}, rank {rank}: y"
+            );
+            assert_eq!(
+                world.read(x, rank),
+                data(1, 2),
+                "round {round}, rank {rank}: x"
+            );
+        }
+    }
+    world.teardown();
+}
+
 /// `Arc` keeps the comm handle alive across the counter's reads.
 #[test]
 fn the_launch_counter_counts_unfused_calls_too() {
@@ -666,6 +909,7 @@ fn the_launch_counter_counts_unfused_calls_too() {
             bytes: 40,
         },
         id: 0,
+        root: 0,
     };
     for _ in 0..3 {
         run_threads(&world, &call);

@@ -1,7 +1,8 @@
-//! The GPU set: every collective, data type and operator on the cuda backend, several ranks
-//! on one GPU, checked against references computed on the host; CUDA-graph capture and
-//! replay; the bounded wait; the software work source. CI has no GPU and does not run these
-//! (they are `#[ignore]`d). On a GPU machine, once per algorithm choice:
+//! The GPU set: every collective (the broadcast from every root), data type and operator on
+//! the cuda backend, several ranks on one GPU, checked against references computed on the
+//! host; CUDA-graph capture and replay; the bounded wait; the software work source. CI has no
+//! GPU and does not run these (they are `#[ignore]`d). On a GPU machine, once per algorithm
+//! choice:
 //!
 //! ```text
 //! for a in auto ll oneshot twoshot pat; do
@@ -506,6 +507,91 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
     }
 }
 
+/// Broadcast of every data type, at every count and placement, the root rotating so that each
+/// rank count sees every root: the root's bytes, exactly, on every rank; nothing written past
+/// the receive buffer; the other ranks' send buffers (NULL on some calls) untouched.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_broadcast_every_dtype_from_every_root() {
+    for nranks in RANKS {
+        let comms = cuda_ranks(nranks);
+        let max = largest_count();
+        let buffers = alloc_windows(&comms, window_bytes(1, max));
+        let mut case_index = 0usize;
+        for (d, dtype) in DataType::ALL.into_iter().enumerate() {
+            let size = dtype.size_bytes();
+            for (k, count) in counts().into_iter().enumerate() {
+                if !runs_at(nranks, d + k) {
+                    continue;
+                }
+                let bytes = count * size;
+                for at in placements(size, bytes, bytes) {
+                    let root = case_index % nranks;
+                    case_index += 1;
+                    let seed = (nranks * 100 + count + d) as u64;
+                    let inputs: Vec<Vec<u8>> = (0..nranks)
+                        .map(|r| {
+                            let values: Vec<f64> =
+                                (0..count).map(|i| input_value(dtype, r, i, seed)).collect();
+                            encode_all(dtype, &values)
+                        })
+                        .collect();
+                    let guard = vec![0x5Au8; 16];
+                    for (b, input) in buffers.iter().zip(&inputs) {
+                        // SAFETY: offsets inside the window (window_bytes).
+                        unsafe {
+                            if at.send != at.recv {
+                                upload_bytes(b.base.add(at.recv), &vec![0xA5; bytes]);
+                            }
+                            upload_bytes(b.base.add(at.send), input);
+                            upload_bytes(b.base.add(at.recv + bytes), &guard);
+                        }
+                    }
+                    run_group(
+                        |rank, b| {
+                            // SAFETY: offsets inside the window.
+                            let (s, r) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
+                            let s = if rank != root && case_index % 2 == 0 {
+                                std::ptr::null_mut()
+                            } else {
+                                s
+                            };
+                            symmBroadcast(
+                                s.cast(),
+                                r.cast(),
+                                count,
+                                dtype as i32,
+                                root as i32,
+                                b.comm,
+                                null_mut(),
+                            )
+                        },
+                        &buffers,
+                    );
+                    let case = format!(
+                        "broadcast {nranks} ranks {dtype:?} count {count} root {root} {at:?}"
+                    );
+                    for (rank, b) in buffers.iter().enumerate() {
+                        // SAFETY: offsets inside the window.
+                        let out = download_bytes(unsafe { b.base.add(at.recv) }, bytes + 16);
+                        assert!(out[..bytes] == inputs[root][..], "{case}: rank {rank}");
+                        assert!(
+                            out[bytes..] == guard[..],
+                            "{case}: rank {rank}: past the end"
+                        );
+                        if at.send != at.recv {
+                            // SAFETY: offsets inside the window.
+                            let sent = download_bytes(unsafe { b.base.add(at.send) }, bytes);
+                            assert!(sent == inputs[rank], "{case}: rank {rank}'s sendbuff");
+                        }
+                    }
+                }
+            }
+        }
+        teardown(buffers);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_graph_capture_then_replay_with_new_inputs() {
@@ -793,11 +879,16 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
     let calls = 300;
     for call in 0..calls {
         let count = COUNTS[(rng.next_u64() % COUNTS.len() as u64) as usize];
-        let kind = rng.next_u64() % 3;
+        let kind = rng.next_u64() % 4;
         let op = [0, 2, 3][(rng.next_u64() % 3) as usize];
         let in_place = rng.next_u64().is_multiple_of(2);
         let from = (rng.next_u64() % 2) as usize * region;
         let to = if in_place { from } else { region - from };
+        let root = if kind == 3 {
+            (rng.next_u64() % NRANKS as u64) as usize
+        } else {
+            0
+        };
         check(symmGroupStart(), null_mut());
         for (rank, b) in buffers.iter().enumerate() {
             // Element offsets: all-gather sends its own segment in place, reduce-scatter
@@ -812,7 +903,16 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
             let result = match kind {
                 0 => symmAllReduce(s, r, count, int32, op, b.comm, null_mut()),
                 1 => symmAllGather(s, r, count, int32, b.comm, null_mut()),
-                _ => symmReduceScatter(s, r, count, int32, op, b.comm, null_mut()),
+                2 => symmReduceScatter(s, r, count, int32, op, b.comm, null_mut()),
+                _ => {
+                    // Off the root, sendbuff is ignored: NULL on every other call.
+                    let s = if rank != root && call % 2 == 1 {
+                        std::ptr::null()
+                    } else {
+                        s
+                    };
+                    symmBroadcast(s, r, count, int32, root as i32, b.comm, null_mut())
+                }
             };
             check(result, b.comm);
         }
@@ -840,6 +940,7 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
                             .copy_from_slice(&x[send..send + count]);
                     }
                 }
+                3 => m[to..to + count].copy_from_slice(&before[root][from..from + count]),
                 _ => {
                     let recv = if in_place { from + rank * count } else { to };
                     for i in 0..count {
@@ -859,7 +960,8 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
                 if let Some(i) = (0..got.len()).find(|&i| got[i] != m[i]) {
                     panic!(
                         "after call {call} (the last: kind {kind} op {op} count {count} \
-                         in place {in_place}): rank {rank} element {i} = {}, expected {}",
+                         in place {in_place} root {root}): rank {rank} element {i} = {}, \
+                         expected {}",
                         got[i], m[i]
                     );
                 }

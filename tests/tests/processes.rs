@@ -118,16 +118,30 @@ fn destroy_releases_every_descriptor_and_mapping() {
 }
 
 /// Two rank processes that disagree on a call (rank 1 all-gathers, or all-reduces another
-/// count, where rank 0 all-reduces 64 floats): never success with wrong data. A rank that finds
+/// count, where rank 0 all-reduces 64 floats; or each broadcasts 64 floats from itself as the
+/// root): never success with wrong data. A rank that finds
 /// its peer's other call on record is refused with `symmInvalidUsage` (nothing launched); a
 /// rank that launched before its peer's call was on record times out; every message names both
 /// calls. Then three calls that agree after a fresh start show that agreeing ranks are not
 /// refused.
 #[test]
 fn processes_that_disagree_on_the_call_get_an_error_naming_both() {
-    for (scenario, second) in [
-        ("disagree_gather", "symmAllGather of 32"),
-        ("disagree_count", "symmAllReduce of 128"),
+    for (scenario, [first, second]) in [
+        (
+            "disagree_gather",
+            ["symmAllReduce of 64", "symmAllGather of 32"],
+        ),
+        (
+            "disagree_count",
+            ["symmAllReduce of 64", "symmAllReduce of 128"],
+        ),
+        (
+            "disagree_root",
+            [
+                "symmBroadcast of 64 x Float32 from root 0",
+                "symmBroadcast of 64 x Float32 from root 1",
+            ],
+        ),
     ] {
         let id = id_to_hex(&new_id());
         let children: Vec<Child> = (0..2).map(|rank| spawn(scenario, rank, 2, &id)).collect();
@@ -141,7 +155,7 @@ fn processes_that_disagree_on_the_call_get_an_error_naming_both() {
                 .find_map(|l| l.find("result symm").map(|at| &l[at..]))
                 .unwrap_or_else(|| panic!("{scenario}, rank {rank}: no result:\n{log}"));
             assert!(
-                line.contains("symmAllReduce of 64") && line.contains(second),
+                line.contains(first) && line.contains(second),
                 "{scenario}, rank {rank}: {line}"
             );
             codes.push(
@@ -535,13 +549,36 @@ fn child_rank() {
             assert_eq!(shared_mappings(), maps_before, "shared-memory mappings");
             println!("rank {rank}: no leaks ({} descriptors)", after.0);
         }
-        "disagree_gather" | "disagree_count" => {
+        "disagree_gather" | "disagree_count" | "disagree_root" => {
             // Calls that agree first: refused by nobody.
             let r = join(&id, rank, nranks);
             for round in 0..3 {
                 let (result, right) = all_reduce(&r, rank, nranks, round);
                 assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(r.comm));
                 assert!(right, "round {round}: wrong result");
+            }
+            if scenario == "disagree_root" {
+                // Broadcasts that agree, from each root: the root's data on both ranks.
+                for root in 0..nranks {
+                    let own: Vec<f32> = (0..COUNT).map(|i| (100 * rank + i) as f32).collect();
+                    // SAFETY: the window holds COUNT f32; this rank's previous call returned.
+                    unsafe { write_f32(r.buffer.cast(), &own) };
+                    let f32_ = symmDataType_t::symmFloat32 as i32;
+                    let result = symmBroadcast(
+                        r.buffer,
+                        r.buffer,
+                        COUNT,
+                        f32_,
+                        root as i32,
+                        r.comm,
+                        null_mut(),
+                    );
+                    assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(r.comm));
+                    // SAFETY: as above.
+                    let got = unsafe { read_f32(r.buffer.cast(), COUNT) };
+                    let want: Vec<f32> = (0..COUNT).map(|i| (100 * root + i) as f32).collect();
+                    assert_eq!(got, want, "broadcast from root {root}");
+                }
             }
             let f32_ = symmDataType_t::symmFloat32 as i32;
             let sum = symmRedOp_t::symmSum as i32;
@@ -550,6 +587,10 @@ fn child_rank() {
                 // SAFETY: inside the window of COUNT floats.
                 let share = unsafe { r.buffer.cast::<f32>().add(32) }.cast::<c_void>();
                 symmAllGather(share, r.buffer, 32, f32_, r.comm, null_mut())
+            } else if scenario == "disagree_root" {
+                // Each names itself the root: each would push its data into the other.
+                let root = rank as i32;
+                symmBroadcast(r.buffer, r.buffer, 64, f32_, root, r.comm, null_mut())
             } else {
                 let count = if rank == 1 { 128 } else { 64 };
                 symmAllReduce(r.buffer, r.buffer, count, f32_, sum, r.comm, null_mut())

@@ -38,13 +38,14 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 14] = [
+const FILES: [&str; 15] = [
     "ffi-headers/symm.h",
     "examples/c/Makefile",
     "examples/c/common.h",
     "examples/c/allreduce.c",
     "examples/c/allreduce_pthreads.c",
     "examples/c/allreduce_mp.c",
+    "examples/c/broadcast.c",
     "examples/c/launch_mp.sh",
     "bench/torch_baseline.py",
     "bench/gpu/run.sh",
@@ -57,7 +58,12 @@ const FILES: [&str; 14] = [
 /// The Python package's directory: its `.py` files and `py.typed` are copied.
 const PYTHON_PACKAGE: &str = "python/symm";
 /// The C examples the Makefile builds.
-const EXAMPLES: [&str; 3] = ["allreduce", "allreduce_pthreads", "allreduce_mp"];
+const EXAMPLES: [&str; 4] = [
+    "allreduce",
+    "allreduce_pthreads",
+    "allreduce_mp",
+    "broadcast",
+];
 
 /// Build the bundle and print its size and path.
 pub fn build() -> Result<(), String> {

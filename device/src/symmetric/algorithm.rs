@@ -21,11 +21,14 @@ pub enum Algorithm {
     PatAllGather,
     /// Reduce-scatter in `ceil(log2 n)` steps (PAT), partials staged in the signal pad.
     PatReduceScatter,
+    /// Broadcast: the root stores its bytes into every rank (data type agnostic: counts
+    /// bytes).
+    Broadcast,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::OneShotAllReduce,
         Algorithm::OneShotLlAllReduce,
         Algorithm::TwoShotAllReduce,
@@ -34,13 +37,17 @@ impl Algorithm {
         Algorithm::LlAllGather,
         Algorithm::PatAllGather,
         Algorithm::PatReduceScatter,
+        Algorithm::Broadcast,
     ];
 
-    /// `true` for the all-gathers: one kernel serves every data type.
+    /// `true` for the all-gathers and the broadcast: one kernel serves every data type.
     pub const fn is_data_type_agnostic(self) -> bool {
         matches!(
             self,
-            Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::PatAllGather
+            Algorithm::AllGather
+                | Algorithm::LlAllGather
+                | Algorithm::PatAllGather
+                | Algorithm::Broadcast
         )
     }
 
@@ -55,6 +62,7 @@ impl Algorithm {
             Algorithm::LlAllGather => "ll_all_gather",
             Algorithm::PatAllGather => "pat_all_gather",
             Algorithm::PatReduceScatter => "pat_reduce_scatter",
+            Algorithm::Broadcast => "broadcast",
         }
     }
 }

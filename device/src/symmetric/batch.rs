@@ -17,7 +17,7 @@
 //!
 //! **Synchronization of a batch.** The kernels synchronize through the signal pad of one
 //! window, the *batch window*: task 0's send window for the reductions, its receive window for
-//! the all-gathers (the window every rank's part of task 0 uses at the same registration).
+//! the all-gathers and the broadcast (the window every rank's part of task 0 uses at the same registration).
 //! Barriers and LL calls of a batch advance that window's epochs and LL call number only, the
 //! same way on every rank, so a later launch on any of the batch's windows, fused or not, finds
 //! every rank's epochs and call numbers in agreement. Which pad carries a flag does not matter
@@ -51,11 +51,12 @@ pub struct TaskArgs {
     pub send_offset: u64,
     /// Byte offset of the receive buffer in its window.
     pub recv_offset: u64,
-    /// Elements (all-reduce: total; reduce-scatter: per rank) or bytes per rank (all-gather).
+    /// Elements (all-reduce: total; reduce-scatter: per rank), bytes per rank (all-gather) or
+    /// bytes (broadcast).
     pub count: u64,
     /// Cells of the tasks before this one ([`task_cells`]); the same on every rank.
     pub first_cell: u64,
-    /// This rank's flags ([`super::FLAG_IN_PLACE`]).
+    /// This rank's flags ([`super::FLAG_IN_PLACE`], [`super::FLAG_ROOT`]).
     pub flags: u32,
     /// Zero.
     pub reserved: u32,
@@ -64,8 +65,8 @@ pub struct TaskArgs {
 static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 56);
 static_assertions::const_assert_eq!(core::mem::align_of::<TaskArgs>(), 8);
 
-/// Elements of one cell of `algorithm` on elements of `element_bytes` bytes (all-gathers count
-/// bytes): 1 KiB of payload, or one 8-byte LL line.
+/// Elements of one cell of `algorithm` on elements of `element_bytes` bytes (all-gathers and
+/// the broadcast count bytes): 1 KiB of payload, or one 8-byte LL line.
 #[inline(always)]
 pub const fn cell_elements(algorithm: Algorithm, element_bytes: u64) -> u64 {
     let element_bytes = if element_bytes == 0 { 1 } else { element_bytes };
@@ -73,7 +74,7 @@ pub const fn cell_elements(algorithm: Algorithm, element_bytes: u64) -> u64 {
         Algorithm::OneShotLlAllReduce => 8 / element_bytes,
         Algorithm::LlAllGather => 8,
         // The PAT kernels run one task and split it their own way; cells only number it.
-        Algorithm::AllGather | Algorithm::PatAllGather => CELL_BYTES,
+        Algorithm::AllGather | Algorithm::PatAllGather | Algorithm::Broadcast => CELL_BYTES,
         Algorithm::OneShotAllReduce
         | Algorithm::TwoShotAllReduce
         | Algorithm::ReduceScatter
@@ -81,7 +82,7 @@ pub const fn cell_elements(algorithm: Algorithm, element_bytes: u64) -> u64 {
     }
 }
 
-/// Cells of a task of `count` elements (all-gathers: bytes) for `algorithm`.
+/// Cells of a task of `count` elements (all-gathers and the broadcast: bytes) for `algorithm`.
 #[inline(always)]
 pub const fn task_cells(algorithm: Algorithm, element_bytes: u64, count: u64) -> u64 {
     count.div_ceil(cell_elements(algorithm, element_bytes))

@@ -3,6 +3,7 @@
 
 use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
+use super::broadcast::broadcast;
 use super::pat::{pat_all_gather, pat_reduce_scatter};
 use super::reduce_scatter::reduce_scatter;
 use super::{Algorithm, Batch, Grid, KernelStatus};
@@ -78,6 +79,7 @@ fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
         Algorithm::LlAllGather => ll_all_gather,
         Algorithm::PatAllGather => pat_all_gather,
         Algorithm::PatReduceScatter => pat_reduce_scatter::<T, O>,
+        Algorithm::Broadcast => broadcast,
     }
 }
 
@@ -91,7 +93,8 @@ fn by_op<T: Element>(algorithm: Algorithm, op: RedOp) -> KernelFn {
     }
 }
 
-/// The kernel for `algorithm` on `dtype` with `op` (both ignored by all-gather).
+/// The kernel for `algorithm` on `dtype` with `op` (both ignored by the all-gathers and the
+/// broadcast).
 pub fn kernel(algorithm: Algorithm, dtype: DataType, op: RedOp) -> KernelFn {
     match dtype {
         DataType::Int8 => by_op::<i8>(algorithm, op),
@@ -122,6 +125,10 @@ mod tests {
         assert_eq!(
             kernel_name(Algorithm::AllGather, DataType::Int8, RedOp::Max).as_str(),
             "symm_all_gather"
+        );
+        assert_eq!(
+            kernel_name(Algorithm::Broadcast, DataType::Float64, RedOp::Avg).as_str(),
+            "symm_broadcast"
         );
     }
 }

@@ -11,6 +11,7 @@ mod algorithm;
 pub mod all_gather;
 pub mod all_reduce;
 pub mod batch;
+pub mod broadcast;
 pub mod dispatch;
 mod low_latency;
 pub mod pat;
@@ -42,7 +43,8 @@ pub enum KernelStatus {
 /// One task's arguments as one rank runs it. Offsets are bytes from the base of the window they
 /// lie in (the send window for `send_offset`, the receive window for `recv_offset`) and the
 /// same on every rank where peers use them: symmetric buffers sit at the same offset of the
-/// same window on every rank. `count` is in elements (all-gather: bytes per rank).
+/// same window on every rank. `count` is in elements (all-gather: bytes per rank; broadcast:
+/// bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CollectiveArgs {
     /// Byte offset of the send buffer in the send window (unused when the rank is in place:
@@ -50,18 +52,24 @@ pub struct CollectiveArgs {
     pub send_offset: u64,
     /// Byte offset of the receive buffer in the receive window.
     pub recv_offset: u64,
-    /// Elements (all-reduce: total; reduce-scatter: per rank) or bytes per rank (all-gather).
+    /// Elements (all-reduce: total; reduce-scatter: per rank), bytes per rank (all-gather) or
+    /// bytes (broadcast).
     pub count: u64,
-    /// This rank's flags ([`FLAG_IN_PLACE`]).
+    /// This rank's flags ([`FLAG_IN_PLACE`], [`FLAG_ROOT`]).
     pub flags: u32,
 }
 
 /// `flags` bit: this rank's call is in place. All-reduce: the receive buffer is the send
 /// buffer. All-gather: the send buffer is this rank's segment of the receive buffer.
-/// Reduce-scatter: the receive buffer is this rank's segment of the send buffer. Ranks of one
+/// Reduce-scatter: the receive buffer is this rank's segment of the send buffer. Broadcast (on
+/// the root; meaningless elsewhere): the send buffer is the receive buffer. Ranks of one
 /// collective may differ in this flag; every kernel's cross-rank protocol is the same either
 /// way.
 pub const FLAG_IN_PLACE: u32 = 1;
+
+/// `flags` bit of a broadcast: this rank is the task's root (the one whose send buffer every
+/// rank receives). Exactly one rank of a broadcast carries it; the other kernels ignore it.
+pub const FLAG_ROOT: u32 = 2;
 
 /// One rank's view of a launch: the windows of its buffers.
 #[derive(Clone, Copy, Debug)]

@@ -16,8 +16,9 @@ use symm_device::{DataType, RedOp};
 
 /// What the `k`-th collective of every rank of a communicator must agree on: checked between
 /// the ranks of this process (one thread per rank, or a group driving some of them) before a
-/// launch, so that a rank that calls another collective, type, operator or count than its
-/// peers is refused instead of exchanging data with them under wrong assumptions.
+/// launch, so that a rank that calls another collective, type, operator, count or broadcast
+/// root than its peers is refused instead of exchanging data with them under wrong
+/// assumptions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature {
     /// The collective.
@@ -28,6 +29,8 @@ pub struct Signature {
     pub count: u64,
     /// Blocks per rank.
     pub grid: u32,
+    /// The broadcast's root (0 for the other collectives).
+    pub root: u32,
 }
 
 impl std::fmt::Display for Signature {
@@ -36,10 +39,15 @@ impl std::fmt::Display for Signature {
             Collective::AllReduce => "symmAllReduce",
             Collective::AllGather => "symmAllGather",
             Collective::ReduceScatter => "symmReduceScatter",
+            Collective::Broadcast => "symmBroadcast",
         };
         write!(f, "{name} of {} x {:?}", self.count, self.kernel.dtype)?;
-        if self.collective != Collective::AllGather {
-            write!(f, " {:?}", self.kernel.op)?;
+        match self.collective {
+            Collective::AllReduce | Collective::ReduceScatter => {
+                write!(f, " {:?}", self.kernel.op)?
+            }
+            Collective::Broadcast => write!(f, " from root {}", self.root)?,
+            Collective::AllGather => {}
         }
         write!(
             f,
@@ -52,10 +60,10 @@ impl std::fmt::Display for Signature {
 
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 2;
+    pub(crate) const WORDS: usize = 3;
 
     /// The signature as plain words, for ranks of other processes to read
-    /// ([`records`]): collective, algorithm, type, operator and grid; the count.
+    /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root.
     pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
@@ -72,6 +80,7 @@ impl Signature {
                 | (self.kernel.op as u64) << 24
                 | (self.grid as u64) << 32,
             self.count,
+            self.root as u64,
         ]
     }
 
@@ -87,6 +96,7 @@ impl Signature {
             },
             count: words[1],
             grid: (words[0] >> 32) as u32,
+            root: u32::try_from(words[2]).ok()?,
         })
     }
 }
@@ -128,7 +138,7 @@ impl Call {
     pub(crate) fn to_words(&self) -> [u64; Signature::WORDS] {
         match self {
             Call::Made(signature) => signature.to_words(),
-            Call::Refused(_) => [u64::MAX, 0],
+            Call::Refused(_) => [u64::MAX, 0, 0],
         }
     }
 

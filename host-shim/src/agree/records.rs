@@ -345,7 +345,7 @@ mod tests {
             | (DataType::Float32 as u64) << 16
             | (RedOp::Sum as u64) << 24
             | 4u64 << 32;
-        Signature::from_words([word, count]).unwrap()
+        Signature::from_words([word, count, 0]).unwrap()
     }
 
     /// A made call of [`signature`].
@@ -366,9 +366,16 @@ mod tests {
                 assert_eq!(Signature::from_words(s.to_words()), Some(s));
             }
         }
+        // The root travels too (a broadcast's).
+        let rooted = Signature {
+            root: 7,
+            ..signature(Collective::ALL.len() - 1, Algorithm::ALL.len() - 1, 9)
+        };
+        assert_eq!(Signature::from_words(rooted.to_words()), Some(rooted));
         // Words that name nothing are not a signature.
-        assert_eq!(Signature::from_words([0xFF, 1]), None);
-        assert_eq!(Signature::from_words([0xFF << 8, 1]), None);
+        assert_eq!(Signature::from_words([0xFF, 1, 0]), None);
+        assert_eq!(Signature::from_words([0xFF << 8, 1, 0]), None);
+        assert_eq!(Signature::from_words([0, 1, u64::MAX]), None);
     }
 
     #[test]

@@ -6,7 +6,9 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
-pub use validate::{Request, all_gather, all_reduce, data_type, describe, red_op, reduce_scatter};
+pub use validate::{
+    Request, all_gather, all_reduce, broadcast, data_type, describe, red_op, reduce_scatter,
+};
 
 use crate::agree::{Call, Signature};
 use crate::comm::Comm;
@@ -16,7 +18,7 @@ use crate::plan::{Collective, Limits, Plan, plan};
 use crate::window::Window;
 use std::ops::Range;
 use std::sync::Arc;
-use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE};
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, FLAG_ROOT};
 
 /// A validated collective of one rank, ready to launch once its windows are complete.
 pub struct Task {
@@ -29,11 +31,14 @@ pub struct Task {
     /// Kernel and shape.
     pub plan: Plan,
     /// Kernel arguments (flags: 0; this rank's flags are in `rank_flags`), with the count in
-    /// elements for every collective (all-reduce: total; the others: per rank); the all-gather
-    /// kernels' unit (bytes) is applied when the work table is built ([`Task::kernel_count`]).
+    /// elements for every collective (all-reduce: total; broadcast: the root's; the others: per
+    /// rank); the unit of the all-gather and broadcast kernels (bytes) is applied when the work
+    /// table is built ([`Task::kernel_count`]).
     pub args: CollectiveArgs,
-    /// This rank's flags (`FLAG_IN_PLACE`).
+    /// This rank's flags (`FLAG_IN_PLACE`, `FLAG_ROOT`).
     pub rank_flags: u32,
+    /// The broadcast's root (0 for the other collectives).
+    pub root: u32,
     /// The caller's stream, as an address.
     pub stream: u64,
     /// The collective.
@@ -49,6 +54,7 @@ impl Task {
             kernel: plan.kernel,
             count: self.args.count,
             grid: plan.grid,
+            root: self.root,
         }
     }
 
@@ -58,16 +64,30 @@ impl Task {
         self.comm.clique.backend.kind() == crate::backend::BackendKind::Host
     }
 
-    /// `true` when this rank's kernel reads the launch's send offset (an in-place all-gather
-    /// derives its send buffer from the receive buffer).
+    /// `true` when this rank's kernel reads the launch's send offset as the peers' too (an
+    /// in-place all-gather derives its send buffer from the receive buffer; a broadcast reads
+    /// only the root's send buffer, on the root, so its offset need not be symmetric).
     pub fn uses_send_offset(&self) -> bool {
-        !(self.in_place() && self.collective == Collective::AllGather)
+        match self.collective {
+            Collective::AllGather => !self.in_place(),
+            Collective::Broadcast => false,
+            Collective::AllReduce | Collective::ReduceScatter => true,
+        }
     }
 
     /// `true` when this rank's kernel reads the launch's receive offset (an in-place
-    /// all-reduce or reduce-scatter derives its receive buffer from the send buffer).
+    /// all-reduce or reduce-scatter derives its receive buffer from the send buffer; the
+    /// broadcast's root stores at every rank's receive offset).
     pub fn uses_recv_offset(&self) -> bool {
-        !(self.in_place() && self.collective != Collective::AllGather)
+        match self.collective {
+            Collective::AllGather | Collective::Broadcast => true,
+            Collective::AllReduce | Collective::ReduceScatter => !self.in_place(),
+        }
+    }
+
+    /// `true` on the root of a broadcast.
+    pub fn is_root(&self) -> bool {
+        self.rank_flags & FLAG_ROOT != 0
     }
 
     fn in_place(&self) -> bool {
@@ -79,8 +99,9 @@ impl Task {
         self.args.count * self.plan.kernel.dtype.size_bytes() as u64
     }
 
-    /// The count as `plan`'s kernel takes it: elements, except for the all-gather kernels,
-    /// which serve every data type and count bytes per rank.
+    /// The count as `plan`'s kernel takes it: elements, except for the all-gather and
+    /// broadcast kernels, which serve every data type and count bytes (per rank for the
+    /// all-gathers).
     pub fn kernel_count(&self, plan: &Plan) -> u64 {
         if plan.kernel.algorithm.is_data_type_agnostic() {
             self.share_bytes()
@@ -91,7 +112,9 @@ impl Task {
 
     /// The address ranges of this rank's memory the task reads and writes, `(reads, writes)`
     /// (peers access the same offsets of the same windows, so these also stand for what the
-    /// task does to peers' memory).
+    /// task does to peers' memory). A broadcast reads the root's send buffer on the root only:
+    /// the other ranks do not know where it is (see `group::fusion` for what that means for
+    /// fusion).
     pub fn footprint(&self) -> (Range<u64>, Range<u64>) {
         let share = self.share_bytes();
         let whole = share * self.comm.clique.nranks as u64;
@@ -111,6 +134,9 @@ impl Task {
                 send + rank_share..send + rank_share + share,
             ),
             (Collective::ReduceScatter, false) => (send..send + whole, recv..recv + share),
+            (Collective::Broadcast, _) if !self.is_root() => (recv..recv, recv..recv + share),
+            (Collective::Broadcast, true) => (recv..recv + share, recv..recv + share),
+            (Collective::Broadcast, false) => (send..send + share, recv..recv + share),
         }
     }
 
@@ -178,6 +204,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
             kernel: plan.kernel,
             count: 0,
             grid: plan.grid,
+            root: request.root,
         })));
     }
     Ok(Prepared::Task(Task {
@@ -187,6 +214,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         plan,
         args: request.args,
         rank_flags: request.rank_flags,
+        root: request.root,
         stream,
         collective: request.collective,
     }))

@@ -7,8 +7,9 @@ use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
 use crate::plan::Collective;
 use crate::window::Window;
+use std::ffi::c_int;
 use std::sync::Arc;
-use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE};
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, FLAG_ROOT};
 use symm_device::{DataType, RedOp};
 
 /// A validated request of one rank, before planning.
@@ -16,13 +17,15 @@ pub struct Request {
     pub(super) collective: Collective,
     pub(super) dtype: DataType,
     pub(super) op: RedOp,
-    /// Elements the plan is for (all-reduce: total; others: per rank).
+    /// Elements the plan is for (all-reduce: total; broadcast: the root's; others: per rank).
     pub(super) count: u64,
     pub(super) send_window: Arc<Window>,
     pub(super) recv_window: Arc<Window>,
     pub(super) args: CollectiveArgs,
     /// This rank's flags.
     pub(super) rank_flags: u32,
+    /// The broadcast's root (0 for the other collectives).
+    pub(super) root: u32,
 }
 
 /// Decode a C `symmDataType_t`.
@@ -163,6 +166,7 @@ pub fn all_reduce(
         recv_window,
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
+        root: 0,
     })
 }
 
@@ -243,6 +247,7 @@ pub fn all_gather(
         recv_window,
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
+        root: 0,
     })
 }
 
@@ -279,5 +284,72 @@ pub fn reduce_scatter(
         recv_window,
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
+        root: 0,
+    })
+}
+
+/// Validate `symmBroadcast`'s arguments against `comm`'s windows: the root's `count` elements of
+/// `sendbuff` land in `recvbuff` of every rank. `root` is checked first (every rank knows the
+/// rank count); `sendbuff` only on the root (the other ranks' is ignored, as in NCCL, and may
+/// be NULL), where it may equal `recvbuff` (in place) but not overlap it otherwise.
+pub fn broadcast(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    root: c_int,
+) -> Result<Request> {
+    let nranks = comm.clique.nranks;
+    let root = u32::try_from(root)
+        .ok()
+        .filter(|r| (*r as usize) < nranks)
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "root = {root} is not a rank of this comm (it has {nranks} ranks: 0 to {})",
+                nranks - 1
+            ))
+        })?;
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let is_root = comm.rank == root as usize;
+    let ends: &[u64] = if is_root { &[send, recv] } else { &[recv] };
+    let bytes = byte_count(count, element, "count", ends)?;
+    let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
+    let (send_window, send_offset, rank_flags) = if is_root {
+        let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
+        let in_place = send == recv;
+        if !in_place && overlap(send, bytes, recv, bytes) {
+            return Err(Error::invalid_argument(
+                "sendbuff and recvbuff overlap on the root without being equal (in place needs \
+                 sendbuff == recvbuff)",
+            ));
+        }
+        if in_place {
+            // In place, the kernel finds the root's data in its receive buffer.
+            (recv_window.clone(), 0, FLAG_ROOT | FLAG_IN_PLACE)
+        } else {
+            (send_window.clone(), send - send_window.base, FLAG_ROOT)
+        }
+    } else {
+        // Not the root: no send buffer; the kernel reads nothing of this rank.
+        (recv_window.clone(), 0, 0)
+    };
+    let args = CollectiveArgs {
+        send_offset,
+        recv_offset: recv - recv_window.base,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::Broadcast,
+        dtype,
+        op: RedOp::Sum,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags,
+        root,
     })
 }

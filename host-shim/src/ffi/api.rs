@@ -414,6 +414,32 @@ pub extern "C" fn symmReduceScatter(
     })
 }
 
+/// Broadcast: the root's `count` elements of `sendbuff` land in `recvbuff` of every rank (in
+/// place on the root when `sendbuff == recvbuff`). `recvbuff` inside a registered window, at the
+/// same offset on every rank; `sendbuff` inside a registered window on the root, and ignored on
+/// the other ranks (it may be NULL there), as in NCCL. `root` must be a rank of `comm`, the
+/// same on every rank. The root's data is stored into every rank as bytes, so every data type
+/// arrives bit for bit.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    root: c_int,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm("symmBroadcast", comm, |c| {
+        group::collective(
+            c,
+            &collective::describe("symmBroadcast", count, datatype),
+            || collective::broadcast(c, sendbuff as u64, recvbuff as u64, count, datatype, root),
+            stream as u64,
+        )
+    })
+}
+
 /// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
 /// for a peer, `symmInternalError` once a kernel refused its launch, `symmUnhandledCudaError`
 /// once work queued on its device failed (a kernel trap or illegal address, which leaves the

@@ -430,8 +430,8 @@ fn collectives(tasks: &[Task]) -> Result<Vec<Instance<'_>>> {
 }
 
 /// The parts of one collective (`index`-th of the group) must agree on what every rank's
-/// kernel assumes: collective, kernel, count, launch shape, and the symmetric offsets and
-/// windows wherever a rank uses them.
+/// kernel assumes: collective, kernel, count, broadcast root, launch shape, and the symmetric
+/// offsets and windows wherever a rank uses them.
 fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
     let first = parts[0];
     for part in &parts[1..] {
@@ -453,6 +453,9 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
             }
             if a.args.count != b.args.count {
                 differences.push(format!("count {} vs {}", a.args.count, b.args.count));
+            }
+            if a.root != b.root {
+                differences.push(format!("root {} vs {}", a.root, b.root));
             }
             // Two-shot stores each rank's shard into every peer's receive buffer where the
             // storing rank believes it is: every rank must be in place, or none.

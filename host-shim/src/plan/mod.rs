@@ -42,14 +42,17 @@ pub enum Collective {
     AllGather,
     /// `symmReduceScatter`.
     ReduceScatter,
+    /// `symmBroadcast`.
+    Broadcast,
 }
 
 impl Collective {
     /// Every collective.
-    pub(crate) const ALL: [Collective; 3] = [
+    pub(crate) const ALL: [Collective; 4] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
+        Collective::Broadcast,
     ];
 
     /// The algorithms that implement it.
@@ -66,13 +69,15 @@ impl Collective {
                 Algorithm::PatAllGather,
             ],
             Collective::ReduceScatter => &[Algorithm::ReduceScatter, Algorithm::PatReduceScatter],
+            Collective::Broadcast => &[Algorithm::Broadcast],
         }
     }
 
     /// The algorithm a `SYMM_ALGO` value forces for this collective, or `None` when the value
     /// is one of another collective's (it is then ignored, and the model picks). `pat`
     /// ([`parse_forced_algorithm`] returns [`Algorithm::PatAllGather`] for it) forces
-    /// each collective's PAT kernel; the all-reduce values force all-reduce only.
+    /// each collective's PAT kernel; the all-reduce values force all-reduce only. The broadcast
+    /// has one kernel and ignores every value.
     pub fn resolve_forced(self, forced: Algorithm) -> Option<Algorithm> {
         let pat = is_pat(forced);
         match self {
@@ -89,6 +94,7 @@ impl Collective {
             Collective::AllReduce => "all_reduce",
             Collective::AllGather => "all_gather",
             Collective::ReduceScatter => "reduce_scatter",
+            Collective::Broadcast => "broadcast",
         }
     }
 }
@@ -98,9 +104,9 @@ impl Collective {
 pub struct KernelId {
     /// Algorithm.
     pub algorithm: Algorithm,
-    /// Element type (ignored by all-gather).
+    /// Element type (ignored by the all-gathers and the broadcast, which move bytes).
     pub dtype: DataType,
-    /// Operator (ignored by all-gather).
+    /// Operator (ignored by the all-gathers and the broadcast).
     pub op: RedOp,
 }
 
@@ -204,17 +210,21 @@ impl Model {
             // inbox (read back there locally; accumulators wider than the elements and the
             // local reads are not modelled).
             Algorithm::PatReduceScatter => nranks * payload_bytes,
+            // The root stores the payload into every rank (its own receive buffer too, out of
+            // place): the root's traffic, which bounds the call.
+            Algorithm::Broadcast => nranks * payload_bytes,
         }
     }
 
-    /// Latency that depends on the rank count: per peer for the direct all-gather and
-    /// reduce-scatter kernels, per step for PAT, none for all-reduce (whose kernels all touch
-    /// every peer).
+    /// Latency that depends on the rank count: per peer for the direct all-gather,
+    /// reduce-scatter and broadcast kernels, per step for PAT, none for all-reduce (whose
+    /// kernels all touch every peer).
     fn rank_latency_us(&self, algorithm: Algorithm, nranks: u32) -> f64 {
         match algorithm {
-            Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::ReduceScatter => {
-                self.per_peer_us * nranks as f64
-            }
+            Algorithm::AllGather
+            | Algorithm::LlAllGather
+            | Algorithm::ReduceScatter
+            | Algorithm::Broadcast => self.per_peer_us * nranks as f64,
             Algorithm::PatAllGather | Algorithm::PatReduceScatter => {
                 self.pat_step_us * symm_device::symmetric::pat::steps(nranks) as f64
             }
@@ -277,7 +287,7 @@ pub(crate) fn fewest_blocks(max_blocks: u32, time_us: impl Fn(u32) -> f64) -> (u
 }
 
 /// Choose the kernel and launch shape. `count` is in elements (all-reduce: total;
-/// reduce-scatter: per rank; all-gather: per rank).
+/// reduce-scatter: per rank; all-gather: per rank; broadcast: the root's).
 pub fn plan(
     collective: Collective,
     dtype: DataType,
@@ -603,6 +613,41 @@ mod tests {
             .unwrap();
             assert!(p.grid <= 2 && p.block == HOST_MODEL.threads);
         }
+    }
+
+    #[test]
+    fn broadcast_has_one_kernel_whatever_the_size_and_symm_algo() {
+        let mut previous = 0;
+        for shift in [0u32, 10, 14, 20, 26] {
+            for forced in [
+                None,
+                Some(Algorithm::OneShotLlAllReduce),
+                Some(Algorithm::PatAllGather),
+            ] {
+                let p = plan(
+                    Collective::Broadcast,
+                    DataType::Float32,
+                    RedOp::Sum,
+                    1 << shift,
+                    8,
+                    DeviceModel::Gpu,
+                    Limits {
+                        max_blocks: 32,
+                        forced,
+                    },
+                )
+                .unwrap();
+                assert_eq!(
+                    p.kernel.algorithm,
+                    Algorithm::Broadcast,
+                    "{shift} {forced:?}"
+                );
+                assert_eq!(p.kernel.ptx_name(), "symm_broadcast");
+                assert!(p.grid >= previous && p.grid <= 32);
+                previous = p.grid;
+            }
+        }
+        assert!(previous > 1, "a large broadcast uses several blocks");
     }
 
     #[test]
