@@ -475,6 +475,23 @@ class Comm:
         :meth:`all_reduce`)."""
         self._collective(lib.symmReduceScatter, send, recv, count, dtype, self.nranks, 1, stream, resolve_op(op))
 
+    def broadcast(
+        self,
+        send: BufferLike,
+        recv: BufferLike | None = None,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        root: int = 0,
+        stream: StreamLike = None,
+    ) -> None:
+        """Broadcast (``symmBroadcast``): rank ``root``'s ``count`` elements of ``send`` land in
+        every rank's ``recv`` (in place when ``recv`` is None or the same address; the other
+        ranks' ``send`` is not read). ``count`` and ``dtype`` default to what the arrays say (as
+        for :meth:`all_reduce`)."""
+        root = _as_int(root, "root", 0, self.nranks - 1)
+        recv = send if recv is None else recv
+        self._collective(lib.symmBroadcast, send, recv, count, dtype, 1, 1, stream, root)
+
     def barrier(self, stream: StreamLike = None) -> None:
         """Wait until every rank reached its barrier: an all-reduce of one integer in a small
         window that the first barrier registers (collectively, like every registration).
@@ -497,7 +514,7 @@ class Comm:
         send_ratio: int,
         recv_ratio: int,
         stream: StreamLike,
-        op: Any = None,
+        op_or_root: Any = None,
     ) -> None:
         send_operand = self._operand(send, "send")
         recv_operand = self._operand(recv, "recv")
@@ -510,8 +527,8 @@ class Comm:
         else:
             stream_handle = resolve_stream(stream)
         arguments = [send_operand.ptr, recv_operand.ptr, count, element]
-        if op is not None:
-            arguments.append(op)
+        if op_or_root is not None:
+            arguments.append(op_or_root)
         check(function(*arguments, handle, stream_handle))
 
     def _operand(self, buffer: BufferLike, name: str) -> Operand:

@@ -6,7 +6,8 @@
 //!   Rust installs it with `pip install symm-*.whl`.
 //! * `pytest` creates a virtual environment in `<target>/python-venv` (once), installs the package
 //!   from `python/` (which builds `libsymm.so` through cargo), NumPy and pytest, and runs
-//!   `python/tests` on the host backend.
+//!   `python/tests` on the host backend; then, in `<target>/torch-venv` (once) with PyTorch, the
+//!   torch.distributed backend's tests and the array tests that use PyTorch tensors.
 //!
 //! The interpreter is `$PYTHON`, else `python3`.
 
@@ -149,6 +150,63 @@ pub fn pytest() -> Result<(), String> {
             "-p",
             "no:cacheprovider",
             "python/tests",
+        ])
+        .env("SYMM_BACKEND", "host"))?;
+    torch_tests(&library)
+}
+
+/// PyTorch of the torch.distributed backend's tests. PyPI's Linux wheel is built for CUDA and
+/// brings NVIDIA's runtime wheels (about 5 GiB installed); its CPU tensors run on the host
+/// backend here.
+const TORCH: &str = "torch==2.15.0";
+
+/// The torch.distributed backend's tests (`python/tests/test_torch.py`: torchrun with 2 and 4
+/// processes) in `<target>/torch-venv`, made once with PyTorch, NumPy and pytest; the package
+/// is installed into it from `python/` with the library just built.
+fn torch_tests(library: &Path) -> Result<(), String> {
+    let venv = target_dir(library)?.join("torch-venv");
+    let venv_python = venv.join("bin/python");
+    if !venv_python.is_file() {
+        run(python().args(["-m", "venv"]).arg(&venv))?;
+    }
+    let has_torch = Command::new(&venv_python)
+        .args(["-c", "import torch"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_torch {
+        run(Command::new(&venv_python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            TORCH,
+            "numpy",
+            "pytest",
+        ]))?;
+    }
+    run(Command::new(&venv_python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--force-reinstall",
+            "./python",
+        ])
+        .env("SYMM_LIBRARY", library))?;
+    run(Command::new(&venv_python)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "python/tests/test_torch.py",
+            "python/tests/test_arrays.py",
         ])
         .env("SYMM_BACKEND", "host"))
 }

@@ -1,0 +1,148 @@
+"""One rank of the torch.distributed tests (test_torch.py), started by torchrun: every
+collective of the "symm" backend, every dtype torch and symm share, every ReduceOp, in place and
+not, at odd sizes (larger than the scratch window, so staged calls run in chunks), checked bit
+for bit against references.py; then the window path, async work, barrier and the object
+collectives built on all_gather and broadcast. Prints "rank R: N calls OK"."""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from references import ALL_TYPES, OPS, STORAGE, random_inputs, reduce  # noqa: E402
+
+import symm.torch  # noqa: E402,F401  (registers the backend)
+
+TORCH_TYPES = {
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "int32": torch.int32,
+    "uint32": torch.uint32,
+    "int64": torch.int64,
+    "uint64": torch.uint64,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float8e4m3": torch.float8_e4m3fn,
+    "float8e5m2": torch.float8_e5m2,
+}
+STORAGE_TORCH = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.uint32: torch.uint32, np.uint64: torch.uint64}
+REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "prod": dist.ReduceOp.PRODUCT,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "avg": dist.ReduceOp.AVG,
+}
+COUNTS = [1, 37, 4099]
+
+
+def rng_for(*key: object) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def tensor_of(bits: np.ndarray, dtype: str) -> torch.Tensor:
+    """A tensor of ``dtype`` holding the bit patterns ``bits``."""
+    return torch.from_numpy(np.array(bits, copy=True)).view(TORCH_TYPES[dtype])
+
+
+def bits_of(tensor: torch.Tensor, dtype: str) -> np.ndarray:
+    storage = np.dtype(STORAGE[dtype])
+    unsigned = np.dtype(f"uint{storage.itemsize * 8}")
+    return tensor.contiguous().view(STORAGE_TORCH[unsigned.type]).numpy().view(storage)
+
+
+def check(got: torch.Tensor, expected: np.ndarray, dtype: str, what: str) -> None:
+    np.testing.assert_array_equal(bits_of(got, dtype), expected, err_msg=what)
+
+
+def main() -> None:
+    dist.init_process_group("symm")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "symm", dist.get_backend()
+    calls = 0
+    for dtype in ALL_TYPES:
+        for op in OPS:
+            for count in COUNTS:
+                inputs = random_inputs(dtype, op, size, count, rng_for("ar", dtype, op, count))
+                tensor = tensor_of(inputs[rank], dtype)
+                dist.all_reduce(tensor, op=REDUCE_OPS[op])
+                check(tensor, reduce(dtype, op, inputs), dtype, f"all_reduce {dtype} {op} {count}")
+                inputs = random_inputs(dtype, op, size, size * count, rng_for("rs", dtype, op, count))
+                output = torch.empty(count, dtype=TORCH_TYPES[dtype])
+                dist.reduce_scatter_tensor(output, tensor_of(inputs[rank], dtype), op=REDUCE_OPS[op])
+                expected = reduce(dtype, op, inputs)[rank * count : (rank + 1) * count]
+                check(output, expected, dtype, f"reduce_scatter {dtype} {op} {count}")
+                calls += 2
+        for count in COUNTS:
+            inputs = random_inputs(dtype, "sum", size, count, rng_for("ag", dtype, count))
+            expected = np.concatenate(inputs)
+            output = torch.empty(size * count, dtype=TORCH_TYPES[dtype])
+            dist.all_gather_into_tensor(output, tensor_of(inputs[rank], dtype))
+            check(output, expected, dtype, f"all_gather {dtype} {count}")
+            # In place: the input is this rank's part of the output.
+            output = tensor_of(np.zeros_like(expected), dtype)
+            output[rank * count : (rank + 1) * count].copy_(tensor_of(inputs[rank], dtype))
+            dist.all_gather_into_tensor(output, output[rank * count : (rank + 1) * count])
+            check(output, expected, dtype, f"in-place all_gather {dtype} {count}")
+            root = count % size
+            tensor = tensor_of(inputs[rank], dtype)
+            dist.broadcast(tensor, src=root)
+            check(tensor, inputs[root], dtype, f"broadcast {dtype} {count} from {root}")
+            calls += 3
+    # A list all-gather and a reduce-scatter of a 2-D tensor.
+    parts = [torch.empty(3, 5) for _ in range(size)]
+    dist.all_gather(parts, torch.full((3, 5), float(rank)))
+    assert all((p == r).all() for r, p in enumerate(parts))
+    matrix = torch.arange(size * 6, dtype=torch.float32).reshape(size * 2, 3)
+    out = torch.empty(2, 3)
+    dist.reduce_scatter_tensor(out, matrix)
+    assert torch.equal(out, matrix[rank * 2 : rank * 2 + 2] * size)
+    # Async work objects complete; barrier; the object collectives.
+    tensor = torch.full((10,), float(rank + 1))
+    work = dist.all_reduce(tensor, async_op=True)
+    assert work.wait() and work.is_completed()
+    assert (tensor == size * (size + 1) / 2).all()
+    dist.barrier()
+    objects = [None] * size
+    dist.all_gather_object(objects, {"rank": rank, "name": f"r{rank}"})
+    assert objects == [{"rank": r, "name": f"r{r}"} for r in range(size)], objects
+    sent = [{"from": 0, "list": list(range(100))}, "text"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(sent, src=0)
+    assert sent == [{"from": 0, "list": list(range(100))}, "text"], sent
+    calls += 7
+    # The window path: a tensor in a window registered on the group's communicator is used in
+    # place (no staging).
+    group = dist.distributed_c10d._get_default_group()
+    comm = group.comm
+    buffer = comm.alloc(1000, "float32")
+    window = comm.register(buffer)
+    tensor = torch.from_numpy(buffer.numpy())
+    tensor.fill_(rank + 1.0)
+    dist.all_reduce(tensor)
+    assert (tensor == size * (size + 1) / 2).all()
+    assert ("all_reduce", "window") in group._logged
+    window.deregister()
+    buffer.free()
+    calls += 1
+    # A sub-group of the even ranks is a communicator of its own.
+    evens = dist.new_group([r for r in range(size) if r % 2 == 0])
+    if rank % 2 == 0:
+        tensor = torch.tensor([float(rank)])
+        dist.all_reduce(tensor, group=evens)
+        assert tensor.item() == sum(range(0, size, 2)), tensor
+        calls += 1
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {rank}: {calls} calls OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()
