@@ -45,6 +45,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmAllReduce": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmAllGather": (_result, [c_void_p, c_void_p, c_size_t, c_int, _comm, _stream]),
     "symmReduceScatter": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
+    "symmBroadcast": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmCommGetAsyncError": (_result, [_comm, POINTER(c_int)]),
     "symmGroupStart": (_result, []),
     "symmGroupEnd": (_result, []),

@@ -428,7 +428,11 @@ fn check_broadcast(buffers: &[RankBuffer], dtype: i32, count: usize, root: usize
         .size_bytes();
     let bytes = count * size;
     // Element-aligned offsets: 16-byte aligned when the count is even, else 16 + one element.
-    let send_at = if count % 2 == 0 { 64 } else { 64 + size };
+    let send_at = if count.is_multiple_of(2) {
+        64
+    } else {
+        64 + size
+    };
     let recv_at = if in_place {
         send_at
     } else {
@@ -520,7 +524,7 @@ fn broadcast_from_every_root_every_dtype_for_1_to_8_ranks() {
         for root in 0..nranks {
             for dtype in 0..12 {
                 let k = dtype as usize + root + nranks;
-                check_broadcast(&buffers, dtype, counts[k % 4], root, k % 2 == 0);
+                check_broadcast(&buffers, dtype, counts[k % 4], root, k.is_multiple_of(2));
             }
             for count in counts {
                 for in_place in [false, true] {

@@ -551,7 +551,7 @@ fn gpu_broadcast_every_dtype_from_every_root() {
                         |rank, b| {
                             // SAFETY: offsets inside the window.
                             let (s, r) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
-                            let s = if rank != root && case_index % 2 == 0 {
+                            let s = if rank != root && case_index.is_multiple_of(2) {
                                 std::ptr::null_mut()
                             } else {
                                 s

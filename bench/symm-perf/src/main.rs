@@ -452,6 +452,9 @@ impl Bench {
             // Reads its send buffer, writes and reads back a partial per other rank (in the
             // element's width here; wider accumulators move more), writes its result.
             Algorithm::PatReduceScatter => s + 2.0 * s * (n - 1.0) / n + s / n,
+            // symm-perf does not run broadcasts; the root's read and its stores into every
+            // rank, spread over the ranks.
+            Algorithm::Broadcast => s / n + s,
         };
         (plan.kernel.algorithm, n * per_rank)
     }

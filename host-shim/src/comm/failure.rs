@@ -192,7 +192,9 @@ pub fn check(comm: &Comm) -> Result<(), Error> {
 /// disagreement is found, and return success with its own data unreduced.
 pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
     let seq = comm.unsettled_refusal.load(Ordering::Relaxed);
-    if seq == u64::MAX {
+    // Inside a group, this thread may drive the peers itself: their call `k` comes after this
+    // one, and the group's end compares them (and fails the communicator on a disagreement).
+    if seq == u64::MAX || THREAD_GROUPED.with(|g| g.get()) {
         return Ok(());
     }
     let deadline = std::time::Instant::now() + comm.clique.timeout;
@@ -222,7 +224,7 @@ pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
             let error = Error::new(
                 symmResult_t::symmTimeout,
                 format!(
-                    "rank {}: its collective #{seq} was refused, and a peer did not make its                      collective #{seq} within {} ms, so the ranks cannot be known to be in                      step; the communicator is failed on every rank",
+                    "rank {}: its collective #{seq} was refused, and a peer did not make its collective #{seq} within {} ms, so the ranks cannot be known to be in step; the communicator is failed on every rank",
                     comm.rank,
                     comm.clique.timeout.as_millis()
                 ),
