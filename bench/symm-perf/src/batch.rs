@@ -25,6 +25,7 @@ fn gpu_model(options: &Options, count: u64, items: usize, nranks: u32) -> (Plan,
         Operation::AllReduce => Collective::AllReduce,
         Operation::AllGather => Collective::AllGather,
         Operation::ReduceScatter => Collective::ReduceScatter,
+        Operation::Broadcast => Collective::Broadcast,
     };
     let limits = Limits {
         max_blocks: 64,

@@ -1,7 +1,7 @@
 //! `symm-perf`: nccl-tests-style benchmark of symm's collectives.
 //!
 //! ```text
-//! symm-perf all_reduce|all_gather|reduce_scatter -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
+//! symm-perf all_reduce|all_gather|reduce_scatter|broadcast -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
 //!           -n iters -w warmup -c 1
 //! symm-perf clc -t tiles -i uniform|skew|heavy|all -p policy|all -n iters
 //! symm-perf scale-model [--out DIR]
@@ -16,7 +16,7 @@
 //! itself, joined with `symmCommInitRank`; rank 0 prints the table, every rank checks its own
 //! results), the layout of a torchrun or mpirun job.
 //! Sizes are nccl-tests' (bytes of the whole result; all-gather and reduce-scatter: of the
-//! gathered / scattered buffer). On the cuda backend each point is the median of CUDA-event
+//! gathered / scattered buffer; broadcast, from rank 0: of the buffer). On the cuda backend each point is the median of CUDA-event
 //! timings of CUDA-graph replays, and a floor column compares it with the device-to-device copy
 //! bandwidth measured at start; on the host backend, the median wall time of grouped calls.
 
@@ -185,7 +185,7 @@ impl Bench {
     fn shape(&self, bytes: u64) -> Shape {
         let n = self.nranks as u64;
         match self.options.operation {
-            Operation::AllReduce => {
+            Operation::AllReduce | Operation::Broadcast => {
                 let total = bytes / self.element();
                 Shape {
                     total,
@@ -207,8 +207,8 @@ impl Bench {
         let base = self.ranks[r].base + item as u64 * 2 * self.region;
         let segment = (self.first_rank + r) as u64 * shape.count * self.element();
         match (self.options.operation, in_place) {
-            (Operation::AllReduce, true) => (base, base),
-            (Operation::AllReduce, false) => (base, base + self.region),
+            (Operation::AllReduce | Operation::Broadcast, true) => (base, base),
+            (Operation::AllReduce | Operation::Broadcast, false) => (base, base + self.region),
             (Operation::AllGather, true) => (base + segment, base),
             (Operation::AllGather, false) => (base + self.region, base),
             (Operation::ReduceScatter, true) => (base, base + segment),
@@ -260,6 +260,7 @@ impl Bench {
                 Operation::ReduceScatter => {
                     symmReduceScatter(send, recv, c, dtype, op, rank.comm, stream)
                 }
+                Operation::Broadcast => symmBroadcast(send, recv, c, dtype, 0, rank.comm, stream),
             };
             ok("collective", result, rank.comm)?;
         }
@@ -370,6 +371,7 @@ impl Bench {
                         dtype,
                         self.input((i / shape.count) as usize, i % shape.count),
                     ),
+                    Operation::Broadcast => representable(dtype, self.input(0, i)),
                 };
                 let value = decode(dtype, chunk);
                 if (value - expected).abs() > tolerance * expected.abs() {
@@ -423,6 +425,7 @@ impl Bench {
             Operation::AllReduce => symm::plan::Collective::AllReduce,
             Operation::AllGather => symm::plan::Collective::AllGather,
             Operation::ReduceScatter => symm::plan::Collective::ReduceScatter,
+            Operation::Broadcast => symm::plan::Collective::Broadcast,
         };
         let plan = symm::plan::plan(
             collective,
@@ -452,8 +455,8 @@ impl Bench {
             // Reads its send buffer, writes and reads back a partial per other rank (in the
             // element's width here; wider accumulators move more), writes its result.
             Algorithm::PatReduceScatter => s + 2.0 * s * (n - 1.0) / n + s / n,
-            // symm-perf does not run broadcasts; the root's read and its stores into every
-            // rank, spread over the ranks.
+            // The root reads its buffer once and writes it into every rank (spread over the
+            // ranks).
             Algorithm::Broadcast => s / n + s,
         };
         (plan.kernel.algorithm, n * per_rank)

@@ -11,6 +11,8 @@ pub enum Operation {
     AllGather,
     /// `symmReduceScatter`.
     ReduceScatter,
+    /// `symmBroadcast` from rank 0 (nccl-tests' default root).
+    Broadcast,
 }
 
 impl Operation {
@@ -20,6 +22,7 @@ impl Operation {
         match self {
             Operation::AllReduce => 2.0 * (n - 1.0) / n,
             Operation::AllGather | Operation::ReduceScatter => (n - 1.0) / n,
+            Operation::Broadcast => 1.0,
         }
     }
 }
@@ -55,7 +58,7 @@ pub struct Options {
     pub check: bool,
 }
 
-pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|clc [-b minbytes] \
+pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|broadcast|clc [-b minbytes] \
 [-e maxbytes] [-f factor] [-g ranks] [-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2] \
 [-o sum|prod|max|min|avg] [-n iters] [-w warmup] [-c 0|1] [--procs N] [--batch N] | scale-model [--out DIR]";
 
@@ -112,6 +115,7 @@ impl Options {
             Some("all_reduce") => Operation::AllReduce,
             Some("all_gather") => Operation::AllGather,
             Some("reduce_scatter") => Operation::ReduceScatter,
+            Some("broadcast") => Operation::Broadcast,
             _ => return Err(USAGE.to_string()),
         };
         let mut options = Options {
