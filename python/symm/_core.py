@@ -533,7 +533,7 @@ class Comm:
 
     def _operand(self, buffer: BufferLike, name: str) -> Operand:
         """``buffer`` described, refused when its memory is the other backend's."""
-        operand = describe(buffer, name, self.backend)
+        operand = describe(buffer, name)
         memory = "cpu" if self.backend == "host" else "cuda"
         if operand.device is not None and operand.device != memory:
             needs = "device memory" if memory == "cuda" else "host memory"

@@ -52,7 +52,8 @@ class Operand:
     kind: str
     #: ``"cpu"``, ``"cuda"`` or None (unknown) — where the memory lives, when the object says.
     device: str | None = None
-    #: The CUDA stream PyTorch would use for it (a CUDA tensor), else None.
+    #: The device index of a PyTorch CUDA tensor (whose current stream a call given no stream
+    #: uses), else None.
     torch_device_index: int | None = None
 
     def elements(self) -> int | None:
@@ -67,7 +68,7 @@ def _kind(dtype: str, what: str) -> str:
     return f"{article} {dtype} {what}"
 
 
-def describe(obj: Any, name: str, backend: str) -> Operand:
+def describe(obj: Any, name: str) -> Operand:
     """The :class:`Operand` of ``obj`` (``name``: "send" or "recv", for messages).
 
     Raises:
@@ -375,7 +376,7 @@ def torch_stream(operands: list[Operand]) -> int | None:
     (None when there is none), for a call given ``stream=None``: the stream PyTorch's own
     kernels on those tensors run on."""
     for operand in operands:
-        if operand.kind.endswith("CUDA tensor"):
+        if operand.torch_device_index is not None:
             torch = sys.modules["torch"]
             return int(torch.cuda.current_stream(operand.torch_device_index).cuda_stream)
     return None

@@ -102,6 +102,11 @@ def _op_name(op: Any) -> str:
     raise UnsupportedError(f"ReduceOp {op} is not one symm has (SUM, PRODUCT, MIN, MAX, AVG)")
 
 
+def _op_of(opts: Any) -> str:
+    """symm's operator of a collective's options (``SUM`` without options)."""
+    return "sum" if opts is None else _op_name(opts.reduceOp)
+
+
 def _done(result: Any) -> Any:
     future: Future = Future()
     future.set_result(result)
@@ -200,8 +205,9 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._logged.add((kind, path))
 
     def _chunk_elements(self, element_size: int, per_element: int) -> int:
-        """Elements per chunk when each element needs ``per_element`` elements of scratch."""
-        return max(1, (self._scratch.nbytes // 2 // per_element // element_size) // 64 * 64 or 1)
+        """Elements per chunk when each element needs ``per_element`` elements of scratch (and
+        the receive region starts at the next 256-byte boundary)."""
+        return max(1, (self._scratch.nbytes - 256) // (element_size * per_element))
 
     @staticmethod
     def _check(tensor: torch.Tensor) -> None:
@@ -217,9 +223,8 @@ class SymmProcessGroup(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------------------------
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
         for tensor in tensors:
-            self._all_reduce(tensor, op)
+            self._all_reduce(tensor, _op_of(opts))
         return _done(tensors)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -234,15 +239,22 @@ class SymmProcessGroup(dist.ProcessGroup):
             self.comm.all_reduce(tensor, op=op, stream=self._stream())
             return
         self._note("all_reduce", "staged", tensor)
+        self._staged_in_place(tensor, lambda staged: self.comm.all_reduce(staged, op=op, stream=self._stream()))
+
+    def _staged_in_place(self, tensor: torch.Tensor, run: Any, send: bool = True, receive: bool = True) -> None:
+        """Run ``run(staged)`` on each chunk of ``tensor`` copied into the scratch window
+        (when ``send``), and copy each result back (when ``receive``)."""
         flat = tensor.reshape(-1) if tensor.is_contiguous() else tensor.contiguous().reshape(-1)
         chunk = self._chunk_elements(tensor.element_size(), 1)
         for start in range(0, flat.numel(), chunk):
             part = flat[start : start + chunk]
             staged = self._scratch_of(tensor.dtype, 0, part.numel())
-            staged.copy_(part)
-            self.comm.all_reduce(staged, op=op, stream=self._stream())
-            part.copy_(staged)
-        if not tensor.is_contiguous():
+            if send:
+                staged.copy_(part)
+            run(staged)
+            if receive:
+                part.copy_(staged)
+        if not tensor.is_contiguous() and receive:
             tensor.copy_(flat.view(tensor.shape))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
@@ -290,8 +302,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         return _done(outputs)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        self._reduce_scatter(output, input, op)
+        self._reduce_scatter(output, input, _op_of(opts))
         return _done([output])
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
@@ -327,9 +338,8 @@ class SymmProcessGroup(dist.ProcessGroup):
             output.copy_(flat_out.view(output.shape))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
         for output, input_list in zip(outputs, inputs):
-            self._reduce_scatter(output, torch.cat([t.reshape(-1) for t in input_list]), op)
+            self._reduce_scatter(output, torch.cat([t.reshape(-1) for t in input_list]), _op_of(opts))
         return _done(outputs)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -347,18 +357,12 @@ class SymmProcessGroup(dist.ProcessGroup):
             self.comm.broadcast(tensor, root=root, stream=self._stream())
             return
         self._note("broadcast", "staged", tensor)
-        flat = tensor.reshape(-1) if tensor.is_contiguous() else tensor.contiguous().reshape(-1)
-        chunk = self._chunk_elements(tensor.element_size(), 1)
-        for start in range(0, flat.numel(), chunk):
-            part = flat[start : start + chunk]
-            staged = self._scratch_of(tensor.dtype, 0, part.numel())
-            if self._rank == root:
-                staged.copy_(part)
-            self.comm.broadcast(staged, root=root, stream=self._stream())
-            if self._rank != root:
-                part.copy_(staged)
-        if not tensor.is_contiguous() and self._rank != root:
-            tensor.copy_(flat.view(tensor.shape))
+        self._staged_in_place(
+            tensor,
+            lambda staged: self.comm.broadcast(staged, root=root, stream=self._stream()),
+            send=self._rank == root,
+            receive=self._rank != root,
+        )
 
     def barrier(self, opts: Any = None) -> Any:
         self.comm.barrier(stream=self._stream())

@@ -26,6 +26,7 @@ use crate::abi::symmResult_t;
 use crate::comm::{self, Clique, Comm};
 use crate::error::Error;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 use symm_device::symmetric::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
 
 /// The first failure of a communicator: the rank that found it, and its error.
@@ -197,10 +198,10 @@ pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
     if seq == u64::MAX || THREAD_GROUPED.with(|g| g.get()) {
         return Ok(());
     }
-    let deadline = std::time::Instant::now() + comm.clique.timeout;
-    loop {
+    // `Some(Err)`: a failure, adopted; `Some(Ok)`: every peer's call `seq` is known.
+    let settled = poll_until(comm.clique.timeout, || {
         if let Some(error) = adopted(comm) {
-            return Err(error);
+            return Some(Err(error));
         }
         let in_process = comm
             .clique
@@ -212,15 +213,19 @@ pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
             .call_records
             .as_ref()
             .is_none_or(|records| records.peers_checked(seq));
-        if in_process && other_processes {
+        (in_process && other_processes).then_some(Ok(()))
+    });
+    match settled {
+        Some(Err(error)) => Err(error),
+        Some(Ok(())) => {
             comm.unsettled_refusal.store(u64::MAX, Ordering::Relaxed);
             // A peer that found the disagreement may have recorded it just now.
-            return match adopted(comm) {
+            match adopted(comm) {
                 Some(error) => Err(error),
                 None => Ok(()),
-            };
+            }
         }
-        if std::time::Instant::now() >= deadline {
+        None => {
             let error = Error::new(
                 symmResult_t::symmTimeout,
                 format!(
@@ -230,9 +235,8 @@ pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
                 ),
             );
             fail(comm, &error);
-            return Err(adopted(comm).unwrap_or(error));
+            Err(adopted(comm).unwrap_or(error))
         }
-        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -243,19 +247,21 @@ pub fn settle_refusal(comm: &Comm) -> Result<(), Error> {
 /// waited longest, for the dead one, times out first; the grace lets its record arrive, so that
 /// every rank reports the cause.
 fn earlier_failure(comm: &Comm) -> Option<Error> {
-    let grace = (comm.clique.timeout / 5).clamp(
-        std::time::Duration::from_millis(10),
-        std::time::Duration::from_secs(1),
-    );
-    let deadline = std::time::Instant::now() + grace;
+    let grace = (comm.clique.timeout / 5).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    poll_until(grace, || adopted(comm))
+}
+
+/// The first `Some` that `step` returns, polled every millisecond for at most `limit`.
+fn poll_until<T>(limit: Duration, mut step: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
     loop {
-        if let Some(error) = adopted(comm) {
-            return Some(error);
+        if let Some(found) = step() {
+            return Some(found);
         }
-        if std::time::Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             return None;
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
