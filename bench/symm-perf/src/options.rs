@@ -208,7 +208,11 @@ mod tests {
             (DataType::Bfloat16, RedOp::Max, 7, 1, false)
         );
         assert_eq!(o.sizes().len(), 13, "8 B, 32 B, …, 128 MiB");
-        assert!(Options::parse(&["broadcast".to_string()]).is_err());
+        assert_eq!(
+            Options::parse(&["broadcast".to_string()]).unwrap().operation,
+            Operation::Broadcast
+        );
+        assert!(Options::parse(&["alltoall".to_string()]).is_err());
         let args: Vec<String> = "all_reduce --procs 4 -b 1K"
             .split(' ')
             .map(String::from)
