@@ -18,7 +18,10 @@
 #   python    the Python package on the GPU (PyTorch tensors over symmetric memory, every
 #             collective) and Triton kernels calling the device functions, 2 and 4 ranks:
 #             bench/gpu/python_check.py, examples/triton/allreduce.py, examples/python/allreduce.py
-#   all       env, tests, examples, perf, baseline, clc, python, in that order
+#   device    the CUDA C++ device API (examples/cuda): libsymm_device.a rebuilt from the bundle's
+#             device-lib/symm_device.ptx with this machine's nvcc, device_allreduce linked with
+#             -rdc=true -lsymm_device, jit_link linking kernel.ptx at run time (cuLink*)
+#   all       env, tests, examples, device, perf, baseline, clc, python, in that order
 #
 # Every command runs under `timeout`, and each part stops starting new commands once its
 # deadline ($DEADLINE_S seconds after the part began) is near: what did not run is recorded as
@@ -47,7 +50,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | examples | perf | baseline | clc | python | all) ;;
+  env | tests | examples | device | perf | baseline | clc | python | all) ;;
   *) usage ;;
 esac
 
@@ -376,8 +379,39 @@ summary() {
   echo "logs: $LOG"
 }
 
+part_device() {
+  start_part device
+  if ! command -v nvcc >/dev/null; then
+    record device "nvcc" "not found" fail 0
+    return 0
+  fi
+  local dir=$B/examples/cuda lib=$B/device-lib arch
+  arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+  [ "$arch" != sm_ ] || arch=sm_90
+  # The archive is rebuilt here: an object from a newer nvcc than this machine's nvlink may be
+  # refused; the PTX (ISA 7.0) is accepted by every CUDA 12/13 toolkit.
+  run_logged device "nvcc -dc symm_device.ptx" "$arch" 120 "$LOG/device/lib.log" "" \
+    bash -c "nvcc -dc -arch=$arch '$lib/symm_device.ptx' -o '$lib/symm_device.o' && rm -f '$lib/libsymm_device.a' && nvcc -lib '$lib/symm_device.o' -o '$lib/libsymm_device.a'"
+  run_logged device "make examples/cuda" "$arch" 180 "$LOG/device/build.log" "" \
+    make -C "$dir" clean all NVCC=nvcc ARCH="$arch" DEVICE_LIB="$lib" LIBSYMM="$B/lib/libsymm.a" \
+    CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CUDA_LIB="${CUDA_HOME:-/usr/local/cuda}/lib64/stubs"
+  local prog args
+  while read -r prog args; do
+    # shellcheck disable=SC2086 # $args: the example's arguments
+    SYMM_BACKEND=cuda run_logged device "$prog $args" cuda "$EXAMPLE_TIMEOUT_S" \
+      "$LOG/device/${prog}_${args// /_}.log" "correct" "$dir/$prog" $args
+  done <<LIST
+device_allreduce 4
+device_allreduce 1 7
+device_allreduce 8 1048576
+jit_link $dir/kernel.ptx $lib/symm_device.ptx 4
+jit_link $dir/kernel.ptx $lib/symm_device.ptx 3 1023
+LIST
+}
+
 case "$PART" in
   env) part_env ;;
+  device) part_device ;;
   tests) part_tests ;;
   examples) part_examples ;;
   perf) part_perf; part_perf_procs ;;
@@ -388,6 +422,7 @@ case "$PART" in
     part_env
     part_tests
     part_examples
+    part_device
     part_perf
     part_perf_procs
     part_baseline

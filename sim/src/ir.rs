@@ -18,8 +18,10 @@ pub(crate) mod slot {
     pub const SINK: u32 = 13;
     /// The constant 0.
     pub const ZERO: u32 = 14;
+    /// The generic address of the thread's local memory (where `.local` address 0 is).
+    pub const LOCAL_BASE: u32 = 15;
     /// The first slot after the fixed ones.
-    pub const FIRST_FREE: u32 = 15;
+    pub const FIRST_FREE: u32 = 16;
 }
 
 /// No guard predicate.

@@ -223,6 +223,16 @@ impl Module {
             .map_or(&[], |k| &k.params[..])
     }
 
+    /// The module-level `.global`/`.const` variables: (name, address, bytes). Their bytes are
+    /// host memory owned by the module (initialized from the PTX); the driver maps each range
+    /// for the devices the module is loaded on, and unmaps it when the module is unloaded.
+    pub fn globals(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        self.prog
+            .globals
+            .iter()
+            .map(|g| (g.name.as_str(), g.address, g.size))
+    }
+
     /// The names of the module's kernels, in file order.
     pub fn kernel_names(&self) -> Vec<&str> {
         self.prog.kernels.iter().map(|k| k.name.as_str()).collect()
@@ -471,6 +481,10 @@ struct Block {
     waiting: Vec<u32>,
     /// Weak-memory block id.
     weak_block: u32,
+    /// The block's local memory (every thread's frame, one after another), mapped for the
+    /// block's device while the block lives; `None` when the module has no `.local`
+    /// variables.
+    local: Option<Box<[std::sync::atomic::AtomicU64]>>,
 }
 
 /// A thread's scheduling state.
@@ -1221,7 +1235,12 @@ impl Simulator {
     }
 
     fn free_block(&mut self, b: u32) -> Block {
-        let block = self.blocks[b as usize].take().expect("block");
+        let mut block = self.blocks[b as usize].take().expect("block");
+        if let Some(words) = block.local.take() {
+            let base = (words.as_ptr() as u64).div_ceil(16) * 16;
+            let len = (words.len() as u64 - 2) * 8;
+            self.mem.space.unmap(base, len);
+        }
         self.live_threads -= block.live as u64;
         for &tid in &block.threads {
             self.make_unrunnable(tid, TState::Exited);
@@ -1313,9 +1332,27 @@ impl Simulator {
         let device = grid.device;
         let weak_grid = grid.weak_grid;
         let weak_block = self.weak.as_mut().map_or(0, |w| w.new_block());
+        // Local memory: one frame per thread, 16-byte aligned.
+        let frame = grid.module.prog.local_frame.div_ceil(16) * 16;
+        let local: Option<Box<[std::sync::atomic::AtomicU64]>> = (frame > 0).then(|| {
+            (0..(frame / 8 * n as u64 + 2) as usize)
+                .map(|_| Default::default())
+                .collect()
+        });
+        let local_base = local.as_ref().map_or(0, |words| {
+            let base = (words.as_ptr() as u64).div_ceil(16) * 16;
+            self.mem.space.map(
+                base,
+                frame * n as u64,
+                &format!("local memory of block {ctaid:?}"),
+                1u64.checked_shl(device).unwrap_or(0),
+            );
+            base
+        });
         let mut tids = Vec::with_capacity(n as usize);
         for lane in 0..n {
             let mut regs = grid.template.clone();
+            regs[slot::LOCAL_BASE as usize] = local_base + lane as u64 * frame;
             let tid3 = [lane % bx, (lane / bx) % by, lane / (bx * by)];
             for d in 0..3 {
                 regs[(slot::TID + d) as usize] = tid3[d as usize] as u64;
@@ -1380,6 +1417,7 @@ impl Simulator {
             bar_true: 0,
             waiting: Vec::new(),
             weak_block,
+            local,
         });
     }
 

@@ -58,6 +58,29 @@ pub(crate) struct Program {
     pub template: Vec<u64>,
     /// The text of each line holding instructions.
     pub line_text: HashMap<u32, Box<str>>,
+    /// Module-level `.global`/`.const` variables, in declaration order.
+    pub globals: Vec<Global>,
+    /// Bytes of local memory each thread needs: every function's `.local` variables at fixed
+    /// offsets (there is no recursion, so one frame per function suffices).
+    pub local_frame: u64,
+}
+
+/// A module-level variable (`.global` or `.const`): its bytes live in host memory owned by the
+/// program, at an address fixed when the module is parsed (instructions hold it as a
+/// constant); the driver maps the range into the simulated address space while the module is
+/// loaded.
+#[derive(Clone, Debug)]
+pub(crate) struct Global {
+    /// Its name in the PTX.
+    pub name: String,
+    /// Bytes declared.
+    pub size: u64,
+    /// Address of the first byte (inside `storage`, aligned as declared).
+    pub address: u64,
+    /// The backing words (shared by clones of the program, so the address stays valid):
+    /// held, never read through this field.
+    #[expect(dead_code, reason = "owns the bytes at `address`")]
+    pub storage: std::sync::Arc<[std::sync::atomic::AtomicU64]>,
 }
 
 impl Program {
@@ -80,6 +103,8 @@ enum Sym {
     Param(u32, u32),
     /// A kernel parameter: byte offset and size.
     KParam(u32, u32),
+    /// A `.local` variable: its address in the local state space.
+    Local(u64),
 }
 
 /// An operand as written.
@@ -127,6 +152,8 @@ struct Parser<'a> {
     next_slot: u32,
     /// Call graph edges (caller, callee, line) for the recursion check.
     edges: Vec<(u32, u32, u32)>,
+    /// `.branchtargets` lists of the function being parsed, by their label.
+    brx_tables: HashMap<&'a str, Vec<&'a str>>,
 }
 
 fn err<T>(line: u32, msg: impl std::fmt::Display) -> PResult<T> {
@@ -147,7 +174,10 @@ pub(crate) fn parse(text: &str) -> PResult<Program> {
             calls: Vec::new(),
             template: vec![0; slot::FIRST_FREE as usize],
             line_text: HashMap::new(),
+            globals: Vec::new(),
+            local_frame: 0,
         },
+        brx_tables: HashMap::new(),
         consts: HashMap::new(),
         func_index: HashMap::new(),
         branches: Vec::new(),
@@ -453,6 +483,7 @@ impl<'a> Parser<'a> {
                 }
                 ".visible" | ".weak" | ".extern" => self.pos += 1,
                 ".entry" | ".func" => self.function()?,
+                ".global" | ".const" => self.global_decl()?,
                 _ => {
                     return err(
                         t.line,
@@ -643,6 +674,7 @@ impl<'a> Parser<'a> {
         }];
         self.labels.clear();
         self.branches.clear();
+        self.brx_tables.clear();
         let start = self.prog.code.len() as u32;
         self.prog.funcs[index as usize].start = start;
         self.body()?;
@@ -658,6 +690,109 @@ impl<'a> Parser<'a> {
         let f = &mut self.prog.funcs[index as usize];
         f.end = self.prog.code.len() as u32;
         f.defined = true;
+        Ok(())
+    }
+
+    /// The address of the module variable `name`, if there is one.
+    fn global_address(&self, name: &str) -> Option<u64> {
+        self.prog
+            .globals
+            .iter()
+            .find(|g| g.name == name)
+            .map(|g| g.address)
+    }
+
+    /// A module-level `.global`/`.const` variable (the state space token is next):
+    /// `[.align N] .type name[\[count\]] [= value | = {v, ...}];`. Integer and float bit
+    /// initializers are stored little-endian in elements of the declared type's size;
+    /// uninitialized variables are zero.
+    fn global_decl(&mut self) -> PResult<()> {
+        let space = self.next()?;
+        let mut align = 1u64;
+        if self.peek().is_some_and(|t| t.text == ".align") {
+            self.pos += 1;
+            align = self.number()?;
+            if !align.is_power_of_two() || align > 256 {
+                return err(space.line, format!("bad alignment {align}"));
+            }
+        }
+        let type_tok = self.ident()?;
+        let element = match type_tok.text.strip_prefix('.').and_then(ty) {
+            Some(t) if !t.pred => u64::from(t.bits / 8).max(1),
+            _ => {
+                return err(
+                    type_tok.line,
+                    format!("unsupported variable type {}", type_tok.text),
+                );
+            }
+        };
+        let align = align.max(element);
+        let name = self.ident()?;
+        let mut count: Option<u64> = Some(1);
+        if self.eat("[") {
+            count = if self.eat("]") {
+                None
+            } else {
+                let n = self.number()?;
+                self.expect("]")?;
+                Some(n)
+            };
+        }
+        let mut values: Vec<u64> = Vec::new();
+        if self.eat("=") {
+            let braced = self.eat("{");
+            loop {
+                let v = match self.operand()? {
+                    Opnd::Int(v) => v,
+                    Opnd::F32(b) => u64::from(b),
+                    Opnd::F64(b) => b,
+                    _ => return err(name.line, "unsupported initializer"),
+                };
+                values.push(v);
+                if !braced || self.eat("}") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+        }
+        self.expect(";")?;
+        let count = count.unwrap_or(values.len() as u64);
+        if values.len() as u64 > count {
+            return err(
+                name.line,
+                format!("{} has more initializers than elements", name.text),
+            );
+        }
+        if self.global_address(name.text).is_some() {
+            return err(name.line, format!("{} defined twice", name.text));
+        }
+        let size = count
+            .checked_mul(element)
+            .filter(|s| *s <= 1 << 30)
+            .ok_or_else(|| format!("line {}: {} is too large", name.line, name.text))?;
+        // Words enough for the bytes plus the alignment slack.
+        let words = (size + align).div_ceil(8) as usize;
+        let storage: std::sync::Arc<[std::sync::atomic::AtomicU64]> =
+            (0..words.max(1)).map(|_| Default::default()).collect();
+        let base = storage.as_ptr() as u64;
+        let address = base.div_ceil(align) * align;
+        for (k, v) in values.iter().enumerate() {
+            for b in 0..element {
+                let byte = (v >> (8 * b)) as u8;
+                let at = address - base + k as u64 * element + b;
+                let (word, shift) = ((at / 8) as usize, 8 * (at % 8));
+                storage[word].fetch_or(
+                    u64::from(byte) << shift,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+        self.prog.globals.push(Global {
+            name: name.text.to_string(),
+            size,
+            address,
+            storage,
+        });
         Ok(())
     }
 
@@ -725,11 +860,25 @@ impl<'a> Parser<'a> {
                         self.next()?;
                     }
                 }
-                ".local" | ".shared" | ".const" | ".global" => {
+                ".local" => self.local_decl(t.line)?,
+                ".shared" | ".const" | ".global" => {
                     return err(t.line, format!("{} variables are not supported", t.text));
                 }
                 _ if self.peek().is_some_and(|n| n.is(":")) && !t.is("@") => {
                     self.pos += 1;
+                    if self.peek().is_some_and(|n| n.text == ".branchtargets") {
+                        self.pos += 1;
+                        let mut targets = Vec::new();
+                        loop {
+                            targets.push(self.ident()?.text);
+                            if self.eat(";") {
+                                break;
+                            }
+                            self.expect(",")?;
+                        }
+                        self.brx_tables.insert(t.text, targets);
+                        continue;
+                    }
                     if self
                         .labels
                         .insert(t.text, self.prog.code.len() as u32)
@@ -834,7 +983,13 @@ impl<'a> Parser<'a> {
         if t.is("{") {
             let mut v = Vec::new();
             loop {
-                v.push(self.ident()?.text);
+                // Names, or integer literals (stored as their text: a store of a vector may
+                // take immediates, `{%r1, 0}`).
+                let e = self.next()?;
+                if e.kind != Kind::Ident && e.kind != Kind::Num {
+                    return err(e.line, format!("expected a name, found `{}`", e.text));
+                }
+                v.push(e.text);
                 if self.eat("}") {
                     break;
                 }
@@ -899,14 +1054,15 @@ impl<'a> Parser<'a> {
         let result = self.lower(base, &mods, &ops, line);
         match result {
             Ok(mut insts) => {
+                // A guard applies to every part, unless a part has its own (a branch chain).
+                let own_guards = insts.iter().any(|i| i.guard != NO_GUARD);
+                if insts.len() > 1 && guard != NO_GUARD && own_guards {
+                    return err(line, "guarded multi-part instruction");
+                }
                 for i in &mut insts {
                     if i.guard == NO_GUARD {
                         i.guard = guard;
                     }
-                }
-                let n = insts.len();
-                if n > 1 && guard != NO_GUARD {
-                    return err(line, "guarded multi-part instruction");
                 }
                 for i in insts {
                     self.push(i, line);
@@ -922,6 +1078,10 @@ impl<'a> Parser<'a> {
     /// A source operand as a slot: registers, immediates (as constants), special registers.
     fn src(&mut self, o: &Opnd<'a>, t: Ty) -> PResult<u32> {
         match o {
+            Opnd::Name(n) if n.starts_with(|c: char| c.is_ascii_digit()) => {
+                let v = parse_int(n).ok_or_else(|| format!("bad number `{n}`"))?;
+                self.src(&Opnd::Int(v), t)
+            }
             Opnd::Name(n) => self.src_name(n),
             Opnd::Int(v) => {
                 let v = if t.pred {
@@ -962,8 +1122,12 @@ impl<'a> Parser<'a> {
         if let Some(s) = special(n) {
             return Ok(s);
         }
+        if let Some(address) = self.global_address(n) {
+            return Ok(self.konst(address));
+        }
         match self.lookup(n) {
             Some(Sym::Reg(s, _)) => Ok(s),
+            Some(Sym::Local(address)) => Ok(self.konst(address)),
             Some(_) => Err(format!("{n} is not a register")),
             None => Err(format!("unknown register {n}")),
         }
@@ -1397,11 +1561,56 @@ impl<'a> Parser<'a> {
                 i.o[1] = self.src(&ops[1], st)?;
                 one(i)
             }
+            "cvta" if matches!(mods, ["local", "u64"] | ["to", "local", "u64"]) => {
+                // Local addresses are offsets in the thread's frame, whose generic address is
+                // the LOCAL_BASE slot.
+                need(2)?;
+                let t = ty("u64").expect("u64");
+                let mut i = inst(if mods[0] == "to" { Op::Sub } else { Op::Add }, 64);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], t)?;
+                i.o[2] = slot::LOCAL_BASE;
+                one(i)
+            }
+            "brx" => {
+                // An indexed branch through a `.branchtargets` list: a chain of compares and
+                // branches (an index outside the list traps).
+                need(2)?;
+                only(&["idx", "uni"], 0)?;
+                let Opnd::Name(table) = ops[1] else {
+                    return Err("brx.idx needs a .branchtargets label".into());
+                };
+                let targets = self
+                    .brx_tables
+                    .get(table)
+                    .cloned()
+                    .ok_or_else(|| format!("{table} is not a .branchtargets list"))?;
+                let index = self.src(&ops[0], ty("u32").expect("u32"))?;
+                let pred = self.alloc();
+                let mut out = Vec::with_capacity(2 * targets.len() + 1);
+                for (k, label) in targets.iter().enumerate() {
+                    let mut c = inst(Op::SetpU, 32);
+                    c.flags = cmp::EQ;
+                    c.o[0] = pred;
+                    c.o[1] = index;
+                    c.o[2] = self.konst(k as u64);
+                    out.push(c);
+                    let at = self.prog.code.len() + out.len();
+                    self.branches.push((at, label, line));
+                    let mut b = inst(Op::Bra, 0);
+                    b.guard = pred;
+                    out.push(b);
+                }
+                out.push(inst(Op::Trap, 0));
+                Ok(out)
+            }
             "cvta" => {
                 need(2)?;
                 let ok = matches!(mods, ["to", "global", "u64"] | ["global", "u64"]);
                 if !ok {
-                    return Err("only cvta{.to}.global.u64 is supported".into());
+                    return Err(
+                        "only cvta{.to}.global.u64 and cvta{.to}.local.u64 are supported".into(),
+                    );
                 }
                 let t = ty("u64").expect("u64");
                 let mut i = inst(Op::Mov, 64);
@@ -1572,7 +1781,10 @@ impl<'a> Parser<'a> {
                     scope_needed = true
                 }
                 "cta" | "gpu" | "sys" | "cluster" => scope_seen = true,
-                "global" | "param" => space = m,
+                "global" | "param" | "local" => space = m,
+                // The non-coherent (read-only) path: a weak load, valid only for data no
+                // thread writes while the kernel runs (module tables).
+                "nc" if is_ld => s = sem::WEAK,
                 "v2" => vec = 2,
                 "v4" => vec = 4,
                 _ => return Err(format!("unsupported modifier .{m}")),
@@ -1661,13 +1873,77 @@ impl<'a> Parser<'a> {
                     i.o[0] = if is_ld { self.dst(v)? } else { self.src(v, t)? };
                 }
             }
+            if space == "local" {
+                // A local address plus the thread's LOCAL_BASE: a generic access.
+                let Opnd::Addr(name, off) = addr else {
+                    return Err("bad .local address".into());
+                };
+                let base = match self.lookup(name) {
+                    Some(Sym::Reg(s, 64)) => s,
+                    Some(Sym::Local(address)) => self.konst(address),
+                    _ => return Err(format!("{name} is not a local address")),
+                };
+                let generic = self.alloc();
+                let mut add = Inst::new(Op::Add, 64);
+                add.o[0] = generic;
+                add.o[1] = base;
+                add.o[2] = slot::LOCAL_BASE;
+                i.o[4] = generic;
+                i.o[5] = i32::try_from(*off).map_err(|_| "address offset too large")? as u32;
+                return Ok(vec![add, i]);
+            }
             self.address(addr, &mut i)?;
             Ok(vec![i])
         }
     }
 
+    /// A `.local` variable of the function being parsed: `[.align N] .type name[count];`,
+    /// placed at the next aligned offset of the module's per-thread local frame.
+    fn local_decl(&mut self, line: u32) -> PResult<()> {
+        let mut align = 1u64;
+        if self.peek().is_some_and(|t| t.text == ".align") {
+            self.pos += 1;
+            align = self.number()?;
+            if !align.is_power_of_two() || align > 256 {
+                return err(line, format!("bad alignment {align}"));
+            }
+        }
+        let type_tok = self.ident()?;
+        let element = match type_tok.text.strip_prefix('.').and_then(ty) {
+            Some(t) if !t.pred => u64::from(t.bits / 8).max(1),
+            _ => return err(line, format!("unsupported variable type {}", type_tok.text)),
+        };
+        let name = self.ident()?;
+        let mut count = 1u64;
+        if self.eat("[") {
+            count = self.number()?;
+            self.expect("]")?;
+        }
+        self.expect(";")?;
+        let align = align.max(element);
+        let size = count
+            .checked_mul(element)
+            .filter(|s| *s <= 1 << 20)
+            .ok_or_else(|| format!("line {line}: {} is too large", name.text))?;
+        let offset = self.prog.local_frame.div_ceil(align) * align;
+        self.prog.local_frame = offset + size;
+        self.scopes
+            .last_mut()
+            .expect("scope")
+            .names
+            .insert(name.text, Sym::Local(offset));
+        Ok(())
+    }
+
     fn address(&mut self, addr: &Opnd<'a>, i: &mut Inst) -> PResult<()> {
         match addr {
+            Opnd::Addr(name, off) if self.lookup(name).is_none() => {
+                let Some(base) = self.global_address(name) else {
+                    return Err(format!("{name} is not an address register"));
+                };
+                i.o[4] = self.konst(base.wrapping_add(*off as u64));
+                i.o[5] = 0;
+            }
             Opnd::Addr(name, off) => {
                 i.o[4] = match self.lookup(name) {
                     Some(Sym::Reg(s, 64)) => s,

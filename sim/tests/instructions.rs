@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use symm_sim::Module;
 
 /// Run `body` as a one-thread kernel whose parameter `%rd1` points at 64 zeroed words;
 /// returns the words.
@@ -414,4 +415,106 @@ fn unsupported_instructions_are_rejected_naming_the_line() {
     assert!(e.message.contains("sat"), "{e}");
     let text = kernel("k", "", "\tld.shared.b32 \t%r1, [%rd2];");
     assert!(symm_sim::Module::load(&text).is_err());
+}
+
+#[test]
+fn module_variables_are_initialized_addressable_and_mapped_by_the_loader() {
+    // Tables as LLVM emits them for `match` lookups: byte arrays, read through `mov` of the
+    // name and `ld.global.nc`, and a direct `[name+offset]` address.
+    let text = format!(
+        ".version 7.8\n.target sm_90\n.address_size 64\n\
+         .global .align 4 .b8 anon_$_t_$_0[12] = {{7, 0, 0, 0, 8, 0, 0, 0, 9}};\n\
+         .global .align 8 .u64 wide[2] = {{1, -2}};\n\
+         .global .align 4 .b32 zeroed[3];\n{}",
+        kernel(
+            "k",
+            ".param .u64 .ptr .align 1 k_param_0",
+            "\tld.param.b64 \t%rd1, [k_param_0];\n\
+             \tmov.b64 \t%rd2, anon_$_t_$_0;\n\
+             \tld.global.nc.b32 \t%r1, [%rd2+8];\n\
+             \tst.b64 \t[%rd1], %r1;\n\
+             \tld.global.b64 \t%rd3, [wide+8];\n\
+             \tst.b64 \t[%rd1+8], %rd3;\n\
+             \tmov.b64 \t%rd4, zeroed;\n\
+             \tst.global.b32 \t[%rd4+4], 5;\n\
+             \tld.global.b32 \t%r2, [%rd4+4];\n\
+             \tst.b64 \t[%rd1+16], %r2;\n\
+             \tand.b64 \t%rd5, %rd2, 3;\n\
+             \tst.b64 \t[%rd1+24], %rd5;",
+        )
+    );
+    let m = module(&text);
+    let globals: Vec<(String, u64, u64)> =
+        m.globals().map(|(n, a, s)| (n.to_string(), a, s)).collect();
+    assert_eq!(
+        globals
+            .iter()
+            .map(|g| (g.0.as_str(), g.2))
+            .collect::<Vec<_>>(),
+        [("anon_$_t_$_0", 12), ("wide", 16), ("zeroed", 12)]
+    );
+    assert_eq!(globals[1].1 % 8, 0, "declared alignment");
+    let (mut simulator, space) = sim(1);
+    for (name, address, size) in &globals {
+        space.map(*address, *size, name, u64::MAX);
+    }
+    let out = Buffer::new(&space, 4, "out");
+    launch(&mut simulator, &m, "k", 1, 1, &[out.addr()]);
+    run_to_end(&mut simulator).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.get(0) as u32, 9, "third word of the byte table");
+    assert_eq!(
+        out.get(1),
+        (-2i64) as u64,
+        "signed initializer, direct address"
+    );
+    assert_eq!(
+        out.get(2) as u32,
+        5,
+        "zero-initialized variables are writable"
+    );
+    assert_eq!(out.get(3), 0, "aligned as declared");
+
+    // Without the loader's mapping, the access is a fault naming the address.
+    let (mut simulator, space) = sim(1);
+    let out = Buffer::new(&space, 4, "out");
+    launch(&mut simulator, &m, "k", 1, 1, &[out.addr()]);
+    assert!(
+        run_to_end(&mut simulator).is_err(),
+        "unmapped module variable must fault"
+    );
+}
+
+#[test]
+fn an_extern_function_resolves_against_a_later_module_text() {
+    // What a run-time link makes: a kernel that declares a function, then the library text
+    // that defines it (its own .version header again).
+    let library = ".version 7.0\n.target sm_80\n.address_size 64\n\
+        .visible .func (.param .b32 func_retval0) twice(.param .b64 twice_param_0)\n{\n\
+        \t.reg .b32 %r<3>;\n\t.reg .b64 %rd<3>;\n\
+        \tld.param.b64 %rd1, [twice_param_0];\n\tcvt.u32.u64 %r1, %rd1;\n\
+        \tshl.b32 %r2, %r1, 1;\n\tst.param.b32 [func_retval0], %r2;\n\tret;\n}\n";
+    let user = kernel(
+        "k",
+        ".param .u64 .ptr .align 1 k_param_0",
+        "\tld.param.b64 \t%rd1, [k_param_0];\n\
+         \t{\n\t.param .b64 param0;\n\tst.param.b64 [param0], 21;\n\
+         \t.param .b32 retval0;\n\tcall.uni (retval0), twice, (param0);\n\
+         \tld.param.b32 %r1, [retval0];\n\t}\n\
+         \tst.b64 \t[%rd1], %r1;",
+    )
+    .replace(
+        ".visible .entry",
+        ".extern .func (.param .b32 func_retval0) twice(.param .b64 twice_param_0);\n\
+         .visible .entry",
+    );
+    assert!(
+        Module::load(&user).is_err(),
+        "a declared function with no definition is refused"
+    );
+    let m = module(&format!("{user}\n{library}"));
+    let (mut sim, space) = sim(1);
+    let out = Buffer::new(&space, 1, "out");
+    launch(&mut sim, &m, "k", 1, 1, &[out.addr()]);
+    run_to_end(&mut sim).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.get(0) as u32, 42);
 }

@@ -22,6 +22,8 @@
 //!                       Triton library, as an installed package has them)
 //! ptx-out/symm_triton.ll
 //! examples/python/allreduce.py, examples/triton/allreduce.py
+//! examples/cuda/, ffi-headers/symm_device.cuh, device-lib/symm_device.ptx
+//!                       the CUDA C++ device API (run.sh builds the archive and the examples)
 //! BUILD-INFO.txt        commit, toolchain, date, files
 //! ```
 
@@ -38,8 +40,14 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 15] = [
+const FILES: [&str; 21] = [
     "ffi-headers/symm.h",
+    "ffi-headers/symm_device.cuh",
+    "examples/cuda/Makefile",
+    "examples/cuda/fused.h",
+    "examples/cuda/kernel.cu",
+    "examples/cuda/device_allreduce.cu",
+    "examples/cuda/jit_link.c",
     "examples/c/Makefile",
     "examples/c/common.h",
     "examples/c/allreduce.c",
@@ -70,6 +78,8 @@ pub fn build() -> Result<(), String> {
     let root = root();
     run(cargo().args(["build", "--release", "-p", "symm", "-p", "symm-perf"]))?;
     let tests = gpu_test_binary()?;
+    // The device library's PTX (run.sh builds the archive with the GPU machine's nvcc).
+    crate::device_lib::device_lib(&[])?;
 
     let dir = root.join(BUNDLE_DIR);
     let stage = dir.join(TOP);
@@ -103,6 +113,12 @@ pub fn build() -> Result<(), String> {
         std::fs::copy(root.join(file), &to).map_err(|e| format!("copying {file}: {e}"))?;
     }
     copy_python_package(&root, &stage)?;
+    create_dir(&stage.join("device-lib"))?;
+    std::fs::copy(
+        crate::device_lib::out_dir().join("symm_device.ptx"),
+        stage.join("device-lib/symm_device.ptx"),
+    )
+    .map_err(|e| format!("copying symm_device.ptx: {e}"))?;
     // The examples against the bundle's libsymm.so, found next to them at run time. Built
     // without CUDA=1 (no CUDA toolkit needed here): they run on the host backend; run.sh
     // rebuilds them with CUDA=1 on the GPU machine.

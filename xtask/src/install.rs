@@ -96,6 +96,18 @@ pub fn install_into(prefix: &Path) -> Result<Installed, String> {
     link(&soname(&version), &lib.join("libsymm.so"))?;
     copy(&release.join("libsymm.a"), &lib.join("libsymm.a"))?;
     copy(&root().join("ffi-headers/symm.h"), &include.join("symm.h"))?;
+    // The CUDA C++ device API: the header always; the library when `cargo xtask device-lib`
+    // built it.
+    copy(
+        &root().join("ffi-headers/symm_device.cuh"),
+        &include.join("symm_device.cuh"),
+    )?;
+    let device_lib = crate::device_lib::out_dir();
+    for file in ["libsymm_device.a", "symm_device.ptx"] {
+        if device_lib.join(file).exists() {
+            copy(&device_lib.join(file), &lib.join(file))?;
+        }
+    }
     for (name, static_) in [("symm.pc", false), ("symm-static.pc", true)] {
         let pc = pkgconfig.join(name);
         std::fs::write(&pc, pkg_config(prefix, &version, static_))

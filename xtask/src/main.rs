@@ -27,12 +27,17 @@
 //! * `install --prefix P` — libsymm (shared, with its SONAME, and static), `symm.h` and a
 //!   pkg-config file `symm.pc` carrying the link flags, under `P`; `install --check` (run by
 //!   `test`) builds the C example against a scratch installation with pkg-config's flags alone.
+//! * `device-lib [--test]` — `target/device-lib/libsymm_device.a` and `symm_device.ptx`: the
+//!   device functions of `ptx-out/symm_triton.ll` for CUDA C++ kernels
+//!   (`ffi-headers/symm_device.cuh`), built with the toolchain's llc and the nvcc wheel; with
+//!   `--test`, build `examples/cuda` with nvcc and run `jit_link` on the simulated GPU.
 //! * `layers` — check the imports between modules against the layers `docs/ARCHITECTURE.md`
 //!   states (and its list of imports that still break them).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bundle;
+mod device_lib;
 mod fuzz;
 mod install;
 mod layers;
@@ -62,10 +67,11 @@ fn main() -> ExitCode {
         Some("sim") => sim::sim(&args[1..]),
         Some("layers") => layers::check(),
         Some("install") => install::install(&args[1..]),
+        Some("device-lib") => device_lib::device_lib(&args[1..]),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
              | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds | sim [--test] \
-             | layers | install --prefix DIRECTORY|--check"
+             | layers | install --prefix DIRECTORY|--check | device-lib [--test]"
                 .to_string(),
         ),
     };

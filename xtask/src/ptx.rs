@@ -154,7 +154,7 @@ fn sysroot() -> Result<PathBuf, String> {
 }
 
 /// An LLVM tool of the toolchain's `llvm-tools` component (the LLVM that wrote the bitcode).
-fn llvm_tool(name: &str) -> Result<PathBuf, String> {
+pub fn llvm_tool(name: &str) -> Result<PathBuf, String> {
     let sysroot = sysroot()?;
     let bin = sysroot
         .join("lib/rustlib")

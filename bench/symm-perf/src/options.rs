@@ -209,7 +209,9 @@ mod tests {
         );
         assert_eq!(o.sizes().len(), 13, "8 B, 32 B, …, 128 MiB");
         assert_eq!(
-            Options::parse(&["broadcast".to_string()]).unwrap().operation,
+            Options::parse(&["broadcast".to_string()])
+                .unwrap()
+                .operation,
             Operation::Broadcast
         );
         assert!(Options::parse(&["alltoall".to_string()]).is_err());

@@ -524,6 +524,9 @@ pub(crate) struct State {
     pub modules: HashMap<u64, ModuleEntry>,
     /// Functions by handle.
     pub functions: HashMap<u64, FunctionEntry>,
+    /// Pending `cuLink*` sessions by handle: the PTX texts added so far and, once completed,
+    /// the linked image (kept until `cuLinkDestroy`, as the driver keeps its cubin).
+    pub links: HashMap<u64, LinkSession>,
     /// Streams by handle (legacy and per-thread streams under internal handles).
     pub streams: HashMap<u64, Stream>,
     per_thread: HashMap<(u64, u32), u64>,
@@ -543,6 +546,17 @@ pub(crate) struct State {
     pub occupancy: HashMap<(u64, u32), u32>,
 }
 
+/// A `cuLinkCreate` session.
+#[derive(Debug, Default)]
+pub(crate) struct LinkSession {
+    /// (name, PTX text) of each input, in the order added.
+    pub inputs: Vec<(String, String)>,
+    /// The linked image (NUL-terminated PTX) after `cuLinkComplete`.
+    pub image: Option<std::ffi::CString>,
+    /// The error log buffer (address) and its size in bytes, from the creation options.
+    pub error_log: (usize, usize),
+}
+
 impl State {
     fn new(devices: u32) -> State {
         let mut state = State {
@@ -553,6 +567,7 @@ impl State {
             allocations: HashMap::new(),
             modules: HashMap::new(),
             functions: HashMap::new(),
+            links: HashMap::new(),
             streams: HashMap::new(),
             per_thread: HashMap::new(),
             events: HashMap::new(),

@@ -67,6 +67,7 @@ pub(crate) enum Kind {
     Graph = 6,
     GraphExec = 7,
     Allocation = 8,
+    Link = 9,
 }
 
 /// High bits shared by every handle this driver makes (never a valid user-space pointer, never

@@ -2,6 +2,7 @@
 
 pub mod device;
 pub mod errors;
+pub mod link;
 pub mod memory;
 pub mod module;
 pub mod stream;

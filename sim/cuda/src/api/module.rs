@@ -127,6 +127,16 @@ fn load(
     };
     // SAFETY: as above.
     unsafe { info.write("", values) };
+    for (name, address, size) in module.globals() {
+        if size > 0 {
+            driver.memory.map(
+                address,
+                size,
+                &format!("module variable {name} on device {device}"),
+                1u64.checked_shl(device).unwrap_or(0),
+            );
+        }
+    }
     let mut state = driver.lock();
     let h = handle(Kind::Module, state.new_id());
     state.modules.insert(
@@ -228,12 +238,18 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
     entry("cuModuleUnload", || {
-        let mut state = state::driver()?.lock();
+        let driver = state::driver()?;
+        let mut state = driver.lock();
         state.check_capture_safe("cuModuleUnload")?;
         let entry = state
             .modules
             .remove(&(module as u64))
             .ok_or(E::CUDA_ERROR_INVALID_HANDLE)?;
+        for (_, address, size) in entry.module.globals() {
+            if size > 0 {
+                driver.memory.unmap(address, size);
+            }
+        }
         for f in entry.functions {
             state.functions.remove(&f);
             state.occupancy.retain(|(g, _), _| *g != f);
