@@ -518,3 +518,62 @@ fn an_extern_function_resolves_against_a_later_module_text() {
     run_to_end(&mut sim).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.get(0) as u32, 42);
 }
+
+#[test]
+fn local_memory_is_per_thread_and_reachable_through_generic_addresses() {
+    // A frame as LLVM lays it out: `.local` depot, `%SPL` (local address) and `%SP` (generic),
+    // stores through both and loads back, on 64 threads at once.
+    let text = kernel(
+        "k",
+        ".param .u64 .ptr .align 1 k_param_0",
+        "\t.local .align 8 .b8 \t__local_depot0[24];\n\
+         \t.reg .b64 \t%SP;\n\t.reg .b64 \t%SPL;\n\
+         \tld.param.b64 \t%rd1, [k_param_0];\n\
+         \tmov.b64 \t%SPL, __local_depot0;\n\
+         \tcvta.local.u64 \t%SP, %SPL;\n\
+         \tmov.u32 \t%r1, %tid.x;\n\
+         \tst.local.b32 \t[%SPL+8], %r1;\n\
+         \tst.local.v2.b32 \t[%SPL+16], {%r1, 7};\n\
+         \tbar.sync \t0;\n\
+         \tld.b32 \t%r2, [%SP+8];\n\
+         \tld.local.v2.b32 \t{%r3, %r4}, [%SPL+16];\n\
+         \tadd.s32 \t%r5, %r2, %r3;\n\
+         \tadd.s32 \t%r5, %r5, %r4;\n\
+         \tmul.wide.u32 \t%rd2, %r1, 8;\n\
+         \tadd.s64 \t%rd3, %rd1, %rd2;\n\
+         \tst.b64 \t[%rd3], %r5;",
+    );
+    let m = module(&text);
+    let (mut simulator, space) = sim(3);
+    let out = Buffer::new(&space, 64, "out");
+    launch(&mut simulator, &m, "k", 1, 64, &[out.addr()]);
+    run_to_end(&mut simulator).unwrap_or_else(|e| panic!("{e}"));
+    for t in 0..64u64 {
+        assert_eq!(out.get(t as usize) as u32, (2 * t + 7) as u32, "thread {t}");
+    }
+}
+
+#[test]
+fn an_indexed_branch_takes_the_listed_target() {
+    let text = kernel(
+        "k",
+        ".param .u64 .ptr .align 1 k_param_0",
+        "\tld.param.b64 \t%rd1, [k_param_0];\n\
+         \tmov.u32 \t%r1, %tid.x;\n\
+         \t$L_brx_0: .branchtargets\n\t\t$L_a,\n\t\t$L_b,\n\t\t$L_c;\n\
+         \tbrx.idx \t%r1, $L_brx_0;\n\
+         $L_a:\n\tmov.b32 \t%r2, 10;\n\tbra.uni \t$L_end;\n\
+         $L_b:\n\tmov.b32 \t%r2, 20;\n\tbra.uni \t$L_end;\n\
+         $L_c:\n\tmov.b32 \t%r2, 30;\n\
+         $L_end:\n\
+         \tmul.wide.u32 \t%rd2, %r1, 8;\n\
+         \tadd.s64 \t%rd3, %rd1, %rd2;\n\
+         \tst.b64 \t[%rd3], %r2;",
+    );
+    let m = module(&text);
+    let (mut simulator, space) = sim(1);
+    let out = Buffer::new(&space, 3, "out");
+    launch(&mut simulator, &m, "k", 1, 3, &[out.addr()]);
+    run_to_end(&mut simulator).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!([out.get(0), out.get(1), out.get(2)], [10, 20, 30]);
+}
