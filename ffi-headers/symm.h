@@ -255,7 +255,10 @@ symmResult_t symmMemAlloc(symmComm_t comm, void **ptr, size_t size);
 symmResult_t symmMemFree(symmComm_t comm, void *ptr);
 
 // Register `[buff, buff + size)`, inside one `symmMemAlloc` allocation, as a window on every
-// rank (collective; inside a group when one thread drives several ranks).
+// rank (collective; inside a group when one thread drives several ranks). `buff` must be
+// 16-byte aligned on every rank (the kernels access windows 16 bytes at a time; `size` may be
+// any number of bytes): a rank whose `buff` is not fails the registration on every rank with
+// `symmInvalidArgument`, once every rank registered (at `symmGroupEnd` inside a group).
 //
 // # Safety
 // `win` is NULL or valid for a write.

@@ -238,6 +238,8 @@ enum Pending {
         handle: usize,
         seq: u64,
         size: u64,
+        /// The window base (every rank's must be 16-byte aligned).
+        base: u64,
     },
     Collective {
         clique: usize,
@@ -288,6 +290,7 @@ const OK: symmResult_t = symmResult_t::symmSuccess;
 const INVALID_ARGUMENT: symmResult_t = symmResult_t::symmInvalidArgument;
 const INVALID_USAGE: symmResult_t = symmResult_t::symmInvalidUsage;
 const TIMEOUT: symmResult_t = symmResult_t::symmTimeout;
+const WINDOW_ALIGNMENT: u64 = 16;
 
 /// Every result code but `symmInternalError`.
 fn anything() -> Vec<symmResult_t> {
@@ -926,7 +929,12 @@ impl Harness {
                     blocking = !alone;
                     anything()
                 } else if alone {
-                    vec![OK]
+                    // Completed now: a base that is not 16-byte aligned fails it.
+                    if address.is_multiple_of(WINDOW_ALIGNMENT) {
+                        vec![OK]
+                    } else {
+                        vec![INVALID_ARGUMENT]
+                    }
                 } else {
                     // Outside a group nobody else can join it: it times out.
                     blocking = true;
@@ -958,7 +966,10 @@ impl Harness {
             self.rank_mut(at).next_seq += 1;
         }
         let seq = self.rank(at).next_seq.wrapping_sub(1);
-        if result == TIMEOUT || result == symmResult_t::symmRemoteError {
+        // Past validation, only completing the registration fails with INVALID_ARGUMENT (a
+        // misaligned base): through the bootstrap, that refuses the later registrations.
+        let failed_completion = takes_seq && result == INVALID_ARGUMENT;
+        if result == TIMEOUT || result == symmResult_t::symmRemoteError || failed_completion {
             if self.cliques[at.0].linked {
                 self.cliques[at.0].tainted = true;
             }
@@ -986,6 +997,7 @@ impl Harness {
                 handle: win as usize,
                 seq,
                 size: size as u64,
+                base: address,
             });
         }
     }
@@ -1842,6 +1854,7 @@ impl Harness {
                 handle,
                 seq,
                 size,
+                ..
             } = *p
             else {
                 continue;
@@ -1852,15 +1865,16 @@ impl Harness {
                 registered.push((clique, rank, handle, false));
                 continue;
             }
-            let deposits: Vec<u64> = pending
+            let deposits: Vec<(u64, u64)> = pending
                 .iter()
                 .filter_map(|q| match *q {
                     Pending::Register {
                         clique: qc,
                         seq: qs,
                         size: qsize,
+                        base: qbase,
                         ..
-                    } if qc == clique && qs == seq => Some(qsize),
+                    } if qc == clique && qs == seq => Some((qsize, qbase)),
                     _ => None,
                 })
                 .collect();
@@ -1871,7 +1885,12 @@ impl Harness {
                 } else {
                     vec![TIMEOUT]
                 }
-            } else if deposits.iter().any(|s| *s != size) {
+            } else if deposits.iter().any(|(s, _)| *s != size)
+                || deposits
+                    .iter()
+                    .any(|(_, b)| !b.is_multiple_of(WINDOW_ALIGNMENT))
+            {
+                // Sizes that differ, or a base that is not 16-byte aligned on some rank.
                 if cl.linked {
                     uncertain = true;
                 }

@@ -315,6 +315,13 @@ fn window_register_and_deregister_errors() {
             "symmMemAlloc",
         );
         assert!(win.is_null());
+        let misaligned = p.cast::<u8>().add(4);
+        expect(
+            symmCommWindowRegister(comm, misaligned.cast(), 16, &mut win, flags),
+            symmResult_t::symmInvalidArgument,
+            &format!("buff = {:#x} is not 16-byte aligned", misaligned as usize),
+        );
+        win = null_mut();
         check(symmCommWindowRegister(comm, p, 2048, &mut win, flags), comm);
         let mut other = null_mut();
         expect(

@@ -195,10 +195,52 @@ fn processes_round() {
     );
 }
 
+/// Register every rank's allocation in a group, rank 0's at base + 4 (so `bytes` must leave
+/// room): the group's end refuses the registration on every rank.
+fn refused_misaligned_registration(buffers: &[RankBuffer], bytes: usize) {
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        let mut win = null_mut();
+        // SAFETY: [base + 4, base + 4 + bytes) lies inside the allocation; valid out-pointer.
+        let r = unsafe {
+            symmCommWindowRegister(
+                b.comm,
+                b.base.add(if rank == 0 { 4 } else { 0 }).cast(),
+                bytes,
+                &mut win,
+                SYMM_WIN_COLL_SYMMETRIC,
+            )
+        };
+        check(r, b.comm);
+    }
+    assert_eq!(symmGroupEnd(), symmResult_t::symmInvalidArgument);
+}
+
+/// A registration refused for a misaligned base leaves nothing behind: on ranks of one
+/// process (which then register aligned windows and all-reduce), and through the bootstrap
+/// (where the communicator refuses later registrations: freed and destroyed).
+fn misaligned_round() {
+    let comms = init_all(2);
+    let mut buffers = alloc(&comms, COUNT * 4 + 64);
+    refused_misaligned_registration(&buffers, COUNT * 4);
+    register_all(&mut buffers);
+    all_reduce_checked(&buffers);
+    teardown(buffers);
+
+    let comms = join_threads(new_id(), 2);
+    let buffers = alloc(&comms, COUNT * 4 + 64);
+    refused_misaligned_registration(&buffers, COUNT * 4);
+    for b in buffers {
+        check(symmMemFree(b.comm, b.base.cast()), b.comm);
+        check(symmCommDestroy(b.comm), null_mut());
+    }
+}
+
 fn every_scenario() {
     init_all_round();
     unique_id_round();
     processes_round();
+    misaligned_round();
 }
 
 /// Wait (bounded) until the process runs no more threads and holds no more descriptors than

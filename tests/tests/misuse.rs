@@ -1,8 +1,10 @@
 //! Misuse of the C ABI with defined outcomes: teardown calls that would free memory under work
-//! still queued in an open group are refused, and the group still completes correctly.
+//! still queued in an open group are refused, and the group still completes correctly; a
+//! window base that is not 16-byte aligned fails its registration on every rank at once.
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::time::{Duration, Instant};
 use symm::*;
 use symm_tests::*;
 
@@ -125,4 +127,141 @@ fn init_rank_inside_a_group_is_refused_at_once() {
     assert!(message.contains("one thread per rank"), "{message}");
     assert!(start.elapsed() < std::time::Duration::from_secs(1));
     assert!(comm.is_null());
+}
+
+/// Registration failures come at once, not after `SYMM_TIMEOUT_MS` (10 s by default).
+const PROMPT: Duration = Duration::from_secs(3);
+
+/// Check the messages of a registration that rank 0 made at `misaligned` and every other rank
+/// at an aligned base.
+fn expect_misaligned(results: &[(symmResult_t, String)], misaligned: *mut u8) {
+    for (rank, (result, message)) in results.iter().enumerate() {
+        assert_eq!(
+            *result,
+            symmResult_t::symmInvalidArgument,
+            "rank {rank}: {message}"
+        );
+        assert!(
+            message.contains("16-byte aligned"),
+            "rank {rank}: {message}"
+        );
+        if rank == 0 {
+            let address = format!("buff = {:#x}", misaligned as usize);
+            assert!(message.contains(&address), "rank 0: {message}");
+        } else {
+            assert!(
+                message.contains("rank 0 registered"),
+                "rank {rank}: {message}"
+            );
+        }
+    }
+}
+
+/// One thread drives two ranks; rank 0 registers its allocation's base + 4 (symmMemAlloc
+/// memory is aligned): the group's end refuses the registration on both ranks at once,
+/// nothing stays registered, and the ranks then register aligned windows and all-reduce.
+#[test]
+fn a_misaligned_window_base_fails_the_registration_on_every_rank_and_the_comm_stays_usable() {
+    use_host_backend();
+    let comms = init_all(2);
+    let size = COUNT * 4;
+    let mut buffers = alloc(&comms, size + 64);
+    // SAFETY: 4 bytes into an allocation of size + 64 bytes.
+    let misaligned = unsafe { buffers[0].base.add(4) };
+    let mut windows = [null_mut(); 2];
+    let start = Instant::now();
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        let base = if rank == 0 { misaligned } else { b.base };
+        // SAFETY: valid out-pointer; [base, base + size) lies inside the allocation.
+        let r = unsafe {
+            symmCommWindowRegister(
+                b.comm,
+                base.cast(),
+                size,
+                &mut windows[rank],
+                SYMM_WIN_COLL_SYMMETRIC,
+            )
+        };
+        check(r, b.comm);
+    }
+    let ended = symmGroupEnd();
+    assert!(start.elapsed() < PROMPT, "at once, not at the bound");
+    assert_eq!(ended, symmResult_t::symmInvalidArgument);
+    let results: Vec<(symmResult_t, String)> =
+        comms.iter().map(|&c| (ended, last_error(c))).collect();
+    expect_misaligned(&results, misaligned);
+    // Nothing stays registered: the handles are not windows, and the allocations are free to
+    // register again.
+    for (rank, b) in buffers.iter().enumerate() {
+        let r = symmCommWindowDeregister(b.comm, windows[rank]);
+        assert_eq!(
+            r,
+            symmResult_t::symmInvalidArgument,
+            "{}",
+            last_error(b.comm)
+        );
+        assert!(last_error(b.comm).contains("not a window registered"));
+    }
+    register_all(&mut buffers);
+    queue_all_reduce(&buffers);
+    end_and_check(&buffers);
+    teardown(buffers);
+}
+
+/// Ranks made by `symmCommInitRank`, one thread each, registering outside a group (the
+/// registration goes through the bootstrap): rank 0's misaligned base fails the registration
+/// on both ranks at once, with the same messages.
+#[test]
+fn a_misaligned_window_base_fails_a_bootstrap_registration_on_every_rank_at_once() {
+    use_host_backend();
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
+    let comms = join_threads(id, 2);
+    let size = COUNT * 4;
+    let buffers = alloc(&comms, size + 64);
+    // SAFETY: 4 bytes into an allocation of size + 64 bytes.
+    let misaligned = unsafe { buffers[0].base.add(4) } as usize;
+    let start = Instant::now();
+    let threads: Vec<_> = buffers
+        .iter()
+        .enumerate()
+        .map(|(rank, b)| {
+            let comm = b.comm as usize;
+            let base = if rank == 0 {
+                misaligned
+            } else {
+                b.base as usize
+            };
+            std::thread::spawn(move || {
+                let comm = comm as symmComm_t;
+                let mut win = null_mut();
+                // SAFETY: valid out-pointer; [base, base + size) lies inside the allocation.
+                let r = unsafe {
+                    symmCommWindowRegister(
+                        comm,
+                        base as *mut c_void,
+                        size,
+                        &mut win,
+                        SYMM_WIN_COLL_SYMMETRIC,
+                    )
+                };
+                (r, last_error(comm))
+            })
+        })
+        .collect();
+    let results: Vec<(symmResult_t, String)> =
+        threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(
+        start.elapsed() < PROMPT,
+        "at once, not at the bound: {results:?}"
+    );
+    expect_misaligned(&results, misaligned as *mut u8);
+    for b in buffers {
+        check(symmMemFree(b.comm, b.base.cast()), b.comm);
+        check(symmCommDestroy(b.comm), null_mut());
+    }
 }

@@ -210,7 +210,14 @@ fn a_rank_with_a_forged_secret_is_refused_and_the_others_complete() {
     }
     let (result, message) = intruder.join().unwrap();
     assert_ne!(result, symmResult_t::symmSuccess, "{message}");
+    // Its secret differs from the root's: the root's proof does not check for it, and it
+    // refuses the root before sending its own proof.
+    assert_eq!(result, symmResult_t::symmSystemError, "{message}");
     assert!(message.contains("secret is refused"), "{message}");
+    assert!(
+        message.contains("did not prove it knows the communicator's secret"),
+        "{message}"
+    );
 }
 
 /// Ranks of a communicator made by `symmCommInitRank` in threads of this process, then

@@ -359,6 +359,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         .map(|(r, bytes)| WindowDeposit::decode(bytes, r))
         .collect::<Result<Vec<_>>>()?;
     same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
+    aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
     let backend = &comm.clique.backend;
     let pad_bytes = signal_pad_bytes(comm.clique.nranks) as u64;
     let mut out = Vec::with_capacity(deposits.len());
@@ -420,8 +421,45 @@ fn same_size_on_every_rank(window: &Window, sizes: impl IntoIterator<Item = u64>
     }
 }
 
+/// Alignment of every rank's window base: the kernels access windows (this rank's and its
+/// peers') 16 bytes at a time.
+const WINDOW_ALIGNMENT: u64 = 16;
+
+/// Every rank's window base (`bases`, by rank, each in its own address space) is
+/// [`WINDOW_ALIGNMENT`]-aligned: else an error naming this rank's `buff`, or the first other
+/// rank whose base is not. Checked once every rank deposited, like the size, so that every
+/// rank of the registration fails together instead of the others waiting for one that
+/// refused alone.
+fn aligned_on_every_rank(
+    comm: &Comm,
+    window: &Window,
+    bases: impl IntoIterator<Item = u64>,
+) -> Result<()> {
+    if !window.base.is_multiple_of(WINDOW_ALIGNMENT) {
+        return Err(Error::invalid_argument(format!(
+            "buff = {:#x} is not {WINDOW_ALIGNMENT}-byte aligned: a window's base must be a \
+             multiple of {WINDOW_ALIGNMENT} bytes on every rank (window #{} is refused on every \
+             rank)",
+            window.base, window.seq
+        )));
+    }
+    match bases
+        .into_iter()
+        .enumerate()
+        .find(|(rank, base)| *rank != comm.rank && !base.is_multiple_of(WINDOW_ALIGNMENT))
+    {
+        Some((rank, base)) => Err(Error::invalid_argument(format!(
+            "rank {rank} registered window #{} at {base:#x}, which is not {WINDOW_ALIGNMENT}-byte \
+             aligned: a window's base must be a multiple of {WINDOW_ALIGNMENT} bytes on every rank",
+            window.seq
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
     same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
+    aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
     // Hold the signal pads of the other ranks of this process: this rank's kernels write into
     // them for as long as the window exists.
     let mut peer_pads = Vec::new();

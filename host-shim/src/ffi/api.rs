@@ -305,7 +305,10 @@ pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_
 }
 
 /// Register `[buff, buff + size)`, inside one `symmMemAlloc` allocation, as a window on every
-/// rank (collective; inside a group when one thread drives several ranks).
+/// rank (collective; inside a group when one thread drives several ranks). `buff` must be
+/// 16-byte aligned on every rank (the kernels access windows 16 bytes at a time; `size` may be
+/// any number of bytes): a rank whose `buff` is not fails the registration on every rank with
+/// `symmInvalidArgument`, once every rank registered (at `symmGroupEnd` inside a group).
 ///
 /// # Safety
 /// `win` is NULL or valid for a write.

@@ -10,16 +10,17 @@
 
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
-use crate::transport::bootstrap::{Client, UniqueId};
+use crate::transport::bootstrap::{Client, UniqueId, auth};
 use crate::transport::fdpass::{FdListener, ReceivedFds};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Version byte of [`PeerInfo`] and the other messages of this module. 2: the call records
-/// count all-gathers in elements (1: bytes), so processes of both builds must not join.
-const VERSION: u8 = 2;
+/// Version byte of [`PeerInfo`] and the other messages of this module. 3: an [`FdHeader`]
+/// carries a tag instead of the communicator's secret (2: the call records count all-gathers
+/// in elements; 1: bytes), so processes of different builds must not join.
+const VERSION: u8 = 3;
 /// Longest fd-socket name accepted from a peer.
 const MAX_SOCKET_NAME: usize = 107;
 /// All-gather tag of the init exchange (block caps); registration `seq` tags are below it.
@@ -163,24 +164,26 @@ impl WindowDeposit {
 /// signal pad) to a rank in another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FdHeader {
-    /// The communicator's secret (from its unique id): the receiver drops anything else.
-    pub secret: [u8; 32],
     /// Registration number.
     pub seq: u64,
     /// Sending rank.
     pub source: u32,
+    /// [`crate::transport::bootstrap::auth::fd_tag`] of the communicator's secret and session,
+    /// `seq`, `source` and the receiving rank: the receiver drops a message whose tag does not
+    /// check. (Not the secret: it never leaves the process.)
+    pub tag: [u8; 32],
 }
 
 impl FdHeader {
-    const BYTES: usize = 1 + 32 + 8 + 4;
+    const BYTES: usize = 1 + 8 + 4 + 32;
 
     /// Wire form.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(Self::BYTES);
         out.push(VERSION);
-        out.extend_from_slice(&self.secret);
         out.extend_from_slice(&self.seq.to_le_bytes());
         out.extend_from_slice(&self.source.to_le_bytes());
+        out.extend_from_slice(&self.tag);
         out
     }
 
@@ -191,9 +194,9 @@ impl FdHeader {
         }
         let mut r = Reader::new(&bytes[1..]);
         Some(FdHeader {
-            secret: r.array::<32>()?,
             seq: r.u64()?,
             source: r.u32()?,
+            tag: r.array::<32>()?,
         })
     }
 }
@@ -271,6 +274,8 @@ pub struct RankLink {
     pub id: UniqueId,
     /// Every rank's join information, by rank.
     pub peers: Vec<PeerInfo>,
+    /// The communicator's session ([`Client::session`]).
+    session: [u8; 32],
     client: Client,
     listener: FdListener,
     stash: Mutex<Stash>,
@@ -289,6 +294,7 @@ impl RankLink {
             rank,
             id,
             peers,
+            session: *client.session(),
             client,
             listener,
             stash: Mutex::new(HashMap::new()),
@@ -333,14 +339,14 @@ impl RankLink {
         fds: &[std::os::fd::BorrowedFd<'_>],
         timeout: Duration,
     ) -> Result<()> {
-        let header = FdHeader {
-            secret: *self.id.secret(),
-            seq,
-            source: self.rank,
-        }
-        .encode();
         for (peer, info) in self.peers.iter().enumerate() {
             if !self.is_local(peer) {
+                let header = FdHeader {
+                    seq,
+                    source: self.rank,
+                    tag: auth::fd_tag(self.id.secret(), &self.session, seq, self.rank, peer as u32),
+                }
+                .encode();
                 crate::transport::fdpass::send_fds(&info.socket, &header, fds, timeout).map_err(
                     |e| {
                         Error::new(
@@ -402,12 +408,19 @@ impl RankLink {
         let Some(header) = FdHeader::decode(&received.header) else {
             return;
         };
-        // The secret authenticates the sender (and the fd socket admits only our uid); the
-        // pid is not compared, since PID namespaces make it ambiguous.
+        // The tag authenticates the sender (and the fd socket admits only our uid); the pid
+        // is not compared, since PID namespaces make it ambiguous.
         let known_sender =
             (header.source as usize) < self.peers.len() && !self.is_local(header.source as usize);
-        if crate::transport::bootstrap::secrets_equal(&header.secret, self.id.secret())
-            && known_sender
+        if known_sender
+            && auth::verify_fd_tag(
+                self.id.secret(),
+                &self.session,
+                header.seq,
+                header.source,
+                self.rank,
+                &header.tag,
+            )
         {
             self.lock_stash()
                 .insert((header.seq, header.source), received.fds);
@@ -497,9 +510,9 @@ mod tests {
     #[test]
     fn fd_header_round_trips() {
         let h = FdHeader {
-            secret: [9; 32],
             seq: 77,
             source: 3,
+            tag: [9; 32],
         };
         assert_eq!(FdHeader::decode(&h.encode()), Some(h));
         let bytes = h.encode();

@@ -1,6 +1,8 @@
-//! A rank's connection to the bootstrap root.
+//! A rank's connection to the bootstrap root. The rank authenticates the root before it sends
+//! anything but its challenge, then proves itself ([`super::auth`]).
 
 use super::UniqueId;
+use super::auth::{self, Role, Transcript};
 use super::wire::{self, Frame, FrameReader};
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
@@ -25,6 +27,7 @@ struct Inbox {
 pub struct Client {
     rank: u32,
     nranks: u32,
+    session: [u8; 32],
     writer: Mutex<TcpStream>,
     inbox: Mutex<Inbox>,
 }
@@ -34,6 +37,11 @@ impl Client {
     /// the client and every rank's information, by rank, once all joined. Retries refused
     /// connections until the deadline (the root may start later); `symmTimeout` when the
     /// ranks did not all join within `timeout`.
+    ///
+    /// The handshake ([`super::auth`]): this rank sends a fresh nonce, checks the root's proof
+    /// of knowing the id's secret, and only then sends its own proof and `info`. A root that
+    /// does not prove it (a process squatting on its address, or a root whose secret differs
+    /// from the id's) is refused with `symmSystemError` naming the address.
     pub fn connect(
         id: &UniqueId,
         nranks: u32,
@@ -66,16 +74,58 @@ impl Client {
         let mut writer = stream
             .try_clone()
             .map_err(|e| wire::io_error("cloning the bootstrap connection", e))?;
-        let hello = Frame::Hello {
-            secret: *id.secret(),
+        let mut reader = FrameReader::new(stream);
+        let rank_nonce = super::random_secret()?;
+        let challenge = Frame::Challenge {
+            version: wire::PROTOCOL_VERSION,
+            nonce: rank_nonce,
             nranks,
             rank,
+        };
+        let not_root = |why: &str| {
+            Error::new(
+                symmResult_t::symmSystemError,
+                format!(
+                    "rank {rank}: refusing the bootstrap root {}: it did not prove it knows the \
+                     communicator's secret ({why}). Another process may be listening on the \
+                     root's address, or the id's secret differs from the root's (a wrong commId \
+                     secret is refused this way); neither this rank's proof nor its join \
+                     information was sent",
+                    id.address()
+                ),
+            )
+        };
+        wire::send(&mut writer, &challenge, WRITE_TIMEOUT).map_err(|e| not_root(&e.message))?;
+        // The root proves itself first: nothing but the challenge goes out before its proof
+        // checks, and nothing but its proof is accepted.
+        let transcript = match reader.next_of(deadline, Some(&[wire::ROOT_PROOF])) {
+            Ok(Some(Frame::RootProof { nonce, proof })) => {
+                let transcript = Transcript {
+                    version: wire::PROTOCOL_VERSION,
+                    nranks,
+                    rank,
+                    rank_nonce,
+                    root_nonce: nonce,
+                };
+                if !auth::verify_proof(id.secret(), Role::Root, &transcript, &proof) {
+                    return Err(not_root("its proof is wrong"));
+                }
+                transcript
+            }
+            Ok(Some(_)) => return Err(not_root("it sent another message")),
+            Ok(None) => return Err(timed_out("the bootstrap root did not answer the handshake")),
+            Err(e) => return Err(not_root(&e.message)),
+        };
+        let hello = Frame::Hello {
+            proof: auth::proof(id.secret(), Role::Rank, &transcript),
             info: info.to_vec(),
         };
         wire::send(&mut writer, &hello, WRITE_TIMEOUT)?;
-        let mut reader = FrameReader::new(stream);
-        let infos = match reader.next(deadline) {
-            Ok(Some(Frame::Welcome { infos })) if infos.len() == nranks as usize => infos,
+        let allowed = [wire::WELCOME, wire::ERROR];
+        let (session, infos) = match reader.next_of(deadline, Some(&allowed)) {
+            Ok(Some(Frame::Welcome { session, infos })) if infos.len() == nranks as usize => {
+                (session, infos)
+            }
             Ok(Some(Frame::Error { message })) => {
                 return Err(Error::invalid_argument(format!("rank {rank}: {message}")));
             }
@@ -90,8 +140,7 @@ impl Client {
                 return Err(Error::new(
                     e.code,
                     format!(
-                        "rank {rank}: joining through the bootstrap root {}: {} (a wrong \
-                             commId secret is refused this way)",
+                        "rank {rank}: joining through the bootstrap root {}: {}",
                         id.address(),
                         e.message
                     ),
@@ -102,6 +151,7 @@ impl Client {
             Client {
                 rank,
                 nranks,
+                session,
                 writer: Mutex::new(writer),
                 inbox: Mutex::new(Inbox {
                     reader,
@@ -111,6 +161,11 @@ impl Client {
             },
             infos,
         ))
+    }
+
+    /// The communicator's session: a random value the root gave every rank at `Welcome`.
+    pub fn session(&self) -> &[u8; 32] {
+        &self.session
     }
 
     /// Send this rank's contribution to the all-gather `tag`; does not wait for the others.

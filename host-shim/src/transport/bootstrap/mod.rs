@@ -1,8 +1,10 @@
 //! The bootstrap: how the ranks of a communicator made by `symmCommInitRank` find each other,
 //! NCCL-shaped. `symmGetUniqueId` starts a root ([`root`]) and returns a [`UniqueId`] carrying
 //! the root's address and a random secret; the application moves the id's bytes to the other
-//! processes; every rank connects ([`Client`]), presents the secret and joins. The root then
-//! relays all-gathers (window registration) and reports ranks whose connection is lost.
+//! processes; every rank connects ([`Client`]) and joins once the root and the rank have proved
+//! to each other that they know the secret ([`auth`]: a challenge–response with HMAC-SHA256;
+//! the secret never crosses the wire). The root then relays all-gathers (window registration)
+//! and reports ranks whose connection is lost.
 //!
 //! `SYMM_COMM_ID=host:port` (like `NCCL_COMM_ID`) names the root's address instead, so that
 //! independently started processes agree without passing the id; rank 0 opens the root there.
@@ -10,6 +12,7 @@
 //!
 //! Every connect, accept, read and write is bounded; every message is checked ([`wire`]).
 
+pub mod auth;
 pub mod client;
 pub mod root;
 pub mod wire;
@@ -22,9 +25,12 @@ use crate::error::{Error, Result};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
 const ID_MAGIC: &[u8; 8] = b"SYMMUID2";
-const ID_VERSION: u8 = 1;
+/// 2: the id's root speaks bootstrap protocol 2 ([`wire::PROTOCOL_VERSION`], the
+/// challenge–response handshake); ids of builds that send the secret in clear are refused.
+const ID_VERSION: u8 = 2;
 
-/// A communicator's unique id: the root's address and the secret every rank presents.
+/// A communicator's unique id: the root's address and the secret that the root and every rank
+/// prove they know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UniqueId {
     address: SocketAddr,
@@ -188,7 +194,7 @@ pub fn parse_listen_address(value: Option<&str>) -> Result<SocketAddr> {
     Ok(address)
 }
 
-/// 32 random bytes from the kernel.
+/// 32 random bytes from the kernel (secrets, nonces, sessions).
 pub fn random_secret() -> Result<[u8; 32]> {
     let mut bytes = [0u8; 32];
     let mut filled = 0;
@@ -210,11 +216,6 @@ pub fn random_secret() -> Result<[u8; 32]> {
         filled += n as usize;
     }
     Ok(bytes)
-}
-
-/// Compare secrets in time independent of where they differ.
-pub fn secrets_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
-//! The bootstrap root: serves one communicator. Ranks connect and say `Hello` (checked: the
-//! secret, `nranks`, the rank); once all joined, each gets the `Welcome` with everyone's join
-//! information; then the root serves all-gathers (`Contribute` → `Gathered`) and tells the
-//! survivors when a rank's connection is lost (`PeerLost`). It ends when every rank left or
-//! was lost, or when the ranks did not all join in time (the ones that did get an `Error`).
+//! The bootstrap root: serves one communicator. Ranks connect and authenticate
+//! ([`super::auth`]: a `Challenge`, the root's proof, the rank's proof in its `Hello`), then
+//! the root checks `nranks` and the rank; once all joined, each gets the `Welcome` with the
+//! session and everyone's join information; then the root serves all-gathers (`Contribute` →
+//! `Gathered`) and tells the survivors when a rank's connection is lost (`PeerLost`). It ends
+//! when every rank left or was lost, or when the ranks did not all join in time (the ones that
+//! did get an `Error`).
 //!
 //! One thread accepts; one thread per connection reads it. A connection that misbehaves
-//! (silence, garbage, a wrong secret, an oversized frame) is closed; the others are not
-//! disturbed.
+//! (silence, garbage, a wrong proof, an oversized frame) is closed; the others are not
+//! disturbed. Before a connection's proof checked, the root sends it nothing but its own proof.
 
-use super::secrets_equal;
+use super::auth::{self, Role, Transcript};
 use super::wire::{self, Frame, FrameReader};
 use crate::error::Result;
 use std::collections::HashMap;
@@ -17,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long a connection may take to say `Hello`.
+/// How long a connection may take from its accept to its `Hello` (the whole handshake).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound of every write to a rank.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,6 +68,8 @@ struct State {
 
 struct Shared {
     secret: [u8; 32],
+    /// The communicator's session, sent to every rank in the `Welcome`.
+    session: [u8; 32],
     /// Connections between accept and the end of their `Hello` handling.
     unjoined: std::sync::atomic::AtomicUsize,
     join_deadline: Instant,
@@ -90,8 +94,10 @@ pub fn start(listen: SocketAddr, secret: [u8; 32], join_timeout: Duration) -> Re
     let address = listener
         .local_addr()
         .map_err(|e| wire::io_error("reading the listener address", e))?;
+    let session = super::random_secret()?;
     let shared = Arc::new(Shared {
         secret,
+        session,
         unjoined: std::sync::atomic::AtomicUsize::new(0),
         join_deadline: Instant::now() + join_timeout,
         finished: AtomicBool::new(false),
@@ -178,23 +184,44 @@ fn serve(stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// Read and check a connection's `Hello`: only that kind may come first, within
-/// [`HELLO_TIMEOUT`]. The joined rank and its reader, or `None` (connection closed).
+/// Authenticate a connection and read its `Hello`: its `Challenge` must come first, then its
+/// `Hello` with a proof that checks, both within [`HELLO_TIMEOUT`] of the accept. The joined
+/// rank and its reader, or `None` (connection closed).
 fn join(stream: TcpStream, shared: &Shared) -> Option<(FrameReader, usize)> {
+    let deadline = Instant::now() + HELLO_TIMEOUT;
     let _ = stream.set_nodelay(true);
     let mut writer = stream.try_clone().ok()?;
     let mut reader = FrameReader::new(stream);
-    let hello = reader.next_of(Instant::now() + HELLO_TIMEOUT, Some(&[wire::HELLO]));
-    let Ok(Some(Frame::Hello {
-        secret,
+    let challenge = reader.next_of(deadline, Some(&[wire::CHALLENGE]));
+    let Ok(Some(Frame::Challenge {
+        version,
+        nonce: rank_nonce,
         nranks,
         rank,
-        info,
-    })) = hello
+    })) = challenge
     else {
         return None; // silence, garbage or another frame first: close
     };
-    if !secrets_equal(&secret, &shared.secret) {
+    if version != wire::PROTOCOL_VERSION {
+        return None; // another protocol: nothing to say that it could check
+    }
+    let transcript = Transcript {
+        version,
+        nranks,
+        rank,
+        rank_nonce,
+        root_nonce: super::random_secret().ok()?,
+    };
+    let answer = Frame::RootProof {
+        nonce: transcript.root_nonce,
+        proof: auth::proof(&shared.secret, Role::Root, &transcript),
+    };
+    wire::send(&mut writer, &answer, WRITE_TIMEOUT).ok()?;
+    let Ok(Some(Frame::Hello { proof, info })) = reader.next_of(deadline, Some(&[wire::HELLO]))
+    else {
+        return None;
+    };
+    if !auth::verify_proof(&shared.secret, Role::Rank, &transcript, &proof) {
         return None; // not one of ours: close without a word
     }
     let rank = {
@@ -254,7 +281,11 @@ fn join(stream: TcpStream, shared: &Shared) -> Option<(FrameReader, usize)> {
                 .flatten()
                 .map(|m| m.info.clone())
                 .collect();
-            broadcast(&state, &Frame::Welcome { infos }, None);
+            let welcome = Frame::Welcome {
+                session: shared.session,
+                infos,
+            };
+            broadcast(&state, &welcome, None);
         }
         rank as usize
     };

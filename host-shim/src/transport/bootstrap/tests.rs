@@ -1,9 +1,11 @@
-//! Bootstrap tests: ranks as threads of this process, and hostile connections.
+//! Bootstrap tests: ranks as threads of this process, hostile connections, and fake roots.
 
-use super::wire::{Frame, HEADER_BYTES, MAGIC};
+use super::auth::{Role, Transcript};
+use super::wire::{Frame, FrameReader, HEADER_BYTES, MAGIC};
 use super::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -92,8 +94,11 @@ fn a_wrong_secret_is_refused_and_the_right_ranks_still_join() {
     });
     let clients = join_all(id, 2);
     assert_eq!(clients.len(), 2);
+    // Its id's secret differs from the root's: the root's proof does not check for it, so it
+    // refuses the root before sending its own proof.
     let e = intruder.join().unwrap().unwrap_err();
-    assert_ne!(e.code, symmResult_t::symmSuccess);
+    assert_eq!(e.code, symmResult_t::symmSystemError, "{}", e.message);
+    assert!(e.message.contains("secret is refused"), "{}", e.message);
 }
 
 #[test]
@@ -252,15 +257,6 @@ fn listen_addresses() {
 }
 
 #[test]
-fn secrets_compare_exactly() {
-    let a = [7u8; 32];
-    let mut b = a;
-    assert!(secrets_equal(&a, &b));
-    b[31] ^= 0x80;
-    assert!(!secrets_equal(&a, &b));
-}
-
-#[test]
 fn a_port_that_answers_garbage_is_an_error_not_a_hang() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
@@ -289,4 +285,396 @@ fn a_port_that_answers_garbage_is_an_error_not_a_hang() {
         );
     }
     server.join().unwrap();
+}
+
+/// `true` when the 32 bytes of `secret` occur anywhere in `bytes`.
+fn contains_secret(bytes: &[u8], secret: &[u8; 32]) -> bool {
+    bytes.windows(secret.len()).any(|w| w == secret)
+}
+
+/// Everything readable from `stream` until it closes or `deadline` (bytes so far).
+fn read_until_closed(stream: &mut TcpStream, deadline: Instant, into: &mut Vec<u8>) {
+    let mut chunk = [0u8; 4096];
+    while Instant::now() < deadline {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => into.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    }
+}
+/// A fake root on a fresh loopback port that does not know any secret: it accepts one
+/// connection, reads the client's first frame, writes `answer(that frame)`, and records every
+/// byte the client writes until it closes the connection. The address, and the recording.
+fn fake_root(
+    answer: impl FnOnce(&[u8]) -> Vec<u8> + Send + 'static,
+) -> (std::net::SocketAddr, JoinHandle<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let recorder = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        let mut written = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // The client's first frame, by its header's length.
+        let first_len = loop {
+            if written.len() >= HEADER_BYTES {
+                let len = u32::from_le_bytes(written[8..12].try_into().unwrap()) as usize;
+                let len = HEADER_BYTES + len.min(1 << 16);
+                if written.len() >= len {
+                    break len;
+                }
+            }
+            assert!(Instant::now() < deadline, "the client sent no whole frame");
+            stream
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            match stream.read(&mut chunk) {
+                Ok(0) => break written.len(),
+                Ok(n) => written.extend_from_slice(&chunk[..n]),
+                Err(_) => {}
+            }
+        };
+        let _ = stream.write_all(&answer(&written[..first_len]));
+        read_until_closed(&mut stream, deadline, &mut written);
+        written
+    });
+    (address, recorder)
+}
+
+/// A process squatting on the root's address, knowing nothing of the protocol, answers the
+/// client's first message with random bytes: the client fails, and the secret was never among
+/// the bytes it wrote.
+#[test]
+fn a_squatter_on_the_root_address_never_receives_the_secret() {
+    let secret = random_secret().unwrap();
+    let (address, recorder) = fake_root(|_| random_secret().unwrap().repeat(4));
+    let id = UniqueId::new(address, secret);
+    let result = Client::connect(&id, 2, 0, b"join information", TIMEOUT).map(|_| ());
+    let written = recorder.join().unwrap();
+    assert!(!written.is_empty(), "the client wrote its first message");
+    assert!(
+        !contains_secret(&written, &secret),
+        "the client sent the secret to a process that does not know it: {written:02x?}"
+    );
+    let e = result.unwrap_err();
+    assert_eq!(e.code, symmResult_t::symmSystemError, "{}", e.message);
+    assert!(e.message.contains(&address.to_string()), "{}", e.message);
+}
+
+/// A fake root that plays the protocol without knowing the secret is refused by the client,
+/// which sends it nothing but its challenge: not its proof, not its join information.
+#[test]
+fn a_fake_root_without_the_secret_is_refused_by_the_client() {
+    type Answer = fn(&Frame) -> Frame;
+    let answers: [(&str, Answer); 4] = [
+        ("random proof", |_| Frame::RootProof {
+            nonce: random_secret().unwrap(),
+            proof: random_secret().unwrap(),
+        }),
+        // Reflects what the client sent: its nonce as the root's nonce and as the proof.
+        ("reflected challenge", |challenge| {
+            let Frame::Challenge { nonce, .. } = challenge else {
+                panic!("first frame {challenge:?}")
+            };
+            Frame::RootProof {
+                nonce: *nonce,
+                proof: *nonce,
+            }
+        }),
+        // A proof made with another secret (the right form, the wrong key).
+        ("proof under another secret", |challenge| {
+            let Frame::Challenge {
+                version,
+                nonce,
+                nranks,
+                rank,
+            } = *challenge
+            else {
+                panic!("first frame {challenge:?}")
+            };
+            let t = Transcript {
+                version,
+                nranks,
+                rank,
+                rank_nonce: nonce,
+                root_nonce: [5; 32],
+            };
+            Frame::RootProof {
+                nonce: t.root_nonce,
+                proof: auth::proof(&[0x55; 32], Role::Root, &t),
+            }
+        }),
+        // No proof at all: a Welcome at once.
+        ("welcome without a proof", |_| Frame::Welcome {
+            session: [0; 32],
+            infos: vec![b"a".to_vec(), b"b".to_vec()],
+        }),
+    ];
+    for (what, answer) in answers {
+        let secret = random_secret().unwrap();
+        let (address, recorder) = fake_root(move |first| {
+            let (kind, len) =
+                Frame::check_header(first[..HEADER_BYTES].try_into().unwrap()).expect("a frame");
+            let challenge = Frame::decode(kind, &first[HEADER_BYTES..HEADER_BYTES + len]).unwrap();
+            answer(&challenge).encode()
+        });
+        let id = UniqueId::new(address, secret);
+        let start = Instant::now();
+        let result = Client::connect(&id, 2, 1, b"join information", TIMEOUT).map(|_| ());
+        let written = recorder.join().unwrap();
+        let e = result.expect_err(what);
+        assert_eq!(
+            e.code,
+            symmResult_t::symmSystemError,
+            "{what}: {}",
+            e.message
+        );
+        assert!(
+            e.message.contains(&format!("bootstrap root {address}"))
+                && e.message
+                    .contains("did not prove it knows the communicator's secret"),
+            "{what}: {}",
+            e.message
+        );
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "{what}: at once, not at the deadline"
+        );
+        assert!(
+            !contains_secret(&written, &secret),
+            "{what}: the secret was sent"
+        );
+        // Exactly one frame went out: the challenge.
+        let frames = parse_frames(&written);
+        assert!(
+            matches!(
+                frames.as_slice(),
+                [Frame::Challenge {
+                    nranks: 2,
+                    rank: 1,
+                    ..
+                }]
+            ),
+            "{what}: the client sent {frames:?}"
+        );
+    }
+}
+
+/// The whole frames in `bytes` (panics on a malformed or partial one).
+fn parse_frames(mut bytes: &[u8]) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    while !bytes.is_empty() {
+        let header: [u8; HEADER_BYTES] = bytes[..HEADER_BYTES].try_into().unwrap();
+        let (kind, len) = Frame::check_header(&header).unwrap();
+        frames.push(Frame::decode(kind, &bytes[HEADER_BYTES..HEADER_BYTES + len]).unwrap());
+        bytes = &bytes[HEADER_BYTES + len..];
+    }
+    frames
+}
+
+/// A silent process on the root's address: the client gives up at its deadline.
+#[test]
+fn a_silent_squatter_times_out_within_the_bound() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let id = UniqueId::new(listener.local_addr().unwrap(), [1; 32]);
+    let bound = Duration::from_millis(400);
+    let start = Instant::now();
+    let e = Client::connect(&id, 1, 0, b"a", bound).err().unwrap();
+    assert_eq!(e.code, symmResult_t::symmTimeout, "{}", e.message);
+    assert!(e.message.contains("handshake"), "{}", e.message);
+    assert!(start.elapsed() < bound + Duration::from_millis(700));
+    drop(listener);
+}
+
+/// Play the rank's side of the handshake by hand up to the root's proof: the connection, the
+/// reader, the transcript and the root's proof.
+fn raw_challenge(
+    id: &UniqueId,
+    nranks: u32,
+    rank: u32,
+) -> (TcpStream, FrameReader, Transcript, [u8; 32]) {
+    let mut stream = TcpStream::connect(id.address()).unwrap();
+    let rank_nonce = random_secret().unwrap();
+    let challenge = Frame::Challenge {
+        version: wire::PROTOCOL_VERSION,
+        nonce: rank_nonce,
+        nranks,
+        rank,
+    };
+    stream.write_all(&challenge.encode()).unwrap();
+    let mut reader = FrameReader::new(stream.try_clone().unwrap());
+    let Some(Frame::RootProof { nonce, proof }) = reader.next(Instant::now() + TIMEOUT).unwrap()
+    else {
+        panic!("the root answers a challenge with its proof")
+    };
+    let t = Transcript {
+        version: wire::PROTOCOL_VERSION,
+        nranks,
+        rank,
+        rank_nonce,
+        root_nonce: nonce,
+    };
+    assert!(auth::verify_proof(id.secret(), Role::Root, &t, &proof));
+    (stream, reader, t, proof)
+}
+
+/// `true` when the root closed `stream` (within the bound) without a word: nothing of a
+/// `Welcome` or an `Error` arrived.
+fn closed_without_a_word(reader: &mut FrameReader) -> bool {
+    match reader.next(Instant::now() + TIMEOUT) {
+        Err(e) => e.message.contains("closed"),
+        Ok(_) => false,
+    }
+}
+
+/// A rank whose proof is made with the wrong secret (it ignores that the root's proof does not
+/// check for it) is refused by the root, which closes the connection; its rank stays free for
+/// the right one.
+#[test]
+fn a_rank_with_a_wrong_proof_is_refused_by_the_root() {
+    let (_root, id) = root();
+    let (mut stream, mut reader, t, _) = raw_challenge(&id, 2, 0);
+    let mut wrong = *id.secret();
+    wrong[7] ^= 0x10;
+    let hello = Frame::Hello {
+        proof: auth::proof(&wrong, Role::Rank, &t),
+        info: b"intruder".to_vec(),
+    };
+    stream.write_all(&hello.encode()).unwrap();
+    assert!(
+        closed_without_a_word(&mut reader),
+        "the root refuses a wrong proof"
+    );
+    let clients = join_all(id, 2);
+    assert_eq!(
+        clients[1].1[0],
+        b"info-0".to_vec(),
+        "rank 0 is the right one"
+    );
+}
+
+/// A reflection: the root's own proof sent back as the rank's. The role is bound into the
+/// proofs, so it does not check; the root closes the connection and the rank stays free.
+#[test]
+fn the_roots_proof_reflected_as_a_ranks_is_refused() {
+    let (_root, id) = root();
+    let (mut stream, mut reader, _, root_proof) = raw_challenge(&id, 2, 0);
+    let hello = Frame::Hello {
+        proof: root_proof,
+        info: b"reflector".to_vec(),
+    };
+    stream.write_all(&hello.encode()).unwrap();
+    assert!(
+        closed_without_a_word(&mut reader),
+        "the root refuses its own proof"
+    );
+    let clients = join_all(id, 2);
+    assert_eq!(
+        clients[1].1[0],
+        b"info-0".to_vec(),
+        "rank 0 is the right one"
+    );
+}
+
+/// A connection that sends a `Hello` (or anything but a `Challenge`) first, or a challenge of
+/// another protocol version, gets nothing from the root: not even its proof.
+#[test]
+fn the_root_answers_only_a_challenge_of_its_version() {
+    let (_root, id) = root();
+    let firsts = [
+        Frame::Hello {
+            proof: [0; 32],
+            info: vec![],
+        },
+        Frame::Challenge {
+            version: wire::PROTOCOL_VERSION + 1,
+            nonce: [1; 32],
+            nranks: 1,
+            rank: 0,
+        },
+        Frame::Challenge {
+            version: 1,
+            nonce: [1; 32],
+            nranks: 1,
+            rank: 0,
+        },
+    ];
+    for first in firsts {
+        let mut stream = TcpStream::connect(id.address()).unwrap();
+        stream.write_all(&first.encode()).unwrap();
+        let mut reader = FrameReader::new(stream);
+        assert!(closed_without_a_word(&mut reader), "{first:?}");
+    }
+}
+
+/// Ranks joining through a relay that records both directions: the join and an all-gather
+/// work, and the secret never crossed the wire either way.
+#[test]
+fn the_secret_never_crosses_the_wire_of_a_successful_join() {
+    let (_root, id) = root();
+    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay_id = UniqueId::new(relay.local_addr().unwrap(), *id.secret());
+    let nranks = 2u32;
+    let root_address = id.address();
+    let recordings: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Default::default();
+    let recorded = recordings.clone();
+    let relaying = std::thread::spawn(move || {
+        let mut pumps = Vec::new();
+        for _ in 0..nranks {
+            let (rank_side, _) = relay.accept().unwrap();
+            let root_side = TcpStream::connect(root_address).unwrap();
+            for (mut from, mut to) in [
+                (
+                    rank_side.try_clone().unwrap(),
+                    root_side.try_clone().unwrap(),
+                ),
+                (root_side, rank_side),
+            ] {
+                let recorded = recorded.clone();
+                pumps.push(std::thread::spawn(move || {
+                    let mut seen = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        match from.read(&mut chunk) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                seen.extend_from_slice(&chunk[..n]);
+                                if to.write_all(&chunk[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                    recorded.lock().unwrap().push(seen);
+                }));
+            }
+        }
+        for pump in pumps {
+            pump.join().unwrap();
+        }
+    });
+    let clients = join_all(relay_id, nranks);
+    for (rank, (client, _)) in clients.iter().enumerate() {
+        client.contribute(3, &[rank as u8]).unwrap();
+    }
+    for (client, _) in &clients {
+        assert_eq!(client.gathered(3, TIMEOUT).unwrap().len(), nranks as usize);
+    }
+    drop(clients);
+    relaying.join().unwrap();
+    let recordings = recordings.lock().unwrap();
+    assert_eq!(recordings.len(), 2 * nranks as usize);
+    for (i, bytes) in recordings.iter().enumerate() {
+        assert!(!bytes.is_empty(), "direction {i} carried the join");
+        assert!(
+            !contains_secret(bytes, id.secret()),
+            "direction {i} carried the secret"
+        );
+    }
 }

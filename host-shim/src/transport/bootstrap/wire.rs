@@ -1,6 +1,10 @@
 //! Bootstrap frames: `magic u32 | kind u8 | 3 zero bytes | length u32 | payload` (little
 //! endian). Every kind has a maximum payload length, checked before anything is allocated;
 //! every payload is decoded strictly (exact lengths, bounded counts).
+//!
+//! A connection starts with the handshake of [`super::auth`]: `Challenge` (rank → root),
+//! `RootProof` (root → rank), `Hello` (rank → root, with the rank's proof); only then
+//! `Welcome` or `Error`, and the all-gathers.
 
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
@@ -10,6 +14,9 @@ use std::time::{Duration, Instant};
 
 /// First four bytes of every frame.
 pub const MAGIC: u32 = 0x424d_5953; // "SYMB"
+/// Version of the bootstrap protocol, in every `Challenge` and bound into both proofs. 2: the
+/// challenge–response handshake (1: the rank sent the secret in its `Hello`).
+pub(crate) const PROTOCOL_VERSION: u32 = 2;
 /// Header bytes of a frame.
 pub const HEADER_BYTES: usize = 12;
 /// Most ranks of a communicator (`symm_device::sync::signal_pad::MAX_RANKS`).
@@ -24,19 +31,36 @@ pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// One bootstrap message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// Rank → root: join.
-    Hello {
-        /// The communicator's secret.
-        secret: [u8; 32],
+    /// Rank → root, first: the handshake's start.
+    Challenge {
+        /// [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The rank's fresh random nonce.
+        nonce: [u8; 32],
         /// Ranks of the communicator.
         nranks: u32,
         /// The joining rank.
         rank: u32,
+    },
+    /// Root → rank, the answer to `Challenge`: the root's nonce and its proof of knowing the
+    /// secret ([`super::auth::proof`] with [`super::auth::Role::Root`]).
+    RootProof {
+        /// The root's fresh random nonce.
+        nonce: [u8; 32],
+        /// The root's proof.
+        proof: [u8; 32],
+    },
+    /// Rank → root, once the root's proof checked: join.
+    Hello {
+        /// The rank's proof of knowing the secret ([`super::auth::Role::Rank`]).
+        proof: [u8; 32],
         /// Opaque join information.
         info: Vec<u8>,
     },
     /// Root → rank: everyone joined; every rank's information, by rank.
     Welcome {
+        /// The communicator's session: random, chosen by the root, the same for every rank.
+        session: [u8; 32],
         /// Join information by rank.
         infos: Vec<Vec<u8>>,
     },
@@ -75,13 +99,17 @@ pub(crate) const CONTRIBUTE: u8 = 4;
 pub(crate) const GATHERED: u8 = 5;
 pub(crate) const PEER_LOST: u8 = 6;
 pub(crate) const LEAVE: u8 = 7;
+pub(crate) const CHALLENGE: u8 = 8;
+pub(crate) const ROOT_PROOF: u8 = 9;
 
 /// Largest payload of a frame of `kind` (`None`: unknown kind).
 fn max_payload(kind: u8) -> Option<usize> {
     let lists = |item: usize| 4 + MAX_RANKS as usize * (4 + item);
     Some(match kind {
-        HELLO => 32 + 8 + 4 + MAX_INFO_BYTES,
-        WELCOME => lists(MAX_INFO_BYTES),
+        CHALLENGE => 4 + 32 + 4 + 4,
+        ROOT_PROOF => 32 + 32,
+        HELLO => 32 + 4 + MAX_INFO_BYTES,
+        WELCOME => 32 + lists(MAX_INFO_BYTES),
         ERROR => MAX_MESSAGE_BYTES,
         CONTRIBUTE => 8 + MAX_CONTRIBUTION_BYTES,
         GATHERED => 8 + lists(MAX_CONTRIBUTION_BYTES),
@@ -104,20 +132,31 @@ impl Frame {
     pub fn encode(&self) -> Vec<u8> {
         let mut payload = Vec::new();
         let kind = match self {
-            Frame::Hello {
-                secret,
+            Frame::Challenge {
+                version,
+                nonce,
                 nranks,
                 rank,
-                info,
             } => {
-                payload.extend_from_slice(secret);
+                payload.extend_from_slice(&version.to_le_bytes());
+                payload.extend_from_slice(nonce);
                 payload.extend_from_slice(&nranks.to_le_bytes());
                 payload.extend_from_slice(&rank.to_le_bytes());
+                CHALLENGE
+            }
+            Frame::RootProof { nonce, proof } => {
+                payload.extend_from_slice(nonce);
+                payload.extend_from_slice(proof);
+                ROOT_PROOF
+            }
+            Frame::Hello { proof, info } => {
+                payload.extend_from_slice(proof);
                 payload.extend_from_slice(&(info.len() as u32).to_le_bytes());
                 payload.extend_from_slice(info);
                 HELLO
             }
-            Frame::Welcome { infos } => {
+            Frame::Welcome { session, infos } => {
+                payload.extend_from_slice(session);
                 put_list(&mut payload, infos);
                 WELCOME
             }
@@ -169,22 +208,29 @@ impl Frame {
     pub fn decode(kind: u8, payload: &[u8]) -> Result<Frame> {
         let mut r = Cursor { bytes: payload };
         let frame = match kind {
+            CHALLENGE => Frame::Challenge {
+                version: r.u32()?,
+                nonce: r.array::<32>()?,
+                nranks: r.u32()?,
+                rank: r.u32()?,
+            },
+            ROOT_PROOF => Frame::RootProof {
+                nonce: r.array::<32>()?,
+                proof: r.array::<32>()?,
+            },
             HELLO => {
-                let secret = r.array::<32>()?;
-                let nranks = r.u32()?;
-                let rank = r.u32()?;
+                let proof = r.array::<32>()?;
                 let len = r.u32()? as usize;
                 if len > MAX_INFO_BYTES {
                     return Err(malformed("join information too long"));
                 }
                 Frame::Hello {
-                    secret,
-                    nranks,
-                    rank,
+                    proof,
                     info: r.take(len)?.to_vec(),
                 }
             }
             WELCOME => Frame::Welcome {
+                session: r.array::<32>()?,
                 infos: r.list(MAX_INFO_BYTES)?,
             },
             ERROR => Frame::Error {
@@ -348,13 +394,22 @@ mod tests {
 
     fn samples() -> Vec<Frame> {
         vec![
-            Frame::Hello {
-                secret: [3; 32],
+            Frame::Challenge {
+                version: PROTOCOL_VERSION,
+                nonce: [1; 32],
                 nranks: 4,
                 rank: 2,
+            },
+            Frame::RootProof {
+                nonce: [2; 32],
+                proof: [3; 32],
+            },
+            Frame::Hello {
+                proof: [3; 32],
                 info: b"info".to_vec(),
             },
             Frame::Welcome {
+                session: [4; 32],
                 infos: vec![b"a".to_vec(), vec![], b"ccc".to_vec()],
             },
             Frame::Error {
@@ -417,12 +472,24 @@ mod tests {
 
     #[test]
     fn lists_with_bad_counts_or_lengths_are_refused() {
-        let mut payload = Vec::new();
+        // A Welcome's list follows its 32-byte session.
+        let mut payload = vec![0u8; 32];
         payload.extend_from_slice(&(MAX_RANKS + 1).to_le_bytes());
         assert!(Frame::decode(WELCOME, &payload).is_err());
-        let mut payload = 1u32.to_le_bytes().to_vec();
+        let mut payload = vec![0u8; 32];
+        payload.extend_from_slice(&1u32.to_le_bytes());
         payload.extend_from_slice(&(MAX_INFO_BYTES as u32 + 1).to_le_bytes());
         assert!(Frame::decode(WELCOME, &payload).is_err());
+        let mut payload = vec![0u8; 32];
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        assert!(
+            Frame::decode(WELCOME, &payload).is_ok(),
+            "the same, well formed"
+        );
+        assert!(Frame::decode(CHALLENGE, &[0; 43]).is_err());
+        assert!(Frame::decode(CHALLENGE, &[0; 45]).is_err());
+        assert!(Frame::decode(ROOT_PROOF, &[0; 63]).is_err());
         assert!(Frame::decode(PEER_LOST, &[0; 5]).is_err());
         assert!(Frame::decode(LEAVE, &[0]).is_err());
     }
@@ -437,11 +504,12 @@ mod tests {
             state
         };
         for _ in 0..20_000 {
-            let kind = (next() % 9) as u8;
+            let kind = (next() % 11) as u8;
             let len = (next() % 64) as usize;
             let payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             let _ = Frame::decode(kind, &payload);
-            let mut frame = samples()[(next() % 7) as usize].encode();
+            let samples = samples();
+            let mut frame = samples[(next() as usize) % samples.len()].encode();
             let at = (next() as usize) % frame.len();
             frame[at] ^= 1 << (next() % 8);
             let _ = parse(&frame);
