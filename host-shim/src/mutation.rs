@@ -23,6 +23,10 @@ pub enum Mutation {
     /// Ranks of one process never compare their calls (`skip-call-agreement`): a rank whose
     /// call differs from its peers' is launched anyway.
     SkipCallAgreement,
+    /// Window teardown does not wait for the callers' streams its collectives were enqueued on
+    /// (`skip-window-stream-wait`), only for the internal stream: a launch on a caller's
+    /// stream may still use the window's memory when it is freed.
+    SkipWindowStreamWait,
 }
 
 impl Mutation {
@@ -34,6 +38,7 @@ impl Mutation {
             Mutation::OversizedGrids => "oversized-grids",
             Mutation::ThreadsShareARank => "threads-share-a-rank",
             Mutation::SkipCallAgreement => "skip-call-agreement",
+            Mutation::SkipWindowStreamWait => "skip-window-stream-wait",
         }
     }
 }

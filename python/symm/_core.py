@@ -324,9 +324,9 @@ class Comm:
         return self._handle is None
 
     def destroy(self) -> None:
-        """Destroy this rank (``symmCommDestroy``): frees its windows and buffers.
-
-        Synchronize your streams first on the cuda backend.
+        """Destroy this rank (``symmCommDestroy``): frees its windows and buffers, after the
+        collectives queued on its windows (on any stream) are done; a collective captured into
+        a CUDA graph runs when the graph is launched: synchronize that first.
 
         Raises:
             InvalidUsageError: destroyed already, or calls of it are queued in an open group.
@@ -797,8 +797,9 @@ class Window:
         return ptr - self.base
 
     def deregister(self) -> None:
-        """Deregister the window (``symmCommWindowDeregister``). Synchronize your streams first
-        on the cuda backend.
+        """Deregister the window (``symmCommWindowDeregister``), once the collectives queued on
+        it (on any stream) are done; a collective captured into a CUDA graph runs when the graph
+        is launched: synchronize that first.
 
         Raises:
             InvalidUsageError: deregistered already, or its communicator was destroyed.

@@ -722,6 +722,67 @@ fn make_context_current() {
     }
 }
 
+/// Teardown right after a collective, without synchronizing its stream first: a large
+/// out-of-place all-reduce from each rank's send window into its receive window, all ranks on
+/// one stream of the caller's in a group (one launch, directly on that stream, not on the
+/// library's internal stream), then at once every send window deregistered and its memory
+/// freed. Deregistration waits for every stream a collective on the window was enqueued on,
+/// so the kernel never reads freed memory, and the sums are right. (Run it on the simulated
+/// GPU with `SYMM_SIM_STRICT_FREE=1`, where `cuMemFree` frees at once and a kernel reading
+/// freed memory faults; without it, the driver's implicit wait in `cuMemFree`, which the
+/// window's teardown calls, hides a missing wait.)
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_teardown_right_after_a_collective_waits_for_the_callers_stream() {
+    let nranks = 2;
+    let count = largest_count();
+    let bytes = 4 * count;
+    let comms = cuda_ranks(nranks);
+    let sends = alloc_windows(&comms, bytes);
+    let recvs = alloc_windows(&comms, bytes);
+    let stream = non_blocking_stream();
+    let inputs = random_inputs(nranks, count, 4242);
+    for (b, input) in sends.iter().zip(&inputs) {
+        upload(b.base, input);
+    }
+    check(symmGroupStart(), null_mut());
+    for (send, recv) in sends.iter().zip(&recvs) {
+        let result = symmAllReduce(
+            send.base.cast(),
+            recv.base.cast(),
+            count,
+            symmDataType_t::symmFloat32 as i32,
+            symmRedOp_t::symmSum as i32,
+            send.comm,
+            stream.cast(),
+        );
+        check(result, send.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+    // At once: nothing has synchronized the stream.
+    for send in &sends {
+        check(symmCommWindowDeregister(send.comm, send.window), send.comm);
+        check(symmMemFree(send.comm, send.base.cast()), send.comm);
+    }
+    // SAFETY: the stream is this test's. A kernel fault would be its (sticky) error.
+    unsafe { sys::cuStreamSynchronize(stream) }
+        .result()
+        .unwrap();
+    for &comm in &comms {
+        assert_eq!(
+            async_error(comm),
+            symmResult_t::symmSuccess,
+            "{}",
+            last_error(comm)
+        );
+    }
+    let results: Vec<Vec<f32>> = recvs.iter().map(|b| download(b.base, count)).collect();
+    assert_matches_f64_sum(&inputs, &results, &format!("{nranks} ranks, count {count}"));
+    // SAFETY: created above, idle after the synchronization.
+    unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    teardown(recvs);
+}
+
 /// The ranks of one device driven from one thread in a group, each on its own non-blocking
 /// stream (one launch on the library's internal stream, ordered with the callers' streams
 /// by events). What each caller queues after the collective on its own stream — here a copy

@@ -234,13 +234,15 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    device, then all but the dtype/op sweeps with seed 2 on an H100-shaped one (132 SMs).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic and the two-shot algorithms; data
-///    races (plain accesses not ordered by happens-before) fail the run.
+///    races (plain accesses not ordered by happens-before) fail the run. Then teardown right
+///    after a collective with `SYMM_SIM_STRICT_FREE=1` (frees do not wait for queued work).
 /// 3. The C examples (`make -C examples/c CUDA=1 run`): one process, threads, and
 ///    `allreduce_mp` across processes sharing memory through exported file descriptors.
 /// 4. Mutation checks: each deliberate defect must make a test fail — kernel parameters
 ///    swapped, the user streams' completion wait dropped, grids larger than fit co-resident,
 ///    the barriers' acquire loads or the flags' release stores turned relaxed (reported as
-///    data races), a second thread on a rank not refused, the ranks' calls not compared.
+///    data races), a second thread on a rank not refused, the ranks' calls not compared,
+///    window teardown not waiting for the callers' streams.
 pub fn test() -> Result<(), String> {
     let started = Instant::now();
     let dir = build()?;
@@ -302,6 +304,19 @@ pub fn test() -> Result<(), String> {
         .pass(&dir)?;
     }
     step("weak memory", t);
+
+    let t = Instant::now();
+    gpu(
+        "teardown right after a collective, cuMemFree without its implicit wait",
+        vec!["gpu_teardown_right_after_a_collective"],
+        vec![
+            ("SYMM_SIM_SEED", "6"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_SIM_STRICT_FREE", "1"),
+        ],
+    )
+    .pass(&dir)?;
+    step("strict free", t);
 
     let t = Instant::now();
     let home = cuda_home(&dir)?;
@@ -421,6 +436,17 @@ pub fn test() -> Result<(), String> {
         ],
     )
     .caught(&dir, None)?;
+    gpu(
+        "window teardown does not wait for the callers' streams, cuMemFree without its wait",
+        vec!["gpu_teardown_right_after_a_collective"],
+        vec![
+            ("SYMM_SIM_SEED", "6"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_SIM_STRICT_FREE", "1"),
+            ("SYMM_MUTATION", "skip-window-stream-wait"),
+        ],
+    )
+    .caught(&dir, Some("faulted"))?;
     step("mutation checks", t);
 
     for (name, seconds) in &steps {

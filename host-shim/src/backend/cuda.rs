@@ -304,6 +304,49 @@ impl Drop for CommStream {
     }
 }
 
+/// Events on the callers' streams that a window's collectives were enqueued on (see
+/// [`super::StreamMarks`]): one per stream, recorded again after every launch on that stream
+/// that used the window, so that waiting for them waits for exactly those launches (and the
+/// work queued before them on the same streams), not for later work of the caller.
+pub struct StreamEvents {
+    device: Arc<CudaDevice>,
+    /// Stream → its event ([`stream_key`]).
+    events: HashMap<(u64, u64), sys::CUevent>,
+}
+
+/// The key of `stream` in [`StreamEvents`]: its handle, and for `CU_STREAM_PER_THREAD` (one
+/// handle, a stream per thread) the calling thread too.
+fn stream_key(stream: u64) -> (u64, u64) {
+    static NEXT_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    thread_local! {
+        static THREAD: u64 = NEXT_THREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    if stream == schedule::PER_THREAD_STREAM {
+        (stream, THREAD.with(|t| *t))
+    } else {
+        (stream, 0)
+    }
+}
+
+// SAFETY: driver handles may be used from any thread.
+unsafe impl Send for StreamEvents {}
+// SAFETY: as above.
+unsafe impl Sync for StreamEvents {}
+
+impl Drop for StreamEvents {
+    fn drop(&mut self) {
+        // Destroy even when the context cannot be entered: the calls then fail harmlessly. An
+        // event whose work is still queued is released by the driver once it completes.
+        let _context = self.device.context.enter();
+        for event in self.events.values() {
+            // SAFETY: created by `mark_streams`, destroyed once, here.
+            let _ = driver("cuEventDestroy", || unsafe {
+                result::event::destroy(*event)
+            });
+        }
+    }
+}
+
 /// The process-wide cuda backend, or why it is unusable.
 pub fn shared() -> Result<Arc<super::Backend>> {
     static SHARED: OnceLock<Result<Arc<super::Backend>>> = OnceLock::new();
@@ -633,6 +676,61 @@ impl CudaBackend {
             let _ = self.free(ordinal, address);
         }
         result
+    }
+
+    /// See [`super::Backend::mark_streams`]: record `marks`' event of each of `streams` on
+    /// that stream (creating it the first time), after what the caller enqueued there. A
+    /// stream being captured is skipped: its work runs when the graph is launched, on streams
+    /// the caller chooses and waits for.
+    pub fn mark_streams(
+        &self,
+        ordinal: i32,
+        marks: &mut Option<StreamEvents>,
+        streams: &[u64],
+    ) -> Result<()> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        let marks = marks.get_or_insert_with(|| StreamEvents {
+            device: device.clone(),
+            events: HashMap::new(),
+        });
+        for &stream in streams {
+            let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: a stream of this context (the caller's); one write.
+            driver("cuStreamIsCapturing", || unsafe {
+                sys::cuStreamIsCapturing(stream as sys::CUstream, &mut capture).result()
+            })?;
+            if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+                continue;
+            }
+            let key = stream_key(stream);
+            let event = match marks.events.get(&key) {
+                Some(&event) => event,
+                None => {
+                    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+                    let event = driver("cuEventCreate", || result::event::create(flags))?;
+                    marks.events.insert(key, event);
+                    event
+                }
+            };
+            // SAFETY: an event of this context and the caller's stream of this context.
+            driver("cuEventRecord", || unsafe {
+                result::event::record(event, stream as sys::CUstream)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// See [`super::Backend::wait_marks`]: wait for every event of `marks`.
+    pub fn wait_marks(&self, marks: &StreamEvents) -> Result<()> {
+        let _context = marks.device.context.enter()?;
+        for &event in marks.events.values() {
+            // SAFETY: an event of this context, alive while `marks` is.
+            driver("cuEventSynchronize", || unsafe {
+                result::event::synchronize(event)
+            })?;
+        }
+        Ok(())
     }
 
     /// Wait for the communicator's stream.

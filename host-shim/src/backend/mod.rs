@@ -116,6 +116,16 @@ pub enum CommResources {
     },
 }
 
+/// Where one window's collectives were enqueued, so that its teardown waits for them: a
+/// launch that serves a rank on one caller's stream runs on that stream, not on the
+/// communicator's internal stream, so waiting for the internal stream alone is not enough.
+/// On the cuda backend an event per caller's stream ([`cuda::StreamEvents`]); nothing on the
+/// host backend, whose launches complete before they return, and on the model backend.
+#[derive(Default)]
+pub struct StreamMarks {
+    cuda: Option<cuda::StreamEvents>,
+}
+
 /// Describe `launch` for [`schedule::schedule`]: `internal` is the first rank's internal stream
 /// and events `(stream, before, after)`, `befores` every rank's "before" event, `kinds` the
 /// kinds of the callers' streams.
@@ -350,6 +360,30 @@ impl Backend {
         match (self, resources) {
             (Backend::Cuda(b), CommResources::Cuda(stream)) => b.async_error(stream),
             _ => None,
+        }
+    }
+
+    /// Record in `marks` that a launch using their window was just enqueued on each of
+    /// `streams` (the callers' streams of the ranks it serves on `device`): [`Backend::wait_marks`]
+    /// then waits for it.
+    pub fn mark_streams(
+        &self,
+        device: i32,
+        marks: &mut StreamMarks,
+        streams: &[u64],
+    ) -> Result<()> {
+        match self {
+            Backend::Cuda(b) => b.mark_streams(device, &mut marks.cuda, streams),
+            Backend::Host(_) | Backend::Model(_) => Ok(()),
+        }
+    }
+
+    /// Wait until every launch recorded in `marks` is done (before the window's memory, its
+    /// context or its signal pad is freed).
+    pub fn wait_marks(&self, marks: &StreamMarks) -> Result<()> {
+        match (self, &marks.cuda) {
+            (Backend::Cuda(b), Some(events)) => b.wait_marks(events),
+            _ => Ok(()),
         }
     }
 

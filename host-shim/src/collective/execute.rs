@@ -111,7 +111,11 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     };
     number_calls(parts, plan, &launch)?;
     note_launch(parts, plan, &launch);
-    if let Err(e) = clique.backend.run_launch(&launch, &resources, prepared) {
+    let run = clique
+        .backend
+        .run_launch(&launch, &resources, prepared)
+        .and_then(|()| note_streams(parts, &launch));
+    if let Err(e) = run {
         // The peers may have launched these calls: this rank is out of step.
         let e = Error::new(
             e.code,
@@ -134,6 +138,25 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         }
     }
     result
+}
+
+/// Record on every window of `parts` the caller's stream its rank's part of `launch` was
+/// enqueued on, so that deregistering the window waits for it ([`Window::note_launch`]).
+fn note_streams(parts: &[Vec<&Task>], launch: &Launch) -> Result<()> {
+    for (tasks, &stream) in parts.iter().zip(&launch.streams) {
+        let mut windows: Vec<&Arc<Window>> = Vec::new();
+        for task in tasks {
+            for window in [&task.send_window, &task.recv_window] {
+                if !windows.iter().any(|w| Arc::ptr_eq(w, window)) {
+                    windows.push(window);
+                }
+            }
+        }
+        for window in windows {
+            window.note_launch(stream)?;
+        }
+    }
+    Ok(())
 }
 
 /// A launch serves at least one rank, and every rank the same number of tasks.

@@ -334,6 +334,13 @@ impl Comm {
     fn release(&self) -> Result<()> {
         let backend = &self.clique.backend;
         backend.synchronize(&self.resources)?;
+        // Every stream a collective on a window was enqueued on, before anything is freed
+        // (on an error nothing is).
+        let windows: Vec<Arc<Window>> = self.lock().windows.values().cloned().collect();
+        for window in &windows {
+            window.wait_for_launches()?;
+        }
+        drop(windows);
         let (windows, allocations, shared) = {
             let mut state = self.lock();
             (

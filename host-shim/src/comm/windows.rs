@@ -50,6 +50,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         imports: Mutex::new(Vec::new()),
         abort,
         context: OnceLock::new(),
+        launches: Mutex::new(Default::default()),
     });
     state
         .windows
@@ -536,7 +537,13 @@ pub fn deregister(comm: &Arc<Comm>, handle: symmWindow_t) -> Result<()> {
              deregistered)",
         ));
     }
+    // Every stream a collective on the window was enqueued on, not only the internal one: a
+    // launch serving one rank runs on its caller's stream.
     comm.clique.backend.synchronize(&comm.resources)?;
+    let window = comm.lock().windows.get(&(handle as usize)).cloned();
+    if let Some(window) = &window {
+        window.wait_for_launches()?;
+    }
     let window = comm.lock().windows.remove(&(handle as usize));
     if let Some(window) = window.filter(|w| w.context().is_none()) {
         forget_registration(comm, &window);

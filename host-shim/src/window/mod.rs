@@ -3,7 +3,8 @@
 //! flight. Registration itself (the rendezvous of all ranks) is `comm::windows`.
 
 use crate::abi::symmWindow_t;
-use crate::backend::{Backend, Flag};
+use crate::backend::{Backend, Flag, StreamMarks};
+use crate::error::Result;
 use crate::transport::shareable::{Imported, Shareable};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -90,6 +91,9 @@ pub struct Window {
     pub(crate) imports: Mutex<Vec<Imported>>,
     pub(crate) abort: Flag,
     pub(crate) context: OnceLock<DeviceContext>,
+    /// The callers' streams its collectives were enqueued on ([`Window::note_launch`]),
+    /// waited for before it is torn down ([`Window::wait_for_launches`]).
+    pub(crate) launches: Mutex<StreamMarks>,
 }
 
 impl Window {
@@ -138,6 +142,23 @@ impl Window {
     /// give up at their next look.
     pub fn raise_abort(&self, value: u32) {
         self.abort.raise(value);
+    }
+
+    /// Record that a launch using this window was just enqueued on `stream` (a caller's).
+    pub fn note_launch(&self, stream: u64) -> Result<()> {
+        let mut marks = self.launches.lock().unwrap_or_else(|e| e.into_inner());
+        self.backend
+            .mark_streams(self.device, &mut marks, &[stream])
+    }
+
+    /// Wait until every launch that used this window is done, on every stream it was
+    /// enqueued on: before the window (its context, its signal pad) or its memory is freed.
+    pub fn wait_for_launches(&self) -> Result<()> {
+        if crate::mutation::active(crate::mutation::Mutation::SkipWindowStreamWait) {
+            return Ok(());
+        }
+        let marks = self.launches.lock().unwrap_or_else(|e| e.into_inner());
+        self.backend.wait_marks(&marks)
     }
 }
 

@@ -17,6 +17,9 @@
 //!   synchronization) in an order drawn from the seed (`SYMM_SIM_SEED`).
 //! * Stream capture into graphs (modes, fork and join through events, the illegal operations
 //!   that invalidate a capture) and graph replay.
+//! * `cuMemFree` and `cuMemFreeHost` wait for the device's queued work first, as the driver
+//!   does in practice; with `SYMM_SIM_STRICT_FREE=1` they do not (the driver's reference
+//!   promises no such wait), and a kernel still using the memory faults.
 //! * A kernel fault puts the context into a sticky error state, as on a GPU. A stall longer
 //!   than `SYMM_SIM_DEADLOCK_MS` (default 2000) is reported on stderr with the seed; with
 //!   `SYMM_SIM_DEADLOCK=fail` the stalled grids fail instead of waiting.

@@ -32,6 +32,12 @@ pub(crate) struct Options {
     /// (`SYMM_SIM_STRICT_COPIES=1`): they return once the bytes are staged, before the copy
     /// lands. By default they return once it landed, as they do in practice.
     pub strict_copies: bool,
+    /// Free without waiting (`SYMM_SIM_STRICT_FREE=1`): `cuMemFree` and `cuMemFreeHost`
+    /// release the memory at once, between kernel instructions, instead of first waiting for
+    /// the device's queued work as the driver does in practice (its reference promises no such
+    /// wait). A kernel that still uses the memory then faults: a program that frees memory
+    /// under queued work relying on the implicit wait shows up.
+    pub strict_free: bool,
     /// Print every stream operation queued, started and completed (`SYMM_SIM_TRACE=1`).
     pub trace: bool,
     /// Text replacements applied to every PTX module before it is parsed
@@ -53,6 +59,7 @@ impl Options {
             deadlock_ms: number("SYMM_SIM_DEADLOCK_MS", 2000),
             deadlock_fail: std::env::var("SYMM_SIM_DEADLOCK").is_ok_and(|v| v == "fail"),
             strict_copies: std::env::var("SYMM_SIM_STRICT_COPIES").is_ok_and(|v| v == "1"),
+            strict_free: std::env::var("SYMM_SIM_STRICT_FREE").is_ok_and(|v| v == "1"),
             trace: std::env::var("SYMM_SIM_TRACE").is_ok_and(|v| v == "1"),
             ptx_edits: std::env::var("SYMM_SIM_PTX_EDIT")
                 .map(|v| parse_ptx_edits(&v))

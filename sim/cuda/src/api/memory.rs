@@ -82,8 +82,8 @@ pub unsafe extern "C" fn cuMemAlloc_v2(address: *mut CUdeviceptr, bytes: usize) 
     })
 }
 
-/// `cuMemFree_v2`: wait for the current device's queued work (as the driver does), then
-/// unregister and unmap.
+/// `cuMemFree_v2`: wait for the current device's queued work (as the driver does; not with
+/// `SYMM_SIM_STRICT_FREE=1`), then unregister and unmap.
 ///
 /// # Safety
 /// No pointer is dereferenced by the caller's contract (the address is checked).
@@ -101,12 +101,16 @@ pub unsafe extern "C" fn cuMemFree_v2(address: CUdeviceptr) -> CUresult {
             Some(r) if r.kind == RegionKind::Device => r.len,
             _ => return Err(E::CUDA_ERROR_INVALID_VALUE),
         };
-        let targets: Vec<u64> = state
-            .ops
-            .iter()
-            .filter(|(_, op)| op.device == d)
-            .map(|(&id, _)| id)
-            .collect();
+        let targets: Vec<u64> = if driver.options.strict_free {
+            Vec::new()
+        } else {
+            state
+                .ops
+                .iter()
+                .filter(|(_, op)| op.device == d)
+                .map(|(&id, _)| id)
+                .collect()
+        };
         let mut state = driver.wait_ops(state, Some(d), &targets)?;
         state.regions.remove(&address);
         drop(state);
@@ -178,7 +182,8 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     })
 }
 
-/// `cuMemFreeHost`: wait for all queued work (as the driver does), then unmap.
+/// `cuMemFreeHost`: wait for all queued work (as the driver does; not with
+/// `SYMM_SIM_STRICT_FREE=1`), then unmap.
 ///
 /// # Safety
 /// No pointer is dereferenced by the caller's contract (the address is checked).
@@ -194,7 +199,11 @@ pub unsafe extern "C" fn cuMemFreeHost(host: *mut c_void) -> CUresult {
             Some(r) if r.kind == RegionKind::Host => r.len,
             _ => return Err(E::CUDA_ERROR_INVALID_VALUE),
         };
-        let targets: Vec<u64> = state.ops.keys().copied().collect();
+        let targets: Vec<u64> = if driver.options.strict_free {
+            Vec::new()
+        } else {
+            state.ops.keys().copied().collect()
+        };
         let mut state = driver.wait_ops(state, Some(d), &targets)?;
         state.regions.remove(&address);
         drop(state);
