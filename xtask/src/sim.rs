@@ -350,6 +350,25 @@ pub fn test() -> Result<(), String> {
     restore?;
     step("C examples", t);
 
+    // symm-perf's cuda side (CUDA graphs and events, eager and blocking timing, a broadcast
+    // root other than 0), small and checked: it exits non-zero on a wrong element.
+    let t = Instant::now();
+    run(cargo().args(["build", "--release", "-p", "symm-perf"]))?;
+    let perf = root().join("target/release/symm-perf");
+    for args in [
+        "all_reduce -b 1K -e 4K -f 4 -g 2 -n 2 -w 1 -c 1 -G 0 -z 1",
+        "broadcast --minbytes 256 --maxbytes 1K --stepfactor 4 --ngpus 3 --root 2 -n 2 -w 1 -G 2",
+    ] {
+        SimRun {
+            what: "symm-perf",
+            program: &perf,
+            args: args.split(' ').collect(),
+            env: vec![("SYMM_SIM_SEED", "7"), ("SYMM_SIM_SMS", "16")],
+        }
+        .pass(&dir)?;
+    }
+    step("symm-perf", t);
+
     let t = Instant::now();
     gpu(
         "kernel parameters swapped",

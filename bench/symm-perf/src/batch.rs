@@ -5,7 +5,7 @@
 //! launch, for one call and for the N separate calls: until the kernels have run on a GPU,
 //! those are the GPU numbers we have, and they are predictions, not measurements.
 
-use super::{Bench, Operation, Options};
+use super::{Bench, Operation, Options, op_name, type_name};
 use symm::backend::BackendKind;
 use symm::comm::Comm;
 use symm::plan::batch::{BatchRequest, plan_batch};
@@ -60,11 +60,11 @@ pub fn run(options: Options) -> Result<bool, String> {
     let n = bench.nranks;
     let backend = if bench.gpu.is_some() { "cuda" } else { "host" };
     println!(
-        "# symm-perf {:?} --batch {items}: {n} ranks on device 0, backend {backend}, {:?} {:?}, \
+        "# symm-perf {:?} --batch {items}: {n} ranks on device 0, backend {backend}, {} {}, \
          out of place, median of {} iterations after {} warm-up{}",
         options.operation,
-        options.dtype,
-        options.op,
+        type_name(options.dtype),
+        op_name(options.operation, options.op),
         options.iterations,
         options.warmup,
         if bench.gpu.is_some() {
@@ -126,8 +126,8 @@ pub fn run(options: Options) -> Result<bool, String> {
             "  {:>10} {:>9} {:>6} {:>5} | {:>22} {:>8} {:>10.2} | {:>22} {:>8} {:>10.2} | {:>6.1}x | {:>9.2} {:>9.2} {:>11.2} | {:>6}",
             bytes,
             shape.total,
-            options.dtype.short_name(),
-            options.op.short_name(),
+            type_name(options.dtype),
+            op_name(options.operation, options.op),
             fused_kernel,
             fused_launches,
             fused_us,

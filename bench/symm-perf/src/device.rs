@@ -76,11 +76,13 @@ impl Gpu {
         unsafe { check("cuStreamSynchronize", sys::cuStreamSynchronize(self.stream)) }
     }
 
-    /// Capture `issue` (which enqueues one collective on every rank) into a CUDA graph, replay
-    /// it `iterations` times, and return the median time of one replay in µs.
+    /// Capture `issue` (which enqueues one collective on every rank) into a CUDA graph, time
+    /// `iterations` iterations of `launches` back-to-back replays each, and return the median
+    /// time of one replay in µs (`-G launches`).
     pub fn time_graph(
         &self,
         iterations: usize,
+        launches: usize,
         issue: &mut dyn FnMut() -> Result<(), String>,
     ) -> CudaResult<f64> {
         // SAFETY: capture, instantiate and launch on a live stream; events are created and
@@ -113,25 +115,72 @@ impl Gpu {
             }
             check("cuEventRecord", sys::cuEventRecord(events[0], self.stream))?;
             for e in &events[1..] {
-                check("cuGraphLaunch", sys::cuGraphLaunch(exec, self.stream))?;
+                for _ in 0..launches.max(1) {
+                    check("cuGraphLaunch", sys::cuGraphLaunch(exec, self.stream))?;
+                }
                 check("cuEventRecord", sys::cuEventRecord(*e, self.stream))?;
             }
-            self.synchronize()?;
-            let mut times = Vec::with_capacity(iterations);
-            for pair in events.windows(2) {
-                let mut ms = 0f32;
-                check(
-                    "cuEventElapsedTime",
-                    sys::cuEventElapsedTime(&mut ms, pair[0], pair[1]),
-                )?;
-                times.push(ms as f64 * 1e3);
-            }
-            for e in events {
-                sys::cuEventDestroy_v2(e);
-            }
+            let times = self.event_times(&events);
             sys::cuGraphExecDestroy(exec);
             sys::cuGraphDestroy(graph);
-            Ok(median(&mut times))
+            Ok(median(&mut times?) / launches.max(1) as f64)
+        }
+    }
+
+    /// Time `iterations` eager calls of `issue` with CUDA events around each (`-G 0`); with
+    /// `blocking` (`-z 1`), wait for each collective before issuing the next. The median time
+    /// of one call in µs.
+    pub fn time_eager(
+        &self,
+        iterations: usize,
+        blocking: bool,
+        issue: &mut dyn FnMut() -> Result<(), String>,
+    ) -> CudaResult<f64> {
+        // SAFETY: events created here are recorded on the live stream and destroyed by
+        // `event_times`.
+        unsafe {
+            let mut events = Vec::with_capacity(iterations + 1);
+            for _ in 0..=iterations {
+                let mut e = null_mut();
+                check("cuEventCreate", sys::cuEventCreate(&mut e, 0))?;
+                events.push(e);
+            }
+            check("cuEventRecord", sys::cuEventRecord(events[0], self.stream))?;
+            for e in &events[1..] {
+                issue()?;
+                check("cuEventRecord", sys::cuEventRecord(*e, self.stream))?;
+                if blocking {
+                    self.synchronize()?;
+                }
+            }
+            Ok(median(&mut self.event_times(&events)?))
+        }
+    }
+
+    /// Wait for the stream, then the µs between consecutive `events`; destroys them.
+    ///
+    /// # Safety
+    /// `events` are live events recorded on this stream.
+    unsafe fn event_times(&self, events: &[sys::CUevent]) -> CudaResult<Vec<f64>> {
+        let synchronized = self.synchronize();
+        let mut times = Vec::with_capacity(events.len().saturating_sub(1));
+        let mut failure = synchronized.err();
+        for pair in events.windows(2) {
+            let mut ms = 0f32;
+            // SAFETY: both events are live and, the stream being synchronized, complete.
+            let r = unsafe { sys::cuEventElapsedTime(&mut ms, pair[0], pair[1]) };
+            match check("cuEventElapsedTime", r) {
+                Ok(()) => times.push(ms as f64 * 1e3),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        for e in events {
+            // SAFETY: live events, destroyed once.
+            unsafe { sys::cuEventDestroy_v2(*e) };
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(times),
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! symm-perf all_reduce|all_gather|reduce_scatter|broadcast -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
-//!           -n iters -w warmup -c 1
+//!           -n iters -w warmup -c 1 [-r root] [-G graph-launches] [-a 0|1|2|3] [-z 0|1]
+//! symm-perf all_reduce --minbytes 8 --maxbytes 128M --stepfactor 2 --ngpus 8 --datatype float ...
 //! symm-perf clc -t tiles -i uniform|skew|heavy|all -p policy|all -n iters
 //! symm-perf scale-model [--out DIR]
 //! ```
@@ -16,9 +17,12 @@
 //! itself, joined with `symmCommInitRank`; rank 0 prints the table, every rank checks its own
 //! results), the layout of a torchrun or mpirun job.
 //! Sizes are nccl-tests' (bytes of the whole result; all-gather and reduce-scatter: of the
-//! gathered / scattered buffer; broadcast, from rank 0: of the buffer). On the cuda backend each point is the median of CUDA-event
-//! timings of CUDA-graph replays, and a floor column compares it with the device-to-device copy
-//! bandwidth measured at start; on the host backend, the median wall time of grouped calls.
+//! gathered / scattered buffer; broadcast, from `-r`: of the buffer). On the cuda backend each
+//! point is the median of CUDA-event timings of CUDA-graph replays (`-G 0`: of eager launches),
+//! and a floor column compares it with the device-to-device copy bandwidth measured at start; on
+//! the host backend, the median wall time of grouped calls. With `--procs`, `-a` picks which
+//! rank's time a row shows (rank 0's, the mean, the min or the max, gathered with symm's own
+//! all-reduce).
 
 mod batch;
 mod clc;
@@ -47,7 +51,7 @@ fn scale_model(args: &[String]) -> Result<(), String> {
 }
 
 use device::{Gpu, median};
-use options::{Operation, Options};
+use options::{Average, Operation, Options, op_name, table_header, type_name};
 use std::process::ExitCode;
 use std::time::Instant;
 use symm::*;
@@ -260,7 +264,15 @@ impl Bench {
                 Operation::ReduceScatter => {
                     symmReduceScatter(send, recv, c, dtype, op, rank.comm, stream)
                 }
-                Operation::Broadcast => symmBroadcast(send, recv, c, dtype, 0, rank.comm, stream),
+                Operation::Broadcast => symmBroadcast(
+                    send,
+                    recv,
+                    c,
+                    dtype,
+                    self.options.root as i32,
+                    rank.comm,
+                    stream,
+                ),
             };
             ok("collective", result, rank.comm)?;
         }
@@ -371,7 +383,7 @@ impl Bench {
                         dtype,
                         self.input((i / shape.count) as usize, i % shape.count),
                     ),
-                    Operation::Broadcast => representable(dtype, self.input(0, i)),
+                    Operation::Broadcast => representable(dtype, self.input(self.options.root, i)),
                 };
                 let value = decode(dtype, chunk);
                 if (value - expected).abs() > tolerance * expected.abs() {
@@ -395,7 +407,18 @@ impl Bench {
         match &self.gpu {
             Some(gpu) => {
                 gpu.synchronize()?;
-                gpu.time_graph(self.options.iterations, &mut || issue())
+                match self.options.graph_launches {
+                    Some(0) => {
+                        gpu.time_eager(self.options.iterations, self.options.blocking, &mut || {
+                            issue()
+                        })
+                    }
+                    launches => {
+                        gpu.time_graph(self.options.iterations, launches.unwrap_or(1), &mut || {
+                            issue()
+                        })
+                    }
+                }
             }
             None => {
                 let mut times = Vec::with_capacity(self.options.iterations);
@@ -407,6 +430,37 @@ impl Bench {
                 Ok(median(&mut times))
             }
         }
+    }
+
+    /// `us` as `-a` asks, over every rank: with all ranks in this process they were timed
+    /// together (one time); with `--procs`, the ranks' own times are combined with an
+    /// all-reduce of one double (rank 0's: a broadcast from rank 0) in the window.
+    fn across_ranks(&self, us: f64) -> Result<f64, String> {
+        if self.ranks.len() == self.nranks {
+            return Ok(us);
+        }
+        let rank = &self.ranks[0];
+        let stream = self
+            .gpu
+            .as_ref()
+            .map_or(std::ptr::null_mut(), Gpu::symm_stream);
+        let double = DataType::Float64 as i32;
+        self.write(rank.base, &us.to_ne_bytes())?;
+        let at = rank.base as *mut std::ffi::c_void;
+        let result = match self.options.average {
+            Average::Rank0 => symmBroadcast(at, at, 1, double, 0, rank.comm, stream),
+            average => {
+                let op = match average {
+                    Average::Min => RedOp::Min,
+                    Average::Max => RedOp::Max,
+                    _ => RedOp::Avg,
+                };
+                symmAllReduce(at, at, 1, double, op as i32, rank.comm, stream)
+            }
+        };
+        ok("symmAllReduce of the ranks' times", result, rank.comm)?;
+        let bytes = self.read(rank.base, 8)?;
+        Ok(f64::from_ne_bytes(bytes.try_into().expect("8 bytes")))
     }
 
     /// The algorithm of the kernel the first rank launched last.
@@ -552,43 +606,42 @@ fn run(options: Options, process: Option<(usize, symmUniqueId)>) -> Result<bool,
         Some(gpu) => Some(gpu.copy_bandwidth_gbps(256 << 20)?),
         None => None,
     };
+    let timing = match (bench.gpu.is_some(), options.graph_launches) {
+        (true, Some(0)) if options.blocking => {
+            "eager launches timed with CUDA events, each waited for (-z 1)".to_string()
+        }
+        (true, Some(0)) => "eager launches timed with CUDA events (-G 0)".to_string(),
+        (true, launches) => format!(
+            "CUDA-graph replays timed with CUDA events, {} per iteration (-G)",
+            launches.unwrap_or(1)
+        ),
+        (false, _) => "wall time (-G and -z apply to the cuda backend)".to_string(),
+    };
+    let ranks_time = match (process.is_some(), options.average) {
+        (false, _) => "all ranks timed together",
+        (true, Average::Rank0) => "rank 0's time (-a 0)",
+        (true, Average::Mean) => "mean over ranks (-a 1)",
+        (true, Average::Min) => "min over ranks (-a 2)",
+        (true, Average::Max) => "max over ranks (-a 3)",
+    };
     println!(
-        "# symm-perf {:?}: {n} ranks on device 0 ({layout}), backend {backend}, {:?} {:?}, median of {} iterations after {} warm-up{}",
+        "# symm-perf {:?}: {n} ranks on device 0 ({layout}), backend {backend}, {} {}, median of {} iterations after {} warm-up, {timing}, {ranks_time}",
         options.operation,
-        options.dtype,
-        options.op,
+        type_name(options.dtype),
+        op_name(options.operation, options.op),
         options.iterations,
         options.warmup,
-        if bench.gpu.is_some() {
-            ", CUDA-graph replays timed with CUDA events"
-        } else {
-            ", wall time"
-        }
     );
     match copy_gbps {
         Some(bw) => println!(
-            "# device-to-device copy bandwidth: {bw:.1} GB/s; floor% = time that copy rate needs for the algorithm's reads+writes / measured time"
+            "# device-to-device copy bandwidth: {bw:.1} GB/s; floor (%) = the time that copy rate needs for the algorithm's reads+writes / measured time"
         ),
         None => println!("# no copy-bandwidth floor on the host backend"),
     }
-    println!(
-        "# {:>12} {:>12} {:>8} {:>6} {:>20} | {:>10} {:>9} {:>9} {:>6} {:>6} | {:>10} {:>9} {:>9} {:>6} {:>6}",
-        "size(B)",
-        "count",
-        "type",
-        "redop",
-        "algorithm",
-        "time(us)",
-        "algbw",
-        "busbw",
-        "#wrong",
-        "floor%",
-        "time(us)",
-        "algbw",
-        "busbw",
-        "#wrong",
-        "floor%"
-    );
+    println!("#");
+    for line in table_header(copy_gbps.is_some()) {
+        println!("{line}");
+    }
     let mut busbw_sum = 0.0;
     let mut points = 0;
     let mut all_right = true;
@@ -599,12 +652,18 @@ fn run(options: Options, process: Option<(usize, symmUniqueId)>) -> Result<bool,
         }
         let bytes = shape.total * bench.element();
         let (algorithm, traffic) = bench.algorithm_and_traffic(shape);
+        let root = if options.operation.rooted() {
+            options.root as i64
+        } else {
+            -1
+        };
         let mut line = format!(
-            "  {:>12} {:>12} {:>8} {:>6} {:>20}",
+            "  {:>12} {:>12} {:>8} {:>6} {:>6} {:>22}",
             bytes,
             shape.total,
-            options.dtype.short_name(),
-            options.op.short_name(),
+            type_name(options.dtype),
+            op_name(options.operation, options.op),
+            root,
             algorithm.name()
         );
         for in_place in [false, true] {
@@ -614,16 +673,16 @@ fn run(options: Options, process: Option<(usize, symmUniqueId)>) -> Result<bool,
                 0
             };
             all_right &= wrong == 0;
-            let us = bench.time(shape, in_place)?;
+            let us = bench.across_ranks(bench.time(shape, in_place)?)?;
             let algbw = bytes as f64 / (us * 1e3);
             let busbw = algbw * options.operation.bus_factor(n);
-            let floor = match copy_gbps {
-                Some(bw) => format!("{:.0}", 100.0 * (traffic / 2.0 / (bw * 1e3)) / us),
-                None => "n/a".to_string(),
-            };
             busbw_sum += busbw;
             points += 1;
-            line += &format!(" | {us:>10.2} {algbw:>9.2} {busbw:>9.2} {wrong:>6} {floor:>6}");
+            line += &format!(" | {us:>10.2} {algbw:>9.2} {busbw:>9.2} {wrong:>6}");
+            if let Some(bw) = copy_gbps {
+                let floor = 100.0 * (traffic / 2.0 / (bw * 1e3)) / us;
+                line += &format!(" {floor:>6.0}");
+            }
         }
         println!("{line}");
     }
