@@ -408,7 +408,7 @@ fn allocation_prop(
 }
 
 /// `device`'s UUID.
-fn device_uuid(device: sys::CUdevice) -> Result<[u8; 16]> {
+pub fn device_uuid(device: sys::CUdevice) -> Result<[u8; 16]> {
     let uuid = driver("cuDeviceGetUuid", || result::device::get_uuid(device))?;
     Ok(uuid.bytes.map(|b| b as u8))
 }

@@ -63,6 +63,20 @@ pub struct Clique {
 }
 
 impl Clique {
+    /// The devices of this process's ranks, each once: every one of them reads and writes the
+    /// windows and signal pads of the others directly.
+    pub fn local_devices(&self) -> Vec<i32> {
+        let mut devices: Vec<i32> = self
+            .devices
+            .iter()
+            .copied()
+            .filter(|&d| d != REMOTE_DEVICE)
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        devices
+    }
+
     /// Device address (on `device`) of a work table holding `tasks`, uploaded once and reused;
     /// 0 on the host backend, whose kernels read the host's copy during the launch.
     pub fn work_table(&self, device: i32, tasks: &[TaskArgs]) -> Result<u64> {
@@ -368,7 +382,13 @@ impl Comm {
     /// when ranks of other processes must map it.
     pub fn mem_alloc(&self, size: usize) -> Result<u64> {
         if self.shares_across_processes() {
-            let memory = Shareable::create(&self.clique.backend, self.device, size, "symm-window")?;
+            let memory = Shareable::create(
+                &self.clique.backend,
+                self.device,
+                &self.clique.local_devices(),
+                size,
+                "symm-window",
+            )?;
             let address = memory.address();
             let mut state = self.lock();
             state.allocations.insert(address, size);
@@ -622,6 +642,12 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     }
     let backend = crate::backend::select()?;
     let device = current_device_hint();
+    let gpu = match backend.kind() {
+        BackendKind::Cuda => {
+            crate::backend::vmm::device_uuid(crate::backend::cuda::cu_device(device)?)?
+        }
+        BackendKind::Host | BackendKind::Model => [0; 16],
+    };
     let listener = FdListener::bind()?;
     let info = PeerInfo {
         pid: std::process::id(),
@@ -629,6 +655,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
         node: link::node_id(),
         backend: backend.kind() as u8,
         device,
+        gpu,
         socket: listener.name().to_vec(),
     };
     let join_timeout = crate::config::bootstrap_timeout()?;
@@ -656,11 +683,27 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     );
 
     // Every rank plans the same grids: the block cap is the minimum over the ranks of what
-    // lets the ranks sharing a device in one process be resident at once.
-    let sharing = (0..nranks)
-        .filter(|&r| link.is_local(r) && link.peers[r].device == device)
-        .count() as u32;
-    let own_cap = backend.max_blocks_per_rank(device, sharing)?;
+    // lets every rank on one physical GPU be resident at once, ranks of other processes
+    // included (they share the SMs under MPS; without it, their kernels take turns).
+    let on_gpu = link::ranks_on_same_gpu(&link.peers, rank as usize);
+    let elsewhere: Vec<usize> = on_gpu
+        .iter()
+        .copied()
+        .filter(|&r| !link.is_local(r))
+        .collect();
+    if !elsewhere.is_empty() {
+        crate::log!(
+            Level::Warn,
+            Subsys::Init,
+            Some(rank as usize),
+            "ranks {elsewhere:?} of other processes share this rank's GPU (device {device}): \
+             each rank's kernels get a share of the SMs ({} ranks on it), and without MPS \
+             their kernels take turns on the GPU, so every cross-rank wait lasts a time slice \
+             (correct, slow; start the MPS daemon for concurrency)",
+            on_gpu.len()
+        );
+    }
+    let own_cap = backend.max_blocks_per_rank(device, on_gpu.len() as u32)?;
     link.contribute(link::INIT_TAG, &own_cap.to_le_bytes())?;
     let caps = link.gathered(link::INIT_TAG, timeout)?;
     let mut max_blocks = u32::MAX;

@@ -126,7 +126,13 @@ fn new_signal_pad(
                 .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
             let kind = link.export_kind();
             let (window_message, mut fds) = memory.export(buff - allocation, kind)?;
-            let pad = Shareable::create(backend, comm.device, pad_bytes, "symm-signal-pad")?;
+            let pad = Shareable::create(
+                backend,
+                comm.device,
+                &comm.clique.local_devices(),
+                pad_bytes,
+                "symm-signal-pad",
+            )?;
             let (pad_message, pad_fds) = pad.export(0, kind)?;
             fds.extend(pad_fds);
             let exports = Exports {

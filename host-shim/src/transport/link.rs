@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// Version byte of [`PeerInfo`] and the other messages of this module. 3: an [`FdHeader`]
 /// carries a tag instead of the communicator's secret (2: the call records count all-gathers
 /// in elements; 1: bytes), so processes of different builds must not join.
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 /// Longest fd-socket name accepted from a peer.
 const MAX_SOCKET_NAME: usize = 107;
 /// All-gather tag of the init exchange (block caps); registration `seq` tags are below it.
@@ -40,20 +40,25 @@ pub struct PeerInfo {
     pub backend: u8,
     /// Its device ordinal, in its own process.
     pub device: i32,
+    /// Its GPU's UUID (`cuDeviceGetUuid`): equal on two ranks of one node when they share a
+    /// physical GPU, whatever their processes call it. All zeros when there is no GPU (host
+    /// and model backends).
+    pub gpu: [u8; 16],
     /// Abstract name of its fd socket.
     pub socket: Vec<u8>,
 }
 
 impl PeerInfo {
-    /// Wire form: version, pid, node, backend, device, name length, name.
+    /// Wire form: version, pid, process, node, backend, device, GPU UUID, name length, name.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(43 + self.socket.len());
+        let mut out = Vec::with_capacity(59 + self.socket.len());
         out.push(VERSION);
         out.extend_from_slice(&self.pid.to_le_bytes());
         out.extend_from_slice(&self.process);
         out.extend_from_slice(&self.node);
         out.push(self.backend);
         out.extend_from_slice(&self.device.to_le_bytes());
+        out.extend_from_slice(&self.gpu);
         out.push(self.socket.len() as u8);
         out.extend_from_slice(&self.socket);
         out
@@ -78,6 +83,7 @@ impl PeerInfo {
             return Err(bad("backend"));
         }
         let device = r.u32().ok_or_else(|| bad("device"))? as i32;
+        let gpu = r.array::<16>().ok_or_else(|| bad("gpu"))?;
         let len = r.u8().ok_or_else(|| bad("socket name"))? as usize;
         if len == 0 || len > MAX_SOCKET_NAME {
             return Err(bad("socket name length"));
@@ -92,9 +98,29 @@ impl PeerInfo {
             node,
             backend,
             device,
+            gpu,
             socket,
         })
     }
+
+    /// `true` when this rank and `other` run on one physical GPU: the same machine and GPU
+    /// UUID, or (with no UUID known) the same process and device ordinal.
+    pub fn shares_gpu_with(&self, other: &PeerInfo) -> bool {
+        if self.node != other.node {
+            return false;
+        }
+        if self.gpu != [0; 16] && other.gpu != [0; 16] {
+            return self.gpu == other.gpu;
+        }
+        self.process == other.process && self.device == other.device
+    }
+}
+
+/// The ranks of `peers` on the physical GPU of rank `rank` (itself included), in rank order.
+pub fn ranks_on_same_gpu(peers: &[PeerInfo], rank: usize) -> Vec<usize> {
+    (0..peers.len())
+        .filter(|&r| peers[rank].shares_gpu_with(&peers[r]))
+        .collect()
 }
 
 /// One rank's part of a window registration, all-gathered under the registration's number.
@@ -454,8 +480,41 @@ mod tests {
             node: [7; 16],
             backend: 0,
             device: 3,
+            gpu: [9; 16],
             socket: b"symm-4242-0123456789abcdef".to_vec(),
         }
+    }
+
+    #[test]
+    fn ranks_of_other_processes_on_the_same_gpu_are_counted() {
+        let rank = |process: u8, node: u8, device: i32, gpu: u8| PeerInfo {
+            process: [process; 16],
+            node: [node; 16],
+            device,
+            gpu: [gpu; 16],
+            ..info()
+        };
+        // Ranks 0 and 1: two processes on GPU 9 (device 0 in each); rank 2: another GPU of
+        // that node; rank 3: GPU 9's UUID on another machine (cannot be the same GPU); rank
+        // 4: a third process on GPU 9, which it calls device 1.
+        let peers = [
+            rank(1, 1, 0, 9),
+            rank(2, 1, 0, 9),
+            rank(2, 1, 1, 8),
+            rank(3, 2, 0, 9),
+            rank(4, 1, 1, 9),
+        ];
+        assert_eq!(ranks_on_same_gpu(&peers, 0), [0, 1, 4]);
+        assert_eq!(ranks_on_same_gpu(&peers, 2), [2]);
+        assert_eq!(ranks_on_same_gpu(&peers, 3), [3]);
+        // Without UUIDs (host backend): only the ranks of one process on one ordinal.
+        let peers = [
+            rank(1, 1, 0, 0),
+            rank(1, 1, 0, 0),
+            rank(2, 1, 0, 0),
+            rank(1, 1, 1, 0),
+        ];
+        assert_eq!(ranks_on_same_gpu(&peers, 0), [0, 1]);
     }
 
     #[test]

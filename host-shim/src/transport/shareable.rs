@@ -39,15 +39,34 @@ pub enum ExportKind {
 
 impl Shareable {
     /// `bytes` of zeroed shareable memory on `device` of `backend`, named `name` where the
-    /// system shows names.
-    pub fn create(backend: &Backend, device: i32, bytes: usize, name: &str) -> Result<Self> {
+    /// system shows names, readable and writable by `device` and by `peer_devices` (the other
+    /// devices of this process whose ranks use it directly: CUDA VMM memory is reachable only
+    /// by the devices `cuMemSetAccess` names; peer access enabled between contexts does not
+    /// cover it).
+    pub fn create(
+        backend: &Backend,
+        device: i32,
+        peer_devices: &[i32],
+        bytes: usize,
+        name: &str,
+    ) -> Result<Self> {
         match backend.kind() {
             BackendKind::Host => SharedMemory::create(bytes, name).map(Shareable::Host),
             BackendKind::Cuda => {
                 let cu = crate::backend::cuda::cu_device(device)?;
                 let caps = vmm::device_caps(cu)?;
                 let plan = vmm::plan_allocation(bytes, caps)?;
-                VmmAllocation::create(device, cu, plan).map(Shareable::Cuda)
+                let memory = VmmAllocation::create(device, cu, plan)?;
+                let mut peers = Vec::with_capacity(peer_devices.len());
+                for &peer in peer_devices.iter().filter(|&&d| d != device) {
+                    let peer = crate::backend::cuda::cu_device(peer)?;
+                    if !peers.contains(&peer) {
+                        peers.push(peer);
+                    }
+                }
+                // Dropping `memory` on failure unmaps and releases it.
+                memory.set_access(&peers)?;
+                Ok(Shareable::Cuda(memory))
             }
             BackendKind::Model => Err(Error::unsupported(
                 "the model backend has no memory shared across processes",
@@ -225,7 +244,7 @@ mod tests {
     #[test]
     fn host_memory_round_trips_through_export_and_import() {
         let backend = Backend::Host(HostBackend::new());
-        let memory = Shareable::create(&backend, 0, 10_000, "test").unwrap();
+        let memory = Shareable::create(&backend, 0, &[], 10_000, "test").unwrap();
         assert!(memory.len() >= 10_000);
         let (message, fds) = memory.export(4096, ExportKind::FileDescriptor).unwrap();
         let message = ExportMessage::decode(&message).unwrap();
