@@ -57,6 +57,10 @@ fn synchronize() {
 
 fn run_and_check(buffers: &[RankBuffer], count: usize, send: usize, recv: usize, seed: u64) {
     let nranks = buffers.len();
+    if forced_low_latency() && 4 * count > symm_device::sync::signal_pad::LL_MAX_BYTES {
+        assert_low_latency_refuses(buffers, count, send, recv);
+        return;
+    }
     let inputs = random_inputs(nranks, count, seed);
     for (b, input) in buffers.iter().zip(&inputs) {
         // SAFETY: offsets inside the window (checked by the callers' sizes).
@@ -311,6 +315,42 @@ fn runs_at(nranks: usize, index: usize) -> bool {
 /// up to 8 ranks' segments for all-gather and reduce-scatter.
 fn window_bytes(nranks: usize, count: usize) -> usize {
     2 * 8 * nranks * count + 4096
+}
+
+/// Under `SYMM_ALGO=ll`, an all-reduce of more than the LL buffers hold is refused on every
+/// rank with `symmInvalidArgument` (at the call or at the group's end), nothing runs, and the
+/// communicators stay usable (the callers go on with smaller counts).
+fn assert_low_latency_refuses(buffers: &[RankBuffer], count: usize, send: usize, recv: usize) {
+    check(symmGroupStart(), null_mut());
+    let mut refused = 0;
+    for b in buffers {
+        // SAFETY: offsets inside the window.
+        let (s, r) = unsafe { (b.base.add(send), b.base.add(recv)) };
+        let result = all_reduce_f32_sum(b.comm, s, r, count);
+        if result != symmResult_t::symmSuccess {
+            assert_eq!(
+                result,
+                symmResult_t::symmInvalidArgument,
+                "{}",
+                last_error(b.comm)
+            );
+            refused += 1;
+        }
+    }
+    let end = symmGroupEnd();
+    assert!(
+        refused == buffers.len() || end == symmResult_t::symmInvalidArgument,
+        "SYMM_ALGO=ll with {count} f32: {refused} of {} calls refused, group end {end:?}",
+        buffers.len()
+    );
+    for b in buffers {
+        assert_eq!(
+            async_error(b.comm),
+            symmResult_t::symmSuccess,
+            "{}",
+            last_error(b.comm)
+        );
+    }
 }
 
 /// Whether this run forces the low-latency all-reduce (`SYMM_ALGO=ll`).
@@ -596,7 +636,8 @@ fn gpu_broadcast_every_dtype_from_every_root() {
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_graph_capture_then_replay_with_new_inputs() {
     let nranks = 4;
-    let count = 4099;
+    // An odd count with a tail; under SYMM_ALGO=ll, one that fits the LL buffers.
+    let count = if forced_low_latency() { 4091 } else { 4099 };
     let comms = cuda_ranks(nranks);
     let buffers = alloc_windows(&comms, 4 * count + 4096);
     // SAFETY: stream, graph and exec handles are created, used and destroyed here, in the

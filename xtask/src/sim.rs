@@ -305,6 +305,21 @@ pub fn test() -> Result<(), String> {
     }
     step("weak memory", t);
 
+    // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
+    // graph test captures a count that fits).
+    let t = Instant::now();
+    gpu(
+        "SYMM_ALGO=ll",
+        vec!["gpu_f32_sum", "gpu_graph_capture"],
+        vec![
+            ("SYMM_SIM_SEED", "8"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_ALGO", "ll"),
+        ],
+    )
+    .pass(&dir)?;
+    step("SYMM_ALGO=ll", t);
+
     let t = Instant::now();
     gpu(
         "teardown right after a collective, cuMemFree without its implicit wait",
