@@ -27,6 +27,10 @@ pub enum Mutation {
     /// (`skip-window-stream-wait`), only for the internal stream: a launch on a caller's
     /// stream may still use the window's memory when it is freed.
     SkipWindowStreamWait,
+    /// A rank's launch does not wait for the ranks of its device in this process to have
+    /// issued the previous call (`skip-launch-pacing`): a rank's call n+1 may reach a hardware
+    /// queue before a peer's call n, behind it.
+    SkipLaunchPacing,
 }
 
 impl Mutation {
@@ -39,6 +43,7 @@ impl Mutation {
             Mutation::ThreadsShareARank => "threads-share-a-rank",
             Mutation::SkipCallAgreement => "skip-call-agreement",
             Mutation::SkipWindowStreamWait => "skip-window-stream-wait",
+            Mutation::SkipLaunchPacing => "skip-launch-pacing",
         }
     }
 }

@@ -1763,3 +1763,54 @@ fn gpu_a_process_with_two_gpus_and_a_rank_in_another_process() {
 fn gpu_two_processes_on_one_gpu_size_their_grids_for_both() {
     run_multi_process("one-gpu-two-processes", &[(0, 0)], &[(1, 0)], |_| 2);
 }
+
+/// One thread per rank on one GPU, rank 0 issuing its collectives back to back while rank 1
+/// lags (a pause before each call): rank 0's kernel n+1 waits on its stream for its kernel n,
+/// which spins until rank 1's kernel n runs. Were kernel n+1 to enter a hardware queue ahead of
+/// rank 1's kernel n, that kernel could never start; the library paces launches so that it
+/// cannot. On the simulated GPU run it with `SYMM_SIM_HW_QUEUES=1` (every stream's kernels
+/// in one first-in-first-out queue, the worst aliasing `CUDA_DEVICE_MAX_CONNECTIONS` allows).
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_a_rank_running_ahead_never_queues_before_a_lagging_peer() {
+    let nranks = 2;
+    let calls = 4;
+    let count = 64;
+    let region = 4 * count;
+    let comms = cuda_ranks(nranks);
+    let buffers = alloc_windows(&comms, calls * region);
+    let ranks = GpuRank::of(&buffers);
+    let results = per_rank_on_streams(&ranks, |rank, gpu, stream| {
+        for k in 0..calls {
+            gpu.fill(k * region, count, ((rank + 1) * (k + 1)) as f32);
+        }
+        for k in 0..calls {
+            if rank == 1 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            check(gpu.all_reduce(k * region, count, stream), gpu.comm());
+        }
+        (0..calls)
+            .map(|k| gpu.read(k * region, count, stream))
+            .collect::<Vec<_>>()
+    });
+    for (rank, regions) in results.iter().enumerate() {
+        for (k, values) in regions.iter().enumerate() {
+            let want = (3 * (k + 1)) as f32;
+            assert!(
+                values.iter().all(|v| *v == want),
+                "rank {rank}, call {k}: {:?}, want {want}",
+                &values[..4]
+            );
+        }
+    }
+    for b in &buffers {
+        assert_eq!(
+            async_error(b.comm),
+            symmResult_t::symmSuccess,
+            "{}",
+            last_error(b.comm)
+        );
+    }
+    teardown(buffers);
+}

@@ -320,6 +320,26 @@ pub fn test() -> Result<(), String> {
     .pass(&dir)?;
     step("SYMM_ALGO=ll", t);
 
+    // Hardware queues: every stream's kernels in one first-in-first-out queue (the worst
+    // aliasing CUDA_DEVICE_MAX_CONNECTIONS allows); a rank running ahead of a lagging peer
+    // must not queue its next kernel before the peer's (launch pacing).
+    let t = Instant::now();
+    gpu(
+        "one hardware queue",
+        vec![
+            "gpu_a_rank_running_ahead",
+            "gpu_one_thread_per_rank",
+            "gpu_threads_chain",
+        ],
+        vec![
+            ("SYMM_SIM_SEED", "9"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_SIM_HW_QUEUES", "1"),
+        ],
+    )
+    .pass(&dir)?;
+    step("hardware queues", t);
+
     let t = Instant::now();
     gpu(
         "teardown right after a collective, cuMemFree without its implicit wait",
@@ -481,6 +501,17 @@ pub fn test() -> Result<(), String> {
         ],
     )
     .caught(&dir, Some("faulted"))?;
+    gpu(
+        "launches not paced, one hardware queue",
+        vec!["gpu_a_rank_running_ahead"],
+        vec![
+            ("SYMM_SIM_SEED", "9"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_SIM_HW_QUEUES", "1"),
+            ("SYMM_MUTATION", "skip-launch-pacing"),
+        ],
+    )
+    .caught(&dir, Some("deadlock?"))?;
     step("mutation checks", t);
 
     for (name, seconds) in &steps {

@@ -15,10 +15,19 @@ use std::sync::atomic::Ordering;
 use symm_device::symmetric::TaskArgs;
 use symm_device::symmetric::batch::task_cells;
 
-/// Number `call` as `comm`'s next collective and compare it with the peers' calls of that
-/// number (this process's ranks, and those of other processes of this machine). A
-/// disagreement fails the communicator ([`failure::fail`]) and is returned.
+/// Number `call`, which launches nothing (a refused or empty call), as `comm`'s next
+/// collective and compare it with the peers' calls of that number (this process's ranks, and
+/// those of other processes of this machine). A disagreement fails the communicator
+/// ([`failure::fail`]) and is returned. The call counts as issued at once (see
+/// [`crate::comm::pacing`]).
 pub(crate) fn agree_call(comm: &Comm, call: &Call) -> Result<u64> {
+    let seq = number_call(comm, call)?;
+    comm.clique.pacing.issued(comm.rank, seq);
+    Ok(seq)
+}
+
+/// [`agree_call`] for a call about to be launched: it counts as issued once launched.
+fn number_call(comm: &Comm, call: &Call) -> Result<u64> {
     let seq = comm.next_collective.fetch_add(1, Ordering::Relaxed);
     let clique = &comm.clique;
     // The in-process log's lock is released before the call records are read: that read may
@@ -111,10 +120,15 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     };
     number_calls(parts, plan, &launch)?;
     note_launch(parts, plan, &launch);
-    let run = clique
-        .backend
-        .run_launch(&launch, &resources, prepared)
-        .and_then(|()| note_streams(parts, &launch));
+    let run = pace(parts, &launch).and_then(|()| {
+        clique
+            .backend
+            .run_launch(&launch, &resources, prepared)
+            .and_then(|()| note_streams(parts, &launch))
+    });
+    for (task, instance) in parts.iter().flatten().zip(&launch.instances) {
+        clique.pacing.issued(task.comm.rank, instance.seq);
+    }
     if let Err(e) = run {
         // The peers may have launched these calls: this rank is out of step.
         let e = Error::new(
@@ -138,6 +152,31 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         }
     }
     result
+}
+
+/// Wait until the ranks of this process that share a device with a rank of `parts`, and that
+/// `launch` does not serve, have issued the call before this rank's first call of `launch`
+/// ([`crate::comm::pacing`]): on the cuda backend, where kernels are enqueued without waiting
+/// and separate launches on one device can meet in a hardware queue.
+fn pace(parts: &[Vec<&Task>], launch: &Launch) -> Result<()> {
+    let clique = &parts[0][0].comm.clique;
+    if clique.backend.kind() != crate::backend::BackendKind::Cuda
+        || crate::mutation::active(crate::mutation::Mutation::SkipLaunchPacing)
+    {
+        return Ok(());
+    }
+    let served: Vec<usize> = parts.iter().map(|tasks| tasks[0].comm.rank).collect();
+    let per_rank = parts[0].len();
+    for (i, tasks) in parts.iter().enumerate() {
+        let comm = &tasks[0].comm;
+        let peers = clique.device_peers(comm.device, &served);
+        if peers.is_empty() {
+            continue;
+        }
+        let first = launch.instances[i * per_rank].seq;
+        clique.pacing.wait_for(comm, &peers, first)?;
+    }
+    Ok(())
 }
 
 /// Record on every window of `parts` the caller's stream its rank's part of `launch` was
@@ -181,7 +220,7 @@ fn number_calls(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) -> Result<()
         .flat_map(|tasks| tasks.iter())
         .zip(&launch.instances)
     {
-        let seq = agree_call(&task.comm, &Call::Made(task.signature(plan)))?;
+        let seq = number_call(&task.comm, &Call::Made(task.signature(plan)))?;
         if seq != instance.seq {
             // The rank's calls are made by this thread alone (`Comm::enter_call`).
             let e = Error::internal(format!(

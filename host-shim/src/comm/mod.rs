@@ -4,6 +4,7 @@
 //! up in [`LIVE_COMMS`] first, so a destroyed or made-up handle is an error, never a deref.
 
 pub mod failure;
+pub mod pacing;
 pub mod windows;
 
 use crate::abi::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
@@ -60,6 +61,9 @@ pub struct Clique {
     /// The communicator's first failure found by a rank of this process, or adopted from a
     /// rank of another process (see [`failure`]).
     pub failure: Mutex<Option<Failure>>,
+    /// The calls each rank of this process has issued, which separate launches on one device
+    /// wait for (see [`pacing`]).
+    pub pacing: pacing::Pacing,
 }
 
 impl Clique {
@@ -509,6 +513,7 @@ fn new_clique_with(
         signal_pads: Mutex::new(HashMap::new()),
         calls: Mutex::new(CallLog::default()),
         failure: Mutex::new(None),
+        pacing: pacing::Pacing::new(devices.len()),
     }))
 }
 

@@ -352,6 +352,8 @@ pub(crate) struct Stream {
     pub tail: Option<u64>,
     /// The capture it takes part in.
     pub capture: Option<StreamCapture>,
+    /// The device's hardware queue its kernels enter (see [`State::hw_queues`]).
+    pub queue: u32,
 }
 
 /// An event.
@@ -449,6 +451,10 @@ pub(crate) struct Op {
     pub kind: OpKind,
     /// Started by the device thread.
     pub running: bool,
+    /// The device's hardware queue it waits in, first in, first out (kernels queued on a
+    /// stream when [`State::hw_queues`] is set): it starts only after every operation queued
+    /// before it in that queue started.
+    pub queue: Option<u32>,
 }
 
 /// A node of a captured graph.
@@ -551,6 +557,11 @@ pub(crate) struct State {
     pub queries: Vec<Query>,
     /// Cached occupancy: (function handle, threads per block) → blocks per SM.
     pub occupancy: HashMap<(u64, u32), u32>,
+    /// Hardware queues per device (`SYMM_SIM_HW_QUEUES`, default 0: not modelled). As CUDA
+    /// feeds streams through `CUDA_DEVICE_MAX_CONNECTIONS` queues, each stream's kernels
+    /// enter queue (stream number mod this), and a kernel waiting for its stream's earlier
+    /// work holds up every kernel behind it in its queue, of any stream.
+    pub hw_queues: u32,
 }
 
 /// A `cuLinkCreate` session.
@@ -584,6 +595,10 @@ impl State {
             execs: HashMap::new(),
             queries: Vec::new(),
             occupancy: HashMap::new(),
+            hw_queues: std::env::var("SYMM_SIM_HW_QUEUES")
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .unwrap_or(0),
         };
         for device in 0..devices {
             let legacy = state.new_stream(device, StreamKind::Legacy);
@@ -606,7 +621,8 @@ impl State {
 
     /// Create a stream; returns its handle.
     pub(crate) fn new_stream(&mut self, device: u32, kind: StreamKind) -> u64 {
-        let h = handle(Kind::Stream, self.new_id());
+        let id = self.new_id();
+        let h = handle(Kind::Stream, id);
         self.streams.insert(
             h,
             Stream {
@@ -614,6 +630,7 @@ impl State {
                 kind,
                 tail: None,
                 capture: None,
+                queue: (id % u64::from(self.hw_queues.max(1))) as u32,
             },
         );
         h
@@ -728,6 +745,8 @@ impl State {
         let mut deps = self.entry_deps(stream);
         deps.extend(extra.iter().copied().filter(|d| self.ops.contains_key(d)));
         let device = self.streams[&stream].device;
+        let queue = (self.hw_queues > 0 && matches!(kind, OpKind::Kernel(_)))
+            .then(|| self.streams[&stream].queue);
         let id = self.new_id();
         trace(|| {
             format!(
@@ -742,6 +761,7 @@ impl State {
                 deps,
                 kind,
                 running: false,
+                queue,
             },
         );
         self.streams.get_mut(&stream).expect("stream").tail = Some(id);
@@ -768,6 +788,7 @@ impl State {
                 deps,
                 kind,
                 running: false,
+                queue: None,
             },
         );
         id
@@ -935,10 +956,20 @@ impl State {
 
     /// Operations ready to start: not running, every dependency completed. Sorted by id.
     pub(crate) fn ready(&self) -> Vec<u64> {
+        // The oldest operation not started of each hardware queue: the only one of it that
+        // may start.
+        let mut heads: HashMap<(u32, u32), u64> = HashMap::new();
+        for (&id, op) in &self.ops {
+            if let (Some(queue), false) = (op.queue, op.running) {
+                let head = heads.entry((op.device, queue)).or_insert(id);
+                *head = (*head).min(id);
+            }
+        }
         let mut ready: Vec<u64> = self
             .ops
             .iter()
             .filter(|(_, op)| !op.running && op.deps.iter().all(|d| !self.ops.contains_key(d)))
+            .filter(|(id, op)| op.queue.is_none_or(|q| heads[&(op.device, q)] == **id))
             .map(|(&id, _)| id)
             .collect();
         ready.sort_unstable();
