@@ -1814,3 +1814,126 @@ fn gpu_a_rank_running_ahead_never_queues_before_a_lagging_peer() {
     }
     teardown(buffers);
 }
+
+/// The simulated GPU's count of driver calls (`symm_sim_driver_calls` of the fake libcuda):
+/// `None` on a real driver.
+fn simulator_call_counter() -> Option<unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64> {
+    unsafe extern "C" {
+        fn dlopen(name: *const std::ffi::c_char, flags: std::ffi::c_int) -> *mut c_void;
+        fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
+    }
+    const RTLD_LAZY: std::ffi::c_int = 1;
+    const RTLD_NOLOAD: std::ffi::c_int = 4;
+    // SAFETY: looks up a library the process loaded already (NOLOAD) and one of its symbols;
+    // the symbol, where present, has the signature below (sim/cuda/src/lib.rs).
+    unsafe {
+        [c"libcuda.so", c"libcuda.so.1"]
+            .into_iter()
+            .map(|name| dlopen(name.as_ptr(), RTLD_LAZY | RTLD_NOLOAD))
+            .filter(|library| !library.is_null())
+            .map(|library| dlsym(library, c"symm_sim_driver_calls".as_ptr()))
+            .find(|symbol| !symbol.is_null())
+            .map(|symbol| {
+                std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64,
+                >(symbol)
+            })
+    }
+}
+
+/// Driver calls so far, and the table by function.
+fn driver_calls(
+    counter: unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64,
+) -> (u64, Vec<(String, u64)>) {
+    let mut text = vec![0 as std::ffi::c_char; 1 << 16];
+    // SAFETY: the buffer holds its length in bytes.
+    let total = unsafe { counter(text.as_mut_ptr(), text.len()) };
+    // SAFETY: NUL-terminated by the counter.
+    let text = unsafe { std::ffi::CStr::from_ptr(text.as_ptr()) }.to_string_lossy();
+    let table = text
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(name, n)| (name.to_string(), n.parse().unwrap()))
+        .collect();
+    (total, table)
+}
+
+/// Most driver calls one grouped all-reduce of 8 ranks on one GPU may make, after the
+/// first (NCCL makes about one launch per device).
+const DRIVER_CALLS_PER_GROUPED_ALL_REDUCE: u64 = 10;
+
+/// The host path's cost in driver calls: a grouped all-reduce of 1 KiB on each of 8 ranks of
+/// one GPU, after a warm-up, counted by the simulated GPU's driver (skipped on a real one).
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_driver_calls_per_grouped_all_reduce() {
+    let nranks = 8;
+    let count = 256;
+    let comms = cuda_ranks(nranks);
+    let Some(counter) = simulator_call_counter() else {
+        eprintln!("skipped: counts driver calls on the simulated GPU only");
+        return;
+    };
+    let buffers = alloc_windows(&comms, 8 * count);
+    let stream = non_blocking_stream();
+    let grouped = || {
+        check(symmGroupStart(), null_mut());
+        for b in &buffers {
+            // SAFETY: both halves of the window.
+            let recv = unsafe { b.base.add(4 * count) };
+            let r = symmAllReduce(
+                b.base.cast(),
+                recv.cast(),
+                count,
+                symmDataType_t::symmFloat32 as i32,
+                symmRedOp_t::symmSum as i32,
+                b.comm,
+                stream.cast(),
+            );
+            check(r, b.comm);
+        }
+        check(symmGroupEnd(), null_mut());
+    };
+    for _ in 0..3 {
+        grouped();
+    }
+    // SAFETY: the stream was created above.
+    unsafe { sys::cuStreamSynchronize(stream) }
+        .result()
+        .unwrap();
+    let calls = 10;
+    let (before, table_before) = driver_calls(counter);
+    for _ in 0..calls {
+        grouped();
+    }
+    let (after, table_after) = driver_calls(counter);
+    // SAFETY: created above; idle after the synchronization.
+    unsafe {
+        sys::cuStreamSynchronize(stream).result().unwrap();
+        sys::cuStreamDestroy_v2(stream).result().unwrap();
+    }
+    let per_call = (after - before) as f64 / calls as f64;
+    let mut breakdown: Vec<String> = table_after
+        .iter()
+        .filter_map(|(name, n)| {
+            let old = table_before
+                .iter()
+                .find(|(o, _)| o == name)
+                .map_or(0, |(_, o)| *o);
+            (*n > old).then(|| format!("{name} {:.1}", (*n - old) as f64 / calls as f64))
+        })
+        .collect();
+    breakdown.sort();
+    eprintln!(
+        "driver calls per grouped all-reduce of {nranks} ranks x {} bytes: {per_call:.1} ({})",
+        4 * count,
+        breakdown.join(", ")
+    );
+    assert!(
+        per_call <= DRIVER_CALLS_PER_GROUPED_ALL_REDUCE as f64,
+        "{per_call:.1} driver calls per grouped all-reduce ({}), at most {DRIVER_CALLS_PER_GROUPED_ALL_REDUCE}",
+        breakdown.join(", ")
+    );
+    teardown(buffers);
+}

@@ -176,7 +176,19 @@ pub(crate) struct CudaDevice {
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     multiprocessors: u32,
     ptx_target: &'static str,
+    /// When the device's streams were last queried for errors and none was found (see
+    /// [`CudaBackend::async_error`]).
+    error_poll: Mutex<Option<std::time::Instant>>,
+    /// One event per caller's stream a collective was launched on ([`stream_key`]), recorded
+    /// again after every launch on that stream (see [`CudaBackend::mark_launch`]). Kept for
+    /// the device's life: a handful of events per stream ever used.
+    launch_events: Mutex<HashMap<(u64, u64), sys::CUevent>>,
 }
+
+/// How long a device's last error poll that found nothing stands for the calls' own checks:
+/// a collective does not query the driver for errors more often (an error that poisons the
+/// context also fails the next launch; `symmCommGetAsyncError` always queries).
+const ERROR_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 // SAFETY: CUDA driver handles (contexts, functions) may be used from any thread; the driver
 // synchronizes internally.
@@ -304,18 +316,8 @@ impl Drop for CommStream {
     }
 }
 
-/// Events on the callers' streams that a window's collectives were enqueued on (see
-/// [`super::StreamMarks`]): one per stream, recorded again after every launch on that stream
-/// that used the window, so that waiting for them waits for exactly those launches (and the
-/// work queued before them on the same streams), not for later work of the caller.
-pub struct StreamEvents {
-    device: Arc<CudaDevice>,
-    /// Stream → its event ([`stream_key`]).
-    events: HashMap<(u64, u64), sys::CUevent>,
-}
-
-/// The key of `stream` in [`StreamEvents`]: its handle, and for `CU_STREAM_PER_THREAD` (one
-/// handle, a stream per thread) the calling thread too.
+/// The key of a caller's stream in [`CudaDevice::launch_events`]: its handle, and for
+/// `CU_STREAM_PER_THREAD` (one handle, a stream per thread) the calling thread too.
 fn stream_key(stream: u64) -> (u64, u64) {
     static NEXT_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     thread_local! {
@@ -325,25 +327,6 @@ fn stream_key(stream: u64) -> (u64, u64) {
         (stream, THREAD.with(|t| *t))
     } else {
         (stream, 0)
-    }
-}
-
-// SAFETY: driver handles may be used from any thread.
-unsafe impl Send for StreamEvents {}
-// SAFETY: as above.
-unsafe impl Sync for StreamEvents {}
-
-impl Drop for StreamEvents {
-    fn drop(&mut self) {
-        // Destroy even when the context cannot be entered: the calls then fail harmlessly. An
-        // event whose work is still queued is released by the driver once it completes.
-        let _context = self.device.context.enter();
-        for event in self.events.values() {
-            // SAFETY: created by `mark_streams`, destroyed once, here.
-            let _ = driver("cuEventDestroy", || unsafe {
-                result::event::destroy(*event)
-            });
-        }
     }
 }
 
@@ -570,11 +553,20 @@ impl CudaBackend {
         let _context = device.context.enter()?;
         // Loaded (and, with lazy loading, put on the device) before anything is enqueued.
         let function = device.function(launch.kernel)?;
-        let kinds = launch
-            .streams
-            .iter()
-            .map(|s| stream_kind(*s))
-            .collect::<Result<Vec<_>>>()?;
+        // One query per distinct stream (the ranks of a group often share one).
+        let mut known: Vec<(u64, StreamKind)> = Vec::new();
+        let mut kinds = Vec::with_capacity(launch.streams.len());
+        for &stream in &launch.streams {
+            let kind = match known.iter().find(|(s, _)| *s == stream) {
+                Some(&(_, kind)) => kind,
+                None => {
+                    let kind = stream_kind(stream)?;
+                    known.push((stream, kind));
+                    kind
+                }
+            };
+            kinds.push(kind);
+        }
         let resident = if (launch.rank_ids.len() as u32) < launch.ranks_on_device {
             Some(resident_blocks(device, function, launch.block)?)
         } else {
@@ -678,23 +670,22 @@ impl CudaBackend {
         result
     }
 
-    /// See [`super::Backend::mark_streams`]: record `marks`' event of each of `streams` on
-    /// that stream (creating it the first time), after what the caller enqueued there. A
+    /// See [`super::Backend::mark_launch`]: record the device's event of each distinct stream
+    /// of `streams` on it, after the launch just enqueued there, and return the events. A
     /// stream being captured is skipped: its work runs when the graph is launched, on streams
     /// the caller chooses and waits for.
-    pub fn mark_streams(
-        &self,
-        ordinal: i32,
-        marks: &mut Option<StreamEvents>,
-        streams: &[u64],
-    ) -> Result<()> {
+    pub fn mark_launch(&self, ordinal: i32, streams: &[u64]) -> Result<Vec<u64>> {
         let device = self.device(ordinal)?;
         let _context = device.context.enter()?;
-        let marks = marks.get_or_insert_with(|| StreamEvents {
-            device: device.clone(),
-            events: HashMap::new(),
-        });
+        let mut keys: Vec<(u64, (u64, u64))> = Vec::with_capacity(streams.len());
         for &stream in streams {
+            let key = stream_key(stream);
+            if !keys.iter().any(|(_, k)| *k == key) {
+                keys.push((stream, key));
+            }
+        }
+        let mut recorded = Vec::with_capacity(keys.len());
+        for (stream, key) in keys {
             let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
             // SAFETY: a stream of this context (the caller's); one write.
             driver("cuStreamIsCapturing", || unsafe {
@@ -703,31 +694,43 @@ impl CudaBackend {
             if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
                 continue;
             }
-            let key = stream_key(stream);
-            let event = match marks.events.get(&key) {
-                Some(&event) => event,
-                None => {
-                    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-                    let event = driver("cuEventCreate", || result::event::create(flags))?;
-                    marks.events.insert(key, event);
-                    event
+            let event = {
+                let mut events = device
+                    .launch_events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                match events.get(&key) {
+                    Some(&event) => event,
+                    None => {
+                        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+                        let event = driver("cuEventCreate", || result::event::create(flags))?;
+                        events.insert(key, event);
+                        event
+                    }
                 }
             };
-            // SAFETY: an event of this context and the caller's stream of this context.
+            // SAFETY: an event of this context (never destroyed while the device lives) and
+            // the caller's stream of this context.
             driver("cuEventRecord", || unsafe {
                 result::event::record(event, stream as sys::CUstream)
             })?;
+            recorded.push(event as u64);
         }
-        Ok(())
+        Ok(recorded)
     }
 
-    /// See [`super::Backend::wait_marks`]: wait for every event of `marks`.
-    pub fn wait_marks(&self, marks: &StreamEvents) -> Result<()> {
-        let _context = marks.device.context.enter()?;
-        for &event in marks.events.values() {
-            // SAFETY: an event of this context, alive while `marks` is.
+    /// See [`super::Backend::wait_marks`]: wait for every event of `events` (from
+    /// [`CudaBackend::mark_launch`] on device `ordinal`).
+    pub fn wait_marks(&self, ordinal: i32, events: &[u64]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        for &event in events {
+            // SAFETY: an event of this context, alive while the device is.
             driver("cuEventSynchronize", || unsafe {
-                result::event::synchronize(event)
+                result::event::synchronize(event as sys::CUevent)
             })?;
         }
         Ok(())
@@ -753,9 +756,20 @@ impl CudaBackend {
     /// raised, if any, without blocking. The communicator's stream is queried
     /// (`cuStreamQuery`) unless a capture is under way on it (a query would invalidate the
     /// capture; nothing of it has run anyway); the device's setup stream, never captured, is
-    /// queried too, and reports an error that poisoned the context.
-    pub fn async_error(&self, comm: &CommStream) -> Option<Error> {
+    /// queried too, and reports an error that poisoned the context. Unless `fresh`, nothing
+    /// is queried within [`ERROR_POLL_INTERVAL`] of a query of the device that found nothing.
+    pub fn async_error(&self, comm: &CommStream, fresh: bool) -> Option<Error> {
         let device = &comm.device;
+        let polled = || {
+            device
+                .error_poll
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|at| at.elapsed() < ERROR_POLL_INTERVAL)
+        };
+        if !fresh && polled() {
+            return None;
+        }
         let unusable = |e: Error| {
             Error::new(
                 symmResult_t::symmUnhandledCudaError,
@@ -786,7 +800,11 @@ impl CudaBackend {
             })
         });
         match status {
-            Ok(Ok(())) => None,
+            Ok(Ok(())) => {
+                *device.error_poll.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(std::time::Instant::now());
+                None
+            }
             Ok(Err(DriverError(code))) => {
                 async_status(device.ordinal, code, error_description(code).as_deref())
             }
@@ -1062,6 +1080,8 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         functions: Mutex::new(HashMap::new()),
         multiprocessors: multiprocessors.max(1) as u32,
         ptx_target,
+        error_poll: Mutex::new(None),
+        launch_events: Mutex::new(HashMap::new()),
     })
 }
 

@@ -119,11 +119,30 @@ pub enum CommResources {
 /// Where one window's collectives were enqueued, so that its teardown waits for them: a
 /// launch that serves a rank on one caller's stream runs on that stream, not on the
 /// communicator's internal stream, so waiting for the internal stream alone is not enough.
-/// On the cuda backend an event per caller's stream ([`cuda::StreamEvents`]); nothing on the
-/// host backend, whose launches complete before they return, and on the model backend.
+/// On the cuda backend the device's event of each caller's stream used (recorded after every
+/// launch on that stream, so waiting for it waits for the window's launches and the
+/// collectives after them, not for later work of the caller); nothing on the host backend,
+/// whose launches complete before they return, and on the model backend.
 #[derive(Default)]
 pub struct StreamMarks {
-    cuda: Option<cuda::StreamEvents>,
+    events: Vec<u64>,
+}
+
+impl StreamMarks {
+    /// Add the events of `launch` not held yet.
+    pub fn add(&mut self, launch: &LaunchMarks) {
+        for &event in &launch.events {
+            if !self.events.contains(&event) {
+                self.events.push(event);
+            }
+        }
+    }
+}
+
+/// The events one launch recorded on its callers' streams ([`Backend::mark_launch`]).
+#[derive(Default)]
+pub struct LaunchMarks {
+    events: Vec<u64>,
 }
 
 /// Describe `launch` for [`schedule::schedule`]: `internal` is the first rank's internal stream
@@ -356,34 +375,33 @@ impl Backend {
     /// without blocking: on the cuda backend a failed kernel (trap, illegal address) or an
     /// unusable context, as `symmUnhandledCudaError` naming the CUDA error. Always `None` on
     /// the host backend, whose calls complete (and report) before they return.
-    pub fn async_error(&self, resources: &CommResources) -> Option<Error> {
+    /// Unless `fresh`, the cuda backend may answer from a query of the device made within the
+    /// last few milliseconds.
+    pub fn async_error(&self, resources: &CommResources, fresh: bool) -> Option<Error> {
         match (self, resources) {
-            (Backend::Cuda(b), CommResources::Cuda(stream)) => b.async_error(stream),
+            (Backend::Cuda(b), CommResources::Cuda(stream)) => b.async_error(stream, fresh),
             _ => None,
         }
     }
 
-    /// Record in `marks` that a launch using their window was just enqueued on each of
-    /// `streams` (the callers' streams of the ranks it serves on `device`): [`Backend::wait_marks`]
-    /// then waits for it.
-    pub fn mark_streams(
-        &self,
-        device: i32,
-        marks: &mut StreamMarks,
-        streams: &[u64],
-    ) -> Result<()> {
+    /// Mark that a launch was just enqueued on each of `streams` (the callers' streams of the
+    /// ranks it serves on `device`; one mark per distinct stream): the windows it used keep
+    /// the marks ([`StreamMarks::add`]) and [`Backend::wait_marks`] waits for them.
+    pub fn mark_launch(&self, device: i32, streams: &[u64]) -> Result<LaunchMarks> {
         match self {
-            Backend::Cuda(b) => b.mark_streams(device, &mut marks.cuda, streams),
-            Backend::Host(_) | Backend::Model(_) => Ok(()),
+            Backend::Cuda(b) => Ok(LaunchMarks {
+                events: b.mark_launch(device, streams)?,
+            }),
+            Backend::Host(_) | Backend::Model(_) => Ok(LaunchMarks::default()),
         }
     }
 
-    /// Wait until every launch recorded in `marks` is done (before the window's memory, its
-    /// context or its signal pad is freed).
-    pub fn wait_marks(&self, marks: &StreamMarks) -> Result<()> {
-        match (self, &marks.cuda) {
-            (Backend::Cuda(b), Some(events)) => b.wait_marks(events),
-            _ => Ok(()),
+    /// Wait until every launch recorded in `marks` (of `device`) is done (before the window's
+    /// memory, its context or its signal pad is freed).
+    pub fn wait_marks(&self, device: i32, marks: &StreamMarks) -> Result<()> {
+        match self {
+            Backend::Cuda(b) => b.wait_marks(device, &marks.events),
+            Backend::Host(_) | Backend::Model(_) => Ok(()),
         }
     }
 
@@ -484,7 +502,7 @@ mod tests {
     #[test]
     fn host_backend_has_no_async_error_and_nothing_to_prepare() {
         let backend = Backend::Host(host::HostBackend::new());
-        assert_eq!(backend.async_error(&CommResources::Host), None);
+        assert_eq!(backend.async_error(&CommResources::Host, true), None);
         let kernel = KernelId {
             algorithm: symm_device::symmetric::Algorithm::OneShotAllReduce,
             dtype: symm_device::DataType::Float32,

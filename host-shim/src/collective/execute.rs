@@ -182,18 +182,22 @@ fn pace(parts: &[Vec<&Task>], launch: &Launch) -> Result<()> {
 /// Record on every window of `parts` the caller's stream its rank's part of `launch` was
 /// enqueued on, so that deregistering the window waits for it ([`Window::note_launch`]).
 fn note_streams(parts: &[Vec<&Task>], launch: &Launch) -> Result<()> {
-    for (tasks, &stream) in parts.iter().zip(&launch.streams) {
-        let mut windows: Vec<&Arc<Window>> = Vec::new();
-        for task in tasks {
-            for window in [&task.send_window, &task.recv_window] {
-                if !windows.iter().any(|w| Arc::ptr_eq(w, window)) {
-                    windows.push(window);
-                }
+    let first = &parts[0][0].comm;
+    // One mark per distinct stream of the launch; every window of the launch keeps them all.
+    let marks = first
+        .clique
+        .backend
+        .mark_launch(first.device, &launch.streams)?;
+    let mut windows: Vec<&Arc<Window>> = Vec::new();
+    for task in parts.iter().flatten() {
+        for window in [&task.send_window, &task.recv_window] {
+            if !windows.iter().any(|w| Arc::ptr_eq(w, window)) {
+                windows.push(window);
             }
         }
-        for window in windows {
-            window.note_launch(stream)?;
-        }
+    }
+    for window in windows {
+        window.note_launch(&marks);
     }
     Ok(())
 }

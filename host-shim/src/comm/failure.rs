@@ -157,13 +157,19 @@ pub fn adopted(comm: &Comm) -> Option<Error> {
 /// another rank) — the failure already known ([`adopted`], or the device's error), or one found
 /// now by [`find_new_failure`], which is then recorded on every rank ([`fail`]).
 pub fn check(comm: &Comm) -> Result<(), Error> {
+    check_with(comm, false)
+}
+
+/// [`check`], querying the device now when `fresh` (else a query of the last few
+/// milliseconds may stand, see [`crate::backend::Backend::async_error`]).
+fn check_with(comm: &Comm, fresh: bool) -> Result<(), Error> {
     if let Some(error) = comm.lock().device_error.clone() {
         return Err(error);
     }
     if let Some(error) = adopted(comm) {
         return Err(error);
     }
-    let Some(found) = find_new_failure(comm) else {
+    let Some(found) = find_new_failure(comm, fresh) else {
         return Ok(());
     };
     if found.error.code == symmResult_t::symmTimeout
@@ -278,7 +284,7 @@ pub struct Finding {
 /// kernel knew it), `symmInternalError` for a kernel that refused its launch, `symmRemoteError`
 /// when another rank raised it — or a failed device (`symmUnhandledCudaError`: a trapped or
 /// faulting kernel, an unusable context).
-pub fn find_new_failure(comm: &Comm) -> Option<Finding> {
+pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
     let (word, last_kernel) = {
         let state = comm.lock();
         let word = state
@@ -313,7 +319,7 @@ pub fn find_new_failure(comm: &Comm) -> Option<Finding> {
             device: false,
         });
     }
-    let error = comm.clique.backend.async_error(&comm.resources)?;
+    let error = comm.clique.backend.async_error(&comm.resources, fresh)?;
     Some(Finding {
         error: Error::new(
             error.code,
@@ -376,5 +382,5 @@ fn timeout_error(comm: &Comm, peer: Option<u32>) -> Error {
 /// queries), the device's error once queued work failed, `symmRemoteError` once another rank
 /// failed the communicator, or the error of this rank's refused call that failed it.
 pub fn async_error(comm: &Comm) -> Option<Error> {
-    check(comm).err()
+    check_with(comm, true).err()
 }

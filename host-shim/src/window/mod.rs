@@ -3,7 +3,7 @@
 //! flight. Registration itself (the rendezvous of all ranks) is `comm::windows`.
 
 use crate::abi::symmWindow_t;
-use crate::backend::{Backend, Flag, StreamMarks};
+use crate::backend::{Backend, Flag, LaunchMarks, StreamMarks};
 use crate::error::Result;
 use crate::transport::shareable::{Imported, Shareable};
 use std::collections::HashMap;
@@ -144,11 +144,13 @@ impl Window {
         self.abort.raise(value);
     }
 
-    /// Record that a launch using this window was just enqueued on `stream` (a caller's).
-    pub fn note_launch(&self, stream: u64) -> Result<()> {
-        let mut marks = self.launches.lock().unwrap_or_else(|e| e.into_inner());
-        self.backend
-            .mark_streams(self.device, &mut marks, &[stream])
+    /// Record that a launch using this window was just enqueued, with its marks on the
+    /// callers' streams ([`Backend::mark_launch`]).
+    pub fn note_launch(&self, launch: &LaunchMarks) {
+        self.launches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(launch);
     }
 
     /// Wait until every launch that used this window is done, on every stream it was
@@ -158,7 +160,7 @@ impl Window {
             return Ok(());
         }
         let marks = self.launches.lock().unwrap_or_else(|e| e.into_inner());
-        self.backend.wait_marks(&marks)
+        self.backend.wait_marks(self.device, &marks)
     }
 }
 

@@ -24,6 +24,10 @@
 //!   than `SYMM_SIM_DEADLOCK_MS` (default 2000) is reported on stderr with the seed; with
 //!   `SYMM_SIM_DEADLOCK=fail` the stalled grids fail instead of waiting.
 //!
+//! * Every driver call is counted by name: [`symm_sim_driver_calls`] (not a CUDA function)
+//!   returns the total and writes the table, so that a test can measure a library's driver
+//!   calls per operation.
+//!
 //! Functions not listed in [`api`] are not exported: cudarc then reports the missing symbol.
 //! Exported functions the simulation does not model print `symm-sim: … is not implemented`
 //! and return `CUDA_ERROR_NOT_SUPPORTED`.
@@ -42,3 +46,28 @@ pub use api::memory::*;
 pub use api::module::*;
 pub use api::stream::*;
 pub use api::vmm::*;
+
+/// Driver calls made by this process so far: returns their number and writes a table of
+/// `name count` lines (NUL-terminated, cut to `len` bytes) into `out` when it is not NULL.
+/// Not a CUDA function: a program finds it with `dlsym` when it runs on the simulated GPU.
+///
+/// # Safety
+/// A non-null `out` is valid for writes of `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symm_sim_driver_calls(out: *mut std::ffi::c_char, len: usize) -> u64 {
+    let counts = util::call_counts();
+    if !out.is_null() && len > 0 {
+        let table: String = counts
+            .iter()
+            .map(|(name, n)| format!("{name} {n}\n"))
+            .collect();
+        let bytes = table.as_bytes();
+        let n = bytes.len().min(len - 1);
+        // SAFETY: `out` holds `len` bytes (contract); `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), n);
+            *out.add(n) = 0;
+        }
+    }
+    counts.values().sum()
+}

@@ -10,6 +10,7 @@ pub(crate) type CuResult<T> = Result<T, CUresult>;
 /// Run the body of entry point `name`, turning its result into a `CUresult` and a panic into
 /// `CUDA_ERROR_UNKNOWN` (a panic never crosses the C ABI).
 pub(crate) fn entry(name: &str, body: impl FnOnce() -> CuResult<()>) -> CUresult {
+    count_call(name);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => E::CUDA_SUCCESS,
         Ok(Err(code)) => code,
@@ -119,6 +120,25 @@ impl Rng {
             items.swap(i, j);
         }
     }
+}
+
+/// Calls of each driver function so far, by name (see [`crate::symm_sim_driver_calls`]).
+static CALLS: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn count_call(name: &str) {
+    let mut calls = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    match calls.get_mut(name) {
+        Some(n) => *n += 1,
+        None => {
+            calls.insert(name.to_string(), 1);
+        }
+    }
+}
+
+/// The calls counted so far, by name.
+pub(crate) fn call_counts() -> std::collections::BTreeMap<String, u64> {
+    CALLS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 #[cfg(test)]
