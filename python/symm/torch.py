@@ -25,15 +25,35 @@ first time, ``SYMM_DEBUG=TRACE`` every time.
 CPU tensors run on the host backend, CUDA tensors on the cuda backend, on PyTorch's current
 stream. Calls complete before they return (stream-ordered on a GPU): ``async_op=True`` returns
 a completed work object, and ``wait()`` returns at once.
+
+Tensors in windows, as ``torch.distributed._symmetric_memory`` offers them::
+
+    pool = symm.torch.mem_pool(group)          # a torch.cuda.MemPool over symmMemAlloc
+    with torch.cuda.use_mem_pool(pool):
+        t = torch.empty(n, device="cuda")      # or t = symm.torch.empty(n) (any backend)
+    handle = symm.torch.rendezvous(t, group)   # collective: registers the window over t's allocation
+    dist.all_reduce(t, group=group)            # in place in the window: no copy
+    kernel[grid](handle.device_context, handle.offset, ...)   # symm.triton's ctx, byte_offset
+
+:func:`rendezvous` returns a :class:`SymmetricMemory` handle (window, device context, offset,
+rank, world size, every rank's window). On the host backend (no GPU) :func:`empty` makes CPU
+tensors over ``comm.alloc`` memory, which rendezvous the same way.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import ipaddress
+import math
 import os
 import socket
+import struct
 import sys
 import threading
+import weakref
+import zlib
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -44,9 +64,18 @@ from torch.futures import Future
 
 from . import _core
 from ._convert import resolve_dtype
-from .errors import InvalidArgumentError, UnsupportedError
+from ._lib import check, lib
+from .errors import InvalidArgumentError, InvalidUsageError, SymmError, UnsupportedError
 
-__all__ = ["BACKEND_NAME", "SymmProcessGroup", "scratch_bytes"]
+__all__ = [
+    "BACKEND_NAME",
+    "SymmProcessGroup",
+    "SymmetricMemory",
+    "empty",
+    "mem_pool",
+    "rendezvous",
+    "scratch_bytes",
+]
 
 #: The name ``dist.init_process_group`` takes.
 BACKEND_NAME = "symm"
@@ -151,6 +180,11 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._scratch_window = self.comm.register(self._scratch)
         self._scratch_tensor: torch.Tensor | None = None
         self._logged: set[tuple[str, str]] = set()
+        self.path_counts: Counter[tuple[str, str]] = Counter()
+        """How many calls of each kind took each path: ``path_counts["all_reduce", "window"]``
+        (in place in a window, no copy) and ``path_counts["all_reduce", "staged"]`` (copied
+        through the scratch window); kinds ``all_reduce``, ``all_gather``, ``reduce_scatter``,
+        ``broadcast``."""
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
@@ -203,6 +237,7 @@ class SymmProcessGroup(dist.ProcessGroup):
             )
             _log(self._rank, "INFO", f"{kind} of {tensor.numel()} {tensor.dtype} {how}")
         self._logged.add((kind, path))
+        self.path_counts[kind, path] += 1
 
     def _chunk_elements(self, element_size: int, per_element: int) -> int:
         """Elements per chunk when each element needs ``per_element`` elements of scratch (and
@@ -369,6 +404,538 @@ class SymmProcessGroup(dist.ProcessGroup):
         if self.comm.backend == "cuda":
             torch.cuda.current_stream(self.comm.device).synchronize()
         return _done(None)
+
+
+# -- tensors in windows: mem_pool, empty, rendezvous ---------------------------------------------
+#
+# Memory for symmetric tensors comes from symmMemAlloc on the group's communicator: on the cuda
+# backend through a torch.cuda.MemPool whose allocator calls it (mem_pool), on the host backend
+# as Comm.alloc buffers (empty). rendezvous(tensor) registers, collectively, a window over the
+# whole allocation that holds the tensor (once per allocation), and returns a SymmetricMemory
+# handle: the window, its device context (the Triton functions' ctx) and the tensor's offset.
+
+#: ``void* alloc(size_t size, int device, cudaStream_t stream)``, as torch's pluggable allocator
+#: calls it.
+_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+#: ``void free(void* ptr, size_t size, int device, cudaStream_t stream)``.
+_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+
+#: The first fields of a ``symmDeviceContext`` (symm.h): backend, version, rank, world_size,
+#: local_base, window_size, peer_bases.
+_CONTEXT_HEAD = struct.Struct("<IIIIQQQ")
+
+#: int64 fields of one rank's rendezvous descriptor (see _exchange).
+_FIELDS = 8
+(_F_STATUS, _F_SEQ, _F_ALLOC, _F_OFFSET, _F_EXTENT, _F_ITEM, _F_NUMEL, _F_LAYOUT) = range(_FIELDS)
+#: Why a rank could not take part in a rendezvous (the descriptor's status field).
+_REFUSALS = {
+    1: "its tensor is not in memory from symm on this communicator",
+    2: "its tensor is on another device than the communicator's memory",
+    3: "its tensor's allocation already has a window that does not cover the tensor",
+    4: "its tensor has no storage (no elements)",
+}
+
+#: Set at interpreter exit: pool callbacks then leave memory to the process's end.
+_exiting = False
+
+
+@atexit.register
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+
+
+class _PoolAllocator:
+    """The allocator behind :func:`mem_pool`: C function pointers (ctypes closures, as
+    ``torch.cuda.memory._use_uvm`` makes its own) that call ``symmMemAlloc`` / ``symmMemFree``
+    on one communicator, and the allocations (torch's segments) they made. Never freed: torch
+    keeps the pointers, not the closures, and may call them until the process ends."""
+
+    def __init__(self, comm: _core.Comm) -> None:
+        self.comm = comm
+        self.segments: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._alloc_fn = _ALLOC_FN(self._alloc)
+        self._free_fn = _FREE_FN(self._free)
+        #: The function pointers, for ``torch._C._cuda_customAllocator``.
+        self.alloc_pointer: int = ctypes.cast(self._alloc_fn, ctypes.c_void_p).value or 0
+        self.free_pointer: int = ctypes.cast(self._free_fn, ctypes.c_void_p).value or 0
+        _immortal(self)
+
+    def _comm_alive(self) -> bool:
+        return self.comm._alive[0] and not self.comm.destroyed
+
+    def _alloc(self, size: int, device: int, stream: int | None) -> int:
+        comm = self.comm
+        try:
+            if _exiting or not self._comm_alive():
+                raise InvalidUsageError("the pool's communicator was destroyed")
+            if comm.backend == "cuda" and device != comm.device:
+                raise InvalidArgumentError(
+                    f"the pool belongs to a communicator on cuda:{comm.device}, asked for memory on "
+                    f"cuda:{device}: torch.cuda.set_device({comm.device}) or "
+                    f"use_mem_pool(pool, device={comm.device})"
+                )
+            ptr = ctypes.c_void_p()
+            with comm._state_lock:
+                check(lib.symmMemAlloc(comm.handle, ctypes.byref(ptr), size))
+            address = ptr.value or 0
+            with self._lock:
+                self.segments[address] = size
+            return address
+        except BaseException as error:  # noqa: BLE001 (torch then raises its out-of-memory error)
+            _log(comm.rank, "WARN", f"mem_pool: symmMemAlloc of {size} bytes on device {device} failed: {error}")
+            return 0
+
+    def _free(self, ptr: int | None, size: int, device: int, stream: int | None) -> None:
+        try:
+            with self._lock:
+                known = self.segments.pop(ptr or 0, None)
+            if known is None or _exiting or not self._comm_alive():
+                return  # not ours, or the memory went with the communicator
+            comm = self.comm
+            for window in list(comm._windows):
+                if window.registered and ptr <= window.base < ptr + known:  # type: ignore[operator]
+                    window.deregister()  # local: deregistration is not collective
+            with comm._state_lock:
+                check(lib.symmMemFree(comm.handle, ptr))
+        except BaseException as error:  # noqa: BLE001 (nothing can be raised into torch here)
+            try:
+                _log(self.comm.rank, "WARN", f"mem_pool: freeing {ptr:#x} failed: {error}")
+            except BaseException:  # noqa: BLE001, S110 (interpreter shutdown)
+                pass
+
+    def segment_of(self, ptr: int, nbytes: int) -> tuple[int, int] | None:
+        with self._lock:
+            for base, size in self.segments.items():
+                if base <= ptr and ptr + nbytes <= base + size:
+                    return base, size
+        return None
+
+
+def _immortal(obj: object) -> None:
+    """Keep ``obj`` alive until the process ends, through interpreter shutdown too (a pool
+    destroyed at shutdown would call its allocator's closures while Python tears down)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+class _TensorState:
+    """What this module keeps per communicator: its pool, the small window rendezvous
+    descriptors are exchanged in, and how many rendezvous registered windows."""
+
+    def __init__(self, comm: _core.Comm) -> None:
+        self.lock = threading.RLock()
+        self.allocator: _PoolAllocator | None = None
+        self.pool: Any = None
+        self.check_buffer: _core.Buffer | None = None
+        self.check_window: _core.Window | None = None
+        self.seq = 0
+        self.peer_bases: weakref.WeakKeyDictionary[_core.Window, list[int]] = weakref.WeakKeyDictionary()
+
+
+def _state(comm: _core.Comm) -> _TensorState:
+    state = comm.__dict__.get("_torch_state")
+    if state is None:
+        state = comm.__dict__.setdefault("_torch_state", _TensorState(comm))
+    return state
+
+
+def _resolve(group: Any) -> tuple[_core.Comm, SymmProcessGroup | None]:
+    """The communicator of ``group``: a ``"symm"`` process group (default: the default group)
+    or a :class:`symm.Comm`."""
+    if isinstance(group, _core.Comm):
+        group.handle  # noqa: B018 (raises when destroyed)
+        return group, None
+    if group is None:
+        if not dist.is_initialized():
+            raise InvalidUsageError('no process group: call dist.init_process_group("symm") first, or pass a symm.Comm')
+        group = dist.distributed_c10d._get_default_group()
+    if isinstance(group, SymmProcessGroup):
+        return group.comm, group
+    raise InvalidArgumentError(
+        f"{group!r} is not a process group of the {BACKEND_NAME!r} backend (nor a symm.Comm): "
+        f'make it with dist.init_process_group("symm") or dist.new_group(..., backend="symm")'
+    )
+
+
+def _memory_device(comm: _core.Comm) -> torch.device:
+    return torch.device("cpu") if comm.backend == "host" else torch.device("cuda", comm.device)
+
+
+def mem_pool(group: Any = None) -> Any:
+    """A ``torch.cuda.MemPool`` whose allocator is ``symmMemAlloc`` on ``group``'s communicator
+    (a ``"symm"`` process group, default the default group, or a :class:`symm.Comm`), as
+    ``torch.distributed._symmetric_memory.get_mem_pool``::
+
+        pool = symm.torch.mem_pool()
+        with torch.cuda.use_mem_pool(pool):
+            t = torch.empty(4096, device="cuda")   # in symm memory
+        handle = symm.torch.rendezvous(t)          # collective: the window over t's allocation
+        dist.all_reduce(t)                         # in its window: no copy
+
+    One pool per communicator (the same object on every call), made like torch's own
+    (``use_on_oom=False``, ``no_split=True``: each allocation is one tensor's, so one window
+    and one signal pad serve one tensor). The pool, its allocator and its communicator live
+    until the process ends; memory torch returns to it (``torch.cuda.empty_cache()``) leaves
+    its window first. Allocate the same sizes in the same order on every rank.
+
+    Raises:
+        UnsupportedError: the communicator is on the host backend (host memory: PyTorch has no
+            CPU memory pool; use :func:`empty`), or this PyTorch has no CUDA or no pluggable
+            allocators.
+    """
+    comm, _ = _resolve(group)
+    if comm.backend != "cuda":
+        raise UnsupportedError(
+            f"mem_pool: the communicator is on the {comm.backend} backend, whose memory is host "
+            "memory, and PyTorch has no memory pool for CPU tensors: use symm.torch.empty(...) "
+            "(or tensors over comm.alloc buffers) there"
+        )
+    if not torch.cuda.is_available():
+        raise UnsupportedError(f"mem_pool: this PyTorch ({torch.__version__}) cannot use CUDA")
+    custom = getattr(torch._C, "_cuda_customAllocator", None)
+    pool_type = getattr(torch.cuda, "MemPool", None)
+    if custom is None or pool_type is None or not hasattr(torch.cuda, "use_mem_pool"):
+        raise UnsupportedError(
+            f"mem_pool: PyTorch {torch.__version__} lacks torch.cuda.MemPool, use_mem_pool or "
+            "pluggable allocators (PyTorch 2.8 or newer has them)"
+        )
+    state = _state(comm)
+    with state.lock:
+        if state.pool is None:
+            allocator = _PoolAllocator(comm)
+            options: dict[str, Any] = {}
+            parameters = _parameters(pool_type)
+            if "use_on_oom" in parameters:
+                options["use_on_oom"] = False
+            if "no_split" in parameters:
+                options["no_split"] = True
+            state.pool = pool_type(custom(allocator.alloc_pointer, allocator.free_pointer), **options)
+            _immortal(state.pool)
+            state.allocator = allocator
+        return state.pool
+
+
+def _parameters(function: Any) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def empty(*size: Any, dtype: torch.dtype | None = None, device: Any = None, group: Any = None) -> torch.Tensor:
+    """Like ``torch.empty``, a tensor in symm memory of ``group``'s communicator (a ``"symm"``
+    process group, default the default group, or a :class:`symm.Comm`), for
+    :func:`rendezvous`, as ``torch.distributed._symmetric_memory.empty``: a CUDA tensor from
+    :func:`mem_pool` on the cuda backend, a CPU tensor over a ``comm.alloc`` buffer on the host
+    backend (zeroed, freed with the tensor unless a window holds it). ``device`` defaults to
+    the communicator's, and must be it.
+    """
+    comm, _ = _resolve(group)
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else tuple(size)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    memory = _memory_device(comm)
+    if device is not None:
+        wanted = torch.device(device)
+        if wanted.type == "cuda" and wanted.index is None and memory.type == "cuda":
+            wanted = memory
+        if wanted != memory:
+            raise InvalidArgumentError(f"empty: the communicator's memory is on {memory}, not {wanted}")
+    if comm.backend == "cuda":
+        with torch.cuda.device(comm.device), torch.cuda.use_mem_pool(mem_pool(comm), device=comm.device):
+            return torch.empty(shape, dtype=dtype, device=memory)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * itemsize
+    buffer = comm.alloc(max(nbytes, 16))  # symmMemAlloc refuses 0 bytes
+    flat = torch.from_numpy(buffer.numpy())[:nbytes]
+    return flat.view(dtype).view(shape)
+
+
+class _DeviceBytes:
+    """``nbytes`` bytes of device memory at ``address`` as ``__cuda_array_interface__``, for
+    ``torch.as_tensor`` (``keep`` stays alive with the tensor)."""
+
+    def __init__(self, address: int, nbytes: int, keep: Any = None) -> None:
+        self.keep = keep
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (address, False),
+            "strides": None,
+            "stream": None,
+        }
+
+
+def _bytes_tensor(comm: _core.Comm, address: int, nbytes: int, keep: Any) -> torch.Tensor:
+    """A uint8 tensor over ``nbytes`` of the communicator's memory at ``address`` (no copy)."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8, device=_memory_device(comm))
+    if comm.backend == "host":
+        raw = (ctypes.c_char * nbytes).from_address(address)
+        raw._symm_keep = keep  # type: ignore[attr-defined]  # the tensor keeps its owner alive
+        return torch.frombuffer(raw, dtype=torch.uint8)
+    device = _memory_device(comm)
+    construct = getattr(torch._C, "_construct_storage_from_data_pointer", None)
+    if construct is not None:
+        # On this device whatever the pointer's attributes say: a peer's window, mapped here, is
+        # memory of the peer's GPU, which __cuda_array_interface__ would put the tensor on.
+        storage = construct(address, device, nbytes)
+        return torch.empty(0, dtype=torch.uint8, device=device).set_(storage)
+    return torch.as_tensor(_DeviceBytes(address, nbytes, keep), device=device)
+
+
+def _read(comm: _core.Comm, address: int, nbytes: int) -> bytes:
+    """``nbytes`` of the communicator's memory at ``address`` (device memory is copied on
+    PyTorch's current stream, which is synchronized)."""
+    if comm.backend == "host":
+        return ctypes.string_at(address, nbytes)
+    return bytes(_bytes_tensor(comm, address, nbytes, None).cpu().numpy().tobytes())
+
+
+class SymmetricMemory:
+    """A tensor's place in a registered window, as :func:`rendezvous` returns it (the
+    counterpart of ``torch.distributed._symmetric_memory``'s handle).
+
+    Attributes: :attr:`window` (the :class:`symm.Window`), :attr:`device_context` (the ``ctx``
+    argument of the Triton functions, :mod:`symm.triton`), :attr:`offset` (the tensor's byte
+    offset in the window, the functions' ``byte_offset``), :attr:`rank`, :attr:`world_size`,
+    :attr:`buffer_size`, :attr:`buffer_ptrs` and :meth:`get_buffer` (every rank's window).
+    """
+
+    def __init__(self, comm: _core.Comm, window: _core.Window, offset: int, group: SymmProcessGroup | None) -> None:
+        self.comm = comm
+        """The communicator."""
+        self.group = group
+        """The process group, or None when :func:`rendezvous` was given a communicator."""
+        self.window = window
+        """The registered :class:`symm.Window` holding the tensor."""
+        self.offset = offset
+        """Byte offset of the tensor's first element from the window's base (the same on every
+        rank)."""
+        self.rank: int = comm.rank
+        """This rank."""
+        self.world_size: int = comm.nranks
+        """Number of ranks."""
+
+    def __repr__(self) -> str:
+        return (
+            f"<symm.torch.SymmetricMemory rank {self.rank} of {self.world_size}: offset {self.offset} "
+            f"of the {self.window.nbytes}-byte window at {self.window.base:#x}>"
+        )
+
+    @property
+    def device_context(self) -> int:
+        """Device address of the window's ``symmDeviceContext``: the ``ctx`` of
+        ``symm.triton.all_reduce(ctx, ...)`` and the other device functions."""
+        return self.window.device_context
+
+    @property
+    def device(self) -> torch.device:
+        """Where the window's memory is (``cuda:N``, or ``cpu`` on the host backend)."""
+        return _memory_device(self.comm)
+
+    @property
+    def buffer_size(self) -> int:
+        """Bytes of the window (every rank's is as large)."""
+        return self.window.nbytes
+
+    @property
+    def buffer_ptr(self) -> int:
+        """Address of this rank's window."""
+        self.window._check_live()
+        return self.window.base
+
+    @property
+    def buffer_ptrs(self) -> list[int]:
+        """Every rank's window, mapped in this process (``buffer_ptrs[rank]`` is
+        :attr:`buffer_ptr`), read from the device context."""
+        window = self.window
+        window._check_live()
+        state = _state(self.comm)
+        with state.lock:
+            bases = state.peer_bases.get(window)
+            if bases is None:
+                head = _CONTEXT_HEAD.unpack(_read(self.comm, window.device_context, _CONTEXT_HEAD.size))
+                peer_table = head[6]
+                raw = _read(self.comm, peer_table, 8 * self.world_size)
+                bases = list(struct.unpack(f"<{self.world_size}Q", raw))
+                state.peer_bases[window] = bases
+            return list(bases)
+
+    def get_buffer(self, rank: int, sizes: Any, dtype: torch.dtype, storage_offset: int = 0) -> torch.Tensor:
+        """A tensor of ``sizes`` and ``dtype`` over rank ``rank``'s window, starting
+        ``storage_offset`` elements from its base (as torch's ``get_buffer``; ``self.offset //
+        itemsize`` is this tensor's place): loads and stores reach that rank's memory. Valid
+        while the window is registered.
+
+        Raises:
+            InvalidArgumentError: a rank out of range, or the view overruns the window.
+        """
+        if not 0 <= rank < self.world_size:
+            raise InvalidArgumentError(f"get_buffer: rank {rank} is not in [0, {self.world_size})")
+        shape = tuple(sizes) if isinstance(sizes, (tuple, list, torch.Size)) else (sizes,)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        start = storage_offset * itemsize
+        nbytes = math.prod(shape) * itemsize
+        if storage_offset < 0 or start + nbytes > self.buffer_size:
+            raise InvalidArgumentError(
+                f"get_buffer: {nbytes} bytes at byte {start} overrun the {self.buffer_size}-byte window"
+            )
+        memory = _bytes_tensor(self.comm, self.buffer_ptrs[rank] + start, nbytes, self)
+        return memory.view(dtype).view(shape)
+
+
+def _extent(tensor: torch.Tensor) -> int:
+    """Bytes from the tensor's first element to the end of its last."""
+    if tensor.numel() == 0:
+        return 0
+    span = 1 + sum((n - 1) * stride for n, stride in zip(tensor.shape, tensor.stride()))
+    return span * tensor.element_size()
+
+
+def _allocation_of(comm: _core.Comm, ptr: int, nbytes: int) -> tuple[int, int, Any] | None:
+    """The symm allocation of ``comm`` holding ``[ptr, ptr + nbytes)``: ``(base, size,
+    owner)``, the owner being the :class:`symm.Buffer` or None for a pool segment."""
+    state = _state(comm)
+    for buffer in list(comm._buffers):
+        if not buffer.freed and buffer.ptr <= ptr and ptr + nbytes <= buffer.ptr + buffer.nbytes:
+            if buffer is state.check_buffer:
+                continue
+            return buffer.ptr, buffer.nbytes, buffer
+    if state.allocator is not None:
+        segment = state.allocator.segment_of(ptr, nbytes)
+        if segment is not None:
+            return segment[0], segment[1], None
+    return None
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"a {str(tensor.dtype).removeprefix('torch.')} tensor of shape {tuple(tensor.shape)}"
+
+
+def rendezvous(tensor: torch.Tensor, group: Any = None) -> SymmetricMemory:
+    """The window holding ``tensor`` on ``group``'s communicator (a ``"symm"`` process group,
+    default the default group, or a :class:`symm.Comm`), registered over the tensor's whole
+    symm allocation if none holds it yet, as ``torch.distributed._symmetric_memory.rendezvous``.
+
+    ``tensor`` must lie in memory from symm: :func:`empty`, a tensor allocated inside ``with
+    torch.cuda.use_mem_pool(symm.torch.mem_pool(group))``, or a view of a ``comm.alloc``
+    buffer (``torch.from_numpy(buf.numpy())`` on the host backend, ``torch.as_tensor(buf,
+    device="cuda")``). Collectives of the group then use it in place (no copy).
+
+    Collective the first time an allocation is rendezvous'd: every rank calls it, in the same
+    order, with a tensor of the same shape and dtype at the same offset of an allocation of the
+    same size; the ranks compare these first (over a small window the communicator's first
+    rendezvous registers) and all raise together if they differ, or if a rank's tensor is not
+    in symm memory. A tensor whose allocation has a window already gets its handle at once,
+    with no communication (ranks must agree on that too: rendezvous a new allocation on every
+    rank or none). Host-blocking; not for CUDA graph capture.
+
+    Raises:
+        InvalidArgumentError: this rank's tensor is not in symm memory of the communicator, on
+            another device, or in an allocation with a window that does not cover it.
+        InvalidUsageError: another rank refused its tensor, or the ranks' tensors differ (order
+            mismatch).
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError(f"rendezvous takes a torch.Tensor, not {type(tensor).__name__}")
+    comm, pg = _resolve(group)
+    state = _state(comm)
+    with state.lock:
+        ptr, extent = 0, _extent(tensor)
+        status, reason, allocation, window = 0, "", None, None
+        if tensor.device != _memory_device(comm):
+            status = 2
+            reason = f"{_describe(tensor)} on {tensor.device}; the communicator's memory is on {_memory_device(comm)}"
+        elif (ptr := int(tensor.data_ptr())) == 0 or tensor.untyped_storage().nbytes() == 0:
+            status, reason = 4, f"{_describe(tensor)} has no storage"
+        else:
+            windows = [w for w in list(comm._windows) if w.registered and w is not state.check_window]
+            window = next((w for w in windows if w.base <= ptr and ptr + extent <= w.base + w.nbytes), None)
+            if window is not None:  # rendezvous'd already (or registered by hand): no communication
+                return SymmetricMemory(comm, window, ptr - window.base, pg)
+            allocation = _allocation_of(comm, ptr, max(extent, 1))
+            if allocation is None:
+                status = 1
+                reason = (
+                    f"{_describe(tensor)} at {ptr:#x} is not in memory from symm on this communicator: make it "
+                    "with symm.torch.empty(...), inside `with torch.cuda.use_mem_pool(symm.torch.mem_pool(group))`, "
+                    "or over a comm.alloc buffer"
+                )
+        if allocation is not None:
+            base, size, _ = allocation
+            other = next((w for w in windows if w.base < base + size and base < w.base + w.nbytes), None)
+            if other is not None:
+                status = 3
+                reason = (
+                    f"{_describe(tensor)} at {ptr:#x} is in an allocation with a window at {other.base:#x} "
+                    f"(+{other.nbytes}) that does not cover it: deregister that window first"
+                )
+        descriptor = [0] * _FIELDS
+        descriptor[_F_STATUS] = status
+        descriptor[_F_SEQ] = state.seq
+        if allocation is not None:
+            descriptor[_F_ALLOC] = allocation[1]
+            descriptor[_F_OFFSET] = ptr - allocation[0]
+        descriptor[_F_EXTENT] = extent
+        descriptor[_F_ITEM] = tensor.element_size()
+        descriptor[_F_NUMEL] = tensor.numel()
+        layout = f"{tensor.dtype}{tuple(tensor.shape)}{tuple(tensor.stride())}".encode()
+        descriptor[_F_LAYOUT] = zlib.crc32(layout)
+        everyone = _exchange(comm, state, descriptor)
+        state.seq += 1
+        if status:
+            raise InvalidArgumentError(f"rendezvous on rank {comm.rank}: {reason}")
+        refused = [(r, d[_F_STATUS]) for r, d in enumerate(everyone) if d[_F_STATUS]]
+        if refused:
+            ranks = "; ".join(f"rank {r}: {_REFUSALS.get(code, f'status {code}')}" for r, code in refused)
+            seq = descriptor[_F_SEQ]
+            raise InvalidUsageError(f"rendezvous #{seq} on rank {comm.rank}: no window registered, {ranks}")
+        if any(d[_F_SEQ :] != descriptor[_F_SEQ :] for d in everyone):
+            table = "; ".join(
+                f"rank {r}: rendezvous #{d[_F_SEQ]}, {d[_F_NUMEL]} elements of {d[_F_ITEM]} bytes (layout "
+                f"{d[_F_LAYOUT]:08x}) at byte {d[_F_OFFSET]} of a {d[_F_ALLOC]}-byte allocation"
+                for r, d in enumerate(everyone)
+            )
+            raise InvalidUsageError(
+                f"rendezvous on rank {comm.rank}: the ranks' tensors differ ({table}): every rank must "
+                "rendezvous the same tensors (shape, dtype, offset, allocation size) in the same order; "
+                "no window was registered"
+            )
+        assert allocation is not None
+        base, size, owner = allocation
+        window = comm.register(owner) if owner is not None else comm.register(base, size)
+        return SymmetricMemory(comm, window, ptr - window.base, pg)
+
+
+def _exchange(comm: _core.Comm, state: _TensorState, descriptor: list[int]) -> list[list[int]]:
+    """Every rank's ``descriptor``, all-gathered in the communicator's rendezvous window
+    (registered by its first rendezvous, collectively), on PyTorch's current stream."""
+    n = comm.nranks
+    if state.check_window is None:
+        buffer = comm.alloc(_FIELDS * (1 + n), "int64")
+        state.check_window = comm.register(buffer)
+        state.check_buffer = buffer
+    buffer = state.check_buffer
+    assert buffer is not None
+    if comm.backend == "host":
+        words = torch.from_numpy(buffer.numpy())
+    else:
+        words = torch.as_tensor(buffer, device=_memory_device(comm))
+    words[:_FIELDS].copy_(torch.tensor(descriptor, dtype=torch.int64))
+    try:
+        comm.all_gather(words[:_FIELDS], words[_FIELDS:])
+    except SymmError as error:
+        if hasattr(error, "add_note"):
+            error.add_note(
+                f"in symm.torch.rendezvous #{descriptor[_F_SEQ]}: every rank must rendezvous a new allocation "
+                "(a rank that did not, or whose allocation had a window already, leaves the others waiting)"
+            )
+        raise
+    return words[_FIELDS:].cpu().view(n, _FIELDS).tolist()
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> SymmProcessGroup:

@@ -160,8 +160,8 @@ pub fn pytest() -> Result<(), String> {
 /// backend here.
 const TORCH: &str = "torch==2.15.0";
 
-/// The torch.distributed backend's tests (`python/tests/test_torch.py`: torchrun with 2 and 4
-/// processes) in `<target>/torch-venv`, made once with PyTorch, NumPy and pytest; the package
+/// The torch.distributed backend's tests (`python/tests/test_torch.py` and
+/// `test_torch_windows.py`: torchrun with 2 and 4 processes) in `<target>/torch-venv`, made once with PyTorch, NumPy and pytest; the package
 /// is installed into it from `python/` with the library just built.
 fn torch_tests(library: &Path) -> Result<(), String> {
     let venv = target_dir(library)?.join("torch-venv");
@@ -206,6 +206,7 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             "-p",
             "no:cacheprovider",
             "python/tests/test_torch.py",
+            "python/tests/test_torch_windows.py",
             "python/tests/test_arrays.py",
         ])
         .env("SYMM_BACKEND", "host"))
