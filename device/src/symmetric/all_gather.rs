@@ -3,19 +3,17 @@
 //! barrier (every peer has reached this launch, so its receive buffers are free) and an end
 //! barrier (every peer's stores into this rank have landed), both on the batch window. Block
 //! `b` of every rank copies the same cells (1 KiB of each rank's segment) of the batch. Bytes
-//! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time.
+//! move in 16-, 8- or 4-byte units when both sides are aligned for them, else one at a time;
+//! each unit is loaded once and stored into every rank (16 bytes as a `u128`:
+//! `ld.v2.b64`/`st.v2.b64`).
 
 use super::Algorithm;
 use super::all_reduce::between_barriers;
 use super::batch::{Batch, Task, cell_elements};
+use super::broadcast::fan_out;
 use super::low_latency::LlLines;
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
-
-/// 16 bytes moved as one vector access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-pub(crate) struct Bytes16([u32; 4]);
 
 /// The send buffer of an all-gather: in place, this rank's segment of its receive buffer.
 #[inline(always)]
@@ -45,7 +43,7 @@ pub unsafe fn all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     unsafe {
         between_barriers(ctx, grid, |_| {
             batch.walk(lo, hi, per_cell, |task, first, end| {
-                gather_part(task, first, end);
+                gather_part(task, first, end, grid.block);
                 Ok(())
             })
         })
@@ -55,12 +53,13 @@ pub unsafe fn all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
 /// Bytes `[lo, hi)` of one task's segment, into every rank. The unit of the copy (16, 8, 4 or
 /// 1 bytes) is the largest that divides the send address, the byte count and every rank's
 /// destination (each peer's window base may be aligned differently); `lo` starts a cell, so it
-/// is a multiple of every unit.
+/// is a multiple of every unit. Each unit is loaded once and stored into every rank, ranks in
+/// an order rotated by `block` (so that the blocks do not all store into one rank at once).
 ///
 /// # Safety
 /// Contract of [`all_gather`]; `hi <= count`.
 #[inline(always)]
-unsafe fn gather_part(task: &Task<'_>, lo: u64, hi: u64) {
+unsafe fn gather_part(task: &Task<'_>, lo: u64, hi: u64, block: u32) {
     let ctx = task.rank.recv;
     let args = &task.args;
     let bytes = args.count;
@@ -71,41 +70,23 @@ unsafe fn gather_part(task: &Task<'_>, lo: u64, hi: u64) {
         // SAFETY: peer < world_size; the context is host-built.
         alignment |= unsafe { ctx.peer_base(peer) };
     }
-    for peer in 0..ctx.world_size {
-        // SAFETY: peer < world_size; the context is host-built.
-        let dst = unsafe { ctx.peer_base(peer) }
-            .wrapping_add(args.recv_offset)
-            .wrapping_add(segment);
-        // SAFETY: forwarded contract; the unit divides both addresses, `lo` and `hi`.
-        unsafe {
-            if alignment.is_multiple_of(16) {
-                copy_units::<Bytes16>(send, dst, lo / 16, hi / 16);
-            } else if alignment.is_multiple_of(8) {
-                copy_units::<u64>(send, dst, lo / 8, hi / 8);
-            } else if alignment.is_multiple_of(4) {
-                copy_units::<u32>(send, dst, lo / 4, hi / 4);
-            } else {
-                copy_units::<u8>(send, dst, lo, hi);
-            }
+    let offset = args.recv_offset.wrapping_add(segment);
+    let first = block % ctx.world_size;
+    // In place, this rank's own destination is its source: the unit is stored back unchanged
+    // (no rank is skipped).
+    let skip = u32::MAX;
+    // SAFETY: forwarded contract; the unit divides the source, every destination, `lo` and
+    // `hi`; the destinations are distinct segments of distinct windows.
+    unsafe {
+        if alignment.is_multiple_of(16) {
+            fan_out::<u128>(ctx, send, offset, skip, first, lo / 16, hi / 16);
+        } else if alignment.is_multiple_of(8) {
+            fan_out::<u64>(ctx, send, offset, skip, first, lo / 8, hi / 8);
+        } else if alignment.is_multiple_of(4) {
+            fan_out::<u32>(ctx, send, offset, skip, first, lo / 4, hi / 4);
+        } else {
+            fan_out::<u8>(ctx, send, offset, skip, first, lo, hi);
         }
-    }
-}
-
-/// Copy the values `[lo, hi)` of `U` from `src` to `dst`, each thread of the block its share.
-///
-/// # Safety
-/// Both ranges are valid and aligned for `U`.
-#[inline(always)]
-unsafe fn copy_units<U: Copy>(src: u64, dst: u64, lo: u64, hi: u64) {
-    let stride = arch::block_dim_x() as u64;
-    let mut i = lo + arch::thread_idx_x() as u64;
-    while i < hi {
-        // SAFETY: i < hi; forwarded contract.
-        unsafe {
-            let value = (src as *const U).add(i as usize).read();
-            (dst as *mut U).add(i as usize).write(value);
-        }
-        i += stride;
     }
 }
 

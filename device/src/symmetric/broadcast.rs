@@ -101,9 +101,11 @@ unsafe fn push_part(task: &Task<'_>, lo: u64, hi: u64, block: u32) {
 ///
 /// # Safety
 /// `ctx` is host-built; `first < world_size`; the source range and every rank's destination
-/// range are valid and aligned for `U`, and do not overlap (but for the skipped rank's).
+/// range are valid and aligned for `U`, and do not overlap, but for the skipped rank's and for
+/// a destination that is the source itself (each unit is then stored back unchanged, by the
+/// thread that loaded it).
 #[inline(always)]
-unsafe fn fan_out<U: Copy>(
+pub(crate) unsafe fn fan_out<U: Copy>(
     ctx: &SymmContext,
     src: u64,
     recv_offset: u64,
