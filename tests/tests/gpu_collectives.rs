@@ -1501,7 +1501,11 @@ fn gpu_two_threads_on_one_rank_never_pair_wrongly() {
                             want(*region)
                         );
                     }
-                } else if message.starts_with("symmAllReduce: comm is in use by another thread") {
+                } else if *result != symmResult_t::symmSuccess
+                    && message.starts_with("symmAllReduce: comm is in use by another thread")
+                {
+                    // (The last error is the rank's, shared by its two threads: a call that
+                    // succeeded may find the other thread's refusal there.)
                     assert_eq!(*result, symmResult_t::symmInvalidUsage, "{message}");
                     assert!(
                         message.matches("symmAllReduce").count() >= 2,
