@@ -107,12 +107,7 @@ impl Gpu {
                 "cuGraphInstantiate",
                 sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
             )?;
-            let mut events = Vec::with_capacity(iterations + 1);
-            for _ in 0..=iterations {
-                let mut e = null_mut();
-                check("cuEventCreate", sys::cuEventCreate(&mut e, 0))?;
-                events.push(e);
-            }
+            let events = new_events(iterations + 1)?;
             check("cuEventRecord", sys::cuEventRecord(events[0], self.stream))?;
             for e in &events[1..] {
                 for _ in 0..launches.max(1) {
@@ -139,12 +134,7 @@ impl Gpu {
         // SAFETY: events created here are recorded on the live stream and destroyed by
         // `event_times`.
         unsafe {
-            let mut events = Vec::with_capacity(iterations + 1);
-            for _ in 0..=iterations {
-                let mut e = null_mut();
-                check("cuEventCreate", sys::cuEventCreate(&mut e, 0))?;
-                events.push(e);
-            }
+            let events = new_events(iterations + 1)?;
             check("cuEventRecord", sys::cuEventRecord(events[0], self.stream))?;
             for e in &events[1..] {
                 issue()?;
@@ -222,6 +212,18 @@ impl Gpu {
     pub fn symm_stream(&self) -> symm::symmStream_t {
         self.stream as *mut c_void as symm::symmStream_t
     }
+}
+
+/// `count` new timing events of the current context (destroyed by [`Gpu::event_times`]).
+fn new_events(count: usize) -> CudaResult<Vec<sys::CUevent>> {
+    let mut events = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut e = null_mut();
+        // SAFETY: writes one event handle; a context is current (`Gpu::open`).
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) })?;
+        events.push(e);
+    }
+    Ok(events)
 }
 
 /// Median of `values` (sorted in place).
