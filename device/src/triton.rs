@@ -36,7 +36,7 @@ use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::symmetric::all_gather::all_gather;
 use crate::symmetric::all_reduce::one_shot_all_reduce;
 use crate::symmetric::{Batch, FLAG_IN_PLACE, Grid, KernelStatus, TaskArgs, context_is_valid};
-use crate::sync::barrier::CrossRankBarrier;
+use crate::sync::barrier::{CrossRankBarrier, block_sees_abort};
 use crate::sync::signal_pad::MAX_BLOCKS;
 use crate::types::{DataType, RedOp};
 
@@ -275,6 +275,10 @@ pub unsafe fn symm_barrier_device(ctx: i64) -> i32 {
     let Some(grid) = program_grid() else {
         return status::INVALID_ARGUMENT;
     };
+    // SAFETY: the context is host-built; the whole block takes this branch.
+    if unsafe { block_sees_abort(context) } {
+        return status::TIMEOUT;
+    }
     // SAFETY: grid.block < MAX_BLOCKS and the world size is within the pad's limits (checked
     // by `native_context` and `program_grid`); every thread of the block runs this sequence.
     let mut barrier = unsafe { CrossRankBarrier::new(context, grid.block) };

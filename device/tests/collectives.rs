@@ -765,7 +765,7 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
             "{elapsed:?}"
         );
         assert!(elapsed < std::time::Duration::from_secs(5), "{elapsed:?}");
-        // An aborted window's next kernel gives up in its first wait.
+        // An aborted window refuses further work at once.
         let again = ranks.launch(
             kernel(algorithm, DataType::Float32, RedOp::Sum),
             args,

@@ -528,7 +528,7 @@ fn a_missing_rank_times_out_instead_of_hanging() {
     assert_eq!(statuses, vec![status::TIMEOUT; 2]);
     assert!(ranks.aborted(0) && ranks.aborted(1));
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
-    // An aborted window's next call gives up in its first wait.
+    // An aborted window refuses further calls at once.
     let again = ranks.run_per_rank(1, 4, Some(&[0]), &|r| {
         // SAFETY: a live context.
         unsafe { symm_barrier_device(ranks.context_address(r)) }

@@ -28,7 +28,7 @@ use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::{Accumulator, ReduceOp};
-use crate::sync::barrier::{Aborted, CrossRankBarrier};
+use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
 
 /// Elements each thread holds per round in the in-place one-shot protocol. One on the GPU: a
 /// round then covers `threads × blocks` elements, one-shot is picked for small counts (a
@@ -105,6 +105,10 @@ pub(crate) unsafe fn between_barriers(
     grid: Grid,
     body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
 ) -> KernelStatus {
+    // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
     let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
     let result = barrier
@@ -151,6 +155,10 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
     );
     let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
     let per_round = arch::block_dim_x() as u64 * UNROLL;
+    // SAFETY: the context is valid (contract); the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
     let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
     // Round barriers of out-of-place task parts not announced yet.

@@ -7,6 +7,7 @@ use super::{Grid, KernelStatus, block_range};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
+use crate::sync::barrier::block_sees_abort;
 use crate::sync::ll::LlCall;
 use crate::sync::signal_pad::LL_LINES;
 
@@ -48,6 +49,10 @@ impl<'a> LlLines<'a> {
         // (see `sync::ll`). Uniform: every thread, block and rank sees the same count.
         if lines == 0 {
             return Err(KernelStatus::Completed);
+        }
+        // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
+        if unsafe { block_sees_abort(ctx) } {
+            return Err(KernelStatus::Aborted);
         }
         // SAFETY: forwarded contract; grid.block < grid.blocks <= MAX_BLOCKS
         // (for_virtual_rank).

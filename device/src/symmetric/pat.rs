@@ -53,6 +53,7 @@ use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range
 use crate::arch;
 use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
+use crate::sync::barrier::block_sees_abort;
 use crate::sync::pat_rounds::PatRounds;
 use crate::sync::signal_pad::{PAT_SLOT_BYTES, PatCollective, PatFlag, pat_staging_offset};
 
@@ -210,6 +211,10 @@ unsafe fn pat_all_gather_task(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs)
     let (n, me) = (ctx.world_size, ctx.rank);
     let send = send_address(rank, args);
     let local_recv = ctx.local_base.wrapping_add(args.recv_offset);
+    // SAFETY: the context is valid; the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
     let rounds = unsafe { PatRounds::open(ctx, PatCollective::Gather, grid.block) };
     let round = rounds.before().wrapping_add(1);
@@ -383,6 +388,10 @@ unsafe fn pat_reduce_scatter_task<T: Element, O: ReduceOp>(
     }
     let (lo, hi) = block_range(count, grid.block, grid.blocks);
     let round_count = (hi - lo).div_ceil(capacity) as u32;
+    // SAFETY: the context is valid; the whole block takes this branch.
+    if unsafe { block_sees_abort(ctx) } {
+        return KernelStatus::Aborted;
+    }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
     let rounds = unsafe { PatRounds::open(ctx, PatCollective::Scatter, grid.block) };
     let total = steps(n);

@@ -141,3 +141,26 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
     }
     arch::sync_threads_or(failed)
 }
+
+/// `true` when this rank's abort word is raised.
+///
+/// # Safety
+/// `ctx` must be a context built by the host.
+pub unsafe fn is_aborted(ctx: &SymmContext) -> bool {
+    // SAFETY: the abort word is a valid u32 in this rank's pad (caller's contract).
+    unsafe { arch::load_acquire_sys_u32(ctx.abort_flag as *const u32) != 0 }
+}
+
+/// `true`, on every thread of the block alike, when this rank's abort word is raised: one
+/// thread reads the word (it may live in host memory: one read per block, not per warp) and
+/// the block barrier broadcasts the answer, so the whole block takes the same branch (a block
+/// barrier reached by only some threads is undefined behaviour). Every thread of the block
+/// must call it.
+///
+/// # Safety
+/// `ctx` must be a context built by the host.
+pub unsafe fn block_sees_abort(ctx: &SymmContext) -> bool {
+    // SAFETY: forwarded contract.
+    let raised = arch::thread_idx_x() == 0 && unsafe { is_aborted(ctx) };
+    arch::sync_threads_or(raised)
+}

@@ -9,7 +9,7 @@ use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
 };
-use crate::sync::wait::{POLLS_PER_CHECK, WaitOutcome, abort_look_due};
+use crate::sync::wait::{POLLS_PER_CHECK, WaitOutcome};
 
 /// Write `data` with `flag` into the line at `line`.
 ///
@@ -45,7 +45,7 @@ pub unsafe fn wait_line(
         if polls.is_multiple_of(POLLS_PER_CHECK) {
             let begun = *start.get_or_insert_with(arch::global_timer_ns);
             // SAFETY: forwarded contract.
-            if abort_look_due(polls) && unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
+            if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
                 return Err(WaitOutcome::Aborted);
             }
             if arch::global_timer_ns().wrapping_sub(begun) > timeout_ns {

@@ -14,22 +14,9 @@ pub enum WaitOutcome {
     Aborted,
 }
 
-/// Polls of a flag between two looks at the timer (and a sleep). Under loom every poll
-/// yields, so that loom's scheduler runs the other threads.
+/// Polls of a flag between two looks at the abort word and the timer (and a sleep). Under
+/// loom every poll yields, so that loom's scheduler runs the other threads.
 pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
-
-/// Polls of a flag between two looks at the abort word, a multiple of [`POLLS_PER_CHECK`]: the
-/// word may live in host memory (a read crosses PCIe), and it matters only once a peer is
-/// missing, so a wait reads it rarely, and never before it has polled in vain for a while
-/// (kernels do not read it before their first wait either).
-pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 8192 };
-
-/// `true` when a wait that has polled `polls` times (a multiple of [`POLLS_PER_CHECK`]) looks
-/// at the abort word now.
-#[inline(always)]
-pub(crate) fn abort_look_due(polls: u32) -> bool {
-    polls.is_multiple_of(POLLS_PER_ABORT_LOOK)
-}
 
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
 #[inline(always)]
@@ -59,7 +46,7 @@ pub unsafe fn wait_until_reached(
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(POLLS_PER_CHECK) {
             // SAFETY: as for `flag`.
-            if abort_look_due(polls) && unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
+            if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
                 return WaitOutcome::Aborted;
             }
             if arch::global_timer_ns().wrapping_sub(start) > timeout_ns {

@@ -126,9 +126,13 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
             .run_launch(&launch, &resources, prepared)
             .and_then(|()| note_streams(parts, &launch))
     });
-    for (task, instance) in parts.iter().flatten().zip(&launch.instances) {
-        clique.pacing.issued(task.comm.rank, instance.seq);
-    }
+    // Issued once launched, or once the communicator is failed (so that a peer the pacing
+    // releases finds the failure, not a launch to pair with).
+    let issued = || {
+        for (task, instance) in parts.iter().flatten().zip(&launch.instances) {
+            clique.pacing.issued(task.comm.rank, instance.seq);
+        }
+    };
     if let Err(e) = run {
         // The peers may have launched these calls: this rank is out of step.
         let e = Error::new(
@@ -142,8 +146,10 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         for tasks in parts {
             failure::fail(&tasks[0].comm, &e);
         }
+        issued();
         return Err(e);
     }
+    issued();
     let mut result = Ok(());
     for tasks in parts {
         if let Err(e) = failure::check(&tasks[0].comm) {

@@ -55,7 +55,10 @@ impl Pacing {
         loop {
             let behind = peers.iter().copied().find(|&q| issued[q] < seq);
             let Some(behind) = behind else {
-                return Ok(());
+                drop(issued);
+                // A peer marks its calls issued after it failed the communicator: released by
+                // a failed launch, this one must not go ahead.
+                return failure::check(comm);
             };
             drop(issued);
             failure::check(comm)?;
@@ -66,7 +69,10 @@ impl Pacing {
                     format!(
                         "rank {}: rank {behind} (same device, this process) did not issue its \
                          collective #{} within {} ms, so rank {}'s collective #{seq} was not \
-                         launched",
+                         launched (ranks of one device may be at most one call apart when \
+                         launched: if one thread drives several of them, make each call on \
+                         every rank before the next, or make them between symmGroupStart and \
+                         symmGroupEnd); the communicator is failed on every rank",
                         comm.rank,
                         seq - 1,
                         comm.clique.timeout.as_millis(),
