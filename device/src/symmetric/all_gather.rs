@@ -71,7 +71,8 @@ unsafe fn gather_part(task: &Task<'_>, lo: u64, hi: u64, block: u32) {
         alignment |= unsafe { ctx.peer_base(peer) };
     }
     let offset = args.recv_offset.wrapping_add(segment);
-    let first = block % ctx.world_size;
+    // `checked_rem`: no division-by-zero panic path (a context always has ranks).
+    let first = block.checked_rem(ctx.world_size).unwrap_or(0);
     // In place, this rank's own destination is its source: the unit is stored back unchanged
     // (no rank is skipped).
     let skip = u32::MAX;
