@@ -42,6 +42,7 @@ from ._core import (
 )
 from ._lib import LIBRARY_PATH
 from .errors import (
+    CoResidencyError,
     InternalError,
     InvalidArgumentError,
     InvalidUsageError,
@@ -61,6 +62,7 @@ __all__ = [
     "LIBRARY_PATH",
     "Buffer",
     "BufferLike",
+    "CoResidencyError",
     "Comm",
     "CudaArrayView",
     "DTypeLike",

@@ -158,6 +158,37 @@ def _as_int(value: Any, name: str, minimum: int = 0, maximum: int = _SIZE_MAX) -
     return number
 
 
+class _ProcessRanks:
+    """The ranks of one communicator that this process created (held weakly): those of one
+    :meth:`Comm.init_all`, or every ``Comm(nranks, uid, rank)`` of one unique id (one per
+    thread). Ranks of other processes are not among them: nothing here knows their devices."""
+
+    def __init__(self) -> None:
+        self._comms: weakref.WeakSet[Comm] = weakref.WeakSet()
+
+    def add(self, comm: Comm) -> None:
+        self._comms.add(comm)
+
+    def on_device(self, device: int) -> int:
+        """How many of them (not destroyed) use CUDA device ``device``."""
+        return sum(1 for comm in list(self._comms) if not comm.destroyed and comm.device == device)
+
+
+#: The :class:`_ProcessRanks` of each unique id this process joined with ``Comm(...)``.
+_RANKS_BY_UNIQUE_ID: weakref.WeakValueDictionary[bytes, _ProcessRanks] = weakref.WeakValueDictionary()
+_RANKS_BY_UNIQUE_ID_LOCK = threading.Lock()
+#: Windows whose device context was read, by the context's address (see
+#: :func:`window_of_device_context`).
+_WINDOWS_BY_DEVICE_CONTEXT: weakref.WeakValueDictionary[int, Window] = weakref.WeakValueDictionary()
+
+
+def window_of_device_context(address: int) -> Window | None:
+    """The registered :class:`Window` whose :attr:`Window.device_context` is ``address``, if
+    this process read it; ``None`` otherwise (for ``symm.triton``, whose kernels get only the
+    address)."""
+    return _WINDOWS_BY_DEVICE_CONTEXT.get(address)
+
+
 def _destroy_handle(handle: int, alive: list[bool]) -> None:
     """Finalizer of a garbage-collected :class:`Comm` (errors cannot be reported there).
     ``alive`` is shared with the comm's buffers' finalizers, which may run after this one when
@@ -190,10 +221,14 @@ class Comm:
         """
         nranks = _as_int(nranks, "nranks", 1, _INT_MAX)
         rank = _as_int(rank, "rank", 0, _INT_MAX)
-        struct = _as_unique_id(uid)._struct()
+        unique_id = _as_unique_id(uid)
         handle = ctypes.c_void_p()
-        check(lib.symmCommInitRank(ctypes.byref(handle), nranks, struct, rank))
-        self._adopt(handle.value)
+        check(lib.symmCommInitRank(ctypes.byref(handle), nranks, unique_id._struct(), rank))
+        with _RANKS_BY_UNIQUE_ID_LOCK:
+            ranks = _RANKS_BY_UNIQUE_ID.get(bytes(unique_id))
+            if ranks is None:
+                ranks = _RANKS_BY_UNIQUE_ID[bytes(unique_id)] = _ProcessRanks()
+        self._adopt(handle.value, ranks)
 
     @classmethod
     def init_all(cls, devices: int | Sequence[int]) -> list[Comm]:
@@ -221,10 +256,11 @@ class Comm:
             devlist = (ctypes.c_int * count)(*device_list)
         handles = (ctypes.c_void_p * count)()
         check(lib.symmCommInitAll(handles, count, devlist))
+        ranks = _ProcessRanks()
         comms = []
         for handle in handles:
             comm = cls.__new__(cls)
-            comm._adopt(handle)
+            comm._adopt(handle, ranks)
             comms.append(comm)
         return comms
 
@@ -280,7 +316,7 @@ class Comm:
             # Rank 0's symmCommInitRank opens the root when SYMM_COMM_ID names the id's address.
             return cls(nranks, get_unique_id(), rank)
 
-    def _adopt(self, handle: int | None) -> None:
+    def _adopt(self, handle: int | None, process_ranks: _ProcessRanks) -> None:
         if not handle:
             raise make_error(Result["symmInternalError"], "the library returned a NULL comm")
         self._handle: int | None = handle
@@ -300,6 +336,16 @@ class Comm:
         check(lib.symmCommGetBackend(handle, ctypes.byref(name)))
         self.backend: str = (name.value or b"").decode()
         """``"cuda"`` or ``"host"``: where :meth:`alloc` memory lives."""
+        self._process_ranks = process_ranks
+        process_ranks.add(self)
+
+    def _process_ranks_on_device(self, device: int) -> int:
+        """How many live ranks of this communicator that this process created use CUDA device
+        ``device`` (for ``symm.triton``'s co-residency check): the ranks of one
+        :meth:`init_all`, or every ``Comm(nranks, uid, rank)`` of the same ``uid`` (one per
+        thread). Ranks in other processes are not counted, even on the same GPU: their devices
+        are not known here."""
+        return self._process_ranks.on_device(device)
 
     def _query(self, function: Any) -> int:
         value = ctypes.c_int()
@@ -765,6 +811,8 @@ class Window:
 
     def _invalidate(self, reason: str) -> None:
         self._dead = reason
+        if self._device_context and _WINDOWS_BY_DEVICE_CONTEXT.get(self._device_context) is self:
+            del _WINDOWS_BY_DEVICE_CONTEXT[self._device_context]
 
     @property
     def registered(self) -> bool:
@@ -781,6 +829,8 @@ class Window:
             context = ctypes.c_void_p()
             check(lib.symmCommGetDeviceContext(self.comm.handle, self.handle, ctypes.byref(context)))
             self._device_context = context.value or 0
+            if self._device_context:
+                _WINDOWS_BY_DEVICE_CONTEXT[self._device_context] = self
         return self._device_context
 
     def offset(self, buffer: BufferLike) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ._abi import Result
 
 __all__ = [
+    "CoResidencyError",
     "InternalError",
     "InvalidArgumentError",
     "InvalidUsageError",
@@ -86,6 +87,12 @@ class InvalidUsageError(SymmError):
     """``symmInvalidUsage``: the call is not valid in the current state (e.g. after destroy)."""
 
     result_name = "symmInvalidUsage"
+
+
+class CoResidencyError(InvalidUsageError):
+    """``symmInvalidUsage``, raised by ``symm.triton`` before a launch: the programs of every
+    rank sharing the GPU cannot all be resident at once, so the launch would time out. The
+    message gives the numbers and what to change."""
 
 
 class NoDeviceError(SymmError):

@@ -26,23 +26,33 @@ aborted, and the host then reports ``symmTimeout``.
 :func:`jit` and :func:`compile` also set ``maxnreg`` (see :func:`default_maxnreg`) unless the
 caller does, so that ptxas does not spill the collective's registers to raise occupancy.
 
+Since program ``p`` of a rank waits for program ``p`` of every other rank, every program of
+every rank that shares a GPU must be resident on it at once. A launch through :func:`jit`
+checks that first (:func:`check_co_residency`, from the compiled kernel's registers, shared
+memory and warps, and the GPU's limits) and raises :class:`symm.CoResidencyError` instead of
+launching a grid that would time out.
+
 Supported: Triton 3.5 (PyTorch 2.9–2.11) to the newest, on sm_80 and newer (one library
 serves every target: Triton replaces its triple and data layout when linking).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import math
 import os
 import re
-from typing import Any, Callable, Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import triton
 import triton.language as tl
 from triton.language import core
 
-from . import _abi, _paths
+from . import _abi, _core, _paths
 from ._convert import resolve_dtype, resolve_op
+from .errors import CoResidencyError, UnhandledCudaError
 
 __all__ = [
     "MAX_PROGRAMS",
@@ -59,6 +69,11 @@ __all__ = [
     "dtype_code",
     "op_code",
     "default_maxnreg",
+    "DeviceLimits",
+    "Occupancy",
+    "device_limits",
+    "programs_per_multiprocessor",
+    "check_co_residency",
 ]
 
 #: Oldest Triton whose LLVM reads the library.
@@ -71,6 +86,14 @@ LIBRARY_NAME = "symm"
 _REGISTER_FILE = 65536
 #: Most registers one thread may use.
 _MAX_THREAD_REGISTERS = 255
+#: Registers are allocated to a warp in units of this many (every target from sm_80 on).
+_REGISTER_UNIT = 256
+#: An SM's register file is split evenly among this many sub-partitions (one scheduler each),
+#: and a warp's registers come from one of them.
+_SUB_PARTITIONS = 4
+#: Shared memory is allocated to a program in units of this many bytes.
+_SHARED_UNIT = 128
+_WARP_SIZE = 32
 
 
 def default_maxnreg(num_warps: int = 4) -> int:
@@ -229,9 +252,206 @@ def _is_tuner(fn: Any) -> bool:
     return isinstance(fn, (Autotuner, Heuristics))
 
 
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What bounds the programs (blocks) a GPU keeps resident at once: CUDA device attributes,
+    which :func:`device_limits` reads. An H100 SXM is
+    ``DeviceLimits(132, 65536, 2048, 32, 233472, 1024)``."""
+
+    #: Streaming multiprocessors (SMs).
+    multiprocessors: int
+    #: 32-bit registers of one SM.
+    registers_per_multiprocessor: int
+    #: Most threads resident on one SM.
+    max_threads_per_multiprocessor: int
+    #: Most programs resident on one SM.
+    max_blocks_per_multiprocessor: int
+    #: Bytes of shared memory of one SM (the largest carveout).
+    shared_memory_per_multiprocessor: int
+    #: Bytes of shared memory the driver reserves for each program.
+    reserved_shared_memory_per_block: int
+
+
+class Occupancy(NamedTuple):
+    """How many programs of one kernel an SM holds at once, and what stops it holding more."""
+
+    #: Programs resident on one SM at once (0: not even one fits).
+    programs_per_multiprocessor: int
+    #: The resource(s) that give that number, in words, for error messages.
+    limited_by: str
+
+
+def programs_per_multiprocessor(
+    n_regs: int, shared_bytes: int, num_warps: int, limits: DeviceLimits
+) -> Occupancy:
+    """How many programs of a kernel fit on one SM at once, as the CUDA occupancy calculator
+    counts them: ``n_regs`` registers per thread (allocated per warp, in units of 256, from one
+    of the SM's four sub-partitions), ``shared_bytes`` of shared memory per program (plus the
+    driver's reserve, in units of 128 bytes), ``num_warps`` warps per program, and the SM's
+    thread and program limits. Assumes the largest shared-memory carveout.
+
+    With ``maxnreg=255`` (:func:`default_maxnreg` up to 8 warps) and a kernel that uses them
+    all, that is 2 programs per SM at 4 warps and 1 at 8.
+    """
+    warps = max(int(num_warps), 1)
+    bounds = []
+    if n_regs > 0:
+        per_warp = -(-int(n_regs) * _WARP_SIZE // _REGISTER_UNIT) * _REGISTER_UNIT
+        per_partition = limits.registers_per_multiprocessor // _SUB_PARTITIONS
+        resident_warps = per_partition // per_warp * _SUB_PARTITIONS
+        bounds.append((
+            resident_warps // warps,
+            f"registers: {n_regs} per thread, {per_warp} per warp: {resident_warps} warps fit in "
+            f"the SM's {limits.registers_per_multiprocessor} registers, and a program has {warps}",
+        ))
+    per_program = shared_bytes + limits.reserved_shared_memory_per_block
+    if per_program > 0:
+        allocated = -(-per_program // _SHARED_UNIT) * _SHARED_UNIT
+        bounds.append((
+            limits.shared_memory_per_multiprocessor // allocated,
+            f"shared memory: {shared_bytes} bytes per program plus "
+            f"{limits.reserved_shared_memory_per_block} reserved, of the SM's "
+            f"{limits.shared_memory_per_multiprocessor}",
+        ))
+    threads = warps * _WARP_SIZE
+    bounds.append((
+        limits.max_threads_per_multiprocessor // threads,
+        f"threads: {threads} per program, of the SM's {limits.max_threads_per_multiprocessor}",
+    ))
+    bounds.append((
+        limits.max_blocks_per_multiprocessor,
+        f"at most {limits.max_blocks_per_multiprocessor} programs per SM",
+    ))
+    fit = min(count for count, _ in bounds)
+    return Occupancy(fit, "; ".join(why for count, why in bounds if count == fit))
+
+
+def check_co_residency(
+    programs: int,
+    ranks_on_device: int,
+    n_regs: int,
+    shared_bytes: int,
+    num_warps: int,
+    limits: DeviceLimits,
+    kernel: str = "kernel",
+) -> None:
+    """Raise :class:`symm.CoResidencyError` unless ``programs`` programs of each of
+    ``ranks_on_device`` ranks sharing one GPU can all be resident at once
+    (``programs * ranks_on_device <= limits.multiprocessors *`` programs per SM, see
+    :func:`programs_per_multiprocessor`).
+
+    Program ``p`` of a rank spins until program ``p`` of every other rank arrives: if some
+    programs cannot become resident while the others spin, every rank reports
+    ``STATUS_TIMEOUT`` after ``SYMM_TIMEOUT_MS`` and the window is aborted. ``kernel`` names the
+    kernel in the message.
+    """
+    occupancy = programs_per_multiprocessor(n_regs, shared_bytes, num_warps, limits)
+    per_sm = occupancy.programs_per_multiprocessor
+    resident = limits.multiprocessors * per_sm
+    ranks = max(int(ranks_on_device), 1)
+    if programs * ranks <= resident:
+        return
+    if per_sm == 0:
+        outcome, remedy = "the launch would fail", "Not one program fits on an SM"
+    else:
+        outcome = "it would time out after SYMM_TIMEOUT_MS on every rank and abort the window"
+        remedy = (
+            f"Put at most {resident} ranks on this GPU" if resident < ranks
+            else f"Launch at most {resident // ranks} programs per rank"
+        )
+    raise CoResidencyError(
+        f"{kernel}: {programs} programs per rank x {ranks} rank{'s' if ranks > 1 else ''} on "
+        f"this GPU = {programs * ranks} programs must be resident at once (program p of each "
+        f"rank waits for program p of every other rank), but {limits.multiprocessors} SMs x "
+        f"{per_sm} per SM = {resident} fit ({occupancy.limited_by}); launched, {outcome}. "
+        f"{remedy}; to fit more programs "
+        f"on an SM, use fewer warps (num_warps), fewer registers (a lower maxnreg) or less "
+        f"shared memory (smaller blocks, fewer num_stages)"
+    )
+
+
+# The `CUdevice_attribute` (cuda.h) of each field of `DeviceLimits`.
+_DEVICE_ATTRIBUTES = {
+    "multiprocessors": 16,  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    "registers_per_multiprocessor": 82,  # CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR
+    "max_threads_per_multiprocessor": 39,  # CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
+    "max_blocks_per_multiprocessor": 106,  # CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR
+    "shared_memory_per_multiprocessor": 81,  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    "reserved_shared_memory_per_block": 111,  # CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK
+}
+
+
+@functools.lru_cache(maxsize=None)
+def device_limits(device: int) -> DeviceLimits:
+    """The :class:`DeviceLimits` of CUDA device ``device`` (an ordinal), from the CUDA driver
+    (``cuDeviceGetAttribute``)."""
+    driver = ctypes.CDLL("libcuda.so.1")
+
+    def call(name: str, *args: Any) -> None:
+        result = getattr(driver, name)(*args)
+        if result != 0:
+            raise UnhandledCudaError(f"{name} failed with CUresult {result} (device {device})")
+
+    call("cuInit", 0)
+    handle = ctypes.c_int()
+    call("cuDeviceGet", ctypes.byref(handle), int(device))
+    values = {}
+    for field, attribute in _DEVICE_ATTRIBUTES.items():
+        value = ctypes.c_int()
+        call("cuDeviceGetAttribute", ctypes.byref(value), attribute, handle)
+        values[field] = value.value
+    return DeviceLimits(**values)
+
+
+def _current_device() -> int:
+    """The CUDA device Triton launches on."""
+    return triton.runtime.driver.active.get_current_device()
+
+
+def _grid_programs(fn: Any, grid: Any, args: tuple, kwargs: Dict[str, Any]) -> int:
+    """Programs of ``grid`` (a tuple, or a callable of the bound arguments, as Triton takes)."""
+    if callable(grid):
+        signature = fn.signature  # the kernel's `inspect.Signature`
+        bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+        bound.apply_defaults()
+        grid = grid(dict(bound.arguments))
+    return math.prod(int(size) for size in grid)
+
+
+def _ranks_on_device(args: tuple, kwargs: Dict[str, Any], device: int) -> int:
+    """Ranks whose kernels share ``device``: for each argument that is a window's
+    ``device_context``, how many ranks of its communicator this process created on the device
+    (the most of them); 1 if no argument is one."""
+    ranks = [
+        window.comm._process_ranks_on_device(device)
+        for value in (*args, *kwargs.values())
+        if isinstance(value, int) and not isinstance(value, bool)
+        for window in (_core.window_of_device_context(value),)
+        if window is not None
+    ]
+    return max([1, *ranks])
+
+
+def _check_launch(fn: Any, compiled: Any, grid: Any, args: tuple, kwargs: Dict[str, Any]) -> None:
+    """:func:`check_co_residency` for launching ``compiled`` (``fn`` compiled for ``args``)."""
+    compiled._init_handles()  # loads the module, which gives its registers (as a launch does)
+    device = _current_device()
+    check_co_residency(
+        _grid_programs(fn, grid, args, kwargs),
+        _ranks_on_device(args, kwargs, device),
+        compiled.n_regs,
+        compiled.metadata.shared,
+        compiled.metadata.num_warps,
+        device_limits(device),
+        kernel=f"{compiled.name} on device {device}",
+    )
+
+
 class SymmKernel:
     """A ``@triton.jit`` function whose launches, warm-ups and compiles link the library (and,
-    unless the call gives ``maxnreg``, set :func:`default_maxnreg`)."""
+    unless the call gives ``maxnreg``, set :func:`default_maxnreg`), and whose launches first
+    check that every program of every rank on the GPU can be resident at once
+    (:func:`check_co_residency`)."""
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
@@ -246,10 +466,8 @@ class SymmKernel:
         return kwargs
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        launcher = self.fn[grid]
-
         def launch(*args: Any, **kwargs: Any) -> Any:
-            return launcher(*args, **self._options(kwargs))
+            return self.run(*args, grid=grid, warmup=False, **kwargs)
 
         return launch
 
@@ -257,9 +475,23 @@ class SymmKernel:
         """As ``JITFunction.warmup``, with the library linked."""
         return self.fn.warmup(*args, **self._options(kwargs))
 
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``JITFunction.run``, with the library linked."""
-        return self.fn.run(*args, **self._options(kwargs))
+    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        """As ``JITFunction.run``, with the library linked. A launch (``warmup=False``) compiles
+        the kernel first (or takes it from Triton's cache) and raises
+        :class:`symm.CoResidencyError`, launching nothing, when ``grid``'s programs times the
+        ranks sharing the GPU do not fit on it at once (:func:`check_co_residency`; the ranks
+        are those this process created of the communicator of the window whose
+        ``device_context`` is an argument, else 1). Triton's pre-run hooks therefore run twice
+        per launch. Not checked: a kernel wrapped in ``triton.autotune`` /
+        ``triton.heuristics`` inside :func:`jit` (put those above it)."""
+        kwargs = self._options(kwargs)
+        if not warmup and not _is_tuner(self.fn):
+            compiled = self.fn.run(*args, grid=grid, warmup=True, **kwargs)
+            if compiled is not None:  # None: a `jit_cache_hook` took the compile over
+                if hasattr(compiled, "result"):  # compiled under `triton.AsyncCompileMode`
+                    compiled = compiled.result()
+                _check_launch(self.fn, compiled, grid, args, kwargs)
+        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fn, name)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import symm
+from symm._core import window_of_device_context
 
 
 def register_all(comms: list[symm.Comm], bufs: list[symm.Buffer]) -> list[symm.Window]:
@@ -54,6 +55,53 @@ def test_init_all_with_a_device_list() -> None:
     assert [c.device for c in comms] == [0, 0, 0]
     for c in comms:
         c.destroy()
+
+
+def test_ranks_of_this_process_per_device() -> None:
+    """What symm.triton's co-residency check counts: the live ranks of one communicator that this
+    process created on a device, and the window a device context belongs to."""
+    comms = symm.Comm.init_all([0, 0, 1, 0])
+    others = symm.Comm.init_all([0, 0])
+    assert [comms[0]._process_ranks_on_device(d) for d in (0, 1, 2)] == [3, 1, 0]
+    assert [comms[2]._process_ranks_on_device(d) for d in (0, 1)] == [3, 1]
+    assert others[0]._process_ranks_on_device(0) == 2  # another communicator: counted apart
+    bufs = [c.alloc(256) for c in comms]
+    wins = register_all(comms, bufs)
+    contexts = [w.device_context for w in wins]
+    assert all(window_of_device_context(c) is w for c, w in zip(contexts, wins))
+    assert window_of_device_context(contexts[0] + 1) is None
+    wins[0].deregister()
+    assert window_of_device_context(contexts[0]) is None
+    comms[1].destroy()
+    assert comms[0]._process_ranks_on_device(0) == 2
+    assert window_of_device_context(contexts[1]) is None  # destroying the comm dropped it
+    for c in [comms[0], *comms[2:], *others]:
+        c.destroy()
+
+
+def test_ranks_of_this_process_joined_with_one_unique_id() -> None:
+    nranks = 3
+    uid = symm.get_unique_id()
+    together = threading.Barrier(nranks)
+    counts: list[int] = []
+    failures: list[BaseException] = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            with symm.Comm(nranks, uid, rank) as comm:
+                together.wait(timeout=60)
+                counts.append(comm._process_ranks_on_device(comm.device))
+                together.wait(timeout=60)
+        except BaseException as error:  # noqa: BLE001  (reported by the main thread)
+            failures.append(error)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not failures, failures
+    assert counts == [nranks] * nranks
 
 
 def test_one_thread_per_rank_with_a_unique_id() -> None:

@@ -3,21 +3,26 @@
 For every target (sm_80, sm_90, sm_100a) the kernels are compiled by ``triton.compile`` with
 the library linked, then the PTX is checked: no unresolved external function, the device
 function's code is there, and ptxas (the one Triton bundles) reports no spills and no stack
-frame. CI runs this file under the oldest supported Triton (3.5) and the newest.
+frame. Also what ``symm.triton`` does around a launch (linking, ``maxnreg``, the co-residency
+check), with Triton's launcher replaced by a fake. CI runs this file under the oldest supported
+Triton (3.5) and the newest.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
+import symm  # noqa: E402
 import symm.triton as st  # noqa: E402
 
 CAPABILITIES = [80, 90, 100]
@@ -182,22 +187,73 @@ def test_constants_come_from_the_header():
         st.op_code("xor")
 
 
-def test_the_decorator_links_the_library_on_every_launch():
-    calls = []
+#: An H100 SXM's limits (`st.device_limits` on one): 132 SMs, 64 Ki registers, 2048 threads,
+#: 32 programs and 228 KiB of shared memory per SM, 1 KiB of it reserved per program.
+H100 = st.DeviceLimits(
+    multiprocessors=132,
+    registers_per_multiprocessor=65536,
+    max_threads_per_multiprocessor=2048,
+    max_blocks_per_multiprocessor=32,
+    shared_memory_per_multiprocessor=228 * 1024,
+    reserved_shared_memory_per_block=1024,
+)
 
-    class FakeJit:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: calls.append((grid, args, kwargs))
 
-        def warmup(self, *args, **kwargs):
-            calls.append(("warmup", args, kwargs))
+class FakeCompiled:
+    """Stands for Triton's ``CompiledKernel``: what the co-residency check reads."""
 
-    kernel = st.requires_symm(FakeJit())
+    def __init__(self, n_regs, shared, num_warps):
+        self.name = "fake_kernel"
+        self.metadata = SimpleNamespace(shared=shared, num_warps=num_warps)
+        self._n_regs = n_regs
+
+    def _init_handles(self):
+        # As Triton's: loading the module is what gives the register count.
+        self.n_regs = self._n_regs
+
+
+class FakeJit:
+    """Stands for a ``JITFunction``: ``run`` compiles (a :class:`FakeCompiled` that uses
+    ``n_regs`` registers, or ``maxnreg`` if lower, and ``shared`` bytes) and, unless warming up,
+    launches; every call is recorded."""
+
+    def __init__(self, n_regs=255, shared=0):
+        self.n_regs, self.shared = n_regs, shared
+        self.calls = []
+
+        def signature(ctx, n, BLOCK=128):
+            pass
+
+        self.signature = inspect.signature(signature)
+
+    def run(self, *args, grid, warmup, **kwargs):
+        self.calls.append(("compile" if warmup else "launch", grid, args, kwargs))
+        n_regs = min(self.n_regs, kwargs.get("maxnreg") or 255)
+        return FakeCompiled(n_regs, self.shared, kwargs.get("num_warps") or 4)
+
+    def warmup(self, *args, **kwargs):
+        self.calls.append(("warmup", None, args, kwargs))
+
+    def launches(self):
+        return [call for call in self.calls if call[0] == "launch"]
+
+
+@pytest.fixture
+def h100(monkeypatch):
+    """Launches see device 0, an H100 (no GPU is touched)."""
+    monkeypatch.setattr(st, "_current_device", lambda: 0)
+    monkeypatch.setattr(st, "device_limits", lambda device: H100)
+
+
+def test_the_decorator_links_the_library_on_every_launch(h100):
+    fake = FakeJit()
+    kernel = st.requires_symm(fake)
     kernel[(4,)](1, 2, num_warps=4, extern_libs={"mine": "/x.bc"})
     kernel.warmup(3, grid=(1,))
     kernel[(2,)](5, num_warps=16)
     kernel[(2,)](6, maxnreg=None)
     kernel[(2,)](7, maxnreg=96)
+    calls = [(grid, args, kwargs) for what, grid, args, kwargs in fake.calls if what != "compile"]
     assert calls[0][0] == (4,) and calls[0][1] == (1, 2)
     assert calls[0][2]["extern_libs"] == {"mine": "/x.bc", "symm": st.library()}
     assert calls[0][2]["num_warps"] == 4
@@ -226,6 +282,142 @@ def test_no_default_maxnreg_around_an_autotuner():
 
 def test_default_maxnreg_fills_the_register_file():
     assert [st.default_maxnreg(w) for w in (1, 2, 4, 8, 16, 32)] == [255, 255, 255, 255, 128, 64]
+
+
+def test_programs_per_sm_from_registers_warps_and_threads():
+    # 255 registers (default_maxnreg up to 8 warps, all used): 8192 per warp, 2 warps in each
+    # of the SM's four 16 Ki-register sub-partitions, so 8 warps per SM.
+    assert st.programs_per_multiprocessor(255, 0, 4, H100).programs_per_multiprocessor == 2
+    eight = st.programs_per_multiprocessor(255, 0, 8, H100)
+    assert eight.programs_per_multiprocessor == 1
+    assert eight.limited_by.startswith("registers: 255 per thread, 8192 per warp: 8 warps")
+    # Rounding: 100 registers take 3328 (13 units of 256) per warp, so 4 warps per
+    # sub-partition, not 5.
+    assert st.programs_per_multiprocessor(100, 0, 4, H100).programs_per_multiprocessor == 4
+    # Sub-partitions: 200 registers (6400 per warp) fit 2 warps in each 16 Ki quarter, so 8 per
+    # SM, not the 10 the whole register file would hold.
+    assert st.programs_per_multiprocessor(200, 0, 2, H100).programs_per_multiprocessor == 4
+    # Few registers: the SM's 2048 threads bound it, then its 32 programs.
+    threads = st.programs_per_multiprocessor(24, 0, 4, H100)
+    assert threads == (16, "threads: 128 per program, of the SM's 2048")
+    assert st.programs_per_multiprocessor(16, 0, 1, H100) == (32, "at most 32 programs per SM")
+
+
+def test_programs_per_sm_from_shared_memory():
+    # 64 registers at 4 warps leave room for 8 programs; 100 KiB of shared memory (plus the
+    # 1 KiB reserve) for 2, 150 KiB for 1.
+    assert st.programs_per_multiprocessor(64, 0, 4, H100).programs_per_multiprocessor == 8
+    shared = st.programs_per_multiprocessor(64, 100 * 1024, 4, H100)
+    assert shared.programs_per_multiprocessor == 2
+    assert shared.limited_by == "shared memory: 102400 bytes per program plus 1024 reserved, of the SM's 233472"
+    assert st.programs_per_multiprocessor(64, 150 * 1024, 4, H100).programs_per_multiprocessor == 1
+    # Two programs of 114 KiB would fit the SM's 228 KiB, but not with 1 KiB reserved for each.
+    assert st.programs_per_multiprocessor(64, 114 * 1024, 4, H100).programs_per_multiprocessor == 1
+    # 4 ranks x 66 programs fit the 264 slots; 67 do not, though registers alone would allow it.
+    st.check_co_residency(66, 4, 64, 100 * 1024, 4, H100)
+    st.check_co_residency(67, 4, 64, 0, 4, H100)
+    with pytest.raises(symm.CoResidencyError, match=r"132 SMs x 2 per SM = 264 fit \(shared memory"):
+        st.check_co_residency(67, 4, 64, 100 * 1024, 4, H100)
+
+
+def test_co_residency_refuses_what_cannot_all_be_resident():
+    # The review's case: 4 ranks x 64 programs at 8 warps and 255 registers need 256 SMs.
+    with pytest.raises(symm.CoResidencyError) as refused:
+        st.check_co_residency(64, 4, 255, 0, 8, H100, kernel="all_reduce_kernel on device 0")
+    error = refused.value
+    assert isinstance(error, symm.InvalidUsageError) and error.code == symm.Result.symmInvalidUsage
+    message = str(error)
+    for part in ("all_reduce_kernel on device 0", "64 programs per rank x 4 ranks on this GPU = 256",
+                 "132 SMs x 1 per SM = 132 fit", "registers: 255 per thread", "SYMM_TIMEOUT_MS",
+                 "Launch at most 33 programs per rank", "num_warps", "maxnreg", "shared memory"):
+        assert part in message, (part, message)
+    # Up to the limit it is accepted: 4 x 33 at 8 warps, and 8 ranks x 8 programs at 4 warps.
+    st.check_co_residency(33, 4, 255, 0, 8, H100)
+    with pytest.raises(symm.CoResidencyError):
+        st.check_co_residency(34, 4, 255, 0, 8, H100)
+    st.check_co_residency(8, 8, 255, 0, 4, H100)
+    # One rank alone on the GPU: its own programs must fit too.
+    st.check_co_residency(64, 1, 255, 0, 8, H100)
+    with pytest.raises(symm.CoResidencyError, match="Put at most 132 ranks on this GPU"):
+        st.check_co_residency(1, 133, 255, 0, 8, H100)
+    with pytest.raises(symm.CoResidencyError, match="Not one program fits on an SM"):
+        st.check_co_residency(1, 1, 255, 0, 16, H100)
+
+
+def test_device_limits_come_from_the_driver(monkeypatch):
+    # A stand-in for libcuda: each CUdevice_attribute (numbers from cuda.h) as on an H100.
+    attributes = {16: 132, 82: 65536, 39: 2048, 106: 32, 81: 233472, 111: 1024}
+
+    class FakeDriver:
+        bad_ordinal = 7
+
+        def cuInit(self, flags):
+            return 0
+
+        def cuDeviceGet(self, device, ordinal):
+            device._obj.value = ordinal
+            return 101 if ordinal == self.bad_ordinal else 0  # CUDA_ERROR_INVALID_DEVICE
+
+        def cuDeviceGetAttribute(self, value, attribute, device):
+            value._obj.value = attributes[attribute]
+            return 0
+
+    monkeypatch.setattr(st.ctypes, "CDLL", lambda name: FakeDriver())
+    read = st.device_limits.__wrapped__  # not the cache
+    assert read(0) == H100
+    with pytest.raises(symm.UnhandledCudaError, match="cuDeviceGet failed with CUresult 101"):
+        read(FakeDriver.bad_ordinal)
+
+
+def test_the_check_reads_what_triton_provides():
+    # What `SymmKernel.run` and the check take from Triton, on a real compiled kernel (its
+    # `n_regs` appears when `_init_handles` loads it on a GPU).
+    for name in ("grid", "warmup"):
+        assert inspect.signature(triton.JITFunction.run).parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(barrier_kernel.fn.signature.parameters) == ["ctx", "status_ptr"]
+    kernel = st.compile(barrier_kernel, signature={"ctx": "i64", "status_ptr": "*i32"},
+                        capability=90, options={"num_warps": 8})
+    assert callable(kernel._init_handles) and kernel.name == "barrier_kernel"
+    assert kernel.metadata.num_warps == 8 and kernel.metadata.shared >= 0
+
+
+@pytest.fixture
+def four_ranks_on_device_0():
+    """The windows of a 4-rank communicator whose ranks this process created on device 0."""
+    comms = symm.Comm.init_all([0, 0, 0, 0])
+    buffers = [comm.alloc(4096) for comm in comms]
+    with symm.group():
+        windows = [comm.register(buffer) for comm, buffer in zip(comms, buffers)]
+    yield windows
+    for comm in comms:
+        comm.destroy()
+
+
+def test_a_launch_is_checked_before_it_runs(h100, four_ranks_on_device_0):
+    ctx = four_ranks_on_device_0[0].device_context
+    fake = FakeJit(n_regs=255)
+    kernel = st.requires_symm(fake)
+    # 4 ranks share device 0 (the window's communicator says so): 64 programs at 8 warps are
+    # refused after the compile, and nothing is launched.
+    with pytest.raises(symm.CoResidencyError, match="64 programs per rank x 4 ranks"):
+        kernel[(64,)](ctx, 1, num_warps=8)
+    assert [what for what, *_ in fake.calls] == ["compile"] and not fake.launches()
+    # The context given by name, the grid as a function of the arguments: the same.
+    with pytest.raises(symm.CoResidencyError, match="34 programs per rank x 4 ranks"):
+        kernel[lambda meta: (meta["n"],)](n=34, ctx=ctx, num_warps=8)
+    assert not fake.launches()
+    # What fits is compiled, checked, then launched with the same arguments and options.
+    kernel[(33,)](ctx, 1, num_warps=8)
+    kernel[lambda meta: (meta["n"] // meta["BLOCK"],)](ctx, 33 * 128, num_warps=8)
+    assert [what for what, *_ in fake.calls[-4:]] == ["compile", "launch", "compile", "launch"]
+    assert fake.calls[-4][1:] == fake.calls[-3][1:]
+    # Fewer registers per thread: more programs per SM (64 regs at 8 warps: 4 per SM).
+    kernel[(64,)](ctx, 1, num_warps=8, maxnreg=64)
+    # Without a window's context among the arguments, the rank is counted alone.
+    kernel[(64,)](12345, 1, num_warps=8)
+    assert len(fake.launches()) == 4
+    # A warm-up only compiles: not checked.
+    kernel.warmup(ctx, 1, grid=(64,), num_warps=8)
 
 
 @pytest.mark.parametrize("capability", [80, 90])
