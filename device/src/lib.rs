@@ -33,6 +33,19 @@
 #[cfg(not(target_arch = "nvptx64"))]
 extern crate std;
 
+/// Run `$body` once for each listed index, bound to `$i` as a constant: a loop unrolled by
+/// hand, so that arrays indexed by `$i` stay in registers on the GPU (LLVM's unroller gives up
+/// on bodies with calls or wide conversions, and a dynamically indexed array lives in local
+/// memory).
+macro_rules! unroll {
+    ($i:ident in [$($n:literal)*] => $body:block) => {
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    };
+}
+
 pub mod arch;
 pub mod context;
 pub mod exports;

@@ -9,6 +9,7 @@ mod harness;
 
 use harness::{BatchTask, Ranks, Rng};
 use symm_device::symmetric::Algorithm;
+use symm_device::symmetric::all_reduce::UNROLL;
 use symm_device::symmetric::batch::task_cells;
 use symm_device::symmetric::dispatch::kernel;
 use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, FLAG_ROOT, KernelStatus};
@@ -340,6 +341,42 @@ fn one_shot_mixed_in_place_ranks_task_by_task() {
             &specs,
             2,
             2,
+            rng.next_u64(),
+            &what,
+        );
+    }
+}
+
+/// The same with 16-byte aligned send buffers and blocks wide enough for the pack rounds
+/// (`threads >= 2 × lanes`): each block part takes several rounds of `threads × UNROLL × 4`
+/// i32, and the out-of-place ranks owe as many barriers as the pack rounds take.
+#[test]
+fn one_shot_mixed_in_place_ranks_in_pack_rounds() {
+    let threads = 8;
+    let per_round = threads as usize * UNROLL as usize * 4;
+    let mut ranks = Ranks::new(2, WINDOW, TIMEOUT_NS);
+    let mut rng = Rng(0x0116);
+    for pattern in [0b000110u32, 0b011001, 0b100101, 0b111111, 0b010010] {
+        let mut specs = random_batch(&mut rng, Algorithm::OneShotAllReduce, 2, 3);
+        for (t, spec) in specs.iter_mut().enumerate() {
+            // Two blocks: each block part spans two to three rounds and a partial one.
+            spec.count = 2 * (2 * per_round + 1000 * t) + 13;
+            spec.in_place = (0..2).map(|r| pattern >> (2 * t + r) & 1 == 1).collect();
+        }
+        let mut next = 64;
+        for spec in &mut specs {
+            spec.send = next;
+            spec.recv = next + spec.count * 4 + 16;
+            next = (spec.recv + spec.count * 4 + 32).next_multiple_of(16);
+        }
+        assert!(next <= WINDOW, "{next}");
+        let what = format!("pattern {pattern:06b}, pack rounds");
+        run_batch(
+            &mut ranks,
+            Algorithm::OneShotAllReduce,
+            &specs,
+            2,
+            threads,
             rng.next_u64(),
             &what,
         );

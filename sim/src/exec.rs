@@ -201,6 +201,56 @@ fn f64r(v: f64) -> u64 {
     if v.is_nan() { NAN64 } else { v.to_bits() }
 }
 
+/// IEEE binary16 bits to f32 (exact).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+    let exponent = (h >> 10) & 0x1F;
+    let mantissa = (h & 0x3FF) as f32;
+    match exponent {
+        0 => sign * mantissa * 2f32.powi(-24),
+        0x1F if mantissa == 0.0 => sign * f32::INFINITY,
+        0x1F => f32::NAN,
+        e => sign * (1024.0 + mantissa) * 2f32.powi(e as i32 - 25),
+    }
+}
+
+/// f32 to IEEE binary16 bits, rounded to nearest even (subnormals kept, overflow to infinity,
+/// NaN to `0x7FFF` as the GPU gives).
+fn f32_to_f16(f: f32) -> u16 {
+    if f.is_nan() {
+        return 0x7FFF;
+    }
+    let sign = if f.is_sign_negative() { 0x8000u16 } else { 0 };
+    if f.is_infinite() {
+        return sign | 0x7C00;
+    }
+    let bits = f.to_bits() & 0x7FFF_FFFF;
+    // f32 subnormals (and zero) are far below half of f16's smallest subnormal.
+    if bits < 0x0080_0000 {
+        return sign;
+    }
+    let e = ((bits >> 23) as i32) - 127;
+    // Units of the f16 step at this magnitude: 2^-24 for subnormals, else 2^(e - 10). The
+    // quotient is exact in f64 (24 significant bits, a power-of-two divisor).
+    let step_exponent = Ord::max(e, -14) - 10;
+    let q = f.abs() as f64 / 2f64.powi(step_exponent);
+    let mut n = q.floor();
+    let rest = q - n;
+    if rest > 0.5 || (rest == 0.5 && n % 2.0 == 1.0) {
+        n += 1.0;
+    }
+    let n = n as u32;
+    if e < -14 {
+        // Subnormal (n = 1024 is the smallest normal, whose encoding is the same number).
+        return sign | n as u16;
+    }
+    let (e, n) = if n == 2048 { (e + 1, 1024) } else { (e, n) };
+    if e > 15 {
+        return sign | 0x7C00;
+    }
+    sign | (((e + 15) as u16) << 10) | (n - 1024) as u16
+}
+
 #[inline(always)]
 fn f32of(v: u64) -> f32 {
     f32::from_bits(v as u32)
@@ -622,6 +672,8 @@ pub(crate) fn run(
             Op::CvtIntFromF64 => set!(cvt_from_float(f64of(a!()), i.bits, i.flags & 1 != 0)),
             Op::CvtF64FromF32 => set!(f64r(f32of(a!()) as f64)),
             Op::CvtF32FromF64 => set!(f32r(f64of(a!()) as f32)),
+            Op::CvtF32FromF16 => set!(f32r(f16_to_f32(a!() as u16))),
+            Op::CvtF16FromF32 => set!(f32_to_f16(f32of(a!())) as u64),
             Op::FAdd32 => set!(f32r(f32of(a!()) + f32of(b!()))),
             Op::FSub32 => set!(f32r(f32of(a!()) - f32of(b!()))),
             Op::FMul32 => set!(f32r(f32of(a!()) * f32of(b!()))),
@@ -782,4 +834,48 @@ pub(crate) fn run(
     };
     t.pc = pc as u32;
     (stop, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{f16_to_f32, f32_to_f16};
+    use symm_device::numeric::small_float::FLOAT16;
+
+    #[test]
+    fn every_half_widens_exactly_and_narrows_back() {
+        for h in 0..=u16::MAX {
+            let wide = f16_to_f32(h);
+            let reference = FLOAT16.to_f32(h as u32);
+            if reference.is_nan() {
+                assert!(wide.is_nan(), "{h:#06x}");
+                assert_eq!(f32_to_f16(wide), 0x7FFF);
+            } else {
+                assert_eq!(wide.to_bits(), reference.to_bits(), "{h:#06x}");
+                assert_eq!(f32_to_f16(wide), h, "{h:#06x}");
+            }
+        }
+    }
+
+    #[test]
+    fn narrowing_rounds_to_nearest_even_as_the_software_conversion() {
+        // Every f32 exponent that reaches f16 (and some beyond), with mantissas around the
+        // rounding points: exact ties, one ulp either side, and scattered bits.
+        let mut checked = 0;
+        for exponent in 90u32..=160 {
+            for mantissa in (0u32..1 << 23).step_by(4093).chain([
+                0x1000, 0x0FFF, 0x1001, 0x3000, 0x2000, 0x7F_E000, 0x7F_F000, 0x7F_FFFF,
+            ]) {
+                for sign in [0, 1u32 << 31] {
+                    let f = f32::from_bits(sign | exponent << 23 | mantissa);
+                    let want = FLOAT16.from_f32(f) as u16;
+                    assert_eq!(f32_to_f16(f), want, "{f:e} ({:#010x})", f.to_bits());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100_000);
+        assert_eq!(f32_to_f16(f32::INFINITY), 0x7C00);
+        assert_eq!(f32_to_f16(-0.0), 0x8000);
+        assert_eq!(f32_to_f16(f32::from_bits(1)), 0);
+    }
 }

@@ -184,6 +184,10 @@ pub(crate) enum Op {
     CvtF64FromF32,
     /// f64 → f32 (`.rn`).
     CvtF32FromF64,
+    /// `cvt.f32.f16`: exact (NaN: the canonical one).
+    CvtF32FromF16,
+    /// `cvt.rn.f16.f32`: round to nearest even; overflow gives infinity, NaN `0x7FFF`.
+    CvtF16FromF32,
     /// f32 add.
     FAdd32,
     /// f32 subtract.

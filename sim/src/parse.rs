@@ -1499,10 +1499,24 @@ impl<'a> Parser<'a> {
             }
             "cvt" => {
                 need(2)?;
+                // Half precision exists here only as a conversion's type: its bits travel in
+                // `.b16` registers, and no other instruction takes `.f16`.
+                let cvt_ty = |name: &str| {
+                    if name == "f16" {
+                        Some(Ty {
+                            bits: 16,
+                            signed: false,
+                            float: true,
+                            pred: false,
+                        })
+                    } else {
+                        ty(name)
+                    }
+                };
                 let (dt, st) = match mods {
                     [.., d, s] => (
-                        ty(d).ok_or("unknown destination type")?,
-                        ty(s).ok_or("unknown source type")?,
+                        cvt_ty(d).ok_or("unknown destination type")?,
+                        cvt_ty(s).ok_or("unknown source type")?,
                     ),
                     _ => return Err("cvt needs two types".into()),
                 };
@@ -1554,8 +1568,15 @@ impl<'a> Parser<'a> {
                     (true, true) => match (dt.bits, st.bits) {
                         (64, 32) if rnd.is_empty() => inst(Op::CvtF64FromF32, 64),
                         (32, 64) if rnd == ["rn"] => inst(Op::CvtF32FromF64, 32),
+                        (32, 16) if rnd.is_empty() => inst(Op::CvtF32FromF16, 32),
+                        (16, 32) if rnd == ["rn"] => inst(Op::CvtF16FromF32, 16),
                         _ => return Err("unsupported float conversion".into()),
                     },
+                };
+                let st = if st.float && st.bits == 16 {
+                    ty("b16").expect("b16")
+                } else {
+                    st
                 };
                 i.o[0] = self.dst(&ops[0])?;
                 i.o[1] = self.src(&ops[1], st)?;

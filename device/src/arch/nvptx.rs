@@ -173,6 +173,39 @@ pub fn nanosleep(ns: u32) {
     unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack)) }
 }
 
+/// IEEE binary16 bits to f32 (`cvt.f32.f16`, every target: exact).
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let out: f32;
+    // SAFETY: a conversion between registers.
+    unsafe {
+        asm!(
+            "cvt.f32.f16 {out}, {h};",
+            out = out(reg32) out,
+            h = in(reg16) bits,
+            options(pure, nomem, nostack),
+        )
+    }
+    out
+}
+
+/// f32 to IEEE binary16 bits (`cvt.rn.f16.f32`: round to nearest even, overflow to infinity,
+/// subnormals kept).
+#[inline(always)]
+pub fn f32_to_f16(x: f32) -> u16 {
+    let out: u16;
+    // SAFETY: a conversion between registers.
+    unsafe {
+        asm!(
+            "cvt.rn.f16.f32 {h}, {x};",
+            h = out(reg16) out,
+            x = in(reg32) x,
+            options(pure, nomem, nostack),
+        )
+    }
+    out
+}
+
 /// The global nanosecond timer (`%globaltimer`).
 #[inline(always)]
 pub fn global_timer_ns() -> u64 {

@@ -1,7 +1,8 @@
 //! Narrow binary float formats and their conversions to and from f32, in software: round to
 //! nearest, ties to even; subnormals kept; NaN kept as NaN. Overflow gives infinity in formats
 //! that have one (float16, bfloat16, e5m2) and saturates to the largest finite value in
-//! float8 e4m3, which has no infinity (as CUDA's `satfinite` conversions do).
+//! float8 e4m3, which has no infinity (as CUDA's `satfinite` conversions do). On the GPU,
+//! float16 uses the hardware conversions (`cvt`), which round the same way.
 
 /// A narrow float format: exponent and mantissa widths, and whether the all-ones exponent
 /// encodes infinities and NaNs (IEEE-like) or ordinary numbers (e4m3, whose only NaN is
@@ -80,9 +81,20 @@ impl Format {
         self.exponent_bits == 8 && self.mantissa_bits == 7 && self.ieee_like
     }
 
+    /// `true` for IEEE binary16, which the GPU converts with one instruction on every target.
+    #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+    #[inline(always)]
+    const fn is_float16(self) -> bool {
+        self.exponent_bits == 5 && self.mantissa_bits == 10 && self.ieee_like
+    }
+
     /// Decode `bits` (in the low bits) to f32 (exact: every value is representable).
     #[inline(always)]
     pub fn to_f32(self, bits: u32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        if self.is_float16() {
+            return crate::arch::f16_to_f32(bits as u16);
+        }
         if self.is_f32_top_half() {
             if bits & 0x7F80 == 0x7F80 && bits & 0x7F != 0 {
                 return f32::NAN;
@@ -126,6 +138,11 @@ impl Format {
     /// Encode `x`, rounding to nearest, ties to even.
     #[inline(always)]
     pub fn from_f32(self, x: f32) -> u32 {
+        // The GPU's conversion differs only in the NaN it gives (0x7FFF for any NaN).
+        #[cfg(target_arch = "nvptx64")]
+        if self.is_float16() {
+            return crate::arch::f32_to_f16(x) as u32;
+        }
         let m = self.mantissa_bits;
         let raw = x.to_bits();
         let sign = if raw >> 31 != 0 { self.sign_bit() } else { 0 };

@@ -29,6 +29,7 @@ use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::{Accumulator, ReduceOp};
 use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
+use crate::sync::ll::LL_ROUND;
 
 /// Elements each thread holds per round in the in-place one-shot protocol. One on the GPU: a
 /// round then covers `threads × blocks` elements, one-shot is picked for small counts (a
@@ -154,7 +155,6 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         core::mem::size_of::<T>() as u64,
     );
     let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
-    let per_round = arch::block_dim_x() as u64 * UNROLL;
     // SAFETY: the context is valid (contract); the whole block takes this branch.
     if unsafe { block_sees_abort(ctx) } {
         return KernelStatus::Aborted;
@@ -168,9 +168,7 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         .and_then(|()| {
             batch.walk(lo, hi, per_cell, |task, first, end| {
                 // SAFETY: forwarded contract; [first, end) lies inside the task's count.
-                unsafe {
-                    one_shot_part::<T, O>(task, first, end, per_round, &mut barrier, &mut owed)
-                }
+                unsafe { one_shot_part::<T, O>(task, first, end, &mut barrier, &mut owed) }
             })
         })
         .and_then(|()| barrier.sync_advancing(owed + 1));
@@ -190,19 +188,25 @@ unsafe fn one_shot_part<T: Element, O: ReduceOp>(
     task: &Task<'_>,
     first: u64,
     end: u64,
-    per_round: u64,
     barrier: &mut CrossRankBarrier<'_>,
     owed: &mut u32,
 ) -> Result<(), Aborted> {
     let ctx = task.rank.send;
     let send_offset = task.args.send_offset;
+    // SAFETY: the context is host-built (contract).
+    let rounds = unsafe { InPlaceRounds::of::<T>(ctx, send_offset) };
     if task.args.flags & FLAG_IN_PLACE != 0 {
         let recv = ctx.local_base.wrapping_add(send_offset) as *mut T;
         // SAFETY: forwarded contract.
         return unsafe {
-            reduce_in_rounds::<T, O>(ctx, send_offset, recv, first, end, barrier, owed)
+            if rounds.packs {
+                reduce_pack_rounds::<T, O>(ctx, send_offset, recv, first, end, barrier, owed)
+            } else {
+                reduce_in_rounds::<T, O>(ctx, send_offset, recv, first, end, barrier, owed)
+            }
         };
     }
+    let per_round = rounds.elements;
     *owed = owed.wrapping_add((end - first).div_ceil(Ord::max(per_round, 1)) as u32);
     let recv = task
         .rank
@@ -258,6 +262,119 @@ unsafe fn reduce_packs<T: Element, O: ReduceOp>(
                 .write(reduce_element::<T, O>(ctx, send_offset, index))
         },
     );
+}
+
+/// Widest packs the in-place rounds take: 1-byte elements (16 lanes) keep the scalar rounds,
+/// because a second inlined 16-lane float8 reduction pushes the one-shot kernel's per-task body
+/// out of line on the GPU (a stack frame, which `cargo xtask ptx` refuses).
+const PACK_ROUNDS_MAX_LANES: u64 = 8;
+
+/// How a rank in place for a task goes through its part in rounds, which every rank of the
+/// task computes alike (an out-of-place rank owes its peers one barrier per round): 16-byte
+/// packs, [`UNROLL`] per thread and round, when the send buffers are 16-byte aligned, a block
+/// has at least two threads per lane of a pack (for the elements outside whole packs) and the
+/// elements are at least 2 bytes ([`PACK_ROUNDS_MAX_LANES`]); else [`UNROLL`] elements per
+/// thread and round.
+#[derive(Clone, Copy)]
+struct InPlaceRounds {
+    /// Whether the rounds are of packs.
+    packs: bool,
+    /// Elements per round.
+    elements: u64,
+}
+
+impl InPlaceRounds {
+    /// The rounds of a task whose send buffers lie at `send_offset`. The same on every rank:
+    /// window bases are 16-byte aligned on every rank (registration requires it) and every
+    /// rank launches the same block size.
+    ///
+    /// # Safety
+    /// `ctx` is host-built.
+    #[inline(always)]
+    unsafe fn of<T: Element>(ctx: &SymmContext, send_offset: u64) -> InPlaceRounds {
+        let threads = arch::block_dim_x() as u64;
+        let lanes = vector::lanes::<T>();
+        let local = ctx.local_base.wrapping_add(send_offset);
+        // SAFETY: forwarded contract.
+        let packs = threads >= 2 * lanes
+            && lanes <= PACK_ROUNDS_MAX_LANES
+            && unsafe { vector::aligned(ctx, &[send_offset], local) };
+        InPlaceRounds {
+            packs,
+            elements: threads * UNROLL * if packs { lanes } else { 1 },
+        }
+    }
+}
+
+/// The elements `[lo, hi)` of a task this rank runs in place, in rounds of 16-byte packs
+/// ([`InPlaceRounds`]): each thread reduces [`UNROLL`] packs of the round (and at most one
+/// element outside whole packs) into registers, the block passes the round barrier, then
+/// writes them. A round covers `threads × UNROLL × lanes` elements, where the scalar rounds
+/// cover `threads × UNROLL`: 4 to 16 times fewer cross-rank barriers, and 16-byte loads. The
+/// first round barrier also announces the `owed` barriers of earlier out-of-place parts.
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`], in place; the buffers are 16-byte aligned.
+#[inline(always)]
+unsafe fn reduce_pack_rounds<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    send_offset: u64,
+    recv: *mut T,
+    lo: u64,
+    hi: u64,
+    barrier: &mut CrossRankBarrier<'_>,
+    owed: &mut u32,
+) -> Result<(), Aborted> {
+    let threads = arch::block_dim_x() as u64;
+    let lanes = vector::lanes::<T>();
+    let per_round = threads * UNROLL * lanes;
+    let rounds = (hi - lo).div_ceil(Ord::max(per_round, 1));
+    let thread = arch::thread_idx_x() as u64;
+    for round in 0..rounds {
+        let start = lo + round * per_round;
+        let stop = Ord::min(start + per_round, hi);
+        let first_pack = start.div_ceil(lanes);
+        let end_pack = Ord::max(stop / lanes, first_pack);
+        let mut held = [vector::Pack::default(); UNROLL as usize];
+        // Constant trip counts keep `held` in registers on the GPU.
+        for (j, slot) in held.iter_mut().enumerate() {
+            let pack = first_pack + thread + j as u64 * threads;
+            if pack < end_pack {
+                // SAFETY: the pack lies inside [start, stop) ⊆ [lo, hi): in every send buffer.
+                *slot = unsafe { vector::reduce_pack::<T, O>(ctx, send_offset, pack) };
+            }
+        }
+        // The elements outside whole packs: fewer than 2 × lanes <= threads, one a thread.
+        let (head_end, tail_start) = if first_pack < end_pack {
+            (first_pack * lanes, end_pack * lanes)
+        } else {
+            (stop, stop)
+        };
+        let head = head_end - start;
+        let edge = if thread < head {
+            Some(start + thread)
+        } else {
+            Some(tail_start + (thread - head)).filter(|index| *index < stop)
+        };
+        // SAFETY: index < stop <= count.
+        let edge_value =
+            edge.map(|index| unsafe { reduce_to_accumulator::<T, O>(ctx, send_offset, index) });
+        // No rank overwrites this round's elements until every rank has read them.
+        barrier.sync_advancing(owed.wrapping_add(1))?;
+        *owed = 0;
+        for (j, value) in held.iter().enumerate() {
+            let pack = first_pack + thread + j as u64 * threads;
+            if pack < end_pack {
+                // SAFETY: inside this rank's window, 16-byte aligned (contract).
+                unsafe { (recv as *mut vector::Pack).add(pack as usize).write(*value) };
+            }
+        }
+        if let (Some(index), Some(value)) = (edge, edge_value) {
+            // SAFETY: index < count: inside this rank's window.
+            unsafe { recv.add(index as usize).write(T::narrow(value)) };
+        }
+    }
+    Ok(())
 }
 
 /// The elements `[lo, hi)` of a task this rank runs in place, in rounds; the first round
@@ -460,31 +577,44 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
         let end_line = end.div_ceil(Ord::max(per_line, 1));
         let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
         while line < end_line {
-            for e in 0..per_line {
-                let index = line * per_line + e;
-                if index >= args.count {
-                    break;
-                }
-                let mut acc = None;
-                for source in 0..ctx.world_size {
-                    // SAFETY: source < world; the line lies inside the batch's lines, which
-                    // `open` checked against LL_LINES.
-                    let Ok(data) = (unsafe { call.take(source, task.first_cell + line) }) else {
-                        failed = true;
-                        return Err(());
-                    };
-                    let value = T::from_bits(data >> (e * size * 8)).widen();
-                    acc = Some(match acc {
-                        None => value,
-                        Some(a) => O::combine(a, value),
-                    });
-                }
-                if let Some(acc) = acc {
-                    let value = T::narrow(O::finish(acc, ctx.world_size));
+            // Each source's line is taken once (8 sources' lines loaded together) and all its
+            // elements reduced from it, in rank order. `per_line <= 8` (1-byte elements).
+            let mut acc = [<T::Acc as Accumulator>::ZERO; 8];
+            let mut first_source = 0;
+            while first_source < ctx.world_size {
+                // SAFETY: first_source < world; the line lies inside the batch's lines, which
+                // `open` checked against LL_LINES.
+                let Ok(round) = (unsafe { call.take_round(first_source, task.first_cell + line) })
+                else {
+                    failed = true;
+                    return Err(());
+                };
+                unroll!(i in [0 1 2 3 4 5 6 7] => {
+                    let source = first_source + i as u32;
+                    if source < ctx.world_size {
+                        unroll!(e in [0 1 2 3 4 5 6 7] => {
+                            if (e as u64) < per_line {
+                                let value =
+                                    T::from_bits(round[i] >> (e as u64 * size * 8)).widen();
+                                acc[e] = if source == 0 {
+                                    value
+                                } else {
+                                    O::combine(acc[e], value)
+                                };
+                            }
+                        });
+                    }
+                });
+                first_source += LL_ROUND as u32;
+            }
+            unroll!(e in [0 1 2 3 4 5 6 7] => {
+                let index = line * per_line + e as u64;
+                if (e as u64) < per_line && index < args.count {
+                    let value = T::narrow(O::finish(acc[e], ctx.world_size));
                     // SAFETY: index < count: inside the receive buffer.
                     unsafe { recv.add(index as usize).write(value) };
                 }
-            }
+            });
             line += stride;
         }
         Ok(())

@@ -93,6 +93,10 @@ macro_rules! for_each_lane {
     };
 }
 
+/// Peers whose packs [`reduce_pack`] loads before combining them (the `unroll!` lists there
+/// have this many indices).
+const PEERS_IN_FLIGHT: u32 = 4;
+
 /// Reduce pack `index` of the buffers at `offset` over all ranks, in rank order, lane by lane.
 ///
 /// # Safety
@@ -113,7 +117,28 @@ pub unsafe fn reduce_pack<T: Element, O: ReduceOp>(
             acc[e] = lane::<T>(&first, e as u64).widen();
         }
     });
-    for peer in 1..ctx.world_size {
+    // Peers in groups of PEERS_IN_FLIGHT: their loads are issued back to back, then combined
+    // in rank order (the same bits as one at a time), so that several remote loads are in
+    // flight where the combining of a wide conversion would otherwise wait for each.
+    // 1-byte elements (16 lanes) take one peer at a time: four unrolled 16-lane float8
+    // reductions push the kernels' per-task bodies out of line (a stack frame).
+    let mut peer = 1;
+    while lanes <= 8 && peer + PEERS_IN_FLIGHT <= ctx.world_size {
+        let mut packs = [Pack::default(); PEERS_IN_FLIGHT as usize];
+        unroll!(k in [0 1 2 3] => {
+            // SAFETY: forwarded contract; peer + k < world_size.
+            packs[k] = unsafe { load(ctx, peer + k as u32, offset, index) };
+        });
+        unroll!(k in [0 1 2 3] => {
+            for_each_lane!(e => {
+                if e < lanes {
+                    acc[e] = O::combine(acc[e], lane::<T>(&packs[k], e as u64).widen());
+                }
+            });
+        });
+        peer += PEERS_IN_FLIGHT;
+    }
+    while peer < ctx.world_size {
         // SAFETY: forwarded contract.
         let pack = unsafe { load(ctx, peer, offset, index) };
         for_each_lane!(e => {
@@ -121,6 +146,7 @@ pub unsafe fn reduce_pack<T: Element, O: ReduceOp>(
                 acc[e] = O::combine(acc[e], lane::<T>(&pack, e as u64).widen());
             }
         });
+        peer += 1;
     }
     let mut out = Pack::default();
     for_each_lane!(e => {

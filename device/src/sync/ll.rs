@@ -56,6 +56,53 @@ pub unsafe fn wait_line(
     }
 }
 
+/// [`wait_line`]; on a timeout, raise the abort word naming `source`.
+///
+/// # Safety
+/// As for [`wait_line`].
+#[inline(always)]
+unsafe fn wait_line_or_abort(
+    line: *const [u32; 4],
+    flag: u32,
+    abort: *mut u32,
+    timeout_ns: u64,
+    source: u32,
+) -> Result<u64, Aborted> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        wait_line(line, flag, abort, timeout_ns).map_err(|outcome| {
+            if outcome == WaitOutcome::TimedOut {
+                arch::store_release_sys_u32(abort, abort_timed_out_waiting_for(source));
+            }
+            Aborted
+        })
+    }
+}
+
+/// [`wait_line_or_abort`], never inlined, returning 8 bytes (a wider return value is a
+/// struct in PTX): the line's data, or 0 when the wait gave up, which always leaves the abort
+/// word raised (it was raised already, or the timeout raised it), so the caller tells the two
+/// apart by reading the abort word.
+///
+/// # Safety
+/// As for [`wait_line`].
+#[inline(never)]
+unsafe fn wait_line_out_of_line(
+    line: *const [u32; 4],
+    flag: u32,
+    abort: *mut u32,
+    timeout_ns: u64,
+    source: u32,
+) -> u64 {
+    // SAFETY: forwarded contract.
+    unsafe { wait_line_or_abort(line, flag, abort, timeout_ns, source) }.unwrap_or(0)
+}
+
+/// Sources whose lines [`LlCall::take_round`] loads together (the `unroll!` lists there and in
+/// the LL kernels have this many indices): 8 independent 16-byte loads in
+/// flight per thread (NCCL's LL receive polls every peer's line of a step together).
+pub const LL_ROUND: usize = 8;
+
 /// One block's part of one LL call: the window's LL call number (hence flag and buffer
 /// parity), read at the start and advanced at the end.
 pub struct LlCall<'a> {
@@ -131,14 +178,68 @@ impl<'a> LlCall<'a> {
         let at = ll_line(self.own_pad, self.ctx.world_size, self.parity, source, line);
         let abort = self.ctx.abort_flag as *mut u32;
         // SAFETY: the line lies in this rank's pad; the abort word is the context's.
-        unsafe {
-            wait_line(at, self.flag, abort, self.ctx.timeout_ns).map_err(|outcome| {
-                if outcome == WaitOutcome::TimedOut {
-                    arch::store_release_sys_u32(abort, abort_timed_out_waiting_for(source));
-                }
-                Aborted
-            })
+        unsafe { wait_line_or_abort(at, self.flag, abort, self.ctx.timeout_ns, source) }
+    }
+
+    /// [`LlCall::take`] through one out-of-line function (scalar arguments, so that nothing of
+    /// the call goes to local memory): the slow path of [`LlCall::take_round`], called from
+    /// each of its unrolled sources.
+    ///
+    /// # Safety
+    /// As for [`LlCall::take`].
+    #[inline(always)]
+    unsafe fn take_out_of_line(&self, source: u32, line: u64) -> Result<u64, Aborted> {
+        let at = ll_line(self.own_pad, self.ctx.world_size, self.parity, source, line);
+        let abort = self.ctx.abort_flag as *mut u32;
+        // SAFETY: as in `take`.
+        let data =
+            unsafe { wait_line_out_of_line(at, self.flag, abort, self.ctx.timeout_ns, source) };
+        // A wait that gave up left the abort word raised (see `wait_line_out_of_line`).
+        // SAFETY: the abort word is the context's.
+        if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
+            Err(Aborted)
+        } else {
+            Ok(data)
         }
+    }
+
+    /// Take line `line` from up to [`LL_ROUND`] sources at once, `first_source` and the ones
+    /// after it (those past the world are left 0): every line is loaded once, back to back, so
+    /// the loads are in flight together; only a line that has not arrived yet is then waited
+    /// for (bounded, as [`LlCall::take`]). `Err` when a wait was abandoned.
+    ///
+    /// # Safety
+    /// `first_source < world_size` and `line < LL_LINES`.
+    #[inline(always)]
+    pub unsafe fn take_round(
+        &self,
+        first_source: u32,
+        line: u64,
+    ) -> Result<[u64; LL_ROUND], Aborted> {
+        let sources = Ord::min(self.ctx.world_size - first_source, LL_ROUND as u32);
+        let mut loaded = [[0u32; 4]; LL_ROUND];
+        unroll!(i in [0 1 2 3 4 5 6 7] => {
+            if (i as u32) < sources {
+                let source = first_source + i as u32;
+                let at = ll_line(self.own_pad, self.ctx.world_size, self.parity, source, line);
+                // SAFETY: source < world_size, line < LL_LINES: inside this rank's pad; LL
+                // lines are read only through `load_line`.
+                loaded[i] = unsafe { arch::load_line(at) };
+            }
+        });
+        let mut data = [0u64; LL_ROUND];
+        unroll!(i in [0 1 2 3 4 5 6 7] => {
+            if (i as u32) < sources {
+                let [lo, f1, hi, f2] = loaded[i];
+                data[i] = if f1 == self.flag && f2 == self.flag {
+                    lo as u64 | (hi as u64) << 32
+                } else {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.take_out_of_line(first_source + i as u32, line) }?
+                };
+            }
+        });
+        Ok(data)
     }
 
     /// End the block's part: agree on the outcome across the block and advance the window's

@@ -199,7 +199,8 @@ impl Engine {
     /// Complete operation `id` now.
     fn complete(&mut self, id: u64) {
         let now = self.sim.now_ns();
-        trace(|| format!("complete op {id} at {now} ns"));
+        let executed = self.sim.stats().instructions;
+        trace(|| format!("complete op {id} at {now} ns ({executed} instructions executed so far)"));
         self.driver.lock().complete(id, now);
         self.driver.done.notify_all();
     }
