@@ -52,7 +52,8 @@ pub fn generate(check: bool) -> Result<(), String> {
 
     if !failures.is_empty() {
         return Err(format!(
-            "kernels with spills or a stack frame: {failures:?}"
+            "kernels with spills, a stack frame or more than {MAX_REGISTERS_PER_THREAD} registers: \
+             {failures:?}"
         ));
     }
     if check {
@@ -379,8 +380,13 @@ fn assemble_each_kernel(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<(), Strin
     Ok(())
 }
 
-/// Assemble `ptx` for `cpu`, print per-kernel resources, and return the kernels that spill or
-/// have a stack frame.
+/// Most registers a kernel's thread may use: the host launches 512 threads per block
+/// (`plan::GPU_MODEL`), and a multiprocessor has 65536 registers; a kernel above this would
+/// fail to launch (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
+const MAX_REGISTERS_PER_THREAD: u64 = 65536 / 512;
+
+/// Assemble `ptx` for `cpu`, print per-kernel resources, and return the kernels that spill,
+/// have a stack frame or use more than [`MAX_REGISTERS_PER_THREAD`] registers.
 fn assemble(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<Vec<String>, String> {
     let output = Command::new(ptxas)
         .args(["-v", &format!("-arch={cpu}"), "-o", "/dev/null"])
@@ -412,7 +418,10 @@ fn assemble(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<Vec<String>, String> 
             println!(
                 "{cpu:>8} {name}: {registers} registers, {spills} spill bytes, {frame} bytes stack frame"
             );
-            if frame > 0 || spills > 0 {
+            let too_many = registers
+                .parse::<u64>()
+                .is_ok_and(|r| r > MAX_REGISTERS_PER_THREAD);
+            if frame > 0 || spills > 0 || too_many {
                 failures.push(format!("{cpu}:{name}"));
             }
             entry = None;

@@ -138,7 +138,9 @@ pub unsafe fn ll_all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                     failed = true;
                     return Err(());
                 };
-                unroll!(i in [0 1 2 3 4 5 6 7] => {
+                // The list has LL_ROUND indices (a shorter one would skip sources).
+                const _: () = assert!(LL_ROUND == 4);
+                unroll!(i in [0 1 2 3] => {
                     let source = first_source + i as u32;
                     if source < ctx.world_size {
                         let segment = source as u64 * bytes;

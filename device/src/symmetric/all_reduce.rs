@@ -8,8 +8,9 @@
 //! 2. Each thread reduces its elements over ranks `0, 1, …, world-1` — the same order on every
 //!    rank, so results are bitwise identical — and stores them to its receive buffer.
 //!    In place ([`FLAG_IN_PLACE`]), a rank must not overwrite data a peer has yet to read: the
-//!    range is processed in rounds of [`UNROLL`] elements per thread held in registers, with a
-//!    barrier between the reads and the writes of a round.
+//!    range is processed in rounds held in registers ([`UNROLL`] 16-byte packs per thread when
+//!    the buffers are aligned and the elements at least 2 bytes wide, else [`UNROLL`]
+//!    elements), with a barrier between the reads and the writes of a round.
 //! 3. A closing barrier: no rank returns (and lets its caller reuse the send buffer) while a
 //!    peer may still read it.
 //!
@@ -128,7 +129,7 @@ pub(crate) unsafe fn between_barriers(
 /// The block passes a start barrier, reduces its cells task by task, and passes an end
 /// barrier, all on the batch window's barrier of its block index. A rank in place for a task
 /// must not overwrite an element that a peer has yet to read: it goes through its part of the
-/// task in rounds (`UNROLL` elements per thread), reading a round into registers, passing a
+/// task in rounds (`InPlaceRounds`: packs or elements), reading a round into registers, passing a
 /// barrier, then writing. A rank out of place for the task reads and writes in one pass and
 /// owes its peers the task's round barriers: it adds them to the next barrier it passes (a
 /// later round barrier, or the end barrier) with [`CrossRankBarrier::sync_advancing`], which
@@ -137,8 +138,9 @@ pub(crate) unsafe fn between_barriers(
 /// read the task's cells before it announces the epochs of their rounds, and a peer's in-place
 /// round barrier waits for at least its own epoch, so it is released only after those reads.
 /// Every rank takes the same epochs in all (one start, one per round of every task part, one
-/// end), since the rounds depend only on the cells, the block size and `UNROLL`, so ranks may
-/// differ in being in place, task by task.
+/// end), since the rounds depend only on the cells, the block size, `UNROLL`, the element
+/// width and the send offset's alignment (window bases are 16-byte aligned on every rank), so
+/// ranks may differ in being in place, task by task.
 ///
 /// # Safety
 /// The batch's contexts are host-built for windows holding each task's send range
@@ -577,7 +579,7 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
         let end_line = end.div_ceil(Ord::max(per_line, 1));
         let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
         while line < end_line {
-            // Each source's line is taken once (8 sources' lines loaded together) and all its
+            // Each source's line is taken once ([`LL_ROUND`] sources' lines loaded together) and all its
             // elements reduced from it, in rank order. `per_line <= 8` (1-byte elements).
             let mut acc = [<T::Acc as Accumulator>::ZERO; 8];
             let mut first_source = 0;
@@ -589,7 +591,9 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
                     failed = true;
                     return Err(());
                 };
-                unroll!(i in [0 1 2 3 4 5 6 7] => {
+                // The list has LL_ROUND indices (a shorter one would skip sources).
+                const _: () = assert!(LL_ROUND == 4);
+                unroll!(i in [0 1 2 3] => {
                     let source = first_source + i as u32;
                     if source < ctx.world_size {
                         unroll!(e in [0 1 2 3 4 5 6 7] => {

@@ -124,6 +124,8 @@ pub unsafe fn reduce_pack<T: Element, O: ReduceOp>(
     // reductions push the kernels' per-task bodies out of line (a stack frame).
     let mut peer = 1;
     while lanes <= 8 && peer + PEERS_IN_FLIGHT <= ctx.world_size {
+        // The lists below have PEERS_IN_FLIGHT indices (a shorter one would skip peers).
+        const _: () = assert!(PEERS_IN_FLIGHT == 4);
         let mut packs = [Pack::default(); PEERS_IN_FLIGHT as usize];
         unroll!(k in [0 1 2 3] => {
             // SAFETY: forwarded contract; peer + k < world_size.

@@ -99,9 +99,10 @@ unsafe fn wait_line_out_of_line(
 }
 
 /// Sources whose lines [`LlCall::take_round`] loads together (the `unroll!` lists there and in
-/// the LL kernels have this many indices): 8 independent 16-byte loads in
-/// flight per thread (NCCL's LL receive polls every peer's line of a step together).
-pub const LL_ROUND: usize = 8;
+/// the LL kernels have this many indices): 4 independent 16-byte loads in flight per thread
+/// (NCCL's LL receive polls the peers' lines of a step together). 8 took the LL kernels past
+/// 128 registers, the most a 512-thread block may use.
+pub const LL_ROUND: usize = 4;
 
 /// One block's part of one LL call: the window's LL call number (hence flag and buffer
 /// parity), read at the start and advanced at the end.
@@ -217,8 +218,10 @@ impl<'a> LlCall<'a> {
         line: u64,
     ) -> Result<[u64; LL_ROUND], Aborted> {
         let sources = Ord::min(self.ctx.world_size - first_source, LL_ROUND as u32);
+        // The lists below have LL_ROUND indices (a shorter one would skip sources).
+        const _: () = assert!(LL_ROUND == 4);
         let mut loaded = [[0u32; 4]; LL_ROUND];
-        unroll!(i in [0 1 2 3 4 5 6 7] => {
+        unroll!(i in [0 1 2 3] => {
             if (i as u32) < sources {
                 let source = first_source + i as u32;
                 let at = ll_line(self.own_pad, self.ctx.world_size, self.parity, source, line);
@@ -228,7 +231,7 @@ impl<'a> LlCall<'a> {
             }
         });
         let mut data = [0u64; LL_ROUND];
-        unroll!(i in [0 1 2 3 4 5 6 7] => {
+        unroll!(i in [0 1 2 3] => {
             if (i as u32) < sources {
                 let [lo, f1, hi, f2] = loaded[i];
                 data[i] = if f1 == self.flag && f2 == self.flag {
