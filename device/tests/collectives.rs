@@ -12,6 +12,7 @@ use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::kernel;
 use symm_device::symmetric::{CollectiveArgs, FLAG_ROOT, KernelStatus};
+use symm_device::sync::abort::timed_out_peer;
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, PatCollective};
 use symm_device::{DataType, RedOp};
 
@@ -737,6 +738,7 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
     for algorithm in [
         Algorithm::OneShotAllReduce,
         Algorithm::TwoShotAllReduce,
+        Algorithm::OneShotLlAllReduce,
         Algorithm::AllGather,
         Algorithm::LlAllGather,
         Algorithm::PatAllGather,
@@ -760,6 +762,21 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
         let elapsed = start.elapsed();
         assert_eq!(statuses, vec![KernelStatus::Aborted; 2]);
         assert!(ranks.aborted(0) && ranks.aborted(2) && !ranks.aborted(1));
+        if matches!(
+            algorithm,
+            Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather
+        ) {
+            // The LL waits time out on a line of the missing rank (or see the other rank's
+            // abort first): a timed-out wait names rank 1.
+            let named: Vec<Option<u32>> = [0, 2]
+                .map(|r| timed_out_peer(ranks.abort_word(r)))
+                .into_iter()
+                .collect();
+            assert!(
+                named.contains(&Some(1)) && named.iter().all(|n| n.is_none() || *n == Some(1)),
+                "{algorithm:?}: abort words name {named:?}, want rank 1"
+            );
+        }
         assert!(
             elapsed >= std::time::Duration::from_millis(50),
             "{elapsed:?}"

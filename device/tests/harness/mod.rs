@@ -207,8 +207,14 @@ impl Ranks {
 
     /// `true` if rank `rank`'s abort word is raised.
     pub fn aborted(&self, rank: usize) -> bool {
+        self.abort_word(rank) != 0
+    }
+
+    /// The value of rank `rank`'s abort word (0: not aborted).
+    #[allow(dead_code)] // not every test binary reads it
+    pub fn abort_word(&self, rank: usize) -> u32 {
         // SAFETY: kernels write the word atomically; no kernel runs during this read.
-        unsafe { std::ptr::read_volatile(&self.aborts[rank]) != 0 }
+        unsafe { std::ptr::read_volatile(&self.aborts[rank]) }
     }
 
     /// Run `kernel` on the ranks in `active` (every rank when `None`), `blocks` blocks of
