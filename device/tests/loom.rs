@@ -27,7 +27,7 @@ use symm_device::scheduler::source::SoftwareSource;
 use symm_device::symmetric::Grid;
 use symm_device::symmetric::pat;
 use symm_device::sync::barrier::CrossRankBarrier;
-use symm_device::sync::ll::{LL_ROUND, LlCall};
+use symm_device::sync::ll::LlCall;
 use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
     LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
@@ -513,26 +513,21 @@ fn ll_call(ctx: &SymmContext, grid: Grid, lines: u64, call: u64) {
         line += arch::block_dim_x() as u64;
     }
     // As the LL kernels take lines: up to LL_ROUND sources' lines loaded together, then a wait
-    // for each that had not arrived.
+    // for each that had not arrived (`take_every_source`).
     let mut line = lo + arch::thread_idx_x() as u64;
     while line < hi {
-        let mut first = 0;
-        while first < world {
-            // SAFETY: first < world, line < LL_LINES.
-            let round = unsafe { ll.take_round(first, line) }.expect("no timeouts under loom");
-            for (i, data) in round.iter().enumerate() {
-                let source = first + i as u32;
-                if source < world {
-                    assert_eq!(
-                        *data,
-                        ll_data(call, source, line),
-                        "call {call}: rank {} took line {line} from {source}",
-                        ctx.rank
-                    );
-                }
-            }
-            first += LL_ROUND as u32;
+        // SAFETY: line < LL_LINES.
+        unsafe {
+            ll.take_every_source(line, |source, data| {
+                assert_eq!(
+                    data,
+                    ll_data(call, source, line),
+                    "call {call}: rank {} took line {line} from {source}",
+                    ctx.rank
+                );
+            })
         }
+        .expect("no timeouts under loom");
         line += arch::block_dim_x() as u64;
     }
     ll.end(false).expect("no timeouts under loom");

@@ -14,7 +14,6 @@ use super::broadcast::fan_out;
 use super::low_latency::LlLines;
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;
-use crate::sync::ll::LL_ROUND;
 
 /// The send buffer of an all-gather: in place, this rank's segment of its receive buffer.
 #[inline(always)]
@@ -129,34 +128,25 @@ pub unsafe fn ll_all_gather(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
         let end_line = end.div_ceil(8);
         let mut line = first / 8 + arch::thread_idx_x() as u64;
         while line < end_line {
-            let mut first_source = 0;
-            while first_source < ctx.world_size {
-                // SAFETY: first_source < world; the line lies inside the batch's lines, which
-                // `open` checked against LL_LINES.
-                let Ok(round) = (unsafe { call.take_round(first_source, task.first_cell + line) })
-                else {
-                    failed = true;
-                    return Err(());
-                };
-                // The list has LL_ROUND indices (a shorter one would skip sources).
-                const _: () = assert!(LL_ROUND == 4);
-                unroll!(i in [0 1 2 3] => {
-                    let source = first_source + i as u32;
-                    if source < ctx.world_size {
-                        let segment = source as u64 * bytes;
-                        for b in 0..8 {
-                            let index = line * 8 + b;
-                            if index < bytes {
-                                // SAFETY: inside segment `source` of the receive buffer.
-                                unsafe {
-                                    recv.add((segment + index) as usize)
-                                        .write((round[i] >> (8 * b)) as u8)
-                                };
-                            }
-                        }
+            let copy = |source: u32, data: u64| {
+                let segment = source as u64 * bytes;
+                for b in 0..8 {
+                    let index = line * 8 + b;
+                    if index < bytes {
+                        // SAFETY: inside segment `source` of the receive buffer.
+                        unsafe {
+                            recv.add((segment + index) as usize)
+                                .write((data >> (8 * b)) as u8)
+                        };
                     }
-                });
-                first_source += LL_ROUND as u32;
+                }
+            };
+            // SAFETY: the line lies inside the batch's lines, which `open` checked against
+            // LL_LINES.
+            let taken = unsafe { call.take_every_source(task.first_cell + line, copy) };
+            if taken.is_err() {
+                failed = true;
+                return Err(());
             }
             line += stride;
         }

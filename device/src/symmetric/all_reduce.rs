@@ -30,7 +30,6 @@ use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::{Accumulator, ReduceOp};
 use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
-use crate::sync::ll::LL_ROUND;
 
 /// Elements each thread holds per round in the in-place one-shot protocol. One on the GPU: a
 /// round then covers `threads × blocks` elements, one-shot is picked for small counts (a
@@ -579,37 +578,29 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
         let end_line = end.div_ceil(Ord::max(per_line, 1));
         let mut line = first / Ord::max(per_line, 1) + arch::thread_idx_x() as u64;
         while line < end_line {
-            // Each source's line is taken once ([`LL_ROUND`] sources' lines loaded together) and all its
-            // elements reduced from it, in rank order. `per_line <= 8` (1-byte elements).
+            // Each source's line is taken once ([`LL_ROUND`] sources' lines loaded together)
+            // and all its elements reduced from it, in rank order. `per_line <= 8` (1-byte
+            // elements).
             let mut acc = [<T::Acc as Accumulator>::ZERO; 8];
-            let mut first_source = 0;
-            while first_source < ctx.world_size {
-                // SAFETY: first_source < world; the line lies inside the batch's lines, which
-                // `open` checked against LL_LINES.
-                let Ok(round) = (unsafe { call.take_round(first_source, task.first_cell + line) })
-                else {
-                    failed = true;
-                    return Err(());
-                };
-                // The list has LL_ROUND indices (a shorter one would skip sources).
-                const _: () = assert!(LL_ROUND == 4);
-                unroll!(i in [0 1 2 3] => {
-                    let source = first_source + i as u32;
-                    if source < ctx.world_size {
-                        unroll!(e in [0 1 2 3 4 5 6 7] => {
-                            if (e as u64) < per_line {
-                                let value =
-                                    T::from_bits(round[i] >> (e as u64 * size * 8)).widen();
-                                acc[e] = if source == 0 {
-                                    value
-                                } else {
-                                    O::combine(acc[e], value)
-                                };
-                            }
-                        });
-                    }
-                });
-                first_source += LL_ROUND as u32;
+            // SAFETY: the line lies inside the batch's lines, which `open` checked against
+            // LL_LINES.
+            let taken = unsafe {
+                call.take_every_source(task.first_cell + line, |source, data| {
+                    unroll!(e in [0 1 2 3 4 5 6 7] => {
+                        if (e as u64) < per_line {
+                            let value = T::from_bits(data >> (e as u64 * size * 8)).widen();
+                            acc[e] = if source == 0 {
+                                value
+                            } else {
+                                O::combine(acc[e], value)
+                            };
+                        }
+                    });
+                })
+            };
+            if taken.is_err() {
+                failed = true;
+                return Err(());
             }
             unroll!(e in [0 1 2 3 4 5 6 7] => {
                 let index = line * per_line + e as u64;

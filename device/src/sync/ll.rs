@@ -182,6 +182,35 @@ impl<'a> LlCall<'a> {
         unsafe { wait_line_or_abort(at, self.flag, abort, self.ctx.timeout_ns, source) }
     }
 
+    /// Take line `line` from every source, [`LL_ROUND`] sources at a time
+    /// ([`LlCall::take_round`]), and call `each(source, data)` for each in rank order. `Err`
+    /// when a wait was abandoned (`each` then saw only the sources before it).
+    ///
+    /// # Safety
+    /// `line < LL_LINES`.
+    #[inline(always)]
+    pub unsafe fn take_every_source(
+        &self,
+        line: u64,
+        mut each: impl FnMut(u32, u64),
+    ) -> Result<(), Aborted> {
+        let mut first_source = 0;
+        while first_source < self.ctx.world_size {
+            // SAFETY: first_source < world_size; forwarded contract.
+            let round = unsafe { self.take_round(first_source, line) }?;
+            // The list has LL_ROUND indices (a shorter one would skip sources).
+            const _: () = assert!(LL_ROUND == 4);
+            unroll!(i in [0 1 2 3] => {
+                let source = first_source + i as u32;
+                if source < self.ctx.world_size {
+                    each(source, round[i]);
+                }
+            });
+            first_source += LL_ROUND as u32;
+        }
+        Ok(())
+    }
+
     /// [`LlCall::take`] through one out-of-line function (scalar arguments, so that nothing of
     /// the call goes to local memory): the slow path of [`LlCall::take_round`], called from
     /// each of its unrolled sources.
@@ -212,11 +241,7 @@ impl<'a> LlCall<'a> {
     /// # Safety
     /// `first_source < world_size` and `line < LL_LINES`.
     #[inline(always)]
-    pub unsafe fn take_round(
-        &self,
-        first_source: u32,
-        line: u64,
-    ) -> Result<[u64; LL_ROUND], Aborted> {
+    unsafe fn take_round(&self, first_source: u32, line: u64) -> Result<[u64; LL_ROUND], Aborted> {
         let sources = Ord::min(self.ctx.world_size - first_source, LL_ROUND as u32);
         // The lists below have LL_ROUND indices (a shorter one would skip sources).
         const _: () = assert!(LL_ROUND == 4);
