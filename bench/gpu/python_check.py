@@ -308,7 +308,7 @@ def check_triton(n: int) -> None:
                 statuses = launch(all_reduce_kernel, (programs,), count, st.op_code(op), code)
                 want = from_bits(name, to_bits(name, np_kind, reference(inputs, op, name.startswith("int"))))
                 for r in range(n):
-                    if not bool((statuses[r] == st.SUCCESS).all()):
+                    if not bool((statuses[r] == st.SUCCESS.value).all()):
                         report(f"{n} ranks triton all_reduce {name} {op} {count}", False,
                                f"rank {r} status {statuses[r].tolist()}")
                         ok = False
@@ -328,7 +328,7 @@ def check_triton(n: int) -> None:
     for r in range(n):
         memory.write(bufs[r], "uint8", 0, ((np.arange(n_bytes) + 31 * r) % 251).astype(np.uint8))
     statuses = launch(gather_then_barrier, (programs,), recv_offset, n_bytes)
-    ok = all(bool((s == st.SUCCESS).all()) for s in statuses)
+    ok = all(bool((s == st.SUCCESS.value).all()) for s in statuses)
     want = np.concatenate([((np.arange(n_bytes) + 31 * q) % 251).astype(np.uint8) for q in range(n)])
     for r in range(n):
         ok &= np.array_equal(memory.read(bufs[r], "uint8", recv_offset, n_bytes * n, np.uint8), want)
@@ -394,7 +394,7 @@ def time_all_reduce(n: int, sizes: List[int], iters: int) -> None:
 
         abi_us = timed(abi)
         triton_us = timed(kernel)
-        ok = all(bool((s[:8] == st.SUCCESS).all()) for s in statuses)
+        ok = all(bool((s[:8] == st.SUCCESS.value).all()) for s in statuses)
         print(f"  {size:>10} {abi_us:>16.1f} {triton_us:>14.1f}{'' if ok else '  (a Triton status failed)'}")
         if not ok:
             report(f"{n} ranks timing {size}", False, "a Triton status was not SUCCESS")

@@ -113,6 +113,10 @@ record() {
   [ "$4" = pass ] || FAILED=$((FAILED + 1))
 }
 
+# A log file name for a command line: anything but letters, digits, '.', '-' becomes '_' (an
+# argument that is a path must not make folders).
+log_name() { printf '%s' "$1" | tr -c 'A-Za-z0-9.-' '_'; }
+
 # The part's deadline, in $SECONDS.
 start_part() {
   PART_END=$((SECONDS + DEADLINE_S))
@@ -275,7 +279,7 @@ part_examples() {
   while read -r prog args; do
     # shellcheck disable=SC2086 # $args: the example's arguments
     SYMM_BACKEND=$BACKEND run_logged examples "$prog $args" "$BACKEND" "$EXAMPLE_TIMEOUT_S" \
-      "$LOG/examples/${prog}_${args// /_}.log" "result check: OK" "$dir/$prog" $args
+      "$LOG/examples/$(log_name "$prog $args").log" "result check: OK" "$dir/$prog" $args
   done <<'EOF'
 allreduce_pthreads 2
 allreduce_pthreads 4
@@ -399,7 +403,7 @@ part_device() {
   while read -r prog args; do
     # shellcheck disable=SC2086 # $args: the example's arguments
     SYMM_BACKEND=cuda run_logged device "$prog $args" cuda "$EXAMPLE_TIMEOUT_S" \
-      "$LOG/device/${prog}_${args// /_}.log" "correct" "$dir/$prog" $args
+      "$LOG/device/$(log_name "$prog $args").log" "correct" "$dir/$prog" $args
   done <<LIST
 device_allreduce 4
 device_allreduce 1 7

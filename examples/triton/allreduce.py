@@ -57,7 +57,7 @@ def main() -> None:
     torch.cuda.synchronize()
     expected = args.ranks * (args.ranks + 1) / 2
     for rank, (tensor, status) in enumerate(zip(tensors, statuses)):
-        assert bool((status == st.SUCCESS).all()), f"rank {rank}: status {status.tolist()}"
+        assert bool((status == st.SUCCESS.value).all()), f"rank {rank}: status {status.tolist()}"
         assert bool((tensor == expected).all()), f"rank {rank}: {tensor[:8].tolist()}"
     print(f"triton all-reduce: {args.ranks} ranks x {args.count} float32 = {expected} everywhere")
     for window in windows:

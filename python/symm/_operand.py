@@ -284,7 +284,8 @@ def _agrees(operand: Operand, element: DataType) -> bool:  # type: ignore[valid-
     except InvalidArgumentError:
         pass
     holder = numpy_dtype(element)
-    return holder.name != _symm_name(element) and operand.dtype == holder.name
+    # A PyTorch tensor's type is named ``torch.uint16``: the same holder.
+    return holder.name != _symm_name(element) and operand.dtype.removeprefix("torch.") == holder.name
 
 
 def _element_of(operand: Operand, name: str) -> DataType:  # type: ignore[valid-type]

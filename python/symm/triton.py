@@ -21,7 +21,9 @@ is one-dimensional with at most :data:`MAX_PROGRAMS` programs; every rank launch
 kernel with the same grid, on the stream it uses for the window's other collectives. Program
 ``p`` synchronizes with program ``p`` of every rank (there is no grid-wide barrier). A status
 other than :data:`SUCCESS` is one of the ``STATUS_*`` codes; a timeout also marks the window as
-aborted, and the host then reports ``symmTimeout``.
+aborted, and the host then reports ``symmTimeout``. The codes are ``tl.constexpr`` values for
+use inside kernels: on the host compare a status tensor with ``SUCCESS.value`` (a tensor compared
+with a constexpr gives a constexpr, not a tensor).
 
 :func:`jit` and :func:`compile` also set ``maxnreg`` (see :func:`default_maxnreg`) unless the
 caller does, so that ptxas does not spill the collective's registers to raise occupancy.

@@ -207,6 +207,15 @@ def test_torch_tensors_give_their_dtype() -> None:
     assert all((t == 3).all() for t in tensors)
     with pytest.raises(symm.InvalidArgumentError, match="bfloat16 CPU tensor but dtype is float16"):
         comms[0].all_reduce(tensors[0], dtype="float16")
+    # A uint16 tensor holding bfloat16 bit patterns (what torch.as_tensor makes of a CUDA
+    # array interface, which cannot name bfloat16) agrees with dtype="bfloat16", as NumPy's does.
+    holders = [t.view(torch.uint16) for t in tensors]
+    with symm.group():
+        for c, h in zip(comms, holders):
+            c.all_reduce(h, dtype="bfloat16")
+    assert all((t == 6).all() for t in tensors)
+    with pytest.raises(symm.InvalidArgumentError, match="no uint16 type"):
+        comms[0].all_reduce(holders[0])
     for w in wins:
         w.deregister()
     for c in comms:

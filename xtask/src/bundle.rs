@@ -14,7 +14,7 @@
 //! ```text
 //! bin/gpu_collectives   tests/tests/gpu_collectives.rs (libtest: --list --ignored, --exact …)
 //! bin/symm-perf
-//! lib/libsymm.so, lib/libsymm.a
+//! lib/libsymm.so, its SONAME link, lib/libsymm.a
 //! ffi-headers/symm.h
 //! examples/c/           sources, Makefile, and the examples linked against ../../lib/libsymm.so
 //! bench/torch_baseline.py, bench/gpu/run.sh, bench/gpu/python_check.py
@@ -101,6 +101,11 @@ pub fn build() -> Result<(), String> {
         &stage.join("lib/libsymm.so"),
         "--strip-unneeded",
     )?;
+    // Programs linked against lib/libsymm.so record its SONAME (the C examples that run.sh
+    // rebuilds with CUDA=1): the SONAME link lets them load from lib/.
+    let soname = crate::install::soname(env!("CARGO_PKG_VERSION"));
+    std::os::unix::fs::symlink("libsymm.so", stage.join("lib").join(&soname))
+        .map_err(|e| format!("linking lib/{soname}: {e}"))?;
     strip_into(
         &release.join("libsymm.a"),
         &stage.join("lib/libsymm.a"),

@@ -15,7 +15,7 @@ use crate::{root, run};
 
 #[path = "../../host-shim/soname.rs"]
 mod soname;
-use soname::soname;
+pub(crate) use soname::soname;
 
 /// The system libraries the static library needs (what rustc reports as
 /// `native-static-libs` for a Linux staticlib of this crate).

@@ -181,6 +181,8 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            // About 5 GiB installed: no second copy in pip's cache.
+            "--no-cache-dir",
             TORCH,
             "numpy",
             "pytest",

@@ -553,12 +553,19 @@ impl CudaBackend {
         let _context = device.context.enter()?;
         // Loaded (and, with lazy loading, put on the device) before anything is enqueued.
         let function = device.function(launch.kernel)?;
-        // One query per distinct stream (the ranks of a group often share one).
+        // The streams' kinds matter only to a separate launch (the schedule refuses blocking
+        // streams there); the driver is asked only then, once per distinct stream. Other
+        // launches leave the kinds unasked (`of_special_handle`, else `Blocking`, which the
+        // schedule does not read): no call that a stream capture could forbid.
+        let separate = (launch.rank_ids.len() as u32) < launch.ranks_on_device;
         let mut known: Vec<(u64, StreamKind)> = Vec::new();
         let mut kinds = Vec::with_capacity(launch.streams.len());
         for &stream in &launch.streams {
             let kind = match known.iter().find(|(s, _)| *s == stream) {
                 Some(&(_, kind)) => kind,
+                None if !separate => {
+                    StreamKind::of_special_handle(stream).unwrap_or(StreamKind::Blocking)
+                }
                 None => {
                     let kind = stream_kind(stream)?;
                     known.push((stream, kind));
@@ -567,7 +574,7 @@ impl CudaBackend {
             };
             kinds.push(kind);
         }
-        let resident = if (launch.rank_ids.len() as u32) < launch.ranks_on_device {
+        let resident = if separate {
             Some(resident_blocks(device, function, launch.block)?)
         } else {
             None
@@ -945,14 +952,31 @@ unsafe fn launch_clustered(
 }
 
 /// The kind of a caller's stream: the special handles by value, others by `cuStreamGetFlags`.
+///
+/// `cuStreamGetFlags` is refused on a stream being captured (and, in the default capture
+/// mode, while this thread captures any stream): the refusal invalidates the caller's capture
+/// (seen on an H200, driver 580). So a capturing stream is not asked: its kernel runs when the
+/// graph is launched, on a stream the caller picks then, and the blocking-stream hazard the
+/// kind guards against belongs to that launch, which this library never sees; it counts as
+/// non-blocking. Another stream is asked with this thread's capture mode relaxed.
 fn stream_kind(handle: u64) -> Result<StreamKind> {
     if let Some(kind) = StreamKind::of_special_handle(handle) {
         return Ok(kind);
     }
+    let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a stream handle from the caller; one write. Allowed during any capture.
+    driver("cuStreamIsCapturing", || unsafe {
+        sys::cuStreamIsCapturing(handle as sys::CUstream, &mut capture).result()
+    })?;
+    if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Ok(StreamKind::NonBlocking);
+    }
     let mut flags: std::ffi::c_uint = 0;
-    // SAFETY: a stream handle from the caller, queried for its flags (one write).
-    driver("cuStreamGetFlags", || unsafe {
-        sys::cuStreamGetFlags(handle as sys::CUstream, &mut flags).result()
+    outside_capture(|| {
+        // SAFETY: a stream handle from the caller, queried for its flags (one write).
+        driver("cuStreamGetFlags", || unsafe {
+            sys::cuStreamGetFlags(handle as sys::CUstream, &mut flags).result()
+        })
     })?;
     Ok(
         if flags & sys::CUstream_flags::CU_STREAM_NON_BLOCKING as std::ffi::c_uint != 0 {

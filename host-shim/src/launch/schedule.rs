@@ -59,7 +59,8 @@ pub struct Part {
     pub instances: Vec<InstanceId>,
     /// The caller's stream.
     pub user_stream: u64,
-    /// Its kind.
+    /// Its kind. Read only for a separate launch (see [`schedule`]); executors may leave it
+    /// unasked otherwise.
     pub user_kind: StreamKind,
     /// This rank's "before" event (recorded on its stream when the launch waits for it).
     pub before_event: u64,

@@ -125,7 +125,10 @@ pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
     })
 }
 
-/// `cuStreamGetFlags`: `CU_STREAM_NON_BLOCKING` for non-blocking streams, else 0.
+/// `cuStreamGetFlags`: `CU_STREAM_NON_BLOCKING` for non-blocking streams, else 0. Refused
+/// (invalidating the capture) on a capturing stream and during a capture whose mode forbids
+/// unsafe calls, as the driver does (an H200 with driver 580 answered
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidated the capture).
 ///
 /// # Safety
 /// `flags` is valid for one write.
@@ -134,6 +137,8 @@ pub unsafe extern "C" fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) 
     entry("cuStreamGetFlags", || {
         let mut state = state::driver()?.lock();
         let sid = state.resolve_stream(stream as u64)?;
+        state.refuse_if_capturing(sid, "cuStreamGetFlags")?;
+        state.check_capture_safe("cuStreamGetFlags")?;
         let value = if state.streams[&sid].kind == StreamKind::NonBlocking {
             NON_BLOCKING
         } else {
