@@ -471,8 +471,15 @@ fn mutant_fused_one_shot_without_owed_rounds_is_caught() {
 // ---------------------------------------------------------------------------------------------
 // Low-latency lines.
 
+/// Calls numbered from here on send the bits an LL wait that gave up returns
+/// ([`symm_device::sync::ll::GAVE_UP`]) as every line's data.
+const DATA_AS_GAVE_UP_FROM: u64 = (1 << 40) + 8;
+
 /// The data of line `line` from `source` in call `call`.
 fn ll_data(call: u64, source: u32, line: u64) -> u64 {
+    if call >= DATA_AS_GAVE_UP_FROM {
+        return symm_device::sync::ll::GAVE_UP;
+    }
     (call << 32) | (source as u64) << 8 | line
 }
 
@@ -583,6 +590,18 @@ fn ll_calls_in_one_kernel_two_threads() {
 #[test]
 fn ll_calls_three_ranks() {
     explore_bounded(2, BUDGET, || ll_calls(3, 1, &[1, 1, 1], 1, 0, false));
+}
+
+/// Lines whose data is the bits a wait that gave up returns: a line that had not arrived at
+/// its first load is waited for out of line, and its data, equal to those bits, must still be
+/// taken as data (the take looks at the line again instead of reading the abort word).
+#[test]
+fn ll_calls_whose_data_looks_like_a_wait_that_gave_up() {
+    assert!(!ll_clears_other_parity(DATA_AS_GAVE_UP_FROM));
+    assert!(!ll_clears_other_parity(DATA_AS_GAVE_UP_FROM + 1));
+    explore_bounded(2, BUDGET, || {
+        ll_calls(2, 1, &[1, 1], 1, DATA_AS_GAVE_UP_FROM, false)
+    });
 }
 
 /// The call numbers just before the end of a flag period; the buffers hold stale lines with

@@ -9,7 +9,7 @@ use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
 };
-use crate::sync::wait::{POLLS_PER_CHECK, WaitOutcome};
+use crate::sync::wait::{POLLS_PER_ABORT_LOOK, POLLS_PER_CHECK, WaitOutcome};
 
 /// Write `data` with `flag` into the line at `line`.
 ///
@@ -44,8 +44,10 @@ pub unsafe fn wait_line(
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(POLLS_PER_CHECK) {
             let begun = *start.get_or_insert_with(arch::global_timer_ns);
-            // SAFETY: forwarded contract.
-            if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
+            if polls.is_multiple_of(POLLS_PER_ABORT_LOOK)
+                // SAFETY: forwarded contract.
+                && unsafe { arch::load_acquire_sys_u32(abort) } != 0
+            {
                 return Err(WaitOutcome::Aborted);
             }
             if arch::global_timer_ns().wrapping_sub(begun) > timeout_ns {
@@ -79,10 +81,14 @@ unsafe fn wait_line_or_abort(
     }
 }
 
+/// What [`wait_line_out_of_line`] returns when its wait gave up. A line may carry these bits
+/// as data too: the caller then looks at the line again (see [`LlCall::take_out_of_line`]).
+/// Public for the tests that send it as data.
+pub const GAVE_UP: u64 = 0x7ff4_dead_7ff4_dead;
+
 /// [`wait_line_or_abort`], never inlined, returning 8 bytes (a wider return value is a
-/// struct in PTX): the line's data, or 0 when the wait gave up, which always leaves the abort
-/// word raised (it was raised already, or the timeout raised it), so the caller tells the two
-/// apart by reading the abort word.
+/// struct in PTX): the line's data, or [`GAVE_UP`] when the wait gave up (which always leaves
+/// the abort word raised: it was raised already, or the timeout raised it).
 ///
 /// # Safety
 /// As for [`wait_line`].
@@ -95,7 +101,7 @@ unsafe fn wait_line_out_of_line(
     source: u32,
 ) -> u64 {
     // SAFETY: forwarded contract.
-    unsafe { wait_line_or_abort(line, flag, abort, timeout_ns, source) }.unwrap_or(0)
+    unsafe { wait_line_or_abort(line, flag, abort, timeout_ns, source) }.unwrap_or(GAVE_UP)
 }
 
 /// Sources whose lines [`LlCall::take_round`] loads together (the `unroll!` lists there and in
@@ -224,12 +230,20 @@ impl<'a> LlCall<'a> {
         // SAFETY: as in `take`.
         let data =
             unsafe { wait_line_out_of_line(at, self.flag, abort, self.ctx.timeout_ns, source) };
-        // A wait that gave up left the abort word raised (see `wait_line_out_of_line`).
-        // SAFETY: the abort word is the context's.
-        if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
-            Err(Aborted)
+        if data != GAVE_UP {
+            return Ok(data);
+        }
+        // Either the line's data is GAVE_UP's bits or the wait gave up. The line is in this
+        // rank's own pad (device memory: a cheap look, where the abort word is a read across
+        // PCIe): once it carries this call's flag it keeps it until this rank's next call of
+        // the same parity, so a line that carries it now with these bits is the data. A line
+        // that arrived just after a timeout counts as given up (the abort word is raised).
+        // SAFETY: as in `take`; LL lines are read only through `load_line`.
+        let [lo, f1, hi, f2] = unsafe { arch::load_line(at) };
+        if f1 == self.flag && f2 == self.flag && (lo as u64 | (hi as u64) << 32) == GAVE_UP {
+            Ok(GAVE_UP)
         } else {
-            Ok(data)
+            Err(Aborted)
         }
     }
 

@@ -14,9 +14,17 @@ pub enum WaitOutcome {
     Aborted,
 }
 
-/// Polls of a flag between two looks at the abort word and the timer (and a sleep). Under
-/// loom every poll yields, so that loom's scheduler runs the other threads.
+/// Polls of a flag between two looks at the timer (and a sleep). Under loom every poll
+/// yields, so that loom's scheduler runs the other threads.
 pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
+
+/// Polls of a flag between two looks at the abort word. The abort word lives in pinned host
+/// memory: on a GPU each look is a read across PCIe, and thousands of waiting threads looking
+/// every 64 polls made the LL all-reduce 10-40x slower on an H200 (bench/RESULTS.md). An abort
+/// is noticed a little later instead (about a millisecond of polling); a timeout still ends
+/// the wait on time (the timer is read every [`POLLS_PER_CHECK`] polls).
+pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 16 * POLLS_PER_CHECK };
+const _: () = assert!(POLLS_PER_ABORT_LOOK.is_multiple_of(POLLS_PER_CHECK));
 
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
 #[inline(always)]
@@ -45,8 +53,10 @@ pub unsafe fn wait_until_reached(
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(POLLS_PER_CHECK) {
-            // SAFETY: as for `flag`.
-            if unsafe { arch::load_acquire_sys_u32(abort) } != 0 {
+            if polls.is_multiple_of(POLLS_PER_ABORT_LOOK)
+                // SAFETY: as for `flag`.
+                && unsafe { arch::load_acquire_sys_u32(abort) } != 0
+            {
                 return WaitOutcome::Aborted;
             }
             if arch::global_timer_ns().wrapping_sub(start) > timeout_ns {

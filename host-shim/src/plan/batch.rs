@@ -32,7 +32,7 @@
 
 use super::{
     Collective, DeviceModel, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates,
-    fewest_blocks, is_pat,
+    fewest_blocks, is_low_latency, is_pat,
 };
 use crate::error::{Error, Result};
 use symm_device::symmetric::Algorithm;
@@ -184,6 +184,9 @@ pub fn plan_batch(
     // The PAT kernels run one task per launch: a batch takes the direct kernels (fusion keeps
     // calls forced to PAT apart, so a forced PAT never reaches here).
     candidates.retain(|a| !is_pat(*a));
+    if limits.forced.is_none() && !model.picks_ll(request.size().total_bytes, nranks) {
+        candidates.retain(|a| !is_low_latency(*a));
+    }
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
@@ -251,24 +254,26 @@ mod tests {
 
     #[test]
     fn small_batches_use_ll_when_every_task_and_the_total_fit() {
-        // 16 × 1 KiB = 16 KiB: exactly the LL lines.
-        let counts = [256u64; 16];
+        // 16 × 1 KiB = 16 KiB: exactly the LL lines; one more task does not fit.
+        assert!(request(Collective::AllReduce, &[256u64; 16], 8).fits_ll());
+        assert!(!request(Collective::AllReduce, &[256u64; 17], 8).fits_ll());
+        // The GPU planner picks LL by itself only within the measured 2 KiB of payload ×
+        // ranks: 8 × 32 B on 8 ranks, not 16 × 1 KiB.
         let p = plan_batch(
-            &request(Collective::AllReduce, &counts, 8),
+            &request(Collective::AllReduce, &[8u64; 8], 8),
             DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
         assert_eq!(p.kernel.algorithm, Algorithm::OneShotLlAllReduce);
-        // One more task: the total no longer fits, so no LL.
-        let counts = [256u64; 17];
         let p = plan_batch(
-            &request(Collective::AllReduce, &counts, 8),
+            &request(Collective::AllReduce, &[256u64; 16], 8),
             DeviceModel::Gpu,
             OPEN,
         )
         .unwrap();
         assert_ne!(p.kernel.algorithm, Algorithm::OneShotLlAllReduce);
+        let counts = [256u64; 17];
         let forced = Limits {
             max_blocks: 64,
             forced: Some(Algorithm::OneShotLlAllReduce),
@@ -280,8 +285,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("low-latency"), "{}", e.message);
-        // All-gather: LL lines hold bytes per rank.
-        let counts = [64u64, 0, 128];
+        // All-gather: LL lines hold bytes per rank (192 B per rank, 768 B gathered).
+        let counts = [16u64, 0, 32];
         let p = plan_batch(
             &request(Collective::AllGather, &counts, 4),
             DeviceModel::Gpu,

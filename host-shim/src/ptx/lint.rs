@@ -420,6 +420,9 @@ pub fn lint(
             if start > end {
                 continue; // a forward branch
             }
+            if !closes_a_loop(function, start, end) {
+                continue; // a loop's exit to a block laid out before it
+            }
             let body = &function.body[start..=end];
             let waits = body
                 .iter()
@@ -457,6 +460,40 @@ pub fn lint(
         }
     }
     report
+}
+
+/// `true` when the backward branch at `end` (to the label at `start`) closes a loop laid out
+/// in `start..=end`: control that enters at `start` can come back to it without leaving the
+/// range. A backward branch can also leave an inner loop for a block of the outer one that
+/// LLVM placed earlier (the outer loop then reaches the branch only through its own header,
+/// outside the range).
+fn closes_a_loop(function: &Function<'_>, start: usize, end: usize) -> bool {
+    let mut seen = vec![false; end - start + 1];
+    let mut work = vec![start];
+    while let Some(at) = work.pop() {
+        if at < start || at > end || std::mem::replace(&mut seen[at - start], true) {
+            continue;
+        }
+        if at == end {
+            return true;
+        }
+        let instruction = &function.body[at];
+        let opcode = instruction.opcode;
+        if opcode.starts_with("ret") || opcode.starts_with("exit") || opcode.starts_with("trap") {
+            continue;
+        }
+        if opcode.starts_with("bra") {
+            let target = instruction.text.split_whitespace().last();
+            if let Some(&to) = target.and_then(|l| function.labels.get(l.trim_end_matches(';'))) {
+                work.push(to);
+            }
+            if !instruction.text.trim_start().starts_with('@') {
+                continue; // unconditional: no fall-through
+            }
+        }
+        work.push(at + 1);
+    }
+    false
 }
 
 #[cfg(test)]
@@ -538,6 +575,50 @@ mod tests {
     #[test]
     fn a_spin_loop_with_only_weak_loads_is_found() {
         let findings = lint("sm_90", &spin("ld.b32"), launched_param_types).findings;
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert!(findings[0].contains("has no strong load"), "{findings:?}");
+    }
+
+    /// A backward branch that leaves a waiting loop for a block laid out before it (LLVM
+    /// places an outer loop's blocks so) is no loop of its own: the range it spans has no
+    /// strong load, but the loop it leaves has one. A weak loop whose header is reached back
+    /// through an unconditional branch is still found.
+    #[test]
+    fn a_loop_exit_to_an_earlier_block_is_not_a_loop() {
+        let exit_before = kernel(
+            PARAMS,
+            "	bra.uni 	$L__BB0_3;
+$L__BB0_1:
+	st.release.sys.u32 	[%rd2], %r3;
+	bra.uni 	$L__BB0_5;
+$L__BB0_2:
+	mov.u64 	%rd3, %globaltimer;
+	setp.gt.u64 	%p2, %rd3, %rd4;
+	@%p2 bra 	$L__BB0_1;
+	nanosleep.u32 %r2;
+$L__BB0_3:
+	ld.acquire.sys.u32 	%r1, [%rd1];
+	setp.eq.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB0_2;
+$L__BB0_5:",
+        );
+        assert_eq!(
+            lint("sm_90", &exit_before, launched_param_types).findings,
+            Vec::<String>::new()
+        );
+        let weak = kernel(
+            PARAMS,
+            "$L__BB0_1:
+	ld.b32 	%r1, [%rd1];
+	setp.eq.b32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB0_2;
+	bra.uni 	$L__BB0_3;
+$L__BB0_2:
+	nanosleep.u32 %r2;
+	bra.uni 	$L__BB0_1;
+$L__BB0_3:",
+        );
+        let findings = lint("sm_90", &weak, launched_param_types).findings;
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert!(findings[0].contains("has no strong load"), "{findings:?}");
     }
