@@ -305,3 +305,42 @@ fn one_shot_with_mixed_in_place_ranks() {
         "b",
     );
 }
+
+/// A line whose data is the bits an out-of-line LL wait returns when it gives up
+/// ([`symm_device::sync::ll::GAVE_UP`]), from a rank that writes it late (so that the other
+/// rank's first load misses and its wait runs out of line): still taken as the data, on every
+/// rank, and the call completes with the abort word down.
+#[test]
+fn a_late_line_carrying_the_give_up_bits_is_data() {
+    use symm_device::SymmContext;
+    use symm_device::sync::grid::Grid;
+    use symm_device::sync::ll::{GAVE_UP, LlCall};
+    let ranks = Ranks::new(2, 4096, TIMEOUT_NS);
+    let results = ranks.run_per_rank(1, 1, None, &|rank| {
+        // SAFETY: the harness's context of `rank`, alive for the whole grid.
+        let ctx = unsafe { &*(ranks.context_address(rank) as *const SymmContext) };
+        let grid = Grid {
+            block: 0,
+            blocks: 1,
+        };
+        // SAFETY: a host-built context with full pads; one block; both ranks make this call.
+        let Ok(ll) = (unsafe { LlCall::begin(ctx, grid) }) else {
+            return -1;
+        };
+        if rank == 1 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        for peer in 0..2 {
+            // SAFETY: peer < world, line 0 < LL_LINES.
+            unsafe { ll.put(peer, 0, GAVE_UP) };
+        }
+        let mut taken = [0u64; 2];
+        // SAFETY: line 0 < LL_LINES.
+        let result =
+            unsafe { ll.take_every_source(0, |source, data| taken[source as usize] = data) };
+        let ended = ll.end(result.is_err());
+        i32::from(result.is_ok() && ended.is_ok() && taken == [GAVE_UP; 2])
+    });
+    assert_eq!(results, vec![1, 1]);
+    assert_eq!((ranks.abort_word(0), ranks.abort_word(1)), (0, 0));
+}

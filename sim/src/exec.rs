@@ -140,6 +140,9 @@ pub(crate) enum Stop {
     Barrier,
     /// `nanosleep` of that many ns (pc after it).
     Sleep(u64),
+    /// A load or atomic from host memory while host reads cost time (pc after it): the
+    /// thread waits for the PCIe round trip.
+    HostRead,
     /// It exited.
     Exit,
     /// `trap` (pc at it).
@@ -163,6 +166,10 @@ pub(crate) struct Ctx<'a> {
     pub weak: Option<&'a mut crate::weak::Weak>,
     /// Whether plain loads are interleaving points.
     pub plain_load_points: bool,
+    /// Whether a load or atomic from host memory stops the thread ([`Stop::HostRead`]).
+    pub host_reads_cost: bool,
+    /// Loads and atomics from host memory executed in this slice.
+    pub host_reads: u64,
 }
 
 #[inline(always)]
@@ -741,10 +748,13 @@ pub(crate) fn run(
                     Op::St => "store",
                     _ => "atomic",
                 };
-                if let Err(e) = ctx.mem.check(addr, total, total, ctx.device, what) {
-                    n -= 1;
-                    break Stop::Fault(e);
-                }
+                let host = match ctx.mem.check(addr, total, total, ctx.device, what) {
+                    Ok(host) => host,
+                    Err(e) => {
+                        n -= 1;
+                        break Stop::Fault(e);
+                    }
+                };
                 let s = i.flags & 0x7f;
                 if let Some(w) = ctx.weak.as_deref_mut() {
                     w.line = prog.lines.get(pc).copied().unwrap_or(0);
@@ -776,6 +786,14 @@ pub(crate) fn run(
                 if let Some(race) = ctx.weak.as_deref_mut().and_then(|w| w.race.take()) {
                     // The access happened; the report points at it.
                     break Stop::Fault(race);
+                }
+                // Stores to host memory are posted; a load or atomic waits for its answer.
+                if host && i.op != Op::St {
+                    ctx.host_reads += 1;
+                    if ctx.host_reads_cost {
+                        pc += 1;
+                        break Stop::HostRead;
+                    }
                 }
             }
             Op::Bar => {

@@ -89,6 +89,13 @@ pub struct SimConfig {
     /// another thread not ordered by happens-before — as faults (`SYMM_SIM_RACES`, default
     /// on; `0` turns it off).
     pub races: bool,
+    /// Virtual nanoseconds a GPU thread waits for a load (or atomic) from host memory
+    /// ([`AddressSpace::map_host`]), a round trip across PCIe (`SYMM_SIM_HOST_READ_NS`;
+    /// default 0: free, as every other access).
+    pub host_read_ns: u64,
+    /// Virtual nanoseconds each such read holds the device's one PCIe link: reads from many
+    /// threads queue behind each other (`SYMM_SIM_HOST_READ_GAP_NS`; default 0).
+    pub host_read_gap_ns: u64,
 }
 
 impl Default for SimConfig {
@@ -100,6 +107,8 @@ impl Default for SimConfig {
             registers_per_thread: 80,
             weak_memory: false,
             races: true,
+            host_read_ns: 0,
+            host_read_gap_ns: 0,
         }
     }
 }
@@ -133,6 +142,12 @@ impl SimConfig {
                     "0" | "false" | "no" | "off"
                 )
             }),
+            host_read_ns: var("SYMM_SIM_HOST_READ_NS")
+                .and_then(|v| num(&v))
+                .map_or(d.host_read_ns, |v| v.min(1 << 32)),
+            host_read_gap_ns: var("SYMM_SIM_HOST_READ_GAP_NS")
+                .and_then(|v| num(&v))
+                .map_or(d.host_read_gap_ns, |v| v.min(1 << 32)),
         }
     }
 }
@@ -275,7 +290,13 @@ impl AddressSpace {
     /// Allow kernels running on the devices of mask `devices` (bit d: device d; `u64::MAX`:
     /// all) to access `[base, base + len)`; `what` names it in reports.
     pub fn map(&self, base: u64, len: u64, what: &str, devices: u64) {
-        self.ranges.map(base, len, what, devices);
+        self.ranges.map(base, len, what, devices, false);
+    }
+
+    /// [`AddressSpace::map`] for host memory that GPUs reach across PCIe (pinned host
+    /// allocations): a GPU thread's load from it costs [`SimConfig::host_read_ns`].
+    pub fn map_host(&self, base: u64, len: u64, what: &str, devices: u64) {
+        self.ranges.map(base, len, what, devices, true);
     }
 
     /// Change which devices may access the mapped range starting at `base` (as
@@ -397,6 +418,8 @@ pub struct SimStats {
     pub sleeps_parked: u64,
     /// Loads that returned an older store (weak memory).
     pub stale_reads: u64,
+    /// Loads and atomics GPU threads executed on host memory ([`AddressSpace::map_host`]).
+    pub host_reads: u64,
 }
 
 /// Threads per SM.
@@ -553,6 +576,11 @@ pub struct Simulator {
     instructions: u64,
     slices: u64,
     parks: u64,
+    /// Host-memory reads that cost time, and when the PCIe link is free again.
+    host_reads: u64,
+    host_link_free_at: u64,
+    /// Wake-ups of threads parked by host reads (also in `timers`).
+    host_read_timers: BinaryHeap<Reverse<(u64, u32, u32)>>,
     trace: u64,
     next_grid: u64,
     next_token: u32,
@@ -650,6 +678,9 @@ impl Simulator {
             instructions: 0,
             slices: 0,
             parks: 0,
+            host_reads: 0,
+            host_link_free_at: 0,
+            host_read_timers: BinaryHeap::new(),
             trace: 0,
             next_grid: 1,
             next_token: 0,
@@ -812,6 +843,14 @@ impl Simulator {
             self.wake_timers();
             self.process_woken();
             if self.run_list.is_empty() {
+                // A read from host memory ends at a known time whatever real time does: move
+                // to the first wake-up (a `nanosleep` may end first) instead of stalling.
+                if self.host_read_pending()
+                    && let Some(at) = self.next_wakeup_ns()
+                {
+                    self.advance_time_to(at);
+                    continue;
+                }
                 return RunOutcome::Stalled;
             }
             if executed >= max_steps {
@@ -831,8 +870,11 @@ impl Simulator {
                 stores: &mut self.stores,
                 weak: self.weak.as_mut(),
                 plain_load_points: self.policy.plain_load_points,
+                host_reads_cost: self.config.host_read_ns > 0 || self.config.host_read_gap_ns > 0,
+                host_reads: 0,
             };
             let (stop, n) = exec::run(&mut t, &grid.module.prog, &mut ctx, points, limit);
+            self.host_reads += ctx.host_reads;
             let pc = t.pc;
             self.threads[tid as usize] = Some(t);
             executed += n;
@@ -864,6 +906,7 @@ impl Simulator {
                 Stop::Yield | Stop::Limit => {}
                 Stop::Barrier => self.thread_barrier(tid),
                 Stop::Sleep(ns) => self.thread_sleep(tid, ns),
+                Stop::HostRead => self.thread_host_read(tid),
                 Stop::Exit => self.thread_exit(tid),
                 Stop::Trap => {
                     let what = self.trap_message(tid);
@@ -925,6 +968,7 @@ impl Simulator {
             instructions: self.instructions,
             slices: self.slices,
             sleeps_parked: self.parks,
+            host_reads: self.host_reads,
             stale_reads: self.weak.as_ref().map_or(0, |w| w.stale_reads),
         }
     }
@@ -1128,6 +1172,38 @@ impl Simulator {
         }
         self.timers.push(Reverse((wake_at, tid, token)));
         self.compact_timers();
+    }
+
+    /// Park `tid` for a read from host memory: it waits for the PCIe link to be free (reads
+    /// queue behind each other, [`SimConfig::host_read_gap_ns`] each), then for the round
+    /// trip ([`SimConfig::host_read_ns`]). Stores do not wake it, and what it read before
+    /// stays watched for its next `nanosleep`.
+    fn thread_host_read(&mut self, tid: u32) {
+        let issued = self.now.max(self.host_link_free_at);
+        self.host_link_free_at = issued.saturating_add(self.config.host_read_gap_ns);
+        let wake_at = self
+            .host_link_free_at
+            .saturating_add(self.config.host_read_ns);
+        let token = self.token();
+        self.sched[tid as usize].token = token;
+        let t = self.threads[tid as usize].as_mut().expect("thread");
+        t.wake_at = wake_at;
+        t.watch.clear();
+        self.make_unrunnable(tid, TState::Sleeping);
+        self.timers.push(Reverse((wake_at, tid, token)));
+        self.compact_timers();
+        self.host_read_timers.push(Reverse((wake_at, tid, token)));
+    }
+
+    /// `true` while a thread waits for a read from host memory.
+    fn host_read_pending(&mut self) -> bool {
+        while let Some(&Reverse((_, tid, token))) = self.host_read_timers.peek() {
+            if self.sleeping_with(tid, token) {
+                return true;
+            }
+            self.host_read_timers.pop();
+        }
+        false
     }
 
     fn thread_barrier(&mut self, tid: u32) {

@@ -15,6 +15,9 @@ pub(crate) struct MapRange {
     pub devices: u64,
     /// Its name in reports.
     pub what: Arc<str>,
+    /// Host memory the GPU reaches across PCIe (`cuMemHostAlloc`): a GPU thread's load from
+    /// it costs [`crate::SimConfig::host_read_ns`].
+    pub host: bool,
 }
 
 /// The shared state behind [`crate::AddressSpace`].
@@ -56,7 +59,7 @@ impl Ranges {
         *v = out;
     }
 
-    pub fn map(&self, base: u64, len: u64, what: &str, devices: u64) {
+    pub fn map(&self, base: u64, len: u64, what: &str, devices: u64, host: bool) {
         let end = base.saturating_add(len);
         self.edit(|v| {
             Self::cut(v, base, end);
@@ -66,6 +69,7 @@ impl Ranges {
                     end,
                     devices,
                     what: what.into(),
+                    host,
                 });
             }
         });
@@ -82,6 +86,7 @@ impl Ranges {
                         end: r.end.min(end),
                         devices,
                         what: r.what.clone(),
+                        host: r.host,
                     });
                 }
             }
@@ -116,8 +121,8 @@ pub(crate) struct MemView {
     pub space: Arc<crate::AddressSpace>,
     generation: u64,
     ranges: Arc<[MapRange]>,
-    /// (first byte, one past the last, device mask) of recently hit ranges.
-    cache: [(u64, u64, u64); CACHED],
+    /// (first byte, one past the last, device mask, host memory) of recently hit ranges.
+    cache: [(u64, u64, u64, bool); CACHED],
     next: usize,
 }
 
@@ -128,7 +133,7 @@ impl MemView {
             space,
             generation,
             ranges,
-            cache: [(1, 0, 0); CACHED],
+            cache: [(1, 0, 0, false); CACHED],
             next: 0,
         }
     }
@@ -139,12 +144,13 @@ impl MemView {
             let (g, r) = self.space.ranges.snapshot();
             self.generation = g;
             self.ranges = r;
-            self.cache = [(1, 0, 0); CACHED];
+            self.cache = [(1, 0, 0, false); CACHED];
         }
     }
 
     /// Check an access of `size` bytes at `addr` (alignment `align`, a power of two) from
-    /// `device`; `Err` describes the fault.
+    /// `device`: `Ok(true)` when it touches host memory across PCIe, `Err` describes the
+    /// fault.
     #[inline]
     pub fn check(
         &mut self,
@@ -153,13 +159,13 @@ impl MemView {
         align: u64,
         device: u32,
         what: &str,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let dev = 1u64.checked_shl(device).unwrap_or(0);
         let end = addr.wrapping_add(size);
         if addr & (align - 1) == 0 && end > addr {
-            for &(lo, hi, devices) in &self.cache {
+            for &(lo, hi, devices, host) in &self.cache {
                 if addr >= lo && end <= hi && devices & dev != 0 {
-                    return Ok(());
+                    return Ok(host);
                 }
             }
         }
@@ -175,7 +181,7 @@ impl MemView {
         dev: u64,
         device: u32,
         what: &str,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         if addr & (align - 1) != 0 {
             return Err(format!(
                 "misaligned address: {what} of {size} bytes at {addr:#x} (needs {align}-byte alignment)"
@@ -192,9 +198,9 @@ impl MemView {
                         r.what, r.base, r.end
                     ));
                 }
-                self.cache[self.next] = (r.base, r.end, r.devices);
+                self.cache[self.next] = (r.base, r.end, r.devices, r.host);
                 self.next = (self.next + 1) % CACHED;
-                return Ok(());
+                return Ok(r.host);
             }
         }
         let near = if i > 0 {

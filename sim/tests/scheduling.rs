@@ -427,3 +427,72 @@ fn a_store_not_ordered_after_another_threads_load_is_reported_as_a_race() {
         );
     }
 }
+
+/// 128 threads each load a word of `src` and store it to `dst`, once.
+fn copy_once() -> String {
+    kernel(
+        "copy",
+        ".param .u64 .ptr .align 1 copy_param_0, .param .u64 .ptr .align 1 copy_param_1",
+        "
+	ld.param.b64 	%rd1, [copy_param_0];
+	ld.param.b64 	%rd2, [copy_param_1];
+	mov.u32 	%r1, %tid.x;
+	mul.wide.u32 	%rd3, %r1, 8;
+	add.s64 	%rd4, %rd1, %rd3;
+	ld.relaxed.sys.b64 	%rd5, [%rd4];
+	add.s64 	%rd6, %rd2, %rd3;
+	st.b64 	[%rd6], %rd5;
+",
+    )
+}
+
+/// Run [`copy_once`] from a source in host memory (`host`) or not; the virtual time it took
+/// and the host reads counted.
+fn copy_time(config: &SimConfig, host: bool) -> (u64, u64) {
+    let m = module(&copy_once());
+    let space = Arc::new(AddressSpace::new());
+    let mut sim = Simulator::new(config.clone(), space.clone());
+    let mut src = vec![0u64; 128].into_boxed_slice();
+    for (i, w) in src.iter_mut().enumerate() {
+        *w = i as u64 * 3;
+    }
+    let (base, len) = (src.as_ptr() as u64, 128 * 8);
+    if host {
+        space.map_host(base, len, "pinned source", u64::MAX);
+    } else {
+        space.map(base, len, "device source", u64::MAX);
+    }
+    let dst = Buffer::new(&space, 128, "dst");
+    launch(&mut sim, &m, "copy", 1, 128, &[base, dst.addr()]);
+    run_to_end(&mut sim).unwrap();
+    assert!((0..128).all(|i| dst.get(i) == i as u64 * 3));
+    (sim.now_ns(), sim.stats().host_reads)
+}
+
+/// Loads from pinned host memory are counted; with `host_read_ns` each waits for a PCIe
+/// round trip, and with `host_read_gap_ns` the reads of many threads queue on the link, so
+/// that a kernel doing many of them takes as long as it would on a GPU.
+#[test]
+fn host_memory_reads_cost_a_round_trip_and_queue_on_the_link() {
+    let free = SimConfig::default();
+    let (device_time, device_reads) = copy_time(&free, false);
+    assert_eq!(device_reads, 0);
+    let (host_time, host_reads) = copy_time(&free, true);
+    assert_eq!(host_reads, 128);
+    assert_eq!(host_time, device_time, "free by default");
+    let costly = SimConfig {
+        host_read_ns: 1000,
+        host_read_gap_ns: 10,
+        ..SimConfig::default()
+    };
+    let (time, reads) = copy_time(&costly, true);
+    assert_eq!(reads, 128);
+    // The last of 128 reads leaves the link after 128 gaps, then takes the round trip.
+    assert!(time >= 128 * 10 + 1000, "{time} ns");
+    assert!(time < 128 * 10 + 1000 + 1000, "{time} ns");
+    assert_eq!(
+        copy_time(&costly, false).0,
+        device_time,
+        "device memory stays free"
+    );
+}

@@ -1846,6 +1846,27 @@ fn simulator_call_counter() -> Option<unsafe extern "C" fn(*mut std::ffi::c_char
     }
 }
 
+/// The simulated GPU's count of kernel reads of pinned host memory (`symm_sim_host_reads` of
+/// the fake libcuda): `None` on a real driver.
+fn simulator_host_reads() -> Option<extern "C" fn() -> u64> {
+    unsafe extern "C" {
+        fn dlopen(name: *const std::ffi::c_char, flags: std::ffi::c_int) -> *mut c_void;
+        fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
+    }
+    const RTLD_LAZY: std::ffi::c_int = 1;
+    const RTLD_NOLOAD: std::ffi::c_int = 4;
+    // SAFETY: as in `simulator_call_counter`; the symbol has the signature below.
+    unsafe {
+        [c"libcuda.so", c"libcuda.so.1"]
+            .into_iter()
+            .map(|name| dlopen(name.as_ptr(), RTLD_LAZY | RTLD_NOLOAD))
+            .filter(|library| !library.is_null())
+            .map(|library| dlsym(library, c"symm_sim_host_reads".as_ptr()))
+            .find(|symbol| !symbol.is_null())
+            .map(|symbol| std::mem::transmute::<*mut c_void, extern "C" fn() -> u64>(symbol))
+    }
+}
+
 /// Driver calls so far, and the table by function.
 fn driver_calls(
     counter: unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64,
@@ -1861,6 +1882,58 @@ fn driver_calls(
         .map(|(name, n)| (name.to_string(), n.parse().unwrap()))
         .collect();
     (total, table)
+}
+
+/// Most reads of pinned host memory (the abort word) one small LL all-reduce of 8 ranks may
+/// make, per rank and block: the look at the kernel's start, and a few from waits that last
+/// past `POLLS_PER_ABORT_LOOK` polls. A wait that read the word after every miss (each a round
+/// trip across PCIe on a GPU) made the LL all-reduce 10-40x slower on an H200.
+const HOST_READS_PER_LL_BLOCK: f64 = 4.0;
+
+/// Reads of pinned host memory by the kernels of a grouped LL all-reduce of 256 bytes on each
+/// of 8 ranks (the planner's LL size), counted by the simulated GPU (skipped on a real one).
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_ll_all_reduce_reads_host_memory_only_at_kernel_start() {
+    let nranks = 8;
+    let count = 64;
+    let comms = cuda_ranks(nranks);
+    let Some(host_reads) = simulator_host_reads() else {
+        eprintln!("skipped: counts host-memory reads on the simulated GPU only");
+        return;
+    };
+    let buffers = alloc_windows(&comms, 8 * count);
+    let grouped = || {
+        run_group(
+            |_, b| {
+                // SAFETY: both halves of the window.
+                let recv = unsafe { b.base.add(4 * count) };
+                symmAllReduce(
+                    b.base.cast(),
+                    recv.cast(),
+                    count,
+                    symmDataType_t::symmFloat32 as i32,
+                    symmRedOp_t::symmSum as i32,
+                    b.comm,
+                    null_mut(),
+                )
+            },
+            &buffers,
+        )
+    };
+    grouped();
+    let calls = 5;
+    let before = host_reads();
+    for _ in 0..calls {
+        grouped();
+    }
+    let per_call = (host_reads() - before) as f64 / calls as f64;
+    let blocks = 4.0; // at most, for 256 bytes
+    eprintln!("host-memory reads per 8-rank LL all-reduce of 256 bytes: {per_call:.1}");
+    assert!(
+        per_call <= HOST_READS_PER_LL_BLOCK * blocks * nranks as f64,
+        "{per_call} host-memory reads per call"
+    );
 }
 
 /// Most driver calls one grouped all-reduce of 8 ranks on one GPU may make, after the

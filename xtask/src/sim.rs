@@ -347,15 +347,22 @@ pub fn test() -> Result<(), String> {
     step("weak memory", t);
 
     // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
-    // graph test captures a count that fits).
+    // graph test captures a count that fits). Reads of pinned host memory cost a PCIe round
+    // trip here, as on a GPU, and the host-read count of the LL all-reduce is checked.
     let t = Instant::now();
     gpu(
         "SYMM_ALGO=ll",
-        vec!["gpu_f32_sum", "gpu_graph_capture"],
+        vec![
+            "gpu_f32_sum",
+            "gpu_graph_capture",
+            "gpu_ll_all_reduce_reads",
+        ],
         vec![
             ("SYMM_SIM_SEED", "8"),
             ("SYMM_SIM_SMS", "16"),
             ("SYMM_ALGO", "ll"),
+            ("SYMM_SIM_HOST_READ_NS", "1000"),
+            ("SYMM_SIM_HOST_READ_GAP_NS", "4"),
         ],
     )
     .pass(&dir)?;

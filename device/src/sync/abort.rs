@@ -18,6 +18,19 @@ pub const fn abort_timed_out_waiting_for(peer: u32) -> u32 {
     ABORT_TIMED_OUT | (peer.wrapping_add(1) << 8)
 }
 
+/// Raise this rank's abort word with a timed-out wait's `word` unless it is raised already:
+/// the first cause stays — the host's [`ABORT_PEER_FAILED`], or the first wait that timed
+/// out — and is what the host reports. (A wait looks at the abort word only every so many
+/// polls, so it can time out after the host raised the word.)
+///
+/// # Safety
+/// `abort` is this rank's abort word (valid, aligned, accessed atomically).
+#[inline(always)]
+pub unsafe fn raise_timeout(abort: *mut u32, word: u32) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::arch::compare_exchange_sys_u32(abort, 0, word) };
+}
+
 /// The rank a timed-out wait was waiting for, when the abort word names one.
 pub const fn timed_out_peer(word: u32) -> Option<u32> {
     if word & 0xFF != ABORT_TIMED_OUT || word >> 8 == 0 {
@@ -44,5 +57,23 @@ mod tests {
         assert_eq!(timed_out_peer(ABORT_TIMED_OUT), None);
         assert_eq!(timed_out_peer(ABORT_INVALID_LAUNCH), None);
         assert_eq!(timed_out_peer(ABORT_PEER_FAILED), None);
+    }
+
+    /// A wait that times out raises the word only if nothing raised it first: the host's
+    /// "a peer failed", or an earlier wait's timeout, is what the host reports.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_timeout_keeps_the_first_cause() {
+        let mut word = 0u32;
+        // SAFETY: a live local, accessed only here.
+        unsafe { raise_timeout(&mut word, abort_timed_out_waiting_for(2)) };
+        assert_eq!(timed_out_peer(word), Some(2));
+        // SAFETY: as above.
+        unsafe { raise_timeout(&mut word, abort_timed_out_waiting_for(5)) };
+        assert_eq!(timed_out_peer(word), Some(2));
+        let mut word = ABORT_PEER_FAILED;
+        // SAFETY: as above.
+        unsafe { raise_timeout(&mut word, abort_timed_out_waiting_for(1)) };
+        assert_eq!(word, ABORT_PEER_FAILED);
     }
 }

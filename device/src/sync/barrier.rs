@@ -7,7 +7,7 @@
 //! reached `e + 1`. Comparisons are wrap-safe. A peer may run ahead by one barrier; since slots
 //! only grow, waiting for "at least" is correct.
 
-use super::abort::abort_timed_out_waiting_for;
+use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot};
@@ -127,12 +127,7 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
             WaitOutcome::Reached => {}
             WaitOutcome::TimedOut => {
                 // SAFETY: the abort word is a valid u32 of this rank.
-                unsafe {
-                    arch::store_release_sys_u32(
-                        abort as *mut u32,
-                        abort_timed_out_waiting_for(peer),
-                    )
-                };
+                unsafe { raise_timeout(abort as *mut u32, abort_timed_out_waiting_for(peer)) };
                 failed = true;
             }
             WaitOutcome::Aborted => failed = true,

@@ -1,7 +1,7 @@
 //! Low-latency (LL) lines: 8 data bytes travel with their flag, so a reader needs no barrier —
 //! it waits for the line itself (bounded, like every wait on a peer).
 
-use super::abort::abort_timed_out_waiting_for;
+use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use super::grid::{Grid, block_range};
 use crate::arch;
 use crate::context::SymmContext;
@@ -74,7 +74,7 @@ unsafe fn wait_line_or_abort(
     unsafe {
         wait_line(line, flag, abort, timeout_ns).map_err(|outcome| {
             if outcome == WaitOutcome::TimedOut {
-                arch::store_release_sys_u32(abort, abort_timed_out_waiting_for(source));
+                raise_timeout(abort, abort_timed_out_waiting_for(source));
             }
             Aborted
         })
@@ -235,9 +235,12 @@ impl<'a> LlCall<'a> {
         }
         // Either the line's data is GAVE_UP's bits or the wait gave up. The line is in this
         // rank's own pad (device memory: a cheap look, where the abort word is a read across
-        // PCIe): once it carries this call's flag it keeps it until this rank's next call of
-        // the same parity, so a line that carries it now with these bits is the data. A line
-        // that arrived just after a timeout counts as given up (the abort word is raised).
+        // PCIe). Once it carries this call's flag it keeps it until this rank's call ends (the
+        // source writes this line again only in its call after next, which needs a line of this
+        // rank's next call), so a line that carries the flag now with these bits is the data.
+        // Such a line that arrived just after this thread's wait timed out is taken too: the
+        // data is this call's, and the abort word is raised already, so the host reports the
+        // timeout whatever the kernel's status says. A line without the flag: given up.
         // SAFETY: as in `take`; LL lines are read only through `load_line`.
         let [lo, f1, hi, f2] = unsafe { arch::load_line(at) };
         if f1 == self.flag && f2 == self.flag && (lo as u64 | (hi as u64) << 32) == GAVE_UP {

@@ -8,7 +8,7 @@
 //! counter lives in the rank's own pad and is read and written like the barrier epochs; each
 //! collective has its own counter, and its flags trail only that one.
 
-use super::abort::ABORT_TIMED_OUT;
+use super::abort::{ABORT_TIMED_OUT, raise_timeout};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::signal_pad::{PatCollective, PatFlag, pat_flag_slot, pat_round_slot};
@@ -131,7 +131,7 @@ impl<'a> PatRounds<'a> {
                 WaitOutcome::Reached => {}
                 WaitOutcome::TimedOut => {
                     // SAFETY: the abort word is a valid u32 of this rank.
-                    unsafe { arch::store_release_sys_u32(abort as *mut u32, ABORT_TIMED_OUT) };
+                    unsafe { raise_timeout(abort as *mut u32, ABORT_TIMED_OUT) };
                     failed = true;
                 }
                 WaitOutcome::Aborted => failed = true,

@@ -115,6 +115,10 @@ impl Engine {
                 continue;
             }
             let outcome = self.sim.run(BUDGET);
+            crate::HOST_READS.store(
+                self.sim.stats().host_reads,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             self.handle(outcome);
             if self.heartbeat.elapsed() >= HEARTBEAT {
                 self.heartbeat = Instant::now();

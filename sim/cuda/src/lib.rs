@@ -27,6 +27,10 @@
 //! * Every driver call is counted by name: [`symm_sim_driver_calls`] (not a CUDA function)
 //!   returns the total and writes the table, so that a test can measure a library's driver
 //!   calls per operation.
+//! * Kernels' loads and atomics on pinned host memory are counted ([`symm_sim_host_reads`]);
+//!   with `SYMM_SIM_HOST_READ_NS` (a PCIe round trip, e.g. 1000) and
+//!   `SYMM_SIM_HOST_READ_GAP_NS` (the link's time per read, e.g. 4; reads queue behind each
+//!   other) each one also costs virtual time, as on a GPU. Both default to 0.
 //!
 //! Functions not listed in [`api`] are not exported: cudarc then reports the missing symbol.
 //! Exported functions the simulation does not model print `symm-sim: … is not implemented`
@@ -46,6 +50,18 @@ pub use api::memory::*;
 pub use api::module::*;
 pub use api::stream::*;
 pub use api::vmm::*;
+
+/// Loads and atomics that GPU threads executed on pinned host memory so far (published by the
+/// device thread after each stretch of simulation).
+pub(crate) static HOST_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Loads and atomics that kernels of this process executed on pinned host memory
+/// (`cuMemHostAlloc`) so far: on a GPU each is a round trip across PCIe. Not a CUDA function:
+/// a program finds it with `dlsym` when it runs on the simulated GPU.
+#[unsafe(no_mangle)]
+pub extern "C" fn symm_sim_host_reads() -> u64 {
+    HOST_READS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Driver calls made by this process so far: returns their number and writes a table of
 /// `name count` lines (NUL-terminated, cut to `len` bytes) into `out` when it is not NULL.

@@ -146,7 +146,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(
                 kind: RegionKind::Host,
             },
         );
-        driver.memory.map(
+        driver.memory.map_host(
             base,
             bytes as u64,
             &format!("cuMemHostAlloc of {bytes} bytes"),
