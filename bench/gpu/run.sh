@@ -22,16 +22,24 @@
 #             device-lib/symm_device.ptx with this machine's nvcc, device_allreduce linked with
 #             -rdc=true -lsymm_device, jit_link linking kernel.ptx at run time (cuLink*)
 #   all       env, tests, examples, device, perf, baseline, clc, python, in that order
+#   quick     what fits one short GPU lease (about 9 minutes on a fresh machine, the driver
+#             compiling every kernel's PTX on first use): env; the GPU tests but the dtype/op
+#             sweeps (auto); all_reduce on 8 and 2 ranks, float and bfloat16, 8 B to 64 MiB;
+#             the LL all-reduce forced from 64 B to 16 KiB on 2, 4 and 8 ranks; examples;
+#             device; python on 2 ranks; then the sweeps with the time left
 #
 # Every command runs under `timeout`, and each part stops starting new commands once its
 # deadline ($DEADLINE_S seconds after the part began) is near: what did not run is recorded as
 # "skipped". A failing command is recorded and the part goes on. Logs, one file per command,
-# plus results.tsv and summary.txt, go to $OUT when set, else bench/gpu/logs/<date>. The exit
-# status is 0 only when everything that was to run passed.
+# plus results.tsv and summary.txt, go to bench/gpu/logs/<date>; when $OUT is set (a folder
+# that should receive few files) they are written elsewhere and $OUT gets summary.txt,
+# results.tsv and logs.tar.gz holding them all. The exit status is 0 only when everything that
+# was to run passed.
 #
 # Settings (environment, defaults in brackets):
 #   DEADLINE_S [500]  per part          SYMM_TIMEOUT_MS [5000]  bound of every wait on a peer
 #   ALGOS [auto ll oneshot twoshot pat]   TESTS [.]  extended regex selecting GPU tests by name
+#   SKIP_TESTS [none]  extended regex of GPU tests left out
 #   TEST_TIMEOUT_S [150]                EXAMPLE_TIMEOUT_S [120]
 #   OPS [all_reduce all_gather reduce_scatter]   RANKS [2 4 8]   DTYPES [float bfloat16]
 #   MIN_BYTES [8]  MAX_BYTES [64M]  ITERS [20]  WARMUP [5]  CHECK [1]  PERF_TIMEOUT_S [120]
@@ -50,7 +58,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | examples | device | perf | baseline | clc | python | all) ;;
+  env | tests | examples | device | perf | baseline | clc | python | all | quick) ;;
   *) usage ;;
 esac
 
@@ -71,6 +79,7 @@ DEADLINE_S=${DEADLINE_S:-500}
 export SYMM_TIMEOUT_MS=${SYMM_TIMEOUT_MS:-5000}
 ALGOS=${ALGOS:-auto ll oneshot twoshot pat}
 TESTS=${TESTS:-.}
+SKIP_TESTS=${SKIP_TESTS:-}
 TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-150}
 EXAMPLE_TIMEOUT_S=${EXAMPLE_TIMEOUT_S:-120}
 OPS=${OPS:-all_reduce all_gather reduce_scatter}
@@ -97,7 +106,11 @@ if [ ! -f "$BUNDLE" ]; then
   echo "no bundle at $BUNDLE: build it with \`cargo xtask gpu-bundle\` and carry it" >&2
   exit 2
 fi
-LOG=${OUT:-$ROOT/bench/gpu/logs/$(date +%Y%m%d-%H%M%S)}
+if [ -n "${OUT:-}" ]; then
+  LOG=$(mktemp -d "${TMPDIR:-/tmp}/symm-gpu-logs.XXXXXX")/logs
+else
+  LOG=$ROOT/bench/gpu/logs/$(date +%Y%m%d-%H%M%S)
+fi
 mkdir -p "$LOG"
 RESULTS=$LOG/results.tsv
 [ -f "$RESULTS" ] || printf 'part\titem\tvariant\tresult\tseconds\n' >"$RESULTS"
@@ -209,7 +222,14 @@ write_env() {
 # ---- the bundle ------------------------------------------------------------------------------
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/symm-gpu.XXXXXX")
-cleanup() { if [ "$KEEP_SCRATCH" = 1 ]; then echo "scratch kept: $SCRATCH"; else rm -rf "$SCRATCH"; fi; }
+cleanup() {
+  if [ -n "${OUT:-}" ] && [ -d "$LOG" ]; then
+    mkdir -p "$OUT"
+    cp -f "$LOG/summary.txt" "$LOG/results.tsv" "$OUT/" 2>/dev/null || true
+    tar -czf "$OUT/logs.tar.gz" -C "$(dirname "$LOG")" "$(basename "$LOG")" || true
+  fi
+  if [ "$KEEP_SCRATCH" = 1 ]; then echo "scratch kept: $SCRATCH"; else rm -rf "$SCRATCH"; fi
+}
 trap cleanup EXIT
 if command -v xz >/dev/null; then
   tar -xJf "$BUNDLE" -C "$SCRATCH"
@@ -238,6 +258,9 @@ part_tests() {
   start_part tests
   local names
   names=$("$B/bin/gpu_collectives" --list --ignored 2>/dev/null | sed -n 's/: test$//p' | grep -E -- "$TESTS" || true)
+  if [ -n "$SKIP_TESTS" ]; then
+    names=$(echo "$names" | grep -vE -- "$SKIP_TESTS" || true)
+  fi
   if [ -z "$names" ]; then
     record tests "(listing the GPU tests)" - fail 0
     return 0
@@ -413,8 +436,33 @@ jit_link $dir/kernel.ptx $lib/symm_device.ptx 3 1023
 LIST
 }
 
+# The LL all-reduce forced, 64 B to 16 KiB (its buffers' limit), on 2, 4 and 8 ranks.
+part_perf_ll() {
+  start_part perf-ll
+  local g
+  for g in 2 4 8; do
+    SYMM_BACKEND=$BACKEND SYMM_ALGO=ll run_logged perf "all_reduce SYMM_ALGO=ll -g $g -d float" \
+      "64..16K" "$PERF_TIMEOUT_S" "$LOG/perf/all_reduce_ll_g${g}_float.log" "" \
+      "$B/bin/symm-perf" all_reduce -b 64 -e 16K -f 2 -g "$g" -d float -o sum \
+      -n "$ITERS" -w "$WARMUP" -c "$CHECK"
+  done
+}
+
+# One short lease, most telling first (see the usage text).
+part_quick() {
+  part_env
+  SKIP_TESTS=${SKIP_TESTS:-every_dtype} DEADLINE_S=150 TEST_TIMEOUT_S=60 ALGOS=auto part_tests
+  OPS=all_reduce RANKS="8 2" DEADLINE_S=120 PERF_TIMEOUT_S=45 ITERS=10 WARMUP=3 part_perf
+  DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_ll
+  DEADLINE_S=30 EXAMPLE_TIMEOUT_S=20 part_examples
+  DEADLINE_S=40 EXAMPLE_TIMEOUT_S=30 part_device
+  DEADLINE_S=100 PYTHON_TIMEOUT_S=90 PYTHON_RANKS=2 part_python
+  TESTS=every_dtype SKIP_TESTS= DEADLINE_S=150 TEST_TIMEOUT_S=150 ALGOS=auto part_tests
+}
+
 case "$PART" in
   env) part_env ;;
+  quick) part_quick ;;
   device) part_device ;;
   tests) part_tests ;;
   examples) part_examples ;;
