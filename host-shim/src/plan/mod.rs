@@ -150,12 +150,6 @@ pub struct Model {
     pub pat_step_us: f64,
     /// Share of the bandwidth PAT reaches.
     pub pat_bandwidth_share: f64,
-    /// Cost of each round of the one-shot all-reduce when a rank reduces in place (a
-    /// cross-rank barrier between reading every rank's packs and overwriting its own), µs.
-    /// Every rank's plan must be the same and a rank does not know whether its peers reduce
-    /// in place, so the one-shot is always priced with its rounds: the slowest rank sets the
-    /// call's time.
-    pub in_place_round_us: f64,
     /// Largest payload × ranks the planner gives the LL kernels unless `SYMM_ALGO` forces
     /// them (they accept up to `LL_MAX_BYTES` per rank).
     pub ll_max_total_bytes: u64,
@@ -165,11 +159,13 @@ pub struct Model {
 /// 8 and 2 virtual ranks on the one GPU, CUDA-graph replays): about 8 µs for an LL call of a
 /// few lines, 12 µs for one-shot and 12.8 µs for two-shot at 1 KiB; 26–32 GB/s per block for
 /// the all-reduce kernels (5 blocks per rank at 64 MiB); 316 GB/s per rank for the direct
-/// all-gather at 64 MiB; in-place one-shot rounds 1.6 µs each (2 ranks: 3769 against 1032 µs
-/// out of place at 64 MiB over 1639 rounds, 31.4 against 20.4 µs at 256 KiB over 7). The LL
-/// kernels lost to one-shot past 2 KiB of payload × ranks (before their waits stopped reading
-/// the host-memory abort word at every wait; to measure again). PAT's constants are still
-/// estimates: with them PAT takes over from 32 ranks for small and medium sizes (see
+/// all-gather at 64 MiB. The LL kernels lost to one-shot past 2 KiB of payload × ranks (before
+/// their waits stopped reading the host-memory abort word at every miss; to measure again).
+/// Not modelled: a rank reducing in place with one-shot pays a cross-rank barrier per round
+/// (2 ranks, 64 MiB: 3769 against 1032 µs out of place). The plan cannot price it: it must be
+/// the same on every rank, a rank does not know whether its peers reduce in place, and
+/// two-shot, the way around it, refuses calls whose ranks differ in placement. PAT's constants
+/// are still estimates: with them PAT takes over from 32 ranks for small and medium sizes (see
 /// bench/scale_model.md).
 pub const GPU_MODEL: Model = Model {
     latency_us: [8.0, 11.5, 12.5, 12.0],
@@ -179,12 +175,10 @@ pub const GPU_MODEL: Model = Model {
     per_peer_us: 0.25,
     pat_step_us: 1.25,
     pat_bandwidth_share: 0.8,
-    in_place_round_us: 1.6,
     ll_max_total_bytes: 2048,
 };
 
-/// The host backend: OS threads and a microsecond-scale barrier (estimates; in-place rounds
-/// not modelled).
+/// The host backend: OS threads and a microsecond-scale barrier (estimates).
 pub const HOST_MODEL: Model = Model {
     latency_us: [300.0, 400.0, 600.0, 600.0],
     per_block_gbps: [1.0, 1.0],
@@ -193,13 +187,8 @@ pub const HOST_MODEL: Model = Model {
     per_peer_us: 16.0,
     pat_step_us: 80.0,
     pat_bandwidth_share: 0.8,
-    in_place_round_us: 0.0,
     ll_max_total_bytes: u64::MAX,
 };
-
-/// Bytes one thread reduces per in-place one-shot round (a 16-byte pack; 1-byte elements go
-/// one per round, 16 times as many rounds, which the model does not price).
-const IN_PLACE_ROUND_BYTES_PER_THREAD: u64 = 16;
 
 /// What constrains a plan besides the request.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -281,17 +270,9 @@ impl Model {
             self.peak_gbps
         };
         let bandwidth_bytes_per_us = (blocks as f64 * per_block).min(peak) * 1e3;
-        let rounds_us = if algorithm == Algorithm::OneShotAllReduce {
-            let per_round =
-                blocks.max(1) as u64 * self.threads as u64 * IN_PLACE_ROUND_BYTES_PER_THREAD;
-            payload_bytes.div_ceil(per_round) as f64 * self.in_place_round_us
-        } else {
-            0.0
-        };
         latency
             + self.rank_latency_us(algorithm, nranks)
             + Self::bytes(algorithm, payload_bytes as f64, nranks as f64) / bandwidth_bytes_per_us
-            + rounds_us
     }
 
     /// `true` when the planner may pick an LL kernel for `payload` bytes per rank on `nranks`
@@ -464,46 +445,6 @@ mod tests {
         assert_eq!(large.kernel.algorithm, Algorithm::TwoShotAllReduce);
         assert!(large.grid > 1);
         assert!(large.predicted_us > small.predicted_us);
-    }
-
-    /// A rank that reduces in place pays a cross-rank barrier per one-shot round (measured
-    /// on an H200: 2 ranks, 64 MiB, 3.6x the out-of-place time), and the plan cannot know
-    /// whether a peer does: large 2-rank all-reduces go two-shot, and SYMM_ALGO=oneshot is
-    /// priced with its rounds.
-    #[test]
-    fn one_shot_is_priced_with_its_in_place_rounds() {
-        assert_eq!(
-            pick(16 << 20, 2).kernel.algorithm,
-            Algorithm::TwoShotAllReduce
-        );
-        let rounds = |count: u64| {
-            let p = plan(
-                Collective::AllReduce,
-                DataType::Float32,
-                RedOp::Sum,
-                count,
-                2,
-                DeviceModel::Gpu,
-                Limits {
-                    forced: Some(Algorithm::OneShotAllReduce),
-                    ..OPEN
-                },
-            )
-            .unwrap();
-            let rounds = (count * 4).div_ceil(p.grid as u64 * 512 * 16) as f64;
-            let without = GPU_MODEL.latency_us[1]
-                + 2.0 * (count * 4) as f64
-                    / ((p.grid as f64 * GPU_MODEL.per_block_gbps[0]).min(GPU_MODEL.peak_gbps)
-                        * 1e3);
-            (p.predicted_us - without) / rounds
-        };
-        for count in [1u64 << 10, 1 << 16, 1 << 24] {
-            let per_round = rounds(count);
-            assert!(
-                (per_round - GPU_MODEL.in_place_round_us).abs() < 1e-9,
-                "{per_round}"
-            );
-        }
     }
 
     #[test]
