@@ -1819,52 +1819,47 @@ fn gpu_a_rank_running_ahead_never_queues_before_a_lagging_peer() {
     teardown(buffers);
 }
 
-/// The simulated GPU's count of driver calls (`symm_sim_driver_calls` of the fake libcuda):
-/// `None` on a real driver.
-fn simulator_call_counter() -> Option<unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64> {
+/// The address of `symbol`, a function the fake libcuda of the simulated GPU exports besides
+/// the driver's (sim/cuda/src/lib.rs); `None` on a real driver.
+fn simulator_symbol(symbol: &std::ffi::CStr) -> Option<*mut c_void> {
     unsafe extern "C" {
         fn dlopen(name: *const std::ffi::c_char, flags: std::ffi::c_int) -> *mut c_void;
         fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
     }
     const RTLD_LAZY: std::ffi::c_int = 1;
     const RTLD_NOLOAD: std::ffi::c_int = 4;
-    // SAFETY: looks up a library the process loaded already (NOLOAD) and one of its symbols;
-    // the symbol, where present, has the signature below (sim/cuda/src/lib.rs).
+    // SAFETY: looks up a library the process loaded already (NOLOAD) and one of its symbols.
     unsafe {
         [c"libcuda.so", c"libcuda.so.1"]
             .into_iter()
             .map(|name| dlopen(name.as_ptr(), RTLD_LAZY | RTLD_NOLOAD))
             .filter(|library| !library.is_null())
-            .map(|library| dlsym(library, c"symm_sim_driver_calls".as_ptr()))
-            .find(|symbol| !symbol.is_null())
-            .map(|symbol| {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64,
-                >(symbol)
-            })
+            .map(|library| dlsym(library, symbol.as_ptr()))
+            .find(|address| !address.is_null())
     }
 }
 
-/// The simulated GPU's count of kernel reads of pinned host memory (`symm_sim_host_reads` of
-/// the fake libcuda): `None` on a real driver.
+/// The simulated GPU's count of driver calls (`symm_sim_driver_calls`): `None` on a real
+/// driver.
+fn simulator_call_counter() -> Option<unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64> {
+    simulator_symbol(c"symm_sim_driver_calls").map(|address| {
+        // SAFETY: the fake libcuda's function has this signature.
+        unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> u64,
+            >(address)
+        }
+    })
+}
+
+/// The simulated GPU's count of kernel reads of pinned host memory (`symm_sim_host_reads`):
+/// `None` on a real driver.
 fn simulator_host_reads() -> Option<extern "C" fn() -> u64> {
-    unsafe extern "C" {
-        fn dlopen(name: *const std::ffi::c_char, flags: std::ffi::c_int) -> *mut c_void;
-        fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
-    }
-    const RTLD_LAZY: std::ffi::c_int = 1;
-    const RTLD_NOLOAD: std::ffi::c_int = 4;
-    // SAFETY: as in `simulator_call_counter`; the symbol has the signature below.
-    unsafe {
-        [c"libcuda.so", c"libcuda.so.1"]
-            .into_iter()
-            .map(|name| dlopen(name.as_ptr(), RTLD_LAZY | RTLD_NOLOAD))
-            .filter(|library| !library.is_null())
-            .map(|library| dlsym(library, c"symm_sim_host_reads".as_ptr()))
-            .find(|symbol| !symbol.is_null())
-            .map(|symbol| std::mem::transmute::<*mut c_void, extern "C" fn() -> u64>(symbol))
-    }
+    simulator_symbol(c"symm_sim_host_reads").map(|address| {
+        // SAFETY: the fake libcuda's function has this signature.
+        unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> u64>(address) }
+    })
 }
 
 /// Driver calls so far, and the table by function.

@@ -32,7 +32,7 @@
 
 use super::{
     Collective, DeviceModel, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates,
-    fewest_blocks, is_low_latency, is_pat,
+    fewest_blocks, is_pat,
 };
 use crate::error::{Error, Result};
 use symm_device::symmetric::Algorithm;
@@ -174,7 +174,8 @@ pub fn plan_batch(
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let fits_ll = request.fits_ll();
-    let mut candidates = candidates(collective, limits.forced, fits_ll, || {
+    let picks_ll = model.picks_ll(request.size().total_bytes, nranks);
+    let mut candidates = candidates(collective, limits.forced, fits_ll, picks_ll, || {
         format!(
             "a fused batch of {} all-reduces ({} bytes) exceeds",
             counts.len(),
@@ -184,9 +185,6 @@ pub fn plan_batch(
     // The PAT kernels run one task per launch: a batch takes the direct kernels (fusion keeps
     // calls forced to PAT apart, so a forced PAT never reaches here).
     candidates.retain(|a| !is_pat(*a));
-    if limits.forced.is_none() && !model.picks_ll(request.size().total_bytes, nranks) {
-        candidates.retain(|a| !is_low_latency(*a));
-    }
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {

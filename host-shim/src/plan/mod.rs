@@ -323,12 +323,10 @@ pub fn plan(
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
     let fits_ll = payload <= LL_MAX_BYTES as u64;
-    let mut candidates = candidates(collective, limits.forced, fits_ll, || {
+    let picks_ll = model.picks_ll(payload, nranks);
+    let candidates = candidates(collective, limits.forced, fits_ll, picks_ll, || {
         format!("{payload} bytes exceed")
     })?;
-    if limits.forced.is_none() && !model.picks_ll(payload, nranks) {
-        candidates.retain(|a| !is_low_latency(*a));
-    }
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
@@ -367,13 +365,14 @@ pub(crate) fn is_pat(algorithm: Algorithm) -> bool {
 
 /// The algorithms a plan chooses among: the one `SYMM_ALGO` forces for `collective`
 /// ([`Collective::resolve_forced`]), else every algorithm of `collective`, the low-latency ones
-/// only when the payload `fits_ll`. A forced
+/// only when the payload `fits_ll` and the model `picks_ll` ([`Model::picks_ll`]). A forced
 /// low-latency algorithm that does not fit is an error; `too_large` words the payload
 /// ("… bytes exceed").
 pub(crate) fn candidates(
     collective: Collective,
     forced: Option<Algorithm>,
     fits_ll: bool,
+    picks_ll: bool,
     too_large: impl FnOnce() -> String,
 ) -> Result<Vec<Algorithm>> {
     let forced = forced.and_then(|forced| collective.resolve_forced(forced));
@@ -389,7 +388,7 @@ pub(crate) fn candidates(
             .algorithms()
             .iter()
             .copied()
-            .filter(|a| !is_low_latency(*a) || fits_ll)
+            .filter(|a| !is_low_latency(*a) || (fits_ll && picks_ll))
             .collect(),
     };
     if !candidates
