@@ -387,6 +387,13 @@ part_python() {
   done
   PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND run_logged python "examples/python/allreduce.py" "$BACKEND" 120 \
     "$LOG/python/python_allreduce.log" "all-reduce of" python3 "$B/examples/python/allreduce.py"
+  # Tensors from symm.torch.mem_pool (symmMemAlloc under torch's caching allocator) on CUDA,
+  # rendezvous and every collective on them without a copy: python/tests/test_torch_windows.py's
+  # CUDA case, run without pytest. Two processes share the GPU when there is one.
+  PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND SYMM_DEBUG=INFO OMP_NUM_THREADS=1 run_logged python \
+    "torchrun 2 x torch_windows_worker.py --cuda" "$BACKEND" 180 "$LOG/python/torch_windows_cuda.log" \
+    "checks OK" python3 -m torch.distributed.run --nproc-per-node=2 --master-port=29517 \
+    "$B/python/tests/torch_windows_worker.py" --cuda
 }
 
 summary() {

@@ -555,6 +555,39 @@ fn every_dtype_op_and_reduction_for_1_to_8_ranks() {
     }
 }
 
+/// More ranks than one group of loads in flight (`vector::reduce_pack` loads up to 8 ranks'
+/// packs at once for two-shot and reduce-scatter, 4 for one-shot, and the rest in groups of up
+/// to 4): every remainder of the later groups (9 = 8 + 1, 10 = 8 + 2, 11 = 8 + 3, 12 = 8 + 4,
+/// 17 = 8 + 4 + 4 + 1), with the widths that group (2, 4, 8 bytes) and one that does not.
+#[test]
+fn pack_reductions_for_9_to_17_ranks() {
+    let mut seed = 7000;
+    for world in [9, 10, 11, 12, 17] {
+        for dtype in [
+            DataType::Bfloat16,
+            DataType::Float32,
+            DataType::Int64,
+            DataType::Uint8,
+        ] {
+            for op in [RedOp::Sum, RedOp::Max] {
+                for algorithm in [
+                    Algorithm::OneShotAllReduce,
+                    Algorithm::TwoShotAllReduce,
+                    Algorithm::ReduceScatter,
+                ] {
+                    for (k, count) in [1usize, 1029].into_iter().enumerate() {
+                        let in_place = (k + world) % 2 == 0;
+                        seed += 1;
+                        for_type(dtype, &mut |case| {
+                            case(world, algorithm, op, count, in_place, seed)
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn all_gather_for_1_to_8_ranks_every_alignment() {
     for world in 1..=8 {

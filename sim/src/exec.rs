@@ -221,6 +221,38 @@ fn f16_to_f32(h: u16) -> f32 {
     }
 }
 
+/// OCP float8 e4m3 bits to f32 (exact; S.1111.111 is NaN, there is no infinity).
+fn e4m3_to_f32(byte: u8) -> f32 {
+    let sign = if byte & 0x80 != 0 { -1.0f32 } else { 1.0 };
+    let exponent = (byte >> 3) & 0xF;
+    let mantissa = (byte & 0x7) as f32;
+    match exponent {
+        0xF if byte & 0x7 == 0x7 => f32::NAN,
+        0 => sign * mantissa * 2f32.powi(-9),
+        e => sign * (8.0 + mantissa) * 2f32.powi(e as i32 - 10),
+    }
+}
+
+/// f32 to OCP float8 e4m3 bits as `cvt.rn.satfinite.e4m3x2.f32` gives them: the nearest finite
+/// code (ties to the even code), magnitudes above the largest (448, infinity included) to the
+/// largest, NaN to `0x7F`. Found by search over the 127 finite magnitudes, not by formula.
+fn f32_to_e4m3_satfinite(f: f32) -> u8 {
+    if f.is_nan() {
+        return 0x7F;
+    }
+    let sign = if f.is_sign_negative() { 0x80u8 } else { 0 };
+    let x = (f as f64).abs();
+    let mut best = 0u8;
+    for code in 1u8..=0x7E {
+        let (here, there) = (e4m3_to_f32(code) as f64, e4m3_to_f32(best) as f64);
+        let (d, d_best) = ((x - here).abs(), (x - there).abs());
+        if d < d_best || (d == d_best && code & 1 == 0) {
+            best = code;
+        }
+    }
+    sign | best
+}
+
 /// f32 to IEEE binary16 bits, rounded to nearest even (subnormals kept, overflow to infinity,
 /// NaN to `0x7FFF` as the GPU gives).
 fn f32_to_f16(f: f32) -> u16 {
@@ -681,6 +713,15 @@ pub(crate) fn run(
             Op::CvtF32FromF64 => set!(f32r(f64of(a!()) as f32)),
             Op::CvtF32FromF16 => set!(f32r(f16_to_f32(a!() as u16))),
             Op::CvtF16FromF32 => set!(f32_to_f16(f32of(a!())) as u64),
+            Op::CvtE4m3x2FromF32 => set!(
+                (f32_to_e4m3_satfinite(f32of(a!())) as u64) << 8
+                    | f32_to_e4m3_satfinite(f32of(b!())) as u64
+            ),
+            Op::CvtF16x2FromE4m3x2 => {
+                let pair = a!() as u16;
+                let half = |byte: u16| f32_to_f16(e4m3_to_f32(byte as u8)) as u64;
+                set!(half(pair >> 8) << 16 | half(pair & 0xFF))
+            }
             Op::FAdd32 => set!(f32r(f32of(a!()) + f32of(b!()))),
             Op::FSub32 => set!(f32r(f32of(a!()) - f32of(b!()))),
             Op::FMul32 => set!(f32r(f32of(a!()) * f32of(b!()))),
@@ -856,8 +897,50 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{f16_to_f32, f32_to_f16};
-    use symm_device::numeric::small_float::FLOAT16;
+    use super::{e4m3_to_f32, f16_to_f32, f32_to_e4m3_satfinite, f32_to_f16};
+    use symm_device::numeric::small_float::{FLOAT8_E4M3, FLOAT16};
+
+    #[test]
+    fn every_e4m3_widens_exactly_and_narrows_back() {
+        for byte in 0..=u8::MAX {
+            let wide = e4m3_to_f32(byte);
+            let reference = FLOAT8_E4M3.to_f32(byte as u32);
+            if reference.is_nan() {
+                assert!(wide.is_nan(), "{byte:#04x}");
+                assert_eq!(f32_to_e4m3_satfinite(wide), 0x7F);
+            } else {
+                assert_eq!(wide.to_bits(), reference.to_bits(), "{byte:#04x}");
+                assert_eq!(f32_to_e4m3_satfinite(wide), byte, "{byte:#04x}");
+                // Every e4m3 value is a binary16 value: the f16x2 path is exact too.
+                assert_eq!(f16_to_f32(f32_to_f16(wide)).to_bits(), wide.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn e4m3_narrowing_saturates_and_rounds_as_the_software_conversion() {
+        // Magnitudes from far below the smallest subnormal (2^-9) to far above the largest
+        // finite (448), ties included (the mantissas step past every 2^-4 of a binade).
+        let mut checked = 0;
+        for exponent in 100u32..=140 {
+            for mantissa in (0u32..1 << 23)
+                .step_by(1 << 15)
+                .chain([0x8_0000, 0x7F_FFFF])
+            {
+                for sign in [0, 1u32 << 31] {
+                    let f = f32::from_bits(sign | exponent << 23 | mantissa);
+                    let want = FLOAT8_E4M3.from_f32(f) as u8;
+                    assert_eq!(f32_to_e4m3_satfinite(f), want, "{f:e}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20_000);
+        assert_eq!(f32_to_e4m3_satfinite(f32::INFINITY), 0x7E);
+        assert_eq!(f32_to_e4m3_satfinite(f32::NEG_INFINITY), 0xFE);
+        assert_eq!(f32_to_e4m3_satfinite(1e9), 0x7E);
+        assert_eq!(f32_to_e4m3_satfinite(-0.0), 0x80);
+    }
 
     #[test]
     fn every_half_widens_exactly_and_narrows_back() {

@@ -188,6 +188,12 @@ pub(crate) enum Op {
     CvtF32FromF16,
     /// `cvt.rn.f16.f32`: round to nearest even; overflow gives infinity, NaN `0x7FFF`.
     CvtF16FromF32,
+    /// `cvt.rn.satfinite.e4m3x2.f32 d, a, b` (sm_89+): `a` to the high byte, `b` to the low
+    /// byte; nearest even, saturating to ±448, NaN `0x7F`.
+    CvtE4m3x2FromF32,
+    /// `cvt.rn.f16x2.e4m3x2 d, a` (sm_89+): each byte of `a` to binary16 (exact), the high byte
+    /// to the high half.
+    CvtF16x2FromE4m3x2,
     /// f32 add.
     FAdd32,
     /// f32 subtract.

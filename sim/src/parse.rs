@@ -1497,6 +1497,22 @@ impl<'a> Parser<'a> {
                 i.o[3] = p;
                 one(i)
             }
+            "cvt" if matches!(mods, ["rn", "satfinite", "e4m3x2", "f32"]) => {
+                need(3)?;
+                let f32_ty = ty("f32").expect("f32");
+                let mut i = inst(Op::CvtE4m3x2FromF32, 16);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], f32_ty)?;
+                i.o[2] = self.src(&ops[2], f32_ty)?;
+                one(i)
+            }
+            "cvt" if matches!(mods, ["rn", "f16x2", "e4m3x2"]) => {
+                need(2)?;
+                let mut i = inst(Op::CvtF16x2FromE4m3x2, 32);
+                i.o[0] = self.dst(&ops[0])?;
+                i.o[1] = self.src(&ops[1], ty("b16").expect("b16"))?;
+                one(i)
+            }
             "cvt" => {
                 need(2)?;
                 // Half precision exists here only as a conversion's type: its bits travel in

@@ -21,7 +21,9 @@
 //! python/symm/          the package's sources (run.sh adds lib/: libsymm.so, symm.h, the
 //!                       Triton library, as an installed package has them)
 //! ptx-out/symm_triton.ll
-//! examples/python/allreduce.py, examples/triton/allreduce.py
+//! examples/python/allreduce.py, examples/triton/allreduce.py, examples/torch/symmetric_tensors.py
+//! python/tests/torch_windows_worker.py
+//!                       tensors from symm.torch.mem_pool on CUDA under torchrun (run.sh python)
 //! examples/cuda/, ffi-headers/symm_device.cuh, device-lib/symm_device.ptx
 //!                       the CUDA C++ device API (run.sh builds the archive and the examples)
 //! BUILD-INFO.txt        commit, toolchain, date, files
@@ -40,7 +42,7 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 21] = [
+const FILES: [&str; 23] = [
     "ffi-headers/symm.h",
     "ffi-headers/symm_device.cuh",
     "examples/cuda/Makefile",
@@ -61,6 +63,8 @@ const FILES: [&str; 21] = [
     "ptx-out/symm_triton.ll",
     "examples/python/allreduce.py",
     "examples/triton/allreduce.py",
+    "examples/torch/symmetric_tensors.py",
+    "python/tests/torch_windows_worker.py",
     "python/pyproject.toml",
 ];
 /// The Python package's directory: its `.py` files and `py.typed` are copied.

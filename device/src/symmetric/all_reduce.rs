@@ -254,7 +254,11 @@ unsafe fn reduce_packs<T: Element, O: ReduceOp>(
         // SAFETY: pack i lies inside [lo, hi), hence in every send buffer and in the receive
         // buffer.
         |i| unsafe {
-            let pack = vector::reduce_pack::<T, O>(ctx, send_offset, i);
+            let pack = vector::reduce_pack::<T, O, { vector::PEERS_IN_FLIGHT_FOR_LATENCY }>(
+                ctx,
+                send_offset,
+                i,
+            );
             (recv as *mut vector::Pack).add(i as usize).write(pack);
         },
         // SAFETY: lo <= index < hi <= count.
@@ -342,7 +346,13 @@ unsafe fn reduce_pack_rounds<T: Element, O: ReduceOp>(
             let pack = first_pack + thread + j as u64 * threads;
             if pack < end_pack {
                 // SAFETY: the pack lies inside [start, stop) ⊆ [lo, hi): in every send buffer.
-                *slot = unsafe { vector::reduce_pack::<T, O>(ctx, send_offset, pack) };
+                *slot = unsafe {
+                    vector::reduce_pack::<T, O, { vector::PEERS_IN_FLIGHT_FOR_LATENCY }>(
+                        ctx,
+                        send_offset,
+                        pack,
+                    )
+                };
             }
         }
         // The elements outside whole packs: fewer than 2 × lanes <= threads, one a thread.
@@ -508,7 +518,11 @@ unsafe fn two_shot_part<T: Element, O: ReduceOp>(task: &Task<'_>, lo: u64, hi: u
             // SAFETY: pack i lies inside [lo, hi): inside every rank's buffers, 16-byte
             // aligned.
             |i| unsafe {
-                let pack = vector::reduce_pack::<T, O>(ctx, args.send_offset, i);
+                let pack = vector::reduce_pack::<T, O, { vector::PEERS_IN_FLIGHT_FOR_BANDWIDTH }>(
+                    ctx,
+                    args.send_offset,
+                    i,
+                );
                 for peer in 0..world {
                     let recv =
                         recv_ctx.peer_base(peer).wrapping_add(recv_offset) as *mut vector::Pack;

@@ -76,7 +76,11 @@ unsafe fn reduce_scatter_part<T: Element, O: ReduceOp>(task: &Task<'_>, lo: u64,
             // SAFETY: pack i of the segment lies inside [lo, hi); buffers and segments are
             // 16-byte aligned.
             |i| unsafe {
-                let pack = vector::reduce_pack::<T, O>(ctx, args.send_offset, first + i);
+                let pack = vector::reduce_pack::<T, O, { vector::PEERS_IN_FLIGHT_FOR_BANDWIDTH }>(
+                    ctx,
+                    args.send_offset,
+                    first + i,
+                );
                 (recv as *mut vector::Pack).add(i as usize).write(pack);
             },
             store_element,

@@ -93,62 +93,120 @@ macro_rules! for_each_lane {
     };
 }
 
-/// Peers whose packs [`reduce_pack`] loads before combining them (the `unroll!` lists there
-/// have this many indices).
-const PEERS_IN_FLIGHT: u32 = 4;
+/// The most ranks whose packs [`reduce_pack`] loads back to back before combining them (the
+/// `unroll!` lists in [`combine_group`] have this many indices).
+const MOST_PEERS_IN_FLIGHT: usize = 8;
+
+/// Ranks in flight per pack for the bandwidth kernels (two-shot, reduce-scatter): up to 8
+/// ranks, every load of a pack at once (32 registers of data, 16 of addresses; the kernels
+/// stay under 110 registers on sm_90).
+pub const PEERS_IN_FLIGHT_FOR_BANDWIDTH: usize = 8;
+
+/// Ranks in flight per pack for one-shot, whose kernel keeps more state live (barrier, rounds):
+/// 8 took it past 128 registers, the most a 512-thread block may use.
+pub const PEERS_IN_FLIGHT_FOR_LATENCY: usize = 4;
+
+/// Load the packs `index` of ranks `first_peer .. first_peer + peers` back to back (all their
+/// loads in flight together), then combine them into `acc` in rank order, lane by lane; rank
+/// 0's values start the accumulators. The same bits as one rank at a time: only the loads
+/// move. `MOST` (at most [`MOST_PEERS_IN_FLIGHT`]) bounds `peers` at compile time: the code
+/// has `MOST` guarded loads and combines, one copy for every group size. `START`: the group
+/// starts at rank 0, whose values start the accumulators.
+///
+/// # Safety
+/// As for [`load`], for ranks `first_peer .. first_peer + peers` (all `< world_size`);
+/// `1 <= peers <= MOST`.
+#[inline(always)]
+unsafe fn combine_group<T: Element, O: ReduceOp, const MOST: usize, const START: bool>(
+    ctx: &SymmContext,
+    offset: u64,
+    index: u64,
+    first_peer: u32,
+    peers: u32,
+    acc: &mut [T::Acc; 16],
+) {
+    const { assert!(MOST >= 1 && MOST <= MOST_PEERS_IN_FLIGHT) };
+    let lanes = lanes::<T>() as usize;
+    // The lists below have MOST_PEERS_IN_FLIGHT indices (a shorter one would skip ranks).
+    const _: () = assert!(MOST_PEERS_IN_FLIGHT == 8);
+    // Three passes, so that nothing between a group's loads waits for one of them: the
+    // ranks' addresses (the context's table), then every pack, then the combining.
+    let mut at = [0u64; MOST_PEERS_IN_FLIGHT];
+    unroll!(k in [0 1 2 3 4 5 6 7] => {
+        if k < MOST && (k as u32) < peers {
+            // SAFETY: forwarded contract; first_peer + k < world_size.
+            at[k] = unsafe { ctx.peer_base(first_peer + k as u32) } + offset;
+        }
+    });
+    // Not zeroed: a guarded slot is read only under the same guard that wrote it, and zeroing
+    // them ties every load's registers to a move ahead of it.
+    let mut packs = [core::mem::MaybeUninit::<Pack>::uninit(); MOST_PEERS_IN_FLIGHT];
+    unroll!(k in [0 1 2 3 4 5 6 7] => {
+        if k < MOST && (k as u32) < peers {
+            // SAFETY: forwarded contract (the pack lies in rank first_peer + k's window,
+            // 16-byte aligned).
+            packs[k].write(unsafe { (at[k] as *const Pack).add(index as usize).read() });
+        }
+    });
+    unroll!(k in [0 1 2 3 4 5 6 7] => {
+        if k < MOST && (k as u32) < peers {
+            // SAFETY: written above under the same guard.
+            let pack = unsafe { packs[k].assume_init() };
+            for_each_lane!(e => {
+                if e < lanes {
+                    let value = lane::<T>(&pack, e as u64).widen();
+                    acc[e] = if START && k == 0 { value } else { O::combine(acc[e], value) };
+                }
+            });
+        }
+    });
+}
 
 /// Reduce pack `index` of the buffers at `offset` over all ranks, in rank order, lane by lane.
+///
+/// The ranks' packs are loaded in groups of up to `MOST` ([`PEERS_IN_FLIGHT_FOR_BANDWIDTH`] or
+/// [`PEERS_IN_FLIGHT_FOR_LATENCY`]) whose loads are in flight together, then combined in rank
+/// order (the same bits as one at a time): one rank at a time, a thread waits one remote-load
+/// latency per rank, and with one 16-byte load in flight per thread a kernel reaches a fraction
+/// of the memory bandwidth. 1-byte elements (16 lanes) take one rank at a time: unrolled groups
+/// of 16-lane float8 reductions push the kernels' per-task bodies out of line (a stack frame).
 ///
 /// # Safety
 /// As for [`load`], for every rank.
 #[inline(always)]
-pub unsafe fn reduce_pack<T: Element, O: ReduceOp>(
+pub unsafe fn reduce_pack<T: Element, O: ReduceOp, const MOST: usize>(
     ctx: &SymmContext,
     offset: u64,
     index: u64,
 ) -> Pack {
-    const MAX_LANES: usize = 16;
     let lanes = lanes::<T>() as usize;
-    // SAFETY: forwarded contract; rank 0 < world_size.
-    let first = unsafe { load(ctx, 0, offset, index) };
-    let mut acc = [<T::Acc as Accumulator>::ZERO; MAX_LANES];
-    for_each_lane!(e => {
-        if e < lanes {
-            acc[e] = lane::<T>(&first, e as u64).widen();
+    let world = ctx.world_size;
+    let mut acc = [<T::Acc as Accumulator>::ZERO; 16];
+    // The first group holds rank 0, whose values start the accumulators: a group of its own
+    // (`START`), so that starting them is no select that ties rank 0's load to the others'.
+    let mut peer = if lanes <= 8 {
+        let group = Ord::min(world, MOST as u32);
+        // SAFETY: forwarded contract; group <= world_size, 1 <= group <= MOST.
+        unsafe { combine_group::<T, O, MOST, true>(ctx, offset, index, 0, group, &mut acc) };
+        group
+    } else {
+        // SAFETY: forwarded contract; rank 0 < world_size.
+        unsafe { combine_group::<T, O, 1, true>(ctx, offset, index, 0, 1, &mut acc) };
+        1
+    };
+    // More ranks than one group (more than 8, or more than 4 for one-shot): groups of up to
+    // 4, or one rank at a time for 1-byte elements.
+    while peer < world {
+        if lanes <= 8 {
+            let group = Ord::min(world - peer, 4);
+            // SAFETY: forwarded contract; peer + group <= world_size, 1 <= group <= 4.
+            unsafe { combine_group::<T, O, 4, false>(ctx, offset, index, peer, group, &mut acc) };
+            peer += group;
+        } else {
+            // SAFETY: forwarded contract; peer < world_size.
+            unsafe { combine_group::<T, O, 1, false>(ctx, offset, index, peer, 1, &mut acc) };
+            peer += 1;
         }
-    });
-    // Peers in groups of PEERS_IN_FLIGHT: their loads are issued back to back, then combined
-    // in rank order (the same bits as one at a time), so that several remote loads are in
-    // flight where the combining of a wide conversion would otherwise wait for each.
-    // 1-byte elements (16 lanes) take one peer at a time: four unrolled 16-lane float8
-    // reductions push the kernels' per-task bodies out of line (a stack frame).
-    let mut peer = 1;
-    while lanes <= 8 && peer + PEERS_IN_FLIGHT <= ctx.world_size {
-        // The lists below have PEERS_IN_FLIGHT indices (a shorter one would skip peers).
-        const _: () = assert!(PEERS_IN_FLIGHT == 4);
-        let mut packs = [Pack::default(); PEERS_IN_FLIGHT as usize];
-        unroll!(k in [0 1 2 3] => {
-            // SAFETY: forwarded contract; peer + k < world_size.
-            packs[k] = unsafe { load(ctx, peer + k as u32, offset, index) };
-        });
-        unroll!(k in [0 1 2 3] => {
-            for_each_lane!(e => {
-                if e < lanes {
-                    acc[e] = O::combine(acc[e], lane::<T>(&packs[k], e as u64).widen());
-                }
-            });
-        });
-        peer += PEERS_IN_FLIGHT;
-    }
-    while peer < ctx.world_size {
-        // SAFETY: forwarded contract.
-        let pack = unsafe { load(ctx, peer, offset, index) };
-        for_each_lane!(e => {
-            if e < lanes {
-                acc[e] = O::combine(acc[e], lane::<T>(&pack, e as u64).widen());
-            }
-        });
-        peer += 1;
     }
     let mut out = Pack::default();
     for_each_lane!(e => {
