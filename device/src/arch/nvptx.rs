@@ -206,6 +206,43 @@ pub fn f32_to_f16(x: f32) -> u16 {
     out
 }
 
+/// OCP float8 e4m3 bits to f32 (`cvt.rn.f16x2.e4m3x2`, sm_89+, then `cvt.f32.f16`: both
+/// exact).
+#[cfg(target_feature = "sm_89")]
+#[inline(always)]
+pub fn e4m3_to_f32(byte: u8) -> f32 {
+    let pair: u32;
+    // SAFETY: a conversion between registers.
+    unsafe {
+        asm!(
+            "cvt.rn.f16x2.e4m3x2 {pair}, {byte};",
+            pair = out(reg32) pair,
+            byte = in(reg16) byte as u16,
+            options(pure, nomem, nostack),
+        )
+    }
+    f16_to_f32(pair as u16)
+}
+
+/// f32 to OCP float8 e4m3 bits (`cvt.rn.satfinite.e4m3x2.f32`, sm_89+: round to nearest
+/// even, magnitudes above 448 (infinity too) to ±448, NaN to `0x7F`).
+#[cfg(target_feature = "sm_89")]
+#[inline(always)]
+pub fn f32_to_e4m3(x: f32) -> u8 {
+    let pair: u16;
+    // SAFETY: a conversion between registers.
+    unsafe {
+        asm!(
+            "cvt.rn.satfinite.e4m3x2.f32 {pair}, {zero}, {x};",
+            pair = out(reg16) pair,
+            zero = in(reg32) 0.0f32,
+            x = in(reg32) x,
+            options(pure, nomem, nostack),
+        )
+    }
+    pair as u8
+}
+
 /// The global nanosecond timer (`%globaltimer`).
 #[inline(always)]
 pub fn global_timer_ns() -> u64 {

@@ -2,7 +2,8 @@
 //! nearest, ties to even; subnormals kept; NaN kept as NaN. Overflow gives infinity in formats
 //! that have one (float16, bfloat16, e5m2) and saturates to the largest finite value in
 //! float8 e4m3, which has no infinity (as CUDA's `satfinite` conversions do). On the GPU,
-//! float16 uses the hardware conversions (`cvt`), which round the same way.
+//! float16 uses the hardware conversions (`cvt`), which round the same way; so does e4m3 on
+//! sm_89 and newer, and e5m2 widens through binary16 (its top byte).
 
 /// A narrow float format: exponent and mantissa widths, and whether the all-ones exponent
 /// encodes infinities and NaNs (IEEE-like) or ordinary numbers (e4m3, whose only NaN is
@@ -88,12 +89,36 @@ impl Format {
         self.exponent_bits == 5 && self.mantissa_bits == 10 && self.ieee_like
     }
 
+    /// `true` for OCP float8 e4m3, which sm_89 and newer convert in hardware (`satfinite`:
+    /// the same saturation as the software conversion here).
+    #[cfg_attr(not(target_feature = "sm_89"), allow(dead_code))]
+    #[inline(always)]
+    const fn is_e4m3(self) -> bool {
+        self.exponent_bits == 4 && self.mantissa_bits == 3 && !self.ieee_like
+    }
+
+    /// `true` for OCP float8 e5m2: binary16's top byte, so the GPU widens it with binary16's
+    /// conversion. (Its hardware narrowing saturates where this one gives infinity: not used.)
+    #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+    #[inline(always)]
+    const fn is_e5m2(self) -> bool {
+        self.exponent_bits == 5 && self.mantissa_bits == 2 && self.ieee_like
+    }
+
     /// Decode `bits` (in the low bits) to f32 (exact: every value is representable).
     #[inline(always)]
     pub fn to_f32(self, bits: u32) -> f32 {
         #[cfg(target_arch = "nvptx64")]
         if self.is_float16() {
             return crate::arch::f16_to_f32(bits as u16);
+        }
+        #[cfg(target_arch = "nvptx64")]
+        if self.is_e5m2() {
+            return crate::arch::f16_to_f32(((bits & 0xFF) << 8) as u16);
+        }
+        #[cfg(target_feature = "sm_89")]
+        if self.is_e4m3() {
+            return crate::arch::e4m3_to_f32(bits as u8);
         }
         if self.is_f32_top_half() {
             if bits & 0x7F80 == 0x7F80 && bits & 0x7F != 0 {
@@ -142,6 +167,11 @@ impl Format {
         #[cfg(target_arch = "nvptx64")]
         if self.is_float16() {
             return crate::arch::f32_to_f16(x) as u32;
+        }
+        // The same bits as below for every input but a NaN, which may lose its sign here.
+        #[cfg(target_feature = "sm_89")]
+        if self.is_e4m3() {
+            return crate::arch::f32_to_e4m3(x) as u32;
         }
         let m = self.mantissa_bits;
         let raw = x.to_bits();
