@@ -550,6 +550,13 @@ pub fn deregister(comm: &Arc<Comm>, handle: symmWindow_t) -> Result<()> {
     if let Some(window) = &window {
         window.wait_for_launches()?;
     }
+    // A kernel on this window may have raised its abort word (a timeout) since the host last
+    // looked: record that failure now, while the window is still among the rank's windows,
+    // so that later calls and `symmCommGetAsyncError` report it. Deregistration goes on
+    // either way (the error is the communicator's, not this call's).
+    if window.as_ref().is_some_and(|w| w.aborted()) {
+        let _ = super::failure::check(comm);
+    }
     let window = comm.lock().windows.remove(&(handle as usize));
     if let Some(window) = window.filter(|w| w.context().is_none()) {
         forget_registration(comm, &window);
@@ -627,6 +634,35 @@ mod tests {
             complete(c, w).expect("completion");
         }
         windows
+    }
+
+    /// A kernel's timeout that the host had not looked at yet outlives the window: after the
+    /// deregistration, the rank's calls and `symmCommGetAsyncError` report it.
+    #[test]
+    fn a_timeout_raised_in_a_window_is_reported_after_its_deregistration() {
+        let (_backend, comms) = host_ranks(2, 10_000);
+        let windows = windows_of(&comms, 4096);
+        // What a kernel on rank 0 does when rank 1 does not arrive.
+        windows[0].raise_abort(symm_device::symmetric::abort_timed_out_waiting_for(1));
+        deregister(&comms[0], windows[0].handle()).expect("deregistration");
+        let error = crate::comm::failure::async_error(&comms[0])
+            .expect("the timeout is still the communicator's error");
+        assert_eq!(
+            error.code,
+            crate::abi::symmResult_t::symmTimeout,
+            "{}",
+            error.message
+        );
+        assert!(error.message.contains("rank 1"), "{}", error.message);
+        // Rank 1 learns it too (same process).
+        let peer = crate::comm::failure::async_error(&comms[1]).expect("rank 1 adopts it");
+        assert_eq!(
+            peer.code,
+            crate::abi::symmResult_t::symmRemoteError,
+            "{}",
+            peer.message
+        );
+        deregister(&comms[1], windows[1].handle()).expect("deregistration");
     }
 
     /// A rank that deregisters while its peer keeps the window: the peer's kernels still write
