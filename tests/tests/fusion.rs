@@ -645,6 +645,79 @@ fn mixed_tuples_one_launch_each_in_call_order() {
     world.teardown();
 }
 
+/// A group's calls of one kind fuse into one launch, which a peer that makes the same calls
+/// one by one (or groups them otherwise) does not pair with: the ranks' calls no longer agree
+/// by number, and the communicator fails on both ranks with a mismatch (a documented limit),
+/// never a hang or another call's data.
+#[test]
+fn a_rank_grouping_calls_its_peer_makes_one_by_one_fails_the_communicator() {
+    let world = World::new(2);
+    let mut rng = Rng(0x32);
+    let mut layout = Layout::new();
+    let plan = [
+        (Kind::AllReduce, TYPES[3], 37),
+        (Kind::AllGather, TYPES[0], 9),
+        (Kind::AllReduce, TYPES[3], 12),
+    ];
+    let calls: Vec<Call> = plan
+        .iter()
+        .enumerate()
+        .map(|(id, (kind, ty, count))| {
+            let mut call = Call::random(&mut rng, &mut layout, *kind, *ty, 2, id, 1);
+            let size = call.ty.size();
+            call.count = *count;
+            call.in_place = false;
+            let (send_bytes, recv_bytes) = match call.kind {
+                Kind::AllReduce | Kind::Broadcast => (call.count * size, call.count * size),
+                Kind::AllGather => (call.count * size, 2 * call.count * size),
+                Kind::ReduceScatter => (2 * call.count * size, call.count * size),
+            };
+            call.send = layout.take(&mut rng, 0, send_bytes, size);
+            call.recv = layout.take(&mut rng, 1, recv_bytes, size);
+            call
+        })
+        .collect();
+    for call in &calls {
+        for rank in 0..2 {
+            call.prepare(&world, rank);
+        }
+    }
+    let (shared, calls) = (&world, &calls);
+    let started = std::time::Instant::now();
+    let (grouped, one_by_one) = std::thread::scope(|scope| {
+        let grouped = scope.spawn(move || {
+            check(symmGroupStart(), std::ptr::null_mut());
+            for call in calls {
+                let _ = call.call(shared, 0);
+            }
+            symmGroupEnd()
+        });
+        let one_by_one = scope.spawn(move || {
+            calls
+                .iter()
+                .map(|call| call.call(shared, 1))
+                .collect::<Vec<_>>()
+        });
+        (grouped.join().unwrap(), one_by_one.join().unwrap())
+    });
+    assert_ne!(grouped, symmResult_t::symmSuccess);
+    assert!(one_by_one.iter().any(|r| *r != symmResult_t::symmSuccess));
+    for rank in 0..2 {
+        let mut state = symmResult_t::symmSuccess;
+        // SAFETY: a live communicator and a valid out-pointer.
+        unsafe { symmCommGetAsyncError(world.comms[rank], &mut state) };
+        assert_ne!(state, symmResult_t::symmSuccess, "rank {rank}");
+    }
+    assert!(
+        last_error(world.comms[1]).contains("but rank 0's is symmAllReduce of 12"),
+        "{}",
+        last_error(world.comms[1])
+    );
+    // Found by the call agreement, not by a timeout.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    world.teardown();
+}
+
 /// A call that reads what an earlier call of the same tuple writes is not fused with it (it
 /// would run concurrently): two launches, and the second sees the first's result.
 #[test]
