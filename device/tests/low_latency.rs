@@ -220,6 +220,48 @@ fn stale_lines_never_match_a_flag_of_the_next_period() {
     assert_eq!(ranks.ll_calls(0, 0), first + 7);
 }
 
+/// An LL call does not look at the abort word at its start (a host-memory read on a GPU),
+/// except before the period clear, whose cross-rank barrier barrier kernels share: a call at
+/// the period's end on an aborted window announces no barrier epoch to its peers (a peer's
+/// barrier kernel could pass on it and store into this rank's memory after its call failed)
+/// and stops; before the end of the period it runs (its waits give up on the abort).
+#[test]
+fn an_ll_call_on_an_aborted_window_announces_no_barrier_at_the_period_clear() {
+    let world = 2;
+    let count = 64;
+    let args = |in_place: bool| CollectiveArgs {
+        send_offset: SEND as u64,
+        recv_offset: if in_place {
+            SEND as u64
+        } else {
+            (SEND + 4 * count) as u64
+        },
+        count: count as u64,
+        flags: if in_place { FLAG_IN_PLACE } else { 0 },
+    };
+    let ll = kernel(Algorithm::OneShotLlAllReduce, DataType::Int32, RedOp::Sum);
+    // The first call that clears the other parity at the end of a period.
+    let at_the_clear = 2 * LL_FLAG_PERIOD - 1;
+    assert!(symm_device::sync::signal_pad::ll_clears_other_parity(
+        at_the_clear
+    ));
+    let mut ranks = Ranks::new(world, SEND + 8 * count + 64, 50_000_000);
+    ranks.set_epochs(0, at_the_clear);
+    ranks.raise_abort(0, symm_device::symmetric::ABORT_PEER_FAILED);
+    let statuses = ranks.launch(ll, args(false), 1, 32, Some(&[0]));
+    assert_eq!(statuses, vec![KernelStatus::Aborted]);
+    assert_eq!(
+        ranks.inbox(1, 0, 0),
+        0,
+        "rank 0 announced a barrier epoch to rank 1"
+    );
+    assert_eq!(
+        ranks.ll_calls(0, 0),
+        at_the_clear,
+        "the aborted call was counted"
+    );
+}
+
 /// One-shot all-reduce with some ranks in place and the others not, on the 16-byte pack path
 /// with a block count that does not divide the packs evenly (f32, 1024 elements, 3 blocks):
 /// an out-of-place block must have read every element its in-place peer block overwrites after

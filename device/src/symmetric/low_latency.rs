@@ -7,7 +7,6 @@ use super::{Grid, KernelStatus, block_range};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
-use crate::sync::barrier::block_sees_abort;
 use crate::sync::ll::LlCall;
 use crate::sync::signal_pad::LL_LINES;
 
@@ -29,8 +28,21 @@ pub(crate) const fn per_line<T>() -> u64 {
 
 impl<'a> LlLines<'a> {
     /// Open this block's part of an LL call over `lines` lines (a batch's); `Err` with the
-    /// kernel's status when they exceed the LL buffers (nothing touched) or the window is
-    /// already aborted. Every thread of the block calls it.
+    /// kernel's status when they exceed the LL buffers (nothing touched), or when the period
+    /// clear's barrier was abandoned. Every thread of the block calls it.
+    ///
+    /// It does not look at the abort word, which may live in host memory (a round trip across
+    /// PCIe, on the critical path of every LL call). An LL kernel that starts on a window
+    /// already aborted is harmless: it stores only into the LL line buffers of the ranks'
+    /// signal pads (device memory that outlives every kernel that writes into it: a pad is
+    /// freed with the last window referencing it, and a peer process's pad stays mapped here
+    /// until this rank's own teardown, which waits for this rank's kernels), its own receive
+    /// buffer and its own call counters — never into a peer's user memory, unlike the barrier
+    /// kernels, whose look at kernel start stays. Its waits look at the abort word every
+    /// `POLLS_PER_ABORT_LOOK` polls and give up on it. The one cross-rank barrier an LL call
+    /// may pass (the period clear, once in 2^32 calls) looks first (`LlCall::begin`). Lines a
+    /// late call stores may overwrite a peer's unread lines of an earlier call of the same
+    /// parity: that peer's wait then gives up (the flags differ), never takes them.
     ///
     /// # Safety
     /// `ctx` is host-built, with pads sized by `signal_pad_bytes(world_size)`; `grid` comes
@@ -49,10 +61,6 @@ impl<'a> LlLines<'a> {
         // (see `sync::ll`). Uniform: every thread, block and rank sees the same count.
         if lines == 0 {
             return Err(KernelStatus::Completed);
-        }
-        // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
-        if unsafe { block_sees_abort(ctx) } {
-            return Err(KernelStatus::Aborted);
         }
         // SAFETY: forwarded contract; grid.block < grid.blocks <= MAX_BLOCKS
         // (for_virtual_rank).

@@ -5,7 +5,7 @@ use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use super::grid::{Grid, block_range};
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::barrier::{Aborted, CrossRankBarrier};
+use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
 };
@@ -140,6 +140,16 @@ impl<'a> LlCall<'a> {
         // thread of the block read it, and by the previous LL call on the window.
         let calls = unsafe { arch::load_plain_u64(ll_count_slot(own_pad, grid.block)) };
         if ll_clears_other_parity(calls) && !arch::mutated!(LlSkipPeriodClear) {
+            // The period clear passes a cross-rank barrier, whose arrivals barrier kernels
+            // consume too: a call that starts on an aborted window must not announce one (a
+            // peer's barrier kernel could pass on it and store into this rank's memory after
+            // this rank's call failed). The LL frame does not look at the abort word otherwise
+            // (see `symmetric::low_latency::LlLines::open`).
+            // SAFETY: the context is host-built (caller's contract); the whole block takes
+            // this branch.
+            if unsafe { block_sees_abort(ctx) } {
+                return Err(Aborted);
+            }
             // SAFETY: forwarded contract.
             unsafe { clear_parity(ctx, own_pad, grid, (calls & 1) as u32 ^ 1) }?;
         }

@@ -205,6 +205,24 @@ impl Ranks {
         unsafe { ll_count_slot(self.pads[rank].as_ptr() as u64, block).read_volatile() }
     }
 
+    /// Raise rank `rank`'s abort word to `value`, as the host does when the communicator
+    /// failed.
+    #[allow(dead_code)] // not every test binary raises it
+    pub fn raise_abort(&mut self, rank: usize, value: u32) {
+        // SAFETY: no kernel runs meanwhile.
+        unsafe { std::ptr::write_volatile(&mut self.aborts[rank], value) };
+    }
+
+    /// The barrier epoch rank `from`'s block `block` last announced in rank `rank`'s inbox.
+    #[allow(dead_code)] // not every test binary reads it
+    pub fn inbox(&self, rank: usize, block: u32, from: u32) -> u32 {
+        // SAFETY: the slot lies inside the pad; no kernel runs during this read.
+        unsafe {
+            symm_device::sync::signal_pad::inbox_slot(self.pads[rank].as_ptr() as u64, block, from)
+                .read_volatile()
+        }
+    }
+
     /// `true` if rank `rank`'s abort word is raised.
     pub fn aborted(&self, rank: usize) -> bool {
         self.abort_word(rank) != 0
