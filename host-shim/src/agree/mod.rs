@@ -12,6 +12,7 @@ use crate::mutation::{self, Mutation};
 use crate::plan::{Collective, KernelId};
 use std::collections::BTreeMap;
 use symm_device::symmetric::Algorithm;
+use symm_device::symmetric::batch::MAX_TASKS;
 use symm_device::{DataType, RedOp};
 
 /// What the `k`-th collective of every rank of a communicator must agree on: checked between
@@ -31,6 +32,13 @@ pub struct Signature {
     pub grid: u32,
     /// The broadcast's root (0 for the other collectives).
     pub root: u32,
+    /// The call's place in its launch: the `batch_index`-th of `batch_size` calls of the rank
+    /// fused into one kernel (0 of 1 unfused). A fused launch pairs only with the same fused
+    /// launch on every rank (its barriers and LL calls are the batch's): a peer that makes
+    /// these calls one by one, or fuses them otherwise, disagrees here instead of pairing.
+    pub batch_index: u16,
+    /// Calls of the rank in the call's launch (1 unfused).
+    pub batch_size: u16,
 }
 
 impl std::fmt::Display for Signature {
@@ -51,10 +59,19 @@ impl std::fmt::Display for Signature {
         }
         write!(
             f,
-            " ({}, {} blocks)",
+            " ({}, {} blocks",
             self.kernel.algorithm.name(),
             self.grid
-        )
+        )?;
+        if self.batch_size > 1 {
+            write!(
+                f,
+                ", call {} of {} fused into one launch in a group",
+                self.batch_index + 1,
+                self.batch_size
+            )?;
+        }
+        write!(f, ")")
     }
 }
 
@@ -62,8 +79,18 @@ impl Signature {
     /// Words of [`Signature::to_words`].
     pub(crate) const WORDS: usize = 3;
 
+    /// `self` as the `index`-th of `size` calls fused into one launch.
+    pub fn in_batch(self, index: usize, size: usize) -> Signature {
+        Signature {
+            batch_index: index as u16,
+            batch_size: size as u16,
+            ..self
+        }
+    }
+
     /// The signature as plain words, for ranks of other processes to read
-    /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root.
+    /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root and
+    /// the place in the launch.
     pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
@@ -80,13 +107,18 @@ impl Signature {
                 | (self.kernel.op as u64) << 24
                 | (self.grid as u64) << 32,
             self.count,
-            self.root as u64,
+            self.root as u64 | (self.batch_index as u64) << 32 | (self.batch_size as u64) << 48,
         ]
     }
 
     /// The signature of [`Signature::to_words`]'s `words`, if they name one.
     pub(crate) fn from_words(words: [u64; Self::WORDS]) -> Option<Signature> {
         let field = |shift: u32| ((words[0] >> shift) & 0xFF) as usize;
+        let batch_index = (words[2] >> 32) as u16;
+        let batch_size = (words[2] >> 48) as u16;
+        if batch_size == 0 || batch_index >= batch_size || batch_size as usize > MAX_TASKS {
+            return None;
+        }
         Some(Signature {
             collective: *Collective::ALL.get(field(0))?,
             kernel: KernelId {
@@ -96,7 +128,9 @@ impl Signature {
             },
             count: words[1],
             grid: (words[0] >> 32) as u32,
-            root: u32::try_from(words[2]).ok()?,
+            root: words[2] as u32,
+            batch_index,
+            batch_size,
         })
     }
 }
@@ -231,7 +265,7 @@ pub(crate) fn mismatch_message(
 ) -> String {
     format!(
         "rank {rank}'s collective #{seq} {}, but rank {peer}'s {}: every rank must make the same \
-         collective calls, with the same count, in the same order",
+         collective calls, with the same count, in the same order (and group them alike)",
         own.phrase(),
         theirs.phrase()
     )

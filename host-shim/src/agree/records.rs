@@ -345,7 +345,7 @@ mod tests {
             | (DataType::Float32 as u64) << 16
             | (RedOp::Sum as u64) << 24
             | 4u64 << 32;
-        Signature::from_words([word, count, 0]).unwrap()
+        Signature::from_words([word, count, 1 << 48]).unwrap()
     }
 
     /// A made call of [`signature`].
@@ -371,7 +371,17 @@ mod tests {
             root: 7,
             ..signature(Collective::ALL.len() - 1, Algorithm::ALL.len() - 1, 9)
         };
-        assert_eq!(Signature::from_words(rooted.to_words()), Some(rooted));
+        assert_eq!(
+            Signature::from_words(rooted.to_words()),
+            Some(rooted.clone())
+        );
+        // So does the place in a fused launch.
+        let fused = rooted.clone().in_batch(2, 5);
+        assert_eq!(Signature::from_words(fused.to_words()), Some(fused.clone()));
+        assert_ne!(fused, rooted.in_batch(1, 5));
+        // A place outside its launch is not one.
+        assert_eq!(Signature::from_words([0, 1, 0]), None);
+        assert_eq!(Signature::from_words([0, 1, 3 << 32 | 3 << 48]), None);
         // Words that name nothing are not a signature.
         assert_eq!(Signature::from_words([0xFF, 1, 0]), None);
         assert_eq!(Signature::from_words([0xFF << 8, 1, 0]), None);

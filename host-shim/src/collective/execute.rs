@@ -225,12 +225,16 @@ fn check_shape(parts: &[Vec<&Task>]) -> Result<()> {
 /// Number every task of `parts` as its rank's next call and agree on it with the peers
 /// ([`agree_call`]); each must take the number `launch` planned for it.
 fn number_calls(parts: &[Vec<&Task>], plan: &Plan, launch: &Launch) -> Result<()> {
-    for (task, instance) in parts
+    for ((index, size, task), instance) in parts
         .iter()
-        .flat_map(|tasks| tasks.iter())
+        .flat_map(|tasks| {
+            let size = tasks.len();
+            tasks.iter().enumerate().map(move |(i, t)| (i, size, t))
+        })
         .zip(&launch.instances)
     {
-        let seq = number_call(&task.comm, &Call::Made(task.signature(plan)))?;
+        let signature = task.signature(plan).in_batch(index, size);
+        let seq = number_call(&task.comm, &Call::Made(signature))?;
         if seq != instance.seq {
             // The rank's calls are made by this thread alone (`Comm::enter_call`).
             let e = Error::internal(format!(

@@ -55,6 +55,8 @@ impl Task {
             count: self.args.count,
             grid: plan.grid,
             root: self.root,
+            batch_index: 0,
+            batch_size: 1,
         }
     }
 
@@ -205,6 +207,8 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
             count: 0,
             grid: plan.grid,
             root: request.root,
+            batch_index: 0,
+            batch_size: 1,
         })));
     }
     Ok(Prepared::Task(Task {

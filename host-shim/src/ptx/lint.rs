@@ -44,8 +44,10 @@ pub const SIMULATED: &[&str] = &[
     "clz.b64",
     "cvt.f32.f16",
     "cvt.rn.f16.f32",
+    "cvt.rn.f16x2.e4m3x2",
     "cvt.rn.f32.u32",
     "cvt.rn.f64.u32",
+    "cvt.rn.satfinite.e4m3x2.f32",
     "cvt.s64.s32",
     "cvt.s64.s8",
     "cvt.u16.u32",
@@ -109,6 +111,7 @@ pub const SIMULATED: &[&str] = &[
     "not.b32",
     "not.b64",
     "not.pred",
+    "or.b16",
     "or.b32",
     "or.b64",
     "or.pred",
@@ -126,12 +129,10 @@ pub const SIMULATED: &[&str] = &[
     "setp.eq.b64",
     "setp.ge.u32",
     "setp.ge.u64",
-    "setp.gt.s16",
     "setp.gt.s32",
     "setp.gt.s64",
     "setp.gt.u32",
     "setp.gt.u64",
-    "setp.le.u32",
     "setp.le.u64",
     "setp.lt.s16",
     "setp.lt.s32",
@@ -144,6 +145,7 @@ pub const SIMULATED: &[&str] = &[
     "setp.ne.u32",
     "setp.num.f32",
     "shf.l.wrap.b32",
+    "shl.b16",
     "shl.b32",
     "shl.b64",
     "shr.s64",
@@ -172,6 +174,10 @@ pub const SIMULATED: &[&str] = &[
     "xor.b32",
     "xor.b64",
 ];
+
+/// The instructions of [`SIMULATED`] that only sm_89 and newer have: the float8 e4m3
+/// conversions (`numeric::small_float`), in sm_90 and not in sm_80.
+pub const SM89_CONVERSIONS: &[&str] = &["cvt.rn.f16x2.e4m3x2", "cvt.rn.satfinite.e4m3x2.f32"];
 
 /// What sm_100a may add to [`SIMULATED`]: cluster launch control and the instructions the
 /// compiler picks for Blackwell (not simulated; hardware only).
@@ -533,10 +539,17 @@ mod tests {
                 .flat_map(|f| f.body.iter().map(|i| i.opcode.to_string()))
                 .collect()
         };
-        let sm90 = used("sm_90");
-        assert_eq!(used("sm_80"), sm90);
+        let (sm80, sm90) = (used("sm_80"), used("sm_90"));
         for opcode in SIMULATED {
+            assert!(
+                sm80.contains(*opcode) || sm90.contains(*opcode),
+                "{opcode} is used by neither sm_80 nor sm_90"
+            );
+        }
+        // The float8 e4m3 conversions exist from sm_89 on: sm_90 uses them, sm_80 cannot.
+        for opcode in SM89_CONVERSIONS {
             assert!(sm90.contains(*opcode), "{opcode} is not used by sm_90");
+            assert!(!sm80.contains(*opcode), "{opcode} is used by sm_80");
         }
         let sm100a = used("sm_100a");
         for opcode in SM100A_ONLY {
