@@ -27,6 +27,18 @@ enum Kind {
     Broadcast,
 }
 
+impl Kind {
+    /// Bytes of one rank's send and receive buffers for `bytes` per rank of payload (the
+    /// collective's count in bytes) among `nranks` ranks.
+    fn buffer_bytes(self, bytes: usize, nranks: usize) -> (usize, usize) {
+        match self {
+            Kind::AllReduce | Kind::Broadcast => (bytes, bytes),
+            Kind::AllGather => (bytes, nranks * bytes),
+            Kind::ReduceScatter => (nranks * bytes, bytes),
+        }
+    }
+}
+
 /// A data type with an exact reference: values are small integers, encoded per type.
 #[derive(Clone, Copy, Debug)]
 struct Type {
@@ -236,11 +248,7 @@ impl Call {
         };
         let size = ty.size();
         let bytes = count * size;
-        let (send_bytes, recv_bytes) = match kind {
-            Kind::AllReduce | Kind::Broadcast => (bytes, bytes),
-            Kind::AllGather => (bytes, nranks * bytes),
-            Kind::ReduceScatter => (nranks * bytes, bytes),
-        };
+        let (send_bytes, recv_bytes) = kind.buffer_bytes(bytes, nranks);
         let root = if kind == Kind::Broadcast {
             (rng.next_u64() % nranks as u64) as usize
         } else {
@@ -622,11 +630,7 @@ fn mixed_tuples_one_launch_each_in_call_order() {
     for call in &mut calls {
         call.count = call.count.max(1);
         let size = call.ty.size();
-        let (send_bytes, recv_bytes) = match call.kind {
-            Kind::AllReduce | Kind::Broadcast => (call.count * size, call.count * size),
-            Kind::AllGather => (call.count * size, 3 * call.count * size),
-            Kind::ReduceScatter => (3 * call.count * size, call.count * size),
-        };
+        let (send_bytes, recv_bytes) = call.kind.buffer_bytes(call.count * size, 3);
         call.send = layout.take(&mut rng, 0, send_bytes, size);
         call.recv = if call.in_place {
             call.send = layout.take(&mut rng, 1, send_bytes.max(recv_bytes), size);
@@ -662,11 +666,7 @@ fn group_against_one_by_one(plan: &[(Kind, Type, usize)]) -> String {
             let size = call.ty.size();
             call.count = *count;
             call.in_place = false;
-            let (send_bytes, recv_bytes) = match call.kind {
-                Kind::AllReduce | Kind::Broadcast => (call.count * size, call.count * size),
-                Kind::AllGather => (call.count * size, 2 * call.count * size),
-                Kind::ReduceScatter => (2 * call.count * size, call.count * size),
-            };
+            let (send_bytes, recv_bytes) = call.kind.buffer_bytes(call.count * size, 2);
             call.send = layout.take(&mut rng, 0, send_bytes, size);
             call.recv = layout.take(&mut rng, 1, recv_bytes, size);
             call

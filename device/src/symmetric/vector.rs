@@ -65,17 +65,14 @@ pub unsafe fn aligned(ctx: &SymmContext, offsets: &[u64], local: u64) -> bool {
     (0..ctx.world_size).all(|peer| unsafe { ctx.peer_base(peer) }.is_multiple_of(16))
 }
 
-/// Pack `index` of rank `peer`'s buffer at `offset`.
+/// Pack `index` of the buffer at address `buffer` (a rank's window base plus an offset).
 ///
 /// # Safety
-/// The pack lies inside that rank's window and the buffers are 16-byte aligned.
+/// The pack lies inside that rank's window and the buffer is 16-byte aligned.
 #[inline(always)]
-pub unsafe fn load(ctx: &SymmContext, peer: u32, offset: u64, index: u64) -> Pack {
+pub unsafe fn load_at(buffer: u64, index: u64) -> Pack {
     // SAFETY: forwarded contract (`Pack` is 16 bytes, 16-aligned).
-    unsafe {
-        let base = (ctx.peer_base(peer) + offset) as *const Pack;
-        base.add(index as usize).read()
-    }
+    unsafe { (buffer as *const Pack).add(index as usize).read() }
 }
 
 /// Call `$body` with each lane index `0..16` as a constant, unrolled by hand: LLVM's unroller
@@ -114,7 +111,8 @@ pub const PEERS_IN_FLIGHT_FOR_LATENCY: usize = 4;
 /// starts at rank 0, whose values start the accumulators.
 ///
 /// # Safety
-/// As for [`load`], for ranks `first_peer .. first_peer + peers` (all `< world_size`);
+/// As for [`load_at`], for the buffers at `offset` of ranks `first_peer .. first_peer + peers`
+/// (all `< world_size`);
 /// `1 <= peers <= MOST`.
 #[inline(always)]
 unsafe fn combine_group<T: Element, O: ReduceOp, const MOST: usize, const START: bool>(
@@ -145,7 +143,7 @@ unsafe fn combine_group<T: Element, O: ReduceOp, const MOST: usize, const START:
         if k < MOST && (k as u32) < peers {
             // SAFETY: forwarded contract (the pack lies in rank first_peer + k's window,
             // 16-byte aligned).
-            packs[k].write(unsafe { (at[k] as *const Pack).add(index as usize).read() });
+            packs[k].write(unsafe { load_at(at[k], index) });
         }
     });
     unroll!(k in [0 1 2 3 4 5 6 7] => {
@@ -172,7 +170,7 @@ unsafe fn combine_group<T: Element, O: ReduceOp, const MOST: usize, const START:
 /// of 16-lane float8 reductions push the kernels' per-task bodies out of line (a stack frame).
 ///
 /// # Safety
-/// As for [`load`], for every rank.
+/// As for [`load_at`], for the buffer at `offset` of every rank.
 #[inline(always)]
 pub unsafe fn reduce_pack<T: Element, O: ReduceOp, const MOST: usize>(
     ctx: &SymmContext,
