@@ -383,6 +383,60 @@ fn one_shot_mixed_in_place_ranks_in_pack_rounds() {
     }
 }
 
+/// One-shot batches whose every task is run in place by every rank, with block parts of several
+/// rounds: the start barrier's vote lets the ranks share each part out (no round barriers), so
+/// block 0 passes two barriers, start and end, whatever the length. With one rank out of place
+/// for one task the rounds are taken. Exact either way, for 2 to 5 ranks, with tails that are
+/// not whole packs.
+#[test]
+fn one_shot_with_every_rank_in_place_passes_only_start_and_end_barriers() {
+    let threads = 8;
+    let per_round = threads as usize * UNROLL as usize * 4;
+    for world in 2..=5 {
+        let mut ranks = Ranks::new(world, WINDOW, TIMEOUT_NS);
+        let mut rng = Rng(0x0117 + world as u64);
+        for mixed in [false, true, false] {
+            let mut specs = random_batch(&mut rng, Algorithm::OneShotAllReduce, world, 2);
+            for (t, spec) in specs.iter_mut().enumerate() {
+                // Two blocks: each block part spans three rounds and more.
+                spec.count = 2 * (3 * per_round + 500 * t) + 7 + t;
+                spec.in_place = (0..world)
+                    .map(|r| !(mixed && t == 1 && r == world - 1))
+                    .collect();
+            }
+            let mut next = 64;
+            for spec in &mut specs {
+                spec.send = next;
+                spec.recv = next + spec.count * 4 + 16;
+                next = (spec.recv + spec.count * 4 + 32).next_multiple_of(16);
+            }
+            assert!(next <= WINDOW, "{next}");
+            let epochs = |ranks: &Ranks| -> Vec<u32> {
+                (0..world).map(|r| ranks.inbox(r, 0, r as u32)).collect()
+            };
+            let before = epochs(&ranks);
+            let what = format!("{world} ranks, one rank out of place for a task: {mixed}");
+            run_batch(
+                &mut ranks,
+                Algorithm::OneShotAllReduce,
+                &specs,
+                2,
+                threads,
+                rng.next_u64(),
+                &what,
+            );
+            for (rank, after) in epochs(&ranks).into_iter().enumerate() {
+                let passed = after.wrapping_sub(before[rank]);
+                if mixed {
+                    assert!(passed > 2, "{what}: rank {rank} passed {passed} barriers");
+                } else {
+                    assert_eq!(passed, 2, "{what}: rank {rank} passed {passed} barriers");
+                }
+            }
+        }
+    }
+}
+
 /// Every kernel, one after the other on one window, with batch sizes and grids changing at
 /// every launch (including batches of one, as an unfused call is, and the PAT kernels, which
 /// run one task).

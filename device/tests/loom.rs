@@ -32,7 +32,7 @@ use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
     LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
     inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, pat_flag_slot,
-    pat_round_slot, signal_pad_bytes,
+    pat_round_slot, signal_pad_bytes, vote_slot,
 };
 
 /// Explore `model` exhaustively with a preemption bound of 2 (unless `LOOM_MAX_PREEMPTIONS`
@@ -136,6 +136,7 @@ impl World {
                         model_word(inbox_slot(*pad, block, from) as u64, WordKind::AtomicU32);
                     }
                     model_word(epoch_slot(*pad, block) as u64, WordKind::PlainU32);
+                    model_word(vote_slot(*pad, block) as u64, WordKind::PlainU32);
                     model_word(ll_count_slot(*pad, block) as u64, WordKind::PlainU64);
                     for collective in [PatCollective::Gather, PatCollective::Scatter] {
                         let slot = pat_round_slot(*pad, collective, block);
@@ -391,6 +392,59 @@ fn mutant_finish_without_closing_barrier_is_caught() {
     explore_bounded(1, None, || {
         mutate(Mutation::FinishWithoutClosingBarrier);
         barrier_epoch_reuse()
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Voting barriers (the one-shot all-reduce asks whether every rank is in place).
+
+/// Three launches on one block index, each a voting start barrier and an end barrier, with
+/// the votes of `votes[launch][rank]`: every rank's answer is the conjunction of that launch's
+/// votes (a rank that reads a peer's vote of another launch answers wrongly, and a read that
+/// races with the peer's next vote is a causality violation). Rank 0 votes yes every time, so
+/// it reads rank 1's vote in every launch.
+fn voting_launches(threads: u32, votes: &'static [[bool; 2]]) {
+    let model = World::new(2);
+    model.declare();
+    run_grid(2, threads, &|| {
+        let (rank, _) = place(1);
+        let ctx = &model.contexts[rank];
+        for (launch, vote) in votes.iter().enumerate() {
+            // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
+            let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+            let every = barrier
+                .sync_unanimous(vote[rank])
+                .expect("no timeouts under loom");
+            assert_eq!(every, vote[0] && vote[1], "launch {launch}, rank {rank}");
+            barrier.sync().expect("no timeouts under loom");
+            barrier.finish();
+        }
+    });
+}
+
+const VOTES: &[[bool; 2]] = &[[true, true], [true, false], [true, true]];
+
+/// 2 ranks × 1 block × 1 thread: yes, then a no from rank 1, then yes again.
+#[test]
+fn votes_of_consecutive_launches_never_mix() {
+    explore(|| voting_launches(1, VOTES));
+}
+
+/// 2 ranks × 1 block × 2 threads: the vote is written by thread 0 and read by both threads
+/// (one peer each would be thread 0 or 1 with more ranks); the block's answer is uniform.
+#[test]
+fn votes_are_block_wide() {
+    explore_bounded(2, BUDGET, || voting_launches(2, VOTES));
+}
+
+/// Teeth: a rank that writes its vote after the voting barrier lets its peer read the vote of
+/// the previous launch (a wrong answer) or race with the write (a causality violation).
+#[test]
+#[should_panic(expected = "launch")]
+fn mutant_vote_after_barrier_is_caught() {
+    explore(|| {
+        mutate(Mutation::VoteAfterBarrier);
+        voting_launches(1, VOTES)
     });
 }
 

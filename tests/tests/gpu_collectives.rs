@@ -1083,9 +1083,14 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
 fn gpu_threads_chain_in_place_all_reduces() {
     const NRANKS: usize = 3;
     // Low-latency and one-shot calls alternate on the window (under SYMM_ALGO=ll, all fit the
-    // low-latency buffers of 16 KiB per rank).
-    let max: usize = if forced_low_latency() { 4093 } else { 4099 };
-    let counts = [max, 255, 1537];
+    // low-latency buffers of 16 KiB per rank). The largest count gives each block of a one-shot
+    // call (up to 5 blocks per rank on a 16-SM device) more than one round of packs, so with
+    // every rank in place the ranks share the work out instead of taking rounds.
+    let (max, counts) = if forced_low_latency() {
+        (4093, vec![4093, 255, 1537])
+    } else {
+        (5 * 4096 + 3, vec![4099, 255, 1537, 5 * 4096 + 3])
+    };
     let comms = cuda_ranks(NRANKS);
     let buffers = alloc_windows(&comms, 4 * max + 4096);
     let initial: Vec<Vec<i32>> = (0..NRANKS)

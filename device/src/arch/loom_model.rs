@@ -46,6 +46,9 @@ pub enum Mutation {
     /// `PatRounds::wait_ready` returns at once: a PAT sender stores into its receiver without
     /// waiting for it to enter the round.
     PatSkipReadyWait = 32,
+    /// `CrossRankBarrier::sync_unanimous` writes the rank's vote after the barrier instead of
+    /// before it: a peer may read the previous vote.
+    VoteAfterBarrier = 64,
 }
 
 #[derive(Clone)]

@@ -7,8 +7,11 @@
 //! 1. A cross-rank barrier: every rank's send buffer is ready (stream order put it there).
 //! 2. Each thread reduces its elements over ranks `0, 1, …, world-1` — the same order on every
 //!    rank, so results are bitwise identical — and stores them to its receive buffer.
-//!    In place ([`FLAG_IN_PLACE`]), a rank must not overwrite data a peer has yet to read: the
-//!    range is processed in rounds held in registers ([`UNROLL`] 16-byte packs per thread when
+//!    In place ([`FLAG_IN_PLACE`]), a rank must not overwrite data a peer has yet to read. When
+//!    every rank is in place (the start barrier carries a vote on it, for parts longer than one
+//!    round), the ranks share the range out as two-shot does its shard: each reduces its share
+//!    and stores it into every rank, with no further barrier. Otherwise a rank in place goes
+//!    through the range in rounds held in registers ([`UNROLL`] 16-byte packs per thread when
 //!    the buffers are aligned and the elements at least 2 bytes wide, else [`UNROLL`]
 //!    elements), with a barrier between the reads and the writes of a round.
 //! 3. A closing barrier: no rank returns (and lets its caller reuse the send buffer) while a
@@ -23,6 +26,7 @@
 use super::Algorithm;
 pub use super::FLAG_IN_PLACE;
 use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
+use super::broadcast::fan_out;
 use super::low_latency::{self, LlLines};
 use super::{Grid, KernelStatus, block_range, vector};
 use crate::arch;
@@ -141,6 +145,12 @@ pub(crate) unsafe fn between_barriers(
 /// width and the send offset's alignment (window bases are 16-byte aligned on every rank), so
 /// ranks may differ in being in place, task by task.
 ///
+/// When the block's part is longer than one round of packs, the start barrier is a vote
+/// ([`CrossRankBarrier::sync_unanimous`]) on whether this rank is in place for every task of
+/// the block's cells. If every rank is, no rank needs rounds: the ranks share each task part
+/// out (`one_shot_share_part`) and pass only the end barrier (one start, one end on every
+/// rank alike).
+///
 /// # Safety
 /// The batch's contexts are host-built for windows holding each task's send range
 /// (`send_offset`, every rank) and receive range (this rank), aligned for `T`; every rank
@@ -164,9 +174,27 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
     let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
     // Round barriers of out-of-place task parts not announced yet.
     let mut owed: u32 = 0;
-    let result = barrier
-        .sync()
-        .and_then(|()| {
+    // Whether every rank is in place for every task of the block's cells, asked only when the
+    // block's part is longer than one in-place round (the same answer on every rank: cells,
+    // block size and element width are).
+    let started = if (hi - lo).saturating_mul(per_cell) > one_pack_round::<T>() {
+        let mut in_place = true;
+        let _ = batch.walk(lo, hi, per_cell, |task, _, _| {
+            in_place &= task.args.flags & FLAG_IN_PLACE != 0;
+            Ok::<(), ()>(())
+        });
+        barrier.sync_unanimous(in_place)
+    } else {
+        barrier.sync().map(|()| false)
+    };
+    let result = started
+        .and_then(|every_rank_in_place| {
+            if every_rank_in_place {
+                // SAFETY: forwarded contract; every rank voted that it is in place for every
+                // task of the block's cells.
+                unsafe { share_out::<T, O>(batch, lo, hi, per_cell) };
+                return Ok(());
+            }
             batch.walk(lo, hi, per_cell, |task, first, end| {
                 // SAFETY: forwarded contract; [first, end) lies inside the task's count.
                 unsafe { one_shot_part::<T, O>(task, first, end, &mut barrier, &mut owed) }
@@ -180,7 +208,97 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
     }
 }
 
-/// Elements `[first, end)` of one task of a one-shot batch (see [`one_shot_all_reduce`]).
+/// Elements one in-place round of packs covers ([`InPlaceRounds`]).
+#[inline(always)]
+fn one_pack_round<T: Element>() -> u64 {
+    arch::block_dim_x() as u64 * UNROLL * vector::lanes::<T>()
+}
+
+/// Share `rank` of `world` of the elements `[first, end)`: consecutive ranks take consecutive
+/// shares, which cover the range once, and every share but the first starts on a multiple of
+/// `lanes`.
+#[inline(always)]
+pub fn pack_aligned_share(first: u64, end: u64, rank: u32, world: u32, lanes: u64) -> (u64, u64) {
+    let lanes = Ord::max(lanes, 1);
+    let first_pack = first.div_ceil(lanes);
+    let end_pack = Ord::max(end / lanes, first_pack);
+    let (lo, hi) = block_range(end_pack - first_pack, rank, world);
+    let lo = if rank == 0 {
+        first
+    } else {
+        (first_pack + lo) * lanes
+    };
+    let hi = if rank.saturating_add(1) >= world {
+        end
+    } else {
+        (first_pack + hi) * lanes
+    };
+    let hi = Ord::min(hi, end);
+    (Ord::min(lo, hi), hi)
+}
+
+/// Every rank in place for every task of the block's cells `[lo, hi)`: the block's part of
+/// each task is shared out among the ranks as two-shot shares its shard. Rank `r` reduces
+/// share `r` from every rank into its own buffer ([`reduce_share`]), then, after a block
+/// barrier, copies it into every peer's ([`copy_share_to_peers`]). No round barriers are
+/// needed: blocks own disjoint cells (the same on every rank), so only block `b` of rank `r`
+/// reads or writes share `r`'s positions of block `b`'s cells, and the kernel's end barrier
+/// orders the copies before any rank returns. As with two-shot, a rank whose start barrier
+/// timed out after announcing its arrival may still receive a peer's copies after its kernel
+/// returned aborted: after a failure the buffers' contents are undefined.
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`]; every rank is in place for every task with cells in
+/// `[lo, hi)`, and every rank's block of this index runs this with the same cells.
+#[inline(always)]
+unsafe fn share_out<T: Element, O: ReduceOp>(batch: &Batch<'_>, lo: u64, hi: u64, per_cell: u64) {
+    let _ = batch.walk(lo, hi, per_cell, |task, first, end| {
+        // SAFETY: forwarded contract; [first, end) lies inside the task's count.
+        unsafe { reduce_share::<T, O>(task, first, end) };
+        Ok::<(), ()>(())
+    });
+    // Every thread's part of the block's shares is in this rank's buffer.
+    arch::sync_threads();
+    let _ = batch.walk(lo, hi, per_cell, |task, first, end| {
+        // SAFETY: forwarded contract; the share was reduced before the block barrier above.
+        unsafe { copy_share_to_peers::<T>(task, first, end) };
+        Ok::<(), ()>(())
+    });
+}
+
+/// Ranks whose packs the share reduction loads together: fewer than the other one-shot paths
+/// (the copy pass's state stays live across it, and the kernel must stay within 128
+/// registers).
+const SHARE_PEERS_IN_FLIGHT: usize = 2;
+
+/// Every rank in place: reduce this rank's share of elements `[first, end)` of one task
+/// (shares start on pack boundaries) from every rank into its own buffer: by packs, but for
+/// 1-byte elements, which go one by one as in their in-place rounds (a second inlined 16-lane
+/// float8 reduction would push the kernel body out of line, see [`PACK_ROUNDS_MAX_LANES`]).
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`]; `end <= count`; every rank is in place for the task.
+#[inline(always)]
+unsafe fn reduce_share<T: Element, O: ReduceOp>(task: &Task<'_>, first: u64, end: u64) {
+    let ctx = task.rank.send;
+    let offset = task.args.send_offset;
+    let lanes = vector::lanes::<T>();
+    let (lo, hi) = pack_aligned_share(first, end, ctx.rank, ctx.world_size, lanes);
+    let own = ctx.local_base.wrapping_add(offset) as *mut T;
+    // SAFETY: forwarded contract: the share lies in every rank's buffer; only this rank reads
+    // or writes its positions.
+    unsafe {
+        if lanes <= PACK_ROUNDS_MAX_LANES && vector::aligned(ctx, &[offset], own as u64) {
+            reduce_packs::<T, O, SHARE_PEERS_IN_FLIGHT>(ctx, offset, lo, hi, own);
+        } else {
+            reduce_elements::<T, O>(ctx, offset, lo, hi, own);
+        }
+    }
+}
+
+/// Elements `[first, end)` of one task of a one-shot batch (see [`one_shot_all_reduce`]), some
+/// rank not in place: a rank in place goes through the range in rounds; a rank out of place
+/// reduces it into its receive buffer and owes the rounds' barriers.
 ///
 /// # Safety
 /// Contract of [`one_shot_all_reduce`]; `end <= count`.
@@ -217,30 +335,114 @@ unsafe fn one_shot_part<T: Element, O: ReduceOp>(
     // SAFETY: forwarded contract.
     unsafe {
         if vector::aligned(ctx, &[send_offset], recv as u64) {
-            reduce_packs::<T, O>(ctx, send_offset, first, end, recv);
+            reduce_packs::<T, O, { vector::PEERS_IN_FLIGHT_FOR_LATENCY }>(
+                ctx,
+                send_offset,
+                first,
+                end,
+                recv,
+            );
         } else {
-            let stride = arch::block_dim_x() as u64;
-            let mut index = first + arch::thread_idx_x() as u64;
-            while index < end {
-                let value = reduce_element::<T, O>(ctx, send_offset, index);
-                recv.add(index as usize).write(value);
-                index += stride;
-            }
+            reduce_elements::<T, O>(ctx, send_offset, first, end, recv);
         }
     }
     Ok(())
 }
 
-/// Out of place, 16-byte aligned: the packs that lie wholly inside the element range
-/// `[lo, hi)` of a task, and the elements of the range before and after them one by one. The
-/// range is the one the in-place protocol uses (the same cells), so that a peer's in-place
-/// block with the same index overwrites only elements this block has already read when it
-/// passes the barrier.
+/// Elements `[lo, hi)` reduced one by one into `recv` (buffers not 16-byte aligned).
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`]; `hi <= count`; `recv` holds the range.
+#[inline(always)]
+unsafe fn reduce_elements<T: Element, O: ReduceOp>(
+    ctx: &SymmContext,
+    send_offset: u64,
+    lo: u64,
+    hi: u64,
+    recv: *mut T,
+) {
+    let stride = arch::block_dim_x() as u64;
+    let mut index = lo + arch::thread_idx_x() as u64;
+    while index < hi {
+        // SAFETY: index < hi <= count (contract).
+        unsafe {
+            let value = reduce_element::<T, O>(ctx, send_offset, index);
+            recv.add(index as usize).write(value);
+        }
+        index += stride;
+    }
+}
+
+/// Every rank in place: copy this rank's share of elements `[first, end)` of one task (see
+/// [`share_out`]), reduced into its own buffer, into every peer's buffer.
+///
+/// # Safety
+/// Contract of [`one_shot_all_reduce`]; `end <= count`; every rank is in place for the task,
+/// and this block has reduced its share of `[first, end)` and passed a block barrier since.
+#[inline(always)]
+unsafe fn copy_share_to_peers<T: Element>(task: &Task<'_>, first: u64, end: u64) {
+    let ctx = task.rank.send;
+    let offset = task.args.send_offset;
+    let lanes = vector::lanes::<T>();
+    let (lo, hi) = pack_aligned_share(first, end, ctx.rank, ctx.world_size, lanes);
+    // SAFETY: forwarded contract: the share lies in every rank's buffer at `offset` (the same
+    // alignment test as the reduction's, whose destination was this rank's buffer there), and
+    // only this rank writes its positions.
+    unsafe {
+        let aligned = vector::aligned(ctx, &[offset], ctx.local_base.wrapping_add(offset));
+        copy_to_peers::<T>(ctx, offset, lo, hi, aligned);
+    }
+}
+
+/// Copy elements `[lo, hi)` of this rank's buffer at `offset` into every peer's buffer at
+/// `offset` of the same window ([`fan_out`], starting with the next rank): the packs inside
+/// the range as `u128`s where `aligned`, the other elements one by one.
+///
+/// # Safety
+/// `ctx` is host-built; the range lies inside every rank's buffer; with `aligned`, every
+/// buffer is 16-byte aligned; no other thread writes the range meanwhile.
+#[inline(always)]
+unsafe fn copy_to_peers<T: Element>(
+    ctx: &SymmContext,
+    offset: u64,
+    lo: u64,
+    hi: u64,
+    aligned: bool,
+) {
+    let own = ctx.local_base.wrapping_add(offset);
+    let world = Ord::max(ctx.world_size, 1);
+    let next = (ctx.rank + 1) % world;
+    let lanes = vector::lanes::<T>();
+    let (first_pack, end_pack) = if aligned {
+        let first_pack = lo.div_ceil(lanes);
+        (first_pack, Ord::max(hi / lanes, first_pack))
+    } else {
+        (0, 0)
+    };
+    let (head_end, tail_start) = if first_pack < end_pack {
+        (first_pack * lanes, end_pack * lanes)
+    } else {
+        (hi, hi)
+    };
+    // SAFETY: forwarded contract: the packs lie inside [lo, hi) and are 16-byte aligned (when
+    // there are any), the elements before and after them lie inside [lo, hi).
+    unsafe {
+        fan_out::<u128>(ctx, own, offset, ctx.rank, next, first_pack, end_pack);
+        fan_out::<T>(ctx, own, offset, ctx.rank, next, lo, head_end);
+        fan_out::<T>(ctx, own, offset, ctx.rank, next, tail_start, hi);
+    }
+}
+
+/// Out of place (or this rank's share, every rank in place), 16-byte aligned: the packs that
+/// lie wholly inside the element range `[lo, hi)` of a task, and the elements of the range
+/// before and after them one by one. Out of place, the range is the one the in-place protocol
+/// uses (the same cells), so that a peer's in-place block with the same index overwrites only
+/// elements this block has already read when it passes the barrier.
 ///
 /// # Safety
 /// Contract of [`one_shot_all_reduce`]; every buffer is 16-byte aligned; `hi <= count`.
 #[inline(always)]
-unsafe fn reduce_packs<T: Element, O: ReduceOp>(
+unsafe fn reduce_packs<T: Element, O: ReduceOp, const MOST: usize>(
     ctx: &SymmContext,
     send_offset: u64,
     lo: u64,
@@ -254,11 +456,7 @@ unsafe fn reduce_packs<T: Element, O: ReduceOp>(
         // SAFETY: pack i lies inside [lo, hi), hence in every send buffer and in the receive
         // buffer.
         |i| unsafe {
-            let pack = vector::reduce_pack::<T, O, { vector::PEERS_IN_FLIGHT_FOR_LATENCY }>(
-                ctx,
-                send_offset,
-                i,
-            );
+            let pack = vector::reduce_pack::<T, O, MOST>(ctx, send_offset, i);
             (recv as *mut vector::Pack).add(i as usize).write(pack);
         },
         // SAFETY: lo <= index < hi <= count.
@@ -629,4 +827,32 @@ pub unsafe fn one_shot_ll_all_reduce<T: Element, O: ReduceOp>(
         Ok(())
     });
     lines.close(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_aligned_shares_cover_the_range_once_and_start_on_packs() {
+        for lanes in [1u64, 2, 4, 8, 16] {
+            for first in [0u64, 1, 3, 16, 17, 1000] {
+                for length in [0u64, 1, 5, 16, 31, 64, 65, 999, 4096] {
+                    let end = first + length;
+                    for world in 1..=9u32 {
+                        let mut next = first;
+                        for rank in 0..world {
+                            let (lo, hi) = pack_aligned_share(first, end, rank, world, lanes);
+                            let what = (first, end, lanes, rank, world);
+                            assert_eq!(lo, next, "{what:?}");
+                            assert!(lo <= hi && hi <= end, "{what:?}");
+                            assert!(rank == 0 || lo == hi || lo % lanes == 0, "{what:?}");
+                            next = hi;
+                        }
+                        assert_eq!(next, end, "{first}..{end} lanes {lanes} world {world}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -10,7 +10,7 @@
 use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot};
+use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot, vote_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
 /// The barrier was abandoned: a wait timed out on some thread of this rank, or this rank's abort
@@ -73,6 +73,54 @@ impl<'a> CrossRankBarrier<'a> {
         } else {
             Ok(())
         }
+    }
+
+    /// Pass the next barrier as [`CrossRankBarrier::sync`] does, and learn whether block `b` of
+    /// every rank passed it with `vote` true: `Ok(true)` on every rank's block `b` alike, or
+    /// `Ok(false)` on every one alike. Every thread of the block passes the same `vote`.
+    ///
+    /// Thread 0 writes the vote into this rank's pad before the barrier announces it (the
+    /// barrier publishes it as it publishes data); a rank that voted true reads every peer's vote
+    /// after the barrier, one thread per peer, and the block combines them. A rank that voted
+    /// false knows the answer and reads nothing.
+    ///
+    /// Between two voting barriers of one block index (in one launch or two), the block must
+    /// pass at least one other barrier: a peer reads this rank's vote after the voting barrier
+    /// and before it announces its next one, so the next vote is written only after that
+    /// announcement has been seen.
+    #[inline(always)]
+    pub fn sync_unanimous(&mut self, vote: bool) -> Result<bool, Aborted> {
+        let slot = vote_slot(self.own_pad, self.block);
+        let write_vote = || {
+            if arch::thread_idx_x() == 0 {
+                // SAFETY: the slot lies inside this rank's pad; only this block of this rank
+                // writes it, and no peer reads it until this barrier is announced (and, for the
+                // previous vote, peers read it before announcing the barrier that followed it).
+                unsafe { arch::store_plain_u32(slot, vote as u32) };
+            }
+        };
+        if !arch::mutated!(VoteAfterBarrier) {
+            write_vote();
+        }
+        self.sync()?;
+        if arch::mutated!(VoteAfterBarrier) {
+            write_vote();
+        }
+        if !vote {
+            return Ok(false);
+        }
+        let mut dissent = false;
+        let mut peer = arch::thread_idx_x();
+        while peer < self.ctx.world_size {
+            // SAFETY: peer < world_size; the pad table is valid (`new`'s contract); the peer's
+            // block wrote its vote before announcing the barrier just passed, and writes the
+            // next one only after this block announces its next barrier.
+            dissent |= unsafe {
+                arch::load_plain_u32(vote_slot(self.ctx.peer_signal_pad(peer), self.block)) == 0
+            };
+            peer += arch::block_dim_x();
+        }
+        Ok(!arch::sync_threads_or(dissent))
     }
 
     /// Store the epoch for the next use of this block index (a later launch, or a later call

@@ -8,6 +8,7 @@
 //! LL_COUNTS_OFFSET   ll counts  [MAX_BLOCKS] u64              low-latency calls made, per block
 //! PAT_FLAGS_OFFSET   pat flags  [4][MAX_BLOCKS][PAT_MAX_STEPS] u32  per-step PAT flags
 //! PAT_ROUNDS_OFFSET  pat rounds [2][MAX_BLOCKS] u32           PAT rounds made, per collective and block
+//! VOTES_OFFSET       votes      [MAX_BLOCKS] u32              this rank's vote at its block's last voting barrier
 //! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
 //! pat_staging_offset pat inbox  [world-1][PAT_SLOT_BYTES]     PAT reduce-scatter partials
 //! ```
@@ -64,8 +65,11 @@ pub const PAT_ROUNDS_OFFSET: usize = PAT_FLAGS_OFFSET + 4 * MAX_BLOCKS * PAT_MAX
 /// model small).
 pub const PAT_SLOT_BYTES: usize = if cfg!(loom) { 256 } else { 64 * 1024 };
 
+/// Offset of the per-block votes (see `CrossRankBarrier::sync_unanimous`).
+pub const VOTES_OFFSET: usize = PAT_ROUNDS_OFFSET + 2 * MAX_BLOCKS * 4;
+
 const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= PAT_FLAGS_OFFSET);
-const _: () = assert!(PAT_ROUNDS_OFFSET + 2 * MAX_BLOCKS * 4 <= LL_OFFSET);
+const _: () = assert!(VOTES_OFFSET + MAX_BLOCKS * 4 <= LL_OFFSET);
 const _: () = assert!(1 << PAT_MAX_STEPS >= MAX_RANKS);
 const _: () = assert!(PAT_SLOT_BYTES.is_multiple_of(16 * MAX_BLOCKS));
 
@@ -176,4 +180,11 @@ pub fn inbox_slot(pad: u64, block: u32, from: u32) -> *mut u32 {
 #[inline(always)]
 pub fn epoch_slot(pad: u64, block: u32) -> *mut u32 {
     (pad + (EPOCHS_OFFSET + block as usize * 4) as u64) as *mut u32
+}
+
+/// Address of the vote of `block` in the pad at `pad`: written by that block of the pad's rank
+/// only, read by the same block index of its peers.
+#[inline(always)]
+pub fn vote_slot(pad: u64, block: u32) -> *mut u32 {
+    (pad + (VOTES_OFFSET + block as usize * 4) as u64) as *mut u32
 }

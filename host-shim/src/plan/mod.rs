@@ -161,10 +161,12 @@ pub struct Model {
 /// the all-reduce kernels (5 blocks per rank at 64 MiB); 316 GB/s per rank for the direct
 /// all-gather at 64 MiB. The LL kernels lost to one-shot past 2 KiB of payload × ranks (before
 /// their waits stopped reading the host-memory abort word at every miss; to measure again).
-/// Not modelled: a rank reducing in place with one-shot pays a cross-rank barrier per round
-/// (2 ranks, 64 MiB: 3769 against 1032 µs out of place). The plan cannot price it: it must be
-/// the same on every rank, a rank does not know whether its peers reduce in place, and
-/// two-shot, the way around it, refuses calls whose ranks differ in placement. PAT's constants
+/// In place on every rank, a one-shot call longer than one round per block shares the work out
+/// as two-shot does (the start barrier carries the ranks' votes), with no round barriers. Not
+/// modelled: with ranks that differ in placement, a rank reducing in place with one-shot pays a
+/// cross-rank barrier per round (measured before the vote, every rank in place, 2 ranks,
+/// 64 MiB: 3769 against 1032 µs out of place). The plan cannot price it: it must be the same on
+/// every rank, and a rank does not know whether its peers reduce in place. PAT's constants
 /// are still estimates: with them PAT takes over from 32 ranks for small and medium sizes (see
 /// bench/scale_model.md).
 pub const GPU_MODEL: Model = Model {

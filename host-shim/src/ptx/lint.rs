@@ -133,6 +133,7 @@ pub const SIMULATED: &[&str] = &[
     "setp.gt.s64",
     "setp.gt.u32",
     "setp.gt.u64",
+    "setp.le.u32",
     "setp.le.u64",
     "setp.lt.s16",
     "setp.lt.s32",
