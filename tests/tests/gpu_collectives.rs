@@ -692,6 +692,60 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
     teardown(buffers);
 }
 
+/// Kernels load from the shipped SASS on a GPU it runs on (compute capability 8.x, 9.x, 10.0),
+/// with no JIT compilation; the simulated GPU refuses binary images, and there they come from
+/// the PTX (the fallback a driver older than the SASS's ptxas takes). The call is right either
+/// way.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_kernels_load_from_the_shipped_sass_where_it_runs() {
+    let backend = symm::backend::select().unwrap();
+    let symm::backend::Backend::Cuda(cuda) = &*backend else {
+        panic!("run with SYMM_BACKEND=cuda");
+    };
+    let comms = cuda_ranks(2);
+    let buffers = alloc_windows(&comms, 4096);
+    run_group(
+        |_, b| {
+            symmAllReduce(
+                b.base.cast(),
+                b.base.cast(),
+                5,
+                DataType::Float32 as i32,
+                symmRedOp_t::symmSum as i32,
+                b.comm,
+                null_mut(),
+            )
+        },
+        &buffers,
+    );
+    let from_sass = cuda.kernels_from_sass(0);
+    let simulated = simulator_symbol(c"symm_sim_driver_calls").is_some();
+    let jit_asked = std::env::var_os("SYMM_JIT_PTX").is_some_and(|v| !v.is_empty() && v != "0");
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: device 0 exists (the ranks above run on it); writes two ints.
+    unsafe {
+        cudarc::driver::sys::cuDeviceGetAttribute(
+            &mut major,
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            0,
+        );
+        cudarc::driver::sys::cuDeviceGetAttribute(
+            &mut minor,
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            0,
+        );
+    }
+    let sass_runs = symm::ptx::sass_target_for_capability(major, minor).is_some();
+    let expected = !simulated && !jit_asked && sass_runs;
+    assert_eq!(
+        from_sass,
+        Some(expected),
+        "compute capability {major}.{minor}, simulated {simulated}, SYMM_JIT_PTX {jit_asked}"
+    );
+    teardown(buffers);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_software_work_source_runs_every_tile_exactly_once() {

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (target-cpu, PTX file name). `ptx-out/` holds each gzip-compressed (`<name>.gz`, see
-/// [`gzip`]); the plain text is written to `target/ptx/<name>`.
+/// [`gzip`]), and its SASS (`<stem>.cubin.gz`, see [`sass_file`]); the plain text is written
+/// to `target/ptx/<name>`, the cubin next to it.
 const TARGETS: [(&str, &str); 3] = [
     ("sm_80", "symm_sm80.ptx"),
     ("sm_90", "symm_sm90.ptx"),
@@ -39,13 +40,21 @@ pub fn generate(check: bool) -> Result<(), String> {
         let built = build_device(cpu, false)?;
         let plain = plain_dir.join(file);
         std::fs::copy(&built, &plain).map_err(|e| format!("copying {built:?}: {e}"))?;
-        failures.extend(assemble(&ptxas, cpu, &plain)?);
+        let cubin = plain.with_extension("cubin");
+        failures.extend(assemble(&ptxas, cpu, &plain, &cubin)?);
         assemble_each_kernel(&ptxas, cpu, &plain)?;
         let text = std::fs::read(&plain).map_err(|e| format!("reading {plain:?}: {e}"))?;
         let compressed = out_dir.join(format!("{file}.gz"));
         std::fs::write(&compressed, gzip::compress(&text))
             .map_err(|e| format!("writing {compressed:?}: {e}"))?;
+        let sass = std::fs::read(&cubin).map_err(|e| format!("reading {cubin:?}: {e}"))?;
+        let compressed = out_dir.join(sass_file(file));
+        std::fs::write(&compressed, gzip::compress(&sass))
+            .map_err(|e| format!("writing {compressed:?}: {e}"))?;
     }
+    let version = ptxas_version(&ptxas)?;
+    std::fs::write(out_dir.join(SASS_VERSION_FILE), &version)
+        .map_err(|e| format!("writing {SASS_VERSION_FILE}: {e}"))?;
     let (cpu, file) = TRITON_LIBRARY;
     let library = triton_library(cpu)?;
     std::fs::write(out_dir.join(file), library).map_err(|e| format!("writing {file}: {e}"))?;
@@ -57,6 +66,33 @@ pub fn generate(check: bool) -> Result<(), String> {
         ));
     }
     if check {
+        // The SASS is what this ptxas makes of the PTX; another ptxas version makes other
+        // bytes, so the version is compared first.
+        let committed_version =
+            std::fs::read_to_string(root.join("ptx-out").join(SASS_VERSION_FILE))
+                .map_err(|e| format!("ptx-out/{SASS_VERSION_FILE}: {e}"))?;
+        if committed_version != version {
+            return Err(format!(
+                "ptx-out/*.cubin.gz were assembled by {:?}, this ptxas is {:?}: check with that \
+                 ptxas (PTXAS=...) or run `cargo xtask ptx` and commit",
+                committed_version.trim(),
+                version.trim()
+            ));
+        }
+        for (_, file) in TARGETS {
+            let fresh = std::fs::read(plain_dir.join(file).with_extension("cubin"))
+                .map_err(|e| e.to_string())?;
+            let name = sass_file(file);
+            let committed = std::fs::read(root.join("ptx-out").join(&name))
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| gzip::decompress(&bytes))
+                .map_err(|e| format!("ptx-out/{name}: {e}"))?;
+            if fresh != committed {
+                return Err(format!(
+                    "ptx-out/{name} differs from a fresh build: run `cargo xtask ptx` and commit"
+                ));
+            }
+        }
         // The PTX is compared as text (a different compressor may write other bytes).
         for (_, file) in TARGETS {
             let fresh = std::fs::read(plain_dir.join(file)).map_err(|e| e.to_string())?;
@@ -380,16 +416,41 @@ fn assemble_each_kernel(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<(), Strin
     Ok(())
 }
 
+/// The file in `ptx-out/` naming the ptxas that assembled the shipped SASS.
+const SASS_VERSION_FILE: &str = "sass-ptxas-version.txt";
+
+/// `ptx-out/` name of the SASS assembled from PTX file `ptx` (`symm_sm90.ptx` →
+/// `symm_sm90.cubin.gz`).
+fn sass_file(ptx: &str) -> String {
+    format!("{}.cubin.gz", ptx.trim_end_matches(".ptx"))
+}
+
+/// The last line of `ptxas --version` (the release and build), with a newline.
+fn ptxas_version(ptxas: &Path) -> Result<String, String> {
+    let output = Command::new(ptxas)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("running {ptxas:?} --version: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    Ok(format!("{}\n", last.trim()))
+}
+
 /// Most registers a kernel's thread may use: the host launches 512 threads per block
 /// (`plan::GPU_MODEL`), and a multiprocessor has 65536 registers; a kernel above this would
 /// fail to launch (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
 const MAX_REGISTERS_PER_THREAD: u64 = 65536 / 512;
 
-/// Assemble `ptx` for `cpu`, print per-kernel resources, and return the kernels that spill,
-/// have a stack frame or use more than [`MAX_REGISTERS_PER_THREAD`] registers.
-fn assemble(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<Vec<String>, String> {
+/// Assemble `ptx` for `cpu` into `cubin`, print per-kernel resources, and return the kernels
+/// that spill, have a stack frame or use more than [`MAX_REGISTERS_PER_THREAD`] registers.
+fn assemble(ptxas: &Path, cpu: &str, ptx: &Path, cubin: &Path) -> Result<Vec<String>, String> {
     let output = Command::new(ptxas)
-        .args(["-v", &format!("-arch={cpu}"), "-o", "/dev/null"])
+        .args(["-v", &format!("-arch={cpu}"), "-o"])
+        .arg(cubin)
         .arg(ptx)
         .output()
         .map_err(|e| format!("running {ptxas:?}: {e}"))?;

@@ -19,6 +19,7 @@ use crate::backend::clc::{
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::launch::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
+use crate::log::{Level, Subsys};
 use crate::plan::KernelId;
 use cudarc::driver::{DriverError, result, sys};
 use std::collections::HashMap;
@@ -81,14 +82,14 @@ fn with_jit_logs(message: String, error_log: &[u8], info_log: &[u8]) -> String {
     message
 }
 
-/// Load `image` (NUL-terminated PTX) as a module, the JIT writing its error and info logs
-/// into the two buffers (`cuModuleLoadDataEx` with the log options).
+/// Load `image` (NUL-terminated PTX, or a cubin) as a module, the JIT writing its error and
+/// info logs into the two buffers (`cuModuleLoadDataEx` with the log options).
 ///
 /// # Safety
-/// A context is current; nothing is being captured on this thread in global mode (see
-/// [`outside_capture`]).
+/// `image` is a NUL-terminated PTX text or a complete cubin; a context is current; nothing is
+/// being captured on this thread in global mode (see [`outside_capture`]).
 unsafe fn load_module(
-    image: &CStr,
+    image: *const u8,
     error_log: &mut [u8],
     info_log: &mut [u8],
 ) -> std::result::Result<sys::CUmodule, DriverError> {
@@ -108,12 +109,12 @@ unsafe fn load_module(
         std::ptr::without_provenance_mut(info_log.len()),
     ];
     let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: the image is NUL-terminated; the log buffers are valid for writes of the sizes
-    // given and outlive the call; the option and value arrays have 4 entries each.
+    // SAFETY: the image is complete (contract); the log buffers are valid for writes of the
+    // sizes given and outlive the call; the option and value arrays have 4 entries each.
     unsafe {
         sys::cuModuleLoadDataEx(
             &mut module,
-            image.as_ptr().cast(),
+            image.cast(),
             options.len() as u32,
             options.as_mut_ptr(),
             values.as_mut_ptr(),
@@ -176,6 +177,10 @@ pub(crate) struct CudaDevice {
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     multiprocessors: u32,
     ptx_target: &'static str,
+    /// The shipped SASS for this GPU, loaded as one module at the first kernel's load: `None`
+    /// when none runs on it, `SYMM_JIT_PTX` asks for the PTX, or the driver refused it (an
+    /// older driver than the ptxas that assembled it); kernels then come from the PTX.
+    sass: OnceLock<Option<SassModule>>,
     /// When the device's streams were last queried for errors and none was found (see
     /// [`CudaBackend::async_error`]).
     error_poll: Mutex<Option<std::time::Instant>>,
@@ -212,6 +217,11 @@ impl CudaDevice {
         if let Some(f) = functions.get(name) {
             return Ok(*f);
         }
+        let c_name = CString::new(name).map_err(|_| Error::internal("kernel name has a NUL"))?;
+        if let Some(f) = self.sass_function(name, &c_name) {
+            functions.insert(name.to_string(), f);
+            return Ok(f);
+        }
         let module = crate::ptx::kernel_module(self.ptx_target, name).ok_or_else(|| {
             if crate::ptx::text(self.ptx_target).is_none() {
                 Error::internal(format!(
@@ -227,7 +237,6 @@ impl CudaDevice {
         })?;
         let image =
             CString::new(module).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
-        let c_name = CString::new(name).map_err(|_| Error::internal("kernel name has a NUL"))?;
         let annotate = |e: Error| {
             Error::new(
                 e.code,
@@ -242,7 +251,7 @@ impl CudaDevice {
             // SAFETY: a NUL-terminated PTX image; logs as `load_module` requires; this
             // device's context is current and the capture mode relaxed.
             driver("loading a kernel (cuModuleLoadDataEx)", || unsafe {
-                load_module(&image, &mut error_log, &mut info_log)
+                load_module(image.as_ptr().cast(), &mut error_log, &mut info_log)
             })
         })
         .map_err(|e| {
@@ -276,6 +285,92 @@ impl CudaDevice {
         };
         functions.insert(name.to_string(), f);
         Ok(f)
+    }
+}
+
+/// A module loaded from the shipped SASS, kept for the process (its functions are).
+struct SassModule(sys::CUmodule);
+
+impl CudaDevice {
+    /// Kernel `name` from the shipped SASS, loaded on the device, or `None` (the caller then
+    /// JIT-compiles its PTX): no SASS runs on this GPU, the driver refused the SASS (logged
+    /// once), or the function does not load (logged). The first call loads the whole SASS as
+    /// one module (the driver loads each function at its first use, or here by `force_load`).
+    fn sass_function(&self, name: &str, c_name: &CStr) -> Option<sys::CUfunction> {
+        let module = self.sass.get_or_init(|| self.load_sass()).as_ref()?.0;
+        let _context = self.context.enter().ok()?;
+        let loaded = outside_capture(|| {
+            // SAFETY: `module` is loaded in this device's context, which is current, and never
+            // unloaded.
+            driver(
+                "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
+                || unsafe {
+                    let f = result::module::get_function(module, c_name.to_owned())?;
+                    force_load(f)?;
+                    Ok(f)
+                },
+            )
+        });
+        match loaded {
+            Ok(f) => Some(f),
+            Err(e) => {
+                crate::log!(
+                    Level::Warn,
+                    Subsys::Init,
+                    None,
+                    "device {}: {name} does not load from the shipped SASS ({}); JIT-compiling \
+                     its PTX",
+                    self.ordinal,
+                    e.message
+                );
+                None
+            }
+        }
+    }
+
+    /// Load the shipped SASS that runs on this GPU as one module (see
+    /// [`CudaDevice::sass_function`]).
+    fn load_sass(&self) -> Option<SassModule> {
+        let (major, minor) = self.capability;
+        let target = crate::ptx::sass_target_for_capability(major, minor)?;
+        if std::env::var_os("SYMM_JIT_PTX").is_some_and(|v| !v.is_empty() && v != "0") {
+            return None;
+        }
+        let image = crate::ptx::sass(target)?;
+        let _context = self.context.enter().ok()?;
+        let mut error_log = vec![0u8; JIT_LOG_BYTES];
+        let mut info_log = vec![0u8; JIT_LOG_BYTES];
+        let loaded = outside_capture(|| {
+            // SAFETY: a complete cubin that lives for the process; logs as `load_module`
+            // requires; this device's context is current and the capture mode relaxed.
+            driver("loading the shipped SASS (cuModuleLoadDataEx)", || unsafe {
+                load_module(image.as_ptr(), &mut error_log, &mut info_log)
+            })
+        });
+        match loaded {
+            Ok(module) => {
+                crate::log!(
+                    Level::Info,
+                    Subsys::Init,
+                    None,
+                    "device {}: kernels load from the shipped {target} SASS",
+                    self.ordinal
+                );
+                Some(SassModule(module))
+            }
+            Err(e) => {
+                crate::log!(
+                    Level::Info,
+                    Subsys::Init,
+                    None,
+                    "device {}: the driver refused the shipped {target} SASS ({}); kernels are \
+                     JIT-compiled from the PTX at first use",
+                    self.ordinal,
+                    with_jit_logs(e.message, &error_log, &info_log)
+                );
+                None
+            }
+        }
     }
 }
 
@@ -375,6 +470,15 @@ impl CudaBackend {
             device_count,
             devices: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Where device `ordinal`'s kernels come from: `Some(true)` the shipped SASS, `Some(false)`
+    /// the PTX (no SASS runs on the GPU, `SYMM_JIT_PTX`, or the driver refused it), `None`
+    /// while the device has loaded no kernel yet.
+    pub fn kernels_from_sass(&self, ordinal: i32) -> Option<bool> {
+        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let device = devices.get(&ordinal)?;
+        device.sass.get().map(Option::is_some)
     }
 
     fn device(&self, ordinal: i32) -> Result<Arc<CudaDevice>> {
@@ -1104,6 +1208,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         functions: Mutex::new(HashMap::new()),
         multiprocessors: multiprocessors.max(1) as u32,
         ptx_target,
+        sass: OnceLock::new(),
         error_poll: Mutex::new(None),
         launch_events: Mutex::new(HashMap::new()),
     })

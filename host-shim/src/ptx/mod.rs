@@ -20,6 +20,48 @@ const TARGETS: [(&str, &[u8]); 3] = [
     ),
 ];
 
+/// The targets that ship SASS (a cubin of every kernel, assembled from the target's PTX by the
+/// pinned ptxas of `cargo xtask ptx`; gzip-compressed): the driver loads it without a JIT
+/// compilation at each kernel's first use.
+const SASS: [(&str, &[u8]); 3] = [
+    (
+        "sm_80",
+        include_bytes!("../../../ptx-out/symm_sm80.cubin.gz"),
+    ),
+    (
+        "sm_90",
+        include_bytes!("../../../ptx-out/symm_sm90.cubin.gz"),
+    ),
+    (
+        "sm_100a",
+        include_bytes!("../../../ptx-out/symm_sm100a.cubin.gz"),
+    ),
+];
+
+/// The SASS (cubin) of target `target`, decompressed once per process; `None` for another name
+/// or an embedded file that does not decompress.
+pub fn sass(target: &str) -> Option<&'static [u8]> {
+    static IMAGES: [OnceLock<Option<Vec<u8>>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = SASS.iter().position(|(name, _)| *name == target)?;
+    IMAGES[slot]
+        .get_or_init(|| gzip::decompress(SASS[slot].1).ok())
+        .as_deref()
+}
+
+/// The SASS that runs on a GPU of compute capability `major.minor`: a cubin runs on its own
+/// major version from its minor version up (sm_80 on 8.x, sm_90 on 9.x), an
+/// architecture-specific one (sm_100a) only on its own version. `None` where no shipped SASS
+/// runs (such a GPU JIT-compiles the PTX).
+pub fn sass_target_for_capability(major: i32, minor: i32) -> Option<&'static str> {
+    match (major, minor) {
+        (8, _) => Some("sm_80"),
+        (9, _) => Some("sm_90"),
+        (10, 0) => Some("sm_100a"),
+        _ => None,
+    }
+}
+
 /// The PTX text of target `target` ("sm_80", "sm_90" or "sm_100a"), or `None` for another
 /// name or an embedded file that does not decompress (a build defect, reported as no PTX
 /// rather than a panic).
@@ -71,6 +113,48 @@ mod tests {
     /// Every target's name and PTX.
     fn targets() -> [(&'static str, &'static str); 3] {
         TARGETS.map(|(name, _)| (name, text(name).expect("the embedded PTX decompresses")))
+    }
+
+    /// The shipped SASS: every target's cubin decompresses, is a CUDA ELF image for that
+    /// target, and holds every kernel of the target's PTX (by name).
+    #[test]
+    fn every_target_ships_sass_of_every_kernel() {
+        for (name, ptx) in targets() {
+            let image = sass(name).expect("the embedded SASS decompresses");
+            assert!(image.starts_with(b"\x7fELF"), "{name}: not an ELF image");
+            // e_flags (offset 48 in a 64-bit ELF): the SM number in its low bits (CUDA ELF
+            // ABI version 1) or bits 8-15 (ABI version 2 and later).
+            let flags = u32::from_le_bytes(image[48..52].try_into().unwrap());
+            let sm: u32 = name
+                .trim_start_matches("sm_")
+                .trim_end_matches('a')
+                .parse()
+                .unwrap();
+            assert!(
+                flags & 0xFF == sm || (flags >> 8) & 0xFF == sm,
+                "{name}: e_flags {flags:#x} name another SM"
+            );
+            let kernels = split::PtxIndex::new(ptx).kernels();
+            assert!(kernels.len() > 100, "{name}: {} kernels", kernels.len());
+            for kernel in kernels {
+                let needle = format!("\0{kernel}\0");
+                assert!(
+                    image.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                    "{name}: no {kernel} in the SASS"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sass_runs_on_its_own_architecture_only() {
+        assert_eq!(sass_target_for_capability(8, 0), Some("sm_80"));
+        assert_eq!(sass_target_for_capability(8, 9), Some("sm_80"));
+        assert_eq!(sass_target_for_capability(9, 0), Some("sm_90"));
+        assert_eq!(sass_target_for_capability(10, 0), Some("sm_100a"));
+        assert_eq!(sass_target_for_capability(10, 3), None);
+        assert_eq!(sass_target_for_capability(12, 0), None);
+        assert_eq!(sass_target_for_capability(7, 5), None);
     }
 
     #[test]
