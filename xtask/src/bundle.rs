@@ -33,8 +33,10 @@ use crate::{cargo, root, run};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// Largest archive accepted, in bytes (16 MiB).
-pub const MAX_BUNDLE_BYTES: u64 = 16 << 20;
+/// Largest archive accepted, in bytes (20 MiB): a device run carries the checkout (about
+/// 36 MiB, most of it `ptx-out/`) and the archive, 64 MiB in all. The shipped sm_90 SASS took
+/// the archive from 12.3 to 16.2 MiB (four binaries embed libsymm).
+pub const MAX_BUNDLE_BYTES: u64 = 20 << 20;
 /// Directory of the archive, relative to the workspace root (inside the git-ignored `target/`).
 pub const BUNDLE_DIR: &str = "target/gpu-bundle";
 /// File name of the archive.
@@ -317,7 +319,7 @@ mod tests {
         assert!(check_size(1, MAX_BUNDLE_BYTES).is_ok());
         let error = check_size(MAX_BUNDLE_BYTES + 1, MAX_BUNDLE_BYTES).unwrap_err();
         assert!(error.contains("over the limit"), "{error}");
-        assert_eq!(MAX_BUNDLE_BYTES, 16 * 1024 * 1024);
+        assert_eq!(MAX_BUNDLE_BYTES, 20 * 1024 * 1024);
     }
 
     #[test]

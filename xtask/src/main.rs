@@ -15,7 +15,7 @@
 //! * `demo` — build everything and run the 8-rank all-reduce demo.
 //! * `gpu-bundle` — build in release what a GPU machine without Rust runs (the GPU test set,
 //!   `symm-perf`, `libsymm`, the C examples, `bench/gpu/run.sh`) into one archive of at most
-//!   16 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
+//!   20 MiB, `target/gpu-bundle/symm-gpu.tar.xz`.
 //! * `wheel` — `libsymm.so` in release and a platform wheel of the Python package carrying it,
 //!   `symm.h` and the Triton device libraries, in `<target>/wheels/`.
 //! * `pytest` — the Python package's tests in a virtual environment, on the host backend.

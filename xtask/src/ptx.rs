@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (target-cpu, PTX file name). `ptx-out/` holds each gzip-compressed (`<name>.gz`, see
-/// [`gzip`]), and its SASS (`<stem>.cubin.gz`, see [`sass_file`]); the plain text is written
-/// to `target/ptx/<name>`, the cubin next to it.
+/// [`gzip`]), and for [`SASS_TARGETS`] its SASS (`<stem>.cubin.gz`, see [`sass_file`]); the
+/// plain text is written to `target/ptx/<name>`, the cubin next to it.
 const TARGETS: [(&str, &str); 3] = [
     ("sm_80", "symm_sm80.ptx"),
     ("sm_90", "symm_sm90.ptx"),
@@ -47,10 +47,12 @@ pub fn generate(check: bool) -> Result<(), String> {
         let compressed = out_dir.join(format!("{file}.gz"));
         std::fs::write(&compressed, gzip::compress(&text))
             .map_err(|e| format!("writing {compressed:?}: {e}"))?;
-        let sass = std::fs::read(&cubin).map_err(|e| format!("reading {cubin:?}: {e}"))?;
-        let compressed = out_dir.join(sass_file(file));
-        std::fs::write(&compressed, gzip::compress(&sass))
-            .map_err(|e| format!("writing {compressed:?}: {e}"))?;
+        if SASS_TARGETS.contains(&cpu) {
+            let sass = std::fs::read(&cubin).map_err(|e| format!("reading {cubin:?}: {e}"))?;
+            let compressed = out_dir.join(sass_file(file));
+            std::fs::write(&compressed, gzip::compress(&sass))
+                .map_err(|e| format!("writing {compressed:?}: {e}"))?;
+        }
     }
     let version = ptxas_version(&ptxas)?;
     std::fs::write(out_dir.join(SASS_VERSION_FILE), &version)
@@ -79,7 +81,7 @@ pub fn generate(check: bool) -> Result<(), String> {
                 version.trim()
             ));
         }
-        for (_, file) in TARGETS {
+        for (_, file) in TARGETS.iter().filter(|(cpu, _)| SASS_TARGETS.contains(cpu)) {
             let fresh = std::fs::read(plain_dir.join(file).with_extension("cubin"))
                 .map_err(|e| e.to_string())?;
             let name = sass_file(file);
@@ -415,6 +417,11 @@ fn assemble_each_kernel(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<(), Strin
     );
     Ok(())
 }
+
+/// The targets whose SASS is shipped: Hopper only for now. Every cubin is about 2.5 MB
+/// compressed in each binary that embeds libsymm (and in the GPU bundle, which carries four of
+/// them); sm_80 and sm_100a GPUs JIT-compile the PTX.
+const SASS_TARGETS: [&str; 1] = ["sm_90"];
 
 /// The file in `ptx-out/` naming the ptxas that assembled the shipped SASS.
 const SASS_VERSION_FILE: &str = "sass-ptxas-version.txt";

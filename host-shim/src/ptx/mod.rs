@@ -22,42 +22,29 @@ const TARGETS: [(&str, &[u8]); 3] = [
 
 /// The targets that ship SASS (a cubin of every kernel, assembled from the target's PTX by the
 /// pinned ptxas of `cargo xtask ptx`; gzip-compressed): the driver loads it without a JIT
-/// compilation at each kernel's first use.
-const SASS: [(&str, &[u8]); 3] = [
-    (
-        "sm_80",
-        include_bytes!("../../../ptx-out/symm_sm80.cubin.gz"),
-    ),
-    (
-        "sm_90",
-        include_bytes!("../../../ptx-out/symm_sm90.cubin.gz"),
-    ),
-    (
-        "sm_100a",
-        include_bytes!("../../../ptx-out/symm_sm100a.cubin.gz"),
-    ),
-];
+/// compilation at each kernel's first use. Hopper only for now (each cubin adds about 2.5 MB
+/// to every binary that embeds libsymm); sm_80 and sm_100a GPUs JIT-compile the PTX.
+const SASS: [(&str, &[u8]); 1] = [(
+    "sm_90",
+    include_bytes!("../../../ptx-out/symm_sm90.cubin.gz"),
+)];
 
-/// The SASS (cubin) of target `target`, decompressed once per process; `None` for another name
-/// or an embedded file that does not decompress.
+/// The SASS (cubin) of target `target`, decompressed once per process; `None` for a target
+/// without shipped SASS or an embedded file that does not decompress.
 pub fn sass(target: &str) -> Option<&'static [u8]> {
-    static IMAGES: [OnceLock<Option<Vec<u8>>>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static IMAGES: [OnceLock<Option<Vec<u8>>>; 1] = [OnceLock::new()];
     let slot = SASS.iter().position(|(name, _)| *name == target)?;
     IMAGES[slot]
         .get_or_init(|| gzip::decompress(SASS[slot].1).ok())
         .as_deref()
 }
 
-/// The SASS that runs on a GPU of compute capability `major.minor`: a cubin runs on its own
-/// major version from its minor version up (sm_80 on 8.x, sm_90 on 9.x), an
-/// architecture-specific one (sm_100a) only on its own version. `None` where no shipped SASS
-/// runs (such a GPU JIT-compiles the PTX).
-pub fn sass_target_for_capability(major: i32, minor: i32) -> Option<&'static str> {
-    match (major, minor) {
-        (8, _) => Some("sm_80"),
-        (9, _) => Some("sm_90"),
-        (10, 0) => Some("sm_100a"),
+/// The shipped SASS that runs on a GPU of compute capability `major.minor`: a cubin runs on its
+/// own major version from its minor version up (sm_90 on 9.x). `None` where none runs (such a
+/// GPU JIT-compiles the PTX).
+pub fn sass_target_for_capability(major: i32, _minor: i32) -> Option<&'static str> {
+    match major {
+        9 => Some("sm_90"),
         _ => None,
     }
 }
@@ -115,11 +102,12 @@ mod tests {
         TARGETS.map(|(name, _)| (name, text(name).expect("the embedded PTX decompresses")))
     }
 
-    /// The shipped SASS: every target's cubin decompresses, is a CUDA ELF image for that
-    /// target, and holds every kernel of the target's PTX (by name).
+    /// The shipped SASS: every cubin decompresses, is a CUDA ELF image for its target, and
+    /// holds every kernel of the target's PTX (by name).
     #[test]
-    fn every_target_ships_sass_of_every_kernel() {
-        for (name, ptx) in targets() {
+    fn every_sass_target_ships_sass_of_every_kernel() {
+        for (name, _) in SASS {
+            let ptx = text(name).expect("the embedded PTX decompresses");
             let image = sass(name).expect("the embedded SASS decompresses");
             assert!(image.starts_with(b"\x7fELF"), "{name}: not an ELF image");
             // e_flags (offset 48 in a 64-bit ELF): the SM number in its low bits (CUDA ELF
@@ -147,12 +135,10 @@ mod tests {
     }
 
     #[test]
-    fn sass_runs_on_its_own_architecture_only() {
-        assert_eq!(sass_target_for_capability(8, 0), Some("sm_80"));
-        assert_eq!(sass_target_for_capability(8, 9), Some("sm_80"));
+    fn sass_ships_for_hopper_only() {
+        assert_eq!(sass_target_for_capability(8, 0), None);
         assert_eq!(sass_target_for_capability(9, 0), Some("sm_90"));
-        assert_eq!(sass_target_for_capability(10, 0), Some("sm_100a"));
-        assert_eq!(sass_target_for_capability(10, 3), None);
+        assert_eq!(sass_target_for_capability(10, 0), None);
         assert_eq!(sass_target_for_capability(12, 0), None);
         assert_eq!(sass_target_for_capability(7, 5), None);
     }
