@@ -313,6 +313,18 @@ fn every_kernel_runs_batches_exactly() {
     }
 }
 
+/// Lay the i32 buffers of `specs` one after the other from byte 64, every send and receive
+/// buffer 16-byte aligned (the pack rounds and the shares need aligned buffers).
+fn lay_out_aligned(specs: &mut [Spec]) {
+    let mut next = 64;
+    for spec in specs {
+        spec.send = next;
+        spec.recv = next + spec.count * 4 + 16;
+        next = (spec.recv + spec.count * 4 + 32).next_multiple_of(16);
+    }
+    assert!(next <= WINDOW, "{next}");
+}
+
 /// One-shot with ranks in place for some tasks and not others, in every combination over two
 /// ranks and three tasks that take several rounds each (the out-of-place ranks owe their round
 /// barriers and announce them with their next barrier): exact, and no wait times out.
@@ -363,13 +375,7 @@ fn one_shot_mixed_in_place_ranks_in_pack_rounds() {
             spec.count = 2 * (2 * per_round + 1000 * t) + 13;
             spec.in_place = (0..2).map(|r| pattern >> (2 * t + r) & 1 == 1).collect();
         }
-        let mut next = 64;
-        for spec in &mut specs {
-            spec.send = next;
-            spec.recv = next + spec.count * 4 + 16;
-            next = (spec.recv + spec.count * 4 + 32).next_multiple_of(16);
-        }
-        assert!(next <= WINDOW, "{next}");
+        lay_out_aligned(&mut specs);
         let what = format!("pattern {pattern:06b}, pack rounds");
         run_batch(
             &mut ranks,
@@ -404,13 +410,7 @@ fn one_shot_with_every_rank_in_place_passes_only_start_and_end_barriers() {
                     .map(|r| !(mixed && t == 1 && r == world - 1))
                     .collect();
             }
-            let mut next = 64;
-            for spec in &mut specs {
-                spec.send = next;
-                spec.recv = next + spec.count * 4 + 16;
-                next = (spec.recv + spec.count * 4 + 32).next_multiple_of(16);
-            }
-            assert!(next <= WINDOW, "{next}");
+            lay_out_aligned(&mut specs);
             let epochs = |ranks: &Ranks| -> Vec<u32> {
                 (0..world).map(|r| ranks.inbox(r, 0, r as u32)).collect()
             };
