@@ -19,7 +19,7 @@ fn launches(bench: &Bench) -> Result<u64, String> {
 }
 
 /// The GPU model's plans for one call of `count` and for a batch of `items` of them, on
-/// `nranks` ranks with 64 blocks allowed.
+/// `nranks` ranks, each on its own GPU, with 64 blocks allowed.
 fn gpu_model(options: &Options, count: u64, items: usize, nranks: u32) -> (Plan, Plan) {
     let collective = match options.operation {
         Operation::AllReduce => Collective::AllReduce,
@@ -29,6 +29,7 @@ fn gpu_model(options: &Options, count: u64, items: usize, nranks: u32) -> (Plan,
     };
     let limits = Limits {
         max_blocks: 64,
+        ranks_per_gpu: 1,
         forced: None,
     };
     let single = plan(

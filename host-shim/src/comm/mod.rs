@@ -44,6 +44,10 @@ pub struct Clique {
     /// what lets every rank sharing that device be resident at once. A property of the clique,
     /// so that every rank plans the same grid.
     pub max_blocks: u32,
+    /// Most ranks of this clique on one physical GPU, ranks of other processes counted (1: a GPU
+    /// per rank): the planner shares a GPU's bandwidth among them. A property of the clique, so
+    /// that every rank plans the same grid.
+    pub ranks_per_gpu: u32,
     /// Device work tables of launches (see `symm_device::symmetric::TaskArgs`), by device and
     /// content; uploaded once and kept until the communicator is destroyed (a CUDA graph that
     /// captured a launch replays it with the same table). A program whose fused batches keep
@@ -479,19 +483,27 @@ fn new_comm(
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
     let mut max_blocks = u32::MAX;
+    let mut ranks_per_gpu = 1;
     for &device in devices {
         let sharing = devices.iter().filter(|d| **d == device).count() as u32;
         max_blocks = max_blocks.min(backend.max_blocks_per_rank(device, sharing)?);
+        ranks_per_gpu = ranks_per_gpu.max(sharing);
     }
-    new_clique_with(backend, devices, max_blocks, crate::config::timeout()?)
+    new_clique_with(
+        backend,
+        devices,
+        (max_blocks, ranks_per_gpu),
+        crate::config::timeout()?,
+    )
 }
 
 /// A clique of `devices` (entries [`REMOTE_DEVICE`] for ranks of other processes) whose
-/// kernels use at most `max_blocks` blocks per rank.
+/// kernels use at most `max_blocks` blocks per rank, with at most `ranks_per_gpu` ranks on one
+/// GPU.
 fn new_clique_with(
     backend: Arc<Backend>,
     devices: &[i32],
-    max_blocks: u32,
+    (max_blocks, ranks_per_gpu): (u32, u32),
     timeout: Duration,
 ) -> Result<Arc<Clique>> {
     let local: Vec<i32> = devices
@@ -502,6 +514,7 @@ fn new_clique_with(
     backend.connect_devices(&local)?;
     Ok(Arc::new(Clique {
         max_blocks,
+        ranks_per_gpu,
         nranks: devices.len(),
         devices: devices.to_vec(),
         backend,
@@ -525,7 +538,7 @@ pub(crate) fn init_all_on(
     nranks: usize,
     timeout: Duration,
 ) -> Result<Vec<Arc<Comm>>> {
-    let clique = new_clique_with(backend, &vec![0; nranks], 1, timeout)?;
+    let clique = new_clique_with(backend, &vec![0; nranks], (1, nranks as u32), timeout)?;
     (0..nranks)
         .map(|r| new_comm(&clique, r, None, None))
         .collect()
@@ -720,6 +733,10 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             .ok_or_else(|| Error::internal(format!("rank {r} sent a malformed block cap")))?;
         max_blocks = max_blocks.min(cap);
     }
+    let ranks_per_gpu = (0..nranks as usize)
+        .map(|r| link::ranks_on_same_gpu(&link.peers, r).len() as u32)
+        .max()
+        .unwrap_or(1);
 
     let clique = {
         let mut cliques = LOCAL_CLIQUES.lock().unwrap_or_else(|e| e.into_inner());
@@ -737,7 +754,8 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
                         }
                     })
                     .collect();
-                let clique = new_clique_with(backend, &devices, max_blocks, timeout)?;
+                let clique =
+                    new_clique_with(backend, &devices, (max_blocks, ranks_per_gpu), timeout)?;
                 cliques.insert(key, Arc::downgrade(&clique));
                 clique
             }

@@ -123,12 +123,14 @@ impl BatchRequest<'_> {
     }
 }
 
-/// Predicted µs of `algorithm` on `blocks` blocks for `request` (see the module docs).
+/// Predicted µs of `algorithm` on `blocks` blocks for `request`, with at most `ranks_per_gpu`
+/// of its ranks on one GPU (see the module docs).
 pub fn batch_time_us(
     model: &Model,
     batch_model: &BatchModel,
     request: &BatchRequest<'_>,
     algorithm: Algorithm,
+    ranks_per_gpu: u32,
     blocks: u32,
 ) -> f64 {
     let size = request.size();
@@ -139,8 +141,12 @@ pub fn batch_time_us(
     }
     let working = (blocks as u64).min(cells).max(1) as u32;
     let steps = size.tasks.max(1).div_ceil(blocks.max(1) as u64) - 1;
-    model.time_us(algorithm, size.total_bytes, request.nranks, working)
-        + batch_model.per_task_us * steps as f64
+    model.time_us(
+        algorithm,
+        size.total_bytes,
+        (request.nranks, ranks_per_gpu),
+        working,
+    ) + batch_model.per_task_us * steps as f64
 }
 
 /// Choose the kernel and launch shape of a fused launch of `request` (two or more tasks; one
@@ -174,8 +180,7 @@ pub fn plan_batch(
     };
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let fits_ll = request.fits_ll();
-    let picks_ll = model.picks_ll(request.size().total_bytes, nranks);
-    let mut candidates = candidates(collective, limits.forced, fits_ll, picks_ll, || {
+    let mut candidates = candidates(collective, limits.forced, fits_ll, || {
         format!(
             "a fused batch of {} all-reduces ({} bytes) exceeds",
             counts.len(),
@@ -189,7 +194,7 @@ pub fn plan_batch(
         .into_iter()
         .map(|a| {
             let (blocks, time) = fewest_blocks(max_blocks, |b| {
-                batch_time_us(&model, &batch_model, request, a, b)
+                batch_time_us(&model, &batch_model, request, a, limits.ranks_per_gpu, b)
             });
             (a, blocks, time)
         })
@@ -213,6 +218,7 @@ mod tests {
 
     const OPEN: Limits = Limits {
         max_blocks: 64,
+        ranks_per_gpu: 1,
         forced: None,
     };
 
@@ -255,17 +261,19 @@ mod tests {
         // 16 × 1 KiB = 16 KiB: exactly the LL lines; one more task does not fit.
         assert!(request(Collective::AllReduce, &[256u64; 16], 8).fits_ll());
         assert!(!request(Collective::AllReduce, &[256u64; 17], 8).fits_ll());
-        // The GPU planner picks LL by itself only within the measured 2 KiB of payload ×
-        // ranks: 8 × 32 B on 8 ranks, not 16 × 1 KiB.
+        // The GPU planner picks LL by itself for whatever fits (measured on an H100 to beat
+        // one-shot up to its 16 KiB): 8 × 32 B and 16 × 1 KiB on 8 ranks, not 17 × 1 KiB.
+        for counts in [&[8u64; 8][..], &[256u64; 16]] {
+            let p = plan_batch(
+                &request(Collective::AllReduce, counts, 8),
+                DeviceModel::Gpu,
+                OPEN,
+            )
+            .unwrap();
+            assert_eq!(p.kernel.algorithm, Algorithm::OneShotLlAllReduce);
+        }
         let p = plan_batch(
-            &request(Collective::AllReduce, &[8u64; 8], 8),
-            DeviceModel::Gpu,
-            OPEN,
-        )
-        .unwrap();
-        assert_eq!(p.kernel.algorithm, Algorithm::OneShotLlAllReduce);
-        let p = plan_batch(
-            &request(Collective::AllReduce, &[256u64; 16], 8),
+            &request(Collective::AllReduce, &[256u64; 17], 8),
             DeviceModel::Gpu,
             OPEN,
         )
@@ -274,6 +282,7 @@ mod tests {
         let counts = [256u64; 17];
         let forced = Limits {
             max_blocks: 64,
+            ranks_per_gpu: 1,
             forced: Some(Algorithm::OneShotLlAllReduce),
         };
         let e = plan_batch(
@@ -337,6 +346,7 @@ mod tests {
                     DeviceModel::Gpu,
                     Limits {
                         max_blocks: 16,
+                        ranks_per_gpu: 1,
                         forced: None,
                     },
                 )
@@ -356,6 +366,7 @@ mod tests {
             DeviceModel::Host,
             Limits {
                 max_blocks: 2,
+                ranks_per_gpu: 1,
                 forced: None,
             },
         )

@@ -140,8 +140,12 @@ pub struct Model {
     pub latency_us: [f64; 4],
     /// Bandwidth one block sustains, GB/s (all-reduce kernels, others).
     pub per_block_gbps: [f64; 2],
-    /// Bandwidth ceiling, GB/s.
-    pub peak_gbps: f64,
+    /// Bandwidth ceiling of one rank whose peers are on other GPUs (its links), GB/s.
+    pub link_gbps: f64,
+    /// Bandwidth that the ranks on one GPU share, GB/s: a rank whose peers are all on its GPU
+    /// gets its share of it (see [`Model::rank_peak_gbps`]). `None`: the ranks of one device
+    /// share nothing the model knows, and every rank gets [`Model::link_gbps`].
+    pub gpu_gbps: Option<f64>,
     /// Threads per block.
     pub threads: u32,
     /// Cost of each rank a direct all-gather or reduce-scatter touches, µs.
@@ -150,46 +154,57 @@ pub struct Model {
     pub pat_step_us: f64,
     /// Share of the bandwidth PAT reaches.
     pub pat_bandwidth_share: f64,
-    /// Largest payload × ranks the planner gives the LL kernels unless `SYMM_ALGO` forces
-    /// them (they accept up to `LL_MAX_BYTES` per rank).
-    pub ll_max_total_bytes: u64,
 }
 
-/// Hopper values, from the first measurements on an H200 (bench/RESULTS.md, "First GPU run",
-/// 8 and 2 virtual ranks on the one GPU, CUDA-graph replays): about 8 µs for an LL call of a
-/// few lines, 12 µs for one-shot and 12.8 µs for two-shot at 1 KiB; 26–32 GB/s per block for
-/// the all-reduce kernels (5 blocks per rank at 64 MiB); 316 GB/s per rank for the direct
-/// all-gather at 64 MiB. The LL kernels lost to one-shot past 2 KiB of payload × ranks (before
-/// their waits stopped reading the host-memory abort word at every miss; to measure again).
-/// In place on every rank, a one-shot call longer than one round per block shares the work out
-/// as two-shot does (the start barrier carries the ranks' votes), with no round barriers. Not
-/// modelled: with ranks that differ in placement, a rank reducing in place with one-shot pays a
-/// cross-rank barrier per round (measured before the vote, every rank in place, 2 ranks,
-/// 64 MiB: 3769 against 1032 µs out of place). The plan cannot price it: it must be the same on
-/// every rank, and a rank does not know whether its peers reduce in place. PAT's constants
-/// are still estimates: with them PAT takes over from 32 ranks for small and medium sizes (see
-/// bench/scale_model.md).
+/// Hopper values, from the GPU runs in bench/RESULTS.md (an H200, then an H100; 2, 4 and 8
+/// virtual ranks on the one GPU, CUDA-graph replays).
+///
+/// - LL: 6.3–8.5 µs from 64 B to 16 KiB per rank on 2, 4 and 8 ranks (H100, after its waits
+///   stopped reading the host-memory abort word at every miss and its receive polled each
+///   line once), against 11–29 µs for one-shot at 512 B–32 KiB: the planner gives LL every
+///   payload its buffers take.
+/// - One-shot and two-shot: 11.5 and 12.5 µs at 1 KiB (H200); 26–32 GB/s per block (11 blocks
+///   per rank at 64 MiB: 2 ranks one-shot 472.6 µs, 8 ranks two-shot 416.6 µs, H100).
+/// - The GPU: 8 ranks at 11 blocks each reached 88 % of the device's copy rate at 64 MiB
+///   (two-shot, H100): about 2650 GB/s of what [`Model::bytes`] counts, shared by the ranks on
+///   the GPU. With that same 320 GB/s cap per rank, 2 ranks reached 29 % and 4 ranks 61 %:
+///   blocks, not memory, bounded them. Now a rank whose peers all share its GPU may use the
+///   GPU's bandwidth divided by the ranks on it (so 2 and 4 ranks take more blocks; 8 ranks
+///   keep 11).
+/// - A rank whose peers are on other GPUs keeps 320 GB/s (measured per rank with 8 virtual
+///   ranks on the H200; not yet measured across GPUs).
+/// - Direct all-gather: 316 GB/s per rank at 64 MiB (H200).
+///
+/// Not modelled: between 16 KiB and 2 MiB the measured one-shot and two-shot times are 10–20 µs
+/// above the model's (its latencies fit 1 KiB; the H100 times there fit 19 µs + 1 µs per rank
+/// for one-shot and 30 µs for two-shot, bench/RESULTS.md); the choice between them there
+/// follows the first run's measured switch points. With ranks that differ in placement, a rank
+/// reducing in place with one-shot pays a cross-rank barrier per round (measured before the
+/// vote, every rank in place, 2 ranks, 64 MiB: 3769 against 1032 µs out of place). The plan
+/// cannot price it: it must be the same on every rank, and a rank does not know whether its
+/// peers reduce in place. PAT's constants are still estimates: with them PAT takes over from
+/// 32 ranks for small and medium sizes (see bench/scale_model.md).
 pub const GPU_MODEL: Model = Model {
-    latency_us: [8.0, 11.5, 12.5, 12.0],
+    latency_us: [7.5, 11.5, 12.5, 12.0],
     per_block_gbps: [30.0, 44.0],
-    peak_gbps: 320.0,
+    link_gbps: 320.0,
+    gpu_gbps: Some(2650.0),
     threads: 512,
     per_peer_us: 0.25,
     pat_step_us: 1.25,
     pat_bandwidth_share: 0.8,
-    ll_max_total_bytes: 2048,
 };
 
 /// The host backend: OS threads and a microsecond-scale barrier (estimates).
 pub const HOST_MODEL: Model = Model {
     latency_us: [300.0, 400.0, 600.0, 600.0],
     per_block_gbps: [1.0, 1.0],
-    peak_gbps: 2.0,
+    link_gbps: 2.0,
+    gpu_gbps: None,
     threads: 8,
     per_peer_us: 16.0,
     pat_step_us: 80.0,
     pat_bandwidth_share: 0.8,
-    ll_max_total_bytes: u64::MAX,
 };
 
 /// What constrains a plan besides the request.
@@ -197,6 +212,9 @@ pub const HOST_MODEL: Model = Model {
 pub struct Limits {
     /// Most blocks one rank may use (co-residency of every rank sharing the GPU).
     pub max_blocks: u32,
+    /// Most ranks of the communicator on one GPU (1: a GPU per rank). The same on every rank,
+    /// as the plan must be (see [`Model::rank_peak_gbps`]).
+    pub ranks_per_gpu: u32,
     /// An algorithm forced by `SYMM_ALGO`: an all-reduce algorithm, or PAT for all-gather and
     /// reduce-scatter (see [`Collective::resolve_forced`]).
     pub forced: Option<Algorithm>,
@@ -247,12 +265,29 @@ impl Model {
         }
     }
 
-    /// Predicted µs of `algorithm` on `blocks` blocks.
+    /// Bandwidth ceiling of one rank of `nranks` with at most `ranks_per_gpu` of them on one
+    /// GPU: its share of the GPU's bandwidth, and no more than its links carry when some peers
+    /// are on other GPUs.
+    pub fn rank_peak_gbps(&self, nranks: u32, ranks_per_gpu: u32) -> f64 {
+        let Some(gpu) = self.gpu_gbps else {
+            return self.link_gbps;
+        };
+        let ranks_per_gpu = ranks_per_gpu.clamp(1, nranks.max(1));
+        let share = gpu / ranks_per_gpu as f64;
+        if ranks_per_gpu >= nranks {
+            share
+        } else {
+            share.min(self.link_gbps)
+        }
+    }
+
+    /// Predicted µs of `algorithm` on `blocks` blocks, for `nranks` ranks with at most
+    /// `ranks_per_gpu` of them on one GPU.
     pub fn time_us(
         &self,
         algorithm: Algorithm,
         payload_bytes: u64,
-        nranks: u32,
+        (nranks, ranks_per_gpu): (u32, u32),
         blocks: u32,
     ) -> f64 {
         let (latency, per_block) = match algorithm {
@@ -266,10 +301,11 @@ impl Model {
             Algorithm::TwoShotAllReduce => (self.latency_us[2], self.per_block_gbps[0]),
             _ => (self.latency_us[3], self.per_block_gbps[1]),
         };
+        let rank_peak = self.rank_peak_gbps(nranks, ranks_per_gpu);
         let peak = if is_pat(algorithm) {
-            self.peak_gbps * self.pat_bandwidth_share
+            rank_peak * self.pat_bandwidth_share
         } else {
-            self.peak_gbps
+            rank_peak
         };
         let bandwidth_bytes_per_us = (blocks as f64 * per_block).min(peak) * 1e3;
         latency
@@ -277,21 +313,16 @@ impl Model {
             + Self::bytes(algorithm, payload_bytes as f64, nranks as f64) / bandwidth_bytes_per_us
     }
 
-    /// `true` when the planner may pick an LL kernel for `payload` bytes per rank on `nranks`
-    /// ranks by itself (see [`Model::ll_max_total_bytes`]).
-    pub fn picks_ll(&self, payload: u64, nranks: u32) -> bool {
-        payload.saturating_mul(nranks as u64) <= self.ll_max_total_bytes
-    }
-
-    /// Fewest blocks within 2.5 % of the best time for `algorithm`, and that time.
+    /// Fewest blocks within 2.5 % of the best time for `algorithm`, and that time (`ranks`:
+    /// the rank count and the most ranks on one GPU, as [`Model::time_us`] takes them).
     pub fn best_blocks(
         &self,
         algorithm: Algorithm,
         payload: u64,
-        nranks: u32,
+        ranks: (u32, u32),
         max_blocks: u32,
     ) -> (u32, f64) {
-        fewest_blocks(max_blocks, |b| self.time_us(algorithm, payload, nranks, b))
+        fewest_blocks(max_blocks, |b| self.time_us(algorithm, payload, ranks, b))
     }
 }
 
@@ -325,14 +356,14 @@ pub fn plan(
     let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
     let fits_ll = payload <= LL_MAX_BYTES as u64;
-    let picks_ll = model.picks_ll(payload, nranks);
-    let candidates = candidates(collective, limits.forced, fits_ll, picks_ll, || {
+    let candidates = candidates(collective, limits.forced, fits_ll, || {
         format!("{payload} bytes exceed")
     })?;
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
-            let (blocks, time) = model.best_blocks(a, payload, nranks, max_blocks);
+            let (blocks, time) =
+                model.best_blocks(a, payload, (nranks, limits.ranks_per_gpu), max_blocks);
             (a, blocks, time)
         })
         .min_by(|x, y| x.2.total_cmp(&y.2))
@@ -367,14 +398,13 @@ pub(crate) fn is_pat(algorithm: Algorithm) -> bool {
 
 /// The algorithms a plan chooses among: the one `SYMM_ALGO` forces for `collective`
 /// ([`Collective::resolve_forced`]), else every algorithm of `collective`, the low-latency ones
-/// only when the payload `fits_ll` and the model `picks_ll` ([`Model::picks_ll`]). A forced
+/// only when the payload `fits_ll`. A forced
 /// low-latency algorithm that does not fit is an error; `too_large` words the payload
 /// ("… bytes exceed").
 pub(crate) fn candidates(
     collective: Collective,
     forced: Option<Algorithm>,
     fits_ll: bool,
-    picks_ll: bool,
     too_large: impl FnOnce() -> String,
 ) -> Result<Vec<Algorithm>> {
     let forced = forced.and_then(|forced| collective.resolve_forced(forced));
@@ -390,7 +420,7 @@ pub(crate) fn candidates(
             .algorithms()
             .iter()
             .copied()
-            .filter(|a| !is_low_latency(*a) || (fits_ll && picks_ll))
+            .filter(|a| !is_low_latency(*a) || fits_ll)
             .collect(),
     };
     if !candidates
@@ -411,6 +441,7 @@ mod tests {
 
     const OPEN: Limits = Limits {
         max_blocks: 64,
+        ranks_per_gpu: 1,
         forced: None,
     };
 
@@ -427,25 +458,105 @@ mod tests {
         .unwrap()
     }
 
+    /// The plan of a float sum of `bytes` on `nranks` ranks, all on one GPU of 132
+    /// multiprocessors (the co-residency cap of each rank: 132 / `nranks`, at most 64).
+    fn pick_on_one_gpu(bytes: u64, nranks: u32) -> Plan {
+        plan(
+            Collective::AllReduce,
+            DataType::Float32,
+            RedOp::Sum,
+            bytes / 4,
+            nranks,
+            DeviceModel::Gpu,
+            Limits {
+                max_blocks: (132 / nranks).min(64),
+                ranks_per_gpu: nranks,
+                forced: None,
+            },
+        )
+        .unwrap()
+    }
+
     #[test]
     fn small_all_reduce_is_ll_on_one_block_large_is_two_shot_on_many() {
-        // 256 B on 8 ranks and 1 KiB on 2: LL (measured on an H200 to beat one-shot there);
-        // 512 B on 8 ranks and 2 KiB on 2: not (measured to lose).
         let small = pick(64, 8);
         assert_eq!(small.kernel.algorithm, Algorithm::OneShotLlAllReduce);
         assert!(small.grid <= 4);
-        assert_eq!(pick(256, 2).kernel.algorithm, Algorithm::OneShotLlAllReduce);
-        assert_ne!(pick(128, 8).kernel.algorithm, Algorithm::OneShotLlAllReduce);
-        assert_ne!(pick(512, 2).kernel.algorithm, Algorithm::OneShotLlAllReduce);
         // Past the LL buffers, LL is never picked.
+        let past_ll = (LL_MAX_BYTES / 4 + 1) as u64;
         assert_ne!(
-            pick(8192, 2).kernel.algorithm,
+            pick(past_ll, 2).kernel.algorithm,
             Algorithm::OneShotLlAllReduce
         );
         let large = pick(64 << 20, 8);
         assert_eq!(large.kernel.algorithm, Algorithm::TwoShotAllReduce);
         assert!(large.grid > 1);
         assert!(large.predicted_us > small.predicted_us);
+    }
+
+    /// What the H100 run measured (bench/RESULTS.md, "Second GPU run"), as the plans of 2, 4
+    /// and 8 ranks on that one GPU.
+    #[test]
+    fn plans_follow_the_h100_measurements() {
+        for nranks in [2, 4, 8] {
+            // LL took 6.3–8.5 µs from 64 B to 16 KiB, where one-shot took 11–29 µs.
+            let mut bytes = 8;
+            while bytes <= LL_MAX_BYTES as u64 {
+                for p in [pick_on_one_gpu(bytes, nranks), pick(bytes / 4, nranks)] {
+                    assert_eq!(
+                        p.kernel.algorithm,
+                        Algorithm::OneShotLlAllReduce,
+                        "{bytes} B on {nranks} ranks"
+                    );
+                }
+                bytes *= 2;
+            }
+        }
+        // 8 ranks: two-shot from 64 KiB; at 64 MiB its 11 blocks per rank reached 88 % of the
+        // copy rate in 416.6 µs, so they keep 11.
+        for shift in 16..=26 {
+            let p = pick_on_one_gpu(1 << shift, 8);
+            assert_eq!(
+                p.kernel.algorithm,
+                Algorithm::TwoShotAllReduce,
+                "2^{shift} B"
+            );
+        }
+        let eight = pick_on_one_gpu(64 << 20, 8);
+        assert_eq!(eight.grid, 11);
+        assert!(
+            (eight.predicted_us / 416.6 - 1.0).abs() < 0.1,
+            "{}",
+            eight.predicted_us
+        );
+        // 2 and 4 ranks: 11 blocks per rank left the GPU's memory idle (29 % and 61 % of the
+        // copy rate at 64 MiB); sharing the GPU among fewer ranks, they take more.
+        let two = pick_on_one_gpu(64 << 20, 2);
+        assert_eq!(two.kernel.algorithm, Algorithm::OneShotAllReduce);
+        assert!(two.grid >= 40, "{}", two.grid);
+        let four = pick_on_one_gpu(64 << 20, 4);
+        assert_eq!(four.kernel.algorithm, Algorithm::TwoShotAllReduce);
+        assert!(four.grid >= 20, "{}", four.grid);
+        // A rank whose peers are on other GPUs keeps the link's 320 GB/s: 11 blocks.
+        assert_eq!(pick((64 << 20) / 4, 8).grid, 11);
+        assert_eq!(pick((64 << 20) / 4, 2).grid, 11);
+    }
+
+    #[test]
+    fn a_gpu_is_shared_by_its_ranks_and_links_bound_ranks_on_other_gpus() {
+        let m = GPU_MODEL;
+        let gpu = m.gpu_gbps.unwrap();
+        assert_eq!(m.rank_peak_gbps(8, 8), gpu / 8.0);
+        assert_eq!(m.rank_peak_gbps(2, 2), gpu / 2.0);
+        assert_eq!(m.rank_peak_gbps(8, 1), m.link_gbps);
+        // Some peers elsewhere: the smaller of the share and the links.
+        assert_eq!(m.rank_peak_gbps(16, 8), m.link_gbps.min(gpu / 8.0));
+        assert_eq!(m.rank_peak_gbps(16, 2), m.link_gbps);
+        // More ranks per GPU than ranks is read as all on one GPU; 0 as 1.
+        assert_eq!(m.rank_peak_gbps(2, 9), gpu / 2.0);
+        assert_eq!(m.rank_peak_gbps(2, 0), m.link_gbps);
+        // The host model shares nothing.
+        assert_eq!(HOST_MODEL.rank_peak_gbps(8, 8), HOST_MODEL.link_gbps);
     }
 
     #[test]
@@ -461,6 +572,7 @@ mod tests {
                 DeviceModel::Gpu,
                 Limits {
                     max_blocks: 16,
+                    ranks_per_gpu: 1,
                     forced: None,
                 },
             )
@@ -478,6 +590,7 @@ mod tests {
     fn forced_algorithm_is_obeyed_and_checked() {
         let forced = Limits {
             max_blocks: 8,
+            ranks_per_gpu: 1,
             forced: Some(Algorithm::TwoShotAllReduce),
         };
         let p = plan(
@@ -500,6 +613,7 @@ mod tests {
         assert!(ring.message.contains("pat"));
         let ll = Limits {
             max_blocks: 8,
+            ranks_per_gpu: 1,
             forced: Some(Algorithm::OneShotLlAllReduce),
         };
         let too_big = plan(
@@ -562,6 +676,7 @@ mod tests {
         );
         let limits = Limits {
             max_blocks: 8,
+            ranks_per_gpu: 1,
             forced,
         };
         let planned = |collective| {
@@ -593,6 +708,7 @@ mod tests {
         );
         let oneshot = Limits {
             max_blocks: 8,
+            ranks_per_gpu: 1,
             forced: Some(Algorithm::OneShotAllReduce),
         };
         let gather = plan(
@@ -609,6 +725,7 @@ mod tests {
         // A forced algorithm of the wrong collective is still refused when asked for directly.
         let wrong = Limits {
             max_blocks: 8,
+            ranks_per_gpu: 1,
             forced: Some(Algorithm::ReduceScatter),
         };
         let refused = plan(
@@ -635,6 +752,7 @@ mod tests {
                 DeviceModel::Host,
                 Limits {
                     max_blocks: 2,
+                    ranks_per_gpu: 1,
                     forced: None,
                 },
             )
@@ -661,6 +779,7 @@ mod tests {
                     DeviceModel::Gpu,
                     Limits {
                         max_blocks: 32,
+                        ranks_per_gpu: 1,
                         forced,
                     },
                 )
