@@ -21,6 +21,9 @@
 #   device    the CUDA C++ device API (examples/cuda): libsymm_device.a rebuilt from the bundle's
 #             device-lib/symm_device.ptx with this machine's nvcc, device_allreduce linked with
 #             -rdc=true -lsymm_device, jit_link linking kernel.ptx at run time (cuLink*)
+#   blocks    the all-reduce's time against its grid (SYMM_MIN_BLOCKS = SYMM_MAX_BLOCKS = each
+#             of $BLOCKS), one-shot and two-shot, 16 KiB..4 MiB, 8 and 2 ranks
+#   profile   Nsight Compute (ncu) on two-shot 64 KiB, one-shot 16 KiB and LL 16 KiB, 8 ranks
 #   all       env, tests, examples, device, perf, baseline, clc, python, in that order
 #   quick     what fits one short GPU lease (about 8 minutes; 6.2 on an H100 with the shipped
 #             SASS and a 40 s device step): env; the GPU tests but the dtype/op
@@ -46,6 +49,7 @@
 #   BASELINE_TIMEOUT_S [120]            CLC_ARGS [-t 4096 -i all -p all -n 10]
 #   CLC_TIMEOUT_S [300]                 CUDA_HOME [/usr/local/cuda, else from nvcc]
 #   PYTHON_TIMEOUT_S [400]              PYTHON_RANKS [2 4]
+#   BLOCKS [1 2 4 8 16 32]  the grids of part blocks
 #   KEEP_SCRATCH [0]  1: keep the extracted bundle (its path is printed)
 #   QUICK_SWEEPS_S [150]  quick: the deadline of its last step, the dtype/op sweeps
 #   BACKEND [cuda]    SYMM_BACKEND of every run; host: try the script where there is no GPU
@@ -59,7 +63,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | examples | device | perf | baseline | clc | python | all | quick) ;;
+  env | tests | examples | device | perf | baseline | clc | python | blocks | profile | all | quick) ;;
   *) usage ;;
 esac
 
@@ -369,6 +373,49 @@ part_clc() {
     "$LOG/clc/clc.log" "" "$B/bin/symm-perf" clc $CLC_ARGS
 }
 
+# The all-reduce's time against its grid: SYMM_MIN_BLOCKS = SYMM_MAX_BLOCKS = each of $BLOCKS,
+# one-shot and two-shot forced, 16 KiB..4 MiB, on 8 and 2 ranks (what the cost model's
+# per-block terms are fitted to).
+part_blocks() {
+  start_part blocks
+  local algo g b
+  for algo in oneshot twoshot; do
+    for g in 8 2; do
+      for b in ${BLOCKS:-1 2 4 8 16 32}; do
+        SYMM_BACKEND=$BACKEND SYMM_ALGO=$algo SYMM_MIN_BLOCKS=$b SYMM_MAX_BLOCKS=$b \
+          run_logged blocks "all_reduce SYMM_ALGO=$algo -g $g, $b blocks" "16K..4M" \
+          "$PERF_TIMEOUT_S" "$LOG/blocks/${algo}_g${g}_b${b}.log" "" \
+          "$B/bin/symm-perf" all_reduce -b 16K -e 4M -f 4 -g "$g" -d float -o sum \
+          -n "$ITERS" -w "$WARMUP" -c 0
+      done
+    done
+  done
+}
+
+# Nsight Compute on the mid-size all-reduces (one eager launch each, every rank in it):
+# two-shot 64 KiB and one-shot 16 KiB on 8 ranks, LL 16 KiB for comparison.
+part_profile() {
+  start_part profile
+  if ! command -v ncu >/dev/null; then
+    record profile "ncu" "not found" fail 0
+    return 0
+  fi
+  local algo bytes
+  while read -r algo bytes; do
+    SYMM_BACKEND=$BACKEND SYMM_ALGO=$algo run_logged profile "ncu $algo $bytes -g 8" ncu \
+      "$PERF_TIMEOUT_S" "$LOG/profile/${algo}_${bytes}.log" "" \
+      ncu --target-processes all -k regex:symm_ -c 3 --section SpeedOfLight \
+      --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section MemoryWorkloadAnalysis \
+      "$B/bin/symm-perf" all_reduce -b "$bytes" -e "$bytes" -g 8 -d float -o sum -n 1 -w 1 \
+      -G 0 -c 0
+  done <<LIST
+twoshot 64K
+oneshot 16K
+ll 16K
+LIST
+}
+
 part_python() {
   start_part python
   # The package laid out as pip installs it: the sources plus symm/lib/ holding the bundle's
@@ -480,6 +527,8 @@ case "$PART" in
   baseline) part_baseline ;;
   clc) part_clc ;;
   python) part_python ;;
+  blocks) part_blocks ;;
+  profile) part_profile ;;
   all)
     part_env
     part_tests

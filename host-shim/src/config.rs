@@ -28,6 +28,37 @@ pub fn parse_forced_algorithm(value: Option<&str>) -> Result<Option<Algorithm>> 
     }
 }
 
+/// `SYMM_MIN_BLOCKS` and `SYMM_MAX_BLOCKS`: the fewest and the most blocks per rank the planner
+/// gives a kernel (as NCCL's `NCCL_MIN_CTAS` and `NCCL_MAX_CTAS` bound its channels), within
+/// what lets the ranks sharing a GPU be resident at once; unset: 1 and no bound.
+pub fn block_bounds() -> Result<(u32, u32)> {
+    parse_block_bounds(
+        std::env::var("SYMM_MIN_BLOCKS").ok().as_deref(),
+        std::env::var("SYMM_MAX_BLOCKS").ok().as_deref(),
+    )
+}
+
+/// Parse `SYMM_MIN_BLOCKS` and `SYMM_MAX_BLOCKS` (`None`: unset) into (fewest, most).
+pub fn parse_block_bounds(min: Option<&str>, max: Option<&str>) -> Result<(u32, u32)> {
+    let parse = |name: &str, value: Option<&str>, unset: u32| match value.map(str::trim) {
+        None | Some("") => Ok(unset),
+        Some(text) => match text.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(Error::invalid_argument(format!(
+                "{name}={text:?} is not a positive number of blocks"
+            ))),
+        },
+    };
+    let min = parse("SYMM_MIN_BLOCKS", min, 1)?;
+    let max = parse("SYMM_MAX_BLOCKS", max, u32::MAX)?;
+    if min > max {
+        return Err(Error::invalid_argument(format!(
+            "SYMM_MIN_BLOCKS={min} exceeds SYMM_MAX_BLOCKS={max}"
+        )));
+    }
+    Ok((min, max))
+}
+
 /// `SYMM_TIMEOUT_MS`: bound of every wait on another rank (kernels and host rendezvous).
 pub fn timeout() -> Result<Duration> {
     parse_timeout(std::env::var("SYMM_TIMEOUT_MS").ok().as_deref())
@@ -79,6 +110,28 @@ mod tests {
             let e = parse_timeout(Some(bad)).unwrap_err();
             assert_eq!(e.code, symmResult_t::symmInvalidArgument);
             assert!(e.message.contains("SYMM_TIMEOUT_MS"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn block_bound_values() {
+        assert_eq!(parse_block_bounds(None, None).unwrap(), (1, u32::MAX));
+        assert_eq!(
+            parse_block_bounds(Some(" 4 "), None).unwrap(),
+            (4, u32::MAX)
+        );
+        assert_eq!(parse_block_bounds(Some(""), Some("8")).unwrap(), (1, 8));
+        assert_eq!(parse_block_bounds(Some("3"), Some("3")).unwrap(), (3, 3));
+        for (min, max, named) in [
+            (Some("0"), None, "SYMM_MIN_BLOCKS"),
+            (None, Some("-1"), "SYMM_MAX_BLOCKS"),
+            (Some("two"), None, "SYMM_MIN_BLOCKS"),
+            (None, Some("1.5"), "SYMM_MAX_BLOCKS"),
+            (Some("9"), Some("8"), "exceeds SYMM_MAX_BLOCKS"),
+        ] {
+            let e = parse_block_bounds(min, max).unwrap_err();
+            assert_eq!(e.code, symmResult_t::symmInvalidArgument);
+            assert!(e.message.contains(named), "{min:?} {max:?}: {}", e.message);
         }
     }
 }

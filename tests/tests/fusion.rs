@@ -1029,6 +1029,55 @@ fn child_fused_all_reduce_with_forced_algorithm() {
     }
 }
 
+/// Fused and single calls with the blocks bounded (`SYMM_MIN_BLOCKS`, `SYMM_MAX_BLOCKS`, read
+/// when a communicator is created): run in a child process with the variables set (see
+/// [`block_bounds_set_every_grid`]).
+#[test]
+#[ignore = "run by block_bounds_set_every_grid with SYMM_MIN_BLOCKS / SYMM_MAX_BLOCKS set"]
+fn child_calls_with_bounded_blocks() {
+    for kind in [Kind::AllReduce, Kind::AllGather] {
+        fused_batch_then(3, kind, TYPES[0], 17, 0xB10C, &[5, 3000], true);
+    }
+}
+
+#[test]
+fn block_bounds_set_every_grid() {
+    // The host backend lets a rank use 2 blocks; its model picks 1 for small calls and 2 for
+    // large ones. A bound past the cap is lowered to it.
+    for (min, max, blocks) in [("2", "", 2), ("", "1", 1), ("5", "", 2), ("1", "1", 1)] {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "child_calls_with_bounded_blocks",
+                "--nocapture",
+            ])
+            .env("SYMM_BACKEND", "host")
+            .env("SYMM_DEBUG", "INFO")
+            .env("SYMM_MIN_BLOCKS", min)
+            .env("SYMM_MAX_BLOCKS", max)
+            .output()
+            .expect("re-running the test binary");
+        let log = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let setting = format!("SYMM_MIN_BLOCKS={min:?} SYMM_MAX_BLOCKS={max:?}");
+        assert!(output.status.success(), "{setting}:\n{stdout}\n{log}");
+        assert!(
+            stdout.contains("1 passed"),
+            "{setting}: the child ran nothing"
+        );
+        let launches: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("symm INFO launch: "))
+            .collect();
+        assert!(launches.len() >= 4, "{setting}: launches:\n{log}");
+        let grid = format!(", {blocks} blocks x ");
+        for line in launches {
+            assert!(line.contains(&grid), "{setting}: {line}");
+        }
+    }
+}
+
 #[test]
 fn forced_algorithms_run_fused_batches() {
     for (algo, kernel) in [

@@ -194,6 +194,7 @@ impl Call {
         let forced = forced.and_then(|f| self.kind.collective().resolve_forced(f));
         let limits = Limits {
             max_blocks: HOST_MAX_BLOCKS,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced,
         };

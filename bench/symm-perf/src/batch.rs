@@ -29,6 +29,7 @@ fn gpu_model(options: &Options, count: u64, items: usize, nranks: u32) -> (Plan,
     };
     let limits = Limits {
         max_blocks: 64,
+        min_blocks: 1,
         ranks_per_gpu: 1,
         forced: None,
     };

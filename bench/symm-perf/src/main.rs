@@ -490,6 +490,7 @@ impl Bench {
             comm.clique.backend.kind(),
             symm::plan::Limits {
                 max_blocks: comm.max_blocks,
+                min_blocks: comm.clique.min_blocks,
                 ranks_per_gpu: comm.clique.ranks_per_gpu,
                 forced: comm.clique.forced_algorithm,
             },

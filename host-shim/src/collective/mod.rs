@@ -174,6 +174,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         .and_then(|forced| request.collective.resolve_forced(forced));
     let limits = Limits {
         max_blocks: comm.max_blocks,
+        min_blocks: comm.clique.min_blocks,
         ranks_per_gpu: comm.clique.ranks_per_gpu,
         forced,
     };

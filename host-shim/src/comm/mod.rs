@@ -41,9 +41,13 @@ pub struct Clique {
     /// `SYMM_ALGO`: an algorithm forced for every call (see `Collective::resolve_forced`).
     pub forced_algorithm: Option<Algorithm>,
     /// Most blocks per rank of every kernel of this clique: the minimum over its devices of
-    /// what lets every rank sharing that device be resident at once. A property of the clique,
-    /// so that every rank plans the same grid.
+    /// what lets every rank sharing that device be resident at once, and over the ranks'
+    /// `SYMM_MAX_BLOCKS`. A property of the clique, so that every rank plans the same grid.
     pub max_blocks: u32,
+    /// Fewest blocks per rank a plan gives a kernel (`SYMM_MIN_BLOCKS`, 1 unset; the planner
+    /// keeps it within `max_blocks`). Ranks of other processes must set the same value: a
+    /// different one gives a different grid, which the call agreement refuses.
+    pub min_blocks: u32,
     /// Most ranks of this clique on one physical GPU, ranks of other processes counted (1: a GPU
     /// per rank): the planner shares a GPU's bandwidth among them. A property of the clique, so
     /// that every rank plans the same grid.
@@ -482,7 +486,7 @@ fn new_comm(
 
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
-    let mut max_blocks = u32::MAX;
+    let mut max_blocks = crate::config::block_bounds()?.1;
     let mut ranks_per_gpu = 1;
     for &device in devices {
         let sharing = devices.iter().filter(|d| **d == device).count() as u32;
@@ -514,6 +518,7 @@ fn new_clique_with(
     backend.connect_devices(&local)?;
     Ok(Arc::new(Clique {
         max_blocks,
+        min_blocks: crate::config::block_bounds()?.0,
         ranks_per_gpu,
         nranks: devices.len(),
         devices: devices.to_vec(),
@@ -721,7 +726,9 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             on_gpu.len()
         );
     }
-    let own_cap = backend.max_blocks_per_rank(device, on_gpu.len() as u32)?;
+    let own_cap = backend
+        .max_blocks_per_rank(device, on_gpu.len() as u32)?
+        .min(crate::config::block_bounds()?.1);
     link.contribute(link::INIT_TAG, &own_cap.to_le_bytes())?;
     let caps = link.gathered(link::INIT_TAG, timeout)?;
     let mut max_blocks = u32::MAX;

@@ -117,6 +117,7 @@ impl<'t> Batch<'t> {
 fn limits(task: &Task) -> Limits {
     Limits {
         max_blocks: task.comm.max_blocks,
+        min_blocks: task.comm.clique.min_blocks,
         ranks_per_gpu: task.comm.clique.ranks_per_gpu,
         forced: task
             .comm

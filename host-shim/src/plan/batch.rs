@@ -31,13 +31,13 @@
 //! (`cell_elements`).
 
 use super::{
-    Collective, DeviceModel, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, candidates,
-    fewest_blocks, is_pat,
+    Collective, DeviceModel, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, block_range,
+    candidates, fewest_blocks, is_pat,
 };
 use crate::error::{Error, Result};
 use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::batch::task_cells;
-use symm_device::sync::signal_pad::{LL_LINES, LL_MAX_BYTES, MAX_BLOCKS};
+use symm_device::sync::signal_pad::{LL_LINES, LL_MAX_BYTES};
 use symm_device::{DataType, RedOp};
 
 /// Cost of one more task per block of a fused launch, in µs.
@@ -178,7 +178,7 @@ pub fn plan_batch(
         DeviceModel::Gpu => (GPU_MODEL, GPU_BATCH_MODEL),
         DeviceModel::Host => (HOST_MODEL, HOST_BATCH_MODEL),
     };
-    let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
+    let blocks = block_range(&limits);
     let fits_ll = request.fits_ll();
     let mut candidates = candidates(collective, limits.forced, fits_ll, || {
         format!(
@@ -193,7 +193,7 @@ pub fn plan_batch(
     let (algorithm, grid, predicted_us) = candidates
         .into_iter()
         .map(|a| {
-            let (blocks, time) = fewest_blocks(max_blocks, |b| {
+            let (blocks, time) = fewest_blocks(blocks.clone(), |b| {
                 batch_time_us(&model, &batch_model, request, a, limits.ranks_per_gpu, b)
             });
             (a, blocks, time)
@@ -218,6 +218,7 @@ mod tests {
 
     const OPEN: Limits = Limits {
         max_blocks: 64,
+        min_blocks: 1,
         ranks_per_gpu: 1,
         forced: None,
     };
@@ -282,6 +283,7 @@ mod tests {
         let counts = [256u64; 17];
         let forced = Limits {
             max_blocks: 64,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced: Some(Algorithm::OneShotLlAllReduce),
         };
@@ -346,6 +348,7 @@ mod tests {
                     DeviceModel::Gpu,
                     Limits {
                         max_blocks: 16,
+                        min_blocks: 1,
                         ranks_per_gpu: 1,
                         forced: None,
                     },
@@ -366,6 +369,7 @@ mod tests {
             DeviceModel::Host,
             Limits {
                 max_blocks: 2,
+                min_blocks: 1,
                 ranks_per_gpu: 1,
                 forced: None,
             },

@@ -18,6 +18,7 @@ pub mod scale_model;
 
 pub use crate::config::parse_forced_algorithm;
 use crate::error::{Error, Result};
+use std::ops::RangeInclusive;
 use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::dispatch::kernel_name;
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, MAX_BLOCKS};
@@ -210,8 +211,12 @@ pub const HOST_MODEL: Model = Model {
 /// What constrains a plan besides the request.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
-    /// Most blocks one rank may use (co-residency of every rank sharing the GPU).
+    /// Most blocks one rank may use (co-residency of every rank sharing the GPU, and
+    /// `SYMM_MAX_BLOCKS`).
     pub max_blocks: u32,
+    /// Fewest blocks a plan gives a rank (`SYMM_MIN_BLOCKS`; 1 by default), within
+    /// `max_blocks`.
+    pub min_blocks: u32,
     /// Most ranks of the communicator on one GPU (1: a GPU per rank). The same on every rank,
     /// as the plan must be (see [`Model::rank_peak_gbps`]).
     pub ranks_per_gpu: u32,
@@ -313,29 +318,39 @@ impl Model {
             + Self::bytes(algorithm, payload_bytes as f64, nranks as f64) / bandwidth_bytes_per_us
     }
 
-    /// Fewest blocks within 2.5 % of the best time for `algorithm`, and that time (`ranks`:
-    /// the rank count and the most ranks on one GPU, as [`Model::time_us`] takes them).
+    /// Fewest blocks of `blocks` within 2.5 % of the best time for `algorithm`, and that time
+    /// (`ranks`: the rank count and the most ranks on one GPU, as [`Model::time_us`] takes
+    /// them).
     pub fn best_blocks(
         &self,
         algorithm: Algorithm,
         payload: u64,
         ranks: (u32, u32),
-        max_blocks: u32,
+        blocks: RangeInclusive<u32>,
     ) -> (u32, f64) {
-        fewest_blocks(max_blocks, |b| self.time_us(algorithm, payload, ranks, b))
+        fewest_blocks(blocks, |b| self.time_us(algorithm, payload, ranks, b))
     }
 }
 
-/// The fewest blocks in `1..=max_blocks` (at least 1) whose predicted `time_us` is within
-/// 2.5 % of the best, and that time.
-pub(crate) fn fewest_blocks(max_blocks: u32, time_us: impl Fn(u32) -> f64) -> (u32, f64) {
-    let times: Vec<f64> = (1..=max_blocks.max(1)).map(time_us).collect();
+/// The fewest blocks in `blocks` (at least 1; an empty range is read as its start) whose
+/// predicted `time_us` is within 2.5 % of the best, and that time.
+pub(crate) fn fewest_blocks(
+    blocks: RangeInclusive<u32>,
+    time_us: impl Fn(u32) -> f64,
+) -> (u32, f64) {
+    let first = (*blocks.start()).max(1);
+    let last = (*blocks.end()).max(first);
+    let times: Vec<f64> = (first..=last).map(time_us).collect();
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-    let blocks = times
-        .iter()
-        .position(|t| *t <= best * 1.025)
-        .map_or(1, |i| i as u32 + 1);
-    (blocks, times[blocks as usize - 1])
+    let index = times.iter().position(|t| *t <= best * 1.025).unwrap_or(0);
+    (first + index as u32, times[index])
+}
+
+/// The block counts a plan may choose among: `limits`' bounds within 1..=[`MAX_BLOCKS`], the
+/// fewest lowered to the most where they cross.
+pub(crate) fn block_range(limits: &Limits) -> RangeInclusive<u32> {
+    let most = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
+    limits.min_blocks.clamp(1, most)..=most
 }
 
 /// Choose the kernel and launch shape. `count` is in elements (all-reduce: total;
@@ -353,7 +368,7 @@ pub fn plan(
         DeviceModel::Gpu => GPU_MODEL,
         DeviceModel::Host => HOST_MODEL,
     };
-    let max_blocks = limits.max_blocks.clamp(1, MAX_BLOCKS as u32);
+    let blocks = block_range(&limits);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
     let fits_ll = payload <= LL_MAX_BYTES as u64;
     let candidates = candidates(collective, limits.forced, fits_ll, || {
@@ -363,7 +378,7 @@ pub fn plan(
         .into_iter()
         .map(|a| {
             let (blocks, time) =
-                model.best_blocks(a, payload, (nranks, limits.ranks_per_gpu), max_blocks);
+                model.best_blocks(a, payload, (nranks, limits.ranks_per_gpu), blocks.clone());
             (a, blocks, time)
         })
         .min_by(|x, y| x.2.total_cmp(&y.2))
@@ -441,6 +456,7 @@ mod tests {
 
     const OPEN: Limits = Limits {
         max_blocks: 64,
+        min_blocks: 1,
         ranks_per_gpu: 1,
         forced: None,
     };
@@ -470,6 +486,7 @@ mod tests {
             DeviceModel::Gpu,
             Limits {
                 max_blocks: (132 / nranks).min(64),
+                min_blocks: 1,
                 ranks_per_gpu: nranks,
                 forced: None,
             },
@@ -543,6 +560,57 @@ mod tests {
     }
 
     #[test]
+    fn block_bounds_hold_every_plan() {
+        let bounded = |min_blocks, max_blocks, bytes: u64| {
+            plan(
+                Collective::AllReduce,
+                DataType::Float32,
+                RedOp::Sum,
+                bytes / 4,
+                8,
+                DeviceModel::Gpu,
+                Limits {
+                    max_blocks,
+                    min_blocks,
+                    ranks_per_gpu: 8,
+                    forced: None,
+                },
+            )
+            .unwrap()
+        };
+        // Unbounded, 64 KiB takes 7 blocks and 64 MiB 11.
+        assert_eq!(bounded(1, 16, 64 << 10).grid, 7);
+        assert_eq!(bounded(1, 16, 64 << 20).grid, 11);
+        for bytes in [8, 64 << 10, 64 << 20] {
+            assert_eq!(bounded(12, 16, bytes).grid, 12, "{bytes} B, at least 12");
+            assert_eq!(bounded(3, 3, bytes).grid, 3, "{bytes} B, exactly 3");
+            // The fewest lowered to the most where they cross; 0 read as 1.
+            assert_eq!(bounded(9, 4, bytes).grid, 4, "{bytes} B");
+            assert!(bounded(0, 0, bytes).grid == 1, "{bytes} B");
+        }
+        // A fused batch is bounded alike.
+        let counts = [4096u64; 8];
+        let batch = crate::plan::batch::BatchRequest {
+            collective: Collective::AllReduce,
+            dtype: DataType::Float32,
+            op: RedOp::Sum,
+            counts: &counts,
+            nranks: 8,
+        };
+        let limits = |min_blocks| Limits {
+            max_blocks: 16,
+            min_blocks,
+            ranks_per_gpu: 8,
+            forced: None,
+        };
+        let free = crate::plan::batch::plan_batch(&batch, DeviceModel::Gpu, limits(1)).unwrap();
+        assert!(free.grid < 15, "{}", free.grid);
+        let at_least =
+            crate::plan::batch::plan_batch(&batch, DeviceModel::Gpu, limits(15)).unwrap();
+        assert_eq!(at_least.grid, 15);
+    }
+
+    #[test]
     fn a_gpu_is_shared_by_its_ranks_and_links_bound_ranks_on_other_gpus() {
         let m = GPU_MODEL;
         let gpu = m.gpu_gbps.unwrap();
@@ -572,6 +640,7 @@ mod tests {
                 DeviceModel::Gpu,
                 Limits {
                     max_blocks: 16,
+                    min_blocks: 1,
                     ranks_per_gpu: 1,
                     forced: None,
                 },
@@ -590,6 +659,7 @@ mod tests {
     fn forced_algorithm_is_obeyed_and_checked() {
         let forced = Limits {
             max_blocks: 8,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced: Some(Algorithm::TwoShotAllReduce),
         };
@@ -613,6 +683,7 @@ mod tests {
         assert!(ring.message.contains("pat"));
         let ll = Limits {
             max_blocks: 8,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced: Some(Algorithm::OneShotLlAllReduce),
         };
@@ -676,6 +747,7 @@ mod tests {
         );
         let limits = Limits {
             max_blocks: 8,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced,
         };
@@ -708,6 +780,7 @@ mod tests {
         );
         let oneshot = Limits {
             max_blocks: 8,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced: Some(Algorithm::OneShotAllReduce),
         };
@@ -725,6 +798,7 @@ mod tests {
         // A forced algorithm of the wrong collective is still refused when asked for directly.
         let wrong = Limits {
             max_blocks: 8,
+            min_blocks: 1,
             ranks_per_gpu: 1,
             forced: Some(Algorithm::ReduceScatter),
         };
@@ -752,6 +826,7 @@ mod tests {
                 DeviceModel::Host,
                 Limits {
                     max_blocks: 2,
+                    min_blocks: 1,
                     ranks_per_gpu: 1,
                     forced: None,
                 },
@@ -779,6 +854,7 @@ mod tests {
                     DeviceModel::Gpu,
                     Limits {
                         max_blocks: 32,
+                        min_blocks: 1,
                         ranks_per_gpu: 1,
                         forced,
                     },

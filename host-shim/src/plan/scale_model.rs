@@ -496,7 +496,7 @@ pub fn predicted_us(model: &Model, algorithm: Algorithm, bytes: u64, n: u32) -> 
     if algorithm == Algorithm::LlAllGather && bytes > LL_MAX_BYTES as u64 {
         return None;
     }
-    Some(model.best_blocks(algorithm, bytes, (n, 1), 64).1)
+    Some(model.best_blocks(algorithm, bytes, (n, 1), 1..=64).1)
 }
 
 /// Rank counts of the table and the plot.
