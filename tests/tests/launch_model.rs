@@ -542,3 +542,39 @@ fn every_rank_plans_the_same_grid_whatever_its_device_crowding() {
     assert!(per_rank[0] * 3 <= 132, "{per_rank:?}");
     teardown(buffers);
 }
+
+/// The ranks on one GPU share its bandwidth (`plan::GPU_MODEL`): 2 ranks alone on a GPU take
+/// more blocks for a large all-reduce than 8 ranks sharing one, and a GPU per rank keeps the
+/// links' cap.
+#[test]
+fn ranks_that_share_a_gpu_split_its_bandwidth() {
+    let _g = setup();
+    for (devices, expected) in [
+        (&[0, 0][..], 43),
+        (&[0; 8][..], 11),
+        (&[0, 1][..], 11),
+        (&[0, 0, 1, 1][..], 11),
+    ] {
+        let comms = init_on(devices);
+        let buffers = alloc_windows(&comms, 1 << 25);
+        let streams: Vec<u64> = (0..2).map(|d| model::create_stream(d, true)).collect();
+        let before = model::launches().len();
+        check(symmGroupStart(), std::ptr::null_mut());
+        for (r, b) in buffers.iter().enumerate() {
+            let s = streams[devices[r] as usize];
+            check(all_reduce(b, 0, 0, 1 << 23, s), b.comm);
+        }
+        check(symmGroupEnd(), std::ptr::null_mut());
+        quiescent();
+        let launches = model::launches();
+        assert!(launches.len() > before, "{devices:?}: nothing launched");
+        for l in &launches[before..] {
+            assert_eq!(
+                l.grid / l.ranks.len() as u32,
+                expected,
+                "{devices:?}: {l:?}"
+            );
+        }
+        teardown(buffers);
+    }
+}

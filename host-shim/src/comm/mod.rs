@@ -740,10 +740,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             .ok_or_else(|| Error::internal(format!("rank {r} sent a malformed block cap")))?;
         max_blocks = max_blocks.min(cap);
     }
-    let ranks_per_gpu = (0..nranks as usize)
-        .map(|r| link::ranks_on_same_gpu(&link.peers, r).len() as u32)
-        .max()
-        .unwrap_or(1);
+    let ranks_per_gpu = link::most_ranks_on_one_gpu(&link.peers);
 
     let clique = {
         let mut cliques = LOCAL_CLIQUES.lock().unwrap_or_else(|e| e.into_inner());

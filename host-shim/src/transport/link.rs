@@ -123,6 +123,16 @@ pub fn ranks_on_same_gpu(peers: &[PeerInfo], rank: usize) -> Vec<usize> {
         .collect()
 }
 
+/// The most ranks of `peers` on one physical GPU (at least 1): what every rank computes alike
+/// from the peers it was told at bootstrap, so that every rank plans alike.
+pub fn most_ranks_on_one_gpu(peers: &[PeerInfo]) -> u32 {
+    (0..peers.len())
+        .map(|r| ranks_on_same_gpu(peers, r).len() as u32)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// One rank's part of a window registration, all-gathered under the registration's number.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowDeposit {
@@ -507,6 +517,9 @@ mod tests {
         assert_eq!(ranks_on_same_gpu(&peers, 0), [0, 1, 4]);
         assert_eq!(ranks_on_same_gpu(&peers, 2), [2]);
         assert_eq!(ranks_on_same_gpu(&peers, 3), [3]);
+        assert_eq!(most_ranks_on_one_gpu(&peers), 3);
+        assert_eq!(most_ranks_on_one_gpu(&peers[2..4]), 1);
+        assert_eq!(most_ranks_on_one_gpu(&[]), 1);
         // Without UUIDs (host backend): only the ranks of one process on one ordinal.
         let peers = [
             rank(1, 1, 0, 0),
@@ -515,6 +528,7 @@ mod tests {
             rank(1, 1, 1, 0),
         ];
         assert_eq!(ranks_on_same_gpu(&peers, 0), [0, 1]);
+        assert_eq!(most_ranks_on_one_gpu(&peers), 2);
     }
 
     #[test]
