@@ -35,7 +35,9 @@ use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::symmetric::all_gather::all_gather;
 use crate::symmetric::all_reduce::one_shot_all_reduce;
-use crate::symmetric::{Batch, FLAG_IN_PLACE, Grid, KernelStatus, TaskArgs, context_is_valid};
+use crate::symmetric::{
+    Batch, FLAG_IN_PLACE, Grid, KernelStatus, TaskArgs, context_is_valid, raise_invalid_launch,
+};
 use crate::sync::barrier::{CrossRankBarrier, block_sees_abort};
 use crate::sync::signal_pad::MAX_BLOCKS;
 use crate::types::{DataType, RedOp};
@@ -62,6 +64,13 @@ pub mod status {
     /// A range leaves the window, is misaligned or overlaps where it must not, `local_ptr` is
     /// not this rank's window base, or the grid is not 1-D with at most [`super::MAX_PROGRAMS`]
     /// programs.
+    ///
+    /// This code, [`UNSUPPORTED_OP`] and [`UNSUPPORTED_DTYPE`] also fail the window: its abort
+    /// word is raised (as for a kernel that refused its launch). A rank that skipped a call its
+    /// peers make would otherwise pair its next call with their current one, and both would
+    /// return success with each other's data; now its later calls on the window return
+    /// [`TIMEOUT`] at once, its peers' waits end within the window's bound, and the host
+    /// reports the window failed.
     pub const INVALID_ARGUMENT: i32 = -6;
 }
 
@@ -97,6 +106,21 @@ unsafe fn native_context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
         return Err(status::INVALID_ARGUMENT);
     }
     Ok(context)
+}
+
+/// Refuse a call on the valid context `ctx` with `code`: raise the window's abort word (see
+/// [`status::INVALID_ARGUMENT`]) and return `code`. Every thread of the program may call it; one
+/// raises.
+///
+/// # Safety
+/// `ctx` is the address of a host-built context (checked by `native_context`).
+#[inline(always)]
+unsafe fn refuse(ctx: i64, code: i32) -> i32 {
+    if arch::thread_idx_x() == 0 {
+        // SAFETY: forwarded contract.
+        unsafe { raise_invalid_launch(ctx as u64) };
+    }
+    code
 }
 
 /// `true` when `[offset, offset + bytes)` lies inside the window of `context`.
@@ -157,10 +181,12 @@ pub unsafe fn symm_all_reduce_device(
         Err(code) => return code,
     };
     let Some(dtype) = u32::try_from(dtype).ok().and_then(DataType::from_raw) else {
-        return status::UNSUPPORTED_DTYPE;
+        // SAFETY: `native_context` checked the context.
+        return unsafe { refuse(ctx, status::UNSUPPORTED_DTYPE) };
     };
     let Some(op) = u32::try_from(reduce_op).ok().and_then(RedOp::from_raw) else {
-        return status::UNSUPPORTED_OP;
+        // SAFETY: as above.
+        return unsafe { refuse(ctx, status::UNSUPPORTED_OP) };
     };
     let size = dtype.size_bytes() as i64;
     let valid = in_window(context, byte_offset, num_elements.checked_mul(size))
@@ -168,7 +194,8 @@ pub unsafe fn symm_all_reduce_device(
         && byte_offset % size == 0
         && context.local_base.wrapping_add(byte_offset as u64) % size as u64 == 0;
     let Some(grid) = program_grid().filter(|_| valid) else {
-        return status::INVALID_ARGUMENT;
+        // SAFETY: as above.
+        return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
     let task = window_task(ctx, byte_offset, byte_offset, num_elements, FLAG_IN_PLACE);
     // SAFETY: one task whose context (the same for both buffers) `native_context` checked
@@ -247,7 +274,8 @@ pub unsafe fn symm_all_gather_device(
         && in_window(context, recv_byte_offset, recv_bytes)
         && (in_place || disjoint || n_bytes == 0);
     let Some(grid) = program_grid().filter(|_| valid) else {
-        return status::INVALID_ARGUMENT;
+        // SAFETY: `native_context` checked the context.
+        return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
     let flags = if in_place { FLAG_IN_PLACE } else { 0 };
     let task = window_task(ctx, send_byte_offset, recv_byte_offset, n_bytes, flags);
@@ -273,7 +301,8 @@ pub unsafe fn symm_barrier_device(ctx: i64) -> i32 {
         Err(code) => return code,
     };
     let Some(grid) = program_grid() else {
-        return status::INVALID_ARGUMENT;
+        // SAFETY: `native_context` checked the context.
+        return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
     // SAFETY: the context is host-built; the whole block takes this branch.
     if unsafe { block_sees_abort(context) } {

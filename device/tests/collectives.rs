@@ -827,6 +827,87 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
     }
 }
 
+/// A rank whose block gave up a barrier (rank 1 never came) has its epoch out of step: its
+/// peer may wait at a later barrier of the abandoned call. When that peer comes late, together
+/// with the first rank's next launch, the next launch must announce nothing (its epoch would
+/// release the peer past a barrier whose data never came): both give up, and the peer's inbox
+/// holds what the abandoned launch announced. Fails without the barrier kernels' look at the
+/// abort word before their first announcement (`between_barriers`).
+#[test]
+fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
+    for algorithm in [
+        Algorithm::TwoShotAllReduce,
+        Algorithm::OneShotAllReduce,
+        Algorithm::AllGather,
+        Algorithm::ReduceScatter,
+    ] {
+        let ranks = Ranks::new(2, 4096, 50_000_000);
+        let args = CollectiveArgs {
+            send_offset: 0,
+            recv_offset: 1024,
+            count: 64,
+            flags: 0,
+        };
+        let launch = |active: &[usize]| {
+            ranks.launch(
+                kernel(algorithm, DataType::Float32, RedOp::Sum),
+                args,
+                2,
+                4,
+                Some(active),
+            )
+        };
+        assert_eq!(launch(&[0]), vec![KernelStatus::Aborted], "{algorithm:?}");
+        let announced: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+        assert!(
+            announced.iter().all(|e| *e != 0),
+            "{algorithm:?}: {announced:?}"
+        );
+        let start = std::time::Instant::now();
+        assert_eq!(
+            launch(&[0, 1]),
+            vec![KernelStatus::Aborted; 2],
+            "{algorithm:?}: the late peer passed the abandoned call"
+        );
+        let after: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+        assert_eq!(after, announced, "{algorithm:?}: the next launch announced");
+        // Rank 0 refused at once; rank 1 waited for the second barrier until its bound.
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+}
+
+/// The host raises the abort word of a rank whose communicator failed elsewhere: a launch of
+/// that rank gives up long before its bound, every time (its look at the word before its first
+/// announcement, or, had it started, its waits').
+#[test]
+fn a_raised_abort_word_ends_a_wait_early_and_later_launches_refuse() {
+    let mut ranks = Ranks::new(2, 4096, 20_000_000_000);
+    ranks.raise_abort(0, symm_device::symmetric::ABORT_PEER_FAILED);
+    let args = CollectiveArgs {
+        send_offset: 0,
+        recv_offset: 1024,
+        count: 64,
+        flags: 0,
+    };
+    for _ in 0..2 {
+        let start = std::time::Instant::now();
+        let statuses = ranks.launch(
+            kernel(Algorithm::TwoShotAllReduce, DataType::Float32, RedOp::Sum),
+            args,
+            2,
+            4,
+            Some(&[0]),
+        );
+        assert_eq!(statuses, vec![KernelStatus::Aborted]);
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+    assert_eq!(
+        ranks.abort_word(0),
+        symm_device::symmetric::ABORT_PEER_FAILED,
+        "the host's cause stays"
+    );
+}
+
 /// PAT all-gather and reduce-scatter for every world size from 1 to 64 (every step count up to
 /// 6, powers of two and not), small odd counts, a dtype of each width in turn, in place and out
 /// of place.

@@ -5,10 +5,10 @@
 mod harness;
 
 use harness::{Ranks, Rng};
-use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::CollectiveArgs;
 use symm_device::symmetric::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::kernel;
+use symm_device::symmetric::{ABORT_INVALID_LAUNCH, Algorithm};
 use symm_device::triton::{
     MAX_PROGRAMS, status, symm_all_gather_device, symm_all_reduce_device, symm_barrier_device,
 };
@@ -382,7 +382,10 @@ impl Call {
     }
 }
 
-/// Every refusal comes back at once, on every thread, with the window untouched.
+/// Every refusal comes back at once, on every thread, with the window's data untouched. A
+/// refusal on a live context fails the window (its abort word is raised; see
+/// `a_refused_call_fails_its_window_so_no_later_call_pairs_wrongly`); one without a usable
+/// context cannot.
 #[test]
 fn bad_arguments_are_refused_before_anything_is_touched() {
     let world = 2usize;
@@ -504,7 +507,77 @@ fn bad_arguments_are_refused_before_anything_is_touched() {
         pattern,
         "a refused call touched the window"
     );
-    assert!(!ranks.aborted(0));
+    assert_eq!(ranks.abort_word(0), ABORT_INVALID_LAUNCH);
+    // Without a usable context, nothing can be raised.
+    let fresh = Ranks::new(world, 1024, SECOND);
+    let got = fresh.run_per_rank(1, 2, Some(&[0]), &|_| Barrier(0).run());
+    assert_eq!(got, vec![status::NULL_CONTEXT]);
+    assert!(!fresh.aborted(0) && !fresh.aborted(1));
+}
+
+/// Rank 0 refuses a call (an offset past its window) that rank 1 makes, then makes the next
+/// call. Had the refusal left the window usable, rank 0's next call would pair with rank 1's
+/// current one and both would return success with each other's data. The refusal fails the
+/// window: rank 0's next call returns `TIMEOUT` at once, and rank 1's call times out. Each
+/// refusing path in turn (type, operator, range), for the all-reduce and the all-gather.
+#[test]
+fn a_refused_call_fails_its_window_so_no_later_call_pairs_wrongly() {
+    let f32_code = DataType::Float32 as i32;
+    let sum = RedOp::Sum as i32;
+    /// What is refused, the refused call on a context, and its status.
+    type Refusal = (&'static str, fn(i64) -> Call, i32);
+    let refusals: [Refusal; 5] = [
+        (
+            "dtype",
+            |c| Call::Reduce(c, 0, 0, 16, RedOp::Sum as i32, 99),
+            status::UNSUPPORTED_DTYPE,
+        ),
+        (
+            "op",
+            |c| Call::Reduce(c, 0, 0, 16, 99, DataType::Float32 as i32),
+            status::UNSUPPORTED_OP,
+        ),
+        (
+            "range",
+            |c| Call::Reduce(c, 0, 4096, 16, RedOp::Sum as i32, DataType::Float32 as i32),
+            status::INVALID_ARGUMENT,
+        ),
+        (
+            "gather range",
+            |c| Call::Gather(c, 0, 4096, 16),
+            status::INVALID_ARGUMENT,
+        ),
+        (
+            "gather overlap",
+            |c| Call::Gather(c, 0, 8, 64),
+            status::INVALID_ARGUMENT,
+        ),
+    ];
+    for (what, refused, code) in refusals {
+        let ranks = Ranks::new(2, 1024, SECOND / 5);
+        let started = std::time::Instant::now();
+        let statuses = ranks.run_per_rank(2, 4, None, &|r| {
+            let context = ranks.context_address(r);
+            let valid = Call::Reduce(context, 0, 0, 16, sum, f32_code);
+            if r == 0 {
+                let first = refused(context).run();
+                let second = valid.run();
+                first * 100 + second
+            } else {
+                valid.run()
+            }
+        });
+        assert_eq!(
+            statuses,
+            vec![code * 100 + status::TIMEOUT, status::TIMEOUT],
+            "{what}: rank 0 (refused, then next) and rank 1"
+        );
+        assert_eq!(ranks.abort_word(0), ABORT_INVALID_LAUNCH, "{what}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{what}"
+        );
+    }
 }
 
 /// A rank that never calls: the others return `TIMEOUT` within the window's bound.

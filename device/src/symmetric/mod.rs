@@ -172,7 +172,7 @@ pub unsafe fn report_invalid_launch(tasks: *const TaskArgs, task_count: u32, ran
 /// # Safety
 /// `context` is 0 or the address of a host-built context.
 #[inline(always)]
-unsafe fn raise_invalid_launch(context: u64) {
+pub(crate) unsafe fn raise_invalid_launch(context: u64) {
     if context == 0 {
         return;
     }

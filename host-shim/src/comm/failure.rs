@@ -298,9 +298,9 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
     if word != 0 {
         let error = match word & 0xFF {
             ABORT_INVALID_LAUNCH => Error::internal(format!(
-                "rank {}: kernel {} refused its launch (launch shape or arguments outside the \
-                 kernel's limits; nothing was written); the communicator is failed on every \
-                 rank",
+                "rank {}: kernel {} refused its launch, or a device function (Triton) its \
+                 arguments (launch shape or arguments outside the limits; nothing was \
+                 written); the communicator is failed on every rank",
                 comm.rank,
                 last_kernel.as_deref().unwrap_or("(unknown)")
             )),
