@@ -303,3 +303,18 @@ pub fn join_threads(id: symmUniqueId, nranks: usize) -> Vec<symmComm_t> {
         .map(|h| h.join().expect("a joining thread") as symmComm_t)
         .collect()
 }
+
+/// Re-run the calling test binary's ignored test `test` alone in a child process, on the host
+/// backend with `SYMM_DEBUG=INFO` and `env` set (settings read when a communicator is created
+/// hold for the whole process, so each value needs its own); its output.
+pub fn rerun_ignored_test(test: &str, env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--ignored", "--exact", test, "--nocapture"])
+        .env("SYMM_BACKEND", "host")
+        .env("SYMM_DEBUG", "INFO");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("re-running the test binary")
+}

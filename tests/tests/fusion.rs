@@ -1045,19 +1045,10 @@ fn block_bounds_set_every_grid() {
     // The host backend lets a rank use 2 blocks; its model picks 1 for small calls and 2 for
     // large ones. A bound past the cap is lowered to it.
     for (min, max, blocks) in [("2", "", 2), ("", "1", 1), ("5", "", 2), ("1", "1", 1)] {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_calls_with_bounded_blocks",
-                "--nocapture",
-            ])
-            .env("SYMM_BACKEND", "host")
-            .env("SYMM_DEBUG", "INFO")
-            .env("SYMM_MIN_BLOCKS", min)
-            .env("SYMM_MAX_BLOCKS", max)
-            .output()
-            .expect("re-running the test binary");
+        let output = rerun_ignored_test(
+            "child_calls_with_bounded_blocks",
+            &[("SYMM_MIN_BLOCKS", min), ("SYMM_MAX_BLOCKS", max)],
+        );
         let log = String::from_utf8_lossy(&output.stderr);
         let stdout = String::from_utf8_lossy(&output.stdout);
         let setting = format!("SYMM_MIN_BLOCKS={min:?} SYMM_MAX_BLOCKS={max:?}");
@@ -1085,18 +1076,10 @@ fn forced_algorithms_run_fused_batches() {
         ("oneshot", "kernel symm_one_shot_all_reduce_"),
         ("ll", "kernel symm_one_shot_ll_all_reduce_"),
     ] {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_fused_all_reduce_with_forced_algorithm",
-                "--nocapture",
-            ])
-            .env("SYMM_BACKEND", "host")
-            .env("SYMM_DEBUG", "INFO")
-            .env("SYMM_ALGO", algo)
-            .output()
-            .expect("re-running the test binary");
+        let output = rerun_ignored_test(
+            "child_fused_all_reduce_with_forced_algorithm",
+            &[("SYMM_ALGO", algo)],
+        );
         let log = String::from_utf8_lossy(&output.stderr);
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
@@ -1161,18 +1144,7 @@ fn child_group_with_pat_forced() {
 
 #[test]
 fn symm_algo_pat_runs_each_call_of_a_group_alone() {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_group_with_pat_forced",
-            "--nocapture",
-        ])
-        .env("SYMM_BACKEND", "host")
-        .env("SYMM_DEBUG", "INFO")
-        .env("SYMM_ALGO", "pat")
-        .output()
-        .expect("re-running the test binary");
+    let output = rerun_ignored_test("child_group_with_pat_forced", &[("SYMM_ALGO", "pat")]);
     let log = String::from_utf8_lossy(&output.stderr);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{log}");

@@ -1,7 +1,6 @@
 //! `SYMM_ALGO` and `SYMM_DEBUG=INFO`, observed from outside: the test re-runs this binary's
 //! ignored child test in a new process with the variables set, and reads what it logged.
 
-use std::process::Command;
 use symm_tests::*;
 
 fn run_child(algo: &str) -> (bool, String) {
@@ -9,13 +8,7 @@ fn run_child(algo: &str) -> (bool, String) {
 }
 
 fn run_child_test(test: &str, algo: &str) -> (bool, String) {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", test, "--nocapture"])
-        .env("SYMM_BACKEND", "host")
-        .env("SYMM_DEBUG", "INFO")
-        .env("SYMM_ALGO", algo)
-        .output()
-        .expect("re-running the test binary");
+    let output = rerun_ignored_test(test, &[("SYMM_ALGO", algo)]);
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
