@@ -5,7 +5,10 @@
 //
 //   target/device-lib/libsymm_device.a   sm_80 and sm_90 SASS + compute_80 PTX (`nvcc -lib`)
 //   target/device-lib/symm_device.ptx    the same functions as PTX, for linking at run time
-//                                        (`cuLinkAddData(..., CU_JIT_INPUT_PTX, ...)`)
+//                                        (`cuLinkAddData(..., CU_JIT_INPUT_PTX, ...)`); the
+//                                        driver compiles all of it at each link (tens of s):
+//                                        linking the archive at run time is faster
+//                                        (`cuLinkAddFile(..., CU_JIT_INPUT_LIBRARY, ...)`)
 //
 // both built by `cargo xtask device-lib` (and installed by `cargo xtask install`). A kernel
 // includes this header and links with relocatable device code:

@@ -20,7 +20,8 @@
 #             bench/gpu/python_check.py, examples/triton/allreduce.py, examples/python/allreduce.py
 #   device    the CUDA C++ device API (examples/cuda): libsymm_device.a rebuilt from the bundle's
 #             device-lib/symm_device.ptx with this machine's nvcc, device_allreduce linked with
-#             -rdc=true -lsymm_device, jit_link linking kernel.ptx at run time (cuLink*)
+#             -rdc=true -lsymm_device, jit_link linking kernel.ptx at run time (cuLink*) with
+#             the archive, the object (their SASS) and the PTX (JIT-compiled)
 #   blocks    the all-reduce's time against its grid (SYMM_MIN_BLOCKS = SYMM_MAX_BLOCKS = each
 #             of $BLOCKS), one-shot and two-shot, 16 KiB..4 MiB, 8 and 2 ranks
 #   profile   bench/gpu/host_read_probe.cu (a pinned host read from 1..128 blocks at once), then
@@ -508,8 +509,9 @@ part_device() {
 device_allreduce 4
 device_allreduce 1 7
 device_allreduce 8 1048576
+jit_link $dir/kernel.ptx $lib/libsymm_device.a 4
+jit_link $dir/kernel.ptx $lib/symm_device.o 3 1023
 jit_link $dir/kernel.ptx $lib/symm_device.ptx 4
-jit_link $dir/kernel.ptx $lib/symm_device.ptx 3 1023
 LIST
 }
 
@@ -533,8 +535,9 @@ part_quick() {
   DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_ll
   DEADLINE_S=60 part_host_read_probe
   DEADLINE_S=30 EXAMPLE_TIMEOUT_S=20 part_examples
-  # nvcc -dc of the device library takes about 35 s on an H100 machine, and each jit_link
-  # JIT-links that PTX again.
+  # nvcc -dc of the device library takes about 35 s on an H100 machine; jit_link of the
+  # archive and the object links that SASS (each prints its link time), the last jit_link
+  # JIT-compiles the PTX again.
   DEADLINE_S=110 EXAMPLE_TIMEOUT_S=60 part_device
   DEADLINE_S=100 PYTHON_TIMEOUT_S=90 PYTHON_RANKS=2 part_python
   TESTS=every_dtype SKIP_TESTS= DEADLINE_S=${QUICK_SWEEPS_S:-150} TEST_TIMEOUT_S=150 ALGOS=auto part_tests

@@ -6,8 +6,11 @@
 //!
 //! * `target/device-lib/symm_device.ptx` — the functions as PTX (sm_80, runs on every newer
 //!   target), for programs that link at run time (`cuLinkAddData` with `CU_JIT_INPUT_PTX`);
+//!   the driver JIT-compiles all of it at every link (tens of seconds);
 //! * `target/device-lib/libsymm_device.a` — relocatable device code with sm_80 and sm_90
-//!   SASS and compute_80 PTX (for newer targets), for `nvcc -rdc=true ... -lsymm_device`.
+//!   SASS and compute_80 PTX (for newer targets), for `nvcc -rdc=true ... -lsymm_device`, and
+//!   for linking at run time without compiling (`cuLinkAddFile` with `CU_JIT_INPUT_LIBRARY`;
+//!   `symm_device.o`, the same code, with `CU_JIT_INPUT_OBJECT`).
 //!
 //! The declarations are `ffi-headers/symm_device.cuh`. `--test` then builds the examples of
 //! `examples/cuda` with nvcc — `device_allreduce` is compiled and device-linked against the
@@ -138,10 +141,18 @@ fn test(nvcc: &Path) -> Result<(), String> {
         );
         return Ok(());
     }
-    for (seed, ranks, count) in [("1", "4", "4099"), ("2", "3", "1023"), ("3", "1", "7")] {
+    // The library as PTX (JIT-compiled whole), as the archive (CU_JIT_INPUT_LIBRARY: on a GPU
+    // its SASS, here the PTX inside its fatbin) and as the object (CU_JIT_INPUT_OBJECT).
+    for (seed, ranks, count, library) in [
+        ("1", "4", "4099", "symm_device.ptx"),
+        ("2", "3", "1023", "symm_device.ptx"),
+        ("3", "1", "7", "symm_device.ptx"),
+        ("4", "4", "4099", "libsymm_device.a"),
+        ("5", "2", "513", "symm_device.o"),
+    ] {
         let status = Command::new(examples.join("jit_link"))
             .arg(examples.join("kernel.ptx"))
-            .arg(out_dir().join("symm_device.ptx"))
+            .arg(out_dir().join(library))
             .args([ranks, count])
             .current_dir(&examples)
             .env("LD_LIBRARY_PATH", &sim)
@@ -153,7 +164,7 @@ fn test(nvcc: &Path) -> Result<(), String> {
             .map_err(|e| format!("cannot start jit_link: {e}"))?;
         if !status.success() {
             return Err(format!(
-                "jit_link {ranks} {count} failed on the simulated GPU ({status}), \
+                "jit_link {library} {ranks} {count} failed on the simulated GPU ({status}), \
                  SYMM_SIM_SEED={seed}"
             ));
         }

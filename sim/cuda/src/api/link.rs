@@ -1,18 +1,19 @@
-//! Linking at run time (`cuLinkCreate` … `cuLinkComplete`): PTX inputs only. The linked image
-//! is the inputs' PTX in the order added, one module's text after another; the simulator's
+//! Linking at run time (`cuLinkCreate` … `cuLinkComplete`): PTX inputs, and the PTX inside a
+//! fatbinary, a host object or an archive of objects ([`device_code`]: the simulated GPU runs
+//! the PTX where a GPU would take the SASS). The linked image is the inputs' PTX in the order
+//! added, one module's text after another; the simulator's
 //! parser then resolves each `.extern .func` declaration against the definition another input
 //! made `.visible`, as the driver's JIT linker resolves relocatable PTX. The image is checked
 //! at `cuLinkComplete` (a missing or doubly defined function fails there, with the parser's
 //! message in the error log), and `cuModuleLoadData` loads it like any PTX.
 
+use super::device_code::{self, DeviceCodeError};
 use crate::state::{self, LinkSession};
 use crate::util::{CuResult, Kind, entry, handle, handle_id, non_null, put};
 use cudarc::driver::sys::{CUresult, cudaError_enum as E};
 use std::ffi::{CStr, CString, c_char, c_uint, c_void};
 use symm_sim::Module;
 
-/// `CU_JIT_INPUT_PTX`.
-const INPUT_PTX: u32 = 1;
 /// `CU_JIT_ERROR_LOG_BUFFER`.
 const JIT_ERROR_LOG: u32 = 5;
 /// `CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES`.
@@ -25,16 +26,11 @@ fn session_id(link: CUlinkState) -> CuResult<u64> {
     handle_id(Kind::Link, link as u64).ok_or(E::CUDA_ERROR_INVALID_HANDLE)
 }
 
-/// Add one input's text to the session, refusing what is not PTX.
+/// Add one input's PTX to the session (for an archive, that of each member with device code).
+/// What yields no PTX is refused as the driver refuses it, with the reason in the session's
+/// error log.
 fn add(link: CUlinkState, kind: u32, name: String, bytes: &[u8]) -> CuResult<()> {
     let id = session_id(link)?;
-    if kind != INPUT_PTX {
-        return Err(E::CUDA_ERROR_INVALID_IMAGE);
-    }
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| E::CUDA_ERROR_INVALID_PTX)?
-        .trim_end_matches('\0')
-        .to_string();
     let mut state = state::driver()?.lock();
     let session = state
         .links
@@ -43,8 +39,42 @@ fn add(link: CUlinkState, kind: u32, name: String, bytes: &[u8]) -> CuResult<()>
     if session.image.is_some() {
         return Err(E::CUDA_ERROR_INVALID_VALUE);
     }
-    session.inputs.push((name, text));
+    let texts = device_code::ptx_of_input(kind, bytes).map_err(|e| {
+        write_log(session.error_log, &format!("symm-sim: {name}: {e}"));
+        match e {
+            DeviceCodeError::NotText => E::CUDA_ERROR_INVALID_PTX,
+            DeviceCodeError::NoCodeForGpu(_) => E::CUDA_ERROR_NO_BINARY_FOR_GPU,
+            DeviceCodeError::Malformed(_) | DeviceCodeError::Unsupported(_) => {
+                E::CUDA_ERROR_INVALID_IMAGE
+            }
+        }
+    })?;
+    let several = texts.len() > 1;
+    for (i, text) in texts.into_iter().enumerate() {
+        let input = if several {
+            format!("{name} (member {i} with device code)")
+        } else {
+            name.clone()
+        };
+        session.inputs.push((input, text));
+    }
     Ok(())
+}
+
+/// Write `message`, cut to fit and NUL-terminated, into the error log buffer (address,
+/// capacity) given at `cuLinkCreate`; nothing when none was given.
+fn write_log(log: (usize, usize), message: &str) {
+    let (buffer, capacity) = log;
+    if buffer != 0 && capacity > 0 {
+        let n = message.len().min(capacity - 1);
+        // SAFETY: the error log buffer of `capacity` bytes the caller gave at cuLinkCreate
+        // and keeps valid for the session (cuLinkCreate's contract).
+        unsafe {
+            let out = std::ptr::with_exposed_provenance_mut::<u8>(buffer);
+            std::ptr::copy_nonoverlapping(message.as_ptr(), out, n);
+            out.add(n).write(0);
+        }
+    }
 }
 
 /// `cuLinkCreate_v2`: a new session. The error log option is honoured at completion (the
@@ -84,8 +114,10 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
     })
 }
 
-/// `cuLinkAddData_v2`: add `size` bytes of PTX (`CU_JIT_INPUT_PTX`) named `name`; other input
-/// kinds (cubin, fatbin, object, library) are refused with `CUDA_ERROR_INVALID_IMAGE`.
+/// `cuLinkAddData_v2`: add `size` bytes named `name`: PTX (`CU_JIT_INPUT_PTX`), or the PTX
+/// of a fatbinary, object or library (`CU_JIT_INPUT_FATBINARY`, `_OBJECT`, `_LIBRARY`). A
+/// cubin, or a container with no PTX for compute_90 or older, is refused with
+/// `CUDA_ERROR_NO_BINARY_FOR_GPU`; a malformed one with `CUDA_ERROR_INVALID_IMAGE`.
 ///
 /// # Safety
 /// `data` holds `size` bytes; `name` is NULL or NUL-terminated.
@@ -113,7 +145,7 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     })
 }
 
-/// `cuLinkAddFile_v2`: add the PTX file at `path`.
+/// `cuLinkAddFile_v2`: add the file at `path`, of any kind `cuLinkAddData_v2` takes.
 ///
 /// # Safety
 /// `path` is NUL-terminated.
@@ -169,17 +201,7 @@ pub unsafe extern "C" fn cuLinkComplete(
             (text, session.error_log)
         };
         if let Err(e) = Module::load(&text) {
-            let message = format!("symm-sim: link failed: {e}");
-            let (buffer, capacity) = log;
-            if buffer != 0 && capacity > 0 {
-                let n = message.len().min(capacity - 1);
-                // SAFETY: the error log buffer of `capacity` bytes given at cuLinkCreate.
-                unsafe {
-                    let out = std::ptr::with_exposed_provenance_mut::<u8>(buffer);
-                    std::ptr::copy_nonoverlapping(message.as_ptr(), out, n);
-                    out.add(n).write(0);
-                }
-            }
+            write_log(log, &format!("symm-sim: link failed: {e}"));
             return Err(E::CUDA_ERROR_INVALID_PTX);
         }
         let linked = CString::new(text).map_err(|_| E::CUDA_ERROR_INVALID_PTX)?;
