@@ -692,7 +692,7 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
     teardown(buffers);
 }
 
-/// Kernels load from the shipped SASS on a GPU it runs on (compute capability 9.x),
+/// Kernels load from the shipped SASS on a GPU it runs on (compute capability 8.x, 9.x, 10.0),
 /// with no JIT compilation; the simulated GPU refuses binary images, and there they come from
 /// the PTX (the fallback a driver older than the SASS's ptxas takes). The call is right either
 /// way.

@@ -418,10 +418,11 @@ fn assemble_each_kernel(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<(), Strin
     Ok(())
 }
 
-/// The targets whose SASS is shipped: Hopper only for now. Every cubin is about 2.5 MB
-/// compressed in each binary that embeds libsymm (and in the GPU bundle, which carries four of
-/// them); sm_80 and sm_100a GPUs JIT-compile the PTX.
-const SASS_TARGETS: [&str; 1] = ["sm_90"];
+/// The targets whose SASS is shipped: every target, so that no supported GPU JIT-compiles a
+/// kernel at its first use (sm_80 SASS runs on 8.0–8.9, sm_90 on Hopper, sm_100a on 10.0).
+/// Each cubin is about 2.5 MB compressed in every binary that embeds libsymm; GPUs without
+/// SASS of their own (10.3, 12.x) JIT-compile the PTX.
+const SASS_TARGETS: [&str; 3] = ["sm_80", "sm_90", "sm_100a"];
 
 /// The file in `ptx-out/` naming the ptxas that assembled the shipped SASS.
 const SASS_VERSION_FILE: &str = "sass-ptxas-version.txt";

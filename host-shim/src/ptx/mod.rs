@@ -22,31 +22,54 @@ const TARGETS: [(&str, &[u8]); 3] = [
 
 /// The targets that ship SASS (a cubin of every kernel, assembled from the target's PTX by the
 /// pinned ptxas of `cargo xtask ptx`; gzip-compressed): the driver loads it without a JIT
-/// compilation at each kernel's first use. Hopper only for now (each cubin adds about 2.5 MB
-/// to every binary that embeds libsymm); sm_80 and sm_100a GPUs JIT-compile the PTX.
-const SASS: [(&str, &[u8]); 1] = [(
-    "sm_90",
-    include_bytes!("../../../ptx-out/symm_sm90.cubin.gz"),
-)];
+/// compilation at each kernel's first use. Every target ships it (each cubin adds about
+/// 2.5 MB to every binary that embeds libsymm); a GPU no cubin runs on (10.3, 12.x)
+/// JIT-compiles the PTX. A build with `SYMM_SASS_TARGETS` set embeds only the targets it names
+/// (`build.rs`; the GPU bundle embeds sm_90 only).
+const SASS: &[(&str, &[u8])] = &[
+    #[cfg(symm_sass_sm_80)]
+    (
+        "sm_80",
+        include_bytes!("../../../ptx-out/symm_sm80.cubin.gz"),
+    ),
+    #[cfg(symm_sass_sm_90)]
+    (
+        "sm_90",
+        include_bytes!("../../../ptx-out/symm_sm90.cubin.gz"),
+    ),
+    #[cfg(symm_sass_sm_100a)]
+    (
+        "sm_100a",
+        include_bytes!("../../../ptx-out/symm_sm100a.cubin.gz"),
+    ),
+];
 
 /// The SASS (cubin) of target `target`, decompressed once per process; `None` for a target
 /// without shipped SASS or an embedded file that does not decompress.
 pub fn sass(target: &str) -> Option<&'static [u8]> {
-    static IMAGES: [OnceLock<Option<Vec<u8>>>; 1] = [OnceLock::new()];
+    static IMAGES: [OnceLock<Option<Vec<u8>>>; SASS.len()] =
+        [const { OnceLock::new() }; SASS.len()];
     let slot = SASS.iter().position(|(name, _)| *name == target)?;
     IMAGES[slot]
         .get_or_init(|| gzip::decompress(SASS[slot].1).ok())
         .as_deref()
 }
 
-/// The shipped SASS that runs on a GPU of compute capability `major.minor`: a cubin runs on its
-/// own major version from its minor version up (sm_90 on 9.x). `None` where none runs (such a
-/// GPU JIT-compiles the PTX).
-pub fn sass_target_for_capability(major: i32, _minor: i32) -> Option<&'static str> {
-    match major {
-        9 => Some("sm_90"),
-        _ => None,
-    }
+/// The shipped SASS that runs on a GPU of compute capability `major.minor`, the same target
+/// as [`target_for_capability`]'s PTX: a cubin runs on its own major version from its minor
+/// version up (sm_80 on 8.x, sm_90 on 9.x), and an arch-specific one (sm_100a) on its own
+/// version only. `None` where none runs or this build does not embed it (such a GPU
+/// JIT-compiles the PTX).
+pub fn sass_target_for_capability(major: i32, minor: i32) -> Option<&'static str> {
+    let target = match (major, minor) {
+        (8, _) => "sm_80",
+        (9, _) => "sm_90",
+        (10, 0) => "sm_100a",
+        _ => return None,
+    };
+    SASS.iter()
+        .any(|(name, _)| *name == target)
+        .then_some(target)
 }
 
 /// The PTX text of target `target` ("sm_80", "sm_90" or "sm_100a"), or `None` for another
@@ -135,12 +158,27 @@ mod tests {
     }
 
     #[test]
-    fn sass_ships_for_hopper_only() {
-        assert_eq!(sass_target_for_capability(8, 0), None);
+    fn sass_ships_for_every_target_and_runs_where_its_ptx_would() {
+        if option_env!("SYMM_SASS_TARGETS").is_some() {
+            // A build that embeds a subset on purpose (the GPU bundle).
+            return;
+        }
+        assert_eq!(SASS.len(), 3, "every target's SASS is embedded");
+        assert_eq!(sass_target_for_capability(8, 0), Some("sm_80"));
+        assert_eq!(sass_target_for_capability(8, 6), Some("sm_80"));
+        assert_eq!(sass_target_for_capability(8, 9), Some("sm_80"));
         assert_eq!(sass_target_for_capability(9, 0), Some("sm_90"));
-        assert_eq!(sass_target_for_capability(10, 0), None);
+        assert_eq!(sass_target_for_capability(10, 0), Some("sm_100a"));
+        // sm_100a code is arch-specific: a 10.3 GPU runs the sm_90 PTX, JIT-compiled.
+        assert_eq!(sass_target_for_capability(10, 3), None);
         assert_eq!(sass_target_for_capability(12, 0), None);
         assert_eq!(sass_target_for_capability(7, 5), None);
+        for (major, minor) in [(7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (10, 3), (12, 0)] {
+            if let Some(target) = sass_target_for_capability(major, minor) {
+                assert_eq!(target_for_capability(major, minor), Some(target));
+                assert!(sass(target).is_some(), "{target}: no shipped SASS");
+            }
+        }
     }
 
     #[test]
