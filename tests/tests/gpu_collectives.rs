@@ -198,6 +198,136 @@ fn decode_all(dtype: DataType, bytes: &[u8]) -> Vec<f64> {
         .collect()
 }
 
+/// Threads for the sweeps' host-side work (inputs, encoding, the reference check): at the
+/// largest count that work, not the GPU, is most of a sweep's time (3600 all-reduces of up
+/// to 8 ranks x 8 MiB took 78.6 s on an H100 machine, one thread).
+fn host_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(16))
+}
+
+/// `[f(0), .., f(n - 1)]`, computed on up to [`host_threads`] threads.
+fn parallel_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let threads = host_threads().min(n).max(1);
+    let per = n.div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let parts: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || (t * per..((t + 1) * per).min(n)).map(f).collect()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|part| -> Vec<T> { part.join().expect("a host worker panicked") })
+            .collect()
+    })
+}
+
+/// The message of the first `i` in `0..n` (lowest index) for which `wrong(i)` has one, the
+/// indices checked in parallel chunks.
+fn first_wrong(n: usize, wrong: impl Fn(usize) -> Option<String> + Sync) -> Option<String> {
+    let chunks = (host_threads() * 4).min(n).max(1);
+    let per = n.div_ceil(chunks);
+    parallel_map(chunks, |c| {
+        (c * per..((c + 1) * per).min(n)).find_map(&wrong)
+    })
+    .into_iter()
+    .flatten()
+    .next()
+}
+
+/// Each rank's `count` inputs ([`input_value`] at `seed`), generated in parallel.
+fn rank_inputs(dtype: DataType, nranks: usize, count: usize, seed: u64) -> Vec<Vec<f64>> {
+    parallel_map(nranks, |r| {
+        (0..count).map(|i| input_value(dtype, r, i, seed)).collect()
+    })
+}
+
+/// Upload each rank's inputs, encoded as `dtype`, at `offset(rank)` of its window.
+fn upload_inputs(
+    buffers: &[RankBuffer],
+    dtype: DataType,
+    inputs: &[Vec<f64>],
+    offset: impl Fn(usize) -> usize,
+) {
+    let encoded = parallel_map(inputs.len(), |r| encode_all(dtype, &inputs[r]));
+    for (r, (b, bytes)) in buffers.iter().zip(&encoded).enumerate() {
+        // SAFETY: offsets inside the window (the callers size it with window_bytes).
+        upload_bytes(unsafe { b.base.add(offset(r)) }, bytes);
+    }
+}
+
+/// `None` when every element `i` of `got` is the reduction with `op` of element `first + i`
+/// of every rank's `inputs`; else the first wrong element, named with `case`.
+fn wrong_reduction(
+    dtype: DataType,
+    op: i32,
+    inputs: &[Vec<f64>],
+    first: usize,
+    got: &[f64],
+    case: &str,
+) -> Option<String> {
+    assert!(inputs.len() <= MAX_TEST_RANKS);
+    first_wrong(got.len(), |i| {
+        let mut column = [0.0f64; MAX_TEST_RANKS];
+        for (c, x) in column.iter_mut().zip(inputs) {
+            *c = x[first + i];
+        }
+        let want = expected(dtype, op, &column[..inputs.len()]);
+        (got[i] != want).then(|| format!("{case}: element {i}: got {}, expected {want}", got[i]))
+    })
+}
+
+/// Most ranks a sweep runs (the largest of [`RANKS`]), for the reference check's stack column.
+const MAX_TEST_RANKS: usize = {
+    let mut most = 0;
+    let mut i = 0;
+    while i < RANKS.len() {
+        if RANKS[i] > most {
+            most = RANKS[i];
+        }
+        i += 1;
+    }
+    most
+};
+
+/// The sweeps' parallel host-side helpers (no GPU): results in order, the lowest wrong index
+/// reported whichever chunk finds it, and a single wrong element anywhere is found.
+#[test]
+fn host_helpers_keep_order_and_find_the_first_wrong_element() {
+    let n = 10_007;
+    assert_eq!(
+        parallel_map(n, |i| i * 3),
+        (0..n).map(|i| i * 3).collect::<Vec<_>>()
+    );
+    assert_eq!(parallel_map(0, |i| i), Vec::<usize>::new());
+    assert_eq!(first_wrong(n, |_| None::<String>), None);
+    let wrong_from = |k: usize| move |i: usize| (i >= k && i % 7 == 0).then(|| i.to_string());
+    assert_eq!(first_wrong(n, wrong_from(9_000)), Some("9002".to_string()));
+    assert_eq!(first_wrong(n, wrong_from(0)), Some("0".to_string()));
+    let dtype = DataType::Float32;
+    let inputs = rank_inputs(dtype, 3, 2 * n, 7);
+    let got: Vec<f64> = (0..n)
+        .map(|i| {
+            expected(
+                dtype,
+                0,
+                &[inputs[0][n + i], inputs[1][n + i], inputs[2][n + i]],
+            )
+        })
+        .collect();
+    assert_eq!(wrong_reduction(dtype, 0, &inputs, n, &got, "c"), None);
+    for bad in [0, n / 2, n - 1] {
+        let mut off = got.clone();
+        off[bad] += 1.0;
+        let message = wrong_reduction(dtype, 0, &inputs, n, &off, "c").expect("caught");
+        assert!(
+            message.starts_with(&format!("c: element {bad}:")),
+            "{message}"
+        );
+    }
+    // The wrong segment (offset) is caught too.
+    assert!(wrong_reduction(dtype, 0, &inputs, 0, &got, "c").is_some());
+}
+
 fn is_integer(dtype: DataType) -> bool {
     matches!(
         dtype,
@@ -389,13 +519,8 @@ fn gpu_all_reduce_every_dtype_and_op() {
                     }
                     for at in placements(size, count * size, count * size) {
                         let seed = (nranks * 1000 + k * 10 + op as usize) as u64;
-                        let inputs: Vec<Vec<f64>> = (0..nranks)
-                            .map(|r| (0..count).map(|i| input_value(dtype, r, i, seed)).collect())
-                            .collect();
-                        for (b, input) in buffers.iter().zip(&inputs) {
-                            // SAFETY: offsets inside the window (window_bytes).
-                            upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
-                        }
+                        let inputs = rank_inputs(dtype, nranks, count, seed);
+                        upload_inputs(&buffers, dtype, &inputs, |_| at.send);
                         run_group(
                             |_, b| {
                                 // SAFETY: offsets inside the window.
@@ -422,11 +547,8 @@ fn gpu_all_reduce_every_dtype_and_op() {
                             assert!(out == &outputs[0], "{case}: ranks differ");
                         }
                         let got = decode_all(dtype, &outputs[0]);
-                        let mut column = Vec::with_capacity(nranks);
-                        for (i, g) in got.iter().enumerate() {
-                            column.clear();
-                            column.extend(inputs.iter().map(|x| x[i]));
-                            assert_eq!(*g, expected(dtype, op, &column), "{case}: element {i}");
+                        if let Some(wrong) = wrong_reduction(dtype, op, &inputs, 0, &got, &case) {
+                            panic!("{wrong}");
                         }
                     }
                 }
@@ -453,20 +575,11 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                 for at in placements(size, nranks * segment, nranks * segment) {
                     let seed = (nranks * 100 + count) as u64;
                     // All-gather: rank r's `count` elements land in segment r of every rank.
-                    let inputs: Vec<Vec<f64>> = (0..nranks)
-                        .map(|r| (0..count).map(|i| input_value(dtype, r, i, seed)).collect())
-                        .collect();
-                    for (b, input) in buffers.iter().zip(&inputs) {
-                        // SAFETY: offsets inside the window.
-                        upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
-                    }
+                    let inputs = rank_inputs(dtype, nranks, count, seed);
+                    upload_inputs(&buffers, dtype, &inputs, |_| at.send);
                     if at.send == at.recv {
                         // In place: the send buffer is the rank's own segment of the output.
-                        for (r, (b, input)) in buffers.iter().zip(&inputs).enumerate() {
-                            // SAFETY: offsets inside the window.
-                            let own = unsafe { b.base.add(at.recv + r * segment) };
-                            upload_bytes(own, &encode_all(dtype, input));
-                        }
+                        upload_inputs(&buffers, dtype, &inputs, |r| at.recv + r * segment);
                     }
                     run_group(
                         |rank, b| {
@@ -485,7 +598,8 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                         &buffers,
                     );
                     let case = format!("all_gather {nranks} ranks {dtype:?} count {count} {at:?}");
-                    let all: Vec<u8> = inputs.iter().flat_map(|x| encode_all(dtype, x)).collect();
+                    let all: Vec<u8> =
+                        parallel_map(nranks, |r| encode_all(dtype, &inputs[r])).concat();
                     for b in &buffers {
                         // SAFETY: offsets inside the window.
                         let out = download_bytes(unsafe { b.base.add(at.recv) }, nranks * segment);
@@ -493,17 +607,8 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                     }
 
                     // Reduce-scatter (sum): rank r receives the sum of segment r over ranks.
-                    let inputs: Vec<Vec<f64>> = (0..nranks)
-                        .map(|r| {
-                            (0..nranks * count)
-                                .map(|i| input_value(dtype, r, i, seed + 1))
-                                .collect()
-                        })
-                        .collect();
-                    for (b, input) in buffers.iter().zip(&inputs) {
-                        // SAFETY: offsets inside the window.
-                        upload_bytes(unsafe { b.base.add(at.send) }, &encode_all(dtype, input));
-                    }
+                    let inputs = rank_inputs(dtype, nranks, nranks * count, seed + 1);
+                    upload_inputs(&buffers, dtype, &inputs, |_| at.send);
                     run_group(
                         |rank, b| {
                             let recv = at.rank_offset(rank, segment, at.recv);
@@ -530,14 +635,11 @@ fn gpu_all_gather_and_reduce_scatter_every_dtype() {
                             dtype,
                             &download_bytes(unsafe { b.base.add(recv) }, segment),
                         );
-                        for (i, g) in got.iter().enumerate() {
-                            let column: Vec<f64> =
-                                inputs.iter().map(|x| x[rank * count + i]).collect();
-                            assert_eq!(
-                                *g,
-                                expected(dtype, 0, &column),
-                                "{case}: rank {rank} element {i}"
-                            );
+                        let case = format!("{case}: rank {rank}");
+                        let first = rank * count;
+                        if let Some(wrong) = wrong_reduction(dtype, 0, &inputs, first, &got, &case)
+                        {
+                            panic!("{wrong}");
                         }
                     }
                 }
@@ -569,13 +671,11 @@ fn gpu_broadcast_every_dtype_from_every_root() {
                     let root = case_index % nranks;
                     case_index += 1;
                     let seed = (nranks * 100 + count + d) as u64;
-                    let inputs: Vec<Vec<u8>> = (0..nranks)
-                        .map(|r| {
-                            let values: Vec<f64> =
-                                (0..count).map(|i| input_value(dtype, r, i, seed)).collect();
-                            encode_all(dtype, &values)
-                        })
-                        .collect();
+                    let inputs: Vec<Vec<u8>> = parallel_map(nranks, |r| {
+                        let values: Vec<f64> =
+                            (0..count).map(|i| input_value(dtype, r, i, seed)).collect();
+                        encode_all(dtype, &values)
+                    });
                     let guard = vec![0x5Au8; 16];
                     for (b, input) in buffers.iter().zip(&inputs) {
                         // SAFETY: offsets inside the window (window_bytes).
