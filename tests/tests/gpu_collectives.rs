@@ -300,7 +300,8 @@ fn host_helpers_keep_order_and_find_the_first_wrong_element() {
     );
     assert_eq!(parallel_map(0, |i| i), Vec::<usize>::new());
     assert_eq!(first_wrong(n, |_| None::<String>), None);
-    let wrong_from = |k: usize| move |i: usize| (i >= k && i % 7 == 0).then(|| i.to_string());
+    let wrong_from =
+        |k: usize| move |i: usize| (i >= k && i.is_multiple_of(7)).then(|| i.to_string());
     assert_eq!(first_wrong(n, wrong_from(9_000)), Some("9002".to_string()));
     assert_eq!(first_wrong(n, wrong_from(0)), Some("0".to_string()));
     let dtype = DataType::Float32;
