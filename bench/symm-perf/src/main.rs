@@ -28,6 +28,7 @@ mod batch;
 mod clc;
 mod device;
 mod options;
+mod reference;
 
 /// `symm-perf scale-model [--out DIR]`: print the scale model's table and write it, with the
 /// plot, into `DIR` (default `bench`, relative to the current directory).
@@ -52,10 +53,10 @@ fn scale_model(args: &[String]) -> Result<(), String> {
 
 use device::{Gpu, median};
 use options::{Average, Operation, Options, op_name, table_header, type_name};
+use reference::Reference;
 use std::process::ExitCode;
 use std::time::Instant;
 use symm::*;
-use symm_device::numeric::dynamic::{decode, encode, representable};
 use symm_device::symmetric::Algorithm;
 use symm_device::{DataType, RedOp};
 
@@ -279,9 +280,16 @@ impl Bench {
         Ok(())
     }
 
-    fn input(&self, rank: usize, index: u64) -> f64 {
-        let period = if self.options.op == RedOp::Prod { 2 } else { 3 };
-        1.0 + ((rank as u64 + index) % period) as f64
+    /// The inputs and expected outputs of `shape` (see [`Reference`]).
+    fn reference(&self, shape: Shape) -> Reference {
+        Reference {
+            dtype: self.options.dtype,
+            op: self.options.op,
+            operation: self.options.operation,
+            nranks: self.nranks,
+            root: self.options.root,
+            count: shape.count,
+        }
     }
 
     fn write(&self, address: u64, bytes: &[u8]) -> Result<(), String> {
@@ -307,21 +315,6 @@ impl Bench {
         }
     }
 
-    fn reduce(&self, values: impl Iterator<Item = f64>) -> f64 {
-        let values: Vec<f64> = values.collect();
-        let n = values.len() as f64;
-        let dtype = self.options.dtype;
-        let exact = match self.options.op {
-            RedOp::Sum => values.iter().sum(),
-            RedOp::Prod => values.iter().product(),
-            RedOp::Max => values.iter().copied().fold(f64::MIN, f64::max),
-            RedOp::Min => values.iter().copied().fold(f64::MAX, f64::min),
-            RedOp::Avg if !dtype.is_float() => (values.iter().sum::<f64>() / n).trunc(),
-            RedOp::Avg => values.iter().sum::<f64>() / n,
-        };
-        representable(dtype, exact)
-    }
-
     /// Fill the inputs, run once, and count wrong elements.
     fn check(&self, shape: Shape, in_place: bool) -> Result<u64, String> {
         self.check_items(shape, in_place, 1, &|| self.issue(shape, in_place))
@@ -336,19 +329,15 @@ impl Bench {
         items: usize,
         issue: &dyn Fn() -> Result<(), String>,
     ) -> Result<u64, String> {
-        let dtype = self.options.dtype;
         let size = self.element() as usize;
-        let n = self.nranks;
+        let reference = self.reference(shape);
         let inputs = match self.options.operation {
             Operation::AllGather => shape.count,
             _ => shape.total,
         };
         for item in 0..items {
             for r in 0..self.ranks.len() {
-                let mut bytes = vec![0u8; inputs as usize * size];
-                for (i, chunk) in bytes.chunks_mut(size).enumerate() {
-                    encode(dtype, self.input(self.first_rank + r, i as u64), chunk);
-                }
+                let bytes = reference.encoded_inputs(self.first_rank + r, inputs as usize);
                 self.write(self.item_buffers(r, shape, in_place, item).0, &bytes)?;
             }
         }
@@ -357,39 +346,13 @@ impl Bench {
             Operation::ReduceScatter => shape.count,
             _ => shape.total,
         };
-        let tolerance = match dtype {
-            DataType::Float16 => 1.0 / 1024.0,
-            DataType::Bfloat16 => 1.0 / 128.0,
-            DataType::Float8E4M3 => 1.0 / 8.0,
-            DataType::Float8E5M2 => 1.0 / 4.0,
-            DataType::Float32 => 1e-6,
-            _ => 0.0,
-        };
         let mut wrong = 0;
         for (item, local) in (0..items).flat_map(|k| (0..self.ranks.len()).map(move |l| (k, l))) {
-            let r = self.first_rank + local;
             let got = self.read(
                 self.item_buffers(local, shape, in_place, item).1,
                 outputs as usize * size,
             )?;
-            for (i, chunk) in got.chunks(size).enumerate() {
-                let i = i as u64;
-                let expected = match self.options.operation {
-                    Operation::AllReduce => self.reduce((0..n).map(|q| self.input(q, i))),
-                    Operation::ReduceScatter => {
-                        self.reduce((0..n).map(|q| self.input(q, r as u64 * shape.count + i)))
-                    }
-                    Operation::AllGather => representable(
-                        dtype,
-                        self.input((i / shape.count) as usize, i % shape.count),
-                    ),
-                    Operation::Broadcast => representable(dtype, self.input(self.options.root, i)),
-                };
-                let value = decode(dtype, chunk);
-                if (value - expected).abs() > tolerance * expected.abs() {
-                    wrong += 1;
-                }
-            }
+            wrong += reference.count_wrong(self.first_rank + local, &got);
         }
         Ok(wrong)
     }
