@@ -42,6 +42,9 @@ pub const MAX_BUNDLE_BYTES: u64 = 20 << 20;
 /// The bundle's builds embed the sm_90 SASS only (`SYMM_SASS_TARGETS`, see host-shim's
 /// `build.rs`); every other build embeds every target's.
 const SASS_ENV: (&str, &str) = ("SYMM_SASS_TARGETS", "sm_90");
+/// Most bytes a device run is sent: the checkout (tracked files and untracked ones git does not
+/// ignore) plus what it carries (the archive).
+pub const MAX_TRANSFER_BYTES: u64 = 64 << 20;
 /// Directory of the archive, relative to the workspace root (inside the git-ignored `target/`).
 pub const BUNDLE_DIR: &str = "target/gpu-bundle";
 /// File name of the archive.
@@ -185,7 +188,58 @@ pub fn build() -> Result<(), String> {
         bytes as f64 / (1u64 << 20) as f64,
         MAX_BUNDLE_BYTES >> 20
     );
-    Ok(())
+    let checkout = checkout_bytes()?;
+    println!(
+        "gpu bundle: the checkout is {:.2} MiB; with the archive {:.2} MiB of the {} MiB a \
+         device run is sent",
+        checkout as f64 / (1u64 << 20) as f64,
+        (checkout + bytes) as f64 / (1u64 << 20) as f64,
+        MAX_TRANSFER_BYTES >> 20
+    );
+    check_transfer(checkout, bytes, MAX_TRANSFER_BYTES)
+}
+
+/// Bytes of what a device run copies from the checkout: the files `git ls-files` lists as
+/// tracked or untracked-and-not-ignored.
+fn checkout_bytes() -> Result<u64, String> {
+    let output = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cannot run git ls-files: {e}"))?;
+    if !output.status.success() {
+        return Err("git ls-files failed".into());
+    }
+    let root = root();
+    Ok(output
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|name| !name.is_empty())
+        .filter_map(|name| {
+            std::fs::symlink_metadata(root.join(String::from_utf8_lossy(name).as_ref())).ok()
+        })
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum())
+}
+
+/// Fail when the checkout and the archive together exceed what a device run is sent.
+pub fn check_transfer(checkout: u64, archive: u64, limit: u64) -> Result<(), String> {
+    if checkout + archive > limit {
+        Err(format!(
+            "the checkout ({checkout} bytes) and the GPU bundle ({archive} bytes) exceed the \
+             {} MiB a device run is sent: shrink the checkout (ptx-out/) or the bundle",
+            limit >> 20
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// Fail when an archive of `bytes` is larger than `limit`.
@@ -330,6 +384,17 @@ mod tests {
         let error = check_size(MAX_BUNDLE_BYTES + 1, MAX_BUNDLE_BYTES).unwrap_err();
         assert!(error.contains("over the limit"), "{error}");
         assert_eq!(MAX_BUNDLE_BYTES, 20 * 1024 * 1024);
+    }
+
+    #[test]
+    fn the_transfer_limit_counts_checkout_and_archive() {
+        let mib = 1u64 << 20;
+        assert!(check_transfer(41 * mib, 16 * mib, MAX_TRANSFER_BYTES).is_ok());
+        assert!(check_transfer(48 * mib, 16 * mib, MAX_TRANSFER_BYTES).is_ok());
+        let error = check_transfer(48 * mib, 16 * mib + 1, MAX_TRANSFER_BYTES).unwrap_err();
+        assert!(error.contains("64 MiB"), "{error}");
+        // The checkout this test runs in is counted, and is not empty.
+        assert!(checkout_bytes().unwrap() > mib);
     }
 
     #[test]
