@@ -7,11 +7,12 @@ Where the files come from:
   ``cargo build --release -p symm`` in the repository (``$SYMM_SOURCE_DIR``, default: the parent
   of this directory), honouring ``CARGO_TARGET_DIR``;
 * ``symm.h``: the repository's ``ffi-headers/symm.h``;
-* the Triton-linkable device library ``ptx-out/symm_triton.ll``.
+* the Triton-linkable device library, decompressed from ``ptx-out/symm_triton.ll.gz``.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -83,10 +84,13 @@ class BuildWithLibrary(build_py):
             shutil.rmtree(target)
         target.mkdir(parents=True)
         files = [(library, "libsymm.so"), (root / "ffi-headers" / "symm.h", "symm.h")]
-        files.append((root / "ptx-out" / TRITON_LIBRARY_NAME, TRITON_LIBRARY_NAME))
         for source, name in files:
             shutil.copyfile(source, target / name)
             print(f"symm: packaged {source} as {DATA_DIR / name}", flush=True)
+        compressed = root / "ptx-out" / f"{TRITON_LIBRARY_NAME}.gz"
+        with gzip.open(compressed, "rb") as source, open(target / TRITON_LIBRARY_NAME, "wb") as out:
+            shutil.copyfileobj(source, out)
+        print(f"symm: packaged {compressed} as {DATA_DIR / TRITON_LIBRARY_NAME}", flush=True)
         (target / "libsymm.so").chmod(0o755)
 
 

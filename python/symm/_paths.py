@@ -7,12 +7,17 @@ packaged files:
 * ``SYMM_HEADER``: path of the ``symm.h`` whose constants the package uses.
 
 Run from a source checkout (``PYTHONPATH=python``), the header falls back to the checkout's
-``ffi-headers/symm.h`` and the Triton libraries to ``ptx-out/``.
+``ffi-headers/symm.h`` and the Triton library to ``ptx-out/symm_triton.ll.gz``, decompressed
+once into ``target/python-data/`` (or the temporary directory when the checkout is read-only).
 """
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
+import struct
+import tempfile
 from pathlib import Path
 
 __all__ = [
@@ -63,7 +68,7 @@ def data_file(name: str) -> Path:
     """The path of the packaged file ``name`` (e.g. ``"symm.h"``, ``"symm_triton.ll"``).
 
     In a source checkout without packaged files, ``symm.h`` is taken from ``ffi-headers/`` and
-    the Triton library from ``ptx-out/``.
+    the Triton library from ``ptx-out/`` (its compressed copy, see :func:`_decompressed`).
 
     Raises:
         FileNotFoundError: the file is neither packaged nor in the checkout.
@@ -76,10 +81,54 @@ def data_file(name: str) -> Path:
         for candidate in (root / "ffi-headers" / name, root / "ptx-out" / name):
             if candidate.is_file():
                 return candidate
+        compressed = root / "ptx-out" / f"{name}.gz"
+        if compressed.is_file():
+            return _decompressed(compressed, [root / "target" / "python-data", _temporary_dir()])
     raise FileNotFoundError(
         f"{name} is not part of this installation of symm (looked in {data_dir()}); "
         "reinstall the package with `pip install ./python` or a wheel from `cargo xtask wheel`"
     )
+
+
+def _temporary_dir() -> Path:
+    """A directory of this user's in the system's temporary directory."""
+    return Path(tempfile.gettempdir()) / f"symm-python-data-{os.getuid()}"
+
+
+def _decompressed(compressed: Path, directories: list) -> Path:
+    """The text of the gzip file ``compressed``, as a file named like it without ``.gz`` in the
+    first of ``directories`` that can hold it: written once, and again only when the compressed
+    file is newer or the sizes differ. Processes that start at once (one per rank) each write
+    their own temporary file and rename it into place, so none reads a partial file.
+    """
+    name = compressed.name[: -len(".gz")]
+    with open(compressed, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        (size_mod_4g,) = struct.unpack("<I", f.read(4))
+    source_time = compressed.stat().st_mtime_ns
+    failures = []
+    for directory in directories:
+        target = directory / name
+        try:
+            st = target.stat()
+            if st.st_mtime_ns >= source_time and st.st_size % (1 << 32) == size_mod_4g:
+                return target
+        except OSError:
+            pass
+        partial = directory / f".{name}.{os.getpid()}.partial"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with gzip.open(compressed, "rb") as source, open(partial, "wb") as out:
+                shutil.copyfileobj(source, out)
+            os.replace(partial, target)
+            return target
+        except OSError as error:
+            failures.append(f"{directory}: {error}")
+            try:
+                partial.unlink()
+            except OSError:
+                pass
+    raise FileNotFoundError(f"cannot decompress {compressed}: {'; '.join(failures)}")
 
 
 def library_path() -> Path:

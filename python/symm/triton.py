@@ -1,6 +1,6 @@
 """Symmetric collectives inside Triton kernels.
 
-The device functions of ``ptx-out/symm_triton.ll`` (packaged as ``symm/lib/symm_triton.ll``)
+The device functions of ``ptx-out/symm_triton.ll.gz`` (packaged as ``symm/lib/symm_triton.ll``)
 are called from ``@triton.jit`` code through ``extern_elementwise``; the library is linked when
 the kernel compiles, by passing it in Triton's ``extern_libs`` option. :func:`jit` (or
 :func:`requires_symm` on an existing ``@triton.jit`` function) does that for every launch::

@@ -185,3 +185,38 @@ def test_packaged_files() -> None:
         symm.paths.data_file("no-such-file")
     library = symm.paths.triton_library_path()
     assert library.name == "symm_triton.ll" and library.is_file()
+    assert b"@symm_all_reduce(" in library.read_bytes()
+
+
+def test_a_compressed_data_file_is_decompressed_once_and_again_when_newer(tmp_path) -> None:
+    import gzip
+    import os
+
+    from symm import _paths
+
+    compressed = tmp_path / "data.ll.gz"
+    compressed.write_bytes(gzip.compress(b"first version\n"))
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    cache = tmp_path / "cache"
+    try:
+        directories = [read_only / "sub", cache]
+        if os.access(read_only, os.W_OK):  # root ignores the mode: only the cache is tried
+            directories = [cache]
+        out = _paths._decompressed(compressed, directories)
+        assert out == cache / "data.ll" and out.read_bytes() == b"first version\n"
+        # Reused while up to date (a marker the decompression would overwrite stays).
+        stamp = out.stat().st_mtime_ns
+        out.write_bytes(b"first versioN\n")
+        os.utime(out, ns=(stamp, stamp))
+        assert _paths._decompressed(compressed, directories).read_bytes() == b"first versioN\n"
+        # A newer compressed file (a rebuilt library) is decompressed again.
+        compressed.write_bytes(gzip.compress(b"second, longer version\n"))
+        later = stamp + 10**9
+        os.utime(compressed, ns=(later, later))
+        again = _paths._decompressed(compressed, directories)
+        assert again.read_bytes() == b"second, longer version\n"
+        assert not [p for p in cache.iterdir() if p.name.endswith(".partial")]
+    finally:
+        read_only.chmod(0o700)

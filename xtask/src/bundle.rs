@@ -52,7 +52,7 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 23] = [
+const FILES: [&str; 22] = [
     "ffi-headers/symm.h",
     "ffi-headers/symm_device.cuh",
     "examples/cuda/Makefile",
@@ -70,7 +70,6 @@ const FILES: [&str; 23] = [
     "bench/torch_baseline.py",
     "bench/gpu/run.sh",
     "bench/gpu/python_check.py",
-    "ptx-out/symm_triton.ll",
     "examples/python/allreduce.py",
     "examples/triton/allreduce.py",
     "examples/torch/symmetric_tensors.py",
@@ -134,6 +133,8 @@ pub fn build() -> Result<(), String> {
         std::fs::copy(root.join(file), &to).map_err(|e| format!("copying {file}: {e}"))?;
     }
     copy_python_package(&root, &stage)?;
+    // The Triton library as text (`ptx-out/` holds it compressed), where run.sh packages it.
+    crate::ptx::plain_triton_library(&stage.join("ptx-out"))?;
     create_dir(&stage.join("device-lib"))?;
     std::fs::copy(
         crate::device_lib::out_dir().join("symm_device.ptx"),

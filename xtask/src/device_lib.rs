@@ -1,6 +1,6 @@
 //! `cargo xtask device-lib [--test]`: symm's device functions for CUDA C++ kernels.
 //!
-//! From `ptx-out/symm_triton.ll` (the device functions Triton links), built with the Rust
+//! From `ptx-out/symm_triton.ll.gz` (the device functions Triton links), built with the Rust
 //! toolchain's own `llc` (the LLVM that wrote the IR) and NVIDIA's compiler from the
 //! `nvidia-cuda-nvcc` wheel (no GPU and no toolkit needed):
 //!
@@ -78,6 +78,7 @@ fn build(nvcc: &Path) -> Result<(), String> {
     let out = out_dir();
     std::fs::create_dir_all(&out).map_err(|e| format!("creating {out:?}: {e}"))?;
     let ptx = out.join("symm_device.ptx");
+    let library = crate::ptx::plain_triton_library(&out)?;
     // No jump tables: an indexed branch (`brx.idx`) is slower than the few compares it
     // replaces here, and the simulated GPU runs the same text.
     run(Command::new(crate::ptx::llvm_tool("llc")?)
@@ -87,7 +88,7 @@ fn build(nvcc: &Path) -> Result<(), String> {
             "-O3",
             "-min-jump-table-entries=1000000",
         ])
-        .arg(root().join("ptx-out/symm_triton.ll"))
+        .arg(&library)
         .arg("-o")
         .arg(&ptx))?;
     let object = out.join("symm_device.o");
@@ -216,8 +217,8 @@ mod tests {
         let root = crate::root();
         let header = std::fs::read_to_string(root.join("ffi-headers/symm_device.cuh"))
             .expect("symm_device.cuh");
-        let library =
-            std::fs::read_to_string(root.join("ptx-out/symm_triton.ll")).expect("library");
+        let library = String::from_utf8(crate::ptx::triton_library_text().expect("library"))
+            .expect("the library is text");
         let mut declared = header_prototypes(&header);
         let mut defined = library_functions(&library);
         declared.sort();

@@ -1,10 +1,10 @@
 //! `cargo xtask <task>`: the project's build tasks.
 //!
 //! * `ptx [--check]` — build the device crate for every PTX target and the Triton-linkable
-//!   library (`ptx-out/symm_triton.ll`), assemble each PTX with ptxas and report
+//!   library (`ptx-out/symm_triton.ll.gz`), assemble each PTX with ptxas and report
 //!   registers/spills/stack per kernel; write `ptx-out/` (or, with `--check`, fail if
 //!   `ptx-out/` differs from a fresh build).
-//! * `triton-library` — only `ptx-out/symm_triton.ll`.
+//! * `triton-library` — only `ptx-out/symm_triton.ll.gz`.
 //! * `triton-test` — the Triton compile tests under the oldest and newest supported Triton.
 //! * `header [--check]` — generate `ffi-headers/symm.h` with cbindgen (or check it).
 //! * `test` — the test suite: the layering check (`layers` below), workspace tests (this
@@ -28,7 +28,7 @@
 //!   pkg-config file `symm.pc` carrying the link flags, under `P`; `install --check` (run by
 //!   `test`) builds the C example against a scratch installation with pkg-config's flags alone.
 //! * `device-lib [--test]` — `target/device-lib/libsymm_device.a` and `symm_device.ptx`: the
-//!   device functions of `ptx-out/symm_triton.ll` for CUDA C++ kernels
+//!   device functions of `ptx-out/symm_triton.ll.gz` for CUDA C++ kernels
 //!   (`ffi-headers/symm_device.cuh`), built with the toolchain's llc and the nvcc wheel; with
 //!   `--test`, build `examples/cuda` with nvcc and run `jit_link` on the simulated GPU.
 //! * `layers` — check the imports between modules against the layers `docs/ARCHITECTURE.md`

@@ -1,7 +1,7 @@
 //! The Python package (`python/`): `cargo xtask wheel` and `cargo xtask pytest`.
 //!
 //! * `wheel` builds `libsymm.so` in release, then a platform wheel of the package carrying it,
-//!   `ffi-headers/symm.h` and `ptx-out/symm_triton.ll`, into `<target>/wheels/` (cargo's
+//!   `ffi-headers/symm.h` and the Triton library (`ptx-out/symm_triton.ll.gz`, decompressed), into `<target>/wheels/` (cargo's
 //!   target directory: `target/` unless `CARGO_TARGET_DIR` says otherwise). A machine without
 //!   Rust installs it with `pip install symm-*.whl`.
 //! * `pytest` creates a virtual environment in `<target>/python-venv` (once), installs the package

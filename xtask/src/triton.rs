@@ -13,7 +13,7 @@ pub const TRITON_VERSIONS: [&str; 2] = ["3.5.0", "3.9.0"];
 /// Run the compile tests under every version of [`TRITON_VERSIONS`].
 pub fn test() -> Result<(), String> {
     // Importing the package loads libsymm (the compile tests themselves need only the header
-    // and ptx-out/symm_triton.ll).
+    // and the Triton library, which the package decompresses from ptx-out/symm_triton.ll.gz).
     let library = crate::python::build_library()?;
     for version in TRITON_VERSIONS {
         let venv = root().join("target/triton").join(version);

@@ -227,7 +227,7 @@ mod tests {
                     "{name} lacks {kernel}"
                 );
             }
-            // The Triton device functions live in ptx-out/symm_triton.ll only.
+            // The Triton device functions live in ptx-out/symm_triton.ll.gz only.
             assert!(!ptx.contains("symm_all_reduce("), "{name}");
         }
     }
