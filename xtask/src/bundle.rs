@@ -34,10 +34,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Largest archive accepted, in bytes (20 MiB): a device run carries the checkout (about
-/// 41 MiB, most of it `ptx-out/`) and the archive, 64 MiB in all. The shipped sm_90 SASS took
-/// the archive from 12.3 to 16.2 MiB (four binaries embed libsymm); the sm_80 and sm_100a SASS
-/// would take it to 21.1 MiB, so the bundle's binaries embed only what the GPU machines
-/// (H100, H200) load: [`SASS_ENV`].
+/// 23 MiB, half of it `ptx-out/`) and the archive, 64 MiB in all ([`MAX_TRANSFER_BYTES`],
+/// checked too). The shipped sm_90 SASS took the archive from 12.3 to 16.2 MiB (four binaries
+/// embed libsymm); the sm_80 and sm_100a SASS would take it to 21.1 MiB, so the bundle's
+/// binaries embed only what the GPU machines (H100, H200) load: [`SASS_ENV`].
 pub const MAX_BUNDLE_BYTES: u64 = 20 << 20;
 /// The bundle's builds embed the sm_90 SASS only (`SYMM_SASS_TARGETS`, see host-shim's
 /// `build.rs`); every other build embeds every target's.
