@@ -16,8 +16,10 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import stat
 import struct
 import tempfile
+import zlib
 from pathlib import Path
 
 __all__ = [
@@ -78,12 +80,13 @@ def data_file(name: str) -> Path:
         return packaged
     root = _checkout_root()
     if root is not None:
-        for candidate in (root / "ffi-headers" / name, root / "ptx-out" / name):
-            if candidate.is_file():
-                return candidate
+        # The compressed copy is what the checkout tracks: a plain one next to it may be stale.
         compressed = root / "ptx-out" / f"{name}.gz"
         if compressed.is_file():
             return _decompressed(compressed, [root / "target" / "python-data", _temporary_dir()])
+        for candidate in (root / "ffi-headers" / name, root / "ptx-out" / name):
+            if candidate.is_file():
+                return candidate
     raise FileNotFoundError(
         f"{name} is not part of this installation of symm (looked in {data_dir()}); "
         "reinstall the package with `pip install ./python` or a wheel from `cargo xtask wheel`"
@@ -91,43 +94,71 @@ def data_file(name: str) -> Path:
 
 
 def _temporary_dir() -> Path:
-    """A directory of this user's in the system's temporary directory."""
+    """A directory of this user's in the system's temporary directory (see :func:`_private`)."""
     return Path(tempfile.gettempdir()) / f"symm-python-data-{os.getuid()}"
+
+
+def _private(directory: Path) -> bool:
+    """Create ``directory`` (mode 0700) if missing; whether it is a real directory that only
+    this user can write (not a link or a directory another user planted in a shared place)."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = directory.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
 def _decompressed(compressed: Path, directories: list) -> Path:
     """The text of the gzip file ``compressed``, as a file named like it without ``.gz`` in the
-    first of ``directories`` that can hold it: written once, and again only when the compressed
-    file is newer or the sizes differ. Processes that start at once (one per rank) each write
-    their own temporary file and rename it into place, so none reads a partial file.
+    first of ``directories`` that can hold it (a directory this user alone can write).
+
+    The file is written once and carries the compressed file's modification time; it is
+    written again when that time or the gzip trailer's size differs (a rebuilt or checked-out
+    library). Processes that start at once (one per rank) each write their own temporary file
+    and rename it into place, so none reads a partial file.
+
+    Raises:
+        FileNotFoundError: no directory could hold it, or ``compressed`` is not a gzip file.
     """
     name = compressed.name[: -len(".gz")]
-    with open(compressed, "rb") as f:
-        f.seek(-4, os.SEEK_END)
-        (size_mod_4g,) = struct.unpack("<I", f.read(4))
-    source_time = compressed.stat().st_mtime_ns
+    try:
+        source_time = compressed.stat().st_mtime_ns
+        with open(compressed, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            (size_mod_4g,) = struct.unpack("<I", f.read(4))
+    except (OSError, struct.error) as error:
+        raise FileNotFoundError(f"cannot read {compressed}: {error}") from error
     failures = []
     for directory in directories:
+        if not _private(directory):
+            failures.append(f"{directory}: not a private directory of this user")
+            continue
         target = directory / name
         try:
             st = target.stat()
-            if st.st_mtime_ns >= source_time and st.st_size % (1 << 32) == size_mod_4g:
+            if st.st_mtime_ns == source_time and st.st_size % (1 << 32) == size_mod_4g:
                 return target
         except OSError:
             pass
-        partial = directory / f".{name}.{os.getpid()}.partial"
+        partial = None
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            with gzip.open(compressed, "rb") as source, open(partial, "wb") as out:
+            handle, partial_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
+            partial = Path(partial_name)
+            with gzip.open(compressed, "rb") as source, os.fdopen(handle, "wb") as out:
                 shutil.copyfileobj(source, out)
+            os.utime(partial, ns=(source_time, source_time))
             os.replace(partial, target)
+            partial = None
             return target
-        except OSError as error:
+        except (OSError, EOFError, zlib.error) as error:
             failures.append(f"{directory}: {error}")
-            try:
-                partial.unlink()
-            except OSError:
-                pass
+        finally:
+            if partial is not None:
+                try:
+                    partial.unlink()
+                except OSError:
+                    pass
     raise FileNotFoundError(f"cannot decompress {compressed}: {'; '.join(failures)}")
 
 

@@ -188,7 +188,7 @@ def test_packaged_files() -> None:
     assert b"@symm_all_reduce(" in library.read_bytes()
 
 
-def test_a_compressed_data_file_is_decompressed_once_and_again_when_newer(tmp_path) -> None:
+def test_a_compressed_data_file_is_decompressed_once_and_again_when_it_changes(tmp_path) -> None:
     import gzip
     import os
 
@@ -196,27 +196,30 @@ def test_a_compressed_data_file_is_decompressed_once_and_again_when_newer(tmp_pa
 
     compressed = tmp_path / "data.ll.gz"
     compressed.write_bytes(gzip.compress(b"first version\n"))
-    read_only = tmp_path / "read-only"
-    read_only.mkdir()
-    read_only.chmod(0o500)
+    planted = tmp_path / "planted"
+    planted.symlink_to(tmp_path)  # a link is never used, wherever it points
     cache = tmp_path / "cache"
-    try:
-        directories = [read_only / "sub", cache]
-        if os.access(read_only, os.W_OK):  # root ignores the mode: only the cache is tried
-            directories = [cache]
-        out = _paths._decompressed(compressed, directories)
-        assert out == cache / "data.ll" and out.read_bytes() == b"first version\n"
-        # Reused while up to date (a marker the decompression would overwrite stays).
-        stamp = out.stat().st_mtime_ns
-        out.write_bytes(b"first versioN\n")
-        os.utime(out, ns=(stamp, stamp))
-        assert _paths._decompressed(compressed, directories).read_bytes() == b"first versioN\n"
-        # A newer compressed file (a rebuilt library) is decompressed again.
-        compressed.write_bytes(gzip.compress(b"second, longer version\n"))
-        later = stamp + 10**9
-        os.utime(compressed, ns=(later, later))
-        again = _paths._decompressed(compressed, directories)
-        assert again.read_bytes() == b"second, longer version\n"
-        assert not [p for p in cache.iterdir() if p.name.endswith(".partial")]
-    finally:
-        read_only.chmod(0o700)
+    directories = [planted, cache]
+    out = _paths._decompressed(compressed, directories)
+    assert out == cache / "data.ll" and out.read_bytes() == b"first version\n"
+    assert not (tmp_path / "data.ll").exists()
+    assert out.stat().st_mtime_ns == compressed.stat().st_mtime_ns
+    # Reused while up to date: a change of the same size keeping the time stays.
+    stamp = out.stat().st_mtime_ns
+    out.write_bytes(b"first versioN\n")
+    os.utime(out, ns=(stamp, stamp))
+    assert _paths._decompressed(compressed, directories).read_bytes() == b"first versioN\n"
+    # A rebuilt library of the same size (another time) is decompressed again, once.
+    compressed.write_bytes(gzip.compress(b"other version\n"))
+    os.utime(compressed, ns=(stamp - 10**9, stamp - 10**9))  # older, as a checkout may leave it
+    assert _paths._decompressed(compressed, directories).read_bytes() == b"other version\n"
+    out.write_bytes(b"other versioN\n")
+    os.utime(out, ns=(stamp - 10**9, stamp - 10**9))
+    assert _paths._decompressed(compressed, directories).read_bytes() == b"other versioN\n"
+    assert not [p for p in cache.iterdir() if p.name.endswith(".partial")]
+    # Not a gzip file: a clear error, nothing left behind.
+    broken = tmp_path / "broken.ll.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(FileNotFoundError, match="broken.ll.gz"):
+        _paths._decompressed(broken, [cache])
+    assert not [p for p in cache.iterdir() if p.name.endswith(".partial")]

@@ -30,6 +30,7 @@
 //! ```
 
 use crate::{cargo, root, run};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -177,9 +178,13 @@ pub fn build() -> Result<(), String> {
     let bytes = std::fs::metadata(&partial)
         .map_err(|e| format!("{partial:?}: {e}"))?
         .len();
-    if let Err(message) = check_size(bytes, MAX_BUNDLE_BYTES) {
+    let checkout = checkout_bytes()?;
+    if let Err(message) = check_size(bytes, MAX_BUNDLE_BYTES)
+        .and_then(|()| check_transfer(checkout, bytes, MAX_TRANSFER_BYTES))
+    {
         // Too large to carry: keep nothing at the archive's path.
         std::fs::remove_file(&partial).map_err(|e| format!("removing {partial:?}: {e}"))?;
+        let _ = std::fs::remove_file(&archive);
         return Err(message);
     }
     std::fs::rename(&partial, &archive).map_err(|e| format!("renaming {partial:?}: {e}"))?;
@@ -189,7 +194,6 @@ pub fn build() -> Result<(), String> {
         bytes as f64 / (1u64 << 20) as f64,
         MAX_BUNDLE_BYTES >> 20
     );
-    let checkout = checkout_bytes()?;
     println!(
         "gpu bundle: the checkout is {:.2} MiB; with the archive {:.2} MiB of the {} MiB a \
          device run is sent",
@@ -197,7 +201,7 @@ pub fn build() -> Result<(), String> {
         (checkout + bytes) as f64 / (1u64 << 20) as f64,
         MAX_TRANSFER_BYTES >> 20
     );
-    check_transfer(checkout, bytes, MAX_TRANSFER_BYTES)
+    Ok(())
 }
 
 /// Bytes of what a device run copies from the checkout: the files `git ls-files` lists as
@@ -223,7 +227,8 @@ fn checkout_bytes() -> Result<u64, String> {
         .split(|&b| b == 0)
         .filter(|name| !name.is_empty())
         .filter_map(|name| {
-            std::fs::symlink_metadata(root.join(String::from_utf8_lossy(name).as_ref())).ok()
+            let name = std::ffi::OsStr::from_bytes(name);
+            std::fs::symlink_metadata(root.join(name)).ok()
         })
         .filter(|meta| meta.is_file())
         .map(|meta| meta.len())

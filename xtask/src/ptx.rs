@@ -173,7 +173,12 @@ pub fn generate_triton_library() -> Result<(), String> {
 fn write_compressed_triton_library(text: &[u8]) -> Result<(), String> {
     let out = root().join("ptx-out");
     let dest = out.join(triton_library_file());
-    std::fs::write(&dest, gzip::compress(text)).map_err(|e| format!("writing {dest:?}: {e}"))?;
+    // Written beside it and renamed: a process decompressing it meanwhile reads the old file
+    // or the new one, never half of one.
+    let partial = out.join(format!(".{}.partial", triton_library_file()));
+    std::fs::write(&partial, gzip::compress(text))
+        .and_then(|()| std::fs::rename(&partial, &dest))
+        .map_err(|e| format!("writing {dest:?}: {e}"))?;
     let _ = std::fs::remove_file(out.join(TRITON_LIBRARY.1));
     println!(
         "wrote ptx-out/{} (plain text: target/ptx/{})",

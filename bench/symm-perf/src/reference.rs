@@ -106,7 +106,8 @@ impl Reference {
                             .filter(|(k, chunk)| {
                                 let expected = self.expected(rank, (p * per + k) as u64);
                                 let value = decode(self.dtype, chunk);
-                                (value - expected).abs() > tolerance * expected.abs()
+                                let error = (value - expected).abs();
+                                error.is_nan() || error > tolerance * expected.abs()
                             })
                             .count() as u64
                     })

@@ -54,6 +54,8 @@ const FATBIN_SECTIONS: [&str; 2] = ["__nv_relfatbin", ".nv_fatbin"];
 /// Why no PTX came out of an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceCodeError {
+    /// Not a linker input kind (`CUjitInputType`).
+    InvalidKind(u32),
     /// A PTX input that is not text.
     NotText,
     /// The container is cut short or inconsistent (what is wrong, in words).
@@ -68,6 +70,7 @@ pub enum DeviceCodeError {
 impl fmt::Display for DeviceCodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::InvalidKind(kind) => write!(f, "{kind} is not a linker input kind"),
             Self::NotText => write!(f, "a PTX input that is not UTF-8 text"),
             Self::Malformed(why) => write!(f, "malformed device code: {why}"),
             Self::NoCodeForGpu(why) => write!(
@@ -80,18 +83,23 @@ impl fmt::Display for DeviceCodeError {
     }
 }
 
-/// The PTX texts an input of linker kind `kind` contributes, in order: one for PTX, a
-/// fatbinary or an object, one per member with device code for an archive.
+/// The PTX texts an input of linker kind `kind` contributes, in order: one for PTX, one per
+/// fatbin for a fatbinary or an object (a section may hold several, e.g. after `ld -r`, and an
+/// object several sections), and those of every member with device code for an archive.
+///
+/// Unlike NVIDIA's linker, which takes from an archive only the members that define what is
+/// still undefined, every member with device code is linked: members that define the same
+/// function fail here where the driver would link.
 pub fn ptx_of_input(kind: u32, bytes: &[u8]) -> Result<Vec<String>, DeviceCodeError> {
     match kind {
         INPUT_PTX => Ok(vec![ptx_text(bytes)?]),
-        INPUT_FATBINARY => Ok(vec![ptx_of_fatbin(bytes)?]),
-        INPUT_OBJECT => Ok(vec![ptx_of_object(bytes)?]),
+        INPUT_FATBINARY => ptx_of_fatbins(bytes),
+        INPUT_OBJECT => ptx_of_object(bytes),
         INPUT_LIBRARY => ptx_of_archive(bytes),
         INPUT_CUBIN => Err(DeviceCodeError::NoCodeForGpu(
             "a cubin holds SASS only".into(),
         )),
-        other => Err(DeviceCodeError::Unsupported(format!("input kind {other}"))),
+        other => Err(DeviceCodeError::InvalidKind(other)),
     }
 }
 
@@ -101,10 +109,15 @@ fn ptx_text(bytes: &[u8]) -> Result<String, DeviceCodeError> {
     Ok(text.trim_end_matches('\0').to_string())
 }
 
+/// `a + b`, or a malformed-container error naming `what` when it overflows.
+fn add(a: u64, b: u64, what: &str) -> Result<u64, DeviceCodeError> {
+    a.checked_add(b)
+        .ok_or_else(|| DeviceCodeError::Malformed(format!("{what}: offset overflow")))
+}
+
 /// `len` bytes of `bytes` at `at`, or a malformed-container error naming `what`.
 fn slice<'a>(bytes: &'a [u8], at: u64, len: u64, what: &str) -> Result<&'a [u8], DeviceCodeError> {
-    let end = at.checked_add(len);
-    match end {
+    match at.checked_add(len) {
         Some(end) if end <= bytes.len() as u64 => Ok(&bytes[at as usize..end as usize]),
         _ => Err(DeviceCodeError::Malformed(format!(
             "{what}: {len} bytes at {at} past the end ({})",
@@ -138,9 +151,9 @@ struct Entry<'a> {
     payload: &'a [u8],
 }
 
-/// The entries of every fatbin in `bytes` (a section may hold several, one after another).
-fn fatbin_entries(bytes: &[u8]) -> Result<Vec<Entry<'_>>, DeviceCodeError> {
-    let mut entries = Vec::new();
+/// The entries of each fatbin in `bytes` (a section may hold several, one after another).
+fn fatbins(bytes: &[u8]) -> Result<Vec<Vec<Entry<'_>>>, DeviceCodeError> {
+    let mut fatbins = Vec::new();
     let mut at = 0u64;
     while at < bytes.len() as u64 {
         // Fatbins in one section are 8-byte aligned; what follows the last may be padding.
@@ -154,8 +167,14 @@ fn fatbin_entries(bytes: &[u8]) -> Result<Vec<Entry<'_>>, DeviceCodeError> {
             )));
         }
         let header = u64::from(u16_at(bytes, at + 6, "fatbin header")?);
+        if header < 16 {
+            return Err(DeviceCodeError::Malformed(format!(
+                "fatbin header of {header} bytes at {at}"
+            )));
+        }
         let size = u64_at(bytes, at + 8, "fatbin header")?;
         let body = slice(bytes, at + header, size, "fatbin entries")?;
+        let mut entries = Vec::new();
         let mut e = 0u64;
         while e < size {
             let kind = u16_at(body, e, "fatbin entry")?;
@@ -174,17 +193,29 @@ fn fatbin_entries(bytes: &[u8]) -> Result<Vec<Entry<'_>>, DeviceCodeError> {
                 uncompressed: u64_at(body, e + 56, "fatbin entry")?,
                 payload: slice(body, e + entry_header, payload_size, "fatbin payload")?,
             });
+            // The payload slice above ends inside `body`: no overflow.
             e += entry_header + payload_size;
         }
-        at += header + size;
-        at = at.next_multiple_of(8);
+        fatbins.push(entries);
+        // `body` ended inside `bytes`, and `header` is at least 16: `at` moves on.
+        at = (at + header + size).next_multiple_of(8);
     }
-    Ok(entries)
+    Ok(fatbins)
 }
 
-/// The PTX of the fatbin `bytes` for the newest architecture up to [`SIMULATED_ARCH`].
-pub fn ptx_of_fatbin(bytes: &[u8]) -> Result<String, DeviceCodeError> {
-    let entries = fatbin_entries(bytes)?;
+/// The PTX of each fatbin in `bytes` (see [`best_ptx`]): an error when one of them has none
+/// the simulated GPU runs, or when there is no fatbin at all.
+pub fn ptx_of_fatbins(bytes: &[u8]) -> Result<Vec<String>, DeviceCodeError> {
+    let all = fatbins(bytes)?;
+    if all.is_empty() {
+        return Err(DeviceCodeError::NoCodeForGpu("no fatbin".into()));
+    }
+    all.iter().map(|entries| best_ptx(entries)).collect()
+}
+
+/// The text of the PTX entry of one fatbin's `entries` for the newest architecture up to
+/// [`SIMULATED_ARCH`].
+fn best_ptx(entries: &[Entry<'_>]) -> Result<String, DeviceCodeError> {
     let best = entries
         .iter()
         .filter(|e| e.kind == ENTRY_PTX && e.arch <= SIMULATED_ARCH)
@@ -193,8 +224,11 @@ pub fn ptx_of_fatbin(bytes: &[u8]) -> Result<String, DeviceCodeError> {
         let held: Vec<String> = entries
             .iter()
             .map(|e| {
-                let what = if e.kind == ENTRY_PTX { "PTX" } else { "SASS" };
-                format!("{what} for {}", e.arch)
+                if e.kind == ENTRY_PTX {
+                    format!("PTX for {}", e.arch)
+                } else {
+                    format!("code of kind {} (SASS or other) for {}", e.kind, e.arch)
+                }
             })
             .collect();
         return Err(DeviceCodeError::NoCodeForGpu(if held.is_empty() {
@@ -230,13 +264,19 @@ fn decompress_zstd(entry: &Entry<'_>) -> Result<Vec<u8>, DeviceCodeError> {
         .get(..entry.compressed as usize)
         .filter(|_| entry.compressed > 0)
         .unwrap_or(entry.payload);
-    let mut out = Vec::with_capacity(entry.uncompressed as usize);
-    ruzstd::decoding::FrameDecoder::new()
-        .decode_all_to_vec(frame, &mut out)
-        .map_err(|e| DeviceCodeError::Malformed(format!("zstd payload: {e}")))?;
+    // Streamed, so that memory follows what the frame really holds, not what a corrupt header
+    // claims; one byte past the recorded size is read to catch a longer frame.
+    let malformed = |e: &dyn fmt::Display| DeviceCodeError::Malformed(format!("zstd payload: {e}"));
+    let decoder = ruzstd::decoding::StreamingDecoder::new(frame).map_err(|e| malformed(&e))?;
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(decoder, entry.uncompressed + 1),
+        &mut out,
+    )
+    .map_err(|e| malformed(&e))?;
     if out.len() as u64 != entry.uncompressed {
         return Err(DeviceCodeError::Malformed(format!(
-            "zstd payload of {} bytes, the header says {}",
+            "zstd payload of {} bytes or more, the header says {}",
             out.len(),
             entry.uncompressed
         )));
@@ -249,9 +289,8 @@ fn is_elf(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x7fELF")
 }
 
-/// The fatbin section of the ELF64 object `bytes`, or `None` when it has none (host code
-/// only).
-fn fatbin_section(bytes: &[u8]) -> Result<Option<&[u8]>, DeviceCodeError> {
+/// The fatbin sections of the ELF64 object `bytes`, in section order (none for host code only).
+fn fatbin_sections(bytes: &[u8]) -> Result<Vec<&[u8]>, DeviceCodeError> {
     if !is_elf(bytes) || bytes.get(4) != Some(&2) || bytes.get(5) != Some(&1) {
         return Err(DeviceCodeError::Malformed(
             "not a little-endian ELF64 object".into(),
@@ -261,17 +300,23 @@ fn fatbin_section(bytes: &[u8]) -> Result<Option<&[u8]>, DeviceCodeError> {
     let entry_size = u64::from(u16_at(bytes, 0x3A, "ELF header")?);
     let count = u64::from(u16_at(bytes, 0x3C, "ELF header")?);
     let names_index = u64::from(u16_at(bytes, 0x3E, "ELF header")?);
+    // No section headers, or more than e_shnum holds (SHN_XINDEX): nothing this reads.
+    if count == 0 || names_index >= count {
+        return Ok(Vec::new());
+    }
     if entry_size < 64 {
         return Err(DeviceCodeError::Malformed(format!(
             "ELF section headers of {entry_size} bytes"
         )));
     }
+    let what = "ELF section header";
     let section = |i: u64| -> Result<(u32, &[u8]), DeviceCodeError> {
-        let at = section_headers + i * entry_size;
-        let name = u32_at(bytes, at, "ELF section header")?;
-        let kind = u32_at(bytes, at + 4, "ELF section header")?;
-        let offset = u64_at(bytes, at + 24, "ELF section header")?;
-        let size = u64_at(bytes, at + 32, "ELF section header")?;
+        // i < count <= 65535 and entry_size <= 65535: the product does not overflow.
+        let at = add(section_headers, i * entry_size, what)?;
+        let name = u32_at(bytes, at, what)?;
+        let kind = u32_at(bytes, add(at, 4, what)?, what)?;
+        let offset = u64_at(bytes, add(at, 24, what)?, what)?;
+        let size = u64_at(bytes, add(at, 32, what)?, what)?;
         // SHT_NOBITS occupies no bytes of the file.
         let data = if kind == 8 {
             &[][..]
@@ -281,6 +326,7 @@ fn fatbin_section(bytes: &[u8]) -> Result<Option<&[u8]>, DeviceCodeError> {
         Ok((name, data))
     };
     let (_, names) = section(names_index)?;
+    let mut found = Vec::new();
     for i in 0..count {
         let (name, data) = section(i)?;
         let name = names
@@ -289,20 +335,25 @@ fn fatbin_section(bytes: &[u8]) -> Result<Option<&[u8]>, DeviceCodeError> {
             .and_then(|n| std::str::from_utf8(n).ok())
             .unwrap_or("");
         if FATBIN_SECTIONS.contains(&name) {
-            return Ok(Some(data));
+            found.push(data);
         }
     }
-    Ok(None)
+    Ok(found)
 }
 
-/// The PTX of the host object `bytes` (its fatbin section).
-pub fn ptx_of_object(bytes: &[u8]) -> Result<String, DeviceCodeError> {
-    match fatbin_section(bytes)? {
-        Some(fatbin) => ptx_of_fatbin(fatbin),
-        None => Err(DeviceCodeError::NoCodeForGpu(
+/// The PTX of every fatbin of the host object `bytes`.
+pub fn ptx_of_object(bytes: &[u8]) -> Result<Vec<String>, DeviceCodeError> {
+    let sections = fatbin_sections(bytes)?;
+    if sections.is_empty() {
+        return Err(DeviceCodeError::NoCodeForGpu(
             "the object has no fatbin section".into(),
-        )),
+        ));
     }
+    let mut texts = Vec::new();
+    for section in sections {
+        texts.extend(ptx_of_fatbins(section)?);
+    }
+    Ok(texts)
 }
 
 /// The PTX of every member of the archive `bytes` that holds device code, in member order.
@@ -327,13 +378,13 @@ pub fn ptx_of_archive(bytes: &[u8]) -> Result<Vec<String>, DeviceCodeError> {
         let data = slice(bytes, at + 60, size, "archive member")?;
         // The symbol table ("/") and long names ("//") are not ELF; host-only objects have
         // no fatbin section.
-        if is_elf(data)
-            && let Some(fatbin) = fatbin_section(data)?
-        {
-            texts.push(ptx_of_fatbin(fatbin)?);
+        if is_elf(data) {
+            for section in fatbin_sections(data)? {
+                texts.extend(ptx_of_fatbins(section)?);
+            }
         }
-        at += 60 + size;
-        at = at.next_multiple_of(2);
+        // The member's data ended inside `bytes`: no overflow.
+        at = (at + 60 + size).next_multiple_of(2);
     }
     if texts.is_empty() {
         return Err(DeviceCodeError::NoCodeForGpu(
@@ -341,6 +392,14 @@ pub fn ptx_of_archive(bytes: &[u8]) -> Result<Vec<String>, DeviceCodeError> {
         ));
     }
     Ok(texts)
+}
+
+/// The PTX of the one fatbin in `bytes` (tests).
+#[cfg(test)]
+fn ptx_of_fatbin(bytes: &[u8]) -> Result<String, DeviceCodeError> {
+    let mut texts = ptx_of_fatbins(bytes)?;
+    assert_eq!(texts.len(), 1, "one fatbin");
+    Ok(texts.remove(0))
 }
 
 #[cfg(test)]
@@ -512,6 +571,126 @@ mod tests {
             ptx_of_input(INPUT_OBJECT, &host_only).unwrap_err(),
             DeviceCodeError::NoCodeForGpu(_)
         ));
+    }
+
+    #[test]
+    fn several_fatbins_in_a_section_and_several_sections_all_count() {
+        let a = fatbin(&[entry(ENTRY_PTX, 80, PTX_80.as_bytes(), true)]);
+        let b = fatbin(&[entry(ENTRY_PTX, 90, PTX_90.as_bytes(), false)]);
+        // Two fatbins one after another (8-byte aligned), then padding, as `ld -r` leaves them.
+        let mut both = a.clone();
+        both.resize(both.len().next_multiple_of(8), 0);
+        both.extend_from_slice(&b);
+        both.extend_from_slice(&[0; 16]);
+        assert_eq!(
+            ptx_of_input(INPUT_FATBINARY, &both).unwrap(),
+            vec![PTX_80.to_string(), PTX_90.to_string()]
+        );
+        assert_eq!(
+            ptx_of_input(INPUT_OBJECT, &object("__nv_relfatbin", &both)).unwrap(),
+            vec![PTX_80.to_string(), PTX_90.to_string()]
+        );
+        // An object with both sections: each one's PTX.
+        let mut two = object("__nv_relfatbin", &a);
+        let second = object(".nv_fatbin", &b);
+        two = merge_objects(&two, &second);
+        assert_eq!(
+            ptx_of_input(INPUT_OBJECT, &two).unwrap(),
+            vec![PTX_80.to_string(), PTX_90.to_string()]
+        );
+    }
+
+    /// An ELF64 object holding `first`'s fatbin section and then `second`'s (both built by
+    /// [`object`]): the sections re-laid out in one file.
+    fn merge_objects(first: &[u8], second: &[u8]) -> Vec<u8> {
+        let data = |obj: &[u8]| {
+            let (section, data) = {
+                let sections = fatbin_sections(obj).unwrap();
+                let name = if obj.windows(14).any(|w| w == b"__nv_relfatbin") {
+                    "__nv_relfatbin"
+                } else {
+                    ".nv_fatbin"
+                };
+                (name, sections[0].to_vec())
+            };
+            (section, data)
+        };
+        let (name_a, data_a) = data(first);
+        let (name_b, data_b) = data(second);
+        let mut names = vec![0u8];
+        let at_name_a = names.len() as u32;
+        names.extend_from_slice(name_a.as_bytes());
+        names.push(0);
+        let at_name_b = names.len() as u32;
+        names.extend_from_slice(name_b.as_bytes());
+        names.push(0);
+        let at_names = names.len() as u32;
+        names.extend_from_slice(b".shstrtab\0");
+        let a_at = 64u64;
+        let b_at = a_at + data_a.len() as u64;
+        let names_at = b_at + data_b.len() as u64;
+        let headers_at = (names_at + names.len() as u64).next_multiple_of(8);
+        let mut out = vec![0u8; 64];
+        out[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        out[0x28..0x30].copy_from_slice(&headers_at.to_le_bytes());
+        out[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        out[0x3C..0x3E].copy_from_slice(&4u16.to_le_bytes());
+        out[0x3E..0x40].copy_from_slice(&3u16.to_le_bytes());
+        out.extend_from_slice(&data_a);
+        out.extend_from_slice(&data_b);
+        out.extend_from_slice(&names);
+        out.resize(headers_at as usize, 0);
+        let header = |name: u32, kind: u32, offset: u64, size: u64| {
+            let mut h = vec![0u8; 64];
+            h[..4].copy_from_slice(&name.to_le_bytes());
+            h[4..8].copy_from_slice(&kind.to_le_bytes());
+            h[24..32].copy_from_slice(&offset.to_le_bytes());
+            h[32..40].copy_from_slice(&size.to_le_bytes());
+            h
+        };
+        out.extend(header(0, 0, 0, 0));
+        out.extend(header(at_name_a, 1, a_at, data_a.len() as u64));
+        out.extend(header(at_name_b, 1, b_at, data_b.len() as u64));
+        out.extend(header(at_names, 3, names_at, names.len() as u64));
+        out
+    }
+
+    #[test]
+    fn hostile_headers_end_in_an_error_not_a_hang_or_panic() {
+        // A fatbin header of size 0 with no entries would never move on.
+        let mut zero = FATBIN_MAGIC.to_le_bytes().to_vec();
+        zero.extend_from_slice(&[1, 0, 0, 0]);
+        zero.extend_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(
+            ptx_of_input(INPUT_FATBINARY, &zero).unwrap_err(),
+            DeviceCodeError::Malformed(_)
+        ));
+        // Section headers "at" the end of the address space.
+        let bin = fatbin(&[entry(ENTRY_PTX, 80, PTX_80.as_bytes(), true)]);
+        let mut far = object("__nv_relfatbin", &bin);
+        far[0x28..0x30].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        assert!(matches!(
+            ptx_of_input(INPUT_OBJECT, &far).unwrap_err(),
+            DeviceCodeError::Malformed(_)
+        ));
+        // No section headers at all: host code only.
+        let mut none = object("__nv_relfatbin", &bin);
+        none[0x3C..0x3E].copy_from_slice(&0u16.to_le_bytes());
+        assert!(matches!(
+            ptx_of_input(INPUT_OBJECT, &none).unwrap_err(),
+            DeviceCodeError::NoCodeForGpu(_)
+        ));
+        // A header claiming 1 GiB behind a small frame: refused after the frame's real size.
+        let mut huge = bin.clone();
+        huge[16 + 56..16 + 64].copy_from_slice(&(1u64 << 30).to_le_bytes());
+        assert!(matches!(
+            ptx_of_fatbin(&huge).unwrap_err(),
+            DeviceCodeError::Malformed(_)
+        ));
+        assert_eq!(
+            ptx_of_input(7, b"").unwrap_err(),
+            DeviceCodeError::InvalidKind(7)
+        );
     }
 
     #[test]

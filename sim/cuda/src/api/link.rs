@@ -26,11 +26,13 @@ fn session_id(link: CUlinkState) -> CuResult<u64> {
     handle_id(Kind::Link, link as u64).ok_or(E::CUDA_ERROR_INVALID_HANDLE)
 }
 
-/// Add one input's PTX to the session (for an archive, that of each member with device code).
-/// What yields no PTX is refused as the driver refuses it, with the reason in the session's
-/// error log.
+/// Add one input's PTX to the session (one text per fatbin; for an archive, those of every
+/// member with device code). What yields no PTX is refused as the driver refuses it, with the
+/// reason in the session's error log. The input is read before the driver's lock is taken, so
+/// a large archive does not stall the other threads' driver calls.
 fn add(link: CUlinkState, kind: u32, name: String, bytes: &[u8]) -> CuResult<()> {
     let id = session_id(link)?;
+    let texts = device_code::ptx_of_input(kind, bytes);
     let mut state = state::driver()?.lock();
     let session = state
         .links
@@ -39,20 +41,20 @@ fn add(link: CUlinkState, kind: u32, name: String, bytes: &[u8]) -> CuResult<()>
     if session.image.is_some() {
         return Err(E::CUDA_ERROR_INVALID_VALUE);
     }
-    let texts = device_code::ptx_of_input(kind, bytes).map_err(|e| {
+    let texts = texts.map_err(|e| {
         write_log(session.error_log, &format!("symm-sim: {name}: {e}"));
         match e {
+            DeviceCodeError::InvalidKind(_) => E::CUDA_ERROR_INVALID_VALUE,
             DeviceCodeError::NotText => E::CUDA_ERROR_INVALID_PTX,
             DeviceCodeError::NoCodeForGpu(_) => E::CUDA_ERROR_NO_BINARY_FOR_GPU,
-            DeviceCodeError::Malformed(_) | DeviceCodeError::Unsupported(_) => {
-                E::CUDA_ERROR_INVALID_IMAGE
-            }
+            DeviceCodeError::Unsupported(_) => E::CUDA_ERROR_NOT_SUPPORTED,
+            DeviceCodeError::Malformed(_) => E::CUDA_ERROR_INVALID_IMAGE,
         }
     })?;
     let several = texts.len() > 1;
     for (i, text) in texts.into_iter().enumerate() {
         let input = if several {
-            format!("{name} (member {i} with device code)")
+            format!("{name} (device code {i})")
         } else {
             name.clone()
         };
@@ -77,8 +79,8 @@ fn write_log(log: (usize, usize), message: &str) {
     }
 }
 
-/// `cuLinkCreate_v2`: a new session. The error log option is honoured at completion (the
-/// buffer and its size are remembered); other options are ignored.
+/// `cuLinkCreate_v2`: a new session. The error log options are remembered (the log is written
+/// when an input is refused and when completion fails); other options are ignored.
 ///
 /// # Safety
 /// `options` and `values` hold `count` entries; `out` is valid for one write.
@@ -103,7 +105,8 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
             let (option, value) = unsafe { (options.add(i).read(), values.add(i).read()) };
             match option {
                 JIT_ERROR_LOG => session.error_log.0 = value as usize,
-                JIT_ERROR_LOG_SIZE => session.error_log.1 = value as usize,
+                // An unsigned int option: only the low 32 bits of the slot are the value.
+                JIT_ERROR_LOG_SIZE => session.error_log.1 = value as usize as u32 as usize,
                 _ => {}
             }
         }
