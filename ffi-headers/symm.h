@@ -103,7 +103,7 @@ typedef enum {
 } symmRedOp_t;
 
 // Status returned by the device functions of the Triton-linkable library
-// (`ptx-out/symm_triton.ll`: `symm_all_reduce`, `symm_all_gather`, `symm_barrier`), the same
+// (`ptx-out/symm_triton.ll.gz`: `symm_all_reduce`, `symm_all_gather`, `symm_barrier`), the same
 // on every thread of a program. Mirrors `symm_device::triton::status`.
 typedef enum {
   // The collective completed on this rank.
