@@ -457,24 +457,35 @@ mod tests {
 
     /// A minimal ELF64 object: a null section, `section` with `data`, and the name table.
     fn object(section: &str, data: &[u8]) -> Vec<u8> {
+        object_with(&[(section, data)])
+    }
+
+    /// A minimal ELF64 object: a null section, each `(name, data)` in order, the name table.
+    fn object_with(sections: &[(&str, &[u8])]) -> Vec<u8> {
         let mut names = vec![0u8];
-        let section_name = names.len() as u32;
-        names.extend_from_slice(section.as_bytes());
-        names.push(0);
+        let mut name_at = Vec::new();
+        for (name, _) in sections {
+            name_at.push(names.len() as u32);
+            names.extend_from_slice(name.as_bytes());
+            names.push(0);
+        }
         let names_name = names.len() as u32;
         names.extend_from_slice(b".shstrtab\0");
-        let data_at = 64u64;
-        let names_at = data_at + data.len() as u64;
-        let headers_at = (names_at + names.len() as u64).next_multiple_of(8);
         let mut out = vec![0u8; 64];
+        let mut data_at = Vec::new();
+        for (_, data) in sections {
+            data_at.push(out.len() as u64);
+            out.extend_from_slice(data);
+        }
+        let names_at = out.len() as u64;
+        out.extend_from_slice(&names);
+        let headers_at = (out.len() as u64).next_multiple_of(8);
+        out.resize(headers_at as usize, 0);
         out[..6].copy_from_slice(b"\x7fELF\x02\x01");
         out[0x28..0x30].copy_from_slice(&headers_at.to_le_bytes());
         out[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
-        out[0x3C..0x3E].copy_from_slice(&3u16.to_le_bytes());
-        out[0x3E..0x40].copy_from_slice(&2u16.to_le_bytes());
-        out.extend_from_slice(data);
-        out.extend_from_slice(&names);
-        out.resize(headers_at as usize, 0);
+        out[0x3C..0x3E].copy_from_slice(&(sections.len() as u16 + 2).to_le_bytes());
+        out[0x3E..0x40].copy_from_slice(&(sections.len() as u16 + 1).to_le_bytes());
         let header = |name: u32, kind: u32, offset: u64, size: u64| {
             let mut h = vec![0u8; 64];
             h[..4].copy_from_slice(&name.to_le_bytes());
@@ -484,7 +495,9 @@ mod tests {
             h
         };
         out.extend(header(0, 0, 0, 0));
-        out.extend(header(section_name, 1, data_at, data.len() as u64));
+        for (k, (_, data)) in sections.iter().enumerate() {
+            out.extend(header(name_at[k], 1, data_at[k], data.len() as u64));
+        }
         out.extend(header(names_name, 3, names_at, names.len() as u64));
         out
     }
@@ -591,68 +604,11 @@ mod tests {
             vec![PTX_80.to_string(), PTX_90.to_string()]
         );
         // An object with both sections: each one's PTX.
-        let mut two = object("__nv_relfatbin", &a);
-        let second = object(".nv_fatbin", &b);
-        two = merge_objects(&two, &second);
+        let two = object_with(&[("__nv_relfatbin", &a), (".nv_fatbin", &b)]);
         assert_eq!(
             ptx_of_input(INPUT_OBJECT, &two).unwrap(),
             vec![PTX_80.to_string(), PTX_90.to_string()]
         );
-    }
-
-    /// An ELF64 object holding `first`'s fatbin section and then `second`'s (both built by
-    /// [`object`]): the sections re-laid out in one file.
-    fn merge_objects(first: &[u8], second: &[u8]) -> Vec<u8> {
-        let data = |obj: &[u8]| {
-            let (section, data) = {
-                let sections = fatbin_sections(obj).unwrap();
-                let name = if obj.windows(14).any(|w| w == b"__nv_relfatbin") {
-                    "__nv_relfatbin"
-                } else {
-                    ".nv_fatbin"
-                };
-                (name, sections[0].to_vec())
-            };
-            (section, data)
-        };
-        let (name_a, data_a) = data(first);
-        let (name_b, data_b) = data(second);
-        let mut names = vec![0u8];
-        let at_name_a = names.len() as u32;
-        names.extend_from_slice(name_a.as_bytes());
-        names.push(0);
-        let at_name_b = names.len() as u32;
-        names.extend_from_slice(name_b.as_bytes());
-        names.push(0);
-        let at_names = names.len() as u32;
-        names.extend_from_slice(b".shstrtab\0");
-        let a_at = 64u64;
-        let b_at = a_at + data_a.len() as u64;
-        let names_at = b_at + data_b.len() as u64;
-        let headers_at = (names_at + names.len() as u64).next_multiple_of(8);
-        let mut out = vec![0u8; 64];
-        out[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        out[0x28..0x30].copy_from_slice(&headers_at.to_le_bytes());
-        out[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
-        out[0x3C..0x3E].copy_from_slice(&4u16.to_le_bytes());
-        out[0x3E..0x40].copy_from_slice(&3u16.to_le_bytes());
-        out.extend_from_slice(&data_a);
-        out.extend_from_slice(&data_b);
-        out.extend_from_slice(&names);
-        out.resize(headers_at as usize, 0);
-        let header = |name: u32, kind: u32, offset: u64, size: u64| {
-            let mut h = vec![0u8; 64];
-            h[..4].copy_from_slice(&name.to_le_bytes());
-            h[4..8].copy_from_slice(&kind.to_le_bytes());
-            h[24..32].copy_from_slice(&offset.to_le_bytes());
-            h[32..40].copy_from_slice(&size.to_le_bytes());
-            h
-        };
-        out.extend(header(0, 0, 0, 0));
-        out.extend(header(at_name_a, 1, a_at, data_a.len() as u64));
-        out.extend(header(at_name_b, 1, b_at, data_b.len() as u64));
-        out.extend(header(at_names, 3, names_at, names.len() as u64));
-        out
     }
 
     #[test]
