@@ -831,8 +831,9 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
 /// peer may wait at a later barrier of the abandoned call. When that peer comes late, together
 /// with the first rank's next launch, the next launch must announce nothing (its epoch would
 /// release the peer past a barrier whose data never came): both give up, and the peer's inbox
-/// holds what the abandoned launch announced. Fails without the barrier kernels' look at the
-/// abort word before their first announcement (`between_barriers`).
+/// holds what the abandoned launch announced. Fails without the out-of-step mark that the
+/// abandoning block sets, or without the first round's read of it before announcing
+/// (`barrier_round`): the late peer then completes the abandoned call (`[Aborted, Completed]`).
 #[test]
 fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
     for algorithm in [
@@ -876,9 +877,114 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
     }
 }
 
+/// A kernel that starts after the host failed its rank's communicator (the abort word raised,
+/// this rank's epochs still in step) while a peer's block has already announced the start of
+/// the same call and given up: the kernel passes its start barrier on that stale announcement,
+/// and must give up there, before its body stores into the peer's window (the peer's call has
+/// returned; its memory may hold anything by now). Fails without the start barrier's look at
+/// the abort word (`barrier_round`, first round).
+#[test]
+fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
+    let args = CollectiveArgs {
+        send_offset: 0,
+        recv_offset: 1024,
+        count: 64,
+        flags: 0,
+    };
+    let mut ranks = Ranks::new(2, 4096, 50_000_000);
+    let launch = |ranks: &Ranks, active: &[usize]| {
+        ranks.launch(
+            kernel(Algorithm::AllGather, DataType::Float32, RedOp::Sum),
+            args,
+            2,
+            4,
+            Some(active),
+        )
+    };
+    // Rank 1 makes the call alone: it announces the start barrier and times out.
+    assert_eq!(launch(&ranks, &[1]), vec![KernelStatus::Aborted]);
+    assert!((0..2).all(|b| ranks.inbox(0, b, 1) == 1));
+    // The host fails rank 0's communicator; rank 0's call starts only now.
+    ranks.raise_abort(0, symm_device::symmetric::ABORT_PEER_FAILED);
+    let pattern = vec![0xA5u8; 2 * 64 * 4];
+    ranks.window(1)[1024..1024 + pattern.len()].copy_from_slice(&pattern);
+    let start = std::time::Instant::now();
+    assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
+    assert_eq!(
+        &ranks.window(1)[1024..1024 + pattern.len()],
+        &pattern[..],
+        "rank 0 stored into rank 1's window after the communicator failed"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    // Rank 0 announced the start and gave up: its window is out of step, and its next launch
+    // announces nothing.
+    assert!((0..2).all(|b| ranks.inbox(1, b, 0) == 1));
+    assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
+    assert!((0..2).all(|b| ranks.inbox(1, b, 0) == 1));
+}
+
+/// A launch that refused its arguments announced nothing that its peers, who made the same call
+/// with valid arguments, wait for: the rank's next launch must not announce either, or the
+/// peer's waiting call would pass its start barrier and store into this rank's window for a
+/// call this rank never made. The refusal marks the window out of step. Fails without the
+/// mark (`report_invalid_launch`) or without the first round's read of it.
+#[test]
+fn a_refused_launch_keeps_the_next_launch_from_announcing() {
+    use symm_device::symmetric::{TaskArgs, report_invalid_launch};
+    let args = CollectiveArgs {
+        send_offset: 0,
+        recv_offset: 1024,
+        count: 64,
+        flags: 0,
+    };
+    let mut ranks = Ranks::new(2, 4096, 50_000_000);
+    let context = ranks.context_address(0) as u64;
+    let table = [TaskArgs {
+        send_context: context,
+        recv_context: context,
+        send_offset: 0,
+        recv_offset: 1024,
+        count: 64,
+        first_cell: 0,
+        flags: 0,
+        reserved: 0,
+    }];
+    let refused = ranks.run_per_rank(2, 4, Some(&[0]), &|_| {
+        // SAFETY: a one-rank table of one task over a live context.
+        unsafe { report_invalid_launch(table.as_ptr(), 1, 1) };
+        0
+    });
+    assert_eq!(refused, vec![0]);
+    assert_eq!(
+        ranks.abort_word(0),
+        symm_device::symmetric::ABORT_INVALID_LAUNCH
+    );
+    let pattern = vec![0x5Au8; 2 * 64 * 4];
+    ranks.window(0)[1024..1024 + pattern.len()].copy_from_slice(&pattern);
+    // Rank 1 makes the refused call now; rank 0 its next one.
+    let statuses = ranks.launch(
+        kernel(Algorithm::AllGather, DataType::Float32, RedOp::Sum),
+        args,
+        2,
+        4,
+        None,
+    );
+    assert_eq!(statuses, vec![KernelStatus::Aborted; 2]);
+    assert!(
+        (0..2).all(|b| ranks.inbox(1, b, 0) == 0),
+        "rank 0's next launch announced"
+    );
+    assert_eq!(
+        &ranks.window(0)[1024..1024 + pattern.len()],
+        &pattern[..],
+        "rank 1 stored into rank 0's window"
+    );
+}
+
 /// The host raises the abort word of a rank whose communicator failed elsewhere: a launch of
-/// that rank gives up long before its bound, every time (its look at the word before its first
-/// announcement, or, had it started, its waits').
+/// that rank gives up long before its bound, every time (the first launch at its start
+/// barrier's look at the word, the second before announcing: the first left its window out of
+/// step).
 #[test]
 fn a_raised_abort_word_ends_a_wait_early_and_later_launches_refuse() {
     let mut ranks = Ranks::new(2, 4096, 20_000_000_000);

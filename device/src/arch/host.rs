@@ -303,6 +303,15 @@ pub unsafe fn load_acquire_sys_u32(ptr: *const u32) -> u32 {
     unsafe { atomic_u32(ptr as *mut u32) }.load(acquire())
 }
 
+/// Relaxed load of a `u32` (system scope on the GPU): a strong load that orders nothing else.
+///
+/// # Safety
+/// As for [`load_acquire_sys_u32`].
+pub unsafe fn load_relaxed_sys_u32(ptr: *const u32) -> u32 {
+    // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
+    unsafe { atomic_u32(ptr as *mut u32) }.load(Ordering::Relaxed)
+}
+
 /// Release store of a `u32` (system scope on the GPU).
 ///
 /// # Safety

@@ -104,6 +104,27 @@ pub unsafe fn load_acquire_sys_u32(ptr: *const u32) -> u32 {
     value
 }
 
+/// System-scope relaxed load of a `u32` (`ld.relaxed.sys.u32`): a strong load that orders
+/// nothing else, so the thread does not wait for it until its value is used (an acquire load
+/// also invalidates the L1 and keeps later loads behind it).
+///
+/// # Safety
+/// `ptr` must be a valid, 4-byte aligned generic address of global or host-mapped memory.
+#[inline(always)]
+pub unsafe fn load_relaxed_sys_u32(ptr: *const u32) -> u32 {
+    let value: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "ld.relaxed.sys.u32 {v}, [{p}];",
+            v = out(reg32) value,
+            p = in(reg64) ptr,
+            options(nostack),
+        );
+    }
+    value
+}
+
 /// System-scope release store of a `u32` (`st.release.sys.u32`).
 ///
 /// # Safety

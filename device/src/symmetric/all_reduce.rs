@@ -33,7 +33,7 @@ use crate::arch;
 use crate::context::SymmContext;
 use crate::numeric::element::Element;
 use crate::numeric::ops::{Accumulator, ReduceOp};
-use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
+use crate::sync::barrier::{Aborted, CrossRankBarrier};
 
 /// Elements each thread holds per round in the in-place one-shot protocol. One on the GPU: a
 /// round then covers `threads × blocks` elements, one-shot is picked for small counts (a
@@ -110,10 +110,9 @@ pub(crate) unsafe fn between_barriers(
     grid: Grid,
     body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
 ) -> KernelStatus {
-    // SAFETY: the context is valid (caller's contract); the whole block takes this branch.
-    if unsafe { block_sees_abort(ctx) } {
-        return KernelStatus::Aborted;
-    }
+    // No look at the abort word (host memory) before the start barrier: its first round
+    // announces nothing on a window out of step and looks at the word while it waits, before
+    // `body` touches a peer's memory (see `sync::barrier`).
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
     let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
     let result = barrier
@@ -166,10 +165,8 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         core::mem::size_of::<T>() as u64,
     );
     let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
-    // SAFETY: the context is valid (contract); the whole block takes this branch.
-    if unsafe { block_sees_abort(ctx) } {
-        return KernelStatus::Aborted;
-    }
+    // As in `between_barriers`, the start barrier's first round stands in for a look at the
+    // abort word before it.
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
     let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
     // Round barriers of out-of-place task parts not announced yet.

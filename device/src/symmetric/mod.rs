@@ -25,7 +25,7 @@ pub use crate::sync::abort::{
     timed_out_peer,
 };
 pub use crate::sync::grid::{Grid, block_range};
-use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS};
+use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, out_of_step_slot};
 pub use algorithm::Algorithm;
 pub use batch::{Batch, Task, TaskArgs};
 
@@ -167,7 +167,9 @@ pub unsafe fn report_invalid_launch(tasks: *const TaskArgs, task_count: u32, ran
 }
 
 /// Raise the abort word of the context at `context` (if not 0) with [`ABORT_INVALID_LAUNCH`],
-/// unless it is already raised.
+/// unless it is already raised, and set its window's out-of-step mark: the refused launch
+/// announced nothing its peers wait for, so no later kernel of this rank on the window may
+/// announce a barrier (it would pair with the peers' refused call; see `sync::barrier`).
 ///
 /// # Safety
 /// `context` is 0 or the address of a host-built context.
@@ -176,14 +178,21 @@ pub(crate) unsafe fn raise_invalid_launch(context: u64) {
     if context == 0 {
         return;
     }
-    // SAFETY: a host-built context; its abort word is a valid u32 that kernels and the host
-    // access atomically.
-    unsafe {
-        let abort = (*(context as *const SymmContext)).abort_flag as *mut u32;
-        if !abort.is_null() {
-            // Only a clear word is raised: a concurrent timeout report keeps its value.
-            arch::compare_exchange_sys_u32(abort, 0, ABORT_INVALID_LAUNCH);
+    // SAFETY: a host-built context.
+    let ctx = unsafe { &*(context as *const SymmContext) };
+    if ctx.peer_signal_pads != 0 && ctx.rank < ctx.world_size {
+        // SAFETY: rank < world_size, so the table entry is this rank's pad, whose mark kernels
+        // access atomically.
+        unsafe {
+            let mark = out_of_step_slot(ctx.peer_signal_pad(ctx.rank));
+            arch::store_release_sys_u32(mark, 1);
         }
+    }
+    let abort = ctx.abort_flag as *mut u32;
+    if !abort.is_null() {
+        // Only a clear word is raised: a concurrent timeout report keeps its value.
+        // SAFETY: the abort word is a valid u32 that kernels and the host access atomically.
+        unsafe { arch::compare_exchange_sys_u32(abort, 0, ABORT_INVALID_LAUNCH) };
     }
 }
 

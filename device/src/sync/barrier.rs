@@ -6,15 +6,31 @@
 //! peer's inbox, then waits (acquire, bounded) until every slot `[b][*]` of its own inbox has
 //! reached `e + 1`. Comparisons are wrap-safe. A peer may run ahead by one barrier; since slots
 //! only grow, waiting for "at least" is correct.
+//!
+//! **Failure.** A block that gives up a barrier (a wait timed out, or this rank's abort word
+//! was raised) has announced an epoch its peers may never reach: its rank is out of step on the
+//! window for good, and any later announcement of that block index could release a peer still
+//! waiting in the abandoned call, which would then complete with data that never came. So the
+//! block sets the window's out-of-step mark ([`out_of_step_slot`], in this rank's own pad, as
+//! does a launch that refused its arguments), and the first round of every barrier reads the
+//! mark before announcing, and announces nothing when it is set. The mark is device memory;
+//! the abort word, which the host raises when the communicator failed elsewhere, is host
+//! memory (a PCIe round trip on a GPU), so the first round reads it only after announcing,
+//! while the wait runs, and gives up when it is raised: a block whose rank's epochs are in step
+//! announces only epochs its peers reach too, so that announcement releases no one wrongly,
+//! and the look keeps the block from touching a peer's memory after the communicator failed.
 
 use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::signal_pad::{MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot, vote_slot};
+use crate::sync::signal_pad::{
+    MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot, out_of_step_slot, vote_slot,
+};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
-/// The barrier was abandoned: a wait timed out on some thread of this rank, or this rank's abort
-/// word was already raised. The abort word is set; the kernel must return.
+/// The barrier was abandoned: a wait timed out on some thread of this rank, this rank's abort
+/// word was raised, or the window was already out of step (see the module documentation). The
+/// abort word or the out-of-step mark is set; the kernel must return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Aborted;
 
@@ -26,6 +42,9 @@ pub struct CrossRankBarrier<'a> {
     own_pad: u64,
     block: u32,
     epoch: u32,
+    /// No round has run yet: the next one reads the out-of-step mark before announcing and
+    /// the abort word after.
+    first: bool,
 }
 
 impl<'a> CrossRankBarrier<'a> {
@@ -50,6 +69,7 @@ impl<'a> CrossRankBarrier<'a> {
             own_pad,
             block,
             epoch,
+            first: true,
         }
     }
 
@@ -68,7 +88,8 @@ impl<'a> CrossRankBarrier<'a> {
     #[inline(always)]
     pub fn sync_advancing(&mut self, steps: u32) -> Result<(), Aborted> {
         self.epoch = self.epoch.wrapping_add(steps.max(1));
-        if barrier_round(self.ctx, self.own_pad, self.block, self.epoch) {
+        let first = core::mem::replace(&mut self.first, false);
+        if barrier_round(self.ctx, self.own_pad, self.block, self.epoch, first) {
             Err(Aborted)
         } else {
             Ok(())
@@ -140,19 +161,33 @@ impl<'a> CrossRankBarrier<'a> {
     }
 }
 
-/// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout or
-/// abort). Not inlined in the kernels: a kernel calls it a few times, never per element, and
-/// scalar arguments keep the caller's state in registers. Inlined in the Triton-linkable
-/// library, whose callers are compiled by Triton's ptxas: there a call makes ptxas save the
-/// values that live across it (an in-place round's loaded data) to the stack.
+/// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout, abort,
+/// or, on the `first` round of a barrier, a window already out of step). An abandoned round
+/// leaves the window's out-of-step mark set. Not inlined in the kernels: a kernel calls it a
+/// few times, never per element, and scalar arguments keep the caller's state in registers.
+/// Inlined in the Triton-linkable library, whose callers are compiled by Triton's ptxas: there
+/// a call makes ptxas save the values that live across it (an in-place round's loaded data) to
+/// the stack.
 #[cfg_attr(not(feature = "triton-library"), inline(never))]
 #[cfg_attr(feature = "triton-library", inline(always))]
-fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bool {
-    arch::sync_threads();
+fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32, first: bool) -> bool {
     let stride = arch::block_dim_x();
     let world = ctx.world_size;
     let rank = ctx.rank;
     let abort = ctx.abort_flag as *const u32;
+    let out_of_step = out_of_step_slot(own_pad);
+    let leader = arch::thread_idx_x() == 0;
+
+    // The block barrier that orders the block's earlier accesses before the announcement also
+    // carries, on the first round, whether the window is out of step (one read of this rank's
+    // own pad), so the whole block takes the same branch.
+    let marked = first
+        && leader
+        // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+        && unsafe { arch::load_relaxed_sys_u32(out_of_step) } != 0;
+    if arch::sync_threads_or(marked) {
+        return true;
+    }
 
     let mut peer = arch::thread_idx_x();
     while peer < world {
@@ -164,6 +199,16 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
         }
         peer += stride;
     }
+
+    // The first round's look at the abort word (host memory): issued after the announcement
+    // and used after the wait, so that its round trip overlaps the wait instead of delaying
+    // the announcement. The value is compared only after the wait.
+    let look = if first && leader {
+        // SAFETY: the abort word is a valid u32 of this rank, accessed atomically.
+        unsafe { arch::load_relaxed_sys_u32(abort) }
+    } else {
+        0
+    };
 
     let mut failed = false;
     let mut peer = arch::thread_idx_x();
@@ -182,7 +227,12 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
         }
         peer += stride;
     }
-    arch::sync_threads_or(failed)
+    let abandoned = arch::sync_threads_or(failed || look != 0);
+    if abandoned && leader {
+        // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+        unsafe { arch::store_release_sys_u32(out_of_step as *mut u32, 1) };
+    }
+    abandoned
 }
 
 /// `true` when this rank's abort word is raised.

@@ -9,6 +9,7 @@
 //! PAT_FLAGS_OFFSET   pat flags  [4][MAX_BLOCKS][PAT_MAX_STEPS] u32  per-step PAT flags
 //! PAT_ROUNDS_OFFSET  pat rounds [2][MAX_BLOCKS] u32           PAT rounds made, per collective and block
 //! VOTES_OFFSET       votes      [MAX_BLOCKS] u32              this rank's vote at its block's last voting barrier
+//! OUT_OF_STEP_OFFSET out of step u32                          non-zero once this rank's epochs left its peers'
 //! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
 //! pat_staging_offset pat inbox  [world-1][PAT_SLOT_BYTES]     PAT reduce-scatter partials
 //! ```
@@ -68,8 +69,11 @@ pub const PAT_SLOT_BYTES: usize = if cfg!(loom) { 256 } else { 64 * 1024 };
 /// Offset of the per-block votes (see `CrossRankBarrier::sync_unanimous`).
 pub const VOTES_OFFSET: usize = PAT_ROUNDS_OFFSET + 2 * MAX_BLOCKS * 4;
 
+/// Offset of the out-of-step mark (see [`out_of_step_slot`]).
+pub const OUT_OF_STEP_OFFSET: usize = VOTES_OFFSET + MAX_BLOCKS * 4;
+
 const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= PAT_FLAGS_OFFSET);
-const _: () = assert!(VOTES_OFFSET + MAX_BLOCKS * 4 <= LL_OFFSET);
+const _: () = assert!(OUT_OF_STEP_OFFSET + 4 <= LL_OFFSET);
 const _: () = assert!(1 << PAT_MAX_STEPS >= MAX_RANKS);
 const _: () = assert!(PAT_SLOT_BYTES.is_multiple_of(16 * MAX_BLOCKS));
 
@@ -187,4 +191,16 @@ pub fn epoch_slot(pad: u64, block: u32) -> *mut u32 {
 #[inline(always)]
 pub fn vote_slot(pad: u64, block: u32) -> *mut u32 {
     (pad + (VOTES_OFFSET + block as usize * 4) as u64) as *mut u32
+}
+
+/// Address of the out-of-step mark in the pad at `pad`: 0 while this rank's barrier epochs on
+/// the window are in step with its peers'; set (never cleared: the communicator has failed)
+/// by a block of this rank that gave up a barrier, after announcing an epoch its peers may
+/// never reach, and by a launch that refused its arguments, which announces nothing its peers
+/// wait for. A barrier kernel reads it before its first announcement (device memory, this
+/// rank's own pad) and announces nothing when it is set: that announcement could release a
+/// peer still waiting in the abandoned call (see `CrossRankBarrier`).
+#[inline(always)]
+pub fn out_of_step_slot(pad: u64) -> *mut u32 {
+    (pad + OUT_OF_STEP_OFFSET as u64) as *mut u32
 }

@@ -20,10 +20,11 @@ pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
 
 /// Polls of a flag between two looks at the abort word. The abort word lives in pinned host
 /// memory: on a GPU each look is a read across PCIe, and thousands of waiting threads looking
-/// every 64 polls made the LL all-reduce 10-40x slower on an H200 (bench/RESULTS.md). An abort
-/// is noticed a little later instead (about a millisecond of polling); a timeout still ends
-/// the wait on time (the timer is read every [`POLLS_PER_CHECK`] polls).
-pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 16 * POLLS_PER_CHECK };
+/// every 64 polls made the LL all-reduce 10-40x slower on an H200 (bench/RESULTS.md). A wait
+/// looks every 8192 polls: an abort is noticed a few milliseconds later instead (polls past
+/// the 4096th sleep 20 us every 64), far within any timeout; a timeout still ends the wait on
+/// time (the timer is read every [`POLLS_PER_CHECK`] polls).
+pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 128 * POLLS_PER_CHECK };
 const _: () = assert!(POLLS_PER_ABORT_LOOK.is_multiple_of(POLLS_PER_CHECK));
 
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
