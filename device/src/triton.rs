@@ -38,7 +38,7 @@ use crate::symmetric::all_reduce::one_shot_all_reduce;
 use crate::symmetric::{
     Batch, FLAG_IN_PLACE, Grid, KernelStatus, TaskArgs, context_is_valid, raise_invalid_launch,
 };
-use crate::sync::barrier::{CrossRankBarrier, block_sees_abort};
+use crate::sync::barrier::CrossRankBarrier;
 use crate::sync::signal_pad::MAX_BLOCKS;
 use crate::types::{DataType, RedOp};
 
@@ -304,17 +304,16 @@ pub unsafe fn symm_barrier_device(ctx: i64) -> i32 {
         // SAFETY: `native_context` checked the context.
         return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
-    // SAFETY: the context is host-built; the whole block takes this branch.
-    if unsafe { block_sees_abort(context) } {
-        return status::TIMEOUT;
-    }
+    // No look at the abort word before announcing (it would leave this rank a barrier behind
+    // its peers, with its window not marked out of step): `open` refuses a window out of step
+    // and `start` looks at the word while it waits (see `sync::barrier`).
     // SAFETY: grid.block < MAX_BLOCKS and the world size is within the pad's limits (checked
     // by `native_context` and `program_grid`); every thread of the block runs this sequence.
-    let mut barrier = unsafe { CrossRankBarrier::new(context, grid.block) };
-    let result = barrier.sync();
-    barrier.finish();
-    match result {
-        Ok(()) => status::SUCCESS,
+    match unsafe { CrossRankBarrier::open(context, grid.block) }.and_then(|b| b.start()) {
+        Ok(barrier) => {
+            barrier.finish();
+            status::SUCCESS
+        }
         Err(_) => status::TIMEOUT,
     }
 }

@@ -827,54 +827,52 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
     }
 }
 
-/// A rank whose block gave up a barrier (rank 1 never came) has its epoch out of step: its
-/// peer may wait at a later barrier of the abandoned call. When that peer comes late, together
-/// with the first rank's next launch, the next launch must announce nothing (its epoch would
-/// release the peer past a barrier whose data never came): both give up, and the peer's inbox
-/// holds what the abandoned launch announced. Fails without the out-of-step mark that the
-/// abandoning block sets, or without the first round's read of it before announcing
-/// (`barrier_round`): the late peer then completes the abandoned call (`[Aborted, Completed]`).
+/// A rank whose block gave up a barrier after passing the start barrier has its epoch out of
+/// step: its peer, late, may still be in the abandoned call, one barrier behind. Rank 1's start
+/// announcement is planted (as if it had passed the start barrier and stalled); rank 0 runs the
+/// two-shot all-reduce alone and gives up at its middle barrier (epoch 2). Then rank 1's late
+/// call runs with rank 0's next launch: rank 1 passes the start and middle barriers on rank 0's
+/// announcements and waits at the end barrier (epoch 3) for rank 0, which never reached it.
+/// Rank 0's next launch must announce nothing: its start barrier (epoch 3) would release rank
+/// 1, which would then return success with a half that rank 0 never reduced. Fails without the
+/// out-of-step mark that the abandoning block sets, or without `CrossRankBarrier::open`'s
+/// read of it (`[Aborted, Completed]`).
 #[test]
 fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
-    for algorithm in [
-        Algorithm::TwoShotAllReduce,
-        Algorithm::OneShotAllReduce,
-        Algorithm::AllGather,
-        Algorithm::ReduceScatter,
-    ] {
-        let ranks = Ranks::new(2, 4096, 50_000_000);
-        let args = CollectiveArgs {
-            send_offset: 0,
-            recv_offset: 1024,
-            count: 64,
-            flags: 0,
-        };
-        let launch = |active: &[usize]| {
-            ranks.launch(
-                kernel(algorithm, DataType::Float32, RedOp::Sum),
-                args,
-                2,
-                4,
-                Some(active),
-            )
-        };
-        assert_eq!(launch(&[0]), vec![KernelStatus::Aborted], "{algorithm:?}");
-        let announced: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
-        assert!(
-            announced.iter().all(|e| *e != 0),
-            "{algorithm:?}: {announced:?}"
-        );
-        let start = std::time::Instant::now();
-        assert_eq!(
-            launch(&[0, 1]),
-            vec![KernelStatus::Aborted; 2],
-            "{algorithm:?}: the late peer passed the abandoned call"
-        );
-        let after: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
-        assert_eq!(after, announced, "{algorithm:?}: the next launch announced");
-        // Rank 0 refused at once; rank 1 waited for the second barrier until its bound.
-        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    let ranks = Ranks::new(2, 4096, 50_000_000);
+    let args = CollectiveArgs {
+        send_offset: 0,
+        recv_offset: 1024,
+        count: 64,
+        flags: 0,
+    };
+    let launch = |active: &[usize]| {
+        ranks.launch(
+            kernel(Algorithm::TwoShotAllReduce, DataType::Float32, RedOp::Sum),
+            args,
+            2,
+            4,
+            Some(active),
+        )
+    };
+    for block in 0..2 {
+        let slot = symm_device::sync::signal_pad::inbox_slot(ranks.pad_address(0), block, 1);
+        // SAFETY: a slot inside rank 0's pad; no kernel runs.
+        unsafe { slot.write_volatile(1) };
     }
+    assert_eq!(launch(&[0]), vec![KernelStatus::Aborted]);
+    let announced: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+    assert_eq!(announced, [2, 2], "rank 0 gave up at its middle barrier");
+    let start = std::time::Instant::now();
+    assert_eq!(
+        launch(&[0, 1]),
+        vec![KernelStatus::Aborted; 2],
+        "the late peer completed the abandoned call"
+    );
+    let after: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+    assert_eq!(after, announced, "the next launch announced");
+    // Rank 0 refused at once; rank 1 waited for the end barrier until its bound.
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
 }
 
 /// A kernel that starts after the host failed its rank's communicator (the abort word raised,
@@ -979,6 +977,47 @@ fn a_refused_launch_keeps_the_next_launch_from_announcing() {
         &pattern[..],
         "rank 1 stored into rank 0's window"
     );
+}
+
+/// A one-shot launch on a window out of step must not write its vote: a peer of the abandoned
+/// call may still read the vote this rank wrote there (`sync_unanimous`), and a changed vote
+/// could send that peer down the wrong branch. The launch gives up before the vote and
+/// announces nothing.
+#[test]
+fn a_launch_on_a_window_out_of_step_writes_no_vote() {
+    use symm_device::sync::signal_pad::{out_of_step_slot, vote_slot};
+    let ranks = Ranks::new(2, 1 << 16, 50_000_000);
+    let pad = ranks.pad_address(0);
+    // SAFETY: slots inside rank 0's pad; no kernel runs.
+    unsafe {
+        out_of_step_slot(pad).write_volatile(1);
+        vote_slot(pad, 0).write_volatile(7);
+        vote_slot(pad, 1).write_volatile(7);
+    }
+    // In place on both ranks, and long enough per block to vote.
+    let args = CollectiveArgs {
+        send_offset: 0,
+        recv_offset: 0,
+        count: 8192,
+        flags: FLAG_IN_PLACE,
+    };
+    let statuses = ranks.launch(
+        kernel(Algorithm::OneShotAllReduce, DataType::Float32, RedOp::Sum),
+        args,
+        2,
+        4,
+        Some(&[0]),
+    );
+    assert_eq!(statuses, vec![KernelStatus::Aborted]);
+    // SAFETY: as above.
+    let votes = unsafe {
+        [
+            vote_slot(pad, 0).read_volatile(),
+            vote_slot(pad, 1).read_volatile(),
+        ]
+    };
+    assert_eq!(votes, [7, 7], "the launch wrote its vote");
+    assert!((0..2).all(|b| ranks.inbox(1, b, 0) == 0), "it announced");
 }
 
 /// The host raises the abort word of a rank whose communicator failed elsewhere: a launch of

@@ -26,7 +26,7 @@ use symm_device::scheduler::policy::Greedy;
 use symm_device::scheduler::source::SoftwareSource;
 use symm_device::symmetric::Grid;
 use symm_device::symmetric::pat;
-use symm_device::sync::barrier::CrossRankBarrier;
+use symm_device::sync::barrier::{Aborted, CrossRankBarrier, UnstartedBarrier};
 use symm_device::sync::ll::LlCall;
 use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
@@ -34,6 +34,66 @@ use symm_device::sync::signal_pad::{
     inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, pat_flag_slot,
     pat_round_slot, signal_pad_bytes, vote_slot,
 };
+
+/// Block 0's barrier on a window, through its rounds: the first passed with
+/// `UnstartedBarrier::start*`, the later ones with `CrossRankBarrier::sync*`, so that the models
+/// below read as a sequence of rounds.
+enum Rounds<'a> {
+    Unstarted(UnstartedBarrier<'a>),
+    Started(CrossRankBarrier<'a>),
+    Moved,
+}
+
+impl<'a> Rounds<'a> {
+    /// Open block 0's barrier on `ctx` (never out of step in these models).
+    fn open(ctx: &'a SymmContext) -> Self {
+        // SAFETY: a host-built context; block 0 < MAX_BLOCKS; every thread of the block makes
+        // the same calls.
+        let unstarted = unsafe { CrossRankBarrier::open(ctx, 0) };
+        Rounds::Unstarted(unstarted.expect("a window in step"))
+    }
+
+    fn round<T>(
+        &mut self,
+        first: impl FnOnce(UnstartedBarrier<'a>) -> Result<(CrossRankBarrier<'a>, T), Aborted>,
+        later: impl FnOnce(&mut CrossRankBarrier<'a>) -> Result<T, Aborted>,
+    ) -> Result<T, Aborted> {
+        match std::mem::replace(self, Rounds::Moved) {
+            Rounds::Unstarted(unstarted) => {
+                let (barrier, value) = first(unstarted)?;
+                *self = Rounds::Started(barrier);
+                Ok(value)
+            }
+            Rounds::Started(mut barrier) => {
+                let value = later(&mut barrier);
+                *self = Rounds::Started(barrier);
+                value
+            }
+            Rounds::Moved => unreachable!("a round after an abandoned one"),
+        }
+    }
+
+    fn sync_advancing(&mut self, steps: u32) -> Result<(), Aborted> {
+        self.round(
+            |u| u.start_advancing(steps).map(|b| (b, ())),
+            |b| b.sync_advancing(steps),
+        )
+    }
+
+    fn sync(&mut self) -> Result<(), Aborted> {
+        self.sync_advancing(1)
+    }
+
+    fn sync_unanimous(&mut self, vote: bool) -> Result<bool, Aborted> {
+        self.round(|u| u.start_unanimous(vote), |b| b.sync_unanimous(vote))
+    }
+
+    fn finish(self) {
+        if let Rounds::Started(barrier) = self {
+            barrier.finish();
+        }
+    }
+}
 
 /// Explore `model` exhaustively with a preemption bound of 2 (unless `LOOM_MAX_PREEMPTIONS`
 /// says otherwise).
@@ -218,7 +278,7 @@ fn place(blocks: u32) -> (usize, u32) {
 
 /// Each rank's thread 0 publishes a payload word, passes the barrier, and reads every peer's
 /// word; rewrites it only after the next barrier (so a peer's read of the old value is ordered
-/// before the write); then `finish` and a second `CrossRankBarrier::new` on the same block
+/// before the write); then `finish` and a second `CrossRankBarrier::open` on the same block
 /// index (a second device-function call in the kernel) passes two more barriers.
 fn barrier_payload(world: usize, threads: u32, calls: u64, rounds: u64) {
     let model = World::new(world);
@@ -231,7 +291,7 @@ fn barrier_payload(world: usize, threads: u32, calls: u64, rounds: u64) {
         let mut value = 0;
         for call in 0..calls {
             // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
-            let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+            let mut barrier = Rounds::open(ctx);
             for round in 0..rounds {
                 value += 1;
                 if leader {
@@ -280,7 +340,7 @@ fn barrier_epoch_reuse() {
         let ctx = &model.contexts[rank];
         for call in 1..=2u64 {
             // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
-            let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+            let mut barrier = Rounds::open(ctx);
             // One word per (call, rank): the peer may still read this call's word while this
             // rank writes the next call's.
             let word = |rank: usize| 2 * (call as usize - 1) + rank;
@@ -318,7 +378,7 @@ fn barrier_advancing(world: usize) {
         let (rank, _) = place(1);
         let ctx = &model.contexts[rank];
         // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
-        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        let mut barrier = Rounds::open(ctx);
         payload.write(rank, 1 + rank as u64);
         match rank {
             0 => barrier.sync_advancing(2),
@@ -337,7 +397,7 @@ fn barrier_advancing(world: usize) {
         barrier.finish();
         // A second call: every rank continues from epoch 3.
         // SAFETY: as above.
-        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        let mut barrier = Rounds::open(ctx);
         payload.write(rank, 10 + rank as u64);
         barrier.sync().expect("no timeouts under loom");
         for peer in 0..world {
@@ -411,7 +471,7 @@ fn voting_launches(threads: u32, votes: &'static [[bool; 2]]) {
         let ctx = &model.contexts[rank];
         for (launch, vote) in votes.iter().enumerate() {
             // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
-            let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+            let mut barrier = Rounds::open(ctx);
             let every = barrier
                 .sync_unanimous(vote[rank])
                 .expect("no timeouts under loom");
@@ -475,7 +535,7 @@ fn fused_one_shot_owed_rounds(announce_owed: bool) {
         let (rank, _) = place(1);
         let ctx = &model.contexts[rank];
         // SAFETY: a host-built context; block 0 < MAX_BLOCKS; uniform calls.
-        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        let mut barrier = Rounds::open(ctx);
         barrier.sync().expect("no timeouts under loom");
         let mut owed = 0u32;
         for task in 0..TASKS {
@@ -499,7 +559,7 @@ fn fused_one_shot_owed_rounds(announce_owed: bool) {
         barrier.finish();
         // The next launch on the window: both ranks continue from the same epoch.
         // SAFETY: as above.
-        let mut barrier = unsafe { CrossRankBarrier::new(ctx, 0) };
+        let mut barrier = Rounds::open(ctx);
         payload.write(world * TASKS + rank, 100 + rank as u64);
         barrier.sync().expect("no timeouts under loom");
         let peer = 1 - rank;

@@ -110,15 +110,15 @@ pub(crate) unsafe fn between_barriers(
     grid: Grid,
     body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
 ) -> KernelStatus {
-    // No look at the abort word (host memory) before the start barrier: its first round
-    // announces nothing on a window out of step and looks at the word while it waits, before
+    // No look at the abort word (host memory) before the start barrier: `open` refuses a
+    // window out of step, and the start barrier looks at the word while it waits, before
     // `body` touches a peer's memory (see `sync::barrier`).
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
-    let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
-    let result = barrier
-        .sync()
-        .and_then(|()| body(&mut barrier))
-        .and_then(|()| barrier.sync());
+    let started = unsafe { CrossRankBarrier::open(ctx, grid.block) }.and_then(|b| b.start());
+    let Ok(mut barrier) = started else {
+        return KernelStatus::Aborted;
+    };
+    let result = body(&mut barrier).and_then(|()| barrier.sync());
     barrier.finish();
     match result {
         Ok(()) => KernelStatus::Completed,
@@ -145,7 +145,7 @@ pub(crate) unsafe fn between_barriers(
 /// ranks may differ in being in place, task by task.
 ///
 /// When the block's part is longer than one round of packs, the start barrier is a vote
-/// ([`CrossRankBarrier::sync_unanimous`]) on whether this rank is in place for every task of
+/// ([`super::super::sync::barrier::UnstartedBarrier::start_unanimous`]) on whether this rank is in place for every task of
 /// the block's cells. If every rank is, no rank needs rounds: the ranks share each task part
 /// out (`one_shot_share_part`) and pass only the end barrier (one start, one end on every
 /// rank alike).
@@ -165,10 +165,11 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
         core::mem::size_of::<T>() as u64,
     );
     let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
-    // As in `between_barriers`, the start barrier's first round stands in for a look at the
-    // abort word before it.
+    // As in `between_barriers`: no look at the abort word before the start barrier.
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
-    let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
+    let Ok(unstarted) = (unsafe { CrossRankBarrier::open(ctx, grid.block) }) else {
+        return KernelStatus::Aborted;
+    };
     // Round barriers of out-of-place task parts not announced yet.
     let mut owed: u32 = 0;
     // Whether every rank is in place for every task of the block's cells, asked only when the
@@ -180,11 +181,14 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
             in_place &= task.args.flags & FLAG_IN_PLACE != 0;
             Ok::<(), ()>(())
         });
-        barrier.sync_unanimous(in_place)
+        unstarted.start_unanimous(in_place)
     } else {
-        barrier.sync().map(|()| false)
+        unstarted.start().map(|barrier| (barrier, false))
     };
-    let result = started
+    let Ok((mut barrier, every_rank_in_place)) = started else {
+        return KernelStatus::Aborted;
+    };
+    let result = Ok(every_rank_in_place)
         .and_then(|every_rank_in_place| {
             if every_rank_in_place {
                 // SAFETY: forwarded contract; every rank voted that it is in place for every

@@ -38,7 +38,8 @@ impl<'a> LlLines<'a> {
     /// freed with the last window referencing it, and a peer process's pad stays mapped here
     /// until this rank's own teardown, which waits for this rank's kernels), its own receive
     /// buffer and its own call counters — never into a peer's user memory, unlike the barrier
-    /// kernels, whose look at kernel start stays. Its waits look at the abort word every
+    /// kernels, which look at the word during their start barrier, before their body (see
+    /// `sync::barrier`). Its waits look at the abort word every
     /// `POLLS_PER_ABORT_LOOK` polls and give up on it. The one cross-rank barrier an LL call
     /// may pass (the period clear, once in 2^32 calls) looks first (`LlCall::begin`). Lines a
     /// late call stores may overwrite a peer's unread lines of an earlier call of the same

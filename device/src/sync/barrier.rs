@@ -10,15 +10,26 @@
 //! **Failure.** A block that gives up a barrier (a wait timed out, or this rank's abort word
 //! was raised) has announced an epoch its peers may never reach: its rank is out of step on the
 //! window for good, and any later announcement of that block index could release a peer still
-//! waiting in the abandoned call, which would then complete with data that never came. So the
-//! block sets the window's out-of-step mark ([`out_of_step_slot`], in this rank's own pad, as
-//! does a launch that refused its arguments), and the first round of every barrier reads the
-//! mark before announcing, and announces nothing when it is set. The mark is device memory;
-//! the abort word, which the host raises when the communicator failed elsewhere, is host
-//! memory (a PCIe round trip on a GPU), so the first round reads it only after announcing,
-//! while the wait runs, and gives up when it is raised: a block whose rank's epochs are in step
-//! announces only epochs its peers reach too, so that announcement releases no one wrongly,
-//! and the look keeps the block from touching a peer's memory after the communicator failed.
+//! waiting in the abandoned call, which would then complete with data that never came. The
+//! same holds for a launch that refused its arguments, and for a barrier skipped on seeing
+//! the abort word (the LL period clear): they announce nothing their peers wait for. Each
+//! sets the window's out-of-step mark ([`out_of_step_slot`], in this rank's own pad, never
+//! cleared: the communicator has failed), and [`CrossRankBarrier::open`] reads the mark
+//! before anything else (a vote, an announcement) and refuses to go on when it is set.
+//!
+//! The abort word, which the host raises on every rank of its process when the communicator
+//! failed elsewhere, lives in host memory (a PCIe round trip on a GPU). The barrier kernels do
+//! not read it before announcing their start barrier: the start barrier
+//! ([`UnstartedBarrier::start`]) reads it after the announcement, while the wait runs, and
+//! gives up when it is raised, before the caller touches a peer's memory. A rank whose epochs
+//! are in step announces only epochs its peers announce for the same call, so the start
+//! announcement of a kernel that then gives up lets no peer complete a call. What it can do,
+//! that the look before announcing it replaced could not: release a third rank that is still
+//! waiting at that start barrier and has not seen the abort word yet (its waits look every
+//! `POLLS_PER_ABORT_LOOK` polls; ranks of another process never see it raised), which then
+//! runs its body (storing into peers' receive buffers, for the two-shot and gather kernels)
+//! before it gives up at its next barrier. That needs the communicator to fail while a kernel
+//! of the call is still pending on some rank and another is waiting at the start barrier.
 
 use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;
@@ -34,43 +45,55 @@ use crate::sync::wait::{WaitOutcome, wait_until_reached};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Aborted;
 
-/// Block-level handle on the cross-rank barrier of one block index. Every thread of the block
-/// creates it, calls [`CrossRankBarrier::sync`] the same number of times, and calls
-/// [`CrossRankBarrier::finish`] once at the end.
+/// Block-level handle on the cross-rank barrier of one block index, past its first round.
+/// Every thread of the block opens it ([`CrossRankBarrier::open`]), passes the first round
+/// ([`UnstartedBarrier::start`] and its variants), calls [`CrossRankBarrier::sync`] the same
+/// number of times, and calls [`CrossRankBarrier::finish`] once at the end.
 pub struct CrossRankBarrier<'a> {
     ctx: &'a SymmContext,
     own_pad: u64,
     block: u32,
     epoch: u32,
-    /// No round has run yet: the next one reads the out-of-step mark before announcing and
-    /// the abort word after.
-    first: bool,
 }
+
+/// A cross-rank barrier opened on a window that is in step, before its first round: the only
+/// way to a [`CrossRankBarrier`] is through that round, which looks at the abort word (see
+/// the module documentation).
+pub struct UnstartedBarrier<'a>(CrossRankBarrier<'a>);
 
 impl<'a> CrossRankBarrier<'a> {
     /// The largest block count and world size the signal pad has room for.
     pub const LIMITS: (usize, usize) = (MAX_BLOCKS, MAX_RANKS);
 
     /// Open the barrier of block index `block` (the calling block's index among its rank's
-    /// blocks).
+    /// blocks): `Err` on every thread alike when the window is out of step (then nothing was
+    /// announced, and the block must return). Thread 0 reads the mark, in this rank's own pad;
+    /// the block barrier that shares the answer also orders the block's earlier accesses
+    /// before whatever follows.
     ///
     /// # Safety
     /// `ctx` must be a context built by the host whose signal-pad tables are valid, with
     /// `world_size <= MAX_RANKS`; `block < MAX_BLOCKS`; every thread of the block must make the
     /// same sequence of calls on the barrier.
-    pub unsafe fn new(ctx: &'a SymmContext, block: u32) -> Self {
+    #[inline(always)]
+    pub unsafe fn open(ctx: &'a SymmContext, block: u32) -> Result<UnstartedBarrier<'a>, Aborted> {
         // SAFETY: rank < world_size and the table is valid (caller's contract).
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
+        let marked = arch::thread_idx_x() == 0
+            // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+            && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(own_pad)) } != 0;
         // SAFETY: block < MAX_BLOCKS, so the slot lies inside the pad; only this block of this
         // rank writes it, and only after every thread has read it (see `finish`).
         let epoch = unsafe { arch::load_plain_u32(epoch_slot(own_pad, block)) };
-        CrossRankBarrier {
+        if arch::sync_threads_or(marked) {
+            return Err(Aborted);
+        }
+        Ok(UnstartedBarrier(CrossRankBarrier {
             ctx,
             own_pad,
             block,
             epoch,
-            first: true,
-        }
+        }))
     }
 
     /// Wait until block `b` of every rank has reached this point. Everything this block wrote
@@ -87,8 +110,13 @@ impl<'a> CrossRankBarrier<'a> {
     /// at least 1 and below 2^31.
     #[inline(always)]
     pub fn sync_advancing(&mut self, steps: u32) -> Result<(), Aborted> {
+        self.round(steps, false)
+    }
+
+    /// One round `steps` epochs on; `first` looks at the abort word while it waits.
+    #[inline(always)]
+    fn round(&mut self, steps: u32, first: bool) -> Result<(), Aborted> {
         self.epoch = self.epoch.wrapping_add(steps.max(1));
-        let first = core::mem::replace(&mut self.first, false);
         if barrier_round(self.ctx, self.own_pad, self.block, self.epoch, first) {
             Err(Aborted)
         } else {
@@ -111,6 +139,14 @@ impl<'a> CrossRankBarrier<'a> {
     /// announcement has been seen.
     #[inline(always)]
     pub fn sync_unanimous(&mut self, vote: bool) -> Result<bool, Aborted> {
+        self.unanimous_round(vote, false)
+    }
+
+    /// [`CrossRankBarrier::sync_unanimous`]; `first` as in [`CrossRankBarrier::round`]. The
+    /// vote is written after [`CrossRankBarrier::open`] found the window in step: a block of
+    /// an out-of-step window must not overwrite the vote a peer may still read.
+    #[inline(always)]
+    fn unanimous_round(&mut self, vote: bool, first: bool) -> Result<bool, Aborted> {
         let slot = vote_slot(self.own_pad, self.block);
         let write_vote = || {
             if arch::thread_idx_x() == 0 {
@@ -123,7 +159,7 @@ impl<'a> CrossRankBarrier<'a> {
         if !arch::mutated!(VoteAfterBarrier) {
             write_vote();
         }
-        self.sync()?;
+        self.round(1, first)?;
         if arch::mutated!(VoteAfterBarrier) {
             write_vote();
         }
@@ -147,7 +183,8 @@ impl<'a> CrossRankBarrier<'a> {
     /// Store the epoch for the next use of this block index (a later launch, or a later call
     /// of a device function in the same kernel). Call once, on every thread, after the last
     /// `sync`. The two block barriers make the change visible block-wide: no thread can read
-    /// the slot in a later [`CrossRankBarrier::new`] before it is written.
+    /// the slot in a later [`CrossRankBarrier::open`] before it is written. A barrier whose
+    /// round was abandoned need not finish: its window is out of step for good.
     pub fn finish(self) {
         arch::sync_threads();
         if arch::thread_idx_x() == 0 {
@@ -161,9 +198,36 @@ impl<'a> CrossRankBarrier<'a> {
     }
 }
 
-/// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout, abort,
-/// or, on the `first` round of a barrier, a window already out of step). An abandoned round
-/// leaves the window's out-of-step mark set. Not inlined in the kernels: a kernel calls it a
+impl<'a> UnstartedBarrier<'a> {
+    /// Pass the first barrier, as [`CrossRankBarrier::sync`] does, and look at this rank's
+    /// abort word (host memory) while waiting: `Err` when it is raised, before the caller
+    /// touches a peer's memory.
+    #[inline(always)]
+    pub fn start(self) -> Result<CrossRankBarrier<'a>, Aborted> {
+        self.start_advancing(1)
+    }
+
+    /// [`UnstartedBarrier::start`] passing `steps` barriers at once, as
+    /// [`CrossRankBarrier::sync_advancing`] does.
+    #[inline(always)]
+    pub fn start_advancing(self, steps: u32) -> Result<CrossRankBarrier<'a>, Aborted> {
+        let mut barrier = self.0;
+        barrier.round(steps, true).map(|()| barrier)
+    }
+
+    /// [`UnstartedBarrier::start`] as a vote, as [`CrossRankBarrier::sync_unanimous`] does.
+    #[inline(always)]
+    pub fn start_unanimous(self, vote: bool) -> Result<(CrossRankBarrier<'a>, bool), Aborted> {
+        let mut barrier = self.0;
+        barrier
+            .unanimous_round(vote, true)
+            .map(|unanimous| (barrier, unanimous))
+    }
+}
+
+/// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout, or
+/// abort: seen by a wait, or, on the `first` round, by its look at the abort word after the
+/// announcement). An abandoned round leaves the window's out-of-step mark set. Not inlined in the kernels: a kernel calls it a
 /// few times, never per element, and scalar arguments keep the caller's state in registers.
 /// Inlined in the Triton-linkable library, whose callers are compiled by Triton's ptxas: there
 /// a call makes ptxas save the values that live across it (an in-place round's loaded data) to
@@ -175,20 +239,9 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32, first
     let world = ctx.world_size;
     let rank = ctx.rank;
     let abort = ctx.abort_flag as *const u32;
-    let out_of_step = out_of_step_slot(own_pad);
     let leader = arch::thread_idx_x() == 0;
 
-    // The block barrier that orders the block's earlier accesses before the announcement also
-    // carries, on the first round, whether the window is out of step (one read of this rank's
-    // own pad), so the whole block takes the same branch.
-    let marked = first
-        && leader
-        // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
-        && unsafe { arch::load_relaxed_sys_u32(out_of_step) } != 0;
-    if arch::sync_threads_or(marked) {
-        return true;
-    }
-
+    arch::sync_threads();
     let mut peer = arch::thread_idx_x();
     while peer < world {
         // SAFETY: peer < world_size; the slot lies inside that peer's pad, which peers only
@@ -228,11 +281,24 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32, first
         peer += stride;
     }
     let abandoned = arch::sync_threads_or(failed || look != 0);
-    if abandoned && leader {
-        // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
-        unsafe { arch::store_release_sys_u32(out_of_step as *mut u32, 1) };
+    if abandoned {
+        // SAFETY: the pad is this rank's.
+        unsafe { mark_out_of_step(own_pad) };
     }
     abandoned
+}
+
+/// Set the out-of-step mark of the window whose pad (this rank's) is at `own_pad`, from thread
+/// 0: the calling block skipped or abandoned a barrier its peers may pass.
+///
+/// # Safety
+/// `own_pad` is this rank's pad of a host-built window.
+#[inline(always)]
+pub unsafe fn mark_out_of_step(own_pad: u64) {
+    if arch::thread_idx_x() == 0 {
+        // SAFETY: the mark lies inside the pad and is accessed atomically.
+        unsafe { arch::store_release_sys_u32(out_of_step_slot(own_pad), 1) };
+    }
 }
 
 /// `true` when this rank's abort word is raised.

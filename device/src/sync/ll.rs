@@ -5,7 +5,7 @@ use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use super::grid::{Grid, block_range};
 use crate::arch;
 use crate::context::SymmContext;
-use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort};
+use crate::sync::barrier::{Aborted, CrossRankBarrier, block_sees_abort, mark_out_of_step};
 use crate::sync::signal_pad::{
     MAX_BLOCKS, ll_clears_other_parity, ll_count_slot, ll_flag, ll_line, ll_parity_lines,
 };
@@ -141,13 +141,17 @@ impl<'a> LlCall<'a> {
         let calls = unsafe { arch::load_plain_u64(ll_count_slot(own_pad, grid.block)) };
         if ll_clears_other_parity(calls) && !arch::mutated!(LlSkipPeriodClear) {
             // The period clear passes a cross-rank barrier, whose arrivals barrier kernels
-            // consume too: a call that starts on an aborted window must not announce one (a
-            // peer's barrier kernel could pass on it and store into this rank's memory after
-            // this rank's call failed). The LL frame does not look at the abort word otherwise
-            // (see `symmetric::low_latency::LlLines::open`).
+            // consume too. Once in 2^32 calls, so it looks at the abort word before
+            // announcing (the barrier kernels look only while they wait, see
+            // `sync::barrier`): a call that starts on an aborted window announces nothing,
+            // and, being a barrier behind its peers now, marks the window out of step so that
+            // no later kernel announces either. The LL frame does not look at the abort word
+            // otherwise (see `symmetric::low_latency::LlLines::open`).
             // SAFETY: the context is host-built (caller's contract); the whole block takes
             // this branch.
             if unsafe { block_sees_abort(ctx) } {
+                // SAFETY: the pad is this rank's (caller's contract).
+                unsafe { mark_out_of_step(own_pad) };
                 return Err(Aborted);
             }
             // SAFETY: forwarded contract.
@@ -346,8 +350,7 @@ unsafe fn clear_parity(
         line += arch::block_dim_x() as u64;
     }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS.
-    let mut barrier = unsafe { CrossRankBarrier::new(ctx, grid.block) };
-    let result = barrier.sync();
+    let barrier = unsafe { CrossRankBarrier::open(ctx, grid.block) }.and_then(|b| b.start())?;
     barrier.finish();
-    result
+    Ok(())
 }

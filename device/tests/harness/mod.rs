@@ -223,6 +223,12 @@ impl Ranks {
         }
     }
 
+    /// Address of rank `rank`'s signal pad (to read or plant its slots while no kernel runs).
+    #[allow(dead_code)] // not every test binary reads it
+    pub fn pad_address(&self, rank: usize) -> u64 {
+        self.pads[rank].as_ptr() as u64
+    }
+
     /// `true` if rank `rank`'s abort word is raised.
     pub fn aborted(&self, rank: usize) -> bool {
         self.abort_word(rank) != 0
