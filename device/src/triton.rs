@@ -309,7 +309,7 @@ pub unsafe fn symm_barrier_device(ctx: i64) -> i32 {
     // and `start` looks at the word while it waits (see `sync::barrier`).
     // SAFETY: grid.block < MAX_BLOCKS and the world size is within the pad's limits (checked
     // by `native_context` and `program_grid`); every thread of the block runs this sequence.
-    match unsafe { CrossRankBarrier::open(context, grid.block) }.and_then(|b| b.start()) {
+    match unsafe { CrossRankBarrier::open(context, grid.block) }.start() {
         Ok(barrier) => {
             barrier.finish();
             status::SUCCESS

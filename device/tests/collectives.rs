@@ -827,26 +827,25 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
     }
 }
 
-/// A rank whose block gave up a barrier after passing the start barrier has its epoch out of
-/// step: its peer, late, may still be in the abandoned call, one barrier behind. Rank 1's start
-/// announcement is planted (as if it had passed the start barrier and stalled); rank 0 runs the
-/// two-shot all-reduce alone and gives up at its middle barrier (epoch 2). Then rank 1's late
-/// call runs with rank 0's next launch: rank 1 passes the start and middle barriers on rank 0's
-/// announcements and waits at the end barrier (epoch 3) for rank 0, which never reached it.
-/// Rank 0's next launch must announce nothing: its start barrier (epoch 3) would release rank
-/// 1, which would then return success with a half that rank 0 never reduced. Fails without the
-/// out-of-step mark that the abandoning block sets, or without `CrossRankBarrier::open`'s
-/// read of it (`[Aborted, Completed]`).
+/// A rank whose block gave up a barrier after announcing it has its epoch ahead of a late peer.
+/// Rank 1's start announcement is planted (as if it had passed the start barrier and stalled);
+/// rank 0 runs the two-shot all-reduce (start and end barrier) alone, stores its reduced half
+/// into rank 1's window, and gives up at the end barrier (epoch 2). Rank 1's late call then
+/// completes on rank 0's announcements (rank 0 did its part), while rank 0's next launch runs:
+/// that launch must announce nothing, since its start (epoch 3) is what rank 1's next call
+/// waits for, which would then store its half into rank 0's window for a call that rank 0 gave
+/// up and returned. Fails without the out-of-step mark that the abandoning block sets, or
+/// without the start barrier's read of it.
 #[test]
 fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
-    let ranks = Ranks::new(2, 4096, 50_000_000);
+    let mut ranks = Ranks::new(2, 4096, 50_000_000);
     let args = CollectiveArgs {
         send_offset: 0,
         recv_offset: 1024,
         count: 64,
         flags: 0,
     };
-    let launch = |active: &[usize]| {
+    let launch = |ranks: &Ranks, active: &[usize]| {
         ranks.launch(
             kernel(Algorithm::TwoShotAllReduce, DataType::Float32, RedOp::Sum),
             args,
@@ -860,18 +859,26 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
         // SAFETY: a slot inside rank 0's pad; no kernel runs.
         unsafe { slot.write_volatile(1) };
     }
-    assert_eq!(launch(&[0]), vec![KernelStatus::Aborted]);
+    assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
     let announced: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
-    assert_eq!(announced, [2, 2], "rank 0 gave up at its middle barrier");
+    assert_eq!(announced, [2, 2], "rank 0 gave up at its end barrier");
     let start = std::time::Instant::now();
     assert_eq!(
-        launch(&[0, 1]),
-        vec![KernelStatus::Aborted; 2],
-        "the late peer completed the abandoned call"
+        launch(&ranks, &[0, 1]),
+        vec![KernelStatus::Aborted, KernelStatus::Completed],
+        "rank 0's next launch, rank 1's late call"
     );
     let after: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
-    assert_eq!(after, announced, "the next launch announced");
-    // Rank 0 refused at once; rank 1 waited for the end barrier until its bound.
+    assert_eq!(after, announced, "rank 0's next launch announced");
+    // Rank 1's next call finds no start announcement of rank 0's and stores nothing into it.
+    let pattern = vec![0xC3u8; 64 * 4];
+    ranks.window(0)[1024..1024 + pattern.len()].copy_from_slice(&pattern);
+    assert_eq!(launch(&ranks, &[1]), vec![KernelStatus::Aborted]);
+    assert_eq!(
+        &ranks.window(0)[1024..1024 + pattern.len()],
+        &pattern[..],
+        "rank 1 stored into rank 0's window"
+    );
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
 }
 

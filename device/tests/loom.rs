@@ -31,8 +31,8 @@ use symm_device::sync::ll::LlCall;
 use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
     LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
-    inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, pat_flag_slot,
-    pat_round_slot, signal_pad_bytes, vote_slot,
+    inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, out_of_step_slot,
+    pat_flag_slot, pat_round_slot, signal_pad_bytes, vote_slot,
 };
 
 /// Block 0's barrier on a window, through its rounds: the first passed with
@@ -49,8 +49,7 @@ impl<'a> Rounds<'a> {
     fn open(ctx: &'a SymmContext) -> Self {
         // SAFETY: a host-built context; block 0 < MAX_BLOCKS; every thread of the block makes
         // the same calls.
-        let unstarted = unsafe { CrossRankBarrier::open(ctx, 0) };
-        Rounds::Unstarted(unstarted.expect("a window in step"))
+        Rounds::Unstarted(unsafe { CrossRankBarrier::open(ctx, 0) })
     }
 
     fn round<T>(
@@ -191,6 +190,7 @@ impl World {
                 model_word(context.abort_flag, WordKind::AtomicU32);
             }
             for pad in &self.pad_addresses {
+                model_word(out_of_step_slot(*pad) as u64, WordKind::AtomicU32);
                 for block in 0..MAX_BLOCKS as u32 {
                     for from in 0..world {
                         model_word(inbox_slot(*pad, block, from) as u64, WordKind::AtomicU32);

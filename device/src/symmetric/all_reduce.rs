@@ -110,11 +110,11 @@ pub(crate) unsafe fn between_barriers(
     grid: Grid,
     body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
 ) -> KernelStatus {
-    // No look at the abort word (host memory) before the start barrier: `open` refuses a
-    // window out of step, and the start barrier looks at the word while it waits, before
-    // `body` touches a peer's memory (see `sync::barrier`).
+    // No look at the abort word (host memory) before the start barrier: the start barrier
+    // refuses a window out of step before announcing and looks at the word while it waits,
+    // before `body` touches a peer's memory (see `sync::barrier`).
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
-    let started = unsafe { CrossRankBarrier::open(ctx, grid.block) }.and_then(|b| b.start());
+    let started = unsafe { CrossRankBarrier::open(ctx, grid.block) }.start();
     let Ok(mut barrier) = started else {
         return KernelStatus::Aborted;
     };
@@ -167,9 +167,7 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
     let (lo, hi) = block_range(batch.total_cells(per_cell), grid.block, grid.blocks);
     // As in `between_barriers`: no look at the abort word before the start barrier.
     // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
-    let Ok(unstarted) = (unsafe { CrossRankBarrier::open(ctx, grid.block) }) else {
-        return KernelStatus::Aborted;
-    };
+    let unstarted = unsafe { CrossRankBarrier::open(ctx, grid.block) };
     // Round barriers of out-of-place task parts not announced yet.
     let mut owed: u32 = 0;
     // Whether every rank is in place for every task of the block's cells, asked only when the

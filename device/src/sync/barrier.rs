@@ -14,8 +14,9 @@
 //! same holds for a launch that refused its arguments, and for a barrier skipped on seeing
 //! the abort word (the LL period clear): they announce nothing their peers wait for. Each
 //! sets the window's out-of-step mark ([`out_of_step_slot`], in this rank's own pad, never
-//! cleared: the communicator has failed), and [`CrossRankBarrier::open`] reads the mark
-//! before anything else (a vote, an announcement) and refuses to go on when it is set.
+//! cleared: the communicator has failed), and the first round of every barrier
+//! ([`UnstartedBarrier::start`]) reads the mark before anything else (a vote, an
+//! announcement) and gives up without announcing when it is set.
 //!
 //! The abort word, which the host raises on every rank of its process when the communicator
 //! failed elsewhere, lives in host memory (a PCIe round trip on a GPU). The barrier kernels do
@@ -56,8 +57,8 @@ pub struct CrossRankBarrier<'a> {
     epoch: u32,
 }
 
-/// A cross-rank barrier opened on a window that is in step, before its first round: the only
-/// way to a [`CrossRankBarrier`] is through that round, which looks at the abort word (see
+/// A cross-rank barrier before its first round: the only way to a [`CrossRankBarrier`] is
+/// through that round, which refuses a window out of step and looks at the abort word (see
 /// the module documentation).
 pub struct UnstartedBarrier<'a>(CrossRankBarrier<'a>);
 
@@ -66,34 +67,26 @@ impl<'a> CrossRankBarrier<'a> {
     pub const LIMITS: (usize, usize) = (MAX_BLOCKS, MAX_RANKS);
 
     /// Open the barrier of block index `block` (the calling block's index among its rank's
-    /// blocks): `Err` on every thread alike when the window is out of step (then nothing was
-    /// announced, and the block must return). Thread 0 reads the mark, in this rank's own pad;
-    /// the block barrier that shares the answer also orders the block's earlier accesses
-    /// before whatever follows.
+    /// blocks). Its first round ([`UnstartedBarrier::start`]) finds whether the window is out
+    /// of step.
     ///
     /// # Safety
     /// `ctx` must be a context built by the host whose signal-pad tables are valid, with
     /// `world_size <= MAX_RANKS`; `block < MAX_BLOCKS`; every thread of the block must make the
     /// same sequence of calls on the barrier.
     #[inline(always)]
-    pub unsafe fn open(ctx: &'a SymmContext, block: u32) -> Result<UnstartedBarrier<'a>, Aborted> {
+    pub unsafe fn open(ctx: &'a SymmContext, block: u32) -> UnstartedBarrier<'a> {
         // SAFETY: rank < world_size and the table is valid (caller's contract).
         let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
-        let marked = arch::thread_idx_x() == 0
-            // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
-            && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(own_pad)) } != 0;
         // SAFETY: block < MAX_BLOCKS, so the slot lies inside the pad; only this block of this
         // rank writes it, and only after every thread has read it (see `finish`).
         let epoch = unsafe { arch::load_plain_u32(epoch_slot(own_pad, block)) };
-        if arch::sync_threads_or(marked) {
-            return Err(Aborted);
-        }
-        Ok(UnstartedBarrier(CrossRankBarrier {
+        UnstartedBarrier(CrossRankBarrier {
             ctx,
             own_pad,
             block,
             epoch,
-        }))
+        })
     }
 
     /// Wait until block `b` of every rank has reached this point. Everything this block wrote
@@ -110,14 +103,15 @@ impl<'a> CrossRankBarrier<'a> {
     /// at least 1 and below 2^31.
     #[inline(always)]
     pub fn sync_advancing(&mut self, steps: u32) -> Result<(), Aborted> {
-        self.round(steps, false)
+        self.round(steps, false, NO_VOTE)
     }
 
-    /// One round `steps` epochs on; `first` looks at the abort word while it waits.
+    /// One round `steps` epochs on, writing `vote` (unless [`NO_VOTE`]) before announcing;
+    /// `first` as in [`barrier_round`].
     #[inline(always)]
-    fn round(&mut self, steps: u32, first: bool) -> Result<(), Aborted> {
+    fn round(&mut self, steps: u32, first: bool, vote: u32) -> Result<(), Aborted> {
         self.epoch = self.epoch.wrapping_add(steps.max(1));
-        if barrier_round(self.ctx, self.own_pad, self.block, self.epoch, first) {
+        if barrier_round(self.ctx, self.own_pad, self.block, self.epoch, first, vote) {
             Err(Aborted)
         } else {
             Ok(())
@@ -142,26 +136,21 @@ impl<'a> CrossRankBarrier<'a> {
         self.unanimous_round(vote, false)
     }
 
-    /// [`CrossRankBarrier::sync_unanimous`]; `first` as in [`CrossRankBarrier::round`]. The
-    /// vote is written after [`CrossRankBarrier::open`] found the window in step: a block of
-    /// an out-of-step window must not overwrite the vote a peer may still read.
+    /// [`CrossRankBarrier::sync_unanimous`]; `first` as in [`barrier_round`], which writes the
+    /// vote: on the first round only after finding the window in step (a block of a window out
+    /// of step must not overwrite the vote a peer of the abandoned call may still read).
     #[inline(always)]
     fn unanimous_round(&mut self, vote: bool, first: bool) -> Result<bool, Aborted> {
-        let slot = vote_slot(self.own_pad, self.block);
-        let write_vote = || {
-            if arch::thread_idx_x() == 0 {
-                // SAFETY: the slot lies inside this rank's pad; only this block of this rank
-                // writes it, and no peer reads it until this barrier is announced (and, for the
-                // previous vote, peers read it before announcing the barrier that followed it).
-                unsafe { arch::store_plain_u32(slot, vote as u32) };
-            }
+        // The vote goes out with the announcement; the mutant writes it after the round.
+        let written = if arch::mutated!(VoteAfterBarrier) {
+            NO_VOTE
+        } else {
+            vote as u32
         };
-        if !arch::mutated!(VoteAfterBarrier) {
-            write_vote();
-        }
-        self.round(1, first)?;
-        if arch::mutated!(VoteAfterBarrier) {
-            write_vote();
+        self.round(1, first, written)?;
+        if arch::mutated!(VoteAfterBarrier) && arch::thread_idx_x() == 0 {
+            // SAFETY: as in `barrier_round` (the mutant's deliberately late write).
+            unsafe { arch::store_plain_u32(vote_slot(self.own_pad, self.block), vote as u32) };
         }
         if !vote {
             return Ok(false);
@@ -169,7 +158,7 @@ impl<'a> CrossRankBarrier<'a> {
         let mut dissent = false;
         let mut peer = arch::thread_idx_x();
         while peer < self.ctx.world_size {
-            // SAFETY: peer < world_size; the pad table is valid (`new`'s contract); the peer's
+            // SAFETY: peer < world_size; the pad table is valid (`open`'s contract); the peer's
             // block wrote its vote before announcing the barrier just passed, and writes the
             // next one only after this block announces its next barrier.
             dissent |= unsafe {
@@ -199,9 +188,9 @@ impl<'a> CrossRankBarrier<'a> {
 }
 
 impl<'a> UnstartedBarrier<'a> {
-    /// Pass the first barrier, as [`CrossRankBarrier::sync`] does, and look at this rank's
-    /// abort word (host memory) while waiting: `Err` when it is raised, before the caller
-    /// touches a peer's memory.
+    /// Pass the first barrier, as [`CrossRankBarrier::sync`] does: `Err` without announcing
+    /// when the window is out of step, and `Err` when this rank's abort word (host memory, read
+    /// while waiting) is raised, before the caller touches a peer's memory.
     #[inline(always)]
     pub fn start(self) -> Result<CrossRankBarrier<'a>, Aborted> {
         self.start_advancing(1)
@@ -212,7 +201,7 @@ impl<'a> UnstartedBarrier<'a> {
     #[inline(always)]
     pub fn start_advancing(self, steps: u32) -> Result<CrossRankBarrier<'a>, Aborted> {
         let mut barrier = self.0;
-        barrier.round(steps, true).map(|()| barrier)
+        barrier.round(steps, true, NO_VOTE).map(|()| barrier)
     }
 
     /// [`UnstartedBarrier::start`] as a vote, as [`CrossRankBarrier::sync_unanimous`] does.
@@ -225,23 +214,54 @@ impl<'a> UnstartedBarrier<'a> {
     }
 }
 
-/// One barrier round to epoch `target`; returns `true` when it was abandoned (timeout, or
-/// abort: seen by a wait, or, on the `first` round, by its look at the abort word after the
-/// announcement). An abandoned round leaves the window's out-of-step mark set. Not inlined in the kernels: a kernel calls it a
+/// [`barrier_round`]'s `vote` when the round carries none.
+const NO_VOTE: u32 = u32::MAX;
+
+/// One barrier round to epoch `target`, writing `vote` (0 or 1; [`NO_VOTE`]: none) into this
+/// rank's vote slot before announcing; returns `true` when it was abandoned (timeout, or abort:
+/// seen by a wait, or, on the `first` round, by its look at the abort word after the
+/// announcement; or, on the `first` round, a window already out of step, before the vote and
+/// any announcement). An abandoned round leaves the window's out-of-step mark set. Not inlined in the kernels: a kernel calls it a
 /// few times, never per element, and scalar arguments keep the caller's state in registers.
 /// Inlined in the Triton-linkable library, whose callers are compiled by Triton's ptxas: there
 /// a call makes ptxas save the values that live across it (an in-place round's loaded data) to
 /// the stack.
 #[cfg_attr(not(feature = "triton-library"), inline(never))]
 #[cfg_attr(feature = "triton-library", inline(always))]
-fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32, first: bool) -> bool {
+fn barrier_round(
+    ctx: &SymmContext,
+    own_pad: u64,
+    block: u32,
+    target: u32,
+    first: bool,
+    vote: u32,
+) -> bool {
     let stride = arch::block_dim_x();
     let world = ctx.world_size;
     let rank = ctx.rank;
     let abort = ctx.abort_flag as *const u32;
     let leader = arch::thread_idx_x() == 0;
 
+    if first {
+        // The out-of-step mark (this rank's own pad), read by one thread and shared by a block
+        // barrier, so that the whole block takes the same branch; before the vote and the
+        // announcement.
+        let marked = leader
+            // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+            && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(own_pad)) } != 0;
+        if arch::sync_threads_or(marked) {
+            return true;
+        }
+    }
+    if vote != NO_VOTE && leader {
+        // SAFETY: the slot lies inside this rank's pad; only this block of this rank writes
+        // it, and no peer reads it until this barrier is announced (and, for the previous vote,
+        // peers read it before announcing the barrier that followed it).
+        unsafe { arch::store_plain_u32(vote_slot(own_pad, block), vote) };
+    }
+    // Orders the block's earlier accesses (and the vote) before the announcement.
     arch::sync_threads();
+
     let mut peer = arch::thread_idx_x();
     while peer < world {
         // SAFETY: peer < world_size; the slot lies inside that peer's pad, which peers only

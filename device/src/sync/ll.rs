@@ -350,7 +350,7 @@ unsafe fn clear_parity(
         line += arch::block_dim_x() as u64;
     }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS.
-    let barrier = unsafe { CrossRankBarrier::open(ctx, grid.block) }.and_then(|b| b.start())?;
+    let barrier = unsafe { CrossRankBarrier::open(ctx, grid.block) }.start()?;
     barrier.finish();
     Ok(())
 }
