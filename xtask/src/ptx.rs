@@ -67,10 +67,7 @@ pub fn generate(check: bool) -> Result<(), String> {
     for (cpu, file) in TARGETS {
         let built = build_device(cpu, false)?;
         let plain = plain_dir.join(file);
-        let text =
-            std::fs::read_to_string(&built).map_err(|e| format!("reading {built:?}: {e}"))?;
-        std::fs::write(&plain, cap_registers(&text))
-            .map_err(|e| format!("writing {plain:?}: {e}"))?;
+        std::fs::copy(&built, &plain).map_err(|e| format!("copying {built:?}: {e}"))?;
         let cubin = plain.with_extension("cubin");
         failures.extend(assemble(&ptxas, cpu, &plain, &cubin)?);
         assemble_each_kernel(&ptxas, cpu, &plain)?;
@@ -189,30 +186,6 @@ fn write_compressed_triton_library(text: &[u8]) -> Result<(), String> {
         TRITON_LIBRARY.1
     );
     Ok(())
-}
-
-/// `ptx` with every kernel (`.entry`) declaring `.maxnreg` [`MAX_REGISTERS_PER_THREAD`] on
-/// its parameter list's closing line: libsymm launches up to 512 threads per block, which a
-/// kernel using more registers cannot run with, so ptxas and the driver's JIT must fit the
-/// kernel in that many (the check after assembling still refuses a spill).
-fn cap_registers(ptx: &str) -> String {
-    let mut out = String::with_capacity(ptx.len() + 4096);
-    let mut in_entry_header = false;
-    for line in ptx.split_inclusive('\n') {
-        let code = line.trim_end_matches(['\n', '\r']);
-        let header = code.starts_with(".visible .entry ") || code.starts_with(".entry ");
-        if header && code.trim_end().ends_with('(') {
-            in_entry_header = true;
-        } else if (header && code.trim_end().ends_with(')')) || (in_entry_header && code == ")") {
-            in_entry_header = false;
-            out.push_str(code);
-            out.push_str(&format!(" .maxnreg {MAX_REGISTERS_PER_THREAD}"));
-            out.push_str(&line[code.len()..]);
-            continue;
-        }
-        out.push_str(line);
-    }
-    out
 }
 
 /// Build the device crate for `cpu`; return the PTX, or the fat-LTO bitcode of the
@@ -578,29 +551,7 @@ fn assemble(ptxas: &Path, cpu: &str, ptx: &Path, cubin: &Path) -> Result<Vec<Str
 
 #[cfg(test)]
 mod tests {
-    use super::{cap_registers, make_portable};
-
-    #[test]
-    fn every_kernel_declares_the_register_cap() {
-        let ptx = ".visible .func (.param .b32 r) helper(\n\t.param .b32 a\n)\n{\n}\n\
-                   .visible .entry k(\n\t.param .u64 p\n)\n{\n\tret;\n}\n\
-                   .visible .entry none()\n{\n}\n";
-        let capped = cap_registers(ptx);
-        assert_eq!(capped.matches(".maxnreg 128").count(), 2, "{capped}");
-        assert!(
-            capped.contains(".visible .entry none() .maxnreg 128\n"),
-            "{capped}"
-        );
-        assert!(
-            capped.contains("\t.param .u64 p\n) .maxnreg 128\n{\n\tret;"),
-            "{capped}"
-        );
-        assert!(
-            capped.contains("\t.param .b32 a\n)\n{"),
-            "a .func keeps its header"
-        );
-        assert_eq!(capped.replace(" .maxnreg 128", ""), ptx);
-    }
+    use super::make_portable;
 
     #[test]
     fn portable_ir_drops_new_attributes_and_target_pins() {
