@@ -107,15 +107,20 @@ impl<'a> CrossRankBarrier<'a> {
     }
 
     /// One round `steps` epochs on, writing `vote` (unless [`NO_VOTE`]) before announcing;
-    /// `first` as in [`barrier_round`].
+    /// `first`: the barrier's first round ([`first_barrier_round`]).
     #[inline(always)]
     fn round(&mut self, steps: u32, first: bool, vote: u32) -> Result<(), Aborted> {
         self.epoch = self.epoch.wrapping_add(steps.max(1));
-        if barrier_round(self.ctx, self.own_pad, self.block, self.epoch, first, vote) {
-            Err(Aborted)
+        let abandoned = if first {
+            first_barrier_round(self.ctx, self.own_pad, self.block, self.epoch, vote)
         } else {
-            Ok(())
-        }
+            if vote != NO_VOTE && arch::thread_idx_x() == 0 {
+                // SAFETY: as in `first_barrier_round`.
+                unsafe { arch::store_plain_u32(vote_slot(self.own_pad, self.block), vote) };
+            }
+            barrier_round(self.ctx, self.own_pad, self.block, self.epoch)
+        };
+        if abandoned { Err(Aborted) } else { Ok(()) }
     }
 
     /// Pass the next barrier as [`CrossRankBarrier::sync`] does, and learn whether block `b` of
@@ -136,8 +141,8 @@ impl<'a> CrossRankBarrier<'a> {
         self.unanimous_round(vote, false)
     }
 
-    /// [`CrossRankBarrier::sync_unanimous`]; `first` as in [`barrier_round`], which writes the
-    /// vote: on the first round only after finding the window in step (a block of a window out
+    /// [`CrossRankBarrier::sync_unanimous`]; `first` as in [`CrossRankBarrier::round`]. The
+    /// first round writes the vote only after finding the window in step (a block of a window out
     /// of step must not overwrite the vote a peer of the abandoned call may still read).
     #[inline(always)]
     fn unanimous_round(&mut self, vote: bool, first: bool) -> Result<bool, Aborted> {
@@ -149,7 +154,7 @@ impl<'a> CrossRankBarrier<'a> {
         };
         self.round(1, first, written)?;
         if arch::mutated!(VoteAfterBarrier) && arch::thread_idx_x() == 0 {
-            // SAFETY: as in `barrier_round` (the mutant's deliberately late write).
+            // SAFETY: as in `first_barrier_round` (the mutant's deliberately late write).
             unsafe { arch::store_plain_u32(vote_slot(self.own_pad, self.block), vote as u32) };
         }
         if !vote {
@@ -214,44 +219,48 @@ impl<'a> UnstartedBarrier<'a> {
     }
 }
 
-/// [`barrier_round`]'s `vote` when the round carries none.
+/// [`first_barrier_round`]'s `vote` when the round carries none.
 const NO_VOTE: u32 = u32::MAX;
 
-/// One barrier round to epoch `target`, writing `vote` (0 or 1; [`NO_VOTE`]: none) into this
-/// rank's vote slot before announcing; returns `true` when it was abandoned (timeout, or abort:
-/// seen by a wait, or, on the `first` round, by its look at the abort word after the
-/// announcement; or, on the `first` round, a window already out of step, before the vote and
-/// any announcement). An abandoned round leaves the window's out-of-step mark set. Not inlined in the kernels: a kernel calls it a
-/// few times, never per element, and scalar arguments keep the caller's state in registers.
-/// Inlined in the Triton-linkable library, whose callers are compiled by Triton's ptxas: there
-/// a call makes ptxas save the values that live across it (an in-place round's loaded data) to
-/// the stack.
+/// One barrier round to epoch `target`; returns `true` when it was abandoned (a wait timed out
+/// or saw the abort word raised), leaving the window's out-of-step mark set. Not inlined in
+/// the kernels: a kernel calls it a few times, never per element, and few scalar arguments
+/// keep the caller's state in registers (ptxas passes them in registers: each one more is one
+/// more register at every call, and the one-shot kernels sit at the 128 a 512-thread block
+/// may use). Inlined in the Triton-linkable library, whose callers are compiled by Triton's
+/// ptxas: there a call makes ptxas save the values that live across it (an in-place round's
+/// loaded data) to the stack.
 #[cfg_attr(not(feature = "triton-library"), inline(never))]
 #[cfg_attr(feature = "triton-library", inline(always))]
-fn barrier_round(
+fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bool {
+    // Orders the block's earlier accesses before the announcement.
+    arch::sync_threads();
+    announce_and_wait(ctx, own_pad, block, target, false)
+}
+
+/// The first round of a barrier, to epoch `target`: `true` at once, with nothing announced,
+/// when the window is out of step; else write `vote` (0 or 1; [`NO_VOTE`]: none) into this
+/// rank's vote slot, announce, and wait as [`barrier_round`] does, looking at the abort word
+/// while waiting (`true` when it is raised). Not inlined, as [`barrier_round`]; called once per
+/// barrier, where the kernel holds little.
+#[cfg_attr(not(feature = "triton-library"), inline(never))]
+#[cfg_attr(feature = "triton-library", inline(always))]
+fn first_barrier_round(
     ctx: &SymmContext,
     own_pad: u64,
     block: u32,
     target: u32,
-    first: bool,
     vote: u32,
 ) -> bool {
-    let stride = arch::block_dim_x();
-    let world = ctx.world_size;
-    let rank = ctx.rank;
-    let abort = ctx.abort_flag as *const u32;
     let leader = arch::thread_idx_x() == 0;
-
-    if first {
-        // The out-of-step mark (this rank's own pad), read by one thread and shared by a block
-        // barrier, so that the whole block takes the same branch; before the vote and the
-        // announcement.
-        let marked = leader
-            // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
-            && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(own_pad)) } != 0;
-        if arch::sync_threads_or(marked) {
-            return true;
-        }
+    // The out-of-step mark (this rank's own pad), read by one thread and shared by a block
+    // barrier, so that the whole block takes the same branch; before the vote and the
+    // announcement.
+    let marked = leader
+        // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+        && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(own_pad)) } != 0;
+    if arch::sync_threads_or(marked) {
+        return true;
     }
     if vote != NO_VOTE && leader {
         // SAFETY: the slot lies inside this rank's pad; only this block of this rank writes
@@ -261,6 +270,18 @@ fn barrier_round(
     }
     // Orders the block's earlier accesses (and the vote) before the announcement.
     arch::sync_threads();
+    announce_and_wait(ctx, own_pad, block, target, true)
+}
+
+/// Announce epoch `target` to every peer and wait until every peer announced it; with `look`,
+/// thread 0 reads the abort word between the two. `true` (on every thread) when the round was
+/// abandoned; the window is then marked out of step.
+#[inline(always)]
+fn announce_and_wait(ctx: &SymmContext, own_pad: u64, block: u32, target: u32, look: bool) -> bool {
+    let stride = arch::block_dim_x();
+    let world = ctx.world_size;
+    let rank = ctx.rank;
+    let abort = ctx.abort_flag as *const u32;
 
     let mut peer = arch::thread_idx_x();
     while peer < world {
@@ -276,7 +297,7 @@ fn barrier_round(
     // The first round's look at the abort word (host memory): issued after the announcement
     // and used after the wait, so that its round trip overlaps the wait instead of delaying
     // the announcement. The value is compared only after the wait.
-    let look = if first && leader {
+    let looked = if look && arch::thread_idx_x() == 0 {
         // SAFETY: the abort word is a valid u32 of this rank, accessed atomically.
         unsafe { arch::load_relaxed_sys_u32(abort) }
     } else {
@@ -300,7 +321,7 @@ fn barrier_round(
         }
         peer += stride;
     }
-    let abandoned = arch::sync_threads_or(failed || look != 0);
+    let abandoned = arch::sync_threads_or(failed || looked != 0);
     if abandoned {
         // SAFETY: the pad is this rank's.
         unsafe { mark_out_of_step(own_pad) };
