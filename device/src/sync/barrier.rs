@@ -52,7 +52,6 @@ pub struct Aborted;
 /// number of times, and calls [`CrossRankBarrier::finish`] once at the end.
 pub struct CrossRankBarrier<'a> {
     ctx: &'a SymmContext,
-    own_pad: u64,
     block: u32,
     epoch: u32,
 }
@@ -81,12 +80,15 @@ impl<'a> CrossRankBarrier<'a> {
         // SAFETY: block < MAX_BLOCKS, so the slot lies inside the pad; only this block of this
         // rank writes it, and only after every thread has read it (see `finish`).
         let epoch = unsafe { arch::load_plain_u32(epoch_slot(own_pad, block)) };
-        UnstartedBarrier(CrossRankBarrier {
-            ctx,
-            own_pad,
-            block,
-            epoch,
-        })
+        UnstartedBarrier(CrossRankBarrier { ctx, block, epoch })
+    }
+
+    /// This rank's pad, read again where needed rather than held: a kernel keeps the barrier
+    /// live through its body, and the one-shot kernels have no register to spare.
+    #[inline(always)]
+    fn own_pad(&self) -> u64 {
+        // SAFETY: rank < world_size and the table is valid (`open`'s contract).
+        unsafe { self.ctx.peer_signal_pad(self.ctx.rank) }
     }
 
     /// Wait until block `b` of every rank has reached this point. Everything this block wrote
@@ -112,13 +114,13 @@ impl<'a> CrossRankBarrier<'a> {
     fn round(&mut self, steps: u32, first: bool, vote: u32) -> Result<(), Aborted> {
         self.epoch = self.epoch.wrapping_add(steps.max(1));
         let abandoned = if first {
-            first_barrier_round(self.ctx, self.own_pad, self.block, self.epoch, vote)
+            first_barrier_round(self.ctx, self.block, self.epoch, vote)
         } else {
             if vote != NO_VOTE && arch::thread_idx_x() == 0 {
                 // SAFETY: as in `first_barrier_round`.
-                unsafe { arch::store_plain_u32(vote_slot(self.own_pad, self.block), vote) };
+                unsafe { arch::store_plain_u32(vote_slot(self.own_pad(), self.block), vote) };
             }
-            barrier_round(self.ctx, self.own_pad, self.block, self.epoch)
+            barrier_round(self.ctx, self.block, self.epoch)
         };
         if abandoned { Err(Aborted) } else { Ok(()) }
     }
@@ -155,7 +157,7 @@ impl<'a> CrossRankBarrier<'a> {
         self.round(1, first, written)?;
         if arch::mutated!(VoteAfterBarrier) && arch::thread_idx_x() == 0 {
             // SAFETY: as in `first_barrier_round` (the mutant's deliberately late write).
-            unsafe { arch::store_plain_u32(vote_slot(self.own_pad, self.block), vote as u32) };
+            unsafe { arch::store_plain_u32(vote_slot(self.own_pad(), self.block), vote as u32) };
         }
         if !vote {
             return Ok(false);
@@ -184,7 +186,7 @@ impl<'a> CrossRankBarrier<'a> {
         if arch::thread_idx_x() == 0 {
             // SAFETY: the slot lies inside this rank's pad; every thread of the block read it in
             // `new` before the barrier above.
-            unsafe { arch::store_plain_u32(epoch_slot(self.own_pad, self.block), self.epoch) };
+            unsafe { arch::store_plain_u32(epoch_slot(self.own_pad(), self.block), self.epoch) };
         }
         if !arch::mutated!(FinishWithoutClosingBarrier) {
             arch::sync_threads();
@@ -227,15 +229,15 @@ const NO_VOTE: u32 = u32::MAX;
 /// the kernels: a kernel calls it a few times, never per element, and few scalar arguments
 /// keep the caller's state in registers (ptxas passes them in registers: each one more is one
 /// more register at every call, and the one-shot kernels sit at the 128 a 512-thread block
-/// may use). Inlined in the Triton-linkable library, whose callers are compiled by Triton's
+/// may use; the pad's address is read again inside rather than passed). Inlined in the Triton-linkable library, whose callers are compiled by Triton's
 /// ptxas: there a call makes ptxas save the values that live across it (an in-place round's
 /// loaded data) to the stack.
 #[cfg_attr(not(feature = "triton-library"), inline(never))]
 #[cfg_attr(feature = "triton-library", inline(always))]
-fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bool {
+fn barrier_round(ctx: &SymmContext, block: u32, target: u32) -> bool {
     // Orders the block's earlier accesses before the announcement.
     arch::sync_threads();
-    announce_and_wait(ctx, own_pad, block, target, false)
+    announce_and_wait(ctx, block, target, false)
 }
 
 /// The first round of a barrier, to epoch `target`: `true` at once, with nothing announced,
@@ -245,13 +247,9 @@ fn barrier_round(ctx: &SymmContext, own_pad: u64, block: u32, target: u32) -> bo
 /// barrier, where the kernel holds little.
 #[cfg_attr(not(feature = "triton-library"), inline(never))]
 #[cfg_attr(feature = "triton-library", inline(always))]
-fn first_barrier_round(
-    ctx: &SymmContext,
-    own_pad: u64,
-    block: u32,
-    target: u32,
-    vote: u32,
-) -> bool {
+fn first_barrier_round(ctx: &SymmContext, block: u32, target: u32, vote: u32) -> bool {
+    // SAFETY: rank < world_size and the table is valid (`CrossRankBarrier::open`'s contract).
+    let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
     let leader = arch::thread_idx_x() == 0;
     // The out-of-step mark (this rank's own pad), read by one thread and shared by a block
     // barrier, so that the whole block takes the same branch; before the vote and the
@@ -270,14 +268,16 @@ fn first_barrier_round(
     }
     // Orders the block's earlier accesses (and the vote) before the announcement.
     arch::sync_threads();
-    announce_and_wait(ctx, own_pad, block, target, true)
+    announce_and_wait(ctx, block, target, true)
 }
 
 /// Announce epoch `target` to every peer and wait until every peer announced it; with `look`,
 /// thread 0 reads the abort word between the two. `true` (on every thread) when the round was
 /// abandoned; the window is then marked out of step.
 #[inline(always)]
-fn announce_and_wait(ctx: &SymmContext, own_pad: u64, block: u32, target: u32, look: bool) -> bool {
+fn announce_and_wait(ctx: &SymmContext, block: u32, target: u32, look: bool) -> bool {
+    // SAFETY: rank < world_size and the table is valid (`CrossRankBarrier::open`'s contract).
+    let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
     let stride = arch::block_dim_x();
     let world = ctx.world_size;
     let rank = ctx.rank;
