@@ -305,8 +305,8 @@ pub unsafe fn symm_barrier_device(ctx: i64) -> i32 {
         return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
     // No look at the abort word before announcing (it would leave this rank a barrier behind
-    // its peers, with its window not marked out of step): `open` refuses a window out of step
-    // and `start` looks at the word while it waits (see `sync::barrier`).
+    // its peers, with its window not marked out of step): `start` refuses a window out of step
+    // and looks at the word while it waits (see `sync::barrier`).
     // SAFETY: grid.block < MAX_BLOCKS and the world size is within the pad's limits (checked
     // by `native_context` and `program_grid`); every thread of the block runs this sequence.
     match unsafe { CrossRankBarrier::open(context, grid.block) }.start() {

@@ -889,7 +889,7 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
 /// the same call and given up: the kernel passes its start barrier on that stale announcement,
 /// and must give up there, before its body stores into the peer's window (the peer's call has
 /// returned; its memory may hold anything by now). Fails without the start barrier's look at
-/// the abort word (`barrier_round`, first round).
+/// the abort word (`first_barrier_round`).
 #[test]
 fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
     let args = CollectiveArgs {
@@ -925,15 +925,25 @@ fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
     // Rank 0's blocks announced the start and gave up (a block that ran after another had
     // given up found the window out of step and announced nothing): the window is out of step,
-    // and the next launch announces nothing.
+    // and the next launch announces nothing (its slots in rank 1's inbox are cleared first: an
+    // abandoned start stores no epoch, so an announcement would carry the same value).
     let seen: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
     assert!(
         seen.iter().all(|e| *e <= 1) && seen.contains(&1),
         "{seen:?}"
     );
+    let mark = symm_device::sync::signal_pad::out_of_step_slot(ranks.pad_address(0));
+    // SAFETY: slots inside the pads; no kernel runs.
+    unsafe {
+        assert_eq!(mark.read_volatile(), 1, "rank 0's window is not marked");
+        for block in 0..2 {
+            symm_device::sync::signal_pad::inbox_slot(ranks.pad_address(1), block, 0)
+                .write_volatile(0);
+        }
+    }
     assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
     let again: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
-    assert_eq!(again, seen, "the next launch announced");
+    assert_eq!(again, [0, 0], "the next launch announced");
 }
 
 /// A launch that refused its arguments announced nothing that its peers, who made the same call

@@ -24,13 +24,14 @@
 //! ([`UnstartedBarrier::start`]) reads it after the announcement, while the wait runs, and
 //! gives up when it is raised, before the caller touches a peer's memory. A rank whose epochs
 //! are in step announces only epochs its peers announce for the same call, so the start
-//! announcement of a kernel that then gives up lets no peer complete a call. What it can do,
-//! that the look before announcing it replaced could not: release a third rank that is still
-//! waiting at that start barrier and has not seen the abort word yet (its waits look every
-//! `POLLS_PER_ABORT_LOOK` polls; ranks of another process never see it raised), which then
-//! runs its body (storing into peers' receive buffers, for the two-shot and gather kernels)
-//! before it gives up at its next barrier. That needs the communicator to fail while a kernel
-//! of the call is still pending on some rank and another is waiting at the start barrier.
+//! announcement of a kernel that then gives up lets no peer pass a later barrier of the call
+//! (a one-round barrier, Triton's or the LL period clear, does complete on a peer: this rank
+//! did arrive). What it can do, that the look before announcing it replaced could not: release
+//! a third rank waiting at that start barrier that has not seen the abort word yet (waits look
+//! every `POLLS_PER_ABORT_LOOK` polls; ranks of another process are never told), which then
+//! runs its body (the two-shot, gather and broadcast kernels and the one-shot share-out store
+//! into peers' receive buffers) and gives up at its next barrier. That needs the communicator
+//! to fail while a kernel of the call is still pending on one rank and waiting on another.
 
 use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;
@@ -50,6 +51,7 @@ pub struct Aborted;
 /// Every thread of the block opens it ([`CrossRankBarrier::open`]), passes the first round
 /// ([`UnstartedBarrier::start`] and its variants), calls [`CrossRankBarrier::sync`] the same
 /// number of times, and calls [`CrossRankBarrier::finish`] once at the end.
+#[must_use = "a started barrier must `finish`, or its epoch is lost while the window is in step"]
 pub struct CrossRankBarrier<'a> {
     ctx: &'a SymmContext,
     block: u32,
@@ -59,6 +61,7 @@ pub struct CrossRankBarrier<'a> {
 /// A cross-rank barrier before its first round: the only way to a [`CrossRankBarrier`] is
 /// through that round, which refuses a window out of step and looks at the abort word (see
 /// the module documentation).
+#[must_use = "an opened barrier does nothing until its first round is passed"]
 pub struct UnstartedBarrier<'a>(CrossRankBarrier<'a>);
 
 impl<'a> CrossRankBarrier<'a> {
@@ -185,7 +188,7 @@ impl<'a> CrossRankBarrier<'a> {
         arch::sync_threads();
         if arch::thread_idx_x() == 0 {
             // SAFETY: the slot lies inside this rank's pad; every thread of the block read it in
-            // `new` before the barrier above.
+            // `open` before the barrier above.
             unsafe { arch::store_plain_u32(epoch_slot(self.own_pad(), self.block), self.epoch) };
         }
         if !arch::mutated!(FinishWithoutClosingBarrier) {
@@ -229,9 +232,9 @@ const NO_VOTE: u32 = u32::MAX;
 /// the kernels: a kernel calls it a few times, never per element, and few scalar arguments
 /// keep the caller's state in registers (ptxas passes them in registers: each one more is one
 /// more register at every call, and the one-shot kernels sit at the 128 a 512-thread block
-/// may use; the pad's address is read again inside rather than passed). Inlined in the Triton-linkable library, whose callers are compiled by Triton's
-/// ptxas: there a call makes ptxas save the values that live across it (an in-place round's
-/// loaded data) to the stack.
+/// may use; the pad's address is read again inside rather than passed). Inlined in the
+/// Triton-linkable library, whose callers are compiled by Triton's ptxas: there a call makes
+/// ptxas save the values that live across it (an in-place round's loaded data) to the stack.
 #[cfg_attr(not(feature = "triton-library"), inline(never))]
 #[cfg_attr(feature = "triton-library", inline(always))]
 fn barrier_round(ctx: &SymmContext, block: u32, target: u32) -> bool {

@@ -196,8 +196,9 @@ pub fn vote_slot(pad: u64, block: u32) -> *mut u32 {
 /// Address of the out-of-step mark in the pad at `pad`: 0 while this rank's barrier epochs on
 /// the window are in step with its peers'; set (never cleared: the communicator has failed)
 /// by a block of this rank that gave up a barrier, after announcing an epoch its peers may
-/// never reach, and by a launch that refused its arguments, which announces nothing its peers
-/// wait for. A barrier kernel reads it before its first announcement (device memory, this
+/// never reach, by a launch that refused its arguments and by an LL period clear that skipped
+/// its barrier, which announce nothing their peers wait for. A barrier kernel reads it before
+/// its first announcement (device memory, this
 /// rank's own pad) and announces nothing when it is set: that announcement could release a
 /// peer still waiting in the abandoned call (see `CrossRankBarrier`).
 #[inline(always)]
