@@ -73,6 +73,7 @@ pub const SIMULATED: &[&str] = &[
     "ld.global.b64",
     "ld.param.b32",
     "ld.param.b64",
+    "ld.relaxed.sys.u32",
     "ld.relaxed.sys.v2.b64",
     "ld.s32",
     "ld.s8",
