@@ -827,6 +827,19 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
     }
 }
 
+/// The epoch each of blocks 0 and 1 of rank `from` last announced in rank `rank`'s inbox.
+fn announced_to(ranks: &Ranks, rank: usize, from: u32) -> Vec<u32> {
+    (0..2).map(|b| ranks.inbox(rank, b, from)).collect()
+}
+
+/// Fill `len` bytes at offset 1024 of rank `rank`'s window with `byte`; returns what was
+/// written, to compare the window with after a launch that must not store there.
+fn plant(ranks: &mut Ranks, rank: usize, byte: u8, len: usize) -> Vec<u8> {
+    let pattern = vec![byte; len];
+    ranks.window(rank)[1024..1024 + len].copy_from_slice(&pattern);
+    pattern
+}
+
 /// A rank whose block gave up a barrier after announcing it has its epoch ahead of a late peer.
 /// Rank 1's start announcement is planted (as if it had passed the start barrier and stalled);
 /// rank 0 runs the two-shot all-reduce (start and end barrier) alone, stores its reduced half
@@ -862,7 +875,7 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
         unsafe { slot.write_volatile(1) };
     }
     assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
-    let announced: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+    let announced = announced_to(&ranks, 1, 0);
     assert_eq!(announced, [2, 2], "rank 0 gave up at its end barrier");
     let start = std::time::Instant::now();
     assert_eq!(
@@ -870,11 +883,10 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
         vec![KernelStatus::Aborted, KernelStatus::Completed],
         "rank 0's next launch, rank 1's late call"
     );
-    let after: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+    let after = announced_to(&ranks, 1, 0);
     assert_eq!(after, announced, "rank 0's next launch announced");
     // Rank 1's next call finds no start announcement of rank 0's and stores nothing into it.
-    let pattern = vec![0xC3u8; 64 * 4];
-    ranks.window(0)[1024..1024 + pattern.len()].copy_from_slice(&pattern);
+    let pattern = plant(&mut ranks, 0, 0xC3, 64 * 4);
     assert_eq!(launch(&ranks, &[1]), vec![KernelStatus::Aborted]);
     assert_eq!(
         &ranks.window(0)[1024..1024 + pattern.len()],
@@ -913,8 +925,7 @@ fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
     assert!((0..2).all(|b| ranks.inbox(0, b, 1) == 1));
     // The host fails rank 0's communicator; rank 0's call starts only now.
     ranks.raise_abort(0, symm_device::symmetric::ABORT_PEER_FAILED);
-    let pattern = vec![0xA5u8; 2 * 64 * 4];
-    ranks.window(1)[1024..1024 + pattern.len()].copy_from_slice(&pattern);
+    let pattern = plant(&mut ranks, 1, 0xA5, 2 * 64 * 4);
     let start = std::time::Instant::now();
     assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
     assert_eq!(
@@ -927,7 +938,7 @@ fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
     // given up found the window out of step and announced nothing): the window is out of step,
     // and the next launch announces nothing (its slots in rank 1's inbox are cleared first: an
     // abandoned start stores no epoch, so an announcement would carry the same value).
-    let seen: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+    let seen = announced_to(&ranks, 1, 0);
     assert!(
         seen.iter().all(|e| *e <= 1) && seen.contains(&1),
         "{seen:?}"
@@ -942,7 +953,7 @@ fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
         }
     }
     assert_eq!(launch(&ranks, &[0]), vec![KernelStatus::Aborted]);
-    let again: Vec<u32> = (0..2).map(|b| ranks.inbox(1, b, 0)).collect();
+    let again = announced_to(&ranks, 1, 0);
     assert_eq!(again, [0, 0], "the next launch announced");
 }
 
@@ -982,8 +993,7 @@ fn a_refused_launch_keeps_the_next_launch_from_announcing() {
         ranks.abort_word(0),
         symm_device::symmetric::ABORT_INVALID_LAUNCH
     );
-    let pattern = vec![0x5Au8; 2 * 64 * 4];
-    ranks.window(0)[1024..1024 + pattern.len()].copy_from_slice(&pattern);
+    let pattern = plant(&mut ranks, 0, 0x5A, 2 * 64 * 4);
     // Rank 1 makes the refused call now; rank 0 its next one.
     let statuses = ranks.launch(
         kernel(Algorithm::AllGather, DataType::Float32, RedOp::Sum),
