@@ -38,7 +38,7 @@ fn signal_pad_bytes(world: usize) -> usize {
 struct World {
     _space: Arc<AddressSpace>,
     windows: Vec<Buffer>,
-    _pads: Vec<Buffer>,
+    pads: Vec<Buffer>,
     /// Peer bases, peer pads, abort words, contexts.
     tables: Vec<Buffer>,
     tasks: Vec<Buffer>,
@@ -46,6 +46,7 @@ struct World {
 
 const ONE_SHOT: &str = "symm_one_shot_all_reduce_f32_sum";
 const TWO_SHOT: &str = "symm_two_shot_all_reduce_f32_sum";
+const ONE_SHOT_LL: &str = "symm_one_shot_ll_all_reduce_f32_sum";
 const WORLD: usize = 8;
 const COUNT: usize = 16384; // f32 elements: 64 KiB per rank
 const BYTES: usize = COUNT * 4;
@@ -101,7 +102,7 @@ fn world(space: &Arc<AddressSpace>, timeout_ns: u64) -> World {
     World {
         _space: space.clone(),
         windows,
-        _pads: pads,
+        pads,
         tables,
         tasks,
     }
@@ -400,5 +401,231 @@ fn a_missing_rank_stalls_then_times_out_when_time_passes() {
     let aborts = &w.tables[2];
     for r in 0..WORLD - 1 {
         assert_eq!(aborts.get32(r), 1 | 8 << 8, "rank {r}");
+    }
+}
+
+/// How a launch of a shipped kernel is made to refuse itself.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    /// The one-shot kernel launched with 65 blocks for one rank (at most `MAX_BLOCKS`, 64):
+    /// `resolve_launch` refuses before any body runs.
+    TooManyBlocks,
+    /// The LL kernel asked for 64 KiB per rank (its lines hold 16 KiB): the body refuses.
+    LinesDoNotFit,
+}
+
+/// Launch `kernel` once on rank 0's device and let virtual time pass until it finishes
+/// (waits that sleep are woken); `Err` on a fault or past 100 000 time steps.
+fn run_alone(
+    sim: &mut Simulator,
+    module: &Arc<Module>,
+    kernel: &'static str,
+    grid: u32,
+    block: u32,
+    task: u64,
+) -> Result<(), String> {
+    let kernel = module.kernel(kernel).expect("kernel");
+    sim.launch(Launch {
+        device: 0,
+        module: module.clone(),
+        kernel,
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        params: vec![
+            task.to_le_bytes().to_vec(),
+            1u32.to_le_bytes().to_vec(),
+            1u32.to_le_bytes().to_vec(),
+        ],
+    })
+    .expect("launch");
+    let mut advances = 0;
+    loop {
+        match sim.run(u64::MAX) {
+            RunOutcome::Finished(_) => return Ok(()),
+            RunOutcome::Stalled => {
+                advances += 1;
+                if advances > 100_000 {
+                    return Err(format!("never finished: {}", sim.stall_report()));
+                }
+                let t = sim.next_wakeup_ns().expect("sleepers");
+                sim.advance_time_to(t);
+            }
+            RunOutcome::Fault(_, report) => return Err(report),
+            other => return Err(format!("{other:?}")),
+        }
+    }
+}
+
+/// The exported kernels' wiring of a refused launch, as the shipped PTX runs it: rank 0
+/// launches a kernel that refuses itself (`refusal`), then a valid one-shot all-reduce while
+/// its peers launch nothing. The refusal must raise rank 0's abort word with
+/// `ABORT_INVALID_LAUNCH` and set its window's out-of-step mark, touching no peer's pad; the
+/// next launch must then give up without announcing its start barrier into any peer's pad.
+/// Returns what went wrong (empty when nothing did), or `Err` when a launch faulted or never
+/// finished.
+fn refused_launch_then_next(
+    edit: fn(String) -> String,
+    refusal: Refusal,
+) -> Result<Vec<Finding>, String> {
+    use symm_device::sync::abort::ABORT_INVALID_LAUNCH;
+    use symm_device::sync::signal_pad::OUT_OF_STEP_OFFSET;
+    let one_shot = Arc::new(kernel_module(ONE_SHOT, edit));
+    let space = Arc::new(AddressSpace::new());
+    let mut w = world(&space, 200_000);
+    let config = SimConfig {
+        seed: 11,
+        ..SimConfig::default()
+    };
+    let mut sim = Simulator::new(config, space.clone());
+    let task = w.tasks[0].addr();
+    let before: Vec<Vec<u64>> = w.pads.iter().map(|p| p.data.to_vec()).collect();
+    let peers_changed = |w: &World| -> bool {
+        (1..WORLD).any(|r| (0..before[r].len()).any(|i| w.pads[r].get(i) != before[r][i]))
+    };
+    match refusal {
+        Refusal::TooManyBlocks => run_alone(&mut sim, &one_shot, ONE_SHOT, 65, 32, task)?,
+        Refusal::LinesDoNotFit => {
+            let ll = Arc::new(kernel_module(ONE_SHOT_LL, edit));
+            w.tasks[0].set(4, COUNT as u64);
+            run_alone(&mut sim, &ll, ONE_SHOT_LL, 1, 128, task)?
+        }
+    }
+    let mut findings = Vec::new();
+    if w.tables[2].get32(0) != ABORT_INVALID_LAUNCH {
+        findings.push(Finding::AbortWordNotRaised);
+    }
+    if w.pads[0].get32(OUT_OF_STEP_OFFSET / 4) == 0 {
+        findings.push(Finding::WindowNotMarked);
+    }
+    if peers_changed(&w) {
+        findings.push(Finding::RefusalWroteIntoPeers);
+    }
+    // The next call, valid, with the peers silent: no announcement may reach them.
+    w.tasks[0].set(4, 1024);
+    run_alone(&mut sim, &one_shot, ONE_SHOT, 2, 128, task)?;
+    if peers_changed(&w) {
+        findings.push(Finding::NextLaunchAnnounced);
+    }
+    Ok(findings)
+}
+
+/// What [`refused_launch_then_next`] found wrong.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Finding {
+    /// The refusing rank's abort word does not hold `ABORT_INVALID_LAUNCH`.
+    AbortWordNotRaised,
+    /// The window's out-of-step mark is clear after the refusal.
+    WindowNotMarked,
+    /// The refused launch changed a peer's signal pad.
+    RefusalWroteIntoPeers,
+    /// The launch after the refusal announced into a peer's signal pad.
+    NextLaunchAnnounced,
+}
+
+/// `text` with the out-of-step mark's accesses (addresses pad + `OUT_OF_STEP_OFFSET`) removed:
+/// with `stores`, its `st.release.sys.u32` (nothing marks a window); else its
+/// `ld.relaxed.sys.u32` made a move of 0 (no barrier sees a mark).
+fn without_mark_accesses(text: String, stores: bool) -> String {
+    let offset = format!(", {};", symm_device::sync::signal_pad::OUT_OF_STEP_OFFSET);
+    let mut marked: Vec<String> = Vec::new();
+    let mut out: Vec<String> = Vec::new();
+    let mut removed = 0;
+    for line in text.lines() {
+        let t = line.trim();
+        let at_mark = |prefix: &str| t.starts_with(prefix) && marked.iter().any(|m| t.contains(m));
+        if t.starts_with("add.s64") && t.ends_with(&offset) {
+            let dst = t["add.s64".len()..].trim().split(',').next().unwrap_or("");
+            marked.push(format!("[{dst}]"));
+        } else if stores && at_mark("st.release.sys.u32") {
+            removed += 1;
+            continue;
+        } else if !stores && at_mark("ld.relaxed.sys.u32") {
+            let dst = t["ld.relaxed.sys.u32".len()..]
+                .trim()
+                .split(',')
+                .next()
+                .unwrap_or("");
+            out.push(format!("\tmov.b32 \t{dst}, 0;"));
+            removed += 1;
+            continue;
+        }
+        out.push(line.to_string());
+    }
+    assert!(removed > 0, "the mutant changed no access to the mark");
+    out.join("\n")
+}
+
+fn no_mark_stores(text: String) -> String {
+    without_mark_accesses(text, true)
+}
+
+fn no_mark_reads(text: String) -> String {
+    without_mark_accesses(text, false)
+}
+
+/// `text` with every compare-and-swap that raises `ABORT_INVALID_LAUNCH` (its new value a
+/// register just set to 2) made a plain move of 0: a refusal raises nothing.
+fn no_refusal_raise(text: String) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::with_capacity(lines.len());
+    let mut removed = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("atom.release.sys.cas.b32") {
+            let operands: Vec<&str> = rest
+                .trim_end_matches(';')
+                .split(',')
+                .map(str::trim)
+                .collect();
+            let new_value = operands.last().copied().unwrap_or("");
+            let set_to_two = format!("mov.b32 \t{new_value}, 2;");
+            if lines[i.saturating_sub(4)..i]
+                .iter()
+                .any(|l| l.trim() == set_to_two)
+            {
+                out.push(format!("\tmov.b32 \t{}, 0;", operands[0]));
+                removed += 1;
+                continue;
+            }
+        }
+        out.push(line.to_string());
+    }
+    assert!(removed > 0, "the mutant removed no raise");
+    out.join("\n")
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn a_refused_launch_of_the_shipped_ptx_marks_its_window_and_the_next_launch_announces_nothing() {
+    use Finding::*;
+    for refusal in [Refusal::TooManyBlocks, Refusal::LinesDoNotFit] {
+        assert_eq!(
+            refused_launch_then_next(unchanged, refusal),
+            Ok(vec![]),
+            "{refusal:?}"
+        );
+        // Each part of the wiring is needed: each mutant is caught by what it breaks.
+        type Mutant = (&'static str, fn(String) -> String, &'static [Finding]);
+        let mutants: [Mutant; 3] = [
+            (
+                "no mark stored",
+                no_mark_stores,
+                &[WindowNotMarked, NextLaunchAnnounced],
+            ),
+            ("no mark read", no_mark_reads, &[NextLaunchAnnounced]),
+            (
+                "no abort word raised",
+                no_refusal_raise,
+                &[AbortWordNotRaised],
+            ),
+        ];
+        for (what, edit, expected) in mutants {
+            let found = refused_launch_then_next(edit, refusal);
+            eprintln!("{refusal:?}, {what}: {found:?}");
+            assert_eq!(found, Ok(expected.to_vec()), "{refusal:?}, {what}");
+        }
     }
 }

@@ -271,6 +271,11 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 
 /// What CI runs on the simulated GPU:
 ///
+/// 0. The interpreter's own tests in release (`cargo test --release -p symm-sim`; the
+///    collectives of the shipped PTX among them are ignored in debug builds): its
+///    instructions, scheduling, weak memory, and the shipped kernels driven directly with the
+///    argument tables the host library builds (a refused launch's abort word and out-of-step
+///    mark, with the mutants each check catches).
 /// 1. The GPU test set (`tests/tests/gpu_collectives.rs`): all of it with seed 1 on a 16-SM
 ///    device, then all but the dtype/op sweeps with seed 2 on an H100-shaped one (132 SMs).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
@@ -305,6 +310,10 @@ pub fn test() -> Result<(), String> {
         println!("sim: step '{name}' took {seconds:.0} s");
         steps.push((name.to_string(), seconds));
     };
+
+    let t = Instant::now();
+    run(cargo().args(["test", "--release", "-p", "symm-sim"]))?;
+    step("the interpreter's tests, release", t);
 
     let t = Instant::now();
     gpu(
