@@ -24,14 +24,16 @@
 #             the archive, the object (their SASS) and the PTX (JIT-compiled)
 #   blocks    the all-reduce's time against its grid (SYMM_MIN_BLOCKS = SYMM_MAX_BLOCKS = each
 #             of $BLOCKS), one-shot and two-shot, 16 KiB..4 MiB, 8 and 2 ranks
-#   profile   bench/gpu/host_read_probe.cu (a pinned host read from 1..128 blocks at once), then
-#             Nsight Compute (ncu) on two-shot 64 KiB, one-shot 16 KiB and LL 16 KiB, 8 ranks
+#   probes    bench/gpu/floor_probe.cu (the floor of a small all-reduce: a graph of one launch,
+#             empty or one flag round, as symm-perf times it) and bench/gpu/host_read_probe.cu
+#             (a pinned host read from 1..128 blocks at once)
+#   profile   the probes, then Nsight Compute (ncu) on two-shot 64 KiB, one-shot 16 KiB and LL 16 KiB, 8 ranks
 #   all       env, tests, examples, device, perf, baseline, clc, python, in that order
 #   quick     what fits one short GPU lease (about 8 minutes; 6.2 on an H100 with the shipped
 #             SASS and a 40 s device step): env; the GPU tests but the dtype/op
 #             sweeps (auto); all_reduce on 8 and 2 ranks, float and bfloat16, 8 B to 64 MiB;
-#             the LL all-reduce forced from 64 B to 16 KiB on 2, 4 and 8 ranks; the host-read
-#             probe; examples;
+#             the LL all-reduce forced from 64 B to 16 KiB on 2, 4 and 8 ranks; the two
+#             probes; examples;
 #             device; python on 2 ranks; then the sweeps with the time left
 #
 # Every command runs under `timeout`, and each part stops starting new commands once its
@@ -66,7 +68,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | examples | device | perf | baseline | clc | python | blocks | profile | all | quick) ;;
+  env | tests | examples | device | perf | baseline | clc | python | blocks | probes | profile | all | quick) ;;
   *) usage ;;
 esac
 
@@ -395,29 +397,32 @@ part_blocks() {
   done
 }
 
-# What a read of pinned host memory costs when many blocks make it at once (same word, or a
-# line per block): bench/gpu/host_read_probe.cu, built here with nvcc.
-part_host_read_probe() {
-  start_part host-read-probe
+# Two probes, built here with nvcc: what a read of pinned host memory costs when many blocks
+# make it at once (same word, or a line per block: bench/gpu/host_read_probe.cu), and the floor
+# of a small all-reduce as symm-perf times it (a graph of one launch, empty or one flag round
+# among its blocks, with and without the event record: bench/gpu/floor_probe.cu).
+part_probes() {
+  start_part probes
   if ! command -v nvcc >/dev/null; then
-    record host-read-probe "nvcc" "not found" fail 0
+    record probes "nvcc" "not found" fail 0
     return 0
   fi
-  local arch probe=$SCRATCH/host_read_probe
-  arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+  local arch name probe
+  arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ' || true)
   [ "$arch" != sm_ ] || arch=sm_90
-  run_logged host-read-probe "nvcc host_read_probe.cu" "$arch" 120 \
-    "$LOG/host-read-probe/build.log" "" \
-    nvcc -O2 -arch="$arch" "$ROOT/bench/gpu/host_read_probe.cu" -o "$probe"
-  [ -x "$probe" ] || return 0
-  run_logged host-read-probe "host_read_probe" "$arch" 60 "$LOG/host-read-probe/run.log" "" \
-    "$probe"
+  for name in floor_probe host_read_probe; do
+    probe=$SCRATCH/$name
+    run_logged probes "nvcc $name.cu" "$arch" 120 "$LOG/probes/$name-build.log" "" \
+      nvcc -O2 -arch="$arch" "$ROOT/bench/gpu/$name.cu" -o "$probe"
+    [ -x "$probe" ] || continue
+    run_logged probes "$name" "$arch" 60 "$LOG/probes/$name.log" "" "$probe"
+  done
 }
 
 # Nsight Compute on the mid-size all-reduces (one eager launch each, every rank in it):
 # two-shot 64 KiB and one-shot 16 KiB on 8 ranks, LL 16 KiB for comparison.
 part_profile() {
-  part_host_read_probe
+  part_probes
   start_part profile
   if ! command -v ncu >/dev/null; then
     record profile "ncu" "not found" fail 0
@@ -491,7 +496,7 @@ part_device() {
     return 0
   fi
   local dir=$B/examples/cuda lib=$B/device-lib arch
-  arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+  arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ' || true)
   [ "$arch" != sm_ ] || arch=sm_90
   # The archive is rebuilt here: an object from a newer nvcc than this machine's nvlink may be
   # refused; the PTX (ISA 7.0) is accepted by every CUDA 12/13 toolkit.
@@ -533,7 +538,7 @@ part_quick() {
   SKIP_TESTS=${SKIP_TESTS:-every_dtype} DEADLINE_S=150 TEST_TIMEOUT_S=60 ALGOS=auto part_tests
   OPS=all_reduce RANKS="8 2" DEADLINE_S=150 PERF_TIMEOUT_S=60 ITERS=10 WARMUP=3 part_perf
   DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_ll
-  DEADLINE_S=60 part_host_read_probe
+  DEADLINE_S=60 part_probes
   DEADLINE_S=30 EXAMPLE_TIMEOUT_S=20 part_examples
   # nvcc -dc of the device library takes about 35 s on an H100 machine; jit_link of the
   # archive and the object links that SASS (each prints its link time), the last jit_link
@@ -554,6 +559,7 @@ case "$PART" in
   clc) part_clc ;;
   python) part_python ;;
   blocks) part_blocks ;;
+  probes) part_probes ;;
   profile) part_profile ;;
   all)
     part_env
