@@ -957,6 +957,66 @@ fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
     assert_eq!(again, [0, 0], "the next launch announced");
 }
 
+/// A PAT kernel that starts after the host failed its rank's communicator, while a peer has
+/// already posted its readiness for the same call and given up: the kernel's first readiness
+/// wait is satisfied by that stale flag, and the kernel must give up there, before storing
+/// into the peer (all-gather: its receive buffer; reduce-scatter: the inbox in its pad). Fails
+/// without the look at the abort word that the first readiness wait compares
+/// (`PatRounds::look_at_abort`).
+#[test]
+fn a_pat_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
+    use symm_device::sync::signal_pad::{PAT_SLOT_BYTES, pat_staging_offset};
+    for algorithm in [Algorithm::PatAllGather, Algorithm::PatReduceScatter] {
+        let args = CollectiveArgs {
+            send_offset: 0,
+            recv_offset: 1024,
+            count: 64,
+            flags: 0,
+        };
+        let mut ranks = Ranks::new(2, 4096, 50_000_000);
+        let launch = |ranks: &Ranks, active: &[usize]| {
+            ranks.launch(
+                kernel(algorithm, DataType::Float32, RedOp::Sum),
+                args,
+                2,
+                4,
+                Some(active),
+            )
+        };
+        // Rank 1 makes the call alone: it posts its readiness and times out.
+        assert_eq!(
+            launch(&ranks, &[1]),
+            vec![KernelStatus::Aborted],
+            "{algorithm:?}"
+        );
+        // The host fails rank 0's communicator; rank 0's call starts only now. Rank 1's
+        // receive buffer and inbox hold a pattern that no store of rank 0 may change.
+        ranks.raise_abort(0, symm_device::symmetric::ABORT_PEER_FAILED);
+        let pattern = plant(&mut ranks, 1, 0xA5, 2 * 64 * 4);
+        let inbox = (ranks.pad_address(1) as usize + pat_staging_offset(2)) as *mut u8;
+        // SAFETY: the staging area of rank 1's pad (one slot for 2 ranks); no kernel runs.
+        unsafe { inbox.write_bytes(0x5A, PAT_SLOT_BYTES) };
+        let start = std::time::Instant::now();
+        assert_eq!(
+            launch(&ranks, &[0]),
+            vec![KernelStatus::Aborted],
+            "{algorithm:?}"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(
+            &ranks.window(1)[1024..1024 + pattern.len()],
+            &pattern[..],
+            "{algorithm:?}: rank 0 stored into rank 1's window after the communicator failed"
+        );
+        // SAFETY: as above.
+        let staged = unsafe { std::slice::from_raw_parts(inbox, PAT_SLOT_BYTES) };
+        assert!(
+            staged.iter().all(|b| *b == 0x5A),
+            "{algorithm:?}: rank 0 stored into rank 1's inbox after the communicator failed"
+        );
+    }
+}
+
 /// A launch that refused its arguments announced nothing that its peers, who made the same call
 /// with valid arguments, wait for: the rank's next launch must not announce either, or the
 /// peer's waiting call would pass its start barrier and store into this rank's window for a

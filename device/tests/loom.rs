@@ -857,6 +857,7 @@ fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
                         // SAFETY: a rank; k < PAT_MAX_STEPS.
                         unsafe { rounds.post(sender, PatFlag::GatherReady, k, round) };
                     }
+                    let mut look = Some(rounds.look_at_abort());
                     if leader {
                         received.write(rank * world + rank, pat_value(call, me, me));
                     }
@@ -864,7 +865,7 @@ fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
                         // SAFETY: k - 1, k < PAT_MAX_STEPS.
                         unsafe {
                             assert!(k == 0 || rounds.wait(PatFlag::GatherData, k - 1, round));
-                            assert!(rounds.wait_ready(PatFlag::GatherReady, k, round));
+                            assert!(rounds.wait_ready(PatFlag::GatherReady, k, round, look.take()));
                         }
                         let out = pat::all_gather_send(n, me, k);
                         if leader {
@@ -898,6 +899,7 @@ fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
                         // SAFETY: a rank; k < PAT_MAX_STEPS.
                         unsafe { rounds.post(child, PatFlag::ScatterReady, k, round) };
                     }
+                    let mut look = Some(rounds.look_at_abort());
                     // The partial at `offset`: own contribution plus the children of the steps
                     // from `from` up, read from the inbox (as `pat::partial`).
                     let partial = |offset: u32, from: u32| {
@@ -917,7 +919,12 @@ fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
                             assert!(
                                 k + 1 == total || rounds.wait(PatFlag::ScatterData, k + 1, round)
                             );
-                            assert!(rounds.wait_ready(PatFlag::ScatterReady, k, round));
+                            assert!(rounds.wait_ready(
+                                PatFlag::ScatterReady,
+                                k,
+                                round,
+                                look.take()
+                            ));
                         }
                         let out = pat::reduce_scatter_send(n, me, k);
                         if leader {

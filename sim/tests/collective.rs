@@ -47,6 +47,7 @@ struct World {
 const ONE_SHOT: &str = "symm_one_shot_all_reduce_f32_sum";
 const TWO_SHOT: &str = "symm_two_shot_all_reduce_f32_sum";
 const ONE_SHOT_LL: &str = "symm_one_shot_ll_all_reduce_f32_sum";
+const PAT_ALL_GATHER: &str = "symm_pat_all_gather";
 const WORLD: usize = 8;
 const COUNT: usize = 16384; // f32 elements: 64 KiB per rank
 const BYTES: usize = COUNT * 4;
@@ -424,9 +425,24 @@ fn run_alone(
     block: u32,
     task: u64,
 ) -> Result<(), String> {
+    launch_on(sim, 0, module, kernel, grid, block, task);
+    finish(sim, 1)
+}
+
+/// Launch `kernel` with `grid` × `block` threads on device `device`, with the one-task table
+/// at `task`.
+fn launch_on(
+    sim: &mut Simulator,
+    device: u32,
+    module: &Arc<Module>,
+    kernel: &'static str,
+    grid: u32,
+    block: u32,
+    task: u64,
+) {
     let kernel = module.kernel(kernel).expect("kernel");
     sim.launch(Launch {
-        device: 0,
+        device,
         module: module.clone(),
         kernel,
         grid: [grid, 1, 1],
@@ -438,10 +454,16 @@ fn run_alone(
         ],
     })
     .expect("launch");
+}
+
+/// Run until `grids` launched grids finished, letting virtual time pass when every thread
+/// sleeps; `Err` on a fault or past 100 000 time steps.
+fn finish(sim: &mut Simulator, grids: usize) -> Result<(), String> {
+    let mut finished = 0;
     let mut advances = 0;
-    loop {
+    while finished < grids {
         match sim.run(u64::MAX) {
-            RunOutcome::Finished(_) => return Ok(()),
+            RunOutcome::Finished(done) => finished += done.len(),
             RunOutcome::Stalled => {
                 advances += 1;
                 if advances > 100_000 {
@@ -454,6 +476,7 @@ fn run_alone(
             other => return Err(format!("{other:?}")),
         }
     }
+    Ok(())
 }
 
 /// The exported kernels' wiring of a refused launch, as the shipped PTX runs it: rank 0
@@ -628,4 +651,80 @@ fn a_refused_launch_of_the_shipped_ptx_marks_its_window_and_the_next_launch_anno
             assert_eq!(found, Ok(expected.to_vec()), "{refusal:?}, {what}");
         }
     }
+}
+
+/// A PAT all-gather of the shipped PTX that starts after the host failed its rank's
+/// communicator, while every peer has already made the same call, posted its readiness and
+/// timed out (rank 0 never came): rank 0's first readiness wait is satisfied by those stale
+/// flags, and rank 0 must give up there, before storing into any peer's receive buffer.
+/// `Ok(true)` when a peer's receive buffer changed.
+fn late_pat_kernel_stores_into_a_peer(edit: fn(String) -> String) -> Result<bool, String> {
+    use symm_device::sync::abort::ABORT_PEER_FAILED;
+    let module = Arc::new(kernel_module(PAT_ALL_GATHER, edit));
+    let space = Arc::new(AddressSpace::new());
+    let mut w = world(&space, 200_000);
+    let bytes = 1024u64; // per rank: the 8 segments fill 8 KiB of the receive buffer
+    for task in &mut w.tasks {
+        task.set(4, bytes);
+    }
+    let config = SimConfig {
+        seed: 13,
+        ..SimConfig::default()
+    };
+    let mut sim = Simulator::new(config, space.clone());
+    for r in 1..WORLD {
+        let task = w.tasks[r].addr();
+        launch_on(&mut sim, r as u32, &module, PAT_ALL_GATHER, 2, 128, task);
+    }
+    finish(&mut sim, WORLD - 1)?;
+    w.tables[2].set32(0, ABORT_PEER_FAILED);
+    let pattern = 0xA5A5_A5A5_A5A5_A5A5u64;
+    let received = BYTES / 8..BYTES / 8 + WORLD * bytes as usize / 8;
+    for window in &mut w.windows[1..] {
+        for i in received.clone() {
+            window.set(i, pattern);
+        }
+    }
+    let task = w.tasks[0].addr();
+    run_alone(&mut sim, &module, PAT_ALL_GATHER, 2, 128, task)?;
+    Ok(w.windows[1..]
+        .iter()
+        .any(|window| received.clone().any(|i| window.get(i) != pattern)))
+}
+
+/// `text` with every `ld.relaxed.sys.u32` made a move of 0: in the PAT kernels, the look at
+/// the abort word that the first readiness wait compares (their waits poll with acquire
+/// loads).
+fn no_relaxed_loads(text: String) -> String {
+    let mut removed = 0;
+    let out: Vec<String> = text
+        .lines()
+        .map(
+            |line| match line.trim().strip_prefix("ld.relaxed.sys.u32") {
+                Some(rest) => {
+                    removed += 1;
+                    let dst = rest.trim().split(',').next().unwrap_or("");
+                    format!("\tmov.b32 \t{dst}, 0;")
+                }
+                None => line.to_string(),
+            },
+        )
+        .collect();
+    assert!(removed > 0, "the mutant changed no load");
+    out.join("\n")
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run with --release"
+)]
+fn a_late_pat_kernel_on_a_failed_communicator_stores_into_no_peer() {
+    assert_eq!(late_pat_kernel_stores_into_a_peer(unchanged), Ok(false));
+    // Without the look, the late kernel stores its segment into the peer that posted its
+    // readiness.
+    assert_eq!(
+        late_pat_kernel_stores_into_a_peer(no_relaxed_loads),
+        Ok(true)
+    );
 }

@@ -280,7 +280,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    device, then all but the dtype/op sweeps with seed 2 on an H100-shaped one (132 SMs).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
-///    every rank in place, its shares) and two-shot algorithms; data
+///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
+///    all-gathers and reduce-scatters; data
 ///    races (plain accesses not ordered by happens-before) fail the run. Then teardown right
 ///    after a collective with `SYMM_SIM_STRICT_FREE=1` (frees do not wait for queued work).
 /// 3. The C examples (`make -C examples/c CUDA=1 run`): one process, threads, and
@@ -341,7 +342,9 @@ pub fn test() -> Result<(), String> {
     step("GPU set", t);
 
     let t = Instant::now();
-    for algo in ["auto", "oneshot", "twoshot"] {
+    // `pat` forces PAT on the all-gathers and reduce-scatters of the mixed calls (the cost
+    // model picks it only from 32 ranks, so nothing else here runs its PTX).
+    for algo in ["auto", "oneshot", "twoshot", "pat"] {
         gpu(
             "weak memory",
             vec!["gpu_sequence_of_mixed_calls", "gpu_threads_chain"],

@@ -41,6 +41,22 @@
 //! receiver announced `e`, which it does only after it finished round `e - 1`; so every flag
 //! of a collective is its counter's value or one less.
 //!
+//! **Failure.** Every wait is bounded and also looks at the rank's abort word (see
+//! `crate::sync::wait`). The word lives in host memory (a PCIe round trip on a GPU), so a call
+//! does not read it before its first useful work: thread 0 issues the read after posting the
+//! call's first readiness flags ([`PatRounds::look_at_abort`]), and the first readiness wait,
+//! which precedes the call's first store into a peer, compares it after waiting. A kernel
+//! that starts after the host failed its communicator therefore stores into no peer (a
+//! peer's flags of the same call may already be there: that peer's call may have returned,
+//! and its memory may hold anything by now). Before giving up it does post its readiness
+//! flags, copy its own segment into its own receive buffer (all-gather, out of place) and
+//! advance its round counters. Flags compare as "at least", so those readiness flags may
+//! release a sender waiting in that call, or in a later round of an earlier call that failed
+//! part-way, which has not seen its own abort word yet: the sender then stores into this
+//! rank's receive buffer or inbox, which belong to the failed communicator, and posts its data
+//! flag. No peer completes a call on them: every rank's result depends on data flags this rank
+//! never posts (each segment's tree is rooted at, or passes through, every rank).
+//!
 //! **Order of floating-point reduction.** The direct reduce-scatter combines ranks in rank
 //! order; PAT combines along the tree (the same shape for every segment, rotated by the
 //! segment's owner). Results are deterministic from call to call, and exact for integers and
@@ -53,7 +69,6 @@ use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range
 use crate::arch;
 use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
-use crate::sync::barrier::block_sees_abort;
 use crate::sync::pat_rounds::PatRounds;
 use crate::sync::signal_pad::{PAT_SLOT_BYTES, PatCollective, PatFlag, pat_staging_offset};
 
@@ -211,10 +226,6 @@ unsafe fn pat_all_gather_task(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs)
     let (n, me) = (ctx.world_size, ctx.rank);
     let send = send_address(rank, args);
     let local_recv = ctx.local_base.wrapping_add(args.recv_offset);
-    // SAFETY: the context is valid; the whole block takes this branch.
-    if unsafe { block_sees_abort(ctx) } {
-        return KernelStatus::Aborted;
-    }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
     let rounds = unsafe { PatRounds::open(ctx, PatCollective::Gather, grid.block) };
     let round = rounds.before().wrapping_add(1);
@@ -231,6 +242,8 @@ unsafe fn pat_all_gather_task(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs)
             )
         };
     }
+    // The abort word, compared at the first wait, before any store into a peer.
+    let mut look = Some(rounds.look_at_abort());
     if args.flags & FLAG_IN_PLACE == 0 {
         let own = local_recv.wrapping_add(me as u64 * bytes);
         // SAFETY: the send buffer and this rank's segment of its receive buffer (contract).
@@ -243,7 +256,7 @@ unsafe fn pat_all_gather_task(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs)
         // SAFETY: k - 1 and k < PAT_MAX_STEPS.
         if (k > 0 && unsafe { !rounds.wait(PatFlag::GatherData, k - 1, round) })
             // SAFETY: as above.
-            || unsafe { !rounds.wait_ready(PatFlag::GatherReady, k, round) }
+            || unsafe { !rounds.wait_ready(PatFlag::GatherReady, k, round, look.take()) }
         {
             completed = false;
             break;
@@ -388,10 +401,6 @@ unsafe fn pat_reduce_scatter_task<T: Element, O: ReduceOp>(
     }
     let (lo, hi) = block_range(count, grid.block, grid.blocks);
     let round_count = (hi - lo).div_ceil(capacity) as u32;
-    // SAFETY: the context is valid; the whole block takes this branch.
-    if unsafe { block_sees_abort(ctx) } {
-        return KernelStatus::Aborted;
-    }
     // SAFETY: forwarded contract; grid.block < MAX_BLOCKS (resolve_launch).
     let rounds = unsafe { PatRounds::open(ctx, PatCollective::Scatter, grid.block) };
     let total = steps(n);
@@ -405,6 +414,9 @@ unsafe fn pat_reduce_scatter_task<T: Element, O: ReduceOp>(
     let own_pad = rounds.own_pad();
     let stride = arch::block_dim_x() as u64;
     let mut completed = true;
+    // The abort word, looked at after the first round's readiness flags and compared at its
+    // first wait, before any store into a peer.
+    let mut look = None;
     'rounds: for r in 0..round_count {
         let round = rounds.before().wrapping_add(r + 1);
         let start = lo + r as u64 * capacity;
@@ -416,11 +428,14 @@ unsafe fn pat_reduce_scatter_task<T: Element, O: ReduceOp>(
             // SAFETY: the peer is a rank; k < PAT_MAX_STEPS.
             unsafe { rounds.post(from, PatFlag::ScatterReady, k, round) };
         }
+        if r == 0 {
+            look = Some(rounds.look_at_abort());
+        }
         for k in (0..total).rev() {
             // SAFETY: k + 1 and k < PAT_MAX_STEPS.
             if (k + 1 < total && unsafe { !rounds.wait(PatFlag::ScatterData, k + 1, round) })
                 // SAFETY: as above.
-                || unsafe { !rounds.wait_ready(PatFlag::ScatterReady, k, round) }
+                || unsafe { !rounds.wait_ready(PatFlag::ScatterReady, k, round, look.take()) }
             {
                 completed = false;
                 break 'rounds;

@@ -14,6 +14,11 @@ use crate::context::SymmContext;
 use crate::sync::signal_pad::{PatCollective, PatFlag, pat_flag_slot, pat_round_slot};
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
+/// Thread 0's look at its rank's abort word ([`PatRounds::look_at_abort`]), issued and not yet
+/// compared; 0 on the other threads.
+#[must_use = "a look is compared by the wait that takes it"]
+pub struct AbortLook(u32);
+
 /// The flags of one block of one rank for a PAT call: the round counter and the per-step
 /// flags. Every thread of the block makes the same calls.
 pub struct PatRounds<'a> {
@@ -97,19 +102,44 @@ impl<'a> PatRounds<'a> {
         }
     }
 
+    /// Issue, from thread 0, a read of this rank's abort word (host memory: a PCIe round trip
+    /// on a GPU) without waiting for its value: the wait that takes the look
+    /// ([`PatRounds::wait_ready`]) compares it after its own wait, so that the round trip
+    /// overlaps that wait. A kernel issues it once per call, after posting its first readiness
+    /// flags and before its first wait, which precedes its first store into a peer (see
+    /// `symmetric::pat`).
+    #[inline(always)]
+    pub fn look_at_abort(&self) -> AbortLook {
+        AbortLook(if arch::thread_idx_x() == 0 {
+            // SAFETY: the abort word is a valid u32 of this rank, accessed atomically.
+            unsafe { arch::load_relaxed_sys_u32(self.ctx.abort_flag as *const u32) }
+        } else {
+            0
+        })
+    }
+
     /// [`PatRounds::wait`] for a readiness flag (`GatherReady`, `ScatterReady`): the wait a
-    /// sender makes before it stores into its receiver. (Under loom, the mutation
-    /// `PatSkipReadyWait` leaves it out, to show that the model checks catch the race.)
+    /// sender makes before it stores into its receiver. With `look`, it also gives up (`false`
+    /// on every thread) when the look found the abort word raised. (Under loom, the mutation
+    /// `PatSkipReadyWait` leaves the wait and the comparison out, to show that the model
+    /// checks catch the race.)
     ///
     /// # Safety
     /// As for [`PatRounds::wait`].
     #[inline(always)]
-    pub unsafe fn wait_ready(&self, kind: PatFlag, step: u32, round: u32) -> bool {
+    pub unsafe fn wait_ready(
+        &self,
+        kind: PatFlag,
+        step: u32,
+        round: u32,
+        look: Option<AbortLook>,
+    ) -> bool {
         if arch::mutated!(PatSkipReadyWait) {
             return true;
         }
+        let looked = look.map_or(0, |look| look.0);
         // SAFETY: forwarded contract.
-        unsafe { self.wait(kind, step, round) }
+        unsafe { self.wait_and_compare(kind, step, round, looked) }
     }
 
     /// Wait until flag `kind` of `step` in this rank's pad reaches `round` (acquire, bounded);
@@ -121,6 +151,17 @@ impl<'a> PatRounds<'a> {
     /// `step < PAT_MAX_STEPS`.
     #[inline(always)]
     pub unsafe fn wait(&self, kind: PatFlag, step: u32, round: u32) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { self.wait_and_compare(kind, step, round, 0) }
+    }
+
+    /// [`PatRounds::wait`], giving up also when `looked` (thread 0's look at the abort word;
+    /// 0 on the other threads) is not 0; the look is compared after the wait.
+    ///
+    /// # Safety
+    /// As for [`PatRounds::wait`].
+    #[inline(always)]
+    unsafe fn wait_and_compare(&self, kind: PatFlag, step: u32, round: u32, looked: u32) -> bool {
         let mut failed = false;
         if arch::thread_idx_x() == 0 {
             let slot = pat_flag_slot(self.own_pad, kind, self.block, step);
@@ -128,7 +169,7 @@ impl<'a> PatRounds<'a> {
             // SAFETY: the slot lies in this rank's pad and the abort word is the context's;
             // both are accessed atomically.
             match unsafe { wait_until_reached(slot, round, abort, self.ctx.timeout_ns) } {
-                WaitOutcome::Reached => {}
+                WaitOutcome::Reached => failed = looked != 0,
                 WaitOutcome::TimedOut => {
                     // SAFETY: the abort word is a valid u32 of this rank.
                     unsafe { raise_timeout(abort as *mut u32, ABORT_TIMED_OUT) };
