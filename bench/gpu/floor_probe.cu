@@ -96,14 +96,19 @@ static float time_graph(void (*kernel)(unsigned *, unsigned *), int blocks, bool
   return t[RUNS / 2];
 }
 
+// Zero the flags and epochs, in order with the graphs launched on `stream`.
+static void reset(unsigned *flags, unsigned *epochs, cudaStream_t stream) {
+  CHECK(cudaMemsetAsync(flags, 0, MAX_BLOCKS * FLAG_STRIDE * sizeof(unsigned), stream));
+  CHECK(cudaMemsetAsync(epochs, 0, MAX_BLOCKS * sizeof(unsigned), stream));
+}
+
 int main(void) {
   unsigned *flags, *epochs;
   CHECK(cudaMalloc((void **)&flags, MAX_BLOCKS * FLAG_STRIDE * sizeof(unsigned)));
   CHECK(cudaMalloc((void **)&epochs, MAX_BLOCKS * sizeof(unsigned)));
-  CHECK(cudaMemset(flags, 0, MAX_BLOCKS * FLAG_STRIDE * sizeof(unsigned)));
-  CHECK(cudaMemset(epochs, 0, MAX_BLOCKS * sizeof(unsigned)));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  reset(flags, epochs, stream);
   printf("# one graph replay, median us of 200 (blocks of 512 threads, one per rank)\n");
   printf("%6s %10s %11s %10s\n", "ranks", "empty", "flag round", "+ event");
   int ranks[] = {1, 2, 4, 8};
@@ -111,11 +116,9 @@ int main(void) {
     int r = ranks[i];
     float empty = time_graph(empty_kernel, r, false, flags, epochs, stream);
     // Each flag-round graph keeps every block's epochs in step: every replay runs all blocks.
-    CHECK(cudaMemset(flags, 0, MAX_BLOCKS * FLAG_STRIDE * sizeof(unsigned)));
-    CHECK(cudaMemset(epochs, 0, MAX_BLOCKS * sizeof(unsigned)));
+    reset(flags, epochs, stream);
     float round = time_graph(flag_round, r, false, flags, epochs, stream);
-    CHECK(cudaMemset(flags, 0, MAX_BLOCKS * FLAG_STRIDE * sizeof(unsigned)));
-    CHECK(cudaMemset(epochs, 0, MAX_BLOCKS * sizeof(unsigned)));
+    reset(flags, epochs, stream);
     float event = time_graph(flag_round, r, true, flags, epochs, stream);
     printf("%6d %10.2f %11.2f %10.2f\n", r, empty, round, event);
   }
