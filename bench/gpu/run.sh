@@ -30,10 +30,10 @@
 #   profile   the probes, then Nsight Compute (ncu) on two-shot 64 KiB, one-shot 16 KiB and LL 16 KiB, 8 ranks
 #   all       env, tests, examples, device, perf, baseline, clc, python, in that order
 #   quick     what fits one short GPU lease (about 8 minutes; 6.2 on an H100 with the shipped
-#             SASS and a 40 s device step): env; the GPU tests but the dtype/op
-#             sweeps (auto); all_reduce on 8 and 2 ranks, float and bfloat16, 8 B to 64 MiB;
-#             the LL all-reduce forced from 64 B to 16 KiB on 2, 4 and 8 ranks; the two
-#             probes; examples;
+#             SASS and a 40 s device step): env; the two probes; the GPU tests but the
+#             dtype/op sweeps (auto); all_reduce on 8 and 2 ranks, float and bfloat16, 8 B to
+#             64 MiB; the LL all-reduce forced from 64 B to 16 KiB on 2, 4 and 8 ranks;
+#             examples;
 #             device; python on 2 ranks; then the sweeps with the time left
 #
 # Every command runs under `timeout`, and each part stops starting new commands once its
@@ -535,10 +535,11 @@ part_perf_ll() {
 # One short lease, most telling first (see the usage text).
 part_quick() {
   part_env
+  # First: seconds, and they answer whether the start look's round trip was the mid-size cost.
+  DEADLINE_S=60 part_probes
   SKIP_TESTS=${SKIP_TESTS:-every_dtype} DEADLINE_S=150 TEST_TIMEOUT_S=60 ALGOS=auto part_tests
   OPS=all_reduce RANKS="8 2" DEADLINE_S=150 PERF_TIMEOUT_S=60 ITERS=10 WARMUP=3 part_perf
   DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_ll
-  DEADLINE_S=60 part_probes
   DEADLINE_S=30 EXAMPLE_TIMEOUT_S=20 part_examples
   # nvcc -dc of the device library takes about 35 s on an H100 machine; jit_link of the
   # archive and the object links that SASS (each prints its link time), the last jit_link
