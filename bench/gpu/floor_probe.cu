@@ -20,18 +20,7 @@
 // Median of 200 replays after 20, microseconds.
 //
 //   nvcc -O2 -arch=sm_90 floor_probe.cu -o floor_probe && ./floor_probe
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+#include "probe.h"
 
 #define MAX_BLOCKS 8
 #define FLAG_STRIDE 32 // one 128-byte line per flag
@@ -68,11 +57,6 @@ __global__ void flag_round(unsigned *flags, unsigned *epochs, const unsigned *ho
     if (read == READ_OVERLAP && looked != 0) sink[blockIdx.x] = looked; // used after the wait
   }
   __syncthreads();
-}
-
-static int cmp(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
 }
 
 struct Buffers {
@@ -115,11 +99,10 @@ static float time_graph(int blocks, int read, bool with_event, Buffers b, cudaSt
     CHECK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
     t[i] *= 1000.0f;
   }
-  qsort(t, RUNS, sizeof(float), cmp);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
   CHECK(cudaEventDestroy(marker));
-  return t[RUNS / 2];
+  return median(t, RUNS);
 }
 
 // Zero the flags and epochs, in order with the graphs launched on `stream`.

@@ -9,18 +9,7 @@
 // 128-byte line; and a launch with no read. Median of 50 launches, CUDA events.
 //
 //   nvcc -O2 -arch=sm_90 host_read_probe.cu -o host_read_probe && ./host_read_probe
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+#include "probe.h"
 
 // mode 0: no read; 1: every block reads word 0; 2: block b reads word b * 32 (own line).
 __global__ void probe(const unsigned *words, int mode, unsigned *sink) {
@@ -31,11 +20,6 @@ __global__ void probe(const unsigned *words, int mode, unsigned *sink) {
   }
   v = __syncthreads_or(v != 0);
   if (v && threadIdx.x == 0) sink[blockIdx.x] = v;
-}
-
-static int cmp(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
 }
 
 int main(void) {
@@ -62,8 +46,7 @@ int main(void) {
         CHECK(cudaEventSynchronize(b));
         if (i >= 3) CHECK(cudaEventElapsedTime(&t[i - 3], a, b));
       }
-      qsort(t, 50, sizeof(float), cmp);
-      printf(" %10.2f", t[25] * 1000.0f);
+      printf(" %10.2f", median(t, 50) * 1000.0f);
     }
     printf("\n");
   }

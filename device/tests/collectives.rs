@@ -840,6 +840,30 @@ fn plant(ranks: &mut Ranks, rank: usize, byte: u8, len: usize) -> Vec<u8> {
     pattern
 }
 
+/// The failure tests' call: 64 elements from offset 0 of the window into offset 1024.
+const SMALL_CALL: CollectiveArgs = CollectiveArgs {
+    send_offset: 0,
+    recv_offset: 1024,
+    count: 64,
+    flags: 0,
+};
+
+/// Launch `algorithm` (float32 sum) of [`SMALL_CALL`] on 2 blocks of 4 threads on the ranks in
+/// `active` (`None`: every rank); each rank's status.
+fn launch_small_call(
+    ranks: &Ranks,
+    algorithm: Algorithm,
+    active: Option<&[usize]>,
+) -> Vec<KernelStatus> {
+    ranks.launch(
+        kernel(algorithm, DataType::Float32, RedOp::Sum),
+        SMALL_CALL,
+        2,
+        4,
+        active,
+    )
+}
+
 /// A rank whose block gave up a barrier after announcing it has its epoch ahead of a late peer.
 /// Rank 1's start announcement is planted (as if it had passed the start barrier and stalled);
 /// rank 0 runs the two-shot all-reduce (start and end barrier) alone, stores its reduced half
@@ -854,20 +878,8 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
     // A bound long enough that both blocks of a launch have started (and announced) before
     // either gives up: a block that starts after another gave up finds the window out of step.
     let mut ranks = Ranks::new(2, 4096, 200_000_000);
-    let args = CollectiveArgs {
-        send_offset: 0,
-        recv_offset: 1024,
-        count: 64,
-        flags: 0,
-    };
     let launch = |ranks: &Ranks, active: &[usize]| {
-        ranks.launch(
-            kernel(Algorithm::TwoShotAllReduce, DataType::Float32, RedOp::Sum),
-            args,
-            2,
-            4,
-            Some(active),
-        )
+        launch_small_call(ranks, Algorithm::TwoShotAllReduce, Some(active))
     };
     for block in 0..2 {
         let slot = symm_device::sync::signal_pad::inbox_slot(ranks.pad_address(0), block, 1);
@@ -904,21 +916,9 @@ fn a_block_that_gave_up_a_barrier_never_releases_a_late_peer() {
 /// the abort word (`first_barrier_round`).
 #[test]
 fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
-    let args = CollectiveArgs {
-        send_offset: 0,
-        recv_offset: 1024,
-        count: 64,
-        flags: 0,
-    };
     let mut ranks = Ranks::new(2, 4096, 50_000_000);
     let launch = |ranks: &Ranks, active: &[usize]| {
-        ranks.launch(
-            kernel(Algorithm::AllGather, DataType::Float32, RedOp::Sum),
-            args,
-            2,
-            4,
-            Some(active),
-        )
+        launch_small_call(ranks, Algorithm::AllGather, Some(active))
     };
     // Rank 1 makes the call alone: it announces the start barrier and times out.
     assert_eq!(launch(&ranks, &[1]), vec![KernelStatus::Aborted]);
@@ -967,22 +967,9 @@ fn a_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
 fn a_pat_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
     use symm_device::sync::signal_pad::{PAT_SLOT_BYTES, pat_staging_offset};
     for algorithm in [Algorithm::PatAllGather, Algorithm::PatReduceScatter] {
-        let args = CollectiveArgs {
-            send_offset: 0,
-            recv_offset: 1024,
-            count: 64,
-            flags: 0,
-        };
         let mut ranks = Ranks::new(2, 4096, 50_000_000);
-        let launch = |ranks: &Ranks, active: &[usize]| {
-            ranks.launch(
-                kernel(algorithm, DataType::Float32, RedOp::Sum),
-                args,
-                2,
-                4,
-                Some(active),
-            )
-        };
+        let launch =
+            |ranks: &Ranks, active: &[usize]| launch_small_call(ranks, algorithm, Some(active));
         // Rank 1 makes the call alone: it posts its readiness and times out.
         assert_eq!(
             launch(&ranks, &[1]),
@@ -1025,12 +1012,6 @@ fn a_pat_kernel_starting_on_a_failed_communicator_stores_nothing_into_a_peer() {
 #[test]
 fn a_refused_launch_keeps_the_next_launch_from_announcing() {
     use symm_device::symmetric::{TaskArgs, report_invalid_launch};
-    let args = CollectiveArgs {
-        send_offset: 0,
-        recv_offset: 1024,
-        count: 64,
-        flags: 0,
-    };
     let mut ranks = Ranks::new(2, 4096, 50_000_000);
     let context = ranks.context_address(0) as u64;
     let table = [TaskArgs {
@@ -1055,13 +1036,7 @@ fn a_refused_launch_keeps_the_next_launch_from_announcing() {
     );
     let pattern = plant(&mut ranks, 0, 0x5A, 2 * 64 * 4);
     // Rank 1 makes the refused call now; rank 0 its next one.
-    let statuses = ranks.launch(
-        kernel(Algorithm::AllGather, DataType::Float32, RedOp::Sum),
-        args,
-        2,
-        4,
-        None,
-    );
+    let statuses = launch_small_call(&ranks, Algorithm::AllGather, None);
     assert_eq!(statuses, vec![KernelStatus::Aborted; 2]);
     assert!(
         (0..2).all(|b| ranks.inbox(1, b, 0) == 0),
@@ -1123,21 +1098,9 @@ fn a_launch_on_a_window_out_of_step_writes_no_vote() {
 fn a_raised_abort_word_ends_a_wait_early_and_later_launches_refuse() {
     let mut ranks = Ranks::new(2, 4096, 20_000_000_000);
     ranks.raise_abort(0, symm_device::symmetric::ABORT_PEER_FAILED);
-    let args = CollectiveArgs {
-        send_offset: 0,
-        recv_offset: 1024,
-        count: 64,
-        flags: 0,
-    };
     for _ in 0..2 {
         let start = std::time::Instant::now();
-        let statuses = ranks.launch(
-            kernel(Algorithm::TwoShotAllReduce, DataType::Float32, RedOp::Sum),
-            args,
-            2,
-            4,
-            Some(&[0]),
-        );
+        let statuses = launch_small_call(&ranks, Algorithm::TwoShotAllReduce, Some(&[0]));
         assert_eq!(statuses, vec![KernelStatus::Aborted]);
         assert!(start.elapsed() < std::time::Duration::from_secs(5));
     }

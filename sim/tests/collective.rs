@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::Buffer;
-use symm_sim::{AddressSpace, Launch, Module, RunOutcome, SimConfig, Simulator};
+use symm_sim::{AddressSpace, GridId, Launch, Module, RunOutcome, SimConfig, Simulator};
 
 /// The sm_90 module of `kernel`, cut as the CUDA backend cuts it, with `edit` applied.
 fn kernel_module(kernel: &str, edit: fn(String) -> String) -> Module {
@@ -162,7 +162,6 @@ fn all_reduce(run: Run) -> Result<(u64, f64), String> {
     } = run;
     assert!(count <= COUNT);
     let module = Arc::new(kernel_module(kernel_name, edit));
-    let kernel = module.kernel(kernel_name).expect("kernel");
     let space = Arc::new(AddressSpace::new());
     let mut w = world(&space, 10_000_000_000);
     for task in &mut w.tasks {
@@ -179,19 +178,15 @@ fn all_reduce(run: Run) -> Result<(u64, f64), String> {
     let mut sim = Simulator::new(config.clone(), space.clone());
     let mut rank_of = std::collections::HashMap::new();
     let launch = |sim: &mut Simulator, r: usize| {
-        sim.launch(Launch {
-            device: r as u32,
-            module: module.clone(),
-            kernel,
-            grid: [blocks, 1, 1],
-            block: [threads, 1, 1],
-            params: vec![
-                w.tasks[r].addr().to_le_bytes().to_vec(),
-                1u32.to_le_bytes().to_vec(),
-                1u32.to_le_bytes().to_vec(),
-            ],
-        })
-        .expect("launch")
+        launch_on(
+            sim,
+            r as u32,
+            &module,
+            kernel_name,
+            blocks,
+            threads,
+            w.tasks[r].addr(),
+        )
     };
     for r in 0..WORLD {
         let id = launch(&mut sim, r);
@@ -352,7 +347,6 @@ fn relaxing_the_barrier_orderings_is_caught_under_weak_memory() {
 )]
 fn a_missing_rank_stalls_then_times_out_when_time_passes() {
     let module = Arc::new(kernel_module(ONE_SHOT, unchanged));
-    let kernel = module.kernel(ONE_SHOT).expect("kernel");
     let space = Arc::new(AddressSpace::new());
     let w = world(&space, 200_000);
     let config = SimConfig {
@@ -362,19 +356,15 @@ fn a_missing_rank_stalls_then_times_out_when_time_passes() {
     let mut sim = Simulator::new(config, space.clone());
     // Rank 7 never launches.
     for r in 0..WORLD - 1 {
-        sim.launch(Launch {
-            device: r as u32,
-            module: module.clone(),
-            kernel,
-            grid: [2, 1, 1],
-            block: [128, 1, 1],
-            params: vec![
-                w.tasks[r].addr().to_le_bytes().to_vec(),
-                1u32.to_le_bytes().to_vec(),
-                1u32.to_le_bytes().to_vec(),
-            ],
-        })
-        .expect("launch");
+        launch_on(
+            &mut sim,
+            r as u32,
+            &module,
+            ONE_SHOT,
+            2,
+            128,
+            w.tasks[r].addr(),
+        );
     }
     let report = match sim.run(u64::MAX) {
         RunOutcome::Stalled => sim.stall_report(),
@@ -383,20 +373,7 @@ fn a_missing_rank_stalls_then_times_out_when_time_passes() {
     assert!(report.contains("sleep at line"), "{report}");
     assert!(report.contains("seed 5"), "{report}");
     // Letting virtual time pass, the waits time out and every kernel gives up.
-    let mut finished = 0;
-    let mut advances = 0;
-    while finished < WORLD - 1 {
-        match sim.run(u64::MAX) {
-            RunOutcome::Finished(g) => finished += g.len(),
-            RunOutcome::Stalled => {
-                advances += 1;
-                assert!(advances < 100_000, "{}", sim.stall_report());
-                let t = sim.next_wakeup_ns().expect("sleepers");
-                sim.advance_time_to(t);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    finish(&mut sim, WORLD - 1).unwrap();
     assert!(sim.now_ns() >= 200_000);
     // Each rank's abort word says it timed out waiting for rank 7.
     let aborts = &w.tables[2];
@@ -435,11 +412,11 @@ fn launch_on(
     sim: &mut Simulator,
     device: u32,
     module: &Arc<Module>,
-    kernel: &'static str,
+    kernel: &str,
     grid: u32,
     block: u32,
     task: u64,
-) {
+) -> GridId {
     let kernel = module.kernel(kernel).expect("kernel");
     sim.launch(Launch {
         device,
@@ -453,7 +430,7 @@ fn launch_on(
             1u32.to_le_bytes().to_vec(),
         ],
     })
-    .expect("launch");
+    .expect("launch")
 }
 
 /// Run until `grids` launched grids finished, letting virtual time pass when every thread
@@ -545,6 +522,17 @@ enum Finding {
     NextLaunchAnnounced,
 }
 
+/// The first operand (the destination) of an instruction's `operands` text.
+fn first_operand(operands: &str) -> &str {
+    operands.trim().split(',').next().unwrap_or("").trim()
+}
+
+/// The line that replaces an instruction whose `operands` start with a 32-bit destination: a
+/// move of 0 into it.
+fn zero_into_destination(operands: &str) -> String {
+    format!("\tmov.b32 \t{}, 0;", first_operand(operands))
+}
+
 /// `text` with the out-of-step mark's accesses (addresses pad + `OUT_OF_STEP_OFFSET`) removed:
 /// with `stores`, its `st.release.sys.u32` (nothing marks a window); else its
 /// `ld.relaxed.sys.u32` made a move of 0 (no barrier sees a mark).
@@ -557,18 +545,12 @@ fn without_mark_accesses(text: String, stores: bool) -> String {
         let t = line.trim();
         let at_mark = |prefix: &str| t.starts_with(prefix) && marked.iter().any(|m| t.contains(m));
         if t.starts_with("add.s64") && t.ends_with(&offset) {
-            let dst = t["add.s64".len()..].trim().split(',').next().unwrap_or("");
-            marked.push(format!("[{dst}]"));
+            marked.push(format!("[{}]", first_operand(&t["add.s64".len()..])));
         } else if stores && at_mark("st.release.sys.u32") {
             removed += 1;
             continue;
         } else if !stores && at_mark("ld.relaxed.sys.u32") {
-            let dst = t["ld.relaxed.sys.u32".len()..]
-                .trim()
-                .split(',')
-                .next()
-                .unwrap_or("");
-            out.push(format!("\tmov.b32 \t{dst}, 0;"));
+            out.push(zero_into_destination(&t["ld.relaxed.sys.u32".len()..]));
             removed += 1;
             continue;
         }
@@ -606,7 +588,7 @@ fn no_refusal_raise(text: String) -> String {
                 .iter()
                 .any(|l| l.trim() == set_to_two)
             {
-                out.push(format!("\tmov.b32 \t{}, 0;", operands[0]));
+                out.push(zero_into_destination(rest));
                 removed += 1;
                 continue;
             }
@@ -703,8 +685,7 @@ fn no_relaxed_loads(text: String) -> String {
             |line| match line.trim().strip_prefix("ld.relaxed.sys.u32") {
                 Some(rest) => {
                     removed += 1;
-                    let dst = rest.trim().split(',').next().unwrap_or("");
-                    format!("\tmov.b32 \t{dst}, 0;")
+                    zero_into_destination(rest)
                 }
                 None => line.to_string(),
             },

@@ -18,7 +18,8 @@
 //! ffi-headers/symm.h
 //! examples/c/           sources, Makefile, and the examples linked against ../../lib/libsymm.so
 //! bench/torch_baseline.py, bench/gpu/run.sh, bench/gpu/python_check.py, and the probes
-//!                       bench/gpu/floor_probe.cu and host_read_probe.cu (run.sh builds them)
+//!                       bench/gpu/floor_probe.cu, host_read_probe.cu and their probe.h
+//!                       (run.sh builds them)
 //! python/symm/          the package's sources (run.sh adds lib/: libsymm.so, symm.h, the
 //!                       Triton library, as an installed package has them)
 //! ptx-out/symm_triton.ll
@@ -54,7 +55,7 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 24] = [
+const FILES: [&str; 25] = [
     "ffi-headers/symm.h",
     "ffi-headers/symm_device.cuh",
     "examples/cuda/Makefile",
@@ -74,6 +75,7 @@ const FILES: [&str; 24] = [
     "bench/gpu/python_check.py",
     "bench/gpu/floor_probe.cu",
     "bench/gpu/host_read_probe.cu",
+    "bench/gpu/probe.h",
     "examples/python/allreduce.py",
     "examples/triton/allreduce.py",
     "examples/torch/symmetric_tensors.py",
