@@ -436,6 +436,9 @@ fn assemble_each_kernel(ptxas: &Path, cpu: &str, ptx: &Path) -> Result<(), Strin
                                     .output()
                                     .map_err(|e| e.to_string())
                             });
+                        // The module is only ptxas's input: ~2000 of them per target would
+                        // otherwise stay on the disk.
+                        let _ = std::fs::remove_file(&file);
                         match checked {
                             Ok(out) if out.status.success() => {}
                             Ok(out) => errors.push(format!(

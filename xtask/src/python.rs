@@ -152,6 +152,7 @@ pub fn pytest() -> Result<(), String> {
             "python/tests",
         ])
         .env("SYMM_BACKEND", "host"))?;
+    discard_venv_if_asked(&venv)?;
     torch_tests(&library)
 }
 
@@ -211,7 +212,19 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             "python/tests/test_torch_windows.py",
             "python/tests/test_arrays.py",
         ])
-        .env("SYMM_BACKEND", "host"))
+        .env("SYMM_BACKEND", "host"))?;
+    discard_venv_if_asked(&venv)
+}
+
+/// With `SYMM_DISCARD_VENVS=1` (set by CI, whose clean clone reuses nothing), remove the virtual
+/// environment `venv` once its tests passed, so that the torch environment (about 5 GiB) and
+/// the Triton ones (about 0.9 GiB each) do not all sit on the disk for the rest of the run.
+pub fn discard_venv_if_asked(venv: &Path) -> Result<(), String> {
+    if std::env::var_os("SYMM_DISCARD_VENVS").is_some_and(|v| v == "1") {
+        std::fs::remove_dir_all(venv).map_err(|e| format!("removing {venv:?}: {e}"))?;
+        println!("removed {} (SYMM_DISCARD_VENVS=1)", venv.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub fn test() -> Result<(), String> {
             .env("PYTHONPATH", root().join("python"))
             .env("SYMM_LIBRARY", &library)
             .env("TRITON_CACHE_DIR", venv.join("cache")))?;
+        crate::python::discard_venv_if_asked(&venv)?;
     }
     Ok(())
 }
@@ -43,6 +44,8 @@ fn ensure_venv(venv: &Path, python: &Path, version: &str) -> Result<(), String> 
         "pip",
         "install",
         "--quiet",
+        // About 0.9 GiB installed: no second copy in pip's cache.
+        "--no-cache-dir",
         &format!("triton=={version}"),
         "pytest",
         "numpy",
