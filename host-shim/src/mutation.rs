@@ -12,9 +12,10 @@ pub enum Mutation {
     /// The collective kernels' last two parameters are passed swapped
     /// (`swap-kernel-parameters`).
     SwapKernelParameters,
-    /// Grids sized as if each rank had the device to itself, and the occupancy check that
-    /// proves separate launches co-resident trusting that (`oversized-grids`): ranks on one
-    /// device launched separately then need more resident blocks than the device holds.
+    /// Grids sized as if each rank had the device to itself, and the occupancy checks that
+    /// prove launches co-resident trusting that (`oversized-grids`): ranks on one device
+    /// launched separately then need more resident blocks than the device holds, and a
+    /// cooperative launch too large for the device reaches the driver.
     OversizedGrids,
     /// A second thread entering a call on a rank another thread is using goes ahead instead of
     /// being refused (`threads-share-a-rank`): a rank's calls get numbers in one order and may

@@ -1586,6 +1586,86 @@ fn gpu_a_bad_call_in_a_group_refuses_the_group_and_keeps_the_communicator() {
     teardown(buffers);
 }
 
+/// Multiprocessors of `device`.
+fn multiprocessors(device: i32) -> usize {
+    let mut sms = 0;
+    // SAFETY: writes one int of a device that exists.
+    unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut sms,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            result::device::get(device).unwrap(),
+        )
+        .result()
+        .unwrap();
+    }
+    sms as usize
+}
+
+/// More ranks on one GPU than it holds blocks of the kernel at once, driven from one thread
+/// in a group (one cooperative launch, whose blocks wait for each other): the group is refused
+/// with `symmInvalidUsage` naming the residency, before its calls are numbered. Nothing is
+/// launched, no communicator is failed, and teardown completes. (The driver's
+/// `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE` after the numbering failed the communicator on
+/// every rank.) Five ranks need a device of one multiprocessor, which holds at most four blocks
+/// of 512 threads: the simulated GPU with `SYMM_SIM_SMS=1`; skipped on a larger one.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_more_ranks_on_one_gpu_than_it_holds_blocks_are_refused_before_launch() {
+    let nranks = 5;
+    let comms = cuda_ranks(nranks);
+    let buffers = alloc_windows(&comms, 4096);
+    if multiprocessors(0) > 1 {
+        eprintln!("skipped: needs a device of one multiprocessor (SYMM_SIM_SMS=1)");
+        teardown(buffers);
+        return;
+    }
+    let ranks = GpuRank::of(&buffers);
+    let stream = non_blocking_stream();
+    for (r, rank) in ranks.iter().enumerate() {
+        rank.fill(0, 16, r as f32 + 1.0);
+    }
+    let launches = || {
+        simulator_call_counter().map(|counter| {
+            let (_, table) = driver_calls(counter);
+            table
+                .iter()
+                .filter(|(name, _)| name.starts_with("cuLaunch"))
+                .map(|(_, n)| n)
+                .sum::<u64>()
+        })
+    };
+    let launched_before = launches();
+    check(symmGroupStart(), null_mut());
+    for rank in &ranks {
+        check(rank.all_reduce(0, 16, stream), rank.comm());
+    }
+    let end = symmGroupEnd();
+    let message = last_error(null_mut());
+    assert_eq!(end, symmResult_t::symmInvalidUsage, "{message}");
+    assert!(
+        message.contains("must be resident at once") && message.contains("holds only"),
+        "{message}"
+    );
+    assert_eq!(launches(), launched_before, "a kernel was launched");
+    for (r, rank) in ranks.iter().enumerate() {
+        assert_eq!(
+            rank.read(0, 16, stream),
+            vec![r as f32 + 1.0; 16],
+            "rank {r}: something ran"
+        );
+        assert_eq!(
+            async_error(rank.comm()),
+            symmResult_t::symmSuccess,
+            "rank {r}: {}",
+            last_error(rank.comm())
+        );
+    }
+    // SAFETY: created above, idle after the reads.
+    unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    teardown(buffers);
+}
+
 /// Two threads of rank 0 start all-reduces on one communicator at the same moment (region A
 /// with n floats, region B with 2n, each thread on its own stream) while rank 1 calls A then B,
 /// on the cuda backend. The library numbers and launches a rank's calls in one order (a second
@@ -1792,20 +1872,10 @@ fn multi_process_rank(rank: usize, nranks: usize, device: i32, on_gpu: usize, id
         "cuda",
         "run the GPU set with SYMM_BACKEND=cuda"
     );
-    let mut sms = 0;
-    // SAFETY: writes one int of a device that exists.
-    unsafe {
-        sys::cuDeviceGetAttribute(
-            &mut sms,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            result::device::get(device).unwrap(),
-        )
-        .result()
-        .unwrap();
-    }
+    let sms = multiprocessors(device);
     let max_blocks = symm::comm::Comm::from_handle(comm).unwrap().max_blocks as usize;
     assert!(
-        max_blocks * on_gpu <= sms as usize,
+        max_blocks * on_gpu <= sms,
         "rank {rank}: {on_gpu} ranks of up to {max_blocks} blocks each on a GPU of {sms} SMs"
     );
     let count = 1000;

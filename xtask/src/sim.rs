@@ -290,7 +290,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    swapped, the user streams' completion wait dropped, grids larger than fit co-resident,
 ///    the barriers' acquire loads or the flags' release stores turned relaxed (reported as
 ///    data races), a second thread on a rank not refused, the ranks' calls not compared,
-///    window teardown not waiting for the callers' streams.
+///    window teardown not waiting for the callers' streams, a cooperative launch larger than
+///    a 1-SM device holds not refused before its calls are numbered.
 pub fn test() -> Result<(), String> {
     let started = Instant::now();
     let dir = build()?;
@@ -503,6 +504,23 @@ pub fn test() -> Result<(), String> {
         oversized,
     )
     .caught(&dir, Some("symm-sim: deadlock?"))?;
+    // One multiprocessor holds at most four blocks of 512 threads: five ranks of one device
+    // in a group (one cooperative launch) must be refused before their calls are numbered.
+    let one_sm = vec![("SYMM_SIM_SEED", "5"), ("SYMM_SIM_SMS", "1")];
+    gpu(
+        "more ranks on a 1-SM device than it holds blocks",
+        vec!["gpu_more_ranks_on_one_gpu"],
+        one_sm.clone(),
+    )
+    .pass(&dir)?;
+    let mut unchecked = one_sm;
+    unchecked.push(("SYMM_MUTATION", "oversized-grids"));
+    gpu(
+        "the cooperative launch's residency not checked",
+        vec!["gpu_more_ranks_on_one_gpu"],
+        unchecked,
+    )
+    .caught(&dir, Some("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"))?;
     gpu(
         "the barriers' acquire loads relaxed, weak memory",
         vec!["gpu_threads_chain"],

@@ -188,6 +188,9 @@ pub(crate) struct CudaDevice {
     /// again after every launch on that stream (see [`CudaBackend::mark_launch`]). Kept for
     /// the device's life: a handful of events per stream ever used.
     launch_events: Mutex<HashMap<(u64, u64), sys::CUevent>>,
+    /// (function, threads per block) → blocks resident at once on the device (see
+    /// [`resident_blocks`]): asked of the driver once per kernel and block size.
+    resident: Mutex<HashMap<(usize, u32), u32>>,
 }
 
 /// How long a device's last error poll that found nothing stands for the calls' own checks:
@@ -678,7 +681,10 @@ impl CudaBackend {
             };
             kinds.push(kind);
         }
-        let resident = if separate {
+        // Co-residency is checked (from the occupancy, asked once per kernel) where the
+        // kernels wait for each other: separate launches on a shared device, and a cooperative
+        // launch serving several ranks.
+        let resident = if separate || launch.rank_ids.len() > 1 {
             Some(resident_blocks(device, function, launch.block)?)
         } else {
             None
@@ -1092,8 +1098,16 @@ fn stream_kind(handle: u64) -> Result<StreamKind> {
 }
 
 /// Blocks of `function` (at `block` threads, no dynamic shared memory) resident at once on
-/// `device`: occupancy × multiprocessors.
+/// `device`: occupancy × multiprocessors, asked of the driver the first time only.
 fn resident_blocks(device: &CudaDevice, function: sys::CUfunction, block: u32) -> Result<u32> {
+    if crate::mutation::active(crate::mutation::Mutation::OversizedGrids) {
+        return Ok(u32::MAX);
+    }
+    let key = (function as usize, block);
+    let cache = || device.resident.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&resident) = cache().get(&key) {
+        return Ok(resident);
+    }
     let mut per_multiprocessor: std::ffi::c_int = 0;
     // SAFETY: a loaded function of the current context; one write.
     driver("cuOccupancyMaxActiveBlocksPerMultiprocessor", || unsafe {
@@ -1105,10 +1119,9 @@ fn resident_blocks(device: &CudaDevice, function: sys::CUfunction, block: u32) -
         )
         .result()
     })?;
-    if crate::mutation::active(crate::mutation::Mutation::OversizedGrids) {
-        return Ok(u32::MAX);
-    }
-    Ok(per_multiprocessor.max(0) as u32 * device.multiprocessors)
+    let resident = per_multiprocessor.max(0) as u32 * device.multiprocessors;
+    cache().insert(key, resident);
+    Ok(resident)
 }
 
 /// Carry out a launch schedule with driver calls, in order. Kernel launches go through
@@ -1211,6 +1224,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         sass: OnceLock::new(),
         error_poll: Mutex::new(None),
         launch_events: Mutex::new(HashMap::new()),
+        resident: Mutex::new(HashMap::new()),
     })
 }
 

@@ -177,7 +177,11 @@ pub struct LaunchSchedule {
 /// * One part, or parts that all come on one stream: the kernel goes directly on the caller's
 ///   stream (no events). Otherwise on the first part's internal stream, ordered after every
 ///   caller's stream and before its next work by events.
-/// * A launch serving several ranks is cooperative (all its blocks resident, or refused).
+/// * A launch serving several ranks is cooperative: all its blocks must be resident at once.
+///   When the occupancy shows they cannot be (more ranks on the device than it holds blocks
+///   of the kernel), it is `symmInvalidUsage` here, before the calls are numbered, rather than
+///   the driver's `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE` after (which fails the
+///   communicator on every rank).
 pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
     let first = input
         .parts
@@ -227,6 +231,22 @@ pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
                     }
                 )));
             }
+        }
+    }
+    if served > 1
+        && let Some(resident) = input.resident_blocks
+    {
+        let needed = served as u64 * input.grid as u64;
+        if needed > resident as u64 {
+            return Err(Error::invalid_usage(format!(
+                "ranks {} of device {device} launch together (one cooperative launch), so all \
+                 {needed} blocks ({served} ranks x {} blocks of {}) must be resident at once, \
+                 but the device holds only {resident}. Put fewer ranks of the communicator on \
+                 one GPU",
+                rank_list(&input.parts),
+                input.grid,
+                input.kernel.ptx_name(),
+            )));
         }
     }
     let direct = input
@@ -290,6 +310,15 @@ pub fn schedule(input: &LaunchInput) -> Result<LaunchSchedule> {
         }
     }
     Ok(LaunchSchedule { ops })
+}
+
+/// `0, 1, 2` (at most eight ranks, then `…`): the ranks `parts` serve, for messages.
+fn rank_list(parts: &[Part]) -> String {
+    let mut ranks: Vec<String> = parts.iter().take(8).map(|p| p.rank.to_string()).collect();
+    if parts.len() > 8 {
+        ranks.push("…".to_string());
+    }
+    ranks.join(", ")
 }
 
 #[cfg(test)]
@@ -391,5 +420,37 @@ mod tests {
             panic!("{s:?}")
         };
         assert!(l.co_residency_proven && l.stream == 0x42);
+    }
+
+    #[test]
+    fn a_cooperative_launch_larger_than_the_device_holds_is_refused_before_it_is_enqueued() {
+        let nb = StreamKind::NonBlocking;
+        let three = [(0x42, nb), (0x43, nb), (0x44, nb)];
+        // Three ranks x 8 blocks = 24.
+        let e = schedule(&input(&three, 3, Some(23))).unwrap_err();
+        assert_eq!(
+            e.code,
+            crate::abi::symmResult_t::symmInvalidUsage,
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("ranks 0, 1, 2 of device 0")
+                && e.message.contains("24 blocks")
+                && e.message.contains("holds only 23"),
+            "{}",
+            e.message
+        );
+        let s = schedule(&input(&three, 3, Some(24))).unwrap();
+        assert!(
+            s.ops
+                .iter()
+                .any(|op| matches!(op, StreamOp::Launch(l) if l.cooperative && l.grid == 24)),
+            "{s:?}"
+        );
+        // Occupancy unknown (not asked): left to the driver.
+        assert!(schedule(&input(&three, 3, None)).is_ok());
+        // One rank alone is not cooperative: nothing to refuse.
+        assert!(schedule(&input(&[(0x42, nb)], 1, Some(1))).is_ok());
     }
 }
