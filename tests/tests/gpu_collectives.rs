@@ -746,8 +746,7 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
     unsafe {
         let mut stream = null_mut();
         sys::cuStreamCreate(&mut stream, 0).result().unwrap();
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
-        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+        let capture = Capture::begin(stream);
         check(symmGroupStart(), null_mut());
         for b in &buffers {
             let r = symmAllReduce(
@@ -762,10 +761,7 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
             check(r, b.comm);
         }
         check(symmGroupEnd(), null_mut());
-        let mut graph = null_mut();
-        sys::cuStreamEndCapture(stream, &mut graph)
-            .result()
-            .unwrap();
+        let graph = capture.end();
         let mut exec = null_mut();
         sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
             .result()
@@ -791,6 +787,49 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
         assert_eq!(error, symmResult_t::symmSuccess);
     }
     teardown(buffers);
+}
+
+/// A stream capture in the global mode (as PyTorch's graphs capture), ended when dropped: a
+/// test that fails inside it would otherwise leave it open, and every later test of the run
+/// would fail allocating (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` from the driver's
+/// allocations while a global capture is open).
+struct Capture(sys::CUstream);
+
+impl Capture {
+    fn begin(stream: sys::CUstream) -> Capture {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        // SAFETY: a stream of the current context, not capturing.
+        unsafe { sys::cuStreamBeginCapture_v2(stream, mode) }
+            .result()
+            .unwrap();
+        Capture(stream)
+    }
+
+    /// End the capture and return its graph.
+    fn end(self) -> sys::CUgraph {
+        let stream = self.0;
+        std::mem::forget(self);
+        let mut graph = null_mut();
+        // SAFETY: the stream is capturing (begun by `begin`, not ended since).
+        unsafe { sys::cuStreamEndCapture(stream, &mut graph) }
+            .result()
+            .unwrap();
+        graph
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let mut graph = null_mut();
+        // SAFETY: as in `end`; an invalidated capture ends with an error and no graph.
+        unsafe {
+            if sys::cuStreamEndCapture(self.0, &mut graph) == sys::CUresult::CUDA_SUCCESS
+                && !graph.is_null()
+            {
+                sys::cuGraphDestroy(graph);
+            }
+        }
+    }
 }
 
 /// Kernels load from the shipped SASS on a GPU it runs on (compute capability 8.x, 9.x, 10.0),
