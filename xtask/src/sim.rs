@@ -485,42 +485,35 @@ pub fn test() -> Result<(), String> {
         ],
     )
     .caught(&dir, None)?;
-    // A small device, so that the grids fill it: the same test passes without the defect.
-    let small = vec![("SYMM_SIM_SEED", "5"), ("SYMM_SIM_SMS", "8")];
-    gpu(
+    // The co-residency checks, on devices small enough that the grids fill them: `test` passes
+    // as it is, and with `oversized-grids` (plus `extra` settings) fails showing `evidence`.
+    let co_residency =
+        |sms, test, baseline, defect, extra: &[(&'static str, &'static str)], evidence| {
+            let env = vec![("SYMM_SIM_SEED", "5"), ("SYMM_SIM_SMS", sms)];
+            gpu(baseline, vec![test], env.clone()).pass(&dir)?;
+            let mut mutant = env;
+            mutant.push(("SYMM_MUTATION", "oversized-grids"));
+            mutant.extend_from_slice(extra);
+            gpu(defect, vec![test], mutant).caught(&dir, Some(evidence))
+        };
+    co_residency(
+        "8",
+        "gpu_one_thread_per_rank",
         "separate launches on an 8-SM device (baseline of the next check)",
-        vec!["gpu_one_thread_per_rank"],
-        small.clone(),
-    )
-    .pass(&dir)?;
-    let mut oversized = small;
-    oversized.extend([
-        ("SYMM_MUTATION", "oversized-grids"),
-        ("SYMM_SIM_DEADLOCK", "fail"),
-    ]);
-    gpu(
         "grids larger than fit co-resident",
-        vec!["gpu_one_thread_per_rank"],
-        oversized,
-    )
-    .caught(&dir, Some("symm-sim: deadlock?"))?;
+        &[("SYMM_SIM_DEADLOCK", "fail")],
+        "symm-sim: deadlock?",
+    )?;
     // One multiprocessor holds at most four blocks of 512 threads: five ranks of one device
     // in a group (one cooperative launch) must be refused before their calls are numbered.
-    let one_sm = vec![("SYMM_SIM_SEED", "5"), ("SYMM_SIM_SMS", "1")];
-    gpu(
+    co_residency(
+        "1",
+        "gpu_more_ranks_on_one_gpu",
         "more ranks on a 1-SM device than it holds blocks",
-        vec!["gpu_more_ranks_on_one_gpu"],
-        one_sm.clone(),
-    )
-    .pass(&dir)?;
-    let mut unchecked = one_sm;
-    unchecked.push(("SYMM_MUTATION", "oversized-grids"));
-    gpu(
         "the cooperative launch's residency not checked",
-        vec!["gpu_more_ranks_on_one_gpu"],
-        unchecked,
-    )
-    .caught(&dir, Some("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"))?;
+        &[],
+        "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+    )?;
     gpu(
         "the barriers' acquire loads relaxed, weak memory",
         vec!["gpu_threads_chain"],
