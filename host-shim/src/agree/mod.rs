@@ -15,11 +15,22 @@ use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::batch::MAX_TASKS;
 use symm_device::{DataType, RedOp};
 
+/// Where a rank's kernel has peers access one of its buffers: the window registration (the
+/// same number on every rank) and the offset in it. Peers compute the address from their own
+/// view of the window, so every rank that uses a buffer must name the same place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferAt {
+    /// The window's registration number ([`crate::window::Window::seq`]).
+    pub window: u64,
+    /// Bytes from the window's base.
+    pub offset: u64,
+}
+
 /// What the `k`-th collective of every rank of a communicator must agree on: checked between
-/// the ranks of this process (one thread per rank, or a group driving some of them) before a
-/// launch, so that a rank that calls another collective, type, operator, count or broadcast
-/// root than its peers is refused instead of exchanging data with them under wrong
-/// assumptions.
+/// the ranks of this process (one thread per rank, or a group driving some of them) and with
+/// the ranks of other processes, before a launch, so that a rank that calls another collective,
+/// type, operator, count, broadcast root or buffer place than its peers is refused instead of
+/// exchanging data with them under wrong assumptions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature {
     /// The collective.
@@ -39,6 +50,15 @@ pub struct Signature {
     pub batch_index: u16,
     /// Calls of the rank in the call's launch (1 unfused).
     pub batch_size: u16,
+    /// The send buffer, where the rank's kernel takes its send offset as its peers' too
+    /// (`None` where it does not: an in-place all-gather, a broadcast, a call of count 0).
+    pub send: Option<BufferAt>,
+    /// The receive buffer, where the rank's kernel takes its receive offset as its peers' too
+    /// (`None` where it does not: an in-place all-reduce or reduce-scatter, a call of count 0).
+    pub recv: Option<BufferAt>,
+    /// The call is in place on this rank (compared only where the algorithm needs every rank
+    /// alike: the two-shot all-reduce).
+    pub in_place: bool,
 }
 
 impl std::fmt::Display for Signature {
@@ -75,9 +95,12 @@ impl std::fmt::Display for Signature {
     }
 }
 
+/// [`Signature::to_words`]'s encoding of a buffer not used by peers.
+pub(crate) const NO_BUFFER: u64 = u64::MAX;
+
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 3;
+    pub(crate) const WORDS: usize = 8;
 
     /// `self` as the `index`-th of `size` calls fused into one launch.
     pub fn in_batch(self, index: usize, size: usize) -> Signature {
@@ -88,9 +111,85 @@ impl Signature {
         }
     }
 
+    /// `true` when the two ranks' calls pair up: the same collective, kernel, count, grid,
+    /// root and place in the launch; every buffer that both ranks' kernels take as the peers'
+    /// at the same place; alike in place where the algorithm needs it.
+    pub fn agrees_with(&self, other: &Signature) -> bool {
+        self.differences(other).is_empty()
+    }
+
+    /// What differs between two ranks' calls, in words (empty when they pair up: see
+    /// [`Signature::agrees_with`]).
+    pub fn differences(&self, other: &Signature) -> Vec<String> {
+        let (a, b) = (self, other);
+        let mut differences = Vec::new();
+        if a.collective != b.collective {
+            differences.push(format!(
+                "collective {} vs {}",
+                a.collective.name(),
+                b.collective.name()
+            ));
+            return differences;
+        }
+        if a.kernel != b.kernel {
+            differences.push(format!(
+                "kernel {} vs {} (datatype, operator or algorithm)",
+                a.kernel.ptx_name(),
+                b.kernel.ptx_name()
+            ));
+        }
+        if a.count != b.count {
+            differences.push(format!("count {} vs {}", a.count, b.count));
+        }
+        if a.root != b.root {
+            differences.push(format!("root {} vs {}", a.root, b.root));
+        }
+        if a.grid != b.grid {
+            differences.push(format!("grid of {} vs {} blocks", a.grid, b.grid));
+        }
+        if (a.batch_index, a.batch_size) != (b.batch_index, b.batch_size) {
+            differences.push(format!(
+                "call {} of {} vs {} of {} in its launch (fused alike or not at all)",
+                a.batch_index + 1,
+                a.batch_size,
+                b.batch_index + 1,
+                b.batch_size
+            ));
+        }
+        // Two-shot stores each rank's shard into every peer's receive buffer where the storing
+        // rank believes it is: every rank must be in place, or none.
+        let two_shot =
+            [a.kernel.algorithm, b.kernel.algorithm].contains(&Algorithm::TwoShotAllReduce);
+        if two_shot && a.in_place != b.in_place {
+            differences.push(
+                "in place vs out of place (the two-shot all-reduce needs every rank in place or \
+                 none)"
+                    .to_string(),
+            );
+        }
+        for (name, a_at, b_at) in [("send", a.send, b.send), ("receive", a.recv, b.recv)] {
+            let (Some(a_at), Some(b_at)) = (a_at, b_at) else {
+                continue;
+            };
+            if a_at.window != b_at.window {
+                differences.push(format!(
+                    "{name} buffer in window registration #{} vs #{}",
+                    a_at.window, b_at.window
+                ));
+            } else if a_at.offset != b_at.offset {
+                differences.push(format!(
+                    "{name} buffer at window offset {} vs {} (offsets must be symmetric)",
+                    a_at.offset, b_at.offset
+                ));
+            }
+        }
+        differences
+    }
+
     /// The signature as plain words, for ranks of other processes to read
     /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root and
-    /// the place in the launch.
+    /// the place in the launch; the send and receive buffers' windows and offsets
+    /// ([`NO_BUFFER`] for a buffer not used by peers); in place.
     pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
@@ -100,6 +199,9 @@ impl Signature {
             .iter()
             .position(|a| *a == self.kernel.algorithm)
             .unwrap_or(0) as u64;
+        let buffer = |at: Option<BufferAt>| at.map_or((NO_BUFFER, 0), |at| (at.window, at.offset));
+        let (send_window, send_offset) = buffer(self.send);
+        let (recv_window, recv_offset) = buffer(self.recv);
         [
             collective
                 | algorithm << 8
@@ -108,6 +210,11 @@ impl Signature {
                 | (self.grid as u64) << 32,
             self.count,
             self.root as u64 | (self.batch_index as u64) << 32 | (self.batch_size as u64) << 48,
+            send_window,
+            send_offset,
+            recv_window,
+            recv_offset,
+            self.in_place as u64,
         ]
     }
 
@@ -117,6 +224,11 @@ impl Signature {
         let batch_index = (words[2] >> 32) as u16;
         let batch_size = (words[2] >> 48) as u16;
         if batch_size == 0 || batch_index >= batch_size || batch_size as usize > MAX_TASKS {
+            return None;
+        }
+        let buffer =
+            |window: u64, offset: u64| (window != NO_BUFFER).then_some(BufferAt { window, offset });
+        if words[7] > 1 {
             return None;
         }
         Some(Signature {
@@ -131,6 +243,9 @@ impl Signature {
             root: words[2] as u32,
             batch_index,
             batch_size,
+            send: buffer(words[3], words[4]),
+            recv: buffer(words[5], words[6]),
+            in_place: words[7] == 1,
         })
     }
 }
@@ -152,7 +267,7 @@ impl Call {
     /// `true` when two ranks' `k`-th calls are the same collective (any two refusals agree).
     pub fn agrees_with(&self, other: &Call) -> bool {
         match (self, other) {
-            (Call::Made(a), Call::Made(b)) => a == b,
+            (Call::Made(a), Call::Made(b)) => a.agrees_with(b),
             (Call::Refused(_), Call::Refused(_)) => true,
             _ => false,
         }
@@ -172,7 +287,11 @@ impl Call {
     pub(crate) fn to_words(&self) -> [u64; Signature::WORDS] {
         match self {
             Call::Made(signature) => signature.to_words(),
-            Call::Refused(_) => [u64::MAX, 0, 0],
+            Call::Refused(_) => {
+                let mut words = [0; Signature::WORDS];
+                words[0] = u64::MAX;
+                words
+            }
         }
     }
 
@@ -263,9 +382,16 @@ pub(crate) fn mismatch_message(
     peer: usize,
     theirs: &Call,
 ) -> String {
+    let differences = match (own, theirs) {
+        (Call::Made(a), Call::Made(b)) => {
+            format!(" (they differ in: {})", a.differences(b).join(", "))
+        }
+        _ => String::new(),
+    };
     format!(
-        "rank {rank}'s collective #{seq} {}, but rank {peer}'s {}: every rank must make the same \
-         collective calls, with the same count, in the same order (and group them alike)",
+        "rank {rank}'s collective #{seq} {}, but rank {peer}'s {}{differences}: every rank must \
+         make the same collective calls, with the same count and buffers at the same offsets of \
+         the same windows, in the same order (and group them alike)",
         own.phrase(),
         theirs.phrase()
     )

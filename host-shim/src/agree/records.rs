@@ -312,6 +312,7 @@ impl CallRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agree::{BufferAt, NO_BUFFER};
     use crate::plan::Collective;
     use symm_device::symmetric::Algorithm;
     use symm_device::{DataType, RedOp};
@@ -345,7 +346,12 @@ mod tests {
             | (DataType::Float32 as u64) << 16
             | (RedOp::Sum as u64) << 24
             | 4u64 << 32;
-        Signature::from_words([word, count, 1 << 48]).unwrap()
+        Signature::from_words(words([word, count, 1 << 48])).unwrap()
+    }
+
+    /// The words of a signature whose first three are `first` and whose buffers are unused.
+    fn words(first: [u64; 3]) -> [u64; Signature::WORDS] {
+        [first[0], first[1], first[2], NO_BUFFER, 0, NO_BUFFER, 0, 0]
     }
 
     /// A made call of [`signature`].
@@ -379,13 +385,30 @@ mod tests {
         let fused = rooted.clone().in_batch(2, 5);
         assert_eq!(Signature::from_words(fused.to_words()), Some(fused.clone()));
         assert_ne!(fused, rooted.in_batch(1, 5));
+        // So do the buffers' places and in place.
+        let placed = Signature {
+            send: Some(BufferAt {
+                window: 3,
+                offset: 64,
+            }),
+            recv: Some(BufferAt {
+                window: 0,
+                offset: 0,
+            }),
+            in_place: true,
+            ..fused.clone()
+        };
+        assert_eq!(Signature::from_words(placed.to_words()), Some(placed));
         // A place outside its launch is not one.
-        assert_eq!(Signature::from_words([0, 1, 0]), None);
-        assert_eq!(Signature::from_words([0, 1, 3 << 32 | 3 << 48]), None);
+        assert_eq!(Signature::from_words(words([0, 1, 0])), None);
+        assert_eq!(
+            Signature::from_words(words([0, 1, 3 << 32 | 3 << 48])),
+            None
+        );
         // Words that name nothing are not a signature.
-        assert_eq!(Signature::from_words([0xFF, 1, 0]), None);
-        assert_eq!(Signature::from_words([0xFF << 8, 1, 0]), None);
-        assert_eq!(Signature::from_words([0, 1, u64::MAX]), None);
+        assert_eq!(Signature::from_words(words([0xFF, 1, 0])), None);
+        assert_eq!(Signature::from_words(words([0xFF << 8, 1, 0])), None);
+        assert_eq!(Signature::from_words(words([0, 1, u64::MAX])), None);
     }
 
     #[test]
@@ -410,6 +433,39 @@ mod tests {
         assert!(
             named.contains("of 64") && named.contains("of 128"),
             "{named}"
+        );
+    }
+
+    /// Calls whose buffers lie at different offsets, or in different windows, disagree
+    /// across processes too, and the refusal names the difference.
+    #[test]
+    fn calls_at_different_window_offsets_disagree() {
+        let (a, b) = pair();
+        let at = |window, offset| {
+            Call::Made(Signature {
+                send: Some(BufferAt { window, offset }),
+                ..signature(0, 0, 64)
+            })
+        };
+        a.agree(0, &at(1, 256)).unwrap();
+        b.agree(0, &at(1, 256)).unwrap();
+        a.agree(1, &at(1, 0)).unwrap();
+        let refused = b.agree(1, &at(1, 4)).unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("send buffer at window offset 4 vs 0"),
+            "{}",
+            refused.message
+        );
+        a.agree(2, &at(1, 0)).unwrap();
+        let refused = b.agree(2, &at(2, 0)).unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("send buffer in window registration #2 vs #1"),
+            "{}",
+            refused.message
         );
     }
 

@@ -10,7 +10,7 @@ pub use validate::{
     Request, all_gather, all_reduce, broadcast, data_type, describe, red_op, reduce_scatter,
 };
 
-use crate::agree::{Call, Signature};
+use crate::agree::{BufferAt, Call, Signature};
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::log::{Level, Subsys};
@@ -57,6 +57,15 @@ impl Task {
             root: self.root,
             batch_index: 0,
             batch_size: 1,
+            send: self.uses_send_offset().then_some(BufferAt {
+                window: self.send_window.seq,
+                offset: self.args.send_offset,
+            }),
+            recv: self.uses_recv_offset().then_some(BufferAt {
+                window: self.recv_window.seq,
+                offset: self.args.recv_offset,
+            }),
+            in_place: self.in_place(),
         }
     }
 
@@ -211,6 +220,9 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
             root: request.root,
             batch_index: 0,
             batch_size: 1,
+            send: None,
+            recv: None,
+            in_place: false,
         })));
     }
     Ok(Prepared::Task(Task {

@@ -15,8 +15,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use symm_device::symmetric::Algorithm;
-use symm_device::symmetric::FLAG_IN_PLACE;
 
 /// Work deferred to the end of the group.
 pub enum Deferred {
@@ -436,76 +434,12 @@ fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
     let first = parts[0];
     for part in &parts[1..] {
         let (a, b) = (first, *part);
-        let mut differences = Vec::new();
-        if a.collective != b.collective {
+        let mut differences = a.signature(&a.plan).differences(&b.signature(&b.plan));
+        if a.collective == b.collective && a.plan.block != b.plan.block {
             differences.push(format!(
-                "collective {} vs {}",
-                a.collective.name(),
-                b.collective.name()
+                "launch shape {}x{} vs {}x{}",
+                a.plan.grid, a.plan.block, b.plan.grid, b.plan.block
             ));
-        } else {
-            if a.plan.kernel != b.plan.kernel {
-                differences.push(format!(
-                    "kernel {} vs {} (datatype, operator or algorithm)",
-                    a.plan.kernel.ptx_name(),
-                    b.plan.kernel.ptx_name()
-                ));
-            }
-            if a.args.count != b.args.count {
-                differences.push(format!("count {} vs {}", a.args.count, b.args.count));
-            }
-            if a.root != b.root {
-                differences.push(format!("root {} vs {}", a.root, b.root));
-            }
-            // Two-shot stores each rank's shard into every peer's receive buffer where the
-            // storing rank believes it is: every rank must be in place, or none.
-            if a.plan.kernel.algorithm == Algorithm::TwoShotAllReduce
-                && (a.rank_flags & FLAG_IN_PLACE) != (b.rank_flags & FLAG_IN_PLACE)
-            {
-                differences.push(
-                    "in place vs out of place (the two-shot all-reduce needs every rank in \
-                     place or none)"
-                        .to_string(),
-                );
-            }
-            if (a.plan.grid, a.plan.block) != (b.plan.grid, b.plan.block) {
-                differences.push(format!(
-                    "launch shape {}x{} vs {}x{}",
-                    a.plan.grid, a.plan.block, b.plan.grid, b.plan.block
-                ));
-            }
-            for (name, a_uses, b_uses, a_at, b_at, a_win, b_win) in [
-                (
-                    "send",
-                    a.uses_send_offset(),
-                    b.uses_send_offset(),
-                    a.args.send_offset,
-                    b.args.send_offset,
-                    a.send_window.seq,
-                    b.send_window.seq,
-                ),
-                (
-                    "receive",
-                    a.uses_recv_offset(),
-                    b.uses_recv_offset(),
-                    a.args.recv_offset,
-                    b.args.recv_offset,
-                    a.recv_window.seq,
-                    b.recv_window.seq,
-                ),
-            ] {
-                if a_uses && b_uses && a_at != b_at {
-                    differences.push(format!(
-                        "{name} buffer at window offset {a_at} vs {b_at} (offsets must be \
-                         symmetric)"
-                    ));
-                }
-                if a_uses && b_uses && a_win != b_win {
-                    differences.push(format!(
-                        "{name} buffer in window registration #{a_win} vs #{b_win}"
-                    ));
-                }
-            }
         }
         if !differences.is_empty() {
             return Err(Error::invalid_usage(format!(

@@ -1,0 +1,491 @@
+//! Buffers at different offsets of their windows on different ranks. A peer reads and writes a
+//! rank's buffer at the offset *it* was given, so every rank must pass its buffers at the same
+//! offset of the same window registration: a call where they differ is refused on every rank
+//! before anything is written — never success with wrong data, never a store outside the
+//! buffer a receiver passed.
+//!
+//! Every collective × layout (a thread per rank, one thread driving the ranks in a group, a
+//! process per rank) × size (16 elements: the low-latency path; 8192: the large-message
+//! kernels). Each case first makes the call with every rank's buffers at the same non-zero
+//! offset (it must succeed with exact data), then the call with rank `r`'s buffers `r` elements
+//! further into the window: every rank must get an error (at least one naming the offsets) and
+//! every byte of every rank's window must be unchanged.
+//!
+//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the simulated
+//! GPU runs it in `cargo xtask sim --test`), the windows filled and read through the driver.
+
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::process::{Command, Stdio};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+use symm::*;
+use symm_tests::*;
+
+/// Ranks of every case.
+const NRANKS: usize = 2;
+/// Element counts: the low-latency path, and the large-message kernels.
+const SIZES: [usize; 2] = [16, 8192];
+/// Bound of every wait on a peer.
+const TIMEOUT_MS: &str = "3000";
+/// The environment variable that makes this binary a rank process.
+const CHILD_ENV: &str = "SYMM_OFFSETS_CHILD";
+
+/// The collectives, each with its buffers placed at a per-rank shift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Coll {
+    /// In place, at the shift.
+    AllReduce,
+    /// Out of place: send at the shift, receive at the receive region plus the shift.
+    AllGather,
+    /// Out of place, like the all-gather.
+    ReduceScatter,
+    /// In place on the root (rank 1), at the shift.
+    Broadcast,
+}
+
+const COLLS: [Coll; 4] = [
+    Coll::AllReduce,
+    Coll::AllGather,
+    Coll::ReduceScatter,
+    Coll::Broadcast,
+];
+
+impl Coll {
+    fn name(self) -> &'static str {
+        match self {
+            Coll::AllReduce => "allreduce",
+            Coll::AllGather => "allgather",
+            Coll::ReduceScatter => "reducescatter",
+            Coll::Broadcast => "broadcast",
+        }
+    }
+
+    fn from_name(name: &str) -> Coll {
+        *COLLS
+            .iter()
+            .find(|c| c.name() == name)
+            .expect("a collective")
+    }
+}
+
+/// The broadcast's root.
+const ROOT: usize = 1;
+
+/// Elements of a window for `count`: a send region and a receive region, each room for every
+/// rank's share plus the largest shift.
+fn region(count: usize) -> usize {
+    NRANKS * count + 2 * NRANKS
+}
+
+fn window_bytes(count: usize) -> usize {
+    2 * region(count) * 4
+}
+
+/// The backend: `SYMM_BACKEND=cuda` when set so, else the host backend.
+fn select_backend() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var("SYMM_BACKEND").as_deref() != Ok("cuda") {
+            // SAFETY: runs once, before any communicator is created (Once blocks concurrent
+            // callers until then); the library reads the environment only then.
+            unsafe { std::env::set_var("SYMM_BACKEND", "host") };
+        }
+    });
+}
+
+fn on_cuda() -> bool {
+    std::env::var("SYMM_BACKEND").as_deref() == Ok("cuda")
+}
+
+/// Make device 0's primary context current on this thread (the library's context).
+fn cuda_context() {
+    // SAFETY: device 0 exists (a communicator was made on it); its primary context is retained
+    // by the library for the process.
+    unsafe {
+        let device = result::device::get(0).unwrap();
+        let context = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(context).unwrap();
+    }
+}
+
+/// Write `values` at `ptr` (window memory of this process).
+fn put(ptr: *mut u8, values: &[f32]) {
+    if on_cuda() {
+        cuda_context();
+        // SAFETY: `ptr` is device memory from symmMemAlloc with room for `values`; the
+        // synchronous copy waits for the work queued on the legacy stream.
+        unsafe { result::memcpy_htod_sync(ptr as sys::CUdeviceptr, values) }.unwrap();
+    } else {
+        // SAFETY: host memory from symmMemAlloc with room for `values`; no call is in flight.
+        unsafe { write_f32(ptr, values) };
+    }
+}
+
+/// Read `count` f32 at `ptr` (window memory of this process).
+fn get(ptr: *const u8, count: usize) -> Vec<f32> {
+    if on_cuda() {
+        cuda_context();
+        let mut out = vec![0f32; count];
+        // SAFETY: as in `put`.
+        unsafe {
+            sys::cuCtxSynchronize().result().unwrap();
+            result::memcpy_dtoh_sync(&mut out, ptr as sys::CUdeviceptr).unwrap();
+        }
+        out
+    } else {
+        // SAFETY: as in `put`.
+        unsafe { read_f32(ptr, count) }
+    }
+}
+
+/// Rank `rank`'s input element `i` (exact in f32, distinct per rank and element).
+fn input(rank: usize, i: usize) -> f32 {
+    ((rank + 1) * 100_000 + i) as f32
+}
+
+/// Rank `rank`'s window before a call: the inputs of its call at `shift` (the rest of the send
+/// region too), and a pattern in the receive region.
+fn fill(rank: usize, count: usize) -> Vec<f32> {
+    let r = region(count);
+    (0..2 * r)
+        .map(|i| {
+            if i < r {
+                input(rank, i)
+            } else {
+                -((rank * 7 + i) as f32)
+            }
+        })
+        .collect()
+}
+
+/// One rank's call of `coll` with its buffers `shift` elements into the window at `base`.
+fn call(coll: Coll, comm: symmComm_t, base: *mut u8, count: usize, shift: usize) -> symmResult_t {
+    let f32_ = symmDataType_t::symmFloat32 as i32;
+    let sum = symmRedOp_t::symmSum as i32;
+    let send = base.wrapping_add(4 * shift).cast::<c_void>();
+    let recv = base
+        .wrapping_add(4 * (region(count) + shift))
+        .cast::<c_void>();
+    match coll {
+        Coll::AllReduce => symmAllReduce(send, send, count, f32_, sum, comm, null_mut()),
+        Coll::AllGather => symmAllGather(send, recv, count, f32_, comm, null_mut()),
+        Coll::ReduceScatter => symmReduceScatter(send, recv, count, f32_, sum, comm, null_mut()),
+        Coll::Broadcast => symmBroadcast(send, send, count, f32_, ROOT as i32, comm, null_mut()),
+    }
+}
+
+/// Rank `rank`'s window after a successful call of `coll` at `shift` on windows filled by
+/// [`fill`]: the exact result (the inputs are integers, so every sum is exact).
+fn expected(coll: Coll, rank: usize, count: usize, shift: usize) -> Vec<f32> {
+    let mut window = fill(rank, count);
+    let recv = region(count) + shift;
+    let send_element = |r: usize, i: usize| input(r, shift + i);
+    match coll {
+        Coll::AllReduce => {
+            for i in 0..count {
+                window[shift + i] = (0..NRANKS).map(|r| send_element(r, i)).sum();
+            }
+        }
+        Coll::AllGather => {
+            for r in 0..NRANKS {
+                for i in 0..count {
+                    window[recv + r * count + i] = send_element(r, i);
+                }
+            }
+        }
+        Coll::ReduceScatter => {
+            for i in 0..count {
+                window[recv + i] = (0..NRANKS).map(|r| send_element(r, rank * count + i)).sum();
+            }
+        }
+        Coll::Broadcast => {
+            for i in 0..count {
+                window[shift + i] = send_element(ROOT, i);
+            }
+        }
+    }
+    window
+}
+
+/// What one rank saw in a case.
+struct Outcome {
+    rank: usize,
+    /// The matching call was right (exact data).
+    agreed_ok: bool,
+    /// The mismatched call's result and message.
+    result: symmResult_t,
+    message: String,
+    /// The window was unchanged by the mismatched call.
+    untouched: bool,
+    /// How long the mismatched call took.
+    took: Duration,
+}
+
+/// Check the outcomes of every rank of one case.
+#[track_caller]
+fn check_case(layout: &str, coll: Coll, count: usize, outcomes: &[Outcome]) {
+    let case = format!("{layout}, {coll:?} of {count}");
+    for o in outcomes {
+        assert!(
+            o.agreed_ok,
+            "{case}: rank {}'s call with symmetric offsets was wrong",
+            o.rank
+        );
+        assert_ne!(
+            o.result,
+            symmResult_t::symmSuccess,
+            "{case}: rank {} returned success for a call whose offsets differ between ranks",
+            o.rank
+        );
+        assert!(
+            o.untouched,
+            "{case}: rank {}'s window was written by a refused call ({:?}: {})",
+            o.rank, o.result, o.message
+        );
+    }
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.result == symmResult_t::symmInvalidUsage
+                && o.message.contains("window offset")),
+        "{case}: no rank was refused naming the offsets: {:?}",
+        outcomes
+            .iter()
+            .map(|o| format!("rank {}: {:?}: {}", o.rank, o.result, o.message))
+            .collect::<Vec<_>>()
+    );
+    let slowest = outcomes.iter().map(|o| o.took).max().unwrap();
+    println!("{case}: every rank failed, the slowest after {slowest:?}");
+}
+
+/// One rank's part of a case, outside a group: the matching call (checked), then the
+/// mismatched one; its outcome. Every rank calls it on its own thread or process.
+fn run_rank(comm: symmComm_t, rank: usize, base: *mut u8, coll: Coll, count: usize) -> Outcome {
+    put(base, &fill(rank, count));
+    let result = call(coll, comm, base, count, 1);
+    assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(comm));
+    let window_len = 2 * region(count);
+    let agreed_ok = get(base, window_len) == expected(coll, rank, count, 1);
+    put(base, &fill(rank, count));
+    let started = Instant::now();
+    let result = call(coll, comm, base, count, rank);
+    let took = started.elapsed();
+    let message = last_error(comm);
+    let untouched = get(base, window_len) == fill(rank, count);
+    Outcome {
+        rank,
+        agreed_ok,
+        result,
+        message,
+        untouched,
+        took,
+    }
+}
+
+/// Allocate and register this rank's window (collective: every rank calls it).
+fn own_window(comm: symmComm_t, count: usize) -> (*mut u8, symmWindow_t) {
+    let bytes = window_bytes(count);
+    let mut ptr: *mut c_void = null_mut();
+    let mut window = null_mut();
+    // SAFETY: valid out-pointers; the buffer is a live allocation of this comm.
+    unsafe {
+        check(symmMemAlloc(comm, &mut ptr, bytes), comm);
+        check(
+            symmCommWindowRegister(comm, ptr, bytes, &mut window, SYMM_WIN_COLL_SYMMETRIC),
+            comm,
+        );
+    }
+    (ptr.cast(), window)
+}
+
+/// Teardown of a failed communicator's rank: deregistration and free may report the failure;
+/// destroy must succeed.
+fn leave(comm: symmComm_t, base: *mut u8, window: symmWindow_t) {
+    let _ = symmCommWindowDeregister(comm, window);
+    let _ = symmMemFree(comm, base.cast());
+    check(symmCommDestroy(comm), null_mut());
+}
+
+fn new_id() -> symmUniqueId {
+    select_backend();
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
+    id
+}
+
+/// A thread per rank (`symmGetUniqueId` + `symmCommInitRank`), each making its own calls.
+#[test]
+fn a_thread_per_rank_refuses_different_offsets_on_every_rank() {
+    for coll in COLLS {
+        for count in SIZES {
+            let id = new_id();
+            let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..NRANKS)
+                    .map(|rank| {
+                        scope.spawn(move || {
+                            let mut comm = null_mut();
+                            // SAFETY: valid out-pointer.
+                            check(
+                                unsafe {
+                                    symmCommInitRank(&mut comm, NRANKS as i32, id, rank as i32)
+                                },
+                                null_mut(),
+                            );
+                            let (base, window) = own_window(comm, count);
+                            let outcome = run_rank(comm, rank, base, coll, count);
+                            leave(comm, base, window);
+                            outcome
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            check_case("a thread per rank", coll, count, &outcomes);
+        }
+    }
+}
+
+/// One thread drives every rank, its calls in a group (`symmCommInitAll`).
+#[test]
+fn a_group_refuses_different_offsets_on_every_rank() {
+    select_backend();
+    for coll in COLLS {
+        for count in SIZES {
+            let comms = init_all(NRANKS);
+            let buffers = alloc_windows(&comms, window_bytes(count));
+            let group = |shift: &dyn Fn(usize) -> usize| {
+                check(symmGroupStart(), null_mut());
+                for (rank, b) in buffers.iter().enumerate() {
+                    let r = call(coll, b.comm, b.base, count, shift(rank));
+                    assert_eq!(r, symmResult_t::symmSuccess, "{}", last_error(b.comm));
+                }
+                let result = symmGroupEnd();
+                (result, last_error(null_mut()))
+            };
+            for (rank, b) in buffers.iter().enumerate() {
+                put(b.base, &fill(rank, count));
+            }
+            let (result, message) = group(&|_| 1);
+            assert_eq!(result, symmResult_t::symmSuccess, "{message}");
+            let window_len = 2 * region(count);
+            let agreed: Vec<bool> = buffers
+                .iter()
+                .enumerate()
+                .map(|(rank, b)| get(b.base, window_len) == expected(coll, rank, count, 1))
+                .collect();
+            for (rank, b) in buffers.iter().enumerate() {
+                put(b.base, &fill(rank, count));
+            }
+            let started = Instant::now();
+            let (result, message) = group(&|rank| rank);
+            let took = started.elapsed();
+            let outcomes: Vec<Outcome> = buffers
+                .iter()
+                .enumerate()
+                .map(|(rank, b)| Outcome {
+                    rank,
+                    agreed_ok: agreed[rank],
+                    result,
+                    message: message.clone(),
+                    untouched: get(b.base, window_len) == fill(rank, count),
+                    took,
+                })
+                .collect();
+            check_case("a group", coll, count, &outcomes);
+            for b in buffers {
+                leave(b.comm, b.base, b.window);
+            }
+        }
+    }
+}
+
+/// A process per rank (this binary's `offsets_child_rank`), on one machine.
+#[test]
+fn a_process_per_rank_refuses_different_offsets_on_every_rank() {
+    for coll in COLLS {
+        for count in SIZES {
+            let id = id_to_hex(&new_id());
+            let children: Vec<_> = (0..NRANKS)
+                .map(|rank| {
+                    Command::new(std::env::current_exe().unwrap())
+                        .args([
+                            "--include-ignored",
+                            "--exact",
+                            "offsets_child_rank",
+                            "--nocapture",
+                            "--test-threads=1",
+                        ])
+                        .env("SYMM_TIMEOUT_MS", TIMEOUT_MS)
+                        .env("SYMM_BOOTSTRAP_TIMEOUT_MS", "60000")
+                        .env(CHILD_ENV, format!("{},{count},{rank},{id}", coll.name()))
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .expect("starting a rank process")
+                })
+                .collect();
+            let outcomes: Vec<Outcome> = children
+                .into_iter()
+                .enumerate()
+                .map(|(rank, child)| {
+                    let output = child.wait_with_output().unwrap();
+                    let log = format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&output.stdout),
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                    assert!(output.status.success(), "rank {rank}:\n{log}");
+                    let line = log
+                        .lines()
+                        .find_map(|l| l.find("outcome ").map(|at| &l[at + 8..]))
+                        .unwrap_or_else(|| panic!("rank {rank}: no outcome:\n{log}"));
+                    let fields: Vec<&str> = line.splitn(5, ' ').collect();
+                    Outcome {
+                        rank,
+                        agreed_ok: fields[0] == "true",
+                        untouched: fields[1] == "true",
+                        took: Duration::from_micros(fields[2].parse().unwrap()),
+                        result: symmResult_t::from_raw(fields[3].parse().unwrap()).unwrap(),
+                        message: fields.get(4).unwrap_or(&"").to_string(),
+                    }
+                })
+                .collect();
+            check_case("a process per rank", coll, count, &outcomes);
+        }
+    }
+}
+
+/// A rank process of [`a_process_per_rank_refuses_different_offsets_on_every_rank`]: prints
+/// "outcome <agreed ok> <untouched> <microseconds> <result> <message>".
+#[test]
+#[ignore = "a rank process of the other tests of this file (needs SYMM_OFFSETS_CHILD)"]
+fn offsets_child_rank() {
+    let spec = std::env::var(CHILD_ENV).expect("run through the other tests of this file");
+    let fields: Vec<&str> = spec.split(',').collect();
+    let coll = Coll::from_name(fields[0]);
+    let count: usize = fields[1].parse().unwrap();
+    let rank: usize = fields[2].parse().unwrap();
+    let id = id_from_hex(fields[3]);
+    select_backend();
+    let mut comm = null_mut();
+    // SAFETY: valid out-pointer.
+    check(
+        unsafe { symmCommInitRank(&mut comm, NRANKS as i32, id, rank as i32) },
+        null_mut(),
+    );
+    let (base, window) = own_window(comm, count);
+    let o = run_rank(comm, rank, base, coll, count);
+    println!(
+        "outcome {} {} {} {} {}",
+        o.agreed_ok,
+        o.untouched,
+        o.took.as_micros(),
+        o.result as i32,
+        o.message.replace('\n', " ")
+    );
+    leave(comm, base, window);
+}
