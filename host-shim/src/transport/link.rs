@@ -272,15 +272,22 @@ impl<'a> Reader<'a> {
 }
 
 /// A random identity of this process, the same for all its ranks: unlike the pid, it tells
-/// processes apart across PID namespaces (containers on one machine).
+/// processes apart across PID namespaces (containers on one machine). A child made by `fork`
+/// draws its own (its pid differs from the one the identity was drawn in), so that ranks in
+/// two children of one parent never take each other for ranks of one process.
 pub fn process_identity() -> Result<[u8; 16]> {
-    static IDENTITY: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
-    if let Some(identity) = IDENTITY.get() {
-        return Ok(*identity);
+    static IDENTITY: std::sync::Mutex<Option<(u32, [u8; 16])>> = std::sync::Mutex::new(None);
+    let pid = std::process::id();
+    let mut identity = IDENTITY.lock().unwrap_or_else(|e| e.into_inner());
+    match *identity {
+        Some((drawn_in, id)) if drawn_in == pid => Ok(id),
+        _ => {
+            let random = crate::transport::bootstrap::random_secret()?;
+            let id: [u8; 16] = random[..16].try_into().expect("16 bytes");
+            *identity = Some((pid, id));
+            Ok(id)
+        }
     }
-    let random = crate::transport::bootstrap::random_secret()?;
-    let identity: [u8; 16] = random[..16].try_into().expect("16 bytes");
-    Ok(*IDENTITY.get_or_init(|| identity))
 }
 
 /// The identity of this machine: the kernel's boot id (random per boot), so that ranks can
