@@ -75,6 +75,7 @@ __all__ = [
     "mem_pool",
     "rendezvous",
     "scratch_bytes",
+    "wait_bound_ms",
 ]
 
 #: The name ``dist.init_process_group`` takes.
@@ -142,6 +143,27 @@ def _done(result: Any) -> Any:
     return _create_work_from_future(future)
 
 
+def wait_bound_ms(timeout: timedelta | None) -> int:
+    """The bound of every wait on another rank of a process group made with ``timeout``
+    (``init_process_group``'s): the timeout, at least 1 ms, or ``SYMM_TIMEOUT_MS`` when that is
+    set and shorter. With no timeout, ``SYMM_TIMEOUT_MS`` (default 10 s)."""
+    configured = os.environ.get("SYMM_TIMEOUT_MS")
+    limit: int | None = None
+    if configured is not None:
+        try:
+            limit = int(configured.strip())
+        except ValueError:
+            limit = None
+        if limit is not None and limit <= 0:
+            limit = None
+        if limit is None:
+            raise InvalidArgumentError(f"SYMM_TIMEOUT_MS={configured!r} is not a positive number of milliseconds")
+    if timeout is None:
+        return limit if limit is not None else 10_000
+    bound = max(1, math.ceil(timeout.total_seconds() * 1000))
+    return bound if limit is None else min(bound, limit)
+
+
 def _bootstrap_address() -> str | None:
     """``SYMM_SOCKET_ADDR`` for rank 0's root when the user set none: ``MASTER_ADDR`` when it
     names an address other ranks can reach (not loopback), resolved to an IP address."""
@@ -174,7 +196,18 @@ class SymmProcessGroup(dist.ProcessGroup):
             store.set(_UID_KEY, uid.hex())
         else:
             uid = _core.UniqueId.from_hex(store.get(_UID_KEY).decode())
-        self.comm = _core.Comm(size, uid, rank)
+        bound = wait_bound_ms(timeout)
+        saved = os.environ.get("SYMM_TIMEOUT_MS")
+        os.environ["SYMM_TIMEOUT_MS"] = str(bound)
+        try:
+            self.comm = _core.Comm(size, uid, rank)
+        finally:
+            if saved is None:
+                del os.environ["SYMM_TIMEOUT_MS"]
+            else:
+                os.environ["SYMM_TIMEOUT_MS"] = saved
+        self.wait_bound_ms = bound
+        """The bound of every wait on another rank, in milliseconds (:func:`wait_bound_ms`)."""
         """The group's communicator."""
         self._scratch = self.comm.alloc(scratch_bytes())
         self._scratch_window = self.comm.register(self._scratch)

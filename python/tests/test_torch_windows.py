@@ -37,7 +37,7 @@ def torchrun(nprocs: int, script: Path, *args: str, **env: str) -> str:
         str(script),
         *args,
     ]
-    environment = dict(os.environ, OMP_NUM_THREADS="1", SYMM_TIMEOUT_MS="20000", **env)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "SYMM_TIMEOUT_MS": "20000", **env}
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-8000:]
@@ -56,6 +56,36 @@ def test_rendezvous_and_collectives_in_windows(nprocs: int) -> None:
     assert "staged through the group's scratch window" not in output, output[-6000:]
     # The pool allocator's refused allocation says why.
     assert "mem_pool: symmMemAlloc of 0 bytes on device 0 failed" in output
+
+
+def test_ranks_whose_tensors_take_different_paths_fail_on_every_rank() -> None:
+    """Rank 0's tensor in a window, rank 1's not: the window path on one rank and the scratch
+    window on the other are buffers in different windows, refused (or, for the rank that
+    launched first, failed) on every rank with no tensor changed."""
+    output = torchrun(2, WORKER, "--paths-disagree", SYMM_BACKEND="host", SYMM_TIMEOUT_MS="60000")
+    lines = [line for line in output.splitlines() if "paths disagree:" in line]
+    assert len(lines) == 2, output[-6000:]
+    assert any("InvalidUsageError" in line and "window registration" in line for line in lines), lines
+
+
+def test_the_wait_bound_is_the_groups_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import timedelta
+
+    import symm
+    import symm.torch as st
+
+    monkeypatch.delenv("SYMM_TIMEOUT_MS", raising=False)
+    assert st.wait_bound_ms(timedelta(minutes=30)) == 1_800_000
+    assert st.wait_bound_ms(timedelta(milliseconds=1500)) == 1500
+    assert st.wait_bound_ms(timedelta(microseconds=10)) == 1
+    assert st.wait_bound_ms(None) == 10_000
+    monkeypatch.setenv("SYMM_TIMEOUT_MS", "3000")
+    assert st.wait_bound_ms(timedelta(minutes=30)) == 3000
+    assert st.wait_bound_ms(timedelta(seconds=2)) == 2000
+    assert st.wait_bound_ms(None) == 3000
+    monkeypatch.setenv("SYMM_TIMEOUT_MS", "soon")
+    with pytest.raises(symm.InvalidArgumentError, match="SYMM_TIMEOUT_MS"):
+        st.wait_bound_ms(timedelta(seconds=2))
 
 
 def test_the_example_runs_on_cpu() -> None:

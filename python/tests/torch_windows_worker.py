@@ -11,6 +11,7 @@ import ctypes
 import os
 import sys
 from collections import Counter
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -210,5 +211,38 @@ def main() -> None:
     print(f"rank {rank}: {checks} checks OK", flush=True)
 
 
+def paths_disagree() -> None:
+    """``--paths-disagree``: rank 0's tensor is in a window (the window path), every other
+    rank's is not (staged through the group's scratch window). The ranks' buffers are then in
+    different windows, which every rank must refuse, or fail on, instead of returning another
+    rank's data: each rank raises a symm error, and no rank's tensor changes. Prints "rank R:
+    paths disagree: <error class>: <message>"."""
+    dist.init_process_group("symm", timeout=timedelta(seconds=2))
+    rank = dist.get_rank()
+    group = dist.distributed_c10d._get_default_group()
+    # The group's timeout bounds its waits (SYMM_TIMEOUT_MS, set longer, does not).
+    assert group.wait_bound_ms == 2000, group.wait_bound_ms
+    in_window = st.empty(1000, dtype=torch.float32)
+    st.rendezvous(in_window)
+    plain = torch.empty(1000, dtype=torch.float32)
+    tensor = in_window if rank == 0 else plain
+    tensor.fill_(rank + 1.0)
+    try:
+        dist.all_reduce(tensor)
+    except symm.SymmError as error:
+        outcome = f"{type(error).__name__}: {error}"
+    else:
+        raise AssertionError(f"rank {rank}: success for ranks whose tensors are in different windows: {tensor[:4]}")
+    assert bool((tensor == rank + 1.0).all()), f"rank {rank}: the refused call wrote {tensor[:4]}"
+    path = "window" if rank == 0 else "staged"
+    assert group.path_counts["all_reduce", path] == 1, group.path_counts
+    print(f"rank {rank}: paths disagree: {outcome}", flush=True)
+    # The communicator has failed: only teardown remains.
+    group.comm.destroy()
+
+
 if __name__ == "__main__":
-    main()
+    if "--paths-disagree" in sys.argv:
+        paths_disagree()
+    else:
+        main()
