@@ -55,7 +55,7 @@ pub const ARCHIVE: &str = "symm-gpu.tar.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 25] = [
+const FILES: [&str; 26] = [
     "ffi-headers/symm.h",
     "ffi-headers/symm_device.cuh",
     "examples/cuda/Makefile",
@@ -69,6 +69,7 @@ const FILES: [&str; 25] = [
     "examples/c/allreduce_pthreads.c",
     "examples/c/allreduce_mp.c",
     "examples/c/broadcast.c",
+    "examples/c/allreduce_driver.c",
     "examples/c/launch_mp.sh",
     "bench/torch_baseline.py",
     "bench/gpu/run.sh",

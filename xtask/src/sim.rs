@@ -10,18 +10,25 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Build the fake driver in release and return the directory holding `libcuda.so.1`.
+///
+/// Laid out as the real driver is, one library: `libcuda.so.1` (its SONAME, see
+/// `sim/cuda/build.rs`) and `libcuda.so` a link to it. cudarc opens `libcuda.so` when it
+/// exists, CUDA's runtime and programs linked with `-lcuda` open `libcuda.so.1`; two copies
+/// would give such a process two drivers, each with its own devices, contexts and memory.
 pub fn build() -> Result<PathBuf, String> {
     run(cargo().args(["build", "--release", "-p", "symm-sim-cuda"]))?;
     let root = root();
     let built = root.join("target/release/libsymm_fake_cuda.so");
     let dir = root.join("target/sim");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
-    // cudarc looks for libcuda.so first, then libcuda.so.1 (the name the real driver has).
-    for name in ["libcuda.so", "libcuda.so.1"] {
-        let path = dir.join(name);
-        let _ = std::fs::remove_file(&path);
-        std::fs::copy(&built, &path).map_err(|e| format!("copying {built:?} to {path:?}: {e}"))?;
-    }
+    let library = dir.join("libcuda.so.1");
+    let _ = std::fs::remove_file(&library);
+    std::fs::copy(&built, &library)
+        .map_err(|e| format!("copying {built:?} to {library:?}: {e}"))?;
+    let link = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libcuda.so.1", &link)
+        .map_err(|e| format!("linking {link:?} to libcuda.so.1: {e}"))?;
     Ok(dir)
 }
 
@@ -261,11 +268,13 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
         )
         .map_err(|e| format!("laying out {home:?}: {e}"))?;
     }
+    // As CUDA's stub: its SONAME, libcuda.so.1, is what a program linked with `-lcuda` needs,
+    // and the loader finds that name in `dir` at run time, never the stub.
     let stubs = home.join("lib64/stubs");
     std::fs::create_dir_all(&stubs).map_err(|e| format!("creating {stubs:?}: {e}"))?;
     let stub = stubs.join("libcuda.so");
     let _ = std::fs::remove_file(&stub);
-    std::fs::copy(dir.join("libcuda.so"), &stub).map_err(|e| format!("copying the stub: {e}"))?;
+    std::fs::copy(dir.join("libcuda.so.1"), &stub).map_err(|e| format!("copying the stub: {e}"))?;
     Ok(home)
 }
 
@@ -284,8 +293,10 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    all-gathers and reduce-scatters; data
 ///    races (plain accesses not ordered by happens-before) fail the run. Then teardown right
 ///    after a collective with `SYMM_SIM_STRICT_FREE=1` (frees do not wait for queued work).
-/// 3. The C examples (`make -C examples/c CUDA=1 run`): one process, threads, and
-///    `allreduce_mp` across processes sharing memory through exported file descriptors.
+/// 3. The C examples (`make -C examples/c CUDA=1 run`): one process, threads,
+///    `allreduce_mp` across processes sharing memory through exported file descriptors, and
+///    `allreduce_driver`, which opens `libcuda.so.1` itself and fills and reads the windows
+///    through it (one driver in the process, whichever name each part opens it by).
 /// 4. Mutation checks: each deliberate defect must make a test fail — kernel parameters
 ///    swapped, the user streams' completion wait dropped, grids larger than fit co-resident,
 ///    the barriers' acquire loads or the flags' release stores turned relaxed (reported as

@@ -1,9 +1,11 @@
 //! A fake CUDA driver: the driver functions symm's CUDA backend and GPU tests call,
 //! implemented over the simulated GPU of `symm-sim`.
 //!
-//! Built as a `cdylib` and linked (or symlinked) as `libcuda.so.1`, it lets programs that use
-//! the CUDA driver API through `dlopen` (cudarc, libsymm's cuda backend) or by linking
-//! `-lcuda` run on the simulated GPU:
+//! Built as a `cdylib` with the real driver's SONAME and laid out as one library,
+//! `libcuda.so.1` with `libcuda.so` a link to it (`cargo xtask sim`), it lets programs that use
+//! the CUDA driver API through `dlopen` (cudarc, libsymm's cuda backend, CUDA's runtime) or by
+//! linking `-lcuda` run on the simulated GPU, one driver per process whichever name each part
+//! opens it by:
 //!
 //! * `SYMM_SIM_DEVICES` devices (default 8) of compute capability 9.0, with
 //!   `SYMM_SIM_SMS` multiprocessors each, peer access between all of them.
