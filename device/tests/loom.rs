@@ -24,8 +24,8 @@ use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::scheduler::driver::for_each_tile;
 use symm_device::scheduler::policy::Greedy;
 use symm_device::scheduler::source::SoftwareSource;
-use symm_device::symmetric::Grid;
 use symm_device::symmetric::pat;
+use symm_device::symmetric::{ABORT_PEER_FAILED, Grid};
 use symm_device::sync::barrier::{Aborted, CrossRankBarrier, UnstartedBarrier};
 use symm_device::sync::ll::LlCall;
 use symm_device::sync::pat_rounds::PatRounds;
@@ -453,6 +453,75 @@ fn mutant_finish_without_closing_barrier_is_caught() {
         mutate(Mutation::FinishWithoutClosingBarrier);
         barrier_epoch_reuse()
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A remote raise: a rank of another process fails the communicator and raises this rank's
+// abort word through its mapping of this rank's call records.
+
+/// Rank 1 stands for a rank of another process that refused its call: it never arrives at the
+/// barrier; its host writes its failure record, then raises rank 0's abort word (a release
+/// compare-and-swap, as the host's `Flag::raise`) — in the other order when `!record_first`.
+/// Rank 0's pending barrier gives up, and rank 0's host, which then reads the word with
+/// acquire (as `Flag::read`), reads the record: written, and ordered before its read.
+fn remote_raise(threads: u32, record_first: bool) {
+    let model = World::new(2);
+    model.declare();
+    let record = Payload::new(1);
+    // The address as an integer: the grid's threads share it.
+    let word = model.contexts[0].abort_flag;
+    let raise = || {
+        // SAFETY: rank 0's abort word, a live atomic word of the model.
+        unsafe { arch::compare_exchange_sys_u32(word as *mut u32, 0, ABORT_PEER_FAILED) };
+    };
+    run_grid(2, threads, &|| {
+        let (rank, _) = place(1);
+        let leader = arch::thread_idx_x() == 0;
+        if rank == 1 {
+            if leader {
+                if record_first {
+                    record.write(0, 42);
+                    raise();
+                } else {
+                    raise();
+                    record.write(0, 42);
+                }
+            }
+            return;
+        }
+        let mut barrier = Rounds::open(&model.contexts[0]);
+        assert!(
+            barrier.sync().is_err(),
+            "a barrier completed without rank 1"
+        );
+        if leader {
+            // SAFETY: as above.
+            let seen = unsafe { arch::host::load_acquire_sys_u32(word as *const u32) };
+            assert_eq!(seen, ABORT_PEER_FAILED);
+            assert_eq!(record.read(0), 42, "the cause is not on record");
+        }
+    });
+}
+
+/// 2 ranks × 1 thread: rank 0's pending barrier ends on the remote raise, with the cause on
+/// record.
+#[test]
+fn a_remote_raise_ends_a_pending_barrier_with_the_cause_on_record() {
+    explore(|| remote_raise(1, true));
+}
+
+/// 2 ranks × 2 threads: every thread of rank 0's block gives up together.
+#[test]
+fn a_remote_raise_ends_a_pending_barrier_on_every_thread() {
+    explore_bounded(2, BUDGET, || remote_raise(2, true));
+}
+
+/// Teeth: a raise before the record is written lets rank 0 read the record while it is
+/// written.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_remote_raise_before_the_record_is_caught() {
+    explore(|| remote_raise(1, false));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ pub enum Mutation {
     /// issued the previous call (`skip-launch-pacing`): a rank's call n+1 may reach a hardware
     /// queue before a peer's call n, behind it.
     SkipLaunchPacing,
+    /// A rank that fails the communicator raises only the abort words of this process's ranks
+    /// (`skip-remote-abort`): ranks of other processes go on waiting until their own timeout.
+    SkipRemoteAbort,
 }
 
 impl Mutation {
@@ -45,6 +48,7 @@ impl Mutation {
             Mutation::SkipCallAgreement => "skip-call-agreement",
             Mutation::SkipWindowStreamWait => "skip-window-stream-wait",
             Mutation::SkipLaunchPacing => "skip-launch-pacing",
+            Mutation::SkipRemoteAbort => "skip-remote-abort",
         }
     }
 }

@@ -318,3 +318,208 @@ pub fn rerun_ignored_test(test: &str, env: &[(&str, &str)]) -> std::process::Out
     }
     command.output().expect("re-running the test binary")
 }
+
+/// What one rank reported of a call that was expected to fail: its result, how long the call
+/// took, and its message (see [`print_outcome`], [`parse_outcome`]).
+#[derive(Clone, Debug)]
+pub struct RankOutcome {
+    /// The rank.
+    pub rank: usize,
+    /// The call's result.
+    pub result: symmResult_t,
+    /// How long the call took.
+    pub took: std::time::Duration,
+    /// `symmGetLastError` after it.
+    pub message: String,
+}
+
+/// Print `outcome` as one line a parent reads back with [`parse_outcome`].
+pub fn print_outcome(result: symmResult_t, took: std::time::Duration, message: &str) {
+    println!(
+        "outcome {} {} {}",
+        result as i32,
+        took.as_micros(),
+        message.replace('\n', " ")
+    );
+}
+
+/// The outcome rank `rank` printed with [`print_outcome`] in `log`.
+pub fn parse_outcome(rank: usize, log: &str) -> Option<RankOutcome> {
+    let line = log
+        .lines()
+        .find_map(|l| l.find("outcome ").map(|at| &l[at + 8..]))?;
+    let fields: Vec<&str> = line.splitn(3, ' ').collect();
+    Some(RankOutcome {
+        rank,
+        result: symmResult_t::from_raw(fields.first()?.parse().ok()?)?,
+        took: std::time::Duration::from_micros(fields.get(1)?.parse().ok()?),
+        message: fields.get(2).unwrap_or(&"").to_string(),
+    })
+}
+
+/// Run the calling test binary's ignored test `child` as one process per entry of `ranks`
+/// (each entry: that rank's environment, on top of this process's), all at once; wait for
+/// each (killed after `limit`) and return its success and its output. The output is read
+/// while it runs, so a chatty child never blocks on a full pipe.
+pub fn run_rank_processes(
+    child: &str,
+    ranks: &[Vec<(String, String)>],
+    limit: std::time::Duration,
+) -> Vec<(bool, String)> {
+    let children: Vec<std::process::Child> = ranks
+        .iter()
+        .map(|env| {
+            let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+            command
+                .args([
+                    "--include-ignored",
+                    "--exact",
+                    child,
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            for (name, value) in env {
+                command.env(name, value);
+            }
+            command.spawn().expect("starting a rank process")
+        })
+        .collect();
+    let waiters: Vec<_> = children
+        .into_iter()
+        .map(|child| {
+            let pid = child.id();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(child.wait_with_output());
+            });
+            (pid, rx)
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + limit;
+    waiters
+        .into_iter()
+        .map(|(pid, rx)| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let output = match rx.recv_timeout(left) {
+                Ok(output) => output.expect("waiting for a rank process"),
+                Err(_) => {
+                    // SAFETY: signals a child started above, not reaped yet (its waiter still
+                    // runs).
+                    unsafe { kill(pid as i32, 9) };
+                    rx.recv().unwrap().expect("waiting for a rank process")
+                }
+            };
+            let mut log = String::from_utf8_lossy(&output.stdout).into_owned();
+            log.push_str(&String::from_utf8_lossy(&output.stderr));
+            (output.status.success(), log)
+        })
+        .collect()
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Select the backend for this test process before any communicator exists: the cuda backend
+/// when `SYMM_BACKEND=cuda` is set (a GPU, or the simulated GPU), else the host backend.
+pub fn use_backend_from_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var("SYMM_BACKEND").as_deref() != Ok("cuda") {
+            // SAFETY: runs once, before any communicator is created (Once blocks concurrent
+            // callers until then); the library reads the environment only then.
+            unsafe { std::env::set_var("SYMM_BACKEND", "host") };
+        }
+    });
+}
+
+/// A fresh unique id (`symmGetUniqueId`), its root in this process.
+pub fn new_unique_id() -> symmUniqueId {
+    let mut id = symmUniqueId {
+        internal: [0; SYMM_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmGetUniqueId(&mut id) }, std::ptr::null_mut());
+    id
+}
+
+/// `true` when this process runs on the cuda backend (`SYMM_BACKEND=cuda`).
+pub fn on_cuda() -> bool {
+    std::env::var("SYMM_BACKEND").as_deref() == Ok("cuda")
+}
+
+/// Make device 0's primary context (the library's) current on this thread.
+pub fn cuda_context() {
+    use cudarc::driver::result;
+    // SAFETY: device 0 exists (a communicator was made on it); its primary context is retained
+    // by the library for the process.
+    unsafe {
+        let device = result::device::get(0).unwrap();
+        let context = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(context).unwrap();
+    }
+}
+
+/// The stream a thread driving its own rank passes: on the cuda backend a non-blocking stream
+/// of its own (ranks of one device launched separately must not meet on the legacy stream),
+/// destroyed when dropped; NULL on the host backend.
+pub struct RankStream(cudarc::driver::sys::CUstream);
+
+impl RankStream {
+    /// A stream for the calling thread's rank.
+    pub fn new() -> RankStream {
+        if !on_cuda() {
+            return RankStream(std::ptr::null_mut());
+        }
+        use cudarc::driver::sys;
+        cuda_context();
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; a context is current.
+        unsafe {
+            sys::cuStreamCreate(
+                &mut stream,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+            )
+        }
+        .result()
+        .unwrap();
+        RankStream(stream)
+    }
+
+    /// The stream as the C ABI takes it.
+    pub fn handle(&self) -> symmStream_t {
+        self.0.cast()
+    }
+
+    /// The result of a collective that returned `result` on this stream, once its work is
+    /// done: on the cuda backend a call that was enqueued (success) completes later, and its
+    /// failure (a kernel that gave up) is the communicator's asynchronous error after the
+    /// stream's work; `symmGetLastError(comm)` then names it.
+    pub fn completed(&self, comm: symmComm_t, result: symmResult_t) -> symmResult_t {
+        if result != symmResult_t::symmSuccess || !on_cuda() {
+            return result;
+        }
+        // SAFETY: a stream made by `new`, or the legacy stream; a context is current.
+        unsafe { cudarc::driver::sys::cuStreamSynchronize(self.0) }
+            .result()
+            .unwrap();
+        async_error(comm)
+    }
+}
+
+impl Default for RankStream {
+    fn default() -> Self {
+        RankStream::new()
+    }
+}
+
+impl Drop for RankStream {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: made by `new`, destroyed once; its work is done or abandoned.
+            let _ = unsafe { cudarc::driver::sys::cuStreamDestroy_v2(self.0) };
+        }
+    }
+}

@@ -89,7 +89,9 @@ fn forked_children_form_their_own_communicator_after_the_parent_had_ranks() {
             .map(|rank| scope.spawn(move || one_rank(id, rank)))
             .collect();
         for (rank, r) in ranks.into_iter().enumerate() {
-            r.join().unwrap().unwrap_or_else(|e| panic!("parent rank {rank}: {e}"));
+            r.join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("parent rank {rank}: {e}"));
         }
     });
     let id = new_id();

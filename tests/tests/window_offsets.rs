@@ -16,7 +16,6 @@
 
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
-use std::process::{Command, Stdio};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
@@ -82,33 +81,6 @@ fn window_bytes(count: usize) -> usize {
     2 * region(count) * 4
 }
 
-/// The backend: `SYMM_BACKEND=cuda` when set so, else the host backend.
-fn select_backend() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var("SYMM_BACKEND").as_deref() != Ok("cuda") {
-            // SAFETY: runs once, before any communicator is created (Once blocks concurrent
-            // callers until then); the library reads the environment only then.
-            unsafe { std::env::set_var("SYMM_BACKEND", "host") };
-        }
-    });
-}
-
-fn on_cuda() -> bool {
-    std::env::var("SYMM_BACKEND").as_deref() == Ok("cuda")
-}
-
-/// Make device 0's primary context current on this thread (the library's context).
-fn cuda_context() {
-    // SAFETY: device 0 exists (a communicator was made on it); its primary context is retained
-    // by the library for the process.
-    unsafe {
-        let device = result::device::get(0).unwrap();
-        let context = result::primary_ctx::retain(device).unwrap();
-        result::ctx::set_current(context).unwrap();
-    }
-}
-
 /// Write `values` at `ptr` (window memory of this process).
 fn put(ptr: *mut u8, values: &[f32]) {
     if on_cuda() {
@@ -160,7 +132,14 @@ fn fill(rank: usize, count: usize) -> Vec<f32> {
 }
 
 /// One rank's call of `coll` with its buffers `shift` elements into the window at `base`.
-fn call(coll: Coll, comm: symmComm_t, base: *mut u8, count: usize, shift: usize) -> symmResult_t {
+fn call(
+    coll: Coll,
+    comm: symmComm_t,
+    base: *mut u8,
+    count: usize,
+    shift: usize,
+    stream: symmStream_t,
+) -> symmResult_t {
     let f32_ = symmDataType_t::symmFloat32 as i32;
     let sum = symmRedOp_t::symmSum as i32;
     let send = base.wrapping_add(4 * shift).cast::<c_void>();
@@ -168,10 +147,10 @@ fn call(coll: Coll, comm: symmComm_t, base: *mut u8, count: usize, shift: usize)
         .wrapping_add(4 * (region(count) + shift))
         .cast::<c_void>();
     match coll {
-        Coll::AllReduce => symmAllReduce(send, send, count, f32_, sum, comm, null_mut()),
-        Coll::AllGather => symmAllGather(send, recv, count, f32_, comm, null_mut()),
-        Coll::ReduceScatter => symmReduceScatter(send, recv, count, f32_, sum, comm, null_mut()),
-        Coll::Broadcast => symmBroadcast(send, send, count, f32_, ROOT as i32, comm, null_mut()),
+        Coll::AllReduce => symmAllReduce(send, send, count, f32_, sum, comm, stream),
+        Coll::AllGather => symmAllGather(send, recv, count, f32_, comm, stream),
+        Coll::ReduceScatter => symmReduceScatter(send, recv, count, f32_, sum, comm, stream),
+        Coll::Broadcast => symmBroadcast(send, send, count, f32_, ROOT as i32, comm, stream),
     }
 }
 
@@ -262,14 +241,18 @@ fn check_case(layout: &str, coll: Coll, count: usize, outcomes: &[Outcome]) {
 /// One rank's part of a case, outside a group: the matching call (checked), then the
 /// mismatched one; its outcome. Every rank calls it on its own thread or process.
 fn run_rank(comm: symmComm_t, rank: usize, base: *mut u8, coll: Coll, count: usize) -> Outcome {
+    let stream = RankStream::new();
     put(base, &fill(rank, count));
-    let result = call(coll, comm, base, count, 1);
+    let result = call(coll, comm, base, count, 1, stream.handle());
+    let result = stream.completed(comm, result);
     assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(comm));
     let window_len = 2 * region(count);
     let agreed_ok = get(base, window_len) == expected(coll, rank, count, 1);
     put(base, &fill(rank, count));
     let started = Instant::now();
-    let result = call(coll, comm, base, count, rank);
+    // On the cuda backend an enqueued call fails once its kernel gave up.
+    let result = call(coll, comm, base, count, rank, stream.handle());
+    let result = stream.completed(comm, result);
     let took = started.elapsed();
     let message = last_error(comm);
     let untouched = get(base, window_len) == fill(rank, count);
@@ -308,13 +291,8 @@ fn leave(comm: symmComm_t, base: *mut u8, window: symmWindow_t) {
 }
 
 fn new_id() -> symmUniqueId {
-    select_backend();
-    let mut id = symmUniqueId {
-        internal: [0; SYMM_UNIQUE_ID_BYTES],
-    };
-    // SAFETY: valid out-pointer.
-    check(unsafe { symmGetUniqueId(&mut id) }, null_mut());
-    id
+    use_backend_from_env();
+    new_unique_id()
 }
 
 /// A thread per rank (`symmGetUniqueId` + `symmCommInitRank`), each making its own calls.
@@ -352,7 +330,7 @@ fn a_thread_per_rank_refuses_different_offsets_on_every_rank() {
 /// One thread drives every rank, its calls in a group (`symmCommInitAll`).
 #[test]
 fn a_group_refuses_different_offsets_on_every_rank() {
-    select_backend();
+    use_backend_from_env();
     for coll in COLLS {
         for count in SIZES {
             let comms = init_all(NRANKS);
@@ -360,7 +338,7 @@ fn a_group_refuses_different_offsets_on_every_rank() {
             let group = |shift: &dyn Fn(usize) -> usize| {
                 check(symmGroupStart(), null_mut());
                 for (rank, b) in buffers.iter().enumerate() {
-                    let r = call(coll, b.comm, b.base, count, shift(rank));
+                    let r = call(coll, b.comm, b.base, count, shift(rank), null_mut());
                     assert_eq!(r, symmResult_t::symmSuccess, "{}", last_error(b.comm));
                 }
                 let result = symmGroupEnd();
@@ -409,58 +387,45 @@ fn a_process_per_rank_refuses_different_offsets_on_every_rank() {
     for coll in COLLS {
         for count in SIZES {
             let id = id_to_hex(&new_id());
-            let children: Vec<_> = (0..NRANKS)
+            let ranks: Vec<Vec<(String, String)>> = (0..NRANKS)
                 .map(|rank| {
-                    Command::new(std::env::current_exe().unwrap())
-                        .args([
-                            "--include-ignored",
-                            "--exact",
-                            "offsets_child_rank",
-                            "--nocapture",
-                            "--test-threads=1",
-                        ])
-                        .env("SYMM_TIMEOUT_MS", TIMEOUT_MS)
-                        .env("SYMM_BOOTSTRAP_TIMEOUT_MS", "60000")
-                        .env(CHILD_ENV, format!("{},{count},{rank},{id}", coll.name()))
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .expect("starting a rank process")
+                    vec![
+                        ("SYMM_TIMEOUT_MS".to_string(), TIMEOUT_MS.to_string()),
+                        ("SYMM_BOOTSTRAP_TIMEOUT_MS".to_string(), "60000".to_string()),
+                        (
+                            CHILD_ENV.to_string(),
+                            format!("{},{count},{rank},{id}", coll.name()),
+                        ),
+                    ]
                 })
                 .collect();
-            let outcomes: Vec<Outcome> = children
-                .into_iter()
-                .enumerate()
-                .map(|(rank, child)| {
-                    let output = child.wait_with_output().unwrap();
-                    let log = format!(
-                        "{}{}",
-                        String::from_utf8_lossy(&output.stdout),
-                        String::from_utf8_lossy(&output.stderr)
-                    );
-                    assert!(output.status.success(), "rank {rank}:\n{log}");
-                    let line = log
-                        .lines()
-                        .find_map(|l| l.find("outcome ").map(|at| &l[at + 8..]))
-                        .unwrap_or_else(|| panic!("rank {rank}: no outcome:\n{log}"));
-                    let fields: Vec<&str> = line.splitn(5, ' ').collect();
-                    Outcome {
-                        rank,
-                        agreed_ok: fields[0] == "true",
-                        untouched: fields[1] == "true",
-                        took: Duration::from_micros(fields[2].parse().unwrap()),
-                        result: symmResult_t::from_raw(fields[3].parse().unwrap()).unwrap(),
-                        message: fields.get(4).unwrap_or(&"").to_string(),
-                    }
-                })
-                .collect();
+            let outcomes: Vec<Outcome> =
+                run_rank_processes("offsets_child_rank", &ranks, Duration::from_secs(90))
+                    .into_iter()
+                    .enumerate()
+                    .map(|(rank, (ok, log))| {
+                        // The child checked its matching call and its window itself.
+                        assert!(ok, "rank {rank}:\n{log}");
+                        let o = parse_outcome(rank, &log)
+                            .unwrap_or_else(|| panic!("rank {rank}: no outcome:\n{log}"));
+                        Outcome {
+                            rank,
+                            agreed_ok: true,
+                            result: o.result,
+                            message: o.message,
+                            untouched: true,
+                            took: o.took,
+                        }
+                    })
+                    .collect();
             check_case("a process per rank", coll, count, &outcomes);
         }
     }
 }
 
-/// A rank process of [`a_process_per_rank_refuses_different_offsets_on_every_rank`]: prints
-/// "outcome <agreed ok> <untouched> <microseconds> <result> <message>".
+/// A rank process of [`a_process_per_rank_refuses_different_offsets_on_every_rank`]: checks
+/// its matching call and that the mismatched one left its window unchanged, and prints the
+/// mismatched call's outcome.
 #[test]
 #[ignore = "a rank process of the other tests of this file (needs SYMM_OFFSETS_CHILD)"]
 fn offsets_child_rank() {
@@ -470,7 +435,7 @@ fn offsets_child_rank() {
     let count: usize = fields[1].parse().unwrap();
     let rank: usize = fields[2].parse().unwrap();
     let id = id_from_hex(fields[3]);
-    select_backend();
+    use_backend_from_env();
     let mut comm = null_mut();
     // SAFETY: valid out-pointer.
     check(
@@ -479,13 +444,12 @@ fn offsets_child_rank() {
     );
     let (base, window) = own_window(comm, count);
     let o = run_rank(comm, rank, base, coll, count);
-    println!(
-        "outcome {} {} {} {} {}",
-        o.agreed_ok,
+    assert!(o.agreed_ok, "the call with symmetric offsets was wrong");
+    assert!(
         o.untouched,
-        o.took.as_micros(),
-        o.result as i32,
-        o.message.replace('\n', " ")
+        "the refused call wrote the window ({:?}: {})",
+        o.result, o.message
     );
+    print_outcome(o.result, o.took, &o.message);
     leave(comm, base, window);
 }

@@ -198,9 +198,19 @@ impl SimRun<'_> {
     }
 }
 
-/// Build the GPU test set with the `mutations` feature (inactive unless `SYMM_MUTATION` names
-/// one) and return its executable.
-fn gpu_test_binary() -> Result<PathBuf, String> {
+/// The test binaries the simulated GPU runs, built in release with the `mutations` feature
+/// (inactive unless `SYMM_MUTATION` names one).
+struct TestBinaries {
+    /// The GPU set (`tests/tests/gpu_collectives.rs`).
+    gpu: PathBuf,
+    /// Buffers at different window offsets on different ranks (`window_offsets.rs`).
+    window_offsets: PathBuf,
+    /// A failure reaching every rank at once (`prompt_failure.rs`).
+    prompt_failure: PathBuf,
+}
+
+/// Build the [`TestBinaries`] and return their executables.
+fn test_binaries() -> Result<TestBinaries, String> {
     let output = cargo()
         .args([
             "test",
@@ -211,6 +221,10 @@ fn gpu_test_binary() -> Result<PathBuf, String> {
             "symm/mutations",
             "--test",
             "gpu_collectives",
+            "--test",
+            "window_offsets",
+            "--test",
+            "prompt_failure",
             "--no-run",
             "--message-format=json",
         ])
@@ -221,12 +235,22 @@ fn gpu_test_binary() -> Result<PathBuf, String> {
     if !output.status.success() {
         return Err("building the GPU test set failed".into());
     }
-    String::from_utf8_lossy(&output.stdout)
+    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["target"]["name"] == "gpu_collectives")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| "cargo did not name the GPU test executable".into())
+        .collect();
+    let executable = |name: &str| {
+        messages
+            .iter()
+            .filter(|m| m["target"]["name"] == name)
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .ok_or_else(|| format!("cargo did not name the {name} test executable"))
+    };
+    Ok(TestBinaries {
+        gpu: executable("gpu_collectives")?,
+        window_offsets: executable("window_offsets")?,
+        prompt_failure: executable("prompt_failure")?,
+    })
 }
 
 /// A directory laid out as `CUDA_HOME` for the C examples' `make CUDA=1`: `include/cuda.h`
@@ -306,7 +330,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 pub fn test() -> Result<(), String> {
     let started = Instant::now();
     let dir = build()?;
-    let binary = gpu_test_binary()?;
+    let binaries = test_binaries()?;
+    let binary = binaries.gpu.clone();
     let gpu = |what, args: Vec<&'static str>, env: Vec<(&'static str, &'static str)>| {
         let mut all = vec!["--ignored", "--test-threads=1"];
         all.extend(args);
@@ -370,6 +395,27 @@ pub fn test() -> Result<(), String> {
         .pass(&dir)?;
     }
     step("weak memory", t);
+
+    // The layouts users run (a thread per rank, a group, a process per rank) on the cuda
+    // backend: ranks whose buffers lie at different window offsets are refused on every rank,
+    // and a failure found by one rank reaches the others at once.
+    let t = Instant::now();
+    for (what, program) in [
+        ("different window offsets", &binaries.window_offsets),
+        (
+            "a failure reaches every rank at once",
+            &binaries.prompt_failure,
+        ),
+    ] {
+        SimRun {
+            what,
+            program,
+            args: vec![],
+            env: vec![("SYMM_SIM_SEED", "7"), ("SYMM_SIM_SMS", "16")],
+        }
+        .pass(&dir)?;
+    }
+    step("layouts: offsets and prompt failure", t);
 
     // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
     // graph test captures a count that fits). Reads of pinned host memory cost a PCIe round
@@ -593,6 +639,18 @@ pub fn test() -> Result<(), String> {
         ],
     )
     .caught(&dir, Some("deadlock?"))?;
+    SimRun {
+        what: "a failing rank raises only its own process's abort words",
+        program: &binaries.prompt_failure,
+        args: vec!["a_mismatch_fails_every_process_at_once"],
+        env: vec![
+            ("SYMM_SIM_SEED", "7"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_TEST_LONG_TIMEOUT_MS", "4000"),
+            ("SYMM_MUTATION", "skip-remote-abort"),
+        ],
+    }
+    .caught(&dir, Some("after the first"))?;
     step("mutation checks", t);
 
     for (name, seconds) in &steps {

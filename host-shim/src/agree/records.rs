@@ -32,14 +32,23 @@
 //! number written last with release; a reader takes the record only when it reads the same,
 //! expected number before and after the signature. A call number is never written twice.
 //!
+//! **The abort words.** The ring also holds its owner's abort word: every window of the rank
+//! points its kernels at it ([`CallRecords::abort_flag`]; on the cuda backend the ring is
+//! page-locked and mapped for the device), so that a rank that fails the communicator raises
+//! the abort words of the ranks in other processes through their rings
+//! ([`CallRecords::raise_peers`]), after it wrote its failure record: their pending kernels
+//! give up at their next look, and their hosts then read the cause from the record.
+//!
 //! Not covered: ranks on other machines (their memory is not shared with this one; a mismatch
 //! with them ends in a timeout without the peer's call named).
 
 use super::{Call, Signature, disagreement, mismatch_message};
 use crate::abi::symmResult_t;
+use crate::backend::{Backend, Flag};
 use crate::error::{Error, Result};
 use crate::transport::link::RankLink;
 use crate::transport::shm::SharedMemory;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
@@ -64,8 +73,12 @@ const FAILURE_WRITING: u64 = u64::MAX;
 /// Words of the failure message (UTF-8, cut to fit, zero-padded), after [`FAILURE_WORD`].
 const FAILURE_TEXT_WORDS: usize = 96;
 
+/// Index of the word whose low four bytes are the owner's abort word (a `u32` that kernels
+/// read at system scope; see `symm_device::sync::abort`).
+const ABORT_WORD: usize = FAILURE_WORD + 1 + FAILURE_TEXT_WORDS;
+
 /// Words of a ring.
-const RING_WORDS: usize = FAILURE_WORD + 1 + FAILURE_TEXT_WORDS;
+const RING_WORDS: usize = ABORT_WORD + 1;
 
 /// Bytes of a rank's ring: the slots, the checked-calls word and the failure record.
 pub(crate) const RECORDS_BYTES: usize = RING_WORDS * 8;
@@ -85,16 +98,33 @@ pub struct CallRecords {
     timeout: Duration,
     /// This rank's ring.
     own: SharedMemory,
+    /// The ring's registration for kernels: the backend, the device and the ring's device
+    /// address (`None`: the backend's kernels cannot see it, and windows keep abort words of
+    /// their own).
+    device_view: Option<(Arc<Backend>, i32, u64)>,
     /// Every rank's ring, by rank: `None` for this rank and the ranks of this process (whose
     /// calls the clique's call log compares).
     peers: Vec<Option<SharedMemory>>,
+}
+
+impl Drop for CallRecords {
+    fn drop(&mut self) {
+        if let Some((backend, device, _)) = &self.device_view {
+            let _ = backend.unregister_host(*device, self.own.address());
+        }
+    }
 }
 
 impl CallRecords {
     /// Create this rank's ring and exchange rings with the ranks of other processes; `None`
     /// when every rank runs in this process or some rank runs on another machine (see the
     /// module documentation). Every rank of the communicator calls it at initialization.
-    pub fn exchange(link: &RankLink, timeout: Duration) -> Result<Option<CallRecords>> {
+    pub fn exchange(
+        link: &RankLink,
+        timeout: Duration,
+        backend: &Arc<Backend>,
+        device: i32,
+    ) -> Result<Option<CallRecords>> {
         if !link.has_remote_peers()
             || link.export_kind() != crate::transport::shareable::ExportKind::FileDescriptor
         {
@@ -102,6 +132,9 @@ impl CallRecords {
         }
         let rank = link.rank as usize;
         let own = SharedMemory::create(RECORDS_BYTES, "symm-call-records")?;
+        let device_view = backend
+            .register_host(device, own.address(), own.len())?
+            .map(|address| (backend.clone(), device, address));
         link.send_fds(RECORDS_FD_SEQ, &[own.fd()], timeout)?;
         let deadline = Instant::now() + timeout;
         let mut peers = Vec::with_capacity(link.peers.len());
@@ -120,8 +153,35 @@ impl CallRecords {
             rank,
             timeout,
             own,
+            device_view,
             peers,
         }))
+    }
+
+    /// This rank's abort word in its ring, for its windows' kernels, when the backend's
+    /// kernels can see the ring (see the module documentation).
+    pub fn abort_flag(&self) -> Option<Flag> {
+        let offset = (ABORT_WORD * 8) as u64;
+        self.device_view.as_ref().map(|(_, _, device)| Flag {
+            host: self.own.address() + offset,
+            device: device + offset,
+        })
+    }
+
+    /// Raise the abort word of every rank of another process to `value`, unless it is raised
+    /// already (their kernels give up at their next look; a kernel's own report is kept).
+    /// Call it after [`CallRecords::publish_failure`], so that a rank that sees its word raised
+    /// finds the cause on record.
+    pub fn raise_peers(&self, value: u32) {
+        for memory in self.peers.iter().flatten() {
+            Self::abort_word(memory).raise(value);
+        }
+    }
+
+    /// The abort word in `memory`'s ring, as a flag of this process (host side only).
+    fn abort_word(memory: &SharedMemory) -> Flag {
+        let host = memory.address() + (ABORT_WORD * 8) as u64;
+        Flag { host, device: host }
     }
 
     /// The words of `memory`'s ring.
@@ -155,6 +215,19 @@ impl CallRecords {
             let Some(memory) = memory else { continue };
             let mut spins = 0u32;
             while Self::checked(memory).load(Ordering::Acquire) <= reused {
+                // A peer that failed the communicator never checks another call: its failure,
+                // not the timeout, is the answer.
+                if spins % 64 == 63
+                    && let Some((rank, _, message)) = self.peer_failure()
+                {
+                    return Err(Error::new(
+                        crate::abi::symmResult_t::symmRemoteError,
+                        format!(
+                            "rank {}: the communicator failed on rank {rank}: {message}",
+                            self.rank
+                        ),
+                    ));
+                }
                 if Instant::now() >= deadline {
                     return Err(Error::new(
                         crate::abi::symmResult_t::symmTimeout,
@@ -328,12 +401,14 @@ mod tests {
                 rank: 0,
                 timeout: Duration::from_millis(200),
                 own: a,
+                device_view: None,
                 peers: vec![None, Some(b_seen.unwrap())],
             },
             CallRecords {
                 rank: 1,
                 timeout: Duration::from_millis(200),
                 own: b,
+                device_view: None,
                 peers: vec![Some(a_seen.unwrap()), None],
             },
         )
@@ -519,6 +594,52 @@ mod tests {
             made_late.message.contains("rank 1's was refused"),
             "{}",
             made_late.message
+        );
+    }
+
+    /// A failing rank raises the abort word in its peer's ring (which the peer's windows
+    /// point their kernels at), after its failure record; a word raised already keeps its
+    /// first cause. A rank waiting to reuse a slot the failed peer will never check gets the
+    /// peer's failure, not a timeout.
+    #[test]
+    fn a_failing_rank_raises_the_peers_abort_word() {
+        let (a, b) = pair();
+        let word = |r: &CallRecords| CallRecords::abort_word(&r.own).read();
+        assert_eq!((word(&a), word(&b)), (0, 0));
+        a.publish_failure(symmResult_t::symmInvalidUsage, "rank 0: a mismatch");
+        a.raise_peers(symm_device::symmetric::ABORT_PEER_FAILED);
+        assert_eq!(word(&b), symm_device::symmetric::ABORT_PEER_FAILED);
+        assert_eq!(
+            word(&a),
+            0,
+            "a rank's own word is raised by its clique, not here"
+        );
+        assert!(b.peer_failure().is_some());
+        // A word raised already (a kernel's timeout) keeps its cause.
+        let (c, d) = pair();
+        CallRecords::abort_word(&d.own).raise(1);
+        c.raise_peers(symm_device::symmetric::ABORT_PEER_FAILED);
+        assert_eq!(word(&d), 1);
+        // Rank 1 waits for rank 0 to check call 0 before reusing its slot; rank 0 failed.
+        let (e, f) = pair();
+        for seq in 0..RECORD_SLOTS as u64 {
+            f.agree(seq, &made(0, 0, 8)).unwrap();
+        }
+        e.publish_failure(symmResult_t::symmTimeout, "rank 0: rank 2 did not arrive");
+        let started = Instant::now();
+        let failed = f.agree(RECORD_SLOTS as u64, &made(0, 0, 8)).unwrap_err();
+        assert_eq!(failed.code, symmResult_t::symmRemoteError);
+        assert!(
+            failed
+                .message
+                .contains("failed on rank 0: rank 0: rank 2 did not arrive"),
+            "{}",
+            failed.message
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(150),
+            "{:?}",
+            started.elapsed()
         );
     }
 

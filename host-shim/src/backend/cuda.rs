@@ -622,6 +622,32 @@ impl CudaBackend {
         })
     }
 
+    /// Page-lock `bytes` of host memory at `host` and map it for kernels of every device
+    /// (`cuMemHostRegister`, portable and device-mapped); its device address.
+    pub fn register_host(&self, ordinal: i32, host: u64, bytes: usize) -> Result<u64> {
+        let device_handle = self.device(ordinal)?;
+        let _context = device_handle.context.enter()?;
+        let mut device: sys::CUdeviceptr = 0;
+        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: the caller's live, page-aligned mapping of `bytes`, which stays mapped until
+        // `unregister_host`; the device pointer is the mapping of that range.
+        driver("cuMemHostRegister", || unsafe {
+            sys::cuMemHostRegister_v2(host as *mut c_void, bytes, flags).result()?;
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut c_void, 0).result()
+        })?;
+        Ok(device)
+    }
+
+    /// Undo [`CudaBackend::register_host`].
+    pub fn unregister_host(&self, ordinal: i32, host: u64) -> Result<()> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        // SAFETY: registered by `register_host`, unregistered once.
+        driver("cuMemHostUnregister", || unsafe {
+            sys::cuMemHostUnregister(host as *mut c_void).result()
+        })
+    }
+
     /// Free a flag from [`CudaBackend::alloc_flag`].
     pub fn free_flag(&self, ordinal: i32, flag: Flag) -> Result<()> {
         let device = self.device(ordinal)?;

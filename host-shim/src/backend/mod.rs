@@ -273,6 +273,27 @@ impl Backend {
         }
     }
 
+    /// Make `bytes` of this process's host memory at `host` (page aligned, owned by the caller,
+    /// possibly shared with other processes) accessible to kernels on `device` as flags are
+    /// ([`Backend::alloc_flag`]): its device address, the same on the host backend, the
+    /// mapping of the page-locked range on the cuda backend (`cuMemHostRegister`). `None` on
+    /// the model backend, whose kernels see only its own memory.
+    pub fn register_host(&self, device: i32, host: u64, bytes: usize) -> Result<Option<u64>> {
+        match self {
+            Backend::Host(_) => Ok(Some(host)),
+            Backend::Model(_) => Ok(None),
+            Backend::Cuda(b) => b.register_host(device, host, bytes).map(Some),
+        }
+    }
+
+    /// Undo [`Backend::register_host`] (the memory stays the caller's).
+    pub fn unregister_host(&self, device: i32, host: u64) -> Result<()> {
+        match self {
+            Backend::Host(_) | Backend::Model(_) => Ok(()),
+            Backend::Cuda(b) => b.unregister_host(device, host),
+        }
+    }
+
     /// Free a flag from [`Backend::alloc_flag`].
     pub fn free_flag(&self, device: i32, flag: Flag) -> Result<()> {
         match self {

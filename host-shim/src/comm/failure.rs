@@ -16,8 +16,10 @@
 //! * ranks of other processes of this machine read it from the failing rank's call records
 //!   ([`crate::agree::records`]) and adopt it likewise;
 //! * the abort word of every window of this process's ranks is raised
-//!   ([`ABORT_PEER_FAILED`]), so that their pending kernels give up at once instead of after
-//!   their timeout (ranks of other processes time out, then name the cause).
+//!   ([`ABORT_PEER_FAILED`]), and, through the call records, that of every rank of another
+//!   process of this machine (after the failure record is written), so that every rank's
+//!   pending kernels give up at their next look instead of after their timeout, and its next
+//!   call is refused, naming the rank that found the failure and its cause.
 //!
 //! From then on every collective of every rank returns an error before anything is launched;
 //! only teardown (deregistration, `symmMemFree`, `symmCommDestroy`) remains.
@@ -53,6 +55,10 @@ pub fn fail(comm: &Comm, error: &Error) {
     }
     if let Some(records) = &comm.call_records {
         records.publish_failure(error.code, &error.message);
+        // After the record: a rank that finds its word raised finds the cause on record.
+        if !crate::mutation::active(crate::mutation::Mutation::SkipRemoteAbort) {
+            records.raise_peers(ABORT_PEER_FAILED);
+        }
     }
     record_in_clique(
         &comm.clique,

@@ -181,7 +181,8 @@ pub struct Comm {
     /// The call records shared with the ranks of other processes of this machine (see
     /// [`crate::agree::records`]); `None` when every rank runs in this process or some rank runs
     /// on another machine.
-    pub call_records: Option<CallRecords>,
+    /// Windows whose abort word is in the records hold them too.
+    pub call_records: Option<Arc<CallRecords>>,
     /// The thread whose call is being made on this rank (a collective, or the collectives it
     /// queued in its open group), and that call: see [`Comm::enter_call`].
     user: Mutex<Option<User>>,
@@ -434,7 +435,7 @@ fn new_comm(
     clique: &Arc<Clique>,
     rank: usize,
     link: Option<RankLink>,
-    call_records: Option<CallRecords>,
+    call_records: Option<Arc<CallRecords>>,
 ) -> Result<Arc<Comm>> {
     let device = clique.devices[rank];
     let resources = clique.backend.open_comm(device)?;
@@ -765,7 +766,13 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
             }
         }
     };
-    let call_records = CallRecords::exchange(&link, timeout)?;
+    let call_records = CallRecords::exchange(
+        &link,
+        timeout,
+        &clique.backend,
+        clique.devices[rank as usize],
+    )?
+    .map(Arc::new);
     new_comm(&clique, rank as usize, Some(link), call_records)
 }
 

@@ -26,7 +26,16 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
     let mut state = comm.lock();
     check_range(comm, &state, buff, size)?;
     let (signal_pad, exports) = new_signal_pad(comm, &state, buff)?;
-    let abort = backend.alloc_flag(comm.device)?;
+    // The rank's abort word in the call records, which peers in other processes can raise,
+    // where the backend's kernels can read it; else a flag of the window's own.
+    let in_records = comm
+        .call_records
+        .as_ref()
+        .and_then(|records| Some((records.abort_flag()?, records.clone())));
+    let (abort, abort_in_records) = match in_records {
+        Some((flag, records)) => (flag, Some(records)),
+        None => (backend.alloc_flag(comm.device)?, None),
+    };
     {
         let mut pads = comm
             .clique
@@ -49,6 +58,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         exports,
         imports: Mutex::new(Vec::new()),
         abort,
+        abort_in_records,
         context: OnceLock::new(),
         launches: Mutex::new(Default::default()),
     });

@@ -3,6 +3,7 @@
 //! flight. Registration itself (the rendezvous of all ranks) is `comm::windows`.
 
 use crate::abi::symmWindow_t;
+use crate::agree::records::CallRecords;
 use crate::backend::{Backend, Flag, LaunchMarks, StreamMarks};
 use crate::error::Result;
 use crate::transport::shareable::{Imported, Shareable};
@@ -89,7 +90,12 @@ pub struct Window {
     pub(crate) exports: Option<Exports>,
     /// Peers' windows and signal pads mapped into this process (ranks of other processes).
     pub(crate) imports: Mutex<Vec<Imported>>,
+    /// The abort word its kernels look at: its own flag, or its rank's word in the call
+    /// records (`abort_in_records`), which peers in other processes raise too.
     pub(crate) abort: Flag,
+    /// The call records holding [`Window::abort`], kept alive while the window is (`None`:
+    /// the window owns its flag).
+    pub(crate) abort_in_records: Option<Arc<CallRecords>>,
     pub(crate) context: OnceLock<DeviceContext>,
     /// The callers' streams its collectives were enqueued on ([`Window::note_launch`]),
     /// waited for before it is torn down ([`Window::wait_for_launches`]).
@@ -169,7 +175,9 @@ impl Drop for Window {
         if let Some(context) = self.context.take() {
             let _ = self.backend.free(self.device, context.address);
         }
-        let _ = self.backend.free_flag(self.device, self.abort);
+        if self.abort_in_records.is_none() {
+            let _ = self.backend.free_flag(self.device, self.abort);
+        }
     }
 }
 

@@ -32,11 +32,11 @@ pub(crate) struct Options {
     /// (`SYMM_SIM_STRICT_COPIES=1`): they return once the bytes are staged, before the copy
     /// lands. By default they return once it landed, as they do in practice.
     pub strict_copies: bool,
-    /// Free without waiting (`SYMM_SIM_STRICT_FREE=1`): `cuMemFree` and `cuMemFreeHost`
-    /// release the memory at once, between kernel instructions, instead of first waiting for
-    /// the device's queued work as the driver does in practice (its reference promises no such
-    /// wait). A kernel that still uses the memory then faults: a program that frees memory
-    /// under queued work relying on the implicit wait shows up.
+    /// Free without waiting (`SYMM_SIM_STRICT_FREE=1`): `cuMemFree`, `cuMemFreeHost` and
+    /// `cuMemHostUnregister` release the memory at once, between kernel instructions, instead
+    /// of first waiting for the device's queued work as the driver does in practice (its
+    /// reference promises no such wait). A kernel that still uses the memory then faults: a
+    /// program that frees memory under queued work relying on the implicit wait shows up.
     pub strict_free: bool,
     /// Print every stream operation queued, started and completed (`SYMM_SIM_TRACE=1`).
     pub trace: bool,
@@ -287,9 +287,19 @@ pub(crate) enum RegionKind {
     Device,
     /// `cuMemHostAlloc` (pinned, mapped).
     Host,
+    /// `cuMemHostRegister_v2`: the caller's host memory, pinned and mapped (the caller keeps
+    /// it; `cuMemHostUnregister` only forbids it to kernels again).
+    RegisteredHost,
     /// A VMM mapping (`cuMemMap`) of allocation `handle`, accessible to the devices of
     /// `access` (`cuMemSetAccess`; 0 before the first call).
     Vmm { handle: u64, access: u64 },
+}
+
+impl RegionKind {
+    /// Pinned host memory mapped for the devices (`cuMemHostAlloc`, `cuMemHostRegister_v2`).
+    pub(crate) fn is_pinned_host(self) -> bool {
+        matches!(self, RegionKind::Host | RegionKind::RegisteredHost)
+    }
 }
 
 /// A registered memory region.

@@ -1,5 +1,5 @@
-//! The driver functions without kernels: devices, contexts, memory, streams, events,
-//! capture and replay, VMM, errors.
+//! The driver functions: devices, contexts, memory (with kernels on registered host memory),
+//! streams, events, capture and replay, VMM, errors.
 
 mod common;
 
@@ -211,6 +211,209 @@ fn mapped_host_memory() {
             E::CUDA_ERROR_INVALID_VALUE
         );
         ok(cuMemFreeHost(host));
+    }
+}
+
+/// Launch `f` with one block of `threads` on `stream`.
+fn launch(f: sys::CUfunction, threads: u32, stream: sys::CUstream, params: &mut [*mut c_void]) {
+    // SAFETY: the caller passes parameters matching the kernel's signature; they are copied
+    // at launch.
+    ok(unsafe {
+        cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            threads,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            null_mut(),
+        )
+    });
+}
+
+#[test]
+fn registered_host_memory() {
+    let _serial = serial();
+    context(4);
+    let page = 4096;
+    // SAFETY: a fresh memfd of one page mapped twice (shared), as another process maps it;
+    // every access stays inside the page; both mappings outlive their registrations.
+    unsafe {
+        let fd = libc::memfd_create(c"registered".as_ptr(), 0);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, page as libc::off_t), 0);
+        let map = || {
+            let p = libc::mmap(
+                null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            p
+        };
+        // `host` is registered; `other` is the other process's view of the same memory.
+        let host = map();
+        let other = map();
+        let word = |p: *mut c_void, i: usize| p.cast::<u32>().add(i);
+
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        assert_eq!(
+            cuMemHostRegister_v2(null_mut(), page, flags),
+            E::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemHostRegister_v2(host, 0, flags),
+            E::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemHostRegister_v2(host, page, 0x10),
+            E::CUDA_ERROR_INVALID_VALUE
+        );
+        let mut device = 0;
+        assert_eq!(
+            cuMemHostGetDevicePointer_v2(&mut device, host, 0),
+            E::CUDA_ERROR_INVALID_VALUE
+        );
+        ok(cuMemHostRegister_v2(host, page, flags));
+        ok(cuMemHostGetDevicePointer_v2(&mut device, host, 0));
+        assert_eq!(device, host as u64);
+        ok(cuMemHostGetDevicePointer_v2(
+            &mut device,
+            word(host, 2).cast(),
+            0,
+        ));
+        assert_eq!(device, word(host, 2) as u64);
+        let device = host as u64;
+
+        // Overlapping registered or allocated memory is refused.
+        assert_eq!(
+            cuMemHostRegister_v2(host, page, 0),
+            E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        );
+        assert_eq!(
+            cuMemHostRegister_v2(word(host, 256).cast(), 1024, 0),
+            E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        );
+        let mut pinned: *mut c_void = null_mut();
+        ok(cuMemHostAlloc(&mut pinned, 64, 0));
+        assert_eq!(
+            cuMemHostRegister_v2(pinned, 64, 0),
+            E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        );
+        ok(cuMemFreeHost(pinned));
+        let allocated = alloc(64);
+        assert_eq!(
+            cuMemHostRegister_v2(allocated as *mut c_void, 64, 0),
+            E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        );
+        ok(cuMemFree_v2(allocated));
+
+        // Copies and memsets through the device address reach the shared memory.
+        word(other, 0).write_volatile(41);
+        assert_eq!(download(device, 1), vec![41]);
+        ok(cuMemsetD8_v2(device + 4, 5, 4));
+        assert_eq!(word(other, 1).read_volatile(), 0x0505_0505);
+        upload(device + 8, &[7, 8]);
+        assert_eq!(word(other, 2).read_volatile(), 7);
+        assert_eq!(word(other, 3).read_volatile(), 8);
+
+        // Kernels of every device reach it: one waits for a flag the other process sets.
+        let module = load_module(PTX).unwrap();
+        let wait_then_write = function(module, "wait_then_write");
+        let s = stream(1);
+        let (mut flag, mut expect, mut out, mut value) = (device + 16, 1u32, device + 20, 99u32);
+        let mut params: [*mut c_void; 4] = [
+            (&mut flag as *mut u64).cast(),
+            (&mut expect as *mut u32).cast(),
+            (&mut out as *mut u64).cast(),
+            (&mut value as *mut u32).cast(),
+        ];
+        launch(wait_then_write, 1, s, &mut params);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(word(other, 5).read_volatile(), 0);
+        word(other, 4).write_volatile(1);
+        ok(cuStreamSynchronize(s));
+        assert_eq!(word(other, 5).read_volatile(), 99);
+        ok(cuStreamDestroy_v2(s));
+        ok(cuModuleUnload(module));
+        context(5);
+        let module = load_module(PTX).unwrap();
+        let add_one = function(module, "add_one");
+        let (mut data, mut n) = (device, 4u32);
+        let mut params: [*mut c_void; 2] =
+            [(&mut data as *mut u64).cast(), (&mut n as *mut u32).cast()];
+        launch(add_one, 32, null_mut(), &mut params);
+        ok(cuCtxSynchronize());
+        assert_eq!(word(other, 0).read_volatile(), 42);
+        assert_eq!(word(other, 3).read_volatile(), 9);
+        ok(cuModuleUnload(module));
+
+        // Registered memory is not the driver's to free.
+        assert_eq!(cuMemFreeHost(host), E::CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuMemFree_v2(device), E::CUDA_ERROR_INVALID_VALUE);
+
+        // Unregistering takes the base address; afterwards the memory is the caller's alone.
+        assert_eq!(
+            cuMemHostUnregister(word(host, 1).cast()),
+            E::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+        );
+        assert_eq!(cuMemHostUnregister(null_mut()), E::CUDA_ERROR_INVALID_VALUE);
+        ok(cuMemHostUnregister(host));
+        assert_eq!(
+            cuMemHostUnregister(host),
+            E::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+        );
+        let mut again = 0;
+        assert_eq!(
+            cuMemHostGetDevicePointer_v2(&mut again, host, 0),
+            E::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemsetD8_v2(device, 0, 4), E::CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(word(host, 0).read_volatile(), 42);
+        word(host, 6).write_volatile(3);
+        assert_eq!(word(other, 6).read_volatile(), 3);
+
+        // It may be registered again; registration is refused during a global capture.
+        ok(cuMemHostRegister_v2(
+            host,
+            page,
+            sys::CU_MEMHOSTREGISTER_READ_ONLY,
+        ));
+        assert_eq!(download(device + 24, 1), vec![3]);
+        ok(cuMemHostUnregister(host));
+        let s = stream(0);
+        let mut graph = null_mut();
+        ok(cuStreamBeginCapture_v2(s, 0));
+        assert_eq!(
+            cuMemHostRegister_v2(host, page, 0),
+            E::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        );
+        assert_eq!(
+            cuStreamEndCapture(s, &mut graph),
+            E::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        );
+        ok(cuStreamDestroy_v2(s));
+
+        // Kernels may no longer touch it (device 7's context stays faulted; no other test of
+        // this binary uses it).
+        context(7);
+        let module = load_module(PTX).unwrap();
+        let add_one = function(module, "add_one");
+        launch(add_one, 32, null_mut(), &mut params);
+        assert_eq!(cuCtxSynchronize(), E::CUDA_ERROR_ILLEGAL_ADDRESS);
+        assert_eq!(word(other, 0).read_volatile(), 42);
+        context(4);
+
+        assert_eq!(libc::munmap(host, page), 0);
+        assert_eq!(libc::munmap(other, page), 0);
+        assert_eq!(libc::close(fd), 0);
     }
 }
 

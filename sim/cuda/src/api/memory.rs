@@ -3,7 +3,7 @@
 
 use crate::state::{self, CopySource, OpKind, Region, RegionKind, current_device};
 use crate::util::{CuResult, entry, non_null, not_supported, put};
-use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream, cudaError_enum as E};
+use cudarc::driver::sys::{self, CUdeviceptr, CUresult, CUstream, cudaError_enum as E};
 use std::ffi::{c_uchar, c_uint, c_void};
 use std::sync::Arc;
 
@@ -46,6 +46,25 @@ fn release_memory(base: u64, len: u64) -> CuResult<()> {
         unsafe { libc::munmap(base as *mut c_void, round_to_page(len) as usize) };
     });
     Ok(())
+}
+
+/// Unregister `[base, base + len)` from the simulator on the device thread (so no kernel
+/// instruction is under way), leaving the memory itself to its owner.
+fn forbid_memory(base: u64, len: u64) -> CuResult<()> {
+    let driver = state::driver()?;
+    let memory = driver.memory.clone();
+    driver.on_device(move |_| memory.unmap(base, len));
+    Ok(())
+}
+
+/// The operations a call that releases memory waits for: all queued ones, as the driver
+/// does in practice, or none with `SYMM_SIM_STRICT_FREE=1`.
+fn free_targets(driver: &state::Driver, state: &state::State) -> Vec<u64> {
+    if driver.options.strict_free {
+        Vec::new()
+    } else {
+        state.ops.keys().copied().collect()
+    }
 }
 
 /// `cuMemAlloc_v2`: host memory (page aligned) registered as device memory of every device.
@@ -157,7 +176,8 @@ pub unsafe extern "C" fn cuMemHostAlloc(
     })
 }
 
-/// `cuMemHostGetDevicePointer_v2`: the same address (flags must be 0).
+/// `cuMemHostGetDevicePointer_v2`: the same address, for memory of `cuMemHostAlloc` or
+/// `cuMemHostRegister_v2` (flags must be 0).
 ///
 /// # Safety
 /// `device` is valid for one write.
@@ -174,7 +194,7 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
             return Err(E::CUDA_ERROR_INVALID_VALUE);
         }
         match state.region(host as u64, 1) {
-            Some((_, r)) if r.kind == RegionKind::Host => {}
+            Some((_, r)) if r.kind.is_pinned_host() => {}
             _ => return Err(E::CUDA_ERROR_INVALID_VALUE),
         }
         // SAFETY: the caller's output pointer.
@@ -199,15 +219,103 @@ pub unsafe extern "C" fn cuMemFreeHost(host: *mut c_void) -> CUresult {
             Some(r) if r.kind == RegionKind::Host => r.len,
             _ => return Err(E::CUDA_ERROR_INVALID_VALUE),
         };
-        let targets: Vec<u64> = if driver.options.strict_free {
-            Vec::new()
-        } else {
-            state.ops.keys().copied().collect()
-        };
+        let targets = free_targets(driver, &state);
         let mut state = driver.wait_ops(state, Some(d), &targets)?;
         state.regions.remove(&address);
         drop(state);
         release_memory(address, len)
+    })
+}
+
+/// The `CU_MEMHOSTREGISTER_*` flags `cuMemHostRegister_v2` accepts: `PORTABLE`, `DEVICEMAP`,
+/// `IOMEMORY` and `READ_ONLY`.
+const HOST_REGISTER_FLAGS: c_uint = sys::CU_MEMHOSTREGISTER_PORTABLE
+    | sys::CU_MEMHOSTREGISTER_DEVICEMAP
+    | sys::CU_MEMHOSTREGISTER_IOMEMORY
+    | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+
+/// `cuMemHostRegister_v2`: page-lock the caller's host memory `[host, host + bytes)` and map
+/// it for every device, at the same address (`cuMemHostGetDevicePointer_v2`). The caller keeps
+/// the memory; `cuMemHostUnregister` gives it back. Flags `PORTABLE`, `DEVICEMAP`, `IOMEMORY`
+/// and `READ_ONLY` are accepted (kernels' stores to `READ_ONLY` memory are not refused). A
+/// range overlapping registered or allocated memory is refused with
+/// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+///
+/// # Safety
+/// `[host, host + bytes)` is readable and writable memory of this process that stays mapped
+/// until it is unregistered.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    host: *mut c_void,
+    bytes: usize,
+    flags: c_uint,
+) -> CUresult {
+    entry("cuMemHostRegister_v2", || {
+        let driver = state::driver()?;
+        let mut state = driver.lock();
+        state.current_healthy()?;
+        state.check_capture_safe("cuMemHostRegister_v2")?;
+        let base = host as u64;
+        if base == 0 || bytes == 0 || flags & !HOST_REGISTER_FLAGS != 0 {
+            return Err(E::CUDA_ERROR_INVALID_VALUE);
+        }
+        let len = bytes as u64;
+        let end = base.checked_add(len).ok_or(E::CUDA_ERROR_INVALID_VALUE)?;
+        // Regions do not overlap, so the last one starting before `end` is the only candidate.
+        if let Some((&b, r)) = state.regions.range(..end).next_back()
+            && b + r.len > base
+        {
+            return Err(E::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        // Reserved device address ranges (`cuMemAddressReserve`) are not host memory.
+        if let Some((&b, &size)) = state.reservations.range(..end).next_back()
+            && b + size > base
+        {
+            return Err(E::CUDA_ERROR_INVALID_VALUE);
+        }
+        state.regions.insert(
+            base,
+            Region {
+                len,
+                kind: RegionKind::RegisteredHost,
+            },
+        );
+        driver.memory.map_host(
+            base,
+            len,
+            &format!("cuMemHostRegister of {bytes} bytes at {base:#x}"),
+            u64::MAX,
+        );
+        Ok(())
+    })
+}
+
+/// `cuMemHostUnregister`: wait for all queued work (as `cuMemFreeHost` does; not with
+/// `SYMM_SIM_STRICT_FREE=1`), then make the range registered at `host` inaccessible to kernels
+/// again. The memory itself stays the caller's, mapped and unchanged.
+///
+/// # Safety
+/// No pointer is dereferenced (the address is checked).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostUnregister(host: *mut c_void) -> CUresult {
+    entry("cuMemHostUnregister", || {
+        let driver = state::driver()?;
+        let mut state = driver.lock();
+        let d = state.current_healthy()?;
+        state.check_capture_safe("cuMemHostUnregister")?;
+        let address = host as u64;
+        if address == 0 {
+            return Err(E::CUDA_ERROR_INVALID_VALUE);
+        }
+        let len = match state.regions.get(&address) {
+            Some(r) if r.kind == RegionKind::RegisteredHost => r.len,
+            _ => return Err(E::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED),
+        };
+        let targets = free_targets(driver, &state);
+        let mut state = driver.wait_ops(state, Some(d), &targets)?;
+        state.regions.remove(&address);
+        drop(state);
+        forbid_memory(address, len)
     })
 }
 
@@ -456,7 +564,7 @@ fn memset(call: &str, dst: u64, value: u8, len: usize, stream: Option<u64>) -> C
         return Ok(());
     }
     state.check_device_memory(dst, len as u64)?;
-    let pinned_host = matches!(state.region(dst, 1), Some((_, r)) if r.kind == RegionKind::Host);
+    let pinned_host = matches!(state.region(dst, 1), Some((_, r)) if r.kind.is_pinned_host());
     let device = state.streams[&sid].device;
     let op = state.submit(
         sid,
