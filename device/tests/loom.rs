@@ -460,47 +460,47 @@ fn mutant_finish_without_closing_barrier_is_caught() {
 // abort word through its mapping of this rank's call records.
 
 /// Rank 1 stands for a rank of another process that refused its call: it never arrives at the
-/// barrier; its host writes its failure record, then raises rank 0's abort word (a release
+/// barrier; its host (a thread of its own, not joined before rank 0's host looks) writes its
+/// failure record, then raises rank 0's abort word through its mapping (a release
 /// compare-and-swap, as the host's `Flag::raise`) — in the other order when `!record_first`.
-/// Rank 0's pending barrier gives up, and rank 0's host, which then reads the word with
-/// acquire (as `Flag::read`), reads the record: written, and ordered before its read.
+/// Rank 0's kernel gives up its pending barrier (its look at the word is relaxed); rank 0's
+/// host then reads the word with acquire (as `Flag::read`, in `find_new_failure`) and only then
+/// the record (`adopted`): the record is written, and ordered before the read by the word alone.
 fn remote_raise(threads: u32, record_first: bool) {
-    let model = World::new(2);
+    let model: std::sync::Arc<World> = std::sync::Arc::from(World::new(2));
     model.declare();
-    let record = Payload::new(1);
-    // The address as an integer: the grid's threads share it.
+    let record = std::sync::Arc::new(Payload::new(1));
+    // The address as an integer: the threads share it.
     let word = model.contexts[0].abort_flag;
-    let raise = || {
-        // SAFETY: rank 0's abort word, a live atomic word of the model.
-        unsafe { arch::compare_exchange_sys_u32(word as *mut u32, 0, ABORT_PEER_FAILED) };
-    };
-    run_grid(2, threads, &|| {
-        let (rank, _) = place(1);
-        let leader = arch::thread_idx_x() == 0;
-        if rank == 1 {
-            if leader {
-                if record_first {
-                    record.write(0, 42);
-                    raise();
-                } else {
-                    raise();
-                    record.write(0, 42);
-                }
+    let failing_host = {
+        let record = record.clone();
+        loom::thread::spawn(move || {
+            let raise = || {
+                // SAFETY: rank 0's abort word, a live atomic word of the model.
+                unsafe { arch::compare_exchange_sys_u32(word as *mut u32, 0, ABORT_PEER_FAILED) };
+            };
+            if record_first {
+                record.write(0, 42);
+                raise();
+            } else {
+                raise();
+                record.write(0, 42);
             }
-            return;
-        }
+        })
+    };
+    // Rank 0 alone: its block waits for rank 1, which never comes.
+    run_grid(1, threads, &|| {
         let mut barrier = Rounds::open(&model.contexts[0]);
         assert!(
             barrier.sync().is_err(),
             "a barrier completed without rank 1"
         );
-        if leader {
-            // SAFETY: as above.
-            let seen = unsafe { arch::host::load_acquire_sys_u32(word as *const u32) };
-            assert_eq!(seen, ABORT_PEER_FAILED);
-            assert_eq!(record.read(0), 42, "the cause is not on record");
-        }
     });
+    // SAFETY: as above.
+    let seen = unsafe { arch::host::load_acquire_sys_u32(word as *const u32) };
+    assert_eq!(seen, ABORT_PEER_FAILED);
+    assert_eq!(record.read(0), 42, "the cause is not on record");
+    failing_host.join().unwrap();
 }
 
 /// 2 ranks × 1 thread: rank 0's pending barrier ends on the remote raise, with the cause on

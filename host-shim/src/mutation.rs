@@ -35,6 +35,9 @@ pub enum Mutation {
     /// A rank that fails the communicator raises only the abort words of this process's ranks
     /// (`skip-remote-abort`): ranks of other processes go on waiting until their own timeout.
     SkipRemoteAbort,
+    /// No rank watches its peers' processes (`skip-process-watch`): a killed peer is found by
+    /// the timeouts only.
+    SkipProcessWatch,
 }
 
 impl Mutation {
@@ -49,6 +52,7 @@ impl Mutation {
             Mutation::SkipWindowStreamWait => "skip-window-stream-wait",
             Mutation::SkipLaunchPacing => "skip-launch-pacing",
             Mutation::SkipRemoteAbort => "skip-remote-abort",
+            Mutation::SkipProcessWatch => "skip-process-watch",
         }
     }
 }

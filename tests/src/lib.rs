@@ -523,3 +523,21 @@ impl Drop for RankStream {
         }
     }
 }
+
+/// Allocate `bytes` on `comm` and register them as a window (collective: every rank of the
+/// communicator calls it, outside a group); the buffer and the window.
+// The library validates the handle before any use, so passing any pointer is safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn window_of_bytes(comm: symmComm_t, bytes: usize) -> (*mut c_void, symmWindow_t) {
+    let mut buffer: *mut c_void = std::ptr::null_mut();
+    let mut window = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; the buffer is a live allocation of this comm.
+    unsafe {
+        check(symmMemAlloc(comm, &mut buffer, bytes), comm);
+        check(
+            symmCommWindowRegister(comm, buffer, bytes, &mut window, SYMM_WIN_COLL_SYMMETRIC),
+            comm,
+        );
+    }
+    (buffer, window)
+}

@@ -2,7 +2,6 @@
 //! also after the parent ran ranks of its own with `symmCommInitRank`. Alone in its own test
 //! binary: one test, so no other thread of this process is inside symm when it forks.
 
-use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
@@ -29,17 +28,7 @@ fn one_rank(id: symmUniqueId, rank: usize) -> Result<(), String> {
     if r != symmResult_t::symmSuccess {
         return Err(format!("init: {r:?}: {}", last_error(null_mut())));
     }
-    let bytes = COUNT * 4;
-    let mut buffer: *mut c_void = null_mut();
-    let mut window = null_mut();
-    // SAFETY: valid out-pointers; a live allocation of `bytes`.
-    unsafe {
-        check(symmMemAlloc(comm, &mut buffer, bytes), comm);
-        check(
-            symmCommWindowRegister(comm, buffer, bytes, &mut window, SYMM_WIN_COLL_SYMMETRIC),
-            comm,
-        );
-    }
+    let (buffer, window) = window_of_bytes(comm, COUNT * 4);
     let base: usize = (1..=NRANKS).sum();
     for round in 0..3 {
         let values: Vec<f32> = (0..COUNT)

@@ -34,7 +34,7 @@ fn cuda_ranks(nranks: usize) -> Vec<symmComm_t> {
         "cuda",
         "run the GPU set with SYMM_BACKEND=cuda"
     );
-    make_context_current();
+    cuda_context();
     comms
 }
 
@@ -947,16 +947,6 @@ fn non_blocking_stream() -> sys::CUstream {
     stream
 }
 
-/// Bind device 0's primary context to this thread (the threads a test spawns).
-fn make_context_current() {
-    // SAFETY: device 0 exists; its primary context is retained by the library for the process.
-    unsafe {
-        let device = result::device::get(0).unwrap();
-        let context = result::primary_ctx::retain(device).unwrap();
-        result::ctx::set_current(context).unwrap();
-    }
-}
-
 /// Teardown right after a collective, without synchronizing its stream first: a large
 /// out-of-place all-reduce from each rank's send window into its receive window, all ranks on
 /// one stream of the caller's in a group (one launch, directly on that stream, not on the
@@ -1102,7 +1092,7 @@ fn gpu_one_thread_per_rank_each_on_its_own_stream() {
         for (rank, b) in buffers.iter().enumerate() {
             let (comm, base) = (b.comm as usize, b.base as usize);
             scope.spawn(move || {
-                make_context_current();
+                cuda_context();
                 let (comm, base) = (comm as symmComm_t, base as *mut u8);
                 let stream = non_blocking_stream();
                 for iteration in 0..iterations {
@@ -1323,7 +1313,7 @@ fn gpu_threads_chain_in_place_all_reduces() {
             let (comm, base) = (b.comm as usize, b.base as usize);
             let (schedule, checkpoints) = (&schedule, &checkpoints);
             scope.spawn(move || {
-                make_context_current();
+                cuda_context();
                 let (comm, base) = (comm as symmComm_t, base as *mut u8);
                 let stream = non_blocking_stream();
                 for (k, &count) in schedule.iter().enumerate() {
@@ -1426,7 +1416,7 @@ impl GpuRank {
 /// Run `work(stream)` on this thread with the device's context current and a new non-blocking
 /// stream, then wait for the stream and destroy it.
 fn on_own_stream<T>(work: impl FnOnce(sys::CUstream) -> T) -> T {
-    make_context_current();
+    cuda_context();
     let stream = non_blocking_stream();
     let out = work(stream);
     // SAFETY: the stream was created above and is used by nobody else.

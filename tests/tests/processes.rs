@@ -76,8 +76,9 @@ fn finish(child: Child, limit: Duration) -> (bool, String) {
 // The parent side
 
 /// A rank process killed while the others run all-reduces back to back: every survivor's
-/// pending or next collective returns `symmTimeout` (or `symmRemoteError` naming the survivor
-/// that timed out first) within the bound (never hangs), the next
+/// pending or next collective returns `symmRemoteError` naming the killed rank's process (the
+/// watch on it, `comm::watch`), or `symmTimeout` where it cannot be watched, within the bound
+/// (never hangs), the next
 /// call is refused, and `symmCommDestroy` still works.
 #[test]
 fn a_killed_rank_makes_the_others_time_out_within_the_bound() {
@@ -498,7 +499,10 @@ fn child_rank() {
                 result == symmResult_t::symmTimeout || result == symmResult_t::symmRemoteError,
                 "{result:?}: {message}"
             );
-            assert!(message.contains("rank 0 did not arrive"), "{message}");
+            assert!(
+                message.contains("rank 0 did not arrive") || message.contains("rank 0's process"),
+                "{message}"
+            );
             assert!(
                 elapsed < bound * 2 + Duration::from_secs(2),
                 "the failed call took {elapsed:?}, bound {bound:?}"

@@ -37,22 +37,7 @@ fn join(id: symmUniqueId, rank: usize, nranks: usize) -> (symmComm_t, *mut c_voi
         unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) },
         null_mut(),
     );
-    let mut buffer: *mut c_void = null_mut();
-    let mut window = null_mut();
-    // SAFETY: valid out-pointers; the buffer is a live allocation of this comm.
-    unsafe {
-        check(symmMemAlloc(comm, &mut buffer, COUNT * 4), comm);
-        check(
-            symmCommWindowRegister(
-                comm,
-                buffer,
-                COUNT * 4,
-                &mut window,
-                SYMM_WIN_COLL_SYMMETRIC,
-            ),
-            comm,
-        );
-    }
+    let (buffer, window) = window_of_bytes(comm, COUNT * 4);
     (comm, buffer, window)
 }
 
@@ -212,6 +197,62 @@ fn a_kernel_that_gives_up_fails_the_waiting_processes_at_once() {
     );
 }
 
+/// Two processes: rank 1 is killed (SIGKILL) while rank 0 waits in its all-reduce, bounded
+/// by 20 s: rank 0 fails right after, naming rank 1's process. A process that exits after
+/// destroying its communicator fails nobody (see the next test).
+#[test]
+fn a_killed_process_fails_the_others_at_once() {
+    use_backend_from_env();
+    let id = id_to_hex(&new_unique_id());
+    let ranks: Vec<Vec<(String, String)>> = (0..2)
+        .map(|rank| {
+            vec![
+                ("SYMM_TIMEOUT_MS".to_string(), long_timeout_ms().to_string()),
+                ("SYMM_BOOTSTRAP_TIMEOUT_MS".to_string(), "60000".to_string()),
+                (CHILD_ENV.to_string(), format!("killed,{rank},2,{id}")),
+            ]
+        })
+        .collect();
+    let results = run_rank_processes("prompt_child_rank", &ranks, Duration::from_secs(90));
+    let (ok, log) = &results[0];
+    assert!(ok, "rank 0:\n{log}");
+    assert!(!results[1].0, "rank 1 was not killed:\n{}", results[1].1);
+    let o = parse_outcome(0, log).unwrap_or_else(|| panic!("rank 0: no outcome:\n{log}"));
+    assert_ne!(o.result, symmResult_t::symmSuccess, "{}", o.message);
+    assert!(
+        o.message.contains("rank 1's process") && o.message.contains("exited"),
+        "{}",
+        o.message
+    );
+    // Rank 1 dies about 300 ms into rank 0's call.
+    assert!(
+        o.took < Duration::from_millis(300) + PROMPT,
+        "{:?}: {}",
+        o.took,
+        o.message
+    );
+    println!(
+        "a killed process: rank 0 failed after {:?}: {}",
+        o.took, o.message
+    );
+}
+
+/// Two processes: rank 1 destroys its communicator and exits; rank 0, which made the same calls
+/// (none), finds its communicator healthy afterwards and destroys it.
+#[test]
+fn a_process_that_left_cleanly_fails_nobody() {
+    let outcomes = processes("left", &[long_timeout_ms(), long_timeout_ms()]);
+    for o in &outcomes {
+        assert_eq!(
+            o.result,
+            symmResult_t::symmSuccess,
+            "rank {}: {}",
+            o.rank,
+            o.message
+        );
+    }
+}
+
 /// A thread per rank, waits bounded by 20 s, rank 1 all-reduces half as much as rank 0: every
 /// rank fails at once.
 #[test]
@@ -237,6 +278,10 @@ fn a_mismatch_fails_every_thread_at_once() {
     check_prompt("threads, count mismatch", &outcomes, &["of 1024", "of 512"]);
 }
 
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
 /// A rank process of the tests above: prints its failing call's outcome.
 #[test]
 #[ignore = "a rank process of the other tests of this file (needs SYMM_PROMPT_CHILD)"]
@@ -249,6 +294,33 @@ fn prompt_child_rank() {
     let id = id_from_hex(fields[3]);
     use_backend_from_env();
     let (comm, buffer, window) = join(id, rank, nranks);
+    if scenario == "killed" && rank == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: ends this process at once, like `kill -9`.
+        unsafe { kill(std::process::id() as i32, 9) };
+        unreachable!("killed");
+    }
+    if scenario == "left" {
+        if rank == 1 {
+            leave(comm, buffer, window);
+        } else {
+            // Long enough for rank 1's process to have exited.
+            std::thread::sleep(Duration::from_millis(500));
+            let result = async_error(comm);
+            let message = last_error(comm);
+            leave(comm, buffer, window);
+            print_outcome(result, Duration::ZERO, &message);
+            return;
+        }
+        print_outcome(symmResult_t::symmSuccess, Duration::ZERO, "left");
+        return;
+    }
+    if scenario == "killed" {
+        let o = failing_call("kernel_gives_up", comm, buffer, rank);
+        print_outcome(o.result, o.took, &o.message);
+        leave(comm, buffer, window);
+        return;
+    }
     if scenario == "kernel_gives_up" && rank == 2 {
         // Present, but never making the call: the others wait for it until rank 0's bound.
         std::thread::sleep(Duration::from_millis(3000));

@@ -131,20 +131,39 @@ fn fill(rank: usize, count: usize) -> Vec<f32> {
         .collect()
 }
 
-/// One rank's call of `coll` with its buffers `shift` elements into the window at `base`.
+/// Where each rank's buffers lie: rank `r`'s send buffer `send` elements into its send
+/// region, its receive buffer `recv` elements into its receive region.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    send: usize,
+    recv: usize,
+}
+
+impl Place {
+    /// Both buffers `shift` elements in.
+    fn both(shift: usize) -> Place {
+        Place {
+            send: shift,
+            recv: shift,
+        }
+    }
+}
+
+/// One rank's call of `coll` with its buffers at `place` in the window at `base` (in place:
+/// at the send place).
 fn call(
     coll: Coll,
     comm: symmComm_t,
     base: *mut u8,
     count: usize,
-    shift: usize,
+    place: Place,
     stream: symmStream_t,
 ) -> symmResult_t {
     let f32_ = symmDataType_t::symmFloat32 as i32;
     let sum = symmRedOp_t::symmSum as i32;
-    let send = base.wrapping_add(4 * shift).cast::<c_void>();
+    let send = base.wrapping_add(4 * place.send).cast::<c_void>();
     let recv = base
-        .wrapping_add(4 * (region(count) + shift))
+        .wrapping_add(4 * (region(count) + place.recv))
         .cast::<c_void>();
     match coll {
         Coll::AllReduce => symmAllReduce(send, send, count, f32_, sum, comm, stream),
@@ -154,16 +173,18 @@ fn call(
     }
 }
 
-/// Rank `rank`'s window after a successful call of `coll` at `shift` on windows filled by
-/// [`fill`]: the exact result (the inputs are integers, so every sum is exact).
-fn expected(coll: Coll, rank: usize, count: usize, shift: usize) -> Vec<f32> {
+/// Rank `rank`'s window after a successful call of `coll` with every rank's buffers at
+/// `place(rank)` on windows filled by [`fill`]: the exact result (the inputs are integers, so
+/// every sum is exact).
+fn expected(coll: Coll, rank: usize, count: usize, place: impl Fn(usize) -> Place) -> Vec<f32> {
     let mut window = fill(rank, count);
-    let recv = region(count) + shift;
-    let send_element = |r: usize, i: usize| input(r, shift + i);
+    let own = place(rank);
+    let recv = region(count) + own.recv;
+    let send_element = |r: usize, i: usize| input(r, place(r).send + i);
     match coll {
         Coll::AllReduce => {
             for i in 0..count {
-                window[shift + i] = (0..NRANKS).map(|r| send_element(r, i)).sum();
+                window[own.send + i] = (0..NRANKS).map(|r| send_element(r, i)).sum();
             }
         }
         Coll::AllGather => {
@@ -180,7 +201,7 @@ fn expected(coll: Coll, rank: usize, count: usize, shift: usize) -> Vec<f32> {
         }
         Coll::Broadcast => {
             for i in 0..count {
-                window[shift + i] = send_element(ROOT, i);
+                window[own.send + i] = send_element(ROOT, i);
             }
         }
     }
@@ -243,15 +264,15 @@ fn check_case(layout: &str, coll: Coll, count: usize, outcomes: &[Outcome]) {
 fn run_rank(comm: symmComm_t, rank: usize, base: *mut u8, coll: Coll, count: usize) -> Outcome {
     let stream = RankStream::new();
     put(base, &fill(rank, count));
-    let result = call(coll, comm, base, count, 1, stream.handle());
+    let result = call(coll, comm, base, count, Place::both(1), stream.handle());
     let result = stream.completed(comm, result);
     assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(comm));
     let window_len = 2 * region(count);
-    let agreed_ok = get(base, window_len) == expected(coll, rank, count, 1);
+    let agreed_ok = get(base, window_len) == expected(coll, rank, count, |_| Place::both(1));
     put(base, &fill(rank, count));
     let started = Instant::now();
     // On the cuda backend an enqueued call fails once its kernel gave up.
-    let result = call(coll, comm, base, count, rank, stream.handle());
+    let result = call(coll, comm, base, count, Place::both(rank), stream.handle());
     let result = stream.completed(comm, result);
     let took = started.elapsed();
     let message = last_error(comm);
@@ -268,18 +289,8 @@ fn run_rank(comm: symmComm_t, rank: usize, base: *mut u8, coll: Coll, count: usi
 
 /// Allocate and register this rank's window (collective: every rank calls it).
 fn own_window(comm: symmComm_t, count: usize) -> (*mut u8, symmWindow_t) {
-    let bytes = window_bytes(count);
-    let mut ptr: *mut c_void = null_mut();
-    let mut window = null_mut();
-    // SAFETY: valid out-pointers; the buffer is a live allocation of this comm.
-    unsafe {
-        check(symmMemAlloc(comm, &mut ptr, bytes), comm);
-        check(
-            symmCommWindowRegister(comm, ptr, bytes, &mut window, SYMM_WIN_COLL_SYMMETRIC),
-            comm,
-        );
-    }
-    (ptr.cast(), window)
+    let (buffer, window) = window_of_bytes(comm, window_bytes(count));
+    (buffer.cast(), window)
 }
 
 /// Teardown of a failed communicator's rank: deregistration and free may report the failure;
@@ -335,10 +346,10 @@ fn a_group_refuses_different_offsets_on_every_rank() {
         for count in SIZES {
             let comms = init_all(NRANKS);
             let buffers = alloc_windows(&comms, window_bytes(count));
-            let group = |shift: &dyn Fn(usize) -> usize| {
+            let group = |place: &dyn Fn(usize) -> Place| {
                 check(symmGroupStart(), null_mut());
                 for (rank, b) in buffers.iter().enumerate() {
-                    let r = call(coll, b.comm, b.base, count, shift(rank), null_mut());
+                    let r = call(coll, b.comm, b.base, count, place(rank), null_mut());
                     assert_eq!(r, symmResult_t::symmSuccess, "{}", last_error(b.comm));
                 }
                 let result = symmGroupEnd();
@@ -347,19 +358,21 @@ fn a_group_refuses_different_offsets_on_every_rank() {
             for (rank, b) in buffers.iter().enumerate() {
                 put(b.base, &fill(rank, count));
             }
-            let (result, message) = group(&|_| 1);
+            let (result, message) = group(&|_| Place::both(1));
             assert_eq!(result, symmResult_t::symmSuccess, "{message}");
             let window_len = 2 * region(count);
             let agreed: Vec<bool> = buffers
                 .iter()
                 .enumerate()
-                .map(|(rank, b)| get(b.base, window_len) == expected(coll, rank, count, 1))
+                .map(|(rank, b)| {
+                    get(b.base, window_len) == expected(coll, rank, count, |_| Place::both(1))
+                })
                 .collect();
             for (rank, b) in buffers.iter().enumerate() {
                 put(b.base, &fill(rank, count));
             }
             let started = Instant::now();
-            let (result, message) = group(&|rank| rank);
+            let (result, message) = group(&Place::both);
             let took = started.elapsed();
             let outcomes: Vec<Outcome> = buffers
                 .iter()
@@ -377,6 +390,78 @@ fn a_group_refuses_different_offsets_on_every_rank() {
             for b in buffers {
                 leave(b.comm, b.base, b.window);
             }
+        }
+    }
+}
+
+/// A buffer that no peer's kernel touches may lie anywhere in its rank's windows: an
+/// all-gather's send buffer (each rank pushes its own) and a reduce-scatter's receive buffer
+/// (each rank writes its own) at a different offset on every rank, the other buffer at the
+/// same offset. Exact results, a thread per rank and in a group.
+#[test]
+fn buffers_no_peer_touches_may_lie_anywhere() {
+    use_backend_from_env();
+    let cases = [
+        (
+            Coll::AllGather,
+            (|rank| Place {
+                send: rank,
+                recv: 1,
+            }) as fn(usize) -> Place,
+        ),
+        (Coll::ReduceScatter, |rank| Place {
+            send: 1,
+            recv: rank,
+        }),
+    ];
+    for (coll, place) in cases {
+        for count in SIZES {
+            let window_len = 2 * region(count);
+            // A thread per rank.
+            let id = new_id();
+            std::thread::scope(|scope| {
+                for rank in 0..NRANKS {
+                    scope.spawn(move || {
+                        let mut comm = null_mut();
+                        // SAFETY: valid out-pointer.
+                        check(
+                            unsafe { symmCommInitRank(&mut comm, NRANKS as i32, id, rank as i32) },
+                            null_mut(),
+                        );
+                        let (base, window) = own_window(comm, count);
+                        let stream = RankStream::new();
+                        put(base, &fill(rank, count));
+                        let result = call(coll, comm, base, count, place(rank), stream.handle());
+                        let result = stream.completed(comm, result);
+                        assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(comm));
+                        let right = get(base, window_len) == expected(coll, rank, count, place);
+                        leave(comm, base, window);
+                        assert!(
+                            right,
+                            "a thread per rank, {coll:?} of {count}: rank {rank} wrong"
+                        );
+                    });
+                }
+            });
+            // A group.
+            let comms = init_all(NRANKS);
+            let buffers = alloc_windows(&comms, window_bytes(count));
+            for (rank, b) in buffers.iter().enumerate() {
+                put(b.base, &fill(rank, count));
+            }
+            check(symmGroupStart(), null_mut());
+            for (rank, b) in buffers.iter().enumerate() {
+                let r = call(coll, b.comm, b.base, count, place(rank), null_mut());
+                assert_eq!(r, symmResult_t::symmSuccess, "{}", last_error(b.comm));
+            }
+            check(symmGroupEnd(), null_mut());
+            for (rank, b) in buffers.iter().enumerate() {
+                assert!(
+                    get(b.base, window_len) == expected(coll, rank, count, place),
+                    "a group, {coll:?} of {count}: rank {rank} wrong"
+                );
+            }
+            teardown(buffers);
         }
     }
 }

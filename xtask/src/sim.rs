@@ -311,6 +311,9 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    mark, with the mutants each check catches).
 /// 1. The GPU test set (`tests/tests/gpu_collectives.rs`): all of it with seed 1 on a 16-SM
 ///    device, then all but the dtype/op sweeps with seed 2 on an H100-shaped one (132 SMs).
+///    Then the layouts users run (a thread per rank, a group, a process per rank): buffers at
+///    different window offsets refused on every rank (`window_offsets.rs`), and a failure
+///    reaching every rank at once (`prompt_failure.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -326,7 +329,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    the barriers' acquire loads or the flags' release stores turned relaxed (reported as
 ///    data races), a second thread on a rank not refused, the ranks' calls not compared,
 ///    window teardown not waiting for the callers' streams, a cooperative launch larger than
-///    a 1-SM device holds not refused before its calls are numbered.
+///    a 1-SM device holds not refused before its calls are numbered, a failing rank raising
+///    only its own process's abort words, nobody watching the peers' processes.
 pub fn test() -> Result<(), String> {
     let started = Instant::now();
     let dir = build()?;
@@ -651,6 +655,18 @@ pub fn test() -> Result<(), String> {
         ],
     }
     .caught(&dir, Some("after the first"))?;
+    SimRun {
+        what: "nobody watches the peers' processes",
+        program: &binaries.prompt_failure,
+        args: vec!["a_killed_process_fails_the_others_at_once"],
+        env: vec![
+            ("SYMM_SIM_SEED", "7"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_TEST_LONG_TIMEOUT_MS", "4000"),
+            ("SYMM_MUTATION", "skip-process-watch"),
+        ],
+    }
+    .caught(&dir, Some("did not arrive"))?;
     step("mutation checks", t);
 
     for (name, seconds) in &steps {

@@ -18,20 +18,20 @@
 //! ([`UnstartedBarrier::start`]) reads the mark before anything else (a vote, an
 //! announcement) and gives up without announcing when it is set.
 //!
-//! The abort word, which the host raises on every rank of its process when the communicator
-//! failed elsewhere, lives in host memory (a PCIe round trip on a GPU). The barrier kernels do
-//! not read it before announcing their start barrier: the start barrier
-//! ([`UnstartedBarrier::start`]) reads it after the announcement, while the wait runs, and
-//! gives up when it is raised, before the caller touches a peer's memory. A rank whose epochs
-//! are in step announces only epochs its peers announce for the same call, so the start
-//! announcement of a kernel that then gives up lets no peer pass a later barrier of the call
-//! (a one-round barrier, Triton's or the LL period clear, does complete on a peer: this rank
-//! did arrive). What it can do, that the look before announcing it replaced could not: release
-//! a third rank waiting at that start barrier that has not seen the abort word yet (waits look
-//! every `POLLS_PER_ABORT_LOOK` polls; ranks of another process are never told), which then
-//! runs its body (the two-shot, gather and broadcast kernels and the one-shot share-out store
-//! into peers' receive buffers) and gives up at its next barrier. That needs the communicator
-//! to fail while a kernel of the call is still pending on one rank and waiting on another.
+//! The abort word, which the host raises on every rank of the machine when the communicator failed
+//! elsewhere (ranks of other processes through their call records), lives in host memory (a PCIe
+//! round trip on a GPU). The barrier kernels do not read it before announcing their start barrier:
+//! the start barrier ([`UnstartedBarrier::start`]) reads it after the announcement, while the wait
+//! runs, and gives up when it is raised, before the caller touches a peer's memory. A rank whose
+//! epochs are in step announces only epochs its peers announce for the same call, so the start
+//! announcement of a kernel that then gives up lets no peer pass a later barrier of the call (a
+//! one-round barrier, Triton's or the LL period clear, does complete on a peer: this rank did
+//! arrive). What it can do, that the look before announcing it replaced could not: release a third
+//! rank waiting at that start barrier that has not seen the abort word yet (waits look every
+//! `POLLS_PER_ABORT_LOOK` polls, and a rank of another process is told a little later), which then
+//! runs its body (the two-shot, gather and broadcast kernels and the one-shot share-out store into
+//! peers' receive buffers) and gives up at its next barrier. That needs the communicator to fail
+//! while a kernel of the call is still pending on one rank and waiting on another.
 
 use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;

@@ -50,11 +50,12 @@ pub struct Signature {
     pub batch_index: u16,
     /// Calls of the rank in the call's launch (1 unfused).
     pub batch_size: u16,
-    /// The send buffer, where the rank's kernel takes its send offset as its peers' too
-    /// (`None` where it does not: an in-place all-gather, a broadcast, a call of count 0).
+    /// The send buffer, where peers' kernels access it at the offset they were given (`None`
+    /// where no peer does: an all-gather, a broadcast, a call of count 0).
     pub send: Option<BufferAt>,
-    /// The receive buffer, where the rank's kernel takes its receive offset as its peers' too
-    /// (`None` where it does not: an in-place all-reduce or reduce-scatter, a call of count 0).
+    /// The receive buffer, where peers' kernels access it at the offset they were given
+    /// (`None` where no peer does: a reduce-scatter, an all-reduce but the two-shot out of
+    /// place, a call of count 0).
     pub recv: Option<BufferAt>,
     /// The call is in place on this rank (compared only where the algorithm needs every rank
     /// alike: the two-shot all-reduce).

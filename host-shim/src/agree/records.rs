@@ -77,10 +77,15 @@ const FAILURE_TEXT_WORDS: usize = 96;
 /// read at system scope; see `symm_device::sync::abort`).
 const ABORT_WORD: usize = FAILURE_WORD + 1 + FAILURE_TEXT_WORDS;
 
-/// Words of a ring.
-const RING_WORDS: usize = ABORT_WORD + 1;
+/// Index of the word its owner sets when it destroys its communicator: its process may then
+/// exit without failing the communicator (see `comm::watch`).
+const LEFT_WORD: usize = ABORT_WORD + 1;
 
-/// Bytes of a rank's ring: the slots, the checked-calls word and the failure record.
+/// Words of a ring.
+const RING_WORDS: usize = LEFT_WORD + 1;
+
+/// Bytes of a rank's ring: the slots, the checked-calls word, the failure record, the abort
+/// word and the left word.
 pub(crate) const RECORDS_BYTES: usize = RING_WORDS * 8;
 
 /// The fd-passing sequence number of the rings (window registrations count up from 0, so
@@ -96,22 +101,62 @@ pub struct CallRecords {
     rank: usize,
     /// The communicator's bound of every wait on a peer.
     timeout: Duration,
+    /// The ring's registration for kernels (`None`: the backend's kernels cannot see it, and
+    /// windows keep abort words of their own). Dropped before `own` (fields drop in order).
+    device_view: Option<DeviceView>,
     /// This rank's ring.
     own: SharedMemory,
-    /// The ring's registration for kernels: the backend, the device and the ring's device
-    /// address (`None`: the backend's kernels cannot see it, and windows keep abort words of
-    /// their own).
-    device_view: Option<(Arc<Backend>, i32, u64)>,
     /// Every rank's ring, by rank: `None` for this rank and the ranks of this process (whose
     /// calls the clique's call log compares).
     peers: Vec<Option<SharedMemory>>,
 }
 
-impl Drop for CallRecords {
-    fn drop(&mut self) {
-        if let Some((backend, device, _)) = &self.device_view {
-            let _ = backend.unregister_host(*device, self.own.address());
+/// A ring made visible to the kernels of a device ([`Backend::register_host`]); dropping it
+/// undoes that (the memory stays mapped).
+struct DeviceView {
+    backend: Arc<Backend>,
+    device: i32,
+    /// The ring's host address.
+    host: u64,
+    /// The ring's device address.
+    address: u64,
+}
+
+impl DeviceView {
+    /// Register `memory` for the kernels of `device`; `None` (windows then keep flags of their
+    /// own, which peers cannot raise) when the backend's kernels cannot see host memory or the
+    /// driver refuses it.
+    fn register(
+        backend: &Arc<Backend>,
+        device: i32,
+        memory: &SharedMemory,
+        rank: usize,
+    ) -> Option<DeviceView> {
+        match backend.register_host(device, memory.address(), memory.len()) {
+            Ok(address) => address.map(|address| DeviceView {
+                backend: backend.clone(),
+                device,
+                host: memory.address(),
+                address,
+            }),
+            Err(e) => {
+                crate::log!(
+                    crate::log::Level::Warn,
+                    crate::log::Subsys::Init,
+                    Some(rank),
+                    "the call records cannot be mapped for the device ({}): a failure reaches \
+                     the kernels of other processes at their timeout",
+                    e.message
+                );
+                None
+            }
         }
+    }
+}
+
+impl Drop for DeviceView {
+    fn drop(&mut self) {
+        let _ = self.backend.unregister_host(self.device, self.host);
     }
 }
 
@@ -132,9 +177,8 @@ impl CallRecords {
         }
         let rank = link.rank as usize;
         let own = SharedMemory::create(RECORDS_BYTES, "symm-call-records")?;
-        let device_view = backend
-            .register_host(device, own.address(), own.len())?
-            .map(|address| (backend.clone(), device, address));
+        // Unregistered again if the exchange below fails (dropped before `own`).
+        let device_view = DeviceView::register(backend, device, &own, rank);
         link.send_fds(RECORDS_FD_SEQ, &[own.fd()], timeout)?;
         let deadline = Instant::now() + timeout;
         let mut peers = Vec::with_capacity(link.peers.len());
@@ -152,8 +196,8 @@ impl CallRecords {
         Ok(Some(CallRecords {
             rank,
             timeout,
-            own,
             device_view,
+            own,
             peers,
         }))
     }
@@ -162,9 +206,9 @@ impl CallRecords {
     /// kernels can see the ring (see the module documentation).
     pub fn abort_flag(&self) -> Option<Flag> {
         let offset = (ABORT_WORD * 8) as u64;
-        self.device_view.as_ref().map(|(_, _, device)| Flag {
+        self.device_view.as_ref().map(|view| Flag {
             host: self.own.address() + offset,
-            device: device + offset,
+            device: view.address + offset,
         })
     }
 
@@ -176,6 +220,21 @@ impl CallRecords {
         for memory in self.peers.iter().flatten() {
             Self::abort_word(memory).raise(value);
         }
+    }
+
+    /// Say that this rank leaves the communicator (`symmCommDestroy`): its process's exit from
+    /// now on is no failure.
+    pub fn leave(&self) {
+        Self::words(&self.own)[LEFT_WORD].store(1, Ordering::Release);
+    }
+
+    /// Whether rank `peer`, of another process, has left the communicator ([`Self::leave`]);
+    /// `false` for a rank of this process.
+    pub fn peer_left(&self, peer: usize) -> bool {
+        self.peers
+            .get(peer)
+            .and_then(Option::as_ref)
+            .is_some_and(|memory| Self::words(memory)[LEFT_WORD].load(Ordering::Acquire) != 0)
     }
 
     /// The abort word in `memory`'s ring, as a flag of this process (host side only).
@@ -318,10 +377,21 @@ impl CallRecords {
     /// and `message` (see [`crate::comm::failure`]); only the first failure is written.
     pub fn publish_failure(&self, code: symmResult_t, message: &str) {
         let words = Self::words(&self.own);
-        if words[FAILURE_WORD]
-            .compare_exchange(0, FAILURE_WRITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if let Err(state) = words[FAILURE_WORD].compare_exchange(
+            0,
+            FAILURE_WRITING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // Another thread of this rank writes its failure: return once it is on record, so
+            // that the caller's raise of the peers' words comes after it (at most a second:
+            // the writer stores a few hundred bytes).
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut state = state;
+            while state == FAILURE_WRITING && Instant::now() < deadline {
+                std::thread::yield_now();
+                state = words[FAILURE_WORD].load(Ordering::Acquire);
+            }
             return;
         }
         let mut text = [0u8; FAILURE_TEXT_WORDS * 8];
@@ -353,7 +423,7 @@ impl CallRecords {
                 return None;
             }
             let mut text = Vec::with_capacity(FAILURE_TEXT_WORDS * 8);
-            for word in &words[FAILURE_WORD + 1..] {
+            for word in &words[FAILURE_WORD + 1..FAILURE_WORD + 1 + FAILURE_TEXT_WORDS] {
                 text.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
             }
             let end = text.iter().position(|b| *b == 0).unwrap_or(text.len());
@@ -400,15 +470,15 @@ mod tests {
             CallRecords {
                 rank: 0,
                 timeout: Duration::from_millis(200),
-                own: a,
                 device_view: None,
+                own: a,
                 peers: vec![None, Some(b_seen.unwrap())],
             },
             CallRecords {
                 rank: 1,
                 timeout: Duration::from_millis(200),
-                own: b,
                 device_view: None,
+                own: b,
                 peers: vec![Some(a_seen.unwrap()), None],
             },
         )

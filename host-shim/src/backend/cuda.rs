@@ -632,9 +632,17 @@ impl CudaBackend {
         // SAFETY: the caller's live, page-aligned mapping of `bytes`, which stays mapped until
         // `unregister_host`; the device pointer is the mapping of that range.
         driver("cuMemHostRegister", || unsafe {
-            sys::cuMemHostRegister_v2(host as *mut c_void, bytes, flags).result()?;
-            sys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut c_void, 0).result()
+            sys::cuMemHostRegister_v2(host as *mut c_void, bytes, flags).result()
         })?;
+        // SAFETY: the range registered above; on failure it is unregistered again.
+        let mapped = driver("cuMemHostGetDevicePointer", || unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host as *mut c_void, 0).result()
+        });
+        if let Err(e) = mapped {
+            // SAFETY: registered above, unregistered once.
+            let _ = unsafe { sys::cuMemHostUnregister(host as *mut c_void) };
+            return Err(e);
+        }
         Ok(device)
     }
 

@@ -101,6 +101,10 @@ pub(crate) fn record_refusal(comm: &Comm, error: Error) -> Error {
 /// were numbered fails the communicator.
 pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     check_shape(parts)?;
+    if let Err(e) = check_parts_agree(parts, plan) {
+        refuse_tasks(parts, &e);
+        return Err(e);
+    }
     for tasks in parts {
         failure::check(&tasks[0].comm)?;
     }
@@ -204,6 +208,33 @@ fn note_streams(parts: &[Vec<&Task>], launch: &Launch) -> Result<()> {
     }
     for window in windows {
         window.note_launch(&marks);
+    }
+    Ok(())
+}
+
+/// The ranks of a launch (one thread drives them, in a group) agree on every task as it runs
+/// with the launch's `plan` (a fused batch's plan may pick another algorithm than each call's
+/// own, with other needs: the two-shot all-reduce needs every rank in place or none), so that
+/// a disagreement is refused before anything is numbered instead of failing the communicator.
+fn check_parts_agree(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
+    let size = parts[0].len();
+    for t in 0..size {
+        let first = parts[0][t];
+        let expected = first.signature(plan).in_batch(t, size);
+        for tasks in &parts[1..] {
+            let differences = expected.differences(&tasks[t].signature(plan).in_batch(t, size));
+            if !differences.is_empty() {
+                return Err(Error::invalid_usage(format!(
+                    "call {} of the launch ({}) does not match between rank {} and rank {} as \
+                     it runs fused with the group's other calls: {}; nothing of it was launched",
+                    t + 1,
+                    expected,
+                    first.comm.rank,
+                    tasks[t].comm.rank,
+                    differences.join(", ")
+                )));
+            }
+        }
     }
     Ok(())
 }

@@ -57,11 +57,11 @@ impl Task {
             root: self.root,
             batch_index: 0,
             batch_size: 1,
-            send: self.uses_send_offset().then_some(BufferAt {
+            send: self.peers_use_send().then_some(BufferAt {
                 window: self.send_window.seq,
                 offset: self.args.send_offset,
             }),
-            recv: self.uses_recv_offset().then_some(BufferAt {
+            recv: self.peers_use_recv(plan).then_some(BufferAt {
                 window: self.recv_window.seq,
                 offset: self.args.recv_offset,
             }),
@@ -75,24 +75,29 @@ impl Task {
         self.comm.clique.backend.kind() == crate::backend::BackendKind::Host
     }
 
-    /// `true` when this rank's kernel reads the launch's send offset as the peers' too (an
-    /// in-place all-gather derives its send buffer from the receive buffer; a broadcast reads
-    /// only the root's send buffer, on the root, so its offset need not be symmetric).
-    pub fn uses_send_offset(&self) -> bool {
-        match self.collective {
-            Collective::AllGather => !self.in_place(),
-            Collective::Broadcast => false,
-            Collective::AllReduce | Collective::ReduceScatter => true,
-        }
+    /// `true` when peers' kernels access this rank's send buffer at the send offset they were
+    /// given (all-reduce and reduce-scatter: peers read their shares of it). An all-gather's
+    /// kernel pushes each rank's own send buffer, and a broadcast's root reads its own: their
+    /// send buffers may lie anywhere.
+    pub fn peers_use_send(&self) -> bool {
+        matches!(
+            self.collective,
+            Collective::AllReduce | Collective::ReduceScatter
+        )
     }
 
-    /// `true` when this rank's kernel reads the launch's receive offset (an in-place
-    /// all-reduce or reduce-scatter derives its receive buffer from the send buffer; the
-    /// broadcast's root stores at every rank's receive offset).
-    pub fn uses_recv_offset(&self) -> bool {
+    /// `true` when peers' kernels access this rank's receive buffer at the receive offset they
+    /// were given with `plan` (all-gather and broadcast: peers store into it; the two-shot
+    /// all-reduce out of place: peers store their reduced shards into it). A reduce-scatter's
+    /// and the other all-reduces' results are written by their own rank only.
+    pub fn peers_use_recv(&self, plan: &Plan) -> bool {
         match self.collective {
             Collective::AllGather | Collective::Broadcast => true,
-            Collective::AllReduce | Collective::ReduceScatter => !self.in_place(),
+            Collective::AllReduce => {
+                plan.kernel.algorithm == symm_device::symmetric::Algorithm::TwoShotAllReduce
+                    && !self.in_place()
+            }
+            Collective::ReduceScatter => false,
         }
     }
 

@@ -178,6 +178,13 @@ fn check_with(comm: &Comm, fresh: bool) -> Result<(), Error> {
     let Some(found) = find_new_failure(comm, fresh) else {
         return Ok(());
     };
+    if found.peer_failed
+        && let Some(error) = adopted(comm)
+    {
+        // The word was read (acquire) after `adopted` looked: the rank that raised it wrote
+        // its failure before raising, so the cause is on record now.
+        return Err(error);
+    }
     if found.error.code == symmResult_t::symmTimeout
         && let Some(earlier) = earlier_failure(comm)
     {
@@ -283,6 +290,9 @@ pub struct Finding {
     pub error: Error,
     /// `true` when the device itself failed (kept as the rank's device error).
     pub device: bool,
+    /// `true` when another rank raised this rank's abort word ([`ABORT_PEER_FAILED`]): its
+    /// failure, with the cause, is on record ([`adopted`]).
+    pub peer_failed: bool,
 }
 
 /// A failure that nothing recorded yet, read (never written) from the rank's windows and
@@ -323,6 +333,7 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
         return Some(Finding {
             error,
             device: false,
+            peer_failed: word & 0xFF == ABORT_PEER_FAILED,
         });
     }
     let error = comm.clique.backend.async_error(&comm.resources, fresh)?;
@@ -335,6 +346,7 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
             ),
         ),
         device: true,
+        peer_failed: false,
     })
 }
 

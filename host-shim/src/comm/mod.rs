@@ -5,6 +5,7 @@
 
 pub mod failure;
 pub mod pacing;
+pub mod watch;
 pub mod windows;
 
 use crate::abi::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmResult_t, symmUniqueId};
@@ -183,6 +184,9 @@ pub struct Comm {
     /// on another machine.
     /// Windows whose abort word is in the records hold them too.
     pub call_records: Option<Arc<CallRecords>>,
+    /// The watch on the processes of this rank's peers on this machine ([`watch`]), stopped
+    /// at destroy.
+    watch: Mutex<Option<watch::ProcessWatch>>,
     /// The thread whose call is being made on this rank (a collective, or the collectives it
     /// queued in its open group), and that call: see [`Comm::enter_call`].
     user: Mutex<Option<User>>,
@@ -454,6 +458,7 @@ fn new_comm(
         unsettled_refusal: AtomicU64::new(u64::MAX),
         launches: AtomicU64::new(0),
         call_records,
+        watch: Mutex::new(None),
         user: Mutex::new(None),
         last_error: Mutex::new(CString::default()),
     });
@@ -603,6 +608,12 @@ pub fn destroy(comm: &Arc<Comm>) -> Result<()> {
     if live_comms().remove(&(Arc::as_ptr(comm) as usize)).is_none() {
         return Err(Error::invalid_argument("comm was already destroyed"));
     }
+    // This rank leaves: its peers' watches must not take its process's exit for a failure.
+    if let Some(records) = &comm.call_records {
+        records.leave();
+    }
+    let watch = comm.watch.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(watch);
     comm.release()
 }
 
@@ -675,6 +686,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     let listener = FdListener::bind()?;
     let info = PeerInfo {
         pid: std::process::id(),
+        pid_namespace: link::pid_namespace(),
         process: link::process_identity()?,
         node: link::node_id(),
         backend: backend.kind() as u8,
@@ -773,7 +785,10 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
         clique.devices[rank as usize],
     )?
     .map(Arc::new);
-    new_comm(&clique, rank as usize, Some(link), call_records)
+    let comm = new_comm(&clique, rank as usize, Some(link), call_records)?;
+    let watch = watch::ProcessWatch::start(&comm)?;
+    *comm.watch.lock().unwrap_or_else(|e| e.into_inner()) = watch;
+    Ok(comm)
 }
 
 /// Device entry of [`Clique::devices`] for a rank in another process.

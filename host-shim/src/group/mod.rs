@@ -431,9 +431,11 @@ fn collectives(tasks: &[Task]) -> Result<Vec<Instance<'_>>> {
 /// kernel assumes: collective, kernel, count, broadcast root, launch shape, and the symmetric
 /// offsets and windows wherever a rank uses them.
 fn check_parts(index: usize, parts: &[&Task]) -> Result<()> {
-    let first = parts[0];
-    for part in &parts[1..] {
-        let (a, b) = (first, *part);
+    // Every pair: a buffer one rank's kernel does not take as its peers' is compared only
+    // between ranks that both do, so agreement is not transitive.
+    let pairs = (0..parts.len()).flat_map(|i| (i + 1..parts.len()).map(move |j| (i, j)));
+    for (i, j) in pairs {
+        let (a, b) = (parts[i], parts[j]);
         let mut differences = a.signature(&a.plan).differences(&b.signature(&b.plan));
         if a.collective == b.collective && a.plan.block != b.plan.block {
             differences.push(format!(

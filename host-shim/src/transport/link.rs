@@ -17,10 +17,11 @@ use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Version byte of [`PeerInfo`] and the other messages of this module. 3: an [`FdHeader`]
-/// carries a tag instead of the communicator's secret (2: the call records count all-gathers
-/// in elements; 1: bytes), so processes of different builds must not join.
-const VERSION: u8 = 4;
+/// Version byte of [`PeerInfo`] and the other messages of this module: processes of different
+/// builds must not join. 5: a [`PeerInfo`] carries its PID namespace (3: an [`FdHeader`]
+/// carries a tag instead of the communicator's secret; 2: the call records count all-gathers
+/// in elements; 1: bytes).
+const VERSION: u8 = 5;
 /// Longest fd-socket name accepted from a peer.
 const MAX_SOCKET_NAME: usize = 107;
 /// All-gather tag of the init exchange (block caps); registration `seq` tags are below it.
@@ -31,6 +32,9 @@ pub const INIT_TAG: u64 = u64::MAX;
 pub struct PeerInfo {
     /// Its process id (for messages; PID namespaces make it ambiguous).
     pub pid: u32,
+    /// Its PID namespace ([`pid_namespace`]; 0 when unknown): `pid` names its process here
+    /// only when this is this process's namespace too.
+    pub pid_namespace: u64,
     /// A random identity of its process ([`process_identity`]): ranks with equal identities
     /// share an address space.
     pub process: [u8; 16],
@@ -49,11 +53,13 @@ pub struct PeerInfo {
 }
 
 impl PeerInfo {
-    /// Wire form: version, pid, process, node, backend, device, GPU UUID, name length, name.
+    /// Wire form: version, pid, PID namespace, process, node, backend, device, GPU UUID, name
+    /// length, name.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(59 + self.socket.len());
+        let mut out = Vec::with_capacity(67 + self.socket.len());
         out.push(VERSION);
         out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&self.pid_namespace.to_le_bytes());
         out.extend_from_slice(&self.process);
         out.extend_from_slice(&self.node);
         out.push(self.backend);
@@ -76,6 +82,7 @@ impl PeerInfo {
             return Err(bad("version"));
         }
         let pid = r.u32().ok_or_else(|| bad("pid"))?;
+        let pid_namespace = r.u64().ok_or_else(|| bad("pid namespace"))?;
         let process = r.array::<16>().ok_or_else(|| bad("process"))?;
         let node = r.array::<16>().ok_or_else(|| bad("node"))?;
         let backend = r.u8().ok_or_else(|| bad("backend"))?;
@@ -94,6 +101,7 @@ impl PeerInfo {
         }
         Ok(PeerInfo {
             pid,
+            pid_namespace,
             process,
             node,
             backend,
@@ -288,6 +296,13 @@ pub fn process_identity() -> Result<[u8; 16]> {
             Ok(id)
         }
     }
+}
+
+/// This process's PID namespace: the inode of `/proc/self/ns/pid` (0 when it cannot be read).
+/// Two processes whose namespaces are equal name each other by the same pid.
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
 }
 
 /// The identity of this machine: the kernel's boot id (random per boot), so that ranks can
@@ -493,6 +508,7 @@ mod tests {
     fn info() -> PeerInfo {
         PeerInfo {
             pid: 4242,
+            pid_namespace: 4026531836,
             process: [5; 16],
             node: [7; 16],
             backend: 0,
@@ -549,7 +565,7 @@ mod tests {
         long.push(0);
         assert!(PeerInfo::decode(&long, 1).is_err());
         let mut bad_backend = bytes.clone();
-        bad_backend[37] = 9;
+        bad_backend[45] = 9;
         assert!(PeerInfo::decode(&bad_backend, 1).is_err());
         let mut bad_version = bytes;
         bad_version[0] = 0;
