@@ -238,7 +238,8 @@ fn a_killed_process_fails_the_others_at_once() {
 }
 
 /// Two processes: rank 1 destroys its communicator and exits; rank 0, which made the same calls
-/// (none), finds its communicator healthy afterwards and destroys it.
+/// (none), finds its communicator healthy afterwards (no error), and its next collective, which
+/// can never pair, fails at once naming rank 1.
 #[test]
 fn a_process_that_left_cleanly_fails_nobody() {
     let outcomes = processes("left", &[long_timeout_ms(), long_timeout_ms()]);
@@ -308,6 +309,19 @@ fn prompt_child_rank() {
             std::thread::sleep(Duration::from_millis(500));
             let result = async_error(comm);
             let message = last_error(comm);
+            assert_eq!(result, symmResult_t::symmSuccess, "{message}");
+            // The next collective can never pair: it fails at once, naming the rank that left.
+            let o = failing_call("count", comm, buffer, rank);
+            assert!(
+                o.result != symmResult_t::symmSuccess
+                    && o.message.contains("rank 1")
+                    && o.message.contains("destroyed its communicator")
+                    && o.took < PROMPT,
+                "after {:?}: {:?}: {}",
+                o.took,
+                o.result,
+                o.message
+            );
             leave(comm, buffer, window);
             print_outcome(result, Duration::ZERO, &message);
             return;

@@ -351,6 +351,19 @@ impl CallRecords {
     /// error naming both when one differs (the call must then not be launched, and the
     /// communicator is failed).
     pub fn agree(&self, seq: u64, call: &Call) -> Result<()> {
+        // A rank that destroyed its communicator completed every call it made (its destroy
+        // waited for them): no call of this rank can pair with it any more.
+        if let Some(peer) = (0..self.peers.len()).find(|peer| self.peer_left(*peer)) {
+            return Err(Error::new(
+                symmResult_t::symmRemoteError,
+                format!(
+                    "rank {}'s collective #{seq} cannot be made: rank {peer} (in another \
+                     process) destroyed its communicator; the communicator is failed on every \
+                     rank",
+                    self.rank
+                ),
+            ));
+        }
         self.wait_for_slot(seq)?;
         self.publish(seq, call);
         // Between the write above and the reads below: see the module documentation.

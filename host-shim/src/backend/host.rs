@@ -65,8 +65,10 @@ impl HostBackend {
         Ok(())
     }
 
-    /// Run `launch` on CPU threads and return when every emulated thread has finished.
-    pub fn launch(&self, launch: &Launch) -> Result<()> {
+    /// Run `launch` on CPU threads and return when every emulated thread has finished:
+    /// whether every one completed its collective (`false`: some gave up, or refused the
+    /// launch, and the abort word says why).
+    pub fn launch(&self, launch: &Launch) -> Result<bool> {
         let KernelId {
             algorithm,
             dtype,
@@ -82,6 +84,7 @@ impl HostBackend {
                 table.len()
             )));
         }
+        let completed = std::sync::atomic::AtomicBool::new(true);
         run_grid(launch.grid * ranks, launch.block, &|| {
             // SAFETY: the table holds `ranks × task_count` entries whose contexts were built
             // by `windows::complete`, alive while the tasks hold their windows; the arguments
@@ -93,9 +96,12 @@ impl HostBackend {
                 if status == KernelStatus::InvalidLaunch {
                     report_invalid_launch(table.as_ptr(), task_count, ranks);
                 }
+                if status != KernelStatus::Completed {
+                    completed.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         });
-        Ok(())
+        Ok(completed.into_inner())
     }
 
     /// `true` while `address` is an allocation of this backend.

@@ -57,6 +57,18 @@ impl Flag {
     }
 }
 
+/// How [`Backend::run_launch`] left a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchEnd {
+    /// It ran to completion on every rank it serves (the host backend): its data is right,
+    /// and a failure found since belongs to a later call.
+    Completed,
+    /// It ran, and some of it gave up or refused the launch (the abort word says why).
+    GaveUp,
+    /// It was enqueued (the cuda backend): it completes, or fails, later.
+    Enqueued,
+}
+
 /// Which backend a communicator uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendKind {
@@ -317,7 +329,7 @@ impl Backend {
     /// `launch.contexts`). On the host backend it has completed when this returns.
     pub fn launch(&self, launch: &Launch, comms: &[&CommResources]) -> Result<()> {
         let prepared = self.prepare_launch(launch, comms)?;
-        self.run_launch(launch, comms, prepared)
+        self.run_launch(launch, comms, prepared).map(|_| ())
     }
 
     /// Everything that can refuse `launch` before anything of it runs or is enqueued (the
@@ -368,13 +380,21 @@ impl Backend {
         launch: &Launch,
         comms: &[&CommResources],
         prepared: PreparedLaunch,
-    ) -> Result<()> {
+    ) -> Result<LaunchEnd> {
         match (self, prepared) {
-            (Backend::Host(b), PreparedLaunch::Host) => b.launch(launch),
-            (Backend::Cuda(b), PreparedLaunch::Cuda(prepared)) => {
-                b.run_launch(&cuda_streams(comms)?, &prepared)
+            (Backend::Host(b), PreparedLaunch::Host) => b.launch(launch).map(|completed| {
+                if completed {
+                    LaunchEnd::Completed
+                } else {
+                    LaunchEnd::GaveUp
+                }
+            }),
+            (Backend::Cuda(b), PreparedLaunch::Cuda(prepared)) => b
+                .run_launch(&cuda_streams(comms)?, &prepared)
+                .map(|()| LaunchEnd::Enqueued),
+            (Backend::Model(b), PreparedLaunch::Model(schedule)) => {
+                b.execute(&schedule).map(|()| LaunchEnd::Enqueued)
             }
-            (Backend::Model(b), PreparedLaunch::Model(schedule)) => b.execute(&schedule),
             _ => Err(Error::internal("a launch prepared by another backend")),
         }
     }

@@ -4,6 +4,7 @@
 
 use super::Task;
 use crate::agree::Call;
+use crate::backend::LaunchEnd;
 use crate::comm::{Comm, failure};
 use crate::error::{Error, Result};
 use crate::launch::{InstanceId, Launch};
@@ -128,7 +129,7 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         clique
             .backend
             .run_launch(&launch, &resources, prepared)
-            .and_then(|()| note_streams(parts, &launch))
+            .and_then(|end| note_streams(parts, &launch).map(|()| end))
     });
     // Issued once launched, or once the communicator is failed (so that a peer the pacing
     // releases finds the failure, not a launch to pair with).
@@ -137,23 +138,31 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
             clique.pacing.issued(task.comm.rank, instance.seq);
         }
     };
-    if let Err(e) = run {
-        // The peers may have launched these calls: this rank is out of step.
-        let e = Error::new(
-            e.code,
-            format!(
-                "{}; the launch failed after its calls were numbered, so the communicator is \
+    let end = match run {
+        Ok(end) => end,
+        Err(e) => {
+            // The peers may have launched these calls: this rank is out of step.
+            let e = Error::new(
+                e.code,
+                format!(
+                    "{}; the launch failed after its calls were numbered, so the communicator is \
                  failed on every rank",
-                e.message
-            ),
-        );
-        for tasks in parts {
-            failure::fail(&tasks[0].comm, &e);
+                    e.message
+                ),
+            );
+            for tasks in parts {
+                failure::fail(&tasks[0].comm, &e);
+            }
+            issued();
+            return Err(e);
         }
-        issued();
-        return Err(e);
-    }
+    };
     issued();
+    if end == LaunchEnd::Completed {
+        // Every rank's collective completed here: its data is right. A failure that peers
+        // found since (in a later call) is this rank's next call's error.
+        return Ok(());
+    }
     let mut result = Ok(());
     for tasks in parts {
         if let Err(e) = failure::check(&tasks[0].comm) {
