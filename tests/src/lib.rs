@@ -462,6 +462,22 @@ pub fn cuda_context() {
     }
 }
 
+/// A non-blocking stream of the current context (destroyed by the caller).
+pub fn non_blocking_stream() -> cudarc::driver::sys::CUstream {
+    use cudarc::driver::sys;
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the caller made a context current.
+    unsafe {
+        sys::cuStreamCreate(
+            &mut stream,
+            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+        )
+    }
+    .result()
+    .unwrap();
+    stream
+}
+
 /// The stream a thread driving its own rank passes: on the cuda backend a non-blocking stream
 /// of its own (ranks of one device launched separately must not meet on the legacy stream),
 /// destroyed when dropped; NULL on the host backend.
@@ -473,19 +489,8 @@ impl RankStream {
         if !on_cuda() {
             return RankStream(std::ptr::null_mut());
         }
-        use cudarc::driver::sys;
         cuda_context();
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; a context is current.
-        unsafe {
-            sys::cuStreamCreate(
-                &mut stream,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            )
-        }
-        .result()
-        .unwrap();
-        RankStream(stream)
+        RankStream(non_blocking_stream())
     }
 
     /// The stream as the C ABI takes it.

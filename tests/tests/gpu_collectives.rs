@@ -932,21 +932,6 @@ fn gpu_software_work_source_runs_every_tile_exactly_once() {
     }
 }
 
-/// A non-blocking stream of the current context (destroyed by the caller).
-fn non_blocking_stream() -> sys::CUstream {
-    let mut stream = null_mut();
-    // SAFETY: a context is current (see `cuda_ranks` and `make_context_current`).
-    unsafe {
-        sys::cuStreamCreate(
-            &mut stream,
-            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-        )
-    }
-    .result()
-    .unwrap();
-    stream
-}
-
 /// Teardown right after a collective, without synchronizing its stream first: a large
 /// out-of-place all-reduce from each rank's send window into its receive window, all ranks on
 /// one stream of the caller's in a group (one launch, directly on that stream, not on the
