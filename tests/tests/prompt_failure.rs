@@ -54,6 +54,10 @@ fn failing_call(scenario: &str, comm: symmComm_t, buffer: *mut c_void, rank: usi
     let sum = symmRedOp_t::symmSum as i32;
     let stream = RankStream::new();
     let s = stream.handle();
+    if scenario == "refusal_then_leave" && rank == 0 {
+        // Rank 1 refuses its call and destroys its communicator before rank 0 makes its own.
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let started = Instant::now();
     let result = match (scenario, rank) {
         // Rank 1 all-reduces half as much as rank 0.
@@ -62,7 +66,7 @@ fn failing_call(scenario: &str, comm: symmComm_t, buffer: *mut c_void, rank: usi
             symmAllReduce(buffer, buffer, count, f32_, sum, comm, s)
         }
         // Rank 1's call, inside its group, is refused (its receive buffer is NULL).
-        ("group_refusal", 1) => {
+        ("group_refusal" | "refusal_then_leave", 1) => {
             check(symmGroupStart(), null_mut());
             let refused = symmAllReduce(buffer, null_mut(), COUNT, f32_, sum, comm, s);
             // The group's end reports the refusal again (nothing of the group was launched).
@@ -70,7 +74,9 @@ fn failing_call(scenario: &str, comm: symmComm_t, buffer: *mut c_void, rank: usi
             assert_ne!(ended, symmResult_t::symmSuccess);
             refused
         }
-        ("group_refusal", _) => symmAllReduce(buffer, buffer, COUNT, f32_, sum, comm, s),
+        ("group_refusal" | "refusal_then_leave", _) => {
+            symmAllReduce(buffer, buffer, COUNT, f32_, sum, comm, s)
+        }
         // Rank 2 never calls: rank 0's wait for it runs out first (its bound is short).
         ("kernel_gives_up", _) => symmAllReduce(buffer, buffer, COUNT, f32_, sum, comm, s),
         (other, _) => panic!("unknown scenario {other}"),
@@ -179,6 +185,23 @@ fn a_refusal_in_a_group_fails_every_process_at_once() {
     // The refusing rank's message names its bad argument; the other's, the refusal (when it
     // found it on record) or the refusing rank's failure.
     check_prompt("processes, refused in a group", &outcomes, &[]);
+}
+
+/// Two processes: rank 1 refuses its call inside its group and destroys its communicator
+/// before rank 0 makes its all-reduce: rank 0 fails at once, naming the refusal it pairs with
+/// (not only the departure).
+#[test]
+fn a_refusal_before_the_peer_s_call_is_named_after_the_refuser_left() {
+    let outcomes = processes(
+        "refusal_then_leave",
+        &[long_timeout_ms(), long_timeout_ms()],
+    );
+    check_prompt("processes, refused, then left", &outcomes, &[]);
+    assert!(
+        outcomes[0].message.contains("rank 1's was refused"),
+        "{}",
+        outcomes[0].message
+    );
 }
 
 /// Three processes: rank 2 never makes its call; rank 0's wait for it is bounded by 1 s, rank

@@ -352,8 +352,13 @@ impl CallRecords {
     /// communicator is failed).
     pub fn agree(&self, seq: u64, call: &Call) -> Result<()> {
         // A rank that destroyed its communicator completed every call it made (its destroy
-        // waited for them): no call of this rank can pair with it any more.
+        // waited for them): no call of this rank can pair with it any more. When its call
+        // `seq` is on record and differs from this one (a refusal, say), that difference is
+        // the cause, and this rank names it.
         if let Some(peer) = (0..self.peers.len()).find(|peer| self.peer_left(*peer)) {
+            if let Some((peer, theirs)) = self.conflict(seq, call) {
+                return Err(disagreement(seq, self.rank, call, peer, &theirs, true));
+            }
             return Err(Error::new(
                 symmResult_t::symmRemoteError,
                 format!(
@@ -677,6 +682,28 @@ mod tests {
             made_late.message.contains("rank 1's was refused"),
             "{}",
             made_late.message
+        );
+    }
+
+    /// A peer that refused its call and then left: the next rank to make that call names the
+    /// refusal, not only the departure; a call past the peer's last names its departure.
+    #[test]
+    fn a_departed_peer_s_refusal_is_named() {
+        let (a, b) = pair();
+        b.agree(0, &Call::Refused("recvbuff is NULL".into()))
+            .unwrap();
+        b.leave();
+        let refused = a.agree(0, &made(0, 0, 64)).unwrap_err();
+        assert!(
+            refused.message.contains("rank 1's was refused"),
+            "{}",
+            refused.message
+        );
+        let left = a.agree(1, &made(0, 0, 64)).unwrap_err();
+        assert!(
+            left.message.contains("destroyed its communicator"),
+            "{}",
+            left.message
         );
     }
 
