@@ -1,4 +1,4 @@
-//! Gives `libsymm.so` its SONAME on Linux (see `soname.rs`), so that programs linked against it
+//! Gives `libsymm.so` its SONAME on Linux (`symm_artifacts::soname`), so that programs linked against it
 //! record the compatible version and `cargo xtask install` can lay it out as a system library.
 //!
 //! Also chooses the shipped SASS to embed (`src/ptx/mod.rs`): every target's, unless
@@ -6,15 +6,12 @@
 //! `cargo xtask gpu-bundle` uses to keep the archive a GPU machine is sent small. Each
 //! embedded target sets `cfg(symm_sass_<target>)`.
 
-#[path = "soname.rs"]
-mod soname;
-
 fn main() {
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
         println!(
             "cargo:rustc-cdylib-link-arg=-Wl,-soname,{}",
-            soname::soname(&version)
+            symm_artifacts::soname(&version)
         );
     }
     const SASS_TARGETS: [&str; 3] = ["sm_80", "sm_90", "sm_100a"];
@@ -37,5 +34,4 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=SYMM_SASS_TARGETS");
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=soname.rs");
 }

@@ -42,6 +42,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// The name `SYMM_MUTATION` uses.
+    #[cfg_attr(not(feature = "mutations"), allow(dead_code))]
     pub fn name(self) -> &'static str {
         match self {
             Mutation::SkipCompletionWait => "skip-completion-wait",

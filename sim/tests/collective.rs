@@ -2,9 +2,7 @@
 //! each rank its own grid (as each rank's stream launches it), with the argument table and
 //! window contexts the host library builds. Prints the simulation speed.
 
-#[allow(dead_code)]
-#[path = "../../host-shim/src/ptx/split.rs"]
-mod split;
+use symm_artifacts::{gzip, split};
 
 mod common;
 
@@ -18,9 +16,7 @@ use symm_sim::{AddressSpace, GridId, Launch, Module, RunOutcome, SimConfig, Simu
 fn kernel_module(kernel: &str, edit: fn(String) -> String) -> Module {
     let path = format!("{}/../ptx-out/symm_sm90.ptx.gz", env!("CARGO_MANIFEST_DIR"));
     let file = std::fs::read(path).expect("PTX");
-    let text =
-        miniz_oxide::inflate::decompress_to_vec_with_limit(&file[10..file.len() - 8], 256 << 20)
-            .expect("inflates");
+    let text = gzip::decompress(&file).expect("inflates");
     let text = String::from_utf8(text).expect("UTF-8");
     let module = split::PtxIndex::new(&text)
         .kernel_module(kernel)

@@ -1,21 +1,14 @@
 //! Every kernel of the shipped sm_80 and sm_90 PTX loads, one module per kernel exactly as
-//! the CUDA backend cuts them (host-shim's own splitting code, included by path).
+//! the CUDA backend cuts them (the splitting code of `symm-artifacts`).
 
-#[allow(dead_code)]
-#[path = "../../host-shim/src/ptx/split.rs"]
-mod split;
-
+use symm_artifacts::{gzip, split};
 use symm_sim::Module;
 
 /// The text of `ptx-out/<name>`, inflated.
 fn ptx(name: &str) -> String {
     let path = format!("{}/../ptx-out/{name}", env!("CARGO_MANIFEST_DIR"));
     let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    // gzip: 10-byte header (no optional fields), DEFLATE body, 8-byte trailer.
-    assert_eq!(&file[..4], &[0x1f, 0x8b, 8, 0], "{path}: plain gzip");
-    let body = &file[10..file.len() - 8];
-    let text = miniz_oxide::inflate::decompress_to_vec_with_limit(body, 256 << 20)
-        .unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    let text = gzip::decompress(&file).unwrap_or_else(|e| panic!("{path}: {e}"));
     String::from_utf8(text).expect("UTF-8")
 }
 

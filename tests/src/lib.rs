@@ -3,6 +3,8 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod ptx_lint;
+
 use std::ffi::{CStr, c_int, c_void};
 use symm::*;
 

@@ -1,5 +1,5 @@
 //! Fused launches through the C ABI on the host backend: a group's collectives of one
-//! (collective, operator, data type) run as one launch per device (see `symm::group::fusion`).
+//! (collective, operator, data type) run as one launch per device (see the group module of the `symm` crate, `fusion.rs`).
 //!
 //! Batches of 1 to 256 tasks with mixed counts (0 included), offsets, two windows per rank and
 //! in-place tasks, for every collective and a data type of each width (1, 2, 4 and 8 bytes),
@@ -12,7 +12,7 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use symm::comm::Comm;
+use symm::internals::Comm;
 use symm::*;
 use symm_tests::*;
 

@@ -839,8 +839,8 @@ impl Drop for Capture {
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_kernels_load_from_the_shipped_sass_where_it_runs() {
-    let backend = symm::backend::select().unwrap();
-    let symm::backend::Backend::Cuda(cuda) = &*backend else {
+    let backend = symm::internals::select_backend().unwrap();
+    let symm::internals::Backend::Cuda(cuda) = &*backend else {
         panic!("run with SYMM_BACKEND=cuda");
     };
     let comms = cuda_ranks(2);
@@ -876,7 +876,7 @@ fn gpu_kernels_load_from_the_shipped_sass_where_it_runs() {
             0,
         );
     }
-    let sass_runs = symm::ptx::sass_target_for_capability(major, minor).is_some();
+    let sass_runs = symm::internals::sass_target_for_capability(major, minor).is_some();
     let expected = !simulated && !jit_asked && sass_runs;
     assert_eq!(
         from_sass,
@@ -889,9 +889,9 @@ fn gpu_kernels_load_from_the_shipped_sass_where_it_runs() {
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_software_work_source_runs_every_tile_exactly_once() {
-    use symm::backend::clc::{Config, Variant};
+    use symm::internals::{ClcConfig as Config, ClcVariant as Variant};
     use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
-    let backend = symm::backend::select().unwrap();
+    let backend = symm::internals::select_backend().unwrap();
     assert_eq!(backend.kind().name(), "cuda", "run with SYMM_BACKEND=cuda");
     // SYMM_GPU_TEST_MAX_TILES (the simulated GPU): fewer tiles, each with less work; the
     // exactly-once property does not depend on how long a tile takes.
@@ -1887,7 +1887,7 @@ fn multi_process_rank(rank: usize, nranks: usize, device: i32, on_gpu: usize, id
         "run the GPU set with SYMM_BACKEND=cuda"
     );
     let sms = multiprocessors(device);
-    let max_blocks = symm::comm::Comm::from_handle(comm).unwrap().max_blocks as usize;
+    let max_blocks = symm::internals::Comm::from_handle(comm).unwrap().max_blocks as usize;
     assert!(
         max_blocks * on_gpu <= sms,
         "rank {rank}: {on_gpu} ranks of up to {max_blocks} blocks each on a GPU of {sms} SMs"

@@ -1,12 +1,12 @@
 //! Every launch pattern of the README and docs/USER_GUIDE.md, the C examples, symm-perf and the
-//! GPU test set, driven through the C ABI into the model backend (`symm::backend::model`), which
+//! GPU test set, driven through the C ABI into the model backend (`symm::internals::model`), which
 //! plays each launch schedule against CUDA's ordering rules (legacy-stream synchronization,
 //! events, kernels that spin on each other, co-residency, stream capture) and reports deadlocks.
 //! No GPU needed.
 
 use std::ffi::{c_int, c_void};
-use symm::backend::model;
-use symm::launch::schedule::{LaunchSchedule, StreamOp};
+use symm::internals::model;
+use symm::internals::{LaunchSchedule, StreamOp};
 use symm::*;
 use symm_tests::*;
 
@@ -155,8 +155,9 @@ fn one_rank_per_device_takes_the_short_path() {
     quiescent();
     let ops = model::operations();
     assert!(
-        ops.iter()
-            .all(|op| matches!(op, symm::launch::schedule::StreamOp::Launch(l) if streams.contains(&l.stream))),
+        ops.iter().all(
+            |op| matches!(op, symm::internals::StreamOp::Launch(l) if streams.contains(&l.stream))
+        ),
         "expected only launches on the callers' streams, got {ops:#?}"
     );
     teardown(buffers);
@@ -519,7 +520,10 @@ fn every_rank_plans_the_same_grid_whatever_its_device_crowding() {
     let comms = init_on(&[0, 0, 0, 1]);
     for &c in &comms {
         // 132 multiprocessors shared by 3 ranks on device 0: the cap of every rank.
-        assert_eq!(symm::comm::Comm::from_handle(c).unwrap().max_blocks, 44);
+        assert_eq!(
+            symm::internals::Comm::from_handle(c).unwrap().max_blocks,
+            44
+        );
     }
     let buffers = alloc_windows(&comms, 1 << 26);
     let streams = [model::create_stream(0, true), model::create_stream(1, true)];

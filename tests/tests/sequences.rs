@@ -38,8 +38,8 @@ use std::process::Command;
 use std::ptr::null_mut;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
-use symm::backend::BackendKind;
-use symm::plan::{Collective, Limits, parse_forced_algorithm, plan};
+use symm::internals::BackendKind;
+use symm::internals::{Collective, Limits, parse_forced_algorithm, plan};
 use symm::*;
 use symm_device::numeric::dynamic::{decode, encode};
 use symm_device::symmetric::Algorithm;
@@ -1521,7 +1521,7 @@ fn ll_grid_change_228_then_428_f32_two_ranks() {
 }
 
 /// The library's own log (`SYMM_DEBUG=INFO`, in a child process) agrees with the grids these
-/// tests derive from `symm::plan::plan`.
+/// tests derive from `symm::internals::plan`.
 #[test]
 fn library_log_confirms_the_planned_grids() {
     for (test, lines) in [
@@ -1767,7 +1767,7 @@ fn forced_pat_sequence_mixed_with_all_reduce() {
 }
 
 /// Tiny and LL-sized calls on 64 ranks, where the host model picks PAT for all-gather and
-/// reduce-scatter (checked here against `symm::plan::plan`) and LL or one-shot for all-reduce:
+/// reduce-scatter (checked here against `symm::internals::plan`) and LL or one-shot for all-reduce:
 /// PAT chosen by the picker, mixed with the other kernels on one window.
 #[test]
 fn pat_picked_at_64_ranks_on_one_window() {

@@ -13,9 +13,7 @@ use std::process::Command;
 use crate::python::build_library;
 use crate::{root, run};
 
-#[path = "../../host-shim/soname.rs"]
-mod soname;
-pub(crate) use soname::soname;
+pub(crate) use symm_artifacts::soname;
 
 /// The system libraries the static library needs (what rustc reports as
 /// `native-static-libs` for a Linux staticlib of this crate).

@@ -31,6 +31,8 @@
 //!   device functions of `ptx-out/symm_triton.ll.gz` for CUDA C++ kernels
 //!   (`ffi-headers/symm_device.cuh`), built with the toolchain's llc and the nvcc wheel; with
 //!   `--test`, build `examples/cuda` with nvcc and run `jit_link` on the simulated GPU.
+//! * `doc` — the documentation of every crate, with rustdoc's warnings as errors, and a check
+//!   that the root of `symm` shows the C ABI only (no module: the internals are private).
 //! * `layers` — check the imports between modules against the layers `docs/ARCHITECTURE.md`
 //!   states (and its list of imports that still break them).
 
@@ -66,12 +68,13 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sim") => sim::sim(&args[1..]),
         Some("layers") => layers::check(),
+        Some("doc") => doc(),
         Some("install") => install::install(&args[1..]),
         Some("device-lib") => device_lib::device_lib(&args[1..]),
         _ => Err(
             "usage: cargo xtask ptx|header [--check] | triton-library | triton-test | test | demo \
              | gpu-bundle | wheel | pytest | fuzz --replay|--time SECONDS|--seeds | sim [--test] \
-             | layers | install --prefix DIRECTORY|--check | device-lib [--test]"
+             | layers | doc | install --prefix DIRECTORY|--check | device-lib [--test]"
                 .to_string(),
         ),
     };
@@ -82,6 +85,30 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask doc`: `cargo doc --workspace --no-deps` with rustdoc's warnings denied (a
+/// link to an item a reader cannot see, a broken link), then the public surface of `symm`:
+/// its root page lists no module (the `internals` path for the project's own tests is hidden).
+fn doc() -> Result<(), String> {
+    run(cargo()
+        .args(["doc", "--workspace", "--no-deps", "--quiet"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    let index = root().join("target/doc/symm/index.html");
+    let page = std::fs::read_to_string(&index).map_err(|e| format!("{}: {e}", index.display()))?;
+    let modules: Vec<&str> = page
+        .split("class=\"mod\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('>').nth(1)?.split('<').next())
+        .collect();
+    if !modules.is_empty() {
+        return Err(format!(
+            "symm's documentation shows modules at its root ({modules:?}): internals must be \
+             private (the project's tests reach them through `symm::internals`)"
+        ));
+    }
+    println!("doc: every crate documented without warnings; symm's root shows no module");
+    Ok(())
 }
 
 /// The workspace root.

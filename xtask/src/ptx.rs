@@ -1,12 +1,9 @@
 //! `cargo xtask ptx`: PTX per target, the Triton-linkable library, and the ptxas report.
 
 use crate::{cargo, root};
-#[path = "../../host-shim/src/ptx/gzip.rs"]
-mod gzip;
-#[path = "../../host-shim/src/ptx/split.rs"]
-mod split;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use symm_artifacts::{gzip, split};
 
 /// (target-cpu, PTX file name). `ptx-out/` holds each gzip-compressed (`<name>.gz`, see
 /// [`gzip`]), and for [`SASS_TARGETS`] its SASS (`<stem>.cubin.gz`, see [`sass_file`]); the

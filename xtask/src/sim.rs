@@ -2,7 +2,7 @@
 //! interpreter `sim/`) and lays it out as `libcuda.so.1` in `target/sim/`, so that
 //! `LD_LIBRARY_PATH=target/sim SYMM_BACKEND=cuda <program>` runs any program on it.
 //!
-//! `cargo xtask sim --test`: what CI runs on the simulated GPU (see [`test`]).
+//! `cargo xtask sim --test`: what CI runs on the simulated GPU (see [`fn@test`]).
 
 use crate::{cargo, root, run};
 use std::path::{Path, PathBuf};

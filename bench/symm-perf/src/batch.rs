@@ -1,15 +1,15 @@
 //! `symm-perf <collective> --batch N`: for each size S, a group of N collectives of S bytes
 //! each (fused into one launch per device) timed next to the same N collectives as N separate
 //! calls (a group of one each: one launch per call), both checked. Each row also gives what
-//! the GPU cost model (`symm::plan::GPU_MODEL`, Hopper constants) predicts for the fused
+//! the GPU cost model (`symm::internals::GPU_MODEL`, Hopper constants) predicts for the fused
 //! launch, for one call and for the N separate calls: until the kernels have run on a GPU,
 //! those are the GPU numbers we have, and they are predictions, not measurements.
 
 use super::{Bench, Operation, Options, op_name, type_name};
-use symm::backend::BackendKind;
-use symm::comm::Comm;
-use symm::plan::batch::{BatchRequest, plan_batch};
-use symm::plan::{Collective, Limits, Plan, plan};
+use symm::internals::BackendKind;
+use symm::internals::Comm;
+use symm::internals::{BatchRequest, plan_batch};
+use symm::internals::{Collective, Limits, Plan, plan};
 
 /// Launches the first rank made so far.
 fn launches(bench: &Bench) -> Result<u64, String> {

@@ -3,7 +3,7 @@
 //! for every policy: median time, speed-up over the fixed grid, tiles per block
 //! (min/median/max over blocks that ran any), steals, and the exactly-once check.
 
-use symm::backend::clc::{Config, Variant};
+use symm::internals::{ClcConfig as Config, ClcVariant as Variant};
 use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
 
 pub const USAGE: &str = "usage: symm-perf clc [-t tiles] [-i uniform|skew|heavy|all] \
@@ -63,7 +63,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
     }
-    let backend = symm::backend::select().map_err(|e| e.message)?;
+    let backend = symm::internals::select_backend().map_err(|e| e.message)?;
     println!(
         "# symm-perf clc: {} tiles x {} threads, work {} iterations/unit, prologue {} iterations, backend {}, median of {} launches",
         config.tiles,

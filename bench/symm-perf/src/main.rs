@@ -9,7 +9,7 @@
 //! ```
 //!
 //! `scale-model` proves the PAT and direct all-gather / reduce-scatter schedules for every rank
-//! count of its table, prints the table of steps and predicted times (`symm::plan::scale_model`), and
+//! count of its table, prints the table of steps and predicted times (`symm::internals::scale_model`), and
 //! writes it with a plot to `DIR/scale_model.md` and `DIR/scale_model.svg` (default `bench`).
 //!
 //! All ranks live in this process on device 0 (one thread drives them, collectives grouped);
@@ -38,11 +38,11 @@ fn scale_model(args: &[String]) -> Result<(), String> {
         [flag, dir] if flag == "--out" => std::path::PathBuf::from(dir),
         _ => return Err("usage: symm-perf scale-model [--out DIR]".to_string()),
     };
-    let table = symm::plan::scale_model::markdown()?;
+    let table = symm::internals::scale_model::markdown()?;
     print!("{table}");
     for (name, text) in [
         ("scale_model.md", table),
-        ("scale_model.svg", symm::plan::scale_model::svg()),
+        ("scale_model.svg", symm::internals::scale_model::svg()),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -428,7 +428,7 @@ impl Bench {
 
     /// The algorithm of the kernel the first rank launched last.
     fn last_kernel(&self) -> String {
-        symm::comm::Comm::from_handle(self.ranks[0].comm)
+        symm::internals::Comm::from_handle(self.ranks[0].comm)
             .ok()
             .and_then(|c| c.lock().last_kernel.clone())
             .map(|k| k.trim_start_matches("symm_").to_string())
@@ -437,21 +437,21 @@ impl Bench {
 
     /// The algorithm the planner picks, and the bytes all ranks read and write with it.
     fn algorithm_and_traffic(&self, shape: Shape) -> (Algorithm, f64) {
-        let comm = symm::comm::Comm::from_handle(self.ranks[0].comm).expect("live comm");
+        let comm = symm::internals::Comm::from_handle(self.ranks[0].comm).expect("live comm");
         let collective = match self.options.operation {
-            Operation::AllReduce => symm::plan::Collective::AllReduce,
-            Operation::AllGather => symm::plan::Collective::AllGather,
-            Operation::ReduceScatter => symm::plan::Collective::ReduceScatter,
-            Operation::Broadcast => symm::plan::Collective::Broadcast,
+            Operation::AllReduce => symm::internals::Collective::AllReduce,
+            Operation::AllGather => symm::internals::Collective::AllGather,
+            Operation::ReduceScatter => symm::internals::Collective::ReduceScatter,
+            Operation::Broadcast => symm::internals::Collective::Broadcast,
         };
-        let plan = symm::plan::plan(
+        let plan = symm::internals::plan(
             collective,
             self.options.dtype,
             self.options.op,
             shape.count,
             self.nranks as u32,
             comm.clique.backend.kind(),
-            symm::plan::Limits {
+            symm::internals::Limits {
                 max_blocks: comm.max_blocks,
                 min_blocks: comm.clique.min_blocks,
                 ranks_per_gpu: comm.clique.ranks_per_gpu,

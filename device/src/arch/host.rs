@@ -1,7 +1,7 @@
 //! `arch` on the host: a CUDA grid emulated with OS threads.
 //!
 //! [`run_grid`] starts `grid × block` threads; each knows its indices through a thread-local,
-//! the threads of one block share a [`BlockBarrier`], and memory operations map to
+//! the threads of one block share a `BlockBarrier`, and memory operations map to
 //! `core::sync::atomic` with the same orderings. Spin-waits yield the CPU, so that many ranks'
 //! grids can share a two-core machine.
 //!

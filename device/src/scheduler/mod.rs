@@ -2,7 +2,7 @@
 //!
 //! Layers, bottom to top:
 //! * [`crate::arch`] — the CLC instructions, mbarriers and proxy fences (`arch::clc`, sm_100a).
-//! * [`source`] — where stolen tiles come from: [`source::HardwareSource`] (CLC, sm_100a PTX
+//! * [`source`] — where stolen tiles come from: `source::HardwareSource` (CLC, sm_100a PTX
 //!   only) or [`source::SoftwareSource`] (a global atomic ticket, every target and the host).
 //! * [`steal`] — the typestate: a request can only be submitted with an [`steal::Election`],
 //!   its response only read after the barrier wait, a failure ends the handle, a failed

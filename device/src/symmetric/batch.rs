@@ -101,7 +101,7 @@ pub struct Task<'a> {
 
 /// The calling block's rank's tasks of a launch, checked by [`super::resolve_launch`] (a
 /// launched kernel: a table pointer and a length, so that the launch's resolution stays in
-/// registers on the GPU; tasks are read from the table when used) or by [`Batch::open_one`] (a
+/// registers on the GPU; tasks are read from the table when used) or by `Batch::open_one` (a
 /// device function's single task, held by value so that it never goes through local memory).
 /// Everything is inlined and each kind is built where it is a constant, so only the fields of
 /// the kind in use reach the registers.

@@ -294,7 +294,7 @@ unsafe fn pat_all_gather_task(rank: Rank<'_>, grid: Grid, args: &CollectiveArgs)
 const GRANULE_BYTES: u64 = 16;
 
 /// The byte range `[lo, hi)` of a `bytes`-byte segment that block `grid.block` copies: whole
-/// [`GRANULE_BYTES`] granules, split by [`block_range`] and clipped to `bytes`. It depends on
+/// `GRANULE_BYTES` granules, split by [`block_range`] and clipped to `bytes`. It depends on
 /// nothing but `bytes` and the grid, so block `b` of every rank covers the same bytes whatever
 /// the alignment of each rank's buffers: the data flag of block `b` announces exactly the bytes
 /// block `b` of the receiver forwards.

@@ -81,8 +81,8 @@ unsafe fn wait_line_or_abort(
     }
 }
 
-/// What [`wait_line_out_of_line`] returns when its wait gave up. A line may carry these bits
-/// as data too: the caller then looks at the line again (see [`LlCall::take_out_of_line`]).
+/// What `wait_line_out_of_line` returns when its wait gave up. A line may carry these bits
+/// as data too: the caller then looks at the line again (see `LlCall::take_out_of_line`).
 /// Public for the tests that send it as data.
 pub const GAVE_UP: u64 = 0x7ff4_dead_7ff4_dead;
 
@@ -104,7 +104,7 @@ unsafe fn wait_line_out_of_line(
     unsafe { wait_line_or_abort(line, flag, abort, timeout_ns, source) }.unwrap_or(GAVE_UP)
 }
 
-/// Sources whose lines [`LlCall::take_round`] loads together (the `unroll!` lists there and in
+/// Sources whose lines `LlCall::take_round` loads together (the `unroll!` lists there and in
 /// the LL kernels have this many indices): 4 independent 16-byte loads in flight per thread
 /// (NCCL's LL receive polls the peers' lines of a step together). 8 took the LL kernels past
 /// 128 registers, the most a 512-thread block may use.
@@ -203,7 +203,7 @@ impl<'a> LlCall<'a> {
     }
 
     /// Take line `line` from every source, [`LL_ROUND`] sources at a time
-    /// ([`LlCall::take_round`]), and call `each(source, data)` for each in rank order. `Err`
+    /// (`LlCall::take_round`), and call `each(source, data)` for each in rank order. `Err`
     /// when a wait was abandoned (`each` then saw only the sources before it).
     ///
     /// # Safety

@@ -172,7 +172,7 @@ pub(crate) struct CudaDevice {
     /// by a user's stream, so uploads run at once even while a graph is being captured.
     setup_stream: sys::CUstream,
     capability: (i32, i32),
-    /// Kernel name → function. Each kernel is its own module (see [`crate::ptx::split`]),
+    /// Kernel name → function. Each kernel is its own module (see `symm_artifacts::split`),
     /// loaded on first use and kept for the process.
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     multiprocessors: u32,
@@ -978,7 +978,7 @@ struct CollectiveParams {
 
 impl CollectiveParams {
     /// The PTX type of each parameter, in order (checked against every collective `.entry`
-    /// of the shipped PTX by [`crate::ptx::lint`]).
+    /// of the shipped PTX by the PTX linter of the tests).
     pub(crate) const PTX_TYPES: [&str; 3] = ["u64", "u32", "u32"];
 
     /// `kernelParams` for `cuLaunchKernelEx`: one pointer per parameter, valid while `self`
@@ -1013,7 +1013,7 @@ struct BenchmarkParams {
 }
 
 impl BenchmarkParams {
-    /// The PTX type of each parameter, in order (checked by [`crate::ptx::lint`]).
+    /// The PTX type of each parameter, in order (checked by the PTX linter of the tests).
     pub(crate) const PTX_TYPES: [&str; 8] =
         ["u32", "u32", "u32", "u32", "u64", "u64", "u64", "u64"];
 
@@ -1033,8 +1033,8 @@ impl BenchmarkParams {
     }
 }
 
-/// The `.param` types the host passes to kernel `name` (see [`CollectiveParams`] and
-/// [`BenchmarkParams`]), or `None` for a name the host never launches.
+/// The `.param` types the host passes to kernel `name` (see `CollectiveParams` and
+/// `BenchmarkParams`), or `None` for a name the host never launches.
 pub fn launched_param_types(name: &str) -> Option<&'static [&'static str]> {
     if name.starts_with("symm_clc_") {
         Some(&BenchmarkParams::PTX_TYPES)

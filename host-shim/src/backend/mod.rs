@@ -103,9 +103,9 @@ impl BackendKind {
 
 /// A backend instance, shared by every communicator that uses it.
 pub enum Backend {
-    /// See [`host::HostBackend`].
+    /// See `host::HostBackend`.
     Host(host::HostBackend),
-    /// See [`cuda::CudaBackend`].
+    /// See `cuda::CudaBackend`.
     Cuda(cuda::CudaBackend),
     /// See [`model::ModelBackend`].
     Model(model::ModelBackend),

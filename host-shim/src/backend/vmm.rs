@@ -926,7 +926,6 @@ pub struct ImportedMapping {
     size: usize,
     offset: u64,
     handle: sys::CUmemGenericAllocationHandle,
-    device: sys::CUdevice,
     /// Dropped after `Drop::drop` has unmapped everything.
     context: PrimaryContext,
 }
@@ -1019,7 +1018,6 @@ impl ImportedMapping {
             size,
             offset: message.offset,
             handle,
-            device,
             context,
         })
     }
@@ -1038,11 +1036,6 @@ impl ImportedMapping {
     /// Bytes mapped (the whole allocation).
     pub fn size(&self) -> usize {
         self.size
-    }
-
-    /// The device the mapping is for.
-    pub fn device(&self) -> sys::CUdevice {
-        self.device
     }
 }
 

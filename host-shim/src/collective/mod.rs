@@ -6,9 +6,7 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
-pub use validate::{
-    Request, all_gather, all_reduce, broadcast, data_type, describe, red_op, reduce_scatter,
-};
+pub use validate::{Request, all_gather, all_reduce, broadcast, describe, reduce_scatter};
 
 use crate::agree::{BufferAt, Call, Signature};
 use crate::comm::Comm;

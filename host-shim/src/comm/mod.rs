@@ -156,7 +156,7 @@ pub struct Comm {
     pub rank: usize,
     /// CUDA device ordinal (recorded, unused, on the host backend).
     pub device: i32,
-    /// Most blocks this rank's kernels may use: the clique's [`Clique::max_blocks`].
+    /// Most blocks this rank's kernels may use: the clique's `Clique::max_blocks`.
     pub max_blocks: u32,
     /// Launch resources (cuda stream and events).
     pub resources: CommResources,
@@ -175,12 +175,12 @@ pub struct Comm {
     /// rank of the clique is one collective).
     pub next_collective: AtomicU64,
     /// The number of this rank's last refused collective while its peers' calls under that
-    /// number are not all known (`u64::MAX`: none): see [`failure::settle_refusal`].
+    /// number are not all known (`u64::MAX`: none): see `failure::settle_refusal`.
     pub unsettled_refusal: AtomicU64,
     /// Kernel launches that served this rank (a fused launch counts once).
     pub launches: AtomicU64,
     /// The call records shared with the ranks of other processes of this machine (see
-    /// [`crate::agree::records`]); `None` when every rank runs in this process or some rank runs
+    /// `crate::agree::records`); `None` when every rank runs in this process or some rank runs
     /// on another machine.
     /// Windows whose abort word is in the records hold them too.
     pub call_records: Option<Arc<CallRecords>>,

@@ -10,7 +10,7 @@
 //!
 //! * it conflicts with no task of that batch or of any batch started after it (one writes
 //!   memory the other reads or writes, on any rank the group drives, by the address ranges of
-//!   [`Task::footprint`]): the tasks of one launch run concurrently, and a dependent call must
+//!   `Task::footprint`): the tasks of one launch run concurrently, and a dependent call must
 //!   stay after the call it depends on;
 //! * its parts are the same ranks as the batch's, on the same streams (a launch waits for and
 //!   is waited on by one stream per rank);

@@ -218,7 +218,7 @@ pub struct Limits {
     /// `max_blocks`.
     pub min_blocks: u32,
     /// Most ranks of the communicator on one GPU (1: a GPU per rank). The same on every rank,
-    /// as the plan must be (see [`Model::rank_peak_gbps`]).
+    /// as the plan must be (see `Model::rank_peak_gbps`).
     pub ranks_per_gpu: u32,
     /// An algorithm forced by `SYMM_ALGO`: an all-reduce algorithm, or PAT for all-gather and
     /// reduce-scatter (see [`Collective::resolve_forced`]).

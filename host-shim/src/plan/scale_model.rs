@@ -24,7 +24,7 @@
 //! direct kernels (one-shot stores for all-gather, loads for reduce-scatter) are simulated for
 //! every rank ([`prove_direct_all_gather`], [`prove_direct_reduce_scatter`]).
 //!
-//! **What is predicted.** Steps, bytes each rank sends, and the time [`crate::plan::GPU_MODEL`]
+//! **What is predicted.** Steps, bytes each rank sends, and the time `crate::plan::GPU_MODEL`
 //! predicts with its best block count (up to 64), for every algorithm. The kernels themselves
 //! run up to `MAX_RANKS` (64) ranks; beyond that the numbers are the model's extrapolation.
 //! [`markdown`] and [`svg`] render them (`symm-perf scale-model` writes them to `bench/`).
@@ -599,7 +599,7 @@ pub fn markdown() -> Result<String, String> {
     Ok(out)
 }
 
-/// A plot (SVG) of predicted time versus rank count, [`PLOT_BYTES`] per rank, log-log.
+/// A plot (SVG) of predicted time versus rank count, `PLOT_BYTES` per rank, log-log.
 pub fn svg() -> String {
     let (width, height) = (760.0, 460.0);
     let (left, right, top, bottom) = (70.0, 210.0, 40.0, 50.0);

@@ -2,9 +2,7 @@
 //! toolchain. `ptx-out/` holds it gzip-compressed (a sixth of the size, in the repository and
 //! in libsymm); a target's text is decompressed once per process, the first time it is used.
 
-pub mod gzip;
-pub mod lint;
-pub mod split;
+use symm_artifacts::{gzip, split};
 
 use std::sync::OnceLock;
 
@@ -56,7 +54,7 @@ pub fn sass(target: &str) -> Option<&'static [u8]> {
 }
 
 /// The shipped SASS that runs on a GPU of compute capability `major.minor`, the same target
-/// as [`target_for_capability`]'s PTX: a cubin runs on its own major version from its minor
+/// as `target_for_capability`'s PTX: a cubin runs on its own major version from its minor
 /// version up (sm_80 on 8.x, sm_90 on 9.x), and an arch-specific one (sm_100a) on its own
 /// version only. `None` where none runs or this build does not embed it (such a GPU
 /// JIT-compiles the PTX).

@@ -43,11 +43,6 @@ impl RootHandle {
     pub fn is_finished(&self) -> bool {
         self.state.finished.load(Ordering::Acquire)
     }
-
-    /// Ask the root to end (its threads exit within a fraction of a second).
-    pub fn stop(&self) {
-        self.state.finished.store(true, Ordering::Release);
-    }
 }
 
 /// A joined rank's connection, for writing (dropped, which closes it, once the rank left or

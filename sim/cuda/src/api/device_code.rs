@@ -203,7 +203,7 @@ fn fatbins(bytes: &[u8]) -> Result<Vec<Vec<Entry<'_>>>, DeviceCodeError> {
     Ok(fatbins)
 }
 
-/// The PTX of each fatbin in `bytes` (see [`best_ptx`]): an error when one of them has none
+/// The PTX of each fatbin in `bytes` (see `best_ptx`): an error when one of them has none
 /// the simulated GPU runs, or when there is no fatbin at all.
 pub fn ptx_of_fatbins(bytes: &[u8]) -> Result<Vec<String>, DeviceCodeError> {
     let all = fatbins(bytes)?;

@@ -1,4 +1,5 @@
-//! Static checks over the shipped PTX (`ptx-out/`), run by the tests:
+//! Static checks over the shipped PTX (`ptx-out/`, as libsymm embeds it), run by this crate's
+//! tests:
 //!
 //! * **Instruction set**: every instruction of the sm_80 and sm_90 files is one the simulated
 //!   GPU (`sim/`) executes ([`SIMULATED`]); sm_100a may add the cluster launch control
@@ -10,9 +11,9 @@
 //!   of a function that has one):
 //!   a weak load there may be hoisted out of the loop, and the wait never sees the store.
 //! * **Kernel parameters**: every `.entry` takes exactly the `.param` types the host passes
-//!   when it launches it ([`crate::backend::cuda::launched_param_types`]).
+//!   when it launches it (`launched_param_types`, the cuda executor's).
 //!
-//! Pure text processing over the layout LLVM's NVPTX back end writes (see [`super::split`]).
+//! Pure text processing over the layout LLVM's NVPTX back end writes (see `symm_artifacts::split`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -406,7 +407,7 @@ pub fn lint(
                     if target == "sm_100a" {
                         ""
                     } else {
-                        " (teach sim/ the instruction, then add it to ptx::lint::SIMULATED)"
+                        " (teach sim/ the instruction, then add it to SIMULATED in tests/src/ptx_lint.rs)"
                     }
                 ));
             }
@@ -507,13 +508,13 @@ fn closes_a_loop(function: &Function<'_>, start: usize, end: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::launched_param_types;
+    use symm::internals::{launched_param_types, ptx_text};
 
     /// The shipped PTX of every target passes.
     #[test]
     fn shipped_ptx_passes() {
         for target in ["sm_80", "sm_90", "sm_100a"] {
-            let ptx = crate::ptx::text(target).expect("embedded PTX");
+            let ptx = ptx_text(target).expect("embedded PTX");
             let functions = functions(ptx);
             assert!(
                 functions.iter().filter(|f| f.entry).count() > 300,
@@ -536,7 +537,7 @@ mod tests {
     #[test]
     fn instruction_lists_are_what_the_ptx_uses() {
         let used = |target: &str| -> HashSet<String> {
-            functions(crate::ptx::text(target).unwrap())
+            functions(ptx_text(target).unwrap())
                 .iter()
                 .flat_map(|f| f.body.iter().map(|i| i.opcode.to_string()))
                 .collect()

@@ -40,7 +40,6 @@ pub fn crc32(data: &[u8]) -> u32 {
 }
 
 /// `data` as a gzip file: the same bytes for the same input (time 0, OS "unknown").
-#[allow(dead_code)] // used by `cargo xtask ptx`, which includes this file
 pub fn compress(data: &[u8]) -> Vec<u8> {
     let deflated = miniz_oxide::deflate::compress_to_vec(data, 9);
     let mut out = Vec::with_capacity(HEADER_BYTES + deflated.len() + TRAILER_BYTES);
