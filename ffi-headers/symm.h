@@ -152,7 +152,8 @@ typedef CUstream_st *symmStream_t;
 // Layout of the device context returned by `symmCommGetDeviceContext` (the device crate's
 // `SymmContext`): what device code receives as a 64-bit pointer.
 typedef struct {
-  // 0 = native symm window (1 = NVSHMEM, 2 = NCCL: reserved).
+  // Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM and 2 = NCCL
+  // (peers reached through that engine) are not implemented.
   uint32_t backend;
   // Layout version (1).
   uint32_t version;
@@ -174,8 +175,9 @@ typedef struct {
   uint64_t abort_flag;
   // Bound of every wait on a peer, in nanoseconds.
   uint64_t timeout_ns;
-  // Reserved, zero.
-  uint64_t reserved[3];
+  // Engine words: the data window's, the signal words' and the communicator's handles of
+  // the engine (NCCL, NVSHMEM); all zero for a native window.
+  uint64_t engine[3];
 } symmDeviceContext;
 
 #ifdef __cplusplus

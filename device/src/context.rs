@@ -7,21 +7,36 @@
 use bytemuck::{Pod, Zeroable};
 use static_assertions::const_assert_eq;
 
-/// Which library produced the context. Only [`BackendTag::Native`] is implemented; the other
-/// values are reserved so that a context can later wrap an NVSHMEM or NCCL window.
+/// The device protocol of a context's window (not who owns its memory): [`BackendTag::Native`]
+/// for every window whose peers are all load/store reachable (symm's own windows, and those of
+/// another library whose peer addresses the host can fill in), the engine's tag where some peer
+/// is reachable only through that engine (its `peer_bases` entry is 0). Only `Native` is
+/// implemented; `docs/ARCHITECTURE.md` states the layout the others use.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendTag {
     /// symm's own windows (peer table and signal pads built by symm).
     Native = 0,
-    /// Reserved: an NVSHMEM symmetric heap.
+    /// An NVSHMEM symmetric heap with peers beyond load/store reach (not implemented).
     Nvshmem = 1,
-    /// Reserved: an NCCL registered window.
+    /// An NCCL registered window with peers beyond load/store reach (not implemented).
     Nccl = 2,
 }
 
-/// Layout version written into [`SymmContext::version`].
+/// Layout version written into [`SymmContext::version`]. An engine's own ABI version (NCCL's
+/// or NVSHMEM's) is checked on the host when a context for that engine is made, not here.
 pub const CONTEXT_VERSION: u32 = 1;
+
+/// Index in [`SymmContext::engine`] of the engine's handle of the window's data: NCCL, the
+/// data window's `ncclWindow_t`; NVSHMEM, this rank's symmetric address of the window.
+pub const ENGINE_DATA: usize = 0;
+/// Index in [`SymmContext::engine`] of the engine's handle of the signal words: NCCL, the
+/// signal window's `ncclWindow_t` (registered with `NCCL_WIN_STRICT_ORDERING`; 0 when the
+/// signals live in a symm pad); NVSHMEM, the symmetric address of the signal words.
+pub const ENGINE_SIGNALS: usize = 1;
+/// Index in [`SymmContext::engine`] of the engine's communicator state: NCCL, a device pointer
+/// to the `ncclDevComm`; NVSHMEM, a device pointer to the team's rank → PE map.
+pub const ENGINE_COMM: usize = 2;
 
 /// One rank's view of a symmetric window.
 ///
@@ -53,8 +68,10 @@ pub struct SymmContext {
     pub abort_flag: u64,
     /// Bound, in nanoseconds of the global timer, of every wait on another rank.
     pub timeout_ns: u64,
-    /// Reserved, zero.
-    pub reserved: [u64; 3],
+    /// The engine words ([`ENGINE_DATA`], [`ENGINE_SIGNALS`], [`ENGINE_COMM`]): what a
+    /// [`BackendTag::Nccl`] or [`BackendTag::Nvshmem`] context's kernels pass to that engine.
+    /// All zero in a [`BackendTag::Native`] context.
+    pub engine: [u64; 3],
 }
 
 const_assert_eq!(core::mem::size_of::<SymmContext>(), 96);
@@ -70,7 +87,7 @@ const_assert_eq!(core::mem::offset_of!(SymmContext, peer_signal_pads), 40);
 const_assert_eq!(core::mem::offset_of!(SymmContext, signal_pad_size), 48);
 const_assert_eq!(core::mem::offset_of!(SymmContext, abort_flag), 56);
 const_assert_eq!(core::mem::offset_of!(SymmContext, timeout_ns), 64);
-const_assert_eq!(core::mem::offset_of!(SymmContext, reserved), 72);
+const_assert_eq!(core::mem::offset_of!(SymmContext, engine), 72);
 
 impl SymmContext {
     /// Address of rank `peer`'s window base.

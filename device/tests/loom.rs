@@ -157,7 +157,7 @@ impl World {
                 signal_pad_size: signal_pad_bytes(world) as u64,
                 abort_flag: abort as *mut u32 as u64,
                 timeout_ns: 1,
-                reserved: [0; 3],
+                engine: [0; 3],
             });
         }
         model._pads = pads;

@@ -168,7 +168,8 @@ pub type symmStream_t = *mut CUstream_st;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct symmDeviceContext {
-    /// 0 = native symm window (1 = NVSHMEM, 2 = NCCL: reserved).
+    /// Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM and 2 = NCCL
+    /// (peers reached through that engine) are not implemented.
     pub backend: u32,
     /// Layout version (1).
     pub version: u32,
@@ -190,8 +191,9 @@ pub struct symmDeviceContext {
     pub abort_flag: u64,
     /// Bound of every wait on a peer, in nanoseconds.
     pub timeout_ns: u64,
-    /// Reserved, zero.
-    pub reserved: [u64; 3],
+    /// Engine words: the data window's, the signal words' and the communicator's handles of
+    /// the engine (NCCL, NVSHMEM); all zero for a native window.
+    pub engine: [u64; 3],
 }
 
 macro_rules! same_layout {
@@ -216,7 +218,7 @@ same_layout!(
     signal_pad_size,
     abort_flag,
     timeout_ns,
-    reserved
+    engine
 );
 
 impl symmResult_t {

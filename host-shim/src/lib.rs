@@ -50,6 +50,6 @@ pub mod internals {
     pub use crate::launch::schedule::{LaunchSchedule, StreamOp};
     pub use crate::plan::batch::{BatchRequest, plan_batch};
     pub use crate::plan::scale_model;
-    pub use crate::plan::{Collective, Limits, Plan, parse_forced_algorithm, plan};
+    pub use crate::plan::{Collective, GPU_MODEL, Limits, Plan, parse_forced_algorithm, plan};
     pub use crate::ptx::{sass_target_for_capability, text as ptx_text};
 }

@@ -774,6 +774,8 @@ fn device_context_describes_the_window() {
         );
         assert_eq!((c.local_base, c.window_size), (b.base as u64, 512));
         assert_eq!(c.timeout_ns, 10_000_000_000);
+        // A native window's engine words are zero (docs/ARCHITECTURE.md, the engine words).
+        assert_eq!(c.engine, [0; 3]);
         // SAFETY: the peer table holds world_size entries.
         let table = unsafe { std::slice::from_raw_parts(c.peer_bases as *const u64, nranks) };
         assert_eq!(table, &bases[..]);

@@ -29,6 +29,7 @@ mod clc;
 mod device;
 mod options;
 mod reference;
+mod scale_model;
 
 /// `symm-perf scale-model [--out DIR]`: print the scale model's table and write it, with the
 /// plot, into `DIR` (default `bench`, relative to the current directory).
@@ -38,11 +39,11 @@ fn scale_model(args: &[String]) -> Result<(), String> {
         [flag, dir] if flag == "--out" => std::path::PathBuf::from(dir),
         _ => return Err("usage: symm-perf scale-model [--out DIR]".to_string()),
     };
-    let table = symm::internals::scale_model::markdown()?;
+    let table = scale_model::markdown()?;
     print!("{table}");
     for (name, text) in [
         ("scale_model.md", table),
-        ("scale_model.svg", symm::internals::scale_model::svg()),
+        ("scale_model.svg", scale_model::svg()),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;

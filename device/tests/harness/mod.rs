@@ -88,7 +88,7 @@ impl Ranks {
                 signal_pad_size: signal_pad_bytes(world) as u64,
                 abort_flag: abort,
                 timeout_ns,
-                reserved: [0; 3],
+                engine: [0; 3],
             });
         }
         ranks.aborts = aborts;

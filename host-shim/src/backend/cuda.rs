@@ -506,18 +506,18 @@ impl CudaBackend {
         let device = self.device(ordinal)?;
         let entered = device.context.enter()?;
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        let stream = driver("cuStreamCreate", || {
-            result::stream::create(result::stream::StreamKind::NonBlocking)
-        })?;
-        let before = driver("cuEventCreate", || result::event::create(flags))?;
-        let after = driver("cuEventCreate", || result::event::create(flags))?;
+        // Destroyed again (with the context still entered) when a later creation fails.
+        let stream = OwnedStream::create()?;
+        let before = OwnedEvent::create(flags)?;
+        let after = OwnedEvent::create(flags)?;
+        let comm = CommStream {
+            device: device.clone(),
+            stream: stream.into_raw(),
+            before: before.into_raw(),
+            after: after.into_raw(),
+        };
         drop(entered);
-        Ok(CommStream {
-            device,
-            stream,
-            before,
-            after,
-        })
+        Ok(comm)
     }
 
     /// See [`super::Backend::connect_devices`].
@@ -785,12 +785,13 @@ impl CudaBackend {
             };
             let mut params = params_storage.pointers();
             let mut times = Vec::new();
+            // Timing events, destroyed when this closure returns (a failed launch included).
+            let timing = sys::CUevent_flags::CU_EVENT_DEFAULT;
+            let (start, stop) = (OwnedEvent::create(timing)?, OwnedEvent::create(timing)?);
+            let (start, stop) = (start.0, stop.0);
             // SAFETY: parameters match the benchmark kernels' signature; the buffers are sized
-            // for `tiles` tiles; events are created and destroyed here.
+            // for `tiles` tiles; the events live until the end of this closure.
             driver("benchmark launch", || unsafe {
-                let (mut start, mut stop) = (std::ptr::null_mut(), std::ptr::null_mut());
-                sys::cuEventCreate(&mut start, 0).result()?;
-                sys::cuEventCreate(&mut stop, 0).result()?;
                 for launch in 0..=config.iterations {
                     sys::cuEventRecord(start, std::ptr::null_mut()).result()?;
                     launch_clustered(function, config, variant.cluster(), &mut params)?;
@@ -802,8 +803,7 @@ impl CudaBackend {
                         times.push(ms as f64 * 1e3);
                     }
                 }
-                sys::cuEventDestroy_v2(start).result()?;
-                sys::cuEventDestroy_v2(stop).result()
+                Ok(())
             })?;
             let mut host_counts = vec![0u32; tiles];
             let mut host_stats = vec![0u32; 2 * tiles];
@@ -1227,6 +1227,60 @@ fn execute(function: sys::CUfunction, schedule: &LaunchSchedule) -> Result<()> {
     Ok(())
 }
 
+/// A stream created by [`OwnedStream::create`] in the current context, destroyed on drop (with
+/// that context entered) unless handed over by [`OwnedStream::into_raw`]: what keeps an error
+/// path that creates several handles from leaking the first ones.
+struct OwnedStream(sys::CUstream);
+
+impl OwnedStream {
+    /// A non-blocking stream of the current context.
+    fn create() -> Result<Self> {
+        driver("cuStreamCreate", || {
+            result::stream::create(result::stream::StreamKind::NonBlocking)
+        })
+        .map(Self)
+    }
+
+    /// The stream, now owned by the caller (who destroys it).
+    fn into_raw(self) -> sys::CUstream {
+        let stream = self.0;
+        std::mem::forget(self);
+        stream
+    }
+}
+
+impl Drop for OwnedStream {
+    fn drop(&mut self) {
+        // SAFETY: a stream created by `create`, not handed over, destroyed once, here.
+        let _ = unsafe { result::stream::destroy(self.0) };
+    }
+}
+
+/// An event of the current context, destroyed on drop unless handed over (as
+/// [`OwnedStream`]).
+struct OwnedEvent(sys::CUevent);
+
+impl OwnedEvent {
+    /// An event of the current context with `flags`.
+    fn create(flags: sys::CUevent_flags) -> Result<Self> {
+        driver("cuEventCreate", || result::event::create(flags)).map(Self)
+    }
+
+    /// The event, now owned by the caller (who destroys it).
+    fn into_raw(self) -> sys::CUevent {
+        let event = self.0;
+        std::mem::forget(self);
+        event
+    }
+}
+
+impl Drop for OwnedEvent {
+    fn drop(&mut self) {
+        // SAFETY: an event created by `create`, not handed over, destroyed once, here.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
+}
+
 /// Open device `ordinal`: retain its primary context (released again if anything after
 /// fails), check its compute capability, create its setup stream.
 fn open_device(ordinal: i32) -> Result<CudaDevice> {
@@ -1243,9 +1297,7 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     })?;
     let multiprocessors =
         attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let setup_stream = driver("cuStreamCreate", || {
-        result::stream::create(result::stream::StreamKind::NonBlocking)
-    })?;
+    let setup_stream = OwnedStream::create()?.into_raw();
     drop(entered);
     Ok(CudaDevice {
         ordinal,

@@ -522,7 +522,7 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         signal_pad_size: signal_pad_bytes(nranks) as u64,
         abort_flag: window.abort.device,
         timeout_ns: comm.clique.timeout.as_nanos().min(u64::MAX as u128) as u64,
-        reserved: [0; 3],
+        engine: [0; 3],
     };
     let mut image = Vec::with_capacity(total);
     image.extend_from_slice(bytemuck::bytes_of(&host));
