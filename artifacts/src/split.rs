@@ -10,8 +10,8 @@
 //! in `;` or definitions, whose body runs up to the next top-level item: inline asm puts
 //! braces at column 0 too, and LLVM writes its end-of-function comment before or after the
 //! closing brace); calls are `call… name,` or `call… name;`.
-//! Pure text processing, std only (`cargo xtask ptx` includes this file to check that every
-//! kernel's module assembles with ptxas).
+//! Pure text processing, std only. libsymm loads kernels this way; `cargo xtask ptx` checks that
+//! every kernel's module assembles with ptxas, and the simulated GPU's tests load each one.
 
 use std::collections::{HashMap, HashSet};
 

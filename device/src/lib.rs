@@ -7,15 +7,18 @@
 //! * for the host, where [`arch`] runs a grid as OS threads, so that the very same kernels run
 //!   on a CPU (this is what CI executes).
 //!
-//! Layers, bottom to top (data and calls flow one way):
+//! Layers, bottom to top (data and calls flow one way; `cargo xtask layers` checks the
+//! imports against the same six layers in `docs/ARCHITECTURE.md`):
 //!
 //! 1. [`arch`] — the only module with inline assembly and intrinsics: thread/block indices,
 //!    block barriers, scoped acquire/release memory operations, fences, sleep and the global
 //!    timer.
-//! 2. [`sync`] — safe primitives built on `arch`: bounded waits and the cross-rank barrier on
-//!    signal pads.
-//! 3. [`symmetric`] — the collective kernels, generic over element type and reduction.
-//! 4. [`exports`] — the `extern "ptx-kernel"` entry points that appear in the PTX, and
+//! 2. [`numeric`] and [`types`] — element types, reductions and the data-type codes.
+//! 3. [`context`] ([`SymmContext`]) and [`sync`] — the window as kernels see it; safe
+//!    primitives built on `arch`: bounded waits and the cross-rank barrier on signal pads.
+//! 4. [`scheduler`] — tile scheduling with Cluster Launch Control as types.
+//! 5. [`symmetric`] — the collective kernels, generic over element type and reduction.
+//! 6. [`exports`] — the `extern "ptx-kernel"` entry points that appear in the PTX, and
 //!    [`triton`] — the device functions that Triton kernels (or any device code) link from the
 //!    Triton-linkable LLVM IR.
 //!

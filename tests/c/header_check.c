@@ -28,13 +28,19 @@ STATIC_ASSERT(symmSum == 0 && symmProd == 1 && symmMax == 2 && symmMin == 3 && s
               "operators as ncclRedOp_t");
 
 STATIC_ASSERT(sizeof(symmDeviceContext) == 96, "context size");
+STATIC_ASSERT(offsetof(symmDeviceContext, backend) == 0, "backend");
+STATIC_ASSERT(offsetof(symmDeviceContext, version) == 4, "version");
 STATIC_ASSERT(offsetof(symmDeviceContext, rank) == 8, "rank");
 STATIC_ASSERT(offsetof(symmDeviceContext, world_size) == 12, "world_size");
 STATIC_ASSERT(offsetof(symmDeviceContext, local_base) == 16, "local_base");
+STATIC_ASSERT(offsetof(symmDeviceContext, window_size) == 24, "window_size");
 STATIC_ASSERT(offsetof(symmDeviceContext, peer_bases) == 32, "peer_bases");
 STATIC_ASSERT(offsetof(symmDeviceContext, peer_signal_pads) == 40, "peer_signal_pads");
+STATIC_ASSERT(offsetof(symmDeviceContext, signal_pad_size) == 48, "signal_pad_size");
 STATIC_ASSERT(offsetof(symmDeviceContext, abort_flag) == 56, "abort_flag");
 STATIC_ASSERT(offsetof(symmDeviceContext, timeout_ns) == 64, "timeout_ns");
+STATIC_ASSERT(offsetof(symmDeviceContext, engine) == 72, "engine");
+STATIC_ASSERT(sizeof(((symmDeviceContext *)0)->engine) == 24, "three engine words");
 STATIC_ASSERT(sizeof(symmUniqueId) == SYMM_UNIQUE_ID_BYTES, "unique id");
 STATIC_ASSERT(symmNoDevice == 8 && symmTimeout == 10 && symmOutOfMemory == 11, "symm's own results");
 STATIC_ASSERT(symmFloat32 == 7 && symmBfloat16 == 9 && symmFloat8e5m2 == 11, "types");

@@ -167,7 +167,7 @@ pub struct Model {
 /// - One-shot and two-shot: 11.5 and 12.5 µs at 1 KiB (H200); 26–32 GB/s per block (11 blocks
 ///   per rank at 64 MiB: 2 ranks one-shot 472.6 µs, 8 ranks two-shot 416.6 µs, H100).
 /// - The GPU: 8 ranks at 11 blocks each reached 88 % of the device's copy rate at 64 MiB
-///   (two-shot, H100): about 2650 GB/s of what [`Model::bytes`] counts, shared by the ranks on
+///   (two-shot, H100): about 2650 GB/s of what `Model::bytes` counts, shared by the ranks on
 ///   the GPU. With that same 320 GB/s cap per rank, 2 ranks reached 29 % and 4 ranks 61 %:
 ///   blocks, not memory, bounded them. Now a rank whose peers all share its GPU may use the
 ///   GPU's bandwidth divided by the ranks on it (so 2 and 4 ranks take more blocks; 8 ranks
