@@ -59,6 +59,68 @@ pub fn parse_block_bounds(min: Option<&str>, max: Option<&str>) -> Result<(u32, 
     Ok((min, max))
 }
 
+/// How the host backend runs kernels (`SYMM_HOST_MODE`). Both run the same kernel code with
+/// the same bounded waits and failure semantics; they differ in how many OS threads a launch
+/// uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostMode {
+    /// `fast` (the default, for users' CPU tensors): a block of one thread and one block per
+    /// rank, so that a launch serving one rank runs on the calling thread (no thread is
+    /// created, no block barrier is shared).
+    Fast,
+    /// `testing`: blocks of [`TESTING_THREADS`] threads, up to [`TESTING_BLOCKS`] per rank,
+    /// every thread an OS thread: the interleavings that the tests rely on to find ordering
+    /// bugs.
+    Testing,
+}
+
+/// Threads per block of [`HostMode::Testing`].
+pub const TESTING_THREADS: u32 = 8;
+/// Most blocks per rank of [`HostMode::Testing`].
+pub const TESTING_BLOCKS: u32 = 2;
+
+impl HostMode {
+    /// Threads per block.
+    pub fn threads(self) -> u32 {
+        match self {
+            HostMode::Fast => 1,
+            HostMode::Testing => TESTING_THREADS,
+        }
+    }
+
+    /// Most blocks per rank.
+    pub fn max_blocks(self) -> u32 {
+        match self {
+            HostMode::Fast => 1,
+            HostMode::Testing => TESTING_BLOCKS,
+        }
+    }
+
+    /// The value `SYMM_HOST_MODE` names it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostMode::Fast => "fast",
+            HostMode::Testing => "testing",
+        }
+    }
+}
+
+/// `SYMM_HOST_MODE`: `fast` (unset) or `testing`.
+pub fn host_mode() -> Result<HostMode> {
+    parse_host_mode(std::env::var("SYMM_HOST_MODE").ok().as_deref())
+}
+
+/// Parse `SYMM_HOST_MODE` (`None`: unset).
+pub fn parse_host_mode(value: Option<&str>) -> Result<HostMode> {
+    match value.map(str::trim) {
+        None | Some("") | Some("fast") => Ok(HostMode::Fast),
+        Some("testing") => Ok(HostMode::Testing),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "SYMM_HOST_MODE={other:?}: expected fast or testing"
+        ))),
+    }
+}
+
 /// `SYMM_TIMEOUT_MS`: bound of every wait on another rank (kernels and host rendezvous).
 pub fn timeout() -> Result<Duration> {
     parse_timeout(std::env::var("SYMM_TIMEOUT_MS").ok().as_deref())
@@ -94,6 +156,20 @@ pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
 mod tests {
     use super::*;
     use crate::abi::symmResult_t;
+
+    #[test]
+    fn host_modes() {
+        assert_eq!(parse_host_mode(None).unwrap(), HostMode::Fast);
+        assert_eq!(parse_host_mode(Some(" fast")).unwrap(), HostMode::Fast);
+        assert_eq!(parse_host_mode(Some("testing")).unwrap(), HostMode::Testing);
+        let bad = parse_host_mode(Some("quick")).unwrap_err();
+        assert_eq!(bad.code, symmResult_t::symmInvalidArgument);
+        assert!(bad.message.contains("SYMM_HOST_MODE"), "{}", bad.message);
+        assert_eq!(
+            (HostMode::Fast.threads(), HostMode::Fast.max_blocks()),
+            (1, 1)
+        );
+    }
 
     #[test]
     fn timeout_values() {

@@ -178,7 +178,10 @@ pub fn check() -> Result<(), String> {
         cc.args(flags(static_)?);
         run(&mut cc)?;
         let mut program_run = Command::new(&program);
-        program_run.args(["3", "1023"]).env("SYMM_BACKEND", "host");
+        program_run
+            .args(["3", "1023"])
+            .env("SYMM_BACKEND", "host")
+            .env("SYMM_HOST_MODE", "fast");
         if !static_ {
             program_run.env("LD_LIBRARY_PATH", &lib);
         }

@@ -235,14 +235,35 @@ fn build_release_and_examples() -> Result<(), String> {
     run(Command::new("make").args(["-C", "examples/c"]))
 }
 
+/// The test files of `tests/` that `cargo xtask test` runs a second time in the host backend's
+/// fast mode (the workspace's tests run its testing mode, `.cargo/config.toml`): every
+/// collective against its reference, threads and processes, offsets, failures and misuse.
+const FAST_MODE_SUITES: [&str; 8] = [
+    "collectives_host",
+    "processes",
+    "window_offsets",
+    "prompt_failure",
+    "failed_comm",
+    "misuse",
+    "abi_errors",
+    "fork_children",
+];
+
 fn test() -> Result<(), String> {
     layers::check()?;
     run(cargo().args(["test", "--workspace"]))?;
+    // The cross-rank suites again, in the host backend's fast mode (what users run by
+    // default): one thread per rank, on the caller's thread.
+    run(cargo()
+        .args(["test", "-p", "symm-tests"])
+        .args(FAST_MODE_SUITES.iter().flat_map(|suite| ["--test", suite]))
+        .env("SYMM_HOST_MODE", "fast"))?;
     loom::run()?;
     build_release_and_examples()?;
     run(Command::new("make")
         .args(["-C", "examples/c", "run"])
-        .env("SYMM_BACKEND", "host"))?;
+        .env("SYMM_BACKEND", "host")
+        .env("SYMM_HOST_MODE", "fast"))?;
     install::check()?;
     // The benchmark, small and checked, on the host backend (it exits non-zero on a wrong
     // element).
@@ -256,7 +277,8 @@ fn test() -> Result<(), String> {
     ] {
         run(Command::new("target/release/symm-perf")
             .args(args.split(' '))
-            .env("SYMM_BACKEND", "host"))?;
+            .env("SYMM_BACKEND", "host")
+            .env("SYMM_HOST_MODE", "fast"))?;
     }
     python::pytest()?;
     triton::test()?;
@@ -266,7 +288,9 @@ fn test() -> Result<(), String> {
 
 fn demo() -> Result<(), String> {
     build_release_and_examples()?;
-    run(Command::new("examples/c/allreduce").arg("8"))
+    run(Command::new("examples/c/allreduce")
+        .arg("8")
+        .env("SYMM_HOST_MODE", "fast"))
 }
 
 #[cfg(test)]

@@ -151,7 +151,8 @@ pub fn pytest() -> Result<(), String> {
             "no:cacheprovider",
             "python/tests",
         ])
-        .env("SYMM_BACKEND", "host"))?;
+        .env("SYMM_BACKEND", "host")
+        .env("SYMM_HOST_MODE", "fast"))?;
     discard_venv_if_asked(&venv)?;
     torch_tests(&library)
 }
@@ -212,7 +213,8 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             "python/tests/test_torch_windows.py",
             "python/tests/test_arrays.py",
         ])
-        .env("SYMM_BACKEND", "host"))?;
+        .env("SYMM_BACKEND", "host")
+        .env("SYMM_HOST_MODE", "fast"))?;
     discard_venv_if_asked(&venv)
 }
 

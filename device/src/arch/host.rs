@@ -62,8 +62,7 @@ impl BlockBarrier {
     }
 
     fn wait_or(&self, pred: bool) -> bool {
-        // A barrier of one thread orders nothing: under loom, spare the model its lock.
-        #[cfg(loom)]
+        // A barrier of one thread orders nothing: spare it the lock.
         if self.threads == 1 {
             return pred;
         }
@@ -177,6 +176,39 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
             }
         }
     });
+}
+
+/// Run `kernel` as a grid of one block of one thread, on the calling thread: what a launch
+/// that serves one rank with one thread needs, without creating a thread. The calling thread
+/// must not be inside a grid already.
+///
+/// # Panics
+/// If called from a thread of a grid, or if `kernel` panics (the panic propagates, after the
+/// thread's coordinates are cleared).
+#[cfg(not(loom))]
+pub fn run_on_this_thread(kernel: &dyn Fn()) {
+    assert!(
+        COORDINATES.with(Cell::get).is_none(),
+        "arch::host::run_on_this_thread inside a grid"
+    );
+    let barrier = BlockBarrier::new(1);
+    let coords = Coordinates {
+        thread: 0,
+        block: 0,
+        block_dim: 1,
+        grid_dim: 1,
+        barrier: &barrier,
+    };
+    /// Clears the coordinates when the kernel returns or unwinds.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            COORDINATES.with(|c| c.set(None));
+        }
+    }
+    COORDINATES.with(|c| c.set(Some(coords)));
+    let _clear = Clear;
+    kernel();
 }
 
 /// Run a `grid × block` grid as a GPU does when not every block fits: at most `resident`

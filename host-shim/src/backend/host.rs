@@ -8,7 +8,7 @@ use crate::plan::KernelId;
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use symm_device::arch::host::run_grid;
+use symm_device::arch::host::{run_grid, run_on_this_thread};
 use symm_device::symmetric::dispatch;
 use symm_device::symmetric::{KernelStatus, TaskArgs, for_virtual_rank, report_invalid_launch};
 
@@ -85,7 +85,7 @@ impl HostBackend {
             )));
         }
         let completed = std::sync::atomic::AtomicBool::new(true);
-        run_grid(launch.grid * ranks, launch.block, &|| {
+        let kernel = || {
             // SAFETY: the table holds `ranks × task_count` entries whose contexts were built
             // by `windows::complete`, alive while the tasks hold their windows; the arguments
             // were validated against the windows.
@@ -100,7 +100,13 @@ impl HostBackend {
                     completed.store(false, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-        });
+        };
+        if launch.grid * ranks == 1 && launch.block == 1 {
+            // One thread in all (the fast mode, one rank): no thread to create.
+            run_on_this_thread(&kernel);
+        } else {
+            run_grid(launch.grid * ranks, launch.block, &kernel);
+        }
         Ok(completed.into_inner())
     }
 

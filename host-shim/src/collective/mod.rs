@@ -196,7 +196,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         request.op,
         request.count,
         comm.clique.nranks as u32,
-        comm.clique.backend.kind(),
+        comm.clique.device_model(),
         limits,
     )?;
     crate::log!(

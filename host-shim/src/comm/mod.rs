@@ -33,6 +33,9 @@ use symm_device::sync::signal_pad::MAX_RANKS;
 pub struct Clique {
     /// Number of ranks.
     pub nranks: usize,
+    /// How the host backend runs this clique's kernels (the same on every rank: agreed when
+    /// the ranks join); unused by the other backends.
+    pub host_mode: crate::config::HostMode,
     /// Device of every rank ([`REMOTE_DEVICE`] for ranks of other processes).
     pub devices: Vec<i32>,
     /// Backend of every rank.
@@ -76,6 +79,17 @@ pub struct Clique {
 }
 
 impl Clique {
+    /// The cost model (and block size) of this clique's plans: its executor's, and on the host
+    /// backend its mode's.
+    pub fn device_model(&self) -> crate::plan::DeviceModel {
+        match (self.backend.kind(), self.host_mode) {
+            (BackendKind::Host, crate::config::HostMode::Fast) => {
+                crate::plan::DeviceModel::HostFast
+            }
+            (kind, _) => kind.into(),
+        }
+    }
+
     /// The devices of this process's ranks, each once: every one of them reads and writes the
     /// windows and signal pads of the others directly.
     pub fn local_devices(&self) -> Vec<i32> {
@@ -492,6 +506,7 @@ fn new_comm(
 
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
+    let host_mode = crate::config::host_mode()?;
     let mut max_blocks = crate::config::block_bounds()?.1;
     let mut ranks_per_gpu = 1;
     for &device in devices {
@@ -503,6 +518,7 @@ fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
         backend,
         devices,
         (max_blocks, ranks_per_gpu),
+        host_mode,
         crate::config::timeout()?,
     )
 }
@@ -514,8 +530,14 @@ fn new_clique_with(
     backend: Arc<Backend>,
     devices: &[i32],
     (max_blocks, ranks_per_gpu): (u32, u32),
+    host_mode: crate::config::HostMode,
     timeout: Duration,
 ) -> Result<Arc<Clique>> {
+    let max_blocks = if backend.kind() == BackendKind::Host {
+        max_blocks.min(host_mode.max_blocks())
+    } else {
+        max_blocks
+    };
     let local: Vec<i32> = devices
         .iter()
         .copied()
@@ -523,6 +545,7 @@ fn new_clique_with(
         .collect();
     backend.connect_devices(&local)?;
     Ok(Arc::new(Clique {
+        host_mode,
         max_blocks,
         min_blocks: crate::config::block_bounds()?.0,
         ranks_per_gpu,
@@ -549,7 +572,13 @@ pub(crate) fn init_all_on(
     nranks: usize,
     timeout: Duration,
 ) -> Result<Vec<Arc<Comm>>> {
-    let clique = new_clique_with(backend, &vec![0; nranks], (1, nranks as u32), timeout)?;
+    let clique = new_clique_with(
+        backend,
+        &vec![0; nranks],
+        (1, nranks as u32),
+        crate::config::HostMode::Testing,
+        timeout,
+    )?;
     (0..nranks)
         .map(|r| new_comm(&clique, r, None, None))
         .collect()
@@ -742,16 +771,36 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     let own_cap = backend
         .max_blocks_per_rank(device, on_gpu.len() as u32)?
         .min(crate::config::block_bounds()?.1);
-    link.contribute(link::INIT_TAG, &own_cap.to_le_bytes())?;
+    // Each rank's block cap and host mode: the clique takes the smallest cap, and the testing
+    // mode when any rank asks for it (every rank must run the same block size).
+    let own_mode = crate::config::host_mode()?;
+    let mut contribution = own_cap.to_le_bytes().to_vec();
+    contribution.push(u8::from(own_mode == crate::config::HostMode::Testing));
+    link.contribute(link::INIT_TAG, &contribution)?;
     let caps = link.gathered(link::INIT_TAG, timeout)?;
     let mut max_blocks = u32::MAX;
-    for (r, cap) in caps.iter().enumerate() {
-        let cap = <[u8; 4]>::try_from(cap.as_slice())
-            .map(u32::from_le_bytes)
-            .ok()
-            .filter(|c| *c > 0)
-            .ok_or_else(|| Error::internal(format!("rank {r} sent a malformed block cap")))?;
+    let mut host_mode = crate::config::HostMode::Fast;
+    for (r, sent) in caps.iter().enumerate() {
+        let malformed = || Error::internal(format!("rank {r} sent a malformed block cap"));
+        let (cap, mode) = match sent.as_slice() {
+            [a, b, c, d, mode @ (0 | 1)] => (u32::from_le_bytes([*a, *b, *c, *d]), *mode),
+            _ => return Err(malformed()),
+        };
+        if cap == 0 {
+            return Err(malformed());
+        }
         max_blocks = max_blocks.min(cap);
+        if mode == 1 {
+            host_mode = crate::config::HostMode::Testing;
+        }
+    }
+    if host_mode != own_mode && backend.kind() == BackendKind::Host {
+        crate::log!(
+            Level::Info,
+            Subsys::Init,
+            Some(rank as usize),
+            "SYMM_HOST_MODE: another rank runs the testing mode, so every rank does"
+        );
     }
     let ranks_per_gpu = link::most_ranks_on_one_gpu(&link.peers);
 
@@ -771,8 +820,13 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
                         }
                     })
                     .collect();
-                let clique =
-                    new_clique_with(backend, &devices, (max_blocks, ranks_per_gpu), timeout)?;
+                let clique = new_clique_with(
+                    backend,
+                    &devices,
+                    (max_blocks, ranks_per_gpu),
+                    host_mode,
+                    timeout,
+                )?;
                 cliques.insert(key, Arc::downgrade(&clique));
                 clique
             }

@@ -86,7 +86,7 @@ impl<'t> Batch<'t> {
             counts: &counts,
             nranks: comm.clique.nranks as u32,
         };
-        plan_batch(&request, comm.clique.backend.kind(), limits(first))
+        plan_batch(&request, comm.clique.device_model(), limits(first))
     }
 
     /// Each task's count as the planner takes it (all-gather: elements, not bytes).

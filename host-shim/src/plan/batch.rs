@@ -31,8 +31,8 @@
 //! (`cell_elements`).
 
 use super::{
-    Collective, DeviceModel, GPU_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan, block_range,
-    candidates, fewest_blocks, is_pat,
+    Collective, DeviceModel, GPU_MODEL, HOST_FAST_MODEL, HOST_MODEL, KernelId, Limits, Model, Plan,
+    block_range, candidates, fewest_blocks, is_pat,
 };
 use crate::error::{Error, Result};
 use symm_device::symmetric::Algorithm;
@@ -177,6 +177,7 @@ pub fn plan_batch(
     let (model, batch_model) = match device.into() {
         DeviceModel::Gpu => (GPU_MODEL, GPU_BATCH_MODEL),
         DeviceModel::Host => (HOST_MODEL, HOST_BATCH_MODEL),
+        DeviceModel::HostFast => (HOST_FAST_MODEL, HOST_BATCH_MODEL),
     };
     let blocks = block_range(&limits);
     let fits_ll = request.fits_ll();

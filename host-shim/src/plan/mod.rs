@@ -30,8 +30,11 @@ use symm_device::{DataType, RedOp};
 pub enum DeviceModel {
     /// A GPU (the cuda executor, and the model that checks its launches).
     Gpu,
-    /// CPU threads (the host executor).
+    /// CPU threads (the host executor, `SYMM_HOST_MODE=testing`: blocks of
+    /// [`HOST_MODEL`]`.threads` threads).
     Host,
+    /// One CPU thread per rank (the host executor's default mode, `SYMM_HOST_MODE=fast`).
+    HostFast,
 }
 
 /// A collective as the C ABI names it.
@@ -208,6 +211,13 @@ pub const HOST_MODEL: Model = Model {
     pat_bandwidth_share: 0.8,
 };
 
+/// The host backend's fast mode: one thread per block (and one block per rank, which the
+/// clique's block bound gives).
+pub const HOST_FAST_MODEL: Model = Model {
+    threads: 1,
+    ..HOST_MODEL
+};
+
 /// What constrains a plan besides the request.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
@@ -367,6 +377,7 @@ pub fn plan(
     let model = match device.into() {
         DeviceModel::Gpu => GPU_MODEL,
         DeviceModel::Host => HOST_MODEL,
+        DeviceModel::HostFast => HOST_FAST_MODEL,
     };
     let blocks = block_range(&limits);
     let payload = count.saturating_mul(dtype.size_bytes() as u64);
