@@ -63,7 +63,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from . import _core
-from ._convert import resolve_dtype
+from ._convert import resolve_dtype, resolve_op
 from ._lib import check, lib
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, UnsupportedError
 
@@ -97,6 +97,12 @@ def scratch_bytes() -> int:
     if value < 4096:
         raise InvalidArgumentError(f"SYMM_TORCH_SCRATCH_BYTES={value}: at least 4096")
     return value
+
+
+# The C ABI's codes of the torch dtypes and operator names seen so far: each is resolved once, on
+# the path from a torch call to the C call.
+_DTYPE_CODES: dict[torch.dtype, int] = {}
+_OP_CODES: dict[str, int] = {}
 
 
 # -- logging, in the library's line format ------------------------------------------------------
@@ -212,6 +218,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._scratch = self.comm.alloc(scratch_bytes())
         self._scratch_window = self.comm.register(self._scratch)
         self._scratch_tensor: torch.Tensor | None = None
+        self._element_sizes: dict[torch.dtype, int] = {}
         self._logged: set[tuple[str, str]] = set()
         self.path_counts: Counter[tuple[str, str]] = Counter()
         """How many calls of each kind took each path: ``path_counts["all_reduce", "window"]``
@@ -241,7 +248,9 @@ class SymmProcessGroup(dist.ProcessGroup):
 
     def _scratch_of(self, dtype: torch.dtype, offset: int, count: int) -> torch.Tensor:
         """``count`` elements of ``dtype`` at byte ``offset`` of the scratch window."""
-        size = torch.empty((), dtype=dtype).element_size()
+        size = self._element_sizes.get(dtype)
+        if size is None:
+            size = self._element_sizes[dtype] = torch.empty((), dtype=dtype).element_size()
         return self._scratch_bytes_tensor()[offset : offset + count * size].view(dtype)
 
     def _in_window(self, *tensors: torch.Tensor) -> bool:
@@ -278,10 +287,31 @@ class SymmProcessGroup(dist.ProcessGroup):
         return max(1, (self._scratch.nbytes - 256) // (element_size * per_element))
 
     @staticmethod
-    def _check(tensor: torch.Tensor) -> None:
-        resolve_dtype(str(tensor.dtype))  # raises for a type symm has not
-        if tensor.is_complex():
-            raise UnsupportedError(f"{tensor.dtype}: symm has no complex types")
+    def _check(tensor: torch.Tensor) -> int:
+        """The C ABI's code of ``tensor``'s dtype; raises for a type symm has not."""
+        code = _DTYPE_CODES.get(tensor.dtype)
+        if code is None:
+            if tensor.is_complex():
+                raise UnsupportedError(f"{tensor.dtype}: symm has no complex types")
+            code = _DTYPE_CODES[tensor.dtype] = int(resolve_dtype(str(tensor.dtype)))
+        return code
+
+    @staticmethod
+    def _op_code(op: str) -> int:
+        code = _OP_CODES.get(op)
+        if code is None:
+            code = _OP_CODES[op] = int(resolve_op(op))
+        return code
+
+    def _call(
+        self, function: Any, send: torch.Tensor, recv: torch.Tensor, count: int, code: int, extra: int | None = None
+    ) -> None:
+        """The C call ``function(send, recv, count, code[, extra], comm, stream)`` on tensors this
+        group has checked already (in a window of the group, or slices of its scratch window)."""
+        arguments = [send.data_ptr(), recv.data_ptr(), count, code]
+        if extra is not None:
+            arguments.append(extra)
+        check(function(*arguments, self.comm.handle, self._stream() or 0))
 
     def _stream(self) -> int | None:
         if self.comm.backend == "cuda":
@@ -299,15 +329,16 @@ class SymmProcessGroup(dist.ProcessGroup):
         return self.allreduce(tensors, opts)
 
     def _all_reduce(self, tensor: torch.Tensor, op: str) -> None:
-        self._check(tensor)
+        code = self._check(tensor)
         if tensor.numel() == 0:
             return
+        op_code = self._op_code(op)
         if self._in_window(tensor):
             self._note("all_reduce", "window", tensor)
-            self.comm.all_reduce(tensor, op=op, stream=self._stream())
+            self._call(lib.symmAllReduce, tensor, tensor, tensor.numel(), code, op_code)
             return
         self._note("all_reduce", "staged", tensor)
-        self._staged_in_place(tensor, lambda staged: self.comm.all_reduce(staged, op=op, stream=self._stream()))
+        self._staged_in_place(tensor, lambda staged: self._call(lib.symmAllReduce, staged, staged, staged.numel(), code, op_code))
 
     def _staged_in_place(self, tensor: torch.Tensor, run: Any, send: bool = True, receive: bool = True) -> None:
         """Run ``run(staged)`` on each chunk of ``tensor`` copied into the scratch window
@@ -333,7 +364,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         return self.all_gather_single(output, input, opts)
 
     def _all_gather(self, output: torch.Tensor, input: torch.Tensor) -> None:  # noqa: A002
-        self._check(input)
+        code = self._check(input)
         n, size = input.numel(), self._size
         if output.numel() != n * size or output.dtype != input.dtype:
             raise InvalidArgumentError(
@@ -343,7 +374,7 @@ class SymmProcessGroup(dist.ProcessGroup):
             return
         if self._in_window(output, input):
             self._note("all_gather", "window", input)
-            self.comm.all_gather(input.reshape(-1), output.reshape(-1), stream=self._stream())
+            self._call(lib.symmAllGather, input, output, n, code)
             return
         self._note("all_gather", "staged", input)
         flat_in = input.contiguous().reshape(-1)
@@ -356,7 +387,7 @@ class SymmProcessGroup(dist.ProcessGroup):
             recv_offset = (c * element + 255) // 256 * 256
             recv = self._scratch_of(input.dtype, recv_offset, c * size)
             send.copy_(flat_in[start : start + c])
-            self.comm.all_gather(send, recv, stream=self._stream())
+            self._call(lib.symmAllGather, send, recv, c, code)
             rows[:, start : start + c].copy_(recv.view(size, c))
         if not output.is_contiguous():
             output.copy_(rows.view(output.shape))
@@ -377,7 +408,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         return self.reduce_scatter_single(output, input, opts)
 
     def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str) -> None:  # noqa: A002
-        self._check(input)
+        code = self._check(input)
         n, size = output.numel(), self._size
         if input.numel() != n * size or output.dtype != input.dtype:
             raise InvalidArgumentError(
@@ -387,7 +418,7 @@ class SymmProcessGroup(dist.ProcessGroup):
             return
         if self._in_window(output, input):
             self._note("reduce_scatter", "window", output)
-            self.comm.reduce_scatter(input.reshape(-1), output.reshape(-1), op=op, stream=self._stream())
+            self._call(lib.symmReduceScatter, input, output, n, code, self._op_code(op))
             return
         self._note("reduce_scatter", "staged", output)
         rows = input.contiguous().view(size, n)
@@ -400,7 +431,7 @@ class SymmProcessGroup(dist.ProcessGroup):
             recv_offset = (c * size * element + 255) // 256 * 256
             recv = self._scratch_of(input.dtype, recv_offset, c)
             send.view(size, c).copy_(rows[:, start : start + c])
-            self.comm.reduce_scatter(send, recv, op=op, stream=self._stream())
+            self._call(lib.symmReduceScatter, send, recv, c, code, self._op_code(op))
             flat_out[start : start + c].copy_(recv)
         if not output.is_contiguous():
             output.copy_(flat_out.view(output.shape))
@@ -417,17 +448,17 @@ class SymmProcessGroup(dist.ProcessGroup):
         return _done(tensors)
 
     def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
-        self._check(tensor)
+        code = self._check(tensor)
         if tensor.numel() == 0:
             return
         if self._in_window(tensor):
             self._note("broadcast", "window", tensor)
-            self.comm.broadcast(tensor, root=root, stream=self._stream())
+            self._call(lib.symmBroadcast, tensor, tensor, tensor.numel(), code, root)
             return
         self._note("broadcast", "staged", tensor)
         self._staged_in_place(
             tensor,
-            lambda staged: self.comm.broadcast(staged, root=root, stream=self._stream()),
+            lambda staged: self._call(lib.symmBroadcast, staged, staged, staged.numel(), code, root),
             send=self._rank == root,
             receive=self._rank != root,
         )

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""torch.distributed on CPU tensors: the "symm" backend (host backend) against gloo, side by
+side in one torchrun, so that both see the same machine at the same moment.
+
+    torchrun --nproc-per-node=2 bench/torch_cpu_vs_gloo.py [--rounds 5] [--iters 20] [--warmup 3]
+
+Every process joins one gloo group and one symm group of the same ranks. For each collective
+(all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast) and size (1 KiB to
+16 MiB of float32 per rank), the two backends take turns, `--rounds` times each (interleaved:
+gloo, symm, gloo, symm, ...), each turn `--warmup` untimed calls then `--iters` timed ones with
+a gloo barrier before each call, so that a busy moment of the machine does not decide the ratio.
+A call's time is the slowest rank's; the table shows each backend's median over all timed
+calls and gloo's median divided by symm's (> 1: symm is faster). The first call's result of
+each turn is checked against the other backend's.
+
+Prints a Markdown table on rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import symm.torch  # noqa: F401  (registers the "symm" backend)
+
+SIZES = [1 << 10, 64 << 10, 1 << 20, 16 << 20]
+OPS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
+
+
+def size_name(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+
+
+def make_call(op: str, group: dist.ProcessGroup, count: int, world: int, rank: int):
+    """A closure running one call of ``op`` on ``group``, and the tensor holding its result."""
+    if op == "all_reduce":
+        data = torch.full((count,), float(rank + 1))
+
+        def call() -> None:
+            dist.all_reduce(data, group=group)
+
+        return call, data
+    if op == "all_gather_into_tensor":
+        send = torch.full((count,), float(rank + 1))
+        recv = torch.empty(count * world)
+
+        def call() -> None:
+            dist.all_gather_into_tensor(recv, send, group=group)
+
+        return call, recv
+    if op == "reduce_scatter_tensor":
+        send = torch.arange(count * world, dtype=torch.float32) + rank
+        recv = torch.empty(count)
+
+        def call() -> None:
+            dist.reduce_scatter_tensor(recv, send, group=group)
+
+        return call, recv
+    data = torch.full((count,), float(rank + 1))
+
+    def call() -> None:
+        dist.broadcast(data, src=0, group=group)
+
+    return call, data
+
+
+def turn(op: str, group: dist.ProcessGroup, barrier_group: dist.ProcessGroup, count: int, args) -> tuple[list[float], torch.Tensor]:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    call, result = make_call(op, group, count, world, rank)
+    call()
+    first = result.clone()
+    for _ in range(args.warmup):
+        call()
+    times = []
+    for _ in range(args.iters):
+        dist.barrier(group=barrier_group)
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    # The slowest rank's time of each call.
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=barrier_group)
+    return slowest.tolist(), first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="bytes per rank")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    symm_group = dist.new_group(backend="symm")
+    rows = []
+    for op in args.ops.split(","):
+        for size in (int(s) for s in args.sizes.split(",")):
+            count = size // 4
+            samples: dict[str, list[float]] = {"gloo": [], "symm": []}
+            for _ in range(args.rounds):
+                results = {}
+                for name, group in (("gloo", gloo), ("symm", symm_group)):
+                    times, first = turn(op, group, gloo, count, args)
+                    samples[name].extend(times)
+                    results[name] = first
+                if not torch.equal(results["gloo"], results["symm"]):
+                    raise SystemExit(f"rank {rank}: {op} of {size} bytes: symm's result differs from gloo's")
+            gloo_ms = statistics.median(samples["gloo"]) * 1e3
+            symm_ms = statistics.median(samples["symm"]) * 1e3
+            rows.append((op, size, gloo_ms, symm_ms))
+    if rank == 0:
+        mode = os.environ.get("SYMM_HOST_MODE", "fast (default)")
+        print(
+            f"\n{world} processes, {os.cpu_count()} CPUs, torch {torch.__version__}, SYMM_HOST_MODE={mode}; "
+            f"median of {args.rounds} x {args.iters} calls per backend (after {args.warmup} warm-up per turn), "
+            "slowest rank per call\n"
+        )
+        print("| op | size per rank | gloo (ms) | symm (ms) | gloo / symm |")
+        print("|---|---|---|---|---|")
+        for op, size, gloo_ms, symm_ms in rows:
+            print(f"| {op} | {size_name(size)} | {gloo_ms:.3f} | {symm_ms:.3f} | {gloo_ms / symm_ms:.2f} |")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
