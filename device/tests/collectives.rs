@@ -238,7 +238,9 @@ fn run_case<T: Sample>(
         count: kernel_count(algorithm, count, size),
         flags: if in_place { FLAG_IN_PLACE } else { 0 },
     };
-    let statuses = ranks.launch(kernel(algorithm, T::DTYPE, op), args, BLOCKS, THREADS, None);
+    // Blocks of THREADS threads, or of one for odd counts (the host backend's fast mode).
+    let threads = if count % 2 == 1 { 1 } else { THREADS };
+    let statuses = ranks.launch(kernel(algorithm, T::DTYPE, op), args, BLOCKS, threads, None);
     let low_latency = matches!(
         algorithm,
         Algorithm::OneShotLlAllReduce | Algorithm::LlAllGather

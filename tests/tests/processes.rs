@@ -32,6 +32,11 @@ fn new_id() -> symmUniqueId {
 }
 
 fn spawn(scenario: &str, rank: usize, nranks: usize, id: &str) -> Child {
+    spawn_with(scenario, rank, nranks, id, &[])
+}
+
+/// [`spawn`], with `env` added to the child's environment.
+fn spawn_with(scenario: &str, rank: usize, nranks: usize, id: &str, env: &[(&str, &str)]) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--include-ignored",
@@ -44,6 +49,7 @@ fn spawn(scenario: &str, rank: usize, nranks: usize, id: &str) -> Child {
         .env("SYMM_TIMEOUT_MS", TIMEOUT_MS.to_string())
         .env("SYMM_BOOTSTRAP_TIMEOUT_MS", JOIN_TIMEOUT_MS)
         .env(CHILD_ENV, format!("{scenario},{rank},{nranks},{id}"))
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -104,6 +110,43 @@ fn a_killed_rank_makes_the_others_time_out_within_the_bound() {
 /// After `symmCommDestroy`, a rank process holds no more file descriptors and no shared
 /// memory than before `symmCommInitRank` (three windows, collectives, teardown), for 3
 /// processes.
+/// Two processes with different `SYMM_HOST_MODE`s (rank 0 `testing`, rank 1 `fast`): they agree
+/// at start-up on the testing mode (every rank must run the same block size), say so in rank 1's
+/// log, and their in-place all-reduces are exact.
+#[test]
+fn processes_with_different_host_modes_agree_on_one() {
+    let id = id_to_hex(&new_id());
+    let children: Vec<Child> = [("testing", "WARN"), ("fast", "INFO")]
+        .iter()
+        .enumerate()
+        .map(|(rank, (mode, log))| {
+            spawn_with(
+                "allreduce",
+                rank,
+                2,
+                &id,
+                &[
+                    ("SYMM_HOST_MODE", mode),
+                    ("SYMM_DEBUG", log),
+                    ("SYMM_DEBUG_SUBSYS", "INIT"),
+                ],
+            )
+        })
+        .collect();
+    let logs: Vec<(bool, String)> = children
+        .into_iter()
+        .map(|child| finish(child, Duration::from_secs(60)))
+        .collect();
+    for (rank, (ok, log)) in logs.iter().enumerate() {
+        assert!(*ok && log.contains("all-reduces OK"), "rank {rank}:\n{log}");
+    }
+    assert!(
+        logs[1].1.contains("another rank runs the testing mode"),
+        "rank 1:\n{}",
+        logs[1].1
+    );
+}
+
 #[test]
 fn destroy_releases_every_descriptor_and_mapping() {
     let nranks = 3;

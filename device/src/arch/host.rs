@@ -96,7 +96,8 @@ struct Coordinates {
     barrier: *const BlockBarrier,
 }
 
-// SAFETY: the pointer is only dereferenced by threads of `run_grid`'s scope, while the barrier
+// SAFETY: the pointer is only dereferenced by the threads of the grid that set it (threads of
+// `run_grid`'s scope, or the caller of `run_on_this_thread` until it returns), while the barrier
 // it points to is alive; BlockBarrier itself is Sync (Mutex + Condvar).
 unsafe impl Send for Coordinates {}
 
@@ -320,8 +321,8 @@ pub fn sync_threads() {
 /// Block-wide barrier returning whether `pred` was true on any thread of the block.
 pub fn sync_threads_or(pred: bool) -> bool {
     let barrier = coordinates().barrier;
-    // SAFETY: the barrier lives in `run_grid`'s frame, which outlives every thread of the
-    // scope that reads these coordinates.
+    // SAFETY: the barrier lives in the frame of `run_grid` (or `run_on_this_thread`), which
+    // outlives every thread that reads these coordinates.
     unsafe { &*barrier }.wait_or(pred)
 }
 

@@ -1,5 +1,6 @@
-//! The host backend: host memory, kernels run on OS threads by `arch::host::run_grid`.
-//! Calls complete before they return.
+//! The host backend: host memory, kernels run on CPU threads: on the calling thread by
+//! `arch::host::run_on_this_thread` when a launch is one thread in all (the fast mode, one
+//! rank), else on OS threads by `arch::host::run_grid`. Calls complete before they return.
 
 use crate::abi::symmResult_t;
 use crate::error::{Error, Result};

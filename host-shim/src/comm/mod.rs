@@ -504,9 +504,19 @@ fn new_comm(
     Ok(comm)
 }
 
+/// `SYMM_HOST_MODE` on the host backend; the other backends ignore it (and a value they would
+/// refuse).
+fn host_mode_of(backend: &Backend) -> Result<crate::config::HostMode> {
+    if backend.kind() == BackendKind::Host {
+        crate::config::host_mode()
+    } else {
+        Ok(crate::config::HostMode::Fast)
+    }
+}
+
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
-    let host_mode = crate::config::host_mode()?;
+    let host_mode = host_mode_of(&backend)?;
     let mut max_blocks = crate::config::block_bounds()?.1;
     let mut ranks_per_gpu = 1;
     for &device in devices {
@@ -773,7 +783,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
         .min(crate::config::block_bounds()?.1);
     // Each rank's block cap and host mode: the clique takes the smallest cap, and the testing
     // mode when any rank asks for it (every rank must run the same block size).
-    let own_mode = crate::config::host_mode()?;
+    let own_mode = host_mode_of(&backend)?;
     let mut contribution = own_cap.to_le_bytes().to_vec();
     contribution.push(u8::from(own_mode == crate::config::HostMode::Testing));
     link.contribute(link::INIT_TAG, &contribution)?;
