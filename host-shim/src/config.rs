@@ -68,23 +68,18 @@ pub enum HostMode {
     /// rank, so that a launch serving one rank runs on the calling thread (no thread is
     /// created, no block barrier is shared).
     Fast,
-    /// `testing`: blocks of [`TESTING_THREADS`] threads, up to [`TESTING_BLOCKS`] per rank,
+    /// `testing`: blocks of 8 threads, up to 2 per rank,
     /// every thread an OS thread: the interleavings that the tests rely on to find ordering
     /// bugs.
     Testing,
 }
-
-/// Threads per block of [`HostMode::Testing`].
-pub const TESTING_THREADS: u32 = 8;
-/// Most blocks per rank of [`HostMode::Testing`].
-pub const TESTING_BLOCKS: u32 = 2;
 
 impl HostMode {
     /// Threads per block.
     pub fn threads(self) -> u32 {
         match self {
             HostMode::Fast => 1,
-            HostMode::Testing => TESTING_THREADS,
+            HostMode::Testing => 8,
         }
     }
 
@@ -92,7 +87,7 @@ impl HostMode {
     pub fn max_blocks(self) -> u32 {
         match self {
             HostMode::Fast => 1,
-            HostMode::Testing => TESTING_BLOCKS,
+            HostMode::Testing => 2,
         }
     }
 

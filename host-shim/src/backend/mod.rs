@@ -319,7 +319,7 @@ impl Backend {
     /// all be resident at once).
     pub fn max_blocks_per_rank(&self, device: i32, ranks_on_device: u32) -> Result<u32> {
         match self {
-            Backend::Host(_) => Ok(crate::config::TESTING_BLOCKS),
+            Backend::Host(_) => Ok(crate::config::HostMode::Testing.max_blocks()),
             Backend::Cuda(b) => b.max_blocks_per_rank(device, ranks_on_device),
             Backend::Model(_) => Ok((model::MULTIPROCESSORS / ranks_on_device.max(1)).max(1)),
         }
