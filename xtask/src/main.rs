@@ -249,15 +249,49 @@ const FAST_MODE_SUITES: [&str; 8] = [
     "fork_children",
 ];
 
+/// The test executables of `package` named `tests`, built by `cargo test --no-run` (already
+/// built: nothing is compiled again), with their names.
+fn test_executables(package: &str, tests: &[&str]) -> Result<Vec<(String, PathBuf)>, String> {
+    let output = cargo()
+        .args(["test", "-p", package, "--no-run", "--message-format=json"])
+        .args(tests.iter().flat_map(|test| ["--test", test]))
+        .current_dir(root())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("building the tests of {package} failed"));
+    }
+    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    tests
+        .iter()
+        .map(|test| {
+            messages
+                .iter()
+                .filter(|m| m["target"]["name"] == *test && m["profile"]["test"] == true)
+                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+                .map(|executable| (test.to_string(), executable))
+                .ok_or_else(|| format!("cargo did not name the {test} test executable"))
+        })
+        .collect()
+}
+
 fn test() -> Result<(), String> {
     layers::check()?;
     run(cargo().args(["test", "--workspace"]))?;
     // The cross-rank suites again, in the host backend's fast mode (what users run by
-    // default): one thread per rank, on the caller's thread.
-    run(cargo()
-        .args(["test", "-p", "symm-tests"])
-        .args(FAST_MODE_SUITES.iter().flat_map(|suite| ["--test", suite]))
-        .env("SYMM_HOST_MODE", "fast"))?;
+    // default): one thread per rank, on the caller's thread. The executables just built run
+    // as they are: `SYMM_HOST_MODE` is set by `.cargo/config.toml`'s `[env]`, and cargo
+    // rebuilds everything when an `[env]` value changes.
+    for (suite, executable) in test_executables("symm-tests", &FAST_MODE_SUITES)? {
+        println!("xtask test: {suite} in the fast mode");
+        run(Command::new(executable)
+            .current_dir(root().join("tests"))
+            .env("SYMM_HOST_MODE", "fast"))?;
+    }
     loom::run()?;
     build_release_and_examples()?;
     run(Command::new("make")

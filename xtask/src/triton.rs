@@ -20,8 +20,12 @@ pub fn test() -> Result<(), String> {
         let python = venv.join("bin/python");
         ensure_venv(&venv, &python, version)?;
         println!("== Triton {version}: compile tests");
+        // Each test compiles Triton kernels that link the library (one core each): the tests
+        // run on every core (pytest-xdist).
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         run(Command::new(&python)
-            .args(["-m", "pytest", "-q", "python/tests/test_triton_compile.py"])
+            .args(["-m", "pytest", "-q", "-n", &workers.to_string()])
+            .arg("python/tests/test_triton_compile.py")
             // The package from the checkout, with the library just built.
             .env("PYTHONPATH", root().join("python"))
             .env("SYMM_LIBRARY", &library)
@@ -31,24 +35,29 @@ pub fn test() -> Result<(), String> {
     Ok(())
 }
 
-/// A virtual environment at `venv` with `triton==version`, pytest and numpy.
+/// What a ready environment holds besides Triton (recorded in its `.ready` marker, so that an
+/// environment made before this list changed is completed).
+const PACKAGES: [&str; 3] = ["pytest", "pytest-xdist", "numpy"];
+
+/// A virtual environment at `venv` with `triton==version` and [`PACKAGES`].
 fn ensure_venv(venv: &Path, python: &Path, version: &str) -> Result<(), String> {
     let ready = venv.join(".ready");
-    if ready.exists() {
+    let marker = format!("{version} {}", PACKAGES.join(" "));
+    if std::fs::read_to_string(&ready).is_ok_and(|held| held == marker) {
         return Ok(());
     }
     let system_python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
     run(Command::new(system_python).args(["-m", "venv"]).arg(venv))?;
-    run(Command::new(python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        // About 0.9 GiB installed: no second copy in pip's cache.
-        "--no-cache-dir",
-        &format!("triton=={version}"),
-        "pytest",
-        "numpy",
-    ]))?;
-    std::fs::write(&ready, version).map_err(|e| format!("writing {ready:?}: {e}"))
+    run(Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            // About 0.9 GiB installed: no second copy in pip's cache.
+            "--no-cache-dir",
+            &format!("triton=={version}"),
+        ])
+        .args(PACKAGES))?;
+    std::fs::write(&ready, marker).map_err(|e| format!("writing {ready:?}: {e}"))
 }

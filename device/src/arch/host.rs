@@ -155,28 +155,250 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
         }
     }
     #[cfg(not(loom))]
-    std::thread::scope(|scope| {
-        for (block_index, barrier) in barriers.iter().enumerate() {
-            for thread in 0..block {
-                let coords = Coordinates {
+    {
+        let coordinates = barriers
+            .iter()
+            .enumerate()
+            .flat_map(|(block_index, barrier)| {
+                (0..block).map(move |thread| Coordinates {
                     thread,
                     block: block_index as u32,
                     block_dim: block,
                     grid_dim: grid,
                     barrier,
-                };
-                std::thread::Builder::new()
-                    .name(std::format!("symm-b{block_index}t{thread}"))
-                    .stack_size(256 * 1024)
-                    .spawn_scoped(scope, move || {
-                        COORDINATES.with(|c| c.set(Some(coords)));
-                        kernel();
-                        COORDINATES.with(|c| c.set(None));
-                    })
-                    .expect("spawning an emulated GPU thread");
+                })
+            });
+        workers::run_all(coordinates, kernel);
+    }
+}
+
+/// While held, the threads that ran a grid ([`run_grid`]) stay, idle, for the next grid, so
+/// that a launch creates no thread; when the last lease of the process is dropped, the idle
+/// ones end (and a grid run while none is held ends its threads with it). The host backend
+/// holds one per communicator.
+#[cfg(not(loom))]
+#[must_use = "the workers stay only while the lease is held"]
+pub struct WorkerLease(());
+
+#[cfg(not(loom))]
+impl WorkerLease {
+    /// Keep the grids' threads of this process until the lease is dropped.
+    pub fn acquire() -> Self {
+        workers::lease(1);
+        WorkerLease(())
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for WorkerLease {
+    fn drop(&mut self) {
+        workers::lease(-1);
+    }
+}
+
+/// The threads that run grids: a pool of this process, so that a grid of `n` threads runs on
+/// `n` threads that are idle or new, each dedicated to one of its threads until it ends (a
+/// grid's threads wait for each other: they must all run at once).
+#[cfg(not(loom))]
+mod workers {
+    use super::{COORDINATES, Coordinates};
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicPtr, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
+
+    /// One thread of a grid, for any idle worker.
+    struct Job {
+        kernel: *const (dyn Fn() + Sync + 'static),
+        coordinates: Coordinates,
+        grid: Arc<GridEnd>,
+    }
+
+    // SAFETY: `kernel` points to a `Sync` closure that `run_all` keeps alive until every job of
+    // its grid has ended (it waits for `grid` to count them); `Coordinates` is `Send`.
+    unsafe impl Send for Job {}
+
+    /// The threads of a grid still running, and whether one panicked.
+    struct GridEnd {
+        state: Mutex<(usize, bool)>,
+        ended: Condvar,
+    }
+
+    struct Pool {
+        /// The process that made this pool: a child made by `fork` has none of its threads.
+        pid: u32,
+        state: Mutex<PoolState>,
+        work: Condvar,
+    }
+
+    struct PoolState {
+        jobs: VecDeque<Job>,
+        /// Idle workers that no queued job has claimed yet.
+        unclaimed: usize,
+        /// Leases held ([`super::WorkerLease`]).
+        leases: usize,
+        /// Workers made so far (their names).
+        made: usize,
+    }
+
+    static POOL: AtomicPtr<Pool> = AtomicPtr::new(core::ptr::null_mut());
+
+    /// This process's pool. A child made by `fork` inherits its parent's pointer but none of
+    /// its threads (and maybe a lock held at the fork): it makes its own, leaving the parent's
+    /// untouched.
+    fn pool() -> &'static Pool {
+        let pid = std::process::id();
+        loop {
+            let current = POOL.load(Ordering::Acquire);
+            // SAFETY: pools are leaked, never freed: a non-null pointer stays valid.
+            if let Some(pool) = unsafe { current.as_ref() }
+                && pool.pid == pid
+            {
+                return pool;
+            }
+            let fresh = std::boxed::Box::into_raw(std::boxed::Box::new(Pool {
+                pid,
+                state: Mutex::new(PoolState {
+                    jobs: VecDeque::new(),
+                    unclaimed: 0,
+                    leases: 0,
+                    made: 0,
+                }),
+                work: Condvar::new(),
+            }));
+            if POOL
+                .compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // SAFETY: `fresh` was never shared.
+                drop(unsafe { std::boxed::Box::from_raw(fresh) });
             }
         }
-    });
+    }
+
+    fn lock(pool: &Pool) -> std::sync::MutexGuard<'_, PoolState> {
+        pool.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Count a lease in (`+1`) or out (`-1`); the last one out ends the idle workers.
+    pub(super) fn lease(change: i32) {
+        let pool = pool();
+        let mut state = lock(pool);
+        state.leases = if change > 0 {
+            state.leases + 1
+        } else {
+            state.leases.saturating_sub(1)
+        };
+        if state.leases == 0 {
+            drop(state);
+            pool.work.notify_all();
+        }
+    }
+
+    /// Run `kernel` once with each of `coordinates` as the calling thread's, all at once, and
+    /// return when every one has ended.
+    ///
+    /// # Panics
+    /// If a thread cannot be made, or if `kernel` panicked on any of them.
+    pub(super) fn run_all(
+        coordinates: impl Iterator<Item = Coordinates>,
+        kernel: &(dyn Fn() + Sync),
+    ) {
+        let pool = pool();
+        // SAFETY: the jobs' pointers to the kernel are used only until `grid` counts every job
+        // ended, which this function waits for before it returns (also when a job panicked).
+        let kernel: *const (dyn Fn() + Sync + 'static) = unsafe {
+            core::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(kernel)
+        };
+        let grid = Arc::new(GridEnd {
+            state: Mutex::new((0, false)),
+            ended: Condvar::new(),
+        });
+        let mut state = lock(pool);
+        let mut count = 0;
+        for coordinates in coordinates {
+            state.jobs.push_back(Job {
+                kernel,
+                coordinates,
+                grid: grid.clone(),
+            });
+            count += 1;
+        }
+        *grid.state.lock().unwrap_or_else(|e| e.into_inner()) = (count, false);
+        // Every job gets a worker of its own: idle ones, then new ones.
+        let claimed = count.min(state.unclaimed);
+        state.unclaimed -= claimed;
+        let mut made = Ok(());
+        for _ in claimed..count {
+            let name = std::format!("symm-worker-{}", state.made);
+            state.made += 1;
+            made = made.and(
+                std::thread::Builder::new()
+                    .name(name)
+                    .stack_size(256 * 1024)
+                    .spawn(move || work(pool))
+                    .map(drop),
+            );
+        }
+        drop(state);
+        pool.work.notify_all();
+        let mut end = grid.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = made {
+            // The jobs without a worker never run: take them back, then wait for the others.
+            let mut state = lock(pool);
+            let before = state.jobs.len();
+            state
+                .jobs
+                .retain(|job| !core::ptr::eq(Arc::as_ptr(&job.grid), Arc::as_ptr(&grid)));
+            end.0 -= before - state.jobs.len();
+            drop(state);
+            while end.0 > 0 {
+                end = grid.ended.wait(end).unwrap_or_else(|e| e.into_inner());
+            }
+            panic!("spawning an emulated GPU thread: {e}");
+        }
+        while end.0 > 0 {
+            end = grid.ended.wait(end).unwrap_or_else(|e| e.into_inner());
+        }
+        assert!(!end.1, "an emulated GPU thread panicked");
+    }
+
+    /// A worker: run jobs while there are any or a lease is held; end when idle without one.
+    fn work(pool: &'static Pool) {
+        let mut state = lock(pool);
+        loop {
+            if let Some(job) = state.jobs.pop_front() {
+                drop(state);
+                COORDINATES.with(|c| c.set(Some(job.coordinates)));
+                // SAFETY: the kernel is alive until this job is counted ended (below).
+                let kernel = unsafe { &*job.kernel };
+                let panicked =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel)).is_err();
+                COORDINATES.with(|c| c.set(None));
+                state = lock(pool);
+                state.unclaimed += 1;
+                drop(state);
+                {
+                    let mut end = job.grid.state.lock().unwrap_or_else(|e| e.into_inner());
+                    end.0 -= 1;
+                    end.1 |= panicked;
+                    if end.0 == 0 {
+                        job.grid.ended.notify_all();
+                    }
+                }
+                drop(job);
+                state = lock(pool);
+            } else if state.leases == 0 {
+                // Idle with no lease held: end, unless a job was queued for this worker.
+                if state.unclaimed > 0 {
+                    state.unclaimed -= 1;
+                    return;
+                }
+                state = pool.work.wait(state).unwrap_or_else(|e| e.into_inner());
+            } else {
+                state = pool.work.wait(state).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
 }
 
 /// Run `kernel` as a grid of one block of one thread, on the calling thread: what a launch
@@ -351,7 +573,8 @@ pub unsafe fn load_relaxed_sys_u32(ptr: *const u32) -> u32 {
 /// As for [`load_acquire_sys_u32`], and `ptr` must be valid for writes.
 pub unsafe fn store_release_sys_u32(ptr: *mut u32, value: u32) {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
-    unsafe { atomic_u32(ptr) }.store(value, release())
+    unsafe { atomic_u32(ptr) }.store(value, release());
+    wake_all(ptr);
 }
 
 /// Store a 16-byte LL line as two atomic 8-byte halves (`[a, b]` and `[c, d]`), the guarantee
@@ -415,7 +638,11 @@ pub unsafe fn atomic_exchange_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
 pub unsafe fn compare_exchange_sys_u32(ptr: *mut u32, expected: u32, new: u32) -> u32 {
     // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
     match unsafe { atomic_u32(ptr) }.compare_exchange(expected, new, release(), Ordering::Relaxed) {
-        Ok(previous) | Err(previous) => previous,
+        Ok(previous) => {
+            wake_all(ptr);
+            previous
+        }
+        Err(previous) => previous,
     }
 }
 
@@ -484,6 +711,159 @@ pub fn nanosleep(ns: u32) {
     }
 }
 
+/// Give the CPU away until the `u32` at `flag` may no longer hold `seen`, the abort word at
+/// `abort` may have been raised, or about `ns` nanoseconds pass. Under loom: yields to the
+/// model's scheduler.
+///
+/// # Safety
+/// As for [`load_acquire_sys_u32`], for both words.
+#[cfg(loom)]
+pub unsafe fn park_u32(_flag: *const u32, _seen: u32, _abort: *const u32, _ns: u32) {
+    loom::thread::yield_now();
+}
+
+/// Give the CPU away until the `u32` at `flag` may no longer hold `seen`, the abort word at
+/// `abort` may have been raised, or [`PARK_LIMIT_NS`] pass (`ns`, the GPU's sleep, is a
+/// lower bound only). The thread blocks in the kernel (Linux: `futex_waitv` on both words,
+/// shared futexes, so that a store from another process wakes it too) until a store through
+/// this module ([`store_release_sys_u32`], [`compare_exchange_sys_u32`]) or [`wake_all`]
+/// changes either word; elsewhere it sleeps. A spurious return is harmless: callers look at the
+/// flag, the abort word and their deadline again.
+///
+/// # Safety
+/// As for [`load_acquire_sys_u32`], for both words.
+#[cfg(not(loom))]
+pub unsafe fn park_u32(flag: *const u32, seen: u32, abort: *const u32, ns: u32) {
+    let ns = (ns as u64).max(PARK_LIMIT_NS);
+    #[cfg(target_os = "linux")]
+    // SAFETY: forwarded contract.
+    unsafe {
+        futex::wait_either(flag, seen, abort, ns)
+    };
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (flag, seen, abort);
+        std::thread::sleep(core::time::Duration::from_nanos(ns.min(20_000)));
+    }
+}
+
+/// The longest a host thread stays parked ([`park_u32`]) before it looks at its flag, its abort
+/// word and its deadline again, should no store wake it: a wait's deadline is kept to within
+/// this much.
+#[cfg(not(loom))]
+pub const PARK_LIMIT_NS: u64 = 1_000_000;
+
+/// Wake every thread parked ([`park_u32`]) on the `u32` at `ptr`, in any process that maps
+/// it. The stores of this module call it; the host calls it after writing a word that kernels
+/// park on by other means (the abort word).
+#[cfg(not(loom))]
+pub fn wake_all(ptr: *const u32) {
+    #[cfg(target_os = "linux")]
+    futex::wake_all(ptr);
+    #[cfg(not(target_os = "linux"))]
+    let _ = ptr;
+}
+
+/// Under loom there are no parked threads to wake.
+#[cfg(loom)]
+pub fn wake_all(_ptr: *const u32) {}
+
+/// Linux futexes on words of memory that other processes may map: never `FUTEX_PRIVATE_FLAG`.
+#[cfg(all(not(loom), target_os = "linux"))]
+mod futex {
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    /// `struct futex_waitv` of `<linux/futex.h>`.
+    #[repr(C)]
+    struct WaitV {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+
+    /// `FUTEX2_SIZE_U32`: the word is a `u32` (and, without `FUTEX2_PRIVATE`, may be shared).
+    const FUTEX2_SIZE_U32: u32 = 0x02;
+
+    /// Set once `futex_waitv` (Linux 5.16) turned out to be missing.
+    static NO_WAITV: AtomicBool = AtomicBool::new(false);
+
+    /// Without `futex_waitv`, a park on the flag alone lasts at most this long, so that a raised
+    /// abort word is seen about as soon.
+    const ABORT_LOOK_NS: u64 = 200_000;
+
+    /// Block until the `u32` at `flag` may differ from `seen` or the one at `abort` from 0, a
+    /// wake on either, or `ns` nanoseconds.
+    ///
+    /// # Safety
+    /// Both addresses are valid, aligned `u32`s.
+    pub(super) unsafe fn wait_either(flag: *const u32, seen: u32, abort: *const u32, ns: u64) {
+        if !NO_WAITV.load(Ordering::Relaxed) {
+            let words = [
+                WaitV {
+                    val: seen as u64,
+                    uaddr: flag as u64,
+                    flags: FUTEX2_SIZE_U32,
+                    reserved: 0,
+                },
+                WaitV {
+                    val: 0,
+                    uaddr: abort as u64,
+                    flags: FUTEX2_SIZE_U32,
+                    reserved: 0,
+                },
+            ];
+            let mut now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `now` is a valid timespec to write.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+            let total = now.tv_nsec as u64 + ns;
+            let deadline = libc::timespec {
+                tv_sec: now.tv_sec + (total / 1_000_000_000) as libc::time_t,
+                tv_nsec: (total % 1_000_000_000) as _,
+            };
+            // SAFETY: `words` and `deadline` outlive the call; the kernel only reads them, and
+            // only reads the two words (the caller guarantees they are valid).
+            let result = unsafe {
+                libc::syscall(
+                    libc::SYS_futex_waitv,
+                    words.as_ptr(),
+                    words.len() as libc::c_uint,
+                    0 as libc::c_uint,
+                    &deadline as *const libc::timespec,
+                    libc::CLOCK_MONOTONIC,
+                )
+            };
+            if result >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+                return;
+            }
+            NO_WAITV.store(true, Ordering::Relaxed);
+        }
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: ns.min(ABORT_LOOK_NS) as _,
+        };
+        // SAFETY: as above; FUTEX_WAIT reads the word at `flag` only.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                flag,
+                libc::FUTEX_WAIT,
+                seen,
+                &timeout as *const libc::timespec,
+            )
+        };
+    }
+
+    /// Wake every waiter on the `u32` at `ptr`.
+    pub(super) fn wake_all(ptr: *const u32) {
+        // SAFETY: FUTEX_WAKE does not access the word; it only names the queue to wake.
+        unsafe { libc::syscall(libc::SYS_futex, ptr, libc::FUTEX_WAKE, i32::MAX) };
+    }
+}
+
 /// Nanoseconds since an arbitrary origin (the global timer). Under loom it stays at 0: waits
 /// never time out, and a protocol that never completes exceeds loom's branch limit instead.
 #[cfg(loom)]
@@ -523,6 +903,112 @@ mod tests {
                 assert_eq!(any, round % 3 == 0);
             }
         });
+    }
+
+    /// A thread parked on a word and an abort word, for up to 10 s; returns how long it was
+    /// parked when `store` (run 20 ms later on another thread) changes one of them.
+    #[cfg(target_os = "linux")]
+    fn parked_until(store: fn(*mut u32, *mut u32)) -> std::time::Duration {
+        use std::boxed::Box;
+        let words: &'static mut [u32; 2] = Box::leak(Box::new([0u32; 2]));
+        let (flag, abort) = (&mut words[0] as *mut u32, &mut words[1] as *mut u32);
+        let (flag_at, abort_at) = (flag as usize, abort as usize);
+        let storer = std::thread::spawn(move || {
+            std::thread::sleep(core::time::Duration::from_millis(20));
+            store(flag_at as *mut u32, abort_at as *mut u32);
+        });
+        let start = Instant::now();
+        // SAFETY: both words are leaked (live for ever) and accessed atomically only.
+        unsafe { super::futex::wait_either(flag, 0, abort, 10_000_000_000) };
+        let parked = start.elapsed();
+        storer.join().unwrap();
+        parked
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_release_store_wakes_a_parked_thread() {
+        // SAFETY: the word is live (leaked) and accessed atomically only.
+        let parked = parked_until(|flag, _| unsafe { store_release_sys_u32(flag, 1) });
+        assert!(parked < core::time::Duration::from_secs(5), "{parked:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_raised_abort_word_wakes_a_parked_thread() {
+        // SAFETY: the word is live (leaked) and accessed atomically only.
+        let parked = parked_until(|_, abort| unsafe {
+            compare_exchange_sys_u32(abort, 0, 7);
+        });
+        assert!(parked < core::time::Duration::from_secs(5), "{parked:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_host_store_wakes_a_parked_thread_through_wake_all() {
+        // SAFETY: the word is live (leaked), aligned, and accessed atomically only.
+        let parked = parked_until(|_, abort| unsafe {
+            AtomicU32::from_ptr(abort).store(1, Ordering::Release);
+            wake_all(abort);
+        });
+        assert!(parked < core::time::Duration::from_secs(5), "{parked:?}");
+    }
+
+    #[test]
+    fn a_park_on_a_word_that_already_changed_returns_at_once() {
+        let (flag, abort) = (1u32, 0u32);
+        let start = Instant::now();
+        // SAFETY: both are live locals, accessed only here.
+        unsafe { park_u32(&flag, 0, &abort, 0) };
+        assert!(start.elapsed() < core::time::Duration::from_millis(500));
+    }
+
+    #[test]
+    fn grids_under_a_lease_reuse_their_threads() {
+        let _lease = WorkerLease::acquire();
+        let ids = || {
+            let ids = Mutex::new(std::vec::Vec::new());
+            // One block: its threads meet at the barrier, so each must run on its own thread.
+            run_grid(1, 6, &|| {
+                let id = std::thread::current().id();
+                ids.lock().unwrap().push(id);
+                sync_threads();
+            });
+            ids.into_inner().unwrap()
+        };
+        let first = ids();
+        assert_eq!(first.len(), 6);
+        let mut distinct = first.clone();
+        distinct.sort_by_key(|id| std::format!("{id:?}"));
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            6,
+            "a grid's threads run at once, each on its own"
+        );
+        // Other tests of this binary run grids meanwhile and may take some of the idle
+        // workers: most of the second grid's threads are the first's.
+        let again = ids();
+        let reused = again.iter().filter(|id| first.contains(id)).count();
+        assert!(reused >= 1, "no worker reused: {first:?} then {again:?}");
+    }
+
+    #[test]
+    fn a_panicking_grid_thread_panics_the_caller_and_the_pool_goes_on() {
+        let _lease = WorkerLease::acquire();
+        let outcome = std::panic::catch_unwind(|| {
+            run_grid(1, 2, &|| {
+                if thread_idx_x() == 1 {
+                    panic!("deliberate");
+                }
+            })
+        });
+        assert!(outcome.is_err());
+        let ran = AtomicU32::new(0);
+        run_grid(2, 2, &|| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(ran.load(Ordering::Relaxed), 4);
     }
 
     #[test]

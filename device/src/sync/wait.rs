@@ -27,6 +27,10 @@ pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
 pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 128 * POLLS_PER_CHECK };
 const _: () = assert!(POLLS_PER_ABORT_LOOK.is_multiple_of(POLLS_PER_CHECK));
 
+/// Polls after which a wait gives the CPU away for longer: it parks (`arch::park_u32`: on the
+/// GPU a 20 µs sleep, on the host a block until the flag or the abort word is stored to).
+pub(crate) const PARK_AFTER_POLLS: u32 = 4096;
+
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
 #[inline(always)]
 pub fn reached(value: u32, target: u32) -> bool {
@@ -34,7 +38,10 @@ pub fn reached(value: u32, target: u32) -> bool {
 }
 
 /// Spin until the `u32` at `flag` reaches `target` (wrap-safe), the abort word at `abort`
-/// becomes non-zero, or `timeout_ns` pass.
+/// becomes non-zero, or `timeout_ns` pass. After 4096 polls the wait parks
+/// between looks: a 20 µs sleep on the GPU; on the host, a block until a store to the flag or
+/// the abort word wakes it (`arch::host::park_u32`), so that waiting ranks leave the CPU to
+/// the ones they wait for.
 ///
 /// # Safety
 /// `flag` and `abort` must be valid, aligned addresses of `u32`s that other threads only
@@ -49,7 +56,8 @@ pub unsafe fn wait_until_reached(
     let mut polls: u32 = 0;
     loop {
         // SAFETY: the caller guarantees `flag` is valid and atomically accessed.
-        if reached(unsafe { arch::load_acquire_sys_u32(flag) }, target) {
+        let value = unsafe { arch::load_acquire_sys_u32(flag) };
+        if reached(value, target) {
             return WaitOutcome::Reached;
         }
         polls = polls.wrapping_add(1);
@@ -63,7 +71,12 @@ pub unsafe fn wait_until_reached(
             if arch::global_timer_ns().wrapping_sub(start) > timeout_ns {
                 return WaitOutcome::TimedOut;
             }
-            arch::nanosleep(if polls >= 4096 { 20_000 } else { 100 });
+            if polls >= PARK_AFTER_POLLS {
+                // SAFETY: as for `flag` and `abort`.
+                unsafe { arch::park_u32(flag, value, abort, 20_000) };
+            } else {
+                arch::nanosleep(100);
+            }
         }
     }
 }

@@ -48,12 +48,16 @@ impl Flag {
         // SAFETY: `host` is a live, 4-byte aligned u32 that kernels and the host access only
         // atomically (system scope on the device).
         let word = unsafe { &*(self.host as *const std::sync::atomic::AtomicU32) };
-        let _ = word.compare_exchange(
+        let raised = word.compare_exchange(
             0,
             value,
             std::sync::atomic::Ordering::AcqRel,
             std::sync::atomic::Ordering::Acquire,
         );
+        if raised.is_ok() {
+            // Host kernels parked on this word (waiting for a peer) look at it now.
+            symm_device::arch::host::wake_all(self.host as *const u32);
+        }
     }
 }
 

@@ -76,6 +76,10 @@ pub struct Clique {
     /// The calls each rank of this process has issued, which separate launches on one device
     /// wait for (see [`pacing`]).
     pub pacing: pacing::Pacing,
+    /// On the host backend: the threads of launches that serve several threads (several ranks
+    /// of this process, or the testing mode's blocks) stay for the next launch while the
+    /// clique lives.
+    _host_workers: Option<symm_device::arch::host::WorkerLease>,
 }
 
 impl Clique {
@@ -554,6 +558,7 @@ fn new_clique_with(
         .filter(|d| *d != REMOTE_DEVICE)
         .collect();
     backend.connect_devices(&local)?;
+    let backend_kind = backend.kind();
     Ok(Arc::new(Clique {
         host_mode,
         max_blocks,
@@ -571,6 +576,8 @@ fn new_clique_with(
         calls: Mutex::new(CallLog::default()),
         failure: Mutex::new(None),
         pacing: pacing::Pacing::new(devices.len()),
+        _host_workers: (backend_kind == BackendKind::Host)
+            .then(symm_device::arch::host::WorkerLease::acquire),
     }))
 }
 
