@@ -3,6 +3,7 @@
 side in one torchrun, so that both see the same machine at the same moment.
 
     torchrun --nproc-per-node=2 bench/torch_cpu_vs_gloo.py [--rounds 5] [--iters 20] [--warmup 3]
+        [--back-to-back]
 
 Every process joins one gloo group and one symm group of the same ranks. For each collective
 (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast) and size (1 KiB to
@@ -79,11 +80,20 @@ def turn(op: str, group: dist.ProcessGroup, barrier_group: dist.ProcessGroup, co
     for _ in range(args.warmup):
         call()
     times = []
-    for _ in range(args.iters):
+    if args.back_to_back:
+        # The calls follow each other with nothing between them: each sample is the mean of
+        # `--iters` calls, on the rank that took longest.
         dist.barrier(group=barrier_group)
         start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
+        for _ in range(args.iters):
+            call()
+        times.append((time.perf_counter() - start) / args.iters)
+    else:
+        for _ in range(args.iters):
+            dist.barrier(group=barrier_group)
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
     # The slowest rank's time of each call.
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=barrier_group)
@@ -97,6 +107,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="bytes per rank")
+    parser.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="time --iters calls in a row (no barrier between them) as one sample: throughput, "
+        "where the default times each call after a barrier",
+    )
     args = parser.parse_args()
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -120,10 +136,16 @@ def main() -> None:
             rows.append((op, size, gloo_ms, symm_ms))
     if rank == 0:
         mode = os.environ.get("SYMM_HOST_MODE", "fast (default)")
+        method = (
+            f"median of {args.rounds} turns of {args.iters} calls back to back per backend (after "
+            f"{args.warmup} warm-up per turn), slowest rank's mean per call"
+            if args.back_to_back
+            else f"median of {args.rounds} x {args.iters} calls per backend (after {args.warmup} warm-up "
+            "per turn), slowest rank per call"
+        )
         print(
             f"\n{world} processes, {os.cpu_count()} CPUs, torch {torch.__version__}, SYMM_HOST_MODE={mode}; "
-            f"median of {args.rounds} x {args.iters} calls per backend (after {args.warmup} warm-up per turn), "
-            "slowest rank per call\n"
+            f"{method}\n"
         )
         print("| op | size per rank | gloo (ms) | symm (ms) | gloo / symm |")
         print("|---|---|---|---|---|")

@@ -45,6 +45,8 @@ struct BarrierState {
     generation: u64,
     accumulated_or: bool,
     result_or: bool,
+    /// A thread of the block panicked: the others must not wait for it at the barrier.
+    broken: bool,
 }
 
 impl BlockBarrier {
@@ -56,6 +58,7 @@ impl BlockBarrier {
                 generation: 0,
                 accumulated_or: false,
                 result_or: false,
+                broken: false,
             }),
             released: Condvar::new(),
         }
@@ -67,6 +70,7 @@ impl BlockBarrier {
             return pred;
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!state.broken, "another thread of the block panicked");
         state.accumulated_or |= pred;
         state.arrived += 1;
         if state.arrived == self.threads {
@@ -81,9 +85,18 @@ impl BlockBarrier {
         }
         let generation = state.generation;
         while state.generation == generation {
+            assert!(!state.broken, "another thread of the block panicked");
             state = self.released.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         state.result_or
+    }
+
+    /// A thread of the block panicked: every thread waiting at the barrier, or reaching it
+    /// later, panics too, so that the grid ends.
+    #[cfg(not(loom))]
+    fn break_for_all(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).broken = true;
+        self.released.notify_all();
     }
 }
 
@@ -178,21 +191,29 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
 /// holds one per communicator.
 #[cfg(not(loom))]
 #[must_use = "the workers stay only while the lease is held"]
-pub struct WorkerLease(());
+pub struct WorkerLease {
+    /// The process that took the lease: a child made by `fork` inherits the lease but not the
+    /// pool it counts in.
+    pid: u32,
+}
 
 #[cfg(not(loom))]
 impl WorkerLease {
     /// Keep the grids' threads of this process until the lease is dropped.
     pub fn acquire() -> Self {
         workers::lease(1);
-        WorkerLease(())
+        WorkerLease {
+            pid: std::process::id(),
+        }
     }
 }
 
 #[cfg(not(loom))]
 impl Drop for WorkerLease {
     fn drop(&mut self) {
-        workers::lease(-1);
+        if self.pid == std::process::id() {
+            workers::lease(-1);
+        }
     }
 }
 
@@ -313,49 +334,39 @@ mod workers {
             state: Mutex::new((0, false)),
             ended: Condvar::new(),
         });
-        let mut state = lock(pool);
-        let mut count = 0;
-        for coordinates in coordinates {
-            state.jobs.push_back(Job {
+        let jobs: std::vec::Vec<Job> = coordinates
+            .map(|coordinates| Job {
                 kernel,
                 coordinates,
                 grid: grid.clone(),
-            });
-            count += 1;
-        }
+            })
+            .collect();
+        let count = jobs.len();
         *grid.state.lock().unwrap_or_else(|e| e.into_inner()) = (count, false);
-        // Every job gets a worker of its own: idle ones, then new ones.
+        let mut state = lock(pool);
+        // Every job gets a worker of its own: idle ones, then new ones, all of them before any
+        // job is queued, so that a grid that cannot have all its threads runs none.
         let claimed = count.min(state.unclaimed);
         state.unclaimed -= claimed;
-        let mut made = Ok(());
-        for _ in claimed..count {
+        for made in claimed..count {
             let name = std::format!("symm-worker-{}", state.made);
+            let spawned = std::thread::Builder::new()
+                .name(name)
+                .stack_size(256 * 1024)
+                .spawn(move || work(pool));
+            if let Err(e) = spawned {
+                // The claimed and the new workers stay idle, for later grids.
+                state.unclaimed += made;
+                drop(state);
+                pool.work.notify_all();
+                panic!("spawning an emulated GPU thread: {e}");
+            }
             state.made += 1;
-            made = made.and(
-                std::thread::Builder::new()
-                    .name(name)
-                    .stack_size(256 * 1024)
-                    .spawn(move || work(pool))
-                    .map(drop),
-            );
         }
+        state.jobs.extend(jobs);
         drop(state);
         pool.work.notify_all();
         let mut end = grid.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = made {
-            // The jobs without a worker never run: take them back, then wait for the others.
-            let mut state = lock(pool);
-            let before = state.jobs.len();
-            state
-                .jobs
-                .retain(|job| !core::ptr::eq(Arc::as_ptr(&job.grid), Arc::as_ptr(&grid)));
-            end.0 -= before - state.jobs.len();
-            drop(state);
-            while end.0 > 0 {
-                end = grid.ended.wait(end).unwrap_or_else(|e| e.into_inner());
-            }
-            panic!("spawning an emulated GPU thread: {e}");
-        }
         while end.0 > 0 {
             end = grid.ended.wait(end).unwrap_or_else(|e| e.into_inner());
         }
@@ -374,6 +385,11 @@ mod workers {
                 let panicked =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel)).is_err();
                 COORDINATES.with(|c| c.set(None));
+                if panicked {
+                    // SAFETY: the block's barrier lives in `run_grid`'s frame until every job of
+                    // the grid, this one included, is counted ended.
+                    unsafe { &*job.coordinates.barrier }.break_for_all();
+                }
                 state = lock(pool);
                 state.unclaimed += 1;
                 drop(state);
@@ -723,8 +739,8 @@ pub unsafe fn park_u32(_flag: *const u32, _seen: u32, _abort: *const u32, _ns: u
 }
 
 /// Give the CPU away until the `u32` at `flag` may no longer hold `seen`, the abort word at
-/// `abort` may have been raised, or [`PARK_LIMIT_NS`] pass (`ns`, the GPU's sleep, is a
-/// lower bound only). The thread blocks in the kernel (Linux: `futex_waitv` on both words,
+/// `abort` may have been raised, or [`PARK_LIMIT_NS`] pass (`ns` is the GPU's sleep, unused
+/// here). The thread blocks in the kernel (Linux: `futex_waitv` on both words,
 /// shared futexes, so that a store from another process wakes it too) until a store through
 /// this module ([`store_release_sys_u32`], [`compare_exchange_sys_u32`]) or [`wake_all`]
 /// changes either word; elsewhere it sleeps. A spurious return is harmless: callers look at the
@@ -734,7 +750,9 @@ pub unsafe fn park_u32(_flag: *const u32, _seen: u32, _abort: *const u32, _ns: u
 /// As for [`load_acquire_sys_u32`], for both words.
 #[cfg(not(loom))]
 pub unsafe fn park_u32(flag: *const u32, seen: u32, abort: *const u32, ns: u32) {
-    let ns = (ns as u64).max(PARK_LIMIT_NS);
+    // `ns` is the GPU's sleep; a host thread blocks until woken, for at most the limit.
+    let _ = ns;
+    let ns = PARK_LIMIT_NS;
     #[cfg(target_os = "linux")]
     // SAFETY: forwarded contract.
     unsafe {
@@ -836,10 +854,21 @@ mod futex {
                     libc::CLOCK_MONOTONIC,
                 )
             };
-            if result >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+            if result >= 0 {
                 return;
             }
-            NO_WAITV.store(true, Ordering::Relaxed);
+            match std::io::Error::last_os_error().raw_os_error() {
+                // A word already differs, the deadline passed, or a signal came: look again.
+                Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => return,
+                // An older kernel, or a sandbox (seccomp) that refuses the call it does not
+                // know: park on the flag alone from now on.
+                Some(libc::ENOSYS | libc::EPERM) => NO_WAITV.store(true, Ordering::Relaxed),
+                // Anything else: never spin; sleep as the GPU does.
+                _ => {
+                    std::thread::sleep(core::time::Duration::from_nanos(ns.min(20_000)));
+                    return;
+                }
+            }
         }
         let timeout = libc::timespec {
             tv_sec: 0,
@@ -986,11 +1015,10 @@ mod tests {
             6,
             "a grid's threads run at once, each on its own"
         );
-        // Other tests of this binary run grids meanwhile and may take some of the idle
-        // workers: most of the second grid's threads are the first's.
-        let again = ids();
-        let reused = again.iter().filter(|id| first.contains(id)).count();
-        assert!(reused >= 1, "no worker reused: {first:?} then {again:?}");
+        // Other tests of this binary run grids meanwhile and may take the idle workers between
+        // two grids: some later grid reuses a thread of the first.
+        let reused = (0..20).any(|_| ids().iter().any(|id| first.contains(id)));
+        assert!(reused, "no worker of {first:?} reused in 20 grids");
     }
 
     #[test]
@@ -1009,6 +1037,21 @@ mod tests {
             ran.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(ran.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_panicking_thread_ends_its_block_s_barrier_for_the_others() {
+        let _lease = WorkerLease::acquire();
+        let outcome = std::panic::catch_unwind(|| {
+            run_grid(1, 3, &|| {
+                if thread_idx_x() == 2 {
+                    panic!("deliberate");
+                }
+                // Threads 0 and 1 would wait here for thread 2 for ever.
+                sync_threads();
+            })
+        });
+        assert!(outcome.is_err());
     }
 
     #[test]
