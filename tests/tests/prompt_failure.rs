@@ -58,7 +58,14 @@ fn failing_call(scenario: &str, comm: symmComm_t, buffer: *mut c_void, rank: usi
         // Rank 1 refuses its call and destroys its communicator before rank 0 makes its own.
         std::thread::sleep(Duration::from_millis(500));
     }
+    // The ranks left `join` together: from here their times compare.
     let started = Instant::now();
+    if scenario == "count" && rank == 1 {
+        // Rank 0 is waiting in its collective when rank 1's call finds the mismatch: only the
+        // failure rank 1 raises ends rank 0's wait before its bound (were both calls on record
+        // before either compared, each would find the mismatch itself).
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let result = match (scenario, rank) {
         // Rank 1 all-reduces half as much as rank 0.
         ("count", _) => {
