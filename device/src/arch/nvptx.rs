@@ -194,18 +194,6 @@ pub fn nanosleep(ns: u32) {
     unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack)) }
 }
 
-/// Sleep for about `ns` nanoseconds while waiting for the `u32` at `_flag` to leave `_seen`
-/// or the abort word at `_abort` to be raised: a GPU thread cannot block on a word, so this is
-/// [`nanosleep`] (the host blocks on the two words instead).
-///
-/// # Safety
-/// None on the GPU: the addresses are not accessed. Callers keep the host's contract (valid,
-/// aligned `u32`s).
-#[inline(always)]
-pub unsafe fn park_u32(_flag: *const u32, _seen: u32, _abort: *const u32, ns: u32) {
-    nanosleep(ns)
-}
-
 /// IEEE binary16 bits to f32 (`cvt.f32.f16`, every target: exact).
 #[inline(always)]
 pub fn f16_to_f32(bits: u16) -> f32 {

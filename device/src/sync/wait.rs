@@ -27,8 +27,8 @@ pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
 pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 128 * POLLS_PER_CHECK };
 const _: () = assert!(POLLS_PER_ABORT_LOOK.is_multiple_of(POLLS_PER_CHECK));
 
-/// Polls after which a wait gives the CPU away for longer: it parks (`arch::park_u32`: on the
-/// GPU a 20 µs sleep, on the host a block until the flag or the abort word is stored to).
+/// Polls after which a wait gives the CPU away for longer: on the GPU a 20 µs sleep, on the
+/// host a block until the flag or the abort word is stored to (`arch::host::park_u32`).
 pub(crate) const PARK_AFTER_POLLS: u32 = 4096;
 
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
@@ -56,8 +56,7 @@ pub unsafe fn wait_until_reached(
     let mut polls: u32 = 0;
     loop {
         // SAFETY: the caller guarantees `flag` is valid and atomically accessed.
-        let value = unsafe { arch::load_acquire_sys_u32(flag) };
-        if reached(value, target) {
+        if reached(unsafe { arch::load_acquire_sys_u32(flag) }, target) {
             return WaitOutcome::Reached;
         }
         polls = polls.wrapping_add(1);
@@ -71,13 +70,47 @@ pub unsafe fn wait_until_reached(
             if arch::global_timer_ns().wrapping_sub(start) > timeout_ns {
                 return WaitOutcome::TimedOut;
             }
-            if polls >= PARK_AFTER_POLLS {
-                // SAFETY: as for `flag` and `abort`.
-                unsafe { arch::park_u32(flag, value, abort, 20_000) };
-            } else {
-                arch::nanosleep(100);
-            }
+            // SAFETY: as for `flag` and `abort`.
+            unsafe { pause(flag, target, abort, polls) };
         }
+    }
+}
+
+/// Give the CPU away between two looks at the flag: a short sleep, and a 20 µs one once the
+/// wait has lasted [`PARK_AFTER_POLLS`] polls (the GPU, and loom, whose scheduler a sleep
+/// yields to).
+///
+/// # Safety
+/// As for [`wait_until_reached`].
+#[cfg(any(target_arch = "nvptx64", loom))]
+#[inline(always)]
+unsafe fn pause(_flag: *const u32, _target: u32, _abort: *const u32, polls: u32) {
+    arch::nanosleep(if polls >= PARK_AFTER_POLLS {
+        20_000
+    } else {
+        100
+    });
+}
+
+/// Give the CPU away between two looks at the flag: a yield, and once the wait has lasted
+/// [`PARK_AFTER_POLLS`] polls, a park until a store to the flag or to the abort word wakes the
+/// thread (`arch::host::park_u32`).
+///
+/// # Safety
+/// As for [`wait_until_reached`].
+#[cfg(not(any(target_arch = "nvptx64", loom)))]
+#[inline(always)]
+unsafe fn pause(flag: *const u32, target: u32, abort: *const u32, polls: u32) {
+    if polls >= PARK_AFTER_POLLS {
+        // SAFETY: forwarded contract.
+        let seen = unsafe { arch::load_relaxed_sys_u32(flag) };
+        if !reached(seen, target) {
+            // SAFETY: forwarded contract; a store after the load above makes the park return
+            // at once (the futex compares the word with `seen`).
+            unsafe { arch::host::park_u32(flag, seen, abort, 20_000) };
+        }
+    } else {
+        arch::nanosleep(100);
     }
 }
 
