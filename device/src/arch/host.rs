@@ -728,19 +728,7 @@ pub fn nanosleep(ns: u32) {
 }
 
 /// Give the CPU away until the `u32` at `flag` may no longer hold `seen`, the abort word at
-/// `abort` may have been raised, or about `ns` nanoseconds pass. Under loom: yields to the
-/// model's scheduler.
-///
-/// # Safety
-/// As for [`load_acquire_sys_u32`], for both words.
-#[cfg(loom)]
-pub unsafe fn park_u32(_flag: *const u32, _seen: u32, _abort: *const u32, _ns: u32) {
-    loom::thread::yield_now();
-}
-
-/// Give the CPU away until the `u32` at `flag` may no longer hold `seen`, the abort word at
-/// `abort` may have been raised, or [`PARK_LIMIT_NS`] pass (`ns` is the GPU's sleep, unused
-/// here). The thread blocks in the kernel (Linux: `futex_waitv` on both words,
+/// `abort` may have been raised, or [`PARK_LIMIT_NS`] pass. The thread blocks in the kernel (Linux: `futex_waitv` on both words,
 /// shared futexes, so that a store from another process wakes it too) until a store through
 /// this module ([`store_release_sys_u32`], [`compare_exchange_sys_u32`]) or [`wake_all`]
 /// changes either word; elsewhere it sleeps. A spurious return is harmless: callers look at the
@@ -749,9 +737,7 @@ pub unsafe fn park_u32(_flag: *const u32, _seen: u32, _abort: *const u32, _ns: u
 /// # Safety
 /// As for [`load_acquire_sys_u32`], for both words.
 #[cfg(not(loom))]
-pub unsafe fn park_u32(flag: *const u32, seen: u32, abort: *const u32, ns: u32) {
-    // `ns` is the GPU's sleep; a host thread blocks until woken, for at most the limit.
-    let _ = ns;
+pub unsafe fn park_u32(flag: *const u32, seen: u32, abort: *const u32) {
     let ns = PARK_LIMIT_NS;
     #[cfg(target_os = "linux")]
     // SAFETY: forwarded contract.
@@ -988,7 +974,7 @@ mod tests {
         let (flag, abort) = (1u32, 0u32);
         let start = Instant::now();
         // SAFETY: both are live locals, accessed only here.
-        unsafe { park_u32(&flag, 0, &abort, 0) };
+        unsafe { park_u32(&flag, 0, &abort) };
         assert!(start.elapsed() < core::time::Duration::from_millis(500));
     }
 

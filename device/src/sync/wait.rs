@@ -107,7 +107,7 @@ unsafe fn pause(flag: *const u32, target: u32, abort: *const u32, polls: u32) {
         if !reached(seen, target) {
             // SAFETY: forwarded contract; a store after the load above makes the park return
             // at once (the futex compares the word with `seen`).
-            unsafe { arch::host::park_u32(flag, seen, abort, 20_000) };
+            unsafe { arch::host::park_u32(flag, seen, abort) };
         }
     } else {
         arch::nanosleep(100);
