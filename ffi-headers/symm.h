@@ -321,6 +321,47 @@ symmResult_t symmBroadcast(const void *sendbuff,
                            symmComm_t comm,
                            symmStream_t stream);
 
+// All-to-all: segment `p` (`count` elements) of every rank's `sendbuff` lands in segment `r`
+// of rank `p`'s `recvbuff`, `r` being the sender: data for rank `j` is taken from
+// `sendbuff + j·count`, data from rank `i` is placed at `recvbuff + i·count`, as in NCCL.
+// `recvbuff` inside a registered window, at the same offset on every rank; `sendbuff` inside a
+// registered window, anywhere. The buffers must not overlap (there is no in-place form). Bytes
+// are moved, so every data type arrives bit for bit.
+symmResult_t symmAlltoAll(const void *sendbuff,
+                          void *recvbuff,
+                          size_t count,
+                          symmDataType_t datatype,
+                          symmComm_t comm,
+                          symmStream_t stream);
+
+// Gather: every rank's `count` elements of `sendbuff` land on the root, rank `i`'s at
+// `recvbuff + i·count` (in place on the root when `sendbuff == recvbuff + root·count`).
+// `sendbuff` inside a registered window, at the same offset on every rank (the root reads it);
+// `recvbuff` inside a registered window on the root, and not used on the other ranks (it may
+// be NULL there), as in NCCL. `root` must be a rank of `comm`, the same on every rank. Bytes
+// are moved, so every data type arrives bit for bit.
+symmResult_t symmGather(const void *sendbuff,
+                        void *recvbuff,
+                        size_t count,
+                        symmDataType_t datatype,
+                        int root,
+                        symmComm_t comm,
+                        symmStream_t stream);
+
+// Scatter: the root's `count` elements at `sendbuff + i·count` land in `recvbuff` of rank `i`
+// (in place on the root when `recvbuff == sendbuff + root·count`). `recvbuff` inside a
+// registered window, at the same offset on every rank (the root stores into it); `sendbuff`
+// inside a registered window on the root, and not used on the other ranks (it may be NULL
+// there), as in NCCL. `root` must be a rank of `comm`, the same on every rank. Bytes are
+// moved, so every data type arrives bit for bit.
+symmResult_t symmScatter(const void *sendbuff,
+                         void *recvbuff,
+                         size_t count,
+                         symmDataType_t datatype,
+                         int root,
+                         symmComm_t comm,
+                         symmStream_t stream);
+
 // The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
 // for a peer, `symmInternalError` once a kernel refused its launch, `symmUnhandledCudaError`
 // once work queued on its device failed (a kernel trap or illegal address, which leaves the

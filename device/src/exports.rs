@@ -111,6 +111,9 @@ mod ptx {
     );
     export_kernel!("symm_all_gather", all_gather);
     export_kernel!("symm_broadcast", crate::symmetric::broadcast::broadcast);
+    export_kernel!("symm_all_to_all", crate::symmetric::segments::all_to_all);
+    export_kernel!("symm_gather", crate::symmetric::segments::gather);
+    export_kernel!("symm_scatter", crate::symmetric::segments::scatter);
     export_kernel!("symm_pat_all_gather", pat_all_gather);
     export_kernel!(
         "symm_ll_all_gather",

@@ -538,6 +538,65 @@ class Comm:
         recv = send if recv is None else recv
         self._collective(lib.symmBroadcast, send, recv, count, dtype, 1, 1, stream, root)
 
+    def all_to_all(
+        self,
+        send: BufferLike,
+        recv: BufferLike,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        stream: StreamLike = None,
+    ) -> None:
+        """All-to-all (``symmAlltoAll``): segment ``p`` of every rank's ``send`` (``count``
+        elements at element ``p * count``) lands at element ``r * count`` of rank ``p``'s
+        ``recv``, ``r`` being the sender. Both hold ``nranks * count`` elements and must not
+        overlap; ``recv`` lies at the same offset on every rank. ``count`` (per peer) and
+        ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
+        self._collective(lib.symmAlltoAll, send, recv, count, dtype, self.nranks, self.nranks, stream)
+
+    def gather(
+        self,
+        send: BufferLike,
+        recv: BufferLike | None = None,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        root: int = 0,
+        stream: StreamLike = None,
+    ) -> None:
+        """Gather (``symmGather``): every rank's ``count`` elements of ``send`` land on rank
+        ``root``, rank ``r``'s at element ``r * count`` of its ``recv`` (``nranks * count``
+        elements; in place when ``send`` is the root's own segment of it). ``send`` lies at the
+        same offset on every rank; ``recv`` is used on the root only (None elsewhere).
+        ``count`` and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
+        root = _as_int(root, "root", 0, self.nranks - 1)
+        if recv is None:
+            if self.rank == root:
+                raise InvalidArgumentError("recv is required on the root of a gather")
+            self._collective(lib.symmGather, send, send, count, dtype, 1, 1, stream, root, recv_used=False)
+        else:
+            self._collective(lib.symmGather, send, recv, count, dtype, 1, self.nranks, stream, root)
+
+    def scatter(
+        self,
+        send: BufferLike | None,
+        recv: BufferLike,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        root: int = 0,
+        stream: StreamLike = None,
+    ) -> None:
+        """Scatter (``symmScatter``): the ``count`` elements at element ``r * count`` of rank
+        ``root``'s ``send`` (``nranks * count`` elements) land in rank ``r``'s ``recv`` (in
+        place when ``recv`` is the root's own segment of ``send``). ``recv`` lies at the same
+        offset on every rank; ``send`` is used on the root only (None elsewhere). ``count``
+        and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
+        root = _as_int(root, "root", 0, self.nranks - 1)
+        if send is None:
+            if self.rank == root:
+                raise InvalidArgumentError("send is required on the root of a scatter")
+            self._collective(lib.symmScatter, recv, recv, count, dtype, 1, 1, stream, root, send_used=False)
+        else:
+            self._collective(lib.symmScatter, send, recv, count, dtype, self.nranks, 1, stream, root)
+
     def barrier(self, stream: StreamLike = None) -> None:
         """Wait until every rank reached its barrier: an all-reduce of one integer in a small
         window that the first barrier registers (collectively, like every registration).
@@ -561,6 +620,8 @@ class Comm:
         recv_ratio: int,
         stream: StreamLike,
         op_or_root: Any = None,
+        send_used: bool = True,
+        recv_used: bool = True,
     ) -> None:
         send_operand = self._operand(send, "send")
         recv_operand = self._operand(recv, "recv")
@@ -572,7 +633,9 @@ class Comm:
             stream_handle = torch_stream([send_operand, recv_operand]) or 0
         else:
             stream_handle = resolve_stream(stream)
-        arguments = [send_operand.ptr, recv_operand.ptr, count, element]
+        # A buffer the call does not use on this rank (a gather's recv, a scatter's send off the
+        # root) goes to the library as NULL; the other operand stood in for it above.
+        arguments = [send_operand.ptr if send_used else None, recv_operand.ptr if recv_used else None, count, element]
         if op_or_root is not None:
             arguments.append(op_or_root)
         check(function(*arguments, handle, stream_handle))

@@ -463,6 +463,159 @@ class SymmProcessGroup(dist.ProcessGroup):
             receive=self._rank != root,
         )
 
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        root = opts.rootRank if opts is not None else 0
+        for input in inputs:  # noqa: A001
+            code = self._check(input)
+            n, size = input.numel(), self._size
+            if self._rank == root:
+                if len(outputs) != 1 or len(outputs[0]) != size:
+                    raise InvalidArgumentError(f"gather: the root needs a list of {size} output tensors")
+                for out in outputs[0]:
+                    if out.numel() != n or out.dtype != input.dtype:
+                        raise InvalidArgumentError(
+                            f"gather: an output has {out.numel()} {out.dtype}, want {n} {input.dtype}"
+                        )
+            if n == 0:
+                continue
+            self._note("gather", "staged", input)
+            flat_in = input.contiguous().reshape(-1)
+            gathered = torch.empty((size, n), dtype=input.dtype, device=input.device) if self._rank == root else None
+            chunk = self._chunk_elements(input.element_size(), 1 + size)
+            element = input.element_size()
+            for start in range(0, n, chunk):
+                c = min(chunk, n - start)
+                send = self._scratch_of(input.dtype, 0, c)
+                recv_offset = (c * element + 255) // 256 * 256
+                recv = self._scratch_of(input.dtype, recv_offset, c * size)
+                send.copy_(flat_in[start : start + c])
+                # The receive buffer is used on the root only; elsewhere the send slice stands in.
+                self._call(lib.symmGather, send, recv if gathered is not None else send, c, code, root)
+                if gathered is not None:
+                    gathered[:, start : start + c].copy_(recv.view(size, c))
+            if gathered is not None:
+                for r, out in enumerate(outputs[0]):
+                    out.copy_(gathered[r].view(out.shape))
+        return _done(outputs)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
+        root = opts.rootRank if opts is not None else 0
+        for index, output in enumerate(outputs):
+            code = self._check(output)
+            n, size = output.numel(), self._size
+            parts: list[torch.Tensor] = []
+            if self._rank == root:
+                if len(inputs) <= index or len(inputs[index]) != size:
+                    raise InvalidArgumentError(f"scatter: the root needs a list of {size} input tensors")
+                parts = [t.reshape(-1) for t in inputs[index]]
+                for part in parts:
+                    if part.numel() != n or part.dtype != output.dtype:
+                        raise InvalidArgumentError(
+                            f"scatter: an input has {part.numel()} {part.dtype}, want {n} {output.dtype}"
+                        )
+            if n == 0:
+                continue
+            self._note("scatter", "staged", output)
+            flat_out = torch.empty(n, dtype=output.dtype, device=output.device)
+            chunk = self._chunk_elements(output.element_size(), 1 + size)
+            element = output.element_size()
+            for start in range(0, n, chunk):
+                c = min(chunk, n - start)
+                send = self._scratch_of(output.dtype, 0, c * size)
+                recv_offset = (c * size * element + 255) // 256 * 256
+                recv = self._scratch_of(output.dtype, recv_offset, c)
+                if self._rank == root:
+                    rows = send.view(size, c)
+                    for r, part in enumerate(parts):
+                        rows[r].copy_(part[start : start + c])
+                # The send buffer is used on the root only; elsewhere the receive slice stands in.
+                self._call(lib.symmScatter, send if self._rank == root else recv, recv, c, code, root)
+                flat_out[start : start + c].copy_(recv)
+            output.copy_(flat_out.view(output.shape))
+        return _done(outputs)
+
+    def alltoall_base(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> Any:
+        size = self._size
+        if output_split_sizes or input_split_sizes:
+            even_in = input.shape[0] // size if input.dim() > 0 else 0
+            even_out = output.shape[0] // size if output.dim() > 0 else 0
+            if any(s != even_in for s in input_split_sizes) or any(s != even_out for s in output_split_sizes):
+                raise UnsupportedError(
+                    "all_to_all_single with uneven split sizes: symm has all-to-all of equal segments only"
+                )
+        self._all_to_all(output, input)
+        return _done([output])
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        size = self._size
+        if len(inputs) != size or len(outputs) != size:
+            raise InvalidArgumentError(f"all_to_all: want {size} input and {size} output tensors")
+        n = inputs[0].numel()
+        if any(t.numel() != n for t in [*inputs, *outputs]):
+            raise UnsupportedError("all_to_all with tensors of different sizes: symm has all-to-all of equal segments only")
+        gathered = torch.empty(size * n, dtype=outputs[0].dtype, device=outputs[0].device)
+        self._all_to_all(gathered, torch.cat([t.reshape(-1) for t in inputs]))
+        for r, out in enumerate(outputs):
+            out.copy_(gathered[r * n : (r + 1) * n].view(out.shape))
+        return _done(outputs)
+
+    def _all_to_all(self, output: torch.Tensor, input: torch.Tensor) -> None:  # noqa: A002
+        code = self._check(input)
+        size = self._size
+        if output.numel() != input.numel() or output.dtype != input.dtype or input.numel() % size:
+            raise InvalidArgumentError(
+                f"all_to_all_single: input has {input.numel()} {input.dtype}, output {output.numel()} "
+                f"{output.dtype}: want the same number, a multiple of {size}, of one dtype"
+            )
+        n = input.numel() // size
+        if n == 0:
+            return
+        if self._in_window(output, input):
+            self._note("all_to_all", "window", input)
+            self._call(lib.symmAlltoAll, input, output, n, code)
+            return
+        self._note("all_to_all", "staged", input)
+        in_rows = input.contiguous().view(size, n)
+        out_rows = output.view(size, n) if output.is_contiguous() else torch.empty((size, n), dtype=output.dtype, device=output.device)
+        chunk = self._chunk_elements(input.element_size(), 2 * size)
+        element = input.element_size()
+        for start in range(0, n, chunk):
+            c = min(chunk, n - start)
+            send = self._scratch_of(input.dtype, 0, c * size)
+            recv_offset = (c * size * element + 255) // 256 * 256
+            recv = self._scratch_of(input.dtype, recv_offset, c * size)
+            send.view(size, c).copy_(in_rows[:, start : start + c])
+            self._call(lib.symmAlltoAll, send, recv, c, code)
+            out_rows[:, start : start + c].copy_(recv.view(size, c))
+        if not output.is_contiguous():
+            output.copy_(out_rows.view(output.shape))
+
+    def _not_in_symm(self, op: str) -> Any:
+        raise UnsupportedError(
+            f"{op}: the symm backend does not implement it yet (it has all_reduce, all_gather, "
+            "reduce_scatter, broadcast, gather, scatter, all_to_all and barrier); run this call on "
+            "a gloo group"
+        )
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        return self._not_in_symm("reduce")
+
+    def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Any:
+        return self._not_in_symm("send")
+
+    def recv(self, tensors: list[torch.Tensor], src_rank: int, tag: int) -> Any:
+        return self._not_in_symm("recv")
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
+        return self._not_in_symm("recv from any source")
+
     def barrier(self, opts: Any = None) -> Any:
         self.comm.barrier(stream=self._stream())
         if self.comm.backend == "cuda":

@@ -211,3 +211,66 @@ def test_avg_of_neighbours_rounds_ties_to_even(world, dtype: str) -> None:
             comm.all_reduce(buf, buf, count, dtype, "avg")
     for buf in w.bufs:
         np.testing.assert_array_equal(buf.numpy(storage, count), expected)
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16", "float32", "float64"])
+def test_all_to_all_gather_and_scatter(world, dtype: str, nranks: int) -> None:
+    """The byte movers from every root, bit for bit (raw bit patterns, NaNs included); the
+    ranks that do not use a buffer pass None for it; the receive buffers of the ranks a gather
+    does not write stay as they were."""
+    w = world(nranks)
+    size = np.dtype(STORAGE[dtype]).itemsize
+    storage = STORAGE[dtype]
+    rng = rng_for("segments", dtype, nranks)
+    for count, _, form in CASES:
+        whole = count * nranks
+        send_offset, recv_offset = 0, aligned(whole * size)
+
+        def bits(n: int) -> np.ndarray:
+            return rng.integers(0, 256, n * size, dtype=np.uint8).view(storage)
+
+        def view(r: int, offset: int, n: int) -> np.ndarray:
+            return w.bufs[r].numpy(storage, n, offset)
+
+        # All-to-all: segment p of rank r's send lands at segment r of rank p's recv.
+        inputs = [bits(whole) for _ in range(nranks)]
+        for r in range(nranks):
+            view(r, send_offset, whole)[:] = inputs[r]
+        with symm.group():
+            for r, comm in enumerate(w.comms):
+                send = operand(w, r, send_offset, whole, dtype, form)
+                recv = operand(w, r, recv_offset, whole, dtype, form)
+                comm.all_to_all(send, recv, count, dtype)
+        for p in range(nranks):
+            expected = np.concatenate([inputs[r][p * count : (p + 1) * count] for r in range(nranks)])
+            np.testing.assert_array_equal(view(p, recv_offset, whole), expected, err_msg=f"all_to_all rank {p}")
+
+        for root in range(nranks):
+            # Gather: every rank's send lands at its segment of the root's recv.
+            inputs = [bits(count) for _ in range(nranks)]
+            stale = [bits(whole) for _ in range(nranks)]
+            for r in range(nranks):
+                view(r, send_offset, count)[:] = inputs[r]
+                view(r, recv_offset, whole)[:] = stale[r]
+            with symm.group():
+                for r, comm in enumerate(w.comms):
+                    send = operand(w, r, send_offset, count, dtype, form)
+                    recv = operand(w, r, recv_offset, whole, dtype, form) if r == root else None
+                    comm.gather(send, recv, count, dtype, root)
+            for r in range(nranks):
+                expected = np.concatenate(inputs) if r == root else stale[r]
+                np.testing.assert_array_equal(view(r, recv_offset, whole), expected, err_msg=f"gather root {root} rank {r}")
+
+            # Scatter: segment r of the root's send lands in rank r's recv.
+            source = bits(whole)
+            view(root, send_offset, whole)[:] = source
+            with symm.group():
+                for r, comm in enumerate(w.comms):
+                    send = operand(w, r, send_offset, whole, dtype, form) if r == root else None
+                    recv = operand(w, r, recv_offset, count, dtype, form)
+                    comm.scatter(send, recv, count, dtype, root)
+            for r in range(nranks):
+                np.testing.assert_array_equal(
+                    view(r, recv_offset, count), source[r * count : (r + 1) * count], err_msg=f"scatter root {root} rank {r}"
+                )

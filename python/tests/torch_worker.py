@@ -97,6 +97,45 @@ def main() -> None:
             dist.broadcast(tensor, src=root)
             check(tensor, inputs[root], dtype, f"broadcast {dtype} {count} from {root}")
             calls += 3
+    # Gather, scatter and all-to-all (the byte movers), from every root, bit for bit.
+    for dtype in ["int8", "bfloat16", "float32", "float64"]:
+        for count in COUNTS:
+            torch_type = TORCH_TYPES[dtype]
+            inputs = random_inputs(dtype, "sum", size, size * count, rng_for("a2a", dtype, count))
+            output = torch.empty(size * count, dtype=torch_type)
+            dist.all_to_all_single(output, tensor_of(inputs[rank], dtype))
+            expected = np.concatenate([inputs[r][rank * count : (rank + 1) * count] for r in range(size)])
+            check(output, expected, dtype, f"all_to_all_single {dtype} {count}")
+            calls += 1
+            for root in range(size):
+                mine = tensor_of(inputs[rank][:count], dtype)
+                parts = [torch.empty(count, dtype=torch_type) for _ in range(size)] if rank == root else None
+                dist.gather(mine, parts, dst=root)
+                if rank == root:
+                    for r, part in enumerate(parts):
+                        check(part, inputs[r][:count], dtype, f"gather {dtype} {count} to {root} from {r}")
+                received = torch.empty(count, dtype=torch_type)
+                pieces = [tensor_of(inputs[root][r * count : (r + 1) * count], dtype) for r in range(size)]
+                dist.scatter(received, pieces if rank == root else None, src=root)
+                check(received, inputs[root][rank * count : (rank + 1) * count], dtype, f"scatter {dtype} {count} from {root}")
+                calls += 2
+    # The list all-to-all; what symm does not have is refused, naming the op.
+    outs = [torch.empty(2, 3) for _ in range(size)]
+    dist.all_to_all(outs, [torch.full((2, 3), float(rank * 10 + r)) for r in range(size)])
+    assert all((o == r * 10 + rank).all() for r, o in enumerate(outs)), outs
+    calls += 1
+    for name, call in [
+        ("reduce", lambda: dist.reduce(torch.ones(3), dst=0)),
+        ("uneven split sizes", lambda: dist.all_to_all_single(
+            torch.empty(size + 1), torch.ones(size + 1), [2] + [1] * (size - 1), [2] + [1] * (size - 1)
+        )),
+    ]:
+        try:
+            call()
+        except Exception as error:  # noqa: BLE001 (torch wraps the backend's error)
+            assert name in str(error), f"{name}: {error}"
+        else:
+            raise AssertionError(f"{name} was not refused")
     # A list all-gather and a reduce-scatter of a 2-D tensor.
     parts = [torch.empty(3, 5) for _ in range(size)]
     dist.all_gather(parts, torch.full((3, 5), float(rank)))

@@ -41,13 +41,22 @@ enum Coll {
     ReduceScatter,
     /// In place on the root (rank 1), at the shift.
     Broadcast,
+    /// Out of place, like the all-gather.
+    AllToAll,
+    /// Out of place, to the root (rank 1).
+    Gather,
+    /// Out of place, from the root (rank 1).
+    Scatter,
 }
 
-const COLLS: [Coll; 4] = [
+const COLLS: [Coll; 7] = [
     Coll::AllReduce,
     Coll::AllGather,
     Coll::ReduceScatter,
     Coll::Broadcast,
+    Coll::AllToAll,
+    Coll::Gather,
+    Coll::Scatter,
 ];
 
 impl Coll {
@@ -57,6 +66,9 @@ impl Coll {
             Coll::AllGather => "allgather",
             Coll::ReduceScatter => "reducescatter",
             Coll::Broadcast => "broadcast",
+            Coll::AllToAll => "alltoall",
+            Coll::Gather => "gather",
+            Coll::Scatter => "scatter",
         }
     }
 
@@ -170,6 +182,9 @@ fn call(
         Coll::AllGather => symmAllGather(send, recv, count, f32_, comm, stream),
         Coll::ReduceScatter => symmReduceScatter(send, recv, count, f32_, sum, comm, stream),
         Coll::Broadcast => symmBroadcast(send, send, count, f32_, ROOT as i32, comm, stream),
+        Coll::AllToAll => symmAlltoAll(send, recv, count, f32_, comm, stream),
+        Coll::Gather => symmGather(send, recv, count, f32_, ROOT as i32, comm, stream),
+        Coll::Scatter => symmScatter(send, recv, count, f32_, ROOT as i32, comm, stream),
     }
 }
 
@@ -202,6 +217,26 @@ fn expected(coll: Coll, rank: usize, count: usize, place: impl Fn(usize) -> Plac
         Coll::Broadcast => {
             for i in 0..count {
                 window[own.send + i] = send_element(ROOT, i);
+            }
+        }
+        Coll::AllToAll => {
+            for r in 0..NRANKS {
+                for i in 0..count {
+                    window[recv + r * count + i] = send_element(r, rank * count + i);
+                }
+            }
+        }
+        Coll::Gather if rank == ROOT => {
+            for r in 0..NRANKS {
+                for i in 0..count {
+                    window[recv + r * count + i] = send_element(r, i);
+                }
+            }
+        }
+        Coll::Gather => {}
+        Coll::Scatter => {
+            for i in 0..count {
+                window[recv + i] = send_element(ROOT, rank * count + i);
             }
         }
     }
@@ -395,9 +430,11 @@ fn a_group_refuses_different_offsets_on_every_rank() {
 }
 
 /// A buffer that no peer's kernel touches may lie anywhere in its rank's windows: an
-/// all-gather's send buffer (each rank pushes its own) and a reduce-scatter's receive buffer
-/// (each rank writes its own) at a different offset on every rank, the other buffer at the
-/// same offset. Exact results, a thread per rank and in a group.
+/// all-gather's and an all-to-all's send buffer (each rank pushes its own), a reduce-scatter's
+/// receive buffer (each rank writes its own), a gather's receive buffer (the root writes its
+/// own) and a scatter's send buffer (the root reads its own) at a different offset on every
+/// rank, the other buffer at the same offset. Exact results, a thread per rank and in a
+/// group.
 #[test]
 fn buffers_no_peer_touches_may_lie_anywhere() {
     use_backend_from_env();
@@ -412,6 +449,18 @@ fn buffers_no_peer_touches_may_lie_anywhere() {
         (Coll::ReduceScatter, |rank| Place {
             send: 1,
             recv: rank,
+        }),
+        (Coll::AllToAll, |rank| Place {
+            send: rank,
+            recv: 1,
+        }),
+        (Coll::Gather, |rank| Place {
+            send: 1,
+            recv: rank,
+        }),
+        (Coll::Scatter, |rank| Place {
+            send: rank,
+            recv: 1,
         }),
     ];
     for (coll, place) in cases {

@@ -478,6 +478,9 @@ impl Bench {
             // The root reads its buffer once and writes it into every rank (spread over the
             // ranks).
             Algorithm::Broadcast => s / n + s,
+            // Not measured by symm-perf (it has no such operation): each rank reads and
+            // writes its share.
+            Algorithm::AllToAll | Algorithm::Gather | Algorithm::Scatter => 2.0 * s,
         };
         (plan.kernel.algorithm, n * per_rank)
     }

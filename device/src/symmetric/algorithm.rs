@@ -24,11 +24,20 @@ pub enum Algorithm {
     /// Broadcast: the root stores its bytes into every rank (data type agnostic: counts
     /// bytes).
     Broadcast,
+    /// All-to-all: every rank stores segment `p` of its send buffer into peer `p` (data type
+    /// agnostic: counts bytes per peer).
+    AllToAll,
+    /// Gather: the root loads every rank's send buffer (data type agnostic: counts bytes per
+    /// rank).
+    Gather,
+    /// Scatter: the root stores segment `p` of its send buffer into rank `p` (data type
+    /// agnostic: counts bytes per rank).
+    Scatter,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 9] = [
+    pub const ALL: [Algorithm; 12] = [
         Algorithm::OneShotAllReduce,
         Algorithm::OneShotLlAllReduce,
         Algorithm::TwoShotAllReduce,
@@ -38,9 +47,13 @@ impl Algorithm {
         Algorithm::PatAllGather,
         Algorithm::PatReduceScatter,
         Algorithm::Broadcast,
+        Algorithm::AllToAll,
+        Algorithm::Gather,
+        Algorithm::Scatter,
     ];
 
-    /// `true` for the all-gathers and the broadcast: one kernel serves every data type.
+    /// `true` for the byte movers (the all-gathers, the broadcast, all-to-all, gather and
+    /// scatter): one kernel serves every data type.
     pub const fn is_data_type_agnostic(self) -> bool {
         matches!(
             self,
@@ -48,6 +61,9 @@ impl Algorithm {
                 | Algorithm::LlAllGather
                 | Algorithm::PatAllGather
                 | Algorithm::Broadcast
+                | Algorithm::AllToAll
+                | Algorithm::Gather
+                | Algorithm::Scatter
         )
     }
 
@@ -63,6 +79,9 @@ impl Algorithm {
             Algorithm::PatAllGather => "pat_all_gather",
             Algorithm::PatReduceScatter => "pat_reduce_scatter",
             Algorithm::Broadcast => "broadcast",
+            Algorithm::AllToAll => "all_to_all",
+            Algorithm::Gather => "gather",
+            Algorithm::Scatter => "scatter",
         }
     }
 }

@@ -16,8 +16,9 @@
 //! unchanged (see each kernel for its barriers).
 //!
 //! **Synchronization of a batch.** The kernels synchronize through the signal pad of one
-//! window, the *batch window*: task 0's send window for the reductions, its receive window for
-//! the all-gathers and the broadcast (the window every rank's part of task 0 uses at the same registration).
+//! window, the *batch window*: task 0's send window for the reductions and the gather, its
+//! receive window for the all-gathers, the broadcast, all-to-all and scatter (the window every
+//! rank's part of task 0 uses at the same registration).
 //! Barriers and LL calls of a batch advance that window's epochs and LL call number only, the
 //! same way on every rank, so a later launch on any of the batch's windows, fused or not, finds
 //! every rank's epochs and call numbers in agreement. Which pad carries a flag does not matter
@@ -74,7 +75,12 @@ pub const fn cell_elements(algorithm: Algorithm, element_bytes: u64) -> u64 {
         Algorithm::OneShotLlAllReduce => 8 / element_bytes,
         Algorithm::LlAllGather => 8,
         // The PAT kernels run one task and split it their own way; cells only number it.
-        Algorithm::AllGather | Algorithm::PatAllGather | Algorithm::Broadcast => CELL_BYTES,
+        Algorithm::AllGather
+        | Algorithm::PatAllGather
+        | Algorithm::Broadcast
+        | Algorithm::AllToAll
+        | Algorithm::Gather
+        | Algorithm::Scatter => CELL_BYTES,
         Algorithm::OneShotAllReduce
         | Algorithm::TwoShotAllReduce
         | Algorithm::ReduceScatter

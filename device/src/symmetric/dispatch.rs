@@ -6,6 +6,7 @@ use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_al
 use super::broadcast::broadcast;
 use super::pat::{pat_all_gather, pat_reduce_scatter};
 use super::reduce_scatter::reduce_scatter;
+use super::segments::{all_to_all, gather, scatter};
 use super::{Algorithm, Batch, Grid, KernelStatus};
 use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
@@ -80,6 +81,9 @@ fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
         Algorithm::PatAllGather => pat_all_gather,
         Algorithm::PatReduceScatter => pat_reduce_scatter::<T, O>,
         Algorithm::Broadcast => broadcast,
+        Algorithm::AllToAll => all_to_all,
+        Algorithm::Gather => gather,
+        Algorithm::Scatter => scatter,
     }
 }
 

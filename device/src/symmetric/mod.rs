@@ -16,6 +16,7 @@ pub mod dispatch;
 mod low_latency;
 pub mod pat;
 pub mod reduce_scatter;
+pub mod segments;
 pub mod vector;
 
 use crate::arch;

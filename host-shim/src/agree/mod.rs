@@ -69,14 +69,18 @@ impl std::fmt::Display for Signature {
             Collective::AllGather => "symmAllGather",
             Collective::ReduceScatter => "symmReduceScatter",
             Collective::Broadcast => "symmBroadcast",
+            Collective::AllToAll => "symmAlltoAll",
+            Collective::Gather => "symmGather",
+            Collective::Scatter => "symmScatter",
         };
         write!(f, "{name} of {} x {:?}", self.count, self.kernel.dtype)?;
         match self.collective {
             Collective::AllReduce | Collective::ReduceScatter => {
                 write!(f, " {:?}", self.kernel.op)?
             }
-            Collective::Broadcast => write!(f, " from root {}", self.root)?,
-            Collective::AllGather => {}
+            Collective::Broadcast | Collective::Scatter => write!(f, " from root {}", self.root)?,
+            Collective::Gather => write!(f, " to root {}", self.root)?,
+            Collective::AllGather | Collective::AllToAll => {}
         }
         write!(
             f,

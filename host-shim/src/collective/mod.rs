@@ -6,7 +6,10 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
-pub use validate::{Request, all_gather, all_reduce, broadcast, describe, reduce_scatter};
+pub use validate::{
+    Request, all_gather, all_reduce, all_to_all, broadcast, describe, gather, reduce_scatter,
+    scatter,
+};
 
 use crate::agree::{BufferAt, Call, Signature};
 use crate::comm::Comm;
@@ -29,13 +32,13 @@ pub struct Task {
     /// Kernel and shape.
     pub plan: Plan,
     /// Kernel arguments (flags: 0; this rank's flags are in `rank_flags`), with the count in
-    /// elements for every collective (all-reduce: total; broadcast: the root's; the others: per
-    /// rank); the unit of the all-gather and broadcast kernels (bytes) is applied when the work
-    /// table is built ([`Task::kernel_count`]).
+    /// elements for every collective (all-reduce: total; broadcast: the root's; all-to-all: per
+    /// peer; the others: per rank); the unit of the byte movers (bytes) is applied when the
+    /// work table is built ([`Task::kernel_count`]).
     pub args: CollectiveArgs,
     /// This rank's flags (`FLAG_IN_PLACE`, `FLAG_ROOT`).
     pub rank_flags: u32,
-    /// The broadcast's root (0 for the other collectives).
+    /// The root of a broadcast, gather or scatter (0 for the other collectives).
     pub root: u32,
     /// The caller's stream, as an address.
     pub stream: u64,
@@ -74,23 +77,28 @@ impl Task {
     }
 
     /// `true` when peers' kernels access this rank's send buffer at the send offset they were
-    /// given (all-reduce and reduce-scatter: peers read their shares of it). An all-gather's
-    /// kernel pushes each rank's own send buffer, and a broadcast's root reads its own: their
-    /// send buffers may lie anywhere.
+    /// given (all-reduce and reduce-scatter: peers read their shares of it; gather: the root
+    /// reads it). The all-gather and all-to-all kernels push each rank's own send buffer, and
+    /// a broadcast's or a scatter's root reads its own: their send buffers may lie anywhere.
     pub fn peers_use_send(&self) -> bool {
         matches!(
             self.collective,
-            Collective::AllReduce | Collective::ReduceScatter
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Gather
         )
     }
 
     /// `true` when peers' kernels access this rank's receive buffer at the receive offset they
-    /// were given with `plan` (all-gather and broadcast: peers store into it; the two-shot
-    /// all-reduce out of place: peers store their reduced shards into it). A reduce-scatter's
-    /// and the other all-reduces' results are written by their own rank only.
+    /// were given with `plan` (all-gather, broadcast, all-to-all and scatter: peers store into
+    /// it; the two-shot all-reduce out of place: peers store their reduced shards into it). A
+    /// reduce-scatter's, a gather's and the other all-reduces' results are written by their
+    /// own rank only.
     pub fn peers_use_recv(&self, plan: &Plan) -> bool {
         match self.collective {
-            Collective::AllGather | Collective::Broadcast => true,
+            Collective::AllGather
+            | Collective::Broadcast
+            | Collective::AllToAll
+            | Collective::Scatter => true,
+            Collective::Gather => false,
             Collective::AllReduce => {
                 plan.kernel.algorithm == symm_device::symmetric::Algorithm::TwoShotAllReduce
                     && !self.in_place()
@@ -99,7 +107,7 @@ impl Task {
         }
     }
 
-    /// `true` on the root of a broadcast.
+    /// `true` on the root of a broadcast, gather or scatter.
     pub fn is_root(&self) -> bool {
         self.rank_flags & FLAG_ROOT != 0
     }
@@ -113,9 +121,9 @@ impl Task {
         self.args.count * self.plan.kernel.dtype.size_bytes() as u64
     }
 
-    /// The count as `plan`'s kernel takes it: elements, except for the all-gather and
-    /// broadcast kernels, which serve every data type and count bytes (per rank for the
-    /// all-gathers).
+    /// The count as `plan`'s kernel takes it: elements, except for the byte movers (the
+    /// all-gathers, broadcast, all-to-all, gather and scatter), which serve every data type and
+    /// count bytes (per rank, or per peer for all-to-all).
     pub fn kernel_count(&self, plan: &Plan) -> u64 {
         if plan.kernel.algorithm.is_data_type_agnostic() {
             self.share_bytes()
@@ -126,9 +134,9 @@ impl Task {
 
     /// The address ranges of this rank's memory the task reads and writes, `(reads, writes)`
     /// (peers access the same offsets of the same windows, so these also stand for what the
-    /// task does to peers' memory). A broadcast reads the root's send buffer on the root only:
-    /// the other ranks do not know where it is (see `group::fusion` for what that means for
-    /// fusion).
+    /// task does to peers' memory). A broadcast or a scatter reads the root's send buffer on the
+    /// root only, and a gather writes the root's receive buffer only: the other ranks do not
+    /// know where they are (see `group::fusion` for what that means for fusion).
     pub fn footprint(&self) -> (Range<u64>, Range<u64>) {
         let share = self.share_bytes();
         let whole = share * self.comm.clique.nranks as u64;
@@ -151,6 +159,16 @@ impl Task {
             (Collective::Broadcast, _) if !self.is_root() => (recv..recv, recv..recv + share),
             (Collective::Broadcast, true) => (recv..recv + share, recv..recv + share),
             (Collective::Broadcast, false) => (send..send + share, recv..recv + share),
+            (Collective::AllToAll, _) => (send..send + whole, recv..recv + whole),
+            // Every rank's send buffer is read (by the root); only the root's receive buffer
+            // is written.
+            (Collective::Gather, _) if !self.is_root() => (send..send + share, recv..recv),
+            (Collective::Gather, true) => (recv..recv + whole, recv..recv + whole),
+            (Collective::Gather, false) => (send..send + share, recv..recv + whole),
+            // Only the root's send buffer is read; every rank's receive buffer is written.
+            (Collective::Scatter, _) if !self.is_root() => (recv..recv, recv..recv + share),
+            (Collective::Scatter, true) => (send..send + whole, send..send + whole),
+            (Collective::Scatter, false) => (send..send + whole, recv..recv + share),
         }
     }
 

@@ -300,16 +300,7 @@ pub fn broadcast(
     datatype: symmDataTypeRaw,
     root: c_int,
 ) -> Result<Request> {
-    let nranks = comm.clique.nranks;
-    let root = u32::try_from(root)
-        .ok()
-        .filter(|r| (*r as usize) < nranks)
-        .ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "root = {root} is not a rank of this comm (it has {nranks} ranks: 0 to {})",
-                nranks - 1
-            ))
-        })?;
+    let root = root_rank(comm, root)?;
     let dtype = data_type(datatype)?;
     let element = dtype.size_bytes() as u64;
     let is_root = comm.rank == root as usize;
@@ -343,6 +334,184 @@ pub fn broadcast(
     };
     Ok(Request {
         collective: Collective::Broadcast,
+        dtype,
+        op: RedOp::Sum,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags,
+        root,
+    })
+}
+
+/// `root` as a rank of `comm`, or the error naming it.
+fn root_rank(comm: &Comm, root: c_int) -> Result<u32> {
+    let nranks = comm.clique.nranks;
+    u32::try_from(root)
+        .ok()
+        .filter(|r| (*r as usize) < nranks)
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "root = {root} is not a rank of this comm (it has {nranks} ranks: 0 to {})",
+                nranks - 1
+            ))
+        })
+}
+
+/// `nranks × bytes`, checked against the overflow of `end`'s buffer.
+fn whole_bytes(comm: &Comm, bytes: u64, end: u64, count_name: &str) -> Result<u64> {
+    bytes
+        .checked_mul(comm.clique.nranks as u64)
+        .filter(|t| end.checked_add(*t).is_some())
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("{count_name} × nranks: the buffers would overflow"))
+        })
+}
+
+/// Validate `symmAlltoAll`'s arguments against `comm`'s windows: segment `p` (`count` elements)
+/// of every rank's `sendbuff` lands in segment `r` of rank `p`'s `recvbuff`, `r` the sender.
+/// `recvbuff` lies at the same offset of the same window on every rank (peers store into it);
+/// `sendbuff` anywhere in a window. The two may not overlap: all-to-all has no in-place form.
+pub fn all_to_all(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+) -> Result<Request> {
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let bytes = byte_count(count, element, "count", &[send, recv])?;
+    let total = whole_bytes(comm, bytes, send.max(recv), "count")?;
+    let send_window = window_of(comm, "sendbuff", send, total, element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, total, element)?;
+    if overlap(send, total, recv, total) {
+        return Err(Error::invalid_argument(
+            "sendbuff and recvbuff overlap (symmAlltoAll has no in-place form: the buffers must \
+             be disjoint)",
+        ));
+    }
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset: recv - recv_window.base,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::AllToAll,
+        dtype,
+        op: RedOp::Sum,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags: 0,
+        root: 0,
+    })
+}
+
+/// Validate `symmGather`'s arguments against `comm`'s windows: every rank's `count` elements of
+/// `sendbuff` land on the root, rank `r`'s at `recvbuff + r·count`. `sendbuff` lies at the same
+/// offset of the same window on every rank (the root reads it); `recvbuff` is checked only on
+/// the root (the other ranks' is not used, as in NCCL, and may be NULL), where it may hold
+/// `sendbuff` as its segment `root` (in place) but not overlap it otherwise.
+pub fn gather(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    root: c_int,
+) -> Result<Request> {
+    let root = root_rank(comm, root)?;
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let is_root = comm.rank == root as usize;
+    let ends: &[u64] = if is_root { &[send, recv] } else { &[send] };
+    let bytes = byte_count(count, element, "count", ends)?;
+    let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
+    let (recv_window, recv_offset, rank_flags) = if is_root {
+        let total = whole_bytes(comm, bytes, recv, "count")?;
+        let recv_window = window_of(comm, "recvbuff", recv, total, element)?;
+        let in_place = send == recv + root as u64 * bytes;
+        if !in_place && overlap(send, bytes, recv, total) {
+            return Err(Error::invalid_argument(
+                "sendbuff overlaps recvbuff on the root without being its segment root (in \
+                 place needs sendbuff == recvbuff + root × count)",
+            ));
+        }
+        let offset = recv - recv_window.base;
+        let flags = FLAG_ROOT | if in_place { FLAG_IN_PLACE } else { 0 };
+        (recv_window, offset, flags)
+    } else {
+        // Not the root: no receive buffer; the kernel writes nothing of this rank.
+        (send_window.clone(), 0, 0)
+    };
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::Gather,
+        dtype,
+        op: RedOp::Sum,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags,
+        root,
+    })
+}
+
+/// Validate `symmScatter`'s arguments against `comm`'s windows: segment `r` (`count` elements)
+/// of the root's `sendbuff` lands in `recvbuff` of rank `r`. `recvbuff` lies at the same offset
+/// of the same window on every rank (the root stores into it); `sendbuff` is checked only on
+/// the root (the other ranks' is not used, as in NCCL, and may be NULL), where it may hold
+/// `recvbuff` as its segment `root` (in place) but not overlap it otherwise.
+pub fn scatter(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    root: c_int,
+) -> Result<Request> {
+    let root = root_rank(comm, root)?;
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let is_root = comm.rank == root as usize;
+    let ends: &[u64] = if is_root { &[send, recv] } else { &[recv] };
+    let bytes = byte_count(count, element, "count", ends)?;
+    let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
+    let (send_window, send_offset, rank_flags) = if is_root {
+        let total = whole_bytes(comm, bytes, send, "count")?;
+        let send_window = window_of(comm, "sendbuff", send, total, element)?;
+        let in_place = recv == send + root as u64 * bytes;
+        if !in_place && overlap(send, total, recv, bytes) {
+            return Err(Error::invalid_argument(
+                "recvbuff overlaps sendbuff on the root without being its segment root (in \
+                 place needs recvbuff == sendbuff + root × count)",
+            ));
+        }
+        let offset = send - send_window.base;
+        let flags = FLAG_ROOT | if in_place { FLAG_IN_PLACE } else { 0 };
+        (send_window, offset, flags)
+    } else {
+        // Not the root: no send buffer; the kernel reads nothing of this rank.
+        (recv_window.clone(), 0, 0)
+    };
+    let args = CollectiveArgs {
+        send_offset,
+        recv_offset: recv - recv_window.base,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::Scatter,
         dtype,
         op: RedOp::Sum,
         count: count as u64,

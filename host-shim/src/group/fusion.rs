@@ -23,8 +23,10 @@
 //! Ranks driven by separate threads (or processes) decide alone: they must make the same calls
 //! with the same dependencies, as they must agree on every call.
 //!
-//! **Broadcasts.** Only the root knows where a broadcast's data is (the other ranks' send
-//! buffer is ignored), so only a decider that drives the root sees what the broadcast reads.
+//! **Broadcasts (and gathers and scatters).** Only the root knows where a broadcast's data is
+//! (the other ranks' send buffer is ignored), so only a decider that drives the root sees what
+//! the broadcast reads. The same holds for a scatter's send buffer and a gather's receive
+//! buffer, which they write.
 //! When the group drives every rank of the clique, that decider is the only one, and the
 //! broadcast fuses like any collective (the root's part carries the read). When it drives only
 //! some ranks, deciders that do not drive the root could fuse where the root's decider does
@@ -127,19 +129,22 @@ fn limits(task: &Task) -> Limits {
     }
 }
 
-/// `true` for a broadcast of which the group drives only some ranks: the ranks' deciders may
-/// not know what it reads (see the module docs).
-fn is_partial_broadcast(instance: &Instance<'_>) -> bool {
+/// `true` for a broadcast, gather or scatter of which the group drives only some ranks: the
+/// ranks' deciders may not know what the root's part reads or writes (see the module docs).
+fn is_partial_rooted(instance: &Instance<'_>) -> bool {
     let task = instance[0];
-    task.collective == Collective::Broadcast && instance.len() < task.comm.clique.nranks
+    matches!(
+        task.collective,
+        Collective::Broadcast | Collective::Gather | Collective::Scatter
+    ) && instance.len() < task.comm.clique.nranks
 }
 
 /// `true` when `a` and `b` must keep their order: a conflict on a rank's memory (parts of one
 /// clique are compared rank by rank, since peers touch the same offsets; parts of different
-/// cliques always, as their windows may share memory), or one of them is a broadcast that
-/// only some of its ranks' deciders see whole ([`is_partial_broadcast`]).
+/// cliques always, as their windows may share memory), or one of them is a rooted collective
+/// that only some of its ranks' deciders see whole ([`is_partial_rooted`]).
 fn depends(a: &Instance<'_>, b: &Instance<'_>) -> bool {
-    if is_partial_broadcast(a) || is_partial_broadcast(b) {
+    if is_partial_rooted(a) || is_partial_rooted(b) {
         return true;
     }
     a.iter().any(|x| {

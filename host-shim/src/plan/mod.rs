@@ -48,15 +48,24 @@ pub enum Collective {
     ReduceScatter,
     /// `symmBroadcast`.
     Broadcast,
+    /// `symmAlltoAll`.
+    AllToAll,
+    /// `symmGather`.
+    Gather,
+    /// `symmScatter`.
+    Scatter,
 }
 
 impl Collective {
     /// Every collective.
-    pub(crate) const ALL: [Collective; 4] = [
+    pub(crate) const ALL: [Collective; 7] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
         Collective::Broadcast,
+        Collective::AllToAll,
+        Collective::Gather,
+        Collective::Scatter,
     ];
 
     /// The algorithms that implement it.
@@ -74,14 +83,17 @@ impl Collective {
             ],
             Collective::ReduceScatter => &[Algorithm::ReduceScatter, Algorithm::PatReduceScatter],
             Collective::Broadcast => &[Algorithm::Broadcast],
+            Collective::AllToAll => &[Algorithm::AllToAll],
+            Collective::Gather => &[Algorithm::Gather],
+            Collective::Scatter => &[Algorithm::Scatter],
         }
     }
 
     /// The algorithm a `SYMM_ALGO` value forces for this collective, or `None` when the value
     /// is one of another collective's (it is then ignored, and the model picks). `pat`
     /// ([`parse_forced_algorithm`] returns [`Algorithm::PatAllGather`] for it) forces
-    /// each collective's PAT kernel; the all-reduce values force all-reduce only. The broadcast
-    /// has one kernel and ignores every value.
+    /// each collective's PAT kernel; the all-reduce values force all-reduce only. The broadcast,
+    /// all-to-all, gather and scatter have one kernel each and ignore every value.
     pub fn resolve_forced(self, forced: Algorithm) -> Option<Algorithm> {
         let pat = is_pat(forced);
         match self {
@@ -99,6 +111,9 @@ impl Collective {
             Collective::AllGather => "all_gather",
             Collective::ReduceScatter => "reduce_scatter",
             Collective::Broadcast => "broadcast",
+            Collective::AllToAll => "all_to_all",
+            Collective::Gather => "gather",
+            Collective::Scatter => "scatter",
         }
     }
 }
@@ -261,6 +276,11 @@ impl Model {
             // The root stores the payload into every rank (its own receive buffer too, out of
             // place): the root's traffic, which bounds the call.
             Algorithm::Broadcast => nranks * payload_bytes,
+            // Stores a segment into every rank (payload = bytes per peer).
+            Algorithm::AllToAll => nranks * payload_bytes,
+            // The root loads every rank's segment, or stores one into every rank (payload =
+            // bytes per rank): the root's traffic.
+            Algorithm::Gather | Algorithm::Scatter => nranks * payload_bytes,
         }
     }
 
@@ -272,7 +292,10 @@ impl Model {
             Algorithm::AllGather
             | Algorithm::LlAllGather
             | Algorithm::ReduceScatter
-            | Algorithm::Broadcast => self.per_peer_us * nranks as f64,
+            | Algorithm::Broadcast
+            | Algorithm::AllToAll
+            | Algorithm::Gather
+            | Algorithm::Scatter => self.per_peer_us * nranks as f64,
             Algorithm::PatAllGather | Algorithm::PatReduceScatter => {
                 self.pat_step_us * symm_device::symmetric::pat::steps(nranks) as f64
             }
@@ -364,7 +387,8 @@ pub(crate) fn block_range(limits: &Limits) -> RangeInclusive<u32> {
 }
 
 /// Choose the kernel and launch shape. `count` is in elements (all-reduce: total;
-/// reduce-scatter: per rank; all-gather: per rank; broadcast: the root's).
+/// reduce-scatter: per rank; all-gather: per rank; broadcast: the root's; all-to-all: per
+/// peer; gather and scatter: per rank).
 pub fn plan(
     collective: Collective,
     dtype: DataType,
