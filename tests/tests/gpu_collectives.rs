@@ -733,6 +733,132 @@ fn gpu_broadcast_every_dtype_from_every_root() {
     }
 }
 
+/// All-to-all, gather and scatter of a data type of each size, at every count, the root
+/// rotating: every rank's send and receive regions (and 16 guard bytes after them) compared
+/// byte for byte with a reference built from the inputs; the ranks that do not use a buffer
+/// pass NULL for it on every other call.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_all_to_all_gather_and_scatter() {
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Coll {
+        AllToAll,
+        Gather,
+        Scatter,
+    }
+    for nranks in RANKS {
+        let comms = cuda_ranks(nranks);
+        let buffers = alloc_windows(&comms, window_bytes(nranks, largest_count().min(70_001)));
+        let mut case_index = 0usize;
+        let dtypes = [
+            DataType::Uint8,
+            DataType::Bfloat16,
+            DataType::Float32,
+            DataType::Float64,
+        ];
+        // Whole windows are compared on the host: the largest count is kept to 70001.
+        let counts = counts().map(|c| c.min(70_001));
+        for (d, dtype) in dtypes.into_iter().enumerate() {
+            let size = dtype.size_bytes();
+            for (k, count) in counts.into_iter().enumerate() {
+                if !runs_at(nranks, d + k) {
+                    continue;
+                }
+                let whole = nranks * count * size;
+                // The send region first, one element past 64 bytes; the receive region after it.
+                let send = 64 + size;
+                let recv = (send + whole + 64).next_multiple_of(16) + size;
+                let span = recv + whole + 16;
+                for coll in [Coll::AllToAll, Coll::Gather, Coll::Scatter] {
+                    let root = case_index % nranks;
+                    case_index += 1;
+                    let before: Vec<Vec<u8>> = parallel_map(nranks, |r| {
+                        (0..span)
+                            .map(|i| (i * 131 + r * 7 + case_index * 13) as u8)
+                            .collect()
+                    });
+                    for (b, bytes) in buffers.iter().zip(&before) {
+                        upload_bytes(b.base, bytes);
+                    }
+                    let null_off_root = case_index.is_multiple_of(2);
+                    run_group(
+                        |rank, b| {
+                            // SAFETY: offsets inside the window (window_bytes).
+                            let (s, d) = unsafe { (b.base.add(send), b.base.add(recv)) };
+                            let unused = rank != root && null_off_root;
+                            match coll {
+                                Coll::AllToAll => symmAlltoAll(
+                                    s.cast(),
+                                    d.cast(),
+                                    count,
+                                    dtype as i32,
+                                    b.comm,
+                                    null_mut(),
+                                ),
+                                Coll::Gather => symmGather(
+                                    s.cast(),
+                                    if unused { null_mut() } else { d.cast() },
+                                    count,
+                                    dtype as i32,
+                                    root as i32,
+                                    b.comm,
+                                    null_mut(),
+                                ),
+                                Coll::Scatter => symmScatter(
+                                    if unused { null_mut() } else { s.cast() },
+                                    d.cast(),
+                                    count,
+                                    dtype as i32,
+                                    root as i32,
+                                    b.comm,
+                                    null_mut(),
+                                ),
+                            }
+                        },
+                        &buffers,
+                    );
+                    let share = count * size;
+                    let mut want = before.clone();
+                    match coll {
+                        Coll::AllToAll => {
+                            for (p, window) in want.iter_mut().enumerate() {
+                                for (r, sender) in before.iter().enumerate() {
+                                    window[recv + r * share..][..share]
+                                        .copy_from_slice(&sender[send + p * share..][..share]);
+                                }
+                            }
+                        }
+                        Coll::Gather => {
+                            for (r, sender) in before.iter().enumerate() {
+                                want[root][recv + r * share..][..share]
+                                    .copy_from_slice(&sender[send..][..share]);
+                            }
+                        }
+                        Coll::Scatter => {
+                            for (p, window) in want.iter_mut().enumerate() {
+                                window[recv..][..share]
+                                    .copy_from_slice(&before[root][send + p * share..][..share]);
+                            }
+                        }
+                    }
+                    let case =
+                        format!("{coll:?} {nranks} ranks {dtype:?} count {count} root {root}");
+                    for (rank, b) in buffers.iter().enumerate() {
+                        let got = download_bytes(b.base, span);
+                        if let Some(at) = (0..span).find(|&i| got[i] != want[rank][i]) {
+                            panic!(
+                                "{case}: rank {rank}, byte {at}: {} instead of {}",
+                                got[at], want[rank][at]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        teardown(buffers);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_graph_capture_then_replay_with_new_inputs() {
