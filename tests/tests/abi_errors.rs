@@ -792,3 +792,143 @@ fn device_context_describes_the_window() {
     );
     teardown(buffers);
 }
+
+/// `symmAlltoAll`, `symmGather` and `symmScatter` on rank 1 of two: a root that is no rank,
+/// a NULL comm, a bad datatype, and the buffer errors of the buffers each rank's call uses
+/// (a gather's `recvbuff` and a scatter's `sendbuff` only on the root; off it they are not
+/// looked at, even NULL or foreign). Nothing is launched (rank 0 never calls), and no memory
+/// is touched.
+#[test]
+fn all_to_all_gather_and_scatter_reject_bad_arguments() {
+    use_host_backend();
+    let comms = init_all(2);
+    let buffers = alloc_windows(&comms, 256);
+    let (comm, base) = (buffers[1].comm, buffers[1].base);
+    // SAFETY: offsets inside the 256-byte window.
+    let at = |bytes: usize| unsafe { base.add(bytes) } as *mut c_void;
+    let s = null_mut();
+    let mut unregistered: *mut c_void = null_mut();
+    // SAFETY: valid out-pointer.
+    check(unsafe { symmMemAlloc(comm, &mut unregistered, 256) }, comm);
+    let mut not_from_symm = [0f32; 8];
+    let foreign = not_from_symm.as_mut_ptr() as *mut c_void;
+    // SAFETY: host memory of the window.
+    unsafe { write_f32(base, &[3.0; 64]) };
+    type Call<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
+    let invalid = symmResult_t::symmInvalidArgument;
+    let cases: Vec<(Call, symmResult_t, &str)> = vec![
+        // All-to-all: both buffers hold 2 × count elements.
+        (
+            Box::new(|| symmAlltoAll(at(0), at(64), 4, F32, null_mut(), s)),
+            invalid,
+            "comm is NULL",
+        ),
+        (
+            Box::new(|| symmAlltoAll(at(0), at(64), 4, 12, comm, s)),
+            invalid,
+            "datatype = 12",
+        ),
+        (
+            Box::new(|| symmAlltoAll(null(), at(64), 4, F32, comm, s)),
+            invalid,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmAlltoAll(foreign, at(64), 4, F32, comm, s)),
+            invalid,
+            "sendbuff = ",
+        ),
+        (
+            Box::new(|| symmAlltoAll(at(0), at(192), 16, F32, comm, s)),
+            invalid,
+            "recvbuff [",
+        ),
+        (
+            Box::new(|| symmAlltoAll(at(0), at(2), 4, F32, comm, s)),
+            invalid,
+            "element size",
+        ),
+        (
+            Box::new(|| symmAlltoAll(at(0), at(16), 4, F32, comm, s)),
+            invalid,
+            "overlap",
+        ),
+        // Gather: a bad root first; on the root (rank 1) both buffers.
+        (
+            Box::new(|| symmGather(null(), null_mut(), 4, 99, 2, comm, s)),
+            invalid,
+            "root = 2",
+        ),
+        (
+            Box::new(|| symmGather(at(0), null_mut(), 4, F32, 1, comm, s)),
+            invalid,
+            "recvbuff is NULL",
+        ),
+        (
+            Box::new(|| symmGather(at(0), at(224), 8, F32, 1, comm, s)),
+            invalid,
+            "recvbuff [",
+        ),
+        (
+            Box::new(|| symmGather(at(68), at(64), 4, F32, 1, comm, s)),
+            invalid,
+            "overlaps",
+        ),
+        // Off the root (root 0): recvbuff is not looked at, sendbuff is.
+        (
+            Box::new(|| symmGather(null(), foreign, 4, F32, 0, comm, s)),
+            invalid,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmGather(unregistered, null_mut(), 4, F32, 0, comm, s)),
+            invalid,
+            "sendbuff",
+        ),
+        // Scatter: a bad root first; on the root both buffers.
+        (
+            Box::new(|| symmScatter(null(), null_mut(), 4, 99, -3, comm, s)),
+            invalid,
+            "root = -3",
+        ),
+        (
+            Box::new(|| symmScatter(null(), at(64), 4, F32, 1, comm, s)),
+            invalid,
+            "sendbuff is NULL",
+        ),
+        (
+            Box::new(|| symmScatter(at(224), at(0), 8, F32, 1, comm, s)),
+            invalid,
+            "sendbuff [",
+        ),
+        (
+            Box::new(|| symmScatter(at(64), at(68), 4, F32, 1, comm, s)),
+            invalid,
+            "overlaps",
+        ),
+        // Off the root: sendbuff is not looked at, recvbuff is.
+        (
+            Box::new(|| symmScatter(foreign, null_mut(), 4, F32, 0, comm, s)),
+            invalid,
+            "recvbuff is NULL",
+        ),
+        (
+            Box::new(|| symmScatter(null(), at(0), usize::MAX / 2, F32, 0, comm, s)),
+            invalid,
+            "count = ",
+        ),
+    ];
+    for (call, code, needle) in &cases {
+        expect(call(), *code, needle);
+    }
+    assert_eq!(
+        // SAFETY: host memory of the window.
+        unsafe { read_f32(base, 64) },
+        vec![3.0; 64],
+        "no memory touched"
+    );
+    assert_eq!(not_from_symm, [0.0; 8]);
+    drop(cases);
+    check(symmMemFree(comm, unregistered), comm);
+    teardown(buffers);
+}
