@@ -6,8 +6,8 @@ side in one torchrun, so that both see the same machine at the same moment.
         [--back-to-back]
 
 Every process joins one gloo group and one symm group of the same ranks. For each collective
-(all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast) and size (1 KiB to
-16 MiB of float32 per rank), the two backends take turns, `--rounds` times each (interleaved:
+(all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast; with `--ops`, also
+all_to_all_single, gather and scatter) and size (1 KiB to 16 MiB of float32 per rank), the two backends take turns, `--rounds` times each (interleaved:
 gloo, symm, gloo, symm, ...), each turn `--warmup` untimed calls then `--iters` timed ones with
 a gloo barrier before each call, so that a busy moment of the machine does not decide the ratio.
 A call's time is the slowest rank's; the table shows each backend's median over all timed
@@ -62,6 +62,32 @@ def make_call(op: str, group: dist.ProcessGroup, count: int, world: int, rank: i
 
         def call() -> None:
             dist.reduce_scatter_tensor(recv, send, group=group)
+
+        return call, recv
+    if op == "all_to_all_single":
+        send = (torch.arange(count * world) % 997 + rank * 1000).to(torch.float32)
+        recv = torch.empty(count * world)
+
+        def call() -> None:
+            dist.all_to_all_single(recv, send, group=group)
+
+        return call, recv
+    if op == "gather":
+        send = torch.full((count,), float(rank + 1))
+        # The root's parts are rows of one tensor, the result compared between the backends.
+        gathered = torch.empty((world, count))
+        parts = list(gathered.unbind(0)) if rank == 0 else None
+
+        def call() -> None:
+            dist.gather(send, parts, dst=0, group=group)
+
+        return call, gathered if rank == 0 else send
+    if op == "scatter":
+        parts = [torch.full((count,), float(r + 1)) for r in range(world)] if rank == 0 else None
+        recv = torch.empty(count)
+
+        def call() -> None:
+            dist.scatter(recv, parts, src=0, group=group)
 
         return call, recv
     data = torch.full((count,), float(rank + 1))
