@@ -565,13 +565,15 @@ class Comm:
         """Gather (``symmGather``): every rank's ``count`` elements of ``send`` land on rank
         ``root``, rank ``r``'s at element ``r * count`` of its ``recv`` (``nranks * count``
         elements; in place when ``send`` is the root's own segment of it). ``send`` lies at the
-        same offset on every rank; ``recv`` is used on the root only (None elsewhere).
+        same offset on every rank; ``recv`` is used on the root only (elsewhere it is ignored and
+        may be None).
         ``count`` and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
         root = _as_int(root, "root", 0, self.nranks - 1)
-        if recv is None:
-            if self.rank == root:
-                raise InvalidArgumentError("recv is required on the root of a gather")
+        if self.rank != root:
+            # Not the root: recv is not used (as in NCCL), so it is neither checked nor passed.
             self._collective(lib.symmGather, send, send, count, dtype, 1, 1, stream, root, recv_used=False)
+        elif recv is None:
+            raise InvalidArgumentError("recv is required on the root of a gather")
         else:
             self._collective(lib.symmGather, send, recv, count, dtype, 1, self.nranks, stream, root)
 
@@ -587,13 +589,15 @@ class Comm:
         """Scatter (``symmScatter``): the ``count`` elements at element ``r * count`` of rank
         ``root``'s ``send`` (``nranks * count`` elements) land in rank ``r``'s ``recv`` (in
         place when ``recv`` is the root's own segment of ``send``). ``recv`` lies at the same
-        offset on every rank; ``send`` is used on the root only (None elsewhere). ``count``
+        offset on every rank; ``send`` is used on the root only (elsewhere it is ignored and may
+        be None). ``count``
         and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
         root = _as_int(root, "root", 0, self.nranks - 1)
-        if send is None:
-            if self.rank == root:
-                raise InvalidArgumentError("send is required on the root of a scatter")
+        if self.rank != root:
+            # Not the root: send is not used (as in NCCL), so it is neither checked nor passed.
             self._collective(lib.symmScatter, recv, recv, count, dtype, 1, 1, stream, root, send_used=False)
+        elif send is None:
+            raise InvalidArgumentError("send is required on the root of a scatter")
         else:
             self._collective(lib.symmScatter, send, recv, count, dtype, self.nranks, 1, stream, root)
 

@@ -224,7 +224,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         """How many calls of each kind took each path: ``path_counts["all_reduce", "window"]``
         (in place in a window, no copy) and ``path_counts["all_reduce", "staged"]`` (copied
         through the scratch window); kinds ``all_reduce``, ``all_gather``, ``reduce_scatter``,
-        ``broadcast``."""
+        ``broadcast``, ``all_to_all``, ``gather``, ``scatter`` (the last two always staged)."""
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
@@ -469,13 +469,15 @@ class SymmProcessGroup(dist.ProcessGroup):
             code = self._check(input)
             n, size = input.numel(), self._size
             if self._rank == root:
+                problem = None
                 if len(outputs) != 1 or len(outputs[0]) != size:
-                    raise InvalidArgumentError(f"gather: the root needs a list of {size} output tensors")
-                for out in outputs[0]:
-                    if out.numel() != n or out.dtype != input.dtype:
-                        raise InvalidArgumentError(
-                            f"gather: an output has {out.numel()} {out.dtype}, want {n} {input.dtype}"
-                        )
+                    problem = f"gather: the root needs a list of {size} output tensors"
+                else:
+                    for out in outputs[0]:
+                        if out.numel() != n or out.dtype != input.dtype:
+                            problem = f"gather: an output has {out.numel()} {out.dtype}, want {n} {input.dtype}"
+                if problem is not None:
+                    self._refuse(lib.symmGather, n, input.element_size(), code, root, problem)
             if n == 0:
                 continue
             self._note("gather", "staged", input)
@@ -505,14 +507,16 @@ class SymmProcessGroup(dist.ProcessGroup):
             n, size = output.numel(), self._size
             parts: list[torch.Tensor] = []
             if self._rank == root:
+                problem = None
                 if len(inputs) <= index or len(inputs[index]) != size:
-                    raise InvalidArgumentError(f"scatter: the root needs a list of {size} input tensors")
-                parts = [t.reshape(-1) for t in inputs[index]]
-                for part in parts:
-                    if part.numel() != n or part.dtype != output.dtype:
-                        raise InvalidArgumentError(
-                            f"scatter: an input has {part.numel()} {part.dtype}, want {n} {output.dtype}"
-                        )
+                    problem = f"scatter: the root needs a list of {size} input tensors"
+                else:
+                    parts = [t.reshape(-1) for t in inputs[index]]
+                    for part in parts:
+                        if part.numel() != n or part.dtype != output.dtype:
+                            problem = f"scatter: an input has {part.numel()} {part.dtype}, want {n} {output.dtype}"
+                if problem is not None:
+                    self._refuse(lib.symmScatter, n, output.element_size(), code, root, problem)
             if n == 0:
                 continue
             self._note("scatter", "staged", output)
@@ -543,13 +547,18 @@ class SymmProcessGroup(dist.ProcessGroup):
         opts: Any = None,
     ) -> Any:
         size = self._size
-        if output_split_sizes or input_split_sizes:
-            even_in = input.shape[0] // size if input.dim() > 0 else 0
-            even_out = output.shape[0] // size if output.dim() > 0 else 0
-            if any(s != even_in for s in input_split_sizes) or any(s != even_out for s in output_split_sizes):
+        for name, tensor, splits in (("input", input, input_split_sizes), ("output", output, output_split_sizes)):
+            rows = tensor.shape[0] if tensor.dim() > 0 else 0
+            if splits and any(s != splits[0] for s in splits):
                 raise UnsupportedError(
                     "all_to_all_single with uneven split sizes: symm has all-to-all of equal segments only"
                 )
+            if splits and (len(splits) != size or sum(splits) != rows):
+                raise InvalidArgumentError(
+                    f"all_to_all_single: {name} split sizes {list(splits)} do not split its {rows} rows among {size} ranks"
+                )
+            if rows % size:
+                raise InvalidArgumentError(f"all_to_all_single: the {name}'s {rows} rows do not divide among {size} ranks")
         self._all_to_all(output, input)
         return _done([output])
 
@@ -596,6 +605,21 @@ class SymmProcessGroup(dist.ProcessGroup):
             out_rows[:, start : start + c].copy_(recv.view(size, c))
         if not output.is_contiguous():
             output.copy_(out_rows.view(output.shape))
+
+    def _refuse(self, function: Any, n: int, element: int, code: int, root: int, problem: str) -> None:
+        """A root's arguments that its peers cannot see are wrong: make the call the peers make
+        (the first chunk's) with NULL buffers, so that the library refuses it as this rank's
+        call and the peers' calls fail at once naming the refusal instead of waiting, then
+        raise ``problem``."""
+        if n == 0:
+            # The peers make no call for an empty tensor either.
+            raise InvalidArgumentError(problem)
+        chunk = min(n, self._chunk_elements(element, 1 + self._size))
+        try:
+            check(function(None, None, chunk, code, root, self.comm.handle, self._stream() or 0))
+        except SymmError:
+            pass
+        raise InvalidArgumentError(problem)
 
     def _not_in_symm(self, op: str) -> Any:
         raise UnsupportedError(

@@ -274,3 +274,29 @@ def test_all_to_all_gather_and_scatter(world, dtype: str, nranks: int) -> None:
                 np.testing.assert_array_equal(
                     view(r, recv_offset, count), source[r * count : (r + 1) * count], err_msg=f"scatter root {root} rank {r}"
                 )
+
+
+def test_unused_buffers_off_the_root_are_not_checked(world) -> None:
+    """A gather's recv and a scatter's send are not used off the root (as in NCCL): a rank
+    there may pass any buffer, even one too small, and it is neither checked nor touched."""
+    w = world(3)
+    count, root = 5, 1
+    send = [w.bufs[r].numpy(np.float32, count, 0) for r in range(3)]
+    small = [w.bufs[r].numpy(np.float32, 1, 1024) for r in range(3)]
+    recv = w.bufs[root].numpy(np.float32, 3 * count, 256)
+    for r in range(3):
+        send[r][:] = np.arange(count) + 10 * r
+        small[r][:] = -1.0
+    with symm.group():
+        for r, comm in enumerate(w.comms):
+            comm.gather(send[r], recv if r == root else small[r], count, root=root)
+    np.testing.assert_array_equal(recv, np.concatenate([np.arange(count) + 10 * r for r in range(3)]).astype(np.float32))
+    outs = [w.bufs[r].numpy(np.float32, count, 2048) for r in range(3)]
+    source = w.bufs[root].numpy(np.float32, 3 * count, 4096)
+    source[:] = np.arange(3 * count)
+    with symm.group():
+        for r, comm in enumerate(w.comms):
+            comm.scatter(source if r == root else small[r], outs[r], count, root=root)
+    for r in range(3):
+        np.testing.assert_array_equal(outs[r], np.arange(r * count, (r + 1) * count, dtype=np.float32))
+        assert small[r][0] == -1.0

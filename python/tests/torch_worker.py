@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -168,6 +169,13 @@ def main() -> None:
     dist.all_reduce(tensor)
     assert (tensor == size * (size + 1) / 2).all()
     assert ("all_reduce", "window") in group._logged
+    # All-to-all in the window: the input in the first half, the output in the second.
+    send, recv = tensor[: 4 * size], tensor[500 : 500 + 4 * size]
+    send.copy_(torch.arange(4 * size, dtype=torch.float32) + 100 * rank)
+    dist.all_to_all_single(recv, send)
+    expected = torch.cat([torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float32) + 100 * r for r in range(size)])
+    assert torch.equal(recv, expected), recv
+    assert ("all_to_all", "window") in group._logged
     window.deregister()
     buffer.free()
     calls += 1
@@ -178,6 +186,25 @@ def main() -> None:
         dist.all_reduce(tensor, group=evens)
         assert tensor.item() == sum(range(0, size, 2)), tensor
         calls += 1
+    dist.barrier()
+    # A root whose gather arguments only it can see are wrong: it raises, and every other rank
+    # fails at once naming the refusal (not at the wait bound). The failure ends that group's
+    # communicator only.
+    doomed = dist.new_group(list(range(size)))
+    started = time.monotonic()
+    try:
+        if rank == 0:
+            dist.gather(torch.ones(5), [torch.empty(5)], dst=0, group=doomed)
+        else:
+            dist.gather(torch.ones(5), None, dst=0, group=doomed)
+    except Exception as error:  # noqa: BLE001 (torch may wrap the backend's error)
+        said = str(error)
+        assert ("output tensors" if rank == 0 else "refused") in said, said
+    else:
+        raise AssertionError(f"rank {rank}: a gather with bad root arguments succeeded")
+    took = time.monotonic() - started
+    assert took < 2.0, f"rank {rank}: the refusal took {took:.1f} s"
+    calls += 1
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: {calls} calls OK", flush=True)

@@ -61,7 +61,19 @@ static const char* (*error_string)(symmResult_t) = symmGetErrorString;
 static symmResult_t (*broadcast)(const void*, void*, size_t, symmDataType_t, int, symmComm_t,
                                  symmStream_t) = symmBroadcast;
 
+/* ncclAlltoAll's shape: (sendbuff, recvbuff, count, datatype, comm, stream). */
+static symmResult_t (*all_to_all)(const void*, void*, size_t, symmDataType_t, symmComm_t,
+                                  symmStream_t) = symmAlltoAll;
+
+/* ncclGather's and ncclScatter's shape: (sendbuff, recvbuff, count, datatype, root, comm,
+   stream). */
+static symmResult_t (*gather)(const void*, void*, size_t, symmDataType_t, int, symmComm_t,
+                              symmStream_t) = symmGather;
+static symmResult_t (*scatter)(const void*, void*, size_t, symmDataType_t, int, symmComm_t,
+                               symmStream_t) = symmScatter;
+
 int symm_header_check_uses(void) {
   return all_reduce != 0 && register_window != 0 && init_all != 0 && init_rank != 0 &&
-         device_context != 0 && error_string != 0 && broadcast != 0;
+         device_context != 0 && error_string != 0 && broadcast != 0 && all_to_all != 0 &&
+         gather != 0 && scatter != 0;
 }
