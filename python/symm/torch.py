@@ -11,7 +11,13 @@
     dist.all_gather_into_tensor(output, tensor)
     dist.reduce_scatter_tensor(output, tensors)
     dist.broadcast(tensor, src=0)
+    dist.gather(tensor, parts, dst=0)          # parts: a list of world-size tensors on the root
+    dist.scatter(output, parts, src=0)
+    dist.all_to_all_single(output, tensor)     # equal splits only
     dist.barrier()
+
+``reduce``, ``send``/``recv`` and uneven all-to-all splits raise symm's ``UnsupportedError``
+naming the op (run them on a gloo group).
 
 Each process group is one symm communicator. Its unique id travels through the group's store
 (rank 0 makes it; when ``MASTER_ADDR`` names another host than this one's loopback, the root
