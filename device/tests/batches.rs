@@ -3,7 +3,7 @@
 //! barriers), and launches of every kernel one after the other on one window with changing
 //! grids and batch sizes (barrier epochs and LL call numbers stay in agreement). Every result
 //! is checked exactly (i32 wrapping sum, computed here; broadcasts: the root's data, each task
-//! from its own root).
+//! from its own root; all-to-all, gather and scatter: the segments where they belong).
 
 mod harness;
 
@@ -34,6 +34,23 @@ fn is_all_gather(algorithm: Algorithm) -> bool {
     matches!(
         algorithm,
         Algorithm::AllGather | Algorithm::LlAllGather | Algorithm::PatAllGather
+    )
+}
+
+/// The kernels whose task has a root (its entry carries `FLAG_ROOT` on that rank).
+fn is_rooted(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::Broadcast | Algorithm::Gather | Algorithm::Scatter
+    )
+}
+
+/// The byte movers between segments, run out of place here (in place is covered by
+/// `device/tests/segments.rs`).
+fn is_segment_mover(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::AllToAll | Algorithm::Gather | Algorithm::Scatter
     )
 }
 
@@ -83,12 +100,13 @@ fn random_batch(rng: &mut Rng, algorithm: Algorithm, world: usize, tasks: usize)
             }
             .min(max);
             let bytes = count * 4;
-            let (send_bytes, recv_bytes) = if is_all_gather(algorithm) {
-                (bytes, world * bytes)
-            } else if is_reduce_scatter(algorithm) {
-                (world * bytes, bytes)
-            } else {
-                (bytes, bytes)
+            let (send_bytes, recv_bytes) = match algorithm {
+                _ if is_all_gather(algorithm) => (bytes, world * bytes),
+                _ if is_reduce_scatter(algorithm) => (world * bytes, bytes),
+                Algorithm::AllToAll => (world * bytes, world * bytes),
+                Algorithm::Gather => (bytes, world * bytes),
+                Algorithm::Scatter => (world * bytes, bytes),
+                _ => (bytes, bytes),
             };
             // Two-shot: every rank in place or none; the others: rank by rank.
             let uniform = rng.next_u64().is_multiple_of(2);
@@ -103,7 +121,7 @@ fn random_batch(rng: &mut Rng, algorithm: Algorithm, world: usize, tasks: usize)
                 .collect();
             let whole = take(rng, send_bytes.max(recv_bytes));
             let other = take(rng, recv_bytes.max(send_bytes));
-            let root = if algorithm == Algorithm::Broadcast {
+            let root = if is_rooted(algorithm) {
                 (rng.next_u64() % world as u64) as usize
             } else {
                 0
@@ -143,17 +161,17 @@ fn run_batch(
             // its receive buffer.
             let in_place = spec.in_place[rank] && !broadcast;
             let n = spec.count;
-            let len = if is_reduce_scatter(algorithm) {
-                world * n
-            } else {
-                n
+            let len = match algorithm {
+                _ if is_reduce_scatter(algorithm) => world * n,
+                Algorithm::AllToAll | Algorithm::Scatter => world * n,
+                _ => n,
             };
             let data: Vec<i32> = (0..len).map(|i| value(rank, t, i, salt)).collect();
             if !in_place {
-                let len = if is_all_gather(algorithm) {
-                    n * world
-                } else {
-                    n
+                let len = match algorithm {
+                    _ if is_all_gather(algorithm) => n * world,
+                    Algorithm::AllToAll | Algorithm::Gather => n * world,
+                    _ => n,
                 };
                 ranks.write(rank, spec.recv, &vec![0x5A5A_5A5Au32 as i32; len]);
             }
@@ -189,7 +207,7 @@ fn run_batch(
             specs
                 .iter()
                 .map(|s| {
-                    let root = if broadcast && s.root == rank {
+                    let root = if is_rooted(algorithm) && s.root == rank {
                         FLAG_ROOT
                     } else {
                         0
@@ -233,7 +251,37 @@ fn run_batch(
         };
         for (rank, recv_of) in in_place_recv.iter().enumerate() {
             let at = recv_of[t];
-            let (got, expected): (Vec<i32>, Vec<i32>) = if broadcast {
+            let (got, expected): (Vec<i32>, Vec<i32>) = if algorithm == Algorithm::AllToAll {
+                (
+                    ranks.read(rank, at, world * n),
+                    (0..world)
+                        .flat_map(|r| (0..n).map(move |i| (r, i)))
+                        .map(|(r, i)| value(r, t, rank * n + i, salt))
+                        .collect(),
+                )
+            } else if algorithm == Algorithm::Gather {
+                // Only the root's receive buffer is written; the others keep their poison.
+                (
+                    ranks.read(rank, at, world * n),
+                    (0..world)
+                        .flat_map(|r| (0..n).map(move |i| (r, i)))
+                        .map(|(r, i)| {
+                            if rank == spec.root {
+                                value(r, t, i, salt)
+                            } else {
+                                0x5A5A_5A5Au32 as i32
+                            }
+                        })
+                        .collect(),
+                )
+            } else if algorithm == Algorithm::Scatter {
+                (
+                    ranks.read(rank, at, n),
+                    (0..n)
+                        .map(|i| value(spec.root, t, rank * n + i, salt))
+                        .collect(),
+                )
+            } else if broadcast {
                 (
                     ranks.read(rank, at, n),
                     (0..n).map(|i| value(spec.root, t, i, salt)).collect(),
@@ -271,7 +319,7 @@ fn run_batch(
 /// place means nothing there).
 fn batch_for(rng: &mut Rng, algorithm: Algorithm, world: usize, tasks: usize) -> Vec<Spec> {
     let mut specs = random_batch(rng, algorithm, world, tasks);
-    if is_all_gather(algorithm) {
+    if is_all_gather(algorithm) || is_segment_mover(algorithm) {
         for s in &mut specs {
             s.in_place.iter_mut().for_each(|p| *p = false);
         }
