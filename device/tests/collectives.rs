@@ -183,6 +183,20 @@ fn run_case<T: Sample>(
         let root = (seed % world as u64) as usize;
         return run_broadcast_case::<T>(world, root, count, in_place, seed);
     }
+    if matches!(
+        algorithm,
+        Algorithm::AllToAll | Algorithm::Gather | Algorithm::Scatter
+    ) {
+        let root = (seed % world as u64) as usize;
+        return run_segments_case(
+            world,
+            algorithm,
+            root,
+            count * std::mem::size_of::<T>(),
+            in_place,
+            seed,
+        );
+    }
     if in_place
         && matches!(
             algorithm,
@@ -386,6 +400,92 @@ fn run_broadcast_case<T: Sample>(
             assert!(
                 bytemuck_bits(&sent) == bytemuck_bits(&inputs[rank]),
                 "{case}: rank {rank}'s send buffer changed"
+            );
+        }
+    }
+}
+
+/// All-to-all, gather or scatter of `bytes` per segment from `root` (in place on the root
+/// for gather and scatter when `in_place`; all-to-all has no in-place form and runs out of
+/// place), checked byte for byte over every rank's whole window (`device/tests/segments.rs`
+/// covers these kernels in depth; here they join the random and mixed sequences).
+fn run_segments_case(
+    world: usize,
+    algorithm: Algorithm,
+    root: usize,
+    bytes: usize,
+    in_place: bool,
+    seed: u64,
+) {
+    let whole = world * bytes;
+    let in_place = in_place && algorithm != Algorithm::AllToAll;
+    let lead = if seed.is_multiple_of(2) { 16 } else { 3 };
+    let (send, recv) = match (algorithm, in_place) {
+        (Algorithm::Gather, true) => (lead + root * bytes, lead),
+        (Algorithm::Scatter, true) => (lead, lead + root * bytes),
+        _ => (lead, lead + whole + 16),
+    };
+    let window = 2 * lead + 2 * whole + 64;
+    let mut ranks = Ranks::new(world, window, TIMEOUT_NS);
+    let mut rng = Rng(seed);
+    let before: Vec<Vec<u8>> = (0..world)
+        .map(|rank| {
+            let data: Vec<u8> = (0..window).map(|_| rng.next_u64() as u8).collect();
+            ranks.write(rank, 0, &data);
+            data
+        })
+        .collect();
+    let args = CollectiveArgs {
+        send_offset: send as u64,
+        recv_offset: recv as u64,
+        count: bytes as u64,
+        flags: 0,
+    };
+    let rank_flags: Vec<u32> = (0..world)
+        .map(|r| match (algorithm, r == root, in_place) {
+            (Algorithm::AllToAll, _, _) | (_, false, _) => 0,
+            (_, true, true) => FLAG_ROOT | FLAG_IN_PLACE,
+            (_, true, false) => FLAG_ROOT,
+        })
+        .collect();
+    let statuses = ranks.launch_with_rank_flags(
+        kernel(algorithm, DataType::Uint8, RedOp::Sum),
+        args,
+        BLOCKS,
+        THREADS,
+        None,
+        &rank_flags,
+    );
+    let case = format!(
+        "{} world {world} root {root} bytes {bytes} in_place {in_place} seed {seed}",
+        algorithm.name()
+    );
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Completed),
+        "{case}: {statuses:?}"
+    );
+    let mut want = before.clone();
+    for (p, window) in want.iter_mut().enumerate() {
+        for (r, sender) in before.iter().enumerate() {
+            match algorithm {
+                Algorithm::AllToAll => window[recv + r * bytes..][..bytes]
+                    .copy_from_slice(&sender[send + p * bytes..][..bytes]),
+                Algorithm::Gather if p == root => {
+                    window[recv + r * bytes..][..bytes].copy_from_slice(&sender[send..][..bytes])
+                }
+                Algorithm::Scatter if r == root => {
+                    window[recv..][..bytes].copy_from_slice(&sender[send + p * bytes..][..bytes])
+                }
+                _ => {}
+            }
+        }
+    }
+    for (rank, want) in want.iter().enumerate() {
+        let got: Vec<u8> = ranks.read(rank, 0, window);
+        if let Some(at) = (0..window).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{case}: rank {rank}, byte {at}: {} instead of {}",
+                got[at], want[at]
             );
         }
     }
@@ -1180,10 +1280,10 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
             let blocks = 1 + (rng.next_u64() % 4) as u32;
             let count = 1 + (rng.next_u64() % 300) as usize;
             let (send, recv) = (64usize, 64 + 4 * world * count + 64);
-            let input_len = if is_reduce_scatter(algorithm) {
-                world * count
-            } else {
-                count
+            let input_len = match algorithm {
+                _ if is_reduce_scatter(algorithm) => world * count,
+                Algorithm::AllToAll | Algorithm::Scatter => world * count,
+                _ => count,
             };
             let inputs: Vec<Vec<i32>> = (0..world)
                 .map(|_| {
@@ -1205,10 +1305,18 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
             let root = iteration % world;
             let rank_flags: Vec<u32> = (0..world)
                 .map(|r| match algorithm {
-                    Algorithm::Broadcast if r == root => FLAG_ROOT,
+                    Algorithm::Broadcast | Algorithm::Gather | Algorithm::Scatter if r == root => {
+                        FLAG_ROOT
+                    }
                     _ => 0,
                 })
                 .collect();
+            if algorithm == Algorithm::Gather {
+                // Off the root the receive buffer keeps what it held: make it known.
+                for rank in 0..world {
+                    ranks.write(rank, recv, &vec![7i32; world * count]);
+                }
+            }
             let statuses = ranks.launch_with_rank_flags(
                 kernel(algorithm, DataType::Int32, RedOp::Sum),
                 args,
@@ -1232,6 +1340,29 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
                 if algorithm == Algorithm::Broadcast {
                     let out: Vec<i32> = ranks.read(rank, recv, count);
                     assert_eq!(out, inputs[root], "{}", what());
+                } else if algorithm == Algorithm::AllToAll {
+                    let out: Vec<i32> = ranks.read(rank, recv, world * count);
+                    let expected: Vec<i32> = inputs
+                        .iter()
+                        .flat_map(|x| x[rank * count..(rank + 1) * count].to_vec())
+                        .collect();
+                    assert_eq!(out, expected, "{}", what());
+                } else if algorithm == Algorithm::Gather {
+                    let out: Vec<i32> = ranks.read(rank, recv, world * count);
+                    let expected: Vec<i32> = if rank == root {
+                        inputs.concat()
+                    } else {
+                        vec![7; world * count]
+                    };
+                    assert_eq!(out, expected, "{}", what());
+                } else if algorithm == Algorithm::Scatter {
+                    let out: Vec<i32> = ranks.read(rank, recv, count);
+                    assert_eq!(
+                        out,
+                        inputs[root][rank * count..(rank + 1) * count],
+                        "{}",
+                        what()
+                    );
                 } else if algorithm.is_data_type_agnostic() {
                     let out: Vec<i32> = ranks.read(rank, recv, world * count);
                     let expected: Vec<i32> = inputs.concat();
