@@ -259,6 +259,10 @@ mod workers {
         leases: usize,
         /// Workers made so far (their names).
         made: usize,
+        /// The workers made while a lease was held: they end when the last lease is dropped,
+        /// which waits for them to be gone (see [`lease`]). Workers made with no lease held end
+        /// with their grid and are detached.
+        kept: std::vec::Vec<std::thread::JoinHandle<()>>,
     }
 
     static POOL: AtomicPtr<Pool> = AtomicPtr::new(core::ptr::null_mut());
@@ -283,6 +287,7 @@ mod workers {
                     unclaimed: 0,
                     leases: 0,
                     made: 0,
+                    kept: std::vec::Vec::new(),
                 }),
                 work: Condvar::new(),
             }));
@@ -300,7 +305,15 @@ mod workers {
         pool.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Count a lease in (`+1`) or out (`-1`); the last one out ends the idle workers.
+    /// Count a lease in (`+1`) or out (`-1`); the last one out ends the idle workers and
+    /// waits until their threads are gone.
+    ///
+    /// The wait is for `fork`: a thread that is starting or ending holds a lock of the standard
+    /// library for a moment, and a child forked at that moment inherits it held, so that every
+    /// thread the child then starts waits forever (a process that tears its communicators down
+    /// and then forks, as Python's multiprocessing does, met this). Once the last lease is
+    /// dropped, no worker of the pool is starting or ending. The wait ends early when a lease
+    /// is taken again meanwhile (the workers then stay).
     pub(super) fn lease(change: i32) {
         let pool = pool();
         let mut state = lock(pool);
@@ -309,9 +322,37 @@ mod workers {
         } else {
             state.leases.saturating_sub(1)
         };
-        if state.leases == 0 {
+        if state.leases != 0 {
+            return;
+        }
+        let mut ending = core::mem::take(&mut state.kept);
+        drop(state);
+        pool.work.notify_all();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !ending.is_empty() {
+            // `is_finished` turns true when the thread's function has returned; `join` then
+            // waits the moment more until the thread is gone.
+            let (finished, running): (std::vec::Vec<_>, std::vec::Vec<_>) =
+                ending.into_iter().partition(|h| h.is_finished());
+            for handle in finished {
+                let _ = handle.join();
+            }
+            ending = running;
+            if ending.is_empty() {
+                break;
+            }
+            let state = lock(pool);
+            if state.leases != 0 || std::time::Instant::now() > deadline {
+                // A lease was taken again (the rest stay, kept for the next last lease), or a
+                // worker is still running a grid: leave the rest detached.
+                let mut state = state;
+                if state.leases != 0 {
+                    state.kept.extend(ending);
+                }
+                return;
+            }
             drop(state);
-            pool.work.notify_all();
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 
@@ -354,12 +395,16 @@ mod workers {
                 .name(name)
                 .stack_size(256 * 1024)
                 .spawn(move || work(pool));
-            if let Err(e) = spawned {
-                // The claimed and the new workers stay idle, for later grids.
-                state.unclaimed += made;
-                drop(state);
-                pool.work.notify_all();
-                panic!("spawning an emulated GPU thread: {e}");
+            match spawned {
+                Err(e) => {
+                    // The claimed and the new workers stay idle, for later grids.
+                    state.unclaimed += made;
+                    drop(state);
+                    pool.work.notify_all();
+                    panic!("spawning an emulated GPU thread: {e}");
+                }
+                Ok(handle) if state.leases > 0 => state.kept.push(handle),
+                Ok(_) => {}
             }
             state.made += 1;
         }
