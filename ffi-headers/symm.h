@@ -286,6 +286,21 @@ symmResult_t symmAllReduce(const void *sendbuff,
                            symmComm_t comm,
                            symmStream_t stream);
 
+// Reduce: the reduction of every rank's `count` elements of `sendbuff` lands in `recvbuff` of
+// the root (in place on the root when `sendbuff == recvbuff`). `sendbuff` inside a registered
+// window, at the same offset on every rank (the root reads it); `recvbuff` inside a registered
+// window on the root, and not used on the other ranks (it may be NULL there), as in NCCL.
+// `root` must be a rank of `comm`, the same on every rank. Data types, operators and results
+// as [`symmAllReduce`]'s.
+symmResult_t symmReduce(const void *sendbuff,
+                        void *recvbuff,
+                        size_t count,
+                        symmDataType_t datatype,
+                        symmRedOp_t op,
+                        int root,
+                        symmComm_t comm,
+                        symmStream_t stream);
+
 // All-gather: every rank's `sendcount` elements, rank `r`'s at `recvbuff + r·sendcount`
 // (in place when `sendbuff == recvbuff + rank·sendcount`). Both buffers inside registered
 // windows, at the same offsets on every rank.

@@ -1,7 +1,7 @@
 //! Every collective kernel × data type × operator on the host emulation of the GPU, checked
 //! against references computed independently (f64 for floats, exact 128-bit integers for
 //! integers) and for bitwise equality across ranks; epoch wrap; a missing rank. The broadcast
-//! from every root, in place and not, every alignment.
+//! and the reduce from every root, in place and not, every alignment.
 
 mod harness;
 
@@ -11,7 +11,7 @@ use symm_device::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::all_reduce::FLAG_IN_PLACE;
 use symm_device::symmetric::dispatch::kernel;
-use symm_device::symmetric::{CollectiveArgs, FLAG_ROOT, KernelStatus};
+use symm_device::symmetric::{CollectiveArgs, FLAG_REDUCE_TO_ROOT, FLAG_ROOT, KernelStatus};
 use symm_device::sync::abort::timed_out_peer;
 use symm_device::sync::signal_pad::{LL_MAX_BYTES, PatCollective};
 use symm_device::{DataType, RedOp};
@@ -403,6 +403,143 @@ fn run_broadcast_case<T: Sample>(
             );
         }
     }
+}
+
+/// Which ranks of a reduce carry `FLAG_IN_PLACE`: the flag means nothing off the root, and a
+/// kernel must not act on it there.
+#[derive(Clone, Copy, Debug)]
+enum ReduceInPlace {
+    /// Nobody.
+    None,
+    /// The root only.
+    Root,
+    /// Every rank (with a part longer than one in-place round: the start barrier's vote).
+    Every,
+}
+
+/// Reduce of `count` elements to `root` on the one-shot kernel (`FLAG_REDUCE_TO_ROOT`),
+/// checked on the root against the f64 / exact reference; the other ranks' buffers (send and
+/// receive) and the guard after the root's receive buffer must not change.
+fn run_reduce_case<T: Sample>(
+    world: usize,
+    root: usize,
+    op: RedOp,
+    count: usize,
+    in_place: ReduceInPlace,
+    seed: u64,
+) {
+    let size = std::mem::size_of::<T>();
+    let region = (count * size).next_multiple_of(16) + 64;
+    let lead = if seed.is_multiple_of(2) { 16 } else { size * 3 };
+    let root_in_place = !matches!(in_place, ReduceInPlace::None);
+    let send = lead;
+    let recv = if root_in_place { lead } else { lead + region };
+    let mut ranks = Ranks::new(world, 2 * region + 2 * lead + 64, TIMEOUT_NS);
+    let mut rng = Rng(seed);
+    let mut random = |n: usize| -> Vec<T> { (0..n).map(|_| T::random(&mut rng, op)).collect() };
+    let inputs: Vec<Vec<T>> = (0..world).map(|_| random(count)).collect();
+    let stale: Vec<Vec<T>> = (0..world).map(|_| random(count + 1)).collect();
+    for rank in 0..world {
+        ranks.write(rank, send, &inputs[rank]);
+        // Out of place, a receive buffer and a guard element; in place, the guard after the
+        // send buffer.
+        if root_in_place {
+            ranks.write(rank, send + count * size, &stale[rank][..1]);
+        } else {
+            ranks.write(rank, recv, &stale[rank]);
+        }
+    }
+    let args = CollectiveArgs {
+        send_offset: send as u64,
+        recv_offset: recv as u64,
+        count: count as u64,
+        flags: FLAG_REDUCE_TO_ROOT,
+    };
+    let rank_flags: Vec<u32> = (0..world)
+        .map(|r| {
+            let root_flag = if r == root { FLAG_ROOT } else { 0 };
+            let in_place_flag = match in_place {
+                ReduceInPlace::None => 0,
+                ReduceInPlace::Root if r != root => 0,
+                _ => FLAG_IN_PLACE,
+            };
+            root_flag | in_place_flag
+        })
+        .collect();
+    let statuses = ranks.launch_with_rank_flags(
+        kernel(Algorithm::OneShotAllReduce, T::DTYPE, op),
+        args,
+        BLOCKS,
+        THREADS,
+        None,
+        &rank_flags,
+    );
+    let case = format!(
+        "reduce {:?} {op:?} world {world} root {root} count {count} {in_place:?} seed {seed}",
+        T::DTYPE
+    );
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Completed),
+        "{case}: {statuses:?}"
+    );
+    let out: Vec<T> = ranks.read(root, recv, count);
+    let mut column: Vec<T> = Vec::with_capacity(world);
+    for (i, got) in out.iter().enumerate() {
+        column.clear();
+        column.extend(inputs.iter().map(|x| x[i]));
+        check_reduction(&column, op, *got, &|| format!("{case}: index {i}"));
+    }
+    for rank in 0..world {
+        if rank != root || !root_in_place {
+            let sent: Vec<T> = ranks.read(rank, send, count);
+            assert!(
+                bytemuck_bits(&sent) == bytemuck_bits(&inputs[rank]),
+                "{case}: rank {rank}'s send buffer changed"
+            );
+        }
+        if root_in_place {
+            let guard: Vec<T> = ranks.read(rank, send + count * size, 1);
+            assert!(
+                bytemuck_bits(&guard) == bytemuck_bits(&stale[rank][..1]),
+                "{case}: rank {rank}: the element after the buffer changed"
+            );
+        } else {
+            let received: Vec<T> = ranks.read(rank, recv, count + 1);
+            let expected_tail = if rank == root { count } else { 0 };
+            assert!(
+                bytemuck_bits(&received[expected_tail..])
+                    == bytemuck_bits(&stale[rank][expected_tail..]),
+                "{case}: rank {rank} wrote where it must not"
+            );
+        }
+    }
+}
+
+/// [`run_reduce_case`] for the Rust type of `dtype`.
+fn reduce_case(
+    dtype: DataType,
+    world: usize,
+    root: usize,
+    op: RedOp,
+    count: usize,
+    in_place: ReduceInPlace,
+    seed: u64,
+) {
+    let case = match dtype {
+        DataType::Int8 => run_reduce_case::<i8>,
+        DataType::Uint8 => run_reduce_case::<u8>,
+        DataType::Int32 => run_reduce_case::<i32>,
+        DataType::Uint32 => run_reduce_case::<u32>,
+        DataType::Int64 => run_reduce_case::<i64>,
+        DataType::Uint64 => run_reduce_case::<u64>,
+        DataType::Float16 => run_reduce_case::<F16>,
+        DataType::Float32 => run_reduce_case::<f32>,
+        DataType::Float64 => run_reduce_case::<f64>,
+        DataType::Bfloat16 => run_reduce_case::<Bf16>,
+        DataType::Float8E4M3 => run_reduce_case::<F8E4M3>,
+        DataType::Float8E5M2 => run_reduce_case::<F8E5M2>,
+    };
+    case(world, root, op, count, in_place, seed);
 }
 
 /// All-to-all, gather or scatter of `bytes` per segment from `root` (in place on the root
@@ -805,6 +942,64 @@ fn broadcast_from_every_root_for_1_to_8_ranks() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Reduce on every root of 1 to 6 ranks, every data type and operator, in place on the root or
+/// not, with the in-place flag also on the other ranks, which must ignore it.
+#[test]
+fn reduce_to_every_root_for_1_to_6_ranks() {
+    let mut seed = 0;
+    for world in 1..=6 {
+        for root in 0..world {
+            for dtype in DataType::ALL {
+                for (k, count) in [1usize, 7, 1023, 4099].into_iter().enumerate() {
+                    seed += 1;
+                    let op = RedOp::ALL[(seed as usize + k) % RedOp::ALL.len()];
+                    let in_place = [
+                        ReduceInPlace::None,
+                        ReduceInPlace::Root,
+                        ReduceInPlace::Every,
+                    ][(seed as usize) % 3];
+                    reduce_case(dtype, world, root, op, count, in_place, seed);
+                }
+            }
+        }
+    }
+}
+
+/// A reduce whose block parts are longer than one in-place round of packs, every rank flagged
+/// in place: the start barrier's vote must not let the ranks share the reduction out (which
+/// would store into every rank).
+#[test]
+fn reduce_longer_than_an_in_place_round() {
+    let count =
+        (BLOCKS * THREADS) as usize * symm_device::symmetric::all_reduce::UNROLL as usize * 8 + 5;
+    for (world, root) in [(2, 1), (3, 0), (4, 2)] {
+        for in_place in [
+            ReduceInPlace::Every,
+            ReduceInPlace::Root,
+            ReduceInPlace::None,
+        ] {
+            reduce_case(
+                DataType::Float32,
+                world,
+                root,
+                RedOp::Sum,
+                count,
+                in_place,
+                2,
+            );
+            reduce_case(
+                DataType::Bfloat16,
+                world,
+                root,
+                RedOp::Max,
+                count,
+                in_place,
+                3,
+            );
         }
     }
 }

@@ -493,6 +493,29 @@ class Comm:
         recv = send if recv is None else recv
         self._collective(lib.symmAllReduce, send, recv, count, dtype, 1, 1, stream, resolve_op(op))
 
+    def reduce(
+        self,
+        send: BufferLike,
+        recv: BufferLike | None = None,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        op: OpLike = "sum",
+        root: int = 0,
+        stream: StreamLike = None,
+    ) -> None:
+        """Reduce (``symmReduce``): the reduction of every rank's ``count`` elements of ``send``
+        lands in rank ``root``'s ``recv`` (in place when ``recv`` is None or the same address).
+        ``send`` lies at the same offset on every rank; ``recv`` is used on the root only
+        (elsewhere it is ignored and may be None). Data types and operators as
+        :meth:`all_reduce`'s; ``count`` and ``dtype`` default to what the arrays say."""
+        root = _as_int(root, "root", 0, self.nranks - 1)
+        if self.rank != root or recv is None:
+            # Off the root recv is not used (as in NCCL): neither checked nor passed.
+            used = self.rank == root
+            self._collective(lib.symmReduce, send, send, count, dtype, 1, 1, stream, resolve_op(op), recv_used=used, root=root)
+        else:
+            self._collective(lib.symmReduce, send, recv, count, dtype, 1, 1, stream, resolve_op(op), root=root)
+
     def all_gather(
         self,
         send: BufferLike,
@@ -626,6 +649,7 @@ class Comm:
         op_or_root: Any = None,
         send_used: bool = True,
         recv_used: bool = True,
+        root: int | None = None,
     ) -> None:
         send_operand = self._operand(send, "send")
         recv_operand = self._operand(recv, "recv")
@@ -642,6 +666,8 @@ class Comm:
         arguments = [send_operand.ptr if send_used else None, recv_operand.ptr if recv_used else None, count, element]
         if op_or_root is not None:
             arguments.append(op_or_root)
+        if root is not None:
+            arguments.append(root)
         check(function(*arguments, handle, stream_handle))
 
     def _operand(self, buffer: BufferLike, name: str) -> Operand:

@@ -43,6 +43,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmCommWindowRegister": (_result, [_comm, c_void_p, c_size_t, POINTER(_window), c_int]),
     "symmCommWindowDeregister": (_result, [_comm, _window]),
     "symmAllReduce": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
+    "symmReduce": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, _comm, _stream]),
     "symmAllGather": (_result, [c_void_p, c_void_p, c_size_t, c_int, _comm, _stream]),
     "symmReduceScatter": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmBroadcast": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),

@@ -11,12 +11,13 @@
     dist.all_gather_into_tensor(output, tensor)
     dist.reduce_scatter_tensor(output, tensors)
     dist.broadcast(tensor, src=0)
+    dist.reduce(tensor, dst=0)                 # every ReduceOp above; the result on dst only
     dist.gather(tensor, parts, dst=0)          # parts: a list of world-size tensors on the root
     dist.scatter(output, parts, src=0)
-    dist.all_to_all_single(output, tensor)     # equal splits only
+    dist.all_to_all_single(output, tensor)     # split sizes too
     dist.barrier()
 
-``reduce``, ``send``/``recv`` and uneven all-to-all splits raise symm's ``UnsupportedError``
+``send``/``recv`` raise symm's ``UnsupportedError``
 naming the op (run them on a gloo group).
 
 Each process group is one symm communicator. Its unique id travels through the group's store
@@ -309,14 +310,10 @@ class SymmProcessGroup(dist.ProcessGroup):
             code = _OP_CODES[op] = int(resolve_op(op))
         return code
 
-    def _call(
-        self, function: Any, send: torch.Tensor, recv: torch.Tensor, count: int, code: int, extra: int | None = None
-    ) -> None:
-        """The C call ``function(send, recv, count, code[, extra], comm, stream)`` on tensors this
+    def _call(self, function: Any, send: torch.Tensor, recv: torch.Tensor, count: int, code: int, *extra: int) -> None:
+        """The C call ``function(send, recv, count, code, *extra, comm, stream)`` on tensors this
         group has checked already (in a window of the group, or slices of its scratch window)."""
-        arguments = [send.data_ptr(), recv.data_ptr(), count, code]
-        if extra is not None:
-            arguments.append(extra)
+        arguments = [send.data_ptr(), recv.data_ptr(), count, code, *extra]
         check(function(*arguments, self.comm.handle, self._stream() or 0))
 
     def _stream(self) -> int | None:
@@ -553,32 +550,81 @@ class SymmProcessGroup(dist.ProcessGroup):
         opts: Any = None,
     ) -> Any:
         size = self._size
+        counts: list[list[int]] = []
         for name, tensor, splits in (("input", input, input_split_sizes), ("output", output, output_split_sizes)):
             rows = tensor.shape[0] if tensor.dim() > 0 else 0
-            if splits and any(s != splits[0] for s in splits):
-                raise UnsupportedError(
-                    "all_to_all_single with uneven split sizes: symm has all-to-all of equal segments only"
-                )
-            if splits and (len(splits) != size or sum(splits) != rows):
+            if splits and (len(splits) != size or sum(splits) != rows or min(splits) < 0):
                 raise InvalidArgumentError(
                     f"all_to_all_single: {name} split sizes {list(splits)} do not split its {rows} rows among {size} ranks"
                 )
-            if rows % size:
+            if not splits and rows % size:
                 raise InvalidArgumentError(f"all_to_all_single: the {name}'s {rows} rows do not divide among {size} ranks")
-        self._all_to_all(output, input)
+            row = math.prod(tensor.shape[1:]) if tensor.dim() > 0 else 1
+            counts.append([s * row for s in splits] if splits else [tensor.numel() // size] * size)
+        if not input_split_sizes and not output_split_sizes:
+            self._all_to_all(output, input)
+        else:
+            self._all_to_all_v(output, input, counts[1], counts[0])
         return _done([output])
+
+    def _all_to_all_v(self, output: torch.Tensor, input: torch.Tensor, out_counts: list[int], in_counts: list[int]) -> None:  # noqa: A002
+        """All-to-all of ``in_counts[p]`` elements of ``input`` to rank ``p`` (segments in rank
+        order), ``out_counts[p]`` elements from rank ``p`` into ``output``. The ranks first swap
+        their counts (an all-to-all of one integer per peer) and agree, by an all-reduce of the
+        largest, on whether any pair disagrees (every rank then raises) and on the largest
+        segment ``m``; the data then goes as an all-to-all of ``m`` elements per peer, each
+        segment padded to ``m``."""
+        self._check(input)
+        size = self._size
+        if output.dtype != input.dtype:
+            raise InvalidArgumentError(f"all_to_all: output is {output.dtype}, input {input.dtype}: want one dtype")
+        sent = torch.tensor(in_counts, dtype=torch.int64)
+        announced = torch.empty(size, dtype=torch.int64)
+        self._all_to_all(announced, sent)
+        wrong = [p for p in range(size) if int(announced[p]) != out_counts[p]]
+        agreed = torch.tensor([1 if wrong else 0, max([*in_counts, *out_counts, 0])], dtype=torch.int64)
+        self._all_reduce(agreed, "max")
+        if int(agreed[0]):
+            detail = (
+                "; ".join(f"rank {p} sends {int(announced[p])} elements to this rank, which expects {out_counts[p]}" for p in wrong)
+                if wrong
+                else "another rank's split sizes disagree with its peer's"
+            )
+            raise InvalidArgumentError(f"all_to_all: split sizes disagree between ranks ({detail})")
+        most = int(agreed[1])
+        if most == 0:
+            return
+        flat_in = input.contiguous().reshape(-1)
+        padded_in = torch.zeros((size, most), dtype=input.dtype, device=input.device)
+        start = 0
+        for p, n in enumerate(in_counts):
+            padded_in[p, :n].copy_(flat_in[start : start + n])
+            start += n
+        padded_out = torch.empty((size, most), dtype=output.dtype, device=output.device)
+        self._all_to_all(padded_out.view(-1), padded_in.view(-1))
+        flat_out = output.reshape(-1) if output.is_contiguous() else torch.empty(output.numel(), dtype=output.dtype, device=output.device)
+        start = 0
+        for p, n in enumerate(out_counts):
+            flat_out[start : start + n].copy_(padded_out[p, :n])
+            start += n
+        if not output.is_contiguous():
+            output.copy_(flat_out.view(output.shape))
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         size = self._size
         if len(inputs) != size or len(outputs) != size:
             raise InvalidArgumentError(f"all_to_all: want {size} input and {size} output tensors")
         n = inputs[0].numel()
-        if any(t.numel() != n for t in [*inputs, *outputs]):
-            raise UnsupportedError("all_to_all with tensors of different sizes: symm has all-to-all of equal segments only")
-        gathered = torch.empty(size * n, dtype=outputs[0].dtype, device=outputs[0].device)
-        self._all_to_all(gathered, torch.cat([t.reshape(-1) for t in inputs]))
-        for r, out in enumerate(outputs):
-            out.copy_(gathered[r * n : (r + 1) * n].view(out.shape))
+        gathered = torch.empty(sum(t.numel() for t in outputs), dtype=outputs[0].dtype, device=outputs[0].device)
+        flat_in = torch.cat([t.reshape(-1) for t in inputs])
+        if all(t.numel() == n for t in [*inputs, *outputs]):
+            self._all_to_all(gathered, flat_in)
+        else:
+            self._all_to_all_v(gathered, flat_in, [t.numel() for t in outputs], [t.numel() for t in inputs])
+        start = 0
+        for out in outputs:
+            out.copy_(gathered[start : start + out.numel()].view(out.shape))
+            start += out.numel()
         return _done(outputs)
 
     def _all_to_all(self, output: torch.Tensor, input: torch.Tensor) -> None:  # noqa: A002
@@ -629,13 +675,33 @@ class SymmProcessGroup(dist.ProcessGroup):
 
     def _not_in_symm(self, op: str) -> Any:
         raise UnsupportedError(
-            f"{op}: the symm backend does not implement it yet (it has all_reduce, all_gather, "
+            f"{op}: the symm backend does not implement it yet (it has all_reduce, reduce, all_gather, "
             "reduce_scatter, broadcast, gather, scatter, all_to_all and barrier); run this call on "
             "a gloo group"
         )
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        return self._not_in_symm("reduce")
+        root = opts.rootRank if opts is not None else 0
+        op = _op_of(opts)
+        for tensor in tensors:
+            self._reduce(tensor, op, root)
+        return _done(tensors)
+
+    def _reduce(self, tensor: torch.Tensor, op: str, root: int) -> None:
+        code = self._check(tensor)
+        if tensor.numel() == 0:
+            return
+        op_code = self._op_code(op)
+        if self._in_window(tensor):
+            self._note("reduce", "window", tensor)
+            self._call(lib.symmReduce, tensor, tensor, tensor.numel(), code, op_code, root)
+            return
+        self._note("reduce", "staged", tensor)
+        self._staged_in_place(
+            tensor,
+            lambda staged: self._call(lib.symmReduce, staged, staged, staged.numel(), code, op_code, root),
+            receive=self._rank == root,
+        )
 
     def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Any:
         return self._not_in_symm("send")

@@ -65,6 +65,39 @@ def test_all_reduce(world, dtype: str, op: str, nranks: int) -> None:
 @pytest.mark.parametrize("nranks", RANKS)
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", ALL_TYPES)
+def test_reduce(world, dtype: str, op: str, nranks: int) -> None:
+    """Reduce to every root in turn; the other ranks pass None as recv, and their buffers stay
+    as they were."""
+    w = world(nranks)
+    size = np.dtype(STORAGE[dtype]).itemsize
+    rng = rng_for("reduce", dtype, op, nranks)
+    for k, (count, in_place, form) in enumerate(CASES):
+        root = k % nranks
+        inputs = random_inputs(dtype, op, nranks, count, rng)
+        send_offset = 0
+        recv_offset = send_offset if in_place else aligned(count * size)
+        for r in range(nranks):
+            w.bufs[r].numpy(STORAGE[dtype], count, send_offset)[:] = inputs[r]
+            if not in_place:
+                w.bufs[r].numpy(np.uint8, count * size, recv_offset)[:] = 0xA5
+        with symm.group():
+            for r, comm in enumerate(w.comms):
+                send = operand(w, r, send_offset, count, dtype, form)
+                recv = operand(w, r, recv_offset, count, dtype, form) if r == root else None
+                comm.reduce(send, recv, count, dtype, op, root)
+        expected = reduce(dtype, op, inputs)
+        got = w.bufs[root].numpy(STORAGE[dtype], count, recv_offset)
+        np.testing.assert_array_equal(got, expected, err_msg=f"root {root}, count {count}, in place {in_place}")
+        for r in range(nranks):
+            if r != root:
+                np.testing.assert_array_equal(w.bufs[r].numpy(STORAGE[dtype], count, send_offset), inputs[r])
+                if not in_place:
+                    assert (w.bufs[r].numpy(np.uint8, count * size, recv_offset) == 0xA5).all(), f"rank {r}"
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ALL_TYPES)
 def test_reduce_scatter(world, dtype: str, op: str, nranks: int) -> None:
     w = world(nranks)
     size = np.dtype(STORAGE[dtype]).itemsize

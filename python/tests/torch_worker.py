@@ -81,7 +81,14 @@ def main() -> None:
                 dist.reduce_scatter_tensor(output, tensor_of(inputs[rank], dtype), op=REDUCE_OPS[op])
                 expected = reduce(dtype, op, inputs)[rank * count : (rank + 1) * count]
                 check(output, expected, dtype, f"reduce_scatter {dtype} {op} {count}")
-                calls += 2
+                root = (count + len(op)) % size
+                inputs = random_inputs(dtype, op, size, count, rng_for("reduce", dtype, op, count))
+                tensor = tensor_of(inputs[rank], dtype)
+                dist.reduce(tensor, dst=root, op=REDUCE_OPS[op])
+                # Off the root the tensor is the input, unchanged.
+                expected = reduce(dtype, op, inputs) if rank == root else inputs[rank]
+                check(tensor, expected, dtype, f"reduce {dtype} {op} {count} to {root}")
+                calls += 3
         for count in COUNTS:
             inputs = random_inputs(dtype, "sum", size, count, rng_for("ag", dtype, count))
             expected = np.concatenate(inputs)
@@ -120,23 +127,37 @@ def main() -> None:
                 dist.scatter(received, pieces if rank == root else None, src=root)
                 check(received, inputs[root][rank * count : (rank + 1) * count], dtype, f"scatter {dtype} {count} from {root}")
                 calls += 2
-    # The list all-to-all; what symm does not have is refused, naming the op.
+    # The list all-to-all, of equal and of different sizes.
     outs = [torch.empty(2, 3) for _ in range(size)]
     dist.all_to_all(outs, [torch.full((2, 3), float(rank * 10 + r)) for r in range(size)])
     assert all((o == r * 10 + rank).all() for r, o in enumerate(outs)), outs
-    calls += 1
-    for name, call in [
-        ("reduce", lambda: dist.reduce(torch.ones(3), dst=0)),
-        ("uneven split sizes", lambda: dist.all_to_all_single(
-            torch.empty(size + 1), torch.ones(size + 1), [2] + [1] * (size - 1), [2] + [1] * (size - 1)
-        )),
-    ]:
-        try:
-            call()
-        except Exception as error:  # noqa: BLE001 (torch wraps the backend's error)
-            assert name in str(error), f"{name}: {error}"
-        else:
-            raise AssertionError(f"{name} was not refused")
+    outs = [torch.empty(r + rank + 1) for r in range(size)]
+    dist.all_to_all(outs, [torch.full((rank + r + 1,), float(rank * 10 + r)) for r in range(size)])
+    assert all((o == r * 10 + rank).all() for r, o in enumerate(outs)), outs
+    calls += 2
+    # all_to_all_single with split sizes: random per pair (zeros included), rows of 3 elements;
+    # every rank derives every pair's count from one seed.
+    for trial in range(4):
+        pairs = np.random.default_rng(trial).integers(0, 5, size=(size, size))
+        if trial == 0:
+            pairs[:] = 0
+        sends, receives = [int(n) for n in pairs[rank]], [int(n) for n in pairs[:, rank]]
+        source = torch.cat([torch.full((n, 3), float(rank * 100 + p)) for p, n in enumerate(sends)] + [torch.empty(0, 3)])
+        output = torch.full((sum(receives), 3), -1.0)
+        dist.all_to_all_single(output, source, receives, sends)
+        expected = torch.cat([torch.full((n, 3), float(p * 100 + rank)) for p, n in enumerate(receives)] + [torch.empty(0, 3)])
+        assert torch.equal(output, expected), (trial, output, expected)
+        calls += 1
+    # Split sizes that disagree between two ranks fail on every rank, naming the disagreement.
+    receives = [1] * size
+    if rank == 0:
+        receives[size - 1] = 2
+    try:
+        dist.all_to_all_single(torch.empty(sum(receives)), torch.ones(size), receives, [1] * size)
+    except Exception as error:  # noqa: BLE001 (torch wraps the backend's error)
+        assert "split sizes disagree" in str(error), str(error)
+    else:
+        raise AssertionError(f"rank {rank}: split sizes that disagree were not refused")
     # A list all-gather and a reduce-scatter of a 2-D tensor.
     parts = [torch.empty(3, 5) for _ in range(size)]
     dist.all_gather(parts, torch.full((3, 5), float(rank)))

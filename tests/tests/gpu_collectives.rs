@@ -559,6 +559,99 @@ fn gpu_all_reduce_every_dtype_and_op() {
     }
 }
 
+/// `symmReduce` of every data type × operator (rotating over the rank counts), every root in
+/// turn, every placement: the root's result against the reference; every other rank's send
+/// buffer unchanged and its receive buffer (NULL on every other call) untouched.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_reduce_every_dtype_and_op_to_every_root() {
+    for nranks in RANKS {
+        let comms = cuda_ranks(nranks);
+        let buffers = alloc_windows(&comms, window_bytes(1, largest_count()));
+        let mut case_index = 0usize;
+        for (d, dtype) in DataType::ALL.into_iter().enumerate() {
+            let size = dtype.size_bytes();
+            for op in 0..5 {
+                if !runs_at(nranks, d * 5 + op as usize) {
+                    continue;
+                }
+                for (k, count) in counts().into_iter().enumerate() {
+                    for at in placements(size, count * size, count * size) {
+                        let root = case_index % nranks;
+                        case_index += 1;
+                        let seed = (nranks * 1000 + k * 10 + op as usize) as u64;
+                        let inputs = rank_inputs(dtype, nranks, count, seed);
+                        upload_inputs(&buffers, dtype, &inputs, |_| at.send);
+                        let stale = vec![0xA5u8; count * size];
+                        if at.recv != at.send {
+                            for b in &buffers {
+                                // SAFETY: offsets inside the window.
+                                upload_bytes(unsafe { b.base.add(at.recv) }, &stale);
+                            }
+                        }
+                        let null_off_root = case_index.is_multiple_of(2);
+                        run_group(
+                            |rank, b| {
+                                // SAFETY: offsets inside the window.
+                                let (s, r) = unsafe { (b.base.add(at.send), b.base.add(at.recv)) };
+                                let r = if rank != root && null_off_root {
+                                    null_mut()
+                                } else {
+                                    r
+                                };
+                                symmReduce(
+                                    s.cast(),
+                                    r.cast(),
+                                    count,
+                                    dtype as i32,
+                                    op,
+                                    root as i32,
+                                    b.comm,
+                                    null_mut(),
+                                )
+                            },
+                            &buffers,
+                        );
+                        let case = format!(
+                            "reduce: {nranks} ranks {dtype:?} op {op} count {count} root {root} {at:?}"
+                        );
+                        // SAFETY: offsets inside the window.
+                        let out = download_bytes(
+                            unsafe { buffers[root].base.add(at.recv) },
+                            count * size,
+                        );
+                        let got = decode_all(dtype, &out);
+                        if let Some(wrong) = wrong_reduction(dtype, op, &inputs, 0, &got, &case) {
+                            panic!("{wrong}");
+                        }
+                        for (rank, b) in buffers.iter().enumerate() {
+                            if rank == root {
+                                continue;
+                            }
+                            // SAFETY: offsets inside the window.
+                            let sent = download_bytes(unsafe { b.base.add(at.send) }, count * size);
+                            assert!(
+                                sent == encode_all(dtype, &inputs[rank]),
+                                "{case}: rank {rank}'s send buffer changed"
+                            );
+                            if at.recv != at.send {
+                                // SAFETY: offsets inside the window.
+                                let received =
+                                    download_bytes(unsafe { b.base.add(at.recv) }, count * size);
+                                assert!(
+                                    received == stale,
+                                    "{case}: rank {rank}'s receive buffer was written"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        teardown(buffers);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_all_gather_and_reduce_scatter_every_dtype() {

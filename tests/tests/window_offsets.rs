@@ -35,6 +35,8 @@ const CHILD_ENV: &str = "SYMM_OFFSETS_CHILD";
 enum Coll {
     /// In place, at the shift.
     AllReduce,
+    /// Out of place, to the root (rank 1).
+    Reduce,
     /// Out of place: send at the shift, receive at the receive region plus the shift.
     AllGather,
     /// Out of place, like the all-gather.
@@ -49,8 +51,9 @@ enum Coll {
     Scatter,
 }
 
-const COLLS: [Coll; 7] = [
+const COLLS: [Coll; 8] = [
     Coll::AllReduce,
+    Coll::Reduce,
     Coll::AllGather,
     Coll::ReduceScatter,
     Coll::Broadcast,
@@ -63,6 +66,7 @@ impl Coll {
     fn name(self) -> &'static str {
         match self {
             Coll::AllReduce => "allreduce",
+            Coll::Reduce => "reduce",
             Coll::AllGather => "allgather",
             Coll::ReduceScatter => "reducescatter",
             Coll::Broadcast => "broadcast",
@@ -179,6 +183,7 @@ fn call(
         .cast::<c_void>();
     match coll {
         Coll::AllReduce => symmAllReduce(send, send, count, f32_, sum, comm, stream),
+        Coll::Reduce => symmReduce(send, recv, count, f32_, sum, ROOT as i32, comm, stream),
         Coll::AllGather => symmAllGather(send, recv, count, f32_, comm, stream),
         Coll::ReduceScatter => symmReduceScatter(send, recv, count, f32_, sum, comm, stream),
         Coll::Broadcast => symmBroadcast(send, send, count, f32_, ROOT as i32, comm, stream),
@@ -202,6 +207,12 @@ fn expected(coll: Coll, rank: usize, count: usize, place: impl Fn(usize) -> Plac
                 window[own.send + i] = (0..NRANKS).map(|r| send_element(r, i)).sum();
             }
         }
+        Coll::Reduce if rank == ROOT => {
+            for i in 0..count {
+                window[recv + i] = (0..NRANKS).map(|r| send_element(r, i)).sum();
+            }
+        }
+        Coll::Reduce => {}
         Coll::AllGather => {
             for r in 0..NRANKS {
                 for i in 0..count {
@@ -431,8 +442,8 @@ fn a_group_refuses_different_offsets_on_every_rank() {
 
 /// A buffer that no peer's kernel touches may lie anywhere in its rank's windows: an
 /// all-gather's and an all-to-all's send buffer (each rank pushes its own), a reduce-scatter's
-/// receive buffer (each rank writes its own), a gather's receive buffer (the root writes its
-/// own) and a scatter's send buffer (the root reads its own) at a different offset on every
+/// receive buffer (each rank writes its own), a reduce's and a gather's receive buffer (the root
+/// writes its own) and a scatter's send buffer (the root reads its own) at a different offset on every
 /// rank, the other buffer at the same offset. Exact results, a thread per rank and in a
 /// group.
 #[test]
@@ -453,6 +464,10 @@ fn buffers_no_peer_touches_may_lie_anywhere() {
         (Coll::AllToAll, |rank| Place {
             send: rank,
             recv: 1,
+        }),
+        (Coll::Reduce, |rank| Place {
+            send: 1,
+            recv: rank,
         }),
         (Coll::Gather, |rank| Place {
             send: 1,

@@ -375,6 +375,8 @@ pub fn test() -> Result<(), String> {
             "--skip",
             "gpu_all_gather_and_reduce_scatter_every_dtype",
             "--skip",
+            "gpu_reduce_every_dtype_and_op",
+            "--skip",
             "gpu_software_work_source",
         ],
         vec![("SYMM_SIM_SEED", "2"), ("SYMM_SIM_SMS", "132")],

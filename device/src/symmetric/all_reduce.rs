@@ -17,6 +17,10 @@
 //! 3. A closing barrier: no rank returns (and lets its caller reuse the send buffer) while a
 //!    peer may still read it.
 //!
+//! **Reduce** runs on the one-shot kernel ([`FLAG_REDUCE_TO_ROOT`]): between the same barriers
+//! only the root reduces, into its receive buffer, in one pass even in place (no peer reads
+//! the root's buffer).
+//!
 //! **Two-shot** (bandwidth): rank `r` owns shard `r` of the elements. Between a start and an
 //! end barrier, it loads its shard from every peer, reduces (rank order), and stores the result
 //! into every peer's receive buffer: a reduce-scatter by loads and an all-gather by stores.
@@ -28,6 +32,7 @@ pub use super::FLAG_IN_PLACE;
 use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
 use super::broadcast::fan_out;
 use super::low_latency::{self, LlLines};
+use super::{FLAG_REDUCE_TO_ROOT, FLAG_ROOT};
 use super::{Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::context::SymmContext;
@@ -176,7 +181,9 @@ pub unsafe fn one_shot_all_reduce<T: Element, O: ReduceOp>(
     let started = if (hi - lo).saturating_mul(per_cell) > one_pack_round::<T>() {
         let mut in_place = true;
         let _ = batch.walk(lo, hi, per_cell, |task, _, _| {
-            in_place &= task.args.flags & FLAG_IN_PLACE != 0;
+            // A reduce's root reads and writes in one pass, in place or not: no peer reads
+            // its buffer (`one_shot_part`).
+            in_place &= task.args.flags & (FLAG_IN_PLACE | FLAG_REDUCE_TO_ROOT) == FLAG_IN_PLACE;
             Ok::<(), ()>(())
         });
         unstarted.start_unanimous(in_place)
@@ -297,7 +304,9 @@ unsafe fn reduce_share<T: Element, O: ReduceOp>(task: &Task<'_>, first: u64, end
 
 /// Elements `[first, end)` of one task of a one-shot batch (see [`one_shot_all_reduce`]), some
 /// rank not in place: a rank in place goes through the range in rounds; a rank out of place
-/// reduces it into its receive buffer and owes the rounds' barriers.
+/// reduces it into its receive buffer and owes the rounds' barriers. A reduce
+/// ([`FLAG_REDUCE_TO_ROOT`]) has no rounds: its root reduces in one pass, the other ranks
+/// touch nothing, and every rank owes the rounds' barriers.
 ///
 /// # Safety
 /// Contract of [`one_shot_all_reduce`]; `end <= count`.
@@ -311,9 +320,11 @@ unsafe fn one_shot_part<T: Element, O: ReduceOp>(
 ) -> Result<(), Aborted> {
     let ctx = task.rank.send;
     let send_offset = task.args.send_offset;
+    let flags = task.args.flags;
     // SAFETY: the context is host-built (contract).
     let rounds = unsafe { InPlaceRounds::of::<T>(ctx, send_offset) };
-    if task.args.flags & FLAG_IN_PLACE != 0 {
+    let reduce_to_root = flags & FLAG_REDUCE_TO_ROOT != 0;
+    if flags & FLAG_IN_PLACE != 0 && !reduce_to_root {
         let recv = ctx.local_base.wrapping_add(send_offset) as *mut T;
         // SAFETY: forwarded contract.
         return unsafe {
@@ -326,11 +337,19 @@ unsafe fn one_shot_part<T: Element, O: ReduceOp>(
     }
     let per_round = rounds.elements;
     *owed = owed.wrapping_add((end - first).div_ceil(Ord::max(per_round, 1)) as u32);
-    let recv = task
-        .rank
-        .recv
-        .local_base
-        .wrapping_add(task.args.recv_offset) as *mut T;
+    if reduce_to_root && flags & FLAG_ROOT == 0 {
+        return Ok(());
+    }
+    // A reduce's root in place stores each element after it has loaded it from every rank,
+    // on the same thread, and no peer reads its buffer: one pass, as out of place.
+    let recv = if flags & FLAG_IN_PLACE != 0 {
+        ctx.local_base.wrapping_add(send_offset)
+    } else {
+        task.rank
+            .recv
+            .local_base
+            .wrapping_add(task.args.recv_offset)
+    } as *mut T;
     // SAFETY: forwarded contract.
     unsafe {
         if vector::aligned(ctx, &[send_offset], recv as u64) {

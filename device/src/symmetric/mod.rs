@@ -56,7 +56,7 @@ pub struct CollectiveArgs {
     /// Elements (all-reduce: total; reduce-scatter: per rank), bytes per rank (all-gather) or
     /// bytes (broadcast).
     pub count: u64,
-    /// This rank's flags ([`FLAG_IN_PLACE`], [`FLAG_ROOT`]).
+    /// This rank's flags ([`FLAG_IN_PLACE`], [`FLAG_ROOT`], [`FLAG_REDUCE_TO_ROOT`]).
     pub flags: u32,
 }
 
@@ -68,9 +68,16 @@ pub struct CollectiveArgs {
 /// way.
 pub const FLAG_IN_PLACE: u32 = 1;
 
-/// `flags` bit of a broadcast: this rank is the task's root (the one whose send buffer every
-/// rank receives). Exactly one rank of a broadcast carries it; the other kernels ignore it.
+/// `flags` bit of a rooted task (broadcast, reduce): this rank is the task's root (broadcast:
+/// the one whose send buffer every rank receives; reduce: the one that receives the result).
+/// Exactly one rank of a rooted task carries it; the other kernels ignore it.
 pub const FLAG_ROOT: u32 = 2;
+
+/// `flags` bit of a one-shot all-reduce task, the same on every rank: the task is a reduce,
+/// whose result only the root ([`FLAG_ROOT`]) stores (NCCL's `ncclReduce`). The other ranks
+/// touch neither buffer of the task (their receive buffer is unused) and take the same
+/// barriers. Only the one-shot all-reduce kernel runs such tasks.
+pub const FLAG_REDUCE_TO_ROOT: u32 = 4;
 
 /// One rank's view of a launch: the windows of its buffers.
 #[derive(Clone, Copy, Debug)]

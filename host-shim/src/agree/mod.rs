@@ -66,6 +66,7 @@ impl std::fmt::Display for Signature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self.collective {
             Collective::AllReduce => "symmAllReduce",
+            Collective::Reduce => "symmReduce",
             Collective::AllGather => "symmAllGather",
             Collective::ReduceScatter => "symmReduceScatter",
             Collective::Broadcast => "symmBroadcast",
@@ -78,6 +79,7 @@ impl std::fmt::Display for Signature {
             Collective::AllReduce | Collective::ReduceScatter => {
                 write!(f, " {:?}", self.kernel.op)?
             }
+            Collective::Reduce => write!(f, " {:?} to root {}", self.kernel.op, self.root)?,
             Collective::Broadcast | Collective::Scatter => write!(f, " from root {}", self.root)?,
             Collective::Gather => write!(f, " to root {}", self.root)?,
             Collective::AllGather | Collective::AllToAll => {}

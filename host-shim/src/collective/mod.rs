@@ -7,8 +7,8 @@ mod validate;
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
 pub use validate::{
-    Request, all_gather, all_reduce, all_to_all, broadcast, describe, gather, reduce_scatter,
-    scatter,
+    Request, all_gather, all_reduce, all_to_all, broadcast, describe, gather, reduce,
+    reduce_scatter, scatter,
 };
 
 use crate::agree::{BufferAt, Call, Signature};
@@ -36,9 +36,9 @@ pub struct Task {
     /// peer; the others: per rank); the unit of the byte movers (bytes) is applied when the
     /// work table is built ([`Task::kernel_count`]).
     pub args: CollectiveArgs,
-    /// This rank's flags (`FLAG_IN_PLACE`, `FLAG_ROOT`).
+    /// This rank's flags (`FLAG_IN_PLACE`, `FLAG_ROOT`, `FLAG_REDUCE_TO_ROOT`).
     pub rank_flags: u32,
-    /// The root of a broadcast, gather or scatter (0 for the other collectives).
+    /// The root of a reduce, broadcast, gather or scatter (0 for the other collectives).
     pub root: u32,
     /// The caller's stream, as an address.
     pub stream: u64,
@@ -77,13 +77,16 @@ impl Task {
     }
 
     /// `true` when peers' kernels access this rank's send buffer at the send offset they were
-    /// given (all-reduce and reduce-scatter: peers read their shares of it; gather: the root
-    /// reads it). The all-gather and all-to-all kernels push each rank's own send buffer, and
+    /// given (all-reduce and reduce-scatter: peers read their shares of it; reduce and gather:
+    /// the root reads it). The all-gather and all-to-all kernels push each rank's own send buffer, and
     /// a broadcast's or a scatter's root reads its own: their send buffers may lie anywhere.
     pub fn peers_use_send(&self) -> bool {
         matches!(
             self.collective,
-            Collective::AllReduce | Collective::ReduceScatter | Collective::Gather
+            Collective::AllReduce
+                | Collective::Reduce
+                | Collective::ReduceScatter
+                | Collective::Gather
         )
     }
 
@@ -98,7 +101,7 @@ impl Task {
             | Collective::Broadcast
             | Collective::AllToAll
             | Collective::Scatter => true,
-            Collective::Gather => false,
+            Collective::Gather | Collective::Reduce => false,
             Collective::AllReduce => {
                 plan.kernel.algorithm == symm_device::symmetric::Algorithm::TwoShotAllReduce
                     && !self.in_place()
@@ -107,7 +110,7 @@ impl Task {
         }
     }
 
-    /// `true` on the root of a broadcast, gather or scatter.
+    /// `true` on the root of a reduce, broadcast, gather or scatter.
     pub fn is_root(&self) -> bool {
         self.rank_flags & FLAG_ROOT != 0
     }
@@ -135,8 +138,8 @@ impl Task {
     /// The address ranges of this rank's memory the task reads and writes, `(reads, writes)`
     /// (peers access the same offsets of the same windows, so these also stand for what the
     /// task does to peers' memory). A broadcast or a scatter reads the root's send buffer on the
-    /// root only, and a gather writes the root's receive buffer only: the other ranks do not
-    /// know where they are (see `group::fusion` for what that means for fusion).
+    /// root only, and a reduce or a gather writes the root's receive buffer only: the other
+    /// ranks do not know where they are (see `group::fusion` for what that means for fusion).
     pub fn footprint(&self) -> (Range<u64>, Range<u64>) {
         let share = self.share_bytes();
         let whole = share * self.comm.clique.nranks as u64;
@@ -146,6 +149,11 @@ impl Task {
         match (self.collective, self.in_place()) {
             (Collective::AllReduce, true) => (send..send + share, send..send + share),
             (Collective::AllReduce, false) => (send..send + share, recv..recv + share),
+            // Every rank's send buffer is read (by the root); only the root's receive buffer
+            // is written.
+            (Collective::Reduce, _) if !self.is_root() => (send..send + share, recv..recv),
+            (Collective::Reduce, true) => (send..send + share, send..send + share),
+            (Collective::Reduce, false) => (send..send + share, recv..recv + share),
             (Collective::AllGather, true) => (
                 recv + rank_share..recv + rank_share + share,
                 recv..recv + whole,

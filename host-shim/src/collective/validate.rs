@@ -9,7 +9,7 @@ use crate::plan::Collective;
 use crate::window::Window;
 use std::ffi::c_int;
 use std::sync::Arc;
-use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, FLAG_ROOT};
+use symm_device::symmetric::{CollectiveArgs, FLAG_IN_PLACE, FLAG_REDUCE_TO_ROOT, FLAG_ROOT};
 use symm_device::{DataType, RedOp};
 
 /// A validated request of one rank, before planning.
@@ -167,6 +167,63 @@ pub fn all_reduce(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
+    })
+}
+
+/// Validate `symmReduce`'s arguments against `comm`'s windows: the reduction of every rank's
+/// `count` elements of `sendbuff` lands in `recvbuff` of the root. `root` is checked first;
+/// `sendbuff` lies at the same offset of the same window on every rank (the root reads it);
+/// `recvbuff` is checked only on the root (the other ranks' is not used, as in NCCL, and may
+/// be NULL), where it may equal `sendbuff` (in place) but not overlap it otherwise. Every rank
+/// carries `FLAG_REDUCE_TO_ROOT`: the one-shot all-reduce kernel runs it.
+pub fn reduce(
+    comm: &Comm,
+    send: u64,
+    recv: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+    root: c_int,
+) -> Result<Request> {
+    let root = root_rank(comm, root)?;
+    let dtype = data_type(datatype)?;
+    let op = red_op(op)?;
+    let element = dtype.size_bytes() as u64;
+    let is_root = comm.rank == root as usize;
+    let ends: &[u64] = if is_root { &[send, recv] } else { &[send] };
+    let bytes = byte_count(count, element, "count", ends)?;
+    let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
+    let (recv_window, recv_offset, rank_flags) = if is_root {
+        let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
+        let in_place = send == recv;
+        if !in_place && overlap(send, bytes, recv, bytes) {
+            return Err(Error::invalid_argument(
+                "sendbuff and recvbuff overlap on the root without being equal (in place needs \
+                 sendbuff == recvbuff)",
+            ));
+        }
+        let flags = FLAG_ROOT | if in_place { FLAG_IN_PLACE } else { 0 };
+        (recv_window.clone(), recv - recv_window.base, flags)
+    } else {
+        // Not the root: no receive buffer; the kernel writes nothing of this rank.
+        (send_window.clone(), 0, 0)
+    };
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::Reduce,
+        dtype,
+        op,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags: rank_flags | FLAG_REDUCE_TO_ROOT,
+        root,
     })
 }
 

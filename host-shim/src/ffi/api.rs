@@ -363,6 +363,43 @@ pub extern "C" fn symmAllReduce(
     })
 }
 
+/// Reduce: the reduction of every rank's `count` elements of `sendbuff` lands in `recvbuff` of
+/// the root (in place on the root when `sendbuff == recvbuff`). `sendbuff` inside a registered
+/// window, at the same offset on every rank (the root reads it); `recvbuff` inside a registered
+/// window on the root, and not used on the other ranks (it may be NULL there), as in NCCL.
+/// `root` must be a rank of `comm`, the same on every rank. Data types, operators and results
+/// as [`symmAllReduce`]'s.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    op: symmRedOpRaw,
+    root: c_int,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm("symmReduce", comm, |c| {
+        group::collective(
+            c,
+            &collective::describe("symmReduce", count, datatype),
+            || {
+                collective::reduce(
+                    c,
+                    sendbuff as u64,
+                    recvbuff as u64,
+                    count,
+                    datatype,
+                    op,
+                    root,
+                )
+            },
+            stream as u64,
+        )
+    })
+}
+
 /// All-gather: every rank's `sendcount` elements, rank `r`'s at `recvbuff + r·sendcount`
 /// (in place when `sendbuff == recvbuff + rank·sendcount`). Both buffers inside registered
 /// windows, at the same offsets on every rank.

@@ -129,13 +129,13 @@ fn limits(task: &Task) -> Limits {
     }
 }
 
-/// `true` for a broadcast, gather or scatter of which the group drives only some ranks: the
+/// `true` for a reduce, broadcast, gather or scatter of which the group drives only some ranks: the
 /// ranks' deciders may not know what the root's part reads or writes (see the module docs).
 fn is_partial_rooted(instance: &Instance<'_>) -> bool {
     let task = instance[0];
     matches!(
         task.collective,
-        Collective::Broadcast | Collective::Gather | Collective::Scatter
+        Collective::Reduce | Collective::Broadcast | Collective::Gather | Collective::Scatter
     ) && instance.len() < task.comm.clique.nranks
 }
 

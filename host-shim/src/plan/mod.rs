@@ -42,6 +42,8 @@ pub enum DeviceModel {
 pub enum Collective {
     /// `symmAllReduce`.
     AllReduce,
+    /// `symmReduce`.
+    Reduce,
     /// `symmAllGather`.
     AllGather,
     /// `symmReduceScatter`.
@@ -58,8 +60,9 @@ pub enum Collective {
 
 impl Collective {
     /// Every collective.
-    pub(crate) const ALL: [Collective; 7] = [
+    pub(crate) const ALL: [Collective; 8] = [
         Collective::AllReduce,
+        Collective::Reduce,
         Collective::AllGather,
         Collective::ReduceScatter,
         Collective::Broadcast,
@@ -76,6 +79,9 @@ impl Collective {
                 Algorithm::OneShotAllReduce,
                 Algorithm::TwoShotAllReduce,
             ],
+            // The one-shot kernel with its reduce flag: only the root reduces (see
+            // `symm_device::symmetric::FLAG_REDUCE_TO_ROOT`).
+            Collective::Reduce => &[Algorithm::OneShotAllReduce],
             Collective::AllGather => &[
                 Algorithm::LlAllGather,
                 Algorithm::AllGather,
@@ -92,8 +98,8 @@ impl Collective {
     /// The algorithm a `SYMM_ALGO` value forces for this collective, or `None` when the value
     /// is one of another collective's (it is then ignored, and the model picks). `pat`
     /// ([`parse_forced_algorithm`] returns [`Algorithm::PatAllGather`] for it) forces
-    /// each collective's PAT kernel; the all-reduce values force all-reduce only. The broadcast,
-    /// all-to-all, gather and scatter have one kernel each and ignore every value.
+    /// each collective's PAT kernel; the all-reduce values force all-reduce only. The reduce,
+    /// broadcast, all-to-all, gather and scatter have one kernel each and ignore every value.
     pub fn resolve_forced(self, forced: Algorithm) -> Option<Algorithm> {
         let pat = is_pat(forced);
         match self {
@@ -108,6 +114,7 @@ impl Collective {
     pub fn name(self) -> &'static str {
         match self {
             Collective::AllReduce => "all_reduce",
+            Collective::Reduce => "reduce",
             Collective::AllGather => "all_gather",
             Collective::ReduceScatter => "reduce_scatter",
             Collective::Broadcast => "broadcast",
