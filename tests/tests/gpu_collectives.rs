@@ -1336,7 +1336,8 @@ fn gpu_one_thread_per_rank_each_on_its_own_stream() {
 }
 
 /// A seeded sequence of 300 mixed calls on one window of 3 ranks — all-reduce (sum,
-/// max, min), all-gather and reduce-scatter of int32, in place and out of place, at counts
+/// max, min), all-gather, reduce-scatter, broadcast and reduce of int32, in place and out of
+/// place, at counts
 /// that pick every algorithm — each reading what earlier calls wrote on the device (nothing is
 /// uploaded between calls, so a kernel that reads a stale value is caught), checked against a
 /// host model of the window every 10 calls and at the end. Int32 sums wrap exactly, and 3
@@ -1369,12 +1370,12 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
     let calls = 300;
     for call in 0..calls {
         let count = COUNTS[(rng.next_u64() % COUNTS.len() as u64) as usize];
-        let kind = rng.next_u64() % 4;
+        let kind = rng.next_u64() % 5;
         let op = [0, 2, 3][(rng.next_u64() % 3) as usize];
         let in_place = rng.next_u64().is_multiple_of(2);
         let from = (rng.next_u64() % 2) as usize * region;
         let to = if in_place { from } else { region - from };
-        let root = if kind == 3 {
+        let root = if kind >= 3 {
             (rng.next_u64() % NRANKS as u64) as usize
         } else {
             0
@@ -1394,6 +1395,15 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
                 0 => symmAllReduce(s, r, count, int32, op, b.comm, null_mut()),
                 1 => symmAllGather(s, r, count, int32, b.comm, null_mut()),
                 2 => symmReduceScatter(s, r, count, int32, op, b.comm, null_mut()),
+                4 => {
+                    // Off the root, recvbuff is not used: NULL on every other call.
+                    let r = if rank != root && call % 2 == 1 {
+                        null_mut()
+                    } else {
+                        r
+                    };
+                    symmReduce(s, r, count, int32, op, root as i32, b.comm, null_mut())
+                }
                 _ => {
                     // Off the root, sendbuff is ignored: NULL on every other call.
                     let s = if rank != root && call % 2 == 1 {
@@ -1431,6 +1441,12 @@ fn gpu_sequence_of_mixed_calls_on_one_window() {
                     }
                 }
                 3 => m[to..to + count].copy_from_slice(&before[root][from..from + count]),
+                4 if rank == root => {
+                    for i in 0..count {
+                        m[to + i] = reduce(&mut before.iter().map(|x| x[from + i]));
+                    }
+                }
+                4 => {}
                 _ => {
                     let recv = if in_place { from + rank * count } else { to };
                     for i in 0..count {
