@@ -163,7 +163,9 @@ pub fn pytest() -> Result<(), String> {
 const TORCH: &str = "torch==2.15.0";
 
 /// The torch.distributed backend's tests (`python/tests/test_torch.py` and
-/// `test_torch_windows.py`: torchrun with 2 and 4 processes) in `<target>/torch-venv`, made once with PyTorch, NumPy and pytest; the package
+/// `test_torch_windows.py`: torchrun with 2 and 4 processes; `test_torch_suite.py`: cases of
+/// PyTorch's own `DistributedTest`) in `<target>/torch-venv`, made once with PyTorch, NumPy,
+/// pytest and expecttest; the package
 /// is installed into it from `python/` with the library just built.
 fn torch_tests(library: &Path) -> Result<(), String> {
     let venv = target_dir(library)?.join("torch-venv");
@@ -172,7 +174,7 @@ fn torch_tests(library: &Path) -> Result<(), String> {
         run(python().args(["-m", "venv"]).arg(&venv))?;
     }
     let has_torch = Command::new(&venv_python)
-        .args(["-c", "import torch"])
+        .args(["-c", "import torch, expecttest"])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
@@ -188,6 +190,8 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             TORCH,
             "numpy",
             "pytest",
+            // PyTorch's own distributed test suite imports it (`test_torch_suite.py`).
+            "expecttest",
         ]))?;
     }
     run(Command::new(&venv_python)
@@ -210,6 +214,7 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             "-p",
             "no:cacheprovider",
             "python/tests/test_torch.py",
+            "python/tests/test_torch_suite.py",
             "python/tests/test_torch_windows.py",
             "python/tests/test_arrays.py",
         ])
