@@ -1065,21 +1065,19 @@ fn a_thousand_calls_across_the_epoch_wrap() {
 #[test]
 fn a_missing_rank_makes_the_others_time_out_not_hang() {
     let timeout_ns = 50_000_000;
-    for algorithm in [
-        Algorithm::OneShotAllReduce,
-        Algorithm::TwoShotAllReduce,
-        Algorithm::OneShotLlAllReduce,
-        Algorithm::AllGather,
-        Algorithm::LlAllGather,
-        Algorithm::PatAllGather,
-        Algorithm::PatReduceScatter,
-    ] {
+    // Every kernel, the reduce (the one-shot kernel with its flag, the missing rank its root)
+    // among them.
+    let cases = Algorithm::ALL
+        .map(|algorithm| (algorithm, 0))
+        .into_iter()
+        .chain([(Algorithm::OneShotAllReduce, FLAG_REDUCE_TO_ROOT)]);
+    for (algorithm, flags) in cases {
         let ranks = Ranks::new(3, 4096, timeout_ns);
         let args = CollectiveArgs {
             send_offset: 0,
             recv_offset: 1024,
             count: 16,
-            flags: 0,
+            flags,
         };
         let start = std::time::Instant::now();
         let statuses = ranks.launch(

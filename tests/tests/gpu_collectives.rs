@@ -1008,6 +1008,136 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
     teardown(buffers);
 }
 
+/// A reduce, a gather, a scatter and an all-to-all (each its own group over 4 ranks, roots 1,
+/// 2 and 3) captured in one graph, replayed with new int32 inputs each time: every result
+/// exact, every replay.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_graph_capture_of_rooted_and_segment_collectives() {
+    let nranks: usize = 4;
+    let count: usize = 257;
+    let int32 = DataType::Int32 as i32;
+    let whole = 4 * nranks * count;
+    // The send region, then the receive regions of the reduce, gather, scatter, all-to-all.
+    let region = whole.next_multiple_of(256);
+    let (send, reduced, gathered, scattered, exchanged) =
+        (0, region, 2 * region, 3 * region, 4 * region);
+    let comms = cuda_ranks(nranks);
+    let buffers = alloc_windows(&comms, 5 * region + 4096);
+    let (reduce_root, gather_root, scatter_root) = (1usize, 2usize, 3usize);
+    let at = |b: &RankBuffer, offset: usize| -> *mut c_void {
+        // SAFETY: offsets inside the window (5 regions).
+        unsafe { b.base.add(offset).cast() }
+    };
+    // SAFETY: stream, graph and exec handles are created, used and destroyed here, in the
+    // current context; captured calls use offsets inside the windows.
+    unsafe {
+        let mut stream = null_mut();
+        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
+        let capture = Capture::begin(stream);
+        let s = stream.cast();
+        for call in 0..4 {
+            check(symmGroupStart(), null_mut());
+            for b in &buffers {
+                let r = match call {
+                    0 => symmReduce(
+                        at(b, send),
+                        at(b, reduced),
+                        count,
+                        int32,
+                        0,
+                        reduce_root as i32,
+                        b.comm,
+                        s,
+                    ),
+                    1 => symmGather(
+                        at(b, send),
+                        at(b, gathered),
+                        count,
+                        int32,
+                        gather_root as i32,
+                        b.comm,
+                        s,
+                    ),
+                    2 => symmScatter(
+                        at(b, send),
+                        at(b, scattered),
+                        count,
+                        int32,
+                        scatter_root as i32,
+                        b.comm,
+                        s,
+                    ),
+                    _ => symmAlltoAll(at(b, send), at(b, exchanged), count, int32, b.comm, s),
+                };
+                check(r, b.comm);
+            }
+            check(symmGroupEnd(), null_mut());
+        }
+        let graph = capture.end();
+        let mut exec = null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            .result()
+            .unwrap();
+        let ints = |bytes: Vec<u8>| -> Vec<i32> {
+            bytes
+                .chunks(4)
+                .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        for replay in 0..repeats(50) {
+            let mut rng = Rng(replay + 1);
+            let inputs: Vec<Vec<i32>> = (0..nranks)
+                .map(|_| (0..nranks * count).map(|_| rng.next_u64() as i32).collect())
+                .collect();
+            for (b, input) in buffers.iter().zip(&inputs) {
+                let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                upload_bytes(at(b, send).cast(), &bytes);
+            }
+            sys::cuGraphLaunch(exec, stream).result().unwrap();
+            sys::cuStreamSynchronize(stream).result().unwrap();
+            let case = format!("graph replay {replay}");
+            let sum: Vec<i32> = (0..count)
+                .map(|i| inputs.iter().fold(0i32, |a, x| a.wrapping_add(x[i])))
+                .collect();
+            let got = ints(download_bytes(
+                at(&buffers[reduce_root], reduced).cast(),
+                4 * count,
+            ));
+            assert!(got == sum, "{case}: reduce");
+            let got = ints(download_bytes(
+                at(&buffers[gather_root], gathered).cast(),
+                whole,
+            ));
+            let want: Vec<i32> = inputs.iter().flat_map(|x| x[..count].to_vec()).collect();
+            assert!(got == want, "{case}: gather");
+            for (p, b) in buffers.iter().enumerate() {
+                let got = ints(download_bytes(at(b, scattered).cast(), 4 * count));
+                assert!(
+                    got == inputs[scatter_root][p * count..][..count],
+                    "{case}: scatter to {p}"
+                );
+                let got = ints(download_bytes(at(b, exchanged).cast(), whole));
+                let want: Vec<i32> = inputs
+                    .iter()
+                    .flat_map(|x| x[p * count..][..count].to_vec())
+                    .collect();
+                assert!(got == want, "{case}: all-to-all at {p}");
+            }
+        }
+        sys::cuGraphExecDestroy(exec).result().unwrap();
+        sys::cuGraphDestroy(graph).result().unwrap();
+        sys::cuStreamDestroy_v2(stream).result().unwrap();
+    }
+    for b in &buffers {
+        let mut error = symmResult_t::symmSuccess;
+        // SAFETY: valid out-pointer.
+        check(unsafe { symmCommGetAsyncError(b.comm, &mut error) }, b.comm);
+        assert_eq!(error, symmResult_t::symmSuccess);
+    }
+    teardown(buffers);
+}
+
 /// A stream capture in the global mode (as PyTorch's graphs capture), ended when dropped: a
 /// test that fails inside it would otherwise leave it open, and every later test of the run
 /// would fail allocating (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` from the driver's
