@@ -28,6 +28,7 @@ use symm_device::symmetric::pat;
 use symm_device::symmetric::{ABORT_PEER_FAILED, Grid};
 use symm_device::sync::barrier::{Aborted, CrossRankBarrier, UnstartedBarrier};
 use symm_device::sync::ll::LlCall;
+use symm_device::sync::p2p;
 use symm_device::sync::pat_rounds::PatRounds;
 use symm_device::sync::signal_pad::{
     LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
@@ -948,10 +949,10 @@ fn pat_calls(world: usize, threads: u32, calls: &[PatCall]) {
                         // SAFETY: a rank; k < PAT_MAX_STEPS.
                         unsafe { rounds.post(out.peer, PatFlag::GatherData, k, round) };
                     }
-                    // SAFETY: total - 1 < PAT_MAX_STEPS.
-                    assert!(
-                        total == 0 || unsafe { rounds.wait(PatFlag::GatherData, total - 1, round) }
-                    );
+                    let waited = total == 0
+                        // SAFETY: total - 1 < PAT_MAX_STEPS.
+                        || unsafe { rounds.wait(PatFlag::GatherData, total - 1, round) };
+                    assert!(waited);
                     if leader {
                         for segment in 0..n {
                             assert_eq!(
@@ -1074,5 +1075,178 @@ fn mutant_pat_sender_not_waiting_for_ready_is_caught() {
     explore(|| {
         mutate(Mutation::PatSkipReadyWait);
         pat_calls(2, 1, SCATTER_TWICE)
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point pairing (`sync::p2p`, docs/POINT_TO_POINT.md).
+
+/// Two ranks' pair regions (each at the base of a pad of its own, as on the communicator's
+/// point-to-point window), abort words and contexts.
+struct PairWorld {
+    _pads: Vec<Vec<Chunk>>,
+    _aborts: Vec<u32>,
+    pad_addresses: Vec<u64>,
+    contexts: Vec<SymmContext>,
+}
+
+impl PairWorld {
+    fn new(world: usize) -> Box<PairWorld> {
+        let bytes = p2p::pair_region_bytes(world as u32) as usize;
+        let mut pads: Vec<Vec<Chunk>> = (0..world)
+            .map(|_| vec![Chunk([0; 16]); bytes.div_ceil(16)])
+            .collect();
+        let mut aborts = vec![0u32; world];
+        let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
+        let mut model = Box::new(PairWorld {
+            _pads: Vec::new(),
+            _aborts: Vec::new(),
+            pad_addresses,
+            contexts: Vec::new(),
+        });
+        let table = model.pad_addresses.as_ptr() as u64;
+        for (rank, abort) in aborts.iter_mut().enumerate() {
+            model.contexts.push(SymmContext {
+                backend: BackendTag::Native as u32,
+                version: CONTEXT_VERSION,
+                rank: rank as u32,
+                world_size: world as u32,
+                local_base: 0,
+                window_size: 0,
+                peer_bases: 0,
+                peer_signal_pads: table,
+                signal_pad_size: bytes as u64,
+                abort_flag: abort as *mut u32 as u64,
+                timeout_ns: 1,
+                engine: [0; 3],
+            });
+        }
+        model._pads = pads;
+        model._aborts = aborts;
+        // SAFETY: every address lies inside a live pad or abort word; no grid runs yet.
+        unsafe {
+            for context in &model.contexts {
+                model_word(context.abort_flag, WordKind::AtomicU32);
+            }
+            for pad in &model.pad_addresses {
+                for peer in 0..world as u32 {
+                    for seq in 0..p2p::SLOTS {
+                        let slot = p2p::outbox_slot(*pad, peer, seq);
+                        for word in 0..(p2p::DESCRIPTOR_BYTES / 8) as usize {
+                            model_word(slot.add(word) as u64, WordKind::PlainU64);
+                        }
+                    }
+                    let posted = p2p::posted_slot(*pad, world as u32, peer);
+                    model_word(posted as u64, WordKind::AtomicU32);
+                    let done = p2p::done_slot(*pad, world as u32, peer);
+                    model_word(done as u64, WordKind::AtomicU32);
+                }
+            }
+        }
+        model
+    }
+}
+
+/// Sends from rank 0 to rank 1 in the model: one more than the slots, so that a slot is
+/// reused.
+const PAIR_SENDS: u32 = p2p::SLOTS + 1;
+
+/// Rank 0 posts `PAIR_SENDS` sends to rank 1 without waiting in between (a group's first
+/// phase), each from a send buffer of its own written just before; then waits for the last to
+/// complete and reuses every send buffer. Rank 1 receives them in order into one receive
+/// buffer, checking each descriptor and value.
+fn pair_sends() {
+    let model = PairWorld::new(2);
+    let sent = Payload::new(PAIR_SENDS as usize);
+    let received = Payload::new(1);
+    run_grid(2, 1, &|| {
+        let (rank, _) = place(1);
+        // SAFETY: a host-built context whose pads hold the pair region; rank < world.
+        let pairs = unsafe { p2p::Pairs::open(&model.contexts[rank]) };
+        if rank == 0 {
+            for seq in 1..=PAIR_SENDS {
+                let buffer = (seq - 1) as usize;
+                sent.write(buffer, 100 + seq as u64);
+                let descriptor = p2p::Descriptor {
+                    seq,
+                    window: 7,
+                    offset: buffer as u64,
+                    bytes: 8,
+                };
+                // SAFETY: rank 1 < world; sends posted in order, once each.
+                unsafe { pairs.post(1, descriptor) }.expect("no timeouts under loom");
+            }
+            // SAFETY: rank 1 < world.
+            unsafe { pairs.complete(1, PAIR_SENDS) }.expect("no timeouts under loom");
+            for buffer in 0..PAIR_SENDS as usize {
+                sent.write(buffer, 0);
+            }
+        } else {
+            for seq in 1..=PAIR_SENDS {
+                // SAFETY: rank 0 < world; receives in order, once each.
+                unsafe {
+                    pairs.receive(0, seq, |descriptor| {
+                        assert_eq!(
+                            (descriptor.seq, descriptor.window, descriptor.bytes),
+                            (seq, 7, 8),
+                            "receive {seq}: {descriptor:?}"
+                        );
+                        let value = sent.read(descriptor.offset as usize);
+                        assert_eq!(value, 100 + seq as u64, "receive {seq}");
+                        received.write(0, value);
+                    })
+                }
+                .expect("no timeouts under loom");
+            }
+        }
+    });
+}
+
+/// Three sends through two slots: every descriptor and payload read is ordered after its
+/// writes, and every reuse (of a slot, of a send buffer) after the reads it overwrites.
+#[test]
+fn pair_sends_through_a_reused_slot() {
+    explore(pair_sends);
+}
+
+/// Teeth: a send published before its descriptor is written.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pair_post_before_descriptor_is_caught() {
+    explore(|| {
+        mutate(Mutation::P2pPostBeforeDescriptor);
+        pair_sends()
+    });
+}
+
+/// Teeth: a receiver that says "done" before it copied lets the sender reuse its buffer
+/// under the copy.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pair_done_before_copy_is_caught() {
+    explore(|| {
+        mutate(Mutation::P2pDoneBeforeCopy);
+        pair_sends()
+    });
+}
+
+/// Teeth: a sender that reuses a slot without waiting for the send that held it overwrites a
+/// descriptor the receiver may still be reading.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pair_slot_reuse_without_waiting_is_caught() {
+    explore(|| {
+        mutate(Mutation::P2pSkipSlotWait);
+        pair_sends()
+    });
+}
+
+/// Teeth: with relaxed instead of release stores, a descriptor is not ordered before its post.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pair_relaxed_release_is_caught() {
+    explore(|| {
+        mutate(Mutation::ReleaseAsRelaxed);
+        pair_sends()
     });
 }

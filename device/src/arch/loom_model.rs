@@ -49,6 +49,14 @@ pub enum Mutation {
     /// `CrossRankBarrier::sync_unanimous` writes the rank's vote after the barrier instead of
     /// before it: a peer may read the previous vote.
     VoteAfterBarrier = 64,
+    /// `Pairs::post` publishes a send in the receiver's `posted` word before it writes the
+    /// descriptor.
+    P2pPostBeforeDescriptor = 128,
+    /// `Pairs::receive` stores the sender's `done` word before it copies the bytes.
+    P2pDoneBeforeCopy = 256,
+    /// `Pairs::post` reuses a descriptor slot without waiting for the receiver to finish the
+    /// send that held it.
+    P2pSkipSlotWait = 512,
 }
 
 #[derive(Clone)]
