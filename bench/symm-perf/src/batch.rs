@@ -26,6 +26,7 @@ fn gpu_model(options: &Options, count: u64, items: usize, nranks: u32) -> (Plan,
         Operation::AllGather => Collective::AllGather,
         Operation::ReduceScatter => Collective::ReduceScatter,
         Operation::Broadcast => Collective::Broadcast,
+        Operation::Reduce => Collective::Reduce,
     };
     let limits = Limits {
         max_blocks: 64,

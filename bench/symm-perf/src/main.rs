@@ -1,7 +1,7 @@
 //! `symm-perf`: nccl-tests-style benchmark of symm's collectives.
 //!
 //! ```text
-//! symm-perf all_reduce|all_gather|reduce_scatter|broadcast -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
+//! symm-perf all_reduce|all_gather|reduce_scatter|broadcast|reduce -b 8 -e 128M -f 2 -g <ranks> -d float -o sum \
 //!           -n iters -w warmup -c 1 [-r root] [-G graph-launches] [-a 0|1|2|3] [-z 0|1]
 //! symm-perf all_reduce --minbytes 8 --maxbytes 128M --stepfactor 2 --ngpus 8 --datatype float ...
 //! symm-perf clc -t tiles -i uniform|skew|heavy|all -p policy|all -n iters
@@ -191,7 +191,7 @@ impl Bench {
     fn shape(&self, bytes: u64) -> Shape {
         let n = self.nranks as u64;
         match self.options.operation {
-            Operation::AllReduce | Operation::Broadcast => {
+            Operation::AllReduce | Operation::Broadcast | Operation::Reduce => {
                 let total = bytes / self.element();
                 Shape {
                     total,
@@ -213,8 +213,10 @@ impl Bench {
         let base = self.ranks[r].base + item as u64 * 2 * self.region;
         let segment = (self.first_rank + r) as u64 * shape.count * self.element();
         match (self.options.operation, in_place) {
-            (Operation::AllReduce | Operation::Broadcast, true) => (base, base),
-            (Operation::AllReduce | Operation::Broadcast, false) => (base, base + self.region),
+            (Operation::AllReduce | Operation::Broadcast | Operation::Reduce, true) => (base, base),
+            (Operation::AllReduce | Operation::Broadcast | Operation::Reduce, false) => {
+                (base, base + self.region)
+            }
             (Operation::AllGather, true) => (base + segment, base),
             (Operation::AllGather, false) => (base + self.region, base),
             (Operation::ReduceScatter, true) => (base, base + segment),
@@ -271,6 +273,16 @@ impl Bench {
                     recv,
                     c,
                     dtype,
+                    self.options.root as i32,
+                    rank.comm,
+                    stream,
+                ),
+                Operation::Reduce => symmReduce(
+                    send,
+                    recv,
+                    c,
+                    dtype,
+                    op,
                     self.options.root as i32,
                     rank.comm,
                     stream,
@@ -444,6 +456,7 @@ impl Bench {
             Operation::AllGather => symm::internals::Collective::AllGather,
             Operation::ReduceScatter => symm::internals::Collective::ReduceScatter,
             Operation::Broadcast => symm::internals::Collective::Broadcast,
+            Operation::Reduce => symm::internals::Collective::Reduce,
         };
         let plan = symm::internals::plan(
             collective,

@@ -14,6 +14,8 @@ pub enum Operation {
     ReduceScatter,
     /// `symmBroadcast` from `-r` (default 0, nccl-tests' default root).
     Broadcast,
+    /// `symmReduce` to `-r` (only the root's result is checked).
+    Reduce,
 }
 
 impl Operation {
@@ -23,18 +25,21 @@ impl Operation {
         match self {
             Operation::AllReduce => 2.0 * (n - 1.0) / n,
             Operation::AllGather | Operation::ReduceScatter => (n - 1.0) / n,
-            Operation::Broadcast => 1.0,
+            Operation::Broadcast | Operation::Reduce => 1.0,
         }
     }
 
     /// `true` when the collective applies `-o` (nccl-tests prints `none` for the others).
     pub fn reduces(self) -> bool {
-        matches!(self, Operation::AllReduce | Operation::ReduceScatter)
+        matches!(
+            self,
+            Operation::AllReduce | Operation::ReduceScatter | Operation::Reduce
+        )
     }
 
     /// `true` when the collective has a root (nccl-tests prints `-1` for the others).
     pub fn rooted(self) -> bool {
-        self == Operation::Broadcast
+        matches!(self, Operation::Broadcast | Operation::Reduce)
     }
 }
 
@@ -101,7 +106,7 @@ pub struct Options {
     pub blocking: bool,
 }
 
-pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|broadcast [options] | clc [options] | scale-model [--out DIR]
+pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|broadcast|reduce [options] | clc [options] | scale-model [--out DIR]
 options (nccl-tests' names):
   -b, --minbytes <size>       smallest size (default 8; K, M, G suffixes)
   -e, --maxbytes <size>       largest size (default 128M)
@@ -110,7 +115,7 @@ options (nccl-tests' names):
   -g, --ngpus <n>             ranks, all on device 0, driven by this thread (default 8)
   -d, --datatype <type>       int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2
   -o, --op <op>               sum prod max min avg (all_gather, broadcast: ignored, shown as none)
-  -r, --root <rank>           broadcast root (default 0)
+  -r, --root <rank>           broadcast and reduce root (default 0)
   -n, --iters <n>             timed iterations (default 20)
   -w, --warmup_iters <n>      warm-up iterations (default 5)
   -c, --check <0|1>           check every result (default 1)
@@ -259,9 +264,10 @@ impl Options {
             Some("all_gather") => Operation::AllGather,
             Some("reduce_scatter") => Operation::ReduceScatter,
             Some("broadcast") => Operation::Broadcast,
+            Some("reduce") => Operation::Reduce,
             Some(other) => {
                 return Err(format!(
-                    "unknown collective {other:?}: all_reduce, all_gather, reduce_scatter or broadcast\n{USAGE}"
+                    "unknown collective {other:?}: all_reduce, all_gather, reduce_scatter, broadcast or reduce\n{USAGE}"
                 ));
             }
             None => return Err(USAGE.to_string()),
@@ -408,7 +414,7 @@ impl Options {
     pub fn smallest_size(&self) -> u64 {
         let element = self.dtype.size_bytes() as u64;
         match self.operation {
-            Operation::AllReduce | Operation::Broadcast => element,
+            Operation::AllReduce | Operation::Broadcast | Operation::Reduce => element,
             Operation::AllGather | Operation::ReduceScatter => element * self.ranks as u64,
         }
     }
@@ -497,6 +503,7 @@ mod tests {
             "8 B (one element per rank), 32 B, …, 128 MiB"
         );
         assert_eq!(parse("broadcast").unwrap().operation, Operation::Broadcast);
+        assert_eq!(parse("reduce").unwrap().operation, Operation::Reduce);
         let error = parse("alltoall").unwrap_err();
         assert!(
             error.starts_with("unknown collective \"alltoall\""),

@@ -51,7 +51,7 @@ impl Reference {
     /// What element `i` of rank `rank`'s output must be.
     pub fn expected(&self, rank: usize, i: u64) -> f64 {
         match self.operation {
-            Operation::AllReduce => self.reduce(i),
+            Operation::AllReduce | Operation::Reduce => self.reduce(i),
             Operation::ReduceScatter => self.reduce(rank as u64 * self.count + i),
             Operation::AllGather => representable(
                 self.dtype,
@@ -92,6 +92,10 @@ impl Reference {
 
     /// Wrong elements of rank `rank`'s output `got`.
     pub fn count_wrong(&self, rank: usize, got: &[u8]) -> u64 {
+        if self.operation == Operation::Reduce && rank != self.root {
+            // Off the root a reduce's receive buffer is not written: nothing to check.
+            return 0;
+        }
         let size = self.dtype.size_bytes();
         let tolerance = self.tolerance();
         let per = part_elements(got.len() / size);
@@ -190,6 +194,28 @@ mod tests {
                 "{operation:?} {dtype:?}"
             );
         }
+    }
+
+    /// A reduce is checked on its root (the reduction) and not elsewhere (the receive buffer
+    /// is not written off the root).
+    #[test]
+    fn a_reduce_is_checked_on_its_root_only() {
+        let r = reference(Operation::Reduce, DataType::Int32, RedOp::Max);
+        let size = DataType::Int32.size_bytes();
+        let mut output = vec![0u8; r.count as usize * size];
+        for i in 0..r.count as usize {
+            let want = r.expected(r.root, i as u64);
+            assert_eq!(want, r.reduce(i as u64));
+            encode(DataType::Int32, want, &mut output[i * size..(i + 1) * size]);
+        }
+        assert_eq!(r.count_wrong(r.root, &output), 0);
+        encode(
+            DataType::Int32,
+            r.expected(r.root, 7) + 1.0,
+            &mut output[7 * size..8 * size],
+        );
+        assert_eq!(r.count_wrong(r.root, &output), 1);
+        assert_eq!(r.count_wrong(0, &vec![0xA5; output.len()]), 0);
     }
 
     #[test]
