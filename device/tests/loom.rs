@@ -1123,6 +1123,14 @@ impl PairWorld {
         }
         model._pads = pads;
         model._aborts = aborts;
+        model
+    }
+
+    /// Declare every word of the pair regions to the loom model (after any planting, before
+    /// the grid).
+    fn declare(&self) {
+        let world = self.contexts.len();
+        let model = self;
         // SAFETY: every address lies inside a live pad or abort word; no grid runs yet.
         unsafe {
             for context in &model.contexts {
@@ -1143,7 +1151,6 @@ impl PairWorld {
                 }
             }
         }
-        model
     }
 }
 
@@ -1154,9 +1161,17 @@ const PAIR_SENDS: u32 = p2p::SLOTS + 1;
 /// Rank 0 posts `PAIR_SENDS` sends to rank 1 without waiting in between (a group's first
 /// phase), each from a send buffer of its own written just before; then waits for the last to
 /// complete and reuses every send buffer. Rank 1 receives them in order into one receive
-/// buffer, checking each descriptor and value.
-fn pair_sends() {
+/// buffer, checking each value. The pair has made `before` sends already (its `posted` and
+/// `done` words hold it), so that the sequences may wrap.
+fn pair_sends_after(before: u32) {
     let model = PairWorld::new(2);
+    // SAFETY: words of live pads; no grid runs yet; the model reads them through loom (the
+    // declared objects take the values the memory holds when declared, so plant first).
+    unsafe {
+        p2p::posted_slot(model.pad_addresses[1], 2, 0).write(before);
+        p2p::done_slot(model.pad_addresses[0], 2, 1).write(before);
+    }
+    model.declare();
     let sent = Payload::new(PAIR_SENDS as usize);
     let received = Payload::new(1);
     run_grid(2, 1, &|| {
@@ -1164,9 +1179,10 @@ fn pair_sends() {
         // SAFETY: a host-built context whose pads hold the pair region; rank < world.
         let pairs = unsafe { p2p::Pairs::open(&model.contexts[rank]) };
         if rank == 0 {
-            for seq in 1..=PAIR_SENDS {
-                let buffer = (seq - 1) as usize;
-                sent.write(buffer, 100 + seq as u64);
+            for k in 1..=PAIR_SENDS {
+                let seq = before.wrapping_add(k);
+                let buffer = (k - 1) as usize;
+                sent.write(buffer, 100 + k as u64);
                 let descriptor = p2p::Descriptor {
                     seq,
                     window: 7,
@@ -1177,23 +1193,26 @@ fn pair_sends() {
                 unsafe { pairs.post(1, descriptor) }.expect("no timeouts under loom");
             }
             // SAFETY: rank 1 < world.
-            unsafe { pairs.complete(1, PAIR_SENDS) }.expect("no timeouts under loom");
+            unsafe { pairs.complete(1, before.wrapping_add(PAIR_SENDS)) }
+                .expect("no timeouts under loom");
             for buffer in 0..PAIR_SENDS as usize {
                 sent.write(buffer, 0);
             }
         } else {
-            for seq in 1..=PAIR_SENDS {
+            for k in 1..=PAIR_SENDS {
+                let seq = before.wrapping_add(k);
                 // SAFETY: rank 0 < world; receives in order, once each.
                 unsafe {
                     pairs.receive(0, seq, |descriptor| {
                         assert_eq!(
-                            (descriptor.seq, descriptor.window, descriptor.bytes),
-                            (seq, 7, 8),
+                            (descriptor.window, descriptor.bytes),
+                            (7, 8),
                             "receive {seq}: {descriptor:?}"
                         );
                         let value = sent.read(descriptor.offset as usize);
-                        assert_eq!(value, 100 + seq as u64, "receive {seq}");
+                        assert_eq!(value, 100 + k as u64, "receive {seq}");
                         received.write(0, value);
+                        Ok(())
                     })
                 }
                 .expect("no timeouts under loom");
@@ -1202,11 +1221,22 @@ fn pair_sends() {
     });
 }
 
+/// The first sends of a pair.
+fn pair_sends() {
+    pair_sends_after(0)
+}
+
 /// Three sends through two slots: every descriptor and payload read is ordered after its
 /// writes, and every reuse (of a slot, of a send buffer) after the reads it overwrites.
 #[test]
 fn pair_sends_through_a_reused_slot() {
     explore(pair_sends);
+}
+
+/// The same across the wrap of the sequence numbers (u32::MAX − 1 sends made before).
+#[test]
+fn pair_sends_across_the_sequence_wrap() {
+    explore(|| pair_sends_after(u32::MAX - 1));
 }
 
 /// Teeth: a send published before its descriptor is written.
@@ -1247,6 +1277,17 @@ fn mutant_pair_slot_reuse_without_waiting_is_caught() {
 fn mutant_pair_relaxed_release_is_caught() {
     explore(|| {
         mutate(Mutation::ReleaseAsRelaxed);
+        pair_sends()
+    });
+}
+
+/// Teeth: with relaxed instead of acquire loads, the receiver's descriptor reads are not
+/// ordered after the post it saw.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_pair_relaxed_acquire_is_caught() {
+    explore(|| {
+        mutate(Mutation::AcquireAsRelaxed);
         pair_sends()
     });
 }

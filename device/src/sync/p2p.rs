@@ -33,6 +33,8 @@ use crate::sync::wait::{WaitOutcome, reached, wait_until_reached};
 /// Descriptor slots per ordered pair: a sender may post this many sends to one peer before the
 /// first must complete. Two under loom, so that a model of three sends reuses a slot.
 pub const SLOTS: u32 = if cfg!(loom) { 2 } else { 8 };
+// `seq % SLOTS` names the same slot on both sides of the u32 wrap only if SLOTS divides 2^32.
+const _: () = assert!(SLOTS.is_power_of_two());
 
 /// Bytes of one descriptor slot.
 pub const DESCRIPTOR_BYTES: u64 = 32;
@@ -80,9 +82,25 @@ pub fn done_slot(pad: u64, world: u32, to: u32) -> *mut u32 {
     (pad + outboxes + 4 * world as u64 + 4 * to as u64) as *mut u32
 }
 
-/// A wait on a peer that did not end in time, or ended on the abort word.
+/// A wait on a peer that did not end in time (this rank's abort word is raised, naming the
+/// peer), or ended on the abort word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerLost;
+
+/// Why [`Pairs::receive`] copied nothing and did not tell the sender it is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiveRefused {
+    /// The wait for the post ended without it ([`PeerLost`]).
+    PeerLost,
+    /// The slot holds another send's descriptor (sequence `found`): the pair is out of step.
+    /// The caller raises its abort word; nothing was copied.
+    OutOfStep {
+        /// The sequence the slot held.
+        found: u32,
+    },
+    /// The copy refused the descriptor (a window or size the receiver cannot take).
+    Refused,
+}
 
 /// The calling rank's end of its pairs, over a window's context.
 pub struct Pairs<'a> {
@@ -175,7 +193,8 @@ impl<'a> Pairs<'a> {
 
     /// Receive send `seq` from `from`: wait for its post, read its descriptor, let `copy`
     /// pull the bytes it names, then tell `from` the send is done. `copy` runs only once the
-    /// post was seen; `from` may reuse its send buffer only after `copy` returned.
+    /// post was seen and the slot holds send `seq`; `from` may reuse its send buffer only after
+    /// `copy` returned `Ok`. On any refusal nothing is stored into `from`'s pad.
     ///
     /// # Safety
     /// `from < world_size`; this rank receives from `from` in sequence order, once each.
@@ -184,11 +203,12 @@ impl<'a> Pairs<'a> {
         &self,
         from: u32,
         seq: u32,
-        copy: impl FnOnce(Descriptor),
-    ) -> Result<(), PeerLost> {
+        copy: impl FnOnce(Descriptor) -> Result<(), ()>,
+    ) -> Result<(), ReceiveRefused> {
         let world = self.ctx.world_size;
         // SAFETY: the word lies in this rank's pair region; `from` stores it atomically.
-        unsafe { self.wait(posted_slot(self.own_pad(), world, from), seq, from)? };
+        unsafe { self.wait(posted_slot(self.own_pad(), world, from), seq, from) }
+            .map_err(|PeerLost| ReceiveRefused::PeerLost)?;
         // SAFETY: `from < world_size` (contract).
         let sender = unsafe { self.pad_of(from) };
         let slot = outbox_slot(sender, self.ctx.rank, seq);
@@ -207,14 +227,18 @@ impl<'a> Pairs<'a> {
             offset,
             bytes,
         };
+        if descriptor.seq != seq {
+            return Err(ReceiveRefused::OutOfStep {
+                found: descriptor.seq,
+            });
+        }
         let done = done_slot(sender, world, self.ctx.rank);
         if arch::mutated!(P2pDoneBeforeCopy) {
             // SAFETY: as below.
             unsafe { arch::store_release_sys_u32(done, seq) };
-            copy(descriptor);
-            return Ok(());
+            return copy(descriptor).map_err(|()| ReceiveRefused::Refused);
         }
-        copy(descriptor);
+        copy(descriptor).map_err(|()| ReceiveRefused::Refused)?;
         // SAFETY: `done[rank]` lies in `from`'s pair region, accessed atomically; the release
         // orders the copy's loads of the send buffer (and of the descriptor) before it.
         unsafe { arch::store_release_sys_u32(done, seq) };
