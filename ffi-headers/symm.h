@@ -221,6 +221,19 @@ symmResult_t symmCommInitAll(symmComm_t *comms, int ndev, const int *devlist);
 // Destroy a communicator: frees its windows and any memory still allocated through it.
 symmResult_t symmCommDestroy(symmComm_t comm);
 
+// Abort `comm`: the communicator fails on every rank, naming this rank's abort (every rank's
+// pending collectives end promptly and its later calls fail with the cause), then everything
+// this rank owns is freed and `comm` is no longer valid, as after `symmCommDestroy`. May be
+// called from any thread, also while another thread's call on `comm` waits for a peer that
+// hangs: that call returns an error first. Refused (`symmInvalidUsage`) while the calling
+// thread's open group holds calls of `comm`.
+symmResult_t symmCommAbort(symmComm_t comm);
+
+// Finalize `comm`: wait until every collective this rank enqueued has completed, then refuse
+// later collectives and registrations (`symmInvalidUsage`); `symmCommDestroy` frees it.
+// Returns the communicator's failure, if it failed.
+symmResult_t symmCommFinalize(symmComm_t comm);
+
 // Number of ranks of `comm`.
 //
 // # Safety

@@ -378,13 +378,41 @@ class Comm:
             InvalidUsageError: destroyed already, or calls of it are queued in an open group.
         """
         with self._state_lock:
-            handle = self.handle
-            check(lib.symmCommDestroy(handle))
-            self._handle = None
-            self._alive[0] = False
-            self._finalizer.detach()
-            windows, self._windows = self._windows, set()
-            buffers = list(self._buffers)
+            check(lib.symmCommDestroy(self.handle))
+            self._forget_handle()
+
+    def abort(self) -> None:
+        """Abort this rank (``symmCommAbort``): the communicator fails on every rank, naming
+        this rank's abort (every rank's pending collectives end promptly, later calls raise),
+        and this rank's windows and buffers are freed as by :meth:`destroy`. May be called from
+        another thread while a collective of this rank waits for a peer that hangs: that call
+        raises first.
+
+        Raises:
+            InvalidUsageError: destroyed already, or calls of it are queued in this thread's
+                open group.
+        """
+        check(lib.symmCommAbort(self.handle))
+        with self._state_lock:
+            self._forget_handle()
+
+    def finalize(self) -> None:
+        """Finalize this rank (``symmCommFinalize``): wait until its collectives are done, then
+        refuse later collectives and registrations; :meth:`destroy` frees it.
+
+        Raises:
+            SymmError: the communicator failed (here or on another rank).
+        """
+        check(lib.symmCommFinalize(self.handle))
+
+    def _forget_handle(self) -> None:
+        """After the library freed this rank: invalidate it, its windows and its buffers (the
+        caller holds the state lock)."""
+        self._handle = None
+        self._alive[0] = False
+        self._finalizer.detach()
+        windows, self._windows = self._windows, set()
+        buffers = list(self._buffers)
         for window in windows:
             window._invalidate("its communicator was destroyed")
         for buffer in buffers:

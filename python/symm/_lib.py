@@ -34,6 +34,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmCommInitRank": (_result, [POINTER(_comm), c_int, UniqueIdStruct, c_int]),
     "symmCommInitAll": (_result, [POINTER(_comm), c_int, POINTER(c_int)]),
     "symmCommDestroy": (_result, [_comm]),
+    "symmCommAbort": (_result, [_comm]),
+    "symmCommFinalize": (_result, [_comm]),
     "symmCommCount": (_result, [_comm, POINTER(c_int)]),
     "symmCommUserRank": (_result, [_comm, POINTER(c_int)]),
     "symmCommCuDevice": (_result, [_comm, POINTER(c_int)]),

@@ -221,6 +221,55 @@ def test_use_after_destroy_raises() -> None:
     comms[1].destroy()
 
 
+def test_abort_from_another_thread_ends_a_waiting_call_and_fails_the_peers() -> None:
+    """Rank 0 all-reduces while rank 1 makes no call; another thread aborts rank 0: the call
+    raises at once, the abort frees rank 0, and rank 1's next call raises naming the abort."""
+    import time
+
+    comms = symm.Comm.init_all(2)
+    bufs = [c.alloc(256) for c in comms]
+    register_all(comms, bufs)
+    outcome: list[BaseException | None] = []
+
+    def waiting_call() -> None:
+        try:
+            comms[0].all_reduce(bufs[0], bufs[0], 4, "float32", "sum")
+        except symm.SymmError as error:
+            outcome.append(error)
+        else:
+            outcome.append(None)
+
+    caller = threading.Thread(target=waiting_call)
+    caller.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    comms[0].abort()
+    caller.join(timeout=5)
+    assert not caller.is_alive() and time.monotonic() - started < 3
+    assert isinstance(outcome[0], symm.SymmError), outcome
+    assert comms[0].destroyed and bufs[0].freed
+    with pytest.raises(symm.SymmError, match="symmCommAbort"):
+        comms[1].all_reduce(bufs[1], bufs[1], 4, "float32", "sum")
+    comms[1].destroy()
+
+
+def test_finalize_then_only_teardown() -> None:
+    comms = symm.Comm.init_all(2)
+    bufs = [c.alloc(256) for c in comms]
+    wins = register_all(comms, bufs)
+    with symm.group():
+        for c, b in zip(comms, bufs):
+            c.all_reduce(b, b, 4, "float32", "sum")
+    for c in comms:
+        c.finalize()
+    with pytest.raises(symm.InvalidUsageError, match="symmCommFinalize"):
+        comms[0].all_reduce(bufs[0], bufs[0], 4, "float32", "sum")
+    for w, b, c in zip(wins, bufs, comms):
+        w.deregister()
+        b.free()
+        c.destroy()
+
+
 def test_double_free_and_double_deregister_raise() -> None:
     with symm.Comm.init_all(1)[0] as comm:
         buf = comm.alloc(128)

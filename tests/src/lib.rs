@@ -508,11 +508,18 @@ impl RankStream {
         if result != symmResult_t::symmSuccess || !on_cuda() {
             return result;
         }
-        // SAFETY: a stream made by `new`, or the legacy stream; a context is current.
-        unsafe { cudarc::driver::sys::cuStreamSynchronize(self.0) }
-            .result()
-            .unwrap();
+        self.synchronize();
         async_error(comm)
+    }
+
+    /// Wait for the stream's work (nothing to wait for on the host backend).
+    pub fn synchronize(&self) {
+        if on_cuda() {
+            // SAFETY: a stream made by `new`; a context is current.
+            unsafe { cudarc::driver::sys::cuStreamSynchronize(self.0) }
+                .result()
+                .unwrap();
+        }
     }
 }
 
@@ -547,4 +554,49 @@ pub fn window_of_bytes(comm: symmComm_t, bytes: usize) -> (*mut c_void, symmWind
         );
     }
     (buffer, window)
+}
+
+/// Write `values` at `ptr`, window memory of this process: a synchronous copy on the cuda
+/// backend (after the work queued on the legacy stream), plain stores on the host backend.
+/// Tests pass window memory of their own ranks only (as `read_f32`'s callers vouch).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn put_f32(ptr: *mut u8, values: &[f32]) {
+    if on_cuda() {
+        cuda_context();
+        // SAFETY: `ptr` is device memory from symmMemAlloc with room for `values`; the
+        // synchronous copy waits for the work queued on the legacy stream.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_sync(
+                ptr as cudarc::driver::sys::CUdeviceptr,
+                values,
+            )
+        }
+        .unwrap();
+    } else {
+        // SAFETY: host memory from symmMemAlloc with room for `values`; no call is in flight.
+        unsafe { write_f32(ptr, values) };
+    }
+}
+
+/// Read `count` f32 at `ptr`, window memory of this process (on the cuda backend after the
+/// context's work).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn get_f32(ptr: *const u8, count: usize) -> Vec<f32> {
+    if on_cuda() {
+        cuda_context();
+        let mut out = vec![0f32; count];
+        // SAFETY: as in `put_f32`.
+        unsafe {
+            cudarc::driver::sys::cuCtxSynchronize().result().unwrap();
+            cudarc::driver::result::memcpy_dtoh_sync(
+                &mut out,
+                ptr as cudarc::driver::sys::CUdeviceptr,
+            )
+            .unwrap();
+        }
+        out
+    } else {
+        // SAFETY: as in `put_f32`.
+        unsafe { read_f32(ptr, count) }
+    }
 }

@@ -14,7 +14,6 @@
 //! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the simulated
 //! GPU runs it in `cargo xtask sim --test`), the windows filled and read through the driver.
 
-use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -97,38 +96,8 @@ fn window_bytes(count: usize) -> usize {
     2 * region(count) * 4
 }
 
-/// Write `values` at `ptr` (window memory of this process).
-fn put(ptr: *mut u8, values: &[f32]) {
-    if on_cuda() {
-        cuda_context();
-        // SAFETY: `ptr` is device memory from symmMemAlloc with room for `values`; the
-        // synchronous copy waits for the work queued on the legacy stream.
-        unsafe { result::memcpy_htod_sync(ptr as sys::CUdeviceptr, values) }.unwrap();
-    } else {
-        // SAFETY: host memory from symmMemAlloc with room for `values`; no call is in flight.
-        unsafe { write_f32(ptr, values) };
-    }
-}
-
-/// Read `count` f32 at `ptr` (window memory of this process).
-fn get(ptr: *const u8, count: usize) -> Vec<f32> {
-    if on_cuda() {
-        cuda_context();
-        let mut out = vec![0f32; count];
-        // SAFETY: as in `put`.
-        unsafe {
-            sys::cuCtxSynchronize().result().unwrap();
-            result::memcpy_dtoh_sync(&mut out, ptr as sys::CUdeviceptr).unwrap();
-        }
-        out
-    } else {
-        // SAFETY: as in `put`.
-        unsafe { read_f32(ptr, count) }
-    }
-}
-
 /// Rank `rank`'s input element `i` (exact in f32, distinct per rank and element).
-fn input(rank: usize, i: usize) -> f32 {
+fn input_f32(rank: usize, i: usize) -> f32 {
     ((rank + 1) * 100_000 + i) as f32
 }
 
@@ -139,7 +108,7 @@ fn fill(rank: usize, count: usize) -> Vec<f32> {
     (0..2 * r)
         .map(|i| {
             if i < r {
-                input(rank, i)
+                input_f32(rank, i)
             } else {
                 -((rank * 7 + i) as f32)
             }
@@ -200,7 +169,7 @@ fn expected(coll: Coll, rank: usize, count: usize, place: impl Fn(usize) -> Plac
     let mut window = fill(rank, count);
     let own = place(rank);
     let recv = region(count) + own.recv;
-    let send_element = |r: usize, i: usize| input(r, place(r).send + i);
+    let send_element = |r: usize, i: usize| input_f32(r, place(r).send + i);
     match coll {
         Coll::AllReduce => {
             for i in 0..count {
@@ -309,20 +278,20 @@ fn check_case(layout: &str, coll: Coll, count: usize, outcomes: &[Outcome]) {
 /// mismatched one; its outcome. Every rank calls it on its own thread or process.
 fn run_rank(comm: symmComm_t, rank: usize, base: *mut u8, coll: Coll, count: usize) -> Outcome {
     let stream = RankStream::new();
-    put(base, &fill(rank, count));
+    put_f32(base, &fill(rank, count));
     let result = call(coll, comm, base, count, Place::both(1), stream.handle());
     let result = stream.completed(comm, result);
     assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(comm));
     let window_len = 2 * region(count);
-    let agreed_ok = get(base, window_len) == expected(coll, rank, count, |_| Place::both(1));
-    put(base, &fill(rank, count));
+    let agreed_ok = get_f32(base, window_len) == expected(coll, rank, count, |_| Place::both(1));
+    put_f32(base, &fill(rank, count));
     let started = Instant::now();
     // On the cuda backend an enqueued call fails once its kernel gave up.
     let result = call(coll, comm, base, count, Place::both(rank), stream.handle());
     let result = stream.completed(comm, result);
     let took = started.elapsed();
     let message = last_error(comm);
-    let untouched = get(base, window_len) == fill(rank, count);
+    let untouched = get_f32(base, window_len) == fill(rank, count);
     Outcome {
         rank,
         agreed_ok,
@@ -402,7 +371,7 @@ fn a_group_refuses_different_offsets_on_every_rank() {
                 (result, last_error(null_mut()))
             };
             for (rank, b) in buffers.iter().enumerate() {
-                put(b.base, &fill(rank, count));
+                put_f32(b.base, &fill(rank, count));
             }
             let (result, message) = group(&|_| Place::both(1));
             assert_eq!(result, symmResult_t::symmSuccess, "{message}");
@@ -411,11 +380,11 @@ fn a_group_refuses_different_offsets_on_every_rank() {
                 .iter()
                 .enumerate()
                 .map(|(rank, b)| {
-                    get(b.base, window_len) == expected(coll, rank, count, |_| Place::both(1))
+                    get_f32(b.base, window_len) == expected(coll, rank, count, |_| Place::both(1))
                 })
                 .collect();
             for (rank, b) in buffers.iter().enumerate() {
-                put(b.base, &fill(rank, count));
+                put_f32(b.base, &fill(rank, count));
             }
             let started = Instant::now();
             let (result, message) = group(&Place::both);
@@ -428,7 +397,7 @@ fn a_group_refuses_different_offsets_on_every_rank() {
                     agreed_ok: agreed[rank],
                     result,
                     message: message.clone(),
-                    untouched: get(b.base, window_len) == fill(rank, count),
+                    untouched: get_f32(b.base, window_len) == fill(rank, count),
                     took,
                 })
                 .collect();
@@ -494,11 +463,11 @@ fn buffers_no_peer_touches_may_lie_anywhere() {
                         );
                         let (base, window) = own_window(comm, count);
                         let stream = RankStream::new();
-                        put(base, &fill(rank, count));
+                        put_f32(base, &fill(rank, count));
                         let result = call(coll, comm, base, count, place(rank), stream.handle());
                         let result = stream.completed(comm, result);
                         assert_eq!(result, symmResult_t::symmSuccess, "{}", last_error(comm));
-                        let right = get(base, window_len) == expected(coll, rank, count, place);
+                        let right = get_f32(base, window_len) == expected(coll, rank, count, place);
                         leave(comm, base, window);
                         assert!(
                             right,
@@ -511,7 +480,7 @@ fn buffers_no_peer_touches_may_lie_anywhere() {
             let comms = init_all(NRANKS);
             let buffers = alloc_windows(&comms, window_bytes(count));
             for (rank, b) in buffers.iter().enumerate() {
-                put(b.base, &fill(rank, count));
+                put_f32(b.base, &fill(rank, count));
             }
             check(symmGroupStart(), null_mut());
             for (rank, b) in buffers.iter().enumerate() {
@@ -521,7 +490,7 @@ fn buffers_no_peer_touches_may_lie_anywhere() {
             check(symmGroupEnd(), null_mut());
             for (rank, b) in buffers.iter().enumerate() {
                 assert!(
-                    get(b.base, window_len) == expected(coll, rank, count, place),
+                    get_f32(b.base, window_len) == expected(coll, rank, count, place),
                     "a group, {coll:?} of {count}: rank {rank} wrong"
                 );
             }

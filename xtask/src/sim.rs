@@ -207,6 +207,8 @@ struct TestBinaries {
     window_offsets: PathBuf,
     /// A failure reaching every rank at once (`prompt_failure.rs`).
     prompt_failure: PathBuf,
+    /// `symmCommAbort` and `symmCommFinalize` (`abort_finalize.rs`).
+    abort_finalize: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -225,6 +227,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "window_offsets",
             "--test",
             "prompt_failure",
+            "--test",
+            "abort_finalize",
             "--no-run",
             "--message-format=json",
         ])
@@ -250,6 +254,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         gpu: executable("gpu_collectives")?,
         window_offsets: executable("window_offsets")?,
         prompt_failure: executable("prompt_failure")?,
+        abort_finalize: executable("abort_finalize")?,
     })
 }
 
@@ -312,8 +317,9 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 /// 1. The GPU test set (`tests/tests/gpu_collectives.rs`): all of it with seed 1 on a 16-SM
 ///    device, then all but the dtype/op sweeps with seed 2 on an H100-shaped one (132 SMs).
 ///    Then the layouts users run (a thread per rank, a group, a process per rank): buffers at
-///    different window offsets refused on every rank (`window_offsets.rs`), and a failure
-///    reaching every rank at once (`prompt_failure.rs`).
+///    different window offsets refused on every rank (`window_offsets.rs`), a failure
+///    reaching every rank at once (`prompt_failure.rs`), and `symmCommAbort` while a peer
+///    hangs and `symmCommFinalize` (`abort_finalize.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -412,6 +418,7 @@ pub fn test() -> Result<(), String> {
             "a failure reaches every rank at once",
             &binaries.prompt_failure,
         ),
+        ("abort and finalize", &binaries.abort_finalize),
     ] {
         SimRun {
             what,
@@ -421,7 +428,7 @@ pub fn test() -> Result<(), String> {
         }
         .pass(&dir)?;
     }
-    step("layouts: offsets and prompt failure", t);
+    step("layouts: offsets, prompt failure, abort", t);
 
     // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
     // graph test captures a count that fits). Reads of pinned host memory cost a PCIe round

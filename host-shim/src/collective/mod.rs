@@ -204,6 +204,7 @@ pub enum Prepared {
 /// Plan `request` of `comm` on `stream`. A failed communicator refuses every call first,
 /// before anything is planned or numbered.
 pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepared> {
+    crate::comm::refuse_if_finalized(comm, request.collective.name())?;
     crate::comm::failure::settle_refusal(comm)?;
     crate::comm::failure::check(comm)?;
     let forced = comm

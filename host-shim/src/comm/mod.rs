@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use symm_device::symmetric::Algorithm;
 use symm_device::symmetric::TaskArgs;
 use symm_device::sync::signal_pad::MAX_RANKS;
@@ -161,6 +161,9 @@ pub struct CommState {
     pub registration_failed: Option<String>,
     /// The kernel launched last by this rank (named when a kernel refuses its launch).
     pub last_kernel: Option<String>,
+    /// Set by `symmCommFinalize`: every later collective and registration is refused; only
+    /// teardown remains.
+    pub finalized: bool,
     /// Set when the device reported that queued work failed (see
     /// [`crate::backend::Backend::async_error`]): every later collective fails with it.
     pub device_error: Option<Error>,
@@ -342,6 +345,29 @@ impl Comm {
                 Err(error)
             }
             None => Ok(CallInProgress { comm: self }),
+        }
+    }
+
+    /// Wait until no thread but the calling one is in a call on this rank, at most `bound`;
+    /// `true` when none is. Another thread's call that holds the rank for its open group
+    /// counts as in a call.
+    pub fn wait_for_other_threads(&self, bound: Duration) -> bool {
+        let me = std::thread::current().id();
+        let start = Instant::now();
+        loop {
+            let busy = self
+                .user
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(|u| u.thread != me);
+            if !busy {
+                return true;
+            }
+            if start.elapsed() >= bound {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -661,6 +687,68 @@ pub fn destroy(comm: &Arc<Comm>) -> Result<()> {
     let watch = comm.watch.lock().unwrap_or_else(|e| e.into_inner()).take();
     drop(watch);
     comm.release()
+}
+
+/// `symmCommAbort`: fail the communicator on every rank, naming this rank's abort (the
+/// failure path of [`failure::fail`]: every rank's pending kernels give up at their next look
+/// and every later call of every rank is refused with the cause), wait for a call another
+/// thread has in progress on this rank to return (it returns the abort's error: its kernels
+/// see the raised abort words), then free everything as [`destroy`] does. Not a call of the
+/// rank: it may come from any thread, also while another thread's call waits for a peer that
+/// hangs. Refused only when the calling thread holds calls of this rank queued in its open
+/// group (end the group first), or when that other thread's call has not returned within the
+/// communicator's timeout.
+pub fn abort(comm: &Arc<Comm>) -> Result<()> {
+    comm.refuse_if_queued_in_group("symmCommAbort")?;
+    let error = Error::invalid_usage(format!(
+        "rank {} called symmCommAbort: the communicator is aborted",
+        comm.rank
+    ));
+    failure::fail(comm, &error);
+    // The clique's first failure raised every window's abort word; a later one found them
+    // raised already. Raise this rank's again so that no kernel of it waits on.
+    let windows: Vec<Arc<Window>> = comm.lock().windows.values().cloned().collect();
+    for window in windows {
+        window.raise_abort(symm_device::symmetric::ABORT_PEER_FAILED);
+    }
+    if !comm.wait_for_other_threads(comm.clique.timeout) {
+        return Err(Error::new(
+            symmResult_t::symmTimeout,
+            format!(
+                "symmCommAbort on rank {}: another thread's call on this rank did not return                  within the timeout ({:?}); the communicator is failed on every rank but not                  freed",
+                comm.rank, comm.clique.timeout
+            ),
+        ));
+    }
+    destroy(comm)
+}
+
+/// `symmCommFinalize`: wait until every collective this rank enqueued has completed (on every
+/// stream it was enqueued on), then refuse every later collective and registration; only
+/// teardown (`symmCommDestroy`, deregistration, `symmMemFree`) remains. Returns the
+/// communicator's failure if it failed, here or on another rank. A call of the rank (one thread
+/// at a time), refused inside an open group that queued calls of it.
+pub fn finalize(comm: &Arc<Comm>) -> Result<()> {
+    let _call = comm.enter_call("symmCommFinalize")?;
+    comm.refuse_if_queued_in_group("symmCommFinalize")?;
+    comm.clique.backend.synchronize(&comm.resources)?;
+    let windows: Vec<Arc<Window>> = comm.lock().windows.values().cloned().collect();
+    for window in &windows {
+        window.wait_for_launches()?;
+    }
+    comm.lock().finalized = true;
+    failure::check(comm)
+}
+
+/// The refusal of `what` on a finalized communicator, or `Ok`.
+pub fn refuse_if_finalized(comm: &Comm, what: &str) -> Result<()> {
+    if comm.lock().finalized {
+        return Err(Error::invalid_usage(format!(
+            "{what} on rank {} after symmCommFinalize: a finalized communicator only              allows teardown (deregistration, symmMemFree, symmCommDestroy)",
+            comm.rank
+        )));
+    }
+    Ok(())
 }
 
 /// How long a root made by `symmGetUniqueId` waits for its ranks to join: the id may travel

@@ -21,6 +21,7 @@ use symm_device::sync::signal_pad::signal_pad_bytes;
 /// `symmCommWindowRegister` on one rank: validate, deposit, and (outside a group) complete.
 pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Result<Arc<Window>> {
     check_arguments(buff, size, flags)?;
+    crate::comm::refuse_if_finalized(comm, "symmCommWindowRegister")?;
     let size = size as u64;
     let backend = comm.clique.backend.clone();
     let mut state = comm.lock();

@@ -191,6 +191,29 @@ pub extern "C" fn symmCommDestroy(comm: symmComm_t) -> symmResult_t {
     with_comm("symmCommDestroy", comm, comm::destroy)
 }
 
+/// Abort `comm`: the communicator fails on every rank, naming this rank's abort (every rank's
+/// pending collectives end promptly and its later calls fail with the cause), then everything
+/// this rank owns is freed and `comm` is no longer valid, as after `symmCommDestroy`. May be
+/// called from any thread, also while another thread's call on `comm` waits for a peer that
+/// hangs: that call returns an error first. Refused (`symmInvalidUsage`) while the calling
+/// thread's open group holds calls of `comm`.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmCommAbort(comm: symmComm_t) -> symmResult_t {
+    match Comm::from_handle(comm) {
+        // Not `with_comm`'s error bookkeeping on the communicator it frees.
+        Ok(c) => guard("symmCommAbort", None, || comm::abort(&c)),
+        Err(e) => guard("symmCommAbort", None, || Err(e)),
+    }
+}
+
+/// Finalize `comm`: wait until every collective this rank enqueued has completed, then refuse
+/// later collectives and registrations (`symmInvalidUsage`); `symmCommDestroy` frees it.
+/// Returns the communicator's failure, if it failed.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmCommFinalize(comm: symmComm_t) -> symmResult_t {
+    with_comm("symmCommFinalize", comm, comm::finalize)
+}
+
 /// Number of ranks of `comm`.
 ///
 /// # Safety
