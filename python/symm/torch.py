@@ -236,6 +236,20 @@ class SymmProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
 
+    def shutdown(self) -> None:
+        """``destroy_process_group``: destroy the group's communicator (``symmCommDestroy``),
+        which frees its windows and buffers (tensors from :func:`empty` or :func:`mem_pool`
+        of this group lose their memory). Once only."""
+        if not self.comm.destroyed:
+            self.comm.destroy()
+
+    def abort(self) -> None:
+        """Abort the group's communicator (``symmCommAbort``): it fails on every rank, naming
+        this rank's abort, so that every rank's pending and later calls end at once; then it
+        is freed. Callable while another thread's collective of this group waits."""
+        if not self.comm.destroyed:
+            self.comm.abort()
+
     def __repr__(self) -> str:
         return f"SymmProcessGroup(rank {self._rank} of {self._size}, {self.comm.backend} backend)"
 

@@ -227,7 +227,10 @@ def main() -> None:
     assert took < 2.0, f"rank {rank}: the refusal took {took:.1f} s"
     calls += 1
     dist.barrier()
+    group = dist.distributed_c10d._get_default_group()
     dist.destroy_process_group()
+    # destroy_process_group shuts the group down: its communicator is destroyed.
+    assert group.comm.destroyed, "the default group's communicator outlived destroy_process_group"
     print(f"rank {rank}: {calls} calls OK", flush=True)
 
 
