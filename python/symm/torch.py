@@ -142,7 +142,8 @@ def _op_name(op: Any) -> str:
     ):
         if op == getattr(dist.ReduceOp, name):
             return symm_name
-    raise UnsupportedError(f"ReduceOp {op} is not one symm has (SUM, PRODUCT, MIN, MAX, AVG)")
+    name = next((n for n in ("BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED") if op == getattr(dist.ReduceOp, n, None)), op)
+    raise UnsupportedError(f"ReduceOp {name} is not one symm has (SUM, PRODUCT, MIN, MAX, AVG)")
 
 
 def _op_of(opts: Any) -> str:
@@ -565,55 +566,79 @@ class SymmProcessGroup(dist.ProcessGroup):
     ) -> Any:
         size = self._size
         counts: list[list[int]] = []
+        problem: str | None = None
+        row = 1
         for name, tensor, splits in (("input", input, input_split_sizes), ("output", output, output_split_sizes)):
             rows = tensor.shape[0] if tensor.dim() > 0 else 0
+            row = math.prod(tensor.shape[1:]) if tensor.dim() > 0 else 1
             if splits and (len(splits) != size or sum(splits) != rows or min(splits) < 0):
-                raise InvalidArgumentError(
+                problem = problem or (
                     f"all_to_all_single: {name} split sizes {list(splits)} do not split its {rows} rows among {size} ranks"
                 )
-            if not splits and rows % size:
-                raise InvalidArgumentError(f"all_to_all_single: the {name}'s {rows} rows do not divide among {size} ranks")
-            row = math.prod(tensor.shape[1:]) if tensor.dim() > 0 else 1
-            counts.append([s * row for s in splits] if splits else [tensor.numel() // size] * size)
-        if not input_split_sizes and not output_split_sizes:
-            self._all_to_all(output, input)
-        else:
-            self._all_to_all_v(output, input, counts[1], counts[0])
+            elif not splits and rows % size:
+                problem = problem or f"all_to_all_single: the {name}'s {rows} rows do not divide among {size} ranks"
+            counts.append([s * row for s in splits] if splits and problem is None else [tensor.numel() // size] * size)
+        # Every rank takes the same path whatever it passed (split sizes or none: a peer may
+        # pass the other): the counts are always swapped and agreed on first.
+        self._all_to_all_v(output, input, counts[1], counts[0], problem, row)
         return _done([output])
 
-    def _all_to_all_v(self, output: torch.Tensor, input: torch.Tensor, out_counts: list[int], in_counts: list[int]) -> None:  # noqa: A002
+    def _all_to_all_v(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002
+        out_counts: list[int],
+        in_counts: list[int],
+        problem: str | None = None,
+        row: int = 1,
+    ) -> None:
         """All-to-all of ``in_counts[p]`` elements of ``input`` to rank ``p`` (segments in rank
         order), ``out_counts[p]`` elements from rank ``p`` into ``output``. The ranks first swap
         their counts (an all-to-all of one integer per peer) and agree, by an all-reduce of the
-        largest, on whether any pair disagrees (every rank then raises) and on the largest
-        segment ``m``; the data then goes as an all-to-all of ``m`` elements per peer, each
-        segment padded to ``m``."""
+        largest, on whether any rank found a problem — its own arguments (``problem``) or a
+        pair whose counts disagree — (every rank then raises) and on the largest segment ``m``;
+        the data then goes as an all-to-all of ``m`` elements per peer, each segment padded to
+        ``m`` (no copy on a rank whose segments all hold ``m``). ``row``: elements per row of
+        ``output``, for the messages."""
         self._check(input)
         size = self._size
         if output.dtype != input.dtype:
-            raise InvalidArgumentError(f"all_to_all: output is {output.dtype}, input {input.dtype}: want one dtype")
+            problem = problem or f"all_to_all: output is {output.dtype}, input {input.dtype}: want one dtype"
         sent = torch.tensor(in_counts, dtype=torch.int64)
         announced = torch.empty(size, dtype=torch.int64)
         self._all_to_all(announced, sent)
-        wrong = [p for p in range(size) if int(announced[p]) != out_counts[p]]
-        agreed = torch.tensor([1 if wrong else 0, max([*in_counts, *out_counts, 0])], dtype=torch.int64)
+        wrong = [] if problem else [p for p in range(size) if int(announced[p]) != out_counts[p]]
+        flagged = 1 if (wrong or problem) else 0
+        agreed = torch.tensor([flagged, max([*in_counts, *out_counts, 0])], dtype=torch.int64)
         self._all_reduce(agreed, "max")
+        if problem:
+            raise InvalidArgumentError(problem)
         if int(agreed[0]):
+
+            def rows(n: int) -> str:
+                return f"{n // row} rows" if row > 1 and n % row == 0 else f"{n} elements"
+
             detail = (
-                "; ".join(f"rank {p} sends {int(announced[p])} elements to this rank, which expects {out_counts[p]}" for p in wrong)
+                "; ".join(f"rank {p} sends {rows(int(announced[p]))} to this rank, which expects {rows(out_counts[p])}" for p in wrong)
                 if wrong
-                else "another rank's split sizes disagree with its peer's"
+                else "another rank's arguments are wrong, or its split sizes disagree with its peer's"
             )
-            raise InvalidArgumentError(f"all_to_all: split sizes disagree between ranks ({detail})")
+            raise InvalidArgumentError(f"all_to_all: refused on every rank ({detail})")
         most = int(agreed[1])
         if most == 0:
             return
         flat_in = input.contiguous().reshape(-1)
-        padded_in = torch.zeros((size, most), dtype=input.dtype, device=input.device)
-        start = 0
-        for p, n in enumerate(in_counts):
-            padded_in[p, :n].copy_(flat_in[start : start + n])
-            start += n
+        if all(n == most for n in in_counts):
+            padded_in = flat_in.view(size, most)
+        else:
+            padded_in = torch.zeros((size, most), dtype=input.dtype, device=input.device)
+            start = 0
+            for p, n in enumerate(in_counts):
+                padded_in[p, :n].copy_(flat_in[start : start + n])
+                start += n
+        if all(n == most for n in out_counts) and output.is_contiguous():
+            self._all_to_all(output.view(size, most).view(-1), padded_in.view(-1))
+            return
         padded_out = torch.empty((size, most), dtype=output.dtype, device=output.device)
         self._all_to_all(padded_out.view(-1), padded_in.view(-1))
         flat_out = output.reshape(-1) if output.is_contiguous() else torch.empty(output.numel(), dtype=output.dtype, device=output.device)
@@ -628,13 +653,10 @@ class SymmProcessGroup(dist.ProcessGroup):
         size = self._size
         if len(inputs) != size or len(outputs) != size:
             raise InvalidArgumentError(f"all_to_all: want {size} input and {size} output tensors")
-        n = inputs[0].numel()
         gathered = torch.empty(sum(t.numel() for t in outputs), dtype=outputs[0].dtype, device=outputs[0].device)
         flat_in = torch.cat([t.reshape(-1) for t in inputs])
-        if all(t.numel() == n for t in [*inputs, *outputs]):
-            self._all_to_all(gathered, flat_in)
-        else:
-            self._all_to_all_v(gathered, flat_in, [t.numel() for t in outputs], [t.numel() for t in inputs])
+        # The same path on every rank whatever its sizes (a peer's may differ).
+        self._all_to_all_v(gathered, flat_in, [t.numel() for t in outputs], [t.numel() for t in inputs])
         start = 0
         for out in outputs:
             out.copy_(gathered[start : start + out.numel()].view(out.shape))

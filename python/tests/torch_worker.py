@@ -148,6 +148,42 @@ def main() -> None:
         expected = torch.cat([torch.full((n, 3), float(p * 100 + rank)) for p, n in enumerate(receives)] + [torch.empty(0, 3)])
         assert torch.equal(output, expected), (trial, output, expected)
         calls += 1
+    # Ranks may pass split sizes or none, and lists whose sizes are equal on one rank only:
+    # every rank takes the same path (a rank deciding alone returned wrong data or hung).
+    sends = [1] * size
+    sends[0] = 2
+    receives = [2 if rank == 0 else 1 for _ in range(size)]
+    source = torch.cat([torch.full((n,), float(rank * 10 + p)) for p, n in enumerate(sends)])
+    output = torch.full((sum(receives),), -1.0)
+    dist.all_to_all_single(output, source, receives, sends)
+    expected = torch.cat([torch.full((n,), float(p * 10 + rank)) for p, n in enumerate(receives)])
+    assert torch.equal(output, expected), (output, expected)
+    even = torch.arange(size * 2, dtype=torch.float32) + 100 * rank
+    output = torch.empty(size * 2)
+    if rank == 0:
+        dist.all_to_all_single(output, even, [2] * size, [2] * size)
+    else:
+        dist.all_to_all_single(output, even)
+    expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * p for p in range(size)])
+    assert torch.equal(output, expected), (output, expected)
+    # Lists: rank 0's tensors all of one size, the others' not (rank r sends r + p + 1
+    # elements to p); then every tensor of rank 0 empty.
+    for extra in (1, 0):
+        lengths = [(extra if rank == 0 else rank + p + 1) for p in range(size)]
+        outs = [torch.full(((extra if p == 0 else p + rank + 1),), -1.0) for p in range(size)]
+        dist.all_to_all(outs, [torch.full((n,), float(rank * 10 + p)) for p, n in enumerate(lengths)])
+        assert all((o == p * 10 + rank).all() for p, o in enumerate(outs)), (extra, outs)
+    calls += 4
+    # Split sizes that do not add up on one rank: every rank raises, and the group lives on.
+    try:
+        bad = [1] * size if rank != 0 else [2] * size
+        dist.all_to_all_single(torch.empty(size), torch.ones(size), [1] * size, bad)
+    except Exception as error:  # noqa: BLE001 (torch wraps the backend's error)
+        said = str(error)
+        assert ("do not split" if rank == 0 else "refused on every rank") in said, said
+    else:
+        raise AssertionError(f"rank {rank}: split sizes that do not add up were not refused")
+    dist.all_reduce(torch.ones(1))
     # Split sizes that disagree between two ranks fail on every rank, naming the disagreement.
     receives = [1] * size
     if rank == 0:
@@ -155,7 +191,7 @@ def main() -> None:
     try:
         dist.all_to_all_single(torch.empty(sum(receives)), torch.ones(size), receives, [1] * size)
     except Exception as error:  # noqa: BLE001 (torch wraps the backend's error)
-        assert "split sizes disagree" in str(error), str(error)
+        assert "refused on every rank" in str(error), str(error)
     else:
         raise AssertionError(f"rank {rank}: split sizes that disagree were not refused")
     # A list all-gather and a reduce-scatter of a 2-D tensor.
