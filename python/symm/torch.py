@@ -66,7 +66,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from . import _core
@@ -151,10 +150,34 @@ def _op_of(opts: Any) -> str:
     return "sum" if opts is None else _op_name(opts.reduceOp)
 
 
+class _CompletedWork(dist.Work):
+    """The work object of a call that completed before it returned (every call of this
+    backend): ``wait()`` returns at once, ``result()`` gives the call's tensors, as gloo's."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self._result = result
+        self._future: Future = Future()
+        self._future.set_result(result)
+
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self._result
+
+    def get_future(self) -> Future:
+        return self._future
+
+
 def _done(result: Any) -> Any:
-    future: Future = Future()
-    future.set_result(result)
-    return _create_work_from_future(future)
+    return _CompletedWork(result)
 
 
 def wait_bound_ms(timeout: timedelta | None) -> int:

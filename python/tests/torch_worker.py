@@ -207,6 +207,8 @@ def main() -> None:
     work = dist.all_reduce(tensor, async_op=True)
     assert work.wait() and work.is_completed()
     assert (tensor == size * (size + 1) / 2).all()
+    # As gloo's: the result is the call's tensors, and the future gives them too.
+    assert work.result()[0] is tensor and work.get_future().wait()[0] is tensor
     dist.barrier()
     objects = [None] * size
     dist.all_gather_object(objects, {"rank": rank, "name": f"r{rank}"})
