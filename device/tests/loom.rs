@@ -133,8 +133,14 @@ struct World {
 
 impl World {
     fn new(world: usize) -> Box<World> {
+        World::with_pads(world, signal_pad_bytes(world))
+    }
+
+    /// `world` ranks whose pads hold `bytes` each (the point-to-point window's: the pair
+    /// region only).
+    fn with_pads(world: usize, bytes: usize) -> Box<World> {
         let mut pads: Vec<Vec<Chunk>> = (0..world)
-            .map(|_| vec![Chunk([0; 16]); signal_pad_bytes(world).div_ceil(16)])
+            .map(|_| vec![Chunk([0; 16]); bytes.div_ceil(16)])
             .collect();
         let mut aborts = vec![0u32; world];
         let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
@@ -155,7 +161,7 @@ impl World {
                 window_size: 0,
                 peer_bases: 0,
                 peer_signal_pads: table,
-                signal_pad_size: signal_pad_bytes(world) as u64,
+                signal_pad_size: bytes as u64,
                 abort_flag: abort as *mut u32 as u64,
                 timeout_ns: 1,
                 engine: [0; 3],
@@ -1081,72 +1087,33 @@ fn mutant_pat_sender_not_waiting_for_ready_is_caught() {
 // ---------------------------------------------------------------------------------------------
 // Point-to-point pairing (`sync::p2p`, docs/POINT_TO_POINT.md).
 
-/// Two ranks' pair regions (each at the base of a pad of its own, as on the communicator's
-/// point-to-point window), abort words and contexts.
-struct PairWorld {
-    _pads: Vec<Vec<Chunk>>,
-    _aborts: Vec<u32>,
-    pad_addresses: Vec<u64>,
-    contexts: Vec<SymmContext>,
-}
-
-impl PairWorld {
-    fn new(world: usize) -> Box<PairWorld> {
-        let bytes = p2p::pair_region_bytes(world as u32) as usize;
-        let mut pads: Vec<Vec<Chunk>> = (0..world)
-            .map(|_| vec![Chunk([0; 16]); bytes.div_ceil(16)])
-            .collect();
-        let mut aborts = vec![0u32; world];
-        let pad_addresses: Vec<u64> = pads.iter_mut().map(|p| p.as_mut_ptr() as u64).collect();
-        let mut model = Box::new(PairWorld {
-            _pads: Vec::new(),
-            _aborts: Vec::new(),
-            pad_addresses,
-            contexts: Vec::new(),
-        });
-        let table = model.pad_addresses.as_ptr() as u64;
-        for (rank, abort) in aborts.iter_mut().enumerate() {
-            model.contexts.push(SymmContext {
-                backend: BackendTag::Native as u32,
-                version: CONTEXT_VERSION,
-                rank: rank as u32,
-                world_size: world as u32,
-                local_base: 0,
-                window_size: 0,
-                peer_bases: 0,
-                peer_signal_pads: table,
-                signal_pad_size: bytes as u64,
-                abort_flag: abort as *mut u32 as u64,
-                timeout_ns: 1,
-                engine: [0; 3],
-            });
-        }
-        model._pads = pads;
-        model._aborts = aborts;
-        model
+impl World {
+    /// `world` ranks whose pads hold only the pair region, as on the communicator's
+    /// point-to-point window.
+    fn pairs(world: usize) -> Box<World> {
+        World::with_pads(world, p2p::pair_region_bytes(world as u32) as usize)
     }
 
     /// Declare every word of the pair regions to the loom model (after any planting, before
     /// the grid).
-    fn declare(&self) {
-        let world = self.contexts.len();
-        let model = self;
+    fn declare_pairs(&self) {
+        let world = self.world();
         // SAFETY: every address lies inside a live pad or abort word; no grid runs yet.
         unsafe {
-            for context in &model.contexts {
+            for context in &self.contexts {
                 model_word(context.abort_flag, WordKind::AtomicU32);
             }
-            for pad in &model.pad_addresses {
-                for peer in 0..world as u32 {
+            for pad in &self.pad_addresses {
+                for peer in 0..world {
                     for seq in 0..p2p::SLOTS {
                         let slot = p2p::outbox_slot(*pad, peer, seq);
                         for word in 0..(p2p::DESCRIPTOR_BYTES / 8) as usize {
                             model_word(slot.add(word) as u64, WordKind::PlainU64);
                         }
                     }
-                    let posted = p2p::posted_slot(*pad, world as u32, peer);
+                    let posted = p2p::posted_slot(*pad, world, peer);
                     model_word(posted as u64, WordKind::AtomicU32);
-                    let done = p2p::done_slot(*pad, world as u32, peer);
+                    let done = p2p::done_slot(*pad, world, peer);
                     model_word(done as u64, WordKind::AtomicU32);
                 }
             }
@@ -1164,14 +1131,14 @@ const PAIR_SENDS: u32 = p2p::SLOTS + 1;
 /// buffer, checking each value. The pair has made `before` sends already (its `posted` and
 /// `done` words hold it), so that the sequences may wrap.
 fn pair_sends_after(before: u32) {
-    let model = PairWorld::new(2);
+    let model = World::pairs(2);
     // SAFETY: words of live pads; no grid runs yet; the model reads them through loom (the
     // declared objects take the values the memory holds when declared, so plant first).
     unsafe {
         p2p::posted_slot(model.pad_addresses[1], 2, 0).write(before);
         p2p::done_slot(model.pad_addresses[0], 2, 1).write(before);
     }
-    model.declare();
+    model.declare_pairs();
     let sent = Payload::new(PAIR_SENDS as usize);
     let received = Payload::new(1);
     run_grid(2, 1, &|| {

@@ -35,20 +35,38 @@ fn long_timeouts() {
     unsafe { std::env::set_var("SYMM_TIMEOUT_MS", TIMEOUT_MS) };
 }
 
-/// One rank's all-reduce on its window, completed (on the cuda backend: its stream
-/// synchronized, then the communicator's asynchronous error).
-fn all_reduce(comm: symmComm_t, buffer: *mut std::ffi::c_void) -> symmResult_t {
-    let stream = RankStream::new();
-    let result = symmAllReduce(
+/// An in-place float sum of `COUNT` elements at `buffer` on `stream`, as issued.
+fn issue_all_reduce(
+    comm: symmComm_t,
+    buffer: *mut std::ffi::c_void,
+    stream: symmStream_t,
+) -> symmResult_t {
+    symmAllReduce(
         buffer,
         buffer,
         COUNT,
         symmDataType_t::symmFloat32 as i32,
         symmRedOp_t::symmSum as i32,
         comm,
-        stream.handle(),
-    );
+        stream,
+    )
+}
+
+/// One rank's all-reduce on its window, completed (on the cuda backend: its stream
+/// synchronized, then the communicator's asynchronous error).
+fn all_reduce(comm: symmComm_t, buffer: *mut std::ffi::c_void) -> symmResult_t {
+    let stream = RankStream::new();
+    let result = issue_all_reduce(comm, buffer, stream.handle());
     stream.completed(comm, result)
+}
+
+/// One all-reduce of every rank's window in a group (one thread drives them all).
+fn grouped_all_reduce(buffers: &[RankBuffer]) {
+    check(symmGroupStart(), null_mut());
+    for b in buffers {
+        check(issue_all_reduce(b.comm, b.base.cast(), null_mut()), b.comm);
+    }
+    check(symmGroupEnd(), null_mut());
 }
 
 /// Rank 0's all-reduce waits for rank 2, which hangs (makes no call); a watchdog thread aborts
@@ -85,15 +103,7 @@ fn abort_while_a_peer_hangs_ends_every_rank_s_calls() {
                     // The abort frees this communicator, maybe before its stream is done:
                     // only the stream's end can be waited for (the call was enqueued).
                     let stream = RankStream::new();
-                    let enqueued = symmAllReduce(
-                        buffer,
-                        buffer,
-                        COUNT,
-                        symmDataType_t::symmFloat32 as i32,
-                        symmRedOp_t::symmSum as i32,
-                        comm,
-                        stream.handle(),
-                    );
+                    let enqueued = issue_all_reduce(comm, buffer, stream.handle());
                     stream.synchronize();
                     if enqueued == symmResult_t::symmSuccess {
                         symmResult_t::symmRemoteError
@@ -171,22 +181,7 @@ fn abort_between_calls_fails_the_peers_next_calls() {
     long_timeouts();
     let comms = init_all(2);
     let buffers = alloc_windows(&comms, COUNT * 4);
-    check(symmGroupStart(), null_mut());
-    for b in &buffers {
-        check(
-            symmAllReduce(
-                b.base.cast(),
-                b.base.cast(),
-                COUNT,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                b.comm,
-                null_mut(),
-            ),
-            b.comm,
-        );
-    }
-    check(symmGroupEnd(), null_mut());
+    grouped_all_reduce(&buffers);
     // Completed (on the cuda backend: the context's work).
     let _ = get_f32(buffers[1].base, 1);
     assert_eq!(symmCommAbort(buffers[0].comm), symmResult_t::symmSuccess);
@@ -213,22 +208,7 @@ fn finalize_completes_the_work_then_only_teardown_remains() {
     for b in &buffers {
         put_f32(b.base, &[1.5f32; COUNT]);
     }
-    check(symmGroupStart(), null_mut());
-    for b in &buffers {
-        check(
-            symmAllReduce(
-                b.base.cast(),
-                b.base.cast(),
-                COUNT,
-                symmDataType_t::symmFloat32 as i32,
-                symmRedOp_t::symmSum as i32,
-                b.comm,
-                null_mut(),
-            ),
-            b.comm,
-        );
-    }
-    check(symmGroupEnd(), null_mut());
+    grouped_all_reduce(&buffers);
     for b in &buffers {
         check(symmCommFinalize(b.comm), b.comm);
     }
@@ -236,15 +216,7 @@ fn finalize_completes_the_work_then_only_teardown_remains() {
         assert!(get_f32(b.base, COUNT).iter().all(|v| *v == 3.0));
     }
     for b in &buffers {
-        let result = symmAllReduce(
-            b.base.cast(),
-            b.base.cast(),
-            COUNT,
-            symmDataType_t::symmFloat32 as i32,
-            symmRedOp_t::symmSum as i32,
-            b.comm,
-            null_mut(),
-        );
+        let result = issue_all_reduce(b.comm, b.base.cast(), null_mut());
         assert_eq!(result, symmResult_t::symmInvalidUsage);
         assert!(
             last_error(b.comm).contains("symmCommFinalize"),

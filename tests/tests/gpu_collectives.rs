@@ -960,51 +960,35 @@ fn gpu_graph_capture_then_replay_with_new_inputs() {
     let count = if forced_low_latency() { 4091 } else { 4099 };
     let comms = cuda_ranks(nranks);
     let buffers = alloc_windows(&comms, 4 * count + 4096);
-    // SAFETY: stream, graph and exec handles are created, used and destroyed here, in the
-    // current context; captured calls use offsets inside the windows.
-    unsafe {
-        let mut stream = null_mut();
-        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
-        let capture = Capture::begin(stream);
-        check(symmGroupStart(), null_mut());
-        for b in &buffers {
-            let r = symmAllReduce(
-                b.base.cast(),
-                b.base.cast(),
-                count,
-                DataType::Float32 as i32,
-                0,
-                b.comm,
-                stream.cast(),
-            );
-            check(r, b.comm);
-        }
-        check(symmGroupEnd(), null_mut());
-        let graph = capture.end();
-        let mut exec = null_mut();
-        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
-            .result()
-            .unwrap();
-        for replay in 0..repeats(200) {
+    replay_graph(
+        &buffers,
+        repeats(200),
+        |stream| {
+            check(symmGroupStart(), null_mut());
+            for b in &buffers {
+                let r = symmAllReduce(
+                    b.base.cast(),
+                    b.base.cast(),
+                    count,
+                    DataType::Float32 as i32,
+                    0,
+                    b.comm,
+                    stream.cast(),
+                );
+                check(r, b.comm);
+            }
+            check(symmGroupEnd(), null_mut());
+        },
+        |replay, run| {
             let inputs = random_inputs(nranks, count, replay);
             for (b, input) in buffers.iter().zip(&inputs) {
                 upload(b.base, input);
             }
-            sys::cuGraphLaunch(exec, stream).result().unwrap();
-            sys::cuStreamSynchronize(stream).result().unwrap();
+            run();
             let results: Vec<Vec<f32>> = buffers.iter().map(|b| download(b.base, count)).collect();
             assert_matches_f64_sum(&inputs, &results, &format!("graph replay {replay}"));
-        }
-        sys::cuGraphExecDestroy(exec).result().unwrap();
-        sys::cuGraphDestroy(graph).result().unwrap();
-        sys::cuStreamDestroy_v2(stream).result().unwrap();
-    }
-    for b in &buffers {
-        let mut error = symmResult_t::symmSuccess;
-        // SAFETY: valid out-pointer.
-        check(unsafe { symmCommGetAsyncError(b.comm, &mut error) }, b.comm);
-        assert_eq!(error, symmResult_t::symmSuccess);
-    }
+        },
+    );
     teardown(buffers);
 }
 
@@ -1029,63 +1013,57 @@ fn gpu_graph_capture_of_rooted_and_segment_collectives() {
         // SAFETY: offsets inside the window (5 regions).
         unsafe { b.base.add(offset).cast() }
     };
-    // SAFETY: stream, graph and exec handles are created, used and destroyed here, in the
-    // current context; captured calls use offsets inside the windows.
-    unsafe {
-        let mut stream = null_mut();
-        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
-        let capture = Capture::begin(stream);
-        let s = stream.cast();
-        for call in 0..4 {
-            check(symmGroupStart(), null_mut());
-            for b in &buffers {
-                let r = match call {
-                    0 => symmReduce(
-                        at(b, send),
-                        at(b, reduced),
-                        count,
-                        int32,
-                        0,
-                        reduce_root as i32,
-                        b.comm,
-                        s,
-                    ),
-                    1 => symmGather(
-                        at(b, send),
-                        at(b, gathered),
-                        count,
-                        int32,
-                        gather_root as i32,
-                        b.comm,
-                        s,
-                    ),
-                    2 => symmScatter(
-                        at(b, send),
-                        at(b, scattered),
-                        count,
-                        int32,
-                        scatter_root as i32,
-                        b.comm,
-                        s,
-                    ),
-                    _ => symmAlltoAll(at(b, send), at(b, exchanged), count, int32, b.comm, s),
-                };
-                check(r, b.comm);
+    let ints = |bytes: Vec<u8>| -> Vec<i32> {
+        bytes
+            .chunks(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    replay_graph(
+        &buffers,
+        repeats(50),
+        |stream| {
+            let s = stream.cast();
+            for call in 0..4 {
+                check(symmGroupStart(), null_mut());
+                for b in &buffers {
+                    let r = match call {
+                        0 => symmReduce(
+                            at(b, send),
+                            at(b, reduced),
+                            count,
+                            int32,
+                            0,
+                            reduce_root as i32,
+                            b.comm,
+                            s,
+                        ),
+                        1 => symmGather(
+                            at(b, send),
+                            at(b, gathered),
+                            count,
+                            int32,
+                            gather_root as i32,
+                            b.comm,
+                            s,
+                        ),
+                        2 => symmScatter(
+                            at(b, send),
+                            at(b, scattered),
+                            count,
+                            int32,
+                            scatter_root as i32,
+                            b.comm,
+                            s,
+                        ),
+                        _ => symmAlltoAll(at(b, send), at(b, exchanged), count, int32, b.comm, s),
+                    };
+                    check(r, b.comm);
+                }
+                check(symmGroupEnd(), null_mut());
             }
-            check(symmGroupEnd(), null_mut());
-        }
-        let graph = capture.end();
-        let mut exec = null_mut();
-        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
-            .result()
-            .unwrap();
-        let ints = |bytes: Vec<u8>| -> Vec<i32> {
-            bytes
-                .chunks(4)
-                .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-                .collect()
-        };
-        for replay in 0..repeats(50) {
+        },
+        |replay, run| {
             let mut rng = Rng(replay + 1);
             let inputs: Vec<Vec<i32>> = (0..nranks)
                 .map(|_| (0..nranks * count).map(|_| rng.next_u64() as i32).collect())
@@ -1094,8 +1072,7 @@ fn gpu_graph_capture_of_rooted_and_segment_collectives() {
                 let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
                 upload_bytes(at(b, send).cast(), &bytes);
             }
-            sys::cuGraphLaunch(exec, stream).result().unwrap();
-            sys::cuStreamSynchronize(stream).result().unwrap();
+            run();
             let case = format!("graph replay {replay}");
             let sum: Vec<i32> = (0..count)
                 .map(|i| inputs.iter().fold(0i32, |a, x| a.wrapping_add(x[i])))
@@ -1124,18 +1101,48 @@ fn gpu_graph_capture_of_rooted_and_segment_collectives() {
                     .collect();
                 assert!(got == want, "{case}: all-to-all at {p}");
             }
+        },
+    );
+    teardown(buffers);
+}
+
+/// Capture `issue(stream)` (calls on a new stream) into a CUDA graph, then `replays` times run
+/// `replay(k, run)`, where `run` launches the graph and waits for it; then every rank's
+/// asynchronous error must be success.
+fn replay_graph(
+    buffers: &[RankBuffer],
+    replays: u64,
+    issue: impl FnOnce(sys::CUstream),
+    mut replay: impl FnMut(u64, &dyn Fn()),
+) {
+    // SAFETY: stream, graph and exec handles are created, used and destroyed here, in the
+    // current context.
+    unsafe {
+        let mut stream = null_mut();
+        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
+        let capture = Capture::begin(stream);
+        issue(stream);
+        let graph = capture.end();
+        let mut exec = null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            .result()
+            .unwrap();
+        for k in 0..replays {
+            replay(k, &|| {
+                sys::cuGraphLaunch(exec, stream).result().unwrap();
+                sys::cuStreamSynchronize(stream).result().unwrap();
+            });
         }
         sys::cuGraphExecDestroy(exec).result().unwrap();
         sys::cuGraphDestroy(graph).result().unwrap();
         sys::cuStreamDestroy_v2(stream).result().unwrap();
     }
-    for b in &buffers {
+    for b in buffers {
         let mut error = symmResult_t::symmSuccess;
         // SAFETY: valid out-pointer.
         check(unsafe { symmCommGetAsyncError(b.comm, &mut error) }, b.comm);
         assert_eq!(error, symmResult_t::symmSuccess);
     }
-    teardown(buffers);
 }
 
 /// A stream capture in the global mode (as PyTorch's graphs capture), ended when dropped: a

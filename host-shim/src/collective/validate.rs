@@ -193,21 +193,15 @@ pub fn reduce(
     let ends: &[u64] = if is_root { &[send, recv] } else { &[send] };
     let bytes = byte_count(count, element, "count", ends)?;
     let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
-    let (recv_window, recv_offset, rank_flags) = if is_root {
-        let recv_window = window_of(comm, "recvbuff", recv, bytes, element)?;
-        let in_place = send == recv;
-        if !in_place && overlap(send, bytes, recv, bytes) {
-            return Err(Error::invalid_argument(
-                "sendbuff and recvbuff overlap on the root without being equal (in place needs \
-                 sendbuff == recvbuff)",
-            ));
-        }
-        let flags = FLAG_ROOT | if in_place { FLAG_IN_PLACE } else { 0 };
-        (recv_window.clone(), recv - recv_window.base, flags)
-    } else {
-        // Not the root: no receive buffer; the kernel writes nothing of this rank.
-        (send_window.clone(), 0, 0)
-    };
+    let (recv_window, recv_offset, rank_flags) = root_receive(
+        comm,
+        is_root,
+        (send, bytes, &send_window),
+        (recv, || Ok(bytes), recv),
+        element,
+        "sendbuff and recvbuff overlap on the root without being equal (in place needs \
+         sendbuff == recvbuff)",
+    )?;
     let args = CollectiveArgs {
         send_offset: send - send_window.base,
         recv_offset,
@@ -402,6 +396,34 @@ pub fn broadcast(
     })
 }
 
+/// The receive buffer of a reduce or gather, which only the root's kernel writes: on the root,
+/// `recv` (its size from `recv_bytes`, checked only there) must lie in a window and may hold
+/// the send buffer `(send, send_bytes)` only at `in_place_at` (else `overlapping` is the
+/// error); off the root it is not used (NULL allowed) and the send window stands in.
+/// Returns the window, the offset in it and this rank's flags.
+fn root_receive(
+    comm: &Comm,
+    is_root: bool,
+    (send, send_bytes, send_window): (u64, u64, &Arc<Window>),
+    (recv, recv_bytes, in_place_at): (u64, impl FnOnce() -> Result<u64>, u64),
+    element: u64,
+    overlapping: &str,
+) -> Result<(Arc<Window>, u64, u32)> {
+    if !is_root {
+        // Not the root: no receive buffer; the kernel writes nothing of this rank.
+        return Ok((send_window.clone(), 0, 0));
+    }
+    let recv_bytes = recv_bytes()?;
+    let recv_window = window_of(comm, "recvbuff", recv, recv_bytes, element)?;
+    let in_place = send == in_place_at;
+    if !in_place && overlap(send, send_bytes, recv, recv_bytes) {
+        return Err(Error::invalid_argument(overlapping.to_string()));
+    }
+    let offset = recv - recv_window.base;
+    let flags = FLAG_ROOT | if in_place { FLAG_IN_PLACE } else { 0 };
+    Ok((recv_window, offset, flags))
+}
+
 /// `root` as a rank of `comm`, or the error naming it.
 fn root_rank(comm: &Comm, root: c_int) -> Result<u32> {
     let nranks = comm.clique.nranks;
@@ -488,23 +510,19 @@ pub fn gather(
     let ends: &[u64] = if is_root { &[send, recv] } else { &[send] };
     let bytes = byte_count(count, element, "count", ends)?;
     let send_window = window_of(comm, "sendbuff", send, bytes, element)?;
-    let (recv_window, recv_offset, rank_flags) = if is_root {
-        let total = whole_bytes(comm, bytes, recv, "count")?;
-        let recv_window = window_of(comm, "recvbuff", recv, total, element)?;
-        let in_place = send == recv + root as u64 * bytes;
-        if !in_place && overlap(send, bytes, recv, total) {
-            return Err(Error::invalid_argument(
-                "sendbuff overlaps recvbuff on the root without being its segment root (in \
-                 place needs sendbuff == recvbuff + root × count)",
-            ));
-        }
-        let offset = recv - recv_window.base;
-        let flags = FLAG_ROOT | if in_place { FLAG_IN_PLACE } else { 0 };
-        (recv_window, offset, flags)
-    } else {
-        // Not the root: no receive buffer; the kernel writes nothing of this rank.
-        (send_window.clone(), 0, 0)
-    };
+    let (recv_window, recv_offset, rank_flags) = root_receive(
+        comm,
+        is_root,
+        (send, bytes, &send_window),
+        (
+            recv,
+            || whole_bytes(comm, bytes, recv, "count"),
+            recv.wrapping_add(root as u64 * bytes),
+        ),
+        element,
+        "sendbuff overlaps recvbuff on the root without being its segment root (in place \
+         needs sendbuff == recvbuff + root × count)",
+    )?;
     let args = CollectiveArgs {
         send_offset: send - send_window.base,
         recv_offset,
