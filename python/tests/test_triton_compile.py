@@ -26,6 +26,11 @@ import symm  # noqa: E402
 import symm.triton as st  # noqa: E402
 
 CAPABILITIES = [80, 90, 100]
+# The every-dtype-and-op matrix's targets. CI compiles the whole matrix under the newest
+# Triton and, under the oldest, on one target (every other test still covers every target).
+MATRIX_CAPABILITIES = [
+    int(c) for c in os.environ.get("SYMM_TRITON_MATRIX_CAPABILITIES", "80,90,100").split(",")
+]
 DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
           "float64", "bfloat16", "float8e4m3", "float8e5m2"]
 OPS = ["sum", "prod", "max", "min", "avg"]
@@ -134,7 +139,7 @@ def check_linked(kernel, capability: int, symbol_hint: str) -> str:
     return ptx
 
 
-@pytest.mark.parametrize("capability", CAPABILITIES)
+@pytest.mark.parametrize("capability", MATRIX_CAPABILITIES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_all_reduce_every_dtype_and_op(capability, dtype):
     for op in OPS:

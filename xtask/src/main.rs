@@ -252,9 +252,10 @@ const FAST_MODE_SUITES: [&str; 8] = [
 /// The test executables of `package` named `tests`, built by `cargo test --no-run` (already
 /// built: nothing is compiled again), with their names.
 fn test_executables(package: &str, tests: &[&str]) -> Result<Vec<(String, PathBuf)>, String> {
+    // The whole workspace, as `cargo test --workspace` built it: a build of one package
+    // resolves the dependencies' features differently and compiles everything again.
     let output = cargo()
-        .args(["test", "-p", package, "--no-run", "--message-format=json"])
-        .args(tests.iter().flat_map(|test| ["--test", test]))
+        .args(["test", "--workspace", "--no-run", "--message-format=json"])
         .current_dir(root())
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -271,7 +272,14 @@ fn test_executables(package: &str, tests: &[&str]) -> Result<Vec<(String, PathBu
         .map(|test| {
             messages
                 .iter()
-                .filter(|m| m["target"]["name"] == *test && m["profile"]["test"] == true)
+                .filter(|m| {
+                    m["target"]["name"] == *test
+                        && m["profile"]["test"] == true
+                        && m["package_id"].as_str().is_some_and(|id| {
+                            id.contains(&format!("/{package}#"))
+                                || id.contains(&format!("#{package}@"))
+                        })
+                })
                 .find_map(|m| m["executable"].as_str().map(PathBuf::from))
                 .map(|executable| (test.to_string(), executable))
                 .ok_or_else(|| format!("cargo did not name the {test} test executable"))
@@ -280,44 +288,65 @@ fn test_executables(package: &str, tests: &[&str]) -> Result<Vec<(String, PathBu
 }
 
 fn test() -> Result<(), String> {
-    layers::check()?;
-    run(cargo().args(["test", "--workspace"]))?;
+    let started = std::time::Instant::now();
+    part("layering", layers::check)?;
+    part("cargo test --workspace", || {
+        run(cargo().args(["test", "--workspace"]))
+    })?;
     // The cross-rank suites again, in the host backend's fast mode (what users run by
     // default): one thread per rank, on the caller's thread. The executables just built run
     // as they are: `SYMM_HOST_MODE` is set by `.cargo/config.toml`'s `[env]`, and cargo
     // rebuilds everything when an `[env]` value changes.
-    for (suite, executable) in test_executables("symm-tests", &FAST_MODE_SUITES)? {
-        println!("xtask test: {suite} in the fast mode");
-        run(Command::new(executable)
-            .current_dir(root().join("tests"))
-            .env("SYMM_HOST_MODE", "fast"))?;
-    }
-    loom::run()?;
-    build_release_and_examples()?;
-    run(Command::new("make")
-        .args(["-C", "examples/c", "run"])
-        .env("SYMM_BACKEND", "host")
-        .env("SYMM_HOST_MODE", "fast"))?;
-    install::check()?;
-    // The benchmark, small and checked, on the host backend (it exits non-zero on a wrong
-    // element).
-    for args in [
-        "all_reduce -b 8 -e 256K -f 8 -g 4 -n 2 -w 1 -c 1",
-        "all_gather -b 64 -e 64K -f 16 -g 3 -d bfloat16 -n 2 -w 1 -c 1",
-        "reduce_scatter -b 64 -e 64K -f 16 -g 5 -d int32 -o max -n 2 -w 1 -c 1",
-        "all_reduce -b 8 -e 256K -f 8 --procs 3 -n 2 -w 1 -c 1",
-        "all_gather -b 64 -e 64K -f 16 --procs 2 -d bfloat16 -n 2 -w 1 -c 1",
-        "clc -t 300 -x 2 -k 10 -r 100 -n 1",
-    ] {
-        run(Command::new("target/release/symm-perf")
-            .args(args.split(' '))
-            .env("SYMM_BACKEND", "host")
-            .env("SYMM_HOST_MODE", "fast"))?;
-    }
-    python::pytest()?;
-    triton::test()?;
-    println!("xtask test: all passed");
+    part("the cross-rank suites in the fast mode", || {
+        for (suite, executable) in test_executables("symm-tests", &FAST_MODE_SUITES)? {
+            println!("xtask test: {suite} in the fast mode");
+            run(Command::new(executable)
+                .current_dir(root().join("tests"))
+                .env("SYMM_HOST_MODE", "fast"))?;
+        }
+        Ok(())
+    })?;
+    part("loom", loom::run)?;
+    part(
+        "release build, C examples, install check, symm-perf",
+        || {
+            build_release_and_examples()?;
+            run(Command::new("make")
+                .args(["-C", "examples/c", "run"])
+                .env("SYMM_BACKEND", "host")
+                .env("SYMM_HOST_MODE", "fast"))?;
+            install::check()?;
+            // The benchmark, small and checked, on the host backend (it exits non-zero on a
+            // wrong element).
+            for args in [
+                "all_reduce -b 8 -e 256K -f 8 -g 4 -n 2 -w 1 -c 1",
+                "all_gather -b 64 -e 64K -f 16 -g 3 -d bfloat16 -n 2 -w 1 -c 1",
+                "reduce_scatter -b 64 -e 64K -f 16 -g 5 -d int32 -o max -n 2 -w 1 -c 1",
+                "all_reduce -b 8 -e 256K -f 8 --procs 3 -n 2 -w 1 -c 1",
+                "all_gather -b 64 -e 64K -f 16 --procs 2 -d bfloat16 -n 2 -w 1 -c 1",
+                "clc -t 300 -x 2 -k 10 -r 100 -n 1",
+            ] {
+                run(Command::new("target/release/symm-perf")
+                    .args(args.split(' '))
+                    .env("SYMM_BACKEND", "host")
+                    .env("SYMM_HOST_MODE", "fast"))?;
+            }
+            Ok(())
+        },
+    )?;
+    part("Python package and torch", python::pytest)?;
+    part("Triton compile tests", triton::test)?;
+    println!("xtask test: all passed in {:.0?}", started.elapsed());
     Ok(())
+}
+
+/// Run one part of `cargo xtask test` and print its wall time (CI's logs show where the
+/// minutes go).
+fn part(name: &str, body: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let result = body();
+    println!("xtask test: {name}: {:.0?}", started.elapsed());
+    result
 }
 
 fn demo() -> Result<(), String> {
