@@ -20,6 +20,12 @@
 #define symmFloat symmFloat32
 #define symmDouble symmFloat64
 
+// A symmConfig_t with every field unset (the defaults; for symmCommSplit, the parent's
+// values), as NCCL's NCCL_CONFIG_INITIALIZER.
+#define SYMM_CONFIG_INITIALIZER {                                                            \
+  sizeof(symmConfig_t), SYMM_CONFIG_MAGIC, SYMM_VERSION_CODE, SYMM_CONFIG_UNDEF_INT,         \
+  SYMM_CONFIG_UNDEF_INT, SYMM_CONFIG_UNDEF_INT }
+
 // Version of this library: `major * 10000 + minor * 100 + patch`.
 #define SYMM_VERSION_CODE 100
 
@@ -29,6 +35,17 @@
 
 // Bytes in a [`symmUniqueId`].
 #define SYMM_UNIQUE_ID_BYTES 128
+
+// `symmCommSplit`'s color of a rank that joins no new communicator (its `newcomm` is set to
+// NULL), as NCCL's `NCCL_SPLIT_NOCOLOR`.
+#define SYMM_SPLIT_NOCOLOR -1
+
+// A [`symmConfig_t`] field left unset (the default, or the parent's value for a split), as
+// NCCL's `NCCL_CONFIG_UNDEF_INT`.
+#define SYMM_CONFIG_UNDEF_INT (-2147483647 - 1)
+
+// [`symmConfig_t::magic`] of a configuration made with `SYMM_CONFIG_INITIALIZER`.
+#define SYMM_CONFIG_MAGIC 1398361421
 
 // Result of every call. Codes that mean what one of NCCL's `ncclResult_t` means have its
 // number (0 to 6); 7 is left free (NCCL's `ncclInProgress`: symm has no non-blocking
@@ -143,6 +160,27 @@ typedef struct {
   char internal[SYMM_UNIQUE_ID_BYTES];
 } symmUniqueId;
 
+// Options of a communicator being created (NCCL's `ncclConfig_t`, the fields that apply).
+// Start from `SYMM_CONFIG_INITIALIZER` and set what you need; a NULL configuration means
+// every default (for `symmCommSplit`: the parent's values).
+typedef struct {
+  // `sizeof(symmConfig_t)` (set by `SYMM_CONFIG_INITIALIZER`).
+  size_t size;
+  // [`SYMM_CONFIG_MAGIC`] (set by `SYMM_CONFIG_INITIALIZER`).
+  uint32_t magic;
+  // [`SYMM_VERSION_CODE`] of the header the caller compiled with (set by
+  // `SYMM_CONFIG_INITIALIZER`).
+  uint32_t version;
+  // 1 (the default): every call returns once it is done or enqueued, as NCCL's blocking
+  // communicators. 0 (NCCL's non-blocking communicators) is refused: symm has none.
+  int blocking;
+  // Fewest blocks per rank a kernel gets (`SYMM_MIN_BLOCKS`).
+  int minCTAs;
+  // Most blocks per rank a kernel gets (`SYMM_MAX_BLOCKS`; the device's co-residency limit
+  // still applies).
+  int maxCTAs;
+} symmConfig_t;
+
 // Handle of a registered window.
 typedef symmWindow *symmWindow_t;
 
@@ -228,6 +266,21 @@ symmResult_t symmCommDestroy(symmComm_t comm);
 // hangs: that call returns an error first. Refused (`symmInvalidUsage`) while the calling
 // thread's open group holds calls of `comm`.
 symmResult_t symmCommAbort(symmComm_t comm);
+
+// Split `comm` into new communicators: every rank of `comm` calls it; the ranks that pass
+// one `color` form one new communicator, ranked by `key` (ties by their rank in `comm`), and
+// `*newcomm` is set to this rank's (NULL for `SYMM_SPLIT_NOCOLOR`). `config` NULL: the new
+// communicators inherit `comm`'s settings. Inside symmGroupStart/symmGroupEnd (one thread
+// driving several ranks) the splits run at the group's end, which sets every `*newcomm`.
+//
+// # Safety
+// `newcomm` is NULL or valid for a write (inside a group: until the group's end); `config`
+// is NULL or points to a `symmConfig_t`.
+symmResult_t symmCommSplit(symmComm_t comm,
+                           int color,
+                           int key,
+                           symmComm_t *newcomm,
+                           const symmConfig_t *config);
 
 // Finalize `comm`: wait until every collective this rank enqueued has completed, then refuse
 // later collectives and registrations (`symmInvalidUsage`); `symmCommDestroy` frees it.

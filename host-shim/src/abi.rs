@@ -21,6 +21,41 @@ pub const SYMM_WIN_COLL_SYMMETRIC: c_int = 1;
 /// Bytes in a [`symmUniqueId`].
 pub const SYMM_UNIQUE_ID_BYTES: usize = 128;
 
+/// `symmCommSplit`'s color of a rank that joins no new communicator (its `newcomm` is set to
+/// NULL), as NCCL's `NCCL_SPLIT_NOCOLOR`.
+pub const SYMM_SPLIT_NOCOLOR: c_int = -1;
+
+/// A [`symmConfig_t`] field left unset (the default, or the parent's value for a split), as
+/// NCCL's `NCCL_CONFIG_UNDEF_INT`.
+pub const SYMM_CONFIG_UNDEF_INT: c_int = -2147483647 - 1;
+
+/// [`symmConfig_t::magic`] of a configuration made with `SYMM_CONFIG_INITIALIZER`.
+pub const SYMM_CONFIG_MAGIC: u32 = 0x5359_4d4d;
+
+/// Options of a communicator being created (NCCL's `ncclConfig_t`, the fields that apply).
+/// Start from `SYMM_CONFIG_INITIALIZER` and set what you need; a NULL configuration means
+/// every default (for `symmCommSplit`: the parent's values).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_snake_case)]
+pub struct symmConfig_t {
+    /// `sizeof(symmConfig_t)` (set by `SYMM_CONFIG_INITIALIZER`).
+    pub size: usize,
+    /// [`SYMM_CONFIG_MAGIC`] (set by `SYMM_CONFIG_INITIALIZER`).
+    pub magic: u32,
+    /// [`SYMM_VERSION_CODE`] of the header the caller compiled with (set by
+    /// `SYMM_CONFIG_INITIALIZER`).
+    pub version: u32,
+    /// 1 (the default): every call returns once it is done or enqueued, as NCCL's blocking
+    /// communicators. 0 (NCCL's non-blocking communicators) is refused: symm has none.
+    pub blocking: c_int,
+    /// Fewest blocks per rank a kernel gets (`SYMM_MIN_BLOCKS`).
+    pub minCTAs: c_int,
+    /// Most blocks per rank a kernel gets (`SYMM_MAX_BLOCKS`; the device's co-residency limit
+    /// still applies).
+    pub maxCTAs: c_int,
+}
+
 /// Result of every call. Codes that mean what one of NCCL's `ncclResult_t` means have its
 /// number (0 to 6); 7 is left free (NCCL's `ncclInProgress`: symm has no non-blocking
 /// communicators); symm's own codes follow.

@@ -512,6 +512,53 @@ impl RankStream {
         async_error(comm)
     }
 
+    /// Write `values` at `ptr` (window memory of this rank) in this stream's order, and wait
+    /// for it: unlike [`put_f32`], it waits for no other rank's work (on one device, a
+    /// context-wide wait also waits for a peer's kernel that waits for this rank).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    pub fn put_f32(&self, ptr: *mut u8, values: &[f32]) {
+        if !on_cuda() {
+            return put_f32(ptr, values);
+        }
+        // SAFETY: device memory of this rank with room for `values`, which outlive the copy
+        // (the stream is synchronized before returning).
+        unsafe {
+            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
+                ptr as cudarc::driver::sys::CUdeviceptr,
+                values.as_ptr().cast(),
+                std::mem::size_of_val(values),
+                self.0,
+            )
+        }
+        .result()
+        .unwrap();
+        self.synchronize();
+    }
+
+    /// Read `count` f32 at `ptr` (window memory of this rank) in this stream's order: what
+    /// [`RankStream::put_f32`] is to [`put_f32`].
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    pub fn get_f32(&self, ptr: *const u8, count: usize) -> Vec<f32> {
+        if !on_cuda() {
+            return get_f32(ptr, count);
+        }
+        let mut out = vec![0f32; count];
+        // SAFETY: device memory of this rank holding `count` elements; `out` outlives the
+        // copy (the stream is synchronized before returning).
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                out.as_mut_ptr().cast(),
+                ptr as cudarc::driver::sys::CUdeviceptr,
+                count * 4,
+                self.0,
+            )
+        }
+        .result()
+        .unwrap();
+        self.synchronize();
+        out
+    }
+
     /// Wait for the stream's work (nothing to wait for on the host backend).
     pub fn synchronize(&self) {
         if on_cuda() {

@@ -209,6 +209,8 @@ struct TestBinaries {
     prompt_failure: PathBuf,
     /// `symmCommAbort` and `symmCommFinalize` (`abort_finalize.rs`).
     abort_finalize: PathBuf,
+    /// `symmCommSplit` (`split.rs`).
+    split: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -229,6 +231,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "prompt_failure",
             "--test",
             "abort_finalize",
+            "--test",
+            "split",
             "--no-run",
             "--message-format=json",
         ])
@@ -255,6 +259,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         window_offsets: executable("window_offsets")?,
         prompt_failure: executable("prompt_failure")?,
         abort_finalize: executable("abort_finalize")?,
+        split: executable("split")?,
     })
 }
 
@@ -319,7 +324,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    Then the layouts users run (a thread per rank, a group, a process per rank): buffers at
 ///    different window offsets refused on every rank (`window_offsets.rs`), a failure
 ///    reaching every rank at once (`prompt_failure.rs`), and `symmCommAbort` while a peer
-///    hangs and `symmCommFinalize` (`abort_finalize.rs`).
+///    hangs and `symmCommFinalize` (`abort_finalize.rs`), and `symmCommSplit`'s halves
+///    running different collectives at once (`split.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -419,6 +425,7 @@ pub fn test() -> Result<(), String> {
             &binaries.prompt_failure,
         ),
         ("abort and finalize", &binaries.abort_finalize),
+        ("split", &binaries.split),
     ] {
         SimRun {
             what,
@@ -428,7 +435,7 @@ pub fn test() -> Result<(), String> {
         }
         .pass(&dir)?;
     }
-    step("layouts: offsets, prompt failure, abort", t);
+    step("layouts: offsets, prompt failure, abort, split", t);
 
     // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
     // graph test captures a count that fits). Reads of pinned host memory cost a PCIe round

@@ -5,6 +5,7 @@
 
 pub mod failure;
 pub mod pacing;
+pub mod split;
 pub mod watch;
 pub mod windows;
 
@@ -61,6 +62,8 @@ pub struct Clique {
     /// captured a launch replays it with the same table). A program whose fused batches keep
     /// changing (offsets, counts, windows) adds a table per new batch.
     tables: Mutex<HashMap<(i32, Vec<TaskArgs>), u64>>,
+    /// All-gathers of the ranks' `symmCommSplit` calls, when every rank runs in this process.
+    pub gatherings: split::Gatherings,
     /// Window registrations in flight, by registration sequence number.
     pub exchange: Mutex<Exchange>,
     /// Signalled whenever `exchange` changes.
@@ -200,6 +203,8 @@ pub struct Comm {
     pub unsettled_refusal: AtomicU64,
     /// Kernel launches that served this rank (a fused launch counts once).
     pub launches: AtomicU64,
+    /// The `symmCommSplit` calls this rank has made (the `n`-th of every rank is one split).
+    pub splits: AtomicU64,
     /// The call records shared with the ranks of other processes of this machine (see
     /// `crate::agree::records`); `None` when every rank runs in this process or some rank runs
     /// on another machine.
@@ -479,7 +484,7 @@ impl Comm {
     }
 }
 
-fn new_comm(
+pub(crate) fn new_comm(
     clique: &Arc<Clique>,
     rank: usize,
     link: Option<RankLink>,
@@ -501,6 +506,7 @@ fn new_comm(
         next_collective: AtomicU64::new(0),
         unsettled_refusal: AtomicU64::new(u64::MAX),
         launches: AtomicU64::new(0),
+        splits: AtomicU64::new(0),
         call_records,
         watch: Mutex::new(None),
         user: Mutex::new(None),
@@ -547,7 +553,26 @@ fn host_mode_of(backend: &Backend) -> Result<crate::config::HostMode> {
 fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     let backend = crate::backend::select()?;
     let host_mode = host_mode_of(&backend)?;
-    let mut max_blocks = crate::config::block_bounds()?.1;
+    new_local_clique(
+        backend,
+        devices,
+        crate::config::block_bounds()?,
+        host_mode,
+        crate::config::timeout()?,
+    )
+}
+
+/// A clique of `devices`, every rank in this process, whose kernels get between `bounds.0`
+/// and `bounds.1` blocks per rank (within what lets the ranks sharing a device be resident
+/// at once).
+pub(crate) fn new_local_clique(
+    backend: Arc<Backend>,
+    devices: &[i32],
+    (min_blocks, most_blocks): (u32, u32),
+    host_mode: crate::config::HostMode,
+    timeout: Duration,
+) -> Result<Arc<Clique>> {
+    let mut max_blocks = most_blocks;
     let mut ranks_per_gpu = 1;
     for &device in devices {
         let sharing = devices.iter().filter(|d| **d == device).count() as u32;
@@ -557,19 +582,19 @@ fn new_clique(devices: &[i32]) -> Result<Arc<Clique>> {
     new_clique_with(
         backend,
         devices,
-        (max_blocks, ranks_per_gpu),
+        (min_blocks, max_blocks, ranks_per_gpu),
         host_mode,
-        crate::config::timeout()?,
+        timeout,
     )
 }
 
 /// A clique of `devices` (entries [`REMOTE_DEVICE`] for ranks of other processes) whose
-/// kernels use at most `max_blocks` blocks per rank, with at most `ranks_per_gpu` ranks on one
-/// GPU.
+/// kernels use at least `min_blocks` and at most `max_blocks` blocks per rank, with at most
+/// `ranks_per_gpu` ranks on one GPU.
 fn new_clique_with(
     backend: Arc<Backend>,
     devices: &[i32],
-    (max_blocks, ranks_per_gpu): (u32, u32),
+    (min_blocks, max_blocks, ranks_per_gpu): (u32, u32, u32),
     host_mode: crate::config::HostMode,
     timeout: Duration,
 ) -> Result<Arc<Clique>> {
@@ -588,7 +613,7 @@ fn new_clique_with(
     Ok(Arc::new(Clique {
         host_mode,
         max_blocks,
-        min_blocks: crate::config::block_bounds()?.0,
+        min_blocks,
         ranks_per_gpu,
         nranks: devices.len(),
         devices: devices.to_vec(),
@@ -596,6 +621,7 @@ fn new_clique_with(
         timeout,
         forced_algorithm: crate::config::forced_algorithm()?,
         tables: Mutex::new(HashMap::new()),
+        gatherings: split::Gatherings::default(),
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
         signal_pads: Mutex::new(HashMap::new()),
@@ -618,7 +644,7 @@ pub(crate) fn init_all_on(
     let clique = new_clique_with(
         backend,
         &vec![0; nranks],
-        (1, nranks as u32),
+        (1, 1, nranks as u32),
         crate::config::HostMode::Testing,
         timeout,
     )?;
@@ -753,13 +779,13 @@ pub fn refuse_if_finalized(comm: &Comm, what: &str) -> Result<()> {
 
 /// How long a root made by `symmGetUniqueId` waits for its ranks to join: the id may travel
 /// through a slow launcher first, so longer than the ranks' own bound.
-const ROOT_JOIN_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const ROOT_JOIN_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Bootstrap roots serving communicators from this process (kept so that they can be
 /// stopped when the process unloads the library; a root ends by itself once its ranks left).
 static ROOTS: Mutex<Vec<bootstrap::RootHandle>> = Mutex::new(Vec::new());
 
-fn keep_root(root: bootstrap::RootHandle) {
+pub(crate) fn keep_root(root: bootstrap::RootHandle) {
     let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
     roots.retain(|r| !r.is_finished());
     roots.push(root);
@@ -803,14 +829,58 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     }
     let key: [u8; SYMM_UNIQUE_ID_BYTES] = id.internal.map(|c| c as u8);
     let id = UniqueId::decode(&key)?;
-    let timeout = crate::config::timeout()?;
     if rank == 0 && UniqueId::from_env()?.is_some_and(|env| env == id) {
         // SYMM_COMM_ID: rank 0 opens the root at the agreed address.
         let root = bootstrap::start_root(id.address(), *id.secret(), ROOT_JOIN_TIMEOUT)?;
         keep_root(root);
     }
     let backend = crate::backend::select()?;
-    let device = current_device_hint();
+    join(
+        nranks,
+        &id,
+        rank as usize,
+        Joining {
+            device: current_device_hint(),
+            bounds: crate::config::block_bounds()?,
+            timeout: crate::config::timeout()?,
+            join_timeout: crate::config::bootstrap_timeout()?,
+            backend,
+        },
+    )
+}
+
+/// How a rank joins a communicator through its bootstrap root.
+pub(crate) struct Joining {
+    /// The backend the rank runs on.
+    pub backend: Arc<Backend>,
+    /// Its device.
+    pub device: i32,
+    /// Its fewest and most blocks per rank (`SYMM_MIN_BLOCKS`, `SYMM_MAX_BLOCKS`).
+    pub bounds: (u32, u32),
+    /// The bound of the communicator's waits on a peer.
+    pub timeout: Duration,
+    /// How long it waits for every rank to join.
+    pub join_timeout: Duration,
+}
+
+/// Join the communicator whose root `id` names as `rank` of `nranks` (after validation: the
+/// common part of `symmCommInitRank` and `symmCommSplit`).
+pub(crate) fn join(
+    nranks: usize,
+    id: &UniqueId,
+    rank: usize,
+    joining: Joining,
+) -> Result<Arc<Comm>> {
+    let Joining {
+        backend,
+        device,
+        bounds,
+        timeout,
+        join_timeout,
+    } = joining;
+    let rank = rank as i32;
+    let key = id.encode();
+    let id = *id;
     let gpu = match backend.kind() {
         BackendKind::Cuda => {
             crate::backend::vmm::device_uuid(crate::backend::cuda::cu_device(device)?)?
@@ -828,7 +898,6 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
         gpu,
         socket: listener.name().to_vec(),
     };
-    let join_timeout = crate::config::bootstrap_timeout()?;
     let (client, blobs) = bootstrap::Client::connect(
         &id,
         nranks as u32,
@@ -849,7 +918,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
         Some(rank as usize),
         "bootstrap: joined {nranks} ranks through the root at {}; ranks in other processes: {}",
         link.id.address(),
-        (0..nranks as usize).filter(|&r| !link.is_local(r)).count()
+        (0..nranks).filter(|&r| !link.is_local(r)).count()
     );
 
     // Every rank plans the same grids: the block cap is the minimum over the ranks of what
@@ -875,7 +944,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     }
     let own_cap = backend
         .max_blocks_per_rank(device, on_gpu.len() as u32)?
-        .min(crate::config::block_bounds()?.1);
+        .min(bounds.1);
     // Each rank's block cap and host mode: the clique takes the smallest cap, and the testing
     // mode when any rank asks for it (every rank must run the same block size).
     let own_mode = host_mode_of(&backend)?;
@@ -928,7 +997,7 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
                 let clique = new_clique_with(
                     backend,
                     &devices,
-                    (max_blocks, ranks_per_gpu),
+                    (bounds.0, max_blocks, ranks_per_gpu),
                     host_mode,
                     timeout,
                 )?;

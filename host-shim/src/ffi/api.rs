@@ -6,7 +6,7 @@
 
 use crate::abi::*;
 use crate::collective;
-use crate::comm::{self, Comm, windows};
+use crate::comm::{self, Comm, split, windows};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
 use crate::group;
 use std::ffi::{c_char, c_int, c_void};
@@ -204,6 +204,45 @@ pub extern "C" fn symmCommAbort(comm: symmComm_t) -> symmResult_t {
         Ok(c) => guard("symmCommAbort", None, || comm::abort(&c)),
         Err(e) => guard("symmCommAbort", None, || Err(e)),
     }
+}
+
+/// Split `comm` into new communicators: every rank of `comm` calls it; the ranks that pass
+/// one `color` form one new communicator, ranked by `key` (ties by their rank in `comm`), and
+/// `*newcomm` is set to this rank's (NULL for `SYMM_SPLIT_NOCOLOR`). `config` NULL: the new
+/// communicators inherit `comm`'s settings. Inside symmGroupStart/symmGroupEnd (one thread
+/// driving several ranks) the splits run at the group's end, which sets every `*newcomm`.
+///
+/// # Safety
+/// `newcomm` is NULL or valid for a write (inside a group: until the group's end); `config`
+/// is NULL or points to a `symmConfig_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommSplit(
+    comm: symmComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut symmComm_t,
+    config: *const symmConfig_t,
+) -> symmResult_t {
+    with_comm("symmCommSplit", comm, |c| {
+        require_out(newcomm, "newcomm")?;
+        split::check_color(color)?;
+        // SAFETY: NULL or a valid symmConfig_t by the caller's contract.
+        let config = split::Config::from_c(unsafe { config.as_ref() })?;
+        if group::active() {
+            group::defer(group::Deferred::Split(group::Split {
+                comm: c.clone(),
+                color,
+                key,
+                config,
+                out: group::SplitOut(newcomm),
+            }));
+            return Ok(());
+        }
+        let made = split::split(c, color, key, config)?;
+        let handle = made.map_or(std::ptr::null_mut(), |m| m.handle());
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(newcomm, "newcomm", handle) }
+    })
 }
 
 /// Finalize `comm`: wait until every collective this rank enqueued has completed, then refuse

@@ -7,7 +7,7 @@ pub mod fusion;
 
 use crate::agree::Call;
 use crate::collective::{self, Prepared, Request, Task};
-use crate::comm::{Clique, Comm, windows};
+use crate::comm::{Clique, Comm, split, windows};
 use crate::error::{Error, Result};
 use crate::window::Window;
 use fusion::Instance;
@@ -26,6 +26,40 @@ pub enum Deferred {
     Empty(Arc<Comm>, Call),
     /// A collective refused when it was called: the group's end refuses the whole group.
     Refused(Arc<Comm>, Error),
+    /// A `symmCommSplit` of a rank, whose new handle goes to the caller's `newcomm` at the
+    /// group's end.
+    Split(Split),
+}
+
+/// A `symmCommSplit` queued in a group.
+pub struct Split {
+    /// The parent rank.
+    pub comm: Arc<Comm>,
+    /// Its color.
+    pub color: i32,
+    /// Its key.
+    pub key: i32,
+    /// The new communicator's configuration.
+    pub config: split::Config,
+    /// Where the new handle goes: the caller's `newcomm`, valid until the group's end by the
+    /// call's contract.
+    pub out: SplitOut,
+}
+
+/// The caller's `newcomm` of a queued split.
+pub struct SplitOut(pub *mut crate::abi::symmComm_t);
+
+// SAFETY: the pointer is only written, once, at the group's end, by the contract of
+// `symmCommSplit` valid until then; the group's end waits for every split it runs.
+unsafe impl Send for SplitOut {}
+
+impl SplitOut {
+    /// Write the new handle (at the group's end).
+    fn write(self, handle: crate::abi::symmComm_t) {
+        // SAFETY: `symmCommSplit`'s contract: `newcomm` is valid for a write until the
+        // group's end, which this is.
+        unsafe { self.0.write(handle) };
+    }
 }
 
 #[derive(Default)]
@@ -95,6 +129,7 @@ impl Deferred {
             Deferred::CompleteWindow(comm, _) => comm,
             Deferred::Collective(task) => &task.comm,
             Deferred::Empty(comm, _) | Deferred::Refused(comm, _) => comm,
+            Deferred::Split(split) => &split.comm,
         }
     }
 
@@ -110,7 +145,7 @@ impl Deferred {
     /// `true` for a collective (made, empty or refused): it holds its rank for this thread
     /// until the group's end (see [`Comm::enter_call`]).
     fn is_collective(&self) -> bool {
-        !matches!(self, Deferred::CompleteWindow(..))
+        !matches!(self, Deferred::CompleteWindow(..) | Deferred::Split(..))
     }
 }
 
@@ -242,6 +277,7 @@ pub fn end() -> Result<()> {
         empties,
         in_order,
         refusal,
+        splits,
     } = sort(deferred);
     let mut first_error: Option<Error> = None;
     let mut record = |comm: &Comm, result: Result<()>| {
@@ -265,7 +301,36 @@ pub fn end() -> Result<()> {
             first_error.get_or_insert(e);
         }
     }
+    for (comm, result) in run_splits(splits) {
+        if let Err(e) = result {
+            comm.set_last_error(&e.message);
+            first_error.get_or_insert(e);
+        }
+    }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Run a group's splits side by side (each waits for the other ranks' parts), writing each
+/// new handle (NULL for no color, or on failure) to its caller's `newcomm`.
+fn run_splits(splits: Vec<Split>) -> Vec<(Arc<Comm>, Result<()>)> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = splits
+            .into_iter()
+            .map(|item| {
+                scope.spawn(move || {
+                    let _ending = Ending::start();
+                    let made = split::split_held(&item.comm, item.color, item.key, item.config);
+                    let handle = match &made {
+                        Ok(Some(comm)) => comm.handle(),
+                        _ => std::ptr::null_mut(),
+                    };
+                    item.out.write(handle);
+                    (item.comm, made.map(|_| ()))
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    })
 }
 
 /// The group's collectives as instances to fuse and launch, unless one of them was refused
@@ -307,6 +372,8 @@ struct Sorted {
     in_order: Vec<Arc<Comm>>,
     /// The first collective refused when it was called.
     refusal: Option<Error>,
+    /// Splits, run after the collectives.
+    splits: Vec<Split>,
 }
 
 /// Sort `deferred`, starting every registration's first half before any second half (see
@@ -318,6 +385,7 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
         empties: Vec::new(),
         in_order: Vec::new(),
         refusal: None,
+        splits: Vec::new(),
     };
     for item in deferred {
         match item {
@@ -337,6 +405,7 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
                 sorted.in_order.push(comm);
                 sorted.refusal.get_or_insert(error);
             }
+            Deferred::Split(split) => sorted.splits.push(split),
         }
     }
     sorted

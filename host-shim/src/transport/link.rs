@@ -380,6 +380,12 @@ impl RankLink {
         }
     }
 
+    /// The address of this rank's end of its connection to the root (an interface the
+    /// root's machine reaches).
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.client.local_ip()
+    }
+
     /// Contribute `payload` to the all-gather `tag` (returns at once).
     pub fn contribute(&self, tag: u64, payload: &[u8]) -> Result<()> {
         self.client.contribute(tag, payload)

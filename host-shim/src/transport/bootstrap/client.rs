@@ -33,6 +33,13 @@ pub struct Client {
 }
 
 impl Client {
+    /// The address of this end of the connection to the root: an interface the root's
+    /// machine reaches.
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        writer.local_addr().ok().map(|a| a.ip())
+    }
+
     /// Join the communicator `id` as `rank` of `nranks` with join information `info`; returns
     /// the client and every rank's information, by rank, once all joined. Retries refused
     /// connections until the deadline (the root may start later); `symmTimeout` when the

@@ -1,0 +1,407 @@
+//! `symmCommSplit`: new communicators from the ranks of a parent, by color, ordered by key.
+//!
+//! A collective call of the parent (every rank calls it, with its color and key):
+//! 1. the ranks all-gather their (color, key) over the parent ([`gather`]: the bootstrap root
+//!    for ranks made by `symmCommInitRank`, the clique for `symmCommInitAll`'s);
+//! 2. every rank computes the members of its color, in the order of (key, parent rank)
+//!    ([`members`]: pure);
+//! 3. each new communicator's rank 0 makes it: in a clique whose ranks all run in this
+//!    process, the communicator's ranks themselves ([`build_local`]); else a new bootstrap
+//!    root in its own process, whose id the other members join ([`super::join`]), so that the
+//!    child does not depend on the process that made the parent's id;
+//! 4. a second all-gather hands each member what its rank 0 made (or the error that stopped
+//!    it), and every member returns the same outcome.
+//!
+//! A rank with color [`SYMM_SPLIT_NOCOLOR`] takes part in both all-gathers and gets no
+//! communicator.
+
+use super::{Comm, Joining, ROOT_JOIN_TIMEOUT, failure, keep_root};
+use crate::abi::{SYMM_CONFIG_MAGIC, SYMM_CONFIG_UNDEF_INT, SYMM_SPLIT_NOCOLOR, symmConfig_t};
+use crate::abi::{symmComm_t, symmResult_t};
+use crate::error::{Error, Result};
+use crate::transport::bootstrap::{self, UniqueId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The all-gather tags of splits on ranks joined through the bootstrap: the `n`-th split of a
+/// communicator uses `SPLIT_TAG | 2n` and `SPLIT_TAG | 2n + 1` (window registrations use
+/// small numbers, their confirmations `1 << 62`).
+const SPLIT_TAG: u64 = 1 << 61;
+
+/// What a [`symmConfig_t`] asks of a new communicator (`None`: inherit or default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Fewest blocks per rank.
+    pub min_blocks: Option<u32>,
+    /// Most blocks per rank.
+    pub max_blocks: Option<u32>,
+}
+
+impl Config {
+    /// Validate a C caller's configuration (`None`: NULL).
+    pub fn from_c(config: Option<&symmConfig_t>) -> Result<Config> {
+        let Some(config) = config else {
+            return Ok(Config::default());
+        };
+        if config.magic != SYMM_CONFIG_MAGIC || config.size != std::mem::size_of::<symmConfig_t>() {
+            return Err(Error::invalid_argument(
+                "config was not made with SYMM_CONFIG_INITIALIZER (its size or magic is wrong)",
+            ));
+        }
+        if config.blocking != SYMM_CONFIG_UNDEF_INT && config.blocking != 1 {
+            return Err(Error::invalid_argument(format!(
+                "config->blocking = {}: symm's communicators are blocking (1); non-blocking \
+                 ones are not supported",
+                config.blocking
+            )));
+        }
+        let blocks = |name: &str, value: i32| match value {
+            SYMM_CONFIG_UNDEF_INT => Ok(None),
+            n if n > 0 => Ok(Some(n as u32)),
+            n => Err(Error::invalid_argument(format!(
+                "config->{name} = {n}: must be at least 1 (or SYMM_CONFIG_UNDEF_INT)"
+            ))),
+        };
+        let min_blocks = blocks("minCTAs", config.minCTAs)?;
+        let max_blocks = blocks("maxCTAs", config.maxCTAs)?;
+        if let (Some(min), Some(max)) = (min_blocks, max_blocks)
+            && min > max
+        {
+            return Err(Error::invalid_argument(format!(
+                "config->minCTAs = {min} is above config->maxCTAs = {max}"
+            )));
+        }
+        Ok(Config {
+            min_blocks,
+            max_blocks,
+        })
+    }
+}
+
+/// The members of the new communicator of `rank`, parent ranks in new-rank order, from every
+/// rank's (color, key): ranks of its color, by key, then by parent rank. `None` for
+/// [`SYMM_SPLIT_NOCOLOR`].
+pub fn members(parts: &[(i32, i32)], rank: usize) -> Option<Vec<usize>> {
+    let color = parts[rank].0;
+    if color == SYMM_SPLIT_NOCOLOR {
+        return None;
+    }
+    let mut members: Vec<usize> = (0..parts.len()).filter(|&r| parts[r].0 == color).collect();
+    members.sort_by_key(|&r| (parts[r].1, r));
+    Some(members)
+}
+
+/// `symmCommSplit` on `parent`: this rank's new communicator, or `None` for
+/// [`SYMM_SPLIT_NOCOLOR`].
+pub fn split(
+    parent: &Arc<Comm>,
+    color: i32,
+    key: i32,
+    config: Config,
+) -> Result<Option<Arc<Comm>>> {
+    check_color(color)?;
+    let _call = parent.enter_call("symmCommSplit")?;
+    parent.refuse_if_queued_in_group("symmCommSplit")?;
+    split_held(parent, color, key, config)
+}
+
+/// [`split`] for a caller that holds `parent` already (a group's end runs its queued splits
+/// this way).
+pub fn split_held(
+    parent: &Arc<Comm>,
+    color: i32,
+    key: i32,
+    config: Config,
+) -> Result<Option<Arc<Comm>>> {
+    super::refuse_if_finalized(parent, "symmCommSplit")?;
+    failure::check(parent)?;
+    let n = parent.splits.fetch_add(1, Ordering::AcqRel);
+    let mut part = color.to_le_bytes().to_vec();
+    part.extend_from_slice(&key.to_le_bytes());
+    let parts = gather(parent, SPLIT_TAG | (2 * n), &part)?
+        .iter()
+        .enumerate()
+        .map(|(r, bytes)| match bytes.as_slice() {
+            [a, b, c, d, e, f, g, h] => Ok((
+                i32::from_le_bytes([*a, *b, *c, *d]),
+                i32::from_le_bytes([*e, *f, *g, *h]),
+            )),
+            _ => Err(Error::internal(format!(
+                "rank {r} sent a malformed split contribution"
+            ))),
+        })
+        .collect::<Result<Vec<(i32, i32)>>>()?;
+    let members = members(&parts, parent.rank);
+    let made = match &members {
+        Some(members) if members[0] == parent.rank => make(parent, members, config),
+        _ => Ok(Vec::new()),
+    };
+    let outcome = match &made {
+        Ok(bytes) => {
+            let mut out = vec![1];
+            out.extend_from_slice(bytes);
+            out
+        }
+        Err(e) => {
+            let mut out = vec![0];
+            out.extend_from_slice(format!("{:?}: {}", e.code, e.message).as_bytes());
+            out
+        }
+    };
+    let outcomes = gather(parent, SPLIT_TAG | (2 * n + 1), &outcome)?;
+    let Some(members) = members else {
+        return Ok(None);
+    };
+    let first = &outcomes[members[0]];
+    let new_rank = members
+        .iter()
+        .position(|&r| r == parent.rank)
+        .expect("a member of its own color");
+    match first.split_first() {
+        Some((1, made)) if parent.link.is_none() => take_local(made, new_rank).map(Some),
+        Some((1, id)) => {
+            let id: &[u8; crate::abi::SYMM_UNIQUE_ID_BYTES] = id
+                .try_into()
+                .map_err(|_| Error::internal("a split's rank 0 sent a malformed id"))?;
+            let id = UniqueId::decode(id)?;
+            let joining = Joining {
+                backend: parent.clique.backend.clone(),
+                device: parent.device,
+                bounds: bounds(parent, config),
+                timeout: parent.clique.timeout,
+                join_timeout: parent.clique.timeout,
+            };
+            super::join(members.len(), &id, new_rank, joining).map(Some)
+        }
+        Some((0, message)) => Err(Error::new(
+            symmResult_t::symmRemoteError,
+            format!(
+                "symmCommSplit on rank {}: rank {} (the new communicator's rank 0) could not \
+                 make it: {}",
+                parent.rank,
+                members[0],
+                String::from_utf8_lossy(message)
+            ),
+        )),
+        _ => Err(Error::internal("a split's rank 0 sent a malformed outcome")),
+    }
+}
+
+/// Refuse a color that is neither non-negative nor [`SYMM_SPLIT_NOCOLOR`].
+pub fn check_color(color: i32) -> Result<()> {
+    if color < 0 && color != SYMM_SPLIT_NOCOLOR {
+        return Err(Error::invalid_argument(format!(
+            "color = {color}: must be non-negative, or SYMM_SPLIT_NOCOLOR"
+        )));
+    }
+    Ok(())
+}
+
+/// The block bounds of a new communicator of `parent`'s ranks: `config`'s, else the parent's.
+fn bounds(parent: &Comm, config: Config) -> (u32, u32) {
+    let min = config.min_blocks.unwrap_or(parent.clique.min_blocks);
+    let max = config.max_blocks.unwrap_or(parent.clique.max_blocks);
+    (min, max.max(min))
+}
+
+/// What rank 0 of a new communicator hands its members: in a clique of this process, the
+/// handles of every member's new rank; else a unique id whose root runs in this process.
+fn make(parent: &Arc<Comm>, members: &[usize], config: Config) -> Result<Vec<u8>> {
+    if parent.link.is_none() {
+        let comms = build_local(parent, members, config)?;
+        return Ok(comms
+            .iter()
+            .flat_map(|c| (c.handle() as usize as u64).to_le_bytes())
+            .collect());
+    }
+    let listen = match std::env::var("SYMM_SOCKET_ADDR") {
+        Ok(text) if !text.trim().is_empty() => bootstrap::listen_address_from_env()?,
+        // Where this rank reaches the parent's root from: an interface every member's machine
+        // reaches too.
+        _ => {
+            let ip = parent
+                .link
+                .as_ref()
+                .and_then(|link| link.local_ip())
+                .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+            std::net::SocketAddr::new(ip, 0)
+        }
+    };
+    let secret = bootstrap::random_secret()?;
+    let root = bootstrap::start_root(listen, secret, ROOT_JOIN_TIMEOUT)?;
+    let id = UniqueId::new(root.address(), secret);
+    keep_root(root);
+    Ok(id.encode().to_vec())
+}
+
+/// Every member's rank of a new communicator of ranks of this process: a clique of their
+/// devices on the parent's backend, as `symmCommInitAll` makes.
+fn build_local(parent: &Comm, members: &[usize], config: Config) -> Result<Vec<Arc<Comm>>> {
+    let clique = &parent.clique;
+    let devices: Vec<i32> = members.iter().map(|&r| clique.devices[r]).collect();
+    let clique = super::new_local_clique(
+        clique.backend.clone(),
+        &devices,
+        bounds(parent, config),
+        clique.host_mode,
+        clique.timeout,
+    )?;
+    let mut comms = Vec::with_capacity(members.len());
+    for rank in 0..members.len() {
+        match super::new_comm(&clique, rank, None, None) {
+            Ok(comm) => comms.push(comm),
+            Err(e) => {
+                for comm in comms {
+                    let _ = super::destroy(&comm);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(comms)
+}
+
+/// This member's rank from the handles its rank 0 made in this process.
+fn take_local(made: &[u8], new_rank: usize) -> Result<Arc<Comm>> {
+    let handle = made
+        .chunks_exact(8)
+        .nth(new_rank)
+        .ok_or_else(|| Error::internal("a split's rank 0 sent too few handles"))?;
+    let handle = u64::from_le_bytes(handle.try_into().expect("8 bytes")) as usize;
+    Comm::from_handle(handle as symmComm_t)
+}
+
+/// Every rank's `payload` to the all-gather `tag` of `comm`'s communicator, by rank.
+fn gather(comm: &Comm, tag: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let timeout = comm.clique.timeout;
+    if let Some(link) = &comm.link {
+        link.contribute(tag, payload)?;
+        return link.gathered(tag, timeout);
+    }
+    let ranks = (comm.rank, comm.clique.nranks);
+    comm.clique.gatherings.gather(tag, ranks, payload, timeout)
+}
+
+/// All-gathers among the ranks of a clique whose ranks all run in this process.
+#[derive(Default)]
+pub struct Gatherings {
+    open: std::sync::Mutex<HashMap<u64, Gathering>>,
+    changed: std::sync::Condvar,
+}
+
+struct Gathering {
+    parts: Vec<Option<Vec<u8>>>,
+    taken: usize,
+}
+
+impl Gatherings {
+    /// Deposit `rank`'s `payload` to the all-gather `tag` of `nranks` ranks, and wait within
+    /// `timeout` for every rank's. On the timeout the deposit is withdrawn and the error names
+    /// the ranks that did not come.
+    pub fn gather(
+        &self,
+        tag: u64,
+        (rank, nranks): (usize, usize),
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.entry(tag)
+            .or_insert_with(|| Gathering {
+                parts: vec![None; nranks],
+                taken: 0,
+            })
+            .parts[rank] = Some(payload.to_vec());
+        self.changed.notify_all();
+        loop {
+            let gathering = open
+                .get_mut(&tag)
+                .ok_or_else(|| Error::internal("an all-gather vanished"))?;
+            if gathering.parts.iter().all(Option::is_some) {
+                let parts: Vec<Vec<u8>> = gathering.parts.iter().flatten().cloned().collect();
+                gathering.taken += 1;
+                if gathering.taken == nranks {
+                    open.remove(&tag);
+                }
+                return Ok(parts);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<usize> = (0..nranks)
+                    .filter(|r| gathering.parts[*r].is_none())
+                    .collect();
+                gathering.parts[rank] = None;
+                if gathering.parts.iter().all(Option::is_none) {
+                    open.remove(&tag);
+                }
+                return Err(Error::new(
+                    symmResult_t::symmTimeout,
+                    format!(
+                        "rank {rank}: ranks {missing:?} did not call symmCommSplit within {} ms \
+                         (one thread driving several ranks calls it for each of them between \
+                         symmGroupStart and symmGroupEnd)",
+                        timeout.as_millis()
+                    ),
+                ));
+            }
+            open = self
+                .changed
+                .wait_timeout(open, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_ordered_by_key_then_parent_rank() {
+        // Colors 0 and 1; keys reverse rank 0 and 2, tie between ranks 1 and 3.
+        let parts = [(0, 5), (1, 2), (0, 1), (1, 2), (SYMM_SPLIT_NOCOLOR, 0)];
+        assert_eq!(members(&parts, 0), Some(vec![2, 0]));
+        assert_eq!(members(&parts, 2), Some(vec![2, 0]));
+        assert_eq!(members(&parts, 3), Some(vec![1, 3]));
+        assert_eq!(members(&parts, 4), None);
+    }
+
+    #[test]
+    fn a_configuration_is_checked_field_by_field() {
+        let good = symmConfig_t {
+            size: std::mem::size_of::<symmConfig_t>(),
+            magic: SYMM_CONFIG_MAGIC,
+            version: 100,
+            blocking: SYMM_CONFIG_UNDEF_INT,
+            minCTAs: SYMM_CONFIG_UNDEF_INT,
+            maxCTAs: 3,
+        };
+        assert_eq!(Config::from_c(None).unwrap(), Config::default());
+        assert_eq!(
+            Config::from_c(Some(&good)).unwrap(),
+            Config {
+                min_blocks: None,
+                max_blocks: Some(3)
+            }
+        );
+        for (bad, needle) in [
+            (symmConfig_t { size: 8, ..good }, "SYMM_CONFIG_INITIALIZER"),
+            (
+                symmConfig_t {
+                    blocking: 0,
+                    ..good
+                },
+                "blocking",
+            ),
+            (symmConfig_t { minCTAs: 0, ..good }, "minCTAs = 0"),
+            (symmConfig_t { minCTAs: 4, ..good }, "above"),
+        ] {
+            let e = Config::from_c(Some(&bad)).unwrap_err();
+            assert!(e.message.contains(needle), "{needle}: {}", e.message);
+        }
+    }
+}
