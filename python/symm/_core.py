@@ -177,6 +177,18 @@ class _ProcessRanks:
 #: The :class:`_ProcessRanks` of each unique id this process joined with ``Comm(...)``.
 _RANKS_BY_UNIQUE_ID: weakref.WeakValueDictionary[bytes, _ProcessRanks] = weakref.WeakValueDictionary()
 _RANKS_BY_UNIQUE_ID_LOCK = threading.Lock()
+#: The :class:`_ProcessRanks` of each split's new communicators in this process, by the
+#: parent's ranks, the split's number and the color.
+_RANKS_BY_SPLIT: weakref.WeakValueDictionary[tuple[int, int, int], _ProcessRanks] = weakref.WeakValueDictionary()
+
+
+def _split_color(color: int | None) -> int:
+    """A split's color for C: ``None`` is ``SYMM_SPLIT_NOCOLOR``."""
+    if color is None:
+        return -1
+    return _as_int(color, "color", 0, _INT_MAX)
+
+
 #: Windows whose device context was read, by the context's address (see
 #: :func:`window_of_device_context`).
 _WINDOWS_BY_DEVICE_CONTEXT: weakref.WeakValueDictionary[int, Window] = weakref.WeakValueDictionary()
@@ -337,6 +349,7 @@ class Comm:
         self.backend: str = (name.value or b"").decode()
         """``"cuda"`` or ``"host"``: where :meth:`alloc` memory lives."""
         self._process_ranks = process_ranks
+        self._splits = 0
         process_ranks.add(self)
 
     def _process_ranks_on_device(self, device: int) -> int:
@@ -395,6 +408,64 @@ class Comm:
         check(lib.symmCommAbort(self.handle))
         with self._state_lock:
             self._forget_handle()
+
+    def split(self, color: int | None, key: int = 0) -> Comm | None:
+        """Split this communicator (``symmCommSplit``; every rank calls it, one thread per
+        rank): the ranks that pass one ``color`` form a new communicator, ranked by ``key``
+        (ties by their rank here). Ranks driven by one thread split with :meth:`split_all`.
+
+        Args:
+            color: a non-negative color, or ``None`` to join no new communicator.
+            key: this rank's place in the new communicator, relative to the other keys.
+
+        Returns:
+            This rank of the new communicator, or ``None`` for no color.
+
+        Raises:
+            InvalidArgumentError: a negative color or a key out of C's ``int`` range.
+            SymmTimeoutError: a rank did not call it in time.
+        """
+        color_value = _split_color(color)
+        key = _as_int(key, "key", -_INT_MAX - 1, _INT_MAX)
+        handle = ctypes.c_void_p()
+        check(lib.symmCommSplit(self.handle, color_value, key, ctypes.byref(handle), None))
+        if not handle.value:
+            return None
+        return self._adopt_split(handle.value, color_value)
+
+    @classmethod
+    def split_all(cls, comms: Sequence[Comm], colors: Sequence[int | None], keys: Sequence[int] | None = None) -> list[Comm | None]:
+        """Split several ranks that this thread drives (``symmCommSplit`` for each, in one
+        group): ``colors[i]`` and ``keys[i]`` (default 0) for ``comms[i]``, as in :meth:`split`.
+
+        Returns:
+            The new ranks (``None`` for no color), in the order of ``comms``.
+        """
+        keys = [0] * len(comms) if keys is None else list(keys)
+        if len(colors) != len(comms) or len(keys) != len(comms):
+            raise InvalidArgumentError(f"{len(comms)} comms, {len(colors)} colors and {len(keys)} keys: one of each per comm")
+        values = [(_split_color(c), _as_int(k, "key", -_INT_MAX - 1, _INT_MAX)) for c, k in zip(colors, keys)]
+        handles = [ctypes.c_void_p() for _ in comms]
+        with group():
+            for comm, (color, key), handle in zip(comms, values, handles):
+                check(lib.symmCommSplit(comm.handle, color, key, ctypes.byref(handle), None))
+        return [
+            comm._adopt_split(handle.value, color) if handle.value else None
+            for comm, (color, _), handle in zip(comms, values, handles)
+        ]
+
+    def _adopt_split(self, handle: int, color: int) -> Comm:
+        """The new rank ``handle`` of this rank's split of color ``color``: the ranks of one
+        split of one color in this process share their :class:`_ProcessRanks`."""
+        with _RANKS_BY_UNIQUE_ID_LOCK:
+            self._splits += 1
+            key = (id(self._process_ranks), self._splits, color)
+            ranks = _RANKS_BY_SPLIT.get(key)
+            if ranks is None:
+                ranks = _RANKS_BY_SPLIT[key] = _ProcessRanks()
+        comm = Comm.__new__(Comm)
+        comm._adopt(handle, ranks)
+        return comm
 
     def finalize(self) -> None:
         """Finalize this rank (``symmCommFinalize``): wait until its collectives are done, then

@@ -36,6 +36,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmCommDestroy": (_result, [_comm]),
     "symmCommAbort": (_result, [_comm]),
     "symmCommFinalize": (_result, [_comm]),
+    "symmCommSplit": (_result, [_comm, c_int, c_int, POINTER(_comm), c_void_p]),
     "symmCommCount": (_result, [_comm, POINTER(c_int)]),
     "symmCommUserRank": (_result, [_comm, POINTER(c_int)]),
     "symmCommCuDevice": (_result, [_comm, POINTER(c_int)]),

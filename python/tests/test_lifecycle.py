@@ -270,6 +270,66 @@ def test_finalize_then_only_teardown() -> None:
         c.destroy()
 
 
+def test_split_all_into_halves_that_sum_apart() -> None:
+    comms = symm.Comm.init_all(4)
+    # Even and odd ranks apart, each half in reverse order; rank 3 joins none.
+    children = symm.Comm.split_all(comms, [0, 1, 0, None], keys=[2, 0, 1, 0])
+    assert children[3] is None
+    assert [(c.rank, c.nranks) for c in children[:3]] == [(1, 2), (0, 1), (0, 2)]
+    half = [children[0], children[2]]
+    bufs = [c.alloc(64, dtype="float64") for c in half]
+    wins = register_all(half, bufs)
+    for value, buf in zip([1.0, 10.0], bufs):
+        buf.numpy()[:] = value
+    with symm.group():
+        for c, b in zip(half, bufs):
+            c.all_reduce(b)
+    for buf in bufs:
+        np.testing.assert_array_equal(np.asarray(buf), np.full(64, 11.0))
+    for w, b, c in zip(wins, bufs, half):
+        w.deregister()
+        b.free()
+        c.destroy()
+    children[1].destroy()
+    for c in comms:
+        c.destroy()
+
+
+def test_split_one_thread_per_rank() -> None:
+    comms = symm.Comm.init_all(2)
+    results: list[tuple[int, int] | None] = [None, None]
+    failures: list[BaseException] = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            with comms[rank].split(color=5, key=-rank) as child:
+                results[rank] = (child.rank, child.nranks)
+        except BaseException as error:  # noqa: BLE001  (reported by the main thread)
+            failures.append(error)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not failures, failures
+    assert results == [(1, 2), (0, 2)]
+    for c in comms:
+        c.destroy()
+
+
+def test_split_refuses_bad_colors_and_keys() -> None:
+    comms = symm.Comm.init_all(2)
+    with pytest.raises(symm.InvalidArgumentError, match="color"):
+        comms[0].split(-3)
+    with pytest.raises(symm.InvalidArgumentError, match="key"):
+        comms[0].split(0, key=2**31)
+    with pytest.raises(symm.InvalidArgumentError, match="one of each per comm"):
+        symm.Comm.split_all(comms, [0])
+    for c in comms:
+        c.destroy()
+
+
 def test_double_free_and_double_deregister_raise() -> None:
     with symm.Comm.init_all(1)[0] as comm:
         buf = comm.alloc(128)

@@ -326,57 +326,61 @@ fn a_rank_without_a_color_gets_no_communicator() {
     }
 }
 
-/// Bad arguments are refused before anything is exchanged, naming the argument; the parent
-/// stays usable (a split afterwards works).
+/// Bad arguments are refused, naming the argument, on the rank that passed them (at the call,
+/// inside a group too) and on its peer (at the group's end, naming the rank); nothing is made,
+/// and the parent stays usable: the splits stay in step (a split afterwards works).
 #[test]
 fn bad_split_arguments_are_refused_by_name() {
     use_backend_from_env();
     let parents = init_all(2);
-    let mut child = null_mut();
-    let refused = |result: symmResult_t, comm: symmComm_t, needle: &str| {
-        assert_eq!(result, symmResult_t::symmInvalidArgument, "{needle}");
-        let message = last_error(comm);
-        assert!(message.contains(needle), "{needle}: {message}");
+    let mut config = default_config();
+    let bad_magic = symmConfig_t { magic: 0, ..config };
+    let non_blocking = symmConfig_t {
+        blocking: 0,
+        ..config
     };
-    // SAFETY: valid or deliberately NULL out-pointers; the configurations live on the stack.
-    unsafe {
-        refused(
-            symmCommSplit(parents[0], -5, 0, &mut child, std::ptr::null()),
-            parents[0],
-            "color = -5",
+    let crossed = symmConfig_t {
+        minCTAs: 4,
+        maxCTAs: 2,
+        ..config
+    };
+    let cases: [(i32, bool, &symmConfig_t, &str); 5] = [
+        (-5, true, &config, "color = -5"),
+        (0, false, &config, "newcomm is NULL"),
+        (0, true, &bad_magic, "SYMM_CONFIG_INITIALIZER"),
+        (0, true, &non_blocking, "config->blocking"),
+        (0, true, &crossed, "config->minCTAs"),
+    ];
+    for (color, with_out, bad, needle) in cases {
+        let mut children = [null_mut(); 2];
+        check(symmGroupStart(), null_mut());
+        let [first, second] = &mut children;
+        let out: *mut symmComm_t = if with_out { first } else { null_mut() };
+        // SAFETY: valid or deliberately NULL out-pointers that outlive the group; the
+        // configurations live on the stack.
+        let refused = unsafe { symmCommSplit(parents[0], color, 0, out, bad) };
+        assert_eq!(refused, symmResult_t::symmInvalidArgument, "{needle}");
+        let message = last_error(parents[0]);
+        assert!(message.contains(needle), "{needle}: {message}");
+        // SAFETY: as above.
+        check(
+            unsafe { symmCommSplit(parents[1], 0, 0, second, &config) },
+            parents[1],
         );
-        refused(
-            symmCommSplit(parents[0], 0, 0, null_mut(), std::ptr::null()),
-            parents[0],
-            "newcomm",
+        assert_ne!(symmGroupEnd(), symmResult_t::symmSuccess, "{needle}");
+        let message = last_error(parents[1]);
+        assert!(
+            message.contains("rank 0 refused its call") && message.contains(needle),
+            "{needle}: {message}"
         );
-        let mut config = default_config();
-        config.magic = 0;
-        refused(
-            symmCommSplit(parents[0], 0, 0, &mut child, &config),
-            parents[0],
-            "SYMM_CONFIG_INITIALIZER",
-        );
-        let mut config = default_config();
-        config.blocking = 0;
-        refused(
-            symmCommSplit(parents[0], 0, 0, &mut child, &config),
-            parents[0],
-            "config->blocking",
-        );
-        let mut config = default_config();
-        config.minCTAs = 4;
-        config.maxCTAs = 2;
-        refused(
-            symmCommSplit(parents[0], 0, 0, &mut child, &config),
-            parents[0],
-            "config->minCTAs",
+        assert_eq!(
+            children,
+            [null_mut(); 2],
+            "{needle}: a refused split made a communicator"
         );
     }
-    assert!(child.is_null(), "a refused split wrote newcomm");
     // Still usable: a split with a configuration of one block per rank.
     let mut children = [null_mut(); 2];
-    let mut config = default_config();
     config.maxCTAs = 1;
     check(symmGroupStart(), null_mut());
     for (rank, child) in children.iter_mut().enumerate() {
@@ -402,5 +406,135 @@ fn default_config() -> symmConfig_t {
         blocking: SYMM_CONFIG_UNDEF_INT,
         minCTAs: SYMM_CONFIG_UNDEF_INT,
         maxCTAs: SYMM_CONFIG_UNDEF_INT,
+    }
+}
+
+/// The sum over the ranks of `children` (ranks of new communicators, driven by this thread)
+/// of the parent rank each stands for: tells which parent ranks a new communicator holds.
+fn sums_of_parent_ranks(children: &[symmComm_t]) -> Vec<f32> {
+    let mut buffers = alloc(children, 16);
+    check(symmGroupStart(), null_mut());
+    register_in_group(&mut buffers);
+    check(symmGroupEnd(), null_mut());
+    let stream = RankStream::new();
+    for (rank, b) in buffers.iter().enumerate() {
+        stream.put_f32(b.base, &[rank as f32; 4]);
+    }
+    check(symmGroupStart(), null_mut());
+    for b in &buffers {
+        check(
+            symmAllReduce(
+                b.base.cast(),
+                b.base.cast(),
+                4,
+                symmDataType_t::symmFloat32 as i32,
+                symmRedOp_t::symmSum as i32,
+                b.comm,
+                null_mut(),
+            ),
+            b.comm,
+        );
+    }
+    check(symmGroupEnd(), null_mut());
+    let sums = buffers
+        .iter()
+        .map(|b| stream.get_f32(b.base, 1)[0])
+        .collect();
+    teardown(buffers);
+    sums
+}
+
+/// Two splits of every rank in one group pair with the peers' in call order: by parity, then
+/// by halves, each new communicator holding the ranks its colors say.
+#[test]
+fn two_splits_in_one_group_keep_their_order() {
+    use_backend_from_env();
+    let parents = init_all(NRANKS);
+    let mut by_parity = [null_mut(); NRANKS];
+    let mut by_half = [null_mut(); NRANKS];
+    check(symmGroupStart(), null_mut());
+    for rank in 0..NRANKS {
+        // SAFETY: both outlive the group; NULL configs.
+        unsafe {
+            check(
+                symmCommSplit(
+                    parents[rank],
+                    (rank % 2) as i32,
+                    0,
+                    &mut by_parity[rank],
+                    std::ptr::null(),
+                ),
+                parents[rank],
+            );
+            check(
+                symmCommSplit(
+                    parents[rank],
+                    (rank / 2) as i32,
+                    0,
+                    &mut by_half[rank],
+                    std::ptr::null(),
+                ),
+                parents[rank],
+            );
+        }
+    }
+    check(symmGroupEnd(), null_mut());
+    // Each rank's value is its parent rank: parity {0, 2} and {1, 3}, halves {0, 1}, {2, 3}.
+    assert_eq!(sums_of_parent_ranks(&by_parity), [2.0, 4.0, 2.0, 4.0]);
+    assert_eq!(sums_of_parent_ranks(&by_half), [1.0, 1.0, 5.0, 5.0]);
+    for comm in parents {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// One rank's refused split (a bad color) reaches every rank at once, naming it, not at the
+/// timeout; then every rank splits again, correctly.
+#[test]
+fn a_refused_split_fails_every_rank_at_once_and_a_retry_works() {
+    use_backend_from_env();
+    // SAFETY: set before this test's communicators are made (each test file is one process;
+    // the other tests of this file do not depend on the bound).
+    unsafe { std::env::set_var("SYMM_TIMEOUT_MS", "20000") };
+    let comms = join_threads(new_unique_id(), 3);
+    let handles: Vec<_> = comms
+        .iter()
+        .enumerate()
+        .map(|(rank, &comm)| {
+            let comm = Handle(comm);
+            std::thread::spawn(move || {
+                let comm = comm;
+                let mut child = null_mut();
+                let color = if rank == 1 { -5 } else { 0 };
+                let started = std::time::Instant::now();
+                // SAFETY: valid out-pointer; NULL config.
+                let result =
+                    unsafe { symmCommSplit(comm.0, color, 0, &mut child, std::ptr::null()) };
+                let took = started.elapsed();
+                let message = last_error(comm.0);
+                assert!(child.is_null(), "rank {rank}: a failed split set newcomm");
+                // SAFETY: as above.
+                let retry = unsafe { symmCommSplit(comm.0, 0, 0, &mut child, std::ptr::null()) };
+                check(retry, comm.0);
+                check(symmCommDestroy(child), null_mut());
+                (result, took, message)
+            })
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let (result, took, message) = h.join().expect("a rank thread failed");
+        assert!(took < Duration::from_secs(5), "rank {rank} took {took:?}");
+        if rank == 1 {
+            assert_eq!(result, symmResult_t::symmInvalidArgument, "{message}");
+            assert!(message.contains("color = -5"), "{message}");
+        } else {
+            assert_eq!(result, symmResult_t::symmRemoteError, "{message}");
+            assert!(
+                message.contains("rank 1 refused") && message.contains("color = -5"),
+                "{message}"
+            );
+        }
+    }
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
     }
 }

@@ -93,73 +93,102 @@ pub fn members(parts: &[(i32, i32)], rank: usize) -> Option<Vec<usize>> {
     Some(members)
 }
 
-/// `symmCommSplit` on `parent`: this rank's new communicator, or `None` for
+/// A rank's `symmCommSplit` as called: its color, key and configuration, or why its arguments
+/// were refused. A refused call still takes part in the exchange, so that every rank fails
+/// at once, naming it, instead of waiting for it.
+pub type Request = Result<(i32, i32, Config)>;
+
+/// `symmCommSplit` on `parent` (outside a group): this rank's new communicator, or `None` for
 /// [`SYMM_SPLIT_NOCOLOR`].
-pub fn split(
-    parent: &Arc<Comm>,
-    color: i32,
-    key: i32,
-    config: Config,
-) -> Result<Option<Arc<Comm>>> {
-    check_color(color)?;
+pub fn split(parent: &Arc<Comm>, request: Request) -> Result<Option<Arc<Comm>>> {
     let _call = parent.enter_call("symmCommSplit")?;
     parent.refuse_if_queued_in_group("symmCommSplit")?;
-    split_held(parent, color, key, config)
+    split_numbered(parent, take_number(parent), request)
 }
 
-/// [`split`] for a caller that holds `parent` already (a group's end runs its queued splits
-/// this way).
-pub fn split_held(
-    parent: &Arc<Comm>,
-    color: i32,
-    key: i32,
-    config: Config,
-) -> Result<Option<Arc<Comm>>> {
-    super::refuse_if_finalized(parent, "symmCommSplit")?;
+/// The number of `parent`'s next split (the `n`-th split of every rank is one split): taken
+/// when the call is made, also when a group queues it, so that a group's splits keep their
+/// call order.
+pub fn take_number(parent: &Comm) -> u64 {
+    parent.splits.fetch_add(1, Ordering::AcqRel)
+}
+
+/// Split `n` of `parent`, for a caller that holds `parent` (a group's end runs its queued
+/// splits this way).
+pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Option<Arc<Comm>>> {
+    // A failed communicator refuses on every rank (its failure reaches them all).
     failure::check(parent)?;
-    let n = parent.splits.fetch_add(1, Ordering::AcqRel);
-    let mut part = color.to_le_bytes().to_vec();
-    part.extend_from_slice(&key.to_le_bytes());
-    let parts = gather(parent, SPLIT_TAG | (2 * n), &part)?
+    let request = request.and_then(|request| {
+        super::refuse_if_finalized(parent, "symmCommSplit")?;
+        Ok(request)
+    });
+    let parts = gather(parent, SPLIT_TAG | (2 * n), &encode_part(&request))?
         .iter()
         .enumerate()
-        .map(|(r, bytes)| match bytes.as_slice() {
-            [a, b, c, d, e, f, g, h] => Ok((
-                i32::from_le_bytes([*a, *b, *c, *d]),
-                i32::from_le_bytes([*e, *f, *g, *h]),
-            )),
-            _ => Err(Error::internal(format!(
-                "rank {r} sent a malformed split contribution"
-            ))),
+        .map(|(r, bytes)| decode_part(r, bytes))
+        .collect::<Result<Vec<Part>>>()?;
+    let (color, key, _) = request?;
+    if let Some((r, why)) = parts.iter().enumerate().find_map(|(r, p)| match p {
+        Part::Refused(why) => Some((r, why)),
+        Part::Called { .. } => None,
+    }) {
+        return Err(Error::new(
+            symmResult_t::symmRemoteError,
+            format!(
+                "symmCommSplit on rank {}: rank {r} refused its call: {why}",
+                parent.rank
+            ),
+        ));
+    }
+    let called: Vec<(i32, i32)> = parts
+        .iter()
+        .map(|p| match p {
+            Part::Called { color, key, .. } => (*color, *key),
+            Part::Refused(_) => unreachable!("refusals returned above"),
         })
-        .collect::<Result<Vec<(i32, i32)>>>()?;
-    let members = members(&parts, parent.rank);
+        .collect();
+    debug_assert_eq!(called[parent.rank], (color, key));
+    let members = members(&called, parent.rank);
+    // The new communicator's settings are its rank 0's (every member uses the same).
+    let config = match (&members, &parts) {
+        (Some(members), parts) => match &parts[members[0]] {
+            Part::Called { config, .. } => *config,
+            Part::Refused(_) => unreachable!("refusals returned above"),
+        },
+        _ => Config::default(),
+    };
     let made = match &members {
-        Some(members) if members[0] == parent.rank => make(parent, members, config),
-        _ => Ok(Vec::new()),
+        Some(members) if members[0] == parent.rank => Some(make(parent, members, config)),
+        _ => None,
     };
     let outcome = match &made {
-        Ok(bytes) => {
-            let mut out = vec![1];
-            out.extend_from_slice(bytes);
-            out
-        }
+        None => Vec::new(),
+        Some(Ok((bytes, _))) => [&[1u8][..], bytes].concat(),
+        Some(Err(e)) => [&[0u8][..], e.message.as_bytes()].concat(),
+    };
+    let outcomes = match gather(parent, SPLIT_TAG | (2 * n + 1), &outcome) {
+        Ok(outcomes) => outcomes,
         Err(e) => {
-            let mut out = vec![0];
-            out.extend_from_slice(format!("{:?}: {}", e.code, e.message).as_bytes());
-            out
+            // Nobody takes what this rank made.
+            if let Some(Ok((_, built))) = made {
+                for comm in built {
+                    let _ = super::destroy(&comm);
+                }
+            }
+            return Err(e);
         }
     };
-    let outcomes = gather(parent, SPLIT_TAG | (2 * n + 1), &outcome)?;
     let Some(members) = members else {
         return Ok(None);
     };
-    let first = &outcomes[members[0]];
+    if let Some(Err(e)) = made {
+        return Err(e);
+    }
     let new_rank = members
         .iter()
         .position(|&r| r == parent.rank)
         .expect("a member of its own color");
-    match first.split_first() {
+    match outcomes[members[0]].split_first() {
         Some((1, made)) if parent.link.is_none() => take_local(made, new_rank).map(Some),
         Some((1, id)) => {
             let id: &[u8; crate::abi::SYMM_UNIQUE_ID_BYTES] = id
@@ -189,6 +218,59 @@ pub fn split_held(
     }
 }
 
+/// One rank's contribution to a split's first exchange.
+enum Part {
+    /// Its arguments.
+    Called {
+        color: i32,
+        key: i32,
+        config: Config,
+    },
+    /// Why its call was refused.
+    Refused(String),
+}
+
+/// The bytes of this rank's [`Part`]: 1, color, key, fewest and most blocks (0: unset); or 0
+/// and the refusal's message.
+fn encode_part(request: &Request) -> Vec<u8> {
+    match request {
+        Ok((color, key, config)) => {
+            let mut out = vec![1];
+            for word in [
+                *color as u32,
+                *key as u32,
+                config.min_blocks.unwrap_or(0),
+                config.max_blocks.unwrap_or(0),
+            ] {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+            out
+        }
+        Err(e) => [&[0u8][..], e.message.as_bytes()].concat(),
+    }
+}
+
+fn decode_part(rank: usize, bytes: &[u8]) -> Result<Part> {
+    let malformed = || Error::internal(format!("rank {rank} sent a malformed split contribution"));
+    match bytes.split_first() {
+        Some((1, words)) if words.len() == 16 => {
+            let word =
+                |i: usize| u32::from_le_bytes(words[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            let blocks = |w: u32| (w != 0).then_some(w);
+            Ok(Part::Called {
+                color: word(0) as i32,
+                key: word(1) as i32,
+                config: Config {
+                    min_blocks: blocks(word(2)),
+                    max_blocks: blocks(word(3)),
+                },
+            })
+        }
+        Some((0, message)) => Ok(Part::Refused(String::from_utf8_lossy(message).into_owned())),
+        _ => Err(malformed()),
+    }
+}
+
 /// Refuse a color that is neither non-negative nor [`SYMM_SPLIT_NOCOLOR`].
 pub fn check_color(color: i32) -> Result<()> {
     if color < 0 && color != SYMM_SPLIT_NOCOLOR {
@@ -199,25 +281,38 @@ pub fn check_color(color: i32) -> Result<()> {
     Ok(())
 }
 
-/// The block bounds of a new communicator of `parent`'s ranks: `config`'s, else the parent's.
+/// The block bounds of a new communicator of `parent`'s ranks: `config`'s, else the parent's
+/// (an inherited bound gives way to the other, set one).
 fn bounds(parent: &Comm, config: Config) -> (u32, u32) {
-    let min = config.min_blocks.unwrap_or(parent.clique.min_blocks);
-    let max = config.max_blocks.unwrap_or(parent.clique.max_blocks);
-    (min, max.max(min))
+    match (config.min_blocks, config.max_blocks) {
+        (Some(min), Some(max)) => (min, max),
+        (Some(min), None) => (min, parent.clique.max_blocks.max(min)),
+        (None, Some(max)) => (parent.clique.min_blocks.min(max), max),
+        (None, None) => (parent.clique.min_blocks, parent.clique.max_blocks),
+    }
 }
 
 /// What rank 0 of a new communicator hands its members: in a clique of this process, the
-/// handles of every member's new rank; else a unique id whose root runs in this process.
-fn make(parent: &Arc<Comm>, members: &[usize], config: Config) -> Result<Vec<u8>> {
+/// handles of every member's new rank (and the ranks, to free if nobody takes them); else a
+/// unique id whose root runs in this process.
+fn make(
+    parent: &Arc<Comm>,
+    members: &[usize],
+    config: Config,
+) -> Result<(Vec<u8>, Vec<Arc<Comm>>)> {
     if parent.link.is_none() {
         let comms = build_local(parent, members, config)?;
-        return Ok(comms
+        let handles = comms
             .iter()
             .flat_map(|c| (c.handle() as usize as u64).to_le_bytes())
-            .collect());
+            .collect();
+        return Ok((handles, comms));
     }
     let listen = match std::env::var("SYMM_SOCKET_ADDR") {
-        Ok(text) if !text.trim().is_empty() => bootstrap::listen_address_from_env()?,
+        // Its address, on a port of its own (a port set there is the parent root's).
+        Ok(text) if !text.trim().is_empty() => {
+            std::net::SocketAddr::new(bootstrap::listen_address_from_env()?.ip(), 0)
+        }
         // Where this rank reaches the parent's root from: an interface every member's machine
         // reaches too.
         _ => {
@@ -233,7 +328,7 @@ fn make(parent: &Arc<Comm>, members: &[usize], config: Config) -> Result<Vec<u8>
     let root = bootstrap::start_root(listen, secret, ROOT_JOIN_TIMEOUT)?;
     let id = UniqueId::new(root.address(), secret);
     keep_root(root);
-    Ok(id.encode().to_vec())
+    Ok((id.encode().to_vec(), Vec::new()))
 }
 
 /// Every member's rank of a new communicator of ranks of this process: a clique of their
@@ -340,9 +435,9 @@ impl Gatherings {
                 return Err(Error::new(
                     symmResult_t::symmTimeout,
                     format!(
-                        "rank {rank}: ranks {missing:?} did not call symmCommSplit within {} ms \
-                         (one thread driving several ranks calls it for each of them between \
-                         symmGroupStart and symmGroupEnd)",
+                        "rank {rank}: ranks {missing:?} did not reach symmCommSplit's exchange \
+                         within {} ms (one thread driving several ranks calls it for each of \
+                         them between symmGroupStart and symmGroupEnd)",
                         timeout.as_millis()
                     ),
                 ));

@@ -208,7 +208,9 @@ pub extern "C" fn symmCommAbort(comm: symmComm_t) -> symmResult_t {
 
 /// Split `comm` into new communicators: every rank of `comm` calls it; the ranks that pass
 /// one `color` form one new communicator, ranked by `key` (ties by their rank in `comm`), and
-/// `*newcomm` is set to this rank's (NULL for `SYMM_SPLIT_NOCOLOR`). `config` NULL: the new
+/// `*newcomm` is set to this rank's (NULL for `SYMM_SPLIT_NOCOLOR` or on failure). A call
+/// refused for its arguments still tells the other ranks, whose calls then fail at once
+/// naming it. `config` NULL: the new
 /// communicators inherit `comm`'s settings. Inside symmGroupStart/symmGroupEnd (one thread
 /// driving several ranks) the splits run at the group's end, which sets every `*newcomm`.
 ///
@@ -224,24 +226,33 @@ pub unsafe extern "C" fn symmCommSplit(
     config: *const symmConfig_t,
 ) -> symmResult_t {
     with_comm("symmCommSplit", comm, |c| {
-        require_out(newcomm, "newcomm")?;
-        split::check_color(color)?;
-        // SAFETY: NULL or a valid symmConfig_t by the caller's contract.
-        let config = split::Config::from_c(unsafe { config.as_ref() })?;
+        // A refused call still takes part in the split's exchange: every rank then fails at
+        // once, naming this one, instead of waiting for it.
+        let request = require_out(newcomm, "newcomm")
+            .and_then(|()| split::check_color(color))
+            // SAFETY: NULL or a valid symmConfig_t by the caller's contract.
+            .and_then(|()| split::Config::from_c(unsafe { config.as_ref() }))
+            .map(|config| (color, key, config));
         if group::active() {
+            let refusal = request.as_ref().err().cloned();
             group::defer(group::Deferred::Split(group::Split {
                 comm: c.clone(),
-                color,
-                key,
-                config,
+                number: split::take_number(c),
+                request,
                 out: group::SplitOut(newcomm),
             }));
-            return Ok(());
+            return refusal.map_or(Ok(()), Err);
         }
-        let made = split::split(c, color, key, config)?;
-        let handle = made.map_or(std::ptr::null_mut(), |m| m.handle());
-        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
-        unsafe { write_out(newcomm, "newcomm", handle) }
+        let made = split::split(c, request);
+        if !newcomm.is_null() {
+            let handle = match &made {
+                Ok(Some(m)) => m.handle(),
+                _ => std::ptr::null_mut(),
+            };
+            // SAFETY: non-NULL; valid for writes by the caller's contract.
+            unsafe { newcomm.write(handle) };
+        }
+        made.map(|_| ())
     })
 }
 

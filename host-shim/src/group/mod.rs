@@ -35,14 +35,12 @@ pub enum Deferred {
 pub struct Split {
     /// The parent rank.
     pub comm: Arc<Comm>,
-    /// Its color.
-    pub color: i32,
-    /// Its key.
-    pub key: i32,
-    /// The new communicator's configuration.
-    pub config: split::Config,
+    /// The split's number on the parent, taken when it was queued.
+    pub number: u64,
+    /// Its arguments, or why they were refused.
+    pub request: split::Request,
     /// Where the new handle goes: the caller's `newcomm`, valid until the group's end by the
-    /// call's contract.
+    /// call's contract (NULL: refused, nothing to write).
     pub out: SplitOut,
 }
 
@@ -56,9 +54,11 @@ unsafe impl Send for SplitOut {}
 impl SplitOut {
     /// Write the new handle (at the group's end).
     fn write(self, handle: crate::abi::symmComm_t) {
-        // SAFETY: `symmCommSplit`'s contract: `newcomm` is valid for a write until the
-        // group's end, which this is.
-        unsafe { self.0.write(handle) };
+        if !self.0.is_null() {
+            // SAFETY: `symmCommSplit`'s contract: `newcomm` is valid for a write until the
+            // group's end, which this is.
+            unsafe { self.0.write(handle) };
+        }
     }
 }
 
@@ -138,7 +138,7 @@ impl Deferred {
     fn uses_memory(&self) -> bool {
         matches!(
             self,
-            Deferred::CompleteWindow(..) | Deferred::Collective(..)
+            Deferred::CompleteWindow(..) | Deferred::Collective(..) | Deferred::Split(..)
         )
     }
 
@@ -280,6 +280,14 @@ pub fn end() -> Result<()> {
         splits,
     } = sort(deferred);
     let mut first_error: Option<Error> = None;
+    // The splits first: a rank whose peers split and then call collectives outside a group
+    // meets them in that order.
+    for (comm, result) in run_splits(splits) {
+        if let Err(e) = result {
+            comm.set_last_error(&e.message);
+            first_error.get_or_insert(e);
+        }
+    }
     let mut record = |comm: &Comm, result: Result<()>| {
         if let Err(e) = result {
             comm.set_last_error(&e.message);
@@ -301,35 +309,40 @@ pub fn end() -> Result<()> {
             first_error.get_or_insert(e);
         }
     }
-    for (comm, result) in run_splits(splits) {
-        if let Err(e) = result {
-            comm.set_last_error(&e.message);
-            first_error.get_or_insert(e);
-        }
-    }
     first_error.map_or(Ok(()), Err)
 }
 
 /// Run a group's splits side by side (each waits for the other ranks' parts), writing each
-/// new handle (NULL for no color, or on failure) to its caller's `newcomm`.
+/// new handle (NULL for no color, or on failure) to its caller's `newcomm`. A split's number
+/// was taken when it was queued, so a rank's splits pair with its peers' in call order.
 fn run_splits(splits: Vec<Split>) -> Vec<(Arc<Comm>, Result<()>)> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = splits
             .into_iter()
             .map(|item| {
-                scope.spawn(move || {
+                let comm = item.comm.clone();
+                let handle = scope.spawn(move || {
                     let _ending = Ending::start();
-                    let made = split::split_held(&item.comm, item.color, item.key, item.config);
+                    let made = split::split_numbered(&item.comm, item.number, item.request);
                     let handle = match &made {
                         Ok(Some(comm)) => comm.handle(),
                         _ => std::ptr::null_mut(),
                     };
                     item.out.write(handle);
-                    (item.comm, made.map(|_| ()))
-                })
+                    made.map(|_| ())
+                });
+                (comm, handle)
             })
             .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        handles
+            .into_iter()
+            .map(|(comm, h)| {
+                let result = h
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::internal("a split panicked")));
+                (comm, result)
+            })
+            .collect()
     })
 }
 
@@ -372,7 +385,7 @@ struct Sorted {
     in_order: Vec<Arc<Comm>>,
     /// The first collective refused when it was called.
     refusal: Option<Error>,
-    /// Splits, run after the collectives.
+    /// Splits, run before the registrations and collectives.
     splits: Vec<Split>,
 }
 
