@@ -416,9 +416,10 @@ fn sums_of_parent_ranks(children: &[symmComm_t]) -> Vec<f32> {
     check(symmGroupStart(), null_mut());
     register_in_group(&mut buffers);
     check(symmGroupEnd(), null_mut());
-    let stream = RankStream::new();
+    // One thread drives every rank, on the legacy stream: the context-wide copies are in
+    // order with the group's launches.
     for (rank, b) in buffers.iter().enumerate() {
-        stream.put_f32(b.base, &[rank as f32; 4]);
+        put_f32(b.base, &[rank as f32; 4]);
     }
     check(symmGroupStart(), null_mut());
     for b in &buffers {
@@ -436,10 +437,7 @@ fn sums_of_parent_ranks(children: &[symmComm_t]) -> Vec<f32> {
         );
     }
     check(symmGroupEnd(), null_mut());
-    let sums = buffers
-        .iter()
-        .map(|b| stream.get_f32(b.base, 1)[0])
-        .collect();
+    let sums = buffers.iter().map(|b| get_f32(b.base, 1)[0]).collect();
     teardown(buffers);
     sums
 }
