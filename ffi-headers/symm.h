@@ -40,6 +40,9 @@
 // NULL), as NCCL's `NCCL_SPLIT_NOCOLOR`.
 #define SYMM_SPLIT_NOCOLOR -1
 
+// `symmCommRevoke`'s flags: the default (the only value), as NCCL's `NCCL_REVOKE_DEFAULT`.
+#define SYMM_REVOKE_DEFAULT 0
+
 // A [`symmConfig_t`] field left unset (the default, or the parent's value for a split), as
 // NCCL's `NCCL_CONFIG_UNDEF_INT`.
 #define SYMM_CONFIG_UNDEF_INT (-2147483647 - 1)
@@ -269,7 +272,9 @@ symmResult_t symmCommAbort(symmComm_t comm);
 
 // Split `comm` into new communicators: every rank of `comm` calls it; the ranks that pass
 // one `color` form one new communicator, ranked by `key` (ties by their rank in `comm`), and
-// `*newcomm` is set to this rank's (NULL for `SYMM_SPLIT_NOCOLOR`). `config` NULL: the new
+// `*newcomm` is set to this rank's (NULL for `SYMM_SPLIT_NOCOLOR` or on failure). A call
+// refused for its arguments still tells the other ranks, whose calls then fail at once
+// naming it. `config` NULL: the new
 // communicators inherit `comm`'s settings. Inside symmGroupStart/symmGroupEnd (one thread
 // driving several ranks) the splits run at the group's end, which sets every `*newcomm`.
 //
@@ -281,6 +286,13 @@ symmResult_t symmCommSplit(symmComm_t comm,
                            int key,
                            symmComm_t *newcomm,
                            const symmConfig_t *config);
+
+// Revoke `comm` (NCCL's `ncclCommRevoke`): its work stops on every rank, and its later
+// collectives are refused (`symmInvalidUsage` on this rank, `symmRemoteError` naming the
+// revoke on a peer until it revokes too); `symmCommSplit`, deregistration, `symmMemFree` and
+// `symmCommDestroy` remain. Returns once this rank's work has ended. `revokeFlags` must be
+// `SYMM_REVOKE_DEFAULT`. May be called from another thread while a call of this rank waits.
+symmResult_t symmCommRevoke(symmComm_t comm, int revokeFlags);
 
 // Finalize `comm`: wait until every collective this rank enqueued has completed, then refuse
 // later collectives and registrations (`symmInvalidUsage`); `symmCommDestroy` frees it.

@@ -25,6 +25,9 @@ pub const SYMM_UNIQUE_ID_BYTES: usize = 128;
 /// NULL), as NCCL's `NCCL_SPLIT_NOCOLOR`.
 pub const SYMM_SPLIT_NOCOLOR: c_int = -1;
 
+/// `symmCommRevoke`'s flags: the default (the only value), as NCCL's `NCCL_REVOKE_DEFAULT`.
+pub const SYMM_REVOKE_DEFAULT: c_int = 0;
+
 /// A [`symmConfig_t`] field left unset (the default, or the parent's value for a split), as
 /// NCCL's `NCCL_CONFIG_UNDEF_INT`.
 pub const SYMM_CONFIG_UNDEF_INT: c_int = -2147483647 - 1;

@@ -409,6 +409,14 @@ class Comm:
         with self._state_lock:
             self._forget_handle()
 
+    def revoke(self) -> None:
+        """Revoke this communicator (``symmCommRevoke``): its work stops on every rank and its
+        later collectives raise (:class:`InvalidUsageError` here, :class:`RemoteError` on a peer
+        until it revokes too); :meth:`split` (the way to continue) and teardown remain. Returns
+        once this rank's work has ended; may be called from another thread while a collective
+        of this rank waits."""
+        check(lib.symmCommRevoke(self.handle, 0))
+
     def split(self, color: int | None, key: int = 0) -> Comm | None:
         """Split this communicator (``symmCommSplit``; every rank calls it, one thread per
         rank): the ranks that pass one ``color`` form a new communicator, ranked by ``key``

@@ -37,6 +37,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmCommAbort": (_result, [_comm]),
     "symmCommFinalize": (_result, [_comm]),
     "symmCommSplit": (_result, [_comm, c_int, c_int, POINTER(_comm), c_void_p]),
+    "symmCommRevoke": (_result, [_comm, c_int]),
     "symmCommCount": (_result, [_comm, POINTER(c_int)]),
     "symmCommUserRank": (_result, [_comm, POINTER(c_int)]),
     "symmCommCuDevice": (_result, [_comm, POINTER(c_int)]),

@@ -318,6 +318,30 @@ def test_split_one_thread_per_rank() -> None:
         c.destroy()
 
 
+def test_revoke_then_split_continues() -> None:
+    comms = symm.Comm.init_all(2)
+    for c in comms:
+        c.revoke()
+    bufs = [c.alloc(64, dtype="float32") for c in comms]
+    wins = register_all(comms, bufs)
+    with pytest.raises(symm.InvalidUsageError, match="revoked"):
+        comms[0].all_reduce(bufs[0])
+    children = symm.Comm.split_all(comms, [0, 0])
+    child_bufs = [c.alloc(64, dtype="float32") for c in children]
+    child_wins = register_all(children, child_bufs)
+    for value, buf in zip([1.0, 2.0], child_bufs):
+        buf.numpy()[:] = value
+    with symm.group():
+        for c, b in zip(children, child_bufs):
+            c.all_reduce(b)
+    for buf in child_bufs:
+        np.testing.assert_array_equal(np.asarray(buf), np.full(64, 3.0, dtype=np.float32))
+    for w, b, c in zip(child_wins + wins, child_bufs + bufs, children + comms):
+        w.deregister()
+        b.free()
+        c.destroy()
+
+
 def test_split_refuses_bad_colors_and_keys() -> None:
     comms = symm.Comm.init_all(2)
     with pytest.raises(symm.InvalidArgumentError, match="color"):

@@ -536,3 +536,146 @@ fn a_refused_split_fails_every_rank_at_once_and_a_retry_works() {
         check(symmCommDestroy(comm), null_mut());
     }
 }
+
+/// Recovery without a new unique id: rank 2 hangs (never makes the all-reduce that ranks 0
+/// and 1 wait in); a watchdog revokes rank 0, which ends both waits at once; every rank
+/// revokes; collectives are then refused naming the revoke; the ranks split the revoked
+/// communicator and the new one sums exactly.
+#[test]
+fn revoke_with_work_in_flight_then_split_and_continue() {
+    use_backend_from_env();
+    // SAFETY: set before this test's communicators are made; a longer bound only.
+    unsafe { std::env::set_var("SYMM_TIMEOUT_MS", "20000") };
+    const RANKS: usize = 3;
+    let comms = join_threads(new_unique_id(), RANKS);
+    let windows: Vec<(usize, usize)> = comms
+        .iter()
+        .map(|&c| Handle(c))
+        .map(|c| {
+            std::thread::spawn(move || {
+                let c = c;
+                let (base, window) = window_of_bytes(c.0, COUNT * 4);
+                (base as usize, window as usize)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let (revoked_tx, revoked_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = {
+        let rank0 = Handle(comms[0]);
+        std::thread::spawn(move || {
+            let rank0 = rank0;
+            std::thread::sleep(Duration::from_millis(300));
+            let started = std::time::Instant::now();
+            let result = symmCommRevoke(rank0.0, SYMM_REVOKE_DEFAULT);
+            let took = started.elapsed();
+            revoked_tx.send(()).unwrap();
+            (result, took)
+        })
+    };
+    let mut revoked_rx = Some(revoked_rx);
+    let handles: Vec<_> = comms
+        .iter()
+        .zip(&windows)
+        .enumerate()
+        .map(|(rank, (&comm, &(base, window)))| {
+            let comm = Handle(comm);
+            let signal = if rank == 2 { revoked_rx.take() } else { None };
+            std::thread::spawn(move || {
+                let comm = comm;
+                let base = base as *mut c_void;
+                let stream = RankStream::new();
+                let all_reduce = |c: symmComm_t, at: *mut c_void| {
+                    symmAllReduce(
+                        at,
+                        at,
+                        COUNT,
+                        symmDataType_t::symmFloat32 as i32,
+                        symmRedOp_t::symmSum as i32,
+                        c,
+                        stream.handle(),
+                    )
+                };
+                let mut waited = None;
+                if let Some(signal) = signal {
+                    // The hanging rank: it comes back only after the revoke.
+                    signal.recv().unwrap();
+                } else {
+                    let started = std::time::Instant::now();
+                    let result = stream.completed(comm.0, all_reduce(comm.0, base));
+                    waited = Some((result, started.elapsed(), last_error(comm.0)));
+                }
+                if rank != 0 {
+                    check(symmCommRevoke(comm.0, SYMM_REVOKE_DEFAULT), comm.0);
+                }
+                assert_eq!(
+                    symmCommRevoke(comm.0, 7),
+                    symmResult_t::symmInvalidArgument,
+                    "revokeFlags 7"
+                );
+                let refused = all_reduce(comm.0, base);
+                let refusal = last_error(comm.0);
+                assert_eq!(
+                    refused,
+                    symmResult_t::symmInvalidUsage,
+                    "rank {rank}: {refusal}"
+                );
+                assert!(refusal.contains("revoked"), "rank {rank}: {refusal}");
+                // Recovery: a split of the revoked communicator, then exact sums on it.
+                let mut child = null_mut();
+                // SAFETY: valid out-pointer; NULL config.
+                check(
+                    unsafe { symmCommSplit(comm.0, 0, rank as i32, &mut child, std::ptr::null()) },
+                    comm.0,
+                );
+                let (cbase, cwindow) = window_of_bytes(child, COUNT * 4);
+                for round in 0..3 {
+                    stream.put_f32(cbase.cast(), &values(rank + round));
+                    check(stream.completed(child, all_reduce(child, cbase)), child);
+                    let sum: Vec<f32> = (0..COUNT)
+                        .map(|i| {
+                            (0..RANKS).map(|r| values(r + round)[i] as f64).sum::<f64>() as f32
+                        })
+                        .collect();
+                    assert_eq!(
+                        stream.get_f32(cbase.cast(), COUNT),
+                        sum,
+                        "rank {rank}, round {round}"
+                    );
+                }
+                check(symmCommWindowDeregister(child, cwindow), child);
+                check(symmMemFree(child, cbase), child);
+                check(symmCommDestroy(child), null_mut());
+                check(
+                    symmCommWindowDeregister(comm.0, window as symmWindow_t),
+                    comm.0,
+                );
+                check(symmMemFree(comm.0, base), comm.0);
+                waited
+            })
+        })
+        .collect();
+    let (result, took) = watchdog.join().unwrap();
+    assert_eq!(result, symmResult_t::symmSuccess, "the revoke");
+    assert!(took < Duration::from_secs(5), "the revoke took {took:?}");
+    for (rank, h) in handles.into_iter().enumerate() {
+        let waited = h.join().expect("a rank thread failed");
+        if let Some((result, took, message)) = waited {
+            assert_ne!(
+                result,
+                symmResult_t::symmSuccess,
+                "rank {rank}'s pending all-reduce"
+            );
+            assert!(
+                took < Duration::from_secs(8),
+                "rank {rank} waited {took:?}: {message}"
+            );
+            assert!(message.contains("revoked"), "rank {rank}: {message}");
+        }
+    }
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}

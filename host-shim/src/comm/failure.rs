@@ -22,7 +22,9 @@
 //!   call is refused, naming the rank that found the failure and its cause.
 //!
 //! From then on every collective of every rank returns an error before anything is launched;
-//! only teardown (deregistration, `symmMemFree`, `symmCommDestroy`) remains.
+//! teardown (deregistration, `symmMemFree`, `symmCommDestroy`) and `symmCommSplit` (whose
+//! exchanges do not use the failed kernels) remain. `symmCommRevoke` fails a communicator on
+//! purpose, this way ([`crate::comm::revoke`]).
 
 use crate::abi::symmResult_t;
 use crate::comm::{self, Clique, Comm};

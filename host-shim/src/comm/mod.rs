@@ -227,7 +227,12 @@ struct User {
     /// Its calls in progress: a collective being made, plus one per collective queued in its
     /// open group.
     holds: usize,
+    /// Which entry of a thread into the rank this is (see [`Comm::wait_for_call_in_progress`]).
+    entry: u64,
 }
+
+/// Entries of threads into ranks' calls, numbered.
+static CALL_ENTRIES: AtomicU64 = AtomicU64::new(0);
 
 /// A call in progress on a rank (see [`Comm::enter_call`]); leaving it releases the rank.
 pub struct CallInProgress<'a> {
@@ -338,6 +343,7 @@ impl Comm {
                         thread: me,
                         call: call.to_string(),
                         holds: 1,
+                        entry: CALL_ENTRIES.fetch_add(1, Ordering::Relaxed),
                     });
                     None
                 }
@@ -367,6 +373,28 @@ impl Comm {
                 .as_ref()
                 .is_some_and(|u| u.thread != me);
             if !busy {
+                return true;
+            }
+            if start.elapsed() >= bound {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Wait until the call another thread is making on this rank now (if any) has returned,
+    /// at most `bound` (later calls of that thread are not waited for); `true` when it has.
+    pub fn wait_for_call_in_progress(&self, bound: Duration) -> bool {
+        let me = std::thread::current().id();
+        let entry_now =
+            |user: &Option<User>| user.as_ref().filter(|u| u.thread != me).map(|u| u.entry);
+        let Some(entry) = entry_now(&self.user.lock().unwrap_or_else(|e| e.into_inner())) else {
+            return true;
+        };
+        let start = Instant::now();
+        loop {
+            let now = entry_now(&self.user.lock().unwrap_or_else(|e| e.into_inner()));
+            if now != Some(entry) {
                 return true;
             }
             if start.elapsed() >= bound {
@@ -747,6 +775,57 @@ pub fn abort(comm: &Arc<Comm>) -> Result<()> {
         ));
     }
     destroy(comm)
+}
+
+/// `symmCommRevoke`: stop the communicator's work on every rank and refuse its later
+/// collectives, keeping it for recovery (NCCL's `ncclCommRevoke`). The communicator fails on
+/// every rank as by [`abort`], with the cause "rank r revoked the communicator" (every rank's
+/// pending kernels give up at their next look); this rank's later collectives are refused with
+/// `symmInvalidUsage` naming the revoke (a peer's, with `symmRemoteError` naming it, until it
+/// revokes too); then it waits, within the timeout, for this rank's launches to end. What
+/// stays: `symmCommSplit` (the new communicators are made through the bootstrap, not the
+/// revoked kernels), deregistration, `symmMemFree`, `symmCommDestroy`. `flags` must be
+/// `SYMM_REVOKE_DEFAULT` (0). Like [`abort`], callable from another thread while a call of
+/// this rank waits.
+pub fn revoke(comm: &Arc<Comm>, flags: i32) -> Result<()> {
+    if flags != crate::abi::SYMM_REVOKE_DEFAULT {
+        return Err(Error::invalid_argument(format!(
+            "revokeFlags = {flags}: must be SYMM_REVOKE_DEFAULT (0)"
+        )));
+    }
+    comm.refuse_if_queued_in_group("symmCommRevoke")?;
+    let cause = format!(
+        "rank {} revoked the communicator (symmCommRevoke): its collectives are refused; \
+         symmCommSplit and teardown remain",
+        comm.rank
+    );
+    failure::fail(comm, &Error::invalid_usage(cause.clone()));
+    {
+        // This rank's own refusals name its revoke, also after it adopted another failure.
+        let mut state = comm.lock();
+        state.aborted = Some(cause);
+        state.abort_code = Some(symmResult_t::symmInvalidUsage);
+    }
+    let windows: Vec<Arc<Window>> = comm.lock().windows.values().cloned().collect();
+    for window in &windows {
+        window.raise_abort(symm_device::symmetric::ABORT_PEER_FAILED);
+    }
+    if !comm.wait_for_call_in_progress(comm.clique.timeout) {
+        return Err(Error::new(
+            symmResult_t::symmTimeout,
+            format!(
+                "symmCommRevoke on rank {}: another thread's call on this rank did not return \
+                 within the timeout ({:?}); the communicator is revoked",
+                comm.rank, comm.clique.timeout
+            ),
+        ));
+    }
+    // Quiesced: this rank's kernels, which saw the raised words, are done (their own errors
+    // are the revoke's).
+    for window in &windows {
+        let _ = window.wait_for_launches();
+    }
+    Ok(())
 }
 
 /// `symmCommFinalize`: wait until every collective this rank enqueued has completed (on every

@@ -15,7 +15,7 @@
 //! A rank with color [`SYMM_SPLIT_NOCOLOR`] takes part in both all-gathers and gets no
 //! communicator.
 
-use super::{Comm, Joining, ROOT_JOIN_TIMEOUT, failure, keep_root};
+use super::{Comm, Joining, ROOT_JOIN_TIMEOUT, keep_root};
 use crate::abi::{SYMM_CONFIG_MAGIC, SYMM_CONFIG_UNDEF_INT, SYMM_SPLIT_NOCOLOR, symmConfig_t};
 use crate::abi::{symmComm_t, symmResult_t};
 use crate::error::{Error, Result};
@@ -116,8 +116,8 @@ pub fn take_number(parent: &Comm) -> u64 {
 /// Split `n` of `parent`, for a caller that holds `parent` (a group's end runs its queued
 /// splits this way).
 pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Option<Arc<Comm>>> {
-    // A failed communicator refuses on every rank (its failure reaches them all).
-    failure::check(parent)?;
+    // A failed or revoked communicator splits too: the exchanges go through the bootstrap
+    // (or this process), not its kernels, and the new communicators start in step.
     let request = request.and_then(|request| {
         super::refuse_if_finalized(parent, "symmCommSplit")?;
         Ok(request)

@@ -256,6 +256,16 @@ pub unsafe extern "C" fn symmCommSplit(
     })
 }
 
+/// Revoke `comm` (NCCL's `ncclCommRevoke`): its work stops on every rank, and its later
+/// collectives are refused (`symmInvalidUsage` on this rank, `symmRemoteError` naming the
+/// revoke on a peer until it revokes too); `symmCommSplit`, deregistration, `symmMemFree` and
+/// `symmCommDestroy` remain. Returns once this rank's work has ended. `revokeFlags` must be
+/// `SYMM_REVOKE_DEFAULT`. May be called from another thread while a call of this rank waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmCommRevoke(comm: symmComm_t, revokeFlags: c_int) -> symmResult_t {
+    with_comm("symmCommRevoke", comm, |c| comm::revoke(c, revokeFlags))
+}
+
 /// Finalize `comm`: wait until every collective this rank enqueued has completed, then refuse
 /// later collectives and registrations (`symmInvalidUsage`); `symmCommDestroy` frees it.
 /// Returns the communicator's failure, if it failed.
