@@ -30,6 +30,7 @@ from . import _paths as paths
 from ._abi import DataType, RedOp, Result
 from ._convert import DTypeLike, OpLike, StreamLike, dtype_size, numpy_dtype, resolve_dtype, resolve_op
 from ._core import (
+    SPLIT_NOCOLOR,
     Buffer,
     BufferLike,
     Comm,
@@ -60,6 +61,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LIBRARY_PATH",
+    "SPLIT_NOCOLOR",
     "Buffer",
     "BufferLike",
     "CoResidencyError",

@@ -27,7 +27,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import _lib
-from ._abi import UNIQUE_ID_BYTES, WIN_COLL_SYMMETRIC, DataType, Result
+from ._abi import DEFINES, UNIQUE_ID_BYTES, WIN_COLL_SYMMETRIC, DataType, Result
 from ._convert import (
     DTypeLike,
     OpLike,
@@ -38,7 +38,7 @@ from ._convert import (
     resolve_op,
     resolve_stream,
 )
-from ._lib import check, lib
+from ._lib import ConfigStruct, check, lib
 from ._operand import Operand, describe, resolve_call, torch_stream
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, make_error
 
@@ -182,11 +182,31 @@ _RANKS_BY_UNIQUE_ID_LOCK = threading.Lock()
 _RANKS_BY_SPLIT: weakref.WeakValueDictionary[tuple[int, int, int], _ProcessRanks] = weakref.WeakValueDictionary()
 
 
-def _split_color(color: int | None) -> int:
-    """A split's color for C: ``None`` is ``SYMM_SPLIT_NOCOLOR``."""
-    if color is None:
-        return -1
-    return _as_int(color, "color", 0, _INT_MAX)
+#: ``SYMM_SPLIT_NOCOLOR``: the color of a rank that joins no new communicator.
+SPLIT_NOCOLOR = -1
+
+
+def _split_arguments(
+    color: int | None, key: int, min_ctas: int | None, max_ctas: int | None
+) -> tuple[int, int, Any]:
+    """A split's color, key and configuration for C. Values C's ``int`` holds go to the
+    library as given, which validates them (so that a bad one reaches the other ranks too);
+    ``None`` is ``SYMM_SPLIT_NOCOLOR``; the configuration is ``None`` (NULL: the parent's)
+    unless a bound is given."""
+    color_value = SPLIT_NOCOLOR if color is None else _as_int(color, "color", -_INT_MAX - 1, _INT_MAX)
+    key = _as_int(key, "key", -_INT_MAX - 1, _INT_MAX)
+    if min_ctas is None and max_ctas is None:
+        return color_value, key, None
+    undef = -_INT_MAX - 1
+    config = ConfigStruct(
+        size=ctypes.sizeof(ConfigStruct),
+        magic=DEFINES["SYMM_CONFIG_MAGIC"],
+        version=DEFINES["SYMM_VERSION_CODE"],
+        blocking=undef,
+        minCTAs=undef if min_ctas is None else _as_int(min_ctas, "min_ctas", -_INT_MAX - 1, _INT_MAX),
+        maxCTAs=undef if max_ctas is None else _as_int(max_ctas, "max_ctas", -_INT_MAX - 1, _INT_MAX),
+    )
+    return color_value, key, ctypes.byref(config)
 
 
 #: Windows whose device context was read, by the context's address (see
@@ -417,32 +437,44 @@ class Comm:
         of this rank waits."""
         check(lib.symmCommRevoke(self.handle, 0))
 
-    def split(self, color: int | None, key: int = 0) -> Comm | None:
+    def split(self, color: int | None, key: int = 0, *, min_ctas: int | None = None, max_ctas: int | None = None) -> Comm | None:
         """Split this communicator (``symmCommSplit``; every rank calls it, one thread per
         rank): the ranks that pass one ``color`` form a new communicator, ranked by ``key``
         (ties by their rank here). Ranks driven by one thread split with :meth:`split_all`.
 
         Args:
-            color: a non-negative color, or ``None`` to join no new communicator.
+            color: a non-negative color, or ``None`` (or :data:`SPLIT_NOCOLOR`) to join no new
+                communicator.
             key: this rank's place in the new communicator, relative to the other keys.
+            min_ctas: fewest blocks per rank of the new communicator's kernels (``minCTAs``;
+                default: this communicator's).
+            max_ctas: most blocks per rank (``maxCTAs``; default: this communicator's).
 
         Returns:
             This rank of the new communicator, or ``None`` for no color.
 
         Raises:
-            InvalidArgumentError: a negative color or a key out of C's ``int`` range.
+            InvalidArgumentError: a bad color, key or bound (the library refuses it, so the
+                other ranks' calls fail at once too, naming this rank).
             SymmTimeoutError: a rank did not call it in time.
         """
-        color_value = _split_color(color)
-        key = _as_int(key, "key", -_INT_MAX - 1, _INT_MAX)
+        color_value, key, config = _split_arguments(color, key, min_ctas, max_ctas)
         handle = ctypes.c_void_p()
-        check(lib.symmCommSplit(self.handle, color_value, key, ctypes.byref(handle), None))
+        check(lib.symmCommSplit(self.handle, color_value, key, ctypes.byref(handle), config))
         if not handle.value:
             return None
         return self._adopt_split(handle.value, color_value)
 
     @classmethod
-    def split_all(cls, comms: Sequence[Comm], colors: Sequence[int | None], keys: Sequence[int] | None = None) -> list[Comm | None]:
+    def split_all(
+        cls,
+        comms: Sequence[Comm],
+        colors: Sequence[int | None],
+        keys: Sequence[int] | None = None,
+        *,
+        min_ctas: int | None = None,
+        max_ctas: int | None = None,
+    ) -> list[Comm | None]:
         """Split several ranks that this thread drives (``symmCommSplit`` for each, in one
         group): ``colors[i]`` and ``keys[i]`` (default 0) for ``comms[i]``, as in :meth:`split`.
 
@@ -452,14 +484,28 @@ class Comm:
         keys = [0] * len(comms) if keys is None else list(keys)
         if len(colors) != len(comms) or len(keys) != len(comms):
             raise InvalidArgumentError(f"{len(comms)} comms, {len(colors)} colors and {len(keys)} keys: one of each per comm")
-        values = [(_split_color(c), _as_int(k, "key", -_INT_MAX - 1, _INT_MAX)) for c, k in zip(colors, keys)]
+        # Every handle first: a destroyed one raises before the group starts.
+        parents = []
+        for index, comm in enumerate(comms):
+            if comm.destroyed:
+                raise InvalidUsageError(f"comms[{index}] (rank {comm.rank}) was destroyed")
+            parents.append(comm.handle)
+        arguments = [_split_arguments(c, k, min_ctas, max_ctas) for c, k in zip(colors, keys)]
         handles = [ctypes.c_void_p() for _ in comms]
+        # Every rank's call is made, also after one is refused (the refusal then reaches the
+        # others at the group's end instead of leaving them waiting); the first refusal raises.
+        refusal: SymmError | None = None
         with group():
-            for comm, (color, key), handle in zip(comms, values, handles):
-                check(lib.symmCommSplit(comm.handle, color, key, ctypes.byref(handle), None))
+            for parent, (color, key, config), handle in zip(parents, arguments, handles):
+                try:
+                    check(lib.symmCommSplit(parent, color, key, ctypes.byref(handle), config))
+                except SymmError as error:
+                    refusal = refusal or error
+        if refusal is not None:
+            raise refusal
         return [
             comm._adopt_split(handle.value, color) if handle.value else None
-            for comm, (color, _), handle in zip(comms, values, handles)
+            for comm, (color, _, _), handle in zip(comms, arguments, handles)
         ]
 
     def _adopt_split(self, handle: int, color: int) -> Comm:

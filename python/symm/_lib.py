@@ -10,13 +10,26 @@ from . import _paths
 from ._abi import UNIQUE_ID_BYTES, Result
 from .errors import make_error
 
-__all__ = ["LIBRARY_PATH", "UniqueIdStruct", "check", "last_error", "lib"]
+__all__ = ["LIBRARY_PATH", "ConfigStruct", "UniqueIdStruct", "check", "last_error", "lib"]
 
 
 class UniqueIdStruct(ctypes.Structure):
     """``symmUniqueId``: opaque bytes, passed by value."""
 
     _fields_ = [("internal", c_char * UNIQUE_ID_BYTES)]
+
+
+class ConfigStruct(ctypes.Structure):
+    """``symmConfig_t``."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("magic", ctypes.c_uint),
+        ("version", ctypes.c_uint),
+        ("blocking", c_int),
+        ("minCTAs", c_int),
+        ("maxCTAs", c_int),
+    ]
 
 
 # The enums are C `int`s (`symmResult_t`, `symmDataType_t`, `symmRedOp_t`); handles are
@@ -36,7 +49,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmCommDestroy": (_result, [_comm]),
     "symmCommAbort": (_result, [_comm]),
     "symmCommFinalize": (_result, [_comm]),
-    "symmCommSplit": (_result, [_comm, c_int, c_int, POINTER(_comm), c_void_p]),
+    "symmCommSplit": (_result, [_comm, c_int, c_int, POINTER(_comm), POINTER(ConfigStruct)]),
     "symmCommRevoke": (_result, [_comm, c_int]),
     "symmCommCount": (_result, [_comm, POINTER(c_int)]),
     "symmCommUserRank": (_result, [_comm, POINTER(c_int)]),

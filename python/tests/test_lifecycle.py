@@ -344,14 +344,24 @@ def test_revoke_then_split_continues() -> None:
 
 def test_split_refuses_bad_colors_and_keys() -> None:
     comms = symm.Comm.init_all(2)
-    with pytest.raises(symm.InvalidArgumentError, match="color"):
-        comms[0].split(-3)
+    # The library refuses a bad color on the rank that passed it and tells its peer at once.
+    with pytest.raises(symm.InvalidArgumentError, match="color = -3"):
+        symm.Comm.split_all(comms, [-3, 0])
+    assert "rank 0 refused its split" in comms[1].last_error()
     with pytest.raises(symm.InvalidArgumentError, match="key"):
         comms[0].split(0, key=2**31)
     with pytest.raises(symm.InvalidArgumentError, match="one of each per comm"):
         symm.Comm.split_all(comms, [0])
-    for c in comms:
-        c.destroy()
+    with pytest.raises(symm.InvalidArgumentError, match="maxCTAs"):
+        symm.Comm.split_all(comms, [0, 0], min_ctas=4, max_ctas=2)
+    # NCCL's NOCOLOR value and None are the same; a configured bound is accepted.
+    children = symm.Comm.split_all(comms, [symm.SPLIT_NOCOLOR, 0], max_ctas=1)
+    assert children[0] is None and children[1] is not None and children[1].nranks == 1
+    children[1].destroy()
+    comms[1].destroy()
+    with pytest.raises(symm.InvalidUsageError, match=r"comms\[1\] \(rank 1\) was destroyed"):
+        symm.Comm.split_all(comms, [0, 0])
+    comms[0].destroy()
 
 
 def test_double_free_and_double_deregister_raise() -> None:

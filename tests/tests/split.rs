@@ -367,10 +367,15 @@ fn bad_split_arguments_are_refused_by_name() {
             unsafe { symmCommSplit(parents[1], 0, 0, second, &config) },
             parents[1],
         );
-        assert_ne!(symmGroupEnd(), symmResult_t::symmSuccess, "{needle}");
+        // The group's own refusal, not its echo on the peer.
+        assert_eq!(
+            symmGroupEnd(),
+            symmResult_t::symmInvalidArgument,
+            "{needle}"
+        );
         let message = last_error(parents[1]);
         assert!(
-            message.contains("rank 0 refused its call") && message.contains(needle),
+            message.contains("rank 0 refused its split") && message.contains(needle),
             "{needle}: {message}"
         );
         assert_eq!(
@@ -527,7 +532,7 @@ fn a_refused_split_fails_every_rank_at_once_and_a_retry_works() {
         } else {
             assert_eq!(result, symmResult_t::symmRemoteError, "{message}");
             assert!(
-                message.contains("rank 1 refused") && message.contains("color = -5"),
+                message.contains("rank 1 refused its split") && message.contains("color = -5"),
                 "{message}"
             );
         }
@@ -677,5 +682,38 @@ fn revoke_with_work_in_flight_then_split_and_continue() {
     }
     for comm in comms {
         check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// A rank destroyed before its split (ranks of one process): the others' split fails at once,
+/// naming it, instead of at the timeout; the ranks that did call are not named.
+#[test]
+fn a_split_with_a_destroyed_peer_fails_at_once_naming_it() {
+    use_backend_from_env();
+    let parents = init_all(3);
+    check(symmCommDestroy(parents[0]), null_mut());
+    let mut children = [null_mut(); 3];
+    let started = std::time::Instant::now();
+    check(symmGroupStart(), null_mut());
+    for rank in 1..3 {
+        // SAFETY: `children` outlives the group; NULL config.
+        check(
+            unsafe { symmCommSplit(parents[rank], 0, 0, &mut children[rank], std::ptr::null()) },
+            parents[rank],
+        );
+    }
+    assert_eq!(symmGroupEnd(), symmResult_t::symmRemoteError);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    for rank in 1..3 {
+        let message = last_error(parents[rank]);
+        assert!(
+            message.contains("ranks [0] were destroyed"),
+            "rank {rank}: {message}"
+        );
+        assert!(children[rank].is_null());
+    }
+    for comm in &parents[1..] {
+        check(symmCommDestroy(*comm), null_mut());
     }
 }

@@ -113,7 +113,7 @@ pub fn adopted(comm: &Comm) -> Option<Error> {
                 state.abort_code.unwrap_or(symmResult_t::symmRemoteError),
                 format!(
                     "rank {}: the communicator has failed ({reason}); every collective on it \
-                     fails: destroy it",
+                     fails: destroy it, or continue on a symmCommSplit of it",
                     comm.rank
                 ),
             ));
@@ -155,7 +155,8 @@ pub fn adopted(comm: &Comm) -> Option<Error> {
     Some(Error::new(
         symmResult_t::symmRemoteError,
         format!(
-            "rank {}: the communicator {reason}; every collective on it fails: destroy it",
+            "rank {}: the communicator {reason}; every collective on it fails: destroy it, or \
+             continue on a symmCommSplit of it",
             comm.rank
         ),
     ))
@@ -326,7 +327,7 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
                 symmResult_t::symmRemoteError,
                 format!(
                     "rank {}: another rank failed the communicator; every collective on it \
-                     fails: destroy it",
+                     fails: destroy it, or continue on a symmCommSplit of it",
                     comm.rank
                 ),
             ),

@@ -769,7 +769,9 @@ pub fn abort(comm: &Arc<Comm>) -> Result<()> {
         return Err(Error::new(
             symmResult_t::symmTimeout,
             format!(
-                "symmCommAbort on rank {}: another thread's call on this rank did not return                  within the timeout ({:?}); the communicator is failed on every rank but not                  freed",
+                "symmCommAbort on rank {}: another thread's call on this rank did not return \
+                 within the timeout ({:?}); the communicator is failed on every rank but not \
+                 freed",
                 comm.rank, comm.clique.timeout
             ),
         ));
@@ -849,7 +851,8 @@ pub fn finalize(comm: &Arc<Comm>) -> Result<()> {
 pub fn refuse_if_finalized(comm: &Comm, what: &str) -> Result<()> {
     if comm.lock().finalized {
         return Err(Error::invalid_usage(format!(
-            "{what} on rank {} after symmCommFinalize: a finalized communicator only              allows teardown (deregistration, symmMemFree, symmCommDestroy)",
+            "{what} on rank {} after symmCommFinalize: a finalized communicator only allows \
+             teardown (deregistration, symmMemFree, symmCommDestroy)",
             comm.rank
         )));
     }

@@ -134,10 +134,7 @@ pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Op
     }) {
         return Err(Error::new(
             symmResult_t::symmRemoteError,
-            format!(
-                "symmCommSplit on rank {}: rank {r} refused its call: {why}",
-                parent.rank
-            ),
+            format!("rank {}: rank {r} refused its split: {why}", parent.rank),
         ));
     }
     let called: Vec<(i32, i32)> = parts
@@ -207,8 +204,7 @@ pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Op
         Some((0, message)) => Err(Error::new(
             symmResult_t::symmRemoteError,
             format!(
-                "symmCommSplit on rank {}: rank {} (the new communicator's rank 0) could not \
-                 make it: {}",
+                "rank {}: rank {} (the new communicator's rank 0) could not make it: {}",
                 parent.rank,
                 members[0],
                 String::from_utf8_lossy(message)
@@ -376,7 +372,16 @@ fn gather(comm: &Comm, tag: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
         return link.gathered(tag, timeout);
     }
     let ranks = (comm.rank, comm.clique.nranks);
-    comm.clique.gatherings.gather(tag, ranks, payload, timeout)
+    // Every rank of such a clique is made before any of them can split: one that is no
+    // longer live was destroyed or aborted.
+    let alive = |r: usize| {
+        super::clique_comms(&comm.clique)
+            .iter()
+            .any(|c| c.rank == r)
+    };
+    comm.clique
+        .gatherings
+        .gather(tag, ranks, payload, timeout, alive)
 }
 
 /// All-gathers among the ranks of a clique whose ranks all run in this process.
@@ -388,28 +393,33 @@ pub struct Gatherings {
 
 struct Gathering {
     parts: Vec<Option<Vec<u8>>>,
+    /// The ranks that deposited, also those that withdrew since (for the timeout's message).
+    came: Vec<bool>,
     taken: usize,
 }
 
 impl Gatherings {
     /// Deposit `rank`'s `payload` to the all-gather `tag` of `nranks` ranks, and wait within
-    /// `timeout` for every rank's. On the timeout the deposit is withdrawn and the error names
-    /// the ranks that did not come.
+    /// `timeout` for every rank's. A rank that has not come and for which `alive` is `false`
+    /// (destroyed or aborted: it never will) ends the wait at once; on either the deposit is
+    /// withdrawn and the error names the ranks that did not come.
     pub fn gather(
         &self,
         tag: u64,
         (rank, nranks): (usize, usize),
         payload: &[u8],
         timeout: Duration,
+        alive: impl Fn(usize) -> bool,
     ) -> Result<Vec<Vec<u8>>> {
         let deadline = Instant::now() + timeout;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.entry(tag)
-            .or_insert_with(|| Gathering {
-                parts: vec![None; nranks],
-                taken: 0,
-            })
-            .parts[rank] = Some(payload.to_vec());
+        let gathering = open.entry(tag).or_insert_with(|| Gathering {
+            parts: vec![None; nranks],
+            came: vec![false; nranks],
+            taken: 0,
+        });
+        gathering.parts[rank] = Some(payload.to_vec());
+        gathering.came[rank] = true;
         self.changed.notify_all();
         loop {
             let gathering = open
@@ -423,28 +433,38 @@ impl Gatherings {
                 }
                 return Ok(parts);
             }
+            let missing: Vec<usize> = (0..nranks).filter(|r| !gathering.came[*r]).collect();
+            let gone: Vec<usize> = missing.iter().copied().filter(|r| !alive(*r)).collect();
             let now = Instant::now();
-            if now >= deadline {
-                let missing: Vec<usize> = (0..nranks)
-                    .filter(|r| gathering.parts[*r].is_none())
-                    .collect();
+            if now >= deadline || !gone.is_empty() {
                 gathering.parts[rank] = None;
                 if gathering.parts.iter().all(Option::is_none) {
                     open.remove(&tag);
                 }
-                return Err(Error::new(
-                    symmResult_t::symmTimeout,
+                let message = if gone.is_empty() {
                     format!(
-                        "rank {rank}: ranks {missing:?} did not reach symmCommSplit's exchange \
-                         within {} ms (one thread driving several ranks calls it for each of \
-                         them between symmGroupStart and symmGroupEnd)",
+                        "rank {rank}: ranks {missing:?} did not call symmCommSplit within {} ms \
+                         (one thread driving several ranks calls it for each of them between \
+                         symmGroupStart and symmGroupEnd)",
                         timeout.as_millis()
-                    ),
-                ));
+                    )
+                } else {
+                    format!(
+                        "rank {rank}: ranks {gone:?} were destroyed or aborted before their \
+                         symmCommSplit: the split cannot complete"
+                    )
+                };
+                let code = if gone.is_empty() {
+                    symmResult_t::symmTimeout
+                } else {
+                    symmResult_t::symmRemoteError
+                };
+                return Err(Error::new(code, message));
             }
+            // Short slices: a rank destroyed meanwhile wakes no one.
             open = self
                 .changed
-                .wait_timeout(open, deadline - now)
+                .wait_timeout(open, (deadline - now).min(Duration::from_millis(20)))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }

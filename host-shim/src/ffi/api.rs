@@ -643,9 +643,12 @@ pub extern "C" fn symmScatter(
 /// The asynchronous state of `comm`: `symmTimeout` once a kernel of this comm gave up waiting
 /// for a peer, `symmInternalError` once a kernel refused its launch, `symmUnhandledCudaError`
 /// once work queued on its device failed (a kernel trap or illegal address, which leaves the
-/// device's context unusable; `symmGetLastError(comm)` names the CUDA error), else
-/// `symmSuccess`. Any of these errors is kept: the comm then refuses further collectives. On the cuda backend this reflects the work that has run so far; it
-/// does not synchronize.
+/// device's context unusable; `symmGetLastError(comm)` names the CUDA error), or the
+/// communicator's failure once it failed on any rank (`symmRemoteError` for another rank's,
+/// this rank's own code for its own: `symmInvalidUsage` after its `symmCommAbort` or
+/// `symmCommRevoke`, or a misuse it found), else `symmSuccess`. Any of these errors is kept:
+/// the comm then refuses further collectives. On the cuda backend this reflects the work that
+/// has run so far; it does not synchronize.
 ///
 /// # Safety
 /// `asyncError` is NULL or valid for a write.

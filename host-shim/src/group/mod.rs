@@ -5,6 +5,7 @@
 
 pub mod fusion;
 
+use crate::abi::symmResult_t;
 use crate::agree::Call;
 use crate::collective::{self, Prepared, Request, Task};
 use crate::comm::{Clique, Comm, split, windows};
@@ -282,11 +283,20 @@ pub fn end() -> Result<()> {
     let mut first_error: Option<Error> = None;
     // The splits first: a rank whose peers split and then call collectives outside a group
     // meets them in that order.
+    let mut remote_error = None;
     for (comm, result) in run_splits(splits) {
         if let Err(e) = result {
             comm.set_last_error(&e.message);
-            first_error.get_or_insert(e);
+            // The group's own refusal, rather than its echo on a peer.
+            if e.code == symmResult_t::symmRemoteError {
+                remote_error.get_or_insert(e);
+            } else {
+                first_error.get_or_insert(e);
+            }
         }
+    }
+    if first_error.is_none() {
+        first_error = remote_error;
     }
     let mut record = |comm: &Comm, result: Result<()>| {
         if let Err(e) = result {
