@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 HERE = Path(__file__).parent
 WORKER = HERE / "torch_windows_worker.py"
+ABORT_WORKER = HERE / "torch_abort_worker.py"
 EXAMPLE = HERE.parents[1] / "examples" / "torch" / "symmetric_tensors.py"
 
 
@@ -66,6 +67,16 @@ def test_ranks_whose_tensors_take_different_paths_fail_on_every_rank() -> None:
     lines = [line for line in output.splitlines() if "paths disagree:" in line]
     assert len(lines) == 2, output[-6000:]
     assert any("InvalidUsageError" in line and "window registration" in line for line in lines), lines
+
+
+def test_abort_through_pytorch_ends_every_rank_s_calls_and_destroy_frees() -> None:
+    """``_abort_process_group`` on rank 0 while its all-reduce waits for rank 1 (bound 20 s):
+    the wait ends and the abort returns at once, rank 1's next call fails at once naming the
+    abort, and rank 1's ``destroy_process_group`` destroys its rank (torch_abort_worker.py)."""
+    output = torchrun(2, ABORT_WORKER, SYMM_BACKEND="host")
+    assert "rank 0: the abort returned in" in output, output[-6000:]
+    assert "rank 1: its next all_reduce failed after" in output, output[-6000:]
+    assert "rank 0: destroyed" in output and "rank 1: destroyed" in output, output[-6000:]
 
 
 def test_the_wait_bound_is_the_groups_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
