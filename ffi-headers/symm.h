@@ -43,6 +43,14 @@
 // `symmCommRevoke`'s flags: the default (the only value), as NCCL's `NCCL_REVOKE_DEFAULT`.
 #define SYMM_REVOKE_DEFAULT 0
 
+// `symmCommShrink`'s flags: the parent's in-flight work is left alone (it must have none), as
+// NCCL's `NCCL_SHRINK_DEFAULT`.
+#define SYMM_SHRINK_DEFAULT 0
+
+// `symmCommShrink`'s flags: the parent is revoked first, ending its in-flight work on every
+// rank (after a failure), as NCCL's `NCCL_SHRINK_ABORT`.
+#define SYMM_SHRINK_ABORT 1
+
 // A [`symmConfig_t`] field left unset (the default, or the parent's value for a split), as
 // NCCL's `NCCL_CONFIG_UNDEF_INT`.
 #define SYMM_CONFIG_UNDEF_INT (-2147483647 - 1)
@@ -286,6 +294,26 @@ symmResult_t symmCommSplit(symmComm_t comm,
                            int key,
                            symmComm_t *newcomm,
                            const symmConfig_t *config);
+
+// Shrink `comm` to the ranks not in `excludeRanksList` (NCCL's `ncclCommShrink`): only those
+// ranks call it, each with the same list; `*newcomm` is set to this rank's rank of the new
+// communicator, ranked in `comm`'s order. It does not need `comm`'s bootstrap root (whose
+// process may be the one lost). `shrinkFlags`: `SYMM_SHRINK_DEFAULT`, or `SYMM_SHRINK_ABORT`
+// to revoke `comm` first (its in-flight work ends on every rank). This rank's `symmMemAlloc`
+// allocations move to the new communicator: register the same memory, with its data, there
+// (and free it there). `config` NULL: `comm`'s settings. Inside symmGroupStart/symmGroupEnd
+// the shrinks run at the group's end, which sets every `*newcomm`.
+//
+// # Safety
+// `excludeRanksList` is valid for `excludeRanksCount` reads (NULL when it is 0); `newcomm` is
+// NULL or valid for a write (inside a group: until the group's end); `config` is NULL or
+// points to a `symmConfig_t`.
+symmResult_t symmCommShrink(symmComm_t comm,
+                            const int *excludeRanksList,
+                            int excludeRanksCount,
+                            symmComm_t *newcomm,
+                            const symmConfig_t *config,
+                            int shrinkFlags);
 
 // Revoke `comm` (NCCL's `ncclCommRevoke`): its work stops on every rank, and its later
 // collectives are refused (`symmInvalidUsage` on this rank, `symmRemoteError` naming the

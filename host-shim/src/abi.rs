@@ -28,6 +28,14 @@ pub const SYMM_SPLIT_NOCOLOR: c_int = -1;
 /// `symmCommRevoke`'s flags: the default (the only value), as NCCL's `NCCL_REVOKE_DEFAULT`.
 pub const SYMM_REVOKE_DEFAULT: c_int = 0;
 
+/// `symmCommShrink`'s flags: the parent's in-flight work is left alone (it must have none), as
+/// NCCL's `NCCL_SHRINK_DEFAULT`.
+pub const SYMM_SHRINK_DEFAULT: c_int = 0;
+
+/// `symmCommShrink`'s flags: the parent is revoked first, ending its in-flight work on every
+/// rank (after a failure), as NCCL's `NCCL_SHRINK_ABORT`.
+pub const SYMM_SHRINK_ABORT: c_int = 1;
+
 /// A [`symmConfig_t`] field left unset (the default, or the parent's value for a split), as
 /// NCCL's `NCCL_CONFIG_UNDEF_INT`.
 pub const SYMM_CONFIG_UNDEF_INT: c_int = -2147483647 - 1;

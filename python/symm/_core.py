@@ -465,6 +465,36 @@ class Comm:
             return None
         return self._adopt_split(handle.value, color_value)
 
+    def shrink(self, exclude: Sequence[int], *, abort: bool = False, min_ctas: int | None = None, max_ctas: int | None = None) -> Comm:
+        """Shrink this communicator to the ranks not in ``exclude`` (``symmCommShrink``): only
+        those ranks call it, each with the same list, one thread per rank. The new ranks
+        follow this communicator's order. This rank's buffers from :meth:`alloc` move to the
+        new communicator: register them, their data kept, there. It does not need this
+        communicator's bootstrap root (whose process may be the one lost).
+
+        Args:
+            exclude: the ranks left out (a lost rank's).
+            abort: revoke this communicator first (``SYMM_SHRINK_ABORT``): its in-flight work
+                ends on every rank, as after a failure.
+            min_ctas: fewest blocks per rank (default: this communicator's).
+            max_ctas: most blocks per rank (default: this communicator's).
+
+        Returns:
+            This rank of the new communicator.
+        """
+        ranks = [_as_int(r, "exclude rank", -_INT_MAX - 1, _INT_MAX) for r in exclude]
+        _, _, config = _split_arguments(0, 0, min_ctas, max_ctas)
+        handle = ctypes.c_void_p()
+        array = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+        check(lib.symmCommShrink(self.handle, array, len(ranks), ctypes.byref(handle), config, 1 if abort else 0))
+        child = self._adopt_split(handle.value, -2)
+        # The buffers' memory now belongs to the new communicator.
+        with self._state_lock:
+            buffers = list(self._buffers)
+        for buffer in buffers:
+            buffer._move_to(child)
+        return child
+
     @classmethod
     def split_all(
         cls,
@@ -913,6 +943,17 @@ class Buffer:
     def _invalidate(self, reason: str) -> None:
         self._finalizer.detach()
         self._dead = reason
+
+    def _move_to(self, comm: Comm) -> None:
+        """The memory now belongs to ``comm`` (a shrink moved it): freed there."""
+        if self._dead is not None:
+            return
+        self._finalizer.detach()
+        self.comm._buffers.discard(self)
+        self.comm = comm
+        self._finalizer = weakref.finalize(self, _free_memory, comm.handle, comm._alive, self.ptr)
+        with comm._state_lock:
+            comm._buffers.add(self)
 
     @property
     def freed(self) -> bool:

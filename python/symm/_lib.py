@@ -51,6 +51,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmCommFinalize": (_result, [_comm]),
     "symmCommSplit": (_result, [_comm, c_int, c_int, POINTER(_comm), POINTER(ConfigStruct)]),
     "symmCommRevoke": (_result, [_comm, c_int]),
+    "symmCommShrink": (_result, [_comm, POINTER(c_int), c_int, POINTER(_comm), POINTER(ConfigStruct), c_int]),
     "symmCommCount": (_result, [_comm, POINTER(c_int)]),
     "symmCommUserRank": (_result, [_comm, POINTER(c_int)]),
     "symmCommCuDevice": (_result, [_comm, POINTER(c_int)]),

@@ -342,6 +342,41 @@ def test_revoke_then_split_continues() -> None:
         c.destroy()
 
 
+def test_shrink_keeps_the_buffers_and_their_data() -> None:
+    comms = symm.Comm.init_all(3)
+    results: list[np.ndarray | None] = [None, None, None]
+    failures: list[BaseException] = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            buf = comms[rank].alloc(64, dtype="float32")
+            buf.numpy()[:] = rank + 1
+            child = comms[rank].shrink([0], abort=True)
+            assert (child.rank, child.nranks) == (rank - 1, 2)
+            assert buf.comm is child
+            np.testing.assert_array_equal(buf.numpy(), np.full(64, rank + 1, dtype=np.float32))
+            with child.register(buf):
+                child.all_reduce(buf)
+                results[rank] = buf.numpy().copy()
+            buf.free()
+            child.destroy()
+        except BaseException as error:  # noqa: BLE001  (reported by the main thread)
+            failures.append(error)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not failures, failures
+    for rank in (1, 2):
+        np.testing.assert_array_equal(results[rank], np.full(64, 5.0, dtype=np.float32))
+    with pytest.raises(symm.InvalidArgumentError, match="holds this rank"):
+        comms[0].shrink([0])
+    for c in comms:
+        c.destroy()
+
+
 def test_split_refuses_bad_colors_and_keys() -> None:
     comms = symm.Comm.init_all(2)
     # The library refuses a bad color on the rank that passed it and tells its peer at once.

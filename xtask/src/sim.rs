@@ -211,6 +211,8 @@ struct TestBinaries {
     abort_finalize: PathBuf,
     /// `symmCommSplit` (`split.rs`).
     split: PathBuf,
+    /// `symmCommShrink` (`shrink.rs`).
+    shrink: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -233,6 +235,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "abort_finalize",
             "--test",
             "split",
+            "--test",
+            "shrink",
             "--no-run",
             "--message-format=json",
         ])
@@ -260,6 +264,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         prompt_failure: executable("prompt_failure")?,
         abort_finalize: executable("abort_finalize")?,
         split: executable("split")?,
+        shrink: executable("shrink")?,
     })
 }
 
@@ -324,8 +329,9 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    Then the layouts users run (a thread per rank, a group, a process per rank): buffers at
 ///    different window offsets refused on every rank (`window_offsets.rs`), a failure
 ///    reaching every rank at once (`prompt_failure.rs`), and `symmCommAbort` while a peer
-///    hangs and `symmCommFinalize` (`abort_finalize.rs`), and `symmCommSplit`'s halves
-///    running different collectives at once (`split.rs`).
+///    hangs and `symmCommFinalize` (`abort_finalize.rs`), `symmCommSplit`'s halves running
+///    different collectives at once and `symmCommRevoke` (`split.rs`), and `symmCommShrink`
+///    of ranks of one process (`shrink.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -426,6 +432,7 @@ pub fn test() -> Result<(), String> {
         ),
         ("abort and finalize", &binaries.abort_finalize),
         ("split", &binaries.split),
+        ("shrink", &binaries.shrink),
     ] {
         SimRun {
             what,
@@ -435,7 +442,7 @@ pub fn test() -> Result<(), String> {
         }
         .pass(&dir)?;
     }
-    step("layouts: offsets, prompt failure, abort, split", t);
+    step("layouts: offsets, prompt failure, abort, split, shrink", t);
 
     // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
     // graph test captures a count that fits). Reads of pinned host memory cost a PCIe round

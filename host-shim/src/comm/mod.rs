@@ -5,6 +5,7 @@
 
 pub mod failure;
 pub mod pacing;
+pub mod shrink;
 pub mod split;
 pub mod watch;
 pub mod windows;
@@ -205,6 +206,8 @@ pub struct Comm {
     pub launches: AtomicU64,
     /// The `symmCommSplit` calls this rank has made (the `n`-th of every rank is one split).
     pub splits: AtomicU64,
+    /// The `symmCommShrink` calls this rank has made (likewise, among the survivors).
+    pub shrinks: AtomicU64,
     /// The call records shared with the ranks of other processes of this machine (see
     /// `crate::agree::records`); `None` when every rank runs in this process or some rank runs
     /// on another machine.
@@ -535,6 +538,7 @@ pub(crate) fn new_comm(
         unsettled_refusal: AtomicU64::new(u64::MAX),
         launches: AtomicU64::new(0),
         splits: AtomicU64::new(0),
+        shrinks: AtomicU64::new(0),
         call_records,
         watch: Mutex::new(None),
         user: Mutex::new(None),
@@ -798,9 +802,14 @@ pub fn revoke(comm: &Arc<Comm>, flags: i32) -> Result<()> {
     comm.refuse_if_queued_in_group("symmCommRevoke")?;
     let cause = format!(
         "rank {} revoked the communicator (symmCommRevoke): its collectives are refused; \
-         symmCommSplit and teardown remain",
+         symmCommSplit, symmCommShrink and teardown remain",
         comm.rank
     );
+    revoke_with(comm, cause, "symmCommRevoke")
+}
+
+/// Revoke `comm` with `cause` (see [`revoke`]); `what` names the call, for its timeout.
+pub(crate) fn revoke_with(comm: &Arc<Comm>, cause: String, what: &str) -> Result<()> {
     failure::fail(comm, &Error::invalid_usage(cause.clone()));
     {
         // This rank's own refusals name its revoke, also after it adopted another failure.
@@ -816,8 +825,8 @@ pub fn revoke(comm: &Arc<Comm>, flags: i32) -> Result<()> {
         return Err(Error::new(
             symmResult_t::symmTimeout,
             format!(
-                "symmCommRevoke on rank {}: another thread's call on this rank did not return \
-                 within the timeout ({:?}); the communicator is revoked",
+                "{what} on rank {}: another thread's call on this rank did not return within \
+                 the timeout ({:?}); the communicator is revoked",
                 comm.rank, comm.clique.timeout
             ),
         ));

@@ -279,7 +279,7 @@ pub fn check_color(color: i32) -> Result<()> {
 
 /// The block bounds of a new communicator of `parent`'s ranks: `config`'s, else the parent's
 /// (an inherited bound gives way to the other, set one).
-fn bounds(parent: &Comm, config: Config) -> (u32, u32) {
+pub(super) fn bounds(parent: &Comm, config: Config) -> (u32, u32) {
     match (config.min_blocks, config.max_blocks) {
         (Some(min), Some(max)) => (min, max),
         (Some(min), None) => (min, parent.clique.max_blocks.max(min)),
@@ -291,7 +291,7 @@ fn bounds(parent: &Comm, config: Config) -> (u32, u32) {
 /// What rank 0 of a new communicator hands its members: in a clique of this process, the
 /// handles of every member's new rank (and the ranks, to free if nobody takes them); else a
 /// unique id whose root runs in this process.
-fn make(
+pub(super) fn make(
     parent: &Arc<Comm>,
     members: &[usize],
     config: Config,
@@ -355,7 +355,7 @@ fn build_local(parent: &Comm, members: &[usize], config: Config) -> Result<Vec<A
 }
 
 /// This member's rank from the handles its rank 0 made in this process.
-fn take_local(made: &[u8], new_rank: usize) -> Result<Arc<Comm>> {
+pub(super) fn take_local(made: &[u8], new_rank: usize) -> Result<Arc<Comm>> {
     let handle = made
         .chunks_exact(8)
         .nth(new_rank)

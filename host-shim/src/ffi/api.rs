@@ -256,6 +256,73 @@ pub unsafe extern "C" fn symmCommSplit(
     })
 }
 
+/// Shrink `comm` to the ranks not in `excludeRanksList` (NCCL's `ncclCommShrink`): only those
+/// ranks call it, each with the same list; `*newcomm` is set to this rank's rank of the new
+/// communicator, ranked in `comm`'s order. It does not need `comm`'s bootstrap root (whose
+/// process may be the one lost). `shrinkFlags`: `SYMM_SHRINK_DEFAULT`, or `SYMM_SHRINK_ABORT`
+/// to revoke `comm` first (its in-flight work ends on every rank). This rank's `symmMemAlloc`
+/// allocations move to the new communicator: register the same memory, with its data, there
+/// (and free it there). `config` NULL: `comm`'s settings. Inside symmGroupStart/symmGroupEnd
+/// the shrinks run at the group's end, which sets every `*newcomm`.
+///
+/// # Safety
+/// `excludeRanksList` is valid for `excludeRanksCount` reads (NULL when it is 0); `newcomm` is
+/// NULL or valid for a write (inside a group: until the group's end); `config` is NULL or
+/// points to a `symmConfig_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommShrink(
+    comm: symmComm_t,
+    excludeRanksList: *const c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut symmComm_t,
+    config: *const symmConfig_t,
+    shrinkFlags: c_int,
+) -> symmResult_t {
+    with_comm("symmCommShrink", comm, |c| {
+        require_out(newcomm, "newcomm")?;
+        if excludeRanksCount < 0 {
+            return Err(Error::invalid_argument(format!(
+                "excludeRanksCount = {excludeRanksCount}: must be >= 0"
+            )));
+        }
+        if excludeRanksCount > 0 && excludeRanksList.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "excludeRanksList is NULL with excludeRanksCount = {excludeRanksCount}"
+            )));
+        }
+        let exclude = if excludeRanksCount == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-NULL and valid for excludeRanksCount reads by the caller's contract.
+            unsafe { std::slice::from_raw_parts(excludeRanksList, excludeRanksCount as usize) }
+                .to_vec()
+        };
+        comm::shrink::check_flags(shrinkFlags)?;
+        comm::shrink::survivors(c.clique.nranks, &exclude)?;
+        // SAFETY: NULL or a valid symmConfig_t by the caller's contract.
+        let config = split::Config::from_c(unsafe { config.as_ref() })?;
+        if group::active() {
+            group::defer(group::Deferred::Shrink(group::Shrink {
+                comm: c.clone(),
+                exclude,
+                config,
+                flags: shrinkFlags,
+                out: group::SplitOut(newcomm),
+            }));
+            return Ok(());
+        }
+        c.refuse_if_queued_in_group("symmCommShrink")?;
+        let made = comm::shrink::shrink(c, &exclude, config, shrinkFlags);
+        let handle = match &made {
+            Ok(m) => m.handle(),
+            Err(_) => std::ptr::null_mut(),
+        };
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { newcomm.write(handle) };
+        made.map(|_| ())
+    })
+}
+
 /// Revoke `comm` (NCCL's `ncclCommRevoke`): its work stops on every rank, and its later
 /// collectives are refused (`symmInvalidUsage` on this rank, `symmRemoteError` naming the
 /// revoke on a peer until it revokes too); `symmCommSplit`, deregistration, `symmMemFree` and

@@ -30,6 +30,22 @@ pub enum Deferred {
     /// A `symmCommSplit` of a rank, whose new handle goes to the caller's `newcomm` at the
     /// group's end.
     Split(Split),
+    /// A `symmCommShrink` of a rank, likewise.
+    Shrink(Shrink),
+}
+
+/// A `symmCommShrink` queued in a group.
+pub struct Shrink {
+    /// The parent rank.
+    pub comm: Arc<Comm>,
+    /// The ranks excluded.
+    pub exclude: Vec<i32>,
+    /// The new communicator's settings.
+    pub config: split::Config,
+    /// `shrinkFlags`.
+    pub flags: i32,
+    /// The caller's `newcomm`.
+    pub out: SplitOut,
 }
 
 /// A `symmCommSplit` queued in a group.
@@ -131,6 +147,7 @@ impl Deferred {
             Deferred::Collective(task) => &task.comm,
             Deferred::Empty(comm, _) | Deferred::Refused(comm, _) => comm,
             Deferred::Split(split) => &split.comm,
+            Deferred::Shrink(shrink) => &shrink.comm,
         }
     }
 
@@ -139,14 +156,20 @@ impl Deferred {
     fn uses_memory(&self) -> bool {
         matches!(
             self,
-            Deferred::CompleteWindow(..) | Deferred::Collective(..) | Deferred::Split(..)
+            Deferred::CompleteWindow(..)
+                | Deferred::Collective(..)
+                | Deferred::Split(..)
+                | Deferred::Shrink(..)
         )
     }
 
     /// `true` for a collective (made, empty or refused): it holds its rank for this thread
     /// until the group's end (see [`Comm::enter_call`]).
     fn is_collective(&self) -> bool {
-        !matches!(self, Deferred::CompleteWindow(..) | Deferred::Split(..))
+        !matches!(
+            self,
+            Deferred::CompleteWindow(..) | Deferred::Split(..) | Deferred::Shrink(..)
+        )
     }
 }
 
@@ -279,12 +302,13 @@ pub fn end() -> Result<()> {
         in_order,
         refusal,
         splits,
+        shrinks,
     } = sort(deferred);
     let mut first_error: Option<Error> = None;
     // The splits first: a rank whose peers split and then call collectives outside a group
     // meets them in that order.
     let mut remote_error = None;
-    for (comm, result) in run_splits(splits) {
+    for (comm, result) in run_splits(splits).into_iter().chain(run_shrinks(shrinks)) {
         if let Err(e) = result {
             comm.set_last_error(&e.message);
             // The group's own refusal, rather than its echo on a peer.
@@ -356,6 +380,43 @@ fn run_splits(splits: Vec<Split>) -> Vec<(Arc<Comm>, Result<()>)> {
     })
 }
 
+/// Run a group's shrinks side by side, as [`run_splits`] runs splits.
+fn run_shrinks(shrinks: Vec<Shrink>) -> Vec<(Arc<Comm>, Result<()>)> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = shrinks
+            .into_iter()
+            .map(|item| {
+                let comm = item.comm.clone();
+                let handle = scope.spawn(move || {
+                    let _ending = Ending::start();
+                    let made = crate::comm::shrink::shrink(
+                        &item.comm,
+                        &item.exclude,
+                        item.config,
+                        item.flags,
+                    );
+                    let handle = match &made {
+                        Ok(comm) => comm.handle(),
+                        Err(_) => std::ptr::null_mut(),
+                    };
+                    item.out.write(handle);
+                    made.map(|_| ())
+                });
+                (comm, handle)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(comm, h)| {
+                let result = h
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::internal("a shrink panicked")));
+                (comm, result)
+            })
+            .collect()
+    })
+}
+
 /// The group's collectives as instances to fuse and launch, unless one of them was refused
 /// when it was called (`refusal`) or their parts do not match: then nothing of the group is
 /// launched, and every collective of it (its ranks `in_order`) counts as refused on its rank.
@@ -395,8 +456,9 @@ struct Sorted {
     in_order: Vec<Arc<Comm>>,
     /// The first collective refused when it was called.
     refusal: Option<Error>,
-    /// Splits, run before the registrations and collectives.
+    /// Splits and shrinks, run before the registrations and collectives.
     splits: Vec<Split>,
+    shrinks: Vec<Shrink>,
 }
 
 /// Sort `deferred`, starting every registration's first half before any second half (see
@@ -409,6 +471,7 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
         in_order: Vec::new(),
         refusal: None,
         splits: Vec::new(),
+        shrinks: Vec::new(),
     };
     for item in deferred {
         match item {
@@ -429,6 +492,7 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
                 sorted.refusal.get_or_insert(error);
             }
             Deferred::Split(split) => sorted.splits.push(split),
+            Deferred::Shrink(shrink) => sorted.shrinks.push(shrink),
         }
     }
     sorted

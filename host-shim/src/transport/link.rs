@@ -466,6 +466,47 @@ impl RankLink {
         }
     }
 
+    /// Send `bytes` under number `seq` to rank `peer` of another process of this machine (in
+    /// a memory file whose descriptor goes as [`RankLink::send_fds`] sends window memory, so
+    /// authenticated the same way).
+    pub fn send_bytes(&self, seq: u64, peer: usize, bytes: &[u8], timeout: Duration) -> Result<()> {
+        let file = memory_file_with(bytes)?;
+        let header = FdHeader {
+            seq,
+            source: self.rank,
+            tag: auth::fd_tag(self.id.secret(), &self.session, seq, self.rank, peer as u32),
+        }
+        .encode();
+        use std::os::fd::AsFd;
+        crate::transport::fdpass::send_fds(
+            &self.peers[peer].socket,
+            &header,
+            &[file.as_fd()],
+            timeout,
+        )
+    }
+
+    /// The bytes rank `source` (of another process) sent under number `seq` with
+    /// [`RankLink::send_bytes`], waiting until `deadline`.
+    pub fn receive_bytes(&self, seq: u64, source: u32, deadline: Instant) -> Result<Vec<u8>> {
+        let fd = self
+            .receive_fds(seq, source, 1, deadline)?
+            .pop()
+            .expect("one descriptor");
+        let mut file = std::fs::File::from(fd);
+        let mut bytes = Vec::new();
+        use std::io::{Read, Seek};
+        file.seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| file.take(1 << 16).read_to_end(&mut bytes))
+            .map_err(|e| {
+                Error::new(
+                    symmResult_t::symmSystemError,
+                    format!("reading what rank {source} sent: {e}"),
+                )
+            })?;
+        Ok(bytes)
+    }
+
     /// Keep `received` if it comes from a rank of this communicator, else drop it (closing
     /// its descriptors).
     fn accept(&self, received: ReceivedFds) {
@@ -505,6 +546,30 @@ impl RankLink {
     pub fn leave(self) {
         self.client.leave();
     }
+}
+
+/// A memory file (`memfd_create`) holding `bytes`.
+fn memory_file_with(bytes: &[u8]) -> Result<OwnedFd> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: a NUL-terminated name; the flags are valid.
+    let fd = unsafe { libc::memfd_create(c"symm-bytes".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::new(
+            symmResult_t::symmSystemError,
+            format!("memfd_create failed: {}", std::io::Error::last_os_error()),
+        ));
+    }
+    // SAFETY: a descriptor just created, owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(owned);
+    file.write_all(bytes).map_err(|e| {
+        Error::new(
+            symmResult_t::symmSystemError,
+            format!("writing a memory file: {e}"),
+        )
+    })?;
+    Ok(OwnedFd::from(file))
 }
 
 #[cfg(test)]
