@@ -458,6 +458,7 @@ class Comm:
                 other ranks' calls fail at once too, naming this rank).
             SymmTimeoutError: a rank did not call it in time.
         """
+        _refuse_in_group("Comm.split")
         color_value, key, config = _split_arguments(color, key, min_ctas, max_ctas)
         handle = ctypes.c_void_p()
         check(lib.symmCommSplit(self.handle, color_value, key, ctypes.byref(handle), config))
@@ -482,6 +483,7 @@ class Comm:
         Returns:
             This rank of the new communicator.
         """
+        _refuse_in_group("Comm.shrink")
         ranks = [_as_int(r, "exclude rank", -_INT_MAX - 1, _INT_MAX) for r in exclude]
         _, _, config = _split_arguments(0, 0, min_ctas, max_ctas)
         handle = ctypes.c_void_p()
@@ -511,6 +513,7 @@ class Comm:
         Returns:
             The new ranks (``None`` for no color), in the order of ``comms``.
         """
+        _refuse_in_group("Comm.split_all")
         keys = [0] * len(comms) if keys is None else list(keys)
         if len(colors) != len(comms) or len(keys) != len(comms):
             raise InvalidArgumentError(f"{len(comms)} comms, {len(colors)} colors and {len(keys)} keys: one of each per comm")
@@ -949,7 +952,8 @@ class Buffer:
         if self._dead is not None:
             return
         self._finalizer.detach()
-        self.comm._buffers.discard(self)
+        with self.comm._state_lock:
+            self.comm._buffers.discard(self)
         self.comm = comm
         self._finalizer = weakref.finalize(self, _free_memory, comm.handle, comm._alive, self.ptr)
         with comm._state_lock:
@@ -1167,11 +1171,27 @@ def group() -> Iterator[None]:
     become one launch. Nests (only the outermost end runs them). ``symmGroupEnd`` runs even when
     the block raises; its own error is then attached to the block's exception as a note."""
     check(lib.symmGroupStart())
+    _GROUP.depth = getattr(_GROUP, "depth", 0) + 1
     try:
         yield
     except BaseException as error:
+        _GROUP.depth -= 1
         result = lib.symmGroupEnd()
         if result != Result["symmSuccess"]:
             error.add_note(f"symmGroupEnd then failed too: {make_error(result, _lib.last_error(None))}")
         raise
+    _GROUP.depth -= 1
     check(lib.symmGroupEnd())
+
+
+#: This thread's depth of :func:`group` blocks.
+_GROUP = threading.local()
+
+
+def _refuse_in_group(what: str) -> None:
+    """Refuse a call whose result the library gives only at the group's end."""
+    if getattr(_GROUP, "depth", 0) > 0:
+        raise InvalidUsageError(
+            f"{what} inside symm.group(): its new communicator exists only at the group's end; "
+            "use Comm.split_all, or call it outside the group"
+        )

@@ -373,6 +373,8 @@ def test_shrink_keeps_the_buffers_and_their_data() -> None:
         np.testing.assert_array_equal(results[rank], np.full(64, 5.0, dtype=np.float32))
     with pytest.raises(symm.InvalidArgumentError, match="holds this rank"):
         comms[0].shrink([0])
+    with symm.group(), pytest.raises(symm.InvalidUsageError, match="inside symm.group"):
+        comms[0].split(0)
     for c in comms:
         c.destroy()
 

@@ -487,3 +487,93 @@ fn bad_shrink_arguments_are_refused_by_name() {
         check(symmCommDestroy(comm), null_mut());
     }
 }
+
+/// Memory a shrink moved to the new communicator is not freed there while a window of the
+/// parent still covers it (with the default flag the parent is not revoked); once that window
+/// is deregistered, it is.
+#[test]
+fn moved_memory_is_not_freed_while_the_parent_s_window_covers_it() {
+    use_backend_from_env();
+    let parents = init_all(2);
+    let mut buffers = alloc(&parents, 256);
+    check(symmGroupStart(), null_mut());
+    register_in_group(&mut buffers);
+    check(symmGroupEnd(), null_mut());
+    // Rank 1 alone remains: a communicator of one rank.
+    let mut child = null_mut();
+    // SAFETY: valid pointers; NULL config.
+    check(
+        unsafe {
+            symmCommShrink(
+                parents[1],
+                [0].as_ptr(),
+                1,
+                &mut child,
+                std::ptr::null(),
+                SYMM_SHRINK_DEFAULT,
+            )
+        },
+        parents[1],
+    );
+    let moved = buffers.pop().unwrap();
+    assert_eq!(
+        symmMemFree(child, moved.base.cast()),
+        symmResult_t::symmInvalidUsage
+    );
+    let message = last_error(child);
+    assert!(message.contains("of another communicator"), "{message}");
+    assert_eq!(
+        symmMemFree(parents[1], moved.base.cast()),
+        symmResult_t::symmInvalidArgument,
+        "the parent no longer owns it"
+    );
+    check(
+        symmCommWindowDeregister(parents[1], moved.window),
+        parents[1],
+    );
+    check(symmMemFree(child, moved.base.cast()), child);
+    check(symmCommDestroy(child), null_mut());
+    check(symmCommDestroy(parents[1]), null_mut());
+    teardown(buffers);
+}
+
+/// Survivors that pass different lists never meet: the ones that agree form their
+/// communicator, the other times out; none gets a communicator of the wrong ranks.
+#[test]
+fn survivors_with_different_lists_do_not_meet() {
+    use_backend_from_env();
+    let comms = init_all(3);
+    let handles: Vec<_> = comms
+        .iter()
+        .enumerate()
+        .map(|(rank, &comm)| {
+            let comm = Handle(comm);
+            std::thread::spawn(move || {
+                let comm = comm;
+                // Ranks 0 and 1 leave out rank 2; rank 2 leaves out rank 1.
+                let exclude = [if rank == 2 { 1 } else { 2 }];
+                let mut child = null_mut();
+                // SAFETY: valid pointers; NULL config.
+                let result = unsafe {
+                    symmCommShrink(comm.0, exclude.as_ptr(), 1, &mut child, std::ptr::null(), 0)
+                };
+                let count = (!child.is_null()).then(|| {
+                    let mut count = 0;
+                    // SAFETY: valid out-pointer.
+                    check(unsafe { symmCommCount(child, &mut count) }, child);
+                    check(symmCommDestroy(child), null_mut());
+                    count
+                });
+                (result, count)
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(outcomes[0], (symmResult_t::symmSuccess, Some(2)));
+    assert_eq!(outcomes[1], (symmResult_t::symmSuccess, Some(2)));
+    assert_eq!(outcomes[2].1, None, "rank 2 got a communicator");
+    assert_ne!(outcomes[2].0, symmResult_t::symmSuccess);
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}

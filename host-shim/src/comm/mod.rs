@@ -206,8 +206,9 @@ pub struct Comm {
     pub launches: AtomicU64,
     /// The `symmCommSplit` calls this rank has made (the `n`-th of every rank is one split).
     pub splits: AtomicU64,
-    /// The `symmCommShrink` calls this rank has made (likewise, among the survivors).
-    pub shrinks: AtomicU64,
+    /// The `symmCommShrink` calls this rank has made, by exclusion list (the `n`-th shrink
+    /// with one list of every survivor is one shrink).
+    pub shrinks: Mutex<HashMap<Vec<i32>, u64>>,
     /// The call records shared with the ranks of other processes of this machine (see
     /// `crate::agree::records`); `None` when every rank runs in this process or some rank runs
     /// on another machine.
@@ -538,7 +539,7 @@ pub(crate) fn new_comm(
         unsettled_refusal: AtomicU64::new(u64::MAX),
         launches: AtomicU64::new(0),
         splits: AtomicU64::new(0),
-        shrinks: AtomicU64::new(0),
+        shrinks: Mutex::new(HashMap::new()),
         call_records,
         watch: Mutex::new(None),
         user: Mutex::new(None),
@@ -805,11 +806,17 @@ pub fn revoke(comm: &Arc<Comm>, flags: i32) -> Result<()> {
          symmCommSplit, symmCommShrink and teardown remain",
         comm.rank
     );
-    revoke_with(comm, cause, "symmCommRevoke")
+    revoke_with(comm, cause, ("symmCommRevoke", true))
 }
 
-/// Revoke `comm` with `cause` (see [`revoke`]); `what` names the call, for its timeout.
-pub(crate) fn revoke_with(comm: &Arc<Comm>, cause: String, what: &str) -> Result<()> {
+/// Revoke `comm` with `cause` (see [`revoke`]); `what` names the call, for its timeout, and
+/// `wait` says whether to wait for another thread's call in progress (not when that thread is
+/// the caller's own group end, which holds the rank).
+pub(crate) fn revoke_with(
+    comm: &Arc<Comm>,
+    cause: String,
+    (what, wait): (&str, bool),
+) -> Result<()> {
     failure::fail(comm, &Error::invalid_usage(cause.clone()));
     {
         // This rank's own refusals name its revoke, also after it adopted another failure.
@@ -821,7 +828,7 @@ pub(crate) fn revoke_with(comm: &Arc<Comm>, cause: String, what: &str) -> Result
     for window in &windows {
         window.raise_abort(symm_device::symmetric::ABORT_PEER_FAILED);
     }
-    if !comm.wait_for_call_in_progress(comm.clique.timeout) {
+    if wait && !comm.wait_for_call_in_progress(comm.clique.timeout) {
         return Err(Error::new(
             symmResult_t::symmTimeout,
             format!(
@@ -837,6 +844,20 @@ pub(crate) fn revoke_with(comm: &Arc<Comm>, cause: String, what: &str) -> Result
         let _ = window.wait_for_launches();
     }
     Ok(())
+}
+
+/// A window of any live communicator of this process that covers part of `[address, +size)`,
+/// as (rank, window base): memory a shrink moved to a new communicator may still be registered
+/// on the parent, and is not freed while it is.
+pub fn window_covering(address: u64, size: u64) -> Option<(usize, u64)> {
+    let comms: Vec<Arc<Comm>> = live_comms().values().cloned().collect();
+    comms.iter().find_map(|c| {
+        c.lock()
+            .windows
+            .values()
+            .find(|w| w.overlaps(address, size))
+            .map(|w| (c.rank, w.base))
+    })
 }
 
 /// `symmCommFinalize`: wait until every collective this rank enqueued has completed (on every

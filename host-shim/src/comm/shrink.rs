@@ -24,13 +24,11 @@ use crate::abi::{SYMM_SHRINK_ABORT, SYMM_SHRINK_DEFAULT, symmResult_t};
 use crate::error::{Error, Result};
 use crate::transport::bootstrap::UniqueId;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// The numbers of shrinks' exchanges: in-process all-gathers `SHRINK_TAG | 2n` and
-/// `SHRINK_TAG | 2n + 1`, descriptor messages `SHRINK_TAG | n` (window registrations use small
-/// numbers, splits `1 << 61`).
+/// The numbers of shrinks' exchanges ([`exchange_tag`]: this bit, a mix of the list and the
+/// shrink's number, and the round; window registrations use small numbers, splits `1 << 61`).
 const SHRINK_TAG: u64 = 1 << 60;
 
 /// The all-gather tag of the survivors' lists over the new communicator's bootstrap.
@@ -71,16 +69,56 @@ pub fn survivors(nranks: usize, exclude: &[i32]) -> Result<Vec<usize>> {
     Ok(survivors)
 }
 
+/// A `symmCommShrink` call: its arguments (validated) and its number among this rank's
+/// shrinks with the same list ([`take_number`]).
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The ranks left out.
+    pub exclude: Vec<i32>,
+    /// Its number.
+    pub number: u64,
+    /// The new communicator's settings.
+    pub config: Config,
+    /// `shrinkFlags`.
+    pub flags: i32,
+}
+
+/// The number of `parent`'s next shrink with `exclude` (the `n`-th of every survivor with one
+/// list is one shrink): taken when the call is made, also when it is refused later or queued
+/// in a group, so that the survivors' shrinks stay paired. Keyed by the list, so that a rank
+/// left out of one shrink does not disturb the numbers of a later one.
+pub fn take_number(parent: &Comm, exclude: &[i32]) -> u64 {
+    let mut list = exclude.to_vec();
+    list.sort_unstable();
+    let mut shrinks = parent.shrinks.lock().unwrap_or_else(|e| e.into_inner());
+    let next = shrinks.entry(list).or_insert(0);
+    *next += 1;
+    *next - 1
+}
+
+/// The exchange number of `request`'s shrink (round `round`): the list and its number, mixed
+/// (survivors that passed different lists use different numbers, and wait for each other
+/// in vain rather than meet).
+fn exchange_tag(request: &Request, round: u64) -> u64 {
+    let mut list = request.exclude.clone();
+    list.sort_unstable();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in list
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .chain(request.number.to_le_bytes())
+    {
+        h = (h ^ byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    SHRINK_TAG | ((h & ((1 << 58) - 1)) << 1) | round
+}
+
 /// `symmCommShrink` on `parent`, whose rank must survive: this rank of the new communicator.
-/// Outside a group the caller refuses it while calls of `parent` are queued in an open group
-/// (a group's end runs its queued shrinks through here).
-pub fn shrink(
-    parent: &Arc<Comm>,
-    exclude: &[i32],
-    config: Config,
-    flags: i32,
-) -> Result<Arc<Comm>> {
-    check_flags(flags)?;
+/// `held`: the caller's group end holds `parent` (it runs its queued shrinks this way);
+/// otherwise the caller refused it while calls of `parent` are queued in an open group.
+pub fn shrink(parent: &Arc<Comm>, request: &Request, held: bool) -> Result<Arc<Comm>> {
+    let exclude = &request.exclude;
+    check_flags(request.flags)?;
     let survivors = survivors(parent.clique.nranks, exclude)?;
     let Some(new_rank) = survivors.iter().position(|&r| r == parent.rank) else {
         return Err(Error::invalid_argument(format!(
@@ -89,23 +127,38 @@ pub fn shrink(
             parent.rank
         )));
     };
+    if let Some(link) = &parent.link {
+        // Checked by every survivor before anything, so that none waits for a hand-over that
+        // cannot come.
+        let own = &link.peers[parent.rank].node;
+        if let Some(&r) = survivors.iter().find(|&&r| &link.peers[r].node != own) {
+            return Err(Error::unsupported(format!(
+                "symmCommShrink: rank {r} runs on another machine than rank {}; a shrink hands \
+                 the new root's id over on one machine only",
+                parent.rank
+            )));
+        }
+    }
     super::refuse_if_finalized(parent, "symmCommShrink")?;
-    if flags == SYMM_SHRINK_ABORT {
+    if request.flags == SYMM_SHRINK_ABORT {
         let cause = format!(
             "rank {} shrank the communicator with SYMM_SHRINK_ABORT (excluding ranks \
              {exclude:?}): its work was aborted and its collectives are refused",
             parent.rank
         );
-        super::revoke_with(parent, cause, "symmCommShrink")?;
+        super::revoke_with(parent, cause, ("symmCommShrink", !held))?;
     }
-    let _call = parent.enter_call("symmCommShrink")?;
-    let n = parent.shrinks.fetch_add(1, Ordering::AcqRel);
-    let mut sorted = exclude.to_vec();
+    let _call = if held {
+        None
+    } else {
+        Some(parent.enter_call("symmCommShrink")?)
+    };
+    let mut sorted = exclude.clone();
     sorted.sort_unstable();
     let list: Vec<u8> = sorted.iter().flat_map(|r| r.to_le_bytes()).collect();
     let made = match &parent.link {
-        None => local(parent, &survivors, new_rank, n, &list, config)?,
-        Some(_) => linked(parent, &survivors, new_rank, n, &list, config)?,
+        None => local(parent, &survivors, new_rank, request, &list)?,
+        Some(_) => linked(parent, &survivors, new_rank, request, &list)?,
     };
     move_allocations(parent, &made);
     Ok(made)
@@ -117,10 +170,10 @@ fn local(
     parent: &Arc<Comm>,
     survivors: &[usize],
     new_rank: usize,
-    n: u64,
+    request: &Request,
     list: &[u8],
-    config: Config,
 ) -> Result<Arc<Comm>> {
+    let config = request.config;
     let clique = &parent.clique;
     let ranks = (new_rank, survivors.len());
     let alive = |i: usize| {
@@ -128,10 +181,27 @@ fn local(
             .iter()
             .any(|c| c.rank == survivors[i])
     };
-    let lists =
-        clique
-            .gatherings
-            .gather(SHRINK_TAG | (2 * n), ranks, list, clique.timeout, alive)?;
+    // Each survivor's parent rank and list: slot i must hold survivor i.
+    let part = [&(parent.rank as u32).to_le_bytes()[..], list].concat();
+    let parts = clique.gatherings.gather(
+        ("symmCommShrink", exchange_tag(request, 0)),
+        ranks,
+        &part,
+        clique.timeout,
+        alive,
+    )?;
+    if let Some((i, _)) = parts
+        .iter()
+        .enumerate()
+        .find(|(i, p)| p.get(..4) != Some(&(survivors[*i] as u32).to_le_bytes()[..]))
+    {
+        return Err(Error::invalid_usage(format!(
+            "rank {}: the ranks that remain passed different excludeRanksList (the place of \
+             rank {} is taken by another)",
+            parent.rank, survivors[i]
+        )));
+    }
+    let lists: Vec<Vec<u8>> = parts.iter().map(|p| p[4..].to_vec()).collect();
     check_lists(parent.rank, survivors, &lists)?;
     let made = (new_rank == 0).then(|| split::make(parent, survivors, config));
     let outcome = match &made {
@@ -140,7 +210,7 @@ fn local(
         Some(Err(e)) => [&[0u8][..], e.message.as_bytes()].concat(),
     };
     let outcomes = match clique.gatherings.gather(
-        SHRINK_TAG | (2 * n + 1),
+        ("symmCommShrink", exchange_tag(request, 1)),
         ranks,
         &outcome,
         clique.timeout,
@@ -182,16 +252,16 @@ fn linked(
     parent: &Arc<Comm>,
     survivors: &[usize],
     new_rank: usize,
-    n: u64,
+    request: &Request,
     list: &[u8],
-    config: Config,
 ) -> Result<Arc<Comm>> {
+    let config = request.config;
     let link = parent.link.as_ref().expect("a linked rank");
     let timeout = parent.clique.timeout;
     let deadline = Instant::now() + timeout;
     let first = survivors[0];
-    let key = (link.id.encode(), n);
-    let seq = SHRINK_TAG | n;
+    let seq = exchange_tag(request, 0);
+    let key = (link.id.encode(), *link.session(), seq);
     let id = if new_rank == 0 {
         let (id, _) = split::make(parent, survivors, config)?;
         let local = survivors[1..].iter().filter(|&&r| link.is_local(r)).count();
@@ -200,12 +270,6 @@ fn linked(
         }
         for &r in &survivors[1..] {
             if !link.is_local(r) {
-                if link.peers[r].node != link.peers[parent.rank].node {
-                    return Err(Error::unsupported(format!(
-                        "symmCommShrink: rank {r} runs on another machine; a shrink hands the \
-                         new root's id over on this machine only"
-                    )));
-                }
                 link.send_bytes(seq, r, &id, timeout).map_err(|e| {
                     Error::new(
                         e.code,
@@ -305,8 +369,9 @@ fn move_allocations(parent: &Comm, made: &Comm) {
     state.shared.extend(shared);
 }
 
-/// A shrink of a communicator: the parent's unique id and the shrink's number.
-type ShrinkKey = ([u8; crate::abi::SYMM_UNIQUE_ID_BYTES], u64);
+/// A shrink of a communicator: the parent's unique id and session (random for every
+/// communicator, also one made again with the same `SYMM_COMM_ID`) and the exchange number.
+type ShrinkKey = ([u8; crate::abi::SYMM_UNIQUE_ID_BYTES], [u8; 32], u64);
 
 /// New communicators' ids that a shrink's rank 0 hands to the survivors of its own process.
 struct LocalIds {
@@ -322,12 +387,7 @@ static LOCAL_IDS: LocalIds = LocalIds {
 
 impl LocalIds {
     /// Publish `id` under `key` for `takers` survivors.
-    fn publish(
-        &self,
-        key: ([u8; crate::abi::SYMM_UNIQUE_ID_BYTES], u64),
-        id: Vec<u8>,
-        takers: usize,
-    ) {
+    fn publish(&self, key: ShrinkKey, id: Vec<u8>, takers: usize) {
         let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
         ids.insert(key, (id, takers));
         self.changed.notify_all();

@@ -381,7 +381,7 @@ fn gather(comm: &Comm, tag: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     };
     comm.clique
         .gatherings
-        .gather(tag, ranks, payload, timeout, alive)
+        .gather(("symmCommSplit", tag), ranks, payload, timeout, alive)
 }
 
 /// All-gathers among the ranks of a clique whose ranks all run in this process.
@@ -405,7 +405,7 @@ impl Gatherings {
     /// withdrawn and the error names the ranks that did not come.
     pub fn gather(
         &self,
-        tag: u64,
+        (what, tag): (&str, u64),
         (rank, nranks): (usize, usize),
         payload: &[u8],
         timeout: Duration,
@@ -418,6 +418,14 @@ impl Gatherings {
             came: vec![false; nranks],
             taken: 0,
         });
+        if gathering.parts.len() != nranks || rank >= nranks || gathering.came[rank] {
+            // Ranks that see different participants (a shrink's lists that differ).
+            return Err(Error::invalid_usage(format!(
+                "rank {rank} of {nranks}: another rank's {what} counts {} ranks or holds this \
+                 place: the ranks passed different arguments",
+                gathering.parts.len()
+            )));
+        }
         gathering.parts[rank] = Some(payload.to_vec());
         gathering.came[rank] = true;
         self.changed.notify_all();
@@ -443,15 +451,15 @@ impl Gatherings {
                 }
                 let message = if gone.is_empty() {
                     format!(
-                        "rank {rank}: ranks {missing:?} did not call symmCommSplit within {} ms \
-                         (one thread driving several ranks calls it for each of them between \
+                        "rank {rank}: ranks {missing:?} did not call {what} within {} ms (one \
+                         thread driving several ranks calls it for each of them between \
                          symmGroupStart and symmGroupEnd)",
                         timeout.as_millis()
                     )
                 } else {
                     format!(
                         "rank {rank}: ranks {gone:?} were destroyed or aborted before their \
-                         symmCommSplit: the split cannot complete"
+                         {what}: it cannot complete"
                     )
                 };
                 let code = if gone.is_empty() {

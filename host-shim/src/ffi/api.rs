@@ -301,18 +301,25 @@ pub unsafe extern "C" fn symmCommShrink(
         comm::shrink::survivors(c.clique.nranks, &exclude)?;
         // SAFETY: NULL or a valid symmConfig_t by the caller's contract.
         let config = split::Config::from_c(unsafe { config.as_ref() })?;
+        // Numbered now, whatever happens to the call, so that the survivors' next shrinks
+        // with this list pair up.
+        let number = comm::shrink::take_number(c, &exclude);
+        let request = comm::shrink::Request {
+            exclude,
+            number,
+            config,
+            flags: shrinkFlags,
+        };
         if group::active() {
             group::defer(group::Deferred::Shrink(group::Shrink {
                 comm: c.clone(),
-                exclude,
-                config,
-                flags: shrinkFlags,
+                request,
                 out: group::SplitOut(newcomm),
             }));
             return Ok(());
         }
         c.refuse_if_queued_in_group("symmCommShrink")?;
-        let made = comm::shrink::shrink(c, &exclude, config, shrinkFlags);
+        let made = comm::shrink::shrink(c, &request, false);
         let handle = match &made {
             Ok(m) => m.handle(),
             Err(_) => std::ptr::null_mut(),
@@ -450,6 +457,13 @@ pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_
             ));
         }
         drop(state);
+        if let Some((rank, base)) = comm::window_covering(address, size as u64) {
+            return Err(Error::invalid_usage(format!(
+                "ptr is still registered in a window (at {base:#x}) of rank {rank} of another \
+                 communicator (the parent of the symmCommShrink that moved it here): \
+                 deregister that window first"
+            )));
+        }
         c.mem_free(address)
     })
 }

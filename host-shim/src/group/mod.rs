@@ -38,12 +38,8 @@ pub enum Deferred {
 pub struct Shrink {
     /// The parent rank.
     pub comm: Arc<Comm>,
-    /// The ranks excluded.
-    pub exclude: Vec<i32>,
-    /// The new communicator's settings.
-    pub config: split::Config,
-    /// `shrinkFlags`.
-    pub flags: i32,
+    /// The call's arguments and number.
+    pub request: crate::comm::shrink::Request,
     /// The caller's `newcomm`.
     pub out: SplitOut,
 }
@@ -389,12 +385,8 @@ fn run_shrinks(shrinks: Vec<Shrink>) -> Vec<(Arc<Comm>, Result<()>)> {
                 let comm = item.comm.clone();
                 let handle = scope.spawn(move || {
                     let _ending = Ending::start();
-                    let made = crate::comm::shrink::shrink(
-                        &item.comm,
-                        &item.exclude,
-                        item.config,
-                        item.flags,
-                    );
+                    // This group's end holds the rank.
+                    let made = crate::comm::shrink::shrink(&item.comm, &item.request, true);
                     let handle = match &made {
                         Ok(comm) => comm.handle(),
                         Err(_) => std::ptr::null_mut(),

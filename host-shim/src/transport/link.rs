@@ -359,6 +359,11 @@ impl RankLink {
         }
     }
 
+    /// The communicator's session ([`Client::session`]): random for every communicator.
+    pub fn session(&self) -> &[u8; 32] {
+        &self.session
+    }
+
     /// `true` when rank `peer` runs in this process.
     pub fn is_local(&self, peer: usize) -> bool {
         self.peers[peer].process == self.peers[self.rank as usize].process
