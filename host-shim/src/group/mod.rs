@@ -346,52 +346,50 @@ pub fn end() -> Result<()> {
 /// new handle (NULL for no color, or on failure) to its caller's `newcomm`. A split's number
 /// was taken when it was queued, so a rank's splits pair with its peers' in call order.
 fn run_splits(splits: Vec<Split>) -> Vec<(Arc<Comm>, Result<()>)> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = splits
-            .into_iter()
-            .map(|item| {
-                let comm = item.comm.clone();
-                let handle = scope.spawn(move || {
-                    let _ending = Ending::start();
-                    let made = split::split_numbered(&item.comm, item.number, item.request);
-                    let handle = match &made {
-                        Ok(Some(comm)) => comm.handle(),
-                        _ => std::ptr::null_mut(),
-                    };
-                    item.out.write(handle);
-                    made.map(|_| ())
-                });
-                (comm, handle)
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|(comm, h)| {
-                let result = h
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::internal("a split panicked")));
-                (comm, result)
-            })
-            .collect()
-    })
+    run_beside(
+        splits,
+        |item| item.comm.clone(),
+        |item| {
+            let made = split::split_numbered(&item.comm, item.number, item.request);
+            (item.out, made)
+        },
+    )
 }
 
-/// Run a group's shrinks side by side, as [`run_splits`] runs splits.
+/// Run a group's shrinks side by side, as [`run_splits`] runs splits (this group's end holds
+/// their ranks).
 fn run_shrinks(shrinks: Vec<Shrink>) -> Vec<(Arc<Comm>, Result<()>)> {
+    run_beside(
+        shrinks,
+        |item| item.comm.clone(),
+        |item| {
+            let made = crate::comm::shrink::shrink(&item.comm, &item.request, true).map(Some);
+            (item.out, made)
+        },
+    )
+}
+
+/// Run `run` on every item, each on a thread of its own (still this group's end), and write
+/// the new communicator each makes (NULL for none, or on failure) through its `newcomm`; each
+/// item's rank (`comm_of`) with its result (a panic is an internal error).
+fn run_beside<T: Send>(
+    items: Vec<T>,
+    comm_of: impl Fn(&T) -> Arc<Comm>,
+    run: impl Fn(T) -> (SplitOut, Result<Option<Arc<Comm>>>) + Sync,
+) -> Vec<(Arc<Comm>, Result<()>)> {
+    let run = &run;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = shrinks
+        let handles: Vec<_> = items
             .into_iter()
             .map(|item| {
-                let comm = item.comm.clone();
+                let comm = comm_of(&item);
                 let handle = scope.spawn(move || {
                     let _ending = Ending::start();
-                    // This group's end holds the rank.
-                    let made = crate::comm::shrink::shrink(&item.comm, &item.request, true);
-                    let handle = match &made {
-                        Ok(comm) => comm.handle(),
-                        Err(_) => std::ptr::null_mut(),
-                    };
-                    item.out.write(handle);
+                    let (out, made) = run(item);
+                    out.write(match &made {
+                        Ok(Some(made)) => made.handle(),
+                        _ => std::ptr::null_mut(),
+                    });
                     made.map(|_| ())
                 });
                 (comm, handle)
@@ -402,7 +400,7 @@ fn run_shrinks(shrinks: Vec<Shrink>) -> Vec<(Arc<Comm>, Result<()>)> {
             .map(|(comm, h)| {
                 let result = h
                     .join()
-                    .unwrap_or_else(|_| Err(Error::internal("a shrink panicked")));
+                    .unwrap_or_else(|_| Err(Error::internal("a split or shrink panicked")));
                 (comm, result)
             })
             .collect()
