@@ -7,8 +7,8 @@
 //! collectives exactly. Ranks of one process: shrink by threads and by one thread in a group.
 //! Bad arguments refused by name.
 //!
-//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the
-//! in-process layouts; the simulated GPU runs them in `cargo xtask sim --test`).
+//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the rank
+//! processes inherit it; the simulated GPU runs every layout in `cargo xtask sim --test`).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -248,9 +248,6 @@ unsafe extern "C" {
 }
 
 fn processes_with_a_victim(victim: usize, root_in_rank_0: bool) {
-    if on_cuda() {
-        return; // the cuda backend's processes run on a GPU machine's process tests
-    }
     let id_field = if root_in_rank_0 {
         "env".to_string()
     } else {
@@ -265,7 +262,6 @@ fn processes_with_a_victim(victim: usize, root_in_rank_0: bool) {
         .map(|rank| {
             let mut env = vec![
                 (CHILD_ENV.to_string(), format!("{rank},{victim},{id_field}")),
-                ("SYMM_BACKEND".to_string(), "host".to_string()),
                 ("SYMM_TIMEOUT_MS".to_string(), "20000".to_string()),
             ];
             if root_in_rank_0 {

@@ -5,7 +5,8 @@
 //! against an f64 reference; the parent still works afterwards; a rank with
 //! `SYMM_SPLIT_NOCOLOR` gets NULL; bad arguments are refused with the argument named.
 //!
-//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend.
+//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the rank
+//! processes inherit it; the simulated GPU runs every layout in `cargo xtask sim --test`).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -251,17 +252,9 @@ fn split_of_every_rank_by_one_thread_in_a_group() {
 /// One process per rank: each splits, runs its half's collective, then the parent's.
 #[test]
 fn split_of_a_process_per_rank() {
-    if on_cuda() {
-        return; // the processes of the cuda backend run in the GPU set's process tests
-    }
     let id = new_unique_id();
     let ranks: Vec<Vec<(String, String)>> = (0..NRANKS)
-        .map(|rank| {
-            vec![
-                (CHILD_ENV.to_string(), format!("{rank},{}", id_to_hex(&id))),
-                ("SYMM_BACKEND".to_string(), "host".to_string()),
-            ]
-        })
+        .map(|rank| vec![(CHILD_ENV.to_string(), format!("{rank},{}", id_to_hex(&id)))])
         .collect();
     for (rank, (ok, log)) in run_rank_processes("split_child_rank", &ranks, Duration::from_secs(90))
         .into_iter()

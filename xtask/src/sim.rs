@@ -331,7 +331,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    reaching every rank at once (`prompt_failure.rs`), and `symmCommAbort` while a peer
 ///    hangs and `symmCommFinalize` (`abort_finalize.rs`), `symmCommSplit`'s halves running
 ///    different collectives at once and `symmCommRevoke` (`split.rs`), and `symmCommShrink`
-///    of ranks of one process (`shrink.rs`).
+///    (`shrink.rs`: also a rank process killed, the root's among them, then the survivors'
+///    shrink and 100 more collectives).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
