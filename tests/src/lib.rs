@@ -306,6 +306,28 @@ pub fn join_threads(id: symmUniqueId, nranks: usize) -> Vec<symmComm_t> {
         .collect()
 }
 
+/// Run `body(rank, comm)` for every rank of `comms`, each on a thread of its own, and return
+/// the results in rank order (a panicking rank fails the caller).
+pub fn on_rank_threads<R: Send>(
+    comms: &[symmComm_t],
+    body: impl Fn(usize, symmComm_t) -> R + Sync,
+) -> Vec<R> {
+    // Handles cross threads as addresses: the library looks every handle up.
+    let addresses: Vec<usize> = comms.iter().map(|&c| c as usize).collect();
+    let body = &body;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = addresses
+            .iter()
+            .enumerate()
+            .map(|(rank, &c)| scope.spawn(move || body(rank, c as symmComm_t)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a rank thread failed"))
+            .collect()
+    })
+}
+
 /// Re-run the calling test binary's ignored test `test` alone in a child process, on the host
 /// backend with `SYMM_DEBUG=INFO` and `env` set (settings read when a communicator is created
 /// hold for the whole process, so each value needs its own); its output.

@@ -23,12 +23,6 @@ const COUNT: usize = 512;
 /// The environment variable that makes a test process one rank of `shrink_child_rank`.
 const CHILD_ENV: &str = "SYMM_SHRINK_CHILD";
 
-/// A handle that may cross threads (the library looks every handle up).
-#[derive(Clone, Copy)]
-struct Handle(symmComm_t);
-// SAFETY: the library looks a handle up in its table of live communicators on every call.
-unsafe impl Send for Handle {}
-
 /// Rank `rank`'s values for call `call`: small integers, so that f32 sums are exact.
 fn values(rank: usize, call: usize) -> Vec<f32> {
     (0..COUNT)
@@ -308,54 +302,42 @@ fn ranks_of_one_process_shrink_by_threads() {
     use_backend_from_env();
     let comms = init_all(NRANKS);
     let victim = 1;
-    let handles: Vec<_> = comms
-        .iter()
-        .enumerate()
-        .filter(|(rank, _)| *rank != victim)
-        .map(|(rank, &comm)| {
-            let comm = Handle(comm);
-            std::thread::spawn(move || {
-                let comm = comm;
-                let stream = RankStream::new();
-                let mut base: *mut c_void = null_mut();
-                // SAFETY: valid out-pointer.
-                check(
-                    unsafe { symmMemAlloc(comm.0, &mut base, COUNT * 8) },
-                    comm.0,
-                );
-                // SAFETY: the second half.
-                stream.put_f32(unsafe { base.cast::<u8>().add(COUNT * 4) }, &pattern(rank));
-                let mut child = null_mut();
-                let exclude = [victim as i32];
-                // SAFETY: valid pointers; NULL config.
-                check(
-                    unsafe {
-                        symmCommShrink(
-                            comm.0,
-                            exclude.as_ptr(),
-                            1,
-                            &mut child,
-                            std::ptr::null(),
-                            SYMM_SHRINK_ABORT,
-                        )
-                    },
-                    comm.0,
-                );
-                let survivors: Vec<usize> = (0..NRANKS).filter(|&r| r != victim).collect();
-                check_pattern(base, rank, &stream);
-                let window = register(child, base);
-                for call in 0..20 {
-                    run_call(child, base, &survivors, rank, call, &stream);
-                }
-                check(symmCommWindowDeregister(child, window), child);
-                check(symmMemFree(child, base), child);
-                check(symmCommDestroy(child), null_mut());
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("a rank thread failed");
-    }
+    on_rank_threads(&comms, |rank, comm| {
+        if rank == victim {
+            return;
+        }
+        let stream = RankStream::new();
+        let mut base: *mut c_void = null_mut();
+        // SAFETY: valid out-pointer.
+        check(unsafe { symmMemAlloc(comm, &mut base, COUNT * 8) }, comm);
+        // SAFETY: the second half.
+        stream.put_f32(unsafe { base.cast::<u8>().add(COUNT * 4) }, &pattern(rank));
+        let mut child = null_mut();
+        let exclude = [victim as i32];
+        // SAFETY: valid pointers; NULL config.
+        check(
+            unsafe {
+                symmCommShrink(
+                    comm,
+                    exclude.as_ptr(),
+                    1,
+                    &mut child,
+                    std::ptr::null(),
+                    SYMM_SHRINK_ABORT,
+                )
+            },
+            comm,
+        );
+        let survivors: Vec<usize> = (0..NRANKS).filter(|&r| r != victim).collect();
+        check_pattern(base, rank, &stream);
+        let window = register(child, base);
+        for call in 0..20 {
+            run_call(child, base, &survivors, rank, call, &stream);
+        }
+        check(symmCommWindowDeregister(child, window), child);
+        check(symmMemFree(child, base), child);
+        check(symmCommDestroy(child), null_mut());
+    });
     for comm in comms {
         check(symmCommDestroy(comm), null_mut());
     }
@@ -539,32 +521,22 @@ fn moved_memory_is_not_freed_while_the_parent_s_window_covers_it() {
 fn survivors_with_different_lists_do_not_meet() {
     use_backend_from_env();
     let comms = init_all(3);
-    let handles: Vec<_> = comms
-        .iter()
-        .enumerate()
-        .map(|(rank, &comm)| {
-            let comm = Handle(comm);
-            std::thread::spawn(move || {
-                let comm = comm;
-                // Ranks 0 and 1 leave out rank 2; rank 2 leaves out rank 1.
-                let exclude = [if rank == 2 { 1 } else { 2 }];
-                let mut child = null_mut();
-                // SAFETY: valid pointers; NULL config.
-                let result = unsafe {
-                    symmCommShrink(comm.0, exclude.as_ptr(), 1, &mut child, std::ptr::null(), 0)
-                };
-                let count = (!child.is_null()).then(|| {
-                    let mut count = 0;
-                    // SAFETY: valid out-pointer.
-                    check(unsafe { symmCommCount(child, &mut count) }, child);
-                    check(symmCommDestroy(child), null_mut());
-                    count
-                });
-                (result, count)
-            })
-        })
-        .collect();
-    let outcomes: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let outcomes = on_rank_threads(&comms, |rank, comm| {
+        // Ranks 0 and 1 leave out rank 2; rank 2 leaves out rank 1.
+        let exclude = [if rank == 2 { 1 } else { 2 }];
+        let mut child = null_mut();
+        // SAFETY: valid pointers; NULL config.
+        let result =
+            unsafe { symmCommShrink(comm, exclude.as_ptr(), 1, &mut child, std::ptr::null(), 0) };
+        let count = (!child.is_null()).then(|| {
+            let mut count = 0;
+            // SAFETY: valid out-pointer.
+            check(unsafe { symmCommCount(child, &mut count) }, child);
+            check(symmCommDestroy(child), null_mut());
+            count
+        });
+        (result, count)
+    });
     assert_eq!(outcomes[0], (symmResult_t::symmSuccess, Some(2)));
     assert_eq!(outcomes[1], (symmResult_t::symmSuccess, Some(2)));
     assert_eq!(outcomes[2].1, None, "rank 2 got a communicator");

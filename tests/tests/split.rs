@@ -175,20 +175,7 @@ fn rank_part(parent: symmComm_t, rank: usize) {
 }
 
 fn on_threads(comms: Vec<symmComm_t>) {
-    let handles: Vec<_> = comms
-        .iter()
-        .enumerate()
-        .map(|(rank, &comm)| {
-            let comm = Handle(comm);
-            std::thread::spawn(move || {
-                let comm = comm;
-                rank_part(comm.0, rank)
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("a rank thread failed");
-    }
+    on_rank_threads(&comms, |rank, comm| rank_part(comm, rank));
     for comm in comms {
         check(symmCommDestroy(comm), null_mut());
     }
@@ -492,32 +479,22 @@ fn a_refused_split_fails_every_rank_at_once_and_a_retry_works() {
     // the other tests of this file do not depend on the bound).
     unsafe { std::env::set_var("SYMM_TIMEOUT_MS", "20000") };
     let comms = join_threads(new_unique_id(), 3);
-    let handles: Vec<_> = comms
-        .iter()
-        .enumerate()
-        .map(|(rank, &comm)| {
-            let comm = Handle(comm);
-            std::thread::spawn(move || {
-                let comm = comm;
-                let mut child = null_mut();
-                let color = if rank == 1 { -5 } else { 0 };
-                let started = std::time::Instant::now();
-                // SAFETY: valid out-pointer; NULL config.
-                let result =
-                    unsafe { symmCommSplit(comm.0, color, 0, &mut child, std::ptr::null()) };
-                let took = started.elapsed();
-                let message = last_error(comm.0);
-                assert!(child.is_null(), "rank {rank}: a failed split set newcomm");
-                // SAFETY: as above.
-                let retry = unsafe { symmCommSplit(comm.0, 0, 0, &mut child, std::ptr::null()) };
-                check(retry, comm.0);
-                check(symmCommDestroy(child), null_mut());
-                (result, took, message)
-            })
-        })
-        .collect();
-    for (rank, h) in handles.into_iter().enumerate() {
-        let (result, took, message) = h.join().expect("a rank thread failed");
+    let outcomes = on_rank_threads(&comms, |rank, comm| {
+        let mut child = null_mut();
+        let color = if rank == 1 { -5 } else { 0 };
+        let started = std::time::Instant::now();
+        // SAFETY: valid out-pointer; NULL config.
+        let result = unsafe { symmCommSplit(comm, color, 0, &mut child, std::ptr::null()) };
+        let took = started.elapsed();
+        let message = last_error(comm);
+        assert!(child.is_null(), "rank {rank}: a failed split set newcomm");
+        // SAFETY: as above.
+        let retry = unsafe { symmCommSplit(comm, 0, 0, &mut child, std::ptr::null()) };
+        check(retry, comm);
+        check(symmCommDestroy(child), null_mut());
+        (result, took, message)
+    });
+    for (rank, (result, took, message)) in outcomes.into_iter().enumerate() {
         assert!(took < Duration::from_secs(5), "rank {rank} took {took:?}");
         if rank == 1 {
             assert_eq!(result, symmResult_t::symmInvalidArgument, "{message}");
@@ -546,20 +523,10 @@ fn revoke_with_work_in_flight_then_split_and_continue() {
     unsafe { std::env::set_var("SYMM_TIMEOUT_MS", "20000") };
     const RANKS: usize = 3;
     let comms = join_threads(new_unique_id(), RANKS);
-    let windows: Vec<(usize, usize)> = comms
-        .iter()
-        .map(|&c| Handle(c))
-        .map(|c| {
-            std::thread::spawn(move || {
-                let c = c;
-                let (base, window) = window_of_bytes(c.0, COUNT * 4);
-                (base as usize, window as usize)
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect();
+    let windows: Vec<(usize, usize)> = on_rank_threads(&comms, |_, comm| {
+        let (base, window) = window_of_bytes(comm, COUNT * 4);
+        (base as usize, window as usize)
+    });
     let (revoked_tx, revoked_rx) = std::sync::mpsc::channel::<()>();
     let watchdog = {
         let rank0 = Handle(comms[0]);
