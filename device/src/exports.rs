@@ -114,6 +114,10 @@ mod ptx {
     export_kernel!("symm_all_to_all", crate::symmetric::segments::all_to_all);
     export_kernel!("symm_gather", crate::symmetric::segments::gather);
     export_kernel!("symm_scatter", crate::symmetric::segments::scatter);
+    export_kernel!(
+        "symm_send_receive",
+        crate::symmetric::point_to_point::send_receive
+    );
     export_kernel!("symm_pat_all_gather", pat_all_gather);
     export_kernel!(
         "symm_ll_all_gather",

@@ -1091,13 +1091,19 @@ impl World {
     /// `world` ranks whose pads hold only the pair region, as on the communicator's
     /// point-to-point window.
     fn pairs(world: usize) -> Box<World> {
-        World::with_pads(world, p2p::pair_region_bytes(world as u32) as usize)
+        let mut model = World::with_pads(world, p2p::pair_region_bytes(world as u32) as usize);
+        // The pair region is the point-to-point window's buffer: the contexts' peer bases.
+        for context in &mut model.contexts {
+            context.peer_bases = context.peer_signal_pads;
+        }
+        model
     }
 
-    /// Declare every word of the pair regions to the loom model (after any planting, before
-    /// the grid).
+    /// Declare every word of the pair regions that `sync::p2p` touches to the loom model
+    /// (after any planting, before the grid).
     fn declare_pairs(&self) {
         let world = self.world();
+        let layout = p2p::RegionLayout::new(world);
         // SAFETY: every address lies inside a live pad or abort word; no grid runs yet.
         unsafe {
             for context in &self.contexts {
@@ -1105,16 +1111,16 @@ impl World {
             }
             for pad in &self.pad_addresses {
                 for peer in 0..world {
-                    for seq in 0..p2p::SLOTS {
-                        let slot = p2p::outbox_slot(*pad, peer, seq);
-                        for word in 0..(p2p::DESCRIPTOR_BYTES / 8) as usize {
-                            model_word(slot.add(word) as u64, WordKind::PlainU64);
+                    for channel in 0..p2p::CHANNELS {
+                        for seq in 0..p2p::SLOTS {
+                            let slot = pad + layout.outbox(peer, channel, seq);
+                            for word in 0..p2p::DESCRIPTOR_BYTES / 8 {
+                                model_word(slot + 8 * word, WordKind::PlainU64);
+                            }
                         }
+                        model_word(pad + layout.posted(peer, channel), WordKind::AtomicU32);
+                        model_word(pad + layout.done(peer, channel), WordKind::AtomicU32);
                     }
-                    let posted = p2p::posted_slot(*pad, world, peer);
-                    model_word(posted as u64, WordKind::AtomicU32);
-                    let done = p2p::done_slot(*pad, world, peer);
-                    model_word(done as u64, WordKind::AtomicU32);
                 }
             }
         }
@@ -1135,8 +1141,9 @@ fn pair_sends_after(before: u32) {
     // SAFETY: words of live pads; no grid runs yet; the model reads them through loom (the
     // declared objects take the values the memory holds when declared, so plant first).
     unsafe {
-        p2p::posted_slot(model.pad_addresses[1], 2, 0).write(before);
-        p2p::done_slot(model.pad_addresses[0], 2, 1).write(before);
+        let layout = p2p::RegionLayout::new(2);
+        ((model.pad_addresses[1] + layout.posted(0, 0)) as *mut u32).write(before);
+        ((model.pad_addresses[0] + layout.done(1, 0)) as *mut u32).write(before);
     }
     model.declare_pairs();
     let sent = Payload::new(PAIR_SENDS as usize);
@@ -1152,15 +1159,16 @@ fn pair_sends_after(before: u32) {
                 sent.write(buffer, 100 + k as u64);
                 let descriptor = p2p::Descriptor {
                     seq,
+                    datatype: 3,
                     window: 7,
                     offset: buffer as u64,
                     bytes: 8,
                 };
                 // SAFETY: rank 1 < world; sends posted in order, once each.
-                unsafe { pairs.post(1, descriptor) }.expect("no timeouts under loom");
+                unsafe { pairs.post(1, 0, descriptor) }.expect("no timeouts under loom");
             }
             // SAFETY: rank 1 < world.
-            unsafe { pairs.complete(1, before.wrapping_add(PAIR_SENDS)) }
+            unsafe { pairs.complete(1, 0, before.wrapping_add(PAIR_SENDS)) }
                 .expect("no timeouts under loom");
             for buffer in 0..PAIR_SENDS as usize {
                 sent.write(buffer, 0);
@@ -1170,10 +1178,10 @@ fn pair_sends_after(before: u32) {
                 let seq = before.wrapping_add(k);
                 // SAFETY: rank 0 < world; receives in order, once each.
                 unsafe {
-                    pairs.receive(0, seq, |descriptor| {
+                    pairs.receive(0, 0, seq, |descriptor| {
                         assert_eq!(
-                            (descriptor.window, descriptor.bytes),
-                            (7, 8),
+                            (descriptor.datatype, descriptor.window, descriptor.bytes),
+                            (3, 7, 8),
                             "receive {seq}: {descriptor:?}"
                         );
                         let value = sent.read(descriptor.offset as usize);

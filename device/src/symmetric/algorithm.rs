@@ -33,11 +33,14 @@ pub enum Algorithm {
     /// Scatter: the root stores segment `p` of its send buffer into rank `p` (data type
     /// agnostic: counts bytes per rank).
     Scatter,
+    /// Send and receive between two ranks: a rank's sends and receives of one call or group
+    /// (data type agnostic: counts bytes; see [`super::point_to_point`]).
+    SendReceive,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 12] = [
+    pub const ALL: [Algorithm; 13] = [
         Algorithm::OneShotAllReduce,
         Algorithm::OneShotLlAllReduce,
         Algorithm::TwoShotAllReduce,
@@ -50,10 +53,11 @@ impl Algorithm {
         Algorithm::AllToAll,
         Algorithm::Gather,
         Algorithm::Scatter,
+        Algorithm::SendReceive,
     ];
 
-    /// `true` for the byte movers (the all-gathers, the broadcast, all-to-all, gather and
-    /// scatter): one kernel serves every data type.
+    /// `true` for the byte movers (the all-gathers, the broadcast, all-to-all, gather, scatter
+    /// and send/receive): one kernel serves every data type.
     pub const fn is_data_type_agnostic(self) -> bool {
         matches!(
             self,
@@ -64,6 +68,7 @@ impl Algorithm {
                 | Algorithm::AllToAll
                 | Algorithm::Gather
                 | Algorithm::Scatter
+                | Algorithm::SendReceive
         )
     }
 
@@ -82,6 +87,7 @@ impl Algorithm {
             Algorithm::AllToAll => "all_to_all",
             Algorithm::Gather => "gather",
             Algorithm::Scatter => "scatter",
+            Algorithm::SendReceive => "send_receive",
         }
     }
 }

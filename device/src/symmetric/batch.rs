@@ -80,7 +80,8 @@ pub const fn cell_elements(algorithm: Algorithm, element_bytes: u64) -> u64 {
         | Algorithm::Broadcast
         | Algorithm::AllToAll
         | Algorithm::Gather
-        | Algorithm::Scatter => CELL_BYTES,
+        | Algorithm::Scatter
+        | Algorithm::SendReceive => CELL_BYTES,
         Algorithm::OneShotAllReduce
         | Algorithm::TwoShotAllReduce
         | Algorithm::ReduceScatter

@@ -5,6 +5,7 @@ use super::all_gather::{all_gather, ll_all_gather};
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::broadcast::broadcast;
 use super::pat::{pat_all_gather, pat_reduce_scatter};
+use super::point_to_point::send_receive;
 use super::reduce_scatter::reduce_scatter;
 use super::segments::{all_to_all, gather, scatter};
 use super::{Algorithm, Batch, Grid, KernelStatus};
@@ -84,6 +85,7 @@ fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
         Algorithm::AllToAll => all_to_all,
         Algorithm::Gather => gather,
         Algorithm::Scatter => scatter,
+        Algorithm::SendReceive => send_receive,
     }
 }
 

@@ -15,6 +15,7 @@ pub mod broadcast;
 pub mod dispatch;
 mod low_latency;
 pub mod pat;
+pub mod point_to_point;
 pub mod reduce_scatter;
 pub mod segments;
 pub mod vector;

@@ -190,7 +190,7 @@ fn each_peer(ctx: &SymmContext, block: u32, mut visit: impl FnMut(u32)) {
 /// `[src + lo, src + hi)` is readable and `[dst + lo, dst + hi)` writable, and they do not
 /// overlap.
 #[inline(always)]
-unsafe fn copy_bytes(src: u64, dst: u64, lo: u64, hi: u64) {
+pub(crate) unsafe fn copy_bytes(src: u64, dst: u64, lo: u64, hi: u64) {
     let alignment = src | dst | lo | hi;
     // SAFETY: forwarded contract; the unit divides both addresses, `lo` and `hi`.
     unsafe {

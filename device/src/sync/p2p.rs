@@ -2,84 +2,230 @@
 //! and its receive follow, outside the collectives' call numbers, barrier epochs and LL
 //! counters.
 //!
-//! Every ordered pair (sender `a`, receiver `b`) has its own sequence: the `s`-th send from `a`
-//! to `b` (`s` from 1) pairs with the `s`-th receive at `b` from `a`. The receiver pulls:
+//! Every ordered pair (sender `a`, receiver `b`) has [`CHANNELS`] channels, each with its own
+//! sequence: the `s`-th send from `a` to `b` on a channel (`s` from 1) pairs with the `s`-th
+//! receive at `b` from `a` on that channel. A message uses channels `0..channels_for(bytes)`,
+//! each carrying one part of it. The receiver pulls:
 //!
-//! 1. **post** (`a`): wait until slot `s mod SLOTS` of `a`'s ring for `b` is free (`b` finished
-//!    send `s − SLOTS`), write the [`Descriptor`] there with plain stores, then release-store
-//!    `s` into `posted[a]` of `b`'s pair region;
-//! 2. **receive** (`b`): wait (acquire) until `posted[a]` reaches `s`, read the descriptor from
-//!    `a`'s ring, copy the bytes it names, then release-store `s` into `done[b]` of `a`'s pair
-//!    region;
-//! 3. **complete** (`a`): wait (acquire) until `done[b]` reaches `s`: the send buffer is free.
+//! 1. **post** (`a`): wait until slot `s mod SLOTS` of `a`'s ring for (`b`, channel) is free
+//!    (`b` finished send `s − SLOTS`), write the [`Descriptor`] there with plain stores, then
+//!    release-store `s` into `posted[a][channel]` of `b`'s pair region;
+//! 2. **receive** (`b`): wait (acquire) until `posted[a][channel]` reaches `s`, read the
+//!    descriptor from `a`'s ring, copy the bytes it names, then release-store `s` into
+//!    `done[b][channel]` of `a`'s pair region;
+//! 3. **complete** (`a`): wait (acquire) until `done[b][channel]` reaches `s`: the send buffer
+//!    is free.
 //!
-//! Sequences compare in serial-number order ([`reached`]), so they may wrap. Every wait is
+//! Sequences compare in serial-number order ([`crate::sync::wait::reached`]), so they may wrap. Every wait is
 //! bounded by the context's timeout and ends early on the abort word; a wait that times out
 //! raises this rank's abort word naming the peer it waited for.
 //!
-//! **Layout.** The pair region starts at the base of each rank's signal pad of the window whose
-//! context the functions take (the communicator's point-to-point window: its pad carries
-//! nothing else): `SLOTS` descriptors per peer (`outbox[peer][slot]`, 32 bytes each), then
-//! `posted[world]` and `done[world]` (`u32`s).
+//! **Layout.** The pair region is the whole of each rank's buffer in the communicator's
+//! point-to-point window (the context's `peer_bases`; the window carries nothing else):
+//! `outbox[peer][channel][slot]` (32-byte descriptors), then `posted[peer][channel]`,
+//! `done[peer][channel]`, `sent[peer][channel]` and `received[peer][channel]` (`u32`s: the last
+//! two are this rank's own counts of its sends and receives, read and written by its kernels
+//! only, so that a replayed CUDA graph takes new sequence numbers), then the window table
+//! ([`WindowTable`]).
 //!
-//! The functions run on one thread (thread 0 of the block that owns the task; the kernel
+//! The functions run on one thread (thread 0 of the block that owns the channel; the kernel
 //! broadcasts outcomes with a block barrier).
 
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::abort::{abort_timed_out_waiting_for, raise_timeout};
-use crate::sync::wait::{WaitOutcome, reached, wait_until_reached};
+use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
-/// Descriptor slots per ordered pair: a sender may post this many sends to one peer before the
-/// first must complete. Two under loom, so that a model of three sends reuses a slot.
+/// Descriptor slots per ordered pair and channel: a sender may post this many sends to one
+/// peer on one channel before the first must complete. Two under loom, so that a model of
+/// three sends reuses a slot.
 pub const SLOTS: u32 = if cfg!(loom) { 2 } else { 8 };
 // `seq % SLOTS` names the same slot on both sides of the u32 wrap only if SLOTS divides 2^32.
 const _: () = assert!(SLOTS.is_power_of_two());
 
+/// Channels per ordered pair: a message of many bytes is cut into this many parts, each
+/// copied by its own block. One under loom (the channels are independent instances of one
+/// protocol).
+pub const CHANNELS: u32 = if cfg!(loom) { 1 } else { 4 };
+
+/// Bytes per channel below which a message uses fewer channels: a message of `n` bytes uses
+/// `ceil(n / CHANNEL_MIN_BYTES)` channels, at least one and at most [`CHANNELS`].
+pub const CHANNEL_MIN_BYTES: u64 = 64 * 1024;
+
 /// Bytes of one descriptor slot.
 pub const DESCRIPTOR_BYTES: u64 = 32;
 
-/// Where a send's bytes are, as the receiver needs it to pull them.
+/// Entries of the window table: the windows of a rank that a peer's send may name. A window
+/// registered while the table is full cannot be a send buffer's window (the host refuses such
+/// a send).
+pub const WINDOW_TABLE_ENTRIES: u32 = 1024;
+
+/// The channels a message of `bytes` bytes uses (both sides compute it from their own count;
+/// channel 0 always, so that a mismatch of counts is seen there).
+#[inline(always)]
+pub const fn channels_for(bytes: u64) -> u32 {
+    let wanted = bytes.div_ceil(CHANNEL_MIN_BYTES);
+    if wanted == 0 {
+        1
+    } else if wanted > CHANNELS as u64 {
+        CHANNELS
+    } else {
+        wanted as u32
+    }
+}
+
+/// The bytes `[lo, hi)` of a message of `bytes` bytes that `channel` carries: the message in
+/// [`channels_for`] parts, each a multiple of 16 bytes but the last.
+#[inline(always)]
+pub const fn channel_part(bytes: u64, channel: u32) -> (u64, u64) {
+    let channels = channels_for(bytes) as u64;
+    let part = bytes.div_ceil(channels).next_multiple_of(16);
+    let lo = channel as u64 * part;
+    let hi = lo + part;
+    (
+        if lo < bytes { lo } else { bytes },
+        if hi < bytes { hi } else { bytes },
+    )
+}
+
+/// Where a send's bytes are, as the receiver needs it to pull them, and what it must match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Descriptor {
-    /// The send's sequence number in its pair (a check: the slot holds this send's entry).
+    /// The send's sequence number on its channel (a check: the slot holds this send's entry).
     pub seq: u32,
-    /// Index of the sender's window in the communicator's device table of windows (the same
-    /// on every rank: registration is collective).
-    pub window: u32,
+    /// The send's data type (the C ABI's value; the receiver's must be the same).
+    pub datatype: u32,
+    /// Registration number of the sender's window (the same on every rank: registration is
+    /// collective); the receiver finds its own context of it in its [`WindowTable`].
+    pub window: u64,
     /// Byte offset of the send buffer in that window.
     pub offset: u64,
-    /// Bytes sent.
+    /// Bytes of the whole message.
     pub bytes: u64,
 }
 
-/// Bytes of the pair region of a communicator of `world` ranks.
+/// Byte offsets of the parts of a pair region of a communicator of `world` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionLayout {
+    world: u64,
+}
+
+impl RegionLayout {
+    /// The layout for `world` ranks.
+    #[inline(always)]
+    pub const fn new(world: u32) -> Self {
+        RegionLayout {
+            world: world as u64,
+        }
+    }
+
+    const fn channels(&self) -> u64 {
+        self.world * CHANNELS as u64
+    }
+
+    /// Offset of the descriptor slot of `seq` in the ring of the sends to `peer` on `channel`.
+    #[inline(always)]
+    pub const fn outbox(&self, peer: u32, channel: u32, seq: u32) -> u64 {
+        ((peer as u64 * CHANNELS as u64 + channel as u64) * SLOTS as u64 + (seq % SLOTS) as u64)
+            * DESCRIPTOR_BYTES
+    }
+
+    const fn words(&self) -> u64 {
+        self.channels() * SLOTS as u64 * DESCRIPTOR_BYTES
+    }
+
+    const fn word(&self, array: u64, peer: u32, channel: u32) -> u64 {
+        self.words()
+            + 4 * (array * self.channels() + peer as u64 * CHANNELS as u64 + channel as u64)
+    }
+
+    /// Offset of `posted[from][channel]`: the latest sequence `from` posted to the region's rank.
+    #[inline(always)]
+    pub const fn posted(&self, from: u32, channel: u32) -> u64 {
+        self.word(0, from, channel)
+    }
+
+    /// Offset of `done[to][channel]`: the latest of the region's rank's sends to `to` that
+    /// `to` has finished copying.
+    #[inline(always)]
+    pub const fn done(&self, to: u32, channel: u32) -> u64 {
+        self.word(1, to, channel)
+    }
+
+    /// Offset of `sent[to][channel]`: the region's rank's count of its sends to `to`.
+    #[inline(always)]
+    pub const fn sent(&self, to: u32, channel: u32) -> u64 {
+        self.word(2, to, channel)
+    }
+
+    /// Offset of `received[from][channel]`: the region's rank's count of its receives from
+    /// `from`.
+    #[inline(always)]
+    pub const fn received(&self, from: u32, channel: u32) -> u64 {
+        self.word(3, from, channel)
+    }
+
+    /// Offset of the window table (16-byte aligned).
+    #[inline(always)]
+    pub const fn window_table(&self) -> u64 {
+        self.word(4, 0, 0).next_multiple_of(16)
+    }
+
+    /// Bytes of the whole region, window table included.
+    #[inline(always)]
+    pub const fn bytes(&self) -> u64 {
+        self.window_table() + WindowTable::BYTES
+    }
+}
+
+/// Bytes of the pair region (window table included) of a communicator of `world` ranks.
 pub const fn pair_region_bytes(world: u32) -> u64 {
-    world as u64 * SLOTS as u64 * DESCRIPTOR_BYTES + 2 * 4 * world as u64
+    RegionLayout::new(world).bytes()
 }
 
-/// Address of the descriptor slot for `seq` in the ring, held in the pad at `pad`, of the
-/// sends to `peer`.
-#[inline(always)]
-pub fn outbox_slot(pad: u64, peer: u32, seq: u32) -> *mut u64 {
-    let slot = (peer as u64 * SLOTS as u64 + (seq % SLOTS) as u64) * DESCRIPTOR_BYTES;
-    (pad + slot) as *mut u64
-}
+/// A rank's table of its windows that peers' sends may name: [`WINDOW_TABLE_ENTRIES`] entries
+/// of two `u64`s, `(registration number + 1, address of this rank's context of the window)`,
+/// `(0, 0)` when free. The host writes an entry when a window's registration completes and
+/// clears it before the window's context is freed (after every point-to-point launch of the
+/// rank ended); an entry is used only when both words are set.
+pub struct WindowTable;
 
-/// Address of `posted[from]` in the pad at `pad` of a communicator of `world` ranks: the
-/// latest sequence `from` posted to the pad's rank.
-#[inline(always)]
-pub fn posted_slot(pad: u64, world: u32, from: u32) -> *mut u32 {
-    let outboxes = world as u64 * SLOTS as u64 * DESCRIPTOR_BYTES;
-    (pad + outboxes + 4 * from as u64) as *mut u32
-}
+impl WindowTable {
+    /// Bytes of a table.
+    pub const BYTES: u64 = WINDOW_TABLE_ENTRIES as u64 * 16;
 
-/// Address of `done[to]` in the pad at `pad`: the latest of the pad's rank's sends to `to` that
-/// `to` has finished copying.
-#[inline(always)]
-pub fn done_slot(pad: u64, world: u32, to: u32) -> *mut u32 {
-    let outboxes = world as u64 * SLOTS as u64 * DESCRIPTOR_BYTES;
-    (pad + outboxes + 4 * world as u64 + 4 * to as u64) as *mut u32
+    /// Offset in the table of entry `index`.
+    pub const fn entry(index: u32) -> u64 {
+        index as u64 * 16
+    }
+
+    /// The context of window `window` in the table at `table`, or `None` when no entry holds
+    /// it.
+    ///
+    /// # Safety
+    /// `table` is the address of a window table the host maintains.
+    #[inline(always)]
+    pub unsafe fn find<'t>(table: u64, window: u64) -> Option<&'t SymmContext> {
+        let tag = window.wrapping_add(1);
+        let mut index = 0;
+        while index < WINDOW_TABLE_ENTRIES {
+            let entry = (table + Self::entry(index)) as *const u64;
+            // SAFETY: the entry lies in the table (contract); the host writes it only while
+            // no launch of this rank may read it, or while the entry is not yet used.
+            let (seq, context) = unsafe {
+                (
+                    arch::load_plain_u64(entry),
+                    arch::load_plain_u64(entry.add(1)),
+                )
+            };
+            if seq == tag && context != 0 {
+                // SAFETY: a set entry holds the address of a live host-built context.
+                return Some(unsafe { &*(context as *const SymmContext) });
+            }
+            index += 1;
+        }
+        None
+    }
 }
 
 /// A wait on a peer that did not end in time (this rank's abort word is raised, naming the
@@ -87,7 +233,7 @@ pub fn done_slot(pad: u64, world: u32, to: u32) -> *mut u32 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerLost;
 
-/// Why [`Pairs::receive`] copied nothing and did not tell the sender it is done.
+/// Why a receive copied nothing and did not tell the sender it is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReceiveRefused {
     /// The wait for the post ended without it ([`PeerLost`]).
@@ -98,40 +244,81 @@ pub enum ReceiveRefused {
         /// The sequence the slot held.
         found: u32,
     },
-    /// The copy refused the descriptor (a window or size the receiver cannot take).
+    /// The copy refused the descriptor (a window, size or data type the receiver cannot take).
     Refused,
 }
 
-/// The calling rank's end of its pairs, over a window's context.
+/// The calling rank's end of its pairs, over the point-to-point window's context.
 pub struct Pairs<'a> {
     ctx: &'a SymmContext,
+    layout: RegionLayout,
 }
 
 impl<'a> Pairs<'a> {
-    /// The pairs of the window `ctx` (its pads hold [`pair_region_bytes`] at their base).
+    /// The pairs of the window `ctx` (each rank's buffer in it holds [`pair_region_bytes`]).
     ///
     /// # Safety
-    /// `ctx` is host-built, `rank < world_size`, and each pad holds the pair region.
+    /// `ctx` is host-built, `rank < world_size`, and each rank's buffer holds the pair region.
     #[inline(always)]
     pub unsafe fn open(ctx: &'a SymmContext) -> Self {
-        Pairs { ctx }
+        Pairs {
+            ctx,
+            layout: RegionLayout::new(ctx.world_size),
+        }
     }
 
-    /// This rank's pad.
+    /// This rank.
     #[inline(always)]
-    fn own_pad(&self) -> u64 {
-        // SAFETY: rank < world_size (contract of `open`).
-        unsafe { self.ctx.peer_signal_pad(self.ctx.rank) }
+    pub fn rank(&self) -> u32 {
+        self.ctx.rank
     }
 
-    /// `peer`'s pad.
+    /// Ranks of the communicator.
+    #[inline(always)]
+    pub fn world(&self) -> u32 {
+        self.ctx.world_size
+    }
+
+    /// This rank's region.
+    #[inline(always)]
+    fn own(&self) -> u64 {
+        // SAFETY: rank < world_size (contract of `open`).
+        unsafe { self.ctx.peer_base(self.ctx.rank) }
+    }
+
+    /// `peer`'s region.
     ///
     /// # Safety
     /// `peer < world_size`.
     #[inline(always)]
-    unsafe fn pad_of(&self, peer: u32) -> u64 {
+    unsafe fn region_of(&self, peer: u32) -> u64 {
         // SAFETY: forwarded contract.
-        unsafe { self.ctx.peer_signal_pad(peer) }
+        unsafe { self.ctx.peer_base(peer) }
+    }
+
+    /// Address of this rank's window table.
+    #[inline(always)]
+    pub fn window_table(&self) -> u64 {
+        self.own() + self.layout.window_table()
+    }
+
+    /// This rank's count of its sends to `to` on `channel` (its kernels only).
+    ///
+    /// # Safety
+    /// `to < world_size`, `channel < CHANNELS`; no other block of this rank's launch uses the
+    /// channel.
+    #[inline(always)]
+    pub unsafe fn sent(&self, to: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.sent(to, channel)) as *mut u32
+    }
+
+    /// This rank's count of its receives from `from` on `channel` (its kernels only).
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn received(&self, from: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.received(from, channel)) as *mut u32
     }
 
     /// Wait, bounded, until the `u32` at `flag` reaches `target`; on a timeout raise this
@@ -154,34 +341,43 @@ impl<'a> Pairs<'a> {
         }
     }
 
-    /// Post send `descriptor.seq` to `to`: wait until its slot is free (`to` finished send
-    /// `seq − SLOTS`), write the descriptor, then publish it in `to`'s `posted` word.
+    /// Post send `descriptor.seq` to `to` on `channel`: wait until its slot is free (`to`
+    /// finished send `seq − SLOTS`), write the descriptor, then publish it in `to`'s `posted`
+    /// word.
     ///
     /// # Safety
-    /// `to < world_size`; this rank posts its sends to `to` in sequence order, once each.
+    /// `to < world_size`, `channel < CHANNELS`; this rank posts its sends to `to` on `channel`
+    /// in sequence order, once each.
     #[inline(always)]
-    pub unsafe fn post(&self, to: u32, descriptor: Descriptor) -> Result<(), PeerLost> {
-        let world = self.ctx.world_size;
-        let own = self.own_pad();
+    pub unsafe fn post(
+        &self,
+        to: u32,
+        channel: u32,
+        descriptor: Descriptor,
+    ) -> Result<(), PeerLost> {
+        let own = self.own();
         let seq = descriptor.seq;
         if !arch::mutated!(P2pSkipSlotWait) {
+            let done = (own + self.layout.done(to, channel)) as *const u32;
             // SAFETY: the word lies in this rank's pair region; receivers store it atomically.
-            unsafe { self.wait(done_slot(own, world, to), seq.wrapping_sub(SLOTS), to)? };
+            unsafe { self.wait(done, seq.wrapping_sub(SLOTS), to)? };
         }
         // SAFETY: `to < world_size` (contract).
-        let posted = unsafe { posted_slot(self.pad_of(to), world, self.ctx.rank) };
+        let posted = (unsafe { self.region_of(to) } + self.layout.posted(self.ctx.rank, channel))
+            as *mut u32;
         if arch::mutated!(P2pPostBeforeDescriptor) {
             // SAFETY: as below.
             unsafe { arch::store_release_sys_u32(posted, seq) };
         }
-        let slot = outbox_slot(own, to, seq);
+        let slot = (own + self.layout.outbox(to, channel, seq)) as *mut u64;
         // SAFETY: the slot lies in this rank's pair region; `to` reads it only after it saw
         // this post (acquire), and the wait above ordered its reads of the slot's previous
         // entry (send `seq − SLOTS`) before these stores.
         unsafe {
-            arch::store_plain_u64(slot, seq as u64 | (descriptor.window as u64) << 32);
-            arch::store_plain_u64(slot.add(1), descriptor.offset);
-            arch::store_plain_u64(slot.add(2), descriptor.bytes);
+            arch::store_plain_u64(slot, seq as u64 | (descriptor.datatype as u64) << 32);
+            arch::store_plain_u64(slot.add(1), descriptor.window);
+            arch::store_plain_u64(slot.add(2), descriptor.offset);
+            arch::store_plain_u64(slot.add(3), descriptor.bytes);
         }
         if !arch::mutated!(P2pPostBeforeDescriptor) {
             // SAFETY: `posted` lies in `to`'s pair region, accessed atomically; the release
@@ -191,80 +387,114 @@ impl<'a> Pairs<'a> {
         Ok(())
     }
 
-    /// Receive send `seq` from `from`: wait for its post, read its descriptor, let `copy`
-    /// pull the bytes it names, then tell `from` the send is done. `copy` runs only once the
-    /// post was seen and the slot holds send `seq`; `from` may reuse its send buffer only after
-    /// `copy` returned `Ok`. On any refusal nothing is stored into `from`'s pad.
+    /// Wait for send `seq` from `from` on `channel` to be posted and return its descriptor
+    /// (the slot holds send `seq`, or the pair is out of step). Nothing is stored.
     ///
     /// # Safety
-    /// `from < world_size`; this rank receives from `from` in sequence order, once each.
+    /// `from < world_size`, `channel < CHANNELS`; this rank receives from `from` on `channel`
+    /// in sequence order, once each.
     #[inline(always)]
-    pub unsafe fn receive(
+    pub unsafe fn await_post(
         &self,
         from: u32,
+        channel: u32,
         seq: u32,
-        copy: impl FnOnce(Descriptor) -> Result<(), ()>,
-    ) -> Result<(), ReceiveRefused> {
-        let world = self.ctx.world_size;
+    ) -> Result<Descriptor, ReceiveRefused> {
+        let posted = (self.own() + self.layout.posted(from, channel)) as *const u32;
         // SAFETY: the word lies in this rank's pair region; `from` stores it atomically.
-        unsafe { self.wait(posted_slot(self.own_pad(), world, from), seq, from) }
-            .map_err(|PeerLost| ReceiveRefused::PeerLost)?;
-        // SAFETY: `from < world_size` (contract).
-        let sender = unsafe { self.pad_of(from) };
-        let slot = outbox_slot(sender, self.ctx.rank, seq);
-        // SAFETY: the slot lies in `from`'s pair region; its stores happened before the post
-        // this rank acquired, and `from` rewrites it only after this rank's `done` for `seq`.
-        let (head, offset, bytes) = unsafe {
-            (
-                arch::load_plain_u64(slot),
-                arch::load_plain_u64(slot.add(1)),
-                arch::load_plain_u64(slot.add(2)),
-            )
-        };
-        let descriptor = Descriptor {
-            seq: head as u32,
-            window: (head >> 32) as u32,
-            offset,
-            bytes,
-        };
+        unsafe { self.wait(posted, seq, from) }.map_err(|PeerLost| ReceiveRefused::PeerLost)?;
+        // SAFETY: forwarded contract; the post was acquired.
+        let descriptor = unsafe { self.read_descriptor(from, channel, seq) };
         if descriptor.seq != seq {
             return Err(ReceiveRefused::OutOfStep {
                 found: descriptor.seq,
             });
         }
-        let done = done_slot(sender, world, self.ctx.rank);
+        Ok(descriptor)
+    }
+
+    /// The descriptor in the slot of send `seq` from `from` on `channel`, read without waiting.
+    ///
+    /// # Safety
+    /// `from < world_size`, `channel < CHANNELS`; the calling thread saw the post of `seq`
+    /// (acquire), itself or through a block barrier after the thread that did.
+    #[inline(always)]
+    pub unsafe fn read_descriptor(&self, from: u32, channel: u32, seq: u32) -> Descriptor {
+        // SAFETY: `from < world_size` (contract).
+        let sender = unsafe { self.region_of(from) };
+        let slot = (sender + self.layout.outbox(self.ctx.rank, channel, seq)) as *const u64;
+        // SAFETY: the slot lies in `from`'s pair region; its stores happened before the post
+        // this thread saw, and `from` rewrites it only after this rank's `done` for `seq`.
+        let (head, window, offset, bytes) = unsafe {
+            (
+                arch::load_plain_u64(slot),
+                arch::load_plain_u64(slot.add(1)),
+                arch::load_plain_u64(slot.add(2)),
+                arch::load_plain_u64(slot.add(3)),
+            )
+        };
+        Descriptor {
+            seq: head as u32,
+            datatype: (head >> 32) as u32,
+            window,
+            offset,
+            bytes,
+        }
+    }
+
+    /// Tell `from` that this rank finished copying its send `seq` on `channel`: the sender may
+    /// reuse its buffer and the slot. Called after every load of the send's bytes (and of its
+    /// descriptor) of this rank's threads, past a block barrier.
+    ///
+    /// # Safety
+    /// `from < world_size`, `channel < CHANNELS`; send `seq` was awaited.
+    #[inline(always)]
+    pub unsafe fn mark_done(&self, from: u32, channel: u32, seq: u32) {
+        // SAFETY: `from < world_size` (contract).
+        let done = (unsafe { self.region_of(from) } + self.layout.done(self.ctx.rank, channel))
+            as *mut u32;
+        // SAFETY: `done[rank][channel]` lies in `from`'s pair region, accessed atomically; the
+        // release orders the copy's loads of the send buffer (and of the descriptor) before it.
+        unsafe { arch::store_release_sys_u32(done, seq) };
+    }
+
+    /// Receive send `seq` from `from` on `channel` on one thread: [`Pairs::await_post`], let
+    /// `copy` pull the bytes the descriptor names, then [`Pairs::mark_done`]. `from` may reuse
+    /// its send buffer only after `copy` returned `Ok`. On any refusal nothing is stored into
+    /// `from`'s region.
+    ///
+    /// # Safety
+    /// As for [`Pairs::await_post`].
+    #[inline(always)]
+    pub unsafe fn receive(
+        &self,
+        from: u32,
+        channel: u32,
+        seq: u32,
+        copy: impl FnOnce(Descriptor) -> Result<(), ()>,
+    ) -> Result<(), ReceiveRefused> {
+        // SAFETY: forwarded contract.
+        let descriptor = unsafe { self.await_post(from, channel, seq) }?;
         if arch::mutated!(P2pDoneBeforeCopy) {
-            // SAFETY: as below.
-            unsafe { arch::store_release_sys_u32(done, seq) };
+            // SAFETY: forwarded contract.
+            unsafe { self.mark_done(from, channel, seq) };
             return copy(descriptor).map_err(|()| ReceiveRefused::Refused);
         }
         copy(descriptor).map_err(|()| ReceiveRefused::Refused)?;
-        // SAFETY: `done[rank]` lies in `from`'s pair region, accessed atomically; the release
-        // orders the copy's loads of the send buffer (and of the descriptor) before it.
-        unsafe { arch::store_release_sys_u32(done, seq) };
+        // SAFETY: forwarded contract; the copy is done.
+        unsafe { self.mark_done(from, channel, seq) };
         Ok(())
     }
 
-    /// Wait until `to` finished send `seq`: the send buffer may be reused.
+    /// Wait until `to` finished send `seq` on `channel`: the send buffer may be reused.
     ///
     /// # Safety
-    /// `to < world_size`.
+    /// `to < world_size`, `channel < CHANNELS`.
     #[inline(always)]
-    pub unsafe fn complete(&self, to: u32, seq: u32) -> Result<(), PeerLost> {
-        let done = done_slot(self.own_pad(), self.ctx.world_size, to);
+    pub unsafe fn complete(&self, to: u32, channel: u32, seq: u32) -> Result<(), PeerLost> {
+        let done = (self.own() + self.layout.done(to, channel)) as *const u32;
         // SAFETY: the word lies in this rank's pair region; `to` stores it atomically.
         unsafe { self.wait(done, seq, to) }
-    }
-
-    /// `true` when `to` has finished send `seq` already (no wait).
-    ///
-    /// # Safety
-    /// `to < world_size`.
-    #[inline(always)]
-    pub unsafe fn is_complete(&self, to: u32, seq: u32) -> bool {
-        let done = done_slot(self.own_pad(), self.ctx.world_size, to);
-        // SAFETY: the word lies in this rank's pair region, accessed atomically.
-        reached(unsafe { arch::load_acquire_sys_u32(done) }, seq)
     }
 }
 
@@ -275,19 +505,79 @@ mod tests {
     #[test]
     fn regions_do_not_overlap() {
         let world = 5;
-        let pad = 0x1000;
-        let last_slot = outbox_slot(pad, world - 1, SLOTS - 1) as u64 + DESCRIPTOR_BYTES;
-        assert_eq!(last_slot, posted_slot(pad, world, 0) as u64);
+        let layout = RegionLayout::new(world);
+        let last_slot = layout.outbox(world - 1, CHANNELS - 1, SLOTS - 1) + DESCRIPTOR_BYTES;
+        assert_eq!(last_slot, layout.posted(0, 0));
         assert_eq!(
-            posted_slot(pad, world, world - 1) as u64 + 4,
-            done_slot(pad, world, 0) as u64
+            layout.posted(world - 1, CHANNELS - 1) + 4,
+            layout.done(0, 0)
         );
+        assert_eq!(layout.done(world - 1, CHANNELS - 1) + 4, layout.sent(0, 0));
         assert_eq!(
-            done_slot(pad, world, world - 1) as u64 + 4,
-            pad + pair_region_bytes(world)
+            layout.sent(world - 1, CHANNELS - 1) + 4,
+            layout.received(0, 0)
         );
-        // Sequence s and s + SLOTS share a slot; s and s + 1 do not.
-        assert_eq!(outbox_slot(pad, 2, 3), outbox_slot(pad, 2, 3 + SLOTS));
-        assert_ne!(outbox_slot(pad, 2, 3), outbox_slot(pad, 2, 4));
+        let words_end = layout.received(world - 1, CHANNELS - 1) + 4;
+        assert!(layout.window_table() >= words_end && layout.window_table() < words_end + 16);
+        assert_eq!(layout.window_table() % 16, 0);
+        assert_eq!(
+            layout.window_table() + WindowTable::BYTES,
+            pair_region_bytes(world)
+        );
+        // Sequence s and s + SLOTS share a slot; s and s + 1 do not; nor do two channels.
+        assert_eq!(layout.outbox(2, 1, 3), layout.outbox(2, 1, 3 + SLOTS));
+        assert_ne!(layout.outbox(2, 1, 3), layout.outbox(2, 1, 4));
+        assert_ne!(layout.outbox(2, 0, 3), layout.outbox(2, 1, 3));
+    }
+
+    #[test]
+    fn channels_cover_a_message_once() {
+        for bytes in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            65_535,
+            65_536,
+            65_537,
+            200_000,
+            262_144,
+            1 << 24,
+            1_000_003,
+        ] {
+            let channels = channels_for(bytes);
+            assert!((1..=CHANNELS).contains(&channels), "{bytes}");
+            let mut next = 0;
+            for channel in 0..channels {
+                let (lo, hi) = channel_part(bytes, channel);
+                assert_eq!(lo, next, "{bytes} B, channel {channel}");
+                assert!(hi >= lo);
+                assert!(lo % 16 == 0 || lo == bytes);
+                next = hi;
+            }
+            assert_eq!(next, bytes, "{bytes} B");
+        }
+        assert_eq!(channels_for(1 << 24), CHANNELS);
+        assert_eq!(channels_for(CHANNEL_MIN_BYTES + 1), 2);
+    }
+
+    #[test]
+    fn the_window_table_finds_set_entries_only() {
+        let mut table = std::vec![0u64; (WindowTable::BYTES / 8) as usize];
+        let context = SymmContext {
+            rank: 3,
+            ..bytemuck::Zeroable::zeroed()
+        };
+        let address = table.as_mut_ptr() as u64;
+        table[2 * 5] = 42 + 1;
+        table[2 * 5 + 1] = &context as *const SymmContext as u64;
+        table[2 * 6] = 43 + 1; // being written: no context yet
+        // SAFETY: a live table of the right size.
+        unsafe {
+            assert_eq!(WindowTable::find(address, 42).map(|c| c.rank), Some(3));
+            assert!(WindowTable::find(address, 43).is_none());
+            assert!(WindowTable::find(address, 7).is_none());
+        }
     }
 }

@@ -341,7 +341,7 @@ impl Ranks {
 
     /// Run `kernel` on the work table `table` (`task_count` tasks per rank, rank-major;
     /// `blocks` blocks per rank) in one emulated grid. Returns each rank's status.
-    fn run_table(
+    pub fn run_table(
         &self,
         table: &[TaskArgs],
         task_count: u32,

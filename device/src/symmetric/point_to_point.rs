@@ -1,0 +1,408 @@
+//! Send and receive between two ranks (`docs/POINT_TO_POINT.md`): one launch runs a rank's
+//! sends and receives of one call or one group, over the pairing protocol of
+//! [`crate::sync::p2p`].
+//!
+//! **Tasks.** Each entry of the work table is one send or one receive ([`PeerTask`]: its peer,
+//! bytes, data type, and its buffer in one of the rank's windows); every task's receive context
+//! is the communicator's point-to-point window, whose buffers hold the pair regions.
+//!
+//! **Blocks.** A message travels on [`channels_for`] channels of its pair, each carrying one
+//! part. The unit of work is one (task, channel), owned by block `(peer · CHANNELS + channel)
+//! mod blocks`: every task with the same peer and channel goes to one block, which takes them in
+//! task order, so that the sequence numbers of a channel (this rank's counts `sent` and
+//! `received`, read and written by its kernels only) need no other block.
+//!
+//! **Phases.** Every block first posts its sends, then copies its receives (wait for the post,
+//! check the descriptor, copy the part with all its threads, block barrier, `done`), then waits
+//! until each of its sends is done. Posting waits only for a free slot, so ranks that send to
+//! each other in one launch (a ring, `batch_isend_irecv`) never wait on each other's posts; the
+//! host keeps at most [`crate::sync::p2p::SLOTS`] sends per peer in one launch.
+//!
+//! **Checks.** The receiver refuses a send whose bytes or data type differ from its receive's,
+//! whose window it has no context of, or whose range lies outside that window: it raises its
+//! abort word ([`ABORT_P2P_REFUSED`], naming the peer and the reason) and stores nothing into
+//! the sender's region; the host fails the communicator, which ends the sender's wait.
+
+use super::segments::copy_bytes;
+use super::{Batch, Grid, KernelStatus, TaskArgs};
+use crate::arch;
+use crate::context::SymmContext;
+use crate::sync::abort::raise_timeout;
+use crate::sync::p2p::{
+    CHANNELS, Descriptor, Pairs, ReceiveRefused, WindowTable, channel_part, channels_for,
+};
+
+/// Abort-word value (low byte) of a receive that refused its send: the reason
+/// ([`RefusalReason`]) in bits 8–15, the sending rank + 1 from bit 16.
+pub const ABORT_P2P_REFUSED: u32 = 4;
+
+/// `TaskArgs::flags` bit of a point-to-point task: a send (else a receive). The data type's
+/// C ABI value is in bits 8–15.
+pub const FLAG_SEND: u32 = 8;
+
+/// Why a receive refused a send.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// The send's bytes or data type differ from the receive's.
+    Mismatch = 1,
+    /// The receiver has no context of the send's window (not registered, or deregistered,
+    /// on the receiver; or its window table was full).
+    UnknownWindow = 2,
+    /// The send's range does not lie inside its window.
+    OutOfBounds = 3,
+    /// The slot held another sequence: the pair is out of step.
+    OutOfStep = 4,
+    /// The task itself is outside the kernel's limits (its peer, its windows).
+    InvalidTask = 5,
+}
+
+impl RefusalReason {
+    /// The reason of a raised abort word's value.
+    pub const fn from_word(word: u32) -> Option<RefusalReason> {
+        match (word >> 8) & 0xFF {
+            1 => Some(RefusalReason::Mismatch),
+            2 => Some(RefusalReason::UnknownWindow),
+            3 => Some(RefusalReason::OutOfBounds),
+            4 => Some(RefusalReason::OutOfStep),
+            5 => Some(RefusalReason::InvalidTask),
+            _ => None,
+        }
+    }
+}
+
+/// The abort word of a receive from `peer` that refused its send for `reason`.
+pub const fn abort_p2p_refused(peer: u32, reason: RefusalReason) -> u32 {
+    ABORT_P2P_REFUSED | (reason as u32) << 8 | peer.wrapping_add(1) << 16
+}
+
+/// The sending rank named by an [`ABORT_P2P_REFUSED`] word.
+pub const fn refused_peer(word: u32) -> Option<u32> {
+    if word & 0xFF != ABORT_P2P_REFUSED || word >> 16 == 0 {
+        None
+    } else {
+        Some((word >> 16) - 1)
+    }
+}
+
+/// One send or receive of a rank, as its work-table entry carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerTask {
+    /// `true` for a send.
+    pub send: bool,
+    /// The other rank.
+    pub peer: u32,
+    /// The data type's C ABI value.
+    pub datatype: u32,
+    /// Bytes of the message.
+    pub bytes: u64,
+    /// Address of the context of the window holding this rank's buffer.
+    pub buffer_context: u64,
+    /// Byte offset of the buffer in that window.
+    pub offset: u64,
+    /// Registration number of that window (a send names it to the receiver).
+    pub window: u64,
+    /// Address of the context of the communicator's point-to-point window.
+    pub pairs_context: u64,
+}
+
+impl PeerTask {
+    /// The work-table entry of this task.
+    pub const fn to_args(&self) -> TaskArgs {
+        TaskArgs {
+            send_context: self.buffer_context,
+            recv_context: self.pairs_context,
+            send_offset: self.offset,
+            recv_offset: self.window,
+            count: self.bytes,
+            first_cell: self.peer as u64,
+            flags: if self.send { FLAG_SEND } else { 0 } | (self.datatype & 0xFF) << 8,
+            reserved: 0,
+        }
+    }
+
+    /// The task an entry carries.
+    pub const fn from_args(args: &TaskArgs) -> PeerTask {
+        PeerTask {
+            send: args.flags & FLAG_SEND != 0,
+            peer: if args.first_cell > u32::MAX as u64 {
+                u32::MAX
+            } else {
+                args.first_cell as u32
+            },
+            datatype: (args.flags >> 8) & 0xFF,
+            bytes: args.count,
+            buffer_context: args.send_context,
+            offset: args.send_offset,
+            window: args.recv_offset,
+            pairs_context: args.recv_context,
+        }
+    }
+}
+
+/// The block that owns channel `channel` of the tasks with `peer`.
+#[inline(always)]
+const fn owner(peer: u32, channel: u32, blocks: u32) -> u32 {
+    let unit = peer as u64 * CHANNELS as u64 + channel as u64;
+    (unit % if blocks == 0 { 1 } else { blocks as u64 }) as u32
+}
+
+/// Raise this rank's abort word (of the point-to-point window `ctx`) with `word` unless it is
+/// raised already.
+///
+/// # Safety
+/// `ctx` is host-built.
+#[inline(always)]
+unsafe fn refuse(ctx: &SymmContext, word: u32) {
+    // SAFETY: the abort word is this rank's, accessed atomically (contract).
+    unsafe { raise_timeout(ctx.abort_flag as *mut u32, word) };
+}
+
+/// Where the bytes of `descriptor` start as this rank reads them, once checked against the
+/// receive `task` (see the module's checks). With `wait_for_window`, a window not yet in the
+/// table is waited for, bounded (its registration may still be completing on this rank while
+/// the sender already posted).
+///
+/// # Safety
+/// `pairs` and `task` come from a checked batch; `task.peer < world_size`.
+#[inline(always)]
+unsafe fn source_of(
+    pairs: &Pairs<'_>,
+    ctx: &SymmContext,
+    task: &PeerTask,
+    descriptor: &Descriptor,
+    wait_for_window: bool,
+) -> Result<u64, u32> {
+    let refused = |reason| abort_p2p_refused(task.peer, reason);
+    if descriptor.bytes != task.bytes || descriptor.datatype != task.datatype {
+        return Err(refused(RefusalReason::Mismatch));
+    }
+    let table = pairs.window_table();
+    let start = arch::global_timer_ns();
+    let window = loop {
+        // SAFETY: this rank's window table, which the host maintains.
+        if let Some(window) = unsafe { WindowTable::find(table, descriptor.window) } {
+            break window;
+        }
+        if !wait_for_window {
+            return Err(refused(RefusalReason::UnknownWindow));
+        }
+        // SAFETY: this rank's abort word, accessed atomically.
+        if unsafe { arch::load_acquire_sys_u32(ctx.abort_flag as *const u32) } != 0 {
+            return Err(0);
+        }
+        if arch::global_timer_ns().wrapping_sub(start) > ctx.timeout_ns {
+            return Err(refused(RefusalReason::UnknownWindow));
+        }
+        arch::nanosleep(1000);
+    };
+    if window.world_size != ctx.world_size || window.rank != ctx.rank {
+        return Err(refused(RefusalReason::UnknownWindow));
+    }
+    let inside = descriptor
+        .offset
+        .checked_add(descriptor.bytes)
+        .is_some_and(|end| end <= window.window_size);
+    if !inside {
+        return Err(refused(RefusalReason::OutOfBounds));
+    }
+    // SAFETY: peer < world_size == the window's world size.
+    Ok(unsafe { window.peer_base(task.peer) }.wrapping_add(descriptor.offset))
+}
+
+/// `true` when every task of `batch` is a point-to-point task over the point-to-point window
+/// of task 0, with a peer of the communicator and a buffer inside its window.
+#[inline(always)]
+fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
+    let mut index = 0;
+    while index < batch.len() {
+        let task = batch.task(index);
+        let args = PeerTask::from_args(&TaskArgs {
+            send_context: 0,
+            recv_context: 0,
+            send_offset: task.args.send_offset,
+            recv_offset: task.args.recv_offset,
+            count: task.args.count,
+            first_cell: task.first_cell,
+            flags: task.args.flags,
+            reserved: 0,
+        });
+        let buffer = task.rank.send;
+        let inside = args
+            .offset
+            .checked_add(args.bytes)
+            .is_some_and(|end| end <= buffer.window_size);
+        if !core::ptr::eq(task.rank.recv, pairs) || args.peer >= pairs.world_size || !inside {
+            return false;
+        }
+        index += 1;
+    }
+    true
+}
+
+/// The calling block's sends and receives of `batch` (see the module).
+///
+/// # Safety
+/// The contexts are host-built: each task's send context the window of its buffer (which holds
+/// `[offset, + bytes)`), its receive context the communicator's point-to-point window; receive
+/// buffers do not overlap each other or any send buffer of the launch; every rank's sends pair
+/// with its peers' receives in order (else the receivers refuse).
+#[inline(always)]
+pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
+    let ctx = batch.first().rank.recv;
+    if !tasks_are_valid(batch, ctx) {
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: a host-built context.
+            unsafe { refuse(ctx, abort_p2p_refused(ctx.rank, RefusalReason::InvalidTask)) };
+        }
+        return KernelStatus::Aborted;
+    }
+    // SAFETY: a host-built point-to-point window (contract): its buffers hold the regions.
+    let pairs = unsafe { Pairs::open(ctx) };
+    let thread0 = arch::thread_idx_x() == 0;
+    let entry = |index: u32| {
+        let task = batch.task(index);
+        PeerTask::from_args(&TaskArgs {
+            send_context: task.rank.send as *const SymmContext as u64,
+            recv_context: 0,
+            send_offset: task.args.send_offset,
+            recv_offset: task.args.recv_offset,
+            count: task.args.count,
+            first_cell: task.first_cell,
+            flags: task.args.flags,
+            reserved: 0,
+        })
+    };
+    // Phase 1: post this block's sends.
+    let mut index = 0;
+    while index < batch.len() {
+        let task = entry(index);
+        index += 1;
+        if !task.send {
+            continue;
+        }
+        for channel in 0..channels_for(task.bytes) {
+            if owner(task.peer, channel, grid.blocks) != grid.block {
+                continue;
+            }
+            let mut failed = false;
+            if thread0 {
+                // SAFETY: peer < world (checked); this block alone owns the channel.
+                unsafe {
+                    let sent = pairs.sent(task.peer, channel);
+                    let seq = arch::load_plain_u32(sent).wrapping_add(1);
+                    let descriptor = Descriptor {
+                        seq,
+                        datatype: task.datatype,
+                        window: task.window,
+                        offset: task.offset,
+                        bytes: task.bytes,
+                    };
+                    match pairs.post(task.peer, channel, descriptor) {
+                        Ok(()) => arch::store_plain_u32(sent, seq),
+                        Err(_) => failed = true,
+                    }
+                }
+            }
+            if arch::sync_threads_or(failed) {
+                return KernelStatus::Aborted;
+            }
+        }
+    }
+    // Phase 2: copy this block's receives.
+    let mut index = 0;
+    while index < batch.len() {
+        let task = entry(index);
+        index += 1;
+        if task.send {
+            continue;
+        }
+        // SAFETY: a host-built context (the batch was checked).
+        let buffer = unsafe { &*(task.buffer_context as *const SymmContext) };
+        let dst = buffer.local_base.wrapping_add(task.offset);
+        for channel in 0..channels_for(task.bytes) {
+            if owner(task.peer, channel, grid.blocks) != grid.block {
+                continue;
+            }
+            // SAFETY: peer < world (checked); this block alone owns the channel.
+            let counter = unsafe { pairs.received(task.peer, channel) };
+            // SAFETY: this rank's own counter, written by thread 0 of this block only, between
+            // the block barriers that follow every thread's read and precede the next unit.
+            let seq = unsafe { arch::load_plain_u32(counter) }.wrapping_add(1);
+            let mut refused = false;
+            if thread0 {
+                // SAFETY: as above; receives taken in sequence order.
+                let outcome = match unsafe { pairs.await_post(task.peer, channel, seq) } {
+                    Ok(descriptor) => {
+                        // SAFETY: checked batch; peer < world.
+                        unsafe { source_of(&pairs, ctx, &task, &descriptor, true) }.map(|_| ())
+                    }
+                    Err(ReceiveRefused::OutOfStep { .. }) => {
+                        Err(abort_p2p_refused(task.peer, RefusalReason::OutOfStep))
+                    }
+                    // The wait raised the word itself (a timeout) or found it raised.
+                    Err(_) => Err(0),
+                };
+                if let Err(word) = outcome {
+                    if word != 0 {
+                        // SAFETY: a host-built context.
+                        unsafe { refuse(ctx, word) };
+                    }
+                    refused = true;
+                }
+            }
+            if arch::sync_threads_or(refused) {
+                return KernelStatus::Aborted;
+            }
+            if thread0 {
+                // SAFETY: every thread of the block read the counter before the barrier above;
+                // the next unit reads it after the barrier below.
+                unsafe { arch::store_plain_u32(counter, seq) };
+            }
+            // Every thread: the descriptor and the window, as thread 0 checked them (its
+            // acquire of the post and the barrier order these reads after the sender's writes).
+            // SAFETY: as above.
+            let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
+            // SAFETY: as above; the window's entry stays while this launch runs.
+            let Ok(src) = (unsafe { source_of(&pairs, ctx, &task, &descriptor, false) }) else {
+                // Unreachable: thread 0 found the same descriptor acceptable.
+                return KernelStatus::Aborted;
+            };
+            let (lo, hi) = channel_part(task.bytes, channel);
+            // SAFETY: the source range lies in the sender's window (checked), the destination
+            // in this rank's (host-checked); they are different buffers (contract).
+            unsafe { copy_bytes(src, dst, lo, hi) };
+            arch::sync_threads();
+            if thread0 {
+                // SAFETY: as above; every thread's loads of the send are done (barrier).
+                unsafe { pairs.mark_done(task.peer, channel, seq) };
+            }
+        }
+    }
+    // Phase 3: wait until this block's sends are done.
+    let mut index = 0;
+    while index < batch.len() {
+        let task = entry(index);
+        index += 1;
+        if !task.send {
+            continue;
+        }
+        for channel in 0..channels_for(task.bytes) {
+            if owner(task.peer, channel, grid.blocks) != grid.block {
+                continue;
+            }
+            let mut failed = false;
+            if thread0 {
+                // SAFETY: peer < world (checked); this block alone owns the channel.
+                unsafe {
+                    let seq = arch::load_plain_u32(pairs.sent(task.peer, channel));
+                    failed = pairs.complete(task.peer, channel, seq).is_err();
+                }
+            }
+            if arch::sync_threads_or(failed) {
+                return KernelStatus::Aborted;
+            }
+        }
+    }
+    KernelStatus::Completed
+}
