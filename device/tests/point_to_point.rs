@@ -334,9 +334,12 @@ fn a_send_from_a_window_the_receiver_does_not_know_is_refused() {
 fn a_send_outside_the_receivers_view_of_the_window_is_refused() {
     let mut world = World::new(2, 4096, SHORT_NS);
     // The receiver's context of the window says it is smaller than the sender's buffer reaches.
+    // SAFETY: the address of a live context of the model.
+    let real =
+        unsafe { *(world.data.context_address(1) as *const symm_device::context::SymmContext) };
     let mut small = symm_device::context::SymmContext {
         window_size: 32,
-        ..unsafe { *(world.data.context_address(1) as *const symm_device::context::SymmContext) }
+        ..real
     };
     let layout = RegionLayout::new(2);
     let entry = [WINDOW + 1, &mut small as *mut _ as u64];
