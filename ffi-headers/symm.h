@@ -442,6 +442,34 @@ symmResult_t symmBroadcast(const void *sendbuff,
                            symmComm_t comm,
                            symmStream_t stream);
 
+// Send `count` elements of `datatype` from `sendbuff` to rank `peer` (as `ncclSend`): the
+// `s`-th send of this rank to `peer` pairs with `peer`'s `s`-th `symmRecv` from this rank,
+// which must name the same count and data type. `sendbuff` lies inside a window registered on
+// `comm` (any offset; `count` 0 needs none). The call returns once the send is enqueued on
+// `stream` (host backend: once the receiver has copied it); the kernel completes once the
+// receiver has copied the data. Inside a group, the group's sends and receives of a rank run
+// in one launch, so that ranks may send to each other in any order (`batch_isend_irecv`);
+// outside one, a send and a receive between two ranks in opposite orders wait for each other
+// until the timeout, as in NCCL. A receiver whose count or data type differs refuses the send:
+// both fail, and so does the communicator on every rank.
+symmResult_t symmSend(const void *sendbuff,
+                      size_t count,
+                      symmDataType_t datatype,
+                      int peer,
+                      symmComm_t comm,
+                      symmStream_t stream);
+
+// Receive `count` elements of `datatype` from rank `peer` into `recvbuff` (as `ncclRecv`):
+// pairs with `peer`'s next `symmSend` to this rank (see [`symmSend`]). `recvbuff` lies inside a
+// window registered on `comm` (any offset; `count` 0 needs none) and is written only once the
+// send was checked against this call.
+symmResult_t symmRecv(void *recvbuff,
+                      size_t count,
+                      symmDataType_t datatype,
+                      int peer,
+                      symmComm_t comm,
+                      symmStream_t stream);
+
 // All-to-all: segment `p` (`count` elements) of every rank's `sendbuff` lands in segment `r`
 // of rank `p`'s `recvbuff`, `r` being the sender: data for rank `j` is taken from
 // `sendbuff + j·count`, data from rank `i` is placed at `recvbuff + i·count`, as in NCCL.

@@ -27,6 +27,7 @@ mod launch;
 mod log;
 mod mutation;
 mod plan;
+mod point_to_point;
 mod ptx;
 #[cfg(target_os = "linux")]
 mod transport;

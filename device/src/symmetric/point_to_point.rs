@@ -40,6 +40,10 @@ pub const ABORT_P2P_REFUSED: u32 = 4;
 /// C ABI value is in bits 8–15.
 pub const FLAG_SEND: u32 = 8;
 
+/// `TaskArgs::flags` bit of a point-to-point task that does nothing: it pads a rank's tasks to
+/// the launch's task count when one launch serves several ranks.
+pub const FLAG_PADDING: u32 = 16;
+
 /// Why a receive refused a send.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +121,21 @@ impl PeerTask {
             count: self.bytes,
             first_cell: self.peer as u64,
             flags: if self.send { FLAG_SEND } else { 0 } | (self.datatype & 0xFF) << 8,
+            reserved: 0,
+        }
+    }
+
+    /// A task that does nothing, over the point-to-point window at `pairs_context` (see
+    /// [`FLAG_PADDING`]).
+    pub const fn padding(pairs_context: u64) -> TaskArgs {
+        TaskArgs {
+            send_context: pairs_context,
+            recv_context: pairs_context,
+            send_offset: 0,
+            recv_offset: 0,
+            count: 0,
+            first_cell: 0,
+            flags: FLAG_PADDING,
             reserved: 0,
         }
     }
@@ -227,6 +246,10 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
             flags: task.args.flags,
             reserved: 0,
         });
+        if task.args.flags & FLAG_PADDING != 0 {
+            index += 1;
+            continue;
+        }
         let buffer = task.rank.send;
         let inside = args
             .offset
@@ -260,9 +283,13 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     // SAFETY: a host-built point-to-point window (contract): its buffers hold the regions.
     let pairs = unsafe { Pairs::open(ctx) };
     let thread0 = arch::thread_idx_x() == 0;
+    // A padding task is neither a send nor a receive: `None`.
     let entry = |index: u32| {
         let task = batch.task(index);
-        PeerTask::from_args(&TaskArgs {
+        if task.args.flags & FLAG_PADDING != 0 {
+            return None;
+        }
+        Some(PeerTask::from_args(&TaskArgs {
             send_context: task.rank.send as *const SymmContext as u64,
             recv_context: 0,
             send_offset: task.args.send_offset,
@@ -271,16 +298,16 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
             first_cell: task.first_cell,
             flags: task.args.flags,
             reserved: 0,
-        })
+        }))
     };
     // Phase 1: post this block's sends.
     let mut index = 0;
     while index < batch.len() {
-        let task = entry(index);
-        index += 1;
-        if !task.send {
+        let Some(task) = entry(index).filter(|t| t.send) else {
+            index += 1;
             continue;
-        }
+        };
+        index += 1;
         for channel in 0..channels_for(task.bytes) {
             if owner(task.peer, channel, grid.blocks) != grid.block {
                 continue;
@@ -312,11 +339,11 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     // Phase 2: copy this block's receives.
     let mut index = 0;
     while index < batch.len() {
-        let task = entry(index);
-        index += 1;
-        if task.send {
+        let Some(task) = entry(index).filter(|t| !t.send) else {
+            index += 1;
             continue;
-        }
+        };
+        index += 1;
         // SAFETY: a host-built context (the batch was checked).
         let buffer = unsafe { &*(task.buffer_context as *const SymmContext) };
         let dst = buffer.local_base.wrapping_add(task.offset);
@@ -382,11 +409,11 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     // Phase 3: wait until this block's sends are done.
     let mut index = 0;
     while index < batch.len() {
-        let task = entry(index);
-        index += 1;
-        if !task.send {
+        let Some(task) = entry(index).filter(|t| t.send) else {
+            index += 1;
             continue;
-        }
+        };
+        index += 1;
         for channel in 0..channels_for(task.bytes) {
             if owner(task.peer, channel, grid.blocks) != grid.block {
                 continue;

@@ -175,7 +175,12 @@ pub fn launch_input(
     let parts = (0..launch.rank_ids.len())
         .map(|i| schedule::Part {
             rank: launch.rank_ids[i],
-            instances: launch.instances[i * tasks..(i + 1) * tasks].to_vec(),
+            // A send/receive launch takes no collective numbers: no instances.
+            instances: launch
+                .instances
+                .get(i * tasks..(i + 1) * tasks)
+                .map(<[_]>::to_vec)
+                .unwrap_or_default(),
             user_stream: launch.streams[i],
             user_kind: kinds[i],
             before_event: befores[i],

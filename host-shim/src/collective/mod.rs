@@ -6,6 +6,7 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
+pub(crate) use validate::{buffer_window, data_type};
 pub use validate::{
     Request, all_gather, all_reduce, all_to_all, broadcast, describe, gather, reduce,
     reduce_scatter, scatter,

@@ -44,6 +44,18 @@ pub fn red_op(raw: symmRedOpRaw) -> Result<RedOp> {
         .ok_or_else(|| Error::invalid_argument(format!("op = {raw} is not a symmRedOp_t")))
 }
 
+/// The window of `name`'s buffer `[address, + bytes)`, which must be at a multiple of `align`
+/// in it.
+pub(crate) fn buffer_window(
+    comm: &Comm,
+    name: &str,
+    address: u64,
+    bytes: u64,
+    align: u64,
+) -> Result<Arc<Window>> {
+    window_of(comm, name, address, bytes, align)
+}
+
 /// Find the window of `name`'s buffer and check its alignment.
 fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> Result<Arc<Window>> {
     if address == 0 {

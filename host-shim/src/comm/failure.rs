@@ -323,6 +323,9 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
                 comm.rank,
                 last_kernel.as_deref().unwrap_or("(unknown)")
             )),
+            symm_device::symmetric::point_to_point::ABORT_P2P_REFUSED => {
+                p2p_refusal(comm.rank, word)
+            }
             ABORT_PEER_FAILED => Error::new(
                 symmResult_t::symmRemoteError,
                 format!(
@@ -351,6 +354,34 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
         device: true,
         peer_failed: false,
     })
+}
+
+/// The error of a raised [`ABORT_P2P_REFUSED`](symm_device::symmetric::point_to_point) word
+/// of rank `rank`: its receive refused a peer's send (naming the peer and why), or the kernel
+/// refused a task.
+fn p2p_refusal(rank: usize, word: u32) -> Error {
+    use symm_device::symmetric::point_to_point::{RefusalReason, refused_peer};
+    let peer = refused_peer(word).map_or_else(|| "a peer".to_string(), |p| format!("rank {p}"));
+    let why = match RefusalReason::from_word(word) {
+        Some(RefusalReason::Mismatch) => "the send's count or data type differs from the receive's",
+        Some(RefusalReason::UnknownWindow) => {
+            "the send's window is not registered on the receiving rank (or was deregistered there)"
+        }
+        Some(RefusalReason::OutOfBounds) => {
+            "the send's range lies outside its window as the receiving rank sees it"
+        }
+        Some(RefusalReason::OutOfStep) => "the pair's sequence numbers are out of step",
+        Some(RefusalReason::InvalidTask) | None => {
+            return Error::internal(format!(
+                "rank {rank}: kernel symm_send_receive refused a task of its launch (a peer or \
+                 buffer outside the kernel's limits); the communicator is failed on every rank"
+            ));
+        }
+    };
+    Error::invalid_usage(format!(
+        "rank {rank}: its symmRecv from {peer} refused the matching symmSend: {why}; nothing \
+         was received, and the communicator is failed on every rank"
+    ))
 }
 
 std::thread_local! {

@@ -171,6 +171,9 @@ pub struct CommState {
     /// Set when the device reported that queued work failed (see
     /// [`crate::backend::Backend::async_error`]): every later collective fails with it.
     pub device_error: Option<Error>,
+    /// The point-to-point window and its table of windows, made with the first window
+    /// (`crate::point_to_point`).
+    pub point_to_point: Option<crate::point_to_point::PointToPoint>,
 }
 
 /// One rank of a communicator.

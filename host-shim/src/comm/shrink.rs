@@ -357,12 +357,21 @@ fn check_lists(rank: usize, survivors: &[usize], lists: &[Vec<u8>]) -> Result<()
 /// Move this rank's allocations from `parent` to `made`, where the survivors register and free
 /// them (the parent's windows on them stay until deregistered; its collectives are refused).
 fn move_allocations(parent: &Comm, made: &Comm) {
+    // The point-to-point window's allocation stays: the parent's window lives on it.
+    let kept = crate::point_to_point::allocation(parent);
     let (allocations, shared) = {
         let mut state = parent.lock();
-        (
-            std::mem::take(&mut state.allocations),
-            std::mem::take(&mut state.shared),
-        )
+        let mut allocations = std::mem::take(&mut state.allocations);
+        let mut shared = std::mem::take(&mut state.shared);
+        if let Some(kept) = kept {
+            if let Some(size) = allocations.remove(&kept) {
+                state.allocations.insert(kept, size);
+            }
+            if let Some(memory) = shared.remove(&kept) {
+                state.shared.insert(kept, memory);
+            }
+        }
+        (allocations, shared)
     };
     let mut state = made.lock();
     state.allocations.extend(allocations);

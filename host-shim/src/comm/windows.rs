@@ -259,6 +259,7 @@ pub fn finish_completion(
         }
         None => started,
     };
+    let result = result.and_then(|()| crate::point_to_point::enter_window(comm, window));
     match &result {
         Ok(()) => crate::log!(
             Level::Info,
@@ -560,6 +561,9 @@ pub fn deregister(comm: &Arc<Comm>, handle: symmWindow_t) -> Result<()> {
     let window = comm.lock().windows.get(&(handle as usize)).cloned();
     if let Some(window) = &window {
         window.wait_for_launches()?;
+        // Point-to-point launches read the window's context through the rank's table.
+        crate::point_to_point::wait_for_launches(comm)?;
+        crate::point_to_point::leave_window(comm, window)?;
     }
     // A kernel on this window may have raised its abort word (a timeout) since the host last
     // looked: record that failure now, while the window is still among the rank's windows,

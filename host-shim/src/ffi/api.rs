@@ -486,6 +486,8 @@ pub unsafe extern "C" fn symmCommWindowRegister(
 ) -> symmResult_t {
     with_comm("symmCommWindowRegister", comm, |c| {
         require_out(win, "win")?;
+        // The rank's first registration makes the point-to-point window first, on every rank.
+        crate::point_to_point::ensure_window(c)?;
         let window = windows::register(c, buff as u64, size, winFlags)?;
         group::complete_window(c, &window)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
@@ -641,6 +643,62 @@ pub extern "C" fn symmBroadcast(
             || collective::broadcast(c, sendbuff as u64, recvbuff as u64, count, datatype, root),
             stream as u64,
         )
+    })
+}
+
+/// Send `count` elements of `datatype` from `sendbuff` to rank `peer` (as `ncclSend`): the
+/// `s`-th send of this rank to `peer` pairs with `peer`'s `s`-th `symmRecv` from this rank,
+/// which must name the same count and data type. `sendbuff` lies inside a window registered on
+/// `comm` (any offset; `count` 0 needs none). The call returns once the send is enqueued on
+/// `stream` (host backend: once the receiver has copied it); the kernel completes once the
+/// receiver has copied the data. Inside a group, the group's sends and receives of a rank run
+/// in one launch, so that ranks may send to each other in any order (`batch_isend_irecv`);
+/// outside one, a send and a receive between two ranks in opposite orders wait for each other
+/// until the timeout, as in NCCL. A receiver whose count or data type differs refuses the send:
+/// both fail, and so does the communicator on every rank.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    peer: c_int,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm("symmSend", comm, |c| {
+        let call = crate::point_to_point::Call {
+            send: true,
+            buffer: sendbuff as u64,
+            count,
+            datatype,
+            peer,
+        };
+        crate::point_to_point::call(c, call, stream as u64)
+    })
+}
+
+/// Receive `count` elements of `datatype` from rank `peer` into `recvbuff` (as `ncclRecv`):
+/// pairs with `peer`'s next `symmSend` to this rank (see [`symmSend`]). `recvbuff` lies inside a
+/// window registered on `comm` (any offset; `count` 0 needs none) and is written only once the
+/// send was checked against this call.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    peer: c_int,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm("symmRecv", comm, |c| {
+        let call = crate::point_to_point::Call {
+            send: false,
+            buffer: recvbuff as u64,
+            count,
+            datatype,
+            peer,
+        };
+        crate::point_to_point::call(c, call, stream as u64)
     })
 }
 

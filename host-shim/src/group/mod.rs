@@ -32,6 +32,8 @@ pub enum Deferred {
     Split(Split),
     /// A `symmCommShrink` of a rank, likewise.
     Shrink(Shrink),
+    /// A send or receive, launched with the group's other sends and receives.
+    PointToPoint(crate::point_to_point::Task),
 }
 
 /// A `symmCommShrink` queued in a group.
@@ -144,6 +146,7 @@ impl Deferred {
             Deferred::Empty(comm, _) | Deferred::Refused(comm, _) => comm,
             Deferred::Split(split) => &split.comm,
             Deferred::Shrink(shrink) => &shrink.comm,
+            Deferred::PointToPoint(task) => &task.comm,
         }
     }
 
@@ -156,6 +159,7 @@ impl Deferred {
                 | Deferred::Collective(..)
                 | Deferred::Split(..)
                 | Deferred::Shrink(..)
+                | Deferred::PointToPoint(..)
         )
     }
 
@@ -299,6 +303,7 @@ pub fn end() -> Result<()> {
         refusal,
         splits,
         shrinks,
+        peers,
     } = sort(deferred);
     let mut first_error: Option<Error> = None;
     // The splits first: a rank whose peers split and then call collectives outside a group
@@ -338,6 +343,15 @@ pub fn end() -> Result<()> {
         if let Err(e) = run_batch(&batch) {
             first_error.get_or_insert(e);
         }
+    }
+    // The sends and receives last, each rank's in one launch (batch_isend_irecv).
+    if !peers.is_empty()
+        && let Err(e) = crate::point_to_point::run(&peers)
+    {
+        for task in &peers {
+            task.comm.set_last_error(&e.message);
+        }
+        first_error.get_or_insert(e);
     }
     first_error.map_or(Ok(()), Err)
 }
@@ -449,6 +463,8 @@ struct Sorted {
     /// Splits and shrinks, run before the registrations and collectives.
     splits: Vec<Split>,
     shrinks: Vec<Shrink>,
+    /// Sends and receives, launched after the collectives.
+    peers: Vec<crate::point_to_point::Task>,
 }
 
 /// Sort `deferred`, starting every registration's first half before any second half (see
@@ -462,6 +478,7 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
         refusal: None,
         splits: Vec::new(),
         shrinks: Vec::new(),
+        peers: Vec::new(),
     };
     for item in deferred {
         match item {
@@ -483,6 +500,7 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
             }
             Deferred::Split(split) => sorted.splits.push(split),
             Deferred::Shrink(shrink) => sorted.shrinks.push(shrink),
+            Deferred::PointToPoint(task) => sorted.peers.push(task),
         }
     }
     sorted

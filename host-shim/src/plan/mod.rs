@@ -288,6 +288,8 @@ impl Model {
             // The root loads every rank's segment, or stores one into every rank (payload =
             // bytes per rank): the root's traffic.
             Algorithm::Gather | Algorithm::Scatter => nranks * payload_bytes,
+            // Loads the message from its sender once.
+            Algorithm::SendReceive => payload_bytes,
         }
     }
 
@@ -435,6 +437,27 @@ pub fn plan(
         block: model.threads,
         predicted_us,
     })
+}
+
+/// The launch shape of a rank's sends and receives (`crate::point_to_point`): a block per
+/// unit of work (a peer's channel), within `limits`, at most as many as there are units.
+pub fn plan_point_to_point(units: u32, device: impl Into<DeviceModel>, limits: Limits) -> Plan {
+    let model = match device.into() {
+        DeviceModel::Gpu => GPU_MODEL,
+        DeviceModel::Host => HOST_MODEL,
+        DeviceModel::HostFast => HOST_FAST_MODEL,
+    };
+    let blocks = block_range(&limits);
+    Plan {
+        kernel: KernelId {
+            algorithm: Algorithm::SendReceive,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+        },
+        grid: units.clamp(*blocks.start(), *blocks.end()),
+        block: model.threads,
+        predicted_us: model.latency_us[3],
+    }
 }
 
 /// `true` for the low-latency algorithms (payloads up to `LL_MAX_BYTES` per rank).

@@ -1,0 +1,262 @@
+//! `symmSend` and `symmRecv` through the C ABI: rings in both directions between rank threads
+//! (grouped, and ungrouped in an order that pairs), one thread driving every rank in a group
+//! (`batch_isend_irecv`), more sends to one peer in a group than a channel has slots, buffers
+//! at different offsets on the two sides, empty messages, and messages on several channels;
+//! a receive whose count differs fails both ranks well before the timeout, naming the sender;
+//! refused arguments leave the communicator usable.
+//!
+//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the simulated
+//! GPU runs it in `cargo xtask sim --test`).
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+use symm::*;
+use symm_tests::*;
+
+/// Elements (f32) of every window: room for a send and a receive region of `MAX_COUNT` each,
+/// twice.
+const WINDOW_COUNT: usize = 4 * MAX_COUNT + 64;
+/// The largest message (f32): 80 KiB per message, over two channels.
+const MAX_COUNT: usize = 20_480;
+/// Message sizes (f32): empty, one, an odd tail, and two channels' worth.
+const COUNTS: [usize; 4] = [0, 1, 1029, MAX_COUNT];
+const F32: i32 = symmDataType_t::symmFloat32 as i32;
+
+fn setup() {
+    use_backend_from_env();
+    if std::env::var("SYMM_TIMEOUT_MS").is_err() {
+        // SAFETY: before any communicator exists in this process (each test's first call).
+        unsafe { std::env::set_var("SYMM_TIMEOUT_MS", "20000") };
+    }
+}
+
+/// The values rank `from` sends in message `tag`.
+fn message(from: usize, tag: usize, count: usize) -> Vec<f32> {
+    (0..count)
+        .map(|i| (from * 1_000_000 + tag * 10_000 + i % 9_973) as f32)
+        .collect()
+}
+
+/// Element offsets of the send and receive buffers of message `k` on `rank`: different on
+/// every rank, so that no rank's offsets say anything about its peer's.
+fn offsets(rank: usize, k: usize) -> (usize, usize) {
+    let send = k * MAX_COUNT + 3 * rank + 1;
+    (send, 2 * MAX_COUNT + k * MAX_COUNT + 5 * rank + 2)
+}
+
+/// Every rank thread: send `count` to the next rank and receive from the previous one, then
+/// the other way round; `grouped` in one group each, else the even ranks send first and the
+/// odd ranks receive first (which pairs without a group for an even number of ranks, and for
+/// messages the host backend's send completes before its receive is called).
+fn ring_on_threads(nranks: usize, count: usize, grouped: bool) {
+    setup();
+    let id = new_unique_id();
+    let comms = join_threads(id, nranks);
+    on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let (buffer, window) = window_of_bytes(comm, WINDOW_COUNT * 4);
+        let base = buffer as *mut u8;
+        let at = |offset: usize| {
+            // SAFETY: offsets inside the window.
+            unsafe { base.add(4 * offset) }
+        };
+        for (k, shift) in [1, nranks - 1].into_iter().enumerate() {
+            let to = (rank + shift) % nranks;
+            let from = (rank + nranks - shift) % nranks;
+            let (send, recv) = offsets(rank, k);
+            stream.put_f32(at(send), &message(rank, k, count));
+            stream.put_f32(at(recv), &vec![-1.0; count]);
+            let do_send = || {
+                symmSend(at(send).cast(), count, F32, to as i32, comm, stream.handle())
+            };
+            let do_recv = || {
+                symmRecv(at(recv).cast(), count, F32, from as i32, comm, stream.handle())
+            };
+            if grouped {
+                check(symmGroupStart(), comm);
+                check(do_recv(), comm);
+                check(do_send(), comm);
+                check(symmGroupEnd(), comm);
+            } else if rank % 2 == 0 {
+                check(do_send(), comm);
+                check(do_recv(), comm);
+            } else {
+                check(do_recv(), comm);
+                check(do_send(), comm);
+            }
+            stream.synchronize();
+            check(async_error(comm), comm);
+            let got = stream.get_f32(at(recv), count);
+            assert!(
+                got == message(from, k, count),
+                "{nranks} ranks, count {count}, grouped {grouped}: rank {rank} from rank {from}"
+            );
+        }
+        check(symmCommWindowDeregister(comm, window), comm);
+        check(symmMemFree(comm, buffer), comm);
+        check(symmCommDestroy(comm), null_mut());
+    });
+}
+
+#[test]
+fn rings_both_ways_between_rank_threads_in_groups() {
+    for nranks in [2, 3] {
+        for count in COUNTS {
+            ring_on_threads(nranks, count, true);
+        }
+    }
+}
+
+#[test]
+fn sends_and_receives_pair_outside_groups() {
+    for count in COUNTS {
+        ring_on_threads(2, count, false);
+    }
+}
+
+/// One thread drives every rank of a `symmCommInitAll` communicator: every rank sends to
+/// every rank (itself included) and receives from every rank, `rounds` messages per pair (more
+/// than a channel's slots), all in one group.
+#[test]
+fn one_thread_drives_every_rank_in_a_group() {
+    setup();
+    let nranks = 3;
+    let rounds = symm_device::sync::p2p::SLOTS as usize + 3;
+    let count = 257;
+    let comms = init_all(nranks);
+    let per_message = count + 3;
+    let window = 2 * nranks * rounds * per_message + 16;
+    let buffers = alloc_windows(&comms, window * 4);
+    let send_at = |to: usize, k: usize| (to * rounds + k) * per_message;
+    let recv_at = |from: usize, k: usize| (nranks * rounds + from * rounds + k) * per_message + 1;
+    for (rank, b) in buffers.iter().enumerate() {
+        for to in 0..nranks {
+            for k in 0..rounds {
+                // SAFETY: inside the window.
+                put_f32(unsafe { b.base.add(4 * send_at(to, k)) }, &message(rank, to * 100 + k, count));
+            }
+        }
+    }
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        for peer in 0..nranks {
+            for k in 0..rounds {
+                // SAFETY: inside the window.
+                let (s, r) = unsafe { (b.base.add(4 * send_at(peer, k)), b.base.add(4 * recv_at(peer, k))) };
+                check(symmSend(s.cast(), count, F32, peer as i32, b.comm, null_mut()), b.comm);
+                check(symmRecv(r.cast(), count, F32, peer as i32, b.comm, null_mut()), b.comm);
+            }
+            let _ = rank;
+        }
+    }
+    check(symmGroupEnd(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        for from in 0..nranks {
+            for k in 0..rounds {
+                // SAFETY: inside the window.
+                let got = get_f32(unsafe { b.base.add(4 * recv_at(from, k)) }, count);
+                assert!(
+                    got == message(from, rank * 100 + k, count),
+                    "rank {rank}, message {k} from rank {from}"
+                );
+            }
+        }
+    }
+    teardown(buffers);
+}
+
+/// Rank 1 receives half of what rank 0 sends: both fail long before the 20 s bound, rank 1
+/// naming rank 0 and the count; nothing lands in rank 1's buffer.
+#[test]
+fn a_receive_of_another_count_fails_both_promptly() {
+    setup();
+    let id = new_unique_id();
+    let comms = join_threads(id, 2);
+    let outcomes = on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let (buffer, _window) = window_of_bytes(comm, WINDOW_COUNT * 4);
+        let at = buffer as *mut u8;
+        stream.put_f32(at, &vec![7.0; 1024]);
+        let started = Instant::now();
+        let result = if rank == 0 {
+            stream.completed(comm, symmSend(at.cast(), 1024, F32, 1, comm, stream.handle()))
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+            let r = symmRecv(at.cast(), 512, F32, 0, comm, stream.handle());
+            stream.completed(comm, r)
+        };
+        let took = started.elapsed();
+        let message = last_error(comm);
+        let untouched = rank == 0 || stream.get_f32(at, 4) == vec![7.0; 4];
+        (result, took, message, untouched, buffer as usize)
+    });
+    for (rank, (result, took, message, untouched, _)) in outcomes.iter().enumerate() {
+        assert_ne!(*result, symmResult_t::symmSuccess, "rank {rank}: {message}");
+        assert!(*took < Duration::from_secs(5), "rank {rank} failed after {took:?}: {message}");
+        assert!(untouched, "rank {rank}'s receive buffer was written");
+    }
+    assert!(
+        outcomes[1].2.contains("from rank 0") && outcomes[1].2.contains("count"),
+        "{}",
+        outcomes[1].2
+    );
+    for comm in comms {
+        let _ = symmCommDestroy(comm);
+    }
+}
+
+/// Arguments refused before anything is enqueued, each naming what is wrong; the
+/// communicator still sends and receives afterwards.
+#[test]
+fn refused_arguments_leave_the_communicator_usable() {
+    setup();
+    let id = new_unique_id();
+    let comms = join_threads(id, 2);
+    on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let s = stream.handle();
+        let peer = 1 - rank as i32;
+        // Before any window: nothing to send from.
+        let mut local = [0f32; 4];
+        let r = symmSend(local.as_mut_ptr().cast(), 4, F32, peer, comm, s);
+        assert_eq!(r, symmResult_t::symmInvalidUsage, "{}", last_error(comm));
+        assert!(last_error(comm).contains("no window"), "{}", last_error(comm));
+        let (buffer, window) = window_of_bytes(comm, WINDOW_COUNT * 4);
+        let at = buffer as *mut u8;
+        let cases: [(symmResult_t, &str, Box<dyn Fn() -> symmResult_t>); 5] = [
+            (symmResult_t::symmInvalidArgument, "peer = 2", Box::new(|| symmSend(at.cast(), 4, F32, 2, comm, s))),
+            (symmResult_t::symmInvalidArgument, "peer = -1", Box::new(|| symmRecv(at.cast(), 4, F32, -1, comm, s))),
+            (symmResult_t::symmInvalidArgument, "datatype = 99", Box::new(|| symmSend(at.cast(), 4, 99, peer, comm, s))),
+            (symmResult_t::symmInvalidArgument, "recvbuff is NULL", Box::new(|| symmRecv(null_mut(), 4, F32, peer, comm, s))),
+            (
+                symmResult_t::symmInvalidArgument,
+                "overruns",
+                Box::new(|| symmSend(at.cast(), WINDOW_COUNT + 1, F32, peer, comm, s)),
+            ),
+        ];
+        for (code, text, call) in cases {
+            let r = call();
+            let message = last_error(comm);
+            assert_eq!(r, code, "{text}: {message}");
+            assert!(message.contains(text), "{text}: {message}");
+        }
+        let local_buffer = local.as_mut_ptr() as *mut c_void;
+        let r = symmRecv(local_buffer, 4, F32, peer, comm, s);
+        assert_eq!(r, symmResult_t::symmInvalidArgument, "{}", last_error(comm));
+        // Still usable: one exchange in a group.
+        stream.put_f32(at, &message(rank, 0, 64));
+        check(symmGroupStart(), comm);
+        // SAFETY: inside the window.
+        let recv = unsafe { at.add(4096) };
+        check(symmSend(at.cast(), 64, F32, peer, comm, s), comm);
+        check(symmRecv(recv.cast(), 64, F32, peer, comm, s), comm);
+        check(symmGroupEnd(), comm);
+        stream.synchronize();
+        check(async_error(comm), comm);
+        assert!(stream.get_f32(recv, 64) == message(peer as usize, 0, 64));
+        check(symmCommWindowDeregister(comm, window), comm);
+        check(symmMemFree(comm, buffer), comm);
+        check(symmCommDestroy(comm), null_mut());
+    });
+}
