@@ -822,6 +822,57 @@ class Comm:
             self._barrier_window = window
         self.all_reduce(window, window, 1, "int32", "sum", stream)
 
+    def send(
+        self,
+        buffer: BufferLike,
+        peer: int,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        stream: StreamLike = None,
+    ) -> None:
+        """Send (``symmSend``) ``count`` elements of ``buffer`` to rank ``peer``: pairs with
+        ``peer``'s next :meth:`recv` from this rank, which must name the same count and data
+        type (else both fail). ``buffer`` lies in a window of this communicator, at any offset.
+        Inside :func:`group`, a rank's sends and receives run in one launch, so ranks may send
+        to each other in any order (``batch_isend_irecv``); outside one, two ranks that both
+        send first wait for each other until the timeout, as in NCCL. ``count`` and ``dtype``
+        default to what the array says."""
+        self._peer_call(lib.symmSend, buffer, "buffer", peer, count, dtype, stream)
+
+    def recv(
+        self,
+        buffer: BufferLike,
+        peer: int,
+        count: int | None = None,
+        dtype: DTypeLike | None = None,
+        stream: StreamLike = None,
+    ) -> None:
+        """Receive (``symmRecv``) ``count`` elements from rank ``peer`` into ``buffer`` (in a
+        window of this communicator, at any offset): pairs with ``peer``'s next :meth:`send` to
+        this rank (see there). ``count`` and ``dtype`` default to what the array says."""
+        self._peer_call(lib.symmRecv, buffer, "buffer", peer, count, dtype, stream)
+
+    def _peer_call(
+        self,
+        function: Any,
+        buffer: BufferLike,
+        name: str,
+        peer: int,
+        count: int | None,
+        dtype: DTypeLike | None,
+        stream: StreamLike,
+    ) -> None:
+        peer = _as_int(peer, "peer", 0, self.nranks - 1)
+        operand = self._operand(buffer, name)
+        if count is not None:
+            count = _as_int(count, "count")
+        count, element = resolve_call(operand, operand, count, dtype, 1, 1)
+        if stream is None:
+            stream_handle = torch_stream([operand]) or 0
+        else:
+            stream_handle = resolve_stream(stream)
+        check(function(operand.ptr, count, element, peer, self.handle, stream_handle))
+
     def _collective(
         self,
         function: Any,

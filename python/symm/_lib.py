@@ -66,6 +66,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmReduceScatter": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmBroadcast": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmAlltoAll": (_result, [c_void_p, c_void_p, c_size_t, c_int, _comm, _stream]),
+    "symmSend": (_result, [c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
+    "symmRecv": (_result, [c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmGather": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmScatter": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmCommGetAsyncError": (_result, [_comm, POINTER(c_int)]),

@@ -17,8 +17,13 @@
     dist.all_to_all_single(output, tensor)     # split sizes too
     dist.barrier()
 
-``send``/``recv`` raise symm's ``UnsupportedError``
-naming the op (run them on a gloo group).
+    dist.send(tensor, dst=1); dist.recv(tensor, src=0)   # isend/irecv, batch_isend_irecv too
+
+Sends and receives pair in call order per pair of ranks, as in NCCL (tags are not matched;
+``recv`` from any source raises symm's ``UnsupportedError``). They are queued and run when a
+work object is waited for (``dist.send``/``recv`` wait at once) or before the group's next
+collective: every queued operation in one launch, so the sends and receives of one
+``batch_isend_irecv`` may go in any order between the ranks.
 
 Each process group is one symm communicator. Its unique id travels through the group's store
 (rank 0 makes it; when ``MASTER_ADDR`` names another host than this one's loopback, the root
@@ -150,6 +155,63 @@ def _op_of(opts: Any) -> str:
     return "sum" if opts is None else _op_name(opts.reduceOp)
 
 
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s elements as one dimension (a copy when it is not contiguous)."""
+    return tensor.reshape(-1) if tensor.is_contiguous() else tensor.contiguous().reshape(-1)
+
+
+class _PeerOp:
+    """A queued send or receive of a group (see ``SymmProcessGroup.send``)."""
+
+    def __init__(self, send: bool, tensor: torch.Tensor, peer: int, code: int) -> None:
+        self.send = send
+        self.tensor = tensor
+        self.peer = peer
+        self.code = code
+        self.done = False
+        self.error: SymmError | None = None
+        self.staged_copy: torch.Tensor | None = None
+
+
+class _PeerWork(dist.Work):
+    """The work object of a queued send or receive: ``wait()`` runs the group's queue (this
+    operation and every one queued with it) and raises the operation's error, if any."""
+
+    def __init__(self, group: SymmProcessGroup, op: _PeerOp) -> None:
+        super().__init__()
+        self._group = group
+        self._op = op
+
+    def _finish(self) -> None:
+        if not self._op.done:
+            self._group._flush_peer_ops()
+        if self._op.error is not None:
+            raise self._op.error
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._finish()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._op.done
+
+    def is_success(self) -> bool:
+        return self._op.done and self._op.error is None
+
+    def result(self) -> Any:
+        self._finish()
+        return [self._op.tensor]
+
+    def get_future(self) -> Future:
+        future: Future = Future()
+        try:
+            self._finish()
+            future.set_result([self._op.tensor])
+        except SymmError as error:
+            future.set_exception(error)
+        return future
+
+
 class _CompletedWork(dist.Work):
     """The work object of a call that completed before it returned (every call of this
     backend): ``wait()`` returns at once, ``result()`` gives the call's tensors, as gloo's."""
@@ -251,14 +313,22 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._scratch_tensor: torch.Tensor | None = None
         self._element_sizes: dict[torch.dtype, int] = {}
         self._logged: set[tuple[str, str]] = set()
+        self._pending: list[_PeerOp] = []
         self.path_counts: Counter[tuple[str, str]] = Counter()
         """How many calls of each kind took each path: ``path_counts["all_reduce", "window"]``
         (in place in a window, no copy) and ``path_counts["all_reduce", "staged"]`` (copied
         through the scratch window); kinds ``all_reduce``, ``all_gather``, ``reduce_scatter``,
-        ``broadcast``, ``all_to_all``, ``gather``, ``scatter`` (the last two always staged)."""
+        ``broadcast``, ``all_to_all``, ``gather``, ``scatter`` (the last two always staged),
+        ``send``, ``recv``."""
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
+
+    def _get_backend(self, device: Any) -> Any:
+        """The group's backend for ``device``: the group itself (``batch_isend_irecv`` asks; the
+        group does not coalesce, so torch calls its ``isend``/``irecv`` one by one, which queue
+        the operations for one launch: see :meth:`send`)."""
+        return self
 
     def shutdown(self) -> None:
         """``destroy_process_group``: destroy the group's communicator (``symmCommDestroy``),
@@ -350,7 +420,10 @@ class SymmProcessGroup(dist.ProcessGroup):
 
     def _call(self, function: Any, send: torch.Tensor, recv: torch.Tensor, count: int, code: int, *extra: int) -> None:
         """The C call ``function(send, recv, count, code, *extra, comm, stream)`` on tensors this
-        group has checked already (in a window of the group, or slices of its scratch window)."""
+        group has checked already (in a window of the group, or slices of its scratch window),
+        after the sends and receives queued before it."""
+        if self._pending:
+            self._flush_peer_ops()
         arguments = [send.data_ptr(), recv.data_ptr(), count, code, *extra]
         check(function(*arguments, self.comm.handle, self._stream() or 0))
 
@@ -762,16 +835,122 @@ class SymmProcessGroup(dist.ProcessGroup):
             receive=self._rank == root,
         )
 
+    # -- point to point ------------------------------------------------------------------------
+    #
+    # send/recv/isend/irecv queue the operation and return a work object; the queue runs when a
+    # work is waited for (or the group's next collective starts): every queued operation in one
+    # symm group, so a rank's sends and receives of one batch_isend_irecv are one launch, and
+    # ranks may send to each other in any order. Operations pair in call order per pair of
+    # ranks, as in NCCL (tags are not matched). Messages are cut into chunks of the scratch
+    # window's size on every rank, so both sides cut alike whether their tensors are in a window
+    # or staged.
+
     def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Any:
-        return self._not_in_symm("send")
+        return self._queue_peer_op(True, tensors, dst_rank)
 
     def recv(self, tensors: list[torch.Tensor], src_rank: int, tag: int) -> Any:
-        return self._not_in_symm("recv")
+        return self._queue_peer_op(False, tensors, src_rank)
+
+    def _queue_peer_op(self, send: bool, tensors: list[torch.Tensor], peer: int) -> Any:
+        what = "send" if send else "recv"
+        if len(tensors) != 1:
+            raise InvalidArgumentError(f"{what}: one tensor per call (got {len(tensors)})")
+        tensor = tensors[0]
+        code = self._check(tensor)
+        if not 0 <= peer < self._size:
+            raise InvalidArgumentError(f"{what}: peer {peer} is not a rank of this group (0 to {self._size - 1})")
+        if tensor.device != self._device():
+            raise InvalidArgumentError(f"{what}: the tensor is on {tensor.device}; this group's communicator is on {self._device()}")
+        op = _PeerOp(send, tensor, peer, code)
+        self._pending.append(op)
+        return _PeerWork(self, op)
+
+    def _flush_peer_ops(self) -> None:
+        """Run every queued send and receive (see above); each operation records its outcome."""
+        ops, self._pending = self._pending, []
+        try:
+            self._run_peer_ops(ops)
+        except SymmError as error:
+            for op in ops:
+                if not op.done:
+                    op.error = error
+        for op in ops:
+            op.done = True
+
+    def _peer_chunk_bytes(self) -> int:
+        """Bytes of the chunks every message is cut into (the same on every rank, whatever path
+        its tensors take): an eighth of the scratch window, so that one round holds a chunk of
+        eight staged operations."""
+        return max(256, (self._scratch.nbytes - 256) // 8 // 256 * 256)
+
+    def _run_peer_ops(self, ops: list[_PeerOp]) -> None:
+        capacity = self._scratch.nbytes - 256
+        cut = self._peer_chunk_bytes()
+        # Every operation's chunks, as (first element, count); an empty message is one chunk.
+        chunks: list[list[tuple[int, int]]] = []
+        in_window: list[bool] = []
+        for op in ops:
+            tensor = op.tensor
+            per_chunk = max(1, cut // tensor.element_size())
+            numel = tensor.numel()
+            chunks.append([(start, min(per_chunk, numel - start)) for start in range(0, max(numel, 1), per_chunk)])
+            in_window.append(self._in_window(tensor))
+            self._note("send" if op.send else "recv", "window" if in_window[-1] else "staged", tensor)
+        # Rounds take the operations' chunks in turn (chunk k of every operation before chunk
+        # k + 1 of any), as many as the scratch window holds, so that a round holds the chunks
+        # its peers' rounds pair with.
+        rounds: list[list[tuple[_PeerOp, int, int, int | None]]] = [[]]
+        used = 0
+        for k in range(max(len(c) for c in chunks) if chunks else 0):
+            for op, op_chunks, window in zip(ops, chunks, in_window):
+                if k >= len(op_chunks):
+                    continue
+                start, count = op_chunks[k]
+                if window:
+                    rounds[-1].append((op, start, count, None))
+                    continue
+                need = (count * op.tensor.element_size() + 255) // 256 * 256
+                if used + need > capacity and rounds[-1]:
+                    rounds.append([])
+                    used = 0
+                rounds[-1].append((op, start, count, used))
+                used += need
+        stream = self._stream() or 0
+        for pieces in rounds:
+            if not pieces:
+                continue
+            flats = {}
+            for op, start, count, offset in pieces:
+                if op.send and offset is not None and count:
+                    flat = flats.setdefault(id(op), _flat(op.tensor))
+                    self._scratch_of(op.tensor.dtype, offset, count).copy_(flat[start : start + count])
+            with _core.group():
+                for op, start, count, offset in pieces:
+                    if offset is None:
+                        address = op.tensor.data_ptr() + start * op.tensor.element_size()
+                    else:
+                        address = self._scratch_of(op.tensor.dtype, offset, count).data_ptr()
+                    function = lib.symmSend if op.send else lib.symmRecv
+                    check(function(address, count, op.code, op.peer, self.comm.handle, stream))
+            for op, start, count, offset in pieces:
+                if not op.send and offset is not None and count:
+                    received = self._scratch_of(op.tensor.dtype, offset, count)
+                    if op.tensor.is_contiguous():
+                        op.tensor.view(-1)[start : start + count].copy_(received)
+                    else:
+                        op.staged_copy = op.staged_copy if op.staged_copy is not None else op.tensor.contiguous()
+                        op.staged_copy.view(-1)[start : start + count].copy_(received)
+        for op in ops:
+            if op.staged_copy is not None:
+                op.tensor.copy_(op.staged_copy)
+            op.done = True
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
         return self._not_in_symm("recv from any source")
 
     def barrier(self, opts: Any = None) -> Any:
+        if self._pending:
+            self._flush_peer_ops()
         self.comm.barrier(stream=self._stream())
         if self.comm.backend == "cuda":
             torch.cuda.current_stream(self.comm.device).synchronize()

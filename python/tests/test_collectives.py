@@ -333,3 +333,63 @@ def test_unused_buffers_off_the_root_are_not_checked(world) -> None:
     for r in range(3):
         np.testing.assert_array_equal(outs[r], np.arange(r * count, (r + 1) * count, dtype=np.float32))
         assert small[r][0] == -1.0
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16", "float32", "float64"])
+def test_send_and_recv_rings_both_ways(world, dtype: str, nranks: int) -> None:
+    """Every rank sends to the next and the previous rank and receives from both, in one group,
+    buffers at different offsets on every rank; bit for bit. Then an empty message."""
+    w = world(nranks)
+    size = np.dtype(STORAGE[dtype]).itemsize
+    storage = STORAGE[dtype]
+    rng = rng_for("send_recv", dtype, nranks)
+    for count, _, form in CASES:
+        region = aligned(count * size)
+        inputs = [[rng.integers(0, 256, count * size, dtype=np.uint8).view(storage) for _ in range(2)] for _ in range(nranks)]
+
+        def at(r: int, k: int, receive: bool) -> int:
+            # Send regions first, then the receive regions; each rank shifted by 16 * r bytes.
+            return (2 * receive + k) * region + 16 * r
+
+        for r in range(nranks):
+            for k in range(2):
+                w.bufs[r].numpy(storage, count, at(r, k, False))[:] = inputs[r][k]
+                w.bufs[r].numpy(np.uint8, count * size, at(r, k, True))[:] = 0xA5
+        with symm.group():
+            for r, comm in enumerate(w.comms):
+                for k, shift in enumerate([1, nranks - 1]):
+                    to, frm = (r + shift) % nranks, (r - shift) % nranks
+                    comm.send(operand(w, r, at(r, k, False), count, dtype, form), to, count, dtype)
+                    comm.recv(operand(w, r, at(r, k, True), count, dtype, form), frm, count, dtype)
+        for r in range(nranks):
+            for k, shift in enumerate([1, nranks - 1]):
+                frm = (r - shift) % nranks
+                got = w.bufs[r].numpy(storage, count, at(r, k, True))
+                np.testing.assert_array_equal(got, inputs[frm][k], err_msg=f"rank {r} from {frm}, count {count}")
+    with symm.group():
+        for r, comm in enumerate(w.comms):
+            comm.send(w.bufs[r], (r + 1) % nranks, 0, dtype)
+            comm.recv(w.bufs[r], (r - 1) % nranks, 0, dtype)
+
+
+def test_send_and_recv_of_different_counts_fail_both() -> None:
+    """A receive of fewer elements than the send refuses it: both ranks fail, the receiver
+    naming the sender; nothing lands. (A communicator of its own: the failure is terminal.)"""
+    comms = symm.Comm.init_all(2)
+    try:
+        bufs = [comm.alloc(4096) for comm in comms]
+        with symm.group():
+            for comm, buf in zip(comms, bufs):
+                comm.register(buf)
+        bufs[1].numpy(np.float32, 64)[:] = 3.0
+        with pytest.raises(symm.SymmError) as failure:
+            with symm.group():
+                comms[0].send(bufs[0], 1, 64, "float32")
+                comms[1].recv(bufs[1], 0, 32, "float32")
+        message = str(failure.value)
+        assert "from rank 0" in message or "failed" in message, message
+        np.testing.assert_array_equal(bufs[1].numpy(np.float32, 64), np.full(64, 3.0, np.float32))
+    finally:
+        for comm in comms:
+            comm.destroy()

@@ -1,4 +1,4 @@
-"""Cases of PyTorch's own ``DistributedTest`` (reduce, gather, scatter) on the ``symm`` backend,
+"""Cases of PyTorch's own ``DistributedTest`` (reduce, gather, scatter, send/recv) on the ``symm`` backend,
 3 ranks, CPU tensors: see torch_suite.py. Every named case must run (none skipped) and pass.
 Skipped where PyTorch or its test dependency ``expecttest`` is not installed."""
 
@@ -16,7 +16,7 @@ pytest.importorskip("expecttest")
 
 SUITE = Path(__file__).with_name("torch_suite.py")
 #: The cases torch_suite.CASES names (counted here too, so that an emptied list fails).
-CASES = 12
+CASES = 16
 
 
 def test_pytorch_distributed_test_cases_pass_on_symm() -> None:

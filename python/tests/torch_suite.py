@@ -34,6 +34,10 @@ CASES = [
     "test_scatter_checks",
     "test_scatter",
     "test_scatter_full_group",
+    "test_send_recv",
+    "test_send_recv_with_tag",
+    "test_isend",
+    "test_irecv",
 ]
 
 

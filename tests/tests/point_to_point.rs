@@ -68,10 +68,24 @@ fn ring_on_threads(nranks: usize, count: usize, grouped: bool) {
             stream.put_f32(at(send), &message(rank, k, count));
             stream.put_f32(at(recv), &vec![-1.0; count]);
             let do_send = || {
-                symmSend(at(send).cast(), count, F32, to as i32, comm, stream.handle())
+                symmSend(
+                    at(send).cast(),
+                    count,
+                    F32,
+                    to as i32,
+                    comm,
+                    stream.handle(),
+                )
             };
             let do_recv = || {
-                symmRecv(at(recv).cast(), count, F32, from as i32, comm, stream.handle())
+                symmRecv(
+                    at(recv).cast(),
+                    count,
+                    F32,
+                    from as i32,
+                    comm,
+                    stream.handle(),
+                )
             };
             if grouped {
                 check(symmGroupStart(), comm);
@@ -134,7 +148,10 @@ fn one_thread_drives_every_rank_in_a_group() {
         for to in 0..nranks {
             for k in 0..rounds {
                 // SAFETY: inside the window.
-                put_f32(unsafe { b.base.add(4 * send_at(to, k)) }, &message(rank, to * 100 + k, count));
+                put_f32(
+                    unsafe { b.base.add(4 * send_at(to, k)) },
+                    &message(rank, to * 100 + k, count),
+                );
             }
         }
     }
@@ -143,9 +160,20 @@ fn one_thread_drives_every_rank_in_a_group() {
         for peer in 0..nranks {
             for k in 0..rounds {
                 // SAFETY: inside the window.
-                let (s, r) = unsafe { (b.base.add(4 * send_at(peer, k)), b.base.add(4 * recv_at(peer, k))) };
-                check(symmSend(s.cast(), count, F32, peer as i32, b.comm, null_mut()), b.comm);
-                check(symmRecv(r.cast(), count, F32, peer as i32, b.comm, null_mut()), b.comm);
+                let (s, r) = unsafe {
+                    (
+                        b.base.add(4 * send_at(peer, k)),
+                        b.base.add(4 * recv_at(peer, k)),
+                    )
+                };
+                check(
+                    symmSend(s.cast(), count, F32, peer as i32, b.comm, null_mut()),
+                    b.comm,
+                );
+                check(
+                    symmRecv(r.cast(), count, F32, peer as i32, b.comm, null_mut()),
+                    b.comm,
+                );
             }
             let _ = rank;
         }
@@ -180,7 +208,10 @@ fn a_receive_of_another_count_fails_both_promptly() {
         stream.put_f32(at, &vec![7.0; 1024]);
         let started = Instant::now();
         let result = if rank == 0 {
-            stream.completed(comm, symmSend(at.cast(), 1024, F32, 1, comm, stream.handle()))
+            stream.completed(
+                comm,
+                symmSend(at.cast(), 1024, F32, 1, comm, stream.handle()),
+            )
         } else {
             std::thread::sleep(Duration::from_millis(200));
             let r = symmRecv(at.cast(), 512, F32, 0, comm, stream.handle());
@@ -193,7 +224,10 @@ fn a_receive_of_another_count_fails_both_promptly() {
     });
     for (rank, (result, took, message, untouched, _)) in outcomes.iter().enumerate() {
         assert_ne!(*result, symmResult_t::symmSuccess, "rank {rank}: {message}");
-        assert!(*took < Duration::from_secs(5), "rank {rank} failed after {took:?}: {message}");
+        assert!(
+            *took < Duration::from_secs(5),
+            "rank {rank} failed after {took:?}: {message}"
+        );
         assert!(untouched, "rank {rank}'s receive buffer was written");
     }
     assert!(
@@ -221,14 +255,34 @@ fn refused_arguments_leave_the_communicator_usable() {
         let mut local = [0f32; 4];
         let r = symmSend(local.as_mut_ptr().cast(), 4, F32, peer, comm, s);
         assert_eq!(r, symmResult_t::symmInvalidUsage, "{}", last_error(comm));
-        assert!(last_error(comm).contains("no window"), "{}", last_error(comm));
+        assert!(
+            last_error(comm).contains("no window"),
+            "{}",
+            last_error(comm)
+        );
         let (buffer, window) = window_of_bytes(comm, WINDOW_COUNT * 4);
         let at = buffer as *mut u8;
         let cases: [(symmResult_t, &str, Box<dyn Fn() -> symmResult_t>); 5] = [
-            (symmResult_t::symmInvalidArgument, "peer = 2", Box::new(|| symmSend(at.cast(), 4, F32, 2, comm, s))),
-            (symmResult_t::symmInvalidArgument, "peer = -1", Box::new(|| symmRecv(at.cast(), 4, F32, -1, comm, s))),
-            (symmResult_t::symmInvalidArgument, "datatype = 99", Box::new(|| symmSend(at.cast(), 4, 99, peer, comm, s))),
-            (symmResult_t::symmInvalidArgument, "recvbuff is NULL", Box::new(|| symmRecv(null_mut(), 4, F32, peer, comm, s))),
+            (
+                symmResult_t::symmInvalidArgument,
+                "peer = 2",
+                Box::new(|| symmSend(at.cast(), 4, F32, 2, comm, s)),
+            ),
+            (
+                symmResult_t::symmInvalidArgument,
+                "peer = -1",
+                Box::new(|| symmRecv(at.cast(), 4, F32, -1, comm, s)),
+            ),
+            (
+                symmResult_t::symmInvalidArgument,
+                "datatype = 99",
+                Box::new(|| symmSend(at.cast(), 4, 99, peer, comm, s)),
+            ),
+            (
+                symmResult_t::symmInvalidArgument,
+                "recvbuff is NULL",
+                Box::new(|| symmRecv(null_mut(), 4, F32, peer, comm, s)),
+            ),
             (
                 symmResult_t::symmInvalidArgument,
                 "overruns",

@@ -6,11 +6,11 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
-pub(crate) use validate::{buffer_window, data_type};
 pub use validate::{
     Request, all_gather, all_reduce, all_to_all, broadcast, describe, gather, reduce,
     reduce_scatter, scatter,
 };
+pub(crate) use validate::{buffer_window, data_type};
 
 use crate::agree::{BufferAt, Call, Signature};
 use crate::comm::Comm;

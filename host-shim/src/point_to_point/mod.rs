@@ -119,7 +119,9 @@ pub fn leave_window(comm: &Comm, window: &Window) -> Result<()> {
         return Ok(());
     };
     let address = table + WindowTable::entry(index as u32);
-    comm.clique.backend.upload(comm.device, address, &[0u8; 16])?;
+    comm.clique
+        .backend
+        .upload(comm.device, address, &[0u8; 16])?;
     p2p.entries[index] = None;
     Ok(())
 }
@@ -322,7 +324,10 @@ pub fn run(tasks: &[Task]) -> Result<()> {
     for task in tasks {
         let key = Arc::as_ptr(&task.comm);
         let (d, r) = *ranks.entry(key).or_insert_with(|| {
-            let d = match by_device.iter().position(|(dev, _)| *dev == task.comm.device) {
+            let d = match by_device
+                .iter()
+                .position(|(dev, _)| *dev == task.comm.device)
+            {
                 Some(d) => d,
                 None => {
                     by_device.push((task.comm.device, Vec::new()));
@@ -364,7 +369,10 @@ pub fn run(tasks: &[Task]) -> Result<()> {
                 .collect()
         })
     } else {
-        by_device.iter().map(|(_, parts)| run_device(parts)).collect()
+        by_device
+            .iter()
+            .map(|(_, parts)| run_device(parts))
+            .collect()
     };
     results.into_iter().collect()
 }
