@@ -240,6 +240,9 @@ fn a_receive_of_another_count_fails_both_promptly() {
     }
 }
 
+/// A call expected to be refused.
+type RefusedCall<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
+
 /// Arguments refused before anything is enqueued, each naming what is wrong; the
 /// communicator still sends and receives afterwards.
 #[test]
@@ -262,7 +265,7 @@ fn refused_arguments_leave_the_communicator_usable() {
         );
         let (buffer, window) = window_of_bytes(comm, WINDOW_COUNT * 4);
         let at = buffer as *mut u8;
-        let cases: [(symmResult_t, &str, Box<dyn Fn() -> symmResult_t>); 5] = [
+        let cases: [(symmResult_t, &str, RefusedCall); 5] = [
             (
                 symmResult_t::symmInvalidArgument,
                 "peer = 2",
@@ -313,4 +316,109 @@ fn refused_arguments_leave_the_communicator_usable() {
         check(symmMemFree(comm, buffer), comm);
         check(symmCommDestroy(comm), null_mut());
     });
+}
+
+/// The environment variable that makes this binary a rank process (its value: the rank).
+const CHILD_ENV: &str = "SYMM_P2P_CHILD";
+/// The unique id the rank processes join, as hex.
+const ID_ENV: &str = "SYMM_P2P_ID";
+
+/// A process per rank: rings both ways in groups for every size, bit for bit; then rank 1
+/// receives half of what rank 0 sends, and both fail well before the 20 s bound (the
+/// receiver's refusal reaches the sender's process at once), rank 1 naming rank 0.
+#[test]
+fn a_process_per_rank() {
+    setup();
+    let id = new_unique_id();
+    let ranks: Vec<Vec<(String, String)>> = (0..2)
+        .map(|rank| {
+            vec![
+                (CHILD_ENV.to_string(), rank.to_string()),
+                (ID_ENV.to_string(), id_to_hex(&id)),
+                ("SYMM_TIMEOUT_MS".to_string(), "20000".to_string()),
+            ]
+        })
+        .collect();
+    let results = run_rank_processes("rank_process", &ranks, Duration::from_secs(300));
+    for (rank, (ok, log)) in results.iter().enumerate() {
+        assert!(ok, "rank process {rank} failed:\n{log}");
+        let outcome =
+            parse_outcome(rank, log).unwrap_or_else(|| panic!("rank {rank}: no outcome:\n{log}"));
+        assert_ne!(
+            outcome.result,
+            symmResult_t::symmSuccess,
+            "rank {rank}: {}",
+            outcome.message
+        );
+        assert!(
+            outcome.took < Duration::from_secs(5),
+            "rank {rank} failed after {:?}: {}",
+            outcome.took,
+            outcome.message
+        );
+        if rank == 1 {
+            assert!(
+                outcome.message.contains("from rank 0"),
+                "{}",
+                outcome.message
+            );
+        }
+    }
+}
+
+/// One rank of [`a_process_per_rank`] (run by it, in a process of its own).
+#[test]
+#[ignore = "a rank process of a_process_per_rank"]
+fn rank_process() {
+    let Ok(rank) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    setup();
+    let rank: usize = rank.parse().unwrap();
+    let id = id_from_hex(&std::env::var(ID_ENV).unwrap());
+    let mut comm = null_mut();
+    // SAFETY: valid out-pointer.
+    check(
+        unsafe { symmCommInitRank(&mut comm, 2, id, rank as i32) },
+        null_mut(),
+    );
+    let stream = RankStream::new();
+    let s = stream.handle();
+    let (buffer, _window) = window_of_bytes(comm, WINDOW_COUNT * 4);
+    let base = buffer as *mut u8;
+    let at = |offset: usize| {
+        // SAFETY: offsets inside the window.
+        unsafe { base.add(4 * offset) }
+    };
+    let peer = 1 - rank;
+    for count in COUNTS {
+        let (send, recv) = offsets(rank, 0);
+        stream.put_f32(at(send), &message(rank, count, count));
+        check(symmGroupStart(), comm);
+        check(
+            symmSend(at(send).cast(), count, F32, peer as i32, comm, s),
+            comm,
+        );
+        check(
+            symmRecv(at(recv).cast(), count, F32, peer as i32, comm, s),
+            comm,
+        );
+        check(symmGroupEnd(), comm);
+        stream.synchronize();
+        check(async_error(comm), comm);
+        assert!(
+            stream.get_f32(at(recv), count) == message(peer, count, count),
+            "count {count}"
+        );
+    }
+    let started = Instant::now();
+    let result = if rank == 0 {
+        stream.completed(comm, symmSend(at(0).cast(), 1024, F32, 1, comm, s))
+    } else {
+        std::thread::sleep(Duration::from_millis(200));
+        let r = symmRecv(at(0).cast(), 512, F32, 0, comm, s);
+        stream.completed(comm, r)
+    };
+    print_outcome(result, started.elapsed(), &last_error(comm));
+    let _ = symmCommDestroy(comm);
 }

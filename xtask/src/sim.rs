@@ -213,6 +213,8 @@ struct TestBinaries {
     split: PathBuf,
     /// `symmCommShrink` (`shrink.rs`).
     shrink: PathBuf,
+    /// `symmSend` and `symmRecv` (`point_to_point.rs`).
+    point_to_point: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -237,6 +239,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "split",
             "--test",
             "shrink",
+            "--test",
+            "point_to_point",
             "--no-run",
             "--message-format=json",
         ])
@@ -265,6 +269,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         abort_finalize: executable("abort_finalize")?,
         split: executable("split")?,
         shrink: executable("shrink")?,
+        point_to_point: executable("point_to_point")?,
     })
 }
 
@@ -332,7 +337,7 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    hangs and `symmCommFinalize` (`abort_finalize.rs`), `symmCommSplit`'s halves running
 ///    different collectives at once and `symmCommRevoke` (`split.rs`), and `symmCommShrink`
 ///    (`shrink.rs`: also a rank process killed, the root's among them, then the survivors'
-///    shrink and 100 more collectives).
+///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -434,6 +439,7 @@ pub fn test() -> Result<(), String> {
         ("abort and finalize", &binaries.abort_finalize),
         ("split", &binaries.split),
         ("shrink", &binaries.shrink),
+        ("send and receive", &binaries.point_to_point),
     ] {
         SimRun {
             what,
@@ -443,7 +449,10 @@ pub fn test() -> Result<(), String> {
         }
         .pass(&dir)?;
     }
-    step("layouts: offsets, prompt failure, abort, split, shrink", t);
+    step(
+        "layouts: offsets, prompt failure, abort, split, shrink, send/receive",
+        t,
+    );
 
     // Under SYMM_ALGO=ll the tests that go past the LL buffers expect the refusal (and the
     // graph test captures a count that fits). Reads of pinned host memory cost a PCIe round

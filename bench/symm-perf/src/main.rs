@@ -493,7 +493,10 @@ impl Bench {
             Algorithm::Broadcast => s / n + s,
             // Not measured by symm-perf (it has no such operation): each rank reads and
             // writes its share.
-            Algorithm::AllToAll | Algorithm::Gather | Algorithm::Scatter => 2.0 * s,
+            Algorithm::AllToAll
+            | Algorithm::Gather
+            | Algorithm::Scatter
+            | Algorithm::SendReceive => 2.0 * s,
         };
         (plan.kernel.algorithm, n * per_rank)
     }
