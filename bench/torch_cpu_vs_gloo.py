@@ -7,7 +7,8 @@ side in one torchrun, so that both see the same machine at the same moment.
 
 Every process joins one gloo group and one symm group of the same ranks. For each collective
 (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast; with `--ops`, also
-all_to_all_single, gather and scatter) and size (1 KiB to 16 MiB of float32 per rank), the two backends take turns, `--rounds` times each (interleaved:
+all_to_all_single, gather, scatter, reduce, and send_recv: a ring exchange through
+batch_isend_irecv) and size (1 KiB to 16 MiB of float32 per rank), the two backends take turns, `--rounds` times each (interleaved:
 gloo, symm, gloo, symm, ...), each turn `--warmup` untimed calls then `--iters` timed ones with
 a gloo barrier before each call, so that a busy moment of the machine does not decide the ratio.
 A call's time is the slowest rank's; the table shows each backend's median over all timed
@@ -70,6 +71,28 @@ def make_call(op: str, group: dist.ProcessGroup, count: int, world: int, rank: i
 
         def call() -> None:
             dist.all_to_all_single(recv, send, group=group)
+
+        return call, recv
+    if op == "reduce":
+        data = torch.full((count,), float(rank + 1))
+
+        def call() -> None:
+            dist.reduce(data, dst=0, group=group)
+
+        return call, data
+    if op == "send_recv":
+        # A ring exchange: every rank sends to the next and receives from the previous one,
+        # in one batch_isend_irecv.
+        send = torch.full((count,), float(rank + 1))
+        recv = torch.empty(count)
+
+        def call() -> None:
+            ops = [
+                dist.P2POp(dist.isend, send, (rank + 1) % world, group=group),
+                dist.P2POp(dist.irecv, recv, (rank - 1) % world, group=group),
+            ]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
 
         return call, recv
     if op == "gather":

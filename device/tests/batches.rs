@@ -339,7 +339,7 @@ fn every_kernel_runs_batches_exactly() {
     let mut rng = Rng(0xBA7C);
     for world in [2usize, 3] {
         let mut ranks = Ranks::new(world, WINDOW, TIMEOUT_NS);
-        for algorithm in Algorithm::ALL {
+        for algorithm in Algorithm::COLLECTIVES {
             for (tasks, blocks) in [(1usize, 1u32), (5, 3), (23, 2), (64, 4)] {
                 if is_pat(algorithm) && tasks > 1 {
                     // Refused: `pat_kernels_refuse_batches_of_several_tasks`.
@@ -496,7 +496,8 @@ fn launches_of_every_kernel_follow_each_other_on_one_window() {
     let mut rng = Rng(0x5E0);
     let mut ranks = Ranks::new(3, WINDOW, TIMEOUT_NS);
     for step in 0..60 {
-        let algorithm = Algorithm::ALL[(rng.next_u64() % Algorithm::ALL.len() as u64) as usize];
+        let algorithm =
+            Algorithm::COLLECTIVES[(rng.next_u64() % Algorithm::COLLECTIVES.len() as u64) as usize];
         let tasks = if is_pat(algorithm) {
             1
         } else {

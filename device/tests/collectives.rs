@@ -1067,7 +1067,7 @@ fn a_missing_rank_makes_the_others_time_out_not_hang() {
     let timeout_ns = 50_000_000;
     // Every kernel, the reduce (the one-shot kernel with its flag, the missing rank its root)
     // among them.
-    let cases = Algorithm::ALL
+    let cases = Algorithm::COLLECTIVES
         .map(|algorithm| (algorithm, 0))
         .into_iter()
         .chain([(Algorithm::OneShotAllReduce, FLAG_REDUCE_TO_ROOT)]);
@@ -1469,7 +1469,8 @@ fn pat_mixed_with_every_algorithm_on_one_window() {
         ranks.set_pat_rounds(u32::MAX - 40);
         let mut rng = Rng(world as u64 * 31);
         for iteration in 0..240 {
-            let algorithm = Algorithm::ALL[rng.next_u64() as usize % Algorithm::ALL.len()];
+            let algorithm =
+                Algorithm::COLLECTIVES[rng.next_u64() as usize % Algorithm::COLLECTIVES.len()];
             let blocks = 1 + (rng.next_u64() % 4) as u32;
             let count = 1 + (rng.next_u64() % 300) as usize;
             let (send, recv) = (64usize, 64 + 4 * world * count + 64);
@@ -1747,7 +1748,7 @@ mod randomized {
     }
 
     fn algorithm() -> impl Strategy<Value = Algorithm> {
-        (0..Algorithm::ALL.len()).prop_map(|i| Algorithm::ALL[i])
+        (0..Algorithm::COLLECTIVES.len()).prop_map(|i| Algorithm::COLLECTIVES[i])
     }
 
     proptest! {

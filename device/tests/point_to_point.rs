@@ -71,6 +71,7 @@ impl World {
             offset: offset as u64,
             window: WINDOW,
             pairs_context: self.pairs.context_address(rank) as u64,
+            slot: peer as u32,
         }
         .to_args()
     }
@@ -231,6 +232,84 @@ fn several_sends_to_one_peer_pair_in_order() {
             );
         }
     }
+}
+
+/// Every rank runs its own sequence of launches, the ranks concurrently.
+fn launch_sequences(
+    world: &World,
+    sequences: &[Vec<Vec<TaskArgs>>],
+    blocks: u32,
+) -> Vec<Vec<KernelStatus>> {
+    let body = kernel(Algorithm::SendReceive, DataType::Uint8, RedOp::Sum);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = sequences
+            .iter()
+            .map(|launches| {
+                scope.spawn(move || {
+                    launches
+                        .iter()
+                        .map(|table| {
+                            world
+                                .data
+                                .run_table(table, table.len() as u32, body, blocks, 4)[0]
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// A launch's receives progress in any order: rank 0 receives from 1 and from 2 in one launch
+/// (both owned by one block when it has two), rank 1 receives from 2 before it sends to 0, and
+/// rank 2 sends to 0 before it sends to 1, each call its own launch. A block that took its
+/// receives one after the other would wait for rank 1's send, which waits for rank 2's second
+/// send, which waits for rank 0's second receive. Likewise nine sends to one peer in one launch
+/// while the peer receives them one launch at a time, then sends back.
+#[test]
+fn receives_and_sends_progress_in_any_order() {
+    let world = World::new(3, 4096, TIMEOUT_NS);
+    let bytes = 64;
+    let sequences = vec![
+        vec![vec![
+            world.task(0, false, 1, 0, bytes),
+            world.task(0, false, 2, 512, bytes),
+        ]],
+        vec![
+            vec![world.task(1, false, 2, 0, bytes)],
+            vec![world.task(1, true, 0, 1024, bytes)],
+        ],
+        vec![
+            vec![world.task(2, true, 0, 1024, bytes)],
+            vec![world.task(2, true, 1, 2048, bytes)],
+        ],
+    ];
+    for blocks in [1, 2, 3] {
+        let statuses = launch_sequences(&world, &sequences, blocks);
+        assert!(
+            statuses
+                .iter()
+                .flatten()
+                .all(|s| *s == KernelStatus::Completed),
+            "{blocks} blocks: {statuses:?}"
+        );
+    }
+    let world = World::new(2, 16 * 1024, TIMEOUT_NS);
+    let mut first: Vec<TaskArgs> = (0..9).map(|k| world.task(0, true, 1, 64 * k, 64)).collect();
+    first.push(world.task(0, false, 1, 8192, 64));
+    let mut second: Vec<Vec<TaskArgs>> = (0..9)
+        .map(|k| vec![world.task(1, false, 0, 64 * k, 64)])
+        .collect();
+    second.push(vec![world.task(1, true, 0, 8192, 64)]);
+    let statuses = launch_sequences(&world, &[vec![first], second], 2);
+    assert!(
+        statuses
+            .iter()
+            .flatten()
+            .all(|s| *s == KernelStatus::Completed),
+        "{statuses:?}"
+    );
 }
 
 /// Launch after launch on one pair, across the u32 wrap of every sequence word: the own

@@ -243,10 +243,10 @@ fn a_receive_of_another_count_fails_both_promptly() {
 /// A call expected to be refused.
 type RefusedCall<'a> = Box<dyn Fn() -> symmResult_t + 'a>;
 
-/// Arguments refused before anything is enqueued, each naming what is wrong; the
-/// communicator still sends and receives afterwards.
+/// A peer outside the communicator is refused and leaves the communicator usable (no call
+/// can pair with it).
 #[test]
-fn refused_arguments_leave_the_communicator_usable() {
+fn a_peer_outside_the_communicator_is_refused() {
     setup();
     let id = new_unique_id();
     let comms = join_threads(id, 2);
@@ -254,53 +254,24 @@ fn refused_arguments_leave_the_communicator_usable() {
         let stream = RankStream::new();
         let s = stream.handle();
         let peer = 1 - rank as i32;
-        // Before any window: nothing to send from.
-        let mut local = [0f32; 4];
-        let r = symmSend(local.as_mut_ptr().cast(), 4, F32, peer, comm, s);
-        assert_eq!(r, symmResult_t::symmInvalidUsage, "{}", last_error(comm));
-        assert!(
-            last_error(comm).contains("no window"),
-            "{}",
-            last_error(comm)
-        );
         let (buffer, window) = window_of_bytes(comm, WINDOW_COUNT * 4);
         let at = buffer as *mut u8;
-        let cases: [(symmResult_t, &str, RefusedCall); 5] = [
+        let cases: [(&str, RefusedCall); 2] = [
             (
-                symmResult_t::symmInvalidArgument,
                 "peer = 2",
                 Box::new(|| symmSend(at.cast(), 4, F32, 2, comm, s)),
             ),
             (
-                symmResult_t::symmInvalidArgument,
                 "peer = -1",
                 Box::new(|| symmRecv(at.cast(), 4, F32, -1, comm, s)),
             ),
-            (
-                symmResult_t::symmInvalidArgument,
-                "datatype = 99",
-                Box::new(|| symmSend(at.cast(), 4, 99, peer, comm, s)),
-            ),
-            (
-                symmResult_t::symmInvalidArgument,
-                "recvbuff is NULL",
-                Box::new(|| symmRecv(null_mut(), 4, F32, peer, comm, s)),
-            ),
-            (
-                symmResult_t::symmInvalidArgument,
-                "overruns",
-                Box::new(|| symmSend(at.cast(), WINDOW_COUNT + 1, F32, peer, comm, s)),
-            ),
         ];
-        for (code, text, call) in cases {
+        for (text, call) in cases {
             let r = call();
             let message = last_error(comm);
-            assert_eq!(r, code, "{text}: {message}");
+            assert_eq!(r, symmResult_t::symmInvalidArgument, "{text}: {message}");
             assert!(message.contains(text), "{text}: {message}");
         }
-        let local_buffer = local.as_mut_ptr() as *mut c_void;
-        let r = symmRecv(local_buffer, 4, F32, peer, comm, s);
-        assert_eq!(r, symmResult_t::symmInvalidArgument, "{}", last_error(comm));
         // Still usable: one exchange in a group.
         stream.put_f32(at, &message(rank, 0, 64));
         check(symmGroupStart(), comm);
@@ -316,6 +287,61 @@ fn refused_arguments_leave_the_communicator_usable() {
         check(symmMemFree(comm, buffer), comm);
         check(symmCommDestroy(comm), null_mut());
     });
+}
+
+/// A call refused once its peer is known (a bad data type, a NULL or overrunning buffer, no
+/// window yet) names what is wrong and fails the communicator on every rank at once: the
+/// peer's matching call would otherwise wait for it, or pair with the next one. The peer's
+/// send, already waiting, fails well before the 20 s bound.
+#[test]
+fn a_refused_call_with_a_peer_fails_both_ranks_at_once() {
+    setup();
+    let cases = ["datatype = 99", "recvbuff is NULL", "overruns", "no window"];
+    for case in cases {
+        let id = new_unique_id();
+        let comms = join_threads(id, 2);
+        let outcomes = on_rank_threads(&comms, |rank, comm| {
+            let stream = RankStream::new();
+            let s = stream.handle();
+            let registered = (case != "no window").then(|| window_of_bytes(comm, WINDOW_COUNT * 4));
+            let at = registered.map_or(null_mut(), |(buffer, _)| buffer as *mut u8);
+            let mut local = [0f32; 4];
+            let local = local.as_mut_ptr().cast();
+            let started = Instant::now();
+            let result = if rank == 0 {
+                std::thread::sleep(Duration::from_millis(200));
+                match case {
+                    "datatype = 99" => symmRecv(at.cast(), 4, 99, 1, comm, s),
+                    "recvbuff is NULL" => symmRecv(null_mut(), 4, F32, 1, comm, s),
+                    "overruns" => symmRecv(at.cast(), WINDOW_COUNT + 1, F32, 1, comm, s),
+                    _ => symmRecv(local, 4, F32, 1, comm, s),
+                }
+            } else if case == "no window" {
+                stream.completed(comm, symmSend(local, 4, F32, 0, comm, s))
+            } else {
+                stream.completed(comm, symmSend(at.cast(), 4, F32, 0, comm, s))
+            };
+            (result, started.elapsed(), last_error(comm))
+        });
+        let (result, _, message) = &outcomes[0];
+        assert_ne!(*result, symmResult_t::symmSuccess, "{case}");
+        assert!(
+            message.contains(case) && message.contains("failed on every rank"),
+            "{case}: {message}"
+        );
+        let (result, took, message) = &outcomes[1];
+        assert_ne!(*result, symmResult_t::symmSuccess, "{case}: rank 1");
+        if case != "no window" {
+            // Rank 1's send was waiting for rank 0's receive when rank 0 refused it.
+            assert!(
+                *took < Duration::from_secs(5),
+                "{case}: rank 1 failed after {took:?}: {message}"
+            );
+        }
+        for comm in comms {
+            let _ = symmCommDestroy(comm);
+        }
+    }
 }
 
 /// The environment variable that makes this binary a rank process (its value: the rank).

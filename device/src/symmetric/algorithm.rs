@@ -39,7 +39,24 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// Every algorithm.
+    /// The collective kernels: every algorithm but [`Algorithm::SendReceive`] (which pairs two
+    /// ranks' calls, and takes no barrier or collective number).
+    pub const COLLECTIVES: [Algorithm; 12] = [
+        Algorithm::OneShotAllReduce,
+        Algorithm::OneShotLlAllReduce,
+        Algorithm::TwoShotAllReduce,
+        Algorithm::ReduceScatter,
+        Algorithm::AllGather,
+        Algorithm::LlAllGather,
+        Algorithm::PatAllGather,
+        Algorithm::PatReduceScatter,
+        Algorithm::Broadcast,
+        Algorithm::AllToAll,
+        Algorithm::Gather,
+        Algorithm::Scatter,
+    ];
+
+    /// Every algorithm (every kernel of the PTX but the benchmarks').
     pub const ALL: [Algorithm; 13] = [
         Algorithm::OneShotAllReduce,
         Algorithm::OneShotLlAllReduce,

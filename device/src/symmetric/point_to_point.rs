@@ -7,30 +7,33 @@
 //! is the communicator's point-to-point window, whose buffers hold the pair regions.
 //!
 //! **Blocks.** A message travels on [`channels_for`] channels of its pair, each carrying one
-//! part. The unit of work is one (task, channel), owned by block `(peer · CHANNELS + channel)
-//! mod blocks`: every task with the same peer and channel goes to one block, which takes them in
-//! task order, so that the sequence numbers of a channel (this rank's counts `sent` and
-//! `received`, read and written by its kernels only) need no other block.
+//! part. The unit of work is one (task, channel), owned by block `(slot · CHANNELS + channel)
+//! mod blocks`, `slot` being the peer's place among the launch's distinct peers (numbered by
+//! the host): every task with the same peer and channel goes to one block, so that the
+//! sequence numbers of a channel (this rank's counts `sent` and `received`, read and written by
+//! its kernels only) need no other block.
 //!
-//! **Phases.** Every block first posts its sends, then copies its receives (wait for the post,
-//! check the descriptor, copy the part with all its threads, block barrier, `done`), then waits
-//! until each of its sends is done. Posting waits only for a free slot, so ranks that send to
-//! each other in one launch (a ring, `batch_isend_irecv`) never wait on each other's posts; the
-//! host keeps at most [`crate::sync::p2p::SLOTS`] sends per peer in one launch.
+//! **Progress.** A block passes over its units until every one is done: a send is posted once
+//! its slot is free, a receive copied once its send is posted (thread 0 looks, the block's
+//! threads learn it through a barrier, then all of them copy, pass a barrier, and thread 0
+//! stores `done`); units of one (peer, channel) go in task order. No unit waits for another,
+//! so a rank's sends and receives progress together whatever order its peers make theirs in
+//! (grouped or not, any number per peer). A pass without progress past the timeout raises the
+//! abort word naming a peer waited for. Last, the block waits until its sends are copied.
 //!
 //! **Checks.** The receiver refuses a send whose bytes or data type differ from its receive's,
 //! whose window it has no context of, or whose range lies outside that window: it raises its
 //! abort word ([`ABORT_P2P_REFUSED`], naming the peer and the reason) and stores nothing into
 //! the sender's region; the host fails the communicator, which ends the sender's wait.
 
+use super::batch::MAX_TASKS;
 use super::segments::copy_bytes;
 use super::{Batch, Grid, KernelStatus, TaskArgs};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::abort::raise_timeout;
-use crate::sync::p2p::{
-    CHANNELS, Descriptor, Pairs, ReceiveRefused, WindowTable, channel_part, channels_for,
-};
+use crate::sync::p2p::{CHANNELS, Descriptor, Pairs, WindowTable, channel_part, channels_for};
+use crate::sync::signal_pad::MAX_RANKS;
 
 /// Abort-word value (low byte) of a receive that refused its send: the reason
 /// ([`RefusalReason`]) in bits 8–15, the sending rank + 1 from bit 16.
@@ -108,6 +111,9 @@ pub struct PeerTask {
     pub window: u64,
     /// Address of the context of the communicator's point-to-point window.
     pub pairs_context: u64,
+    /// The peer's place among the distinct peers of the rank's launch (numbered by the host
+    /// from 0, below [`MAX_RANKS`]): which blocks own its channels.
+    pub slot: u32,
 }
 
 impl PeerTask {
@@ -120,7 +126,9 @@ impl PeerTask {
             recv_offset: self.window,
             count: self.bytes,
             first_cell: self.peer as u64,
-            flags: if self.send { FLAG_SEND } else { 0 } | (self.datatype & 0xFF) << 8,
+            flags: if self.send { FLAG_SEND } else { 0 }
+                | (self.datatype & 0xFF) << 8
+                | (self.slot & 0xFF) << 16,
             reserved: 0,
         }
     }
@@ -155,14 +163,15 @@ impl PeerTask {
             offset: args.send_offset,
             window: args.recv_offset,
             pairs_context: args.recv_context,
+            slot: (args.flags >> 16) & 0xFF,
         }
     }
 }
 
-/// The block that owns channel `channel` of the tasks with `peer`.
+/// The block that owns channel `channel` of the tasks with the peer in `slot`.
 #[inline(always)]
-const fn owner(peer: u32, channel: u32, blocks: u32) -> u32 {
-    let unit = peer as u64 * CHANNELS as u64 + channel as u64;
+const fn owner(slot: u32, channel: u32, blocks: u32) -> u32 {
+    let unit = slot as u64 * CHANNELS as u64 + channel as u64;
     (unit % if blocks == 0 { 1 } else { blocks as u64 }) as u32
 }
 
@@ -263,6 +272,25 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
     true
 }
 
+/// Words of a bit set with a bit per (task, channel) of a launch.
+const UNIT_WORDS: usize = MAX_TASKS * CHANNELS as usize / 64;
+/// Words of a bit set with a bit per (peer, channel).
+const PAIR_WORDS: usize = MAX_RANKS * CHANNELS as usize / 64;
+
+#[inline(always)]
+fn bit(words: &[u64], index: usize) -> bool {
+    words
+        .get(index / 64)
+        .is_some_and(|word| word & (1 << (index % 64)) != 0)
+}
+
+#[inline(always)]
+fn set_bit(words: &mut [u64], index: usize) {
+    if let Some(word) = words.get_mut(index / 64) {
+        *word |= 1 << (index % 64);
+    }
+}
+
 /// The calling block's sends and receives of `batch` (see the module).
 ///
 /// # Safety
@@ -273,7 +301,7 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
 #[inline(always)]
 pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     let ctx = batch.first().rank.recv;
-    if !tasks_are_valid(batch, ctx) {
+    if batch.len() as usize > MAX_TASKS || !tasks_are_valid(batch, ctx) {
         if arch::thread_idx_x() == 0 {
             // SAFETY: a host-built context.
             unsafe { refuse(ctx, abort_p2p_refused(ctx.rank, RefusalReason::InvalidTask)) };
@@ -300,136 +328,202 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
             reserved: 0,
         }))
     };
-    // Phase 1: post this block's sends.
+    let owned =
+        |task: &PeerTask, channel: u32| owner(task.slot, channel, grid.blocks) == grid.block;
+    // The block's units (task, channel) still to post (a send) or to copy (a receive). Every
+    // thread keeps the same bookkeeping: every decision reaches all of them through a block
+    // barrier.
+    let mut finished = [0u64; UNIT_WORDS];
+    let mut remaining = 0u32;
     let mut index = 0;
     while index < batch.len() {
-        let Some(task) = entry(index).filter(|t| t.send) else {
-            index += 1;
-            continue;
-        };
-        index += 1;
-        for channel in 0..channels_for(task.bytes) {
-            if owner(task.peer, channel, grid.blocks) != grid.block {
-                continue;
-            }
-            let mut failed = false;
-            if thread0 {
-                // SAFETY: peer < world (checked); this block alone owns the channel.
-                unsafe {
-                    let sent = pairs.sent(task.peer, channel);
-                    let seq = arch::load_plain_u32(sent).wrapping_add(1);
-                    let descriptor = Descriptor {
-                        seq,
-                        datatype: task.datatype,
-                        window: task.window,
-                        offset: task.offset,
-                        bytes: task.bytes,
-                    };
-                    match pairs.post(task.peer, channel, descriptor) {
-                        Ok(()) => arch::store_plain_u32(sent, seq),
-                        Err(_) => failed = true,
-                    }
-                }
-            }
-            if arch::sync_threads_or(failed) {
-                return KernelStatus::Aborted;
+        if let Some(task) = entry(index) {
+            for channel in 0..channels_for(task.bytes) {
+                remaining += owned(&task, channel) as u32;
             }
         }
-    }
-    // Phase 2: copy this block's receives.
-    let mut index = 0;
-    while index < batch.len() {
-        let Some(task) = entry(index).filter(|t| !t.send) else {
-            index += 1;
-            continue;
-        };
         index += 1;
-        // SAFETY: a host-built context (the batch was checked).
-        let buffer = unsafe { &*(task.buffer_context as *const SymmContext) };
-        let dst = buffer.local_base.wrapping_add(task.offset);
-        for channel in 0..channels_for(task.bytes) {
-            if owner(task.peer, channel, grid.blocks) != grid.block {
+    }
+    let mut last_progress = arch::global_timer_ns();
+    // Passes over the units until every one is done: a send is posted once its slot is free, a
+    // receive copied once its send is posted, each (peer, channel) in task order. No unit
+    // waits for another, so a rank's sends and receives progress together whatever order its
+    // peers make theirs in.
+    while remaining > 0 {
+        let mut progressed = false;
+        // The (peer, channel)s whose first pending send (receive) is not ready this pass: their
+        // later units wait, to keep the order.
+        let mut blocked_sends = [0u64; PAIR_WORDS];
+        let mut blocked_receives = [0u64; PAIR_WORDS];
+        let mut waiting_for = u32::MAX;
+        let mut index = 0;
+        while index < batch.len() {
+            let Some(task) = entry(index) else {
+                index += 1;
                 continue;
-            }
-            // SAFETY: peer < world (checked); this block alone owns the channel.
-            let counter = unsafe { pairs.received(task.peer, channel) };
-            // SAFETY: this rank's own counter, written by thread 0 of this block only, between
-            // the block barriers that follow every thread's read and precede the next unit.
-            let seq = unsafe { arch::load_plain_u32(counter) }.wrapping_add(1);
-            let mut refused = false;
-            if thread0 {
-                // SAFETY: as above; receives taken in sequence order.
-                let outcome = match unsafe { pairs.await_post(task.peer, channel, seq) } {
-                    Ok(descriptor) => {
+            };
+            for channel in 0..channels_for(task.bytes) {
+                let unit = (index * CHANNELS + channel) as usize;
+                let pair = (task.peer * CHANNELS + channel) as usize;
+                let blocked = if task.send {
+                    &mut blocked_sends
+                } else {
+                    &mut blocked_receives
+                };
+                if !owned(&task, channel) || bit(&finished, unit) || bit(blocked, pair) {
+                    continue;
+                }
+                if task.send {
+                    let mut posted = false;
+                    if thread0 {
+                        // SAFETY: peer < world (checked); this block alone owns the channel.
+                        unsafe {
+                            let sent = pairs.sent(task.peer, channel);
+                            let seq = arch::load_plain_u32(sent).wrapping_add(1);
+                            let descriptor = Descriptor {
+                                seq,
+                                datatype: task.datatype,
+                                window: task.window,
+                                offset: task.offset,
+                                bytes: task.bytes,
+                            };
+                            if pairs.try_post(task.peer, channel, descriptor) {
+                                arch::store_plain_u32(sent, seq);
+                                posted = true;
+                            }
+                        }
+                    }
+                    if arch::sync_threads_or(posted) {
+                        set_bit(&mut finished, unit);
+                        remaining -= 1;
+                        progressed = true;
+                    } else {
+                        set_bit(blocked, pair);
+                        waiting_for = waiting_for.min(task.peer);
+                    }
+                    continue;
+                }
+                // SAFETY: peer < world (checked); this block alone owns the channel.
+                let counter = unsafe { pairs.received(task.peer, channel) };
+                // SAFETY: this rank's own counter, written by thread 0 of this block only,
+                // between the block barriers that follow every thread's read and precede the
+                // next unit's.
+                let seq = unsafe { arch::load_plain_u32(counter) }.wrapping_add(1);
+                // SAFETY: as above.
+                let ready = thread0 && unsafe { pairs.is_posted(task.peer, channel, seq) };
+                if !arch::sync_threads_or(ready) {
+                    set_bit(blocked, pair);
+                    waiting_for = waiting_for.min(task.peer);
+                    continue;
+                }
+                let mut refused = false;
+                if thread0 {
+                    // SAFETY: as above; the post was acquired.
+                    let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
+                    let outcome = if descriptor.seq != seq {
+                        Err(abort_p2p_refused(task.peer, RefusalReason::OutOfStep))
+                    } else {
                         // SAFETY: checked batch; peer < world.
                         unsafe { source_of(&pairs, ctx, &task, &descriptor, true) }.map(|_| ())
+                    };
+                    if let Err(word) = outcome {
+                        if word != 0 {
+                            // SAFETY: a host-built context.
+                            unsafe { refuse(ctx, word) };
+                        }
+                        refused = true;
                     }
-                    Err(ReceiveRefused::OutOfStep { .. }) => {
-                        Err(abort_p2p_refused(task.peer, RefusalReason::OutOfStep))
-                    }
-                    // The wait raised the word itself (a timeout) or found it raised.
-                    Err(_) => Err(0),
-                };
-                if let Err(word) = outcome {
-                    if word != 0 {
+                }
+                if arch::sync_threads_or(refused) {
+                    return KernelStatus::Aborted;
+                }
+                if thread0 {
+                    // SAFETY: every thread of the block read the counter before the barrier
+                    // above; the next unit reads it after the barrier below.
+                    unsafe { arch::store_plain_u32(counter, seq) };
+                }
+                // Every thread: the descriptor and the window, as thread 0 checked them (its
+                // acquire of the post and the barrier order these reads after the sender's
+                // writes).
+                // SAFETY: as above.
+                let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
+                // SAFETY: as above; the window's entry stays while this launch runs.
+                let source = unsafe { source_of(&pairs, ctx, &task, &descriptor, false) };
+                if arch::sync_threads_or(source.is_err()) {
+                    // Thread 0 found the same descriptor acceptable: only a table entry that
+                    // changed under the launch gets here.
+                    if thread0 {
+                        let word = abort_p2p_refused(task.peer, RefusalReason::UnknownWindow);
                         // SAFETY: a host-built context.
                         unsafe { refuse(ctx, word) };
                     }
-                    refused = true;
+                    return KernelStatus::Aborted;
                 }
+                let src = source.unwrap_or(0);
+                let (lo, hi) = channel_part(task.bytes, channel);
+                // SAFETY: the buffer's window is host-built (the batch was checked).
+                let buffer = unsafe { &*(task.buffer_context as *const SymmContext) };
+                let dst = buffer.local_base.wrapping_add(task.offset);
+                // SAFETY: the source range lies in the sender's window (checked), the
+                // destination in this rank's (host-checked); they are different buffers
+                // (contract).
+                unsafe { copy_bytes(src, dst, lo, hi) };
+                arch::sync_threads();
+                if thread0 {
+                    // SAFETY: as above; every thread's loads of the send are done (barrier).
+                    unsafe { pairs.mark_done(task.peer, channel, seq) };
+                }
+                set_bit(&mut finished, unit);
+                remaining -= 1;
+                progressed = true;
             }
-            if arch::sync_threads_or(refused) {
-                return KernelStatus::Aborted;
+            index += 1;
+        }
+        if remaining == 0 {
+            break;
+        }
+        let mut give_up = false;
+        if thread0 {
+            let now = arch::global_timer_ns();
+            if progressed {
+                last_progress = now;
+            } else if pairs.aborted() {
+                give_up = true;
+            } else if now.wrapping_sub(last_progress) > pairs.timeout_ns() {
+                pairs.raise_timeout_for(waiting_for);
+                give_up = true;
             }
-            if thread0 {
-                // SAFETY: every thread of the block read the counter before the barrier above;
-                // the next unit reads it after the barrier below.
-                unsafe { arch::store_plain_u32(counter, seq) };
-            }
-            // Every thread: the descriptor and the window, as thread 0 checked them (its
-            // acquire of the post and the barrier order these reads after the sender's writes).
-            // SAFETY: as above.
-            let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
-            // SAFETY: as above; the window's entry stays while this launch runs.
-            let Ok(src) = (unsafe { source_of(&pairs, ctx, &task, &descriptor, false) }) else {
-                // Unreachable: thread 0 found the same descriptor acceptable.
-                return KernelStatus::Aborted;
-            };
-            let (lo, hi) = channel_part(task.bytes, channel);
-            // SAFETY: the source range lies in the sender's window (checked), the destination
-            // in this rank's (host-checked); they are different buffers (contract).
-            unsafe { copy_bytes(src, dst, lo, hi) };
-            arch::sync_threads();
-            if thread0 {
-                // SAFETY: as above; every thread's loads of the send are done (barrier).
-                unsafe { pairs.mark_done(task.peer, channel, seq) };
-            }
+        }
+        if arch::sync_threads_or(give_up) {
+            return KernelStatus::Aborted;
+        }
+        if !progressed {
+            arch::nanosleep(200);
         }
     }
-    // Phase 3: wait until this block's sends are done.
+    // Every send is posted and every receive copied: wait until the peers have copied this
+    // block's sends (their buffers may then be reused).
     let mut index = 0;
     while index < batch.len() {
-        let Some(task) = entry(index).filter(|t| t.send) else {
-            index += 1;
-            continue;
-        };
-        index += 1;
-        for channel in 0..channels_for(task.bytes) {
-            if owner(task.peer, channel, grid.blocks) != grid.block {
-                continue;
-            }
-            let mut failed = false;
-            if thread0 {
-                // SAFETY: peer < world (checked); this block alone owns the channel.
-                unsafe {
-                    let seq = arch::load_plain_u32(pairs.sent(task.peer, channel));
-                    failed = pairs.complete(task.peer, channel, seq).is_err();
+        if let Some(task) = entry(index).filter(|t| t.send) {
+            for channel in 0..channels_for(task.bytes) {
+                if !owned(&task, channel) {
+                    continue;
+                }
+                let mut failed = false;
+                if thread0 {
+                    // SAFETY: peer < world (checked); this block alone owns the channel.
+                    unsafe {
+                        let seq = arch::load_plain_u32(pairs.sent(task.peer, channel));
+                        failed = pairs.complete(task.peer, channel, seq).is_err();
+                    }
+                }
+                if arch::sync_threads_or(failed) {
+                    return KernelStatus::Aborted;
                 }
             }
-            if arch::sync_threads_or(failed) {
-                return KernelStatus::Aborted;
-            }
         }
+        index += 1;
     }
     KernelStatus::Completed
 }

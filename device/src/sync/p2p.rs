@@ -387,6 +387,61 @@ impl<'a> Pairs<'a> {
         Ok(())
     }
 
+    /// Post send `descriptor.seq` to `to` on `channel` if its slot is free (`to` finished send
+    /// `seq − SLOTS`): [`Pairs::post`] without waiting. `false`: nothing was written.
+    ///
+    /// # Safety
+    /// As for [`Pairs::post`].
+    #[inline(always)]
+    pub unsafe fn try_post(&self, to: u32, channel: u32, descriptor: Descriptor) -> bool {
+        let done = (self.own() + self.layout.done(to, channel)) as *const u32;
+        // SAFETY: the word lies in this rank's pair region; receivers store it atomically.
+        let free = crate::sync::wait::reached(
+            unsafe { arch::load_acquire_sys_u32(done) },
+            descriptor.seq.wrapping_sub(SLOTS),
+        );
+        // SAFETY: forwarded contract; the slot is free, so `post` does not wait.
+        free && unsafe { self.post(to, channel, descriptor) }.is_ok()
+    }
+
+    /// `true` once `from` has posted send `seq` on `channel` (acquire: the descriptor and the
+    /// send's bytes are visible to the calling thread after it).
+    ///
+    /// # Safety
+    /// `from < world_size`, `channel < CHANNELS`.
+    #[inline(always)]
+    pub unsafe fn is_posted(&self, from: u32, channel: u32, seq: u32) -> bool {
+        let posted = (self.own() + self.layout.posted(from, channel)) as *const u32;
+        // SAFETY: the word lies in this rank's pair region; `from` stores it atomically.
+        crate::sync::wait::reached(unsafe { arch::load_acquire_sys_u32(posted) }, seq)
+    }
+
+    /// This rank's abort word is raised.
+    #[inline(always)]
+    pub fn aborted(&self) -> bool {
+        // SAFETY: the context's abort word, accessed atomically.
+        unsafe { arch::load_acquire_sys_u32(self.ctx.abort_flag as *const u32) != 0 }
+    }
+
+    /// Raise this rank's abort word for a wait on `peer` that made no progress within the
+    /// timeout (unless it is raised already).
+    #[inline(always)]
+    pub fn raise_timeout_for(&self, peer: u32) {
+        // SAFETY: the context's abort word, accessed atomically.
+        unsafe {
+            raise_timeout(
+                self.ctx.abort_flag as *mut u32,
+                abort_timed_out_waiting_for(peer),
+            )
+        };
+    }
+
+    /// The wait bound of the context, in nanoseconds.
+    #[inline(always)]
+    pub fn timeout_ns(&self) -> u64 {
+        self.ctx.timeout_ns
+    }
+
     /// Wait for send `seq` from `from` on `channel` to be posted and return its descriptor
     /// (the slot holds send `seq`, or the pair is out of step). Nothing is stored.
     ///

@@ -5,6 +5,7 @@
 
 pub mod failure;
 pub mod pacing;
+pub mod pairs;
 pub mod shrink;
 pub mod split;
 pub mod watch;
@@ -172,8 +173,8 @@ pub struct CommState {
     /// [`crate::backend::Backend::async_error`]): every later collective fails with it.
     pub device_error: Option<Error>,
     /// The point-to-point window and its table of windows, made with the first window
-    /// (`crate::point_to_point`).
-    pub point_to_point: Option<crate::point_to_point::PointToPoint>,
+    /// ([`pairs`]).
+    pub point_to_point: Option<pairs::PointToPoint>,
 }
 
 /// One rank of a communicator.

@@ -358,7 +358,7 @@ fn check_lists(rank: usize, survivors: &[usize], lists: &[Vec<u8>]) -> Result<()
 /// them (the parent's windows on them stay until deregistered; its collectives are refused).
 fn move_allocations(parent: &Comm, made: &Comm) {
     // The point-to-point window's allocation stays: the parent's window lives on it.
-    let kept = crate::point_to_point::allocation(parent);
+    let kept = super::pairs::allocation(parent);
     let (allocations, shared) = {
         let mut state = parent.lock();
         let mut allocations = std::mem::take(&mut state.allocations);

@@ -259,7 +259,7 @@ pub fn finish_completion(
         }
         None => started,
     };
-    let result = result.and_then(|()| crate::point_to_point::enter_window(comm, window));
+    let result = result.and_then(|()| super::pairs::enter_window(comm, window));
     match &result {
         Ok(()) => crate::log!(
             Level::Info,
@@ -562,8 +562,8 @@ pub fn deregister(comm: &Arc<Comm>, handle: symmWindow_t) -> Result<()> {
     if let Some(window) = &window {
         window.wait_for_launches()?;
         // Point-to-point launches read the window's context through the rank's table.
-        crate::point_to_point::wait_for_launches(comm)?;
-        crate::point_to_point::leave_window(comm, window)?;
+        super::pairs::wait_for_launches(comm)?;
+        super::pairs::leave_window(comm, window)?;
     }
     // A kernel on this window may have raised its abort word (a timeout) since the host last
     // looked: record that failure now, while the window is still among the rank's windows,

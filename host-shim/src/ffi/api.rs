@@ -487,7 +487,7 @@ pub unsafe extern "C" fn symmCommWindowRegister(
     with_comm("symmCommWindowRegister", comm, |c| {
         require_out(win, "win")?;
         // The rank's first registration makes the point-to-point window first, on every rank.
-        crate::point_to_point::ensure_window(c)?;
+        group::ensure_point_to_point_window(c)?;
         let window = windows::register(c, buff as u64, size, winFlags)?;
         group::complete_window(c, &window)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
@@ -673,7 +673,7 @@ pub extern "C" fn symmSend(
             datatype,
             peer,
         };
-        crate::point_to_point::call(c, call, stream as u64)
+        group::point_to_point(c, call, stream as u64)
     })
 }
 
@@ -698,7 +698,7 @@ pub extern "C" fn symmRecv(
             datatype,
             peer,
         };
-        crate::point_to_point::call(c, call, stream as u64)
+        group::point_to_point(c, call, stream as u64)
     })
 }
 

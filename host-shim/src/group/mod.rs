@@ -249,6 +249,46 @@ pub fn complete_window(comm: &Arc<Comm>, window: &Arc<Window>) -> Result<()> {
     }
 }
 
+/// A `symmSend` or `symmRecv` of `comm`: validated, then run now or, inside a group, queued
+/// to the group's end, where the rank's sends and receives run in one launch.
+pub fn point_to_point(
+    comm: &Arc<Comm>,
+    call: crate::point_to_point::Call,
+    stream: u64,
+) -> Result<()> {
+    let _call = comm.enter_call(&crate::point_to_point::describe(&call))?;
+    let task = crate::point_to_point::validate(comm, &call, stream)?;
+    if active() {
+        defer(Deferred::PointToPoint(task));
+        return Ok(());
+    }
+    crate::point_to_point::run(&[task])
+}
+
+/// Register `comm`'s point-to-point window (`comm::pairs`) unless it has one: called by the
+/// rank's window registrations before the caller's own, so that every rank makes it at its
+/// first one; completed now or, inside a group, at the group's end.
+pub fn ensure_point_to_point_window(comm: &Arc<Comm>) -> Result<()> {
+    if comm.lock().point_to_point.is_some() {
+        return Ok(());
+    }
+    let bytes = symm_device::sync::p2p::pair_region_bytes(comm.clique.nranks as u32) as usize;
+    let address = comm.mem_alloc(bytes)?;
+    let registered = windows::register(comm, address, bytes, crate::abi::SYMM_WIN_COLL_SYMMETRIC);
+    let window = match registered {
+        Ok(window) => window,
+        Err(e) => {
+            let _ = comm.mem_free(address);
+            return Err(e);
+        }
+    };
+    comm.lock().point_to_point = Some(crate::comm::pairs::PointToPoint::new(
+        window.clone(),
+        address,
+    ));
+    complete_window(comm, &window)
+}
+
 /// `symmGroupStart`: groups nest.
 pub fn start() -> Result<()> {
     GROUP.with(|g| {

@@ -9,15 +9,13 @@
 //! bad argument) leaves the communicator as it was; its peer's matching call then waits for it
 //! until the timeout.
 //!
-//! **The point-to-point window** is registered with a rank's first window (registration is
-//! collective, so every rank makes it at the same registration): its buffers hold the pair
-//! regions and the rank's table of windows (`symm_device::sync::p2p`), which a window enters
-//! when its registration completes and leaves before it is freed.
+//! The point-to-point window and the rank's table of windows are `comm::pairs`; the decision
+//! "now, or at the group's end" is `group::point_to_point`.
 
-use crate::abi::{SYMM_WIN_COLL_SYMMETRIC, symmDataTypeRaw};
+use crate::abi::symmDataTypeRaw;
 use crate::backend::BackendKind;
 use crate::collective::data_type;
-use crate::comm::{Comm, failure, windows};
+use crate::comm::{Clique, Comm, failure};
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::log::{Level, Subsys};
@@ -26,124 +24,11 @@ use crate::window::Window;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use symm_device::symmetric::batch::MAX_TASKS;
 use symm_device::symmetric::point_to_point::PeerTask;
 use symm_device::symmetric::{Algorithm, TaskArgs};
-use symm_device::sync::p2p::{
-    RegionLayout, SLOTS, WINDOW_TABLE_ENTRIES, WindowTable, channels_for, pair_region_bytes,
-};
+use symm_device::sync::p2p::{CHANNELS, WINDOW_TABLE_ENTRIES};
 use symm_device::{DataType, RedOp};
-
-/// A rank's point-to-point window and its table of windows.
-pub struct PointToPoint {
-    /// The window whose buffers hold the pair regions.
-    pub window: Arc<Window>,
-    /// The `symmMemAlloc` allocation behind it (never the user's).
-    pub allocation: u64,
-    /// The registration number of the window in each entry of the device table.
-    entries: Vec<Option<u64>>,
-}
-
-/// Register `comm`'s point-to-point window unless it has one: called by the rank's window
-/// registrations before the caller's own, so that every rank makes it at its first one.
-pub fn ensure_window(comm: &Arc<Comm>) -> Result<()> {
-    if comm.lock().point_to_point.is_some() {
-        return Ok(());
-    }
-    let bytes = pair_region_bytes(comm.clique.nranks as u32) as usize;
-    let address = comm.mem_alloc(bytes)?;
-    let window = match windows::register(comm, address, bytes, SYMM_WIN_COLL_SYMMETRIC) {
-        Ok(window) => window,
-        Err(e) => {
-            let _ = comm.mem_free(address);
-            return Err(e);
-        }
-    };
-    comm.lock().point_to_point = Some(PointToPoint {
-        window: window.clone(),
-        allocation: address,
-        entries: vec![None; WINDOW_TABLE_ENTRIES as usize],
-    });
-    crate::group::complete_window(comm, &window)
-}
-
-/// The allocation of `comm`'s point-to-point window, if it has one (it stays with `comm` when
-/// a shrink moves the rank's allocations).
-pub fn allocation(comm: &Comm) -> Option<u64> {
-    comm.lock().point_to_point.as_ref().map(|p| p.allocation)
-}
-
-/// Enter `window`, whose registration just completed, in `comm`'s window table, so that peers'
-/// sends may name it. A full table leaves it out (a send from it is then refused).
-pub fn enter_window(comm: &Comm, window: &Window) -> Result<()> {
-    let Some(context) = window.context().map(|c| c.address) else {
-        return Ok(());
-    };
-    let mut state = comm.lock();
-    let Some(p2p) = state.point_to_point.as_mut() else {
-        return Ok(());
-    };
-    let Some(table) = table_address(p2p) else {
-        return Ok(());
-    };
-    let Some(index) = p2p.entries.iter().position(Option::is_none) else {
-        crate::log!(
-            Level::Warn,
-            Subsys::Reg,
-            Some(comm.rank),
-            "window #{}: the point-to-point table is full ({WINDOW_TABLE_ENTRIES} windows); \
-             sends from this window are refused",
-            window.seq
-        );
-        return Ok(());
-    };
-    let mut entry = Vec::with_capacity(16);
-    entry.extend_from_slice(&(window.seq + 1).to_ne_bytes());
-    entry.extend_from_slice(&context.to_ne_bytes());
-    let address = table + WindowTable::entry(index as u32);
-    comm.clique.backend.upload(comm.device, address, &entry)?;
-    p2p.entries[index] = Some(window.seq);
-    Ok(())
-}
-
-/// Take `window` out of `comm`'s window table, before its context is freed (every launch that
-/// may read the table has ended: see [`wait_for_launches`]).
-pub fn leave_window(comm: &Comm, window: &Window) -> Result<()> {
-    let mut state = comm.lock();
-    let Some(p2p) = state.point_to_point.as_mut() else {
-        return Ok(());
-    };
-    let Some(table) = table_address(p2p) else {
-        return Ok(());
-    };
-    let Some(index) = p2p.entries.iter().position(|e| *e == Some(window.seq)) else {
-        return Ok(());
-    };
-    let address = table + WindowTable::entry(index as u32);
-    comm.clique
-        .backend
-        .upload(comm.device, address, &[0u8; 16])?;
-    p2p.entries[index] = None;
-    Ok(())
-}
-
-/// Wait until every point-to-point launch of `comm` has ended (they read the rank's window
-/// table and its windows' contexts).
-pub fn wait_for_launches(comm: &Comm) -> Result<()> {
-    let window = comm
-        .lock()
-        .point_to_point
-        .as_ref()
-        .map(|p| p.window.clone());
-    match window {
-        Some(window) => window.wait_for_launches(),
-        None => Ok(()),
-    }
-}
-
-fn table_address(p2p: &PointToPoint) -> Option<u64> {
-    let context = p2p.window.context()?;
-    Some(context.host.local_base + RegionLayout::new(context.host.world_size).window_table())
-}
 
 /// One send or receive of a rank, validated.
 pub struct Task {
@@ -172,7 +57,8 @@ impl Task {
         if self.send { "symmSend" } else { "symmRecv" }
     }
 
-    fn args(&self) -> Result<TaskArgs> {
+    /// The work-table entry, the peer in place `slot` among the launch's distinct peers.
+    fn args(&self, slot: u32) -> Result<TaskArgs> {
         let context = |w: &Window| {
             w.context()
                 .map(|c| c.address)
@@ -187,6 +73,7 @@ impl Task {
             offset: self.offset,
             window: self.window.seq,
             pairs_context: context(&self.pairs)?,
+            slot,
         }
         .to_args())
     }
@@ -226,13 +113,12 @@ pub fn describe(call: &Call) -> String {
     )
 }
 
-/// Validate `call` of `comm` on `stream`.
+/// Validate `call` of `comm` on `stream`. A call refused once its peer is known fails the
+/// communicator on every rank ([`refused`]).
 pub fn validate(comm: &Arc<Comm>, call: &Call, stream: u64) -> Result<Task> {
     let name = if call.send { "symmSend" } else { "symmRecv" };
-    let buffer_name = if call.send { "sendbuff" } else { "recvbuff" };
     crate::comm::refuse_if_finalized(comm, name)?;
     failure::check(comm)?;
-    let dtype = data_type(call.datatype)?;
     let nranks = comm.clique.nranks;
     let peer = usize::try_from(call.peer)
         .ok()
@@ -244,6 +130,31 @@ pub fn validate(comm: &Arc<Comm>, call: &Call, stream: u64) -> Result<Task> {
                 nranks - 1
             ))
         })?;
+    validate_with_peer(comm, call, peer, stream).map_err(|e| refused(comm, call, peer, e))
+}
+
+/// The refusal `error` of `call` with `peer`, which fails the communicator on every rank: the
+/// peer may have made the matching call, which would otherwise wait until the timeout, or pair
+/// with this rank's next call to it.
+fn refused(comm: &Comm, call: &Call, peer: usize, error: Error) -> Error {
+    let error = Error::new(
+        error.code,
+        format!(
+            "{}; this {} {} rank {peer} was refused, and since rank {peer}'s matching call would \
+             wait for it (or pair with the next one), the communicator is failed on every rank",
+            error.message,
+            if call.send { "symmSend" } else { "symmRecv" },
+            if call.send { "to" } else { "from" },
+        ),
+    );
+    failure::fail(comm, &error);
+    error
+}
+
+fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -> Result<Task> {
+    let name = if call.send { "symmSend" } else { "symmRecv" };
+    let buffer_name = if call.send { "sendbuff" } else { "recvbuff" };
+    let dtype = data_type(call.datatype)?;
     let element = dtype.size_bytes() as u64;
     let bytes = (call.count as u64)
         .checked_mul(element)
@@ -282,7 +193,7 @@ pub fn validate(comm: &Arc<Comm>, call: &Call, stream: u64) -> Result<Task> {
             .lock()
             .point_to_point
             .as_ref()
-            .is_some_and(|p| p.entries.contains(&Some(window.seq)))
+            .is_some_and(|p| p.holds(window.seq))
     {
         return Err(Error::invalid_usage(format!(
             "symmSend: the window holding sendbuff (#{}) is not in this rank's point-to-point \
@@ -304,61 +215,59 @@ pub fn validate(comm: &Arc<Comm>, call: &Call, stream: u64) -> Result<Task> {
     })
 }
 
-/// `symmSend` / `symmRecv` of `comm`: run now, or inside a group at its end.
-pub fn call(comm: &Arc<Comm>, call: Call, stream: u64) -> Result<()> {
-    let _call = comm.enter_call(&describe(&call))?;
-    let task = validate(comm, &call, stream)?;
-    if crate::group::active() {
-        crate::group::defer(crate::group::Deferred::PointToPoint(task));
-        return Ok(());
-    }
-    run(&[task])
-}
+/// The communicator (by its clique) and device of a launch.
+type LaunchKey = (*const Clique, i32);
 
-/// Run `tasks` (one or several ranks', in call order): per device, one launch serving all its
-/// ranks, or several where a rank has more than `SLOTS` sends to one peer ([`split_launches`]).
-/// Receive buffers must not overlap each other or a send buffer of the same rank.
+/// Run `tasks` (one or several ranks', in call order): one launch per device and clique,
+/// serving every rank of it. A refusal here (overlapping buffers, several streams for one
+/// rank, too many calls) fails the ranks' communicators: their peers may have made the
+/// matching calls.
 pub fn run(tasks: &[Task]) -> Result<()> {
-    let mut by_device: Vec<(i32, Vec<Vec<&Task>>)> = Vec::new();
+    let mut launches: Vec<(LaunchKey, Vec<Vec<&Task>>)> = Vec::new();
     let mut ranks: HashMap<*const Comm, (usize, usize)> = HashMap::new();
     for task in tasks {
         let key = Arc::as_ptr(&task.comm);
-        let (d, r) = *ranks.entry(key).or_insert_with(|| {
-            let d = match by_device
-                .iter()
-                .position(|(dev, _)| *dev == task.comm.device)
-            {
-                Some(d) => d,
+        let (l, r) = *ranks.entry(key).or_insert_with(|| {
+            let launch = (Arc::as_ptr(&task.comm.clique), task.comm.device);
+            let l = match launches.iter().position(|(k, _)| *k == launch) {
+                Some(l) => l,
                 None => {
-                    by_device.push((task.comm.device, Vec::new()));
-                    by_device.len() - 1
+                    launches.push((launch, Vec::new()));
+                    launches.len() - 1
                 }
             };
-            by_device[d].1.push(Vec::new());
-            (d, by_device[d].1.len() - 1)
+            launches[l].1.push(Vec::new());
+            (l, launches[l].1.len() - 1)
         });
-        by_device[d].1[r].push(task);
+        launches[l].1[r].push(task);
     }
-    for (_, parts) in &by_device {
-        for tasks in parts {
-            check_overlaps(tasks)?;
+    let checked = launches
+        .iter()
+        .flat_map(|(_, parts)| parts)
+        .try_for_each(|tasks| check_rank_tasks(tasks));
+    if let Err(e) = checked {
+        let e = Error::new(
+            e.code,
+            format!(
+                "{}; nothing of it was launched, and since the peers' matching calls would wait \
+                 for it, the communicator is failed on every rank",
+                e.message
+            ),
+        );
+        for task in tasks {
+            failure::fail(&task.comm, &e);
         }
+        return Err(e);
     }
     let host = tasks
         .first()
         .is_some_and(|t| t.comm.clique.backend.kind() == BackendKind::Host);
-    let run_device = |parts: &Vec<Vec<&Task>>| -> Result<()> {
-        for launch in split_launches(parts) {
-            run_launch(&launch)?;
-        }
-        Ok(())
-    };
-    let results: Vec<Result<()>> = if host && by_device.len() > 1 {
-        // Host launches return when done: the devices' launches run side by side.
+    let results: Vec<Result<()>> = if host && launches.len() > 1 {
+        // Host launches return when done: the launches run side by side.
         std::thread::scope(|scope| {
-            let handles: Vec<_> = by_device
+            let handles: Vec<_> = launches
                 .iter()
-                .map(|(_, parts)| scope.spawn(move || run_device(parts)))
+                .map(|(_, parts)| scope.spawn(move || run_launch(parts)))
                 .collect();
             handles
                 .into_iter()
@@ -369,12 +278,33 @@ pub fn run(tasks: &[Task]) -> Result<()> {
                 .collect()
         })
     } else {
-        by_device
+        launches
             .iter()
-            .map(|(_, parts)| run_device(parts))
+            .map(|(_, parts)| run_launch(parts))
             .collect()
     };
     results.into_iter().collect()
+}
+
+/// One rank's tasks of a launch: at most `MAX_TASKS`, on one stream, with receive buffers
+/// that overlap no other buffer.
+fn check_rank_tasks(tasks: &[&Task]) -> Result<()> {
+    let first = tasks[0];
+    if tasks.len() > MAX_TASKS {
+        return Err(Error::invalid_usage(format!(
+            "rank {}: {} sends and receives in one group; at most {MAX_TASKS}",
+            first.comm.rank,
+            tasks.len()
+        )));
+    }
+    if let Some(other) = tasks.iter().find(|t| t.stream != first.stream) {
+        return Err(Error::invalid_usage(format!(
+            "rank {}: the sends and receives of one group name different streams ({:#x} and \
+             {:#x}); a rank's calls in a group run in one launch, on one stream",
+            first.comm.rank, first.stream, other.stream
+        )));
+    }
+    check_overlaps(tasks)
 }
 
 /// Receive buffers of one rank's launch overlap no other buffer of it (the kernel copies
@@ -398,69 +328,37 @@ fn check_overlaps(tasks: &[&Task]) -> Result<()> {
     Ok(())
 }
 
-/// The launches of one device's `parts` (each rank's tasks in call order): launch `k` takes,
-/// of every rank, its sends to each peer numbered `k·SLOTS` to `(k+1)·SLOTS − 1` (counting its
-/// sends to that peer) and its receives from each peer numbered likewise. Every send of launch
-/// `k` pairs with a receive of its peer's launch `k`, so the launches of all ranks complete
-/// one after the other, and no launch has more sends to a peer than a channel has slots.
-fn split_launches<'a>(parts: &[Vec<&'a Task>]) -> Vec<Vec<(&'a Task, Vec<&'a Task>)>> {
-    let chunks: Vec<Vec<Vec<&Task>>> = parts
-        .iter()
-        .map(|tasks| {
-            let mut chunks: Vec<Vec<&Task>> = Vec::new();
-            let mut ordinals: HashMap<(bool, usize), u32> = HashMap::new();
-            for task in tasks {
-                let ordinal = ordinals.entry((task.send, task.peer)).or_insert(0);
-                let chunk = (*ordinal / SLOTS) as usize;
-                *ordinal += 1;
-                if chunks.len() <= chunk {
-                    chunks.resize(chunk + 1, Vec::new());
-                }
-                chunks[chunk].push(*task);
-            }
-            chunks
-        })
-        .collect();
-    let launches = chunks.iter().map(Vec::len).max().unwrap_or(0);
-    // Every rank takes part in every launch (with no task of its own: padding), so that the
-    // launch serves the same ranks of the device as the group's other launches.
-    (0..launches)
-        .map(|k| {
-            parts
-                .iter()
-                .zip(&chunks)
-                .map(|(tasks, c)| (tasks[0], c.get(k).cloned().unwrap_or_default()))
-                .collect()
-        })
-        .collect()
-}
-
-/// One launch serving `parts` (ranks of one device: a task of the rank, and the rank's tasks
-/// in this launch, perhaps none).
-fn run_launch(parts: &[(&Task, Vec<&Task>)]) -> Result<()> {
-    let first = &parts[0].0.comm;
+/// One launch serving `parts` (ranks of one device and clique, each with its tasks in call
+/// order).
+fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
+    let first = &parts[0][0].comm;
     let clique = &first.clique;
-    for (rank, _) in parts {
-        failure::check(&rank.comm)?;
+    for tasks in parts {
+        failure::check(&tasks[0].comm)?;
     }
-    let task_count = parts.iter().map(|p| p.1.len()).max().unwrap_or(1).max(1);
+    let task_count = parts.iter().map(Vec::len).max().unwrap_or(1);
     let mut work = Vec::with_capacity(parts.len() * task_count);
     let mut units = 1u32;
-    for (rank, tasks) in parts {
-        let mut distinct: Vec<(usize, u32)> = Vec::new();
+    for tasks in parts {
+        // Each distinct peer's place: which blocks own its channels.
+        let mut peers: Vec<usize> = Vec::new();
+        let mut rank_units = 0u32;
         for task in tasks {
-            work.push(task.args()?);
-            for channel in 0..channels_for(task.bytes) {
-                if !distinct.contains(&(task.peer, channel)) {
-                    distinct.push((task.peer, channel));
+            let slot = match peers.iter().position(|p| *p == task.peer) {
+                Some(slot) => slot,
+                None => {
+                    peers.push(task.peer);
+                    rank_units += CHANNELS;
+                    peers.len() - 1
                 }
-            }
+            };
+            work.push(task.args(slot as u32)?);
         }
-        let pairs = rank.pairs.context().map(|c| c.address).unwrap_or(0);
+        let pairs = tasks[0].pairs.context().map(|c| c.address).unwrap_or(0);
         for _ in tasks.len()..task_count {
             work.push(PeerTask::padding(pairs));
         }
-        units = units.max(distinct.len() as u32);
+        units = units.max(rank_units);
     }
     let plan = crate::plan::plan_point_to_point(
         units,
@@ -485,9 +383,9 @@ fn run_launch(parts: &[(&Task, Vec<&Task>)]) -> Result<()> {
         table: clique.work_table(first.device, &work)?,
         tasks: work,
         task_count: task_count as u32,
-        streams: parts.iter().map(|p| p.0.stream).collect(),
+        streams: parts.iter().map(|t| t[0].stream).collect(),
         device: first.device,
-        rank_ids: parts.iter().map(|p| p.0.comm.rank).collect(),
+        rank_ids: parts.iter().map(|t| t[0].comm.rank).collect(),
         instances: Vec::new(),
         clique_ranks: clique.nranks as u32,
         ranks_on_device: clique
@@ -496,14 +394,14 @@ fn run_launch(parts: &[(&Task, Vec<&Task>)]) -> Result<()> {
             .filter(|d| **d == first.device)
             .count() as u32,
     };
-    let resources: Vec<_> = parts.iter().map(|p| &p.0.comm.resources).collect();
+    let resources: Vec<_> = parts.iter().map(|t| &t[0].comm.resources).collect();
     crate::log!(
         Level::Info,
         Subsys::Coll,
         Some(first.rank),
         "launch: send/receive of {} task(s), kernel {}, {} blocks x {} threads; ranks {:?} on \
          device {}",
-        parts.iter().map(|p| p.1.len()).sum::<usize>(),
+        parts.iter().map(Vec::len).sum::<usize>(),
         kernel.ptx_name(),
         plan.grid,
         plan.block,
@@ -511,43 +409,53 @@ fn run_launch(parts: &[(&Task, Vec<&Task>)]) -> Result<()> {
         launch.device
     );
     let prepared = clique.backend.prepare_launch(&launch, &resources)?;
-    for (rank, _) in parts {
-        rank.comm.lock().last_kernel = Some(kernel.ptx_name());
-        rank.comm.launches.fetch_add(1, Ordering::Relaxed);
+    for tasks in parts {
+        let comm = &tasks[0].comm;
+        comm.lock().last_kernel = Some(kernel.ptx_name());
+        comm.launches.fetch_add(1, Ordering::Relaxed);
     }
+    let fail_all = |e: Error, what: &str| {
+        // The peers may wait for this launch: fail the communicator on every rank.
+        let e = Error::new(
+            e.code,
+            format!(
+                "{}; {what}, so the communicator is failed on every rank",
+                e.message
+            ),
+        );
+        for tasks in parts {
+            failure::fail(&tasks[0].comm, &e);
+        }
+        e
+    };
     let end = clique.backend.run_launch(&launch, &resources, prepared);
-    let marks = clique.backend.mark_launch(first.device, &launch.streams)?;
-    for (rank, tasks) in parts {
-        rank.pairs.note_launch(&marks);
+    let marks = match clique.backend.mark_launch(first.device, &launch.streams) {
+        Ok(marks) => marks,
+        Err(e) => {
+            // The kernel may be enqueued: nothing may be freed until the streams are idle.
+            for tasks in parts {
+                let _ = clique.backend.synchronize(&tasks[0].comm.resources);
+            }
+            return Err(fail_all(
+                e,
+                "the launch could not be recorded on its streams",
+            ));
+        }
+    };
+    for tasks in parts {
+        tasks[0].pairs.note_launch(&marks);
         for task in tasks {
             task.window.note_launch(&marks);
         }
     }
-    let end = match end {
-        Ok(end) => end,
-        Err(e) => {
-            // The peers may wait for this launch: fail the communicator on every rank.
-            let e = Error::new(
-                e.code,
-                format!(
-                    "{}; a send/receive launch failed, so the communicator is failed on every \
-                     rank",
-                    e.message
-                ),
-            );
-            for (rank, _) in parts {
-                failure::fail(&rank.comm, &e);
-            }
-            return Err(e);
-        }
-    };
+    let end = end.map_err(|e| fail_all(e, "a send/receive launch failed"))?;
     if end == crate::backend::LaunchEnd::Completed {
         return Ok(());
     }
     let mut result = Ok(());
-    for (rank, _) in parts {
-        if let Err(e) = failure::check(&rank.comm) {
-            rank.comm.set_last_error(&e.message);
+    for tasks in parts {
+        if let Err(e) = failure::check(&tasks[0].comm) {
+            tasks[0].comm.set_last_error(&e.message);
             result = result.and(Err(e));
         }
     }
