@@ -8,7 +8,6 @@
 //! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the simulated
 //! GPU runs it in `cargo xtask sim --test`).
 
-use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
