@@ -9,7 +9,7 @@ mod harness;
 use harness::{Ranks, Rng};
 use symm_device::symmetric::dispatch::kernel;
 use symm_device::symmetric::point_to_point::{
-    ABORT_P2P_REFUSED, PeerTask, RefusalReason, refused_peer,
+    ABORT_P2P_REFUSED, PeerTask, RefusalReason, assign_ordinals, refused_peer,
 };
 use symm_device::symmetric::{Algorithm, KernelStatus, TaskArgs, timed_out_peer};
 use symm_device::sync::p2p::{RegionLayout, WindowTable, pair_region_bytes};
@@ -72,6 +72,7 @@ impl World {
             window: WINDOW,
             pairs_context: self.pairs.context_address(rank) as u64,
             slot: peer as u32,
+            ordinals: 0,
         }
         .to_args()
     }
@@ -84,6 +85,7 @@ impl World {
         blocks: u32,
         threads: u32,
     ) -> Vec<KernelStatus> {
+        let tasks = numbered(tasks);
         let count = tasks[0].len();
         assert!(tasks.iter().all(|t| t.len() == count));
         let table: Vec<TaskArgs> = tasks.iter().flatten().copied().collect();
@@ -100,6 +102,7 @@ impl World {
         blocks: u32,
         threads: u32,
     ) -> Vec<KernelStatus> {
+        let tasks = &numbered(tasks);
         let body = kernel(Algorithm::SendReceive, DataType::Uint8, RedOp::Sum);
         std::thread::scope(|scope| {
             let handles: Vec<_> = tasks
@@ -175,7 +178,10 @@ fn ring(
     );
     assert!(
         statuses.iter().all(|s| *s == KernelStatus::Completed),
-        "{case}: {statuses:?}"
+        "{case}: {statuses:?}, abort words {:x?}",
+        (0..world_size)
+            .map(|r| world.pairs.abort_word(r))
+            .collect::<Vec<_>>()
     );
     for rank in 0..world_size {
         let mut want = before[rank].clone();
@@ -234,12 +240,26 @@ fn several_sends_to_one_peer_pair_in_order() {
     }
 }
 
+/// Each rank's tasks numbered as the host numbers a launch's (`assign_ordinals`).
+fn numbered(tasks: &[Vec<TaskArgs>]) -> Vec<Vec<TaskArgs>> {
+    tasks
+        .iter()
+        .map(|rank| {
+            let mut rank = rank.clone();
+            assign_ordinals(&mut rank);
+            rank
+        })
+        .collect()
+}
+
 /// Every rank runs its own sequence of launches, the ranks concurrently.
 fn launch_sequences(
     world: &World,
     sequences: &[Vec<Vec<TaskArgs>>],
     blocks: u32,
 ) -> Vec<Vec<KernelStatus>> {
+    let sequences: Vec<Vec<Vec<TaskArgs>>> = sequences.iter().map(|s| numbered(s)).collect();
+    let sequences = &sequences;
     let body = kernel(Algorithm::SendReceive, DataType::Uint8, RedOp::Sum);
     std::thread::scope(|scope| {
         let handles: Vec<_> = sequences

@@ -271,6 +271,15 @@ impl<'a> Batch<'a> {
         task_of(rank, &entry)
     }
 
+    /// The work-table entry of task `index` (the last task for an index past the end), as the
+    /// host wrote it.
+    #[inline(always)]
+    pub fn entry(&self, index: u32) -> TaskArgs {
+        let index = Ord::min(index, self.len - 1);
+        // SAFETY: index < len.
+        unsafe { self.entries.get(index) }
+    }
+
     /// `first_cell` of task `index` (no context is read).
     #[inline(always)]
     fn first_cell(&self, index: u32) -> u64 {

@@ -33,7 +33,6 @@ use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::abort::raise_timeout;
 use crate::sync::p2p::{CHANNELS, Descriptor, Pairs, WindowTable, channel_part, channels_for};
-use crate::sync::signal_pad::MAX_RANKS;
 
 /// Abort-word value (low byte) of a receive that refused its send: the reason
 /// ([`RefusalReason`]) in bits 8–15, the sending rank + 1 from bit 16.
@@ -112,8 +111,11 @@ pub struct PeerTask {
     /// Address of the context of the communicator's point-to-point window.
     pub pairs_context: u64,
     /// The peer's place among the distinct peers of the rank's launch (numbered by the host
-    /// from 0, below [`MAX_RANKS`]): which blocks own its channels.
+    /// from 0, below [`crate::sync::signal_pad::MAX_RANKS`]): which blocks own its channels.
     pub slot: u32,
+    /// Byte `c`: the task's place among the launch's tasks of the same direction and peer that
+    /// use channel `c` ([`assign_ordinals`]).
+    pub ordinals: u32,
 }
 
 impl PeerTask {
@@ -129,7 +131,7 @@ impl PeerTask {
             flags: if self.send { FLAG_SEND } else { 0 }
                 | (self.datatype & 0xFF) << 8
                 | (self.slot & 0xFF) << 16,
-            reserved: 0,
+            reserved: self.ordinals,
         }
     }
 
@@ -164,8 +166,42 @@ impl PeerTask {
             window: args.recv_offset,
             pairs_context: args.recv_context,
             slot: (args.flags >> 16) & 0xFF,
+            ordinals: args.reserved,
         }
     }
+}
+
+/// Number the point-to-point tasks of one rank's launch: each task's place, per channel it
+/// uses, among the earlier tasks of the same direction and peer that use that channel (its
+/// sequence within the launch on that channel), into [`TaskArgs::reserved`]. The kernel takes
+/// the tasks of one (peer, channel) in this order. At most 256 tasks.
+pub fn assign_ordinals(tasks: &mut [TaskArgs]) {
+    for i in 0..tasks.len() {
+        let task = PeerTask::from_args(&tasks[i]);
+        let mut ordinals = 0u32;
+        if tasks[i].flags & FLAG_PADDING == 0 {
+            for channel in 0..channels_for(task.bytes) {
+                let earlier = tasks[..i]
+                    .iter()
+                    .filter(|other| other.flags & FLAG_PADDING == 0)
+                    .map(PeerTask::from_args)
+                    .filter(|other| {
+                        other.send == task.send
+                            && other.peer == task.peer
+                            && channels_for(other.bytes) > channel
+                    })
+                    .count() as u32;
+                ordinals |= (earlier & 0xFF) << (8 * channel);
+            }
+        }
+        tasks[i].reserved = ordinals;
+    }
+}
+
+/// The task's place among its (direction, peer, `channel`) tasks of the launch.
+#[inline(always)]
+const fn ordinal(task: &PeerTask, channel: u32) -> u32 {
+    (task.ordinals >> (8 * channel)) & 0xFF
 }
 
 /// The block that owns channel `channel` of the tasks with the peer in `slot`.
@@ -272,25 +308,6 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
     true
 }
 
-/// Words of a bit set with a bit per (task, channel) of a launch.
-const UNIT_WORDS: usize = MAX_TASKS * CHANNELS as usize / 64;
-/// Words of a bit set with a bit per (peer, channel).
-const PAIR_WORDS: usize = MAX_RANKS * CHANNELS as usize / 64;
-
-#[inline(always)]
-fn bit(words: &[u64], index: usize) -> bool {
-    words
-        .get(index / 64)
-        .is_some_and(|word| word & (1 << (index % 64)) != 0)
-}
-
-#[inline(always)]
-fn set_bit(words: &mut [u64], index: usize) {
-    if let Some(word) = words.get_mut(index / 64) {
-        *word |= 1 << (index % 64);
-    }
-}
-
 /// The calling block's sends and receives of `batch` (see the module).
 ///
 /// # Safety
@@ -313,48 +330,59 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     let thread0 = arch::thread_idx_x() == 0;
     // A padding task is neither a send nor a receive: `None`.
     let entry = |index: u32| {
-        let task = batch.task(index);
-        if task.args.flags & FLAG_PADDING != 0 {
-            return None;
-        }
-        Some(PeerTask::from_args(&TaskArgs {
-            send_context: task.rank.send as *const SymmContext as u64,
-            recv_context: 0,
-            send_offset: task.args.send_offset,
-            recv_offset: task.args.recv_offset,
-            count: task.args.count,
-            first_cell: task.first_cell,
-            flags: task.args.flags,
-            reserved: 0,
-        }))
+        let args = batch.entry(index);
+        (args.flags & FLAG_PADDING == 0).then(|| PeerTask::from_args(&args))
     };
     let owned =
         |task: &PeerTask, channel: u32| owner(task.slot, channel, grid.blocks) == grid.block;
-    // The block's units (task, channel) still to post (a send) or to copy (a receive). Every
-    // thread keeps the same bookkeeping: every decision reaches all of them through a block
-    // barrier.
-    let mut finished = [0u64; UNIT_WORDS];
+    // The counts of a (direction, peer, channel) of this rank: the running one, and as this
+    // launch found it. Their difference is how many of the launch's tasks on it are done.
+    let counts = |task: &PeerTask, channel: u32| {
+        // SAFETY: peer < world (checked).
+        unsafe {
+            if task.send {
+                (
+                    pairs.sent(task.peer, channel),
+                    pairs.sent_base(task.peer, channel),
+                )
+            } else {
+                (
+                    pairs.received(task.peer, channel),
+                    pairs.received_base(task.peer, channel),
+                )
+            }
+        }
+    };
+    // Every thread counts the block's units; thread 0 notes where each of its (direction,
+    // peer, channel)s starts.
     let mut remaining = 0u32;
     let mut index = 0;
     while index < batch.len() {
         if let Some(task) = entry(index) {
             for channel in 0..channels_for(task.bytes) {
-                remaining += owned(&task, channel) as u32;
+                if !owned(&task, channel) {
+                    continue;
+                }
+                remaining += 1;
+                if thread0 && ordinal(&task, channel) == 0 {
+                    let (count, base) = counts(&task, channel);
+                    // SAFETY: this rank's own words of a channel this block alone owns.
+                    unsafe { arch::store_plain_u32(base, arch::load_plain_u32(count)) };
+                }
             }
         }
         index += 1;
     }
+    arch::sync_threads();
     let mut last_progress = arch::global_timer_ns();
     // Passes over the units until every one is done: a send is posted once its slot is free, a
-    // receive copied once its send is posted, each (peer, channel) in task order. No unit
-    // waits for another, so a rank's sends and receives progress together whatever order its
-    // peers make theirs in.
+    // receive copied once its send is posted, each (direction, peer, channel) in task order
+    // (a unit is next when its place equals the count done). No unit waits for another, so a
+    // rank's sends and receives progress together whatever order its peers make theirs in.
+    // Every thread takes every decision, learnt through a block barrier; the counts are read by
+    // every thread and written by thread 0 only between two barriers.
     while remaining > 0 {
         let mut progressed = false;
-        // The (peer, channel)s whose first pending send (receive) is not ready this pass: their
-        // later units wait, to keep the order.
-        let mut blocked_sends = [0u64; PAIR_WORDS];
-        let mut blocked_receives = [0u64; PAIR_WORDS];
         let mut waiting_for = u32::MAX;
         let mut index = 0;
         while index < batch.len() {
@@ -363,56 +391,45 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                 continue;
             };
             for channel in 0..channels_for(task.bytes) {
-                let unit = (index * CHANNELS + channel) as usize;
-                let pair = (task.peer * CHANNELS + channel) as usize;
-                let blocked = if task.send {
-                    &mut blocked_sends
-                } else {
-                    &mut blocked_receives
-                };
-                if !owned(&task, channel) || bit(&finished, unit) || bit(blocked, pair) {
+                if !owned(&task, channel) {
                     continue;
                 }
+                let (count, base) = counts(&task, channel);
+                // SAFETY: this rank's own words of a channel this block alone owns.
+                let (now, start) =
+                    unsafe { (arch::load_plain_u32(count), arch::load_plain_u32(base)) };
+                if ordinal(&task, channel) != now.wrapping_sub(start) {
+                    // Done already, or an earlier task of its channel is not.
+                    continue;
+                }
+                let seq = now.wrapping_add(1);
                 if task.send {
-                    let mut posted = false;
-                    if thread0 {
-                        // SAFETY: peer < world (checked); this block alone owns the channel.
-                        unsafe {
-                            let sent = pairs.sent(task.peer, channel);
-                            let seq = arch::load_plain_u32(sent).wrapping_add(1);
-                            let descriptor = Descriptor {
-                                seq,
-                                datatype: task.datatype,
-                                window: task.window,
-                                offset: task.offset,
-                                bytes: task.bytes,
-                            };
-                            if pairs.try_post(task.peer, channel, descriptor) {
-                                arch::store_plain_u32(sent, seq);
-                                posted = true;
-                            }
-                        }
-                    }
+                    let descriptor = Descriptor {
+                        seq,
+                        datatype: task.datatype,
+                        window: task.window,
+                        offset: task.offset,
+                        bytes: task.bytes,
+                    };
+                    // SAFETY: peer < world (checked); this block alone owns the channel.
+                    let posted =
+                        thread0 && unsafe { pairs.try_post(task.peer, channel, descriptor) };
                     if arch::sync_threads_or(posted) {
-                        set_bit(&mut finished, unit);
+                        if thread0 {
+                            // SAFETY: as above; every thread read the count before the barrier.
+                            unsafe { arch::store_plain_u32(count, seq) };
+                        }
+                        arch::sync_threads();
                         remaining -= 1;
                         progressed = true;
                     } else {
-                        set_bit(blocked, pair);
                         waiting_for = waiting_for.min(task.peer);
                     }
                     continue;
                 }
-                // SAFETY: peer < world (checked); this block alone owns the channel.
-                let counter = unsafe { pairs.received(task.peer, channel) };
-                // SAFETY: this rank's own counter, written by thread 0 of this block only,
-                // between the block barriers that follow every thread's read and precede the
-                // next unit's.
-                let seq = unsafe { arch::load_plain_u32(counter) }.wrapping_add(1);
                 // SAFETY: as above.
                 let ready = thread0 && unsafe { pairs.is_posted(task.peer, channel, seq) };
                 if !arch::sync_threads_or(ready) {
-                    set_bit(blocked, pair);
                     waiting_for = waiting_for.min(task.peer);
                     continue;
                 }
@@ -438,9 +455,9 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                     return KernelStatus::Aborted;
                 }
                 if thread0 {
-                    // SAFETY: every thread of the block read the counter before the barrier
-                    // above; the next unit reads it after the barrier below.
-                    unsafe { arch::store_plain_u32(counter, seq) };
+                    // SAFETY: every thread read the count before the barrier above; the next
+                    // unit reads it after the barrier below.
+                    unsafe { arch::store_plain_u32(count, seq) };
                 }
                 // Every thread: the descriptor and the window, as thread 0 checked them (its
                 // acquire of the post and the barrier order these reads after the sender's
@@ -473,7 +490,6 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                     // SAFETY: as above; every thread's loads of the send are done (barrier).
                     unsafe { pairs.mark_done(task.peer, channel, seq) };
                 }
-                set_bit(&mut finished, unit);
                 remaining -= 1;
                 progressed = true;
             }

@@ -23,10 +23,10 @@
 //! **Layout.** The pair region is the whole of each rank's buffer in the communicator's
 //! point-to-point window (the context's `peer_bases`; the window carries nothing else):
 //! `outbox[peer][channel][slot]` (32-byte descriptors), then `posted[peer][channel]`,
-//! `done[peer][channel]`, `sent[peer][channel]` and `received[peer][channel]` (`u32`s: the last
-//! two are this rank's own counts of its sends and receives, read and written by its kernels
-//! only, so that a replayed CUDA graph takes new sequence numbers), then the window table
-//! ([`WindowTable`]).
+//! `done[peer][channel]`, `sent[peer][channel]`, `received[peer][channel]`, and the two
+//! counts as the running launch found them (`u32`s: all but the first two are this rank's own,
+//! read and written by its kernels only, so that a replayed CUDA graph takes new sequence
+//! numbers), then the window table ([`WindowTable`]).
 //!
 //! The functions run on one thread (thread 0 of the block that owns the channel; the kernel
 //! broadcasts outcomes with a block barrier).
@@ -165,10 +165,24 @@ impl RegionLayout {
         self.word(3, from, channel)
     }
 
+    /// Offset of `sent_base[to][channel]`: `sent[to][channel]` when the running launch began
+    /// (written by the block that owns the channel, before its first post).
+    #[inline(always)]
+    pub const fn sent_base(&self, to: u32, channel: u32) -> u64 {
+        self.word(4, to, channel)
+    }
+
+    /// Offset of `received_base[from][channel]`: `received[from][channel]` when the running
+    /// launch began.
+    #[inline(always)]
+    pub const fn received_base(&self, from: u32, channel: u32) -> u64 {
+        self.word(5, from, channel)
+    }
+
     /// Offset of the window table (16-byte aligned).
     #[inline(always)]
     pub const fn window_table(&self) -> u64 {
-        self.word(4, 0, 0).next_multiple_of(16)
+        self.word(6, 0, 0).next_multiple_of(16)
     }
 
     /// Bytes of the whole region, window table included.
@@ -319,6 +333,24 @@ impl<'a> Pairs<'a> {
     #[inline(always)]
     pub unsafe fn received(&self, from: u32, channel: u32) -> *mut u32 {
         (self.own() + self.layout.received(from, channel)) as *mut u32
+    }
+
+    /// Where the running launch keeps `sent[to][channel]` as it found it (its kernels only).
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn sent_base(&self, to: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.sent_base(to, channel)) as *mut u32
+    }
+
+    /// Where the running launch keeps `received[from][channel]` as it found it.
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn received_base(&self, from: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.received_base(from, channel)) as *mut u32
     }
 
     /// Wait, bounded, until the `u32` at `flag` reaches `target`; on a timeout raise this
@@ -572,7 +604,15 @@ mod tests {
             layout.sent(world - 1, CHANNELS - 1) + 4,
             layout.received(0, 0)
         );
-        let words_end = layout.received(world - 1, CHANNELS - 1) + 4;
+        assert_eq!(
+            layout.received(world - 1, CHANNELS - 1) + 4,
+            layout.sent_base(0, 0)
+        );
+        assert_eq!(
+            layout.sent_base(world - 1, CHANNELS - 1) + 4,
+            layout.received_base(0, 0)
+        );
+        let words_end = layout.received_base(world - 1, CHANNELS - 1) + 4;
         assert!(layout.window_table() >= words_end && layout.window_table() < words_end + 16);
         assert_eq!(layout.window_table() % 16, 0);
         assert_eq!(

@@ -74,6 +74,7 @@ impl Task {
             window: self.window.seq,
             pairs_context: context(&self.pairs)?,
             slot,
+            ordinals: 0,
         }
         .to_args())
     }
@@ -354,6 +355,8 @@ fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
             };
             work.push(task.args(slot as u32)?);
         }
+        let start = work.len() - tasks.len();
+        symm_device::symmetric::point_to_point::assign_ordinals(&mut work[start..]);
         let pairs = tasks[0].pairs.context().map(|c| c.address).unwrap_or(0);
         for _ in tasks.len()..task_count {
             work.push(PeerTask::padding(pairs));
