@@ -79,7 +79,8 @@ def make_call(op: str, group: dist.ProcessGroup, count: int, world: int, rank: i
         def call() -> None:
             dist.reduce(data, dst=0, group=group)
 
-        return call, data
+        # Only the root's result is defined (gloo may leave partial sums in the others').
+        return call, data if rank == 0 else torch.empty(0)
     if op == "send_recv":
         # A ring exchange: every rank sends to the next and receives from the previous one,
         # in one batch_isend_irecv.
