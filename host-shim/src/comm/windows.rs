@@ -74,6 +74,16 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
     Ok(window)
 }
 
+/// Whether `register(comm, buff, size, flags)` would pass its checks now: the caller's own
+/// registration is checked before the rank's point-to-point window is made with it, so that a
+/// refused call registers nothing.
+pub fn check_registration(comm: &Comm, buff: u64, size: usize, flags: c_int) -> Result<()> {
+    check_arguments(buff, size, flags)?;
+    crate::comm::refuse_if_finalized(comm, "symmCommWindowRegister")?;
+    let state = comm.lock();
+    check_range(comm, &state, buff, size as u64)
+}
+
 /// The arguments of `symmCommWindowRegister`, before anything is looked at.
 fn check_arguments(buff: u64, size: usize, flags: c_int) -> Result<()> {
     if buff == 0 {
