@@ -667,16 +667,16 @@ pub extern "C" fn symmSend(
     comm: symmComm_t,
     stream: symmStream_t,
 ) -> symmResult_t {
-    with_comm("symmSend", comm, |c| {
-        let call = crate::point_to_point::Call {
-            send: true,
-            buffer: sendbuff as u64,
-            count,
-            datatype,
-            peer,
-        };
-        group::point_to_point(c, call, stream as u64)
-    })
+    peer_call(
+        "symmSend",
+        true,
+        sendbuff as u64,
+        count,
+        datatype,
+        peer,
+        comm,
+        stream,
+    )
 }
 
 /// Receive `count` elements of `datatype` from rank `peer` into `recvbuff` (as `ncclRecv`):
@@ -692,10 +692,34 @@ pub extern "C" fn symmRecv(
     comm: symmComm_t,
     stream: symmStream_t,
 ) -> symmResult_t {
-    with_comm("symmRecv", comm, |c| {
+    peer_call(
+        "symmRecv",
+        false,
+        recvbuff as u64,
+        count,
+        datatype,
+        peer,
+        comm,
+        stream,
+    )
+}
+
+/// `symmSend` (`send`) or `symmRecv` of `count` elements at `buffer` with rank `peer`.
+#[allow(clippy::too_many_arguments)]
+fn peer_call(
+    name: &str,
+    send: bool,
+    buffer: u64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    peer: c_int,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm(name, comm, |c| {
         let call = crate::point_to_point::Call {
-            send: false,
-            buffer: recvbuff as u64,
+            send,
+            buffer,
             count,
             datatype,
             peer,
