@@ -115,6 +115,10 @@ mod ptx {
     export_kernel!("symm_gather", crate::symmetric::segments::gather);
     export_kernel!("symm_scatter", crate::symmetric::segments::scatter);
     export_kernel!(
+        "symm_all_to_all_v",
+        crate::symmetric::all_to_all_v::all_to_all_v
+    );
+    export_kernel!(
         "symm_send_receive",
         crate::symmetric::point_to_point::send_receive
     );

@@ -33,14 +33,19 @@ pub enum Algorithm {
     /// Scatter: the root stores segment `p` of its send buffer into rank `p` (data type
     /// agnostic: counts bytes per rank).
     Scatter,
+    /// All-to-all-v: every rank stores its segment for peer `p`, sized by a count table in
+    /// device memory, into peer `p` (data type agnostic; see [`super::all_to_all_v`]).
+    AllToAllV,
     /// Send and receive between two ranks: a rank's sends and receives of one call or group
     /// (data type agnostic: counts bytes; see [`super::point_to_point`]).
     SendReceive,
 }
 
 impl Algorithm {
-    /// The collective kernels: every algorithm but [`Algorithm::SendReceive`] (which pairs two
-    /// ranks' calls, and takes no barrier or collective number).
+    /// The collective kernels whose counts the host passes: every algorithm but
+    /// [`Algorithm::AllToAllV`] (its counts are in device memory, in a table of its own) and
+    /// [`Algorithm::SendReceive`] (which pairs two ranks' calls, and takes no barrier or
+    /// collective number).
     pub const COLLECTIVES: [Algorithm; 12] = [
         Algorithm::OneShotAllReduce,
         Algorithm::OneShotLlAllReduce,
@@ -56,22 +61,18 @@ impl Algorithm {
         Algorithm::Scatter,
     ];
 
-    /// Every algorithm (every kernel of the PTX but the benchmarks').
-    pub const ALL: [Algorithm; 13] = [
-        Algorithm::OneShotAllReduce,
-        Algorithm::OneShotLlAllReduce,
-        Algorithm::TwoShotAllReduce,
-        Algorithm::ReduceScatter,
-        Algorithm::AllGather,
-        Algorithm::LlAllGather,
-        Algorithm::PatAllGather,
-        Algorithm::PatReduceScatter,
-        Algorithm::Broadcast,
-        Algorithm::AllToAll,
-        Algorithm::Gather,
-        Algorithm::Scatter,
-        Algorithm::SendReceive,
-    ];
+    /// Every algorithm (every kernel of the PTX but the benchmarks'): the
+    /// [`Algorithm::COLLECTIVES`], then all-to-all-v and send/receive.
+    pub const ALL: [Algorithm; 14] = {
+        let mut all = [Algorithm::SendReceive; 14];
+        let mut i = 0;
+        while i < Self::COLLECTIVES.len() {
+            all[i] = Self::COLLECTIVES[i];
+            i += 1;
+        }
+        all[12] = Algorithm::AllToAllV;
+        all
+    };
 
     /// `true` for the byte movers (the all-gathers, the broadcast, all-to-all, gather, scatter
     /// and send/receive): one kernel serves every data type.
@@ -85,6 +86,7 @@ impl Algorithm {
                 | Algorithm::AllToAll
                 | Algorithm::Gather
                 | Algorithm::Scatter
+                | Algorithm::AllToAllV
                 | Algorithm::SendReceive
         )
     }
@@ -104,6 +106,7 @@ impl Algorithm {
             Algorithm::AllToAll => "all_to_all",
             Algorithm::Gather => "gather",
             Algorithm::Scatter => "scatter",
+            Algorithm::AllToAllV => "all_to_all_v",
             Algorithm::SendReceive => "send_receive",
         }
     }

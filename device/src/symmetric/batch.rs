@@ -59,11 +59,14 @@ pub struct TaskArgs {
     pub first_cell: u64,
     /// This rank's flags ([`super::FLAG_IN_PLACE`], [`super::FLAG_ROOT`]).
     pub flags: u32,
-    /// Zero.
+    /// Zero, but for a point-to-point task (see `point_to_point::PeerTask`).
     pub reserved: u32,
+    /// All-to-all-v: byte offset of the task's count table in its receive window (the same on
+    /// every rank; see [`super::all_to_all_v`]). Zero for the other kernels.
+    pub counts_offset: u64,
 }
 
-static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 56);
+static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 64);
 static_assertions::const_assert_eq!(core::mem::align_of::<TaskArgs>(), 8);
 
 /// Elements of one cell of `algorithm` on elements of `element_bytes` bytes (all-gathers and
@@ -81,6 +84,7 @@ pub const fn cell_elements(algorithm: Algorithm, element_bytes: u64) -> u64 {
         | Algorithm::AllToAll
         | Algorithm::Gather
         | Algorithm::Scatter
+        | Algorithm::AllToAllV
         | Algorithm::SendReceive => CELL_BYTES,
         Algorithm::OneShotAllReduce
         | Algorithm::TwoShotAllReduce

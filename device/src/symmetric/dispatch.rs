@@ -2,6 +2,7 @@
 //! backend, and the PTX name under which [`crate::exports`] exports the same function.
 
 use super::all_gather::{all_gather, ll_all_gather};
+use super::all_to_all_v::all_to_all_v;
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
 use super::broadcast::broadcast;
 use super::pat::{pat_all_gather, pat_reduce_scatter};
@@ -17,7 +18,7 @@ use crate::types::{DataType, RedOp};
 pub type KernelFn = unsafe fn(&Batch<'_>, Grid) -> KernelStatus;
 
 /// PTX parameters shared by every exported kernel, in order (`TaskArgs` is
-/// [`super::TaskArgs`], 56 bytes; the table holds `rank_count × task_count` entries,
+/// [`super::TaskArgs`], 64 bytes; the table holds `rank_count × task_count` entries,
 /// rank-major).
 pub const KERNEL_PARAMETERS: &str = "(const TaskArgs* tasks, u32 task_count, u32 rank_count)";
 
@@ -85,6 +86,7 @@ fn pick<T: Element, O: ReduceOp>(algorithm: Algorithm) -> KernelFn {
         Algorithm::AllToAll => all_to_all,
         Algorithm::Gather => gather,
         Algorithm::Scatter => scatter,
+        Algorithm::AllToAllV => all_to_all_v,
         Algorithm::SendReceive => send_receive,
     }
 }

@@ -9,6 +9,7 @@
 
 mod algorithm;
 pub mod all_gather;
+pub mod all_to_all_v;
 pub mod all_reduce;
 pub mod batch;
 pub mod broadcast;

@@ -276,6 +276,7 @@ impl Ranks {
                 first_cell: 0,
                 flags: args.flags,
                 reserved: 0,
+                counts_offset: 0,
             })
             .collect();
         self.run_table(&table, 1, kernel, blocks, threads)
@@ -333,6 +334,7 @@ impl Ranks {
                     flags: task.args.flags
                         | flags.get(i).and_then(|f| f.get(t)).copied().unwrap_or(0),
                     reserved: 0,
+                    counts_offset: 0,
                 })
             })
             .collect();
