@@ -184,7 +184,11 @@ fn counts_at_the_bound_are_accepted() {
     let layout = Layout::at(0, 40, 4, world);
     let mut ranks = Ranks::new(world, layout.end(world), TIMEOUT_NS);
     let counts: Vec<Vec<i64>> = (0..world)
-        .map(|r| (0..world).map(|p| if p == (r + 1) % world { 40 } else { 0 }).collect())
+        .map(|r| {
+            (0..world)
+                .map(|p| if p == (r + 1) % world { 40 } else { 0 })
+                .collect()
+        })
         .collect();
     plant(&mut ranks, &layout, &counts, 0);
     let want = expected(&mut ranks, &layout, &counts);
@@ -335,8 +339,13 @@ fn every_offence_refuses_on_every_rank_and_writes_nothing() {
             let before: Vec<Vec<u8>> = (0..world)
                 .map(|r| ranks.read::<u8>(r, 0, ranks.window_bytes))
                 .collect();
-            let statuses =
-                ranks.run_table(&table_of(&ranks, &[layout]), 1, kernel_fn(), blocks, threads);
+            let statuses = ranks.run_table(
+                &table_of(&ranks, &[layout]),
+                1,
+                kernel_fn(),
+                blocks,
+                threads,
+            );
             assert!(
                 statuses.iter().all(|s| *s == KernelStatus::Aborted),
                 "{what}: {statuses:?}"
@@ -348,7 +357,10 @@ fn every_offence_refuses_on_every_rank_and_writes_nothing() {
             check_windows(&mut ranks, &before, what);
             let (rank, peer) = refused_counts_at(word);
             assert!(rank.is_some(), "{what}: the word names the rank");
-            assert_eq!(peer.is_some(), CountsRefusal::from_word(word) == Some(CountsRefusal::Negative));
+            assert_eq!(
+                peer.is_some(),
+                CountsRefusal::from_word(word) == Some(CountsRefusal::Negative)
+            );
         }
     }
 }
@@ -367,7 +379,10 @@ fn a_missing_rank_makes_the_others_time_out() {
     let start = std::time::Instant::now();
     let statuses = ranks.run_table(&table, 1, kernel_fn(), 2, 4);
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
-    assert!(statuses.iter().all(|s| *s == KernelStatus::Aborted), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Aborted),
+        "{statuses:?}"
+    );
     assert!(ranks.aborted(0) && ranks.aborted(2));
 }
 

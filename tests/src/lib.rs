@@ -581,6 +581,49 @@ impl RankStream {
         out
     }
 
+    /// Write `bytes` at `ptr` in this stream's order, and wait for it (see
+    /// [`RankStream::put_f32`]).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    pub fn put_bytes(&self, ptr: *mut u8, bytes: &[u8]) {
+        if !on_cuda() {
+            return put_bytes(ptr, bytes);
+        }
+        // SAFETY: as in `put_f32`.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
+                ptr as cudarc::driver::sys::CUdeviceptr,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                self.0,
+            )
+        }
+        .result()
+        .unwrap();
+        self.synchronize();
+    }
+
+    /// Read `count` bytes at `ptr` in this stream's order (see [`RankStream::get_f32`]).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    pub fn get_bytes(&self, ptr: *const u8, count: usize) -> Vec<u8> {
+        if !on_cuda() {
+            return get_bytes(ptr, count);
+        }
+        let mut out = vec![0u8; count];
+        // SAFETY: as in `get_f32`.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                out.as_mut_ptr().cast(),
+                ptr as cudarc::driver::sys::CUdeviceptr,
+                count,
+                self.0,
+            )
+        }
+        .result()
+        .unwrap();
+        self.synchronize();
+        out
+    }
+
     /// Wait for the stream's work (nothing to wait for on the host backend).
     pub fn synchronize(&self) {
         if on_cuda() {
@@ -668,4 +711,42 @@ pub fn get_f32(ptr: *const u8, count: usize) -> Vec<f32> {
         // SAFETY: as in `put_f32`.
         unsafe { read_f32(ptr, count) }
     }
+}
+
+/// Write `bytes` at `ptr`, window memory of this process, as [`put_f32`] writes values.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn put_bytes(ptr: *mut u8, bytes: &[u8]) {
+    if on_cuda() {
+        cuda_context();
+        // SAFETY: as in `put_f32`.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_sync(ptr as cudarc::driver::sys::CUdeviceptr, bytes)
+        }
+        .unwrap();
+    } else {
+        // SAFETY: host memory from symmMemAlloc with room for `bytes`; no call is in flight.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+    }
+}
+
+/// Read `count` bytes at `ptr`, window memory of this process, as [`get_f32`] reads values.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn get_bytes(ptr: *const u8, count: usize) -> Vec<u8> {
+    let mut out = vec![0u8; count];
+    if on_cuda() {
+        cuda_context();
+        // SAFETY: as in `get_f32`.
+        unsafe {
+            cudarc::driver::sys::cuCtxSynchronize().result().unwrap();
+            cudarc::driver::result::memcpy_dtoh_sync(
+                &mut out,
+                ptr as cudarc::driver::sys::CUdeviceptr,
+            )
+            .unwrap();
+        }
+    } else {
+        // SAFETY: host memory from symmMemAlloc holding `count` bytes; no call is in flight.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, out.as_mut_ptr(), count) };
+    }
+    out
 }

@@ -215,6 +215,8 @@ struct TestBinaries {
     shrink: PathBuf,
     /// `symmSend` and `symmRecv` (`point_to_point.rs`).
     point_to_point: PathBuf,
+    /// `symmAlltoAllvDevice` (`all_to_all_v.rs`).
+    all_to_all_v: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -241,6 +243,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "shrink",
             "--test",
             "point_to_point",
+            "--test",
+            "all_to_all_v",
             "--no-run",
             "--message-format=json",
         ])
@@ -270,6 +274,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         split: executable("split")?,
         shrink: executable("shrink")?,
         point_to_point: executable("point_to_point")?,
+        all_to_all_v: executable("all_to_all_v")?,
     })
 }
 
@@ -337,7 +342,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    hangs and `symmCommFinalize` (`abort_finalize.rs`), `symmCommSplit`'s halves running
 ///    different collectives at once and `symmCommRevoke` (`split.rs`), and `symmCommShrink`
 ///    (`shrink.rs`: also a rank process killed, the root's among them, then the survivors'
-///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`).
+///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`), and
+///    all-to-all-v with counts in device memory (`all_to_all_v.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -440,6 +446,7 @@ pub fn test() -> Result<(), String> {
         ("split", &binaries.split),
         ("shrink", &binaries.shrink),
         ("send and receive", &binaries.point_to_point),
+        ("all-to-all-v", &binaries.all_to_all_v),
     ] {
         SimRun {
             what,
@@ -450,7 +457,7 @@ pub fn test() -> Result<(), String> {
         .pass(&dir)?;
     }
     step(
-        "layouts: offsets, prompt failure, abort, split, shrink, send/receive",
+        "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v",
         t,
     );
 

@@ -2,8 +2,8 @@
 //! backend, and the PTX name under which [`crate::exports`] exports the same function.
 
 use super::all_gather::{all_gather, ll_all_gather};
-use super::all_to_all_v::all_to_all_v;
 use super::all_reduce::{one_shot_all_reduce, one_shot_ll_all_reduce, two_shot_all_reduce};
+use super::all_to_all_v::all_to_all_v;
 use super::broadcast::broadcast;
 use super::pat::{pat_all_gather, pat_reduce_scatter};
 use super::point_to_point::send_receive;

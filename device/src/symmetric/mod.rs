@@ -9,8 +9,8 @@
 
 mod algorithm;
 pub mod all_gather;
-pub mod all_to_all_v;
 pub mod all_reduce;
+pub mod all_to_all_v;
 pub mod batch;
 pub mod broadcast;
 pub mod dispatch;

@@ -60,6 +60,8 @@ pub struct Signature {
     /// The call is in place on this rank (compared only where the algorithm needs every rank
     /// alike: the two-shot all-reduce).
     pub in_place: bool,
+    /// All-to-all-v: the offset of the count table in the receive window (peers read it there).
+    pub counts: Option<u64>,
 }
 
 impl std::fmt::Display for Signature {
@@ -73,6 +75,7 @@ impl std::fmt::Display for Signature {
             Collective::AllToAll => "symmAlltoAll",
             Collective::Gather => "symmGather",
             Collective::Scatter => "symmScatter",
+            Collective::AllToAllV => "symmAlltoAllvDevice",
         };
         write!(f, "{name} of {} x {:?}", self.count, self.kernel.dtype)?;
         match self.collective {
@@ -82,7 +85,7 @@ impl std::fmt::Display for Signature {
             Collective::Reduce => write!(f, " {:?} to root {}", self.kernel.op, self.root)?,
             Collective::Broadcast | Collective::Scatter => write!(f, " from root {}", self.root)?,
             Collective::Gather => write!(f, " to root {}", self.root)?,
-            Collective::AllGather | Collective::AllToAll => {}
+            Collective::AllGather | Collective::AllToAll | Collective::AllToAllV => {}
         }
         write!(
             f,
@@ -107,7 +110,7 @@ pub(crate) const NO_BUFFER: u64 = u64::MAX;
 
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 8;
+    pub(crate) const WORDS: usize = 9;
 
     /// `self` as the `index`-th of `size` calls fused into one launch.
     pub fn in_batch(self, index: usize, size: usize) -> Signature {
@@ -190,13 +193,22 @@ impl Signature {
                 ));
             }
         }
+        if a.counts != b.counts {
+            let place = |at: Option<u64>| at.map_or("none".to_string(), |o| o.to_string());
+            differences.push(format!(
+                "count table at window offset {} vs {} (offsets must be symmetric)",
+                place(a.counts),
+                place(b.counts)
+            ));
+        }
         differences
     }
 
     /// The signature as plain words, for ranks of other processes to read
     /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root and
     /// the place in the launch; the send and receive buffers' windows and offsets
-    /// ([`NO_BUFFER`] for a buffer not used by peers); in place.
+    /// ([`NO_BUFFER`] for a buffer not used by peers); in place; the count table's offset
+    /// ([`NO_BUFFER`] for none).
     pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
@@ -222,6 +234,7 @@ impl Signature {
             recv_window,
             recv_offset,
             self.in_place as u64,
+            self.counts.unwrap_or(NO_BUFFER),
         ]
     }
 
@@ -253,6 +266,7 @@ impl Signature {
             send: buffer(words[3], words[4]),
             recv: buffer(words[5], words[6]),
             in_place: words[7] == 1,
+            counts: (words[8] != NO_BUFFER).then_some(words[8]),
         })
     }
 }

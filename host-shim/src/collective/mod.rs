@@ -7,7 +7,7 @@ mod validate;
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
 pub use validate::{
-    Request, all_gather, all_reduce, all_to_all, broadcast, describe, gather, reduce,
+    Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe, gather, reduce,
     reduce_scatter, scatter,
 };
 pub(crate) use validate::{buffer_window, data_type};
@@ -45,6 +45,8 @@ pub struct Task {
     pub stream: u64,
     /// The collective.
     pub collective: Collective,
+    /// All-to-all-v: the offset of the count table in the receive window (every rank's).
+    pub counts_offset: Option<u64>,
 }
 
 impl Task {
@@ -68,6 +70,7 @@ impl Task {
                 offset: self.args.recv_offset,
             }),
             in_place: self.in_place(),
+            counts: self.counts_offset,
         }
     }
 
@@ -101,6 +104,7 @@ impl Task {
             Collective::AllGather
             | Collective::Broadcast
             | Collective::AllToAll
+            | Collective::AllToAllV
             | Collective::Scatter => true,
             Collective::Gather | Collective::Reduce => false,
             Collective::AllReduce => {
@@ -178,6 +182,17 @@ impl Task {
             (Collective::Scatter, _) if !self.is_root() => (recv..recv, recv..recv + share),
             (Collective::Scatter, true) => (send..send + whole, send..send + whole),
             (Collective::Scatter, false) => (send..send + whole, recv..recv + share),
+            // The send buffer (its whole capacity) is read; the receive buffer and the count
+            // table, in one window, are written (peers read row 0 of the table: it counts as
+            // written, which orders the task after any that writes the table).
+            (Collective::AllToAllV, _) => {
+                let table = self.recv_window.base + self.counts_offset.unwrap_or(0);
+                let table_end = table + 24 * self.comm.clique.nranks as u64;
+                (
+                    send..send + share,
+                    recv.min(table)..(recv + share).max(table_end),
+                )
+            }
         }
     }
 
@@ -242,7 +257,9 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         plan.block,
         plan.predicted_us
     );
-    if request.args.count == 0 {
+    // An all-to-all-v of capacity 0 still launches: its kernel writes the count table's
+    // received rows (zeros) and refuses counts that are not.
+    if request.args.count == 0 && request.collective != Collective::AllToAllV {
         return Ok(Prepared::Empty(Call::Made(Signature {
             collective: request.collective,
             kernel: plan.kernel,
@@ -254,6 +271,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
             send: None,
             recv: None,
             in_place: false,
+            counts: None,
         })));
     }
     Ok(Prepared::Task(Task {
@@ -266,5 +284,6 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         root: request.root,
         stream,
         collective: request.collective,
+        counts_offset: request.counts_offset,
     }))
 }

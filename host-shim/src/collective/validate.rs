@@ -26,6 +26,8 @@ pub struct Request {
     pub(super) rank_flags: u32,
     /// The broadcast's root (0 for the other collectives).
     pub(super) root: u32,
+    /// All-to-all-v: the offset of the count table in the receive window.
+    pub(super) counts_offset: Option<u64>,
 }
 
 /// Decode a C `symmDataType_t`.
@@ -179,6 +181,7 @@ pub fn all_reduce(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
+        counts_offset: None,
     })
 }
 
@@ -230,6 +233,7 @@ pub fn reduce(
         args,
         rank_flags: rank_flags | FLAG_REDUCE_TO_ROOT,
         root,
+        counts_offset: None,
     })
 }
 
@@ -311,6 +315,7 @@ pub fn all_gather(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
+        counts_offset: None,
     })
 }
 
@@ -348,6 +353,7 @@ pub fn reduce_scatter(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
+        counts_offset: None,
     })
 }
 
@@ -405,6 +411,7 @@ pub fn broadcast(
         args,
         rank_flags,
         root,
+        counts_offset: None,
     })
 }
 
@@ -499,6 +506,67 @@ pub fn all_to_all(
         args,
         rank_flags: 0,
         root: 0,
+        counts_offset: None,
+    })
+}
+
+/// Validate `symmAlltoAllvDevice`'s arguments against `comm`'s windows: `count` is the
+/// capacity, in elements, of every rank's `sendbuff` and `recvbuff` (the bound the kernel
+/// holds the counts to); `counts` is the count table, `3 × nranks` `int64_t` in `recvbuff`'s
+/// window (row 0 read, rows 1 and 2 written by the kernel; see
+/// `symm_device::symmetric::all_to_all_v`). `recvbuff` and `counts` lie at the same offsets
+/// of the same window on every rank (peers store into the one and read the other); `sendbuff`
+/// anywhere in a window. No two of the three may overlap.
+pub fn all_to_all_v(
+    comm: &Comm,
+    (send, recv, counts): (u64, u64, u64),
+    count: usize,
+    datatype: symmDataTypeRaw,
+) -> Result<Request> {
+    let dtype = data_type(datatype)?;
+    let element = dtype.size_bytes() as u64;
+    let bytes = byte_count(count, element, "count", &[send, recv])?;
+    let send_window = window_of(comm, "sendbuff", send, bytes.max(1), element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, bytes.max(1), element)?;
+    let table_bytes =
+        symm_device::symmetric::all_to_all_v::TABLE_ROWS * 8 * comm.clique.nranks as u64;
+    let table_window = window_of(comm, "counts", counts, table_bytes, 8)?;
+    if !Arc::ptr_eq(&table_window, &recv_window) {
+        return Err(Error::invalid_argument(format!(
+            "counts [{counts:#x}, +{table_bytes} bytes) lies in another window than recvbuff: \
+             peers read the count table where they store into recvbuff, so it must lie in \
+             recvbuff's window (registered at {:#x})",
+            recv_window.base
+        )));
+    }
+    for (a, a_bytes, b, b_bytes, what) in [
+        (send, bytes, recv, bytes, "sendbuff and recvbuff"),
+        (counts, table_bytes, recv, bytes, "counts and recvbuff"),
+        (counts, table_bytes, send, bytes, "counts and sendbuff"),
+    ] {
+        if overlap(a, a_bytes, b, b_bytes) {
+            return Err(Error::invalid_argument(format!(
+                "{what} overlap (symmAlltoAllvDevice needs the three disjoint)"
+            )));
+        }
+    }
+    let args = CollectiveArgs {
+        send_offset: send - send_window.base,
+        recv_offset: recv - recv_window.base,
+        count: count as u64,
+        flags: 0,
+    };
+    Ok(Request {
+        collective: Collective::AllToAllV,
+        dtype,
+        op: RedOp::Sum,
+        count: count as u64,
+        send_window,
+        recv_window,
+        args,
+        rank_flags: (element as u32) << symm_device::symmetric::all_to_all_v::ELEMENT_BYTES_SHIFT,
+        root: 0,
+        counts_offset: Some(counts - table_window.base),
     })
 }
 
@@ -551,6 +619,7 @@ pub fn gather(
         args,
         rank_flags,
         root,
+        counts_offset: None,
     })
 }
 
@@ -607,5 +676,6 @@ pub fn scatter(
         args,
         rank_flags,
         root,
+        counts_offset: None,
     })
 }

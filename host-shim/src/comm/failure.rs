@@ -326,6 +326,9 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
             symm_device::symmetric::point_to_point::ABORT_P2P_REFUSED => {
                 p2p_refusal(comm.rank, word)
             }
+            symm_device::symmetric::all_to_all_v::ABORT_COUNTS_REFUSED => {
+                counts_refusal(comm.rank, word)
+            }
             ABORT_PEER_FAILED => Error::new(
                 symmResult_t::symmRemoteError,
                 format!(
@@ -381,6 +384,34 @@ fn p2p_refusal(rank: usize, word: u32) -> Error {
     Error::invalid_usage(format!(
         "rank {rank}: its symmRecv from {peer} refused the matching symmSend: {why}; nothing \
          was received, and the communicator is failed on every rank"
+    ))
+}
+
+/// The error of a raised [`ABORT_COUNTS_REFUSED`](symm_device::symmetric::all_to_all_v) word
+/// of rank `rank`: an all-to-all-v whose counts broke the agreed bound (every rank raises the
+/// same word).
+fn counts_refusal(rank: usize, word: u32) -> Error {
+    use symm_device::symmetric::all_to_all_v::{CountsRefusal, refused_counts_at};
+    let (at, peer) = refused_counts_at(word);
+    let at = at.map_or_else(|| "a rank".to_string(), |r| format!("rank {r}"));
+    let why = match (CountsRefusal::from_word(word), peer) {
+        (Some(CountsRefusal::Negative), Some(peer)) => {
+            format!("{at}'s count for rank {peer} is negative")
+        }
+        (Some(CountsRefusal::Negative), None) => format!("a count of {at} is negative"),
+        (Some(CountsRefusal::SendsOverBound), _) => format!(
+            "{at}'s counts sum to more elements than the call's count (the capacity of its \
+             sendbuff)"
+        ),
+        (Some(CountsRefusal::ReceivesOverBound), _) => format!(
+            "the counts sent to {at} sum to more elements than the call's count (the capacity \
+             of its recvbuff)"
+        ),
+        (None, _) => "the counts break the bound".to_string(),
+    };
+    Error::invalid_argument(format!(
+        "rank {rank}: symmAlltoAllvDevice refused its counts on every rank: {why}; nothing was \
+         copied, and the communicator is failed on every rank"
     ))
 }
 

@@ -753,6 +753,45 @@ pub extern "C" fn symmAlltoAll(
     })
 }
 
+/// All-to-all-v with its counts in device memory (PyTorch SymmMem's `all_to_all_vdev`): no
+/// host synchronization, as token dispatch of a mixture of experts needs. `counts` is a table of
+/// `3 × nranks` `int64_t`: row 0, written by the caller (e.g. by an earlier kernel on the
+/// stream), holds the elements this rank sends to each rank, its segments packed in rank order
+/// in `sendbuff`; the call writes row 1 (the elements received from each rank) and row 2 (where
+/// each rank's segment starts in `recvbuff`, in elements; packed in rank order).
+///
+/// `count` is the capacity in elements of `sendbuff` and of `recvbuff`, the same on every rank:
+/// the bound the counts are held to. When a rank's counts are negative or sum to more than
+/// `count`, or the counts a rank receives do, every rank refuses before anything is copied; the
+/// communicator is then failed on every rank with that cause (the kernel found it after the
+/// call returned). Nothing is ever written outside the buffers.
+///
+/// `recvbuff` and `counts` lie in one registered window, at the same offsets on every rank;
+/// `sendbuff` anywhere in a registered window; the three are disjoint. Bytes are moved, so every
+/// data type arrives bit for bit.
+#[unsafe(no_mangle)]
+pub extern "C" fn symmAlltoAllvDevice(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    counts: *mut i64,
+    count: usize,
+    datatype: symmDataTypeRaw,
+    comm: symmComm_t,
+    stream: symmStream_t,
+) -> symmResult_t {
+    with_comm("symmAlltoAllvDevice", comm, |c| {
+        group::collective(
+            c,
+            &collective::describe("symmAlltoAllvDevice", count, datatype),
+            || {
+                let buffers = (sendbuff as u64, recvbuff as u64, counts as u64);
+                collective::all_to_all_v(c, buffers, count, datatype)
+            },
+            stream as u64,
+        )
+    })
+}
+
 /// Gather: every rank's `count` elements of `sendbuff` land on the root, rank `i`'s at
 /// `recvbuff + i·count` (in place on the root when `sendbuff == recvbuff + root·count`).
 /// `sendbuff` inside a registered window, at the same offset on every rank (the root reads it);

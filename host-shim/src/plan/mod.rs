@@ -56,11 +56,13 @@ pub enum Collective {
     Gather,
     /// `symmScatter`.
     Scatter,
+    /// `symmAlltoAllvDevice`.
+    AllToAllV,
 }
 
 impl Collective {
     /// Every collective.
-    pub(crate) const ALL: [Collective; 8] = [
+    pub(crate) const ALL: [Collective; 9] = [
         Collective::AllReduce,
         Collective::Reduce,
         Collective::AllGather,
@@ -69,6 +71,7 @@ impl Collective {
         Collective::AllToAll,
         Collective::Gather,
         Collective::Scatter,
+        Collective::AllToAllV,
     ];
 
     /// The algorithms that implement it.
@@ -92,6 +95,7 @@ impl Collective {
             Collective::AllToAll => &[Algorithm::AllToAll],
             Collective::Gather => &[Algorithm::Gather],
             Collective::Scatter => &[Algorithm::Scatter],
+            Collective::AllToAllV => &[Algorithm::AllToAllV],
         }
     }
 
@@ -121,6 +125,7 @@ impl Collective {
             Collective::AllToAll => "all_to_all",
             Collective::Gather => "gather",
             Collective::Scatter => "scatter",
+            Collective::AllToAllV => "all_to_all_v",
         }
     }
 }
@@ -288,6 +293,8 @@ impl Model {
             // The root loads every rank's segment, or stores one into every rank (payload =
             // bytes per rank): the root's traffic.
             Algorithm::Gather | Algorithm::Scatter => nranks * payload_bytes,
+            // Stores at most its whole send buffer (payload = the bound, in bytes).
+            Algorithm::AllToAllV => payload_bytes,
             // Loads the message from its sender once.
             Algorithm::SendReceive => payload_bytes,
         }
@@ -303,6 +310,7 @@ impl Model {
             | Algorithm::ReduceScatter
             | Algorithm::Broadcast
             | Algorithm::AllToAll
+            | Algorithm::AllToAllV
             | Algorithm::Gather
             | Algorithm::Scatter => self.per_peer_us * nranks as f64,
             Algorithm::PatAllGather | Algorithm::PatReduceScatter => {
