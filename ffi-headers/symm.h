@@ -490,19 +490,21 @@ symmResult_t symmAlltoAll(const void *sendbuff,
 // in `sendbuff`; the call writes row 1 (the elements received from each rank) and row 2 (where
 // each rank's segment starts in `recvbuff`, in elements; packed in rank order).
 //
-// `count` is the capacity in elements of `sendbuff` and of `recvbuff`, the same on every rank:
-// the bound the counts are held to. When a rank's counts are negative or sum to more than
-// `count`, or the counts a rank receives do, every rank refuses before anything is copied; the
-// communicator is then failed on every rank with that cause (the kernel found it after the
-// call returned). Nothing is ever written outside the buffers.
+// `sendcount` and `recvcount` are the capacities in elements of `sendbuff` and `recvbuff`,
+// the same on every rank: the bounds the counts are held to. When a rank's counts are
+// negative or sum to more than `sendcount`, or the counts a rank receives sum to more than
+// `recvcount`, every rank refuses before anything is copied; the communicator is then failed
+// on every rank with that cause (the kernel found it after the call returned). Nothing is ever
+// written outside the buffers.
 //
 // `recvbuff` and `counts` lie in one registered window, at the same offsets on every rank;
 // `sendbuff` anywhere in a registered window; the three are disjoint. Bytes are moved, so every
 // data type arrives bit for bit.
 symmResult_t symmAlltoAllvDevice(const void *sendbuff,
+                                 size_t sendcount,
                                  void *recvbuff,
+                                 size_t recvcount,
                                  int64_t *counts,
-                                 size_t count,
                                  symmDataType_t datatype,
                                  symmComm_t comm,
                                  symmStream_t stream);

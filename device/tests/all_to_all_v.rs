@@ -22,23 +22,31 @@ struct Layout {
     send: usize,
     recv: usize,
     table: usize,
-    /// Bound in elements.
+    /// Elements of the send buffer (every row's bound); `bound` is the receive buffer's (every
+    /// column's).
+    send_bound: usize,
     bound: usize,
     element: usize,
 }
 
 impl Layout {
-    /// Send buffer, receive buffer and table one after the other from `start`.
-    fn at(start: usize, bound: usize, element: usize, world: usize) -> Layout {
+    /// Send buffer, receive buffer (both of `bound` elements) and table one after the other
+    /// from `start`.
+    fn at(start: usize, bound: usize, element: usize) -> Layout {
+        Layout::with_bounds(start, bound, bound, element)
+    }
+
+    /// As [`Layout::at`], the send buffer of `send_bound` elements.
+    fn with_bounds(start: usize, send_bound: usize, bound: usize, element: usize) -> Layout {
         let round = |x: usize| x.div_ceil(16) * 16;
         let send = round(start);
-        let recv = round(send + bound * element);
+        let recv = round(send + send_bound * element);
         let table = round(recv + bound * element);
-        let _ = world;
         Layout {
             send,
             recv,
             table,
+            send_bound,
             bound,
             element,
         }
@@ -64,6 +72,7 @@ fn table_of(ranks: &Ranks, tasks: &[Layout]) -> Vec<TaskArgs> {
                 send_offset: t.send as u64,
                 recv_offset: t.recv as u64,
                 count: (t.bound * t.element) as u64,
+                send_capacity: (t.send_bound * t.element) as u64,
                 first_cell: 0,
                 flags: (t.element as u32) << ELEMENT_BYTES_SHIFT,
                 reserved: 0,
@@ -100,7 +109,7 @@ fn plant(ranks: &mut Ranks, layout: &Layout, counts: &[Vec<i64>], salt: u8) {
         if salt == 0 {
             ranks.write(r, 0, &bytes);
         }
-        let send: Vec<u8> = (0..layout.bound * layout.element)
+        let send: Vec<u8> = (0..layout.send_bound * layout.element)
             .map(|i| (i as u8).wrapping_mul(7).wrapping_add(r as u8 * 13 + salt))
             .collect();
         ranks.write(r, layout.send, &send);
@@ -152,7 +161,7 @@ fn random_counts_match_the_reference() {
         for element in [1usize, 2, 4, 8] {
             for round in 0..4 {
                 let bound = [1usize, 7, 300, 4099][round] * world;
-                let layout = Layout::at(16 * (round + 1), bound, element, world);
+                let layout = Layout::at(16 * (round + 1), bound, element);
                 let mut ranks = Ranks::new(world, layout.end(world) + 48, TIMEOUT_NS);
                 let counts = random_counts(&mut rng, world, bound);
                 plant(&mut ranks, &layout, &counts, 0);
@@ -181,7 +190,7 @@ fn random_counts_match_the_reference() {
 #[test]
 fn counts_at_the_bound_are_accepted() {
     let world = 4;
-    let layout = Layout::at(0, 40, 4, world);
+    let layout = Layout::at(0, 40, 4);
     let mut ranks = Ranks::new(world, layout.end(world), TIMEOUT_NS);
     let counts: Vec<Vec<i64>> = (0..world)
         .map(|r| {
@@ -197,6 +206,52 @@ fn counts_at_the_bound_are_accepted() {
     check_windows(&mut ranks, &want, "counts at the bound");
 }
 
+/// The two bounds are separate: a rank may receive more than its send buffer holds (up to its
+/// receive buffer), or send more than its receive buffer holds (up to its send buffer); one
+/// element past the larger bound refuses.
+#[test]
+fn the_send_and_receive_bounds_are_separate() {
+    let world = 3;
+    for (send_bound, bound) in [(10usize, 25usize), (25, 10)] {
+        let layout = Layout::with_bounds(0, send_bound, bound, 2);
+        // Receives past the send bound (rank 1 gets 20 of 25), or sends past the receive
+        // bound (rank 2 sends 20 of 25 to three ranks, none past 10).
+        let accepted: Vec<Vec<i64>> = if bound > send_bound {
+            vec![vec![0, 10, 0], vec![0, 0, 0], vec![0, 10, 0]]
+        } else {
+            vec![vec![0, 0, 0], vec![0, 0, 0], vec![10, 5, 5]]
+        };
+        let mut refused = accepted.clone();
+        if bound > send_bound {
+            // Rank 1 would receive 26: 1 more than its receive buffer holds.
+            refused[1][1] = 6;
+        } else {
+            // Rank 2 would send 26 (no rank receiving more than 10): 1 more than its send
+            // buffer holds.
+            refused[2] = vec![10, 10, 6];
+        }
+        for (counts, ok) in [(accepted, true), (refused, false)] {
+            let what = format!("send bound {send_bound}, receive bound {bound}, {counts:?}");
+            let mut ranks = Ranks::new(world, layout.end(world), TIMEOUT_NS);
+            plant(&mut ranks, &layout, &counts, 0);
+            let want = expected(&mut ranks, &layout, &counts);
+            let statuses = ranks.run_table(&table_of(&ranks, &[layout]), 1, kernel_fn(), 2, 4);
+            let status = if ok {
+                KernelStatus::Completed
+            } else {
+                KernelStatus::Aborted
+            };
+            assert!(
+                statuses.iter().all(|s| *s == status),
+                "{what}: {statuses:?}"
+            );
+            if ok {
+                check_windows(&mut ranks, &want, &what);
+            }
+        }
+    }
+}
+
 /// Several tasks in one launch, each with its own buffers and table.
 #[test]
 fn batches_of_several_tasks_match_the_reference() {
@@ -205,13 +260,14 @@ fn batches_of_several_tasks_match_the_reference() {
         let mut layouts = Vec::new();
         let mut start = 0;
         for t in 0..4 {
-            let layout = Layout::at(start, 33 * world + t, [1, 2, 4, 8][t], world);
+            let layout =
+                Layout::with_bounds(start, 33 * world + t, 40 * world + 3 * t, [1, 2, 4, 8][t]);
             start = layout.end(world) + 8;
             layouts.push(layout);
         }
         let all_counts: Vec<_> = layouts
             .iter()
-            .map(|l| random_counts(&mut rng, world, l.bound))
+            .map(|l| random_counts(&mut rng, world, l.send_bound.min(l.bound)))
             .collect();
         let planted = || {
             let mut ranks = Ranks::new(world, start, TIMEOUT_NS);
@@ -249,7 +305,7 @@ fn a_long_sequence_mixed_with_all_to_all_on_one_window() {
     let world = 3;
     let mut rng = Rng(0x5E9);
     let layout_bound = 64 * world;
-    let window = Layout::at(0, layout_bound, 8, world).end(world) + 64;
+    let window = Layout::at(0, layout_bound, 8).end(world) + 64;
     let mut ranks = Ranks::new(world, window, TIMEOUT_NS);
     for step in 0..60 {
         let blocks = 1 + (rng.next_u64() % 4) as u32;
@@ -274,7 +330,7 @@ fn a_long_sequence_mixed_with_all_to_all_on_one_window() {
         }
         let element = [1usize, 2, 4, 8][(rng.next_u64() % 4) as usize];
         let bound = layout_bound * 8 / element / 2;
-        let layout = Layout::at(0, bound.min(layout_bound), element, world);
+        let layout = Layout::at(0, bound.min(layout_bound), element);
         let counts = random_counts(&mut rng, world, layout.bound);
         plant(&mut ranks, &layout, &counts, step as u8);
         let want = expected(&mut ranks, &layout, &counts);
@@ -328,7 +384,7 @@ fn every_offence_refuses_on_every_rank_and_writes_nothing() {
     ];
     for (what, edit, word) in cases {
         for (blocks, threads) in [(1u32, 1u32), (3, 4)] {
-            let layout = Layout::at(0, bound, 4, world);
+            let layout = Layout::at(0, bound, 4);
             let mut ranks = Ranks::new(world, layout.end(world) + 16, TIMEOUT_NS);
             let mut counts: Vec<Vec<i64>> = vec![vec![5; world]; world];
             for row in counts.iter_mut() {
@@ -370,7 +426,7 @@ fn every_offence_refuses_on_every_rank_and_writes_nothing() {
 #[test]
 fn a_missing_rank_makes_the_others_time_out() {
     let world = 3;
-    let layout = Layout::at(0, 30, 1, world);
+    let layout = Layout::at(0, 30, 1);
     let mut ranks = Ranks::new(world, layout.end(world), 50_000_000);
     let counts = vec![vec![10i64; world]; world];
     plant(&mut ranks, &layout, &counts, 0);
@@ -390,7 +446,7 @@ fn a_missing_rank_makes_the_others_time_out() {
 #[test]
 fn an_invalid_element_size_refuses_the_launch() {
     let world = 2;
-    let layout = Layout::at(0, 8, 4, world);
+    let layout = Layout::at(0, 8, 4);
     let ranks = Ranks::new(world, layout.end(world), TIMEOUT_NS);
     let mut table = table_of(&ranks, &[layout]);
     for entry in table.iter_mut() {

@@ -1319,6 +1319,7 @@ fn a_refused_launch_keeps_the_next_launch_from_announcing() {
         flags: 0,
         reserved: 0,
         counts_offset: 0,
+        send_capacity: 0,
     }];
     let refused = ranks.run_per_rank(2, 4, Some(&[0]), &|_| {
         // SAFETY: a one-rank table of one task over a live context.

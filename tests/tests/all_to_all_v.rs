@@ -147,9 +147,10 @@ fn one_thread_drives_every_rank_in_a_group() {
                 let result = unsafe {
                     symmAlltoAllvDevice(
                         b.base.add(SEND).cast(),
-                        b.base.add(RECV).cast(),
-                        b.base.add(TABLE).cast(),
                         bound,
+                        b.base.add(RECV).cast(),
+                        bound + 5,
+                        b.base.add(TABLE).cast(),
                         dtype,
                         b.comm,
                         null_mut(),
@@ -209,9 +210,10 @@ fn rank_threads_make_long_mixed_sequences() {
             stream.put_bytes(at(TABLE), &table_bytes(&counts[rank]));
             let result = symmAlltoAllvDevice(
                 at(SEND).cast(),
-                at(RECV).cast(),
-                at(TABLE).cast(),
                 bound,
+                at(RECV).cast(),
+                bound,
+                at(TABLE).cast(),
                 dtype,
                 comm,
                 s,
@@ -300,9 +302,10 @@ fn counts_beyond_the_bound_fail_every_rank_promptly() {
         let started = Instant::now();
         let result = symmAlltoAllvDevice(
             at(SEND).cast(),
-            at(RECV).cast(),
-            at(TABLE).cast(),
             bound,
+            at(RECV).cast(),
+            bound,
+            at(TABLE).cast(),
             symmDataType_t::symmFloat32 as i32,
             comm,
             s,
@@ -358,9 +361,10 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
         |b: &RankBuffer, send: *mut u8, recv: *mut u8, table: *mut u8, count: usize, dtype: i32| {
             symmAlltoAllvDevice(
                 send.cast(),
-                recv.cast(),
-                table.cast(),
                 count,
+                recv.cast(),
+                count,
+                table.cast(),
                 dtype,
                 b.comm,
                 null_mut(),
@@ -468,6 +472,29 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
             assert!(message.contains(names), "{what}: {message}");
         }
     }
+    // Capacities that differ between the ranks are refused on every rank before anything
+    // runs (the kernel checks every rank's counts against the same bounds).
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        // SAFETY: offsets inside the window.
+        let result = unsafe {
+            symmAlltoAllvDevice(
+                b.base.add(SEND).cast(),
+                10 + rank,
+                b.base.add(RECV).cast(),
+                10,
+                b.base.add(TABLE).cast(),
+                f32_type,
+                b.comm,
+                null_mut(),
+            )
+        };
+        check(result, b.comm);
+    }
+    let result = symmGroupEnd();
+    assert_eq!(result, symmResult_t::symmInvalidUsage);
+    let message = last_error(buffers[0].comm);
+    assert!(message.contains("sendcount 10 vs 11"), "{message}");
     // Still usable: a good call in a group.
     let counts = vec![vec![3i64; nranks]; nranks];
     for (rank, b) in buffers.iter().enumerate() {
@@ -589,9 +616,10 @@ fn rank_process() {
         stream.put_bytes(at(TABLE), &table_bytes(&counts[rank]));
         let result = symmAlltoAllvDevice(
             at(SEND).cast(),
-            at(RECV).cast(),
-            at(TABLE).cast(),
             bound,
+            at(RECV).cast(),
+            bound,
+            at(TABLE).cast(),
             f64_type,
             comm,
             s,
@@ -616,9 +644,10 @@ fn rank_process() {
     let started = Instant::now();
     let result = symmAlltoAllvDevice(
         at(SEND).cast(),
-        at(RECV).cast(),
-        at(TABLE).cast(),
         500,
+        at(RECV).cast(),
+        500,
+        at(TABLE).cast(),
         f64_type,
         comm,
         s,

@@ -1249,6 +1249,115 @@ fn gpu_graph_capture_of_send_and_recv() {
     teardown(buffers);
 }
 
+/// All-to-all-v with its counts in device memory, 4 ranks on one GPU: a large call (many
+/// blocks, segments of odd lengths) checked against the reference, then a group captured in a
+/// graph and replayed 30 times with new counts and data written before each replay: the
+/// kernel reads the counts at each replay, no host synchronization, exact.
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
+fn gpu_all_to_all_v_with_device_counts_and_graph_replays() {
+    let nranks = 4;
+    let element = 4;
+    let bound = 100_003;
+    let (send, recv) = (0usize, (bound * element).div_ceil(256) * 256);
+    let table = recv + (bound * element).div_ceil(256) * 256;
+    let comms = cuda_ranks(nranks);
+    let buffers = alloc_windows(&comms, table + 4096);
+    let f32_type = symmDataType_t::symmFloat32 as i32;
+    let counts_of = |seed: u64| -> Vec<Vec<i64>> {
+        let mut rng = Rng(seed);
+        let share = (bound / nranks) as u64;
+        (0..nranks)
+            .map(|_| {
+                (0..nranks)
+                    .map(|_| match rng.next_u64() % 4 {
+                        0 => 0,
+                        1 => share as i64,
+                        _ => (rng.next_u64() % (share + 1)) as i64,
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let plant = |seed: u64, counts: &[Vec<i64>]| -> Vec<Vec<u8>> {
+        buffers
+            .iter()
+            .enumerate()
+            .map(|(rank, b)| {
+                let data: Vec<u8> = (0..bound * element)
+                    .map(|i| (i * 5 + rank * 17 + seed as usize * 3 + i / 509) as u8)
+                    .collect();
+                let row: Vec<u8> = counts[rank].iter().flat_map(|v| v.to_ne_bytes()).collect();
+                // SAFETY: offsets inside the window.
+                unsafe {
+                    put_bytes(b.base.add(send), &data);
+                    put_bytes(b.base.add(table), &row);
+                }
+                data
+            })
+            .collect()
+    };
+    let check_all = |counts: &[Vec<i64>], data: &[Vec<u8>], what: &str| {
+        for (rank, b) in buffers.iter().enumerate() {
+            let mut want = Vec::new();
+            let mut rows = vec![0i64; 2 * nranks];
+            for from in 0..nranks {
+                let start = counts[from][..rank].iter().sum::<i64>() as usize * element;
+                let n = counts[from][rank] as usize * element;
+                rows[from] = counts[from][rank];
+                rows[nranks + from] = (want.len() / element) as i64;
+                want.extend_from_slice(&data[from][start..start + n]);
+            }
+            // SAFETY: offsets inside the window.
+            let (got, got_table) = unsafe {
+                (
+                    get_bytes(b.base.add(recv), want.len()),
+                    get_bytes(b.base.add(table + 8 * nranks), 16 * nranks),
+                )
+            };
+            assert!(got == want, "{what}: rank {rank}'s received segments");
+            let got_rows: Vec<i64> = got_table
+                .chunks(8)
+                .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(got_rows, rows, "{what}: rank {rank}'s rows 1 and 2");
+        }
+    };
+    let issue = |stream: sys::CUstream| {
+        check(symmGroupStart(), null_mut());
+        for b in &buffers {
+            // SAFETY: offsets inside the window.
+            let result = unsafe {
+                symmAlltoAllvDevice(
+                    b.base.add(send).cast(),
+                    bound,
+                    b.base.add(recv).cast(),
+                    bound,
+                    b.base.add(table).cast(),
+                    f32_type,
+                    b.comm,
+                    stream.cast(),
+                )
+            };
+            check(result, b.comm);
+        }
+        check(symmGroupEnd(), null_mut());
+    };
+    let counts = counts_of(1);
+    let data = plant(1, &counts);
+    issue(null_mut());
+    // SAFETY: a context is current (the windows were made in it).
+    unsafe { sys::cuCtxSynchronize() }.result().unwrap();
+    check_all(&counts, &data, "a call");
+    replay_graph(&buffers, repeats(30), issue, |replay, run| {
+        let counts = counts_of(replay + 2);
+        let data = plant(replay + 2, &counts);
+        run();
+        check_all(&counts, &data, &format!("graph replay {replay}"));
+    });
+    teardown(buffers);
+}
+
 fn replay_graph(
     buffers: &[RankBuffer],
     replays: u64,

@@ -9,10 +9,11 @@
 //! row 2 (where each peer's segment starts in the receive buffer, in elements: the segments
 //! are packed in peer order).
 //!
-//! **The bound.** The host agrees on `count` (in bytes in the work table), the capacity of every
-//! rank's send and receive buffer. Each rank checks its own row (no count negative, their sum
-//! within the bound) and its own column (the counts its peers send it, summed, within the
-//! bound), and the ranks vote ([`CrossRankBarrier::sync_unanimous`]) before anything is
+//! **The bounds.** The host agrees on the capacities of the send and the receive buffers, the
+//! same on every rank (`send_capacity` and `count`, in bytes, in the work table). Each rank
+//! checks its own row (no count negative, their sum within the send capacity) and its own
+//! column (the counts its peers send it, summed, within the receive capacity), and the ranks
+//! vote ([`CrossRankBarrier::sync_unanimous`]) before anything is
 //! copied: every rank's block `b` learns the same answer. On a refusal no rank copies or
 //! writes anything; every rank finds the first offence in the whole table (the same on every
 //! rank), raises its abort word with it ([`ABORT_COUNTS_REFUSED`]), and its host fails the
@@ -101,8 +102,10 @@ struct Table<'a> {
     ctx: &'a SymmContext,
     /// Byte offset of the table in the receive window (every rank).
     offset: u64,
-    /// The bound, in elements.
-    bound: u64,
+    /// The send buffer's capacity, in elements: a row's bound.
+    send_bound: u64,
+    /// The receive buffer's capacity, in elements: a column's bound.
+    recv_bound: u64,
 }
 
 impl Table<'_> {
@@ -119,8 +122,8 @@ impl Table<'_> {
         }
     }
 
-    /// What `from` sends to `to`, as a checked element count (`None`: negative or above the
-    /// bound).
+    /// What `from` sends to `to`, as a checked element count (`None`: negative, or above the
+    /// send buffer's capacity).
     ///
     /// # Safety
     /// As for [`Table::count`].
@@ -128,7 +131,7 @@ impl Table<'_> {
     unsafe fn checked(&self, from: u32, to: u32) -> Option<u64> {
         // SAFETY: forwarded contract.
         let count = unsafe { self.count(from, to) };
-        (count >= 0 && count as u64 <= self.bound).then_some(count as u64)
+        (count >= 0 && count as u64 <= self.send_bound).then_some(count as u64)
     }
 
     /// Why rank `rank`'s own row or column breaks the bound, if it does: the check each rank
@@ -155,10 +158,9 @@ impl Table<'_> {
             if out < 0 {
                 return Some((CountsRefusal::Negative, Some(peer)));
             }
-            // Each term is at most `bound` when counted (a larger one refuses at once), so
-            // the sum does not overflow.
+            // The sum refuses as soon as it passes the bound, so it never overflows.
             sends = sends.saturating_add(out as u64);
-            if sends > self.bound {
+            if sends > self.send_bound {
                 return Some((CountsRefusal::SendsOverBound, None));
             }
         }
@@ -176,10 +178,10 @@ impl Table<'_> {
         let mut receives = 0u64;
         for peer in 0..self.ctx.world_size {
             // SAFETY: peer, rank < world_size (contract).
-            let into = unsafe { self.checked(peer, rank) }.unwrap_or(self.bound + 1);
+            let into = unsafe { self.checked(peer, rank) }.unwrap_or(u64::MAX);
             receives = receives.saturating_add(into);
         }
-        (receives > self.bound).then_some((CountsRefusal::ReceivesOverBound, None))
+        (receives > self.recv_bound).then_some((CountsRefusal::ReceivesOverBound, None))
     }
 
     /// The first offence of the whole table: the rows of every rank in rank order, then the
@@ -213,7 +215,7 @@ impl Table<'_> {
     unsafe fn column_prefix(&self, before: u32, to: u32) -> u64 {
         let mut sum = 0u64;
         for from in 0..before {
-            // SAFETY: from, to < world_size; counts passed the vote, so each is in [0, bound].
+            // SAFETY: from, to < world_size; counts passed the vote, so each is in bounds.
             sum += unsafe { self.checked(from, to) }.unwrap_or(0);
         }
         sum
@@ -235,15 +237,16 @@ impl Table<'_> {
 }
 
 /// All-to-all-v of a batch whose counts are in device memory (see the module documentation).
-/// Each task's `count` is the bound in bytes, its flags carry the element size
-/// ([`ELEMENT_BYTES_SHIFT`]), and `counts_offset` places its count table in its receive
-/// window.
+/// Each task's `count` and `send_capacity` are the bounds in bytes, its flags carry the
+/// element size ([`ELEMENT_BYTES_SHIFT`]), and `counts_offset` places its count table in its
+/// receive window.
 ///
 /// # Safety
-/// The contexts are host-built for windows holding each task's `[send_offset, + count)` (send
-/// window, this rank), `[recv_offset, + count)` and the table `[counts_offset, + 3·world·8)`
+/// The contexts are host-built for windows holding each task's `[send_offset, +
+/// send_capacity)` (send window, this rank), `[recv_offset, + count)` and the table `[counts_offset, + 3·world·8)`
 /// (receive window, every rank), which do not overlap; the element size divides `count`, the
-/// offsets and the window bases; every rank launches the same kernel, batch and shape.
+/// offsets and the window bases; every rank launches the same kernel, batch (bounds included)
+/// and shape.
 #[inline(always)]
 pub unsafe fn all_to_all_v(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     for index in 0..batch.len() {
@@ -291,7 +294,8 @@ unsafe fn run_task(
     let table = Table {
         ctx: recv,
         offset: entry.counts_offset,
-        bound: task.args.count / element,
+        send_bound: entry.send_capacity / element,
+        recv_bound: task.args.count / element,
     };
     let me = recv.rank;
     let world = recv.world_size;

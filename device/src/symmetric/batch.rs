@@ -64,9 +64,12 @@ pub struct TaskArgs {
     /// All-to-all-v: byte offset of the task's count table in its receive window (the same on
     /// every rank; see [`super::all_to_all_v`]). Zero for the other kernels.
     pub counts_offset: u64,
+    /// All-to-all-v: bytes of the send buffer, the same on every rank (`count` is the receive
+    /// buffer's). Zero for the other kernels.
+    pub send_capacity: u64,
 }
 
-static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 64);
+static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 72);
 static_assertions::const_assert_eq!(core::mem::align_of::<TaskArgs>(), 8);
 
 /// Elements of one cell of `algorithm` on elements of `element_bytes` bytes (all-gathers and

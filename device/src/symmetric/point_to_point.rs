@@ -133,6 +133,7 @@ impl PeerTask {
                 | (self.slot & 0xFF) << 16,
             reserved: self.ordinals,
             counts_offset: 0,
+            send_capacity: 0,
         }
     }
 
@@ -149,6 +150,7 @@ impl PeerTask {
             flags: FLAG_PADDING,
             reserved: 0,
             counts_offset: 0,
+            send_capacity: 0,
         }
     }
 
@@ -293,6 +295,7 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
             flags: task.args.flags,
             reserved: 0,
             counts_offset: 0,
+            send_capacity: 0,
         });
         if task.args.flags & FLAG_PADDING != 0 {
             index += 1;

@@ -277,6 +277,7 @@ impl Ranks {
                 flags: args.flags,
                 reserved: 0,
                 counts_offset: 0,
+                send_capacity: 0,
             })
             .collect();
         self.run_table(&table, 1, kernel, blocks, threads)
@@ -335,6 +336,7 @@ impl Ranks {
                         | flags.get(i).and_then(|f| f.get(t)).copied().unwrap_or(0),
                     reserved: 0,
                     counts_offset: 0,
+                    send_capacity: 0,
                 })
             })
             .collect();

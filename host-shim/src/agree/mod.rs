@@ -60,8 +60,9 @@ pub struct Signature {
     /// The call is in place on this rank (compared only where the algorithm needs every rank
     /// alike: the two-shot all-reduce).
     pub in_place: bool,
-    /// All-to-all-v: the offset of the count table in the receive window (peers read it there).
-    pub counts: Option<u64>,
+    /// All-to-all-v: the count table's offset in the receive window (peers read it there) and
+    /// the send buffer's capacity (peers check every rank's counts against it).
+    pub counts: Option<crate::collective::CountTable>,
 }
 
 impl std::fmt::Display for Signature {
@@ -110,7 +111,7 @@ pub(crate) const NO_BUFFER: u64 = u64::MAX;
 
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 9;
+    pub(crate) const WORDS: usize = 10;
 
     /// `self` as the `index`-th of `size` calls fused into one launch.
     pub fn in_batch(self, index: usize, size: usize) -> Signature {
@@ -193,13 +194,19 @@ impl Signature {
                 ));
             }
         }
-        if a.counts != b.counts {
-            let place = |at: Option<u64>| at.map_or("none".to_string(), |o| o.to_string());
-            differences.push(format!(
+        match (a.counts, b.counts) {
+            (Some(x), Some(y)) if x.offset != y.offset => differences.push(format!(
                 "count table at window offset {} vs {} (offsets must be symmetric)",
-                place(a.counts),
-                place(b.counts)
-            ));
+                x.offset, y.offset
+            )),
+            (Some(x), Some(y)) if x.send_count != y.send_count => differences.push(format!(
+                "sendcount {} vs {} (the send capacity must be the same on every rank)",
+                x.send_count, y.send_count
+            )),
+            (x, y) if x.is_some() != y.is_some() => {
+                differences.push("a count table vs none".to_string())
+            }
+            _ => {}
         }
         differences
     }
@@ -208,7 +215,7 @@ impl Signature {
     /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root and
     /// the place in the launch; the send and receive buffers' windows and offsets
     /// ([`NO_BUFFER`] for a buffer not used by peers); in place; the count table's offset
-    /// ([`NO_BUFFER`] for none).
+    /// ([`NO_BUFFER`] for none) and the send capacity.
     pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
@@ -234,7 +241,8 @@ impl Signature {
             recv_window,
             recv_offset,
             self.in_place as u64,
-            self.counts.unwrap_or(NO_BUFFER),
+            self.counts.map_or(NO_BUFFER, |c| c.offset),
+            self.counts.map_or(0, |c| c.send_count),
         ]
     }
 
@@ -266,7 +274,10 @@ impl Signature {
             send: buffer(words[3], words[4]),
             recv: buffer(words[5], words[6]),
             in_place: words[7] == 1,
-            counts: (words[8] != NO_BUFFER).then_some(words[8]),
+            counts: (words[8] != NO_BUFFER).then_some(crate::collective::CountTable {
+                offset: words[8],
+                send_count: words[9],
+            }),
         })
     }
 }

@@ -347,7 +347,8 @@ fn launch_of(parts: &[Vec<&Task>], plan: &Plan) -> Result<Launch> {
                 first_cell,
                 flags: task.rank_flags,
                 reserved: 0,
-                counts_offset: task.counts_offset.unwrap_or(0),
+                counts_offset: task.counts.map_or(0, |t| t.offset),
+                send_capacity: task.counts.map_or(0, |t| t.send_count * element_bytes),
             });
             first_cell += task_cells(algorithm, element_bytes, task.kernel_count(plan));
         }

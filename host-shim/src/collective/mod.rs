@@ -6,6 +6,7 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
+pub use validate::CountTable;
 pub use validate::{
     Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe, gather, reduce,
     reduce_scatter, scatter,
@@ -45,8 +46,8 @@ pub struct Task {
     pub stream: u64,
     /// The collective.
     pub collective: Collective,
-    /// All-to-all-v: the offset of the count table in the receive window (every rank's).
-    pub counts_offset: Option<u64>,
+    /// All-to-all-v: its count table and send capacity.
+    pub counts: Option<CountTable>,
 }
 
 impl Task {
@@ -70,7 +71,7 @@ impl Task {
                 offset: self.args.recv_offset,
             }),
             in_place: self.in_place(),
-            counts: self.counts_offset,
+            counts: self.counts,
         }
     }
 
@@ -186,10 +187,15 @@ impl Task {
             // table, in one window, are written (peers read row 0 of the table: it counts as
             // written, which orders the task after any that writes the table).
             (Collective::AllToAllV, _) => {
-                let table = self.recv_window.base + self.counts_offset.unwrap_or(0);
+                let counts = self.counts.unwrap_or(CountTable {
+                    offset: 0,
+                    send_count: 0,
+                });
+                let table = self.recv_window.base + counts.offset;
                 let table_end = table + 24 * self.comm.clique.nranks as u64;
+                let element = self.plan.kernel.dtype.size_bytes() as u64;
                 (
-                    send..send + share,
+                    send..send + counts.send_count * element,
                     recv.min(table)..(recv + share).max(table_end),
                 )
             }
@@ -284,6 +290,6 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         root: request.root,
         stream,
         collective: request.collective,
-        counts_offset: request.counts_offset,
+        counts: request.counts,
     }))
 }

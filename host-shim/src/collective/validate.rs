@@ -26,8 +26,8 @@ pub struct Request {
     pub(super) rank_flags: u32,
     /// The broadcast's root (0 for the other collectives).
     pub(super) root: u32,
-    /// All-to-all-v: the offset of the count table in the receive window.
-    pub(super) counts_offset: Option<u64>,
+    /// All-to-all-v: its count table and send capacity.
+    pub(super) counts: Option<CountTable>,
 }
 
 /// Decode a C `symmDataType_t`.
@@ -181,7 +181,7 @@ pub fn all_reduce(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
-        counts_offset: None,
+        counts: None,
     })
 }
 
@@ -233,7 +233,7 @@ pub fn reduce(
         args,
         rank_flags: rank_flags | FLAG_REDUCE_TO_ROOT,
         root,
-        counts_offset: None,
+        counts: None,
     })
 }
 
@@ -315,7 +315,7 @@ pub fn all_gather(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
-        counts_offset: None,
+        counts: None,
     })
 }
 
@@ -353,7 +353,7 @@ pub fn reduce_scatter(
         args,
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
-        counts_offset: None,
+        counts: None,
     })
 }
 
@@ -411,7 +411,7 @@ pub fn broadcast(
         args,
         rank_flags,
         root,
-        counts_offset: None,
+        counts: None,
     })
 }
 
@@ -506,28 +506,40 @@ pub fn all_to_all(
         args,
         rank_flags: 0,
         root: 0,
-        counts_offset: None,
+        counts: None,
     })
 }
 
-/// Validate `symmAlltoAllvDevice`'s arguments against `comm`'s windows: `count` is the
-/// capacity, in elements, of every rank's `sendbuff` and `recvbuff` (the bound the kernel
-/// holds the counts to); `counts` is the count table, `3 × nranks` `int64_t` in `recvbuff`'s
-/// window (row 0 read, rows 1 and 2 written by the kernel; see
-/// `symm_device::symmetric::all_to_all_v`). `recvbuff` and `counts` lie at the same offsets
-/// of the same window on every rank (peers store into the one and read the other); `sendbuff`
-/// anywhere in a window. No two of the three may overlap.
+/// An all-to-all-v's count table and the capacity of its send buffer (the receive buffer's is
+/// the call's count): what every rank's kernel assumes of every rank (see
+/// `symm_device::symmetric::all_to_all_v`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountTable {
+    /// Byte offset of the table in the receive window (the same on every rank).
+    pub offset: u64,
+    /// Elements of the send buffer (the same on every rank).
+    pub send_count: u64,
+}
+
+/// Validate `symmAlltoAllvDevice`'s arguments against `comm`'s windows: `sendcount` and
+/// `recvcount` are the capacities, in elements, of every rank's `sendbuff` and `recvbuff` (the
+/// bounds the kernel holds the counts to); `counts` is the count table, `3 × nranks` `int64_t`
+/// in `recvbuff`'s window (row 0 read, rows 1 and 2 written by the kernel). `recvbuff` and
+/// `counts` lie at the same offsets of the same window on every rank (peers store into the one
+/// and read the other); `sendbuff` anywhere in a window. No two of the three may overlap.
 pub fn all_to_all_v(
     comm: &Comm,
-    (send, recv, counts): (u64, u64, u64),
-    count: usize,
+    (send, send_count): (u64, usize),
+    (recv, recv_count): (u64, usize),
+    counts: u64,
     datatype: symmDataTypeRaw,
 ) -> Result<Request> {
     let dtype = data_type(datatype)?;
     let element = dtype.size_bytes() as u64;
-    let bytes = byte_count(count, element, "count", &[send, recv])?;
-    let send_window = window_of(comm, "sendbuff", send, bytes.max(1), element)?;
-    let recv_window = window_of(comm, "recvbuff", recv, bytes.max(1), element)?;
+    let send_bytes = byte_count(send_count, element, "sendcount", &[send])?;
+    let recv_bytes = byte_count(recv_count, element, "recvcount", &[recv])?;
+    let send_window = window_of(comm, "sendbuff", send, send_bytes.max(1), element)?;
+    let recv_window = window_of(comm, "recvbuff", recv, recv_bytes.max(1), element)?;
     let table_bytes =
         symm_device::symmetric::all_to_all_v::TABLE_ROWS * 8 * comm.clique.nranks as u64;
     let table_window = window_of(comm, "counts", counts, table_bytes, 8)?;
@@ -540,9 +552,9 @@ pub fn all_to_all_v(
         )));
     }
     for (a, a_bytes, b, b_bytes, what) in [
-        (send, bytes, recv, bytes, "sendbuff and recvbuff"),
-        (counts, table_bytes, recv, bytes, "counts and recvbuff"),
-        (counts, table_bytes, send, bytes, "counts and sendbuff"),
+        (send, send_bytes, recv, recv_bytes, "sendbuff and recvbuff"),
+        (counts, table_bytes, recv, recv_bytes, "counts and recvbuff"),
+        (counts, table_bytes, send, send_bytes, "counts and sendbuff"),
     ] {
         if overlap(a, a_bytes, b, b_bytes) {
             return Err(Error::invalid_argument(format!(
@@ -553,20 +565,23 @@ pub fn all_to_all_v(
     let args = CollectiveArgs {
         send_offset: send - send_window.base,
         recv_offset: recv - recv_window.base,
-        count: count as u64,
+        count: recv_count as u64,
         flags: 0,
     };
     Ok(Request {
         collective: Collective::AllToAllV,
         dtype,
         op: RedOp::Sum,
-        count: count as u64,
+        count: recv_count as u64,
         send_window,
         recv_window,
         args,
         rank_flags: (element as u32) << symm_device::symmetric::all_to_all_v::ELEMENT_BYTES_SHIFT,
         root: 0,
-        counts_offset: Some(counts - table_window.base),
+        counts: Some(CountTable {
+            offset: counts - table_window.base,
+            send_count: send_count as u64,
+        }),
     })
 }
 
@@ -619,7 +634,7 @@ pub fn gather(
         args,
         rank_flags,
         root,
-        counts_offset: None,
+        counts: None,
     })
 }
 
@@ -676,6 +691,6 @@ pub fn scatter(
         args,
         rank_flags,
         root,
-        counts_offset: None,
+        counts: None,
     })
 }

@@ -400,12 +400,11 @@ fn counts_refusal(rank: usize, word: u32) -> Error {
         }
         (Some(CountsRefusal::Negative), None) => format!("a count of {at} is negative"),
         (Some(CountsRefusal::SendsOverBound), _) => format!(
-            "{at}'s counts sum to more elements than the call's count (the capacity of its \
-             sendbuff)"
+            "{at}'s counts sum to more elements than sendcount (the capacity of its sendbuff)"
         ),
         (Some(CountsRefusal::ReceivesOverBound), _) => format!(
-            "the counts sent to {at} sum to more elements than the call's count (the capacity \
-             of its recvbuff)"
+            "the counts sent to {at} sum to more elements than recvcount (the capacity of its \
+             recvbuff)"
         ),
         (None, _) => "the counts break the bound".to_string(),
     };

@@ -760,21 +760,24 @@ pub extern "C" fn symmAlltoAll(
 /// in `sendbuff`; the call writes row 1 (the elements received from each rank) and row 2 (where
 /// each rank's segment starts in `recvbuff`, in elements; packed in rank order).
 ///
-/// `count` is the capacity in elements of `sendbuff` and of `recvbuff`, the same on every rank:
-/// the bound the counts are held to. When a rank's counts are negative or sum to more than
-/// `count`, or the counts a rank receives do, every rank refuses before anything is copied; the
-/// communicator is then failed on every rank with that cause (the kernel found it after the
-/// call returned). Nothing is ever written outside the buffers.
+/// `sendcount` and `recvcount` are the capacities in elements of `sendbuff` and `recvbuff`,
+/// the same on every rank: the bounds the counts are held to. When a rank's counts are
+/// negative or sum to more than `sendcount`, or the counts a rank receives sum to more than
+/// `recvcount`, every rank refuses before anything is copied; the communicator is then failed
+/// on every rank with that cause (the kernel found it after the call returned). Nothing is ever
+/// written outside the buffers.
 ///
 /// `recvbuff` and `counts` lie in one registered window, at the same offsets on every rank;
 /// `sendbuff` anywhere in a registered window; the three are disjoint. Bytes are moved, so every
 /// data type arrives bit for bit.
 #[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
 pub extern "C" fn symmAlltoAllvDevice(
     sendbuff: *const c_void,
+    sendcount: usize,
     recvbuff: *mut c_void,
+    recvcount: usize,
     counts: *mut i64,
-    count: usize,
     datatype: symmDataTypeRaw,
     comm: symmComm_t,
     stream: symmStream_t,
@@ -782,10 +785,15 @@ pub extern "C" fn symmAlltoAllvDevice(
     with_comm("symmAlltoAllvDevice", comm, |c| {
         group::collective(
             c,
-            &collective::describe("symmAlltoAllvDevice", count, datatype),
+            &collective::describe("symmAlltoAllvDevice", recvcount, datatype),
             || {
-                let buffers = (sendbuff as u64, recvbuff as u64, counts as u64);
-                collective::all_to_all_v(c, buffers, count, datatype)
+                collective::all_to_all_v(
+                    c,
+                    (sendbuff as u64, sendcount),
+                    (recvbuff as u64, recvcount),
+                    counts as u64,
+                    datatype,
+                )
             },
             stream as u64,
         )
