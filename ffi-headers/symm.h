@@ -497,8 +497,9 @@ symmResult_t symmAlltoAll(const void *sendbuff,
 // on every rank with that cause (the kernel found it after the call returned). Nothing is ever
 // written outside the buffers.
 //
-// `recvbuff` and `counts` lie in one registered window, at the same offsets on every rank;
-// `sendbuff` anywhere in a registered window; the three are disjoint. Bytes are moved, so every
+// `recvbuff` and `counts` lie in registered windows (one or two), each at the same offset of the
+// same window on every rank; `sendbuff` anywhere in a registered window; the three are
+// disjoint. Bytes are moved, so every
 // data type arrives bit for bit.
 symmResult_t symmAlltoAllvDevice(const void *sendbuff,
                                  size_t sendcount,

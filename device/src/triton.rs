@@ -146,6 +146,7 @@ fn window_task(ctx: i64, send_offset: i64, recv_offset: i64, count: i64, flags: 
         first_cell: 0,
         flags,
         reserved: 0,
+        counts_context: 0,
         counts_offset: 0,
         send_capacity: 0,
     }

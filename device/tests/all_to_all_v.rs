@@ -76,6 +76,7 @@ fn table_of(ranks: &Ranks, tasks: &[Layout]) -> Vec<TaskArgs> {
                 first_cell: 0,
                 flags: (t.element as u32) << ELEMENT_BYTES_SHIFT,
                 reserved: 0,
+                counts_context: context,
                 counts_offset: t.table as u64,
             })
         })
@@ -249,6 +250,71 @@ fn the_send_and_receive_bounds_are_separate() {
                 check_windows(&mut ranks, &want, &what);
             }
         }
+    }
+}
+
+/// The count table may lie in another window than the buffers (PyTorch's three symmetric
+/// tensors): the kernel reads and writes it there.
+#[test]
+fn the_table_in_another_window() {
+    let mut rng = Rng(0x7AB1E);
+    for world in [2usize, 4] {
+        let layout = Layout::with_bounds(0, 50 * world, 70 * world, 4);
+        let mut ranks = Ranks::new(world, layout.table, TIMEOUT_NS);
+        let mut tables = Ranks::new(world, 3 * world * 8 + 64, TIMEOUT_NS);
+        let counts = random_counts(&mut rng, world, 50 * world);
+        // The reference sees the table at its offset in a window holding both.
+        let mut reference = Ranks::new(world, layout.end(world), TIMEOUT_NS);
+        plant(&mut reference, &layout, &counts, 0);
+        let want = expected(&mut reference, &layout, &counts);
+        for r in 0..world {
+            let window = reference.read::<u8>(r, 0, layout.table);
+            ranks.write(r, 0, &window);
+            tables.write(r, 32, &counts[r]);
+        }
+        let table: Vec<TaskArgs> = table_of(
+            &ranks,
+            &[Layout {
+                table: 32,
+                ..layout
+            }],
+        )
+        .into_iter()
+        .enumerate()
+        .map(|(r, entry)| TaskArgs {
+            counts_context: tables.context_address(r) as u64,
+            ..entry
+        })
+        .collect();
+        let statuses = ranks.run_table(&table, 1, kernel_fn(), 3, 4);
+        assert!(
+            statuses.iter().all(|s| *s == KernelStatus::Completed),
+            "{statuses:?}"
+        );
+        for r in 0..world {
+            assert_eq!(
+                ranks.read::<u8>(r, 0, layout.table),
+                want[r][..layout.table].to_vec()
+            );
+            let rows = tables.read::<i64>(r, 32, 3 * world);
+            let expected_rows: Vec<i64> = want[r][layout.table..layout.end(world)]
+                .chunks(8)
+                .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(rows, expected_rows, "{world} ranks: rank {r}'s table");
+        }
+        // A table context of another communicator size refuses the launch.
+        let other = Ranks::new(world + 1, 1024, TIMEOUT_NS);
+        let bad: Vec<TaskArgs> = table
+            .iter()
+            .enumerate()
+            .map(|(r, entry)| TaskArgs {
+                counts_context: other.context_address(r) as u64,
+                ..*entry
+            })
+            .collect();
+        let statuses = ranks.run_table(&bad, 1, kernel_fn(), 1, 2);
+        assert!(statuses.iter().all(|s| *s == KernelStatus::InvalidLaunch));
     }
 }
 

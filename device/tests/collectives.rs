@@ -1318,6 +1318,7 @@ fn a_refused_launch_keeps_the_next_launch_from_announcing() {
         first_cell: 0,
         flags: 0,
         reserved: 0,
+        counts_context: 0,
         counts_offset: 0,
         send_capacity: 0,
     }];

@@ -762,6 +762,54 @@ class Comm:
         ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
         self._collective(lib.symmAlltoAll, send, recv, count, dtype, self.nranks, self.nranks, stream)
 
+    def all_to_all_v(
+        self,
+        send: BufferLike,
+        recv: BufferLike,
+        counts: BufferLike,
+        send_count: int | None = None,
+        recv_count: int | None = None,
+        dtype: DTypeLike | None = None,
+        stream: StreamLike = None,
+    ) -> None:
+        """All-to-all-v with the counts in device memory (``symmAlltoAllvDevice``; PyTorch
+        SymmMem's ``all_to_all_vdev``): no host synchronization. ``counts`` holds ``3 * nranks``
+        int64: row 0, written before the call (by a kernel on the stream, say), the elements
+        this rank sends to each rank, its segments packed in rank order in ``send``; the call
+        writes row 1 (the elements received from each rank) and row 2 (where each rank's
+        segment starts in ``recv``, in elements).
+
+        ``send_count`` and ``recv_count`` are the capacities of ``send`` and ``recv`` in elements,
+        the same on every rank (default: what the arrays say): counts beyond them are refused on
+        every rank before anything is copied, and the communicator fails with that cause.
+        ``recv`` and ``counts`` lie in windows (one or two), each at the same offset of the
+        same window on every rank."""
+        send_operand = self._operand(send, "send")
+        recv_operand = self._operand(recv, "recv")
+        table = self._operand(counts, "counts")
+        if send_count is not None:
+            send_count = _as_int(send_count, "send_count")
+        if recv_count is not None:
+            recv_count = _as_int(recv_count, "recv_count")
+        send_count, element = resolve_call(send_operand, send_operand, send_count, dtype, 1, 1)
+        recv_count, recv_element = resolve_call(recv_operand, recv_operand, recv_count, dtype, 1, 1)
+        if recv_element != element:
+            raise InvalidArgumentError(f"send is {send_operand.kind} but recv is {recv_operand.kind}: their element types differ")
+        needed = 3 * self.nranks * 8
+        if table.dtype is not None and table.itemsize != 8:
+            raise InvalidArgumentError(f"counts is {table.kind}: want 3 x {self.nranks} int64")
+        if table.nbytes is not None and table.nbytes < needed:
+            raise InvalidArgumentError(f"counts holds {table.nbytes} bytes ({table.kind}): want 3 x {self.nranks} int64 ({needed} bytes)")
+        if stream is None:
+            stream_handle = torch_stream([send_operand, recv_operand, table]) or 0
+        else:
+            stream_handle = resolve_stream(stream)
+        check(
+            lib.symmAlltoAllvDevice(
+                send_operand.ptr, send_count, recv_operand.ptr, recv_count, table.ptr, element, self.handle, stream_handle
+            )
+        )
+
     def gather(
         self,
         send: BufferLike,

@@ -66,6 +66,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmReduceScatter": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmBroadcast": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmAlltoAll": (_result, [c_void_p, c_void_p, c_size_t, c_int, _comm, _stream]),
+    "symmAlltoAllvDevice": (_result, [c_void_p, c_size_t, c_void_p, c_size_t, c_void_p, c_int, _comm, _stream]),
     "symmSend": (_result, [c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmRecv": (_result, [c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmGather": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),

@@ -2,8 +2,9 @@
 //! `all_to_all_vdev`): no host synchronization, what token dispatch of a mixture of experts
 //! needs. A byte mover: one kernel for every data type.
 //!
-//! **The count table.** Each task names a table of `3 × world` `i64` in its receive window, at
-//! the same offset on every rank (peers read it): row 0, written by the caller before the
+//! **The count table.** Each task names a table of `3 × world` `i64` in a window of its own
+//! (`counts_context`; the receive window, or any other), at the same offset on every rank (peers
+//! read it): row 0, written by the caller before the
 //! call, holds the elements this rank sends to each peer, its segments packed in peer order
 //! in the send buffer; the kernel writes row 1 (the elements received from each peer) and
 //! row 2 (where each peer's segment starts in the receive buffer, in elements: the segments
@@ -32,7 +33,7 @@
 
 use super::batch::Batch;
 use super::segments::copy_bytes;
-use super::{Grid, KernelStatus};
+use super::{Grid, KernelStatus, TaskArgs, context_is_valid};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::abort::raise_timeout;
@@ -99,8 +100,9 @@ pub const fn refused_counts_at(word: u32) -> (Option<u32>, Option<u32>) {
 /// One task's count table as the calling rank reads it.
 #[derive(Clone, Copy)]
 struct Table<'a> {
+    /// The window holding the table.
     ctx: &'a SymmContext,
-    /// Byte offset of the table in the receive window (every rank).
+    /// Byte offset of the table in its window (every rank).
     offset: u64,
     /// The send buffer's capacity, in elements: a row's bound.
     send_bound: u64,
@@ -238,20 +240,27 @@ impl Table<'_> {
 
 /// All-to-all-v of a batch whose counts are in device memory (see the module documentation).
 /// Each task's `count` and `send_capacity` are the bounds in bytes, its flags carry the
-/// element size ([`ELEMENT_BYTES_SHIFT`]), and `counts_offset` places its count table in its
-/// receive window.
+/// element size ([`ELEMENT_BYTES_SHIFT`]), and `counts_context` and `counts_offset` place its
+/// count table.
 ///
 /// # Safety
 /// The contexts are host-built for windows holding each task's `[send_offset, +
-/// send_capacity)` (send window, this rank), `[recv_offset, + count)` and the table `[counts_offset, + 3·world·8)`
-/// (receive window, every rank), which do not overlap; the element size divides `count`, the
+/// send_capacity)` (send window, this rank), `[recv_offset, + count)` (receive window, every
+/// rank) and the table `[counts_offset, + 3·world·8)` (its window, every rank), which do not
+/// overlap; the table's context is 0 or host-built; the element size divides `count`, the
 /// offsets and the window bases; every rank launches the same kernel, batch (bounds included)
 /// and shape.
 #[inline(always)]
 pub unsafe fn all_to_all_v(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
     for index in 0..batch.len() {
-        let element = (batch.entry(index).flags >> ELEMENT_BYTES_SHIFT) & 0xFF;
-        if !matches!(element, 1 | 2 | 4 | 8) {
+        let entry = batch.entry(index);
+        let element = (entry.flags >> ELEMENT_BYTES_SHIFT) & 0xFF;
+        // SAFETY: the table's context is 0 or host-built (contract).
+        let table = unsafe { table_context(&entry) };
+        let recv = batch.task(index).rank.recv;
+        let same_ranks =
+            table.is_some_and(|t| t.rank == recv.rank && t.world_size == recv.world_size);
+        if !matches!(element, 1 | 2 | 4 | 8) || !same_ranks {
             return KernelStatus::InvalidLaunch;
         }
     }
@@ -292,7 +301,8 @@ unsafe fn run_task(
     let recv = task.rank.recv;
     let element = ((entry.flags >> ELEMENT_BYTES_SHIFT) & 0xFF) as u64;
     let table = Table {
-        ctx: recv,
+        // SAFETY: checked by `all_to_all_v` before the first barrier.
+        ctx: unsafe { table_context(&entry) }.unwrap_or(recv),
         offset: entry.counts_offset,
         send_bound: entry.send_capacity / element,
         recv_bound: task.args.count / element,
@@ -317,7 +327,7 @@ unsafe fn run_task(
     }
     if grid.block == 0 {
         // Rows 1 and 2 of this rank's table: what each peer sent here, and where it landed.
-        let own = recv.local_base + table.offset;
+        let own = table.ctx.local_base + table.offset;
         let mut from = arch::thread_idx_x();
         while from < world {
             // SAFETY: from < world_size; the table passed the vote; rows 1 and 2 lie in the
@@ -356,4 +366,18 @@ unsafe fn run_task(
         }
     }
     barrier.sync()
+}
+
+/// The context of `entry`'s count table, when it is one a kernel may use.
+///
+/// # Safety
+/// `entry.counts_context` is 0 or the address of a host-built context.
+#[inline(always)]
+unsafe fn table_context<'a>(entry: &TaskArgs) -> Option<&'a SymmContext> {
+    if entry.counts_context == 0 {
+        return None;
+    }
+    // SAFETY: a host-built context (contract).
+    let ctx = unsafe { &*(entry.counts_context as *const SymmContext) };
+    context_is_valid(ctx).then_some(ctx)
 }

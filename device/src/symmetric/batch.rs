@@ -61,15 +61,18 @@ pub struct TaskArgs {
     pub flags: u32,
     /// Zero, but for a point-to-point task (see `point_to_point::PeerTask`).
     pub reserved: u32,
-    /// All-to-all-v: byte offset of the task's count table in its receive window (the same on
-    /// every rank; see [`super::all_to_all_v`]). Zero for the other kernels.
+    /// All-to-all-v: address of the [`SymmContext`] of the window holding the task's count
+    /// table (see [`super::all_to_all_v`]). Zero for the other kernels.
+    pub counts_context: u64,
+    /// All-to-all-v: byte offset of the count table in its window (the same on every rank).
+    /// Zero for the other kernels.
     pub counts_offset: u64,
     /// All-to-all-v: bytes of the send buffer, the same on every rank (`count` is the receive
     /// buffer's). Zero for the other kernels.
     pub send_capacity: u64,
 }
 
-static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 72);
+static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 80);
 static_assertions::const_assert_eq!(core::mem::align_of::<TaskArgs>(), 8);
 
 /// Elements of one cell of `algorithm` on elements of `element_bytes` bytes (all-gathers and

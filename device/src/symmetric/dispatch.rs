@@ -18,7 +18,7 @@ use crate::types::{DataType, RedOp};
 pub type KernelFn = unsafe fn(&Batch<'_>, Grid) -> KernelStatus;
 
 /// PTX parameters shared by every exported kernel, in order (`TaskArgs` is
-/// [`super::TaskArgs`], 72 bytes; the table holds `rank_count × task_count` entries,
+/// [`super::TaskArgs`], 80 bytes; the table holds `rank_count × task_count` entries,
 /// rank-major).
 pub const KERNEL_PARAMETERS: &str = "(const TaskArgs* tasks, u32 task_count, u32 rank_count)";
 

@@ -132,6 +132,7 @@ impl PeerTask {
                 | (self.datatype & 0xFF) << 8
                 | (self.slot & 0xFF) << 16,
             reserved: self.ordinals,
+            counts_context: 0,
             counts_offset: 0,
             send_capacity: 0,
         }
@@ -149,6 +150,7 @@ impl PeerTask {
             first_cell: 0,
             flags: FLAG_PADDING,
             reserved: 0,
+            counts_context: 0,
             counts_offset: 0,
             send_capacity: 0,
         }
@@ -294,6 +296,7 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
             first_cell: task.first_cell,
             flags: task.args.flags,
             reserved: 0,
+            counts_context: 0,
             counts_offset: 0,
             send_capacity: 0,
         });

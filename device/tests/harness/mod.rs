@@ -276,6 +276,7 @@ impl Ranks {
                 first_cell: 0,
                 flags: args.flags,
                 reserved: 0,
+                counts_context: 0,
                 counts_offset: 0,
                 send_capacity: 0,
             })
@@ -335,6 +336,7 @@ impl Ranks {
                     flags: task.args.flags
                         | flags.get(i).and_then(|f| f.get(t)).copied().unwrap_or(0),
                     reserved: 0,
+                    counts_context: 0,
                     counts_offset: 0,
                     send_capacity: 0,
                 })

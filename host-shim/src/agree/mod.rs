@@ -26,6 +26,18 @@ pub struct BufferAt {
     pub offset: u64,
 }
 
+/// An all-to-all-v's count table as every rank's call must name it: its window registration
+/// and offset, and the send capacity it is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountsAt {
+    /// The table's window registration number.
+    pub window: u64,
+    /// Bytes from the window's base.
+    pub offset: u64,
+    /// Elements of the send buffer.
+    pub send_count: u64,
+}
+
 /// What the `k`-th collective of every rank of a communicator must agree on: checked between
 /// the ranks of this process (one thread per rank, or a group driving some of them) and with
 /// the ranks of other processes, before a launch, so that a rank that calls another collective,
@@ -60,9 +72,9 @@ pub struct Signature {
     /// The call is in place on this rank (compared only where the algorithm needs every rank
     /// alike: the two-shot all-reduce).
     pub in_place: bool,
-    /// All-to-all-v: the count table's offset in the receive window (peers read it there) and
-    /// the send buffer's capacity (peers check every rank's counts against it).
-    pub counts: Option<crate::collective::CountTable>,
+    /// All-to-all-v: where the count table is (peers read it there) and the send buffer's
+    /// capacity (peers check every rank's counts against it).
+    pub counts: Option<CountsAt>,
 }
 
 impl std::fmt::Display for Signature {
@@ -111,7 +123,7 @@ pub(crate) const NO_BUFFER: u64 = u64::MAX;
 
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 10;
+    pub(crate) const WORDS: usize = 11;
 
     /// `self` as the `index`-th of `size` calls fused into one launch.
     pub fn in_batch(self, index: usize, size: usize) -> Signature {
@@ -195,6 +207,10 @@ impl Signature {
             }
         }
         match (a.counts, b.counts) {
+            (Some(x), Some(y)) if x.window != y.window => differences.push(format!(
+                "count table in window registration #{} vs #{}",
+                x.window, y.window
+            )),
             (Some(x), Some(y)) if x.offset != y.offset => differences.push(format!(
                 "count table at window offset {} vs {} (offsets must be symmetric)",
                 x.offset, y.offset
@@ -214,8 +230,8 @@ impl Signature {
     /// The signature as plain words, for ranks of other processes to read
     /// ([`records`]): collective, algorithm, type, operator and grid; the count; the root and
     /// the place in the launch; the send and receive buffers' windows and offsets
-    /// ([`NO_BUFFER`] for a buffer not used by peers); in place; the count table's offset
-    /// ([`NO_BUFFER`] for none) and the send capacity.
+    /// ([`NO_BUFFER`] for a buffer not used by peers); in place; the count table's window ([`NO_BUFFER`] for
+    /// none), offset and send capacity.
     pub(crate) fn to_words(&self) -> [u64; Self::WORDS] {
         let collective = Collective::ALL
             .iter()
@@ -241,7 +257,8 @@ impl Signature {
             recv_window,
             recv_offset,
             self.in_place as u64,
-            self.counts.map_or(NO_BUFFER, |c| c.offset),
+            self.counts.map_or(NO_BUFFER, |c| c.window),
+            self.counts.map_or(0, |c| c.offset),
             self.counts.map_or(0, |c| c.send_count),
         ]
     }
@@ -274,9 +291,10 @@ impl Signature {
             send: buffer(words[3], words[4]),
             recv: buffer(words[5], words[6]),
             in_place: words[7] == 1,
-            counts: (words[8] != NO_BUFFER).then_some(crate::collective::CountTable {
-                offset: words[8],
-                send_count: words[9],
+            counts: (words[8] != NO_BUFFER).then_some(CountsAt {
+                window: words[8],
+                offset: words[9],
+                send_count: words[10],
             }),
         })
     }

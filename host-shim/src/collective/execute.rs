@@ -209,7 +209,11 @@ fn note_streams(parts: &[Vec<&Task>], launch: &Launch) -> Result<()> {
         .mark_launch(first.device, &launch.streams)?;
     let mut windows: Vec<&Arc<Window>> = Vec::new();
     for task in parts.iter().flatten() {
-        for window in [&task.send_window, &task.recv_window] {
+        let table = task.counts.as_ref().map(|t| &t.window);
+        for window in [&task.send_window, &task.recv_window]
+            .into_iter()
+            .chain(table)
+        {
             if !windows.iter().any(|w| Arc::ptr_eq(w, window)) {
                 windows.push(window);
             }
@@ -347,8 +351,15 @@ fn launch_of(parts: &[Vec<&Task>], plan: &Plan) -> Result<Launch> {
                 first_cell,
                 flags: task.rank_flags,
                 reserved: 0,
-                counts_offset: task.counts.map_or(0, |t| t.offset),
-                send_capacity: task.counts.map_or(0, |t| t.send_count * element_bytes),
+                counts_context: match &task.counts {
+                    Some(table) => context(&table.window)?,
+                    None => 0,
+                },
+                counts_offset: task.counts.as_ref().map_or(0, |t| t.offset),
+                send_capacity: task
+                    .counts
+                    .as_ref()
+                    .map_or(0, |t| t.send_count * element_bytes),
             });
             first_cell += task_cells(algorithm, element_bytes, task.kernel_count(plan));
         }

@@ -13,7 +13,7 @@ pub use validate::{
 };
 pub(crate) use validate::{buffer_window, data_type};
 
-use crate::agree::{BufferAt, Call, Signature};
+use crate::agree::{BufferAt, Call, CountsAt, Signature};
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::log::{Level, Subsys};
@@ -71,7 +71,11 @@ impl Task {
                 offset: self.args.recv_offset,
             }),
             in_place: self.in_place(),
-            counts: self.counts,
+            counts: self.counts.as_ref().map(|t| CountsAt {
+                window: t.window.seq,
+                offset: t.offset,
+                send_count: t.send_count,
+            }),
         }
     }
 
@@ -187,15 +191,14 @@ impl Task {
             // table, in one window, are written (peers read row 0 of the table: it counts as
             // written, which orders the task after any that writes the table).
             (Collective::AllToAllV, _) => {
-                let counts = self.counts.unwrap_or(CountTable {
-                    offset: 0,
-                    send_count: 0,
-                });
-                let table = self.recv_window.base + counts.offset;
+                let (table, send_count) = match &self.counts {
+                    Some(t) => (t.window.base + t.offset, t.send_count),
+                    None => (recv, 0),
+                };
                 let table_end = table + 24 * self.comm.clique.nranks as u64;
                 let element = self.plan.kernel.dtype.size_bytes() as u64;
                 (
-                    send..send + counts.send_count * element,
+                    send..send + send_count * element,
                     recv.min(table)..(recv + share).max(table_end),
                 )
             }

@@ -513,9 +513,11 @@ pub fn all_to_all(
 /// An all-to-all-v's count table and the capacity of its send buffer (the receive buffer's is
 /// the call's count): what every rank's kernel assumes of every rank (see
 /// `symm_device::symmetric::all_to_all_v`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct CountTable {
-    /// Byte offset of the table in the receive window (the same on every rank).
+    /// The window holding the table.
+    pub window: Arc<Window>,
+    /// Byte offset of the table in its window (the same on every rank).
     pub offset: u64,
     /// Elements of the send buffer (the same on every rank).
     pub send_count: u64,
@@ -524,9 +526,9 @@ pub struct CountTable {
 /// Validate `symmAlltoAllvDevice`'s arguments against `comm`'s windows: `sendcount` and
 /// `recvcount` are the capacities, in elements, of every rank's `sendbuff` and `recvbuff` (the
 /// bounds the kernel holds the counts to); `counts` is the count table, `3 × nranks` `int64_t`
-/// in `recvbuff`'s window (row 0 read, rows 1 and 2 written by the kernel). `recvbuff` and
-/// `counts` lie at the same offsets of the same window on every rank (peers store into the one
-/// and read the other); `sendbuff` anywhere in a window. No two of the three may overlap.
+/// (row 0 read, rows 1 and 2 written by the kernel). `recvbuff` and `counts` lie at the same
+/// offsets of the same windows on every rank (peers store into the one and read the other);
+/// `sendbuff` anywhere in a window. No two of the three may overlap.
 pub fn all_to_all_v(
     comm: &Comm,
     (send, send_count): (u64, usize),
@@ -543,14 +545,6 @@ pub fn all_to_all_v(
     let table_bytes =
         symm_device::symmetric::all_to_all_v::TABLE_ROWS * 8 * comm.clique.nranks as u64;
     let table_window = window_of(comm, "counts", counts, table_bytes, 8)?;
-    if !Arc::ptr_eq(&table_window, &recv_window) {
-        return Err(Error::invalid_argument(format!(
-            "counts [{counts:#x}, +{table_bytes} bytes) lies in another window than recvbuff: \
-             peers read the count table where they store into recvbuff, so it must lie in \
-             recvbuff's window (registered at {:#x})",
-            recv_window.base
-        )));
-    }
     for (a, a_bytes, b, b_bytes, what) in [
         (send, send_bytes, recv, recv_bytes, "sendbuff and recvbuff"),
         (counts, table_bytes, recv, recv_bytes, "counts and recvbuff"),
@@ -580,6 +574,7 @@ pub fn all_to_all_v(
         root: 0,
         counts: Some(CountTable {
             offset: counts - table_window.base,
+            window: table_window,
             send_count: send_count as u64,
         }),
     })

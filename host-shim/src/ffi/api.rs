@@ -767,8 +767,9 @@ pub extern "C" fn symmAlltoAll(
 /// on every rank with that cause (the kernel found it after the call returned). Nothing is ever
 /// written outside the buffers.
 ///
-/// `recvbuff` and `counts` lie in one registered window, at the same offsets on every rank;
-/// `sendbuff` anywhere in a registered window; the three are disjoint. Bytes are moved, so every
+/// `recvbuff` and `counts` lie in registered windows (one or two), each at the same offset of the
+/// same window on every rank; `sendbuff` anywhere in a registered window; the three are
+/// disjoint. Bytes are moved, so every
 /// data type arrives bit for bit.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
