@@ -82,6 +82,7 @@ __all__ = [
     "BACKEND_NAME",
     "SymmProcessGroup",
     "SymmetricMemory",
+    "all_to_all_vdev",
     "empty",
     "mem_pool",
     "rendezvous",
@@ -1495,3 +1496,103 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> SymmProcess
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+
+
+def _user_window_of(comm: _core.Comm, tensor: torch.Tensor, scratch: Any) -> Any:
+    """The window of ``comm`` registered by the user (not ``scratch``) that holds ``tensor``
+    (contiguous), or None."""
+    if not tensor.is_contiguous():
+        return None
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    for window in list(comm._windows):
+        if window is not scratch and window.registered and window.base <= start and end <= window.base + window.nbytes:
+            return window
+    return None
+
+
+def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch.Tensor, group: Any = None) -> None:  # noqa: A002
+    """All-to-all-v whose split sizes are in device memory, as PyTorch SymmMem's
+    ``torch.ops.symm_mem.all_to_all_vdev(input, out, in_out_splits, group_name)``: no host
+    synchronization (the token dispatch of a mixture of experts), on PyTorch's current stream.
+
+    ``in_out_splits`` is an int64 tensor of shape ``(3, world)``: row 0, written before the call
+    (by a kernel, say), holds how many elements (first-dimension rows times the rest) this rank
+    sends to each rank, its segments packed in rank order at the start of ``input``; the call
+    writes row 1 (the elements received from each rank) and row 2 (where each rank's segment
+    starts in ``out``, in elements), and the segments packed in rank order at the start of
+    ``out``. ``input.numel()`` and ``out.numel()`` are the capacities, the same on every rank;
+    split sizes beyond them are refused on every rank before anything is copied, and the
+    communicator fails with that cause (the kernel finds it after the call returned).
+
+    Tensors in windows of the group (:func:`empty` then :func:`rendezvous`, or
+    :func:`mem_pool`) are used in place, each in its own window or not. Otherwise, on a
+    ``"symm"`` process group, all three are copied through the group's scratch window (on the
+    stream: still no host synchronization), which must hold both capacities and the table.
+
+    Raises:
+        InvalidArgumentError: tensors of different dtypes, ``in_out_splits`` not int64 of shape
+            ``(3, world)``, a tensor on another device, or a staged call larger than the scratch
+            window.
+    """
+    comm, pg = _resolve(group)
+    world = comm.nranks
+    memory = _memory_device(comm)
+    for name, tensor in (("input", input), ("out", out), ("in_out_splits", in_out_splits)):
+        if not isinstance(tensor, torch.Tensor):
+            raise InvalidArgumentError(f"all_to_all_vdev: {name} must be a torch.Tensor, not {type(tensor).__name__}")
+        if tensor.device != memory:
+            raise InvalidArgumentError(f"all_to_all_vdev: {name} is on {tensor.device}; the communicator's memory is on {memory}")
+    if input.dtype != out.dtype:
+        raise InvalidArgumentError(f"all_to_all_vdev: input is {input.dtype}, out {out.dtype}: want one dtype")
+    if in_out_splits.dtype != torch.int64 or tuple(in_out_splits.shape) != (3, world):
+        raise InvalidArgumentError(
+            f"all_to_all_vdev: in_out_splits is {in_out_splits.dtype} of shape {tuple(in_out_splits.shape)}: "
+            f"want torch.int64 of shape (3, {world})"
+        )
+    code = SymmProcessGroup._check(input)
+    if pg is not None and pg._pending:
+        pg._flush_peer_ops()
+    stream = int(torch.cuda.current_stream(comm.device).cuda_stream) if comm.backend == "cuda" else 0
+    scratch = pg._scratch_window if pg is not None else None
+    windows = [_user_window_of(comm, t, scratch) for t in (input, out, in_out_splits)]
+    if all(w is not None for w in windows):
+        if pg is not None:
+            pg._note("all_to_all_vdev", "window", input)
+        check(
+            lib.symmAlltoAllvDevice(
+                input.data_ptr(), input.numel(), out.data_ptr(), out.numel(), in_out_splits.data_ptr(), code, comm.handle, stream
+            )
+        )
+        return
+    if pg is None:
+        raise InvalidArgumentError(
+            "all_to_all_vdev: on a symm.Comm every tensor must lie in a registered window of it "
+            "(symm.torch.empty then symm.torch.rendezvous)"
+        )
+    pg._note("all_to_all_vdev", "staged", input)
+    element = input.element_size()
+    send_bytes = input.numel() * element
+    recv_at = (send_bytes + 255) // 256 * 256
+    table_at = recv_at + (out.numel() * element + 255) // 256 * 256
+    needed = table_at + 3 * world * 8
+    if needed > pg._scratch.nbytes:
+        raise InvalidArgumentError(
+            f"all_to_all_vdev: input ({input.numel()} x {input.dtype}), out ({out.numel()}) and the splits "
+            f"need {needed} bytes of the group's scratch window, which has {pg._scratch.nbytes} "
+            "(SYMM_TORCH_SCRATCH_BYTES): allocate the tensors with symm.torch.empty and rendezvous them"
+        )
+    send = pg._scratch_of(input.dtype, 0, input.numel())
+    recv = pg._scratch_of(out.dtype, recv_at, out.numel())
+    table = pg._scratch_of(torch.int64, table_at, 3 * world).view(3, world)
+    send.copy_(input.reshape(-1))
+    # The whole of ``out`` goes back, so what the call does not write must come from it.
+    recv.copy_(out.reshape(-1))
+    table[0].copy_(in_out_splits[0])
+    check(
+        lib.symmAlltoAllvDevice(
+            send.data_ptr(), input.numel(), recv.data_ptr(), out.numel(), table.data_ptr(), code, comm.handle, stream
+        )
+    )
+    out.copy_(recv.view(out.shape))
+    in_out_splits[1:].copy_(table[1:])

@@ -292,6 +292,41 @@ def main() -> None:
         work.wait()
     assert torch.equal(got, big - rank + (rank - 1) % size), got
     calls += 3
+    # All-to-all-v with the splits in device memory (PyTorch SymmMem's all_to_all_vdev): three
+    # symmetric tensors (each its own window: no copy), then plain tensors (staged through the
+    # scratch window); new splits each round, zeros among them; bit for bit.
+    import symm.torch as st
+
+    pg = dist.distributed_c10d._get_default_group()
+    for symmetric in (True, False):
+        cap_in, cap_out = 40 * size + 1, 60 * size + 3
+        if symmetric:
+            inp, out = st.empty(cap_in, dtype=torch.float32), st.empty(cap_out, dtype=torch.float32)
+            splits = st.empty(3, size, dtype=torch.int64)
+            for t in (inp, out, splits):
+                st.rendezvous(t)
+        else:
+            inp, out = torch.empty(cap_in), torch.empty(cap_out)
+            splits = torch.empty(3, size, dtype=torch.int64)
+        for round_ in range(3):
+            rng = rng_for("a2av", symmetric, round_)
+            matrix = rng.integers(0, 41, (size, size))
+            matrix[rng.random((size, size)) < 0.3] = 0
+            sent = [rng.standard_normal(cap_in).astype(np.float32) for _ in range(size)]
+            inp.copy_(torch.from_numpy(sent[rank]))
+            out.fill_(-7.0)
+            splits.zero_()
+            splits[0].copy_(torch.from_numpy(matrix[rank]))
+            st.all_to_all_vdev(inp, out, splits)
+            parts = [sent[p][matrix[p, :rank].sum() : matrix[p, : rank + 1].sum()] for p in range(size)]
+            want = np.concatenate(parts)
+            assert np.array_equal(out[: len(want)].numpy(), want), f"all_to_all_vdev round {round_}"
+            assert (out[len(want) :] == -7.0).all(), "all_to_all_vdev wrote past the segments"
+            assert splits[1].tolist() == matrix[:, rank].tolist(), splits
+            assert splits[2].tolist() == [int(matrix[:q, rank].sum()) for q in range(size)], splits
+            calls += 1
+    assert pg.path_counts["all_to_all_vdev", "window"] == 3, pg.path_counts
+    assert pg.path_counts["all_to_all_vdev", "staged"] == 3, pg.path_counts
     # A sub-group of the even ranks is a communicator of its own.
     evens = dist.new_group([r for r in range(size) if r % 2 == 0])
     if rank % 2 == 0:
