@@ -102,8 +102,7 @@ fn random_counts(rng: &mut Rng, world: usize, bound: usize) -> Vec<Vec<i64>> {
 /// Fill every rank's window with a pattern, its send buffer with values naming (rank, index)
 /// and its table's row 0 with `counts[rank]`.
 fn plant(ranks: &mut Ranks, layout: &Layout, counts: &[Vec<i64>], salt: u8) {
-    let world = ranks.world();
-    for r in 0..world {
+    for (r, row) in counts.iter().enumerate() {
         let bytes: Vec<u8> = (0..ranks.window_bytes)
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt ^ r as u8))
             .collect();
@@ -114,7 +113,7 @@ fn plant(ranks: &mut Ranks, layout: &Layout, counts: &[Vec<i64>], salt: u8) {
             .map(|i| (i as u8).wrapping_mul(7).wrapping_add(r as u8 * 13 + salt))
             .collect();
         ranks.write(r, layout.send, &send);
-        ranks.write(r, layout.table, &counts[r]);
+        ranks.write(r, layout.table, row);
     }
 }
 
@@ -267,10 +266,10 @@ fn the_table_in_another_window() {
         let mut reference = Ranks::new(world, layout.end(world), TIMEOUT_NS);
         plant(&mut reference, &layout, &counts, 0);
         let want = expected(&mut reference, &layout, &counts);
-        for r in 0..world {
+        for (r, row) in counts.iter().enumerate() {
             let window = reference.read::<u8>(r, 0, layout.table);
             ranks.write(r, 0, &window);
-            tables.write(r, 32, &counts[r]);
+            tables.write(r, 32, row);
         }
         let table: Vec<TaskArgs> = table_of(
             &ranks,
@@ -291,13 +290,13 @@ fn the_table_in_another_window() {
             statuses.iter().all(|s| *s == KernelStatus::Completed),
             "{statuses:?}"
         );
-        for r in 0..world {
+        for (r, want) in want.iter().enumerate() {
             assert_eq!(
                 ranks.read::<u8>(r, 0, layout.table),
-                want[r][..layout.table].to_vec()
+                want[..layout.table].to_vec()
             );
             let rows = tables.read::<i64>(r, 32, 3 * world);
-            let expected_rows: Vec<i64> = want[r][layout.table..layout.end(world)]
+            let expected_rows: Vec<i64> = want[layout.table..layout.end(world)]
                 .chunks(8)
                 .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
                 .collect();
@@ -422,7 +421,8 @@ fn a_long_sequence_mixed_with_all_to_all_on_one_window() {
 fn every_offence_refuses_on_every_rank_and_writes_nothing() {
     let world = 4;
     let bound = 20;
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<Vec<i64>>)>, u32)> = vec![
+    type Edit = Box<dyn Fn(&mut Vec<Vec<i64>>)>;
+    let cases: Vec<(&str, Edit, u32)> = vec![
         (
             "a negative count",
             Box::new(|c| c[2][1] = -1),

@@ -370,15 +370,15 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
                 null_mut(),
             )
         };
-    // SAFETY (every case): offsets inside the windows.
+    // Every case's offsets lie inside the windows.
     let cases: Vec<Case> = vec![
         (
             "a NULL count table",
-            Box::new(move |b, _| unsafe {
+            Box::new(move |b, _| {
                 call(
                     b,
-                    b.base.add(SEND),
-                    b.base.add(RECV),
+                    b.base.wrapping_add(SEND),
+                    b.base.wrapping_add(RECV),
                     null_mut(),
                     10,
                     f32_type,
@@ -388,12 +388,12 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
         ),
         (
             "a misaligned table",
-            Box::new(move |b, _| unsafe {
+            Box::new(move |b, _| {
                 call(
                     b,
-                    b.base.add(SEND),
-                    b.base.add(RECV),
-                    b.base.add(TABLE + 4),
+                    b.base.wrapping_add(SEND),
+                    b.base.wrapping_add(RECV),
+                    b.base.wrapping_add(TABLE + 4),
                     10,
                     f32_type,
                 )
@@ -402,12 +402,12 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
         ),
         (
             "a table inside recvbuff",
-            Box::new(move |b, _| unsafe {
+            Box::new(move |b, _| {
                 call(
                     b,
-                    b.base.add(SEND),
-                    b.base.add(RECV),
-                    b.base.add(RECV + 16),
+                    b.base.wrapping_add(SEND),
+                    b.base.wrapping_add(RECV),
+                    b.base.wrapping_add(RECV + 16),
                     10,
                     f32_type,
                 )
@@ -416,12 +416,12 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
         ),
         (
             "overlapping buffers",
-            Box::new(move |b, _| unsafe {
+            Box::new(move |b, _| {
                 call(
                     b,
-                    b.base.add(RECV),
-                    b.base.add(RECV + 8),
-                    b.base.add(TABLE),
+                    b.base.wrapping_add(RECV),
+                    b.base.wrapping_add(RECV + 8),
+                    b.base.wrapping_add(TABLE),
                     10,
                     f32_type,
                 )
@@ -430,12 +430,12 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
         ),
         (
             "a capacity past the window",
-            Box::new(move |b, _| unsafe {
+            Box::new(move |b, _| {
                 call(
                     b,
-                    b.base.add(SEND),
-                    b.base.add(RECV),
-                    b.base.add(TABLE),
+                    b.base.wrapping_add(SEND),
+                    b.base.wrapping_add(RECV),
+                    b.base.wrapping_add(TABLE),
                     WINDOW,
                     f32_type,
                 )
@@ -444,12 +444,12 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
         ),
         (
             "a bad data type",
-            Box::new(move |b, _| unsafe {
+            Box::new(move |b, _| {
                 call(
                     b,
-                    b.base.add(SEND),
-                    b.base.add(RECV),
-                    b.base.add(TABLE),
+                    b.base.wrapping_add(SEND),
+                    b.base.wrapping_add(RECV),
+                    b.base.wrapping_add(TABLE),
                     10,
                     99,
                 )

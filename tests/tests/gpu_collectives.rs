@@ -1257,8 +1257,8 @@ fn gpu_graph_capture_of_send_and_recv() {
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_all_to_all_v_with_device_counts_and_graph_replays() {
     let nranks = 4;
-    let element = 4;
-    let bound = 100_003;
+    let element = 4usize;
+    let bound = 100_003usize;
     let (send, recv) = (0usize, (bound * element).div_ceil(256) * 256);
     let table = recv + (bound * element).div_ceil(256) * 256;
     let comms = cuda_ranks(nranks);

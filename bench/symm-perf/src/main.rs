@@ -494,6 +494,7 @@ impl Bench {
             // Not measured by symm-perf (it has no such operation): each rank reads and
             // writes its share.
             Algorithm::AllToAll
+            | Algorithm::AllToAllV
             | Algorithm::Gather
             | Algorithm::Scatter
             | Algorithm::SendReceive => 2.0 * s,

@@ -514,7 +514,9 @@ mod tests {
 
     /// The words of a signature whose first three are `first` and whose buffers are unused.
     fn words(first: [u64; 3]) -> [u64; Signature::WORDS] {
-        [first[0], first[1], first[2], NO_BUFFER, 0, NO_BUFFER, 0, 0]
+        [
+            first[0], first[1], first[2], NO_BUFFER, 0, NO_BUFFER, 0, 0, NO_BUFFER, 0, 0,
+        ]
     }
 
     /// A made call of [`signature`].
@@ -561,7 +563,23 @@ mod tests {
             in_place: true,
             ..fused.clone()
         };
-        assert_eq!(Signature::from_words(placed.to_words()), Some(placed));
+        assert_eq!(
+            Signature::from_words(placed.to_words()),
+            Some(placed.clone())
+        );
+        // So does an all-to-all-v's count table.
+        let counted = Signature {
+            counts: Some(crate::agree::CountsAt {
+                window: 5,
+                offset: 4096,
+                send_count: 77,
+            }),
+            ..placed
+        };
+        assert_eq!(
+            Signature::from_words(counted.to_words()),
+            Some(counted.clone())
+        );
         // A place outside its launch is not one.
         assert_eq!(Signature::from_words(words([0, 1, 0])), None);
         assert_eq!(
