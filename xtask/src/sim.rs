@@ -347,7 +347,7 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
-///    all-gathers and reduce-scatters; data
+///    all-gathers and reduce-scatters, and all-to-all-v's graph replays with new counts; data
 ///    races (plain accesses not ordered by happens-before) fail the run. Then teardown right
 ///    after a collective with `SYMM_SIM_STRICT_FREE=1` (frees do not wait for queued work).
 /// 3. The C examples (`make -C examples/c CUDA=1 run`): one process, threads,
@@ -430,6 +430,18 @@ pub fn test() -> Result<(), String> {
         )
         .pass(&dir)?;
     }
+    // All-to-all-v's count tables, read by peers after the start barrier and written (rows 1
+    // and 2) by their owner, under weak memory: data races fail the run.
+    gpu(
+        "weak memory: all-to-all-v",
+        vec!["gpu_all_to_all_v"],
+        vec![
+            ("SYMM_SIM_SEED", "3"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_SIM_WEAK", "1"),
+        ],
+    )
+    .pass(&dir)?;
     step("weak memory", t);
 
     // The layouts users run (a thread per rank, a group, a process per rank) on the cuda
