@@ -487,6 +487,87 @@ fn every_offence_refuses_on_every_rank_and_writes_nothing() {
     }
 }
 
+/// A batch whose second task is refused: the first task's data land, nothing of the second is
+/// written, every rank raises the same word; the ranks leave in step, so that (the abort words
+/// cleared, as if the host had not yet looked) later launches on the window pair: a one-shot
+/// all-reduce whose first barrier is a vote, then an all-to-all-v, both exact.
+#[test]
+fn a_refusal_in_a_batch_leaves_the_window_in_step() {
+    let world = 3;
+    let first = Layout::at(0, 30, 4);
+    let second = Layout::at(first.end(world) + 16, 30, 4);
+    let window = second.end(world) + 16 + 8192 * 4;
+    let mut ranks = Ranks::new(world, window, TIMEOUT_NS);
+    let good = vec![vec![10i64; world]; world];
+    let mut bad = good.clone();
+    bad[1][2] = -5;
+    plant(&mut ranks, &first, &good, 0);
+    plant(&mut ranks, &second, &bad, 1);
+    let before: Vec<Vec<u8>> = (0..world)
+        .map(|r| ranks.read::<u8>(r, 0, ranks.window_bytes))
+        .collect();
+    let want_first = expected(&mut ranks, &first, &good);
+    let statuses = ranks.run_table(&table_of(&ranks, &[first, second]), 2, kernel_fn(), 2, 4);
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Aborted),
+        "{statuses:?}"
+    );
+    let word = abort_counts_refused(CountsRefusal::Negative, 1, Some(2));
+    for r in 0..world {
+        assert_eq!(ranks.abort_word(r), word, "rank {r}");
+        let now = ranks.read::<u8>(r, 0, ranks.window_bytes);
+        let split = second.send;
+        assert!(
+            now[..split] == want_first[r][..split],
+            "rank {r}: the first task's results"
+        );
+        assert!(
+            now[split..] == before[r][split..],
+            "rank {r}: the refused task wrote"
+        );
+    }
+    for r in 0..world {
+        ranks.raise_abort(r, 0);
+    }
+    // A one-shot all-reduce in place of 8192 f32 on 2 blocks: parts longer than a round, so
+    // its first barrier is a vote.
+    let at = second.end(world).div_ceil(16) * 16;
+    for r in 0..world {
+        ranks.write(r, at, &vec![r as f32 + 1.0; 8192]);
+    }
+    let args = symm_device::symmetric::CollectiveArgs {
+        send_offset: at as u64,
+        recv_offset: at as u64,
+        count: 8192,
+        flags: symm_device::symmetric::FLAG_IN_PLACE,
+    };
+    let statuses = ranks.launch(
+        kernel(Algorithm::OneShotAllReduce, DataType::Float32, RedOp::Sum),
+        args,
+        2,
+        4,
+        None,
+    );
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Completed),
+        "{statuses:?}"
+    );
+    for r in 0..world {
+        assert!(
+            ranks.read::<f32>(r, at, 8192).iter().all(|v| *v == 6.0),
+            "rank {r}"
+        );
+    }
+    plant(&mut ranks, &second, &good, 2);
+    let want = expected(&mut ranks, &second, &good);
+    let statuses = ranks.run_table(&table_of(&ranks, &[second]), 1, kernel_fn(), 3, 4);
+    assert!(
+        statuses.iter().all(|s| *s == KernelStatus::Completed),
+        "{statuses:?}"
+    );
+    check_windows(&mut ranks, &want, "after the refusal");
+}
+
 /// A rank that never launches makes the others give up at the bound, not hang, before they
 /// store anything.
 #[test]

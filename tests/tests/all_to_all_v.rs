@@ -1,6 +1,7 @@
 //! `symmAlltoAllvDevice` (all-to-all-v whose counts are in device memory) through the C ABI,
 //! against a reference: one thread driving every rank in a group (1 to 5 ranks, element sizes
-//! 1 to 8, random counts with zeros), rank threads making long sequences mixed with
+//! 1 to 8, random counts with zeros; two calls per rank fused into one launch), rank threads
+//! making long sequences mixed with
 //! `symmAlltoAll` and `symmAllReduce` on one window, and a process per rank; counts beyond the
 //! bound fail every rank promptly with the cause and change nothing; bad arguments are refused
 //! alone and leave the communicator usable; the count table may lie in another window.
@@ -180,6 +181,162 @@ fn one_thread_drives_every_rank_in_a_group() {
         }
         teardown(buffers);
     }
+}
+
+/// Two all-to-all-v calls of every rank in one group (one thread driving every rank), each with
+/// its own buffers and table: they run fused into one launch, both exact.
+#[test]
+fn two_calls_in_a_group_run_fused() {
+    setup();
+    let nranks = 3;
+    let comms = init_all(nranks);
+    let buffers = alloc_windows(&comms, WINDOW);
+    let u16_type = symmDataType_t::symmFloat16 as i32;
+    let element = 2;
+    // (send, recv, table) of each call, in bytes.
+    let places = [(0usize, 8192usize, 16384usize), (20480, 28672, 36864)];
+    let bound = 1500;
+    let all_counts: Vec<Vec<Vec<i64>>> = (0..2)
+        .map(|k| random_counts(40 + k, nranks, bound))
+        .collect();
+    for (rank, b) in buffers.iter().enumerate() {
+        for (k, (send, recv, table)) in places.into_iter().enumerate() {
+            // SAFETY: offsets inside the window.
+            unsafe {
+                put_bytes(b.base.add(send), &send_bytes(rank, k, bound * element));
+                put_bytes(b.base.add(recv), &vec![0x33; bound * element]);
+                put_bytes(b.base.add(table), &table_bytes(&all_counts[k][rank]));
+            }
+        }
+    }
+    check(symmGroupStart(), null_mut());
+    for b in &buffers {
+        for (send, recv, table) in places {
+            // SAFETY: offsets inside the window.
+            let result = unsafe {
+                symmAlltoAllvDevice(
+                    b.base.add(send).cast(),
+                    bound,
+                    b.base.add(recv).cast(),
+                    bound,
+                    b.base.add(table).cast(),
+                    u16_type,
+                    b.comm,
+                    null_mut(),
+                )
+            };
+            check(result, b.comm);
+        }
+    }
+    check(symmGroupEnd(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        for (k, (_, recv, table)) in places.into_iter().enumerate() {
+            // SAFETY: offsets inside the window.
+            let (got, rows) = unsafe {
+                (
+                    get_bytes(b.base.add(recv), bound * element),
+                    table_of(&get_bytes(b.base.add(table), 24 * nranks)),
+                )
+            };
+            let what = format!("call {k}, rank {rank}");
+            let want = expected(rank, k, &all_counts[k], element, bound);
+            check_rank(&got, &rows, &want, 0x33, &what);
+        }
+    }
+    teardown(buffers);
+}
+
+/// The MoE pattern in one group: an all-to-all delivers each rank its counts (one int64 from
+/// every rank) into the table of an all-to-all-v, after another all-to-all-v of the same type.
+/// The second all-to-all-v would fuse with the first, which runs before the all-to-all, unless
+/// its table counts as memory it reads: then it stays after the all-to-all (with the table
+/// ignored, it would read zeros).
+#[test]
+fn counts_delivered_by_an_earlier_call_in_the_group() {
+    setup();
+    let nranks = 3;
+    let comms = init_all(nranks);
+    let buffers = alloc_windows(&comms, WINDOW);
+    let i64_type = symmDataType_t::symmInt64 as i32;
+    let counts = random_counts(77, nranks, 900);
+    // The all-to-all: rank p sends rank r the count r will send p, so rank r receives its row
+    // of `counts` (in rank order) into the table.
+    let (early_table, column_at) = (REDUCE, REDUCE + 512);
+    for (p, b) in buffers.iter().enumerate() {
+        let column: Vec<i64> = (0..nranks).map(|r| counts[r][p]).collect();
+        // SAFETY: offsets inside the window.
+        unsafe {
+            put_bytes(b.base.add(column_at), &table_bytes(&column));
+            put_bytes(b.base.add(early_table), &table_bytes(&vec![0; nranks]));
+            put_bytes(b.base.add(TABLE), &vec![0; 24 * nranks]);
+            put_bytes(b.base.add(SEND), &send_bytes(p, 0, 900 * 8));
+            put_bytes(b.base.add(RECV), &vec![0x44; 900 * 8]);
+        }
+    }
+    check(symmGroupStart(), null_mut());
+    for b in &buffers {
+        // SAFETY: offsets inside the window.
+        let results = unsafe {
+            [
+                // An all-to-all-v of nothing (its table's row 0 is zeros), before the rest.
+                symmAlltoAllvDevice(
+                    b.base.add(REDUCE + 1024).cast(),
+                    8,
+                    b.base.add(REDUCE + 2048).cast(),
+                    8,
+                    b.base.add(early_table).cast(),
+                    i64_type,
+                    b.comm,
+                    null_mut(),
+                ),
+                symmAlltoAll(
+                    b.base.add(column_at).cast(),
+                    b.base.add(TABLE).cast(),
+                    1,
+                    i64_type,
+                    b.comm,
+                    null_mut(),
+                ),
+                symmAlltoAllvDevice(
+                    b.base.add(SEND).cast(),
+                    900,
+                    b.base.add(RECV).cast(),
+                    900,
+                    b.base.add(TABLE).cast(),
+                    i64_type,
+                    b.comm,
+                    null_mut(),
+                ),
+            ]
+        };
+        for result in results {
+            check(result, b.comm);
+        }
+    }
+    check(symmGroupEnd(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        // SAFETY: offsets inside the window.
+        let (got, table) = unsafe {
+            (
+                get_bytes(b.base.add(RECV), 900 * 8),
+                table_of(&get_bytes(b.base.add(TABLE), 24 * nranks)),
+            )
+        };
+        assert_eq!(
+            &table[..nranks],
+            &counts[rank][..],
+            "rank {rank}: the delivered counts"
+        );
+        let what = format!("rank {rank}");
+        check_rank(
+            &got,
+            &table,
+            &expected(rank, 0, &counts, 8, 900),
+            0x44,
+            &what,
+        );
+    }
+    teardown(buffers);
 }
 
 /// Rank threads, each on its own stream, make 24 calls on one window: all-to-all-v with new
@@ -488,6 +645,43 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
     assert_eq!(result, symmResult_t::symmInvalidUsage);
     let message = last_error(buffers[0].comm);
     assert!(message.contains("sendcount 10 vs 11"), "{message}");
+    // So are count tables at different offsets, or in different windows: a peer reads a rank's
+    // table where its own is.
+    let others_base: Vec<*mut u8> = others.iter().map(|o| o.base).collect();
+    type TableAt<'a> = Box<dyn Fn(usize, &RankBuffer) -> *mut u8 + 'a>;
+    let tables: [(&str, TableAt); 2] = [
+        (
+            "count table at window offset",
+            Box::new(|rank, b| b.base.wrapping_add(TABLE + 8 * rank)),
+        ),
+        (
+            "count table in window registration",
+            Box::new(|rank, b| {
+                if rank == 0 {
+                    b.base.wrapping_add(TABLE)
+                } else {
+                    others_base[rank]
+                }
+            }),
+        ),
+    ];
+    for (names, table) in &tables {
+        check(symmGroupStart(), null_mut());
+        for (rank, b) in buffers.iter().enumerate() {
+            let result = call(
+                b,
+                b.base.wrapping_add(SEND),
+                b.base.wrapping_add(RECV),
+                table(rank, b),
+                10,
+                f32_type,
+            );
+            check(result, b.comm);
+        }
+        assert_eq!(symmGroupEnd(), symmResult_t::symmInvalidUsage, "{names}");
+        let message = last_error(buffers[0].comm);
+        assert!(message.contains(names), "{message}");
+    }
     // Still usable: a good call in a group.
     let counts = vec![vec![3i64; nranks]; nranks];
     for (rank, b) in buffers.iter().enumerate() {

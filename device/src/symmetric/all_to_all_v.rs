@@ -209,21 +209,21 @@ impl Table<'_> {
         None
     }
 
-    /// Elements that ranks `0..before` send to `to`.
+    /// Elements that ranks `0..before` send to `to` (saturating).
     ///
     /// # Safety
-    /// `before <= world_size`, `to < world_size`; the table passed the vote.
+    /// `before <= world_size`, `to < world_size`; as for [`Table::count`].
     #[inline(always)]
     unsafe fn column_prefix(&self, before: u32, to: u32) -> u64 {
         let mut sum = 0u64;
         for from in 0..before {
-            // SAFETY: from, to < world_size; counts passed the vote, so each is in bounds.
-            sum += unsafe { self.checked(from, to) }.unwrap_or(0);
+            // SAFETY: from, to < world_size (contract).
+            sum = sum.saturating_add(unsafe { self.checked(from, to) }.unwrap_or(0));
         }
         sum
     }
 
-    /// Elements that rank `from` sends to ranks `0..before`.
+    /// Elements that rank `from` sends to ranks `0..before` (saturating).
     ///
     /// # Safety
     /// As for [`Table::column_prefix`].
@@ -232,7 +232,7 @@ impl Table<'_> {
         let mut sum = 0u64;
         for to in 0..before {
             // SAFETY: as in `column_prefix`.
-            sum += unsafe { self.checked(from, to) }.unwrap_or(0);
+            sum = sum.saturating_add(unsafe { self.checked(from, to) }.unwrap_or(0));
         }
         sum
     }
@@ -247,7 +247,7 @@ impl Table<'_> {
 /// The contexts are host-built for windows holding each task's `[send_offset, +
 /// send_capacity)` (send window, this rank), `[recv_offset, + count)` (receive window, every
 /// rank) and the table `[counts_offset, + 3·world·8)` (its window, every rank), which do not
-/// overlap; the table's context is 0 or host-built; the element size divides `count`, the
+/// overlap; the table's context is 0 (refused) or host-built; the element size divides `count`, the
 /// offsets and the window bases; every rank launches the same kernel, batch (bounds included)
 /// and shape.
 #[inline(always)]
@@ -301,7 +301,7 @@ unsafe fn run_task(
     let recv = task.rank.recv;
     let element = ((entry.flags >> ELEMENT_BYTES_SHIFT) & 0xFF) as u64;
     let table = Table {
-        // SAFETY: checked by `all_to_all_v` before the first barrier.
+        // SAFETY: checked by `all_to_all_v` before the first barrier (never `None` here).
         ctx: unsafe { table_context(&entry) }.unwrap_or(recv),
         offset: entry.counts_offset,
         send_bound: entry.send_capacity / element,
@@ -309,21 +309,35 @@ unsafe fn run_task(
     };
     let me = recv.rank;
     let world = recv.world_size;
+    let leader = arch::thread_idx_x() == 0;
+    // Thread 0 checks and the block shares its answer, so that every thread votes alike even
+    // if the table changed under the launch (a caller's race).
     // SAFETY: me < world_size; the table lies in every rank's window (contract).
-    let fine = unsafe { table.offence(me) }.is_none();
+    let offending = leader && unsafe { table.offence(me) }.is_some();
+    let fine = !arch::sync_threads_or(offending);
     if !barrier.sync_unanimous(fine)? {
-        if arch::thread_idx_x() == 0 {
-            // Every rank finds the same first offence: the table is the same everywhere. (A
-            // refusal without one cannot happen: this rank or a peer voted against.)
+        // Every rank finds the same first offence (they read the same table, and no rank
+        // leaves before the barrier below, so no row 0 changes meanwhile). A refusal without
+        // one happens only if the table changed under the launch: it names no rank.
+        let word = if leader {
             // SAFETY: the table lies in every rank's window (contract).
-            let word = match unsafe { table.first_offence() } {
+            match unsafe { table.first_offence() } {
                 Some((reason, rank, peer)) => abort_counts_refused(reason, rank, peer),
-                None => abort_counts_refused(CountsRefusal::ReceivesOverBound, me, None),
-            };
+                None => abort_counts_refused(CountsRefusal::ReceivesOverBound, u32::MAX, None),
+            }
+        } else {
+            0
+        };
+        // Every rank refuses the same task, so they pass this barrier together: epochs stay in
+        // step, no peer is still reading this rank's table (or votes) when a later launch
+        // writes them, and the word is raised only after it (a wait that saw it raised would
+        // leave the barrier early).
+        let closed = barrier.sync();
+        if leader {
             // SAFETY: the abort word is this rank's, accessed atomically.
             unsafe { raise_timeout(recv.abort_flag as *mut u32, word) };
         }
-        return Err(Aborted);
+        return closed.and(Err(Aborted));
     }
     if grid.block == 0 {
         // Rows 1 and 2 of this rank's table: what each peer sent here, and where it landed.
@@ -345,18 +359,32 @@ unsafe fn run_task(
     let send = task.rank.send.local_base + task.args.send_offset;
     let mut peer = grid.block % world;
     for _ in 0..world {
-        // SAFETY: peer, me < world_size; the table passed the vote, so every segment lies in
-        // the send buffer and in the peer's receive buffer.
-        unsafe {
-            let bytes = table.checked(me, peer).unwrap_or(0) * element;
-            let units = bytes.div_ceil(16);
-            let (lo, hi) = block_range(units, grid.block, grid.blocks);
-            let (lo, hi) = ((lo * 16).min(bytes), (hi * 16).min(bytes));
-            if lo < hi {
-                let src = send + table.row_prefix(me, peer) * element;
-                let dst = recv.peer_base(peer)
-                    + task.args.recv_offset
-                    + table.column_prefix(me, peer) * element;
+        // Where the segment starts in the send buffer and in the peer's receive buffer, and
+        // its length, each clamped into its buffer: the table passed the vote, so clamping
+        // changes nothing unless the table changed under the launch (a caller's race, which
+        // then gets wrong data but never a write outside the buffers).
+        // SAFETY: peer, me < world_size; the table lies in every rank's window (contract).
+        let (from, into, elements) = unsafe {
+            let from = table.row_prefix(me, peer).min(table.send_bound);
+            let into = table.column_prefix(me, peer).min(table.recv_bound);
+            let elements = table
+                .checked(me, peer)
+                .unwrap_or(0)
+                .min(table.send_bound - from)
+                .min(table.recv_bound - into);
+            (from, into, elements)
+        };
+        let bytes = elements * element;
+        let units = bytes.div_ceil(16);
+        let (lo, hi) = block_range(units, grid.block, grid.blocks);
+        let (lo, hi) = ((lo * 16).min(bytes), (hi * 16).min(bytes));
+        if lo < hi {
+            // SAFETY: `[from, + elements)` lies in this rank's send buffer and `[into, +
+            // elements)` in the peer's receive buffer (clamped above; both capacities are
+            // host-checked against the windows); the two do not overlap (contract).
+            unsafe {
+                let src = send + from * element;
+                let dst = recv.peer_base(peer) + task.args.recv_offset + into * element;
                 copy_bytes(src, dst, lo, hi);
             }
         }

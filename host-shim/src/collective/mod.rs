@@ -187,21 +187,25 @@ impl Task {
             (Collective::Scatter, _) if !self.is_root() => (recv..recv, recv..recv + share),
             (Collective::Scatter, true) => (send..send + whole, send..send + whole),
             (Collective::Scatter, false) => (send..send + whole, recv..recv + share),
-            // The send buffer (its whole capacity) is read; the receive buffer and the count
-            // table, in one window, are written (peers read row 0 of the table: it counts as
-            // written, which orders the task after any that writes the table).
+            // The send buffer (its whole capacity) is read and the receive buffer written; the
+            // count table is [`Task::table_range`].
             (Collective::AllToAllV, _) => {
-                let (table, send_count) = match &self.counts {
-                    Some(t) => (t.window.base + t.offset, t.send_count),
-                    None => (recv, 0),
-                };
-                let table_end = table + 24 * self.comm.clique.nranks as u64;
+                let send_count = self.counts.as_ref().map_or(0, |t| t.send_count);
                 let element = self.plan.kernel.dtype.size_bytes() as u64;
-                (
-                    send..send + send_count * element,
-                    recv.min(table)..(recv + share).max(table_end),
-                )
+                (send..send + send_count * element, recv..recv + share)
             }
+        }
+    }
+
+    /// An all-to-all-v's count table, in whichever window it lies: written (rows 1 and 2) and
+    /// read by peers (row 0), so it counts as written. Empty for the other collectives.
+    pub fn table_range(&self) -> Range<u64> {
+        match &self.counts {
+            Some(t) => {
+                let start = t.window.base + t.offset;
+                start..start + 24 * self.comm.clique.nranks as u64
+            }
+            None => 0..0,
         }
     }
 
@@ -211,9 +215,12 @@ impl Task {
         let overlap = crate::window::ranges_overlap;
         let (reads, writes) = self.footprint();
         let (other_reads, other_writes) = other.footprint();
-        overlap(&writes, &other_reads)
-            || overlap(&writes, &other_writes)
-            || overlap(&reads, &other_writes)
+        let (table, other_table) = (self.table_range(), other.table_range());
+        [&writes, &table].into_iter().any(|w| {
+            overlap(w, &other_reads) || overlap(w, &other_writes) || overlap(w, &other_table)
+        }) || [&other_writes, &other_table]
+            .into_iter()
+            .any(|w| overlap(&reads, w))
     }
 }
 

@@ -409,8 +409,8 @@ fn counts_refusal(rank: usize, word: u32) -> Error {
         (None, _) => "the counts break the bound".to_string(),
     };
     Error::invalid_argument(format!(
-        "rank {rank}: symmAlltoAllvDevice refused its counts on every rank: {why}; nothing was \
-         copied, and the communicator is failed on every rank"
+        "rank {rank}: symmAlltoAllvDevice refused its counts on every rank: {why}; nothing of \
+         that call was copied, and the communicator is failed on every rank"
     ))
 }
 
