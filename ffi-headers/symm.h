@@ -499,7 +499,9 @@ symmResult_t symmAlltoAll(const void *sendbuff,
 //
 // `recvbuff` and `counts` lie in registered windows (one or two), each at the same offset of the
 // same window on every rank; `sendbuff` anywhere in a registered window; the three are
-// disjoint. Bytes are moved, so every
+// disjoint. A bad argument is refused at once, naming it; refused alike on every rank, the
+// communicator stays usable; refused on some ranks only, the others' calls fail at once and
+// the communicator is failed on every rank. Bytes are moved, so every
 // data type arrives bit for bit.
 symmResult_t symmAlltoAllvDevice(const void *sendbuff,
                                  size_t sendcount,

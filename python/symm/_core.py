@@ -784,22 +784,34 @@ class Comm:
         every rank before anything is copied, and the communicator fails with that cause.
         ``recv`` and ``counts`` lie in windows (one or two), each at the same offset of the
         same window on every rank."""
-        send_operand = self._operand(send, "send")
-        recv_operand = self._operand(recv, "recv")
-        table = self._operand(counts, "counts")
-        if send_count is not None:
-            send_count = _as_int(send_count, "send_count")
-        if recv_count is not None:
-            recv_count = _as_int(recv_count, "recv_count")
-        send_count, element = resolve_call(send_operand, send_operand, send_count, dtype, 1, 1)
-        recv_count, recv_element = resolve_call(recv_operand, recv_operand, recv_count, dtype, 1, 1)
-        if recv_element != element:
-            raise InvalidArgumentError(f"send is {send_operand.kind} but recv is {recv_operand.kind}: their element types differ")
-        needed = 3 * self.nranks * 8
-        if table.dtype is not None and table.itemsize != 8:
-            raise InvalidArgumentError(f"counts is {table.kind}: want 3 x {self.nranks} int64")
-        if table.nbytes is not None and table.nbytes < needed:
-            raise InvalidArgumentError(f"counts holds {table.nbytes} bytes ({table.kind}): want 3 x {self.nranks} int64 ({needed} bytes)")
+        try:
+            send_operand = self._operand(send, "send")
+            recv_operand = self._operand(recv, "recv")
+            table = self._operand(counts, "counts")
+            if send_count is not None:
+                send_count = _as_int(send_count, "send_count")
+            if recv_count is not None:
+                recv_count = _as_int(recv_count, "recv_count")
+            send_count, element = resolve_call(send_operand, send_operand, send_count, dtype, 1, 1)
+            recv_count, recv_element = resolve_call(recv_operand, recv_operand, recv_count, dtype, 1, 1)
+            if recv_element != element:
+                raise InvalidArgumentError(f"send is {send_operand.kind} but recv is {recv_operand.kind}: their element types differ")
+            needed = 3 * self.nranks * 8
+            if table.dtype is not None and table.dtype.removeprefix("torch.") != "int64":
+                raise InvalidArgumentError(f"counts is {table.kind}: want 3 x {self.nranks} int64")
+            if table.nbytes is not None and table.nbytes < needed:
+                raise InvalidArgumentError(
+                    f"counts holds {table.nbytes} bytes ({table.kind}): want 3 x {self.nranks} int64 ({needed} bytes)"
+                )
+        except InvalidArgumentError:
+            # Peers whose arguments are right would wait for this rank's call: make it with NULL
+            # buffers, so that the library refuses it as this rank's call and theirs fail at
+            # once naming it.
+            try:
+                check(lib.symmAlltoAllvDevice(None, 0, None, 0, None, 0, self.handle, 0 if stream is None else resolve_stream(stream)))
+            except SymmError:
+                pass
+            raise
         if stream is None:
             stream_handle = torch_stream([send_operand, recv_operand, table]) or 0
         else:

@@ -1521,9 +1521,11 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
     sends to each rank, its segments packed in rank order at the start of ``input``; the call
     writes row 1 (the elements received from each rank) and row 2 (where each rank's segment
     starts in ``out``, in elements), and the segments packed in rank order at the start of
-    ``out``. ``input.numel()`` and ``out.numel()`` are the capacities, the same on every rank;
-    split sizes beyond them are refused on every rank before anything is copied, and the
-    communicator fails with that cause (the kernel finds it after the call returned).
+    ``out``. ``input.numel()`` and ``out.numel()`` are the capacities (``sendcount`` and
+    ``recvcount`` in the library's messages), the same on every rank; split sizes beyond them
+    are refused on every rank before anything is copied, and the communicator fails with that
+    cause (the kernel finds it after the call returned). Arguments refused here on some ranks
+    only make the other ranks' calls fail at once too.
 
     Tensors in windows of the group (:func:`empty` then :func:`rendezvous`, or
     :func:`mem_pool`) are used in place, each in its own window or not. Otherwise, on a
@@ -1538,22 +1540,32 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
     comm, pg = _resolve(group)
     world = comm.nranks
     memory = _memory_device(comm)
+    stream = int(torch.cuda.current_stream(comm.device).cuda_stream) if comm.backend == "cuda" else 0
+
+    def refuse(problem: str) -> None:
+        # The peers' calls would wait for this rank's: make the call with NULL buffers, so that
+        # the library refuses it as this rank's call and theirs fail at once naming it.
+        try:
+            check(lib.symmAlltoAllvDevice(None, 0, None, 0, None, 0, comm.handle, stream))
+        except SymmError:
+            pass
+        raise InvalidArgumentError(f"all_to_all_vdev: {problem}")
+
     for name, tensor in (("input", input), ("out", out), ("in_out_splits", in_out_splits)):
         if not isinstance(tensor, torch.Tensor):
-            raise InvalidArgumentError(f"all_to_all_vdev: {name} must be a torch.Tensor, not {type(tensor).__name__}")
+            refuse(f"{name} must be a torch.Tensor, not {type(tensor).__name__}")
         if tensor.device != memory:
-            raise InvalidArgumentError(f"all_to_all_vdev: {name} is on {tensor.device}; the communicator's memory is on {memory}")
+            refuse(f"{name} is on {tensor.device}; the communicator's memory is on {memory}")
     if input.dtype != out.dtype:
-        raise InvalidArgumentError(f"all_to_all_vdev: input is {input.dtype}, out {out.dtype}: want one dtype")
+        refuse(f"input is {input.dtype}, out {out.dtype}: want one dtype")
     if in_out_splits.dtype != torch.int64 or tuple(in_out_splits.shape) != (3, world):
-        raise InvalidArgumentError(
-            f"all_to_all_vdev: in_out_splits is {in_out_splits.dtype} of shape {tuple(in_out_splits.shape)}: "
-            f"want torch.int64 of shape (3, {world})"
-        )
-    code = SymmProcessGroup._check(input)
+        refuse(f"in_out_splits is {in_out_splits.dtype} of shape {tuple(in_out_splits.shape)}: want torch.int64 of shape (3, {world})")
+    try:
+        code = SymmProcessGroup._check(input)
+    except SymmError as error:
+        refuse(str(error))
     if pg is not None and pg._pending:
         pg._flush_peer_ops()
-    stream = int(torch.cuda.current_stream(comm.device).cuda_stream) if comm.backend == "cuda" else 0
     scratch = pg._scratch_window if pg is not None else None
     windows = [_user_window_of(comm, t, scratch) for t in (input, out, in_out_splits)]
     if all(w is not None for w in windows):
@@ -1566,10 +1578,7 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
         )
         return
     if pg is None:
-        raise InvalidArgumentError(
-            "all_to_all_vdev: on a symm.Comm every tensor must lie in a registered window of it "
-            "(symm.torch.empty then symm.torch.rendezvous)"
-        )
+        refuse("on a symm.Comm every tensor must lie in a registered window of it (symm.torch.empty then symm.torch.rendezvous)")
     pg._note("all_to_all_vdev", "staged", input)
     element = input.element_size()
     send_bytes = input.numel() * element
@@ -1577,10 +1586,10 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
     table_at = recv_at + (out.numel() * element + 255) // 256 * 256
     needed = table_at + 3 * world * 8
     if needed > pg._scratch.nbytes:
-        raise InvalidArgumentError(
-            f"all_to_all_vdev: input ({input.numel()} x {input.dtype}), out ({out.numel()}) and the splits "
-            f"need {needed} bytes of the group's scratch window, which has {pg._scratch.nbytes} "
-            "(SYMM_TORCH_SCRATCH_BYTES): allocate the tensors with symm.torch.empty and rendezvous them"
+        refuse(
+            f"input ({input.numel()} x {input.dtype}), out ({out.numel()}) and the splits need {needed} "
+            f"bytes of the group's scratch window, which has {pg._scratch.nbytes} (SYMM_TORCH_SCRATCH_BYTES): "
+            "allocate the tensors with symm.torch.empty and rendezvous them"
         )
     send = pg._scratch_of(input.dtype, 0, input.numel())
     recv = pg._scratch_of(out.dtype, recv_at, out.numel())

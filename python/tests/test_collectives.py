@@ -452,6 +452,9 @@ def test_all_to_all_v_counts_past_the_capacity_fail_every_rank() -> None:
                 for r, comm in enumerate(comms):
                     comm.all_to_all_v(bufs[r].numpy(np.float32, 64, 0), bufs[r].numpy(np.float32, 64, 1024), bufs[r].numpy(np.int64, 6, 3072))
         assert "rank 1's counts sum to more elements than sendcount" in str(failure.value)
+        # A table that is not int64 is refused before it reaches the kernel.
+        with pytest.raises(symm.InvalidArgumentError, match="want 3 x 2 int64"):
+            comms[0].all_to_all_v(bufs[0].numpy(np.float32, 64, 0), bufs[0].numpy(np.float32, 64, 1024), bufs[0].numpy(np.float64, 6, 3072))
         for r in range(2):
             assert (bufs[r].numpy(np.float32, 64, 1024) == -1.0).all()
     finally:

@@ -327,6 +327,21 @@ def main() -> None:
             calls += 1
     assert pg.path_counts["all_to_all_vdev", "window"] == 3, pg.path_counts
     assert pg.path_counts["all_to_all_vdev", "staged"] == 3, pg.path_counts
+    # Splits of the wrong dtype on one rank only: every rank's call fails at once (the others
+    # naming the refusal), not at the wait bound.
+    doomed_v = dist.new_group(list(range(size)))
+    splits = torch.zeros(3, size, dtype=torch.int32 if rank == 1 else torch.int64)
+    started = time.monotonic()
+    try:
+        st.all_to_all_vdev(torch.zeros(8), torch.zeros(8), splits, group=doomed_v)
+    except Exception as error:  # noqa: BLE001 (torch may wrap the backend's error)
+        said = str(error)
+        assert ("want torch.int64" if rank == 1 else "refused") in said, said
+    else:
+        raise AssertionError(f"rank {rank}: all_to_all_vdev with bad splits on rank 1 succeeded")
+    took = time.monotonic() - started
+    assert took < 2.0, f"rank {rank}: the refusal took {took:.1f} s"
+    calls += 1
     # A sub-group of the even ranks is a communicator of its own.
     evens = dist.new_group([r for r in range(size) if r % 2 == 0])
     if rank % 2 == 0:

@@ -645,6 +645,25 @@ fn bad_arguments_are_refused_and_leave_the_communicator_usable() {
     assert_eq!(result, symmResult_t::symmInvalidUsage);
     let message = last_error(buffers[0].comm);
     assert!(message.contains("sendcount 10 vs 11"), "{message}");
+    check(symmGroupStart(), null_mut());
+    for (rank, b) in buffers.iter().enumerate() {
+        let (send, recv) = (b.base.wrapping_add(SEND), b.base.wrapping_add(RECV));
+        let table = b.base.wrapping_add(TABLE);
+        let result = symmAlltoAllvDevice(
+            send.cast(),
+            10,
+            recv.cast(),
+            10 + rank,
+            table.cast(),
+            f32_type,
+            b.comm,
+            null_mut(),
+        );
+        check(result, b.comm);
+    }
+    assert_eq!(symmGroupEnd(), symmResult_t::symmInvalidUsage);
+    let message = last_error(buffers[0].comm);
+    assert!(message.contains("recvcount 10 vs 11"), "{message}");
     // So are count tables at different offsets, or in different windows: a peer reads a rank's
     // table where its own is.
     let others_base: Vec<*mut u8> = others.iter().map(|o| o.base).collect();

@@ -90,7 +90,14 @@ impl std::fmt::Display for Signature {
             Collective::Scatter => "symmScatter",
             Collective::AllToAllV => "symmAlltoAllvDevice",
         };
-        write!(f, "{name} of {} x {:?}", self.count, self.kernel.dtype)?;
+        match self.counts {
+            Some(counts) => write!(
+                f,
+                "{name} of {:?} (sendcount {}, recvcount {})",
+                self.kernel.dtype, counts.send_count, self.count
+            )?,
+            None => write!(f, "{name} of {} x {:?}", self.count, self.kernel.dtype)?,
+        }
         match self.collective {
             Collective::AllReduce | Collective::ReduceScatter => {
                 write!(f, " {:?}", self.kernel.op)?
@@ -162,7 +169,13 @@ impl Signature {
             ));
         }
         if a.count != b.count {
-            differences.push(format!("count {} vs {}", a.count, b.count));
+            // An all-to-all-v's count is its receive capacity (`recvcount`).
+            let name = if a.collective == Collective::AllToAllV {
+                "recvcount"
+            } else {
+                "count"
+            };
+            differences.push(format!("{name} {} vs {}", a.count, b.count));
         }
         if a.root != b.root {
             differences.push(format!("root {} vs {}", a.root, b.root));

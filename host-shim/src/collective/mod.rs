@@ -8,8 +8,8 @@ pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
 pub use validate::CountTable;
 pub use validate::{
-    Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe, gather, reduce,
-    reduce_scatter, scatter,
+    Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe,
+    describe_all_to_all_v, gather, reduce, reduce_scatter, scatter,
 };
 pub(crate) use validate::{buffer_window, data_type};
 

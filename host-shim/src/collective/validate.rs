@@ -136,6 +136,20 @@ fn overlap(a: u64, a_bytes: u64, b: u64, b_bytes: u64) -> bool {
     )
 }
 
+/// "symmAlltoAllvDevice of Float32 (sendcount 60, recvcount 64)": an all-to-all-v as another
+/// thread's refusal names it (see [`describe`]).
+pub fn describe_all_to_all_v(
+    sendcount: usize,
+    recvcount: usize,
+    datatype: symmDataTypeRaw,
+) -> String {
+    let counts = format!("sendcount {sendcount}, recvcount {recvcount}");
+    match data_type(datatype) {
+        Ok(dtype) => format!("symmAlltoAllvDevice of {dtype:?} ({counts})"),
+        Err(_) => format!("symmAlltoAllvDevice of (datatype {datatype}) ({counts})"),
+    }
+}
+
 /// "symmAllReduce of 1024 x Float32": a call as another thread's refusal names it.
 pub fn describe(name: &str, count: usize, datatype: symmDataTypeRaw) -> String {
     match data_type(datatype) {

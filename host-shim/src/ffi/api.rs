@@ -769,7 +769,9 @@ pub extern "C" fn symmAlltoAll(
 ///
 /// `recvbuff` and `counts` lie in registered windows (one or two), each at the same offset of the
 /// same window on every rank; `sendbuff` anywhere in a registered window; the three are
-/// disjoint. Bytes are moved, so every
+/// disjoint. A bad argument is refused at once, naming it; refused alike on every rank, the
+/// communicator stays usable; refused on some ranks only, the others' calls fail at once and
+/// the communicator is failed on every rank. Bytes are moved, so every
 /// data type arrives bit for bit.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
@@ -786,7 +788,7 @@ pub extern "C" fn symmAlltoAllvDevice(
     with_comm("symmAlltoAllvDevice", comm, |c| {
         group::collective(
             c,
-            &collective::describe("symmAlltoAllvDevice", recvcount, datatype),
+            &collective::describe_all_to_all_v(sendcount, recvcount, datatype),
             || {
                 collective::all_to_all_v(
                     c,
