@@ -897,20 +897,30 @@ class SymmProcessGroup(dist.ProcessGroup):
             chunks.append([(start, min(per_chunk, numel - start)) for start in range(0, max(numel, 1), per_chunk)])
             in_window.append(self._in_window(tensor))
             self._note("send" if op.send else "recv", "window" if in_window[-1] else "staged", tensor)
-        # Rounds take the operations' chunks in turn (chunk k of every operation before chunk
-        # k + 1 of any), as many as the scratch window holds, so that a round holds the chunks
-        # its peers' rounds pair with.
+        # Rounds take the operations' chunks level by level (chunk k of every operation before
+        # chunk k + 1 of any), as many whole levels as the scratch window holds. A level is
+        # never split between rounds while it fits in one: a launch waits until its sends are
+        # received, so a send in one round whose matching receive sits in the peer's next round
+        # would wait for a peer that waits for it. Whole levels keep every pair in order (a
+        # rank's round ends only after its peers' rounds reach the same level). Only a level
+        # larger than the scratch window (more than eight staged operations) is cut by
+        # operation.
         rounds: list[list[tuple[_PeerOp, int, int, int | None]]] = [[]]
         used = 0
         for k in range(max(len(c) for c in chunks) if chunks else 0):
-            for op, op_chunks, window in zip(ops, chunks, in_window):
-                if k >= len(op_chunks):
-                    continue
-                start, count = op_chunks[k]
+            level = [
+                (op, *op_chunks[k], window)
+                for op, op_chunks, window in zip(ops, chunks, in_window)
+                if k < len(op_chunks)
+            ]
+            needs = [0 if window else (count * op.tensor.element_size() + 255) // 256 * 256 for op, _, count, window in level]
+            if used + sum(needs) > capacity and rounds[-1]:
+                rounds.append([])
+                used = 0
+            for (op, start, count, window), need in zip(level, needs):
                 if window:
                     rounds[-1].append((op, start, count, None))
                     continue
-                need = (count * op.tensor.element_size() + 255) // 256 * 256
                 if used + need > capacity and rounds[-1]:
                     rounds.append([])
                     used = 0

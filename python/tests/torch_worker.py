@@ -291,7 +291,17 @@ def main() -> None:
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     assert torch.equal(got, big - rank + (rank - 1) % size), got
-    calls += 3
+    # A ring whose last level of chunks does not fit the round the earlier levels fill (this
+    # job's scratch window: 8192 bytes, chunks of 768): five full levels and a tail of 128
+    # bytes per message. A round must not take the tail's send without its receive, or both
+    # ranks wait for each other.
+    tail = torch.arange(992, dtype=torch.float32) + 1000 * rank
+    got = torch.empty_like(tail)
+    ops = [dist.P2POp(dist.isend, tail, (rank + 1) % size), dist.P2POp(dist.irecv, got, (rank - 1) % size)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    assert torch.equal(got, tail - 1000 * rank + 1000 * ((rank - 1) % size)), got
+    calls += 4
     # All-to-all-v with the splits in device memory (PyTorch SymmMem's all_to_all_vdev): three
     # symmetric tensors (each its own window: no copy), then plain tensors (staged through the
     # scratch window); new splits each round, zeros among them; bit for bit.
