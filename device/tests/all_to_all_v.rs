@@ -488,9 +488,11 @@ fn every_offence_refuses_on_every_rank_and_writes_nothing() {
 }
 
 /// A batch whose second task is refused: the first task's data land, nothing of the second is
-/// written, every rank raises the same word; the ranks leave in step, so that (the abort words
-/// cleared, as if the host had not yet looked) later launches on the window pair: a one-shot
-/// all-reduce whose first barrier is a vote, then an all-to-all-v, both exact.
+/// written, every rank raises the same word. With one block per rank (no other block of the
+/// rank waits at the closing barrier when the word goes up, and so none abandons it) the ranks
+/// leave in step, so that (the abort words cleared, as if the host had not yet looked) later
+/// launches on the window pair: a one-shot all-reduce whose first barrier is a vote, then an
+/// all-to-all-v, both exact.
 #[test]
 fn a_refusal_in_a_batch_leaves_the_window_in_step() {
     let world = 3;
@@ -507,7 +509,7 @@ fn a_refusal_in_a_batch_leaves_the_window_in_step() {
         .map(|r| ranks.read::<u8>(r, 0, ranks.window_bytes))
         .collect();
     let want_first = expected(&mut ranks, &first, &good);
-    let statuses = ranks.run_table(&table_of(&ranks, &[first, second]), 2, kernel_fn(), 2, 4);
+    let statuses = ranks.run_table(&table_of(&ranks, &[first, second]), 2, kernel_fn(), 1, 4);
     assert!(
         statuses.iter().all(|s| *s == KernelStatus::Aborted),
         "{statuses:?}"

@@ -328,10 +328,10 @@ unsafe fn run_task(
         } else {
             0
         };
-        // Every rank refuses the same task, so they pass this barrier together: epochs stay in
-        // step, no peer is still reading this rank's table (or votes) when a later launch
-        // writes them, and the word is raised only after it (a wait that saw it raised would
-        // leave the barrier early).
+        // Every rank refuses the same task, so they pass this barrier together: no peer still
+        // reads this rank's table (or votes) when a later launch writes them; the word goes up
+        // after it. Another block of this rank still waiting here may see the word and abandon
+        // the barrier (announced): it marks the window out of step, so no later launch votes.
         let closed = barrier.sync();
         if leader {
             // SAFETY: the abort word is this rank's, accessed atomically.
