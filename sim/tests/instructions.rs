@@ -577,3 +577,34 @@ fn an_indexed_branch_takes_the_listed_target() {
     run_to_end(&mut simulator).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!([out.get(0), out.get(1), out.get(2)], [10, 20, 30]);
 }
+
+/// The 16-bit arithmetic and compares and the 32-bit multiply-add of the all-to-all-v kernel's
+/// sm_80 PTX: results wrap at their width, compares are unsigned at 16 bits.
+#[test]
+fn sixteen_bit_add_and_compare_and_mad_lo_s32() {
+    let v = run1(
+        "
+	mov.b16 	%rs1, 32767;
+	add.s16 	%rs2, %rs1, 2;
+	st.b16 	[%rd1], %rs2;
+	mov.b16 	%rs3, -1;
+	setp.gt.u16 	%p1, %rs3, 1;
+	selp.b32 	%r1, 1, 0, %p1;
+	st.b32 	[%rd1+8], %r1;
+	setp.gt.u16 	%p2, %rs1, %rs3;
+	selp.b32 	%r2, 1, 0, %p2;
+	st.b32 	[%rd1+16], %r2;
+	mov.b32 	%r3, -2;
+	mad.lo.s32 	%r4, %r3, 3, 10;
+	st.b32 	[%rd1+24], %r4;
+	mov.b32 	%r5, 65536;
+	mad.lo.s32 	%r6, %r5, %r5, 7;
+	st.b32 	[%rd1+32], %r6;
+",
+    );
+    assert_eq!(v[0] & 0xFFFF, 0x8001, "add.s16 wraps at 16 bits");
+    assert_eq!(v[1], 1, "0xFFFF > 1 unsigned");
+    assert_eq!(v[2], 0, "0x7FFF > 0xFFFF is false unsigned");
+    assert_eq!(v[3] & 0xFFFF_FFFF, 4, "-2 * 3 + 10");
+    assert_eq!(v[4] & 0xFFFF_FFFF, 7, "the low 32 bits of 2^32 + 7");
+}
