@@ -537,58 +537,30 @@ impl RankStream {
     /// Write `values` at `ptr` (window memory of this rank) in this stream's order, and wait
     /// for it: unlike [`put_f32`], it waits for no other rank's work (on one device, a
     /// context-wide wait also waits for a peer's kernel that waits for this rank).
-    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn put_f32(&self, ptr: *mut u8, values: &[f32]) {
-        if !on_cuda() {
-            return put_f32(ptr, values);
-        }
-        // SAFETY: device memory of this rank with room for `values`, which outlive the copy
-        // (the stream is synchronized before returning).
-        unsafe {
-            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
-                ptr as cudarc::driver::sys::CUdeviceptr,
-                values.as_ptr().cast(),
-                std::mem::size_of_val(values),
-                self.0,
-            )
-        }
-        .result()
-        .unwrap();
-        self.synchronize();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.put_bytes(ptr, &bytes);
     }
 
     /// Read `count` f32 at `ptr` (window memory of this rank) in this stream's order: what
     /// [`RankStream::put_f32`] is to [`put_f32`].
-    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn get_f32(&self, ptr: *const u8, count: usize) -> Vec<f32> {
-        if !on_cuda() {
-            return get_f32(ptr, count);
-        }
-        let mut out = vec![0f32; count];
-        // SAFETY: device memory of this rank holding `count` elements; `out` outlives the
-        // copy (the stream is synchronized before returning).
-        unsafe {
-            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
-                out.as_mut_ptr().cast(),
-                ptr as cudarc::driver::sys::CUdeviceptr,
-                count * 4,
-                self.0,
-            )
-        }
-        .result()
-        .unwrap();
-        self.synchronize();
-        out
+        self.get_bytes(ptr, 4 * count)
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
     }
 
-    /// Write `bytes` at `ptr` in this stream's order, and wait for it (see
-    /// [`RankStream::put_f32`]).
+    /// Write `bytes` at `ptr` (window memory of this rank) in this stream's order, and wait
+    /// for it: unlike [`put_bytes`], it waits for no other rank's work (on one device, a
+    /// context-wide wait also waits for a peer's kernel that waits for this rank).
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn put_bytes(&self, ptr: *mut u8, bytes: &[u8]) {
         if !on_cuda() {
             return put_bytes(ptr, bytes);
         }
-        // SAFETY: as in `put_f32`.
+        // SAFETY: device memory of this rank with room for `bytes`, which outlive the copy (the
+        // stream is synchronized before returning).
         unsafe {
             cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
                 ptr as cudarc::driver::sys::CUdeviceptr,
@@ -602,14 +574,16 @@ impl RankStream {
         self.synchronize();
     }
 
-    /// Read `count` bytes at `ptr` in this stream's order (see [`RankStream::get_f32`]).
+    /// Read `count` bytes at `ptr` (window memory of this rank) in this stream's order: what
+    /// [`RankStream::put_bytes`] is to [`put_bytes`].
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn get_bytes(&self, ptr: *const u8, count: usize) -> Vec<u8> {
         if !on_cuda() {
             return get_bytes(ptr, count);
         }
         let mut out = vec![0u8; count];
-        // SAFETY: as in `get_f32`.
+        // SAFETY: device memory of this rank holding `count` bytes; `out` outlives the copy
+        // (the stream is synchronized before returning).
         unsafe {
             cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
                 out.as_mut_ptr().cast(),
