@@ -134,6 +134,49 @@ pub fn bootstrap_timeout() -> Result<Duration> {
     }
 }
 
+/// Default size of a communicator's staging window ([`staging_bytes`]).
+pub const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
+
+/// Smallest staging window: room for one element of the widest type from every rank, twice,
+/// at the most ranks.
+pub const MIN_STAGING_BYTES: u64 = 4096;
+
+/// `SYMM_STAGING_BYTES`: the size of the window each communicator makes at its creation to
+/// stage collectives whose buffers lie outside every registered window (a multiple of 256, at
+/// least [`MIN_STAGING_BYTES`]; `0`: no staging window, such calls are refused); unset:
+/// [`DEFAULT_STAGING_BYTES`]. `SYMM_STRICT_WINDOWS=1` also means none.
+pub fn staging_bytes() -> Result<u64> {
+    parse_staging(
+        std::env::var("SYMM_STAGING_BYTES").ok().as_deref(),
+        std::env::var("SYMM_STRICT_WINDOWS").ok().as_deref(),
+    )
+}
+
+/// Parse `SYMM_STAGING_BYTES` and `SYMM_STRICT_WINDOWS` (`None`: unset) into the staging
+/// window's size (0: none).
+pub fn parse_staging(bytes: Option<&str>, strict: Option<&str>) -> Result<u64> {
+    match strict.map(str::trim) {
+        None | Some("") | Some("0") => {}
+        Some("1") => return Ok(0),
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "SYMM_STRICT_WINDOWS={other:?}: expected 0 or 1"
+            )));
+        }
+    }
+    match bytes.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_STAGING_BYTES),
+        Some(text) => match text.parse::<u64>() {
+            Ok(0) => Ok(0),
+            Ok(n) if n >= MIN_STAGING_BYTES && n <= 1 << 40 => Ok(n / 256 * 256),
+            _ => Err(Error::invalid_argument(format!(
+                "SYMM_STAGING_BYTES={text:?}: expected 0 (no staging) or a number of bytes from \
+                 {MIN_STAGING_BYTES} to 2^40"
+            ))),
+        },
+    }
+}
+
 /// Parse a `SYMM_TIMEOUT_MS` value (`None`: unset).
 pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
     match value {
@@ -151,6 +194,21 @@ pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
 mod tests {
     use super::*;
     use crate::abi::symmResult_t;
+
+    #[test]
+    fn staging_sizes() {
+        assert_eq!(parse_staging(None, None).unwrap(), DEFAULT_STAGING_BYTES);
+        assert_eq!(parse_staging(Some("0"), None).unwrap(), 0);
+        assert_eq!(parse_staging(Some("5000"), Some("0")).unwrap(), 4864);
+        assert_eq!(parse_staging(None, Some("1")).unwrap(), 0);
+        assert_eq!(parse_staging(Some("5000"), Some("1")).unwrap(), 0);
+        for bad in ["100", "-1", "lots"] {
+            let e = parse_staging(Some(bad), None).unwrap_err();
+            assert!(e.message.contains("SYMM_STAGING_BYTES"), "{}", e.message);
+        }
+        let e = parse_staging(None, Some("yes")).unwrap_err();
+        assert!(e.message.contains("SYMM_STRICT_WINDOWS"), "{}", e.message);
+    }
 
     #[test]
     fn host_modes() {

@@ -29,6 +29,7 @@ mod mutation;
 mod plan;
 mod point_to_point;
 mod ptx;
+mod staging;
 #[cfg(target_os = "linux")]
 mod transport;
 mod window;

@@ -75,6 +75,10 @@ pub struct Signature {
     /// All-to-all-v: where the count table is (peers read it there) and the send buffer's
     /// capacity (peers check every rank's counts against it).
     pub counts: Option<CountsAt>,
+    /// A chunk of a call staged through the communicator's staging window (its buffers lie
+    /// outside every registered window; see `crate::staging`): a staged rank pairs only with
+    /// staged ranks.
+    pub staged: bool,
 }
 
 impl std::fmt::Display for Signature {
@@ -121,6 +125,9 @@ impl std::fmt::Display for Signature {
                 self.batch_size
             )?;
         }
+        if self.staged {
+            write!(f, ", a chunk staged through the staging window")?;
+        }
         write!(f, ")")
     }
 }
@@ -158,6 +165,19 @@ impl Signature {
                 "collective {} vs {}",
                 a.collective.name(),
                 b.collective.name()
+            ));
+            return differences;
+        }
+        if a.staged != b.staged {
+            let order = if a.staged {
+                "staged vs in windows"
+            } else {
+                "in windows vs staged"
+            };
+            differences.push(format!(
+                "{order} (a staged call's buffers lie outside every registered window, and it \
+                 runs through the communicator's staging window: every rank's buffers must lie \
+                 in windows, or none's)"
             ));
             return differences;
         }
@@ -269,7 +289,7 @@ impl Signature {
             send_offset,
             recv_window,
             recv_offset,
-            self.in_place as u64,
+            self.in_place as u64 | (self.staged as u64) << 1,
             self.counts.map_or(NO_BUFFER, |c| c.window),
             self.counts.map_or(0, |c| c.offset),
             self.counts.map_or(0, |c| c.send_count),
@@ -286,7 +306,7 @@ impl Signature {
         }
         let buffer =
             |window: u64, offset: u64| (window != NO_BUFFER).then_some(BufferAt { window, offset });
-        if words[7] > 1 {
+        if words[7] > 3 {
             return None;
         }
         Some(Signature {
@@ -303,7 +323,8 @@ impl Signature {
             batch_size,
             send: buffer(words[3], words[4]),
             recv: buffer(words[5], words[6]),
-            in_place: words[7] == 1,
+            in_place: words[7] & 1 == 1,
+            staged: words[7] & 2 == 2,
             counts: (words[8] != NO_BUFFER).then_some(CountsAt {
                 window: words[8],
                 offset: words[9],

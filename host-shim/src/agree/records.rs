@@ -561,6 +561,7 @@ mod tests {
                 offset: 0,
             }),
             in_place: true,
+            staged: true,
             ..fused.clone()
         };
         assert_eq!(

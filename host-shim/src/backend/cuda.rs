@@ -578,6 +578,28 @@ impl CudaBackend {
         })
     }
 
+    /// See [`super::Backend::copy`]: enqueued on the caller's `stream` (captured when the
+    /// stream captures).
+    ///
+    /// # Safety
+    ///
+    /// As [`super::Backend::copy`].
+    pub unsafe fn copy(&self, ordinal: i32, stream: u64, copy: &crate::staging::Copy) -> Result<()> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        // SAFETY: the caller's contract (both ranges valid until the copy has run, disjoint);
+        // `stream` is the caller's stream of the collective.
+        driver("cuMemcpyAsync", || unsafe {
+            sys::cuMemcpyAsync(
+                copy.dst,
+                copy.src,
+                copy.bytes as usize,
+                stream as sys::CUstream,
+            )
+            .result()
+        })
+    }
+
     /// See [`super::Backend::free`].
     pub fn free(&self, ordinal: i32, address: u64) -> Result<()> {
         let device = self.device(ordinal)?;

@@ -280,6 +280,34 @@ impl Backend {
         }
     }
 
+    /// Copy `copy.bytes` from `copy.src` to `copy.dst` on `stream` of `device` (a staged
+    /// call's copies): now on the host backend (its launches complete before they return);
+    /// enqueued on the cuda backend (`cuMemcpyAsync`, which a graph capture records); nothing
+    /// on the model backend, which moves no data.
+    ///
+    /// # Safety
+    ///
+    /// Both ranges are valid for the copy (on the device, for the cuda backend) until it has
+    /// run, and do not overlap.
+    pub unsafe fn copy(&self, device: i32, stream: u64, copy: &crate::staging::Copy) -> Result<()> {
+        match self {
+            Backend::Host(_) => {
+                // SAFETY: the caller's contract: both ranges are valid and disjoint.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        copy.src as *const u8,
+                        copy.dst as *mut u8,
+                        copy.bytes as usize,
+                    )
+                };
+                Ok(())
+            }
+            Backend::Model(_) => Ok(()),
+            // SAFETY: the caller's contract, passed on.
+            Backend::Cuda(b) => unsafe { b.copy(device, stream, copy) },
+        }
+    }
+
     /// Allocate a zeroed `u32` flag that kernels on `device` write (system scope) and the host
     /// reads without a copy: host memory on the host backend, mapped pinned host memory on
     /// the cuda backend.

@@ -125,12 +125,19 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     };
     number_calls(parts, plan, &launch)?;
     note_launch(parts, plan, &launch);
-    let run = pace(parts, &launch).and_then(|()| {
-        clique
-            .backend
-            .run_launch(&launch, &resources, prepared)
-            .and_then(|end| note_streams(parts, &launch).map(|()| end))
-    });
+    let run = pace(parts, &launch)
+        .and_then(|()| copy_staged(parts, Side::Before))
+        .and_then(|()| {
+            clique
+                .backend
+                .run_launch(&launch, &resources, prepared)
+                .and_then(|end| note_streams(parts, &launch).map(|()| end))
+        })
+        .and_then(|end| match end {
+            // A launch that gave up wrote no result worth copying out.
+            LaunchEnd::GaveUp => Ok(end),
+            _ => copy_staged(parts, Side::After).map(|()| end),
+        });
     // Issued once launched, or once the communicator is failed (so that a peer the pacing
     // releases finds the failure, not a launch to pair with).
     let issued = || {
@@ -171,6 +178,42 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
         }
     }
     result
+}
+
+/// Which copies of a staged chunk ([`Task::staged`]).
+#[derive(Clone, Copy)]
+enum Side {
+    /// Into the staging window, before the launch.
+    Before,
+    /// Out of it, after the launch.
+    After,
+}
+
+/// Run (host) or enqueue (cuda, on each task's stream) the `side` copies of the staged
+/// chunks of `parts`.
+fn copy_staged(parts: &[Vec<&Task>], side: Side) -> Result<()> {
+    for task in parts.iter().flatten() {
+        let Some(copies) = &task.staged else {
+            continue;
+        };
+        let list = match side {
+            Side::Before => &copies.before,
+            Side::After => &copies.after,
+        };
+        for copy in list {
+            // SAFETY: a chunk's copies join the caller's buffers (valid for the call's counts
+            // by the C ABI's contract) and a region inside the staging window
+            // (`staging::plan_chunks`), which the communicator holds while the task lives; the
+            // staging window is the communicator's own memory, so the two are disjoint.
+            unsafe {
+                task.comm
+                    .clique
+                    .backend
+                    .copy(task.comm.device, task.stream, copy)?
+            };
+        }
+    }
+    Ok(())
 }
 
 /// Wait until the ranks of this process that share a device with a rank of `parts`, and that

@@ -18,6 +18,7 @@ use crate::comm::Comm;
 use crate::error::Result;
 use crate::log::{Level, Subsys};
 use crate::plan::{Collective, Limits, Plan, plan};
+use crate::staging::Copies;
 use crate::window::Window;
 use std::ops::Range;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub struct Task {
     pub collective: Collective,
     /// All-to-all-v: its count table and send capacity.
     pub counts: Option<CountTable>,
+    /// A chunk of a staged call (`crate::staging`): the copies into the staging window before
+    /// its launch and out of it after, on `stream`.
+    pub staged: Option<Copies>,
 }
 
 impl Task {
@@ -76,6 +80,7 @@ impl Task {
                 offset: t.offset,
                 send_count: t.send_count,
             }),
+            staged: self.staged.is_some(),
         }
     }
 
@@ -249,7 +254,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         ranks_per_gpu: comm.clique.ranks_per_gpu,
         forced,
     };
-    let plan = plan(
+    let mut plan = plan(
         request.collective,
         request.dtype,
         request.op,
@@ -258,12 +263,24 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         comm.clique.device_model(),
         limits,
     )?;
+    if let Some(copies) = &request.staged {
+        plan.predicted_us += crate::plan::staged_copy_us(
+            comm.clique.device_model(),
+            copies.before.len() + copies.after.len(),
+            copies.bytes(),
+        );
+    }
     crate::log!(
         Level::Info,
         Subsys::Plan,
         Some(comm.rank),
-        "plan: {} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
+        "plan: {}{} {} x {:?} {:?} ({} B) -> {}, {} blocks x {} threads, predicted {:.1} us",
         request.collective.name(),
+        if request.staged.is_some() {
+            " (a staged chunk, with its copies)"
+        } else {
+            ""
+        },
         request.count,
         request.dtype,
         request.op,
@@ -288,6 +305,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
             recv: None,
             in_place: false,
             counts: None,
+            staged: false,
         })));
     }
     Ok(Prepared::Task(Task {
@@ -301,5 +319,6 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
         stream,
         collective: request.collective,
         counts: request.counts,
+        staged: request.staged,
     }))
 }

@@ -6,6 +6,7 @@ use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
 use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
 use crate::plan::Collective;
+use crate::staging::Copies;
 use crate::window::Window;
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -28,6 +29,18 @@ pub struct Request {
     pub(super) root: u32,
     /// All-to-all-v: its count table and send capacity.
     pub(super) counts: Option<CountTable>,
+    /// A chunk of a staged call: its copies into and out of the staging window.
+    pub(super) staged: Option<Copies>,
+}
+
+impl Request {
+    /// This request (on the staging window's buffers) as a chunk of a staged call.
+    pub(crate) fn staged(self, copies: Copies) -> Request {
+        Request {
+            staged: Some(copies),
+            ..self
+        }
+    }
 }
 
 /// Decode a C `symmDataType_t`.
@@ -196,6 +209,7 @@ pub fn all_reduce(
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
         counts: None,
+        staged: None,
     })
 }
 
@@ -248,6 +262,7 @@ pub fn reduce(
         rank_flags: rank_flags | FLAG_REDUCE_TO_ROOT,
         root,
         counts: None,
+        staged: None,
     })
 }
 
@@ -330,6 +345,7 @@ pub fn all_gather(
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
         counts: None,
+        staged: None,
     })
 }
 
@@ -368,6 +384,7 @@ pub fn reduce_scatter(
         rank_flags: if in_place { FLAG_IN_PLACE } else { 0 },
         root: 0,
         counts: None,
+        staged: None,
     })
 }
 
@@ -426,6 +443,7 @@ pub fn broadcast(
         rank_flags,
         root,
         counts: None,
+        staged: None,
     })
 }
 
@@ -521,6 +539,7 @@ pub fn all_to_all(
         rank_flags: 0,
         root: 0,
         counts: None,
+        staged: None,
     })
 }
 
@@ -591,6 +610,7 @@ pub fn all_to_all_v(
             window: table_window,
             send_count: send_count as u64,
         }),
+        staged: None,
     })
 }
 
@@ -644,6 +664,7 @@ pub fn gather(
         rank_flags,
         root,
         counts: None,
+        staged: None,
     })
 }
 
@@ -701,5 +722,6 @@ pub fn scatter(
         rank_flags,
         root,
         counts: None,
+        staged: None,
     })
 }

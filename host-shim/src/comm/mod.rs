@@ -175,6 +175,9 @@ pub struct CommState {
     /// The point-to-point window and its table of windows, made with the first window
     /// ([`pairs`]).
     pub point_to_point: Option<pairs::PointToPoint>,
+    /// The staging window, made at the communicator's creation (none under
+    /// `SYMM_STRICT_WINDOWS=1` or `SYMM_STAGING_BYTES=0`; see [`crate::staging`]).
+    pub staging: Option<Arc<crate::staging::Staging>>,
 }
 
 /// One rank of a communicator.
@@ -714,16 +717,23 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
     }
     let clique = new_clique(devices)?;
     let mut comms = Vec::with_capacity(nranks);
+    let destroy_all = |comms: Vec<Arc<Comm>>| {
+        for comm in comms {
+            let _ = destroy(&comm);
+        }
+    };
     for rank in 0..nranks {
         match new_comm(&clique, rank, None, None) {
             Ok(comm) => comms.push(comm),
             Err(e) => {
-                for comm in comms {
-                    let _ = destroy(&comm);
-                }
+                destroy_all(comms);
                 return Err(e);
             }
         }
+    }
+    if let Err(e) = crate::staging::attach(&comms) {
+        destroy_all(comms);
+        return Err(e);
     }
     Ok(comms)
 }
@@ -1132,6 +1142,10 @@ pub(crate) fn join(
     let comm = new_comm(&clique, rank as usize, Some(link), call_records)?;
     let watch = watch::ProcessWatch::start(&comm)?;
     *comm.watch.lock().unwrap_or_else(|e| e.into_inner()) = watch;
+    if let Err(e) = crate::staging::attach(std::slice::from_ref(&comm)) {
+        let _ = destroy(&comm);
+        return Err(e);
+    }
     Ok(comm)
 }
 

@@ -9,6 +9,8 @@ use crate::collective;
 use crate::comm::{self, Comm, split, windows};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
 use crate::group;
+use crate::plan::Collective;
+use crate::staging::{self, UserCall};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -525,7 +527,18 @@ pub extern "C" fn symmAllReduce(
         group::collective(
             c,
             &collective::describe("symmAllReduce", count, datatype),
-            || collective::all_reduce(c, sendbuff as u64, recvbuff as u64, count, datatype, op),
+            || {
+                let call = UserCall {
+                    collective: Collective::AllReduce,
+                    name: "symmAllReduce",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: count,
+                    datatype,
+                    root: None,
+                };
+                staging::route(c, &call, |s, r, n| collective::all_reduce(c, s, r, n, datatype, op))
+            },
             stream as u64,
         )
     })
@@ -553,15 +566,16 @@ pub extern "C" fn symmReduce(
             c,
             &collective::describe("symmReduce", count, datatype),
             || {
-                collective::reduce(
-                    c,
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    count,
+                let call = UserCall {
+                    collective: Collective::Reduce,
+                    name: "symmReduce",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: count,
                     datatype,
-                    op,
-                    root,
-                )
+                    root: Some(root),
+                };
+                staging::route(c, &call, |s, r, n| collective::reduce(c, s, r, n, datatype, op, root))
             },
             stream as u64,
         )
@@ -584,7 +598,18 @@ pub extern "C" fn symmAllGather(
         group::collective(
             c,
             &collective::describe("symmAllGather", sendcount, datatype),
-            || collective::all_gather(c, sendbuff as u64, recvbuff as u64, sendcount, datatype),
+            || {
+                let call = UserCall {
+                    collective: Collective::AllGather,
+                    name: "symmAllGather",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: sendcount,
+                    datatype,
+                    root: None,
+                };
+                staging::route(c, &call, |s, r, n| collective::all_gather(c, s, r, n, datatype))
+            },
             stream as u64,
         )
     })
@@ -608,14 +633,16 @@ pub extern "C" fn symmReduceScatter(
             c,
             &collective::describe("symmReduceScatter", recvcount, datatype),
             || {
-                collective::reduce_scatter(
-                    c,
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    recvcount,
+                let call = UserCall {
+                    collective: Collective::ReduceScatter,
+                    name: "symmReduceScatter",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: recvcount,
                     datatype,
-                    op,
-                )
+                    root: None,
+                };
+                staging::route(c, &call, |s, r, n| collective::reduce_scatter(c, s, r, n, datatype, op))
             },
             stream as u64,
         )
@@ -642,7 +669,18 @@ pub extern "C" fn symmBroadcast(
         group::collective(
             c,
             &collective::describe("symmBroadcast", count, datatype),
-            || collective::broadcast(c, sendbuff as u64, recvbuff as u64, count, datatype, root),
+            || {
+                let call = UserCall {
+                    collective: Collective::Broadcast,
+                    name: "symmBroadcast",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: count,
+                    datatype,
+                    root: Some(root),
+                };
+                staging::route(c, &call, |s, r, n| collective::broadcast(c, s, r, n, datatype, root))
+            },
             stream as u64,
         )
     })
@@ -747,7 +785,18 @@ pub extern "C" fn symmAlltoAll(
         group::collective(
             c,
             &collective::describe("symmAlltoAll", count, datatype),
-            || collective::all_to_all(c, sendbuff as u64, recvbuff as u64, count, datatype),
+            || {
+                let call = UserCall {
+                    collective: Collective::AllToAll,
+                    name: "symmAlltoAll",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: count,
+                    datatype,
+                    root: None,
+                };
+                staging::route(c, &call, |s, r, n| collective::all_to_all(c, s, r, n, datatype))
+            },
             stream as u64,
         )
     })
@@ -797,6 +846,7 @@ pub extern "C" fn symmAlltoAllvDevice(
                     counts as u64,
                     datatype,
                 )
+                .map(staging::Route::Windows)
             },
             stream as u64,
         )
@@ -823,7 +873,18 @@ pub extern "C" fn symmGather(
         group::collective(
             c,
             &collective::describe("symmGather", count, datatype),
-            || collective::gather(c, sendbuff as u64, recvbuff as u64, count, datatype, root),
+            || {
+                let call = UserCall {
+                    collective: Collective::Gather,
+                    name: "symmGather",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: count,
+                    datatype,
+                    root: Some(root),
+                };
+                staging::route(c, &call, |s, r, n| collective::gather(c, s, r, n, datatype, root))
+            },
             stream as u64,
         )
     })
@@ -849,7 +910,18 @@ pub extern "C" fn symmScatter(
         group::collective(
             c,
             &collective::describe("symmScatter", count, datatype),
-            || collective::scatter(c, sendbuff as u64, recvbuff as u64, count, datatype, root),
+            || {
+                let call = UserCall {
+                    collective: Collective::Scatter,
+                    name: "symmScatter",
+                    send: sendbuff as u64,
+                    recv: recvbuff as u64,
+                    count: count,
+                    datatype,
+                    root: Some(root),
+                };
+                staging::route(c, &call, |s, r, n| collective::scatter(c, s, r, n, datatype, root))
+            },
             stream as u64,
         )
     })

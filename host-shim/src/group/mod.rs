@@ -10,6 +10,7 @@ use crate::agree::Call;
 use crate::collective::{self, Prepared, Request, Task};
 use crate::comm::{Clique, Comm, split, windows};
 use crate::error::{Error, Result};
+use crate::staging::Route;
 use crate::window::Window;
 use fusion::Instance;
 use std::cell::RefCell;
@@ -203,18 +204,34 @@ impl Drop for Unqueue {
 }
 
 /// A collective call of `comm` (`what` names it, for another thread's refusal): its arguments
-/// validated by `validate`, then run now or, inside a group, queued to the group's end. This is
-/// the one place that decides "now or at the group's end" for collectives (windows:
+/// validated and routed by `route` (in the caller's windows, or through the staging window in
+/// chunks: `crate::staging`), then run now or, inside a group, queued to the group's end. This
+/// is the one place that decides "now or at the group's end" for collectives (windows:
 /// [`complete_window`]). A call refused after it reached the communicator is still the rank's
 /// next collective (`Call::Refused`); inside a group, the group's end refuses the whole group.
+/// Each chunk of a staged call is a collective of its own, in order.
 pub fn collective(
     comm: &Arc<Comm>,
     what: &str,
-    validate: impl FnOnce() -> Result<Request>,
+    route: impl FnOnce() -> Result<Route>,
     stream: u64,
 ) -> Result<()> {
     let _call = comm.enter_call(what)?;
-    let prepared = validate().and_then(|request| collective::prepare(comm, request, stream));
+    match route() {
+        Err(error) => run_prepared(comm, Err(error), stream),
+        Ok(Route::Windows(request)) => run_prepared(comm, Ok(request), stream),
+        Ok(Route::Staged(chunks)) => {
+            for request in chunks {
+                run_prepared(comm, Ok(request), stream)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Plan `request` and run it now or queue it to the group's end (see [`collective`]).
+fn run_prepared(comm: &Arc<Comm>, request: Result<Request>, stream: u64) -> Result<()> {
+    let prepared = request.and_then(|request| collective::prepare(comm, request, stream));
     let grouped = active();
     match prepared {
         Err(error) if grouped => {

@@ -245,6 +245,18 @@ pub const HOST_FAST_MODEL: Model = Model {
     ..HOST_MODEL
 };
 
+/// Predicted time, in µs, of a staged chunk's `copies` copies of `bytes` in all (into and out
+/// of the staging window, `crate::staging`), added to the chunk's plan: a copy's issue cost and
+/// one pass over the bytes at the device's copy rate (GPU: a device-to-device copy reads and
+/// writes HBM, about half its bandwidth; host: one thread's `memcpy`; estimates).
+pub fn staged_copy_us(device: DeviceModel, copies: usize, bytes: u64) -> f64 {
+    let (per_copy_us, gbps) = match device {
+        DeviceModel::Gpu => (2.0, 1500.0),
+        DeviceModel::Host | DeviceModel::HostFast => (0.2, 5.0),
+    };
+    copies as f64 * per_copy_us + bytes as f64 / (gbps * 1e3)
+}
+
 /// What constrains a plan besides the request.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
