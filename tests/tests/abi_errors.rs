@@ -1,5 +1,7 @@
 //! Every entry point's error paths: each bad argument gives its code and a message naming the
-//! argument, and touches no memory.
+//! argument, and touches no memory. The communicators here are strict
+//! (`SYMM_STRICT_WINDOWS=1`): a buffer outside every window is refused, where by default the
+//! call is staged (`tests/tests/staging.rs`).
 
 use std::ffi::{CStr, c_void};
 use std::ptr::{null, null_mut};
@@ -18,6 +20,19 @@ fn expect(result: symmResult_t, code: symmResult_t, needle: &str) {
         message.contains(needle),
         "message {message:?} does not mention {needle:?}"
     );
+}
+
+/// The host backend, and communicators that refuse buffers outside windows, for this test
+/// process (before any communicator exists; every test calls it first).
+fn use_strict_host_backend() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    use_host_backend();
+    ONCE.call_once(|| {
+        // SAFETY: runs once, before any communicator is created; the library reads the
+        // environment only while creating communicators, which every test does after this call
+        // returns (Once blocks concurrent callers until then).
+        unsafe { std::env::set_var("SYMM_STRICT_WINDOWS", "1") };
+    });
 }
 
 #[test]
@@ -47,7 +62,7 @@ fn version_and_error_strings() {
 
 #[test]
 fn init_all_rejects_bad_arguments() {
-    use_host_backend();
+    use_strict_host_backend();
     let mut comms = [null_mut(); 4];
     let devs = [0, -1, 0, 0];
     // SAFETY: NULL is reported before any write.
@@ -85,7 +100,7 @@ fn init_all_rejects_bad_arguments() {
 
 #[test]
 fn init_rank_rejects_bad_arguments() {
-    use_host_backend();
+    use_strict_host_backend();
     let mut id = symmUniqueId {
         internal: [0; SYMM_UNIQUE_ID_BYTES],
     };
@@ -144,7 +159,7 @@ fn init_rank_rejects_bad_arguments() {
 
 #[test]
 fn comm_queries_and_destroy() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(3);
     let (mut n, mut r, mut d) = (0, 0, -1);
     // SAFETY: valid out-pointers, or NULL to be reported.
@@ -202,7 +217,7 @@ fn comm_queries_and_destroy() {
 
 #[test]
 fn mem_alloc_and_free_errors() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(1);
     let comm = comms[0];
     let mut p: *mut c_void = null_mut();
@@ -262,7 +277,7 @@ fn mem_alloc_and_free_errors() {
 
 #[test]
 fn window_register_and_deregister_errors() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(1);
     let comm = comms[0];
     let mut p: *mut c_void = null_mut();
@@ -358,7 +373,7 @@ fn window_register_and_deregister_errors() {
 
 #[test]
 fn all_reduce_rejects_bad_arguments_without_touching_memory() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(1);
     let buffers = alloc_windows(&comms, 1024);
     let b = &buffers[0];
@@ -468,7 +483,7 @@ fn all_reduce_rejects_bad_arguments_without_touching_memory() {
 
 #[test]
 fn all_gather_and_reduce_scatter_reject_bad_arguments() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(2);
     let buffers = alloc_windows(&comms, 256);
     let (comm, base) = (buffers[1].comm, buffers[1].base);
@@ -571,7 +586,7 @@ fn all_gather_and_reduce_scatter_reject_bad_arguments() {
 /// memory is touched.
 #[test]
 fn broadcast_rejects_bad_arguments() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(2);
     let buffers = alloc_windows(&comms, 256);
     let (comm, base) = (buffers[1].comm, buffers[1].base);
@@ -718,7 +733,7 @@ fn group_end_without_start() {
 
 #[test]
 fn device_context_describes_the_window() {
-    use_host_backend();
+    use_strict_host_backend();
     let nranks = 3;
     let comms = init_all(nranks);
     let mut buffers: Vec<RankBuffer> = Vec::new();
@@ -800,7 +815,7 @@ fn device_context_describes_the_window() {
 /// is touched.
 #[test]
 fn all_to_all_gather_and_scatter_reject_bad_arguments() {
-    use_host_backend();
+    use_strict_host_backend();
     let comms = init_all(2);
     let buffers = alloc_windows(&comms, 256);
     let (comm, base) = (buffers[1].comm, buffers[1].base);

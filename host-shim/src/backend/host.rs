@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::plan::KernelId;
 use std::alloc::Layout;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use symm_device::arch::host::{run_grid, run_on_this_thread};
 use symm_device::symmetric::dispatch;
@@ -18,14 +18,16 @@ const ALIGNMENT: usize = 4096;
 
 /// Host memory and CPU kernels.
 pub struct HostBackend {
-    allocations: Mutex<HashMap<u64, Layout>>,
+    /// Live allocations by address (an ordered map, whose memory follows its entries: a hash
+    /// map's capacity grows with the removals it has seen).
+    allocations: Mutex<BTreeMap<u64, Layout>>,
 }
 
 impl HostBackend {
     /// A host backend with no allocations.
     pub fn new() -> Self {
         HostBackend {
-            allocations: Mutex::new(HashMap::new()),
+            allocations: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -117,7 +119,7 @@ impl HostBackend {
         self.lock().contains_key(&address)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Layout>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Layout>> {
         self.allocations.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

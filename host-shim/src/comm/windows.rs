@@ -618,7 +618,34 @@ pub fn from_handle(comm: &Comm, handle: symmWindow_t) -> Result<Arc<Window>> {
 
 /// The window of `comm` that holds `[address, address + bytes)`.
 pub fn find(comm: &Comm, address: u64, bytes: u64) -> Option<Arc<Window>> {
-    comm.lock()
+    find_in(&comm.lock(), address, bytes)
+}
+
+/// `true` when `[address, +bytes)` is not wholly in one window but runs into memory of
+/// `comm` in a way no caller means: it overlaps a registered window, or starts in a
+/// `symmMemAlloc` allocation and runs past its end. Such a buffer is refused, never staged
+/// (staging would copy memory past the end of what this communicator knows of).
+pub fn overruns_own_memory(comm: &Comm, address: u64, bytes: u64) -> bool {
+    let state = comm.lock();
+    if find_in(&state, address, bytes).is_some() {
+        return false;
+    }
+    let end = address.saturating_add(bytes.max(1));
+    let range = address..end;
+    let in_window = state
+        .windows
+        .values()
+        .any(|w| crate::window::ranges_overlap(&range, &(w.base..w.base + w.size)));
+    let past_allocation = state
+        .allocations
+        .range(..=address)
+        .next_back()
+        .is_some_and(|(base, size)| address < base + *size as u64 && end > base + *size as u64);
+    in_window || past_allocation
+}
+
+fn find_in(state: &CommState, address: u64, bytes: u64) -> Option<Arc<Window>> {
+    state
         .windows
         .values()
         .find(|w| w.contains(address, bytes))

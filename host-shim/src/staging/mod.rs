@@ -288,8 +288,9 @@ pub enum Route {
 }
 
 /// Route `call` of `comm`: in its windows when every buffer this rank uses lies wholly in one
-/// registered window (or when the call's arguments are wrong in a way its validation names),
-/// else through the staging window (none: the validation's refusal, which says why). `validate`
+/// registered window (or when the call's arguments are wrong in a way its validation names,
+/// such as a buffer that overruns a window or an allocation of the communicator), else through
+/// the staging window (none: the validation's refusal, which says why). `validate`
 /// is the collective's validation, given the send buffer, the receive buffer and the count.
 pub fn route(
     comm: &Comm,
@@ -382,6 +383,9 @@ fn staged_form(comm: &Comm, call: &UserCall) -> Option<Result<(Shape, u64, Strin
             continue;
         }
         if address == 0 || address.checked_add(bytes).is_none() {
+            return None;
+        }
+        if windows::overruns_own_memory(comm, address, bytes) {
             return None;
         }
         if windows::find(comm, address, bytes.max(1)).is_none() {
