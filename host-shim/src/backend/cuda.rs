@@ -584,7 +584,12 @@ impl CudaBackend {
     /// # Safety
     ///
     /// As [`super::Backend::copy`].
-    pub unsafe fn copy(&self, ordinal: i32, stream: u64, copy: &crate::staging::Copy) -> Result<()> {
+    pub unsafe fn copy(
+        &self,
+        ordinal: i32,
+        stream: u64,
+        copy: &crate::staging::Copy,
+    ) -> Result<()> {
         let device = self.device(ordinal)?;
         let _context = device.context.enter()?;
         // SAFETY: the caller's contract (both ranges valid until the copy has run, disjoint);

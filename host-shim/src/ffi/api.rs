@@ -537,7 +537,9 @@ pub extern "C" fn symmAllReduce(
                     datatype,
                     root: None,
                 };
-                staging::route(c, &call, |s, r, n| collective::all_reduce(c, s, r, n, datatype, op))
+                staging::route(c, &call, |s, r, n| {
+                    collective::all_reduce(c, s, r, n, datatype, op)
+                })
             },
             stream as u64,
         )
@@ -575,7 +577,9 @@ pub extern "C" fn symmReduce(
                     datatype,
                     root: Some(root),
                 };
-                staging::route(c, &call, |s, r, n| collective::reduce(c, s, r, n, datatype, op, root))
+                staging::route(c, &call, |s, r, n| {
+                    collective::reduce(c, s, r, n, datatype, op, root)
+                })
             },
             stream as u64,
         )
@@ -608,7 +612,9 @@ pub extern "C" fn symmAllGather(
                     datatype,
                     root: None,
                 };
-                staging::route(c, &call, |s, r, n| collective::all_gather(c, s, r, n, datatype))
+                staging::route(c, &call, |s, r, n| {
+                    collective::all_gather(c, s, r, n, datatype)
+                })
             },
             stream as u64,
         )
@@ -642,7 +648,9 @@ pub extern "C" fn symmReduceScatter(
                     datatype,
                     root: None,
                 };
-                staging::route(c, &call, |s, r, n| collective::reduce_scatter(c, s, r, n, datatype, op))
+                staging::route(c, &call, |s, r, n| {
+                    collective::reduce_scatter(c, s, r, n, datatype, op)
+                })
             },
             stream as u64,
         )
@@ -679,7 +687,9 @@ pub extern "C" fn symmBroadcast(
                     datatype,
                     root: Some(root),
                 };
-                staging::route(c, &call, |s, r, n| collective::broadcast(c, s, r, n, datatype, root))
+                staging::route(c, &call, |s, r, n| {
+                    collective::broadcast(c, s, r, n, datatype, root)
+                })
             },
             stream as u64,
         )
@@ -795,7 +805,9 @@ pub extern "C" fn symmAlltoAll(
                     datatype,
                     root: None,
                 };
-                staging::route(c, &call, |s, r, n| collective::all_to_all(c, s, r, n, datatype))
+                staging::route(c, &call, |s, r, n| {
+                    collective::all_to_all(c, s, r, n, datatype)
+                })
             },
             stream as u64,
         )
@@ -883,7 +895,9 @@ pub extern "C" fn symmGather(
                     datatype,
                     root: Some(root),
                 };
-                staging::route(c, &call, |s, r, n| collective::gather(c, s, r, n, datatype, root))
+                staging::route(c, &call, |s, r, n| {
+                    collective::gather(c, s, r, n, datatype, root)
+                })
             },
             stream as u64,
         )
@@ -920,7 +934,9 @@ pub extern "C" fn symmScatter(
                     datatype,
                     root: Some(root),
                 };
-                staging::route(c, &call, |s, r, n| collective::scatter(c, s, r, n, datatype, root))
+                staging::route(c, &call, |s, r, n| {
+                    collective::scatter(c, s, r, n, datatype, root)
+                })
             },
             stream as u64,
         )

@@ -367,7 +367,9 @@ fn staged_form(comm: &Comm, call: &UserCall) -> Option<Result<(Shape, u64, Strin
     let element = data_type(call.datatype).ok()?.size_bytes() as u64;
     let root = match call.root {
         None => 0,
-        Some(root) => usize::try_from(root).ok().filter(|r| (*r as u64) < nranks)?,
+        Some(root) => usize::try_from(root)
+            .ok()
+            .filter(|r| (*r as u64) < nranks)?,
     };
     let shape = Shape::of(call.collective, nranks, comm.rank, root)?;
     let segment = (call.count as u64).checked_mul(element)?;
@@ -496,8 +498,22 @@ mod tests {
         let plan = plan_chunks(s, 100, 4, (BASE, 1 << 20), (0x5000, 0x9000)).unwrap();
         assert_eq!(plan.chunks.len(), 1);
         let copies = &plan.chunks[0].copies;
-        assert_eq!(copies.before, [Copy { dst: BASE, src: 0x5000, bytes: 400 }]);
-        assert_eq!(copies.after, [Copy { dst: 0x9000, src: plan.recv, bytes: 1600 }]);
+        assert_eq!(
+            copies.before,
+            [Copy {
+                dst: BASE,
+                src: 0x5000,
+                bytes: 400
+            }]
+        );
+        assert_eq!(
+            copies.after,
+            [Copy {
+                dst: 0x9000,
+                src: plan.recv,
+                bytes: 1600
+            }]
+        );
         assert_eq!(plan.recv % REGION_ALIGN, 0);
     }
 
