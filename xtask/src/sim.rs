@@ -217,6 +217,8 @@ struct TestBinaries {
     point_to_point: PathBuf,
     /// `symmAlltoAllvDevice` (`all_to_all_v.rs`).
     all_to_all_v: PathBuf,
+    /// Calls outside windows, staged (`staging.rs`).
+    staging: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -245,6 +247,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "point_to_point",
             "--test",
             "all_to_all_v",
+            "--test",
+            "staging",
             "--no-run",
             "--message-format=json",
         ])
@@ -275,6 +279,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         shrink: executable("shrink")?,
         point_to_point: executable("point_to_point")?,
         all_to_all_v: executable("all_to_all_v")?,
+        staging: executable("staging")?,
     })
 }
 
@@ -342,8 +347,9 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    hangs and `symmCommFinalize` (`abort_finalize.rs`), `symmCommSplit`'s halves running
 ///    different collectives at once and `symmCommRevoke` (`split.rs`), and `symmCommShrink`
 ///    (`shrink.rs`: also a rank process killed, the root's among them, then the survivors'
-///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`), and
-///    all-to-all-v with counts in device memory (`all_to_all_v.rs`).
+///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`),
+///    all-to-all-v with counts in device memory (`all_to_all_v.rs`), and calls outside windows
+///    staged through the staging window, a graph replay of one among them (`staging.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -459,6 +465,7 @@ pub fn test() -> Result<(), String> {
         ("shrink", &binaries.shrink),
         ("send and receive", &binaries.point_to_point),
         ("all-to-all-v", &binaries.all_to_all_v),
+        ("staged calls", &binaries.staging),
     ] {
         SimRun {
             what,
@@ -469,7 +476,8 @@ pub fn test() -> Result<(), String> {
         .pass(&dir)?;
     }
     step(
-        "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v",
+        "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v, \
+         staging",
         t,
     );
 
