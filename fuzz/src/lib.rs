@@ -5,7 +5,9 @@
 //! ranks on the host backend (made by `symmCommInitAll`, or by `symmGetUniqueId` and
 //! `symmCommInitRank` with one thread per rank), allocations, windows, the three collectives,
 //! groups, teardown and error queries, with arguments that are valid, stale (destroyed, freed,
-//! deregistered), foreign (another rank's or communicator's), NULL or made up.
+//! deregistered), foreign (another rank's or communicator's), NULL or made up. Its
+//! communicators are strict (`SYMM_STRICT_WINDOWS=1`): a buffer outside every window is
+//! refused, not staged.
 //!
 //! Before every call the model ([`Harness`]) predicts its result code from what the earlier
 //! calls left: which handles are live, which allocations and windows each rank holds, which
@@ -117,6 +119,10 @@ pub fn configure_environment() {
         unsafe {
             std::env::set_var("SYMM_BACKEND", "host");
             std::env::set_var("SYMM_BOOTSTRAP_TIMEOUT_MS", "5000");
+            // Strict windows: the inputs pass made-up and stale pointers, which a call
+            // outside the windows would stage (copy from) instead of refusing; staging itself
+            // is tested in tests/tests/staging.rs.
+            std::env::set_var("SYMM_STRICT_WINDOWS", "1");
             std::env::remove_var("SYMM_ALGO");
             std::env::remove_var("SYMM_COMM_ID");
         }
