@@ -460,3 +460,62 @@ def test_all_to_all_v_counts_past_the_capacity_fail_every_rank() -> None:
     finally:
         for comm in comms:
             comm.destroy()
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_arrays_outside_windows_are_staged(nranks: int) -> None:
+    """NumPy arrays of the process's own memory (in no window) work as buffers: each call is
+    staged through the communicator's staging window, mixed with calls in the windows."""
+    comms = symm.Comm.init_all(nranks)
+    bufs = [c.alloc(1 << 16) for c in comms]
+    with symm.group():
+        windows = [c.register(b) for c, b in zip(comms, bufs)]
+    rng = rng_for("staged", nranks)
+    for round in range(3):
+        count = [5, 300_000, 1000][round]
+        inputs = [rng.integers(-50, 50, count).astype(np.float32) for _ in range(nranks)]
+        sends = [x.copy() for x in inputs]
+        recvs = [np.full(count, -1.0, np.float32) for _ in range(nranks)]
+        with symm.group():
+            for r, comm in enumerate(comms):
+                comm.all_reduce(sends[r], recvs[r], count, "float32", "sum")
+        for r in range(nranks):
+            np.testing.assert_array_equal(recvs[r], np.sum(inputs, axis=0), err_msg=f"rank {r}")
+        gathered = [np.zeros(nranks * count, np.float32) for _ in range(nranks)]
+        with symm.group():
+            for r, comm in enumerate(comms):
+                comm.all_gather(sends[r], gathered[r], count, "float32")
+        for r in range(nranks):
+            np.testing.assert_array_equal(gathered[r], np.concatenate(inputs), err_msg=f"rank {r}")
+        # A call in the windows between the staged ones.
+        for r in range(nranks):
+            bufs[r].numpy("float32", 16)[:] = r + 1
+        with symm.group():
+            for comm, buf in zip(comms, bufs):
+                comm.all_reduce(buf, buf, 16, "float32", "sum")
+        for r in range(nranks):
+            np.testing.assert_array_equal(bufs[r].numpy("float32", 16), np.full(16, nranks * (nranks + 1) / 2))
+    for w in windows:
+        w.deregister()
+    for c in comms:
+        c.destroy()
+
+
+def test_strict_windows_refuse_arrays_outside_windows() -> None:
+    """``SYMM_STRICT_WINDOWS=1``: a buffer outside every window is refused, and says why."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, symm\n"
+        "(c,) = symm.Comm.init_all(1)\n"
+        "try:\n"
+        "    c.all_reduce(np.zeros(4, np.float32), np.zeros(4, np.float32), 4, 'float32', 'sum')\n"
+        "except symm.InvalidArgumentError as e:\n"
+        "    assert 'SYMM_STRICT_WINDOWS=1' in str(e), str(e)\n"
+        "    print('refused')\n"
+    )
+    env = dict(os.environ, SYMM_STRICT_WINDOWS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "refused" in out.stdout, out.stdout + out.stderr
