@@ -27,11 +27,12 @@ collective: every queued operation in one launch, so the sends and receives of o
 
 Each process group is one symm communicator. Its unique id travels through the group's store
 (rank 0 makes it; when ``MASTER_ADDR`` names another host than this one's loopback, the root
-listens on ``MASTER_ADDR``, as torchrun's store does). Every group owns a scratch window
-(``SYMM_TORCH_SCRATCH_BYTES``, default 32 MiB): a tensor that does not lie in a registered
-window of the group is copied into it, the collective runs there, and the result is copied back
-— correct for any tensor, slower than a tensor already in a window, which the collective uses in
-place (the window path). ``SYMM_DEBUG=INFO`` says which path each kind of collective took the
+listens on ``MASTER_ADDR``, as torchrun's store does). A collective on tensors that do not lie
+in a registered window of the group is passed to the library as it is, which stages it through
+its communicator's staging window (``SYMM_STAGING_BYTES``): copied in, run there, copied out —
+correct for any tensor, slower than a tensor already in a window, which the collective uses in
+place (the window path). Sends, receives and ``all_to_all_vdev`` on such tensors are staged
+through the group's own scratch window (``SYMM_TORCH_SCRATCH_BYTES``, default 32 MiB). ``SYMM_DEBUG=INFO`` says which path each kind of collective took the
 first time, ``SYMM_DEBUG=TRACE`` every time.
 
 CPU tensors run on the host backend, CUDA tensors on the cuda backend, on PyTorch's current
@@ -318,7 +319,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         self.path_counts: Counter[tuple[str, str]] = Counter()
         """How many calls of each kind took each path: ``path_counts["all_reduce", "window"]``
         (in place in a window, no copy) and ``path_counts["all_reduce", "staged"]`` (copied
-        through the scratch window); kinds ``all_reduce``, ``all_gather``, ``reduce_scatter``,
+        through a staging window); kinds ``all_reduce``, ``all_gather``, ``reduce_scatter``,
         ``broadcast``, ``all_to_all``, ``gather``, ``scatter`` (the last two always staged),
         ``send``, ``recv``."""
 
@@ -391,7 +392,7 @@ class SymmProcessGroup(dist.ProcessGroup):
             how = (
                 "in its window (no copy)"
                 if path == "window"
-                else "staged through the group's scratch window (the tensor is not in a registered window: correct, slower)"
+                else "staged through the communicator's staging window (the tensor is not in a registered window: correct, slower)"
             )
             _log(self._rank, "INFO", f"{kind} of {tensor.numel()} {tensor.dtype} {how}")
         self._logged.add((kind, path))
@@ -421,8 +422,9 @@ class SymmProcessGroup(dist.ProcessGroup):
 
     def _call(self, function: Any, send: torch.Tensor, recv: torch.Tensor, count: int, code: int, *extra: int) -> None:
         """The C call ``function(send, recv, count, code, *extra, comm, stream)`` on tensors this
-        group has checked already (in a window of the group, or slices of its scratch window),
-        after the sends and receives queued before it."""
+        group has checked already (contiguous, on its device: in a window of the group, slices
+        of its scratch window, or memory the library stages), after the sends and receives
+        queued before it."""
         if self._pending:
             self._flush_peer_ops()
         arguments = [send.data_ptr(), recv.data_ptr(), count, code, *extra]
@@ -453,23 +455,33 @@ class SymmProcessGroup(dist.ProcessGroup):
             self._call(lib.symmAllReduce, tensor, tensor, tensor.numel(), code, op_code)
             return
         self._note("all_reduce", "staged", tensor)
-        self._staged_in_place(tensor, lambda staged: self._call(lib.symmAllReduce, staged, staged, staged.numel(), code, op_code))
+        self._staged_in_place(tensor, lambda flat: self._call(lib.symmAllReduce, flat, flat, flat.numel(), code, op_code))
 
-    def _staged_in_place(self, tensor: torch.Tensor, run: Any, send: bool = True, receive: bool = True) -> None:
-        """Run ``run(staged)`` on each chunk of ``tensor`` copied into the scratch window
-        (when ``send``), and copy each result back (when ``receive``)."""
-        flat = tensor.reshape(-1) if tensor.is_contiguous() else tensor.contiguous().reshape(-1)
-        chunk = self._chunk_elements(tensor.element_size(), 1)
-        for start in range(0, flat.numel(), chunk):
-            part = flat[start : start + chunk]
-            staged = self._scratch_of(tensor.dtype, 0, part.numel())
-            if send:
-                staged.copy_(part)
-            run(staged)
-            if receive:
-                part.copy_(staged)
-        if not tensor.is_contiguous() and receive:
-            tensor.copy_(flat.view(tensor.shape))
+    def _staged_in_place(self, tensor: torch.Tensor, run: Any, receive: bool = True) -> None:
+        """Run ``run(flat)`` in place on ``tensor`` as one contiguous run of elements on the
+        communicator's device (a copy when it is not that, copied back when ``receive``): the
+        library stages the call through the communicator's staging window (the tensor is in
+        no window)."""
+        local = self._local(tensor)
+        run(local.view(-1))
+        if receive:
+            self._copy_back(tensor, local)
+
+    def _local(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` contiguous on the communicator's device: itself, or a copy."""
+        return tensor.to(self._device()).contiguous()
+
+    def _output(self, output: torch.Tensor) -> torch.Tensor:
+        """A tensor to receive ``output``'s result into: itself when it is contiguous on the
+        communicator's device, else a new one for :meth:`_copy_back`."""
+        if output.is_contiguous() and output.device == self._device():
+            return output
+        return torch.empty(output.shape, dtype=output.dtype, device=self._device())
+
+    @staticmethod
+    def _copy_back(output: torch.Tensor, received: torch.Tensor) -> None:
+        if received is not output:
+            output.copy_(received.view(output.shape))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         self._all_gather(output, input)
@@ -492,20 +504,9 @@ class SymmProcessGroup(dist.ProcessGroup):
             self._call(lib.symmAllGather, input, output, n, code)
             return
         self._note("all_gather", "staged", input)
-        flat_in = input.contiguous().reshape(-1)
-        rows = torch.empty((size, n), dtype=input.dtype, device=output.device) if not output.is_contiguous() else output.view(size, n)
-        chunk = self._chunk_elements(input.element_size(), 1 + size)
-        element = input.element_size()
-        for start in range(0, n, chunk):
-            c = min(chunk, n - start)
-            send = self._scratch_of(input.dtype, 0, c)
-            recv_offset = (c * element + 255) // 256 * 256
-            recv = self._scratch_of(input.dtype, recv_offset, c * size)
-            send.copy_(flat_in[start : start + c])
-            self._call(lib.symmAllGather, send, recv, c, code)
-            rows[:, start : start + c].copy_(recv.view(size, c))
-        if not output.is_contiguous():
-            output.copy_(rows.view(output.shape))
+        received = self._output(output)
+        self._call(lib.symmAllGather, self._local(input), received, n, code)
+        self._copy_back(output, received)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         for output_list, input in zip(outputs, inputs):  # noqa: A001
@@ -536,20 +537,9 @@ class SymmProcessGroup(dist.ProcessGroup):
             self._call(lib.symmReduceScatter, input, output, n, code, self._op_code(op))
             return
         self._note("reduce_scatter", "staged", output)
-        rows = input.contiguous().view(size, n)
-        flat_out = output.reshape(-1) if output.is_contiguous() else torch.empty(n, dtype=output.dtype, device=output.device)
-        chunk = self._chunk_elements(input.element_size(), 1 + size)
-        element = input.element_size()
-        for start in range(0, n, chunk):
-            c = min(chunk, n - start)
-            send = self._scratch_of(input.dtype, 0, c * size)
-            recv_offset = (c * size * element + 255) // 256 * 256
-            recv = self._scratch_of(input.dtype, recv_offset, c)
-            send.view(size, c).copy_(rows[:, start : start + c])
-            self._call(lib.symmReduceScatter, send, recv, c, code, self._op_code(op))
-            flat_out[start : start + c].copy_(recv)
-        if not output.is_contiguous():
-            output.copy_(flat_out.view(output.shape))
+        received = self._output(output)
+        self._call(lib.symmReduceScatter, self._local(input), received, n, code, self._op_code(op))
+        self._copy_back(output, received)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
         for output, input_list in zip(outputs, inputs):
@@ -573,8 +563,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._note("broadcast", "staged", tensor)
         self._staged_in_place(
             tensor,
-            lambda staged: self._call(lib.symmBroadcast, staged, staged, staged.numel(), code, root),
-            send=self._rank == root,
+            lambda flat: self._call(lib.symmBroadcast, flat, flat, flat.numel(), code, root),
             receive=self._rank != root,
         )
 
@@ -592,24 +581,14 @@ class SymmProcessGroup(dist.ProcessGroup):
                         if out.numel() != n or out.dtype != input.dtype:
                             problem = f"gather: an output has {out.numel()} {out.dtype}, want {n} {input.dtype}"
                 if problem is not None:
-                    self._refuse(lib.symmGather, n, input.element_size(), code, root, problem)
+                    self._refuse(lib.symmGather, n, code, root, problem)
             if n == 0:
                 continue
             self._note("gather", "staged", input)
-            flat_in = input.contiguous().reshape(-1)
-            gathered = torch.empty((size, n), dtype=input.dtype, device=input.device) if self._rank == root else None
-            chunk = self._chunk_elements(input.element_size(), 1 + size)
-            element = input.element_size()
-            for start in range(0, n, chunk):
-                c = min(chunk, n - start)
-                send = self._scratch_of(input.dtype, 0, c)
-                recv_offset = (c * element + 255) // 256 * 256
-                recv = self._scratch_of(input.dtype, recv_offset, c * size)
-                send.copy_(flat_in[start : start + c])
-                # The receive buffer is used on the root only; elsewhere the send slice stands in.
-                self._call(lib.symmGather, send, recv if gathered is not None else send, c, code, root)
-                if gathered is not None:
-                    gathered[:, start : start + c].copy_(recv.view(size, c))
+            flat_in = self._local(input).view(-1)
+            gathered = torch.empty((size, n), dtype=input.dtype, device=self._device()) if self._rank == root else None
+            # The receive buffer is used on the root only; elsewhere the send buffer stands in.
+            self._call(lib.symmGather, flat_in, gathered if gathered is not None else flat_in, n, code, root)
             if gathered is not None:
                 for r, out in enumerate(outputs[0]):
                     out.copy_(gathered[r].view(out.shape))
@@ -631,25 +610,14 @@ class SymmProcessGroup(dist.ProcessGroup):
                         if part.numel() != n or part.dtype != output.dtype:
                             problem = f"scatter: an input has {part.numel()} {part.dtype}, want {n} {output.dtype}"
                 if problem is not None:
-                    self._refuse(lib.symmScatter, n, output.element_size(), code, root, problem)
+                    self._refuse(lib.symmScatter, n, code, root, problem)
             if n == 0:
                 continue
             self._note("scatter", "staged", output)
-            flat_out = torch.empty(n, dtype=output.dtype, device=output.device)
-            chunk = self._chunk_elements(output.element_size(), 1 + size)
-            element = output.element_size()
-            for start in range(0, n, chunk):
-                c = min(chunk, n - start)
-                send = self._scratch_of(output.dtype, 0, c * size)
-                recv_offset = (c * size * element + 255) // 256 * 256
-                recv = self._scratch_of(output.dtype, recv_offset, c)
-                if self._rank == root:
-                    rows = send.view(size, c)
-                    for r, part in enumerate(parts):
-                        rows[r].copy_(part[start : start + c])
-                # The send buffer is used on the root only; elsewhere the receive slice stands in.
-                self._call(lib.symmScatter, send if self._rank == root else recv, recv, c, code, root)
-                flat_out[start : start + c].copy_(recv)
+            flat_out = torch.empty(n, dtype=output.dtype, device=self._device())
+            # The send buffer is used on the root only; elsewhere the receive buffer stands in.
+            send = self._local(torch.cat(parts)) if self._rank == root else flat_out
+            self._call(lib.symmScatter, send, flat_out, n, code, root)
             output.copy_(flat_out.view(output.shape))
         return _done(outputs)
 
@@ -776,32 +744,20 @@ class SymmProcessGroup(dist.ProcessGroup):
             self._call(lib.symmAlltoAll, input, output, n, code)
             return
         self._note("all_to_all", "staged", input)
-        in_rows = input.contiguous().view(size, n)
-        out_rows = output.view(size, n) if output.is_contiguous() else torch.empty((size, n), dtype=output.dtype, device=output.device)
-        chunk = self._chunk_elements(input.element_size(), 2 * size)
-        element = input.element_size()
-        for start in range(0, n, chunk):
-            c = min(chunk, n - start)
-            send = self._scratch_of(input.dtype, 0, c * size)
-            recv_offset = (c * size * element + 255) // 256 * 256
-            recv = self._scratch_of(input.dtype, recv_offset, c * size)
-            send.view(size, c).copy_(in_rows[:, start : start + c])
-            self._call(lib.symmAlltoAll, send, recv, c, code)
-            out_rows[:, start : start + c].copy_(recv.view(size, c))
-        if not output.is_contiguous():
-            output.copy_(out_rows.view(output.shape))
+        received = self._output(output)
+        self._call(lib.symmAlltoAll, self._local(input), received, n, code)
+        self._copy_back(output, received)
 
-    def _refuse(self, function: Any, n: int, element: int, code: int, root: int, problem: str) -> None:
+    def _refuse(self, function: Any, n: int, code: int, root: int, problem: str) -> None:
         """A root's arguments that its peers cannot see are wrong: make the call the peers make
-        (the first chunk's) with NULL buffers, so that the library refuses it as this rank's
+        with NULL buffers, so that the library refuses it as this rank's
         call and the peers' calls fail at once naming the refusal instead of waiting, then
         raise ``problem``."""
         if n == 0:
             # The peers make no call for an empty tensor either.
             raise InvalidArgumentError(problem)
-        chunk = min(n, self._chunk_elements(element, 1 + self._size))
         try:
-            check(function(None, None, chunk, code, root, self.comm.handle, self._stream() or 0))
+            check(function(None, None, n, code, root, self.comm.handle, self._stream() or 0))
         except SymmError:
             pass
         raise InvalidArgumentError(problem)
@@ -832,7 +788,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._note("reduce", "staged", tensor)
         self._staged_in_place(
             tensor,
-            lambda staged: self._call(lib.symmReduce, staged, staged, staged.numel(), code, op_code, root),
+            lambda flat: self._call(lib.symmReduce, flat, flat, flat.numel(), code, op_code, root),
             receive=self._rank == root,
         )
 

@@ -40,7 +40,7 @@ def test_torchrun_every_collective_dtype_and_op(nprocs: int) -> None:
     for rank in range(nprocs):
         assert f"rank {rank}: " in output and "calls OK" in output, output[-6000:]
     # SYMM_DEBUG=INFO says which path a call took, once per kind of call.
-    assert "torch: all_reduce of" in output and "staged through the group's scratch window" in output
+    assert "torch: all_reduce of" in output and "staged through the communicator's staging window" in output
     assert "in its window (no copy)" in output
 
 

@@ -213,8 +213,8 @@ def main() -> None:
 
 def paths_disagree() -> None:
     """``--paths-disagree``: rank 0's tensor is in a window (the window path), every other
-    rank's is not (staged through the group's scratch window). The ranks' buffers are then in
-    different windows, which every rank must refuse, or fail on, instead of returning another
+    rank's is not (staged through the communicator's staging window). A staged call never pairs
+    with a call in windows: every rank must refuse it, or fail on, instead of returning another
     rank's data: each rank raises a symm error, and no rank's tensor changes. Prints "rank R:
     paths disagree: <error class>: <message>"."""
     dist.init_process_group("symm", timeout=timedelta(seconds=2))
