@@ -70,6 +70,21 @@ impl Gpu {
         Ok(out)
     }
 
+    /// `bytes` of device memory of the caller's own (`cuMemAlloc`, in no window).
+    pub fn alloc(&self, bytes: usize) -> CudaResult<u64> {
+        let mut address = 0;
+        // SAFETY: valid out-pointer; the primary context is current.
+        unsafe { check("cuMemAlloc", sys::cuMemAlloc_v2(&mut address, bytes))? };
+        Ok(address)
+    }
+
+    /// Free memory from [`Gpu::alloc`] once nothing uses it.
+    pub fn free(&self, address: u64) -> CudaResult<()> {
+        self.synchronize()?;
+        // SAFETY: from `alloc`, freed once, after the stream's work.
+        unsafe { check("cuMemFree", sys::cuMemFree_v2(address)) }
+    }
+
     /// Wait for the stream.
     pub fn synchronize(&self) -> CudaResult<()> {
         // SAFETY: the stream is live.

@@ -64,8 +64,12 @@ use symm_device::{DataType, RedOp};
 struct Rank {
     comm: symmComm_t,
     base: u64,
+    /// The window over `base` (`-R 2`); NULL when `base` is the process's own memory (`-R 0`).
     window: symmWindow_t,
 }
+
+/// Alignment of the process's own buffers (`-R 0`) on the host backend.
+const OWN_ALIGN: usize = 4096;
 
 struct Bench {
     options: Options,
@@ -145,6 +149,37 @@ impl Bench {
         // `--batch N`: N pairs of regions, one per collective of a batch.
         let window = 2 * region as usize * options.batch.unwrap_or(1);
         let mut ranks = Vec::with_capacity(n);
+        if !options.in_windows {
+            // `-R 0`: buffers the library does not know, which it stages.
+            for comm in comms {
+                let base = match &gpu {
+                    Some(gpu) => gpu.alloc(window)?,
+                    None => {
+                        let layout = std::alloc::Layout::from_size_align(window, OWN_ALIGN)
+                            .map_err(|e| format!("{window} bytes: {e}"))?;
+                        // SAFETY: a layout of non-zero size; freed by `Drop for Bench`.
+                        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+                        if ptr.is_null() {
+                            return Err(format!("allocating {window} bytes failed"));
+                        }
+                        ptr as u64
+                    }
+                };
+                ranks.push(Rank {
+                    comm,
+                    base,
+                    window: std::ptr::null_mut(),
+                });
+            }
+            return Ok(Bench {
+                options,
+                ranks,
+                first_rank,
+                nranks: n,
+                gpu,
+                region,
+            });
+        }
         for comm in comms {
             let mut ptr = std::ptr::null_mut();
             ok(
@@ -505,9 +540,25 @@ impl Bench {
 
 impl Drop for Bench {
     fn drop(&mut self) {
+        let own = 2 * self.region as usize * self.options.batch.unwrap_or(1);
         for r in &self.ranks {
-            symmCommWindowDeregister(r.comm, r.window);
-            symmMemFree(r.comm, r.base as *mut _);
+            if !self.options.in_windows {
+                match &self.gpu {
+                    Some(gpu) => {
+                        let _ = gpu.free(r.base);
+                    }
+                    None => {
+                        if let Ok(layout) = std::alloc::Layout::from_size_align(own, OWN_ALIGN) {
+                            // SAFETY: allocated in `Bench::new` with this layout; every
+                            // collective on it has completed (host backend).
+                            unsafe { std::alloc::dealloc(r.base as *mut u8, layout) };
+                        }
+                    }
+                }
+            } else {
+                symmCommWindowDeregister(r.comm, r.window);
+                symmMemFree(r.comm, r.base as *mut _);
+            }
             symmCommDestroy(r.comm);
         }
     }

@@ -104,6 +104,10 @@ pub struct Options {
     pub average: Average,
     /// `-z`, `--blocking` (cuda backend): wait for each collective before issuing the next.
     pub blocking: bool,
+    /// `-R`, `--local_register`: `true` (2, the default) puts every buffer in a symmetric
+    /// window; `false` (0) leaves them in the process's own memory, so the library stages
+    /// every call through its communicator's staging window.
+    pub in_windows: bool,
 }
 
 pub const USAGE: &str = "usage: symm-perf all_reduce|all_gather|reduce_scatter|broadcast|reduce [options] | clc [options] | scale-model [--out DIR]
@@ -122,6 +126,7 @@ options (nccl-tests' names):
   -G, --cudagraph <n>         cuda: 0 = time eager launches, n = replays of a CUDA graph per iteration (default 1)
   -a, --average <0|1|2|3>     with --procs: report rank 0's, the mean, the min or the max time (default 1)
   -z, --blocking <0|1>        cuda: wait for each collective before the next (needs -G 0)
+  -R, --local_register <0|2>  2 = buffers in symmetric windows (default); 0 = the process's own memory, staged
   --procs <n>                 n processes of one rank each (symmCommInitRank), as under torchrun
   --batch <n>                 a group of n collectives per size, fused, next to n separate calls";
 
@@ -213,12 +218,13 @@ fn short_flag(flag: &str) -> &str {
         "--cudagraph" => "-G",
         "--average" => "-a",
         "--blocking" => "-z",
+        "--local_register" => "-R",
         other => other,
     }
 }
 
 /// nccl-tests options that mean nothing here, with the reason given when one is used.
-const NOT_HERE: [(&str, &str, &str); 5] = [
+const NOT_HERE: [(&str, &str, &str); 4] = [
     (
         "-t",
         "--nthreads",
@@ -233,11 +239,6 @@ const NOT_HERE: [(&str, &str, &str); 5] = [
         "-m",
         "--agg_iters",
         "use --batch N to time N collectives in one group",
-    ),
-    (
-        "-R",
-        "--local_register",
-        "every buffer is in a registered symmetric window",
     ),
     ("-T", "--timeout", "set SYMM_TIMEOUT_MS"),
 ];
@@ -289,6 +290,7 @@ impl Options {
             graph_launches: None,
             average: Average::Mean,
             blocking: false,
+            in_windows: true,
         };
         let mut rest = args[1..].iter();
         while let Some(arg) = rest.next() {
@@ -330,6 +332,18 @@ impl Options {
                     }
                 }
                 "-z" => options.blocking = flag_0_1(flag, value)?,
+                "-R" => {
+                    options.in_windows = match value {
+                        "2" => true,
+                        "0" => false,
+                        _ => {
+                            return Err(format!(
+                                "-R {value}: 2 (symmetric windows) or 0 (own memory, staged); \
+                                 symm has no local registration\n{USAGE}"
+                            ));
+                        }
+                    }
+                }
                 "--batch" => options.batch = Some(number(flag, value)?),
                 "--procs" => {
                     options.procs = Some(number(flag, value)?);
