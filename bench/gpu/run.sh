@@ -356,6 +356,19 @@ part_perf_procs() {
   done
 }
 
+part_perf_staged() {
+  # Buffers in the process's own memory (-R 0): every call staged through the staging
+  # window, next to the same sizes in windows (the -g runs above), for the staged/unstaged
+  # ratio per size.
+  local op
+  for op in all_reduce all_gather; do
+    SYMM_BACKEND=$BACKEND run_logged perf "$op -g 4 -d float -R 0" "1K..64M" \
+      "$PERF_TIMEOUT_S" "$LOG/perf/${op}_g4_float_staged.log" "" \
+      "$B/bin/symm-perf" "$op" -b 1K -e 64M -f 4 -g 4 -d float -o sum -R 0 \
+      -n "$ITERS" -w "$WARMUP" -c "$CHECK"
+  done
+}
+
 part_baseline() {
   start_part baseline
   local op g d
@@ -540,6 +553,7 @@ part_quick() {
   SKIP_TESTS=${SKIP_TESTS:-every_dtype} DEADLINE_S=150 TEST_TIMEOUT_S=60 ALGOS=auto part_tests
   OPS=all_reduce RANKS="8 2" DEADLINE_S=150 PERF_TIMEOUT_S=60 ITERS=10 WARMUP=3 part_perf
   DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_ll
+  DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_staged
   DEADLINE_S=30 EXAMPLE_TIMEOUT_S=20 part_examples
   # nvcc -dc of the device library takes about 35 s on an H100 machine; jit_link of the
   # archive and the object links that SASS (each prints its link time), the last jit_link
@@ -555,7 +569,7 @@ case "$PART" in
   device) part_device ;;
   tests) part_tests ;;
   examples) part_examples ;;
-  perf) part_perf; part_perf_procs ;;
+  perf) part_perf; part_perf_procs; part_perf_staged ;;
   baseline) part_baseline ;;
   clc) part_clc ;;
   python) part_python ;;
@@ -569,6 +583,7 @@ case "$PART" in
     part_device
     part_perf
     part_perf_procs
+    part_perf_staged
     part_baseline
     part_clc
     part_python
