@@ -135,11 +135,11 @@ pub fn bootstrap_timeout() -> Result<Duration> {
 }
 
 /// Default size of a communicator's staging window ([`staging_bytes`]).
-pub const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
+pub(crate) const DEFAULT_STAGING_BYTES: u64 = 4 << 20;
 
 /// Smallest staging window: room for one element of the widest type from every rank, twice,
 /// at the most ranks.
-pub const MIN_STAGING_BYTES: u64 = 4096;
+pub(crate) const MIN_STAGING_BYTES: u64 = 4096;
 
 /// `SYMM_STAGING_BYTES`: the size of the window each communicator makes at its creation to
 /// stage collectives whose buffers lie outside every registered window (a multiple of 256, at
@@ -168,7 +168,7 @@ pub fn parse_staging(bytes: Option<&str>, strict: Option<&str>) -> Result<u64> {
         None | Some("") => Ok(DEFAULT_STAGING_BYTES),
         Some(text) => match text.parse::<u64>() {
             Ok(0) => Ok(0),
-            Ok(n) if n >= MIN_STAGING_BYTES && n <= 1 << 40 => Ok(n / 256 * 256),
+            Ok(n) if (MIN_STAGING_BYTES..=1 << 40).contains(&n) => Ok(n / 256 * 256),
             _ => Err(Error::invalid_argument(format!(
                 "SYMM_STAGING_BYTES={text:?}: expected 0 (no staging) or a number of bytes from \
                  {MIN_STAGING_BYTES} to 2^40"

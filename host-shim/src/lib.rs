@@ -29,7 +29,6 @@ mod mutation;
 mod plan;
 mod point_to_point;
 mod ptx;
-mod staging;
 #[cfg(target_os = "linux")]
 mod transport;
 mod window;

@@ -127,9 +127,9 @@ impl CallSpec {
             op,
             n,
             root: (index / 3) % nranks,
-            staged: (index + index / OPS.len()) % 2 == 0,
+            staged: (index + index / OPS.len()).is_multiple_of(2),
             in_place: matches!(op, Op::AllReduce | Op::AllGather | Op::ReduceScatter)
-                && index % 3 == 0,
+                && index.is_multiple_of(3),
         }
     }
 
@@ -222,15 +222,16 @@ impl RankMemory {
     /// The send and receive buffers of `call` (in place: inside one another).
     fn buffers(&self, call: &CallSpec) -> (*mut u8, *mut u8) {
         let base = self.base(call);
-        // SAFETY (both): offsets inside the BYTES-long buffers.
-        let recv = unsafe { base.add(RECV_AT) };
+        // Addresses only (wrapping: never dereferenced here); the sequences keep every buffer
+        // inside the BYTES-long memory.
+        let recv = base.wrapping_add(RECV_AT);
         if !call.in_place {
             return (base, recv);
         }
         let segment = call.n * 4;
         match call.op {
-            Op::AllGather => (unsafe { recv.add(self.rank * segment) }, recv),
-            Op::ReduceScatter => (base, unsafe { base.add(self.rank * segment) }),
+            Op::AllGather => (recv.wrapping_add(self.rank * segment), recv),
+            Op::ReduceScatter => (base, base.wrapping_add(self.rank * segment)),
             _ => (recv, recv),
         }
     }
@@ -596,8 +597,8 @@ fn bad_arguments_of_staged_calls_are_refused() {
     let own = memory.own.ptr;
     put_f32(own, &vec![SENTINEL; 64]);
     let window = memory.window;
-    // SAFETY (all): offsets inside the buffers.
-    let at = |base: *mut u8, bytes: usize| unsafe { base.add(bytes) }.cast();
+    // Addresses only: the library checks them before any use.
+    let at = |base: *mut u8, bytes: usize| base.wrapping_add(bytes).cast();
     type Case<'a> = (Box<dyn Fn() -> symmResult_t + 'a>, &'a str);
     let cases: Vec<Case> = vec![
         (

@@ -588,7 +588,7 @@ impl CudaBackend {
         &self,
         ordinal: i32,
         stream: u64,
-        copy: &crate::staging::Copy,
+        copy: &crate::plan::staging::Copy,
     ) -> Result<()> {
         let device = self.device(ordinal)?;
         let _context = device.context.enter()?;

@@ -289,7 +289,12 @@ impl Backend {
     ///
     /// Both ranges are valid for the copy (on the device, for the cuda backend) until it has
     /// run, and do not overlap.
-    pub unsafe fn copy(&self, device: i32, stream: u64, copy: &crate::staging::Copy) -> Result<()> {
+    pub unsafe fn copy(
+        &self,
+        device: i32,
+        stream: u64,
+        copy: &crate::plan::staging::Copy,
+    ) -> Result<()> {
         match self {
             Backend::Host(_) => {
                 // SAFETY: the caller's contract: both ranges are valid and disjoint.

@@ -2,10 +2,12 @@
 //! execution (now, or at the end of the group, merged with the other ranks' parts).
 
 mod execute;
+mod route;
 mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
+pub use route::{Route, UserCall, route};
 pub use validate::CountTable;
 pub use validate::{
     Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe,
@@ -17,8 +19,8 @@ use crate::agree::{BufferAt, Call, CountsAt, Signature};
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::log::{Level, Subsys};
+use crate::plan::staging::Copies;
 use crate::plan::{Collective, Limits, Plan, plan};
-use crate::staging::Copies;
 use crate::window::Window;
 use std::ops::Range;
 use std::sync::Arc;

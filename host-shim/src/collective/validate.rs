@@ -6,7 +6,7 @@ use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
 use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
 use crate::plan::Collective;
-use crate::staging::Copies;
+use crate::plan::staging::Copies;
 use crate::window::Window;
 use std::ffi::c_int;
 use std::sync::Arc;

@@ -8,6 +8,7 @@ pub mod pacing;
 pub mod pairs;
 pub mod shrink;
 pub mod split;
+pub mod staging;
 pub mod watch;
 pub mod windows;
 
@@ -176,8 +177,8 @@ pub struct CommState {
     /// ([`pairs`]).
     pub point_to_point: Option<pairs::PointToPoint>,
     /// The staging window, made at the communicator's creation (none under
-    /// `SYMM_STRICT_WINDOWS=1` or `SYMM_STAGING_BYTES=0`; see [`crate::staging`]).
-    pub staging: Option<Arc<crate::staging::Staging>>,
+    /// `SYMM_STRICT_WINDOWS=1` or `SYMM_STAGING_BYTES=0`; see [`staging`]).
+    pub staging: Option<Arc<staging::Staging>>,
 }
 
 /// One rank of a communicator.
@@ -731,7 +732,7 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
             }
         }
     }
-    if let Err(e) = crate::staging::attach(&comms) {
+    if let Err(e) = staging::attach(&comms) {
         destroy_all(comms);
         return Err(e);
     }
@@ -1142,7 +1143,7 @@ pub(crate) fn join(
     let comm = new_comm(&clique, rank as usize, Some(link), call_records)?;
     let watch = watch::ProcessWatch::start(&comm)?;
     *comm.watch.lock().unwrap_or_else(|e| e.into_inner()) = watch;
-    if let Err(e) = crate::staging::attach(std::slice::from_ref(&comm)) {
+    if let Err(e) = staging::attach(std::slice::from_ref(&comm)) {
         let _ = destroy(&comm);
         return Err(e);
     }

@@ -5,12 +5,11 @@
 #![allow(non_snake_case)]
 
 use crate::abi::*;
-use crate::collective;
+use crate::collective::{self, UserCall};
 use crate::comm::{self, Comm, split, windows};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
 use crate::group;
 use crate::plan::Collective;
-use crate::staging::{self, UserCall};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -524,25 +523,18 @@ pub extern "C" fn symmAllReduce(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAllReduce", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmAllReduce", count, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::AllReduce,
-                    name: "symmAllReduce",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: count,
-                    datatype,
-                    root: None,
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::all_reduce(c, s, r, n, datatype, op)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::AllReduce,
+            name: "symmAllReduce",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count,
+            datatype,
+            root: None,
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::all_reduce(c, s, r, n, datatype, op)
+        })
     })
 }
 
@@ -564,25 +556,18 @@ pub extern "C" fn symmReduce(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmReduce", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmReduce", count, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::Reduce,
-                    name: "symmReduce",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: count,
-                    datatype,
-                    root: Some(root),
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::reduce(c, s, r, n, datatype, op, root)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::Reduce,
+            name: "symmReduce",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count,
+            datatype,
+            root: Some(root),
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::reduce(c, s, r, n, datatype, op, root)
+        })
     })
 }
 
@@ -599,25 +584,18 @@ pub extern "C" fn symmAllGather(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAllGather", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmAllGather", sendcount, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::AllGather,
-                    name: "symmAllGather",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: sendcount,
-                    datatype,
-                    root: None,
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::all_gather(c, s, r, n, datatype)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::AllGather,
+            name: "symmAllGather",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count: sendcount,
+            datatype,
+            root: None,
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::all_gather(c, s, r, n, datatype)
+        })
     })
 }
 
@@ -635,25 +613,18 @@ pub extern "C" fn symmReduceScatter(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmReduceScatter", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmReduceScatter", recvcount, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::ReduceScatter,
-                    name: "symmReduceScatter",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: recvcount,
-                    datatype,
-                    root: None,
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::reduce_scatter(c, s, r, n, datatype, op)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::ReduceScatter,
+            name: "symmReduceScatter",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count: recvcount,
+            datatype,
+            root: None,
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::reduce_scatter(c, s, r, n, datatype, op)
+        })
     })
 }
 
@@ -674,25 +645,18 @@ pub extern "C" fn symmBroadcast(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmBroadcast", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmBroadcast", count, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::Broadcast,
-                    name: "symmBroadcast",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: count,
-                    datatype,
-                    root: Some(root),
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::broadcast(c, s, r, n, datatype, root)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::Broadcast,
+            name: "symmBroadcast",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count,
+            datatype,
+            root: Some(root),
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::broadcast(c, s, r, n, datatype, root)
+        })
     })
 }
 
@@ -752,6 +716,23 @@ pub extern "C" fn symmRecv(
     )
 }
 
+/// A collective `call` of `c` on `stream`: run in its windows, or staged through the
+/// communicator's staging window ([`collective::route`]); `validate` is the collective's
+/// validation of a send buffer, a receive buffer and a count.
+fn routed(
+    c: &Arc<Comm>,
+    call: UserCall,
+    stream: symmStream_t,
+    validate: impl Fn(u64, u64, usize) -> Result<collective::Request>,
+) -> Result<()> {
+    group::collective(
+        c,
+        &collective::describe(call.name, call.count, call.datatype),
+        || collective::route(c, &call, validate),
+        stream as u64,
+    )
+}
+
 /// `symmSend` (`send`) or `symmRecv` of `count` elements at `buffer` with rank `peer`.
 #[allow(clippy::too_many_arguments)]
 fn peer_call(
@@ -792,25 +773,18 @@ pub extern "C" fn symmAlltoAll(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAlltoAll", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmAlltoAll", count, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::AllToAll,
-                    name: "symmAlltoAll",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: count,
-                    datatype,
-                    root: None,
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::all_to_all(c, s, r, n, datatype)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::AllToAll,
+            name: "symmAlltoAll",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count,
+            datatype,
+            root: None,
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::all_to_all(c, s, r, n, datatype)
+        })
     })
 }
 
@@ -858,7 +832,7 @@ pub extern "C" fn symmAlltoAllvDevice(
                     counts as u64,
                     datatype,
                 )
-                .map(staging::Route::Windows)
+                .map(collective::Route::Windows)
             },
             stream as u64,
         )
@@ -882,25 +856,18 @@ pub extern "C" fn symmGather(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmGather", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmGather", count, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::Gather,
-                    name: "symmGather",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: count,
-                    datatype,
-                    root: Some(root),
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::gather(c, s, r, n, datatype, root)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::Gather,
+            name: "symmGather",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count,
+            datatype,
+            root: Some(root),
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::gather(c, s, r, n, datatype, root)
+        })
     })
 }
 
@@ -921,25 +888,18 @@ pub extern "C" fn symmScatter(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmScatter", comm, |c| {
-        group::collective(
-            c,
-            &collective::describe("symmScatter", count, datatype),
-            || {
-                let call = UserCall {
-                    collective: Collective::Scatter,
-                    name: "symmScatter",
-                    send: sendbuff as u64,
-                    recv: recvbuff as u64,
-                    count: count,
-                    datatype,
-                    root: Some(root),
-                };
-                staging::route(c, &call, |s, r, n| {
-                    collective::scatter(c, s, r, n, datatype, root)
-                })
-            },
-            stream as u64,
-        )
+        let call = UserCall {
+            collective: Collective::Scatter,
+            name: "symmScatter",
+            send: sendbuff as u64,
+            recv: recvbuff as u64,
+            count,
+            datatype,
+            root: Some(root),
+        };
+        routed(c, call, stream, |s, r, n| {
+            collective::scatter(c, s, r, n, datatype, root)
+        })
     })
 }
 

@@ -7,10 +7,9 @@ pub mod fusion;
 
 use crate::abi::symmResult_t;
 use crate::agree::Call;
-use crate::collective::{self, Prepared, Request, Task};
+use crate::collective::{self, Prepared, Request, Route, Task};
 use crate::comm::{Clique, Comm, split, windows};
 use crate::error::{Error, Result};
-use crate::staging::Route;
 use crate::window::Window;
 use fusion::Instance;
 use std::cell::RefCell;

@@ -15,6 +15,7 @@
 
 pub mod batch;
 pub mod scale_model;
+pub mod staging;
 
 pub use crate::config::parse_forced_algorithm;
 use crate::error::{Error, Result};

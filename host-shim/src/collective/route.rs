@@ -1,0 +1,180 @@
+//! Routing a collective call: in the caller's windows, or staged through the communicator's
+//! staging window (`comm::staging`) in chunks (`plan::staging`). Whether a call is staged is
+//! part of what the ranks agree on ([`crate::agree`]): a staged rank never pairs with a rank
+//! whose buffers are in its windows, and a rank's chunks pair with its peers' chunks. The
+//! copies run where the launch runs (`collective::execute`, through
+//! [`crate::backend::Backend::copy`]).
+
+use super::{Request, data_type};
+use crate::abi::symmDataTypeRaw;
+use crate::comm::{Comm, windows};
+use crate::error::{Error, Result};
+use crate::log::{Level, Subsys};
+use crate::plan::Collective;
+use crate::plan::staging::{Shape, plan_chunks};
+use std::ffi::c_int;
+
+/// A collective call as its caller made it: which collective, the caller's buffers, the
+/// elements per segment, the data type and (rooted collectives) the root.
+pub struct UserCall {
+    /// The collective.
+    pub collective: Collective,
+    /// The C function's name, for messages.
+    pub name: &'static str,
+    /// `sendbuff`.
+    pub send: u64,
+    /// `recvbuff`.
+    pub recv: u64,
+    /// Elements per segment (the call's `count`, `sendcount` or `recvcount`).
+    pub count: usize,
+    /// `datatype`.
+    pub datatype: symmDataTypeRaw,
+    /// `root`, for a reduce, broadcast, gather or scatter.
+    pub root: Option<c_int>,
+}
+
+/// Where a call runs.
+pub enum Route {
+    /// In the caller's windows.
+    Windows(Request),
+    /// Through the staging window: one request per chunk, in order, each with its copies.
+    Staged(Vec<Request>),
+}
+
+/// Route `call` of `comm`: in its windows when every buffer this rank uses lies wholly in one
+/// registered window (or when the call's arguments are wrong in a way its validation names,
+/// such as a buffer that overruns a window or an allocation of the communicator), else through
+/// the staging window (none: the validation's refusal, which says why). `validate`
+/// is the collective's validation, given the send buffer, the receive buffer and the count.
+pub fn route(
+    comm: &Comm,
+    call: &UserCall,
+    validate: impl Fn(u64, u64, usize) -> Result<Request>,
+) -> Result<Route> {
+    let in_windows = || validate(call.send, call.recv, call.count).map(Route::Windows);
+    let staging = comm.lock().staging.clone();
+    let Some(staging) = staging else {
+        return in_windows().map_err(strict_hint);
+    };
+    let Some(staged) = staged_form(comm, call) else {
+        return in_windows();
+    };
+    let (shape, element, outside) = staged?;
+    let plan = plan_chunks(
+        shape,
+        call.count as u64,
+        element,
+        (staging.window.base, staging.window.size),
+        (call.send, call.recv),
+    )?;
+    let requests = plan
+        .chunks
+        .iter()
+        .map(|chunk| {
+            validate(plan.send, plan.recv, chunk.count as usize)
+                .map(|request| request.staged(chunk.copies.clone()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if staging.first_staged() {
+        crate::log!(
+            Level::Info,
+            Subsys::Coll,
+            Some(comm.rank),
+            "{} of {} elements staged through the communicator's staging window ({} bytes): {} \
+             is in no registered window; {} chunk(s) of up to {} elements, {} bytes copied; \
+             later staged calls are not logged; SYMM_STRICT_WINDOWS=1 refuses such calls",
+            call.name,
+            call.count,
+            staging.window.size,
+            outside,
+            plan.chunks.len(),
+            plan.capacity,
+            plan.chunks.iter().map(|c| c.copies.bytes()).sum::<u64>()
+        );
+    }
+    Ok(Route::Staged(requests))
+}
+
+/// A refusal of a buffer outside every window on a communicator without a staging window,
+/// with the reason it has none.
+fn strict_hint(e: Error) -> Error {
+    if e.message.contains("registered with symmCommWindowRegister") {
+        Error::new(
+            e.code,
+            format!(
+                "{} (this communicator stages no call: it was made with SYMM_STRICT_WINDOWS=1 \
+                 or SYMM_STAGING_BYTES=0)",
+                e.message
+            ),
+        )
+    } else {
+        e
+    }
+}
+
+/// The shape, element size and offending buffer's description of `call` when it is to be
+/// staged; `None` when it runs in the windows (its buffers are there, or its arguments are
+/// wrong in a way the collective's validation names); an error for buffers that overlap
+/// other than in place.
+fn staged_form(comm: &Comm, call: &UserCall) -> Option<Result<(Shape, u64, String)>> {
+    let nranks = comm.clique.nranks as u64;
+    let element = data_type(call.datatype).ok()?.size_bytes() as u64;
+    let root = match call.root {
+        None => 0,
+        Some(root) => usize::try_from(root)
+            .ok()
+            .filter(|r| (*r as u64) < nranks)?,
+    };
+    let shape = Shape::of(call.collective, nranks, comm.rank, root)?;
+    let segment = (call.count as u64).checked_mul(element)?;
+    let send_bytes = segment.checked_mul(shape.send_segments)?;
+    let recv_bytes = segment.checked_mul(shape.recv_segments)?;
+    let used = [
+        ("sendbuff", call.send, send_bytes, shape.uses_send),
+        ("recvbuff", call.recv, recv_bytes, shape.uses_recv),
+    ];
+    let mut outside = Vec::new();
+    for (name, address, bytes, uses) in used {
+        if !uses {
+            continue;
+        }
+        if address == 0 || address.checked_add(bytes).is_none() {
+            return None;
+        }
+        if windows::overruns_own_memory(comm, address, bytes) {
+            return None;
+        }
+        if windows::find(comm, address, bytes.max(1)).is_none() {
+            outside.push(format!("{name} [{address:#x}, +{bytes} bytes)"));
+        }
+    }
+    if outside.is_empty() {
+        return None;
+    }
+    if shape.uses_send && shape.uses_recv {
+        let in_place_at = match call.collective {
+            Collective::AllGather => call.recv.checked_add(comm.rank as u64 * segment),
+            Collective::ReduceScatter => call.send.checked_add(comm.rank as u64 * segment),
+            Collective::Gather => call.recv.checked_add(root as u64 * segment),
+            Collective::Scatter => call.send.checked_add(root as u64 * segment),
+            Collective::AllToAll => None,
+            _ => Some(call.recv),
+        };
+        let in_place = match call.collective {
+            Collective::ReduceScatter | Collective::Scatter => in_place_at == Some(call.recv),
+            _ => in_place_at == Some(call.send),
+        };
+        let overlaps = crate::window::ranges_overlap(
+            &(call.send..call.send + send_bytes),
+            &(call.recv..call.recv + recv_bytes),
+        );
+        if overlaps && !in_place {
+            return Some(Err(Error::invalid_argument(format!(
+                "sendbuff and recvbuff of {} overlap without being in place (the form in place \
+                 is the one of a call in windows)",
+                call.name
+            ))));
+        }
+    }
+    Some(Ok((shape, element, outside.join(" and "))))
+}
