@@ -461,11 +461,14 @@ fn rank_process() {
     let rank: usize = rank.parse().unwrap();
     let id = id_from_hex(&std::env::var(ID_ENV).unwrap());
     let mut comm = null_mut();
+    let start = Instant::now();
     // SAFETY: valid out-pointer.
-    check(
-        unsafe { symmCommInitRank(&mut comm, 2, id, rank as i32) },
-        null_mut(),
-    );
+    let made = unsafe { symmCommInitRank(&mut comm, 2, id, rank as i32) };
+    if std::env::var(MODE_ENV).unwrap() == "strict on one rank" {
+        print_outcome(made, start.elapsed(), &last_error(null_mut()));
+        return;
+    }
+    check(made, null_mut());
     match std::env::var(MODE_ENV).unwrap().as_str() {
         "sequence" => run_rank_sequence(comm, rank, 2, 30, "a process per rank"),
         _ => {
@@ -788,6 +791,281 @@ fn a_staged_call_replays_from_a_cuda_graph() {
         sys::cuStreamDestroy_v2(stream).result().unwrap();
     }
     drop(ranks);
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// One process strict (`SYMM_STRICT_WINDOWS=1`), the other not: the communicator is refused at
+/// its creation on both, at once, naming the staging settings (not a hang, and never one
+/// rank's window paired with the other's staging window).
+#[test]
+fn ranks_that_disagree_on_staging_are_refused_at_init() {
+    setup();
+    let id = new_unique_id();
+    let ranks: Vec<Vec<(String, String)>> = (0..2)
+        .map(|rank| {
+            let mut env = vec![
+                (CHILD_ENV.to_string(), rank.to_string()),
+                (ID_ENV.to_string(), id_to_hex(&id)),
+                (MODE_ENV.to_string(), "strict on one rank".to_string()),
+            ];
+            if rank == 0 {
+                env.push(("SYMM_STRICT_WINDOWS".to_string(), "1".to_string()));
+            }
+            env
+        })
+        .collect();
+    let results = run_rank_processes("rank_process", &ranks, Duration::from_secs(120));
+    for (rank, (ok, log)) in results.iter().enumerate() {
+        assert!(ok, "rank process {rank} failed:\n{log}");
+        let outcome =
+            parse_outcome(rank, log).unwrap_or_else(|| panic!("rank {rank}: no outcome:\n{log}"));
+        assert_ne!(outcome.result, symmResult_t::symmSuccess, "rank {rank}");
+        assert!(
+            outcome.took < Duration::from_secs(5),
+            "rank {rank}: {:?}",
+            outcome.took
+        );
+        assert!(
+            outcome.message.contains("staging window"),
+            "rank {rank}: {}",
+            outcome.message
+        );
+    }
+}
+
+/// Rank 0 makes one staged all-reduce of 2000 elements, rank 1 two of 1000: their first
+/// chunks have the same size (the staging window holds 992), but not the same call, and both
+/// ranks fail at the first chunk instead of pairing halves of different calls.
+#[test]
+fn a_staged_call_never_pairs_with_a_different_staged_call() {
+    setup();
+    let comms = join_threads(new_unique_id(), 2);
+    let outcomes = on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let memory = RankMemory::new(comm, rank);
+        let spec = |n| CallSpec {
+            index: 9,
+            op: Op::AllReduce,
+            n,
+            root: 0,
+            staged: true,
+            in_place: false,
+        };
+        let calls = if rank == 0 {
+            vec![spec(2000)]
+        } else {
+            vec![spec(1000), spec(1000)]
+        };
+        let mut results = Vec::new();
+        for call in &calls {
+            memory.prepare(call, 2, Io::Stream(&stream));
+            let result = memory.issue(call, stream.handle());
+            results.push((stream.completed(comm, result), last_error(comm)));
+        }
+        stream.synchronize();
+        results
+    });
+    for (rank, results) in outcomes.iter().enumerate() {
+        let (result, message) = &results[0];
+        assert_ne!(*result, symmResult_t::symmSuccess, "rank {rank}: {message}");
+        assert!(
+            message.contains("staged call of 2000 vs 1000")
+                || message.contains("staged call of 1000 vs 2000")
+                || message.contains("has failed"),
+            "rank {rank}: {message}"
+        );
+    }
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// A group whose calls depend on each other through memory no footprint covers: an
+/// all-reduce in the windows whose result a staged all-reduce then reads (its send buffer in
+/// a window, its receive buffer the rank's own memory), then a staged call whose result the
+/// next call in the windows reads (through a copy the test makes after the group, not in
+/// it). Every result is the one of running the calls in order.
+#[test]
+fn a_group_keeps_staged_calls_in_order_with_the_calls_around_them() {
+    setup();
+    let nranks = 2;
+    let comms = init_all(nranks);
+    let ranks = RankMemory::of_all(&comms);
+    let n = 300;
+    for (r, rank) in ranks.iter().enumerate() {
+        put_f32(rank.window, &vec![r as f32 + 1.0; n]);
+        put_f32(rank.own.ptr, &vec![SENTINEL; n]);
+    }
+    let middle = |rank: &RankMemory| rank.window.wrapping_add(RECV_AT);
+    check(symmGroupStart(), null_mut());
+    for rank in &ranks {
+        check(
+            symmAllReduce(
+                rank.window.cast(),
+                middle(rank).cast(),
+                n,
+                F32,
+                SUM,
+                rank.comm,
+                null_mut(),
+            ),
+            rank.comm,
+        );
+        check(
+            symmAllReduce(
+                middle(rank).cast(),
+                rank.own.ptr.cast(),
+                n,
+                F32,
+                SUM,
+                rank.comm,
+                null_mut(),
+            ),
+            rank.comm,
+        );
+    }
+    check(symmGroupEnd(), null_mut());
+    // 1 + 2 = 3 after the first, 3 + 3 = 6 after the second.
+    for rank in &ranks {
+        assert_eq!(
+            get_f32(middle(rank), n),
+            vec![3.0; n],
+            "the first call's result"
+        );
+        assert_eq!(
+            get_f32(rank.own.ptr, n),
+            vec![6.0; n],
+            "the staged call read it"
+        );
+    }
+    drop(ranks);
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// A group refused at its end (rank 0 stages a call of several chunks, rank 1 makes it in its
+/// window) counts the staged call once: the ranks stay in step and the next group runs.
+#[test]
+fn a_refused_group_with_a_staged_call_of_several_chunks_keeps_the_ranks_in_step() {
+    setup();
+    let comms = init_all(2);
+    let ranks = RankMemory::of_all(&comms);
+    let calls: Vec<CallSpec> = (0..2)
+        .map(|r| CallSpec {
+            index: 4,
+            op: Op::AllReduce,
+            n: 2000,
+            root: 0,
+            staged: r == 0,
+            in_place: false,
+        })
+        .collect();
+    for (rank, call) in ranks.iter().zip(&calls) {
+        rank.prepare(call, 2, Io::Context);
+    }
+    check(symmGroupStart(), null_mut());
+    for (rank, call) in ranks.iter().zip(&calls) {
+        check(rank.issue(call, null_mut()), rank.comm);
+    }
+    assert_ne!(symmGroupEnd(), symmResult_t::symmSuccess);
+    for index in 0..3 {
+        let call = CallSpec {
+            index,
+            staged: index % 2 == 0,
+            ..calls[0]
+        };
+        for rank in &ranks {
+            rank.prepare(&call, 2, Io::Context);
+        }
+        check(symmGroupStart(), null_mut());
+        for rank in &ranks {
+            check(rank.issue(&call, null_mut()), rank.comm);
+        }
+        check(symmGroupEnd(), null_mut());
+        for rank in &ranks {
+            rank.check(&call, 2, Io::Context, "after a refused group");
+        }
+    }
+    drop(ranks);
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// A communicator split in this process has a staging window too.
+#[test]
+fn a_split_communicator_stages() {
+    setup();
+    let parents = init_all(2);
+    let mut children = vec![null_mut(); 2];
+    check(symmGroupStart(), null_mut());
+    for (parent, child) in parents.iter().zip(children.iter_mut()) {
+        // SAFETY: valid out-pointer, written at the group's end; NULL config.
+        check(
+            unsafe { symmCommSplit(*parent, 0, 0, child, std::ptr::null()) },
+            *parent,
+        );
+    }
+    check(symmGroupEnd(), null_mut());
+    let ranks = RankMemory::of_all(&children);
+    let call = CallSpec {
+        staged: true,
+        ..CallSpec::of(4, 2)
+    };
+    for rank in &ranks {
+        rank.prepare(&call, 2, Io::Context);
+    }
+    check(symmGroupStart(), null_mut());
+    for rank in &ranks {
+        check(rank.issue(&call, null_mut()), rank.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+    for rank in &ranks {
+        rank.check(&call, 2, Io::Context, "a split communicator");
+    }
+    drop(ranks);
+    for comm in children.into_iter().chain(parents) {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// Staged calls of one rank on two streams, not ordered by the caller (different buffers):
+/// they share the staging window, which the library orders between the streams.
+#[test]
+fn staged_calls_on_two_streams_of_a_rank() {
+    setup();
+    let comms = join_threads(new_unique_id(), 2);
+    on_rank_threads(&comms, |rank, comm| {
+        let streams = [RankStream::new(), RankStream::new()];
+        let memories = [RankMemory::new(comm, rank), RankMemory::new(comm, rank)];
+        for round in 0..3 {
+            let calls: Vec<CallSpec> = (0..2)
+                .map(|k| CallSpec {
+                    index: 10 + round * 2 + k,
+                    op: Op::AllReduce,
+                    n: 2500,
+                    root: 0,
+                    staged: true,
+                    in_place: false,
+                })
+                .collect();
+            for k in 0..2 {
+                memories[k].prepare(&calls[k], 2, Io::Stream(&streams[k]));
+            }
+            for k in 0..2 {
+                check(memories[k].issue(&calls[k], streams[k].handle()), comm);
+            }
+            for k in 0..2 {
+                memories[k].check(&calls[k], 2, Io::Stream(&streams[k]), "two streams");
+            }
+        }
+        for stream in &streams {
+            stream.synchronize();
+        }
+    });
     for comm in comms {
         check(symmCommDestroy(comm), null_mut());
     }

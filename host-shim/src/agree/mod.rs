@@ -9,6 +9,7 @@ pub mod records;
 
 use crate::error::{Error, Result};
 use crate::mutation::{self, Mutation};
+use crate::plan::staging::ChunkOf;
 use crate::plan::{Collective, KernelId};
 use std::collections::BTreeMap;
 use symm_device::symmetric::Algorithm;
@@ -76,9 +77,10 @@ pub struct Signature {
     /// capacity (peers check every rank's counts against it).
     pub counts: Option<CountsAt>,
     /// A chunk of a call staged through the communicator's staging window (its buffers lie
-    /// outside every registered window; see `crate::staging`): a staged rank pairs only with
-    /// staged ranks.
-    pub staged: bool,
+    /// outside every registered window; see `collective::route`): the call's elements per
+    /// segment and the chunk's first element. A staged rank pairs only with staged ranks, on
+    /// the same chunk of the same call.
+    pub staged: Option<ChunkOf>,
 }
 
 impl std::fmt::Display for Signature {
@@ -125,8 +127,14 @@ impl std::fmt::Display for Signature {
                 self.batch_size
             )?;
         }
-        if self.staged {
-            write!(f, ", a chunk staged through the staging window")?;
+        if let Some(chunk) = self.staged {
+            write!(
+                f,
+                ", elements {} to {} of a call of {} staged through the staging window",
+                chunk.first,
+                chunk.first + self.count,
+                chunk.count
+            )?;
         }
         write!(f, ")")
     }
@@ -137,7 +145,7 @@ pub(crate) const NO_BUFFER: u64 = u64::MAX;
 
 impl Signature {
     /// Words of [`Signature::to_words`].
-    pub(crate) const WORDS: usize = 11;
+    pub(crate) const WORDS: usize = 13;
 
     /// `self` as the `index`-th of `size` calls fused into one launch.
     pub fn in_batch(self, index: usize, size: usize) -> Signature {
@@ -168,8 +176,8 @@ impl Signature {
             ));
             return differences;
         }
-        if a.staged != b.staged {
-            let order = if a.staged {
+        if a.staged.is_some() != b.staged.is_some() {
+            let order = if a.staged.is_some() {
                 "staged vs in windows"
             } else {
                 "in windows vs staged"
@@ -180,6 +188,14 @@ impl Signature {
                  in windows, or none's)"
             ));
             return differences;
+        }
+        if let (Some(x), Some(y)) = (a.staged, b.staged)
+            && x != y
+        {
+            differences.push(format!(
+                "staged call of {} vs {} elements (chunk from element {} vs {})",
+                x.count, y.count, x.first, y.first
+            ));
         }
         if a.kernel != b.kernel {
             differences.push(format!(
@@ -289,10 +305,12 @@ impl Signature {
             send_offset,
             recv_window,
             recv_offset,
-            self.in_place as u64 | (self.staged as u64) << 1,
+            self.in_place as u64 | (self.staged.is_some() as u64) << 1,
             self.counts.map_or(NO_BUFFER, |c| c.window),
             self.counts.map_or(0, |c| c.offset),
             self.counts.map_or(0, |c| c.send_count),
+            self.staged.map_or(0, |c| c.count),
+            self.staged.map_or(0, |c| c.first),
         ]
     }
 
@@ -324,7 +342,10 @@ impl Signature {
             send: buffer(words[3], words[4]),
             recv: buffer(words[5], words[6]),
             in_place: words[7] & 1 == 1,
-            staged: words[7] & 2 == 2,
+            staged: (words[7] & 2 == 2).then_some(ChunkOf {
+                count: words[11],
+                first: words[12],
+            }),
             counts: (words[8] != NO_BUFFER).then_some(CountsAt {
                 window: words[8],
                 offset: words[9],

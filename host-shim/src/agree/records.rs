@@ -515,7 +515,7 @@ mod tests {
     /// The words of a signature whose first three are `first` and whose buffers are unused.
     fn words(first: [u64; 3]) -> [u64; Signature::WORDS] {
         [
-            first[0], first[1], first[2], NO_BUFFER, 0, NO_BUFFER, 0, 0, NO_BUFFER, 0, 0,
+            first[0], first[1], first[2], NO_BUFFER, 0, NO_BUFFER, 0, 0, NO_BUFFER, 0, 0, 0, 0,
         ]
     }
 
@@ -561,7 +561,10 @@ mod tests {
                 offset: 0,
             }),
             in_place: true,
-            staged: true,
+            staged: Some(crate::plan::staging::ChunkOf {
+                count: 5000,
+                first: 992,
+            }),
             ..fused.clone()
         };
         assert_eq!(

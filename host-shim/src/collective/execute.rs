@@ -125,19 +125,16 @@ pub fn execute(parts: &[Vec<&Task>], plan: &Plan) -> Result<()> {
     };
     number_calls(parts, plan, &launch)?;
     note_launch(parts, plan, &launch);
+    // A staged chunk's copies out come before the windows' marks, so that teardown waits
+    // for them too; a launch that gave up wrote no result worth copying out.
     let run = pace(parts, &launch)
         .and_then(|()| copy_staged(parts, Side::Before))
-        .and_then(|()| {
-            clique
-                .backend
-                .run_launch(&launch, &resources, prepared)
-                .and_then(|end| note_streams(parts, &launch).map(|()| end))
-        })
+        .and_then(|()| clique.backend.run_launch(&launch, &resources, prepared))
         .and_then(|end| match end {
-            // A launch that gave up wrote no result worth copying out.
             LaunchEnd::GaveUp => Ok(end),
             _ => copy_staged(parts, Side::After).map(|()| end),
-        });
+        })
+        .and_then(|end| note_streams(parts, &launch).map(|()| end));
     // Issued once launched, or once the communicator is failed (so that a peer the pacing
     // releases finds the failure, not a launch to pair with).
     let issued = || {
@@ -196,8 +193,16 @@ fn copy_staged(parts: &[Vec<&Task>], side: Side) -> Result<()> {
         let Some(copies) = &task.staged else {
             continue;
         };
+        let comm = &task.comm;
+        let staging = comm.lock().staging.clone().ok_or_else(|| {
+            Error::internal("a staged chunk on a communicator without a staging window")
+        })?;
+        let backend = &comm.clique.backend;
         let list = match side {
-            Side::Before => &copies.before,
+            Side::Before => {
+                staging.before_use(backend, comm.device, task.stream)?;
+                &copies.before
+            }
             Side::After => &copies.after,
         };
         for copy in list {
@@ -205,12 +210,10 @@ fn copy_staged(parts: &[Vec<&Task>], side: Side) -> Result<()> {
             // by the C ABI's contract) and a region inside the staging window
             // (`staging::plan_chunks`), which the communicator holds while the task lives; the
             // staging window is the communicator's own memory, so the two are disjoint.
-            unsafe {
-                task.comm
-                    .clique
-                    .backend
-                    .copy(task.comm.device, task.stream, copy)?
-            };
+            unsafe { backend.copy(comm.device, task.stream, copy)? };
+        }
+        if let Side::After = side {
+            staging.after_use(backend, comm.device, task.stream)?;
         }
     }
     Ok(())

@@ -82,7 +82,7 @@ impl Task {
                 offset: t.offset,
                 send_count: t.send_count,
             }),
-            staged: self.staged.is_some(),
+            staged: self.staged.as_ref().map(|c| c.of_call),
         }
     }
 
@@ -307,7 +307,7 @@ pub fn prepare(comm: &Arc<Comm>, request: Request, stream: u64) -> Result<Prepar
             recv: None,
             in_place: false,
             counts: None,
-            staged: false,
+            staged: None,
         })));
     }
     Ok(Prepared::Task(Task {

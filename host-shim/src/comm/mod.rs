@@ -461,15 +461,17 @@ impl Comm {
             window.wait_for_launches()?;
         }
         drop(windows);
-        let (windows, allocations, shared) = {
+        let (windows, staging, allocations, shared) = {
             let mut state = self.lock();
             (
                 std::mem::take(&mut state.windows),
+                state.staging.take(),
                 std::mem::take(&mut state.allocations),
                 std::mem::take(&mut state.shared),
             )
         };
         drop(windows);
+        drop(staging);
         for address in allocations.into_keys() {
             if !shared.contains_key(&address) {
                 backend.free(self.device, address)?;

@@ -340,16 +340,23 @@ fn build_local(parent: &Comm, members: &[usize], config: Config) -> Result<Vec<A
         clique.timeout,
     )?;
     let mut comms = Vec::with_capacity(members.len());
+    let destroy_all = |comms: Vec<Arc<Comm>>| {
+        for comm in comms {
+            let _ = super::destroy(&comm);
+        }
+    };
     for rank in 0..members.len() {
         match super::new_comm(&clique, rank, None, None) {
             Ok(comm) => comms.push(comm),
             Err(e) => {
-                for comm in comms {
-                    let _ = super::destroy(&comm);
-                }
+                destroy_all(comms);
                 return Err(e);
             }
         }
+    }
+    if let Err(e) = super::staging::attach(&comms) {
+        destroy_all(comms);
+        return Err(e);
     }
     Ok(comms)
 }

@@ -3,11 +3,12 @@
 //! buffers lie outside every registered window run (`collective::route`).
 
 use crate::abi::SYMM_WIN_COLL_SYMMETRIC;
+use crate::backend::{Backend, StreamMarks};
 use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
 use crate::window::Window;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A communicator's staging window.
 pub struct Staging {
@@ -15,6 +16,9 @@ pub struct Staging {
     pub window: Arc<Window>,
     /// Set once the first staged call has been announced in the log.
     announced: AtomicBool,
+    /// The stream of the last staged chunk, and the mark recorded on it after that chunk's
+    /// copy out (see [`Staging::before_use`]).
+    last: Mutex<Option<(u64, StreamMarks)>>,
 }
 
 /// Make the staging window of each of `comms` (ranks of one communicator that this thread
@@ -26,11 +30,16 @@ pub fn attach(comms: &[Arc<Comm>]) -> Result<()> {
     attach_with(comms, bytes)
 }
 
-/// [`attach`] with the window's size given (0: none).
+/// What a communicator without staging (`SYMM_STRICT_WINDOWS=1`, `SYMM_STAGING_BYTES=0`)
+/// registers in the staging window's place: smaller than any staging window, so that ranks
+/// that disagree on staging fail the registration on every rank (their sizes differ) instead
+/// of one rank's first window pairing with a peer's staging window.
+const PLACEHOLDER_BYTES: u64 = 256;
+
+/// [`attach`] with the window's size given (0: none, a placeholder is registered).
 pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
+    let staged = bytes > 0;
+    let bytes = if staged { bytes } else { PLACEHOLDER_BYTES };
     let mut made = Vec::with_capacity(comms.len());
     for comm in comms {
         let address = comm.mem_alloc(bytes as usize)?;
@@ -51,10 +60,12 @@ pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
     let mut first_error = None;
     for ((comm, window), started) in made.into_iter().zip(started) {
         match windows::finish_completion(comm, &window, started) {
+            Ok(()) if !staged => {}
             Ok(()) => {
                 comm.lock().staging = Some(Arc::new(Staging {
                     window,
                     announced: AtomicBool::new(false),
+                    last: Mutex::new(None),
                 }))
             }
             Err(e) => {
@@ -66,6 +77,27 @@ pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
 }
 
 impl Staging {
+    /// Before a chunk's copies into the window on `stream`: when the last staged chunk ran on
+    /// another stream, wait (on the host) until it is done, since every stream shares the one
+    /// staging window. Chunks on one stream are ordered by it. A stream being captured into a
+    /// CUDA graph records no mark: its replays are ordered by the caller.
+    pub fn before_use(&self, backend: &Backend, device: i32, stream: u64) -> Result<()> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some((previous, marks)) if *previous != stream => backend.wait_marks(device, marks),
+            _ => Ok(()),
+        }
+    }
+
+    /// After a chunk's copies out of the window on `stream`: mark where it ends.
+    pub fn after_use(&self, backend: &Backend, device: i32, stream: u64) -> Result<()> {
+        let launch = backend.mark_launch(device, &[stream])?;
+        let mut marks = StreamMarks::default();
+        marks.add(&launch);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((stream, marks));
+        Ok(())
+    }
+
     /// `true` the first time only: the first staged call of the communicator is said in the
     /// log, the later ones are not.
     pub fn first_staged(&self) -> bool {
@@ -77,7 +109,8 @@ fn staging_error(e: Error) -> Error {
     Error::new(
         e.code,
         format!(
-            "the communicator's staging window (SYMM_STAGING_BYTES; 0 makes none): {}",
+            "the communicator's staging window (SYMM_STAGING_BYTES, SYMM_STRICT_WINDOWS: alike \
+             on every rank): {}",
             e.message
         ),
     )

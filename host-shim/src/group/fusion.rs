@@ -32,6 +32,10 @@
 //! some ranks, deciders that do not drive the root could fuse where the root's decider does
 //! not, and the ranks' launches would differ: such a broadcast is a fence instead: it starts a
 //! batch of its own, and no later collective joins a batch at or before it.
+//!
+//! **Staged calls** (buffers outside the windows, `collective::route`) are fences too: each
+//! chunk is a launch of its own, in call order, since its copies touch the caller's own memory
+//! (which no footprint covers) and every chunk uses the one staging window.
 
 use crate::collective::Task;
 use crate::comm::Clique;
@@ -144,7 +148,7 @@ fn is_partial_rooted(instance: &Instance<'_>) -> bool {
 /// cliques always, as their windows may share memory), or one of them is a rooted collective
 /// that only some of its ranks' deciders see whole ([`is_partial_rooted`]).
 fn depends(a: &Instance<'_>, b: &Instance<'_>) -> bool {
-    if is_partial_rooted(a) || is_partial_rooted(b) {
+    if is_partial_rooted(a) || is_partial_rooted(b) || is_staged(a) || is_staged(b) {
         return true;
     }
     a.iter().any(|x| {
@@ -155,10 +159,21 @@ fn depends(a: &Instance<'_>, b: &Instance<'_>) -> bool {
     })
 }
 
+/// `true` for a chunk of a staged call (`collective::route`): its copies read and write the
+/// caller's own buffers, which no footprint covers, and it shares the staging window with
+/// every other staged chunk, so it keeps its place among the group's calls: it fuses with
+/// none and nothing moves past it.
+fn is_staged(instance: &Instance<'_>) -> bool {
+    instance.iter().any(|task| task.staged.is_some())
+}
+
 /// `true` when `instance` may join `batch` as far as the batch itself is concerned (the
 /// conflicts with later batches are checked by [`fuse`]).
 fn fits(batch: &Batch<'_>, instance: &Instance<'_>) -> bool {
     let first = &batch.instances[0];
+    if is_staged(first) || is_staged(instance) {
+        return false;
+    }
     let same_parts = first.len() == instance.len()
         && first
             .iter()

@@ -543,7 +543,11 @@ fn sort(deferred: Vec<Deferred>) -> Sorted {
                 sorted.registrations.push((comm, window, started));
             }
             Deferred::Collective(task) => {
-                sorted.in_order.push(task.comm.clone());
+                // A staged call is one call of its rank however many chunks it takes: a
+                // refused group counts it once, as its peers count theirs.
+                if task.staged.as_ref().is_none_or(|c| c.of_call.first == 0) {
+                    sorted.in_order.push(task.comm.clone());
+                }
                 sorted.tasks.push(task);
             }
             Deferred::Empty(comm, call) => {

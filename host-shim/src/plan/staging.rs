@@ -27,6 +27,18 @@ pub struct Copies {
     pub before: Vec<Copy>,
     /// Out of the staging window, after it.
     pub after: Vec<Copy>,
+    /// Which chunk of which call: the call's elements per segment and the chunk's first
+    /// element (every rank's chunk must name the same: see `agree::Signature::staged`).
+    pub of_call: ChunkOf,
+}
+
+/// A chunk's place in its staged call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkOf {
+    /// The call's elements per segment.
+    pub count: u64,
+    /// The chunk's first element in each segment.
+    pub first: u64,
 }
 
 impl Copies {
@@ -128,7 +140,10 @@ pub fn plan_chunks(
     loop {
         let n = capacity.min(count - first);
         let chunk_bytes = n * element;
-        let mut copies = Copies::default();
+        let mut copies = Copies {
+            of_call: ChunkOf { count, first },
+            ..Copies::default()
+        };
         // Segment `j` of a chunk sits at `j × n` in the staging region and at `j × count +
         // first` in the user's buffer; a chunk of the whole call is one contiguous copy.
         let segments = |segments: u64| {
@@ -274,7 +289,13 @@ mod tests {
         let plan = plan_chunks(s, 0, 4, (BASE, 4096), (0x5000, 0x9000)).unwrap();
         assert_eq!(plan.chunks.len(), 1);
         assert_eq!(plan.chunks[0].count, 0);
-        assert_eq!(plan.chunks[0].copies, Copies::default());
+        assert_eq!(
+            plan.chunks[0].copies,
+            Copies {
+                of_call: ChunkOf { count: 0, first: 0 },
+                ..Copies::default()
+            }
+        );
     }
 
     #[test]
