@@ -384,6 +384,9 @@ symmResult_t symmCommWindowDeregister(symmComm_t comm, symmWindow_t win);
 // operator: float16, bfloat16 and float8 accumulate in float32; integers wrap, and `symmAvg`
 // on integers is the exact sum divided by the number of ranks, truncated toward zero. The
 // result is bitwise identical on every rank.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmAllReduce(const void *sendbuff,
                            void *recvbuff,
                            size_t count,
@@ -398,6 +401,9 @@ symmResult_t symmAllReduce(const void *sendbuff,
 // window on the root, and not used on the other ranks (it may be NULL there), as in NCCL.
 // `root` must be a rank of `comm`, the same on every rank. Data types, operators and results
 // as [`symmAllReduce`]'s.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmReduce(const void *sendbuff,
                         void *recvbuff,
                         size_t count,
@@ -410,6 +416,9 @@ symmResult_t symmReduce(const void *sendbuff,
 // All-gather: every rank's `sendcount` elements, rank `r`'s at `recvbuff + r·sendcount`
 // (in place when `sendbuff == recvbuff + rank·sendcount`). Both buffers inside registered
 // windows, at the same offsets on every rank.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmAllGather(const void *sendbuff,
                            void *recvbuff,
                            size_t sendcount,
@@ -420,6 +429,9 @@ symmResult_t symmAllGather(const void *sendbuff,
 // Reduce-scatter: rank `r` receives, in `recvcount` elements, the reduction of segment `r` of
 // every rank's send buffer (in place when `recvbuff == sendbuff + rank·recvcount`). Both
 // buffers inside registered windows, at the same offsets on every rank.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmReduceScatter(const void *sendbuff,
                                void *recvbuff,
                                size_t recvcount,
@@ -434,6 +446,9 @@ symmResult_t symmReduceScatter(const void *sendbuff,
 // the other ranks (it may be NULL there), as in NCCL. `root` must be a rank of `comm`, the
 // same on every rank. The root's data is stored into every rank as bytes, so every data type
 // arrives bit for bit.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmBroadcast(const void *sendbuff,
                            void *recvbuff,
                            size_t count,
@@ -476,6 +491,9 @@ symmResult_t symmRecv(void *recvbuff,
 // `recvbuff` inside a registered window, at the same offset on every rank; `sendbuff` inside a
 // registered window, anywhere. The buffers must not overlap (there is no in-place form). Bytes
 // are moved, so every data type arrives bit for bit.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmAlltoAll(const void *sendbuff,
                           void *recvbuff,
                           size_t count,
@@ -518,6 +536,9 @@ symmResult_t symmAlltoAllvDevice(const void *sendbuff,
 // `recvbuff` inside a registered window on the root, and not used on the other ranks (it may
 // be NULL there), as in NCCL. `root` must be a rank of `comm`, the same on every rank. Bytes
 // are moved, so every data type arrives bit for bit.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmGather(const void *sendbuff,
                         void *recvbuff,
                         size_t count,
@@ -532,6 +553,9 @@ symmResult_t symmGather(const void *sendbuff,
 // inside a registered window on the root, and not used on the other ranks (it may be NULL
 // there), as in NCCL. `root` must be a rank of `comm`, the same on every rank. Bytes are
 // moved, so every data type arrives bit for bit.
+// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+// buffers must then be outside, or every rank's inside: the ranks agree on it).
 symmResult_t symmScatter(const void *sendbuff,
                          void *recvbuff,
                          size_t count,

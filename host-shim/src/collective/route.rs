@@ -75,13 +75,13 @@ pub fn route(
                 .map(|request| request.staged(chunk.copies.clone()))
         })
         .collect::<Result<Vec<_>>>()?;
-    if staging.first_staged() {
+    if call.count > 0 && staging.first_staged() {
         crate::log!(
             Level::Info,
             Subsys::Coll,
             Some(comm.rank),
             "{} of {} elements staged through the communicator's staging window ({} bytes): {} \
-             is in no registered window; {} chunk(s) of up to {} elements, {} bytes copied; \
+             in no registered window; {} chunk(s) of up to {} elements, {} bytes copied; \
              later staged calls are not logged; SYMM_STRICT_WINDOWS=1 refuses such calls",
             call.name,
             call.count,
@@ -170,11 +170,17 @@ fn staged_form(comm: &Comm, call: &UserCall) -> Option<Result<(Shape, u64, Strin
         );
         if overlaps && !in_place {
             return Some(Err(Error::invalid_argument(format!(
-                "sendbuff and recvbuff of {} overlap without being in place (the form in place \
-                 is the one of a call in windows)",
+                "sendbuff and recvbuff of {} overlap without being in place (in place, the \
+                 buffers must be placed as for a call in windows: see the function's \
+                 documentation)",
                 call.name
             ))));
         }
     }
-    Some(Ok((shape, element, outside.join(" and "))))
+    let verb = if outside.len() > 1 { "are" } else { "is" };
+    Some(Ok((
+        shape,
+        element,
+        format!("{} {verb}", outside.join(" and ")),
+    )))
 }

@@ -126,7 +126,7 @@ fn outside_windows(comm: &Comm, name: &str, address: u64, bytes: u64) -> String 
     }
     format!(
         "{name} = {address:#x} is not memory from symmMemAlloc on this comm (rank {}): \
-         collective buffers must lie in windows registered with symmCommWindowRegister on the \
+         this call's buffers must lie in windows registered with symmCommWindowRegister on the \
          comm of the call",
         comm.rank
     )

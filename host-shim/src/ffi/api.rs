@@ -512,6 +512,9 @@ pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) 
 /// operator: float16, bfloat16 and float8 accumulate in float32; integers wrap, and `symmAvg`
 /// on integers is the exact sum divided by the number of ranks, truncated toward zero. The
 /// result is bitwise identical on every rank.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmAllReduce(
     sendbuff: *const c_void,
@@ -544,6 +547,9 @@ pub extern "C" fn symmAllReduce(
 /// window on the root, and not used on the other ranks (it may be NULL there), as in NCCL.
 /// `root` must be a rank of `comm`, the same on every rank. Data types, operators and results
 /// as [`symmAllReduce`]'s.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmReduce(
     sendbuff: *const c_void,
@@ -574,6 +580,9 @@ pub extern "C" fn symmReduce(
 /// All-gather: every rank's `sendcount` elements, rank `r`'s at `recvbuff + r·sendcount`
 /// (in place when `sendbuff == recvbuff + rank·sendcount`). Both buffers inside registered
 /// windows, at the same offsets on every rank.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmAllGather(
     sendbuff: *const c_void,
@@ -602,6 +611,9 @@ pub extern "C" fn symmAllGather(
 /// Reduce-scatter: rank `r` receives, in `recvcount` elements, the reduction of segment `r` of
 /// every rank's send buffer (in place when `recvbuff == sendbuff + rank·recvcount`). Both
 /// buffers inside registered windows, at the same offsets on every rank.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmReduceScatter(
     sendbuff: *const c_void,
@@ -634,6 +646,9 @@ pub extern "C" fn symmReduceScatter(
 /// the other ranks (it may be NULL there), as in NCCL. `root` must be a rank of `comm`, the
 /// same on every rank. The root's data is stored into every rank as bytes, so every data type
 /// arrives bit for bit.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmBroadcast(
     sendbuff: *const c_void,
@@ -763,6 +778,9 @@ fn peer_call(
 /// `recvbuff` inside a registered window, at the same offset on every rank; `sendbuff` inside a
 /// registered window, anywhere. The buffers must not overlap (there is no in-place form). Bytes
 /// are moved, so every data type arrives bit for bit.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmAlltoAll(
     sendbuff: *const c_void,
@@ -845,6 +863,9 @@ pub extern "C" fn symmAlltoAllvDevice(
 /// `recvbuff` inside a registered window on the root, and not used on the other ranks (it may
 /// be NULL there), as in NCCL. `root` must be a rank of `comm`, the same on every rank. Bytes
 /// are moved, so every data type arrives bit for bit.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmGather(
     sendbuff: *const c_void,
@@ -877,6 +898,9 @@ pub extern "C" fn symmGather(
 /// inside a registered window on the root, and not used on the other ranks (it may be NULL
 /// there), as in NCCL. `root` must be a rank of `comm`, the same on every rank. Bytes are
 /// moved, so every data type arrives bit for bit.
+/// Buffers outside every registered window (`cudaMalloc` memory, as NCCL takes): the call is
+/// staged through the communicator's staging window, in chunks, on `stream` (every rank's
+/// buffers must then be outside, or every rank's inside: the ranks agree on it).
 #[unsafe(no_mangle)]
 pub extern "C" fn symmScatter(
     sendbuff: *const c_void,

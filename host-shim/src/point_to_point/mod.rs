@@ -179,7 +179,17 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
     let (window, offset) = if bytes == 0 {
         (pairs.clone(), 0)
     } else {
-        let window = crate::collective::buffer_window(comm, buffer_name, call.buffer, bytes, 1)?;
+        let window = crate::collective::buffer_window(comm, buffer_name, call.buffer, bytes, 1)
+            .map_err(|e| {
+                Error::new(
+                    e.code,
+                    format!(
+                        "{} (symmSend and symmRecv are not staged: unlike the collectives', \
+                         their buffers must lie in windows)",
+                        e.message
+                    ),
+                )
+            })?;
         if window.context().is_none() {
             return Err(Error::invalid_usage(format!(
                 "{buffer_name} lies in a window whose registration has not completed (inside \
