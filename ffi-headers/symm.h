@@ -521,6 +521,8 @@ symmResult_t symmAlltoAll(const void *sendbuff,
 // communicator stays usable; refused on some ranks only, the others' calls fail at once and
 // the communicator is failed on every rank. Bytes are moved, so every
 // data type arrives bit for bit.
+// Buffers or table outside every registered window: the call is staged whole through the
+// communicator's staging window (every rank's must then be outside, or every rank's inside).
 symmResult_t symmAlltoAllvDevice(const void *sendbuff,
                                  size_t sendcount,
                                  void *recvbuff,

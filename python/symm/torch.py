@@ -31,8 +31,8 @@ listens on ``MASTER_ADDR``, as torchrun's store does). A collective on tensors t
 in a registered window of the group is passed to the library as it is, which stages it through
 its communicator's staging window (``SYMM_STAGING_BYTES``): copied in, run there, copied out —
 correct for any tensor, slower than a tensor already in a window, which the collective uses in
-place (the window path). Sends, receives and ``all_to_all_vdev`` on such tensors are staged
-through the group's own scratch window (``SYMM_TORCH_SCRATCH_BYTES``, default 32 MiB). ``SYMM_DEBUG=INFO`` says which path each kind of collective took the
+place (the window path); ``all_to_all_vdev`` likewise (staged whole). Sends and receives on
+such tensors are staged through the group's own scratch window (``SYMM_TORCH_SCRATCH_BYTES``, default 32 MiB). ``SYMM_DEBUG=INFO`` says which path each kind of collective took the
 first time, ``SYMM_DEBUG=TRACE`` every time.
 
 CPU tensors run on the host backend, CUDA tensors on the cuda backend, on PyTorch's current
@@ -1494,13 +1494,14 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
     only make the other ranks' calls fail at once too.
 
     Tensors in windows of the group (:func:`empty` then :func:`rendezvous`, or
-    :func:`mem_pool`) are used in place, each in its own window or not. Otherwise, on a
-    ``"symm"`` process group, all three are copied through the group's scratch window (on the
-    stream: still no host synchronization), which must hold both capacities and the table.
+    :func:`mem_pool`) are used in place, each in its own window or not. Otherwise the library
+    stages the call whole through its communicator's staging window (on the stream: still no
+    host synchronization), which must hold both capacities and the table
+    (``SYMM_STAGING_BYTES``).
 
     Raises:
         InvalidArgumentError: tensors of different dtypes, ``in_out_splits`` not int64 of shape
-            ``(3, world)``, a tensor on another device, or a staged call larger than the scratch
+            ``(3, world)``, a tensor on another device, or a staged call larger than the staging
             window.
     """
     comm, pg = _resolve(group)
@@ -1543,31 +1544,16 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
             )
         )
         return
-    if pg is None:
-        refuse("on a symm.Comm every tensor must lie in a registered window of it (symm.torch.empty then symm.torch.rendezvous)")
-    pg._note("all_to_all_vdev", "staged", input)
-    element = input.element_size()
-    send_bytes = input.numel() * element
-    recv_at = (send_bytes + 255) // 256 * 256
-    table_at = recv_at + (out.numel() * element + 255) // 256 * 256
-    needed = table_at + 3 * world * 8
-    if needed > pg._scratch.nbytes:
-        refuse(
-            f"input ({input.numel()} x {input.dtype}), out ({out.numel()}) and the splits need {needed} "
-            f"bytes of the group's scratch window, which has {pg._scratch.nbytes} (SYMM_TORCH_SCRATCH_BYTES): "
-            "allocate the tensors with symm.torch.empty and rendezvous them"
-        )
-    send = pg._scratch_of(input.dtype, 0, input.numel())
-    recv = pg._scratch_of(out.dtype, recv_at, out.numel())
-    table = pg._scratch_of(torch.int64, table_at, 3 * world).view(3, world)
-    send.copy_(input.reshape(-1))
-    # The whole of ``out`` goes back, so what the call does not write must come from it.
-    recv.copy_(out.reshape(-1))
-    table[0].copy_(in_out_splits[0])
+    if pg is not None:
+        pg._note("all_to_all_vdev", "staged", input)
+    # The library stages the call whole through its communicator's staging window.
+    send = input.contiguous()
+    recv = out if out.is_contiguous() else out.contiguous()
+    table = in_out_splits if in_out_splits.is_contiguous() else in_out_splits.contiguous()
     check(
-        lib.symmAlltoAllvDevice(
-            send.data_ptr(), input.numel(), recv.data_ptr(), out.numel(), table.data_ptr(), code, comm.handle, stream
-        )
+        lib.symmAlltoAllvDevice(send.data_ptr(), input.numel(), recv.data_ptr(), out.numel(), table.data_ptr(), code, comm.handle, stream)
     )
-    out.copy_(recv.view(out.shape))
-    in_out_splits[1:].copy_(table[1:])
+    if recv is not out:
+        out.copy_(recv)
+    if table is not in_out_splits:
+        in_out_splits[1:].copy_(table[1:])

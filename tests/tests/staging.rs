@@ -1070,3 +1070,122 @@ fn staged_calls_on_two_streams_of_a_rank() {
         check(symmCommDestroy(comm), null_mut());
     }
 }
+
+/// `symmAlltoAllvDevice` with its buffers and count table in the ranks' own memory: staged
+/// whole (send buffer, receive buffer and table in; receive buffer and rows 1 and 2 out), the
+/// bytes past the received segments unchanged; one whose buffers do not fit the staging window
+/// is refused on every rank alike, and the communicator stays usable.
+#[test]
+fn all_to_all_v_outside_windows_is_staged_whole() {
+    setup();
+    let nranks = 3;
+    let comms = join_threads(new_unique_id(), nranks);
+    let i32_type = symmDataType_t::symmInt32 as i32;
+    on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let memory = OwnMemory::new(BYTES);
+        let (send, recv, table) = (
+            memory.ptr,
+            memory.ptr.wrapping_add(16 * 1024),
+            memory.ptr.wrapping_add(32 * 1024),
+        );
+        let bound = 300usize;
+        for call in 0..4u64 {
+            // counts[from][to], the same on every rank; each row and column within the bound.
+            let counts: Vec<Vec<i64>> = (0..nranks)
+                .map(|from| {
+                    (0..nranks)
+                        .map(|to| {
+                            ((from * 37 + to * 11 + call as usize * 5) % (bound / nranks)) as i64
+                        })
+                        .collect()
+                })
+                .collect();
+            let data = |from: usize| -> Vec<i32> {
+                (0..bound)
+                    .map(|i| (from * 100_000 + call as usize * 1000 + i) as i32)
+                    .collect()
+            };
+            let bytes = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+            let row: Vec<u8> = counts[rank].iter().flat_map(|c| c.to_ne_bytes()).collect();
+            stream.put_bytes(send, &bytes(&data(rank)));
+            stream.put_bytes(recv, &vec![0x5A; bound * 4]);
+            stream.put_bytes(table, &row);
+            stream.put_bytes(table.wrapping_add(8 * nranks), &vec![0xEE; 16 * nranks]);
+            let result = symmAlltoAllvDevice(
+                send.cast(),
+                bound,
+                recv.cast(),
+                bound,
+                table.cast(),
+                i32_type,
+                comm,
+                stream.handle(),
+            );
+            check(stream.completed(comm, result), comm);
+            let mut want = Vec::new();
+            let mut rows = vec![0i64; 2 * nranks];
+            for from in 0..nranks {
+                let start: i64 = counts[from][..rank].iter().sum();
+                let n = counts[from][rank];
+                rows[from] = n;
+                rows[nranks + from] = want.len() as i64;
+                want.extend_from_slice(&data(from)[start as usize..(start + n) as usize]);
+            }
+            let got = stream.get_bytes(recv, bound * 4);
+            assert_eq!(
+                &got[..want.len() * 4],
+                &bytes(&want)[..],
+                "rank {rank}, call {call}"
+            );
+            assert!(
+                got[want.len() * 4..].iter().all(|b| *b == 0x5A),
+                "past the segments"
+            );
+            let got_rows: Vec<i64> = stream
+                .get_bytes(table.wrapping_add(8 * nranks), 16 * nranks)
+                .chunks(8)
+                .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(got_rows, rows, "rank {rank}, call {call}: rows 1 and 2");
+        }
+        // Too large to stage whole in 8 KiB: refused alike on every rank.
+        let result = symmAlltoAllvDevice(
+            send.cast(),
+            4000,
+            recv.cast(),
+            4000,
+            table.cast(),
+            i32_type,
+            comm,
+            stream.handle(),
+        );
+        assert_eq!(result, symmResult_t::symmInvalidArgument);
+        assert!(
+            last_error(comm).contains("raise SYMM_STAGING_BYTES"),
+            "{}",
+            last_error(comm)
+        );
+        // Still usable.
+        let call = CallSpec {
+            staged: true,
+            ..CallSpec::of(0, nranks)
+        };
+        let memory = RankMemory::new(comm, rank);
+        memory.prepare(&call, nranks, Io::Stream(&stream));
+        check(
+            stream.completed(comm, memory.issue(&call, stream.handle())),
+            comm,
+        );
+        memory.check(
+            &call,
+            nranks,
+            Io::Stream(&stream),
+            "after a refused all-to-all-v",
+        );
+        stream.synchronize();
+    });
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}

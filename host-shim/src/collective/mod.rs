@@ -7,7 +7,7 @@ mod validate;
 
 pub use execute::execute;
 pub(crate) use execute::{agree_call, record_refusal};
-pub use route::{Route, UserCall, route};
+pub use route::{Route, UserCall, route, route_all_to_all_v};
 pub use validate::CountTable;
 pub use validate::{
     Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe,

@@ -11,7 +11,7 @@ use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
 use crate::log::{Level, Subsys};
 use crate::plan::Collective;
-use crate::plan::staging::{Shape, plan_chunks};
+use crate::plan::staging::{ChunkOf, Copies, Copy, Shape, plan_chunks};
 use std::ffi::c_int;
 
 /// A collective call as its caller made it: which collective, the caller's buffers, the
@@ -93,6 +93,134 @@ pub fn route(
         );
     }
     Ok(Route::Staged(requests))
+}
+
+/// Route `symmAlltoAllvDevice`: in its windows when its send buffer, receive buffer and
+/// count table each lie wholly in one window, else staged in one piece (its counts are known
+/// only on the device, so it cannot be cut into chunks): the send buffer, the receive buffer
+/// (so that the bytes past the received segments stay as they were) and row 0 of the table
+/// are copied in, the receive buffer and rows 1 and 2 copied out. A call whose buffers do not
+/// fit the staging window is refused, on every rank alike (the capacities are the same on
+/// every rank).
+pub fn route_all_to_all_v(
+    comm: &Comm,
+    (send, send_count): (u64, usize),
+    (recv, recv_count): (u64, usize),
+    counts: u64,
+    datatype: symmDataTypeRaw,
+) -> Result<Route> {
+    let in_windows = || {
+        super::all_to_all_v(
+            comm,
+            (send, send_count),
+            (recv, recv_count),
+            counts,
+            datatype,
+        )
+        .map(Route::Windows)
+    };
+    let staging = comm.lock().staging.clone();
+    let Some(staging) = staging else {
+        return in_windows().map_err(strict_hint);
+    };
+    let Ok(dtype) = data_type(datatype) else {
+        return in_windows();
+    };
+    let element = dtype.size_bytes() as u64;
+    let nranks = comm.clique.nranks as u64;
+    let row = 8 * nranks;
+    let table = symm_device::symmetric::all_to_all_v::TABLE_ROWS * row;
+    let (Some(send_bytes), Some(recv_bytes)) = (
+        (send_count as u64).checked_mul(element),
+        (recv_count as u64).checked_mul(element),
+    ) else {
+        return in_windows();
+    };
+    let buffers = [
+        ("sendbuff", send, send_bytes),
+        ("recvbuff", recv, recv_bytes),
+        ("counts", counts, table),
+    ];
+    let mut outside = Vec::new();
+    for (name, address, bytes) in buffers {
+        if address == 0
+            || address.checked_add(bytes).is_none()
+            || windows::overruns_own_memory(comm, address, bytes)
+        {
+            return in_windows();
+        }
+        if windows::find(comm, address, bytes.max(1)).is_none() {
+            outside.push(format!("{name} [{address:#x}, +{bytes} bytes)"));
+        }
+    }
+    if outside.is_empty() {
+        return in_windows();
+    }
+    for (i, (a_name, a, a_bytes)) in buffers.iter().enumerate() {
+        for (b_name, b, b_bytes) in &buffers[i + 1..] {
+            if crate::window::ranges_overlap(&(*a..a + a_bytes), &(*b..b + b_bytes)) {
+                return Err(Error::invalid_argument(format!(
+                    "{a_name} and {b_name} overlap (symmAlltoAllvDevice needs the three disjoint)"
+                )));
+            }
+        }
+    }
+    let aligned = |bytes: u64| bytes.div_ceil(256) * 256;
+    let (base, size) = (staging.window.base, staging.window.size);
+    let staged_send = base;
+    let staged_recv = staged_send + aligned(send_bytes);
+    let staged_table = staged_recv + aligned(recv_bytes);
+    if staged_table + table > base + size {
+        return Err(Error::invalid_argument(format!(
+            "symmAlltoAllvDevice of sendcount {send_count}, recvcount {recv_count}: {} in no \
+             registered window, and staging it needs {} bytes, more than the staging window's \
+             {size} (SYMM_STAGING_BYTES); an all-to-all-v is staged whole (its counts are known \
+             only on the device): put its buffers in windows, or raise SYMM_STAGING_BYTES",
+            outside.join(" and "),
+            staged_table + table - base
+        )));
+    }
+    let copy = |dst, src, bytes| Copy { dst, src, bytes };
+    let copies = Copies {
+        before: [
+            copy(staged_send, send, send_bytes),
+            copy(staged_recv, recv, recv_bytes),
+            copy(staged_table, counts, row),
+        ]
+        .into_iter()
+        .filter(|c| c.bytes > 0)
+        .collect(),
+        after: [
+            copy(recv, staged_recv, recv_bytes),
+            copy(counts + row, staged_table + row, table - row),
+        ]
+        .into_iter()
+        .filter(|c| c.bytes > 0)
+        .collect(),
+        of_call: ChunkOf {
+            count: recv_count as u64,
+            first: 0,
+        },
+    };
+    let request = super::all_to_all_v(
+        comm,
+        (staged_send, send_count),
+        (staged_recv, recv_count),
+        staged_table,
+        datatype,
+    )?;
+    if staging.first_staged() {
+        crate::log!(
+            Level::Info,
+            Subsys::Coll,
+            Some(comm.rank),
+            "symmAlltoAllvDevice staged through the communicator's staging window ({size} \
+             bytes): {} in no registered window; later staged calls are not logged; \
+             SYMM_STRICT_WINDOWS=1 refuses such calls",
+            outside.join(" and ")
+        );
+    }
+    Ok(Route::Staged(vec![request.staged(copies)]))
 }
 
 /// A refusal of a buffer outside every window on a communicator without a staging window,

@@ -826,6 +826,8 @@ pub extern "C" fn symmAlltoAll(
 /// communicator stays usable; refused on some ranks only, the others' calls fail at once and
 /// the communicator is failed on every rank. Bytes are moved, so every
 /// data type arrives bit for bit.
+/// Buffers or table outside every registered window: the call is staged whole through the
+/// communicator's staging window (every rank's must then be outside, or every rank's inside).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn symmAlltoAllvDevice(
@@ -843,14 +845,13 @@ pub extern "C" fn symmAlltoAllvDevice(
             c,
             &collective::describe_all_to_all_v(sendcount, recvcount, datatype),
             || {
-                collective::all_to_all_v(
+                collective::route_all_to_all_v(
                     c,
                     (sendbuff as u64, sendcount),
                     (recvbuff as u64, recvcount),
                     counts as u64,
                     datatype,
                 )
-                .map(collective::Route::Windows)
             },
             stream as u64,
         )
