@@ -824,8 +824,9 @@ fn ranks_that_disagree_on_staging_are_refused_at_init() {
         assert_ne!(outcome.result, symmResult_t::symmSuccess, "rank {rank}");
         assert!(
             outcome.took < Duration::from_secs(5),
-            "rank {rank}: {:?}",
-            outcome.took
+            "rank {rank}: {:?}: {}",
+            outcome.took,
+            outcome.message
         );
         assert!(
             outcome.message.contains("staging window"),

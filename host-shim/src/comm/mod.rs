@@ -1074,23 +1074,38 @@ pub(crate) fn join(
     let own_cap = backend
         .max_blocks_per_rank(device, on_gpu.len() as u32)?
         .min(bounds.1);
-    // Each rank's block cap and host mode: the clique takes the smallest cap, and the testing
-    // mode when any rank asks for it (every rank must run the same block size).
+    // Each rank's block cap, host mode and staging window: the clique takes the smallest cap,
+    // and the testing mode when any rank asks for it (every rank must run the same block
+    // size); the staging windows must be alike (they are registered together below).
     let own_mode = host_mode_of(&backend)?;
+    let own_staging = crate::config::staging_bytes()?;
     let mut contribution = own_cap.to_le_bytes().to_vec();
     contribution.push(u8::from(own_mode == crate::config::HostMode::Testing));
+    contribution.extend_from_slice(&own_staging.to_le_bytes());
     link.contribute(link::INIT_TAG, &contribution)?;
     let caps = link.gathered(link::INIT_TAG, timeout)?;
     let mut max_blocks = u32::MAX;
     let mut host_mode = crate::config::HostMode::Fast;
     for (r, sent) in caps.iter().enumerate() {
         let malformed = || Error::internal(format!("rank {r} sent a malformed block cap"));
-        let (cap, mode) = match sent.as_slice() {
-            [a, b, c, d, mode @ (0 | 1)] => (u32::from_le_bytes([*a, *b, *c, *d]), *mode),
+        let (cap, mode, staging) = match sent.as_slice() {
+            [a, b, c, d, mode @ (0 | 1), staging @ ..] if staging.len() == 8 => (
+                u32::from_le_bytes([*a, *b, *c, *d]),
+                *mode,
+                u64::from_le_bytes(staging.try_into().map_err(|_| malformed())?),
+            ),
             _ => return Err(malformed()),
         };
         if cap == 0 {
             return Err(malformed());
+        }
+        if staging != own_staging {
+            return Err(Error::invalid_argument(format!(
+                "rank {r} stages calls outside the windows through a staging window of \
+                 {staging} bytes, rank {rank} through one of {own_staging} (0: none, \
+                 SYMM_STRICT_WINDOWS=1 or SYMM_STAGING_BYTES=0): set SYMM_STAGING_BYTES and \
+                 SYMM_STRICT_WINDOWS alike on every rank"
+            )));
         }
         max_blocks = max_blocks.min(cap);
         if mode == 1 {
@@ -1145,7 +1160,7 @@ pub(crate) fn join(
     let comm = new_comm(&clique, rank as usize, Some(link), call_records)?;
     let watch = watch::ProcessWatch::start(&comm)?;
     *comm.watch.lock().unwrap_or_else(|e| e.into_inner()) = watch;
-    if let Err(e) = staging::attach(std::slice::from_ref(&comm)) {
+    if let Err(e) = staging::attach_with(std::slice::from_ref(&comm), own_staging) {
         let _ = destroy(&comm);
         return Err(e);
     }

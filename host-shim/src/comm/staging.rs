@@ -30,16 +30,13 @@ pub fn attach(comms: &[Arc<Comm>]) -> Result<()> {
     attach_with(comms, bytes)
 }
 
-/// What a communicator without staging (`SYMM_STRICT_WINDOWS=1`, `SYMM_STAGING_BYTES=0`)
-/// registers in the staging window's place: smaller than any staging window, so that ranks
-/// that disagree on staging fail the registration on every rank (their sizes differ) instead
-/// of one rank's first window pairing with a peer's staging window.
-const PLACEHOLDER_BYTES: u64 = 256;
-
-/// [`attach`] with the window's size given (0: none, a placeholder is registered).
+/// [`attach`] with the window's size given (0: none). Ranks of other processes agreed on it
+/// when they joined (`comm::join`), so that every rank registers its staging window, or none
+/// does.
 pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
-    let staged = bytes > 0;
-    let bytes = if staged { bytes } else { PLACEHOLDER_BYTES };
+    if bytes == 0 {
+        return Ok(());
+    }
     let mut made = Vec::with_capacity(comms.len());
     for comm in comms {
         let address = comm.mem_alloc(bytes as usize)?;
@@ -60,7 +57,6 @@ pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
     let mut first_error = None;
     for ((comm, window), started) in made.into_iter().zip(started) {
         match windows::finish_completion(comm, &window, started) {
-            Ok(()) if !staged => {}
             Ok(()) => {
                 comm.lock().staging = Some(Arc::new(Staging {
                     window,
