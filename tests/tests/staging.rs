@@ -44,7 +44,7 @@ fn setup() {
 /// cuda backend, a heap buffer on the host backend.
 struct OwnMemory {
     ptr: *mut u8,
-    _host: Option<Vec<u8>>,
+    host: Option<Vec<u8>>,
 }
 
 impl OwnMemory {
@@ -58,13 +58,13 @@ impl OwnMemory {
                 .unwrap();
             OwnMemory {
                 ptr: address as *mut u8,
-                _host: None,
+                host: None,
             }
         } else {
             let mut host = vec![0u8; bytes];
             OwnMemory {
                 ptr: host.as_mut_ptr(),
-                _host: Some(host),
+                host: Some(host),
             }
         }
     }
@@ -72,7 +72,7 @@ impl OwnMemory {
 
 impl Drop for OwnMemory {
     fn drop(&mut self) {
-        if self._host.is_none() {
+        if self.host.is_none() {
             cuda_context();
             // SAFETY: allocated by `new`, freed once; the tests synchronize their streams
             // before dropping it.
@@ -312,6 +312,35 @@ impl Io<'_> {
     }
 }
 
+/// Write `call`'s inputs on every rank of `ranks` (one thread driving them all) and make it
+/// in one group, every rank's call accepted.
+fn issue_in_group(ranks: &[RankMemory], call: &CallSpec, nranks: usize) {
+    for rank in ranks {
+        rank.prepare(call, nranks, Io::Context);
+    }
+    check(symmGroupStart(), null_mut());
+    for rank in ranks {
+        check(rank.issue(call, null_mut()), rank.comm);
+    }
+    check(symmGroupEnd(), null_mut());
+}
+
+/// [`issue_in_group`], then every rank's result checked (`layout` names the case).
+fn run_in_group(ranks: &[RankMemory], call: &CallSpec, nranks: usize, layout: &str) {
+    issue_in_group(ranks, call, nranks);
+    for rank in ranks {
+        rank.check(call, nranks, Io::Context, layout);
+    }
+}
+
+/// Free the ranks' own memory, then destroy the communicators (which frees their windows).
+fn destroy_all(ranks: Vec<RankMemory>, comms: impl IntoIterator<Item = symmComm_t>) {
+    drop(ranks);
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
 /// The calls of a sequence on `nranks` ranks: every collective, staged and in windows, in
 /// and out of place, chunked and not, several roots.
 fn sequence(nranks: usize, calls: usize) -> Vec<CallSpec> {
@@ -325,22 +354,9 @@ fn one_thread_drives_every_rank_in_groups() {
         let comms = init_all(nranks);
         let ranks = RankMemory::of_all(&comms);
         for call in sequence(nranks, 42) {
-            for rank in &ranks {
-                rank.prepare(&call, nranks, Io::Context);
-            }
-            check(symmGroupStart(), null_mut());
-            for rank in &ranks {
-                check(rank.issue(&call, null_mut()), rank.comm);
-            }
-            check(symmGroupEnd(), null_mut());
-            for rank in &ranks {
-                rank.check(&call, nranks, Io::Context, "one thread");
-            }
+            run_in_group(&ranks, &call, nranks, "one thread");
         }
-        drop(ranks);
-        for comm in comms {
-            check(symmCommDestroy(comm), null_mut());
-        }
+        destroy_all(ranks, comms);
     }
 }
 
@@ -390,10 +406,7 @@ fn staged_calls_share_a_group_with_calls_in_windows() {
             rank.rank
         );
     }
-    drop(ranks);
-    for comm in comms {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    destroy_all(ranks, comms);
 }
 
 /// The sequence on one rank of `nranks`, driven by the calling thread (a thread or a process
@@ -583,10 +596,7 @@ fn a_group_whose_ranks_differ_in_staging_is_refused() {
         let (_, recv) = rank.buffers(call);
         assert_eq!(get_f32(recv, 100), vec![SENTINEL; 100], "nothing written");
     }
-    drop(ranks);
-    for comm in comms {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    destroy_all(ranks, comms);
 }
 
 /// Arguments staging cannot take are refused by name, with nothing written: buffers that
@@ -710,19 +720,9 @@ fn logging_child() {
             staged: true,
             ..CallSpec::of(index, 2)
         };
-        for rank in &ranks {
-            rank.prepare(&call, 2, Io::Context);
-        }
-        check(symmGroupStart(), null_mut());
-        for rank in &ranks {
-            check(rank.issue(&call, null_mut()), rank.comm);
-        }
-        check(symmGroupEnd(), null_mut());
+        issue_in_group(&ranks, &call, 2);
     }
-    drop(ranks);
-    for comm in comms {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    destroy_all(ranks, comms);
 }
 
 /// A staged all-reduce of several chunks captured into a CUDA graph and replayed with new
@@ -790,10 +790,7 @@ fn a_staged_call_replays_from_a_cuda_graph() {
         sys::cuGraphDestroy(graph).result().unwrap();
         sys::cuStreamDestroy_v2(stream).result().unwrap();
     }
-    drop(ranks);
-    for comm in comms {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    destroy_all(ranks, comms);
 }
 
 /// One process strict (`SYMM_STRICT_WINDOWS=1`), the other not: the communicator is refused at
@@ -941,10 +938,7 @@ fn a_group_keeps_staged_calls_in_order_with_the_calls_around_them() {
             "the staged call read it"
         );
     }
-    drop(ranks);
-    for comm in comms {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    destroy_all(ranks, comms);
 }
 
 /// A group refused at its end (rank 0 stages a call of several chunks, rank 1 makes it in its
@@ -978,22 +972,9 @@ fn a_refused_group_with_a_staged_call_of_several_chunks_keeps_the_ranks_in_step(
             staged: index % 2 == 0,
             ..calls[0]
         };
-        for rank in &ranks {
-            rank.prepare(&call, 2, Io::Context);
-        }
-        check(symmGroupStart(), null_mut());
-        for rank in &ranks {
-            check(rank.issue(&call, null_mut()), rank.comm);
-        }
-        check(symmGroupEnd(), null_mut());
-        for rank in &ranks {
-            rank.check(&call, 2, Io::Context, "after a refused group");
-        }
+        run_in_group(&ranks, &call, 2, "after a refused group");
     }
-    drop(ranks);
-    for comm in comms {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    destroy_all(ranks, comms);
 }
 
 /// A communicator split in this process has a staging window too.
@@ -1016,21 +997,8 @@ fn a_split_communicator_stages() {
         staged: true,
         ..CallSpec::of(4, 2)
     };
-    for rank in &ranks {
-        rank.prepare(&call, 2, Io::Context);
-    }
-    check(symmGroupStart(), null_mut());
-    for rank in &ranks {
-        check(rank.issue(&call, null_mut()), rank.comm);
-    }
-    check(symmGroupEnd(), null_mut());
-    for rank in &ranks {
-        rank.check(&call, 2, Io::Context, "a split communicator");
-    }
-    drop(ranks);
-    for comm in children.into_iter().chain(parents) {
-        check(symmCommDestroy(comm), null_mut());
-    }
+    run_in_group(&ranks, &call, 2, "a split communicator");
+    destroy_all(ranks, children.into_iter().chain(parents));
 }
 
 /// Staged calls of one rank on two streams, not ordered by the caller (different buffers):

@@ -71,6 +71,22 @@ struct Rank {
 /// Alignment of the process's own buffers (`-R 0`) on the host backend.
 const OWN_ALIGN: usize = 4096;
 
+/// `bytes` of the process's own memory (`-R 0`), in no window: `cuMemAlloc` on the cuda
+/// backend, the heap on the host backend (freed by `Drop for Bench`).
+fn own_alloc(gpu: Option<&Gpu>, bytes: usize) -> Result<u64, String> {
+    if let Some(gpu) = gpu {
+        return gpu.alloc(bytes);
+    }
+    let layout = std::alloc::Layout::from_size_align(bytes, OWN_ALIGN)
+        .map_err(|e| format!("{bytes} bytes: {e}"))?;
+    // SAFETY: a layout of non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(format!("allocating {bytes} bytes failed"));
+    }
+    Ok(ptr as u64)
+}
+
 struct Bench {
     options: Options,
     /// The ranks in this process.
@@ -149,66 +165,43 @@ impl Bench {
         // `--batch N`: N pairs of regions, one per collective of a batch.
         let window = 2 * region as usize * options.batch.unwrap_or(1);
         let mut ranks = Vec::with_capacity(n);
-        if !options.in_windows {
-            // `-R 0`: buffers the library does not know, which it stages.
-            for comm in comms {
-                let base = match &gpu {
-                    Some(gpu) => gpu.alloc(window)?,
-                    None => {
-                        let layout = std::alloc::Layout::from_size_align(window, OWN_ALIGN)
-                            .map_err(|e| format!("{window} bytes: {e}"))?;
-                        // SAFETY: a layout of non-zero size; freed by `Drop for Bench`.
-                        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-                        if ptr.is_null() {
-                            return Err(format!("allocating {window} bytes failed"));
-                        }
-                        ptr as u64
-                    }
-                };
-                ranks.push(Rank {
-                    comm,
-                    base,
-                    window: std::ptr::null_mut(),
-                });
-            }
-            return Ok(Bench {
-                options,
-                ranks,
-                first_rank,
-                nranks: n,
-                gpu,
-                region,
-            });
-        }
         for comm in comms {
-            let mut ptr = std::ptr::null_mut();
-            ok(
-                "symmMemAlloc",
-                // SAFETY: valid out-pointer.
-                unsafe { symmMemAlloc(comm, &mut ptr, window) },
-                comm,
-            )?;
+            let base = if options.in_windows {
+                let mut ptr = std::ptr::null_mut();
+                ok(
+                    "symmMemAlloc",
+                    // SAFETY: valid out-pointer.
+                    unsafe { symmMemAlloc(comm, &mut ptr, window) },
+                    comm,
+                )?;
+                ptr as u64
+            } else {
+                // `-R 0`: buffers the library does not know, which it stages.
+                own_alloc(gpu.as_ref(), window)?
+            };
             ranks.push(Rank {
                 comm,
-                base: ptr as u64,
+                base,
                 window: std::ptr::null_mut(),
             });
         }
-        ok("symmGroupStart", symmGroupStart(), std::ptr::null_mut())?;
-        for r in &mut ranks {
-            // SAFETY: valid out-pointer; a live allocation.
-            let result = unsafe {
-                symmCommWindowRegister(
-                    r.comm,
-                    r.base as *mut _,
-                    window,
-                    &mut r.window,
-                    SYMM_WIN_COLL_SYMMETRIC,
-                )
-            };
-            ok("symmCommWindowRegister", result, r.comm)?;
+        if options.in_windows {
+            ok("symmGroupStart", symmGroupStart(), std::ptr::null_mut())?;
+            for r in &mut ranks {
+                // SAFETY: valid out-pointer; a live allocation.
+                let result = unsafe {
+                    symmCommWindowRegister(
+                        r.comm,
+                        r.base as *mut _,
+                        window,
+                        &mut r.window,
+                        SYMM_WIN_COLL_SYMMETRIC,
+                    )
+                };
+                ok("symmCommWindowRegister", result, r.comm)?;
+            }
+            ok("symmGroupEnd", symmGroupEnd(), std::ptr::null_mut())?;
         }
-        ok("symmGroupEnd", symmGroupEnd(), std::ptr::null_mut())?;
         Ok(Bench {
             options,
             ranks,

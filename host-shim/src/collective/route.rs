@@ -7,6 +7,8 @@
 
 use super::{Request, data_type};
 use crate::abi::symmDataTypeRaw;
+use crate::comm::staging::Staging;
+use crate::comm::windows::Placement;
 use crate::comm::{Comm, windows};
 use crate::error::{Error, Result};
 use crate::log::{Level, Subsys};
@@ -52,12 +54,12 @@ pub fn route(
     validate: impl Fn(u64, u64, usize) -> Result<Request>,
 ) -> Result<Route> {
     let in_windows = || validate(call.send, call.recv, call.count).map(Route::Windows);
-    let staging = comm.lock().staging.clone();
-    let Some(staging) = staging else {
-        return in_windows().map_err(strict_hint);
-    };
     let Some(staged) = staged_form(comm, call) else {
         return in_windows();
+    };
+    let staging = comm.lock().staging.clone();
+    let Some(staging) = staging else {
+        return in_windows().map_err(no_staging);
     };
     let (shape, element, outside) = staged?;
     let plan = plan_chunks(
@@ -75,22 +77,18 @@ pub fn route(
                 .map(|request| request.staged(chunk.copies.clone()))
         })
         .collect::<Result<Vec<_>>>()?;
-    if call.count > 0 && staging.first_staged() {
-        crate::log!(
-            Level::Info,
-            Subsys::Coll,
-            Some(comm.rank),
-            "{} of {} elements staged through the communicator's staging window ({} bytes): {} \
-             in no registered window; {} chunk(s) of up to {} elements, {} bytes copied; \
-             later staged calls are not logged; SYMM_STRICT_WINDOWS=1 refuses such calls",
-            call.name,
-            call.count,
-            staging.window.size,
-            outside,
-            plan.chunks.len(),
-            plan.capacity,
-            plan.chunks.iter().map(|c| c.copies.bytes()).sum::<u64>()
-        );
+    if call.count > 0 {
+        announce(comm, &staging, || {
+            format!(
+                "{} of {} elements: {outside} in no registered window; {} chunk(s) of up to {} \
+                 elements, {} bytes copied",
+                call.name,
+                call.count,
+                plan.chunks.len(),
+                plan.capacity,
+                plan.chunks.iter().map(|c| c.copies.bytes()).sum::<u64>()
+            )
+        });
     }
     Ok(Route::Staged(requests))
 }
@@ -119,10 +117,6 @@ pub fn route_all_to_all_v(
         )
         .map(Route::Windows)
     };
-    let staging = comm.lock().staging.clone();
-    let Some(staging) = staging else {
-        return in_windows().map_err(strict_hint);
-    };
     let Ok(dtype) = data_type(datatype) else {
         return in_windows();
     };
@@ -141,21 +135,13 @@ pub fn route_all_to_all_v(
         ("recvbuff", recv, recv_bytes),
         ("counts", counts, table),
     ];
-    let mut outside = Vec::new();
-    for (name, address, bytes) in buffers {
-        if address == 0
-            || address.checked_add(bytes).is_none()
-            || windows::overruns_own_memory(comm, address, bytes)
-        {
-            return in_windows();
-        }
-        if windows::find(comm, address, bytes.max(1)).is_none() {
-            outside.push(format!("{name} [{address:#x}, +{bytes} bytes)"));
-        }
-    }
-    if outside.is_empty() {
+    let Some(outside) = outside_windows(comm, &buffers) else {
         return in_windows();
-    }
+    };
+    let staging = comm.lock().staging.clone();
+    let Some(staging) = staging else {
+        return in_windows().map_err(no_staging);
+    };
     for (i, (a_name, a, a_bytes)) in buffers.iter().enumerate() {
         for (b_name, b, b_bytes) in &buffers[i + 1..] {
             if crate::window::ranges_overlap(&(*a..a + a_bytes), &(*b..b + b_bytes)) {
@@ -172,11 +158,10 @@ pub fn route_all_to_all_v(
     let staged_table = staged_recv + aligned(recv_bytes);
     if staged_table + table > base + size {
         return Err(Error::invalid_argument(format!(
-            "symmAlltoAllvDevice of sendcount {send_count}, recvcount {recv_count}: {} in no \
-             registered window, and staging it needs {} bytes, more than the staging window's \
+            "symmAlltoAllvDevice of sendcount {send_count}, recvcount {recv_count}: {outside} in \
+             no registered window, and staging it needs {} bytes, more than the staging window's \
              {size} (SYMM_STAGING_BYTES); an all-to-all-v is staged whole (its counts are known \
              only on the device): put its buffers in windows, or raise SYMM_STAGING_BYTES",
-            outside.join(" and "),
             staged_table + table - base
         )));
     }
@@ -209,35 +194,59 @@ pub fn route_all_to_all_v(
         staged_table,
         datatype,
     )?;
+    announce(comm, &staging, || {
+        format!("symmAlltoAllvDevice: {outside} in no registered window, staged whole")
+    });
+    Ok(Route::Staged(vec![request.staged(copies)]))
+}
+
+/// The refusal of a call that would be staged, on a communicator without a staging window,
+/// with the reason it has none.
+fn no_staging(e: Error) -> Error {
+    Error::new(
+        e.code,
+        format!(
+            "{} (this communicator stages no call: it was made with SYMM_STRICT_WINDOWS=1 or \
+             SYMM_STAGING_BYTES=0)",
+            e.message
+        ),
+    )
+}
+
+/// Say the communicator's first staged call in the log (`what`: the call and why it is
+/// staged); later ones are not.
+fn announce(comm: &Comm, staging: &Staging, what: impl FnOnce() -> String) {
     if staging.first_staged() {
         crate::log!(
             Level::Info,
             Subsys::Coll,
             Some(comm.rank),
-            "symmAlltoAllvDevice staged through the communicator's staging window ({size} \
-             bytes): {} in no registered window; later staged calls are not logged; \
-             SYMM_STRICT_WINDOWS=1 refuses such calls",
-            outside.join(" and ")
+            "{} staged through the communicator's staging window ({} bytes); later staged \
+             calls are not logged; SYMM_STRICT_WINDOWS=1 refuses such calls",
+            what(),
+            staging.window.size
         );
     }
-    Ok(Route::Staged(vec![request.staged(copies)]))
 }
 
-/// A refusal of a buffer outside every window on a communicator without a staging window,
-/// with the reason it has none.
-fn strict_hint(e: Error) -> Error {
-    if e.message.contains("registered with symmCommWindowRegister") {
-        Error::new(
-            e.code,
-            format!(
-                "{} (this communicator stages no call: it was made with SYMM_STRICT_WINDOWS=1 \
-                 or SYMM_STAGING_BYTES=0)",
-                e.message
-            ),
-        )
-    } else {
-        e
+/// Which of `buffers` (name, address, bytes) lie outside every window of `comm`, described
+/// ("sendbuff [0x…, +N bytes) is"), or `None` when a buffer is one the call's validation
+/// refuses by name (NULL, overflowing, overrunning a window or an allocation of `comm`); an
+/// empty description when every buffer is in a window.
+fn outside_windows(comm: &Comm, buffers: &[(&str, u64, u64)]) -> Option<String> {
+    let mut outside = Vec::new();
+    for &(name, address, bytes) in buffers {
+        if address == 0 || address.checked_add(bytes).is_none() {
+            return None;
+        }
+        match windows::placement(comm, address, bytes) {
+            Placement::InWindow => {}
+            Placement::Outside => outside.push(format!("{name} [{address:#x}, +{bytes} bytes)")),
+            Placement::Overruns => return None,
+        }
     }
+    let verb = if outside.len() > 1 { "are" } else { "is" };
+    (!outside.is_empty()).then(|| format!("{} {verb}", outside.join(" and ")))
 }
 
 /// The shape, element size and offending buffer's description of `call` when it is to be
@@ -257,28 +266,15 @@ fn staged_form(comm: &Comm, call: &UserCall) -> Option<Result<(Shape, u64, Strin
     let segment = (call.count as u64).checked_mul(element)?;
     let send_bytes = segment.checked_mul(shape.send_segments)?;
     let recv_bytes = segment.checked_mul(shape.recv_segments)?;
-    let used = [
+    let used: Vec<(&str, u64, u64)> = [
         ("sendbuff", call.send, send_bytes, shape.uses_send),
         ("recvbuff", call.recv, recv_bytes, shape.uses_recv),
-    ];
-    let mut outside = Vec::new();
-    for (name, address, bytes, uses) in used {
-        if !uses {
-            continue;
-        }
-        if address == 0 || address.checked_add(bytes).is_none() {
-            return None;
-        }
-        if windows::overruns_own_memory(comm, address, bytes) {
-            return None;
-        }
-        if windows::find(comm, address, bytes.max(1)).is_none() {
-            outside.push(format!("{name} [{address:#x}, +{bytes} bytes)"));
-        }
-    }
-    if outside.is_empty() {
-        return None;
-    }
+    ]
+    .into_iter()
+    .filter(|b| b.3)
+    .map(|(name, address, bytes, _)| (name, address, bytes))
+    .collect();
+    let outside = outside_windows(comm, &used)?;
     if shape.uses_send && shape.uses_recv {
         let in_place_at = match call.collective {
             Collective::AllGather => call.recv.checked_add(comm.rank as u64 * segment),
@@ -305,10 +301,5 @@ fn staged_form(comm: &Comm, call: &UserCall) -> Option<Result<(Shape, u64, Strin
             ))));
         }
     }
-    let verb = if outside.len() > 1 { "are" } else { "is" };
-    Some(Ok((
-        shape,
-        element,
-        format!("{} {verb}", outside.join(" and ")),
-    )))
+    Some(Ok((shape, element, outside)))
 }

@@ -621,14 +621,25 @@ pub fn find(comm: &Comm, address: u64, bytes: u64) -> Option<Arc<Window>> {
     find_in(&comm.lock(), address, bytes)
 }
 
-/// `true` when `[address, +bytes)` is not wholly in one window but runs into memory of
-/// `comm` in a way no caller means: it overlaps a registered window, or starts in a
-/// `symmMemAlloc` allocation and runs past its end. Such a buffer is refused, never staged
-/// (staging would copy memory past the end of what this communicator knows of).
-pub fn overruns_own_memory(comm: &Comm, address: u64, bytes: u64) -> bool {
+/// Where a caller's buffer lies among a communicator's memory ([`placement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Wholly in one registered window.
+    InWindow,
+    /// Outside the communicator's memory: a call on it can be staged.
+    Outside,
+    /// Not wholly in one window but into memory of the communicator in a way no caller
+    /// means: it overlaps a registered window, or starts in a `symmMemAlloc` allocation and
+    /// runs past its end. Such a buffer is refused, never staged (staging would copy memory
+    /// past the end of what this communicator knows of).
+    Overruns,
+}
+
+/// Where `[address, +bytes)` lies among `comm`'s windows and allocations.
+pub fn placement(comm: &Comm, address: u64, bytes: u64) -> Placement {
     let state = comm.lock();
-    if find_in(&state, address, bytes).is_some() {
-        return false;
+    if find_in(&state, address, bytes.max(1)).is_some() {
+        return Placement::InWindow;
     }
     let end = address.saturating_add(bytes.max(1));
     let range = address..end;
@@ -641,7 +652,11 @@ pub fn overruns_own_memory(comm: &Comm, address: u64, bytes: u64) -> bool {
         .range(..=address)
         .next_back()
         .is_some_and(|(base, size)| address < base + *size as u64 && end > base + *size as u64);
-    in_window || past_allocation
+    if in_window || past_allocation {
+        Placement::Overruns
+    } else {
+        Placement::Outside
+    }
 }
 
 fn find_in(state: &CommState, address: u64, bytes: u64) -> Option<Arc<Window>> {

@@ -140,14 +140,12 @@ pub fn plan_chunks(
     loop {
         let n = capacity.min(count - first);
         let chunk_bytes = n * element;
-        let mut copies = Copies {
-            of_call: ChunkOf { count, first },
-            ..Copies::default()
-        };
         // Segment `j` of a chunk sits at `j × n` in the staging region and at `j × count +
         // first` in the user's buffer; a chunk of the whole call is one contiguous copy.
-        let segments = |segments: u64| {
-            if n == count {
+        let segments = |segments: u64, used: bool| -> Vec<(u64, u64, u64)> {
+            if n == 0 || !used {
+                Vec::new()
+            } else if n == count {
                 vec![(0, 0, segments * chunk_bytes)]
             } else {
                 (0..segments)
@@ -155,24 +153,25 @@ pub fn plan_chunks(
                     .collect()
             }
         };
-        if n > 0 && shape.uses_send {
-            for (staged, at, bytes) in segments(shape.send_segments) {
-                copies.before.push(Copy {
+        let copies = Copies {
+            before: segments(shape.send_segments, shape.uses_send)
+                .into_iter()
+                .map(|(staged, at, bytes)| Copy {
                     dst: base + staged,
                     src: send + at,
                     bytes,
-                });
-            }
-        }
-        if n > 0 && shape.uses_recv {
-            for (staged, at, bytes) in segments(shape.recv_segments) {
-                copies.after.push(Copy {
+                })
+                .collect(),
+            after: segments(shape.recv_segments, shape.uses_recv)
+                .into_iter()
+                .map(|(staged, at, bytes)| Copy {
                     dst: recv + at,
                     src: recv_at + staged,
                     bytes,
-                });
-            }
-        }
+                })
+                .collect(),
+            of_call: ChunkOf { count, first },
+        };
         chunks.push(Chunk {
             first,
             count: n,
