@@ -1158,3 +1158,43 @@ fn all_to_all_v_outside_windows_is_staged_whole() {
         check(symmCommDestroy(comm), null_mut());
     }
 }
+
+/// A peer that never makes the call: the staged call times out within the bound, returns the
+/// timeout (never success), and leaves its receive buffer as it was.
+#[test]
+fn a_staged_call_whose_peer_never_arrives_times_out() {
+    setup();
+    let output = rerun_ignored_test("absent_peer_child", &[("SYMM_TIMEOUT_MS", "2000")]);
+    let log = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{log}");
+    assert!(log.contains("timed out as it should"), "{log}");
+}
+
+#[test]
+#[ignore = "child process of a_staged_call_whose_peer_never_arrives_times_out"]
+fn absent_peer_child() {
+    setup();
+    let comms = init_all(2);
+    let ranks = RankMemory::of_all(&comms);
+    let call = CallSpec {
+        staged: true,
+        ..CallSpec::of(4, 2)
+    };
+    // Rank 0's call alone, outside a group: rank 1 makes none (the host backend, where the
+    // call returns once it ended).
+    ranks[0].prepare(&call, 2, Io::Context);
+    let start = Instant::now();
+    let result = ranks[0].issue(&call, null_mut());
+    let took = start.elapsed();
+    let message = last_error(comms[0]);
+    let (_, recv) = ranks[0].buffers(&call);
+    assert_eq!(result, symmResult_t::symmTimeout, "{message}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(get_f32(recv, call.n), vec![SENTINEL; call.n], "untouched");
+    println!("timed out as it should: {message}");
+    drop(ranks);
+    for comm in comms {
+        let _ = symmCommDestroy(comm);
+    }
+}
