@@ -724,3 +724,46 @@ pub fn get_bytes(ptr: *const u8, count: usize) -> Vec<u8> {
     }
     out
 }
+
+/// Memory the caller allocated itself, in no window: device memory from `cuMemAlloc` on the
+/// cuda backend, a heap buffer on the host backend.
+pub struct OwnMemory {
+    /// Its first byte.
+    pub ptr: *mut u8,
+    host: Option<Vec<u8>>,
+}
+
+impl OwnMemory {
+    /// `bytes` of memory in no window.
+    pub fn new(bytes: usize) -> OwnMemory {
+        if on_cuda() {
+            cuda_context();
+            let mut address = 0;
+            // SAFETY: valid out-pointer; a context is current.
+            unsafe { cudarc::driver::sys::cuMemAlloc_v2(&mut address, bytes) }
+                .result()
+                .unwrap();
+            OwnMemory {
+                ptr: address as *mut u8,
+                host: None,
+            }
+        } else {
+            let mut host = vec![0u8; bytes];
+            OwnMemory {
+                ptr: host.as_mut_ptr(),
+                host: Some(host),
+            }
+        }
+    }
+}
+
+impl Drop for OwnMemory {
+    fn drop(&mut self) {
+        if self.host.is_none() {
+            cuda_context();
+            // SAFETY: allocated by `new`, freed once; the tests synchronize their streams
+            // before dropping it.
+            unsafe { cudarc::driver::sys::cuMemFree_v2(self.ptr as u64) };
+        }
+    }
+}

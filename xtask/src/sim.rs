@@ -219,6 +219,8 @@ struct TestBinaries {
     all_to_all_v: PathBuf,
     /// Calls outside windows, staged (`staging.rs`).
     staging: PathBuf,
+    /// Sends and receives outside windows, staged (`staging_point_to_point.rs`).
+    staging_point_to_point: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -249,6 +251,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "all_to_all_v",
             "--test",
             "staging",
+            "--test",
+            "staging_point_to_point",
             "--no-run",
             "--message-format=json",
         ])
@@ -280,6 +284,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         point_to_point: executable("point_to_point")?,
         all_to_all_v: executable("all_to_all_v")?,
         staging: executable("staging")?,
+        staging_point_to_point: executable("staging_point_to_point")?,
     })
 }
 
@@ -349,7 +354,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    (`shrink.rs`: also a rank process killed, the root's among them, then the survivors'
 ///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`),
 ///    all-to-all-v with counts in device memory (`all_to_all_v.rs`), and calls outside windows
-///    staged through the staging window, a graph replay of one among them (`staging.rs`).
+///    staged through the staging window, a graph replay of one among them (`staging.rs`), and
+///    sends and receives staged in pieces and rounds (`staging_point_to_point.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -466,6 +472,7 @@ pub fn test() -> Result<(), String> {
         ("send and receive", &binaries.point_to_point),
         ("all-to-all-v", &binaries.all_to_all_v),
         ("staged calls", &binaries.staging),
+        ("staged sends and receives", &binaries.staging_point_to_point),
     ] {
         SimRun {
             what,

@@ -2,7 +2,7 @@
 //! execution (now, or at the end of the group, merged with the other ranks' parts).
 
 mod execute;
-mod route;
+pub(crate) mod route;
 mod validate;
 
 pub use execute::execute;

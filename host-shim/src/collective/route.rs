@@ -202,7 +202,7 @@ pub fn route_all_to_all_v(
 
 /// The refusal of a call that would be staged, on a communicator without a staging window,
 /// with the reason it has none.
-fn no_staging(e: Error) -> Error {
+pub(crate) fn no_staging(e: Error) -> Error {
     Error::new(
         e.code,
         format!(
@@ -215,7 +215,7 @@ fn no_staging(e: Error) -> Error {
 
 /// Say the communicator's first staged call in the log (`what`: the call and why it is
 /// staged); later ones are not.
-fn announce(comm: &Comm, staging: &Staging, what: impl FnOnce() -> String) {
+pub(crate) fn announce(comm: &Comm, staging: &Staging, what: impl FnOnce() -> String) {
     if staging.first_staged() {
         crate::log!(
             Level::Info,

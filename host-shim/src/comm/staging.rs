@@ -37,14 +37,50 @@ pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
+    // The point-to-point window first (as a rank's first registration makes it), so that the
+    // staging window enters the rank's table of windows a staged send names.
+    let pair_bytes = |comm: &Arc<Comm>| {
+        symm_device::sync::p2p::pair_region_bytes(comm.clique.nranks as u32) as u64
+    };
+    let needs_pairs: Vec<Arc<Comm>> = comms
+        .iter()
+        .filter(|c| c.lock().point_to_point.is_none())
+        .cloned()
+        .collect();
+    for (comm, window, address) in register_each(&needs_pairs, pair_bytes)? {
+        comm.lock().point_to_point = Some(super::pairs::PointToPoint::new(window.clone(), address));
+        // Its own entry too: an empty message travels on it.
+        super::pairs::enter_window(&comm, &window)?;
+    }
+    for (comm, window, _) in register_each(comms, |_| bytes).map_err(staging_error)? {
+        comm.lock().staging = Some(Arc::new(Staging {
+            window,
+            announced: AtomicBool::new(false),
+            last: Mutex::new(None),
+        }));
+    }
+    Ok(())
+}
+
+/// A window [`register_each`] made: its rank, the window and its allocation's address.
+type Registered = (Arc<Comm>, Arc<Window>, u64);
+
+/// Allocate and register a window of `bytes(comm)` on each of `comms` (ranks of one
+/// communicator this thread creates), completing every registration: the windows with their
+/// allocations' addresses, or the first error (the allocations of windows not made are freed).
+fn register_each(
+    comms: &[Arc<Comm>],
+    bytes: impl Fn(&Arc<Comm>) -> u64,
+) -> Result<Vec<Registered>> {
     let mut made = Vec::with_capacity(comms.len());
     for comm in comms {
-        let address = comm.mem_alloc(bytes as usize)?;
-        match windows::register(comm, address, bytes as usize, SYMM_WIN_COLL_SYMMETRIC) {
-            Ok(window) => made.push((comm, window)),
+        let size = bytes(comm);
+        let address = comm.mem_alloc(size as usize)?;
+        match windows::register(comm, address, size as usize, SYMM_WIN_COLL_SYMMETRIC) {
+            Ok(window) => made.push((comm, window, address)),
             Err(e) => {
                 let _ = comm.mem_free(address);
-                return Err(staging_error(e));
+                return Err(e);
             }
         }
     }
@@ -52,24 +88,19 @@ pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
     // any (see `windows::start_completion`).
     let started: Vec<Result<()>> = made
         .iter()
-        .map(|(comm, window)| windows::start_completion(comm, window))
+        .map(|(comm, window, _)| windows::start_completion(comm, window))
         .collect();
     let mut first_error = None;
-    for ((comm, window), started) in made.into_iter().zip(started) {
+    let mut done = Vec::with_capacity(made.len());
+    for ((comm, window, address), started) in made.into_iter().zip(started) {
         match windows::finish_completion(comm, &window, started) {
-            Ok(()) => {
-                comm.lock().staging = Some(Arc::new(Staging {
-                    window,
-                    announced: AtomicBool::new(false),
-                    last: Mutex::new(None),
-                }))
-            }
+            Ok(()) => done.push((comm.clone(), window, address)),
             Err(e) => {
-                first_error.get_or_insert(staging_error(e));
+                first_error.get_or_insert(e);
             }
         }
     }
-    first_error.map_or(Ok(()), Err)
+    first_error.map_or(Ok(done), Err)
 }
 
 impl Staging {

@@ -11,14 +11,25 @@
 //!
 //! The point-to-point window and the rank's table of windows are `comm::pairs`; the decision
 //! "now, or at the group's end" is `group::point_to_point`.
+//!
+//! A buffer outside every window goes through the communicator's staging window
+//! (`comm::staging`), as a collective's does. Then, and whenever the communicator has a
+//! staging window, messages are cut into pieces and a launch into rounds
+//! (`plan::peer_rounds`), alike on every rank; the staged pieces are copied in before their
+//! round's launch and out after it, on the caller's stream.
 
 use crate::abi::symmDataTypeRaw;
 use crate::backend::BackendKind;
+use crate::backend::LaunchEnd;
 use crate::collective::data_type;
+use crate::comm::staging::Staging;
+use crate::comm::windows::{self, Placement};
 use crate::comm::{Clique, Comm, failure};
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::log::{Level, Subsys};
+use crate::plan::peer_rounds::{self, Message};
+use crate::plan::staging::Copy;
 use crate::plan::{KernelId, Limits};
 use crate::window::Window;
 use std::collections::HashMap;
@@ -29,6 +40,29 @@ use symm_device::symmetric::point_to_point::PeerTask;
 use symm_device::symmetric::{Algorithm, TaskArgs};
 use symm_device::sync::p2p::{CHANNELS, WINDOW_TABLE_ENTRIES};
 use symm_device::{DataType, RedOp};
+
+/// Bit of a piece's data type tag that marks a message's last piece (the C data types are
+/// below it). The kernel compares the tags of a send and its receive, so two messages cut into
+/// different numbers of pieces are refused at the first piece where they part.
+pub const LAST_PIECE_TAG: u32 = 0x80;
+
+/// Where a task's bytes are.
+pub enum Buffer {
+    /// In a registered window, at `offset` (an empty message: the point-to-point window).
+    InWindow {
+        /// The window.
+        window: Arc<Window>,
+        /// The buffer's offset in it.
+        offset: u64,
+    },
+    /// Outside every window: staged through the communicator's staging window.
+    Staged {
+        /// The caller's buffer.
+        address: u64,
+        /// The communicator's staging window.
+        staging: Arc<Staging>,
+    },
+}
 
 /// One send or receive of a rank, validated.
 pub struct Task {
@@ -42,10 +76,8 @@ pub struct Task {
     pub dtype: DataType,
     /// Bytes.
     pub bytes: u64,
-    /// The window holding the buffer.
-    pub window: Arc<Window>,
-    /// The buffer's offset in it.
-    pub offset: u64,
+    /// Where the buffer is.
+    pub buffer: Buffer,
     /// The point-to-point window.
     pub pairs: Arc<Window>,
     /// The caller's stream, as an address.
@@ -57,6 +89,64 @@ impl Task {
         if self.send { "symmSend" } else { "symmRecv" }
     }
 
+    /// The caller's address range of this task (written by a receive, read by a send).
+    fn range(&self) -> std::ops::Range<u64> {
+        let start = match &self.buffer {
+            Buffer::InWindow { window, offset } => window.base + offset,
+            Buffer::Staged { address, .. } => *address,
+        };
+        start..start + self.bytes
+    }
+
+    fn staging(&self) -> Option<&Arc<Staging>> {
+        match &self.buffer {
+            Buffer::Staged { staging, .. } => Some(staging),
+            Buffer::InWindow { .. } => None,
+        }
+    }
+}
+
+/// A piece of a task in one round (`plan::peer_rounds`).
+struct Piece<'a> {
+    task: &'a Task,
+    piece: peer_rounds::Piece,
+}
+
+impl Piece<'_> {
+    /// The window the kernel reads (a send) or writes (a receive), and the piece's offset in
+    /// it.
+    fn place(&self) -> Result<(&Arc<Window>, u64)> {
+        match (&self.task.buffer, self.piece.staging_offset) {
+            (Buffer::InWindow { window, offset }, None) => Ok((window, offset + self.piece.start)),
+            (Buffer::Staged { staging, .. }, Some(at)) => Ok((&staging.window, at)),
+            _ => Err(Error::internal(
+                "a piece of a send or receive placed against its buffer",
+            )),
+        }
+    }
+
+    /// The copy between the caller's buffer and the staging window, for a staged piece with
+    /// bytes: into the window for a send, out of it for a receive.
+    fn copy(&self) -> Option<Copy> {
+        let (Buffer::Staged { address, staging }, Some(at)) =
+            (&self.task.buffer, self.piece.staging_offset)
+        else {
+            return None;
+        };
+        let user = address + self.piece.start;
+        let staged = staging.window.base + at;
+        let (dst, src) = if self.task.send {
+            (staged, user)
+        } else {
+            (user, staged)
+        };
+        (self.piece.bytes > 0).then_some(Copy {
+            dst,
+            src,
+            bytes: self.piece.bytes,
+        })
+    }
+
     /// The work-table entry, the peer in place `slot` among the launch's distinct peers.
     fn args(&self, slot: u32) -> Result<TaskArgs> {
         let context = |w: &Window| {
@@ -64,25 +154,22 @@ impl Task {
                 .map(|c| c.address)
                 .ok_or_else(|| Error::invalid_usage("the window's registration has not completed"))
         };
+        let task = self.task;
+        let (window, offset) = self.place()?;
+        let last = if self.piece.last { LAST_PIECE_TAG } else { 0 };
         Ok(PeerTask {
-            send: self.send,
-            peer: self.peer as u32,
-            datatype: self.dtype as u32,
-            bytes: self.bytes,
-            buffer_context: context(&self.window)?,
-            offset: self.offset,
-            window: self.window.seq,
-            pairs_context: context(&self.pairs)?,
+            send: task.send,
+            peer: task.peer as u32,
+            datatype: task.dtype as u32 | last,
+            bytes: self.piece.bytes,
+            buffer_context: context(window)?,
+            offset,
+            window: window.seq,
+            pairs_context: context(&task.pairs)?,
             slot,
             ordinals: 0,
         }
         .to_args())
-    }
-
-    /// The address range of this rank's memory the task writes (a receive) or reads (a send).
-    fn range(&self) -> std::ops::Range<u64> {
-        let start = self.window.base + self.offset;
-        start..start + self.bytes
     }
 }
 
@@ -176,41 +263,53 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
             ))
         })?;
     // An empty message names no memory: it travels on the point-to-point window itself.
-    let (window, offset) = if bytes == 0 {
-        (pairs.clone(), 0)
-    } else {
-        let window = crate::collective::buffer_window(comm, buffer_name, call.buffer, bytes, 1)
-            .map_err(|e| {
-                Error::new(
-                    e.code,
-                    format!(
-                        "{} (symmSend and symmRecv are not staged: unlike the collectives', \
-                         their buffers must lie in windows)",
-                        e.message
-                    ),
-                )
-            })?;
-        if window.context().is_none() {
-            return Err(Error::invalid_usage(format!(
-                "{buffer_name} lies in a window whose registration has not completed (inside \
-                 a group: it completes at symmGroupEnd)"
-            )));
+    let staging = comm.lock().staging.clone();
+    let buffer = match (bytes, staging) {
+        (0, _) => Buffer::InWindow {
+            window: pairs.clone(),
+            offset: 0,
+        },
+        (_, Some(staging))
+            if call.buffer != 0
+                && windows::placement(comm, call.buffer, bytes) == Placement::Outside =>
+        {
+            Buffer::Staged {
+                address: call.buffer,
+                staging,
+            }
         }
-        let offset = call.buffer - window.base;
-        (window, offset)
+        (_, staging) => {
+            let window = crate::collective::buffer_window(comm, buffer_name, call.buffer, bytes, 1)
+                .map_err(|e| match staging {
+                    None => crate::collective::route::no_staging(e),
+                    Some(_) => e,
+                })?;
+            if window.context().is_none() {
+                return Err(Error::invalid_usage(format!(
+                    "{buffer_name} lies in a window whose registration has not completed \
+                     (inside a group: it completes at symmGroupEnd)"
+                )));
+            }
+            let offset = call.buffer - window.base;
+            Buffer::InWindow { window, offset }
+        }
+    };
+    let sent_from = match &buffer {
+        Buffer::InWindow { window, .. } => window,
+        Buffer::Staged { staging, .. } => &staging.window,
     };
     if call.send
         && !comm
             .lock()
             .point_to_point
             .as_ref()
-            .is_some_and(|p| p.holds(window.seq))
+            .is_some_and(|p| p.holds(sent_from.seq))
     {
         return Err(Error::invalid_usage(format!(
             "symmSend: the window holding sendbuff (#{}) is not in this rank's point-to-point \
              table, which holds {WINDOW_TABLE_ENTRIES} windows: deregister windows no longer \
              in use",
-            window.seq
+            sent_from.seq
         )));
     }
     Ok(Task {
@@ -219,8 +318,7 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
         peer,
         dtype,
         bytes,
-        window,
-        offset,
+        buffer,
         pairs,
         stream,
     })
@@ -229,10 +327,10 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
 /// The communicator (by its clique) and device of a launch.
 type LaunchKey = (*const Clique, i32);
 
-/// Run `tasks` (one or several ranks', in call order): one launch per device and clique,
-/// serving every rank of it. A refusal here (overlapping buffers, several streams for one
-/// rank, too many calls) fails the ranks' communicators: their peers may have made the
-/// matching calls.
+/// Run `tasks` (one or several ranks', in call order): per device and clique, one launch per
+/// round ([`peer_rounds`]) serving every rank of it. A refusal here (overlapping buffers,
+/// several streams for one rank) fails the ranks' communicators: their peers may have made
+/// the matching calls.
 pub fn run(tasks: &[Task]) -> Result<()> {
     let mut launches: Vec<(LaunchKey, Vec<Vec<&Task>>)> = Vec::new();
     let mut ranks: HashMap<*const Comm, (usize, usize)> = HashMap::new();
@@ -278,7 +376,7 @@ pub fn run(tasks: &[Task]) -> Result<()> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = launches
                 .iter()
-                .map(|(_, parts)| scope.spawn(move || run_launch(parts)))
+                .map(|(_, parts)| scope.spawn(move || run_rounds(parts)))
                 .collect();
             handles
                 .into_iter()
@@ -291,23 +389,16 @@ pub fn run(tasks: &[Task]) -> Result<()> {
     } else {
         launches
             .iter()
-            .map(|(_, parts)| run_launch(parts))
+            .map(|(_, parts)| run_rounds(parts))
             .collect()
     };
     results.into_iter().collect()
 }
 
-/// One rank's tasks of a launch: at most `MAX_TASKS`, on one stream, with receive buffers
-/// that overlap no other buffer.
+/// One rank's tasks of a launch: on one stream, with receive buffers that overlap no other
+/// buffer.
 fn check_rank_tasks(tasks: &[&Task]) -> Result<()> {
     let first = tasks[0];
-    if tasks.len() > MAX_TASKS {
-        return Err(Error::invalid_usage(format!(
-            "rank {}: {} sends and receives in one group; at most {MAX_TASKS}",
-            first.comm.rank,
-            tasks.len()
-        )));
-    }
     if let Some(other) = tasks.iter().find(|t| t.stream != first.stream) {
         return Err(Error::invalid_usage(format!(
             "rank {}: the sends and receives of one group name different streams ({:#x} and \
@@ -339,36 +430,158 @@ fn check_overlaps(tasks: &[&Task]) -> Result<()> {
     Ok(())
 }
 
-/// One launch serving `parts` (ranks of one device and clique, each with its tasks in call
-/// order).
-fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
+/// The launches serving `parts` (ranks of one device and clique, each with its tasks in call
+/// order), one per round, each round's staged pieces copied in before it and out after it.
+fn run_rounds(parts: &[Vec<&Task>]) -> Result<()> {
     let first = &parts[0][0].comm;
-    let clique = &first.clique;
+    let staging_bytes = first.lock().staging.as_ref().map_or(0, |s| s.window.size);
+    let messages: Vec<Vec<Message>> = parts
+        .iter()
+        .map(|tasks| {
+            tasks
+                .iter()
+                .map(|t| Message {
+                    send: t.send,
+                    rank: t.comm.rank,
+                    peer: t.peer,
+                    bytes: t.bytes,
+                    staged: t.staging().is_some(),
+                })
+                .collect()
+        })
+        .collect();
+    let rounds = peer_rounds::plan_rounds(
+        &messages,
+        peer_rounds::piece_bytes(staging_bytes),
+        staging_bytes,
+        MAX_TASKS,
+    );
     for tasks in parts {
-        failure::check(&tasks[0].comm)?;
+        announce_staged(tasks);
+    }
+    for round in &rounds {
+        let pieces: Vec<Vec<Piece>> = round
+            .iter()
+            .zip(parts)
+            .filter(|(pieces, _)| !pieces.is_empty())
+            .map(|(pieces, tasks)| {
+                pieces
+                    .iter()
+                    .map(|p| Piece {
+                        task: tasks[p.message],
+                        piece: *p,
+                    })
+                    .collect()
+            })
+            .collect();
+        run_launch(&pieces)?;
+    }
+    Ok(())
+}
+
+/// Say a rank's first staged send or receive in the log, once per communicator (with the
+/// collectives' first staged call).
+fn announce_staged(tasks: &[&Task]) {
+    let Some(task) = tasks.iter().find(|t| t.bytes > 0 && t.staging().is_some()) else {
+        return;
+    };
+    let staging = task.staging().expect("a staged task");
+    crate::collective::route::announce(&task.comm, staging, || {
+        let range = task.range();
+        format!(
+            "{} of {} bytes {} rank {}: {} [{:#x}, +{} bytes) is in no registered window; it \
+             runs in pieces of up to {} bytes",
+            task.name(),
+            task.bytes,
+            if task.send { "to" } else { "from" },
+            task.peer,
+            if task.send { "sendbuff" } else { "recvbuff" },
+            range.start,
+            task.bytes,
+            peer_rounds::piece_bytes(staging.window.size)
+        )
+    });
+}
+
+/// Which copies of a round's staged pieces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The sends' pieces into the staging window, before the launch.
+    Before,
+    /// The receives' pieces out of it, after the launch.
+    After,
+}
+
+/// Run (host) or enqueue (cuda, on each rank's stream) the `side` copies of the staged pieces
+/// of `parts`. Before the copies in, a rank's staging window waits for its last use on another
+/// stream; after the copies out, the use is marked (`Staging::before_use`, `after_use`).
+fn copy_staged(parts: &[Vec<Piece>], side: Side) -> Result<()> {
+    for pieces in parts {
+        let Some(staging) = pieces.iter().find_map(|p| p.task.staging()) else {
+            continue;
+        };
+        let task = pieces[0].task;
+        let comm = &task.comm;
+        let backend = &comm.clique.backend;
+        if side == Side::Before {
+            staging.before_use(backend, comm.device, task.stream)?;
+        }
+        for piece in pieces
+            .iter()
+            .filter(|p| p.task.send == (side == Side::Before))
+        {
+            if let Some(copy) = piece.copy() {
+                // SAFETY: the copy joins the caller's buffer (valid for the call's count by the
+                // C ABI's contract) and a region inside the staging window
+                // (`peer_rounds::plan_rounds` keeps every round's pieces within its capacity),
+                // which the communicator holds while the task lives; the staging window is the
+                // communicator's own memory, so the two are disjoint.
+                unsafe { backend.copy(comm.device, task.stream, &copy)? };
+            }
+        }
+        if side == Side::After {
+            staging.after_use(backend, comm.device, task.stream)?;
+        }
+    }
+    Ok(())
+}
+
+/// One launch serving `parts` (ranks of one device and clique, each with its pieces of one
+/// round, in key order).
+fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
+    let first = &parts[0][0].task.comm;
+    let clique = &first.clique;
+    for pieces in parts {
+        failure::check(&pieces[0].task.comm)?;
     }
     let task_count = parts.iter().map(Vec::len).max().unwrap_or(1);
     let mut work = Vec::with_capacity(parts.len() * task_count);
     let mut units = 1u32;
-    for tasks in parts {
+    for pieces in parts {
         // Each distinct peer's place: which blocks own its channels.
         let mut peers: Vec<usize> = Vec::new();
         let mut rank_units = 0u32;
-        for task in tasks {
-            let slot = match peers.iter().position(|p| *p == task.peer) {
+        for piece in pieces {
+            let peer = piece.task.peer;
+            let slot = match peers.iter().position(|p| *p == peer) {
                 Some(slot) => slot,
                 None => {
-                    peers.push(task.peer);
+                    peers.push(peer);
                     rank_units += CHANNELS;
                     peers.len() - 1
                 }
             };
-            work.push(task.args(slot as u32)?);
+            work.push(piece.args(slot as u32)?);
         }
-        let start = work.len() - tasks.len();
+        let start = work.len() - pieces.len();
         symm_device::symmetric::point_to_point::assign_ordinals(&mut work[start..]);
-        let pairs = tasks[0].pairs.context().map(|c| c.address).unwrap_or(0);
-        for _ in tasks.len()..task_count {
+        let pairs = pieces[0]
+            .task
+            .pairs
+            .context()
+            .map(|c| c.address)
+            .unwrap_or(0);
+        for _ in pieces.len()..task_count {
             work.push(PeerTask::padding(pairs));
         }
         units = units.max(rank_units);
@@ -396,9 +609,9 @@ fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
         table: clique.work_table(first.device, &work)?,
         tasks: work,
         task_count: task_count as u32,
-        streams: parts.iter().map(|t| t[0].stream).collect(),
+        streams: parts.iter().map(|p| p[0].task.stream).collect(),
         device: first.device,
-        rank_ids: parts.iter().map(|t| t[0].comm.rank).collect(),
+        rank_ids: parts.iter().map(|p| p[0].task.comm.rank).collect(),
         instances: Vec::new(),
         clique_ranks: clique.nranks as u32,
         ranks_on_device: clique
@@ -407,26 +620,25 @@ fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
             .filter(|d| **d == first.device)
             .count() as u32,
     };
-    let resources: Vec<_> = parts.iter().map(|t| &t[0].comm.resources).collect();
+    let resources: Vec<_> = parts.iter().map(|p| &p[0].task.comm.resources).collect();
     crate::log!(
         Level::Info,
         Subsys::Coll,
         Some(first.rank),
-        "launch: send/receive of {} task(s), kernel {}, {} blocks x {} threads; ranks {:?} on \
-         device {}",
+        "launch: send/receive of {} piece(s) ({} staged), kernel {}, {} blocks x {} threads; \
+         ranks {:?} on device {}",
         parts.iter().map(Vec::len).sum::<usize>(),
+        parts
+            .iter()
+            .flatten()
+            .filter(|p| p.piece.staging_offset.is_some())
+            .count(),
         kernel.ptx_name(),
         plan.grid,
         plan.block,
         launch.rank_ids,
         launch.device
     );
-    let prepared = clique.backend.prepare_launch(&launch, &resources)?;
-    for tasks in parts {
-        let comm = &tasks[0].comm;
-        comm.lock().last_kernel = Some(kernel.ptx_name());
-        comm.launches.fetch_add(1, Ordering::Relaxed);
-    }
     let fail_all = |e: Error, what: &str| {
         // The peers may wait for this launch: fail the communicator on every rank.
         let e = Error::new(
@@ -436,18 +648,34 @@ fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
                 e.message
             ),
         );
-        for tasks in parts {
-            failure::fail(&tasks[0].comm, &e);
+        for pieces in parts {
+            failure::fail(&pieces[0].task.comm, &e);
         }
         e
     };
-    let end = clique.backend.run_launch(&launch, &resources, prepared);
+    copy_staged(parts, Side::Before)
+        .map_err(|e| fail_all(e, "a send's copy into the staging window failed"))?;
+    let prepared = clique.backend.prepare_launch(&launch, &resources)?;
+    for pieces in parts {
+        let comm = &pieces[0].task.comm;
+        comm.lock().last_kernel = Some(kernel.ptx_name());
+        comm.launches.fetch_add(1, Ordering::Relaxed);
+    }
+    // The receives' copies out come before the windows' marks, so that teardown waits for
+    // them too; a launch that gave up received nothing worth copying out.
+    let end = clique
+        .backend
+        .run_launch(&launch, &resources, prepared)
+        .and_then(|end| match end {
+            LaunchEnd::GaveUp => Ok(end),
+            _ => copy_staged(parts, Side::After).map(|()| end),
+        });
     let marks = match clique.backend.mark_launch(first.device, &launch.streams) {
         Ok(marks) => marks,
         Err(e) => {
             // The kernel may be enqueued: nothing may be freed until the streams are idle.
-            for tasks in parts {
-                let _ = clique.backend.synchronize(&tasks[0].comm.resources);
+            for pieces in parts {
+                let _ = clique.backend.synchronize(&pieces[0].task.comm.resources);
             }
             return Err(fail_all(
                 e,
@@ -455,22 +683,28 @@ fn run_launch(parts: &[Vec<&Task>]) -> Result<()> {
             ));
         }
     };
-    for tasks in parts {
-        tasks[0].pairs.note_launch(&marks);
-        for task in tasks {
-            task.window.note_launch(&marks);
+    for pieces in parts {
+        pieces[0].task.pairs.note_launch(&marks);
+        for piece in pieces {
+            piece.place()?.0.note_launch(&marks);
         }
     }
     let end = end.map_err(|e| fail_all(e, "a send/receive launch failed"))?;
-    if end == crate::backend::LaunchEnd::Completed {
+    if end == LaunchEnd::Completed {
         return Ok(());
     }
     let mut result = Ok(());
-    for tasks in parts {
-        if let Err(e) = failure::check(&tasks[0].comm) {
-            tasks[0].comm.set_last_error(&e.message);
+    for pieces in parts {
+        if let Err(e) = failure::check(&pieces[0].task.comm) {
+            pieces[0].task.comm.set_last_error(&e.message);
             result = result.and(Err(e));
         }
+    }
+    if end == LaunchEnd::GaveUp && result.is_ok() {
+        // Nothing was received: never report success.
+        return Err(Error::internal(
+            "a send/receive launch gave up, and no rank's communicator names why",
+        ));
     }
     result
 }
