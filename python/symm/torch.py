@@ -32,7 +32,7 @@ in a registered window of the group is passed to the library as it is, which sta
 its communicator's staging window (``SYMM_STAGING_BYTES``): copied in, run there, copied out —
 correct for any tensor, slower than a tensor already in a window, which the collective uses in
 place (the window path); ``all_to_all_vdev`` likewise (staged whole). Sends and receives on
-such tensors are staged through the group's own scratch window (``SYMM_TORCH_SCRATCH_BYTES``, default 32 MiB). ``SYMM_DEBUG=INFO`` says which path each kind of collective took the
+such tensors are staged by the library alike, in pieces. ``SYMM_DEBUG=INFO`` says which path each kind of call took the
 first time, ``SYMM_DEBUG=TRACE`` every time.
 
 CPU tensors run on the host backend, CUDA tensors on the cuda backend, on PyTorch's current
@@ -87,7 +87,6 @@ __all__ = [
     "empty",
     "mem_pool",
     "rendezvous",
-    "scratch_bytes",
     "wait_bound_ms",
 ]
 
@@ -95,21 +94,6 @@ __all__ = [
 BACKEND_NAME = "symm"
 #: The store key of a group's unique id.
 _UID_KEY = "symm/unique_id"
-
-
-def scratch_bytes() -> int:
-    """Bytes of each group's scratch window: ``SYMM_TORCH_SCRATCH_BYTES`` (at least 4096),
-    default 32 MiB."""
-    text = os.environ.get("SYMM_TORCH_SCRATCH_BYTES")
-    if text is None:
-        return 32 << 20
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidArgumentError(f"SYMM_TORCH_SCRATCH_BYTES={text!r} is not an integer") from None
-    if value < 4096:
-        raise InvalidArgumentError(f"SYMM_TORCH_SCRATCH_BYTES={value}: at least 4096")
-    return value
 
 
 # The C ABI's codes of the torch dtypes and operator names seen so far: each is resolved once, on
@@ -172,7 +156,6 @@ class _PeerOp:
         self.code = code
         self.done = False
         self.error: SymmError | None = None
-        self.staged_copy: torch.Tensor | None = None
 
 
 class _PeerWork(dist.Work):
@@ -310,10 +293,6 @@ class SymmProcessGroup(dist.ProcessGroup):
         self.wait_bound_ms = bound
         """The bound of every wait on another rank, in milliseconds (:func:`wait_bound_ms`)."""
         """The group's communicator."""
-        self._scratch = self.comm.alloc(scratch_bytes())
-        self._scratch_window = self.comm.register(self._scratch)
-        self._scratch_tensor: torch.Tensor | None = None
-        self._element_sizes: dict[torch.dtype, int] = {}
         self._logged: set[tuple[str, str]] = set()
         self._pending: list[_PeerOp] = []
         self.path_counts: Counter[tuple[str, str]] = Counter()
@@ -354,32 +333,16 @@ class SymmProcessGroup(dist.ProcessGroup):
     def _device(self) -> torch.device:
         return torch.device("cpu") if self.comm.backend == "host" else torch.device("cuda", self.comm.device)
 
-    def _scratch_bytes_tensor(self) -> torch.Tensor:
-        """The scratch window as a uint8 tensor on the communicator's device."""
-        if self._scratch_tensor is None:
-            if self.comm.backend == "host":
-                self._scratch_tensor = torch.from_numpy(self._scratch.numpy())
-            else:
-                self._scratch_tensor = torch.as_tensor(self._scratch, device=self._device())
-        return self._scratch_tensor
-
-    def _scratch_of(self, dtype: torch.dtype, offset: int, count: int) -> torch.Tensor:
-        """``count`` elements of ``dtype`` at byte ``offset`` of the scratch window."""
-        size = self._element_sizes.get(dtype)
-        if size is None:
-            size = self._element_sizes[dtype] = torch.empty((), dtype=dtype).element_size()
-        return self._scratch_bytes_tensor()[offset : offset + count * size].view(dtype)
-
     def _in_window(self, *tensors: torch.Tensor) -> bool:
         """Whether every tensor lies, contiguous and on the communicator's device, in a window
-        of this group registered by the user (not the scratch window)."""
+        of this group."""
         for tensor in tensors:
             if not tensor.is_contiguous() or tensor.device != self._device():
                 return False
             start = tensor.data_ptr()
             end = start + tensor.numel() * tensor.element_size()
             if not any(
-                w is not self._scratch_window and w.registered and w.base <= start and end <= w.base + w.nbytes
+                w.registered and w.base <= start and end <= w.base + w.nbytes
                 for w in list(self.comm._windows)
             ):
                 return False
@@ -397,11 +360,6 @@ class SymmProcessGroup(dist.ProcessGroup):
             _log(self._rank, "INFO", f"{kind} of {tensor.numel()} {tensor.dtype} {how}")
         self._logged.add((kind, path))
         self.path_counts[kind, path] += 1
-
-    def _chunk_elements(self, element_size: int, per_element: int) -> int:
-        """Elements per chunk when each element needs ``per_element`` elements of scratch (and
-        the receive region starts at the next 256-byte boundary)."""
-        return max(1, (self._scratch.nbytes - 256) // (element_size * per_element))
 
     @staticmethod
     def _check(tensor: torch.Tensor) -> int:
@@ -422,8 +380,8 @@ class SymmProcessGroup(dist.ProcessGroup):
 
     def _call(self, function: Any, send: torch.Tensor, recv: torch.Tensor, count: int, code: int, *extra: int) -> None:
         """The C call ``function(send, recv, count, code, *extra, comm, stream)`` on tensors this
-        group has checked already (contiguous, on its device: in a window of the group, slices
-        of its scratch window, or memory the library stages), after the sends and receives
+        group has checked already (contiguous, on its device: in a window of the group, or
+        memory the library stages), after the sends and receives
         queued before it."""
         if self._pending:
             self._flush_peer_ops()
@@ -798,9 +756,8 @@ class SymmProcessGroup(dist.ProcessGroup):
     # work is waited for (or the group's next collective starts): every queued operation in one
     # symm group, so a rank's sends and receives of one batch_isend_irecv are one launch, and
     # ranks may send to each other in any order. Operations pair in call order per pair of
-    # ranks, as in NCCL (tags are not matched). Messages are cut into chunks of the scratch
-    # window's size on every rank, so both sides cut alike whether their tensors are in a window
-    # or staged.
+    # ranks, as in NCCL (tags are not matched). A tensor outside the group's windows is staged
+    # by the library, which cuts messages alike on every rank whichever path each side takes.
 
     def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Any:
         return self._queue_peer_op(True, tensors, dst_rank)
@@ -834,82 +791,22 @@ class SymmProcessGroup(dist.ProcessGroup):
         for op in ops:
             op.done = True
 
-    def _peer_chunk_bytes(self) -> int:
-        """Bytes of the chunks every message is cut into (the same on every rank, whatever path
-        its tensors take): an eighth of the scratch window, so that one round holds a chunk of
-        eight staged operations."""
-        return max(256, (self._scratch.nbytes - 256) // 8 // 256 * 256)
-
     def _run_peer_ops(self, ops: list[_PeerOp]) -> None:
-        capacity = self._scratch.nbytes - 256
-        cut = self._peer_chunk_bytes()
-        # Every operation's chunks, as (first element, count); an empty message is one chunk.
-        chunks: list[list[tuple[int, int]]] = []
-        in_window: list[bool] = []
+        stream = self._stream() or 0
+        # The library stages a tensor outside this group's windows itself (in pieces, alike on
+        # every rank); a tensor that is not contiguous goes through a contiguous copy here.
+        buffers = []
         for op in ops:
             tensor = op.tensor
-            per_chunk = max(1, cut // tensor.element_size())
-            numel = tensor.numel()
-            chunks.append([(start, min(per_chunk, numel - start)) for start in range(0, max(numel, 1), per_chunk)])
-            in_window.append(self._in_window(tensor))
-            self._note("send" if op.send else "recv", "window" if in_window[-1] else "staged", tensor)
-        # Rounds take the operations' chunks level by level (chunk k of every operation before
-        # chunk k + 1 of any), as many whole levels as the scratch window holds. A level is
-        # never split between rounds while it fits in one: a launch waits until its sends are
-        # received, so a send in one round whose matching receive sits in the peer's next round
-        # would wait for a peer that waits for it. Whole levels keep every pair in order (a
-        # rank's round ends only after its peers' rounds reach the same level). Only a level
-        # larger than the scratch window (more than eight staged operations) is cut by
-        # operation.
-        rounds: list[list[tuple[_PeerOp, int, int, int | None]]] = [[]]
-        used = 0
-        for k in range(max(len(c) for c in chunks) if chunks else 0):
-            level = [
-                (op, *op_chunks[k], window)
-                for op, op_chunks, window in zip(ops, chunks, in_window)
-                if k < len(op_chunks)
-            ]
-            needs = [0 if window else (count * op.tensor.element_size() + 255) // 256 * 256 for op, _, count, window in level]
-            if used + sum(needs) > capacity and rounds[-1]:
-                rounds.append([])
-                used = 0
-            for (op, start, count, window), need in zip(level, needs):
-                if window:
-                    rounds[-1].append((op, start, count, None))
-                    continue
-                if used + need > capacity and rounds[-1]:
-                    rounds.append([])
-                    used = 0
-                rounds[-1].append((op, start, count, used))
-                used += need
-        stream = self._stream() or 0
-        for pieces in rounds:
-            if not pieces:
-                continue
-            flats = {}
-            for op, start, count, offset in pieces:
-                if op.send and offset is not None and count:
-                    flat = flats.setdefault(id(op), _flat(op.tensor))
-                    self._scratch_of(op.tensor.dtype, offset, count).copy_(flat[start : start + count])
-            with _core.group():
-                for op, start, count, offset in pieces:
-                    if offset is None:
-                        address = op.tensor.data_ptr() + start * op.tensor.element_size()
-                    else:
-                        address = self._scratch_of(op.tensor.dtype, offset, count).data_ptr()
-                    function = lib.symmSend if op.send else lib.symmRecv
-                    check(function(address, count, op.code, op.peer, self.comm.handle, stream))
-            for op, start, count, offset in pieces:
-                if not op.send and offset is not None and count:
-                    received = self._scratch_of(op.tensor.dtype, offset, count)
-                    if op.tensor.is_contiguous():
-                        op.tensor.view(-1)[start : start + count].copy_(received)
-                    else:
-                        op.staged_copy = op.staged_copy if op.staged_copy is not None else op.tensor.contiguous()
-                        op.staged_copy.view(-1)[start : start + count].copy_(received)
-        for op in ops:
-            if op.staged_copy is not None:
-                op.tensor.copy_(op.staged_copy)
+            self._note("send" if op.send else "recv", "window" if self._in_window(tensor) else "staged", tensor)
+            buffers.append(tensor if tensor.is_contiguous() else tensor.contiguous())
+        with _core.group():
+            for op, buffer in zip(ops, buffers):
+                function = lib.symmSend if op.send else lib.symmRecv
+                check(function(buffer.data_ptr(), buffer.numel(), op.code, op.peer, self.comm.handle, stream))
+        for op, buffer in zip(ops, buffers):
+            if not op.send and buffer is not op.tensor:
+                op.tensor.copy_(buffer)
             op.done = True
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
@@ -1464,15 +1361,15 @@ if BACKEND_NAME.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
 
 
-def _user_window_of(comm: _core.Comm, tensor: torch.Tensor, scratch: Any) -> Any:
-    """The window of ``comm`` registered by the user (not ``scratch``) that holds ``tensor``
+def _user_window_of(comm: _core.Comm, tensor: torch.Tensor) -> Any:
+    """The window of ``comm`` registered by the user that holds ``tensor``
     (contiguous), or None."""
     if not tensor.is_contiguous():
         return None
     start = tensor.data_ptr()
     end = start + tensor.numel() * tensor.element_size()
     for window in list(comm._windows):
-        if window is not scratch and window.registered and window.base <= start and end <= window.base + window.nbytes:
+        if window.registered and window.base <= start and end <= window.base + window.nbytes:
             return window
     return None
 
@@ -1533,8 +1430,7 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
         refuse(str(error))
     if pg is not None and pg._pending:
         pg._flush_peer_ops()
-    scratch = pg._scratch_window if pg is not None else None
-    windows = [_user_window_of(comm, t, scratch) for t in (input, out, in_out_splits)]
+    windows = [_user_window_of(comm, t) for t in (input, out, in_out_splits)]
     if all(w is not None for w in windows):
         if pg is not None:
             pg._note("all_to_all_vdev", "window", input)

@@ -1,6 +1,7 @@
 """One rank of the torch.distributed tests (test_torch.py), started by torchrun: every
 collective of the "symm" backend, every dtype torch and symm share, every ReduceOp, in place and
-not, at odd sizes (larger than the scratch window, so staged calls run in chunks), checked bit
+not, at odd sizes (larger than the library's staging window, SYMM_STAGING_BYTES=8192 in this
+job, so staged calls run in chunks and staged messages in pieces), checked bit
 for bit against references.py; then the window path, async work, barrier and the object
 collectives built on all_gather and broadcast. Prints "rank R: N calls OK"."""
 
@@ -239,8 +240,7 @@ def main() -> None:
     buffer.free()
     calls += 1
     # Send and receive: blocking pairs, isend/irecv, and batch_isend_irecv rings both ways,
-    # every size class (empty, odd, larger than the scratch window's chunks is not needed: the
-    # chunking has its own case below), bit for bit.
+    # every size class (empty, odd, several pieces of the staging window), bit for bit.
     for dtype in ["int8", "bfloat16", "float32", "float64"]:
         torch_type = TORCH_TYPES[dtype]
         for count in COUNTS:
@@ -284,27 +284,38 @@ def main() -> None:
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     assert torch.equal(own, torch.arange(5.0)), own
-    # A message of several scratch-window chunks (the scratch window is small in this job).
+    # A message of several pieces (the staging window is small in this job: pieces of 1024
+    # bytes, eight staged pieces per round).
     big = torch.arange(3000, dtype=torch.float64) + rank
     got = torch.empty_like(big)
     ops = [dist.P2POp(dist.isend, big, (rank + 1) % size), dist.P2POp(dist.irecv, got, (rank - 1) % size)]
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     assert torch.equal(got, big - rank + (rank - 1) % size), got
-    # A ring whose last level of chunks does not fit the round the earlier levels fill (this
-    # job's scratch window: 8192 bytes, chunks of 768): five full levels and a tail of 128
-    # bytes per message. A round must not take the tail's send without its receive, or both
-    # ranks wait for each other.
-    tail = torch.arange(992, dtype=torch.float32) + 1000 * rank
-    got = torch.empty_like(tail)
-    ops = [dist.P2POp(dist.isend, tail, (rank + 1) % size), dist.P2POp(dist.irecv, got, (rank - 1) % size)]
+    # A ring both ways of many tensors: sixteen staged messages per rank, more pieces per level
+    # than a round holds, so a level is split between rounds, alike on both sides of each pair
+    # (else two ranks wait for each other's next round).
+    right, left = (rank + 1) % size, (rank - 1) % size
+    sent = [torch.arange(700, dtype=torch.float32) + 1000 * rank + k for k in range(8)]
+    from_left = [torch.empty(700) for _ in range(8)]
+    from_right = [torch.empty(700) for _ in range(8)]
+    ops = []
+    for k in range(8):
+        ops += [
+            dist.P2POp(dist.isend, sent[k], right),
+            dist.P2POp(dist.irecv, from_left[k], left),
+            dist.P2POp(dist.isend, sent[k], left),
+            dist.P2POp(dist.irecv, from_right[k], right),
+        ]
     for work in dist.batch_isend_irecv(ops):
         work.wait()
-    assert torch.equal(got, tail - 1000 * rank + 1000 * ((rank - 1) % size)), got
+    for k in range(8):
+        assert torch.equal(from_left[k], torch.arange(700.0) + 1000 * left + k), (k, from_left[k])
+        assert torch.equal(from_right[k], torch.arange(700.0) + 1000 * right + k), (k, from_right[k])
     calls += 4
     # All-to-all-v with the splits in device memory (PyTorch SymmMem's all_to_all_vdev): three
     # symmetric tensors (each its own window: no copy), then plain tensors (staged through the
-    # scratch window); new splits each round, zeros among them; bit for bit.
+    # library's staging window); new splits each round, zeros among them; bit for bit.
     import symm.torch as st
 
     pg = dist.distributed_c10d._get_default_group()

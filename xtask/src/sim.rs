@@ -472,7 +472,10 @@ pub fn test() -> Result<(), String> {
         ("send and receive", &binaries.point_to_point),
         ("all-to-all-v", &binaries.all_to_all_v),
         ("staged calls", &binaries.staging),
-        ("staged sends and receives", &binaries.staging_point_to_point),
+        (
+            "staged sends and receives",
+            &binaries.staging_point_to_point,
+        ),
     ] {
         SimRun {
             what,

@@ -21,7 +21,7 @@
 //! such order, and two ranks could each wait for a piece the other puts in its next round.
 
 /// Staged bytes are placed at this alignment in the staging window.
-pub const PIECE_ALIGN: u64 = 256;
+pub(crate) const PIECE_ALIGN: u64 = 256;
 
 /// Bytes of a piece on a communicator whose staging window holds `staging_bytes` (0: none, so
 /// messages are not cut): an eighth of the window, so that one round holds a piece of eight

@@ -44,7 +44,7 @@ use symm_device::{DataType, RedOp};
 /// Bit of a piece's data type tag that marks a message's last piece (the C data types are
 /// below it). The kernel compares the tags of a send and its receive, so two messages cut into
 /// different numbers of pieces are refused at the first piece where they part.
-pub const LAST_PIECE_TAG: u32 = 0x80;
+pub(crate) const LAST_PIECE_TAG: u32 = 0x80;
 
 /// Where a task's bytes are.
 pub enum Buffer {
@@ -707,4 +707,18 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
         ));
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_data_type_lies_below_the_last_piece_tag() {
+        for dtype in DataType::ALL {
+            assert!((dtype as u32) < LAST_PIECE_TAG, "{dtype:?}");
+        }
+        // The work table carries 8 bits of the tag.
+        assert!(LAST_PIECE_TAG <= 0xFF);
+    }
 }
