@@ -522,3 +522,105 @@ fn logging_child() {
         check(symmCommDestroy(comm), null_mut());
     });
 }
+
+/// Staged sends and receives (several pieces and rounds, both ways) captured into a CUDA graph
+/// and replayed with new data each time: the copies and every round's launch are stream work,
+/// and each replay takes new sequence numbers (the cuda backend: a GPU, or the simulated GPU).
+#[test]
+fn staged_sends_and_receives_replay_from_a_cuda_graph() {
+    setup();
+    if !on_cuda() {
+        return;
+    }
+    use cudarc::driver::sys;
+    let comms = init_all(2);
+    let messages = 6;
+    let count = 3 * PIECE + 5;
+    let slot = count + 8;
+    let own: Vec<OwnMemory> = (0..2)
+        .map(|_| OwnMemory::new(2 * messages * slot * 4))
+        .collect();
+    let at = |rank: usize, send: bool, k: usize| {
+        // SAFETY: inside the rank's own memory.
+        unsafe {
+            own[rank]
+                .ptr
+                .add(4 * ((!send) as usize * messages + k) * slot)
+        }
+    };
+    let data = |from: usize, k: usize, replay: usize| -> Vec<f32> {
+        (0..count)
+            .map(|i| (from * 100_000 + replay * 10_000 + k * 1_000 + i % 997) as f32)
+            .collect()
+    };
+    let io = RankStream::new();
+    cuda_context();
+    // SAFETY: stream, graph and exec are made, used and destroyed here, in the current
+    // context; the capture is ended before anything else is enqueued.
+    unsafe {
+        let mut stream = null_mut();
+        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+        check(symmGroupStart(), null_mut());
+        let mut results = Vec::new();
+        for (rank, comm) in comms.iter().enumerate() {
+            for k in 0..messages {
+                let peer = 1 - rank as i32;
+                results.push(symmSend(
+                    at(rank, true, k).cast(),
+                    count,
+                    F32,
+                    peer,
+                    *comm,
+                    stream.cast(),
+                ));
+                results.push(symmRecv(
+                    at(rank, false, k).cast(),
+                    count,
+                    F32,
+                    peer,
+                    *comm,
+                    stream.cast(),
+                ));
+            }
+        }
+        let end = symmGroupEnd();
+        let mut graph = null_mut();
+        sys::cuStreamEndCapture(stream, &mut graph)
+            .result()
+            .unwrap();
+        assert!(results.iter().all(|r| *r == symmResult_t::symmSuccess));
+        check(end, null_mut());
+        let mut exec = null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            .result()
+            .unwrap();
+        for replay in 0..3 {
+            for rank in 0..2 {
+                for k in 0..messages {
+                    io.put_f32(at(rank, true, k), &data(rank, k, replay));
+                    io.put_f32(at(rank, false, k), &vec![-1.0; count]);
+                }
+            }
+            sys::cuGraphLaunch(exec, stream).result().unwrap();
+            sys::cuStreamSynchronize(stream).result().unwrap();
+            for (rank, comm) in comms.iter().enumerate() {
+                check(async_error(*comm), *comm);
+                for k in 0..messages {
+                    assert!(
+                        io.get_f32(at(rank, false, k), count) == data(1 - rank, k, replay),
+                        "replay {replay}: rank {rank}'s message {k}"
+                    );
+                }
+            }
+        }
+        sys::cuGraphExecDestroy(exec).result().unwrap();
+        sys::cuGraphDestroy(graph).result().unwrap();
+        sys::cuStreamDestroy_v2(stream).result().unwrap();
+    }
+    drop(own);
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
