@@ -5,10 +5,11 @@
 #![allow(non_snake_case)]
 
 use crate::abi::*;
-use crate::collective::{self, UserCall};
+use crate::collective;
 use crate::comm::{self, Comm, split, windows};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
 use crate::group;
+use crate::group::entry::{CollectiveArgs, collective_call};
 use crate::plan::Collective;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -526,18 +527,21 @@ pub extern "C" fn symmAllReduce(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAllReduce", comm, |c| {
-        let call = UserCall {
-            collective: Collective::AllReduce,
-            name: "symmAllReduce",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count,
+            count: count,
             datatype,
-            root: None,
+            op: op,
+            root: 0,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::all_reduce(c, s, r, n, datatype, op)
-        })
+        collective_call(
+            c,
+            Collective::AllReduce,
+            "symmAllReduce",
+            args,
+            stream as u64,
+        )
     })
 }
 
@@ -562,18 +566,15 @@ pub extern "C" fn symmReduce(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmReduce", comm, |c| {
-        let call = UserCall {
-            collective: Collective::Reduce,
-            name: "symmReduce",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count,
+            count: count,
             datatype,
-            root: Some(root),
+            op: op,
+            root: root,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::reduce(c, s, r, n, datatype, op, root)
-        })
+        collective_call(c, Collective::Reduce, "symmReduce", args, stream as u64)
     })
 }
 
@@ -593,18 +594,21 @@ pub extern "C" fn symmAllGather(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAllGather", comm, |c| {
-        let call = UserCall {
-            collective: Collective::AllGather,
-            name: "symmAllGather",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
             count: sendcount,
             datatype,
-            root: None,
+            op: 0,
+            root: 0,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::all_gather(c, s, r, n, datatype)
-        })
+        collective_call(
+            c,
+            Collective::AllGather,
+            "symmAllGather",
+            args,
+            stream as u64,
+        )
     })
 }
 
@@ -625,18 +629,21 @@ pub extern "C" fn symmReduceScatter(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmReduceScatter", comm, |c| {
-        let call = UserCall {
-            collective: Collective::ReduceScatter,
-            name: "symmReduceScatter",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
             count: recvcount,
             datatype,
-            root: None,
+            op: op,
+            root: 0,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::reduce_scatter(c, s, r, n, datatype, op)
-        })
+        collective_call(
+            c,
+            Collective::ReduceScatter,
+            "symmReduceScatter",
+            args,
+            stream as u64,
+        )
     })
 }
 
@@ -660,18 +667,21 @@ pub extern "C" fn symmBroadcast(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmBroadcast", comm, |c| {
-        let call = UserCall {
-            collective: Collective::Broadcast,
-            name: "symmBroadcast",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count,
+            count: count,
             datatype,
-            root: Some(root),
+            op: 0,
+            root: root,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::broadcast(c, s, r, n, datatype, root)
-        })
+        collective_call(
+            c,
+            Collective::Broadcast,
+            "symmBroadcast",
+            args,
+            stream as u64,
+        )
     })
 }
 
@@ -736,23 +746,6 @@ pub extern "C" fn symmRecv(
     )
 }
 
-/// A collective `call` of `c` on `stream`: run in its windows, or staged through the
-/// communicator's staging window ([`collective::route`]); `validate` is the collective's
-/// validation of a send buffer, a receive buffer and a count.
-fn routed(
-    c: &Arc<Comm>,
-    call: UserCall,
-    stream: symmStream_t,
-    validate: impl Fn(u64, u64, usize) -> Result<collective::Request>,
-) -> Result<()> {
-    group::collective(
-        c,
-        &collective::describe(call.name, call.count, call.datatype),
-        || collective::route(c, &call, validate),
-        stream as u64,
-    )
-}
-
 /// `symmSend` (`send`) or `symmRecv` of `count` elements at `buffer` with rank `peer`.
 #[allow(clippy::too_many_arguments)]
 fn peer_call(
@@ -796,18 +789,15 @@ pub extern "C" fn symmAlltoAll(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAlltoAll", comm, |c| {
-        let call = UserCall {
-            collective: Collective::AllToAll,
-            name: "symmAlltoAll",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count,
+            count: count,
             datatype,
-            root: None,
+            op: 0,
+            root: 0,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::all_to_all(c, s, r, n, datatype)
-        })
+        collective_call(c, Collective::AllToAll, "symmAlltoAll", args, stream as u64)
     })
 }
 
@@ -883,18 +873,15 @@ pub extern "C" fn symmGather(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmGather", comm, |c| {
-        let call = UserCall {
-            collective: Collective::Gather,
-            name: "symmGather",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count,
+            count: count,
             datatype,
-            root: Some(root),
+            op: 0,
+            root: root,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::gather(c, s, r, n, datatype, root)
-        })
+        collective_call(c, Collective::Gather, "symmGather", args, stream as u64)
     })
 }
 
@@ -918,18 +905,15 @@ pub extern "C" fn symmScatter(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmScatter", comm, |c| {
-        let call = UserCall {
-            collective: Collective::Scatter,
-            name: "symmScatter",
+        let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count,
+            count: count,
             datatype,
-            root: Some(root),
+            op: 0,
+            root: root,
         };
-        routed(c, call, stream, |s, r, n| {
-            collective::scatter(c, s, r, n, datatype, root)
-        })
+        collective_call(c, Collective::Scatter, "symmScatter", args, stream as u64)
     })
 }
 

@@ -3,6 +3,7 @@
 //! known and they can run together; collectives of one (collective, operator, data type) are
 //! fused into one launch per device (see [`crate::group::fusion`]).
 
+pub mod entry;
 pub mod fusion;
 
 use crate::abi::symmResult_t;

@@ -1,0 +1,74 @@
+//! One entry for every collective as its caller names it (buffers as addresses, the C values of
+//! the data type and operator, the root): the call is routed (in its windows, or staged), then
+//! run now or queued to the group's end. The C ABI (`ffi::api`) and the Rust API (`api`) both
+//! call it, so the two front ends share every check and every path below.
+
+use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
+use crate::collective::{self, UserCall};
+use crate::comm::Comm;
+use crate::error::Result;
+use crate::plan::Collective;
+use std::ffi::c_int;
+use std::sync::Arc;
+
+/// The arguments of a collective call, as the C ABI takes them.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectiveArgs {
+    /// `sendbuff`.
+    pub send: u64,
+    /// `recvbuff`.
+    pub recv: u64,
+    /// Elements per segment (`count`, `sendcount` or `recvcount`).
+    pub count: usize,
+    /// The C data type.
+    pub datatype: symmDataTypeRaw,
+    /// The C operator (ignored by collectives that reduce nothing).
+    pub op: symmRedOpRaw,
+    /// The root (ignored by collectives without one).
+    pub root: c_int,
+}
+
+/// Run `collective` (named `name` in messages) of `comm` with `args` on `stream`.
+pub fn collective_call(
+    comm: &Arc<Comm>,
+    collective: Collective,
+    name: &'static str,
+    args: CollectiveArgs,
+    stream: u64,
+) -> Result<()> {
+    let rooted = matches!(
+        collective,
+        Collective::Reduce | Collective::Broadcast | Collective::Gather | Collective::Scatter
+    );
+    let call = UserCall {
+        collective,
+        name,
+        send: args.send,
+        recv: args.recv,
+        count: args.count,
+        datatype: args.datatype,
+        root: rooted.then_some(args.root),
+    };
+    let (datatype, op, root) = (args.datatype, args.op, args.root);
+    let c = comm;
+    super::collective(
+        comm,
+        &collective::describe(name, args.count, args.datatype),
+        || {
+            collective::route(c, &call, |s, r, n| match collective {
+                Collective::AllReduce => collective::all_reduce(c, s, r, n, datatype, op),
+                Collective::Reduce => collective::reduce(c, s, r, n, datatype, op, root),
+                Collective::AllGather => collective::all_gather(c, s, r, n, datatype),
+                Collective::ReduceScatter => collective::reduce_scatter(c, s, r, n, datatype, op),
+                Collective::Broadcast => collective::broadcast(c, s, r, n, datatype, root),
+                Collective::AllToAll => collective::all_to_all(c, s, r, n, datatype),
+                Collective::Gather => collective::gather(c, s, r, n, datatype, root),
+                Collective::Scatter => collective::scatter(c, s, r, n, datatype, root),
+                Collective::AllToAllV => Err(crate::error::Error::internal(
+                    "all-to-all-v has its own entry (its counts live in device memory)",
+                )),
+            })
+        },
+        stream,
+    )
+}
