@@ -5,10 +5,11 @@ use crate::abi::symmResult_t;
 use std::cell::RefCell;
 use std::ffi::CString;
 
-/// An error on its way to the C caller.
+/// An error: the result code the C ABI returns for it, and a message that names the function
+/// and the bad argument (its `Display`, the text `symmGetLastError` gives).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
-    /// The code returned to C.
+    /// The code (`symmInvalidArgument`, `symmTimeout`, …).
     pub code: symmResult_t,
     /// What went wrong, naming the function and the argument.
     pub message: String,
@@ -52,6 +53,15 @@ impl Error {
         self
     }
 }
+
+impl std::fmt::Display for Error {
+    /// The message, as `symmGetLastError` gives it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// A C string that can always be built from a message (interior NULs are replaced).
 pub fn c_message(message: &str) -> CString {

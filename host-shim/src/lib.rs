@@ -16,6 +16,7 @@
 
 mod abi;
 mod agree;
+mod api;
 mod backend;
 mod collective;
 mod comm;
@@ -34,6 +35,7 @@ mod transport;
 mod window;
 
 pub use abi::*;
+pub use api::*;
 pub use ffi::api::*;
 
 /// The internals that the project's own tests and benchmarks drive directly (the planner, the

@@ -615,6 +615,38 @@ impl CudaBackend {
         })
     }
 
+    /// A non-blocking stream of device `ordinal`'s context, owned by the caller (who destroys
+    /// it with [`CudaBackend::destroy_stream`]).
+    pub fn create_stream(&self, ordinal: i32) -> Result<u64> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        Ok(OwnedStream::create()?.into_raw() as u64)
+    }
+
+    /// Destroy a stream made by [`CudaBackend::create_stream`] on device `ordinal`.
+    pub fn destroy_stream(&self, ordinal: i32, stream: u64) -> Result<()> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        // SAFETY: a stream `create_stream` made and handed over, destroyed once by its owner.
+        driver("cuStreamDestroy", || unsafe {
+            result::stream::destroy(stream as sys::CUstream)
+        })
+    }
+
+    /// See [`super::Backend::download`]. Safe during a capture, as `alloc_zeroed`.
+    pub fn download(&self, ordinal: i32, address: u64, out: &mut [u8]) -> Result<()> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        outside_capture(|| {
+            // SAFETY: callers pass an allocation holding `out.len()` bytes; the copy completes
+            // before `out` is used again (synchronized).
+            driver("cuMemcpyDtoH", || unsafe {
+                result::memcpy_dtoh_async(out, address, device.setup_stream)?;
+                result::stream::synchronize(device.setup_stream)
+            })
+        })
+    }
+
     /// See [`super::Backend::upload`]. Safe during a capture, as `alloc_zeroed`.
     pub fn upload(&self, ordinal: i32, address: u64, bytes: &[u8]) -> Result<()> {
         let device = self.device(ordinal)?;

@@ -68,6 +68,14 @@ impl HostBackend {
         Ok(())
     }
 
+    /// Copy bytes out of host memory of this backend.
+    pub fn download(&self, address: u64, out: &mut [u8]) -> Result<()> {
+        // SAFETY: callers pass an address inside one of their allocations holding `out.len()`
+        // bytes; `out` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(address as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
     /// Run `launch` on CPU threads and return when every emulated thread has finished:
     /// whether every one completed its collective (`false`: some gave up, or refused the
     /// launch, and the abort word says why).

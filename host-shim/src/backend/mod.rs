@@ -280,6 +280,42 @@ impl Backend {
         }
     }
 
+    /// Copy `out.len()` bytes from `address` on `device` into `out`, synchronously (on the
+    /// cuda backend, through the device's setup stream).
+    pub fn download(&self, device: i32, address: u64, out: &mut [u8]) -> Result<()> {
+        match self {
+            Backend::Host(b) => b.download(address, out),
+            Backend::Model(b) => b.memory.download(address, out),
+            Backend::Cuda(b) => b.download(device, address, out),
+        }
+    }
+
+    /// A new stream of `device` for a caller's collectives (non-blocking on the cuda
+    /// backend; 0 on the others, whose calls complete before they return).
+    pub fn create_stream(&self, device: i32) -> Result<u64> {
+        match self {
+            Backend::Cuda(b) => b.create_stream(device),
+            Backend::Host(_) | Backend::Model(_) => Ok(0),
+        }
+    }
+
+    /// Destroy a stream made by [`Backend::create_stream`].
+    pub fn destroy_stream(&self, device: i32, stream: u64) -> Result<()> {
+        match self {
+            Backend::Cuda(b) => b.destroy_stream(device, stream),
+            Backend::Host(_) | Backend::Model(_) => Ok(()),
+        }
+    }
+
+    /// Wait until the work enqueued on `stream` of `device` so far has run (the host backend's
+    /// work has run when its call returns).
+    pub fn synchronize_stream(&self, device: i32, stream: u64) -> Result<()> {
+        let marks = self.mark_launch(device, &[stream])?;
+        let mut waits = StreamMarks::default();
+        waits.add(&marks);
+        self.wait_marks(device, &waits)
+    }
+
     /// Copy `copy.bytes` from `copy.src` to `copy.dst` on `stream` of `device` (a staged
     /// call's copies): now on the host backend (its launches complete before they return);
     /// enqueued on the cuda backend (`cuMemcpyAsync`, which a graph capture records); nothing

@@ -530,9 +530,9 @@ pub extern "C" fn symmAllReduce(
         let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count: count,
+            count,
             datatype,
-            op: op,
+            op,
             root: 0,
         };
         collective_call(
@@ -569,10 +569,10 @@ pub extern "C" fn symmReduce(
         let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count: count,
+            count,
             datatype,
-            op: op,
-            root: root,
+            op,
+            root,
         };
         collective_call(c, Collective::Reduce, "symmReduce", args, stream as u64)
     })
@@ -634,7 +634,7 @@ pub extern "C" fn symmReduceScatter(
             recv: recvbuff as u64,
             count: recvcount,
             datatype,
-            op: op,
+            op,
             root: 0,
         };
         collective_call(
@@ -670,10 +670,10 @@ pub extern "C" fn symmBroadcast(
         let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count: count,
+            count,
             datatype,
             op: 0,
-            root: root,
+            root,
         };
         collective_call(
             c,
@@ -792,7 +792,7 @@ pub extern "C" fn symmAlltoAll(
         let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count: count,
+            count,
             datatype,
             op: 0,
             root: 0,
@@ -876,10 +876,10 @@ pub extern "C" fn symmGather(
         let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count: count,
+            count,
             datatype,
             op: 0,
-            root: root,
+            root,
         };
         collective_call(c, Collective::Gather, "symmGather", args, stream as u64)
     })
@@ -908,10 +908,10 @@ pub extern "C" fn symmScatter(
         let args = CollectiveArgs {
             send: sendbuff as u64,
             recv: recvbuff as u64,
-            count: count,
+            count,
             datatype,
             op: 0,
-            root: root,
+            root,
         };
         collective_call(c, Collective::Scatter, "symmScatter", args, stream as u64)
     })

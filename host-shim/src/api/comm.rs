@@ -1,0 +1,182 @@
+//! A rank of a communicator, and groups.
+
+use super::Result;
+use crate::abi::{SYMM_UNIQUE_ID_BYTES, symmComm_t, symmUniqueId};
+use crate::error::Error;
+use crate::log::{Level, Subsys};
+use std::sync::Arc;
+
+/// Names a communicator: made once (by the rank that opens the bootstrap root) and passed to
+/// every rank's [`Comm::init_rank`], as bytes when the ranks are other processes.
+#[derive(Clone, Copy)]
+pub struct UniqueId(pub(crate) symmUniqueId);
+
+impl UniqueId {
+    /// A new id: starts the bootstrap root in this process (with `SYMM_COMM_ID` set, the id of
+    /// that address, whose root rank 0 opens), as `symmGetUniqueId`.
+    pub fn new() -> Result<UniqueId> {
+        crate::comm::new_unique_id()
+            .map(UniqueId)
+            .map_err(|e| e.in_function("UniqueId::new"))
+    }
+
+    /// The id as bytes, to send to the other ranks.
+    pub fn to_bytes(&self) -> [u8; SYMM_UNIQUE_ID_BYTES] {
+        self.0.internal.map(|b| b as u8)
+    }
+
+    /// The id from [`UniqueId::to_bytes`].
+    pub fn from_bytes(bytes: &[u8; SYMM_UNIQUE_ID_BYTES]) -> UniqueId {
+        UniqueId(symmUniqueId {
+            internal: bytes.map(|b| b as std::ffi::c_char),
+        })
+    }
+}
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UniqueId(..)")
+    }
+}
+
+/// A rank of a communicator. Dropping it destroys it (as `symmCommDestroy`; [`Comm::destroy`]
+/// returns the error, if any). A rank's calls come from one thread at a time: a second thread
+/// entering a call while another is in one is refused with an error, never run.
+pub struct Comm {
+    pub(crate) inner: Arc<crate::comm::Comm>,
+    destroyed: bool,
+}
+
+impl Comm {
+    fn new(inner: Arc<crate::comm::Comm>) -> Comm {
+        Comm {
+            inner,
+            destroyed: false,
+        }
+    }
+
+    /// Join rank `rank` of the `nranks`-rank communicator `id` names (one thread or process
+    /// per rank): returns once every rank has joined, or fails at the wait bound
+    /// (`SYMM_TIMEOUT_MS`). As `symmCommInitRank`.
+    pub fn init_rank(nranks: usize, id: &UniqueId, rank: usize) -> Result<Comm> {
+        let name = "Comm::init_rank";
+        if crate::group::active() {
+            return Err(Error::invalid_usage(
+                "inside a group: it returns only once every rank joined, so one thread cannot \
+                 join several ranks; use one thread per rank, or Comm::init_all",
+            )
+            .in_function(name));
+        }
+        let nranks = i32::try_from(nranks).map_err(|_| {
+            Error::invalid_argument(format!("nranks = {nranks} is too large")).in_function(name)
+        })?;
+        let rank = i32::try_from(rank).map_err(|_| {
+            Error::invalid_argument(format!("rank = {rank} is too large")).in_function(name)
+        })?;
+        crate::comm::init_rank(nranks, &id.0, rank)
+            .map(Comm::new)
+            .map_err(|e| e.in_function(name))
+    }
+
+    /// Every rank of a new communicator, in this process: rank `i` on device `devices[i]`
+    /// (devices may repeat). As `symmCommInitAll`; one thread then drives every rank, making
+    /// their calls inside [`group`].
+    pub fn init_all(devices: &[i32]) -> Result<Vec<Comm>> {
+        if devices.is_empty() {
+            return Err(Error::invalid_argument("devices is empty").in_function("Comm::init_all"));
+        }
+        let comms = crate::comm::init_all(devices).map_err(|e| e.in_function("Comm::init_all"))?;
+        Ok(comms.into_iter().map(Comm::new).collect())
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.inner.clique.nranks
+    }
+
+    /// The CUDA device ordinal of this rank (0 on the host backend).
+    pub fn device(&self) -> i32 {
+        self.inner.device
+    }
+
+    /// The backend: `"cuda"`, `"host"` or `"model"`.
+    pub fn backend(&self) -> &'static str {
+        self.inner.clique.backend.kind().name()
+    }
+
+    /// The communicator's handle for the C ABI (valid while `self` lives), to mix C calls with
+    /// this API.
+    pub fn as_raw(&self) -> symmComm_t {
+        self.inner.handle()
+    }
+
+    /// Destroy this rank (as `symmCommDestroy`), returning the error, if any.
+    pub fn destroy(mut self) -> Result<()> {
+        self.destroyed = true;
+        crate::comm::destroy(&self.inner).map_err(|e| e.in_function("Comm::destroy"))
+    }
+
+    /// Record `error` as this rank's last error (`symmGetLastError`) and return it.
+    pub(crate) fn record(&self, error: Error) -> Error {
+        self.inner.set_last_error(&error.message);
+        error
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        if let Err(e) = crate::comm::destroy(&self.inner) {
+            crate::log!(
+                Level::Warn,
+                Subsys::Init,
+                Some(self.inner.rank),
+                "dropping a Comm: {e} (call Comm::destroy to see the error)"
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.rank())
+            .field("size", &self.size())
+            .field("backend", &self.backend())
+            .finish()
+    }
+}
+
+/// Run `body` as a group (`symmGroupStart` … `symmGroupEnd`): the calls it makes are queued,
+/// and run together when it returns (window registrations complete, collectives launch, each
+/// rank's sends and receives run as one batch). One thread driving several ranks makes every
+/// rank's part of a collective inside one group. The group ends also when `body` fails or
+/// panics; `body`'s error comes first, else the group's.
+pub fn group<R>(body: impl FnOnce() -> Result<R>) -> Result<R> {
+    /// Ends the group on unwind.
+    struct EndOnUnwind(bool);
+    impl Drop for EndOnUnwind {
+        fn drop(&mut self) {
+            if self.0 {
+                let _ = crate::group::end();
+            }
+        }
+    }
+    crate::group::start().map_err(|e| e.in_function("group"))?;
+    let mut guard = EndOnUnwind(true);
+    let result = body();
+    guard.0 = false;
+    let ended = crate::group::end().map_err(|e| e.in_function("group"));
+    match (result, ended) {
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) => Err(e),
+        (Ok(value), Ok(())) => Ok(value),
+    }
+}
