@@ -32,7 +32,8 @@ in a registered window of the group is passed to the library as it is, which sta
 its communicator's staging window (``SYMM_STAGING_BYTES``): copied in, run there, copied out —
 correct for any tensor, slower than a tensor already in a window, which the collective uses in
 place (the window path); ``all_to_all_vdev`` likewise (staged whole). Sends and receives on
-such tensors are staged by the library alike, in pieces. ``SYMM_DEBUG=INFO`` says which path each kind of call took the
+such tensors are staged by the library too, whole (a batch's staged tensors must fit the staging window, which a
+group's communicator makes 32 MiB when ``SYMM_STAGING_BYTES`` is unset). ``SYMM_DEBUG=INFO`` says which path each kind of call took the
 first time, ``SYMM_DEBUG=TRACE`` every time.
 
 CPU tensors run on the host backend, CUDA tensors on the cuda backend, on PyTorch's current
@@ -81,6 +82,7 @@ from .errors import InvalidArgumentError, InvalidUsageError, SymmError, Unsuppor
 
 __all__ = [
     "BACKEND_NAME",
+    "STAGING_BYTES",
     "SymmProcessGroup",
     "SymmetricMemory",
     "all_to_all_vdev",
@@ -92,6 +94,10 @@ __all__ = [
 
 #: The name ``dist.init_process_group`` takes.
 BACKEND_NAME = "symm"
+#: The staging window of a group's communicator when ``SYMM_STAGING_BYTES`` is unset (the
+#: library's default is 4 MiB): sends and receives of tensors outside windows are staged whole,
+#: so a batch of them must fit.
+STAGING_BYTES = 32 << 20
 #: The store key of a group's unique id.
 _UID_KEY = "symm/unique_id"
 
@@ -281,15 +287,20 @@ class SymmProcessGroup(dist.ProcessGroup):
         else:
             uid = _core.UniqueId.from_hex(store.get(_UID_KEY).decode())
         bound = wait_bound_ms(timeout)
-        saved = os.environ.get("SYMM_TIMEOUT_MS")
-        os.environ["SYMM_TIMEOUT_MS"] = str(bound)
+        settings = {"SYMM_TIMEOUT_MS": str(bound)}
+        if not os.environ.get("SYMM_STAGING_BYTES"):
+            # Sends and receives of tensors outside windows are staged whole: room for a batch.
+            settings["SYMM_STAGING_BYTES"] = str(STAGING_BYTES)
+        saved = {name: os.environ.get(name) for name in settings}
+        os.environ.update(settings)
         try:
             self.comm = _core.Comm(size, uid, rank)
         finally:
-            if saved is None:
-                del os.environ["SYMM_TIMEOUT_MS"]
-            else:
-                os.environ["SYMM_TIMEOUT_MS"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
         self.wait_bound_ms = bound
         """The bound of every wait on another rank, in milliseconds (:func:`wait_bound_ms`)."""
         """The group's communicator."""
@@ -757,7 +768,7 @@ class SymmProcessGroup(dist.ProcessGroup):
     # symm group, so a rank's sends and receives of one batch_isend_irecv are one launch, and
     # ranks may send to each other in any order. Operations pair in call order per pair of
     # ranks, as in NCCL (tags are not matched). A tensor outside the group's windows is staged
-    # by the library, which cuts messages alike on every rank whichever path each side takes.
+    # whole by the library (a batch's staged tensors must fit the staging window together).
 
     def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Any:
         return self._queue_peer_op(True, tensors, dst_rank)
@@ -793,8 +804,8 @@ class SymmProcessGroup(dist.ProcessGroup):
 
     def _run_peer_ops(self, ops: list[_PeerOp]) -> None:
         stream = self._stream() or 0
-        # The library stages a tensor outside this group's windows itself (in pieces, alike on
-        # every rank); a tensor that is not contiguous goes through a contiguous copy here.
+        # The library stages a tensor outside this group's windows itself (whole); a tensor that
+        # is not contiguous goes through a contiguous copy here.
         buffers = []
         for op in ops:
             tensor = op.tensor

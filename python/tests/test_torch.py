@@ -25,7 +25,7 @@ def free_port() -> int:
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_torchrun_every_collective_dtype_and_op(nprocs: int) -> None:
-    env = dict(os.environ, SYMM_BACKEND="host", SYMM_STAGING_BYTES="8192", SYMM_DEBUG="INFO", OMP_NUM_THREADS="1")
+    env = dict(os.environ, SYMM_BACKEND="host", SYMM_STAGING_BYTES="262144", SYMM_DEBUG="INFO", OMP_NUM_THREADS="1")
     command = [
         sys.executable,
         "-m",

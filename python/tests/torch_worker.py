@@ -1,7 +1,7 @@
 """One rank of the torch.distributed tests (test_torch.py), started by torchrun: every
 collective of the "symm" backend, every dtype torch and symm share, every ReduceOp, in place and
-not, at odd sizes (larger than the library's staging window, SYMM_STAGING_BYTES=8192 in this
-job, so staged calls run in chunks and staged messages in pieces), checked bit
+not, at odd sizes (the library's staging window is SYMM_STAGING_BYTES=262144 in this job, so
+the largest staged collectives run in chunks; sends and receives are staged whole), checked bit
 for bit against references.py; then the window path, async work, barrier and the object
 collectives built on all_gather and broadcast. Prints "rank R: N calls OK"."""
 
@@ -240,7 +240,7 @@ def main() -> None:
     buffer.free()
     calls += 1
     # Send and receive: blocking pairs, isend/irecv, and batch_isend_irecv rings both ways,
-    # every size class (empty, odd, several pieces of the staging window), bit for bit.
+    # every size class (empty, odd, large), bit for bit.
     for dtype in ["int8", "bfloat16", "float32", "float64"]:
         torch_type = TORCH_TYPES[dtype]
         for count in COUNTS:
@@ -284,17 +284,14 @@ def main() -> None:
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     assert torch.equal(own, torch.arange(5.0)), own
-    # A message of several pieces (the staging window is small in this job: pieces of 1024
-    # bytes, eight staged pieces per round).
+    # A larger message, staged whole.
     big = torch.arange(3000, dtype=torch.float64) + rank
     got = torch.empty_like(big)
     ops = [dist.P2POp(dist.isend, big, (rank + 1) % size), dist.P2POp(dist.irecv, got, (rank - 1) % size)]
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     assert torch.equal(got, big - rank + (rank - 1) % size), got
-    # A ring both ways of many tensors: sixteen staged messages per rank, more pieces per level
-    # than a round holds, so a level is split between rounds, alike on both sides of each pair
-    # (else two ranks wait for each other's next round).
+    # A ring both ways of many tensors: thirty-two staged messages per rank in one batch.
     right, left = (rank + 1) % size, (rank - 1) % size
     sent = [torch.arange(700, dtype=torch.float32) + 1000 * rank + k for k in range(8)]
     from_left = [torch.empty(700) for _ in range(8)]

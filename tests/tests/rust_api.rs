@@ -341,7 +341,8 @@ fn arguments_the_types_cannot_check_are_refused_by_name() {
         scope(|s| {
             let ab = s.bind(&mut a, &stream);
             let bb = s.bind(&mut b, &stream);
-            let mut refused = |r: Result<(), symm::Error>| messages.push(r.unwrap_err().to_string());
+            let mut refused =
+                |r: Result<(), symm::Error>| messages.push(r.unwrap_err().to_string());
             refused(s.all_reduce(
                 ab.span(0..10).unwrap(),
                 bb.span(0..12).unwrap(),

@@ -1,24 +1,23 @@
 //! `symmSend` and `symmRecv` with buffers outside every window, through the C ABI: staged
-//! through the communicator's staging window, cut into pieces and rounds alike on every rank
-//! (`plan::peer_rounds`). Batches mixing staged and in-window buffers on either side of a pair
-//! (sends to self included, more staged pieces than a round holds, more messages than the
-//! kernel's task table), in every layout: a thread per rank, one thread driving every rank in
-//! a group, a process per rank; every message compared exactly. Counts that differ on a piece
-//! boundary are refused on both ranks, never paired with the next receive; the first staged
-//! send is said once in the log; `SYMM_STRICT_WINDOWS=1` refuses them.
+//! whole through the communicator's staging window (`plan::peer_staging`). Batches mixing
+//! staged and in-window buffers on either side of a pair (sends to self included), in every
+//! layout: a thread per rank, one thread driving every rank in a group, a process per rank;
+//! every message compared exactly. Ranks that group their calls differently (one rank's group
+//! against the other's single calls) pair in call order, staged or not. Staged buffers past
+//! the staging window are refused on both ranks at once; the first staged send is said once in
+//! the log; `SYMM_STRICT_WINDOWS=1` refuses them; staged calls replay from a CUDA graph.
 //!
-//! The staging window is small here (`SYMM_STAGING_BYTES`, 4 KiB: pieces of 512 bytes, eight
-//! staged pieces per round) so that messages take several pieces and batches several rounds.
-//! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the simulated
-//! GPU runs it in `cargo xtask sim --test`).
+//! The staging window is small here (`SYMM_STAGING_BYTES`, 64 KiB), so that a batch's refusal
+//! is cheap to reach. On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda
+//! backend (the simulated GPU runs it in `cargo xtask sim --test`).
 
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
 use symm_tests::*;
 
-const STAGING_BYTES: &str = "4096";
-/// Elements (f32) of a piece: an eighth of the staging window.
+const STAGING_BYTES: &str = "65536";
+/// A size unit of the messages (f32): 512 bytes.
 const PIECE: usize = 128;
 const F32: i32 = symmDataType_t::symmFloat32 as i32;
 
@@ -238,7 +237,7 @@ fn rank_batch(comm: symmComm_t, rank: usize, messages: &[Message], case: &str) {
 /// Batches a thread per rank runs, several in a row on one communicator.
 fn batches(nranks: usize) -> Vec<Vec<Message>> {
     (0..4)
-        .map(|seed| batch(nranks, 10 + 8 * seed as usize, 17 * nranks as u64 + seed))
+        .map(|seed| batch(nranks, 6 + 2 * seed as usize, 17 * nranks as u64 + seed))
         .collect()
 }
 
@@ -262,8 +261,8 @@ fn a_thread_per_rank() {
 }
 
 /// One thread drives every rank of a `symmCommInitAll` communicator in one group: the ranks'
-/// pieces share launches, round by round. The last batch holds more messages per rank than
-/// the kernel's task table (256).
+/// tasks share one launch. The last batch holds many small messages (about a hundred per
+/// rank).
 #[test]
 fn one_thread_drives_every_rank_in_a_group() {
     setup();
@@ -271,7 +270,7 @@ fn one_thread_drives_every_rank_in_a_group() {
     let comms = init_all(nranks);
     let mut all = batches(nranks);
     all.push(
-        batch(nranks, 420, 99)
+        batch(nranks, 150, 99)
             .into_iter()
             .map(|m| Message {
                 count: m.count % 40,
@@ -301,10 +300,8 @@ fn one_thread_drives_every_rank_in_a_group() {
     }
 }
 
-/// A ring both ways where every buffer is staged and each rank posts more staged pieces per
-/// level than a round holds (the batch `torch.distributed.batch_isend_irecv` makes of a ring
-/// exchange of many tensors): the pieces of one level split between rounds alike on both
-/// sides of each pair.
+/// A ring both ways where every buffer is staged, many messages per rank (the batch
+/// `torch.distributed.batch_isend_irecv` makes of a ring exchange of many tensors).
 #[test]
 fn staged_rings_of_many_messages_both_ways() {
     setup();
@@ -316,7 +313,7 @@ fn staged_rings_of_many_messages_both_ways() {
                 messages.push(Message {
                     from,
                     to: (from + shift) % nranks,
-                    count: 5 * PIECE + 3,
+                    count: 2 * PIECE + 43,
                     send_staged: true,
                     recv_staged: true,
                 });
@@ -330,44 +327,58 @@ fn staged_rings_of_many_messages_both_ways() {
     });
 }
 
-/// Rank 0 sends 3 pieces then 1; rank 1 receives 2 pieces, then 1, then 1. Cut into pieces
-/// alone, the first send's third piece would pair with the second receive (same size): a
-/// wrong message returned as success. The last piece is marked, so the first receive refuses
-/// the first send's second piece, and both ranks fail promptly, naming the mismatch.
+/// One rank stages more than its staging window holds in one group: refused before anything
+/// is launched, on that rank naming the bytes and `SYMM_STAGING_BYTES`, and the peer's
+/// matching calls fail at once (not at the wait bound).
 #[test]
-fn counts_that_differ_on_a_piece_boundary_are_refused() {
+fn a_group_that_stages_more_than_the_window_is_refused_on_both_ranks() {
     setup();
     let comms = join_threads(new_unique_id(), 2);
+    let count = 9 * 1024; // 36 KiB each: two of them pass the 64 KiB window.
     let outcomes = on_rank_threads(&comms, |rank, comm| {
         let stream = RankStream::new();
-        let own = OwnMemory::new(16 * PIECE * 4);
-        let at = |k: usize| {
+        let own = OwnMemory::new(2 * count * 4);
+        let (buffer, window) = window_of_bytes(comm, 2 * count * 4);
+        let started = Instant::now();
+        let result = if rank == 0 {
+            check(symmGroupStart(), comm);
             // SAFETY: inside the own memory.
-            unsafe { own.ptr.add(4 * k * 4 * PIECE) }
-        };
-        let counts: &[usize] = if rank == 0 {
-            &[3 * PIECE, PIECE]
+            let second = unsafe { own.ptr.add(count * 4) };
+            check(
+                symmSend(own.ptr.cast(), count, F32, 1, comm, stream.handle()),
+                comm,
+            );
+            check(
+                symmRecv(second.cast(), count, F32, 1, comm, stream.handle()),
+                comm,
+            );
+            stream.completed(comm, symmGroupEnd())
         } else {
-            &[2 * PIECE, PIECE, PIECE]
+            // In windows: a call that is fine on this rank, refused because of rank 0's.
+            let at = buffer as *mut u8;
+            // SAFETY: inside the window.
+            let second = unsafe { at.add(count * 4) };
+            let calls = [
+                symmGroupStart(),
+                symmRecv(at.cast(), count, F32, 0, comm, stream.handle()),
+            ];
+            let calls = [
+                calls[0],
+                calls[1],
+                symmSend(second.cast(), count, F32, 0, comm, stream.handle()),
+                stream.completed(comm, symmGroupEnd()),
+            ];
+            calls
+                .into_iter()
+                .find(|r| *r != symmResult_t::symmSuccess)
+                .unwrap_or(symmResult_t::symmSuccess)
         };
-        let start = Instant::now();
-        check(symmGroupStart(), comm);
-        for (k, count) in counts.iter().enumerate() {
-            stream.put_f32(at(k), &vec![rank as f32; *count]);
-            let result = if rank == 0 {
-                symmSend(at(k).cast(), *count, F32, 1, comm, stream.handle())
-            } else {
-                symmRecv(at(k).cast(), *count, F32, 0, comm, stream.handle())
-            };
-            check(result, comm);
-        }
-        let result = stream.completed(comm, symmGroupEnd());
-        let took = start.elapsed();
-        let message = last_error(comm);
-        drop(stream);
+        let outcome = (result, started.elapsed(), last_error(comm));
+        let _ = symmCommWindowDeregister(comm, window);
+        let _ = symmMemFree(comm, buffer);
         drop(own);
-        check(symmCommDestroy(comm), null_mut());
-        (result, took, message)
+        let _ = symmCommDestroy(comm);
+        outcome
     });
     for (rank, (result, took, message)) in outcomes.into_iter().enumerate() {
         assert_ne!(result, symmResult_t::symmSuccess, "rank {rank}: {message}");
@@ -376,9 +387,79 @@ fn counts_that_differ_on_a_piece_boundary_are_refused() {
             "rank {rank} took {took:?}: {message}"
         );
         assert!(
-            message.contains("count or data type differs"),
+            message.contains("SYMM_STAGING_BYTES") && message.contains("73728"),
             "rank {rank}: {message}"
         );
+    }
+}
+
+/// Rank 0's sends are in one group, rank 1's receives are single calls (and the other way
+/// round): they pair in call order per pair, as in NCCL, whether the buffers are in windows or
+/// staged, and an exchange grouped on one rank and made as a send then a receive on the other
+/// completes.
+#[test]
+fn ranks_that_group_their_calls_differently_pair_in_call_order() {
+    setup();
+    for staged in [false, true] {
+        let comms = join_threads(new_unique_id(), 2);
+        let (a, b) = (3 * PIECE + 8, 8);
+        let outcomes = on_rank_threads(&comms, |rank, comm| {
+            let stream = RankStream::new();
+            let s = stream.handle();
+            let own = OwnMemory::new(8 * a * 4);
+            let (buffer, window) = window_of_bytes(comm, 8 * a * 4);
+            let base = if staged { own.ptr } else { buffer as *mut u8 };
+            // SAFETY: inside the window or the own memory.
+            let at = |k: usize| unsafe { base.add(4 * k * a) };
+            let vals = |tag: usize, n: usize| -> Vec<f32> {
+                (0..n).map(|i| (tag * 10_000 + i) as f32).collect()
+            };
+            let (x, y);
+            if rank == 0 {
+                stream.put_f32(at(0), &vals(1, a));
+                stream.put_f32(at(1), &vals(2, b));
+                stream.put_f32(at(2), &vals(3, a));
+                check(symmGroupStart(), comm);
+                check(symmSend(at(0).cast(), a, F32, 1, comm, s), comm);
+                check(symmSend(at(1).cast(), b, F32, 1, comm, s), comm);
+                check(symmGroupEnd(), comm);
+                // An exchange in one group against the peer's send, then receive.
+                check(symmGroupStart(), comm);
+                check(symmSend(at(2).cast(), a, F32, 1, comm, s), comm);
+                check(symmRecv(at(3).cast(), a, F32, 1, comm, s), comm);
+                check(stream.completed(comm, symmGroupEnd()), comm);
+                x = stream.get_f32(at(3), a);
+                y = Vec::new();
+                assert!(x == vals(4, a), "staged {staged}: rank 0's exchange");
+            } else {
+                stream.put_f32(at(4), &vals(4, a));
+                check(symmRecv(at(0).cast(), a, F32, 0, comm, s), comm);
+                check(symmRecv(at(1).cast(), b, F32, 0, comm, s), comm);
+                check(
+                    stream.completed(comm, symmSend(at(4).cast(), a, F32, 0, comm, s)),
+                    comm,
+                );
+                check(
+                    stream.completed(comm, symmRecv(at(2).cast(), a, F32, 0, comm, s)),
+                    comm,
+                );
+                x = stream.get_f32(at(0), a);
+                y = stream.get_f32(at(1), b);
+                assert!(x == vals(1, a), "staged {staged}: the first receive");
+                assert!(y == vals(2, b), "staged {staged}: the second receive");
+                assert!(
+                    stream.get_f32(at(2), a) == vals(3, a),
+                    "staged {staged}: rank 1's exchange"
+                );
+            }
+            check(async_error(comm), comm);
+            check(symmCommWindowDeregister(comm, window), comm);
+            check(symmMemFree(comm, buffer), comm);
+            drop(own);
+            check(symmCommDestroy(comm), null_mut());
+            (x.len(), y.len())
+        });
+        assert_eq!(outcomes.len(), 2);
     }
 }
 
@@ -495,7 +576,7 @@ fn the_first_staged_send_is_logged_once() {
     assert_eq!(said.len(), 2, "one line per rank:\n{stderr}");
     assert!(
         said.iter()
-            .all(|l| l.contains("is in no registered window") && l.contains("pieces of up to 512")),
+            .all(|l| l.contains("is in no registered window") && l.contains("staged whole")),
         "{said:?}"
     );
 }
@@ -523,9 +604,9 @@ fn logging_child() {
     });
 }
 
-/// Staged sends and receives (several pieces and rounds, both ways) captured into a CUDA graph
-/// and replayed with new data each time: the copies and every round's launch are stream work,
-/// and each replay takes new sequence numbers (the cuda backend: a GPU, or the simulated GPU).
+/// Staged sends and receives (six messages each way) captured into a CUDA graph and replayed
+/// with new data each time: the copies and the launch are stream work, and each replay takes
+/// new sequence numbers (the cuda backend: a GPU, or the simulated GPU).
 #[test]
 fn staged_sends_and_receives_replay_from_a_cuda_graph() {
     setup();

@@ -382,9 +382,8 @@ fn p2p_refusal(rank: usize, word: u32) -> Error {
         }
     };
     Error::invalid_usage(format!(
-        "rank {rank}: its symmRecv from {peer} refused the matching symmSend: {why}; the \
-         receive failed (its buffer may hold a part of the message: a message is cut into \
-         pieces, checked one by one), and the communicator is failed on every rank"
+        "rank {rank}: its symmRecv from {peer} refused the matching symmSend: {why}; nothing \
+         was received, and the communicator is failed on every rank"
     ))
 }
 

@@ -14,7 +14,7 @@
 //! and medium sizes, and the direct kernels keep small rank counts and large sizes.
 
 pub mod batch;
-pub mod peer_rounds;
+pub mod peer_staging;
 pub mod scale_model;
 pub mod staging;
 

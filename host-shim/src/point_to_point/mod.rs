@@ -13,10 +13,8 @@
 //! "now, or at the group's end" is `group::point_to_point`.
 //!
 //! A buffer outside every window goes through the communicator's staging window
-//! (`comm::staging`), as a collective's does. Then, and whenever the communicator has a
-//! staging window, messages are cut into pieces and a launch into rounds
-//! (`plan::peer_rounds`), alike on every rank; the staged pieces are copied in before their
-//! round's launch and out after it, on the caller's stream.
+//! (`comm::staging`), as a collective's does, whole (`plan::peer_staging`): a staged send is
+//! copied in before the launch, a staged receive copied out after it, on the caller's stream.
 
 use crate::abi::symmDataTypeRaw;
 use crate::backend::BackendKind;
@@ -28,7 +26,7 @@ use crate::comm::{Clique, Comm, failure};
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::log::{Level, Subsys};
-use crate::plan::peer_rounds::{self, Message};
+use crate::plan::peer_staging;
 use crate::plan::staging::Copy;
 use crate::plan::{KernelId, Limits};
 use crate::window::Window;
@@ -40,11 +38,6 @@ use symm_device::symmetric::point_to_point::PeerTask;
 use symm_device::symmetric::{Algorithm, TaskArgs};
 use symm_device::sync::p2p::{CHANNELS, WINDOW_TABLE_ENTRIES};
 use symm_device::{DataType, RedOp};
-
-/// Bit of a piece's data type tag that marks a message's last piece (the C data types are
-/// below it). The kernel compares the tags of a send and its receive, so two messages cut into
-/// different numbers of pieces are refused at the first piece where they part.
-pub(crate) const LAST_PIECE_TAG: u32 = 0x80;
 
 /// Where a task's bytes are.
 pub enum Buffer {
@@ -106,44 +99,43 @@ impl Task {
     }
 }
 
-/// A piece of a task in one round (`plan::peer_rounds`).
-struct Piece<'a> {
+/// A task in its launch: where a staged task's bytes lie in the staging window.
+struct Placed<'a> {
     task: &'a Task,
-    piece: peer_rounds::Piece,
+    /// A staged task's offset in its rank's staging window.
+    staged_at: Option<u64>,
 }
 
-impl Piece<'_> {
-    /// The window the kernel reads (a send) or writes (a receive), and the piece's offset in
+impl Placed<'_> {
+    /// The window the kernel reads (a send) or writes (a receive), and the task's offset in
     /// it.
     fn place(&self) -> Result<(&Arc<Window>, u64)> {
-        match (&self.task.buffer, self.piece.staging_offset) {
-            (Buffer::InWindow { window, offset }, None) => Ok((window, offset + self.piece.start)),
+        match (&self.task.buffer, self.staged_at) {
+            (Buffer::InWindow { window, offset }, None) => Ok((window, *offset)),
             (Buffer::Staged { staging, .. }, Some(at)) => Ok((&staging.window, at)),
             _ => Err(Error::internal(
-                "a piece of a send or receive placed against its buffer",
+                "a send or receive placed against its buffer",
             )),
         }
     }
 
-    /// The copy between the caller's buffer and the staging window, for a staged piece with
+    /// The copy between the caller's buffer and the staging window, for a staged task with
     /// bytes: into the window for a send, out of it for a receive.
     fn copy(&self) -> Option<Copy> {
-        let (Buffer::Staged { address, staging }, Some(at)) =
-            (&self.task.buffer, self.piece.staging_offset)
+        let (Buffer::Staged { address, staging }, Some(at)) = (&self.task.buffer, self.staged_at)
         else {
             return None;
         };
-        let user = address + self.piece.start;
         let staged = staging.window.base + at;
         let (dst, src) = if self.task.send {
-            (staged, user)
+            (staged, *address)
         } else {
-            (user, staged)
+            (*address, staged)
         };
-        (self.piece.bytes > 0).then_some(Copy {
+        (self.task.bytes > 0).then_some(Copy {
             dst,
             src,
-            bytes: self.piece.bytes,
+            bytes: self.task.bytes,
         })
     }
 
@@ -156,12 +148,11 @@ impl Piece<'_> {
         };
         let task = self.task;
         let (window, offset) = self.place()?;
-        let last = if self.piece.last { LAST_PIECE_TAG } else { 0 };
         Ok(PeerTask {
             send: task.send,
             peer: task.peer as u32,
-            datatype: task.dtype as u32 | last,
-            bytes: self.piece.bytes,
+            datatype: task.dtype as u32,
+            bytes: task.bytes,
             buffer_context: context(window)?,
             offset,
             window: window.seq,
@@ -327,10 +318,10 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
 /// The communicator (by its clique) and device of a launch.
 type LaunchKey = (*const Clique, i32);
 
-/// Run `tasks` (one or several ranks', in call order): per device and clique, one launch per
-/// round ([`peer_rounds`]) serving every rank of it. A refusal here (overlapping buffers,
-/// several streams for one rank) fails the ranks' communicators: their peers may have made
-/// the matching calls.
+/// Run `tasks` (one or several ranks', in call order): one launch per device and clique,
+/// serving every rank of it. A refusal here (overlapping buffers, several streams for one
+/// rank, too many calls, staged buffers past the staging window) fails the ranks'
+/// communicators: their peers may have made the matching calls.
 pub fn run(tasks: &[Task]) -> Result<()> {
     let mut launches: Vec<(LaunchKey, Vec<Vec<&Task>>)> = Vec::new();
     let mut ranks: HashMap<*const Comm, (usize, usize)> = HashMap::new();
@@ -350,33 +341,36 @@ pub fn run(tasks: &[Task]) -> Result<()> {
         });
         launches[l].1[r].push(task);
     }
-    let checked = launches
+    let checked: Result<Vec<Vec<Vec<Placed>>>> = launches
         .iter()
-        .flat_map(|(_, parts)| parts)
-        .try_for_each(|tasks| check_rank_tasks(tasks));
-    if let Err(e) = checked {
-        let e = Error::new(
-            e.code,
-            format!(
-                "{}; nothing of it was launched, and since the peers' matching calls would wait \
+        .map(|(_, parts)| parts.iter().map(|tasks| check_rank_tasks(tasks)).collect())
+        .collect();
+    let placed = match checked {
+        Ok(placed) => placed,
+        Err(e) => {
+            let e = Error::new(
+                e.code,
+                format!(
+                    "{}; nothing of it was launched, and since the peers' matching calls would wait \
                  for it, the communicator is failed on every rank",
-                e.message
-            ),
-        );
-        for task in tasks {
-            failure::fail(&task.comm, &e);
+                    e.message
+                ),
+            );
+            for task in tasks {
+                failure::fail(&task.comm, &e);
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
     let host = tasks
         .first()
         .is_some_and(|t| t.comm.clique.backend.kind() == BackendKind::Host);
-    let results: Vec<Result<()>> = if host && launches.len() > 1 {
+    let results: Vec<Result<()>> = if host && placed.len() > 1 {
         // Host launches return when done: the launches run side by side.
         std::thread::scope(|scope| {
-            let handles: Vec<_> = launches
+            let handles: Vec<_> = placed
                 .iter()
-                .map(|(_, parts)| scope.spawn(move || run_rounds(parts)))
+                .map(|parts| scope.spawn(move || run_launch(parts)))
                 .collect();
             handles
                 .into_iter()
@@ -387,18 +381,23 @@ pub fn run(tasks: &[Task]) -> Result<()> {
                 .collect()
         })
     } else {
-        launches
-            .iter()
-            .map(|(_, parts)| run_rounds(parts))
-            .collect()
+        placed.iter().map(|parts| run_launch(parts)).collect()
     };
     results.into_iter().collect()
 }
 
-/// One rank's tasks of a launch: on one stream, with receive buffers that overlap no other
-/// buffer.
-fn check_rank_tasks(tasks: &[&Task]) -> Result<()> {
+/// One rank's tasks of a launch: at most `MAX_TASKS`, on one stream, with receive buffers
+/// that overlap no other buffer, and staged buffers that fit the staging window together:
+/// the tasks, each staged one with its place in the window.
+fn check_rank_tasks<'a>(tasks: &[&'a Task]) -> Result<Vec<Placed<'a>>> {
     let first = tasks[0];
+    if tasks.len() > MAX_TASKS {
+        return Err(Error::invalid_usage(format!(
+            "rank {}: {} sends and receives in one group; at most {MAX_TASKS}",
+            first.comm.rank,
+            tasks.len()
+        )));
+    }
     if let Some(other) = tasks.iter().find(|t| t.stream != first.stream) {
         return Err(Error::invalid_usage(format!(
             "rank {}: the sends and receives of one group name different streams ({:#x} and \
@@ -406,7 +405,28 @@ fn check_rank_tasks(tasks: &[&Task]) -> Result<()> {
             first.comm.rank, first.stream, other.stream
         )));
     }
-    check_overlaps(tasks)
+    check_overlaps(tasks)?;
+    let staged: Vec<Option<u64>> = tasks.iter().map(|t| t.staging().map(|_| t.bytes)).collect();
+    let capacity = tasks
+        .iter()
+        .find_map(|t| t.staging())
+        .map_or(0, |s| s.window.size);
+    let offsets = peer_staging::place_staged(&staged, capacity).map_err(|needed| {
+        Error::invalid_argument(format!(
+            "rank {}: {} of its sends and receives in one call or group have buffers outside \
+             the windows, and staged whole they need {needed} bytes, more than the staging \
+             window's {capacity} (SYMM_STAGING_BYTES, alike on every rank): put the buffers in \
+             windows, or raise SYMM_STAGING_BYTES",
+            first.comm.rank,
+            staged.iter().flatten().count()
+        ))
+    })?;
+    announce_staged(tasks);
+    Ok(tasks
+        .iter()
+        .zip(offsets)
+        .map(|(task, staged_at)| Placed { task, staged_at })
+        .collect())
 }
 
 /// Receive buffers of one rank's launch overlap no other buffer of it (the kernel copies
@@ -430,55 +450,6 @@ fn check_overlaps(tasks: &[&Task]) -> Result<()> {
     Ok(())
 }
 
-/// The launches serving `parts` (ranks of one device and clique, each with its tasks in call
-/// order), one per round, each round's staged pieces copied in before it and out after it.
-fn run_rounds(parts: &[Vec<&Task>]) -> Result<()> {
-    let first = &parts[0][0].comm;
-    let staging_bytes = first.lock().staging.as_ref().map_or(0, |s| s.window.size);
-    let messages: Vec<Vec<Message>> = parts
-        .iter()
-        .map(|tasks| {
-            tasks
-                .iter()
-                .map(|t| Message {
-                    send: t.send,
-                    rank: t.comm.rank,
-                    peer: t.peer,
-                    bytes: t.bytes,
-                    staged: t.staging().is_some(),
-                })
-                .collect()
-        })
-        .collect();
-    let rounds = peer_rounds::plan_rounds(
-        &messages,
-        peer_rounds::piece_bytes(staging_bytes),
-        staging_bytes,
-        MAX_TASKS,
-    );
-    for tasks in parts {
-        announce_staged(tasks);
-    }
-    for round in &rounds {
-        let pieces: Vec<Vec<Piece>> = round
-            .iter()
-            .zip(parts)
-            .filter(|(pieces, _)| !pieces.is_empty())
-            .map(|(pieces, tasks)| {
-                pieces
-                    .iter()
-                    .map(|p| Piece {
-                        task: tasks[p.message],
-                        piece: *p,
-                    })
-                    .collect()
-            })
-            .collect();
-        run_launch(&pieces)?;
-    }
-    Ok(())
-}
-
 /// Say a rank's first staged send or receive in the log, once per communicator (with the
 /// collectives' first staged call).
 fn announce_staged(tasks: &[&Task]) {
@@ -489,8 +460,8 @@ fn announce_staged(tasks: &[&Task]) {
     crate::collective::route::announce(&task.comm, staging, || {
         let range = task.range();
         format!(
-            "{} of {} bytes {} rank {}: {} [{:#x}, +{} bytes) is in no registered window; it \
-             runs in pieces of up to {} bytes",
+            "{} of {} bytes {} rank {}: {} [{:#x}, +{} bytes) is in no registered window; it is \
+             staged whole",
             task.name(),
             task.bytes,
             if task.send { "to" } else { "from" },
@@ -498,42 +469,41 @@ fn announce_staged(tasks: &[&Task]) {
             if task.send { "sendbuff" } else { "recvbuff" },
             range.start,
             task.bytes,
-            peer_rounds::piece_bytes(staging.window.size)
         )
     });
 }
 
-/// Which copies of a round's staged pieces.
+/// Which copies of a launch's staged tasks.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
-    /// The sends' pieces into the staging window, before the launch.
+    /// The sends' bytes into the staging window, before the launch.
     Before,
-    /// The receives' pieces out of it, after the launch.
+    /// The receives' bytes out of it, after the launch.
     After,
 }
 
-/// Run (host) or enqueue (cuda, on each rank's stream) the `side` copies of the staged pieces
+/// Run (host) or enqueue (cuda, on each rank's stream) the `side` copies of the staged tasks
 /// of `parts`. Before the copies in, a rank's staging window waits for its last use on another
 /// stream; after the copies out, the use is marked (`Staging::before_use`, `after_use`).
-fn copy_staged(parts: &[Vec<Piece>], side: Side) -> Result<()> {
-    for pieces in parts {
-        let Some(staging) = pieces.iter().find_map(|p| p.task.staging()) else {
+fn copy_staged(parts: &[Vec<Placed>], side: Side) -> Result<()> {
+    for placed in parts {
+        let Some(staging) = placed.iter().find_map(|p| p.task.staging()) else {
             continue;
         };
-        let task = pieces[0].task;
+        let task = placed[0].task;
         let comm = &task.comm;
         let backend = &comm.clique.backend;
         if side == Side::Before {
             staging.before_use(backend, comm.device, task.stream)?;
         }
-        for piece in pieces
+        for one in placed
             .iter()
             .filter(|p| p.task.send == (side == Side::Before))
         {
-            if let Some(copy) = piece.copy() {
+            if let Some(copy) = one.copy() {
                 // SAFETY: the copy joins the caller's buffer (valid for the call's count by the
                 // C ABI's contract) and a region inside the staging window
-                // (`peer_rounds::plan_rounds` keeps every round's pieces within its capacity),
+                // (`peer_staging::place_staged` keeps the launch's staged tasks within it),
                 // which the communicator holds while the task lives; the staging window is the
                 // communicator's own memory, so the two are disjoint.
                 unsafe { backend.copy(comm.device, task.stream, &copy)? };
@@ -546,23 +516,20 @@ fn copy_staged(parts: &[Vec<Piece>], side: Side) -> Result<()> {
     Ok(())
 }
 
-/// One launch serving `parts` (ranks of one device and clique, each with its pieces of one
-/// round, in key order).
-fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
+/// The launch serving `parts` (ranks of one device and clique, each with its tasks in call
+/// order), its work table built.
+fn build_launch(parts: &[Vec<Placed>]) -> Result<Launch> {
     let first = &parts[0][0].task.comm;
     let clique = &first.clique;
-    for pieces in parts {
-        failure::check(&pieces[0].task.comm)?;
-    }
     let task_count = parts.iter().map(Vec::len).max().unwrap_or(1);
     let mut work = Vec::with_capacity(parts.len() * task_count);
     let mut units = 1u32;
-    for pieces in parts {
+    for placed in parts {
         // Each distinct peer's place: which blocks own its channels.
         let mut peers: Vec<usize> = Vec::new();
         let mut rank_units = 0u32;
-        for piece in pieces {
-            let peer = piece.task.peer;
+        for one in placed {
+            let peer = one.task.peer;
             let slot = match peers.iter().position(|p| *p == peer) {
                 Some(slot) => slot,
                 None => {
@@ -571,17 +538,17 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
                     peers.len() - 1
                 }
             };
-            work.push(piece.args(slot as u32)?);
+            work.push(one.args(slot as u32)?);
         }
-        let start = work.len() - pieces.len();
+        let start = work.len() - placed.len();
         symm_device::symmetric::point_to_point::assign_ordinals(&mut work[start..]);
-        let pairs = pieces[0]
+        let pairs = placed[0]
             .task
             .pairs
             .context()
             .map(|c| c.address)
             .unwrap_or(0);
-        for _ in pieces.len()..task_count {
+        for _ in placed.len()..task_count {
             work.push(PeerTask::padding(pairs));
         }
         units = units.max(rank_units);
@@ -602,7 +569,7 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
         op: RedOp::Sum,
     };
     clique.backend.prepare(first.device, kernel)?;
-    let launch = Launch {
+    Ok(Launch {
         kernel,
         grid: plan.grid,
         block: plan.block,
@@ -619,28 +586,19 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
             .iter()
             .filter(|d| **d == first.device)
             .count() as u32,
-    };
-    let resources: Vec<_> = parts.iter().map(|p| &p[0].task.comm.resources).collect();
-    crate::log!(
-        Level::Info,
-        Subsys::Coll,
-        Some(first.rank),
-        "launch: send/receive of {} piece(s) ({} staged), kernel {}, {} blocks x {} threads; \
-         ranks {:?} on device {}",
-        parts.iter().map(Vec::len).sum::<usize>(),
-        parts
-            .iter()
-            .flatten()
-            .filter(|p| p.piece.staging_offset.is_some())
-            .count(),
-        kernel.ptx_name(),
-        plan.grid,
-        plan.block,
-        launch.rank_ids,
-        launch.device
-    );
+    })
+}
+
+/// One launch serving `parts` (ranks of one device and clique, each with its tasks in call
+/// order), staged tasks copied in before it and out after it. Any failure once the ranks are
+/// found healthy fails their communicators: the peers' matching calls would wait for it.
+fn run_launch(parts: &[Vec<Placed>]) -> Result<()> {
+    let first = &parts[0][0].task.comm;
+    let clique = &first.clique;
+    for placed in parts {
+        failure::check(&placed[0].task.comm)?;
+    }
     let fail_all = |e: Error, what: &str| {
-        // The peers may wait for this launch: fail the communicator on every rank.
         let e = Error::new(
             e.code,
             format!(
@@ -648,17 +606,41 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
                 e.message
             ),
         );
-        for pieces in parts {
-            failure::fail(&pieces[0].task.comm, &e);
+        for placed in parts {
+            failure::fail(&placed[0].task.comm, &e);
         }
         e
     };
+    let resources: Vec<_> = parts.iter().map(|p| &p[0].task.comm.resources).collect();
+    let (launch, prepared) = build_launch(parts)
+        .and_then(|launch| {
+            let prepared = clique.backend.prepare_launch(&launch, &resources)?;
+            Ok((launch, prepared))
+        })
+        .map_err(|e| fail_all(e, "the send/receive launch could not be prepared"))?;
+    crate::log!(
+        Level::Info,
+        Subsys::Coll,
+        Some(first.rank),
+        "launch: send/receive of {} task(s) ({} staged), kernel {}, {} blocks x {} threads; \
+         ranks {:?} on device {}",
+        parts.iter().map(Vec::len).sum::<usize>(),
+        parts
+            .iter()
+            .flatten()
+            .filter(|p| p.staged_at.is_some())
+            .count(),
+        launch.kernel.ptx_name(),
+        launch.grid,
+        launch.block,
+        launch.rank_ids,
+        launch.device
+    );
     copy_staged(parts, Side::Before)
         .map_err(|e| fail_all(e, "a send's copy into the staging window failed"))?;
-    let prepared = clique.backend.prepare_launch(&launch, &resources)?;
-    for pieces in parts {
-        let comm = &pieces[0].task.comm;
-        comm.lock().last_kernel = Some(kernel.ptx_name());
+    for placed in parts {
+        let comm = &placed[0].task.comm;
+        comm.lock().last_kernel = Some(launch.kernel.ptx_name());
         comm.launches.fetch_add(1, Ordering::Relaxed);
     }
     // The receives' copies out come before the windows' marks, so that teardown waits for
@@ -674,8 +656,8 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
         Ok(marks) => marks,
         Err(e) => {
             // The kernel may be enqueued: nothing may be freed until the streams are idle.
-            for pieces in parts {
-                let _ = clique.backend.synchronize(&pieces[0].task.comm.resources);
+            for placed in parts {
+                let _ = clique.backend.synchronize(&placed[0].task.comm.resources);
             }
             return Err(fail_all(
                 e,
@@ -683,10 +665,10 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
             ));
         }
     };
-    for pieces in parts {
-        pieces[0].task.pairs.note_launch(&marks);
-        for piece in pieces {
-            piece.place()?.0.note_launch(&marks);
+    for placed in parts {
+        placed[0].task.pairs.note_launch(&marks);
+        for one in placed {
+            one.place()?.0.note_launch(&marks);
         }
     }
     let end = end.map_err(|e| fail_all(e, "a send/receive launch failed"))?;
@@ -694,31 +676,18 @@ fn run_launch(parts: &[Vec<Piece>]) -> Result<()> {
         return Ok(());
     }
     let mut result = Ok(());
-    for pieces in parts {
-        if let Err(e) = failure::check(&pieces[0].task.comm) {
-            pieces[0].task.comm.set_last_error(&e.message);
+    for placed in parts {
+        if let Err(e) = failure::check(&placed[0].task.comm) {
+            placed[0].task.comm.set_last_error(&e.message);
             result = result.and(Err(e));
         }
     }
     if end == LaunchEnd::GaveUp && result.is_ok() {
         // Nothing was received: never report success.
-        return Err(Error::internal(
-            "a send/receive launch gave up, and no rank's communicator names why",
+        return Err(fail_all(
+            Error::internal("a send/receive launch gave up, and no rank's communicator names why"),
+            "nothing was received",
         ));
     }
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_data_type_lies_below_the_last_piece_tag() {
-        for dtype in DataType::ALL {
-            assert!((dtype as u32) < LAST_PIECE_TAG, "{dtype:?}");
-        }
-        // The work table carries 8 bits of the tag.
-        const { assert!(LAST_PIECE_TAG <= 0xFF) };
-    }
 }
