@@ -90,6 +90,7 @@ def data_file(name: str) -> Path:
     raise FileNotFoundError(
         f"{name} is not part of this installation of symm (looked in {data_dir()}); "
         "reinstall the package with `pip install ./python` or a wheel from `cargo xtask wheel`"
+        + (f", or set {HEADER_ENV} to the path of the symm.h that goes with your libsymm" if name == "symm.h" else "")
     )
 
 

@@ -155,11 +155,13 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
 class _PeerOp:
     """A queued send or receive of a group (see ``SymmProcessGroup.send``)."""
 
-    def __init__(self, send: bool, tensor: torch.Tensor, peer: int, code: int) -> None:
+    def __init__(self, send: bool, tensor: torch.Tensor, peer: int, code: int | None) -> None:
         self.send = send
         self.tensor = tensor
         self.peer = peer
         self.code = code
+        """The C ABI's data type, or None: moved as bytes (a dtype symm does not reduce, such as
+        ``torch.bool``: both sides of a pair move it alike)."""
         self.done = False
         self.error: SymmError | None = None
 
@@ -323,9 +325,13 @@ class SymmProcessGroup(dist.ProcessGroup):
         return self
 
     def shutdown(self) -> None:
-        """``destroy_process_group``: destroy the group's communicator (``symmCommDestroy``),
-        which frees its windows and buffers (tensors from :func:`empty` or :func:`mem_pool`
-        of this group lose their memory). Once only."""
+        """``destroy_process_group``: run the sends and receives still queued (an ``isend`` never
+        waited for, whose receiver waits for it), then destroy the group's communicator
+        (``symmCommDestroy``), which frees its windows and buffers (tensors from :func:`empty`
+        or :func:`mem_pool` of this group lose their memory). Once only."""
+        if self._pending and not self.comm.destroyed:
+            _log(self._rank, "INFO", f"torch: running {len(self._pending)} queued send(s)/receive(s) before the group is destroyed")
+            self._flush_peer_ops()
         if not self.comm.destroyed:
             self.comm.destroy()
 
@@ -781,7 +787,12 @@ class SymmProcessGroup(dist.ProcessGroup):
         if len(tensors) != 1:
             raise InvalidArgumentError(f"{what}: one tensor per call (got {len(tensors)})")
         tensor = tensors[0]
-        code = self._check(tensor)
+        try:
+            code: int | None = self._check(tensor)
+        except SymmError:
+            # Point to point moves bytes: a dtype symm does not reduce (bool, int16, complex)
+            # travels as uint8.
+            code = None
         if not 0 <= peer < self._size:
             raise InvalidArgumentError(f"{what}: peer {peer} is not a rank of this group (0 to {self._size - 1})")
         if tensor.device != self._device():
@@ -811,10 +822,14 @@ class SymmProcessGroup(dist.ProcessGroup):
             tensor = op.tensor
             self._note("send" if op.send else "recv", "window" if self._in_window(tensor) else "staged", tensor)
             buffers.append(tensor if tensor.is_contiguous() else tensor.contiguous())
+        byte_code = self._check(torch.empty(0, dtype=torch.uint8))
         with _core.group():
             for op, buffer in zip(ops, buffers):
                 function = lib.symmSend if op.send else lib.symmRecv
-                check(function(buffer.data_ptr(), buffer.numel(), op.code, op.peer, self.comm.handle, stream))
+                count, code = buffer.numel(), op.code
+                if code is None:
+                    count, code = count * buffer.element_size(), byte_code
+                check(function(buffer.data_ptr(), count, code, op.peer, self.comm.handle, stream))
         for op, buffer in zip(ops, buffers):
             if not op.send and buffer is not op.tensor:
                 op.tensor.copy_(buffer)

@@ -309,6 +309,15 @@ def main() -> None:
     for k in range(8):
         assert torch.equal(from_left[k], torch.arange(700.0) + 1000 * left + k), (k, from_left[k])
         assert torch.equal(from_right[k], torch.arange(700.0) + 1000 * right + k), (k, from_right[k])
+    # Dtypes symm does not reduce travel as bytes (as gloo moves them): bool, int16, complex.
+    for dtype in (torch.bool, torch.int16, torch.complex64):
+        mine = (torch.arange(13) * (rank + 3)).to(dtype) if dtype != torch.bool else torch.arange(13) % (rank + 2) == 0
+        got = torch.zeros_like(mine)
+        ops = [dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.irecv, got, left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        want = (torch.arange(13) * (left + 3)).to(dtype) if dtype != torch.bool else torch.arange(13) % (left + 2) == 0
+        assert torch.equal(got, want), (dtype, got)
     calls += 4
     # All-to-all-v with the splits in device memory (PyTorch SymmMem's all_to_all_vdev): three
     # symmetric tensors (each its own window: no copy), then plain tensors (staged through the

@@ -336,6 +336,47 @@ fn a_refused_call_with_a_peer_fails_both_ranks_at_once() {
     }
 }
 
+/// A send or receive to the calling rank itself outside a group can never pair (its match
+/// would have to be in the same launch): refused at once, and the communicator goes on.
+#[test]
+fn a_send_to_itself_outside_a_group_is_refused_at_once() {
+    setup();
+    let comms = join_threads(new_unique_id(), 2);
+    on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let (buffer, window) = window_of_bytes(comm, 4096);
+        let started = Instant::now();
+        let result = symmSend(buffer, 4, F32, rank as i32, comm, stream.handle());
+        assert_eq!(result, symmResult_t::symmInvalidUsage, "rank {rank}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let message = last_error(comm);
+        assert!(
+            message.contains("pairs only with its matching call"),
+            "{message}"
+        );
+        // The communicator goes on: a send to itself in a group pairs.
+        let at = buffer as *mut u8;
+        stream.put_f32(at, &[1.0, 2.0, 3.0, 4.0]);
+        check(symmGroupStart(), comm);
+        check(
+            symmSend(buffer, 4, F32, rank as i32, comm, stream.handle()),
+            comm,
+        );
+        // SAFETY: inside the window.
+        let into = unsafe { at.add(1024) };
+        check(
+            symmRecv(into.cast(), 4, F32, rank as i32, comm, stream.handle()),
+            comm,
+        );
+        check(symmGroupEnd(), comm);
+        stream.synchronize();
+        assert_eq!(stream.get_f32(into, 4), [1.0, 2.0, 3.0, 4.0]);
+        check(symmCommWindowDeregister(comm, window), comm);
+        check(symmMemFree(comm, buffer), comm);
+        check(symmCommDestroy(comm), null_mut());
+    });
+}
+
 /// The environment variable that makes this binary a rank process (its value: the rank).
 const CHILD_ENV: &str = "SYMM_P2P_CHILD";
 /// The unique id the rank processes join, as hex.

@@ -221,6 +221,8 @@ struct TestBinaries {
     staging: PathBuf,
     /// Sends and receives outside windows, staged (`staging_point_to_point.rs`).
     staging_point_to_point: PathBuf,
+    /// The Rust API (`rust_api.rs`).
+    rust_api: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
@@ -253,6 +255,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "staging",
             "--test",
             "staging_point_to_point",
+            "--test",
+            "rust_api",
             "--no-run",
             "--message-format=json",
         ])
@@ -285,6 +289,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         all_to_all_v: executable("all_to_all_v")?,
         staging: executable("staging")?,
         staging_point_to_point: executable("staging_point_to_point")?,
+        rust_api: executable("rust_api")?,
     })
 }
 
@@ -355,7 +360,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`),
 ///    all-to-all-v with counts in device memory (`all_to_all_v.rs`), and calls outside windows
 ///    staged through the staging window, a graph replay of one among them (`staging.rs`), and
-///    sends and receives staged in pieces and rounds (`staging_point_to_point.rs`).
+///    sends and receives staged whole (`staging_point_to_point.rs`), and the Rust API
+///    (`rust_api.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the

@@ -21,22 +21,20 @@ pub struct Staging {
     last: Mutex<Option<(u64, StreamMarks)>>,
 }
 
-/// Make the staging window of each of `comms` (ranks of one communicator that this thread
-/// creates; one rank per thread, or every rank of an `symmCommInitAll`), of
-/// `SYMM_STAGING_BYTES` (none when 0 or under `SYMM_STRICT_WINDOWS=1`). Every rank of the
-/// communicator makes it at its creation, so that its registration pairs with the peers'.
+/// Make the point-to-point window and the staging window of each of `comms` (ranks of one
+/// communicator that this thread creates; one rank per thread, or every rank of an
+/// `symmCommInitAll`), the latter of `SYMM_STAGING_BYTES` (none when 0 or under
+/// `SYMM_STRICT_WINDOWS=1`). Every rank of the communicator makes them at its creation, so
+/// that their registrations pair with the peers'.
 pub fn attach(comms: &[Arc<Comm>]) -> Result<()> {
     let bytes = crate::config::staging_bytes()?;
     attach_with(comms, bytes)
 }
 
-/// [`attach`] with the window's size given (0: none). Ranks of other processes agreed on it
-/// when they joined (`comm::join`), so that every rank registers its staging window, or none
-/// does.
+/// [`attach`] with the staging window's size given (0: none). Ranks of other processes agreed
+/// on it when they joined (`comm::join`), so that every rank registers its staging window, or
+/// none does.
 pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
     // The point-to-point window first (as a rank's first registration makes it), so that the
     // staging window enters the rank's table of windows a staged send names.
     let pair_bytes = |comm: &Arc<Comm>| {
@@ -51,6 +49,9 @@ pub fn attach_with(comms: &[Arc<Comm>], bytes: u64) -> Result<()> {
         comm.lock().point_to_point = Some(super::pairs::PointToPoint::new(window.clone(), address));
         // Its own entry too: an empty message travels on it.
         super::pairs::enter_window(&comm, &window)?;
+    }
+    if bytes == 0 {
+        return Ok(());
     }
     for (comm, window, _) in register_each(comms, |_| bytes).map_err(staging_error)? {
         comm.lock().staging = Some(Arc::new(Staging {

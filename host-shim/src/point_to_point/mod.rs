@@ -209,6 +209,13 @@ pub fn validate(comm: &Arc<Comm>, call: &Call, stream: u64) -> Result<Task> {
                 nranks - 1
             ))
         })?;
+    if peer == comm.rank && !crate::group::active() {
+        // Nothing can pair with it: its matching call would have to be in the same launch.
+        return Err(Error::invalid_usage(format!(
+            "peer = {peer} is this rank: a {name} to itself pairs only with its matching call \
+             in the same group (symmGroupStart ... symmGroupEnd)"
+        )));
+    }
     validate_with_peer(comm, call, peer, stream).map_err(|e| refused(comm, call, peer, e))
 }
 
@@ -231,7 +238,6 @@ fn refused(comm: &Comm, call: &Call, peer: usize, error: Error) -> Error {
 }
 
 fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -> Result<Task> {
-    let name = if call.send { "symmSend" } else { "symmRecv" };
     let buffer_name = if call.send { "sendbuff" } else { "recvbuff" };
     let dtype = data_type(call.datatype)?;
     let element = dtype.size_bytes() as u64;
@@ -249,8 +255,8 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
         .filter(|w| w.context().is_some())
         .ok_or_else(|| {
             Error::invalid_usage(format!(
-                "{name}: no window is registered on this comm yet: {buffer_name} must lie in a \
-                 window registered with symmCommWindowRegister"
+                "no window is registered on this comm yet: {buffer_name} must lie in a window \
+                 registered with symmCommWindowRegister"
             ))
         })?;
     // An empty message names no memory: it travels on the point-to-point window itself.
