@@ -482,6 +482,7 @@ pub fn test() -> Result<(), String> {
             "staged sends and receives",
             &binaries.staging_point_to_point,
         ),
+        ("the Rust API", &binaries.rust_api),
     ] {
         SimRun {
             what,
@@ -493,7 +494,7 @@ pub fn test() -> Result<(), String> {
     }
     step(
         "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v, \
-         staging",
+         staging, Rust API",
         t,
     );
 
