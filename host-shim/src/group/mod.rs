@@ -274,6 +274,15 @@ pub fn point_to_point(
     stream: u64,
 ) -> Result<()> {
     let _call = comm.enter_call(&crate::point_to_point::describe(&call))?;
+    if !active() && usize::try_from(call.peer).is_ok_and(|p| p == comm.rank) {
+        // Nothing can pair with it: its matching call would have to be in the same launch.
+        let name = if call.send { "symmSend" } else { "symmRecv" };
+        return Err(Error::invalid_usage(format!(
+            "peer = {} is this rank: a {name} to itself pairs only with its matching call in \
+             the same group (symmGroupStart ... symmGroupEnd)",
+            call.peer
+        )));
+    }
     let task = crate::point_to_point::validate(comm, &call, stream)?;
     if active() {
         defer(Deferred::PointToPoint(task));

@@ -209,13 +209,6 @@ pub fn validate(comm: &Arc<Comm>, call: &Call, stream: u64) -> Result<Task> {
                 nranks - 1
             ))
         })?;
-    if peer == comm.rank && !crate::group::active() {
-        // Nothing can pair with it: its matching call would have to be in the same launch.
-        return Err(Error::invalid_usage(format!(
-            "peer = {peer} is this rank: a {name} to itself pairs only with its matching call \
-             in the same group (symmGroupStart ... symmGroupEnd)"
-        )));
-    }
     validate_with_peer(comm, call, peer, stream).map_err(|e| refused(comm, call, peer, e))
 }
 
