@@ -429,6 +429,30 @@ fn absent_peer_child() {
     eprintln!("rank 0: {error}");
 }
 
+/// A scope inside a group would release its windows before the group's end runs its calls:
+/// refused, and the group goes on.
+#[test]
+fn a_scope_inside_a_group_is_refused() {
+    setup();
+    let comms = Comm::init_all(&[0]).unwrap();
+    let mut w: Window<f32> = group(|| comms[0].window(4)).unwrap();
+    let refused = group(|| {
+        scope(|s| {
+            let b = s.bind(&mut w, Stream::default_stream());
+            s.all_reduce(b.all(), b.all(), ReduceOp::Sum)
+        })
+    })
+    .unwrap_err();
+    assert!(
+        refused.to_string().starts_with("scope: inside a group"),
+        "{refused}"
+    );
+    drop(w);
+    for comm in comms {
+        comm.destroy().unwrap();
+    }
+}
+
 #[test]
 fn comms_and_windows_move_between_threads() {
     fn sendable<T: Send>() {}

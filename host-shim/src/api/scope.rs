@@ -95,11 +95,22 @@ pub struct Scope<'s, 'env: 's> {
 /// borrow, since the borrow is the scope's. Then each rank's failure, if any, is its error
 /// (a peer's timeout or failure seen by work that ran after its call returned).
 ///
+/// A scope does not start inside a [`super::group`] (its calls would run at the group's end,
+/// after the scope): make the group inside the scope.
+///
 /// Under CUDA graph capture a scope cannot end while a stream it synchronizes is capturing:
 /// end the capture inside the scope. The captured graph holds the windows' addresses, so
 /// launching it after the windows are dropped is the caller's responsibility (as for any
 /// graph).
 pub fn scope<'env, R>(body: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> Result<R> {
+    if crate::group::active() {
+        // Its calls would run at the group's end, after the scope released the windows.
+        return Err(Error::invalid_usage(
+            "inside a group: the scope's calls would run at the group's end, after the scope \
+             released its windows; make the group inside the scope",
+        )
+        .in_function("scope"));
+    }
     let scope = Scope {
         streams: RefCell::new(Vec::new()),
         scope: PhantomData,
