@@ -429,6 +429,7 @@ def test_bad_arguments_raise_the_right_class() -> None:
     register_all(comms, bufs)
     comm, buf = comms[0], bufs[0]
     # Checked by the package before the call.
+    foreign = (ctypes.c_char * 4096)()
     cases: list[tuple[object, type[symm.SymmError], str]] = [
         (lambda: comm.all_reduce(buf, buf, 4, "float33", "sum"), symm.InvalidArgumentError, "dtype 'float33'"),
         (lambda: comm.all_reduce(buf, buf, 4, "float32", "median"), symm.InvalidArgumentError, "op 'median'"),
@@ -462,7 +463,9 @@ def test_bad_arguments_raise_the_right_class() -> None:
         (lambda: comm.all_reduce(buf.ptr + 1020, buf, 4, "float32", "sum"), symm.InvalidArgumentError, "overruns"),
         (lambda: symm.Comm(2, symm.get_unique_id(), 2), symm.InvalidArgumentError, r"rank = 2"),
         (lambda: symm.Comm(2, bytes(128), 0), symm.InvalidArgumentError, "symmGetUniqueId"),
-        (lambda: comm.register(buf.ptr + 1024 * 1024, 16), symm.InvalidArgumentError, "symmMemAlloc"),
+        # Process memory outside every allocation of the communicator (not an offset from buf,
+        # which may land in the communicator's own staging window).
+        (lambda: comm.register(ctypes.addressof(foreign), 16), symm.InvalidArgumentError, "symmMemAlloc"),
         (lambda: symm.Comm.init_all(2**40), symm.InvalidArgumentError, "devices"),
     ]
     for index, (call, cls, pattern) in enumerate(cases):
