@@ -91,6 +91,17 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
 /// lies in a `symmMemAlloc` allocation outside every window, or is no memory of this comm.
 fn outside_windows(comm: &Comm, name: &str, address: u64, bytes: u64) -> String {
     let state = comm.lock();
+    if let Some(w) = state
+        .windows
+        .values()
+        .find(|w| w.contains(address, 1) && state.is_internal(w))
+    {
+        return format!(
+            "{name} [{address:#x}, +{bytes} bytes) lies in the communicator's own window at \
+             {:#x} (its point-to-point window), which no call may name",
+            w.base
+        );
+    }
     if let Some(w) = state.windows.values().find(|w| w.contains(address, 1)) {
         let end = address.saturating_add(bytes);
         return format!(

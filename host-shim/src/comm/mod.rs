@@ -181,6 +181,17 @@ pub struct CommState {
     pub staging: Option<Arc<staging::Staging>>,
 }
 
+impl CommState {
+    /// `true` for the communicator's point-to-point window, whose memory no call names as its
+    /// buffer. (The staging window is named by the staged calls' chunks: a caller's pointer
+    /// into it is a pointer the caller never got.)
+    pub fn is_internal(&self, window: &Window) -> bool {
+        self.point_to_point
+            .as_ref()
+            .is_some_and(|p| p.window.seq == window.seq)
+    }
+}
+
 /// One rank of a communicator.
 pub struct Comm {
     /// Shared by all ranks.

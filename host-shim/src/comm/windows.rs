@@ -659,11 +659,12 @@ pub fn placement(comm: &Comm, address: u64, bytes: u64) -> Placement {
     }
 }
 
+/// The window that holds the range (not the communicator's point-to-point window).
 fn find_in(state: &CommState, address: u64, bytes: u64) -> Option<Arc<Window>> {
     state
         .windows
         .values()
-        .find(|w| w.contains(address, bytes))
+        .find(|w| w.contains(address, bytes) && !state.is_internal(w))
         .cloned()
 }
 
