@@ -43,21 +43,15 @@ impl Comm {
         let address = c
             .mem_alloc(bytes)
             .map_err(|e| self.record(e.in_function(name)))?;
-        let registered = windows::check_registration(c, address, bytes, SYMM_WIN_COLL_SYMMETRIC)
-            .and_then(|()| crate::group::ensure_point_to_point_window(c))
-            .and_then(|()| windows::register(c, address, bytes, SYMM_WIN_COLL_SYMMETRIC));
-        let window = match registered {
-            Ok(window) => window,
-            Err(e) => {
+        let window = crate::group::register_window(c, address, bytes, SYMM_WIN_COLL_SYMMETRIC)
+            .map_err(|e| {
+                // A registration that did not complete is undone with its memory.
+                if let Some(window) = windows::find(c, address, bytes as u64) {
+                    let _ = windows::deregister(c, window.handle());
+                }
                 let _ = c.mem_free(address);
-                return Err(self.record(e.in_function(name)));
-            }
-        };
-        if let Err(e) = crate::group::complete_window(c, &window) {
-            let _ = windows::deregister(c, window.handle());
-            let _ = c.mem_free(address);
-            return Err(self.record(e.in_function(name)));
-        }
+                self.record(e.in_function(name))
+            })?;
         Ok(Window {
             comm: self,
             window,

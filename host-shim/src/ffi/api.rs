@@ -488,12 +488,7 @@ pub unsafe extern "C" fn symmCommWindowRegister(
 ) -> symmResult_t {
     with_comm("symmCommWindowRegister", comm, |c| {
         require_out(win, "win")?;
-        // The rank's first registration makes the point-to-point window first, on every rank
-        // (once the caller's own arguments passed: a refused call registers nothing).
-        windows::check_registration(c, buff as u64, size, winFlags)?;
-        group::ensure_point_to_point_window(c)?;
-        let window = windows::register(c, buff as u64, size, winFlags)?;
-        group::complete_window(c, &window)?;
+        let window = group::register_window(c, buff as u64, size, winFlags)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
         unsafe { write_out(win, "win", window.handle()) }
     })

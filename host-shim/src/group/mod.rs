@@ -291,6 +291,23 @@ pub fn point_to_point(
     crate::point_to_point::run(&[task])
 }
 
+/// Register `[address, +size)` of `comm` as a window with `flags`, as `symmCommWindowRegister`
+/// does for both front ends: the caller's arguments checked first (a refused call registers
+/// nothing), the point-to-point window made by the rank's first registration, the registration
+/// completed now or, inside a group, at its end.
+pub fn register_window(
+    comm: &Arc<Comm>,
+    address: u64,
+    size: usize,
+    flags: std::ffi::c_int,
+) -> Result<Arc<Window>> {
+    windows::check_registration(comm, address, size, flags)?;
+    ensure_point_to_point_window(comm)?;
+    let window = windows::register(comm, address, size, flags)?;
+    complete_window(comm, &window)?;
+    Ok(window)
+}
+
 /// Register `comm`'s point-to-point window (`comm::pairs`) unless it has one: called by the
 /// rank's window registrations before the caller's own, so that every rank makes it at its
 /// first one; completed now or, inside a group, at the group's end.

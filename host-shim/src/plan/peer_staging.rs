@@ -10,8 +10,7 @@
 //! launch is one launch, as for calls in windows, and a rank whose staged messages do not fit
 //! its staging window is refused (`SYMM_STAGING_BYTES`).
 
-/// Staged regions start at this alignment in the staging window.
-pub(crate) const REGION_ALIGN: u64 = 256;
+use super::staging::REGION_ALIGN;
 
 /// The offsets in a staging window of `capacity` bytes of the staged ones of `messages` (their
 /// bytes, `None` for a message in its window), in order: `Ok` with each staged message's

@@ -6,8 +6,9 @@
 use crate::error::{Error, Result};
 use crate::plan::Collective;
 
-/// Alignment of the receive region in the staging window.
-const REGION_ALIGN: u64 = 256;
+/// Alignment of regions in the staging window (a staged call's receive region, a staged
+/// send's or receive's region: `plan::peer_staging`).
+pub(crate) const REGION_ALIGN: u64 = 256;
 
 /// One copy of a staged call: `bytes` from `src` to `dst`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
