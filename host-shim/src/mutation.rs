@@ -38,6 +38,10 @@ pub enum Mutation {
     /// No rank watches its peers' processes (`skip-process-watch`): a killed peer is found by
     /// the timeouts only.
     SkipProcessWatch,
+    /// A window does not hold the memory under the windows of the other ranks of its process
+    /// (`skip-peer-memory-hold`): a rank that fails and frees may unmap memory a peer's kernel
+    /// still writes into.
+    SkipPeerMemoryHold,
 }
 
 impl Mutation {
@@ -54,6 +58,7 @@ impl Mutation {
             Mutation::SkipLaunchPacing => "skip-launch-pacing",
             Mutation::SkipRemoteAbort => "skip-remote-abort",
             Mutation::SkipProcessWatch => "skip-process-watch",
+            Mutation::SkipPeerMemoryHold => "skip-peer-memory-hold",
         }
     }
 }

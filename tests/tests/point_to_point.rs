@@ -377,6 +377,78 @@ fn a_send_to_itself_outside_a_group_is_refused_at_once() {
     });
 }
 
+/// A rank that aborts and frees everything never unmaps memory a peer's kernel still writes
+/// into: rank 1's send is captured into a CUDA graph while both ranks are healthy, rank 0
+/// aborts (destroying its communicator and freeing its windows and memory), then rank 1 replays
+/// the graph. Its kernel's first store goes into rank 0's point-to-point window, which rank 1's
+/// windows keep alive; the kernel then sees the raised abort word and ends. The device stays
+/// healthy: the stream synchronizes, rank 1 reports the abort, and a new pair of ranks in the
+/// same process exchanges messages. (The cuda backend only: on the simulated GPU a store into
+/// unmapped memory faults, and the fault is sticky.)
+#[test]
+fn a_peer_that_aborts_and_frees_leaves_the_memory_a_kernel_writes() {
+    setup();
+    if !on_cuda() {
+        return;
+    }
+    use cudarc::driver::sys;
+    let count = 1029;
+    let comms = init_all(2);
+    let mut buffers = alloc_windows(&comms, WINDOW_COUNT * 4);
+    cuda_context();
+    // SAFETY: stream, graph and exec are made, used and destroyed here, in the current
+    // context; the capture is ended before anything else is enqueued.
+    unsafe {
+        let mut stream = null_mut();
+        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
+        // Thread-local: this binary's other tests run on other threads at the same time.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+        let send = symmSend(
+            buffers[1].base.cast(),
+            count,
+            F32,
+            0,
+            buffers[1].comm,
+            stream.cast(),
+        );
+        let mut graph = null_mut();
+        sys::cuStreamEndCapture(stream, &mut graph)
+            .result()
+            .unwrap();
+        check(send, buffers[1].comm);
+        let mut exec = null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            .result()
+            .unwrap();
+        let gone = buffers.remove(0);
+        check(symmCommAbort(gone.comm), null_mut());
+        sys::cuGraphLaunch(exec, stream).result().unwrap();
+        assert_eq!(
+            sys::cuStreamSynchronize(stream),
+            sys::CUresult::CUDA_SUCCESS,
+            "the replayed send took the device down"
+        );
+        let comm = buffers[0].comm;
+        assert_ne!(async_error(comm), symmResult_t::symmSuccess);
+        assert!(
+            last_error(comm).contains("symmCommAbort"),
+            "{}",
+            last_error(comm)
+        );
+        sys::cuGraphExecDestroy(exec).result().unwrap();
+        sys::cuGraphDestroy(graph).result().unwrap();
+        sys::cuStreamDestroy_v2(stream).result().unwrap();
+    }
+    for b in buffers {
+        check(symmCommWindowDeregister(b.comm, b.window), b.comm);
+        check(symmMemFree(b.comm, b.base.cast()), b.comm);
+        check(symmCommDestroy(b.comm), null_mut());
+    }
+    // The process's device still works: a new pair of ranks exchanges messages.
+    ring_on_threads(2, count, true);
+}
+
 /// The environment variable that makes this binary a rank process (its value: the rank).
 const CHILD_ENV: &str = "SYMM_P2P_CHILD";
 /// The unique id the rank processes join, as hex.

@@ -710,7 +710,10 @@ fn a_staged_call_replays_from_a_cuda_graph() {
     unsafe {
         let mut stream = null_mut();
         sys::cuStreamCreate(&mut stream, 0).result().unwrap();
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        // Thread-local: this binary's other tests run on other threads at the same time, and
+        // a global capture would refuse their allocations; the library's own calls on this
+        // thread are held to the same rule in either mode.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
         check(symmGroupStart(), null_mut());
         let results: Vec<symmResult_t> = ranks

@@ -378,7 +378,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    data races), a second thread on a rank not refused, the ranks' calls not compared,
 ///    window teardown not waiting for the callers' streams, a cooperative launch larger than
 ///    a 1-SM device holds not refused before its calls are numbered, a failing rank raising
-///    only its own process's abort words, nobody watching the peers' processes.
+///    only its own process's abort words, nobody watching the peers' processes, a window not
+///    holding the memory of its peers in this process (a peer that aborted and freed).
 pub fn test() -> Result<(), String> {
     let started = Instant::now();
     let dir = build()?;
@@ -744,6 +745,20 @@ pub fn test() -> Result<(), String> {
         ],
     }
     .caught(&dir, Some("did not arrive"))?;
+    SimRun {
+        what: "a window does not hold its peers' memory in this process",
+        program: &binaries.point_to_point,
+        args: vec![
+            "--exact",
+            "a_peer_that_aborts_and_frees_leaves_the_memory_a_kernel_writes",
+        ],
+        env: vec![
+            ("SYMM_SIM_SEED", "7"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_MUTATION", "skip-peer-memory-hold"),
+        ],
+    }
+    .caught(&dir, Some("faulted"))?;
     step("mutation checks", t);
 
     for (name, seconds) in &steps {

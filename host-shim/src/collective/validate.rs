@@ -116,12 +116,13 @@ fn outside_windows(comm: &Comm, name: &str, address: u64, bytes: u64) -> String 
         .allocations
         .range(..=address)
         .next_back()
-        .filter(|(base, size)| address < **base + **size as u64);
+        .filter(|(base, a)| address < **base + a.size as u64)
+        .map(|(base, a)| (base, a.size));
     if let Some((base, size)) = allocation {
         let windows: Vec<String> = state
             .windows
             .values()
-            .filter(|w| w.base >= *base && w.base < *base + *size as u64)
+            .filter(|w| w.base >= *base && w.base < *base + size as u64)
             .map(|w| format!("[{:#x}, +{})", w.base, w.size))
             .collect();
         let registered = if windows.is_empty() {

@@ -22,6 +22,7 @@ use crate::transport::bootstrap::{self, UniqueId};
 use crate::transport::fdpass::FdListener;
 use crate::transport::link::{self, PeerInfo, RankLink};
 use crate::transport::shareable::Shareable;
+use crate::window::memory::{self, Allocation};
 use crate::window::{Exchange, SignalPads, Window};
 use failure::Failure;
 use std::collections::{BTreeMap, HashMap};
@@ -74,6 +75,9 @@ pub struct Clique {
     /// The signal pads of this clique's windows in this process, so that a window can hold
     /// those of its peers (see [`crate::window::SignalPad`]).
     pub signal_pads: SignalPads,
+    /// The allocations of this clique's ranks in this process, so that a window can hold
+    /// those of its peers (see [`memory`]).
+    pub allocations: memory::Allocations,
     /// The collectives in flight of this process's ranks (see [`crate::agree::Signature`]).
     pub calls: Mutex<CallLog>,
     /// The communicator's first failure found by a rank of this process, or adopted from a
@@ -148,11 +152,8 @@ impl Drop for Clique {
 /// Mutable per-rank state.
 #[derive(Default)]
 pub struct CommState {
-    /// `symmMemAlloc` allocations: address → size.
-    pub allocations: BTreeMap<u64, usize>,
-    /// The shareable memory behind those of `allocations` that ranks of other processes map
-    /// (host backend, communicators with ranks in other processes), by address.
-    pub shared: BTreeMap<u64, Shareable>,
+    /// This rank's hold on its `symmMemAlloc` allocations, by address (see [`memory`]).
+    pub allocations: BTreeMap<u64, Arc<Allocation>>,
     /// Registered windows, by handle address.
     pub windows: HashMap<usize, Arc<Window>>,
     /// Sequence number of this rank's next window registration.
@@ -472,23 +473,18 @@ impl Comm {
             window.wait_for_launches()?;
         }
         drop(windows);
-        let (windows, staging, allocations, shared) = {
+        let (windows, staging, allocations) = {
             let mut state = self.lock();
             (
                 std::mem::take(&mut state.windows),
                 state.staging.take(),
                 std::mem::take(&mut state.allocations),
-                std::mem::take(&mut state.shared),
             )
         };
         drop(windows);
         drop(staging);
-        for address in allocations.into_keys() {
-            if !shared.contains_key(&address) {
-                backend.free(self.device, address)?;
-            }
-        }
-        drop(shared);
+        // Freed now, or by the last window of another rank of this process that holds it.
+        drop(allocations);
         Ok(())
     }
 
@@ -500,40 +496,35 @@ impl Comm {
     /// `symmMemAlloc`: `size` zeroed bytes for windows of this communicator; shareable memory
     /// when ranks of other processes must map it.
     pub fn mem_alloc(&self, size: usize) -> Result<u64> {
-        if self.shares_across_processes() {
+        let backend = &self.clique.backend;
+        let allocation = if self.shares_across_processes() {
             let memory = Shareable::create(
-                &self.clique.backend,
+                backend,
                 self.device,
                 &self.clique.local_devices(),
                 size,
                 "symm-window",
             )?;
-            let address = memory.address();
-            let mut state = self.lock();
-            state.allocations.insert(address, size);
-            state.shared.insert(address, memory);
-            return Ok(address);
-        }
-        let address = self.clique.backend.alloc_zeroed(self.device, size)?;
-        self.lock().allocations.insert(address, size);
+            Allocation::from_shared(backend, self.device, memory, size)
+        } else {
+            let address = backend.alloc_zeroed(self.device, size)?;
+            Allocation::from_backend(backend, self.device, address, size)
+        };
+        let allocation = Arc::new(allocation);
+        self.clique.allocations.insert(&allocation);
+        let address = allocation.address;
+        self.lock().allocations.insert(address, allocation);
         Ok(address)
     }
 
-    /// `symmMemFree` of an allocation that is no longer in a window (checked by the caller).
+    /// `symmMemFree` of an allocation that is no longer in a window (checked by the caller):
+    /// this rank lets go of it once its own work is done; the memory is freed then, or by the
+    /// last window of another rank of this process that holds it (see [`memory`]).
     pub fn mem_free(&self, address: u64) -> Result<()> {
-        let shared = {
-            let mut state = self.lock();
-            state.allocations.remove(&address);
-            state.shared.remove(&address)
-        };
+        let allocation = self.lock().allocations.remove(&address);
         self.clique.backend.synchronize(&self.resources)?;
-        match shared {
-            Some(memory) => {
-                drop(memory);
-                Ok(())
-            }
-            None => self.clique.backend.free(self.device, address),
-        }
+        drop(allocation);
+        Ok(())
     }
 }
 
@@ -679,6 +670,7 @@ fn new_clique_with(
         exchange: Mutex::new(Exchange::default()),
         exchange_changed: Condvar::new(),
         signal_pads: Mutex::new(HashMap::new()),
+        allocations: memory::Allocations::default(),
         calls: Mutex::new(CallLog::default()),
         failure: Mutex::new(None),
         pacing: pacing::Pacing::new(devices.len()),

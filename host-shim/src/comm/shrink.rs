@@ -359,23 +359,18 @@ fn check_lists(rank: usize, survivors: &[usize], lists: &[Vec<u8>]) -> Result<()
 fn move_allocations(parent: &Comm, made: &Comm) {
     // The point-to-point window's allocation stays: the parent's window lives on it.
     let kept = super::pairs::allocation(parent);
-    let (allocations, shared) = {
+    let allocations = {
         let mut state = parent.lock();
         let mut allocations = std::mem::take(&mut state.allocations);
-        let mut shared = std::mem::take(&mut state.shared);
-        if let Some(kept) = kept {
-            if let Some(size) = allocations.remove(&kept) {
-                state.allocations.insert(kept, size);
-            }
-            if let Some(memory) = shared.remove(&kept) {
-                state.shared.insert(kept, memory);
-            }
+        if let Some(allocation) = kept.and_then(|kept| allocations.remove(&kept)) {
+            state.allocations.insert(allocation.address, allocation);
         }
-        (allocations, shared)
+        allocations
     };
-    let mut state = made.lock();
-    state.allocations.extend(allocations);
-    state.shared.extend(shared);
+    for allocation in allocations.values() {
+        made.clique.allocations.insert(allocation);
+    }
+    made.lock().allocations.extend(allocations);
 }
 
 /// A shrink of a communicator: the parent's unique id and session (random for every

@@ -56,6 +56,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         device: comm.device,
         signal_pad,
         peer_pads: Mutex::new(Vec::new()),
+        peer_memory: Mutex::new(Vec::new()),
         exports,
         imports: Mutex::new(Vec::new()),
         abort,
@@ -141,9 +142,10 @@ fn new_signal_pad(
     let (address, memory, exports) = match comm.link.as_ref() {
         Some(link) if link.has_remote_peers() => {
             let (&allocation, memory) = state
-                .shared
+                .allocations
                 .range(..=buff)
                 .next_back()
+                .and_then(|(base, a)| Some((base, a.shared()?)))
                 .ok_or_else(|| Error::internal("a window outside shareable memory"))?;
             let kind = link.export_kind();
             let (window_message, mut fds) = memory.export(buff - allocation, kind)?;
@@ -179,7 +181,7 @@ fn inside_allocation(state: &CommState, address: u64, bytes: u64) -> bool {
         .allocations
         .range(..=address)
         .next_back()
-        .is_some_and(|(base, size)| address + bytes <= base + *size as u64)
+        .is_some_and(|(base, a)| address + bytes <= base + a.size as u64)
 }
 
 fn deposit(comm: &Comm, window: &Window) -> Result<()> {
@@ -516,6 +518,27 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         }
     }
     *window.peer_pads.lock().unwrap_or_else(|e| e.into_inner()) = peer_pads;
+    // And the memory under their windows: this rank's kernels write into it too.
+    let mut peer_memory = Vec::new();
+    for (rank, d) in deposits.iter().enumerate() {
+        if rank == comm.rank || !d.local || d.size == 0 {
+            continue;
+        }
+        if crate::mutation::active(crate::mutation::Mutation::SkipPeerMemoryHold) {
+            break;
+        }
+        match comm.clique.allocations.holding(d.base, d.size) {
+            Some(allocation) => peer_memory.push(allocation),
+            None => {
+                return Err(Error::invalid_usage(format!(
+                    "rank {}: rank {rank} freed the memory of window #{} before the \
+                     registration completed",
+                    comm.rank, window.seq
+                )));
+            }
+        }
+    }
+    *window.peer_memory.lock().unwrap_or_else(|e| e.into_inner()) = peer_memory;
     let nranks = deposits.len();
     let ctx_bytes = std::mem::size_of::<SymmContext>();
     let table_bytes = nranks * 8;
@@ -651,7 +674,7 @@ pub fn placement(comm: &Comm, address: u64, bytes: u64) -> Placement {
         .allocations
         .range(..=address)
         .next_back()
-        .is_some_and(|(base, size)| address < base + *size as u64 && end > base + *size as u64);
+        .is_some_and(|(base, a)| address < base + a.size as u64 && end > base + a.size as u64);
     if in_window || past_allocation {
         Placement::Overruns
     } else {

@@ -444,7 +444,7 @@ pub extern "C" fn symmMemFree(comm: symmComm_t, ptr: *mut c_void) -> symmResult_
             return Err(Error::invalid_argument("ptr is NULL"));
         }
         let state = c.lock();
-        let Some(&size) = state.allocations.get(&address) else {
+        let Some(size) = state.allocations.get(&address).map(|a| a.size) else {
             return Err(Error::invalid_argument(
                 "ptr was not returned by symmMemAlloc on this comm, or was already freed",
             ));

@@ -2,6 +2,8 @@
 //! context built once every rank registered, and the clique's exchange of registrations in
 //! flight. Registration itself (the rendezvous of all ranks) is `comm::windows`.
 
+pub mod memory;
+
 use crate::abi::symmWindow_t;
 use crate::agree::records::CallRecords;
 use crate::backend::{Backend, Flag, LaunchMarks, StreamMarks};
@@ -86,6 +88,9 @@ pub struct Window {
     /// The signal pads of the other ranks of this process in the registration, kept alive
     /// while this window may write into them.
     pub(crate) peer_pads: Mutex<Vec<Arc<SignalPad>>>,
+    /// The allocations under the other ranks' windows of this registration in this process,
+    /// kept while this window's kernels may write into them (see [`memory`]).
+    pub(crate) peer_memory: Mutex<Vec<Arc<memory::Allocation>>>,
     /// How ranks of other processes map this window and its signal pad.
     pub(crate) exports: Option<Exports>,
     /// Peers' windows and signal pads mapped into this process (ranks of other processes).
