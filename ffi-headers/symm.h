@@ -260,6 +260,25 @@ symmResult_t symmGetUniqueId(symmUniqueId *uniqueId);
 // `comm` is NULL or valid for a write.
 symmResult_t symmCommInitRank(symmComm_t *comm, int nranks, symmUniqueId commId, int rank);
 
+// Join the communicator a launcher describes in the environment, as `torch.distributed`'s
+// `env://` does (torchrun, `mpirun` with the variables exported, Slurm scripts): the rank from
+// `RANK` (else `SYMM_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`), the number of ranks from
+// `WORLD_SIZE` (else `SYMM_WORLD_SIZE`, `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`), the bootstrap root
+// at `SYMM_COMM_ID` (`host:port`) when set, else at `MASTER_ADDR`, port `MASTER_PORT + 1`
+// (torchrun's own store has `MASTER_PORT`), which rank 0 opens; the secret from
+// `SYMM_COMM_SECRET` (without it, anyone who reaches the address can join). The device is
+// the current one, as for `symmCommInitRank`. Collective, like `symmCommInitRank`.
+//
+// `environ` is NULL (this process's environment) or a NULL-terminated array of `NAME=value`
+// strings (as `execve` takes) to read those variables from instead; the other `SYMM_*`
+// settings come from the process's environment either way. An error names the variable that
+// is missing or malformed.
+//
+// # Safety
+// `comm` is NULL or valid for a write; `environ` is NULL or a NULL-terminated array of
+// pointers to NUL-terminated strings.
+symmResult_t symmCommInitFromEnv(symmComm_t *comm, const char *const *environ);
+
 // Create `ndev` ranks in this process, rank `i` on device `devlist[i]` (devices may repeat,
 // to place several ranks on one GPU; NULL means devices 0..ndev-1).
 //

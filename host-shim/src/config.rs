@@ -190,10 +190,196 @@ pub fn parse_timeout(value: Option<&str>) -> Result<Duration> {
     }
 }
 
+/// What a launcher (torchrun, `mpirun` with the variables exported, a Slurm script) says a
+/// process joins: its rank, the number of ranks, and where rank 0 opens the bootstrap root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launcher {
+    /// This process's rank.
+    pub rank: i32,
+    /// The number of ranks.
+    pub nranks: i32,
+    /// `host:port` of the bootstrap root.
+    pub address: String,
+    /// Where the address came from, for errors (`SYMM_COMM_ID`, or `MASTER_ADDR`/`MASTER_PORT`).
+    pub address_from: &'static str,
+    /// `SYMM_COMM_SECRET`, when set.
+    pub secret: Option<String>,
+}
+
+/// The launcher's variables of this process's environment ([`parse_launcher`]).
+pub fn launcher() -> Result<Launcher> {
+    parse_launcher(|name| std::env::var(name).ok())
+}
+
+/// The launcher's description in the variables `var` gives (`None`: unset), as
+/// `torch.distributed`'s `env://` reads them:
+///
+/// - the rank: `RANK`, else `SYMM_RANK`, else `OMPI_COMM_WORLD_RANK`, else `PMI_RANK`;
+/// - the number of ranks: `WORLD_SIZE`, else `SYMM_WORLD_SIZE`, else `OMPI_COMM_WORLD_SIZE`,
+///   else `PMI_SIZE`;
+/// - the root: `SYMM_COMM_ID` (`host:port`) when set, else `MASTER_ADDR` at port
+///   `MASTER_PORT + 1` (`MASTER_PORT` itself is the port of torchrun's own store);
+/// - the secret: `SYMM_COMM_SECRET` when set (without it anyone who reaches the address can
+///   join).
+///
+/// Errors name the variable that is missing or malformed.
+pub fn parse_launcher(var: impl Fn(&str) -> Option<String>) -> Result<Launcher> {
+    let number = |names: &[&str], what: &str| -> Result<i32> {
+        for name in names {
+            if let Some(text) = var(name) {
+                return text.trim().parse::<i32>().map_err(|_| {
+                    Error::invalid_argument(format!("{name}={text:?} is not an integer"))
+                });
+            }
+        }
+        Err(Error::invalid_argument(format!(
+            "{what}: none of {} is set",
+            names.join(", ")
+        )))
+    };
+    let rank = number(
+        &["RANK", "SYMM_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"],
+        "the rank",
+    )?;
+    let nranks = number(
+        &[
+            "WORLD_SIZE",
+            "SYMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_SIZE",
+            "PMI_SIZE",
+        ],
+        "the number of ranks",
+    )?;
+    let secret = var("SYMM_COMM_SECRET");
+    if let Some(address) = var("SYMM_COMM_ID").filter(|a| !a.trim().is_empty()) {
+        return Ok(Launcher {
+            rank,
+            nranks,
+            address: address.trim().to_string(),
+            address_from: "SYMM_COMM_ID",
+            secret,
+        });
+    }
+    let master = var("MASTER_ADDR")
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| {
+            Error::invalid_argument(
+                "the bootstrap address: set SYMM_COMM_ID=host:port, or MASTER_ADDR and \
+                 MASTER_PORT",
+            )
+        })?;
+    let text = var("MASTER_PORT").ok_or_else(|| {
+        Error::invalid_argument(
+            "MASTER_ADDR is set but MASTER_PORT is not set (the bootstrap port: the root listens at \
+             MASTER_PORT + 1; or set SYMM_COMM_ID=host:port)",
+        )
+    })?;
+    let port = match text.trim().parse::<u32>() {
+        Ok(port) if (1..65535).contains(&port) => port,
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "MASTER_PORT={text:?} is not a port below 65535"
+            )));
+        }
+    };
+    let host = if master.contains(':') && !master.starts_with('[') {
+        format!("[{master}]")
+    } else {
+        master
+    };
+    Ok(Launcher {
+        rank,
+        nranks,
+        address: format!("{host}:{}", port + 1),
+        address_from: "MASTER_ADDR and MASTER_PORT (the root listens at MASTER_PORT + 1)",
+        secret,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::abi::symmResult_t;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn launchers_are_read_as_torchrun_describes_them() {
+        let torchrun = [
+            ("RANK", "3"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("SYMM_RANK", "9"),
+        ];
+        let l = parse_launcher(vars(&torchrun)).unwrap();
+        assert_eq!((l.rank, l.nranks), (3, 4));
+        assert_eq!(l.address, "10.0.0.1:29501");
+        assert_eq!(l.secret, None);
+        let v6 = [
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("MASTER_ADDR", "::1"),
+            ("MASTER_PORT", "7"),
+            ("SYMM_COMM_SECRET", "s"),
+        ];
+        let l = parse_launcher(vars(&v6)).unwrap();
+        assert_eq!((l.rank, l.nranks, l.address.as_str()), (0, 2, "[::1]:8"));
+        assert_eq!(l.secret.as_deref(), Some("s"));
+        let id = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("SYMM_COMM_ID", " host:5 "),
+            ("MASTER_ADDR", "ignored"),
+        ];
+        let l = parse_launcher(vars(&id)).unwrap();
+        assert_eq!(
+            (l.address.as_str(), l.address_from),
+            ("host:5", "SYMM_COMM_ID")
+        );
+    }
+
+    #[test]
+    fn launcher_errors_name_the_variable() {
+        let cases: [(&[(&str, &str)], &str); 6] = [
+            (&[("WORLD_SIZE", "2")], "none of RANK, SYMM_RANK"),
+            (&[("RANK", "0")], "none of WORLD_SIZE"),
+            (
+                &[("RANK", "x"), ("WORLD_SIZE", "2")],
+                "RANK=\"x\" is not an integer",
+            ),
+            (
+                &[("RANK", "0"), ("WORLD_SIZE", "2")],
+                "set SYMM_COMM_ID=host:port",
+            ),
+            (
+                &[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")],
+                "MASTER_PORT is not set",
+            ),
+            (
+                &[
+                    ("RANK", "0"),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "h"),
+                    ("MASTER_PORT", "65535"),
+                ],
+                "MASTER_PORT=\"65535\"",
+            ),
+        ];
+        for (pairs, message) in cases {
+            let e = parse_launcher(vars(pairs)).unwrap_err();
+            assert_eq!(e.code, symmResult_t::symmInvalidArgument);
+            assert!(e.message.contains(message), "{pairs:?}: {}", e.message);
+        }
+    }
 
     #[test]
     fn staging_sizes() {

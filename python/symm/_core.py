@@ -300,7 +300,8 @@ class Comm:
     def from_env(cls, environ: dict[str, str] | None = None) -> Comm:
         """Join the communicator a launcher describes in the environment, as
         ``torch.distributed``'s ``env://`` does: ``torchrun``, ``mpirun`` with the variables
-        exported, Slurm scripts.
+        exported, Slurm scripts (``symmCommInitFromEnv``: the library reads them, so C, Rust
+        and Python agree):
 
         * rank: ``RANK``, else ``SYMM_RANK``, else ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK``;
         * number of ranks: ``WORLD_SIZE``, else ``SYMM_WORLD_SIZE``, else
@@ -315,38 +316,22 @@ class Comm:
         int(os.environ["LOCAL_RANK"]))``).
 
         Args:
-            environ: the variables to read (default: ``os.environ``).
+            environ: the variables to read instead of this process's environment (the other
+                ``SYMM_*`` settings still come from the environment).
 
         Raises:
             InvalidArgumentError: a variable is missing or malformed (the message names it).
         """
-        env = os.environ if environ is None else environ
-
-        def number(names: tuple[str, ...], what: str) -> int:
-            for name in names:
-                text = env.get(name)
-                if text is not None:
-                    try:
-                        return int(text)
-                    except ValueError:
-                        raise InvalidArgumentError(f"{name}={text!r} is not an integer") from None
-            raise InvalidArgumentError(f"{what}: none of {', '.join(names)} is set")
-
-        rank = number(("RANK", "SYMM_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "the rank")
-        nranks = number(("WORLD_SIZE", "SYMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), "the number of ranks")
-        address = env.get("SYMM_COMM_ID")
-        if not address:
-            master = env.get("MASTER_ADDR")
-            port = number(("MASTER_PORT",), "the bootstrap port (or set SYMM_COMM_ID=host:port)") if master else None
-            if not master or port is None:
-                raise InvalidArgumentError("the bootstrap address: set SYMM_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT")
-            if not 0 < port < 65535:
-                raise InvalidArgumentError(f"MASTER_PORT={port} is not a port below 65535")
-            host = f"[{master}]" if ":" in master and not master.startswith("[") else master
-            address = f"{host}:{port + 1}"
-        with _comm_id_environment(address, env.get("SYMM_COMM_SECRET")):
-            # Rank 0's symmCommInitRank opens the root when SYMM_COMM_ID names the id's address.
-            return cls(nranks, get_unique_id(), rank)
+        if environ is None:
+            entries = None  # the library reads this process's environment
+        else:
+            pairs = [f"{name}={value}".encode() for name, value in environ.items()]
+            entries = (ctypes.c_char_p * (len(pairs) + 1))(*pairs, None)
+        handle = ctypes.c_void_p()
+        check(lib.symmCommInitFromEnv(ctypes.byref(handle), entries))
+        comm = cls.__new__(cls)
+        comm._adopt(handle.value, _ProcessRanks())
+        return comm
 
     def _adopt(self, handle: int | None, process_ranks: _ProcessRanks) -> None:
         if not handle:
@@ -983,26 +968,6 @@ class Comm:
         """The address of a :data:`BufferLike` and its size in bytes when known."""
         operand = self._operand(buffer, name)
         return operand.ptr, operand.nbytes
-
-
-@contextmanager
-def _comm_id_environment(address: str, secret: str | None) -> Iterator[None]:
-    """``SYMM_COMM_ID=address`` (and ``SYMM_COMM_SECRET=secret``, or unset) for the duration
-    of the block, then the variables as they were."""
-    saved = {name: os.environ.get(name) for name in ("SYMM_COMM_ID", "SYMM_COMM_SECRET")}
-    os.environ["SYMM_COMM_ID"] = address
-    if secret is None:
-        os.environ.pop("SYMM_COMM_SECRET", None)
-    else:
-        os.environ["SYMM_COMM_SECRET"] = secret
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 class CudaArrayView:

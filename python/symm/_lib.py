@@ -46,6 +46,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmGetUniqueId": (_result, [POINTER(UniqueIdStruct)]),
     "symmCommInitRank": (_result, [POINTER(_comm), c_int, UniqueIdStruct, c_int]),
     "symmCommInitAll": (_result, [POINTER(_comm), c_int, POINTER(c_int)]),
+    "symmCommInitFromEnv": (_result, [POINTER(_comm), POINTER(c_char_p)]),
     "symmCommDestroy": (_result, [_comm]),
     "symmCommAbort": (_result, [_comm]),
     "symmCommFinalize": (_result, [_comm]),

@@ -293,10 +293,10 @@ def test_from_env_joins_as_torchrun_describes() -> None:
     "environ, message",
     [
         ({}, "the rank: none of RANK"),
-        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, r'RANK="x" is not an integer'),
         ({"RANK": "0"}, "the number of ranks"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, "SYMM_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT"),
-        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "bootstrap port"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "MASTER_PORT is not set"),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, "not a port"),
         ({"RANK": "2", "WORLD_SIZE": "2", "SYMM_COMM_ID": "127.0.0.1:1"}, "rank = 2"),
     ],

@@ -54,6 +54,7 @@ static symmResult_t (*register_window)(symmComm_t, void*, size_t, symmWindow_t*,
     symmCommWindowRegister;
 static symmResult_t (*init_all)(symmComm_t*, int, const int*) = symmCommInitAll;
 static symmResult_t (*init_rank)(symmComm_t*, int, symmUniqueId, int) = symmCommInitRank;
+static symmResult_t (*init_from_env)(symmComm_t*, const char *const *) = symmCommInitFromEnv;
 static symmResult_t (*device_context)(symmComm_t, symmWindow_t, const void**) =
     symmCommGetDeviceContext;
 static const char* (*error_string)(symmResult_t) = symmGetErrorString;
@@ -74,6 +75,6 @@ static symmResult_t (*scatter)(const void*, void*, size_t, symmDataType_t, int, 
 
 int symm_header_check_uses(void) {
   return all_reduce != 0 && register_window != 0 && init_all != 0 && init_rank != 0 &&
-         device_context != 0 && error_string != 0 && broadcast != 0 && all_to_all != 0 &&
+         init_from_env != 0 && device_context != 0 && error_string != 0 && broadcast != 0 && all_to_all != 0 &&
          gather != 0 && scatter != 0;
 }

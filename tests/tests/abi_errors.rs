@@ -158,6 +158,59 @@ fn init_rank_rejects_bad_arguments() {
 }
 
 #[test]
+fn init_from_env_rejects_bad_arguments() {
+    use_strict_host_backend();
+    let strings = |entries: &[&str]| -> Vec<std::ffi::CString> {
+        entries
+            .iter()
+            .map(|e| std::ffi::CString::new(*e).unwrap())
+            .collect()
+    };
+    let pointers = |entries: &[std::ffi::CString]| -> Vec<*const std::ffi::c_char> {
+        entries
+            .iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let mut comm = null_mut();
+    let empty = pointers(&[]);
+    // SAFETY: NULL reported.
+    expect(
+        unsafe { symmCommInitFromEnv(null_mut(), empty.as_ptr()) },
+        symmResult_t::symmInvalidArgument,
+        "comm",
+    );
+    let cases: [(&[&str], &str); 5] = [
+        (&[], "none of RANK, SYMM_RANK"),
+        (&["RANK=0", "WORLD_SIZE"], "none of WORLD_SIZE"),
+        (
+            &["RANK=1", "WORLD_SIZE=1", "SYMM_COMM_ID=127.0.0.1:1"],
+            "rank = 1",
+        ),
+        (
+            &["RANK=0", "WORLD_SIZE=0", "SYMM_COMM_ID=127.0.0.1:1"],
+            "number of ranks = 0",
+        ),
+        (
+            &["RANK=0", "WORLD_SIZE=2", "SYMM_COMM_ID=nohost"],
+            "SYMM_COMM_ID",
+        ),
+    ];
+    for (entries, message) in cases {
+        let owned = strings(entries);
+        let array = pointers(&owned);
+        // SAFETY: a NULL-terminated array of C strings that outlive the call.
+        expect(
+            unsafe { symmCommInitFromEnv(&mut comm, array.as_ptr()) },
+            symmResult_t::symmInvalidArgument,
+            message,
+        );
+    }
+    assert!(comm.is_null());
+}
+
+#[test]
 fn comm_queries_and_destroy() {
     use_strict_host_backend();
     let comms = init_all(3);

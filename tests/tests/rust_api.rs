@@ -249,6 +249,50 @@ fn a_thread_per_rank_runs_every_collective() {
     }
 }
 
+/// Ranks join as a launcher describes them (torchrun's variables, given to `Comm::from_vars`;
+/// `Comm::from_env` reads the same ones from the environment): rank 0 opens the root at
+/// `MASTER_PORT + 1`, every rank finds it, and their collectives are right. A missing variable
+/// is named.
+#[test]
+fn ranks_join_as_the_launcher_describes_them() {
+    setup();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let nranks = 3;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|rank| {
+                s.spawn(move || {
+                    let master_port = (port - 1).to_string();
+                    let vars = [
+                        ("RANK", rank.to_string()),
+                        ("WORLD_SIZE", nranks.to_string()),
+                        ("MASTER_ADDR", "127.0.0.1".to_string()),
+                        ("MASTER_PORT", master_port),
+                    ];
+                    let comm = Comm::from_vars(vars).unwrap();
+                    assert_eq!((comm.rank(), comm.size()), (rank, nranks));
+                    every_collective::<f32>(&comm, 257, 5);
+                    comm.destroy().unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    let Err(e) = Comm::from_vars([("RANK", "0"), ("WORLD_SIZE", "2")]) else {
+        panic!("joined with no bootstrap address");
+    };
+    assert!(
+        e.to_string().starts_with("Comm::from_vars: ")
+            && e.to_string().contains("MASTER_ADDR and MASTER_PORT"),
+        "{e}"
+    );
+}
+
 /// One thread drives every rank of `Comm::init_all`: windows and collectives inside `group`.
 #[test]
 fn one_thread_drives_every_rank_in_groups() {

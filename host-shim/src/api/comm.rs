@@ -78,6 +78,55 @@ impl Comm {
             .map_err(|e| e.in_function(name))
     }
 
+    /// Join the communicator a launcher describes in this process's environment (torchrun,
+    /// `mpirun` with the variables exported, Slurm scripts), as `symmCommInitFromEnv`: the
+    /// rank from `RANK` (else `SYMM_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`), the number of
+    /// ranks from `WORLD_SIZE` (else `SYMM_WORLD_SIZE`, `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`),
+    /// the bootstrap root at `SYMM_COMM_ID` (`host:port`), else at `MASTER_ADDR`, port
+    /// `MASTER_PORT + 1`, which rank 0 opens; the secret from `SYMM_COMM_SECRET`. The device is
+    /// the current one. An error names the variable that is missing or malformed.
+    pub fn from_env() -> Result<Comm> {
+        let name = "Comm::from_env";
+        let launcher = crate::config::launcher().map_err(|e| e.in_function(name))?;
+        Comm::from_launcher(&launcher, name)
+    }
+
+    /// [`Comm::from_env`] reading the launcher's variables from `vars` (name, value) instead
+    /// of the environment (later pairs win); the other `SYMM_*` settings still come from the
+    /// environment.
+    pub fn from_vars<N, V>(vars: impl IntoIterator<Item = (N, V)>) -> Result<Comm>
+    where
+        N: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let name = "Comm::from_vars";
+        let vars: Vec<(String, String)> = vars
+            .into_iter()
+            .map(|(n, v)| (n.as_ref().to_string(), v.as_ref().to_string()))
+            .collect();
+        let launcher = crate::config::parse_launcher(|wanted| {
+            vars.iter()
+                .rev()
+                .find(|(n, _)| n == wanted)
+                .map(|(_, v)| v.clone())
+        })
+        .map_err(|e| e.in_function(name))?;
+        Comm::from_launcher(&launcher, name)
+    }
+
+    fn from_launcher(launcher: &crate::config::Launcher, name: &str) -> Result<Comm> {
+        if crate::group::active() {
+            return Err(Error::invalid_usage(
+                "inside a group: it returns only once every rank joined, so one thread cannot \
+                 join several ranks",
+            )
+            .in_function(name));
+        }
+        crate::comm::init_from_launcher(launcher)
+            .map(Comm::new)
+            .map_err(|e| e.in_function(name))
+    }
+
     /// Every rank of a new communicator, in this process: rank `i` on device `devices[i]`
     /// (devices may repeat). As `symmCommInitAll`; one thread then drives every rank, making
     /// their calls inside [`group`].

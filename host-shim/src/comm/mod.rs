@@ -961,16 +961,43 @@ pub fn init_rank(nranks: i32, id: &symmUniqueId, rank: i32) -> Result<Arc<Comm>>
     }
     let key: [u8; SYMM_UNIQUE_ID_BYTES] = id.internal.map(|c| c as u8);
     let id = UniqueId::decode(&key)?;
-    if rank == 0 && UniqueId::from_env()?.is_some_and(|env| env == id) {
-        // SYMM_COMM_ID: rank 0 opens the root at the agreed address.
+    // SYMM_COMM_ID: rank 0 opens the root at the agreed address.
+    let opens_root = rank == 0 && UniqueId::from_env()?.is_some_and(|env| env == id);
+    join_as(nranks, &id, rank as usize, opens_root)
+}
+
+/// `symmCommInitFromEnv`: join the communicator `launcher` describes (see
+/// [`crate::config::parse_launcher`]); rank 0 opens the bootstrap root at its address.
+pub fn init_from_launcher(launcher: &crate::config::Launcher) -> Result<Arc<Comm>> {
+    let nranks = check_nranks(launcher.nranks as i64, "the number of ranks").map_err(|e| {
+        Error::invalid_argument(format!("{} (from the launcher's variables)", e.message))
+    })?;
+    let rank = launcher.rank;
+    if rank < 0 || rank as usize >= nranks {
+        return Err(Error::invalid_argument(format!(
+            "rank = {rank} (from the launcher's variables): must be in [0, {nranks})"
+        )));
+    }
+    let id = bootstrap::parse_root_address(
+        &launcher.address,
+        launcher.secret.as_deref(),
+        launcher.address_from,
+    )?;
+    join_as(nranks, &id, rank as usize, rank == 0)
+}
+
+/// Join the communicator `id` names as `rank` of `nranks` (validated), opening its root first
+/// when `opens_root`.
+fn join_as(nranks: usize, id: &UniqueId, rank: usize, opens_root: bool) -> Result<Arc<Comm>> {
+    if opens_root {
         let root = bootstrap::start_root(id.address(), *id.secret(), ROOT_JOIN_TIMEOUT)?;
         keep_root(root);
     }
     let backend = crate::backend::select()?;
     join(
         nranks,
-        &id,
-        rank as usize,
+        id,
+        rank,
         Joining {
             device: current_device_hint(),
             bounds: crate::config::block_bounds()?,

@@ -154,6 +154,85 @@ pub unsafe extern "C" fn symmCommInitRank(
     })
 }
 
+/// Join the communicator a launcher describes in the environment, as `torch.distributed`'s
+/// `env://` does (torchrun, `mpirun` with the variables exported, Slurm scripts): the rank from
+/// `RANK` (else `SYMM_RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`), the number of ranks from
+/// `WORLD_SIZE` (else `SYMM_WORLD_SIZE`, `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`), the bootstrap root
+/// at `SYMM_COMM_ID` (`host:port`) when set, else at `MASTER_ADDR`, port `MASTER_PORT + 1`
+/// (torchrun's own store has `MASTER_PORT`), which rank 0 opens; the secret from
+/// `SYMM_COMM_SECRET` (without it, anyone who reaches the address can join). The device is
+/// the current one, as for `symmCommInitRank`. Collective, like `symmCommInitRank`.
+///
+/// `environ` is NULL (this process's environment) or a NULL-terminated array of `NAME=value`
+/// strings (as `execve` takes) to read those variables from instead; the other `SYMM_*`
+/// settings come from the process's environment either way. An error names the variable that
+/// is missing or malformed.
+///
+/// # Safety
+/// `comm` is NULL or valid for a write; `environ` is NULL or a NULL-terminated array of
+/// pointers to NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommInitFromEnv(
+    comm: *mut symmComm_t,
+    environ: *const *const c_char,
+) -> symmResult_t {
+    guard("symmCommInitFromEnv", None, || {
+        require_out(comm, "comm")?;
+        if group::active() {
+            return Err(Error::invalid_usage(
+                "symmCommInitFromEnv inside symmGroupStart/symmGroupEnd: it blocks until every \
+                 rank joined, so one thread cannot join several ranks",
+            ));
+        }
+        let launcher = if environ.is_null() {
+            crate::config::launcher()?
+        } else {
+            // SAFETY: a NULL-terminated array of C strings by the caller's contract.
+            let vars = unsafe { environment_entries(environ) }?;
+            crate::config::parse_launcher(|name| {
+                vars.iter()
+                    .rev()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            })?
+        };
+        let created = comm::init_from_launcher(&launcher)?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(comm, "comm", created.handle()) }
+    })
+}
+
+/// Most entries of an `environ` array read before its NULL.
+const MAX_ENVIRON_ENTRIES: usize = 1 << 16;
+
+/// The `NAME=value` entries of a NULL-terminated `environ` array (an entry without `=` names
+/// no variable, as for `getenv`, and is skipped; of two entries with one name the later wins).
+///
+/// # Safety
+/// `environ` is a NULL-terminated array of pointers to NUL-terminated strings.
+unsafe fn environment_entries(environ: *const *const c_char) -> Result<Vec<(String, String)>> {
+    let mut entries = Vec::new();
+    for index in 0..MAX_ENVIRON_ENTRIES {
+        // SAFETY: every entry up to the terminating NULL is readable (caller's contract), and
+        // the loop stops at the NULL.
+        let entry = unsafe { *environ.add(index) };
+        if entry.is_null() {
+            return Ok(entries);
+        }
+        // SAFETY: a NUL-terminated string by the caller's contract.
+        let text = unsafe { std::ffi::CStr::from_ptr(entry) };
+        let text = text
+            .to_str()
+            .map_err(|_| Error::invalid_argument(format!("environ[{index}] is not UTF-8")))?;
+        if let Some((name, value)) = text.split_once('=') {
+            entries.push((name.to_string(), value.to_string()));
+        }
+    }
+    Err(Error::invalid_argument(format!(
+        "environ has no NULL terminator within {MAX_ENVIRON_ENTRIES} entries"
+    )))
+}
+
 /// Create `ndev` ranks in this process, rank `i` on device `devlist[i]` (devices may repeat,
 /// to place several ranks on one GPU; NULL means devices 0..ndev-1).
 ///

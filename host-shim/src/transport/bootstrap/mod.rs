@@ -117,8 +117,13 @@ impl UniqueId {
 /// `SYMM_COMM_SECRET`, anyone who can reach the address can join, so use it on trusted
 /// networks only.
 pub fn parse_comm_id(text: &str, secret_text: Option<&str>) -> Result<UniqueId> {
+    parse_root_address(text, secret_text, "SYMM_COMM_ID")
+}
+
+/// [`parse_comm_id`] of an address that came from `source` (the variables errors name).
+pub fn parse_root_address(text: &str, secret_text: Option<&str>, source: &str) -> Result<UniqueId> {
     let text = text.trim();
-    let bad = |why: String| Error::invalid_argument(format!("SYMM_COMM_ID={text:?}: {why}"));
+    let bad = |why: String| Error::invalid_argument(format!("{source}: {text:?}: {why}"));
     let address = match text.parse::<SocketAddr>() {
         Ok(a) => a,
         Err(_) => {
