@@ -69,10 +69,9 @@ pub use ffi::api::*;
 /// launch model, a communicator's state). Not part of the API: it changes without notice.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::backend::clc::{
-        Config as ClcConfig, Report as ClcReport, Variant as ClcVariant,
-    };
     pub use crate::backend::cuda::launched_param_types;
+    pub use crate::backend::host::HostBackend;
+    pub use crate::backend::kernel::{KernelArg, KernelLaunch};
     pub use crate::backend::{Backend, BackendKind, model, select as select_backend};
     pub use crate::comm::Comm;
     pub use crate::error::Error;

@@ -1494,8 +1494,8 @@ fn gpu_kernels_load_from_the_shipped_sass_where_it_runs() {
 #[test]
 #[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test --test gpu_collectives -- --ignored"]
 fn gpu_software_work_source_runs_every_tile_exactly_once() {
-    use symm::internals::{ClcConfig as Config, ClcVariant as Variant};
     use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
+    use symm_perf::work_stealing::{self, Config, Variant};
     let backend = symm::internals::select_backend().unwrap();
     assert_eq!(backend.kind().name(), "cuda", "run with SYMM_BACKEND=cuda");
     // SYMM_GPU_TEST_MAX_TILES (the simulated GPU): fewer tiles, each with less work; the
@@ -1526,7 +1526,7 @@ fn gpu_software_work_source_runs_every_tile_exactly_once() {
             let variants = std::iter::once(Variant::FixedGrid)
                 .chain(POLICIES.iter().map(|p| Variant::Software(p)));
             for variant in variants {
-                let report = backend.run_clc_benchmark(variant, &config).unwrap();
+                let report = work_stealing::run(&backend, variant, &config).unwrap();
                 assert!(
                     report.exactly_once,
                     "{} tiles {tiles} imbalance {imbalance}",

@@ -3,8 +3,8 @@
 //! for every policy: median time, speed-up over the fixed grid, tiles per block
 //! (min/median/max over blocks that ran any), steals, and the exactly-once check.
 
-use symm::internals::{ClcConfig as Config, ClcVariant as Variant};
 use symm_device::scheduler::workload::{LINEAR_SKEW, ONE_HEAVY_IN_64, POLICIES, UNIFORM};
+use symm_perf::work_stealing::{self, Config, Variant};
 
 pub const USAGE: &str = "usage: symm-perf clc [-t tiles] [-i uniform|skew|heavy|all] \
 [-p policy|all] [-n iters] [-k work-iterations] [-r prologue-iterations] [-x threads] [-d device] \
@@ -91,7 +91,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
                     .then_some(Variant::HardwareClustered { cluster }),
             );
         for variant in variants {
-            match backend.run_clc_benchmark(variant, &config) {
+            match work_stealing::run(&backend, variant, &config) {
                 Ok(report) => {
                     let mut tiles = report.tiles_per_block.clone();
                     tiles.sort_unstable();
@@ -113,7 +113,7 @@ pub fn main(args: &[String]) -> Result<bool, String> {
                         if report.exactly_once { "yes" } else { "NO" }
                     );
                 }
-                Err(e) if e.code == symm::symmResult_t::symmUnsupported => {
+                Err(e) if work_stealing::is_unsupported(&e) => {
                     println!("  {:<46} unsupported: {}", variant.ptx_name(), e.message);
                     if variant.is_hardware() {
                         break;

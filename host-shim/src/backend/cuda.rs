@@ -13,9 +13,7 @@ use super::driver::{
     library_present, outside_capture,
 };
 use crate::abi::symmResult_t;
-use crate::backend::clc::{
-    Config as ClcConfig, Report as ClcReport, Variant, report as clc_report,
-};
+use crate::backend::kernel::{self, KernelArg, KernelLaunch};
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::launch::schedule::{self, LaunchSchedule, StreamKind, StreamOp};
@@ -26,7 +24,6 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::panic::catch_unwind;
 use std::sync::{Arc, Mutex, OnceLock};
-use symm_device::scheduler::source::SoftwareSource;
 
 /// The asynchronous error of a communicator on `device` for the status `code` of a
 /// non-blocking stream query: `None` when the work succeeded or is still running, else
@@ -807,77 +804,62 @@ impl CudaBackend {
             .map_err(|e| Error::new(e.code, format!("{} ({} PTX)", e.message, device.ptx_target)))
     }
 
-    /// Run a work-stealing benchmark variant on `config.device`, timed with CUDA events.
-    pub fn run_clc_benchmark(&self, variant: Variant, config: &ClcConfig) -> Result<ClcReport> {
-        let device = self.device(config.device)?;
-        if variant.is_hardware() && device.capability != (10, 0) {
-            let (major, minor) = device.capability;
-            return Err(Error::unsupported(format!(
-                "device {} has compute capability {major}.{minor}: hardware Cluster Launch \
-                 Control kernels are built for sm_100a (compute capability 10.0) only",
-                config.device
-            )));
-        }
+    /// See [`super::Backend::time_kernel`].
+    pub fn time_kernel(
+        &self,
+        launch: &KernelLaunch<'_>,
+        args: &[KernelArg],
+        launches: usize,
+    ) -> Result<Vec<f64>> {
+        let device = self.device(launch.device)?;
+        let ptx = crate::ptx::text(device.ptx_target).ok_or_else(|| {
+            Error::internal(format!(
+                "the embedded {} PTX does not decompress (a damaged build of libsymm)",
+                device.ptx_target
+            ))
+        })?;
+        kernel::check(
+            launch,
+            args,
+            crate::ptx::entry_param_types(ptx, launch.name),
+        )?;
         let _context = device.context.enter()?;
-        let function = device.function_by_name(&variant.ptx_name())?;
-        let tiles = config.tiles as usize;
-        let ordinal = config.device;
-        let data_bytes = tiles * config.threads as usize * 4;
-        let data = self.alloc_zeroed(ordinal, data_bytes)?;
-        let counts = self.alloc_zeroed(ordinal, tiles * 4)?;
-        let stats = self.alloc_zeroed(ordinal, tiles * 8)?;
-        let state = self.alloc_zeroed(ordinal, SoftwareSource::state_words(config.tiles) * 4)?;
-        let ones: Vec<u8> = (0..tiles * config.threads as usize)
-            .flat_map(|_| 1.0f32.to_ne_bytes())
+        let function = device.function_by_name(launch.name)?;
+        // The arguments' storage, and one pointer to each (`kernelParams`), valid while
+        // `values` is neither moved nor dropped.
+        let mut values = args.to_vec();
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|arg| match arg {
+                KernelArg::U32(v) => (v as *mut u32).cast(),
+                KernelArg::U64(v) => (v as *mut u64).cast(),
+            })
             .collect();
-        let result = (|| {
-            self.upload(ordinal, data, &ones)?;
-            let mut params_storage = BenchmarkParams {
-                tiles: config.tiles,
-                imbalance: config.imbalance,
-                work_iterations: config.work_iterations,
-                prologue_iterations: config.prologue_iterations,
-                data,
-                tile_counts: counts,
-                block_stats: stats,
-                source_state: state,
-            };
-            let mut params = params_storage.pointers();
-            let mut times = Vec::new();
-            // Timing events, destroyed when this closure returns (a failed launch included).
-            let timing = sys::CUevent_flags::CU_EVENT_DEFAULT;
-            let (start, stop) = (OwnedEvent::create(timing)?, OwnedEvent::create(timing)?);
-            let (start, stop) = (start.0, stop.0);
-            // SAFETY: parameters match the benchmark kernels' signature; the buffers are sized
-            // for `tiles` tiles; the events live until the end of this closure.
-            driver("benchmark launch", || unsafe {
-                for launch in 0..=config.iterations {
-                    sys::cuEventRecord(start, std::ptr::null_mut()).result()?;
-                    launch_clustered(function, config, variant.cluster(), &mut params)?;
-                    sys::cuEventRecord(stop, std::ptr::null_mut()).result()?;
-                    sys::cuEventSynchronize(stop).result()?;
-                    let mut ms = 0f32;
-                    sys::cuEventElapsedTime(&mut ms, start, stop).result()?;
-                    if launch > 0 {
-                        times.push(ms as f64 * 1e3);
-                    }
-                }
-                Ok(())
-            })?;
-            let mut host_counts = vec![0u32; tiles];
-            let mut host_stats = vec![0u32; 2 * tiles];
-            // SAFETY: the buffers hold these many u32s.
-            driver("reading benchmark counters", || unsafe {
-                result::memcpy_dtoh_sync(&mut host_counts, counts)?;
-                result::memcpy_dtoh_sync(&mut host_stats, stats)
-            })?;
-            let launches = config.iterations as u32 + 1;
-            Ok(clc_report(&mut times, &host_counts, launches, &host_stats))
-        })();
-        for address in [data, counts, stats, state] {
-            let _ = self.free(ordinal, address);
-        }
-        result
+        let timing = sys::CUevent_flags::CU_EVENT_DEFAULT;
+        // Destroyed when this function returns (a failed launch included).
+        let (start, stop) = (OwnedEvent::create(timing)?, OwnedEvent::create(timing)?);
+        let (start, stop) = (start.0, stop.0);
+        let mut times = Vec::with_capacity(launches);
+        // SAFETY: the parameters match the kernel's `.param` list (checked above) and point
+        // into `values`, alive until the end of the function; the events live as long.
+        driver("kernel launch", || unsafe {
+            for _ in 0..launches {
+                sys::cuEventRecord(start, std::ptr::null_mut()).result()?;
+                launch_clustered(function, launch, &mut params)?;
+                sys::cuEventRecord(stop, std::ptr::null_mut()).result()?;
+                sys::cuEventSynchronize(stop).result()?;
+                let mut ms = 0f32;
+                sys::cuEventElapsedTime(&mut ms, start, stop).result()?;
+                times.push(ms as f64 * 1e3);
+            }
+            Ok(())
+        })?;
+        Ok(times)
+    }
+
+    /// The compute capability of device `ordinal`.
+    pub fn compute_capability(&self, ordinal: i32) -> Result<(i32, i32)> {
+        Ok(self.device(ordinal)?.capability)
     }
 
     /// See [`super::Backend::mark_launch`]: record the device's event of each distinct stream
@@ -1058,71 +1040,36 @@ impl CollectiveParams {
     }
 }
 
-/// The parameters of the work-scheduling benchmark kernels (`symm_clc_*`), in the order of
-/// their `.param` list.
-struct BenchmarkParams {
-    tiles: u32,
-    imbalance: u32,
-    work_iterations: u32,
-    prologue_iterations: u32,
-    data: u64,
-    tile_counts: u64,
-    block_stats: u64,
-    source_state: u64,
-}
-
-impl BenchmarkParams {
-    /// The PTX type of each parameter, in order (checked by the PTX linter of the tests).
-    pub(crate) const PTX_TYPES: [&str; 8] =
-        ["u32", "u32", "u32", "u32", "u64", "u64", "u64", "u64"];
-
-    /// `kernelParams`: one pointer per parameter, valid while `self` is neither moved nor
-    /// dropped.
-    fn pointers(&mut self) -> [*mut c_void; 8] {
-        [
-            (&raw mut self.tiles).cast(),
-            (&raw mut self.imbalance).cast(),
-            (&raw mut self.work_iterations).cast(),
-            (&raw mut self.prologue_iterations).cast(),
-            (&raw mut self.data).cast(),
-            (&raw mut self.tile_counts).cast(),
-            (&raw mut self.block_stats).cast(),
-            (&raw mut self.source_state).cast(),
-        ]
-    }
-}
-
-/// The `.param` types the host passes to kernel `name` (see `CollectiveParams` and
-/// `BenchmarkParams`), or `None` for a name the host never launches.
+/// The `.param` types the library passes to its kernel `name` (see `CollectiveParams`), or
+/// `None` for a name its calls never launch (the benchmarks' `symm_clc_*` kernels go through
+/// `Backend::time_kernel`, which checks their arguments against the PTX itself).
 pub fn launched_param_types(name: &str) -> Option<&'static [&'static str]> {
-    if name.starts_with("symm_clc_") {
-        Some(&BenchmarkParams::PTX_TYPES)
-    } else if name.starts_with("symm_") {
+    if name.starts_with("symm_") && !name.starts_with("symm_clc_") {
         Some(&CollectiveParams::PTX_TYPES)
     } else {
         None
     }
 }
 
-/// Launch a benchmark kernel on the default stream, one block per tile, in clusters of
-/// `cluster` CTAs along x when `cluster > 1` (`cuLaunchKernelEx` with a cluster-dimension
-/// attribute).
+/// Launch `function` on the default stream, `launch.blocks` blocks of `launch.threads`, in
+/// clusters of `launch.cluster` CTAs along x when it is above 1 (`cuLaunchKernelEx` with a
+/// cluster-dimension attribute).
 ///
 /// # Safety
-/// `params` match the benchmark kernels' signature; `config.tiles` is a multiple of `cluster`.
+/// `params` match the kernel's `.param` list; `launch.blocks` is a multiple of its cluster.
 unsafe fn launch_clustered(
     function: sys::CUfunction,
-    config: &ClcConfig,
-    cluster: u32,
+    launch: &KernelLaunch<'_>,
     params: &mut [*mut c_void],
 ) -> std::result::Result<(), DriverError> {
+    let cluster = launch.cluster;
     if cluster <= 1 {
         // SAFETY: forwarded contract.
         return unsafe {
             result::launch_kernel(
                 function,
-                (config.tiles, 1, 1),
-                (config.threads, 1, 1),
+                (launch.blocks, 1, 1),
+                (launch.threads, 1, 1),
                 0,
                 std::ptr::null_mut(),
                 params,
@@ -1137,11 +1084,11 @@ unsafe fn launch_clustered(
         y: 1,
         z: 1,
     };
-    let launch = sys::CUlaunchConfig {
-        gridDimX: config.tiles,
+    let config = sys::CUlaunchConfig {
+        gridDimX: launch.blocks,
         gridDimY: 1,
         gridDimZ: 1,
-        blockDimX: config.threads,
+        blockDimX: launch.threads,
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: 0,
@@ -1150,7 +1097,7 @@ unsafe fn launch_clustered(
         numAttrs: 1,
     };
     // SAFETY: the configuration and attribute outlive the call; forwarded contract.
-    unsafe { sys::cuLaunchKernelEx(&launch, function, params.as_mut_ptr(), std::ptr::null_mut()) }
+    unsafe { sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) }
         .result()
 }
 

@@ -13,10 +13,10 @@
 //! [`schedule::schedule`] (pure) turns it into stream operations, and the backend executes
 //! them (driver calls, or the model).
 
-pub mod clc;
 pub mod cuda;
 pub(crate) mod driver;
 pub mod host;
+pub mod kernel;
 pub mod model;
 pub mod vmm;
 
@@ -204,19 +204,29 @@ pub fn launch_input(
 }
 
 impl Backend {
-    /// Run the work-stealing benchmark kernel `variant` `config.iterations` times (after one
-    /// warm-up): on the GPU, or as the host emulation (see [`crate::backend::clc`]).
-    pub fn run_clc_benchmark(
+    /// Launch kernel `launch.name` of libsymm's PTX `launches` times on the default stream,
+    /// each alone, with `args` (checked against its `.param` list first): the time of each
+    /// launch in µs (CUDA events). The cuda backend only (see [`kernel`]).
+    pub fn time_kernel(
         &self,
-        variant: crate::backend::clc::Variant,
-        config: &crate::backend::clc::Config,
-    ) -> Result<crate::backend::clc::Report> {
-        crate::backend::clc::validate(variant, config)?;
+        launch: &kernel::KernelLaunch<'_>,
+        args: &[kernel::KernelArg],
+        launches: usize,
+    ) -> Result<Vec<f64>> {
         match self {
-            Backend::Host(_) | Backend::Model(_) => {
-                crate::backend::clc::run_on_host(variant, config)
-            }
-            Backend::Cuda(cuda) => cuda.run_clc_benchmark(variant, config),
+            Backend::Cuda(cuda) => cuda.time_kernel(launch, args, launches),
+            Backend::Host(_) | Backend::Model(_) => Err(Error::unsupported(format!(
+                "kernel {}: launching a kernel by name needs the cuda backend",
+                launch.name
+            ))),
+        }
+    }
+
+    /// The compute capability of `device` (the cuda backend), or `None` (the others).
+    pub fn compute_capability(&self, device: i32) -> Result<Option<(i32, i32)>> {
+        match self {
+            Backend::Cuda(cuda) => cuda.compute_capability(device).map(Some),
+            Backend::Host(_) | Backend::Model(_) => Ok(None),
         }
     }
 

@@ -110,9 +110,40 @@ pub fn kernel_module(target: &str, kernel: &str) -> Option<String> {
         .kernel_module(kernel)
 }
 
+/// The `.param` types (`"u32"`, `"u64"`, …) of kernel `name` in `ptx`, in order; `None` if
+/// `ptx` declares no such `.entry`.
+pub fn entry_param_types<'a>(ptx: &'a str, name: &str) -> Option<Vec<&'a str>> {
+    let header = format!(".entry {name}(");
+    let mut lines = ptx.lines().skip_while(|line| !line.contains(&header));
+    lines.next()?;
+    Some(
+        lines
+            .map(str::trim)
+            .take_while(|line| !line.starts_with(')'))
+            .filter_map(|line| line.strip_prefix(".param"))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(|ty| ty.trim_start_matches('.'))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_parameters_are_read_from_the_ptx() {
+        let ptx = ".visible .entry symm_k(\n\t.param .u32 symm_k_param_0,\n\t.param .u64 \
+                   symm_k_param_1\n)\n{\n}\n.visible .entry symm_k2()\n{\n}\n";
+        assert_eq!(entry_param_types(ptx, "symm_k"), Some(vec!["u32", "u64"]));
+        assert_eq!(entry_param_types(ptx, "symm_k2"), Some(vec![]));
+        assert_eq!(entry_param_types(ptx, "symm"), None);
+        let sm90 = text("sm_90").unwrap();
+        assert_eq!(
+            entry_param_types(sm90, "symm_clc_fixed_grid").map(|t| t.len()),
+            Some(8)
+        );
+    }
 
     use crate::plan::KernelId;
     use symm_device::symmetric::Algorithm;

@@ -1,10 +1,11 @@
-//! Work-stealing benchmark launches: the fixed-grid, software-source and hardware-CLC kernels
-//! of `symm_device::scheduler::workload`: their configuration, the host emulation and the
-//! report (the cuda executor launches them: `Backend::run_clc_benchmark`). Hardware CLC needs an sm_100 GPU:
-//! anywhere else the request is `symmUnsupported`, never a launch of instructions the GPU does
-//! not have.
+//! The work-stealing benchmark: the fixed-grid, software-source and hardware-CLC kernels of
+//! `symm_device::scheduler::workload`, on the GPU (launched by name through the cuda backend,
+//! timed with CUDA events) or emulated on CPU threads (the host backend). Hardware CLC needs an
+//! sm_100 GPU: anywhere else the request is `symmUnsupported`, never a launch of instructions
+//! the GPU does not have.
 
-use crate::error::{Error, Result};
+use symm::internals::{Backend, Error, KernelArg, KernelLaunch};
+use symm::symmResult_t;
 use symm_device::arch::host::run_grid_with_residency;
 use symm_device::scheduler::source::SoftwareSource;
 use symm_device::scheduler::workload::{self, Workload};
@@ -86,9 +87,12 @@ pub struct Report {
     pub exactly_once: bool,
 }
 
-/// Check `variant` and `config` before anything is launched (the cuda executor and the host
-/// emulation both start with it).
-pub fn validate(variant: Variant, config: &Config) -> Result<()> {
+/// The `.param` types of the benchmark kernels, in order (what [`run`] passes; the PTX linter
+/// of the tests checks every `symm_clc_*` kernel declares them).
+pub const PTX_PARAM_TYPES: [&str; 8] = ["u32", "u32", "u32", "u32", "u64", "u64", "u64", "u64"];
+
+/// Check `variant` and `config` before anything is launched.
+pub fn validate(variant: Variant, config: &Config) -> Result<(), Error> {
     if let Variant::Software(p) | Variant::Hardware(p) = variant
         && !workload::POLICIES.contains(&p)
     {
@@ -109,12 +113,112 @@ pub fn validate(variant: Variant, config: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Run `variant` `config.iterations` times after one warm-up: on the GPU (the cuda backend),
+/// else as the host emulation.
+pub fn run(backend: &Backend, variant: Variant, config: &Config) -> Result<Report, Error> {
+    validate(variant, config)?;
+    match backend.compute_capability(config.device)? {
+        Some(capability) => run_on_gpu(backend, variant, config, capability),
+        None => run_on_host(variant, config),
+    }
+}
+
+/// The device buffers of one run, freed when dropped.
+struct DeviceBuffers<'a> {
+    backend: &'a Backend,
+    device: i32,
+    addresses: Vec<u64>,
+}
+
+impl DeviceBuffers<'_> {
+    fn alloc(&mut self, bytes: usize) -> Result<u64, Error> {
+        let address = self.backend.alloc_zeroed(self.device, bytes)?;
+        self.addresses.push(address);
+        Ok(address)
+    }
+}
+
+impl Drop for DeviceBuffers<'_> {
+    fn drop(&mut self) {
+        for &address in &self.addresses {
+            let _ = self.backend.free(self.device, address);
+        }
+    }
+}
+
+fn run_on_gpu(
+    backend: &Backend,
+    variant: Variant,
+    config: &Config,
+    (major, minor): (i32, i32),
+) -> Result<Report, Error> {
+    if variant.is_hardware() && (major, minor) != (10, 0) {
+        return Err(Error::unsupported(format!(
+            "device {} has compute capability {major}.{minor}: hardware Cluster Launch Control \
+             kernels are built for sm_100a (compute capability 10.0) only",
+            config.device
+        )));
+    }
+    let tiles = config.tiles as usize;
+    let mut buffers = DeviceBuffers {
+        backend,
+        device: config.device,
+        addresses: Vec::new(),
+    };
+    let data = buffers.alloc(tiles * config.threads as usize * 4)?;
+    let counts = buffers.alloc(tiles * 4)?;
+    let stats = buffers.alloc(tiles * 8)?;
+    let state = buffers.alloc(SoftwareSource::state_words(config.tiles) * 4)?;
+    let ones: Vec<u8> = (0..tiles * config.threads as usize)
+        .flat_map(|_| 1.0f32.to_ne_bytes())
+        .collect();
+    backend.upload(config.device, data, &ones)?;
+    let name = variant.ptx_name();
+    let launch = KernelLaunch {
+        device: config.device,
+        name: &name,
+        blocks: config.tiles,
+        threads: config.threads,
+        cluster: variant.cluster(),
+    };
+    let args = [
+        KernelArg::U32(config.tiles),
+        KernelArg::U32(config.imbalance),
+        KernelArg::U32(config.work_iterations),
+        KernelArg::U32(config.prologue_iterations),
+        KernelArg::U64(data),
+        KernelArg::U64(counts),
+        KernelArg::U64(stats),
+        KernelArg::U64(state),
+    ];
+    debug_assert!(args.iter().map(|a| a.ptx_type()).eq(PTX_PARAM_TYPES));
+    let mut times = backend.time_kernel(&launch, &args, config.iterations + 1)?;
+    times.remove(0); // the warm-up
+    let mut host_counts = vec![0u8; tiles * 4];
+    let mut host_stats = vec![0u8; tiles * 8];
+    backend.download(config.device, counts, &mut host_counts)?;
+    backend.download(config.device, stats, &mut host_stats)?;
+    let words = |bytes: &[u8]| -> Vec<u32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let launches = config.iterations as u32 + 1;
+    Ok(report(
+        &mut times,
+        &words(&host_counts),
+        launches,
+        &words(&host_stats),
+    ))
+}
+
 /// Blocks of the host emulation that run at once (an SM count of sorts).
 const HOST_RESIDENT_BLOCKS: u32 = 8;
 
-/// Run `variant` on CPU threads, `config.iterations` times after one warm-up (the host and
-/// model executors), once [`validate`] accepted it.
-pub(crate) fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
+/// Run `variant` on CPU threads, `config.iterations` times after one warm-up, once
+/// [`validate`] accepted it.
+fn run_on_host(variant: Variant, config: &Config) -> Result<Report, Error> {
     let kernel: workload::BenchKernel = match variant {
         Variant::FixedGrid => workload::fixed_grid_kernel,
         Variant::Software(p) => workload::software_kernel(p).expect("policy checked"),
@@ -157,7 +261,7 @@ pub(crate) fn run_on_host(variant: Variant, config: &Config) -> Result<Report> {
 }
 
 /// Summarize the last launch's statistics.
-pub fn report(times: &mut [f64], counts: &[u32], launches: u32, stats: &[u32]) -> Report {
+fn report(times: &mut [f64], counts: &[u32], launches: u32, stats: &[u32]) -> Report {
     times.sort_by(f64::total_cmp);
     let time_us = times.get(times.len() / 2).copied().unwrap_or(0.0);
     let tiles_per_block = stats.chunks(2).map(|c| c[0]).filter(|t| *t > 0).collect();
@@ -170,16 +274,22 @@ pub fn report(times: &mut [f64], counts: &[u32], launches: u32, stats: &[u32]) -
     }
 }
 
+/// `true` for the error of a variant the backend or device cannot run.
+pub fn is_unsupported(e: &Error) -> bool {
+    e.code == symmResult_t::symmUnsupported
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::symmResult_t;
-    use crate::backend::Backend;
-    use crate::backend::host::HostBackend;
+
+    fn host() -> Backend {
+        Backend::Host(symm::internals::HostBackend::new())
+    }
 
     #[test]
     fn host_runs_fixed_and_software_variants_and_refuses_hardware() {
-        let backend = Backend::Host(HostBackend::new());
+        let backend = host();
         let config = Config {
             tiles: 200,
             imbalance: workload::ONE_HEAVY_IN_64,
@@ -189,36 +299,38 @@ mod tests {
             iterations: 2,
             device: 0,
         };
-        let fixed = backend
-            .run_clc_benchmark(Variant::FixedGrid, &config)
-            .unwrap();
+        let fixed = run(&backend, Variant::FixedGrid, &config).unwrap();
         assert!(fixed.exactly_once && fixed.steals == 0);
         assert_eq!(fixed.tiles_per_block.len(), 200);
-        let greedy = backend
-            .run_clc_benchmark(Variant::Software("greedy"), &config)
-            .unwrap();
+        let greedy = run(&backend, Variant::Software("greedy"), &config).unwrap();
         assert!(greedy.exactly_once);
         assert_eq!(greedy.tiles_per_block.iter().sum::<u32>(), 200);
-        let capped = backend
-            .run_clc_benchmark(Variant::Software("max_steals_4"), &config)
-            .unwrap();
+        let capped = run(&backend, Variant::Software("max_steals_4"), &config).unwrap();
         assert!(capped.tiles_per_block.iter().all(|t| *t <= 5));
-        let e = backend
-            .run_clc_benchmark(Variant::Hardware("greedy"), &config)
-            .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmUnsupported);
-        let e = backend
-            .run_clc_benchmark(Variant::HardwareClustered { cluster: 2 }, &config)
-            .unwrap_err();
-        assert_eq!(e.code, symmResult_t::symmUnsupported);
+        for variant in [
+            Variant::Hardware("greedy"),
+            Variant::HardwareClustered { cluster: 2 },
+        ] {
+            let e = run(&backend, variant, &config).unwrap_err();
+            assert!(is_unsupported(&e), "{}", e.message);
+        }
         let odd = Config { tiles: 7, ..config };
-        let e = backend
-            .run_clc_benchmark(Variant::HardwareClustered { cluster: 2 }, &odd)
-            .unwrap_err();
+        let e = run(&backend, Variant::HardwareClustered { cluster: 2 }, &odd).unwrap_err();
         assert_eq!(e.code, symmResult_t::symmInvalidArgument);
-        let e = backend
-            .run_clc_benchmark(Variant::Software("lucky"), &config)
-            .unwrap_err();
+        let e = run(&backend, Variant::Software("lucky"), &config).unwrap_err();
         assert_eq!(e.code, symmResult_t::symmInvalidArgument);
+    }
+
+    #[test]
+    fn a_kernel_by_name_needs_the_cuda_backend() {
+        let launch = KernelLaunch {
+            device: 0,
+            name: "symm_clc_fixed_grid",
+            blocks: 1,
+            threads: 1,
+            cluster: 1,
+        };
+        let e = host().time_kernel(&launch, &[], 1).unwrap_err();
+        assert!(is_unsupported(&e), "{}", e.message);
     }
 }
