@@ -383,8 +383,9 @@ fn a_send_to_itself_outside_a_group_is_refused_at_once() {
 /// the graph. Its kernel's first store goes into rank 0's point-to-point window, which rank 1's
 /// windows keep alive; the kernel then sees the raised abort word and ends. The device stays
 /// healthy: the stream synchronizes, rank 1 reports the abort, and a new pair of ranks in the
-/// same process exchanges messages. (The cuda backend only: on the simulated GPU a store into
-/// unmapped memory faults, and the fault is sticky.)
+/// same process exchanges messages. (The cuda backend only, where a store into unmapped memory
+/// faults, stickily: on the host backend it would land in freed heap memory unseen; a unit
+/// test of `comm::windows` checks the hold there.)
 #[test]
 fn a_peer_that_aborts_and_frees_leaves_the_memory_a_kernel_writes() {
     setup();

@@ -465,25 +465,27 @@ impl Comm {
     /// Free everything this rank still owns; called by `symmCommDestroy`.
     fn release(&self) -> Result<()> {
         let backend = &self.clique.backend;
-        backend.synchronize(&self.resources)?;
-        // Every stream a collective on a window was enqueued on, before anything is freed
-        // (on an error nothing is).
-        let windows: Vec<Arc<Window>> = self.lock().windows.values().cloned().collect();
-        for window in &windows {
-            window.wait_for_launches()?;
+        // Every stream a collective on a window was enqueued on, before anything is freed.
+        let waited = backend.synchronize(&self.resources).and_then(|()| {
+            let windows: Vec<Arc<Window>> = self.lock().windows.values().cloned().collect();
+            windows.iter().try_for_each(|w| w.wait_for_launches())
+        });
+        let mut state = self.lock();
+        let windows = std::mem::take(&mut state.windows);
+        let staging = state.staging.take();
+        let point_to_point = state.point_to_point.take();
+        let allocations = std::mem::take(&mut state.allocations);
+        drop(state);
+        if let Err(e) = waited {
+            // Work of this rank may still use its memory: keep it (leaked), never free it
+            // under that work.
+            std::mem::forget((windows, staging, point_to_point, allocations));
+            return Err(e);
         }
         drop(windows);
-        let (windows, staging, allocations) = {
-            let mut state = self.lock();
-            (
-                std::mem::take(&mut state.windows),
-                state.staging.take(),
-                std::mem::take(&mut state.allocations),
-            )
-        };
-        drop(windows);
         drop(staging);
-        // Freed now, or by the last window of another rank of this process that holds it.
+        drop(point_to_point);
+        // Freed now, or by the last window of this process that holds it (`window::memory`).
         drop(allocations);
         Ok(())
     }
@@ -521,8 +523,9 @@ impl Comm {
     /// this rank lets go of it once its own work is done; the memory is freed then, or by the
     /// last window of another rank of this process that holds it (see [`memory`]).
     pub fn mem_free(&self, address: u64) -> Result<()> {
-        let allocation = self.lock().allocations.remove(&address);
+        // On an error this rank's work may still use it: it stays allocated.
         self.clique.backend.synchronize(&self.resources)?;
+        let allocation = self.lock().allocations.remove(&address);
         drop(allocation);
         Ok(())
     }

@@ -56,7 +56,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         device: comm.device,
         signal_pad,
         peer_pads: Mutex::new(Vec::new()),
-        peer_memory: Mutex::new(Vec::new()),
+        memory: Mutex::new(Vec::new()),
         exports,
         imports: Mutex::new(Vec::new()),
         abort,
@@ -518,17 +518,17 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         }
     }
     *window.peer_pads.lock().unwrap_or_else(|e| e.into_inner()) = peer_pads;
-    // And the memory under their windows: this rank's kernels write into it too.
-    let mut peer_memory = Vec::new();
+    // And the memory under the windows of this process's ranks: this rank's kernels write
+    // into its peers' and its own (which a shrink may hand to another communicator).
+    let mut memory = Vec::new();
     for (rank, d) in deposits.iter().enumerate() {
-        if rank == comm.rank || !d.local || d.size == 0 {
+        let skip_peer = rank != comm.rank
+            && crate::mutation::active(crate::mutation::Mutation::SkipPeerMemoryHold);
+        if !d.local || skip_peer {
             continue;
         }
-        if crate::mutation::active(crate::mutation::Mutation::SkipPeerMemoryHold) {
-            break;
-        }
         match comm.clique.allocations.holding(d.base, d.size) {
-            Some(allocation) => peer_memory.push(allocation),
+            Some(allocation) => memory.push(allocation),
             None => {
                 return Err(Error::invalid_usage(format!(
                     "rank {}: rank {rank} freed the memory of window #{} before the \
@@ -538,7 +538,7 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
             }
         }
     }
-    *window.peer_memory.lock().unwrap_or_else(|e| e.into_inner()) = peer_memory;
+    *window.memory.lock().unwrap_or_else(|e| e.into_inner()) = memory;
     let nranks = deposits.len();
     let ctx_bytes = std::mem::size_of::<SymmContext>();
     let table_bytes = nranks * 8;
@@ -754,6 +754,63 @@ mod tests {
             peer.message
         );
         deregister(&comms[1], windows[1].handle()).expect("deregistration");
+    }
+
+    /// A rank that destroys its communicator while its peer keeps the window: the peer's
+    /// kernels still write into the rank's window memory, so it is freed only with the last
+    /// window over it (`window::memory`).
+    #[test]
+    fn window_memory_lives_while_a_peer_window_writes_into_it() {
+        let (backend, comms) = host_ranks(2, 10_000);
+        let windows = windows_of(&comms, 4096);
+        let base = windows[0].base;
+        let peer = windows[1].handle();
+        drop(windows);
+        crate::comm::destroy(&comms[0]).expect("destroy");
+        assert!(
+            allocated(&backend, base),
+            "rank 0's memory was freed while rank 1's window writes into it"
+        );
+        deregister(&comms[1], peer).expect("deregistration");
+        assert!(
+            !allocated(&backend, base),
+            "the memory outlived every window"
+        );
+        crate::comm::destroy(&comms[1]).expect("destroy");
+    }
+
+    /// A shrink hands the rank's allocations to the new communicator, while the parent's
+    /// windows on them stay: destroying the new communicator frees none of that memory until
+    /// the parent's windows go too.
+    #[test]
+    fn a_window_keeps_its_own_memory_after_a_shrink_moved_it() {
+        let (backend, comms) = host_ranks(2, 10_000);
+        crate::comm::staging::attach_with(&comms, 4096).expect("staging windows");
+        let staging = comms[0]
+            .lock()
+            .staging
+            .as_ref()
+            .expect("a staging window")
+            .window
+            .base;
+        let request = crate::comm::shrink::Request {
+            exclude: vec![1],
+            number: crate::comm::shrink::take_number(&comms[0], &[1]),
+            config: Default::default(),
+            flags: 0,
+        };
+        let made = crate::comm::shrink::shrink(&comms[0], &request, false).expect("shrink");
+        crate::comm::destroy(&comms[1]).expect("destroy the excluded rank");
+        crate::comm::destroy(&made).expect("destroy the new communicator");
+        assert!(
+            allocated(&backend, staging),
+            "the parent's staging window lost its memory"
+        );
+        crate::comm::destroy(&comms[0]).expect("destroy the parent");
+        assert!(
+            !allocated(&backend, staging),
+            "the memory outlived its windows"
+        );
     }
 
     /// A rank that deregisters while its peer keeps the window: the peer's kernels still write

@@ -88,9 +88,10 @@ pub struct Window {
     /// The signal pads of the other ranks of this process in the registration, kept alive
     /// while this window may write into them.
     pub(crate) peer_pads: Mutex<Vec<Arc<SignalPad>>>,
-    /// The allocations under the other ranks' windows of this registration in this process,
-    /// kept while this window's kernels may write into them (see [`memory`]).
-    pub(crate) peer_memory: Mutex<Vec<Arc<memory::Allocation>>>,
+    /// The allocations under the windows of this registration's ranks in this process (its
+    /// own rank's and its peers'), kept while this window's kernels may write into them (see
+    /// [`memory`]).
+    pub(crate) memory: Mutex<Vec<Arc<memory::Allocation>>>,
     /// How ranks of other processes map this window and its signal pad.
     pub(crate) exports: Option<Exports>,
     /// Peers' windows and signal pads mapped into this process (ranks of other processes).
