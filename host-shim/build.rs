@@ -1,26 +1,21 @@
-//! Gives `libsymm.so` its SONAME on Linux (`symm_artifacts::soname`), so that programs linked against it
-//! record the compatible version and `cargo xtask install` can lay it out as a system library.
-//!
-//! Also chooses the shipped SASS to embed (`src/ptx/mod.rs`): every target's, unless
+//! Chooses the shipped SASS to embed (`src/ptx/mod.rs`): with the feature `sass`, that of
+//! every target whose PTX is embedded (features `ptx-sm80`, `ptx-sm90`, `ptx-sm100a`), unless
 //! `SYMM_SASS_TARGETS` names a subset (comma-separated, e.g. `sm_90`; empty: none), which
 //! `cargo xtask gpu-bundle` uses to keep the archive a GPU machine is sent small. Each
 //! embedded target sets `cfg(symm_sass_<target>)`.
 
 fn main() {
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
-        println!(
-            "cargo:rustc-cdylib-link-arg=-Wl,-soname,{}",
-            symm_artifacts::soname(&version)
-        );
-    }
     const SASS_TARGETS: [&str; 3] = ["sm_80", "sm_90", "sm_100a"];
     let chosen = std::env::var("SYMM_SASS_TARGETS").ok();
+    let feature = |name: &str| std::env::var_os(format!("CARGO_FEATURE_{name}")).is_some();
     for target in SASS_TARGETS {
         println!("cargo::rustc-check-cfg=cfg(symm_sass_{target})");
-        let embed = chosen
-            .as_deref()
-            .is_none_or(|list| list.split(',').any(|t| t.trim() == target));
+        let ptx_feature = format!("PTX_{}", target.replace('_', "").to_uppercase());
+        let embed = feature("SASS")
+            && feature(&ptx_feature)
+            && chosen
+                .as_deref()
+                .is_none_or(|list| list.split(',').any(|t| t.trim() == target));
         if embed {
             println!("cargo:rustc-cfg=symm_sass_{target}");
         }

@@ -4,7 +4,7 @@ libraries into ``symm/lib/`` of the build, and tags the wheel for this platform.
 Where the files come from:
 
 * ``libsymm.so``: ``$SYMM_LIBRARY`` when set (a prebuilt library), else
-  ``cargo build --release -p symm`` in the repository (``$SYMM_SOURCE_DIR``, default: the parent
+  ``cargo build --release -p symm-c`` in the repository (``$SYMM_SOURCE_DIR``, default: the parent
   of this directory), honouring ``CARGO_TARGET_DIR``;
 * ``symm.h``: the repository's ``ffi-headers/symm.h``;
 * the Triton-linkable device library, decompressed from ``ptx-out/symm_triton.ll.gz``.
@@ -42,9 +42,9 @@ def source_dir() -> Path:
 
 
 def cargo_build(root: Path) -> Path:
-    """``cargo build --release -p symm`` in ``root``; the path of the ``libsymm.so`` it made."""
+    """``cargo build --release -p symm-c`` in ``root``; the path of the ``libsymm.so`` it made."""
     cargo = os.environ.get("CARGO", "cargo")
-    command = [cargo, "build", "--release", "-p", "symm", "--message-format=json-render-diagnostics"]
+    command = [cargo, "build", "--release", "-p", "symm-c", "--message-format=json-render-diagnostics"]
     print("symm: running", " ".join(command), "in", root, flush=True)
     try:
         result = subprocess.run(command, cwd=root, stdout=subprocess.PIPE, text=True, check=False)

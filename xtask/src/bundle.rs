@@ -97,7 +97,7 @@ const EXAMPLES: [&str; 4] = [
 pub fn build() -> Result<(), String> {
     let root = root();
     run(cargo()
-        .args(["build", "--release", "-p", "symm", "-p", "symm-perf"])
+        .args(["build", "--release", "-p", "symm-c", "-p", "symm-perf"])
         .env(SASS_ENV.0, SASS_ENV.1))?;
     let tests = gpu_test_binary()?;
     // The device library's PTX (run.sh builds the archive with the GPU machine's nvcc).

@@ -111,7 +111,7 @@ fn build(nvcc: &Path) -> Result<(), String> {
 }
 
 fn test(nvcc: &Path) -> Result<(), String> {
-    run(cargo().args(["build", "--release", "-p", "symm"]))?;
+    run(cargo().args(["build", "--release", "-p", "symm-c"]))?;
     let examples = root().join("examples/cuda");
     let nvcc_var = format!("NVCC={}", nvcc.display());
     let bin = nvcc.parent().map(Path::to_path_buf).unwrap_or_default();

@@ -231,7 +231,7 @@ fn unprefixed_names(header: &str) -> Vec<String> {
 }
 
 fn build_release_and_examples() -> Result<(), String> {
-    run(cargo().args(["build", "--release", "-p", "symm", "-p", "symm-perf"]))?;
+    run(cargo().args(["build", "--release", "-p", "symm-c", "-p", "symm-perf"]))?;
     run(Command::new("make").args(["-C", "examples/c"]))
 }
 

@@ -27,7 +27,7 @@ fn python() -> Command {
 /// is honoured).
 pub(crate) fn build_library() -> Result<PathBuf, String> {
     let output = cargo()
-        .args(["build", "--release", "-p", "symm"])
+        .args(["build", "--release", "-p", "symm-c"])
         .arg("--message-format=json-render-diagnostics")
         .current_dir(root())
         .stderr(Stdio::inherit())

@@ -558,7 +558,7 @@ pub fn test() -> Result<(), String> {
     let home = cuda_home(&dir)?;
     let home_var = format!("CUDA_HOME={}", home.display());
     run(Command::new("make").args(["-C", "examples/c", "clean"]))?;
-    run(cargo().args(["build", "--release", "-p", "symm"]))?;
+    run(cargo().args(["build", "--release", "-p", "symm-c"]))?;
     let make = Command::new("make")
         .arg("-C")
         .arg(root().join("examples/c"))

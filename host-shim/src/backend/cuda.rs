@@ -1297,9 +1297,19 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
     let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let ptx_target = crate::ptx::target_for_capability(major, minor).ok_or_else(|| {
-        Error::unsupported(format!(
-            "device {ordinal} has compute capability {major}.{minor}; symm needs 8.0 or newer"
-        ))
+        match crate::ptx::targets_for_capability(major, minor).first() {
+            None => Error::unsupported(format!(
+                "device {ordinal} has compute capability {major}.{minor}; symm needs 8.0 or \
+                 newer"
+            )),
+            Some(target) => Error::unsupported(format!(
+                "device {ordinal} has compute capability {major}.{minor}, and this build of \
+                 symm embeds no PTX that runs there (it embeds {:?}): enable the symm crate's \
+                 feature `ptx-{}` (its default features embed every target)",
+                crate::ptx::embedded_targets(),
+                target.replace('_', "")
+            )),
+        }
     })?;
     let multiprocessors =
         attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;

@@ -6,24 +6,34 @@ use symm_artifacts::{gzip, split};
 
 use std::sync::OnceLock;
 
-/// The targets: name and compressed PTX. sm_80 (Ampere) is also JIT-compiled for newer GPUs
-/// without their own PTX; sm_90 serves Hopper and newer non-`a` targets; sm_100a is Blackwell
-/// B200/GB200 (CLC instructions).
-const TARGETS: [(&str, &[u8]); 3] = [
+/// The targets this build embeds (the crate's features `ptx-sm80`, `ptx-sm90`, `ptx-sm100a`,
+/// all on by default): name and compressed PTX. sm_80 (Ampere) is also JIT-compiled for newer
+/// GPUs without their own PTX; sm_90 serves Hopper and newer non-`a` targets; sm_100a is
+/// Blackwell B200/GB200 (CLC instructions).
+const TARGETS: &[(&str, &[u8])] = &[
+    #[cfg(feature = "ptx-sm80")]
     ("sm_80", include_bytes!("../../../ptx-out/symm_sm80.ptx.gz")),
+    #[cfg(feature = "ptx-sm90")]
     ("sm_90", include_bytes!("../../../ptx-out/symm_sm90.ptx.gz")),
+    #[cfg(feature = "ptx-sm100a")]
     (
         "sm_100a",
         include_bytes!("../../../ptx-out/symm_sm100a.ptx.gz"),
     ),
 ];
 
+/// The PTX targets this build embeds.
+pub fn embedded_targets() -> Vec<&'static str> {
+    TARGETS.iter().map(|(name, _)| *name).collect()
+}
+
 /// The targets that ship SASS (a cubin of every kernel, assembled from the target's PTX by the
 /// pinned ptxas of `cargo xtask ptx`; gzip-compressed): the driver loads it without a JIT
 /// compilation at each kernel's first use. Every target ships it (each cubin adds about
 /// 2.5 MB to every binary that embeds libsymm); a GPU no cubin runs on (10.3, 12.x)
 /// JIT-compiles the PTX. A build with `SYMM_SASS_TARGETS` set embeds only the targets it names
-/// (`build.rs`; the GPU bundle embeds sm_90 only).
+/// (`build.rs`; the GPU bundle embeds sm_90 only), and one without the feature `sass`, or
+/// without a target's PTX, embeds none of that target.
 const SASS: &[(&str, &[u8])] = &[
     #[cfg(symm_sass_sm_80)]
     (
@@ -74,8 +84,8 @@ pub fn sass_target_for_capability(major: i32, minor: i32) -> Option<&'static str
 /// name or an embedded file that does not decompress (a build defect, reported as no PTX
 /// rather than a panic).
 pub fn text(target: &str) -> Option<&'static str> {
-    static TEXTS: [OnceLock<Option<String>>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static TEXTS: [OnceLock<Option<String>>; TARGETS.len()] =
+        [const { OnceLock::new() }; TARGETS.len()];
     let slot = TARGETS.iter().position(|(name, _)| *name == target)?;
     TEXTS[slot]
         .get_or_init(|| {
@@ -86,23 +96,33 @@ pub fn text(target: &str) -> Option<&'static str> {
         .as_deref()
 }
 
-/// The name of the PTX to load on a GPU of compute capability `major.minor`, or `None` below
-/// sm_80.
-pub fn target_for_capability(major: i32, minor: i32) -> Option<&'static str> {
+/// The PTX targets that run on a GPU of compute capability `major.minor`, preferred first: an
+/// arch-specific target (`a`) on its own version only, the others JIT-compiled forward; none
+/// below sm_80.
+pub fn targets_for_capability(major: i32, minor: i32) -> &'static [&'static str] {
     match (major, minor) {
-        (10, 0) => Some("sm_100a"),
-        (m, _) if m >= 9 => Some("sm_90"),
-        (8, _) => Some("sm_80"),
-        _ => None,
+        (10, 0) => &["sm_100a", "sm_90", "sm_80"],
+        (m, _) if m >= 9 => &["sm_90", "sm_80"],
+        (8, _) => &["sm_80"],
+        _ => &[],
     }
+}
+
+/// The name of the PTX to load on a GPU of compute capability `major.minor`: the preferred of
+/// [`targets_for_capability`] that this build embeds, or `None`.
+pub fn target_for_capability(major: i32, minor: i32) -> Option<&'static str> {
+    targets_for_capability(major, minor)
+        .iter()
+        .copied()
+        .find(|t| TARGETS.iter().any(|(name, _)| name == t))
 }
 
 /// The module to load for kernel `kernel` from the PTX of target `target` ("sm_80", "sm_90"
 /// or "sm_100a"): that kernel and what it calls only (see [`split`]); `None` if that PTX has
 /// no such kernel. The files are indexed once per process.
 pub fn kernel_module(target: &str, kernel: &str) -> Option<String> {
-    static INDEXES: [OnceLock<split::PtxIndex<'static>>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static INDEXES: [OnceLock<split::PtxIndex<'static>>; TARGETS.len()] =
+        [const { OnceLock::new() }; TARGETS.len()];
     let slot = TARGETS.iter().position(|(name, _)| *name == target)?;
     let ptx = text(target)?;
     INDEXES[slot]
@@ -150,8 +170,11 @@ mod tests {
     use symm_device::{DataType, RedOp};
 
     /// Every target's name and PTX.
-    fn targets() -> [(&'static str, &'static str); 3] {
-        TARGETS.map(|(name, _)| (name, text(name).expect("the embedded PTX decompresses")))
+    fn targets() -> Vec<(&'static str, &'static str)> {
+        TARGETS
+            .iter()
+            .map(|(name, _)| (*name, text(name).expect("the embedded PTX decompresses")))
+            .collect()
     }
 
     /// The shipped SASS: every cubin decompresses, is a CUDA ELF image for its target, and
