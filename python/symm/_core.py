@@ -39,7 +39,7 @@ from ._convert import (
     resolve_stream,
 )
 from ._lib import ConfigStruct, check, lib
-from ._operand import Operand, describe, resolve_call, torch_stream
+from ._operand import Operand, describe, resolve_call, symm_operand, torch_stream
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, make_error
 
 __all__ = [
@@ -986,6 +986,10 @@ class CudaArrayView:
         self.count = count
         """Number of elements."""
 
+    def _symm_operand(self) -> Operand:
+        self.buffer._check_live()
+        return symm_operand(self.ptr, self.count * dtype_size(self.dtype), self.dtype, "CudaArrayView", typed_view=True)
+
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         self.buffer._check_live()
@@ -1018,6 +1022,10 @@ class Buffer:
     def _check_live(self) -> None:
         if self._dead is not None:
             raise InvalidUsageError(f"the buffer at {self.ptr:#x} is gone: {self._dead}")
+
+    def _symm_operand(self) -> Operand:
+        self._check_live()
+        return symm_operand(self.ptr, self.nbytes, self.dtype, "Buffer")
 
     def _invalidate(self, reason: str) -> None:
         self._finalizer.detach()
@@ -1175,6 +1183,12 @@ class Window:
     def _check_live(self) -> None:
         if self._dead is not None:
             raise InvalidUsageError(f"the window at {self.base:#x} is gone: {self._dead}")
+
+    def _symm_operand(self) -> Operand:
+        self._check_live()
+        buffer = self.buffer
+        typed = buffer is not None and buffer.dtype is not None and self.base == buffer.ptr
+        return symm_operand(self.base, self.nbytes, buffer.dtype if typed else None, "Window")  # type: ignore[union-attr]
 
     def _invalidate(self, reason: str) -> None:
         self._dead = reason

@@ -68,6 +68,16 @@ def _kind(dtype: str, what: str) -> str:
     return f"{article} {dtype} {what}"
 
 
+def symm_operand(ptr: int, nbytes: int, dtype: DataType | None, what: str, *, typed_view: bool = False) -> Operand:  # type: ignore[valid-type]
+    """The :class:`Operand` of one of symm's own objects (``what``: "Buffer", "Window",
+    "CudaArrayView"): ``nbytes`` at ``ptr``, of ``dtype`` (None: raw bytes); ``typed_view``
+    when its type is its own rather than the memory's."""
+    if dtype is None:
+        return Operand(ptr, nbytes, None, 0, False, "a raw Buffer" if what == "Buffer" else f"a {what}")
+    name = _symm_name(dtype)
+    return Operand(ptr, nbytes, name, dtype_size(dtype), typed_view, _kind(name, what))
+
+
 def describe(obj: Any, name: str) -> Operand:
     """The :class:`Operand` of ``obj`` (``name``: "send" or "recv", for messages).
 
@@ -75,41 +85,10 @@ def describe(obj: Any, name: str) -> Operand:
         InvalidArgumentError: not a buffer, address or array symm can use (not contiguous,
             memory of the other backend, an unknown object).
     """
-    from ._core import Buffer, CudaArrayView, Window
-
-    if isinstance(obj, Buffer):
-        obj._check_live()
-        typed = obj.dtype is not None
-        return Operand(
-            obj.ptr,
-            obj.nbytes,
-            _symm_name(obj.dtype) if typed else None,
-            dtype_size(obj.dtype) if typed else 0,
-            False,
-            "a raw Buffer" if not typed else _kind(_symm_name(obj.dtype), "Buffer"),
-        )
-    if isinstance(obj, Window):
-        obj._check_live()
-        buffer = obj.buffer
-        typed = buffer is not None and buffer.dtype is not None and obj.base == buffer.ptr
-        return Operand(
-            obj.base,
-            obj.nbytes,
-            _symm_name(buffer.dtype) if typed else None,  # type: ignore[union-attr]
-            dtype_size(buffer.dtype) if typed else 0,  # type: ignore[union-attr]
-            False,
-            _kind(_symm_name(buffer.dtype), "Window") if typed else "a Window",  # type: ignore[union-attr]
-        )
-    if isinstance(obj, CudaArrayView):
-        obj.buffer._check_live()
-        return Operand(
-            obj.ptr,
-            obj.count * dtype_size(obj.dtype),
-            _symm_name(obj.dtype),
-            dtype_size(obj.dtype),
-            True,
-            _kind(_symm_name(obj.dtype), "CudaArrayView"),
-        )
+    # symm's own objects (Buffer, Window, CudaArrayView) describe themselves.
+    own = getattr(type(obj), "_symm_operand", None)
+    if own is not None:
+        return own(obj)  # type: ignore[no-any-return]
     if isinstance(obj, bool):
         raise InvalidArgumentError(f"{name} must be a buffer, an array or an address, not a bool")
     if isinstance(obj, int):
