@@ -1,38 +1,11 @@
 //! The interpreter core: runs one GPU thread until its next scheduling decision.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 
+use crate::fx::FxMap;
 use crate::ir::{GUARD_NEG, Inst, NO_GUARD, Op, atom, cmp, sem, slot};
 use crate::memory::{MemView, host_load, host_rmw, host_store};
 use crate::parse::Program;
-
-/// A fast hasher for integer keys (FxHash).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    #[inline]
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(v as u64);
-    }
-}
-
-/// A `HashMap` with [`FxHasher`].
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Granule of spin tracking: 8 bytes.
 #[inline]

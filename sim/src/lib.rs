@@ -55,6 +55,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod exec;
+mod fx;
 mod ir;
 mod lex;
 mod memory;

@@ -46,7 +46,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::exec::FxMap;
+use crate::fx::FxMap;
 use crate::ir::sem;
 use crate::memory::{host_load, host_rmw, host_store};
 use crate::rng::Rng;

@@ -1,6 +1,7 @@
 //! The driver's state: devices and contexts, memory regions, modules, streams, events, the
 //! queue of stream operations, stream captures and graphs. One mutex guards all of it; host
-//! threads enqueue and wait, the device thread ([`crate::engine`]) runs what is ready.
+//! threads enqueue and wait, the device thread (the `engine` module, above this one) runs what
+//! is ready.
 
 use crate::util::{CuResult, Kind, handle, handle_id};
 use cudarc::driver::sys::{CUresult, cudaError_enum as E};
@@ -114,8 +115,10 @@ pub(crate) struct Driver {
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 
-/// Initialize the driver (once per process) and start its device thread.
-pub(crate) fn init() -> CuResult<&'static Driver> {
+/// Initialize the driver (once per process) and start its device thread with
+/// `start_device_thread` (the engine's, which the caller passes: the engine is built on this
+/// module).
+pub(crate) fn init(start_device_thread: fn(&'static Driver)) -> CuResult<&'static Driver> {
     let mut started = false;
     let driver = DRIVER.get_or_init(|| {
         started = true;
@@ -131,7 +134,7 @@ pub(crate) fn init() -> CuResult<&'static Driver> {
         }
     });
     if started {
-        crate::engine::spawn(driver);
+        start_device_thread(driver);
     }
     check_process(driver)?;
     Ok(driver)

@@ -132,7 +132,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
         if flags != 0 {
             return Err(E::CUDA_ERROR_INVALID_VALUE);
         }
-        state::init().map(|_| ())
+        state::init(crate::engine::spawn).map(|_| ())
     })
 }
 
