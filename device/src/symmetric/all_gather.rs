@@ -8,9 +8,9 @@
 //! `ld.v2.b64`/`st.v2.b64`).
 
 use super::Algorithm;
-use super::all_reduce::between_barriers;
 use super::batch::{Batch, Task, cell_elements};
-use super::broadcast::fan_out;
+use super::frame::between_barriers;
+use super::frame::fan_out;
 use super::low_latency::LlLines;
 use super::{CollectiveArgs, FLAG_IN_PLACE, Grid, KernelStatus, Rank, block_range};
 use crate::arch;

@@ -30,7 +30,7 @@
 use super::Algorithm;
 pub use super::FLAG_IN_PLACE;
 use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
-use super::broadcast::fan_out;
+use super::frame::{between_barriers, fan_out};
 use super::low_latency::{self, LlLines};
 use super::{FLAG_REDUCE_TO_ROOT, FLAG_ROOT};
 use super::{Grid, KernelStatus, block_range, vector};
@@ -101,34 +101,6 @@ unsafe fn reduce_to_accumulator<T: Element, O: ReduceOp>(
         acc = O::combine(acc, next);
     }
     O::finish(acc, ctx.world_size)
-}
-
-/// Run `body` between a start and an end barrier of the calling block; the common frame of
-/// every collective.
-///
-/// # Safety
-/// `ctx` is host-built and `grid` comes from [`super::for_virtual_rank`]; every thread of the
-/// block calls this with the same arguments.
-#[inline(always)]
-pub(crate) unsafe fn between_barriers(
-    ctx: &SymmContext,
-    grid: Grid,
-    body: impl FnOnce(&mut CrossRankBarrier<'_>) -> Result<(), Aborted>,
-) -> KernelStatus {
-    // No look at the abort word (host memory) before the start barrier: the start barrier
-    // refuses a window out of step before announcing and looks at the word while it waits,
-    // before `body` touches a peer's memory (see `sync::barrier`).
-    // SAFETY: limits were checked by `for_virtual_rank`; every thread runs this sequence.
-    let started = unsafe { CrossRankBarrier::open(ctx, grid.block) }.start();
-    let Ok(mut barrier) = started else {
-        return KernelStatus::Aborted;
-    };
-    let result = body(&mut barrier).and_then(|()| barrier.sync());
-    barrier.finish();
-    match result {
-        Ok(()) => KernelStatus::Completed,
-        Err(Aborted) => KernelStatus::Aborted,
-    }
 }
 
 /// One-shot all-reduce of a batch.

@@ -20,11 +20,9 @@
 //! neither is implemented.
 
 use super::Algorithm;
-use super::all_reduce::between_barriers;
 use super::batch::{Batch, Task, cell_elements};
+use super::frame::{between_barriers, fan_out};
 use super::{FLAG_IN_PLACE, FLAG_ROOT, Grid, KernelStatus, block_range};
-use crate::arch;
-use crate::context::SymmContext;
 
 /// Broadcast of a batch (`count`: bytes of each task).
 ///
@@ -92,47 +90,5 @@ unsafe fn push_part(task: &Task<'_>, lo: u64, hi: u64, block: u32) {
         } else {
             fan_out::<u8>(ctx, src, args.recv_offset, skip, first, lo, hi);
         }
-    }
-}
-
-/// Copy the values `[lo, hi)` of `U` at `src` to `recv_offset` of every rank's window but
-/// rank `skip`, ranks in the order `first, first + 1, …` (modulo the world): each thread of the
-/// block loads its share of the values once and stores each into every rank.
-///
-/// # Safety
-/// `ctx` is host-built; `first < world_size`; the source range and every rank's destination
-/// range are valid and aligned for `U`, and do not overlap, but for the skipped rank's and for
-/// a destination that is the source itself (each unit is then stored back unchanged, by the
-/// thread that loaded it).
-#[inline(always)]
-pub(crate) unsafe fn fan_out<U: Copy>(
-    ctx: &SymmContext,
-    src: u64,
-    recv_offset: u64,
-    skip: u32,
-    first: u32,
-    lo: u64,
-    hi: u64,
-) {
-    let stride = arch::block_dim_x() as u64;
-    let mut i = lo + arch::thread_idx_x() as u64;
-    while i < hi {
-        // SAFETY: i < hi; forwarded contract.
-        let value = unsafe { (src as *const U).add(i as usize).read() };
-        let mut peer = first;
-        for _ in 0..ctx.world_size {
-            if peer != skip {
-                // SAFETY: peer < world_size; the destination range is valid (contract).
-                unsafe {
-                    let dst = ctx.peer_base(peer).wrapping_add(recv_offset) as *mut U;
-                    dst.add(i as usize).write(value);
-                }
-            }
-            peer += 1;
-            if peer == ctx.world_size {
-                peer = 0;
-            }
-        }
-        i += stride;
     }
 }

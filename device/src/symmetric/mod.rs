@@ -14,6 +14,7 @@ pub mod all_to_all_v;
 pub mod batch;
 pub mod broadcast;
 pub mod dispatch;
+mod frame;
 mod low_latency;
 pub mod pat;
 pub mod point_to_point;

@@ -7,8 +7,9 @@
 //! own segments.
 
 use super::Algorithm;
-use super::all_reduce::{between_barriers, reduce_element};
+use super::all_reduce::reduce_element;
 use super::batch::{Batch, Task, cell_elements, for_packs_and_elements};
+use super::frame::between_barriers;
 use super::{FLAG_IN_PLACE, Grid, KernelStatus, block_range, vector};
 use crate::arch;
 use crate::numeric::element::Element;

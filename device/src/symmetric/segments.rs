@@ -24,8 +24,8 @@
 //! an order rotated by its index, so that the blocks do not all store into one rank at once.
 
 use super::Algorithm;
-use super::all_reduce::between_barriers;
 use super::batch::{Batch, cell_elements};
+use super::frame::between_barriers;
 use super::{FLAG_IN_PLACE, FLAG_ROOT, Grid, KernelStatus, block_range};
 use crate::arch;
 use crate::context::SymmContext;
