@@ -293,6 +293,102 @@ fn ranks_join_as_the_launcher_describes_them() {
     );
 }
 
+/// Splits: four rank threads split by parity, ranked in reverse by key, and run every
+/// collective on the halves (rank 3 takes no color and gets none); one thread splits every rank
+/// of `Comm::init_all` with `split_all` and sums over the pair it made.
+#[test]
+fn communicators_split_in_both_layouts() {
+    setup();
+    let sizes = on_rank_threads(4, |comm| {
+        let rank = comm.rank();
+        let color = (rank != 3).then_some((rank % 2) as u32);
+        let made = comm.split(color, -(rank as i32)).unwrap();
+        let Some(half) = made else {
+            assert_eq!(rank, 3);
+            return None;
+        };
+        // Ranks 0 and 2 (keys 0, -2: rank 2 first); rank 1 alone.
+        let want = match rank {
+            0 => (1, 2),
+            2 => (0, 2),
+            _ => (0, 1),
+        };
+        assert_eq!((half.rank(), half.size()), want, "rank {rank}");
+        every_collective::<f32>(&half, 33, 7);
+        half.destroy().unwrap();
+        comm.destroy().unwrap();
+        Some(want.1)
+    });
+    assert_eq!(sizes, [Some(2), Some(1), Some(2), None]);
+
+    let comms = Comm::init_all(&[0; 4]).unwrap();
+    let colors = [(Some(5), 0), (Some(6), 0), (Some(5), 0), (None, 0)];
+    let made = Comm::split_all(&comms, &colors).unwrap();
+    let shape: Vec<Option<(usize, usize)>> = made
+        .iter()
+        .map(|c| c.as_ref().map(|c| (c.rank(), c.size())))
+        .collect();
+    assert_eq!(shape, [Some((0, 2)), Some((0, 1)), Some((1, 2)), None]);
+    let pair: Vec<&Comm> = [&made[0], &made[2]].into_iter().flatten().collect();
+    let count = 129;
+    let mut wins: Vec<Window<i32>> =
+        group(|| pair.iter().map(|c| c.window(count)).collect()).unwrap();
+    for (r, w) in wins.iter_mut().enumerate() {
+        w.write(0, &vec![r as i32 + 10; count]).unwrap();
+    }
+    scope(|s| {
+        let bound: Vec<_> = wins
+            .iter_mut()
+            .map(|w| s.bind(w, Stream::default_stream()))
+            .collect();
+        group(|| {
+            bound
+                .iter()
+                .try_for_each(|b| s.all_reduce(b.all(), b.all(), ReduceOp::Sum))
+        })
+    })
+    .unwrap()
+    .unwrap();
+    assert!(wins.iter().all(|w| w.to_vec().unwrap() == vec![21; count]));
+    let e = Comm::split_all(&comms, &colors[..2]).unwrap_err();
+    assert!(e.to_string().contains("4 comms but 2"), "{e}");
+}
+
+/// Finalize waits for the rank's work and then refuses new windows; abort fails the
+/// communicator on every rank, and the peer's next collective names it.
+#[test]
+fn finalize_and_abort() {
+    setup();
+    on_rank_threads(2, |comm| {
+        let _: Window<f32> = comm.window(64).unwrap();
+        comm.finalize().unwrap();
+        let e = comm.window::<f32>(64).unwrap_err();
+        assert!(e.to_string().contains("symmCommFinalize"), "{e}");
+    });
+    let both = std::sync::Barrier::new(2);
+    on_rank_threads(2, |comm| {
+        let stream = Stream::new(&comm).unwrap();
+        let mut window: Window<f32> = comm.window(64).unwrap();
+        both.wait();
+        if comm.rank() == 0 {
+            drop(window);
+            comm.abort().unwrap();
+            both.wait();
+            return;
+        }
+        both.wait();
+        let outcome = scope(|s| {
+            let b = s.bind(&mut window, &stream);
+            s.all_reduce(b.all(), b.all(), ReduceOp::Sum)
+        });
+        let e = match outcome {
+            Ok(Ok(())) => panic!("a collective after the peer's abort succeeded"),
+            Ok(Err(e)) | Err(e) => e,
+        };
+        assert!(e.to_string().contains("symmCommAbort"), "{e}");
+    });
+}
+
 /// One thread drives every rank of `Comm::init_all`: windows and collectives inside `group`.
 #[test]
 fn one_thread_drives_every_rank_in_groups() {

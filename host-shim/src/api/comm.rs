@@ -164,6 +164,81 @@ impl Comm {
         self.inner.handle()
     }
 
+    /// Split this communicator (as `symmCommSplit`; every rank calls it, one thread per rank):
+    /// the ranks passing one `color` form one new communicator, ranked by `key` (ties by their
+    /// rank here); `None` as the color takes part without joining any (`SYMM_SPLIT_NOCOLOR`),
+    /// and gets `None`. The new communicators inherit this one's settings. One thread driving
+    /// every rank splits them with [`Comm::split_all`].
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>> {
+        let name = "Comm::split";
+        if crate::group::active() {
+            return Err(Error::invalid_usage(
+                "inside a group: one thread driving every rank splits them with Comm::split_all",
+            )
+            .in_function(name));
+        }
+        let request = split_color(color).map(|color| (color, key, Default::default()));
+        crate::comm::split::split(&self.inner, request)
+            .map(|made| made.map(Comm::new))
+            .map_err(|e| self.record(e.in_function(name)))
+    }
+
+    /// Split every rank of a communicator this thread drives (`comms`, as [`Comm::init_all`]
+    /// made them; one (color, key) per rank, as [`Comm::split`] takes them) in one group: each
+    /// rank's new communicator, in `comms`' order.
+    pub fn split_all(comms: &[Comm], colors: &[(Option<u32>, i32)]) -> Result<Vec<Option<Comm>>> {
+        let name = "Comm::split_all";
+        if comms.len() != colors.len() {
+            return Err(Error::invalid_argument(format!(
+                "{} comms but {} (color, key) pairs",
+                comms.len(),
+                colors.len()
+            ))
+            .in_function(name));
+        }
+        let mut handles: Vec<symmComm_t> = vec![std::ptr::null_mut(); comms.len()];
+        let outs: Vec<crate::group::SplitOut> = handles
+            .iter_mut()
+            .map(|h| crate::group::SplitOut(h as *mut symmComm_t))
+            .collect();
+        let ended = group(|| {
+            for ((comm, &(color, key)), out) in comms.iter().zip(colors).zip(outs) {
+                let request = split_color(color).map(|color| (color, key, Default::default()));
+                crate::group::defer(crate::group::Deferred::Split(crate::group::Split {
+                    comm: comm.inner.clone(),
+                    number: crate::comm::split::take_number(&comm.inner),
+                    request,
+                    out,
+                }));
+            }
+            Ok(())
+        });
+        // Every communicator the group made is owned here, also when the group failed (then
+        // they are destroyed on the way out).
+        let made: Vec<Option<Comm>> = handles
+            .into_iter()
+            .map(|handle| crate::comm::Comm::from_handle(handle).ok().map(Comm::new))
+            .collect();
+        ended.map_err(|e| e.in_function(name))?;
+        Ok(made)
+    }
+
+    /// Wait until every collective this rank enqueued has completed, then refuse later
+    /// collectives and windows (as `symmCommFinalize`); dropping or [`Comm::destroy`] frees
+    /// it. Returns the communicator's failure, if it failed.
+    pub fn finalize(&self) -> Result<()> {
+        crate::comm::finalize(&self.inner).map_err(|e| self.record(e.in_function("Comm::finalize")))
+    }
+
+    /// Abort this rank (as `symmCommAbort`): the communicator fails on every rank, naming this
+    /// rank's abort (every rank's pending work ends promptly, later calls fail), and this rank
+    /// is freed. A watchdog thread that must abort while another thread's call on the rank
+    /// waits calls `symmCommAbort(comm.as_raw())` instead (it may come from any thread).
+    pub fn abort(mut self) -> Result<()> {
+        self.destroyed = true;
+        crate::comm::abort(&self.inner).map_err(|e| e.in_function("Comm::abort"))
+    }
+
     /// Destroy this rank (as `symmCommDestroy`), returning the error, if any.
     pub fn destroy(mut self) -> Result<()> {
         self.destroyed = true;
@@ -200,6 +275,15 @@ impl std::fmt::Debug for Comm {
             .field("size", &self.size())
             .field("backend", &self.backend())
             .finish()
+    }
+}
+
+/// The C ABI's color of `color` (`None`: `SYMM_SPLIT_NOCOLOR`), refused past `i32::MAX`.
+fn split_color(color: Option<u32>) -> Result<i32> {
+    match color {
+        None => Ok(crate::abi::SYMM_SPLIT_NOCOLOR),
+        Some(c) => i32::try_from(c)
+            .map_err(|_| Error::invalid_argument(format!("color = {c}: at most {}", i32::MAX))),
     }
 }
 
