@@ -211,6 +211,18 @@ pub fn launcher() -> Result<Launcher> {
     parse_launcher(|name| std::env::var(name).ok())
 }
 
+/// The launcher's description in `pairs` (name, value) instead of the environment, as
+/// [`parse_launcher`] reads it; of two pairs with one name the later wins.
+pub fn parse_launcher_pairs(pairs: &[(String, String)]) -> Result<Launcher> {
+    parse_launcher(|name| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    })
+}
+
 /// The launcher's description in the variables `var` gives (`None`: unset), as
 /// `torch.distributed`'s `env://` reads them:
 ///

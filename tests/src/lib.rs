@@ -486,6 +486,23 @@ pub fn cuda_context() {
     }
 }
 
+/// A new stream of the current context, capturing in thread-local mode (the caller ends the
+/// capture and destroys the stream). Thread-local: a test binary's other tests run on other
+/// threads at the same time, and a global capture would refuse their allocations; the
+/// library's own calls on this thread are held to the same rule in either mode.
+pub fn capturing_stream() -> cudarc::driver::sys::CUstream {
+    use cudarc::driver::sys;
+    let mut stream = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the current context is set (`cuda_context`); the stream is
+    // new, so nothing else captures on it.
+    unsafe {
+        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+    }
+    stream
+}
+
 /// A non-blocking stream of the current context (destroyed by the caller).
 pub fn non_blocking_stream() -> cudarc::driver::sys::CUstream {
     use cudarc::driver::sys;

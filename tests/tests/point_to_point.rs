@@ -400,11 +400,7 @@ fn a_peer_that_aborts_and_frees_leaves_the_memory_a_kernel_writes() {
     // SAFETY: stream, graph and exec are made, used and destroyed here, in the current
     // context; the capture is ended before anything else is enqueued.
     unsafe {
-        let mut stream = null_mut();
-        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
-        // Thread-local: this binary's other tests run on other threads at the same time.
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+        let stream = capturing_stream();
         let send = symmSend(
             buffers[1].base.cast(),
             count,

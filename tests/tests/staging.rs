@@ -708,13 +708,7 @@ fn a_staged_call_replays_from_a_cuda_graph() {
     // SAFETY: stream, graph and exec are made, used and destroyed here, in the current
     // context; the capture is ended before anything else is enqueued.
     unsafe {
-        let mut stream = null_mut();
-        sys::cuStreamCreate(&mut stream, 0).result().unwrap();
-        // Thread-local: this binary's other tests run on other threads at the same time, and
-        // a global capture would refuse their allocations; the library's own calls on this
-        // thread are held to the same rule in either mode.
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        sys::cuStreamBeginCapture_v2(stream, mode).result().unwrap();
+        let stream = capturing_stream();
         check(symmGroupStart(), null_mut());
         let results: Vec<symmResult_t> = ranks
             .iter()

@@ -104,13 +104,8 @@ impl Comm {
             .into_iter()
             .map(|(n, v)| (n.as_ref().to_string(), v.as_ref().to_string()))
             .collect();
-        let launcher = crate::config::parse_launcher(|wanted| {
-            vars.iter()
-                .rev()
-                .find(|(n, _)| n == wanted)
-                .map(|(_, v)| v.clone())
-        })
-        .map_err(|e| e.in_function(name))?;
+        let launcher =
+            crate::config::parse_launcher_pairs(&vars).map_err(|e| e.in_function(name))?;
         Comm::from_launcher(&launcher, name)
     }
 

@@ -189,12 +189,7 @@ pub unsafe extern "C" fn symmCommInitFromEnv(
         } else {
             // SAFETY: a NULL-terminated array of C strings by the caller's contract.
             let vars = unsafe { environment_entries(environ) }?;
-            crate::config::parse_launcher(|name| {
-                vars.iter()
-                    .rev()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
-            })?
+            crate::config::parse_launcher_pairs(&vars)?
         };
         let created = comm::init_from_launcher(&launcher)?;
         // SAFETY: checked non-NULL; valid for writes by the caller's contract.
