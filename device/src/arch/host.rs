@@ -586,6 +586,13 @@ pub fn block_dim_x() -> u32 {
     coordinates().block_dim
 }
 
+/// `true` when the calling thread is its block's only one (the host backend's fast mode): the
+/// copy loops then move their whole range as one copy per destination (a `memcpy`), where a
+/// loop of units runs at a fraction of the memory's speed on one core.
+pub fn single_thread_block() -> bool {
+    block_dim_x() == 1
+}
+
 /// Number of blocks in the grid (x).
 pub fn grid_dim_x() -> u32 {
     coordinates().grid_dim

@@ -552,3 +552,11 @@ pub mod clc {
         }
     }
 }
+
+/// `true` where the calling thread is its block's only one and moves a contiguous range as
+/// one copy: never on a GPU, whose copy loops keep the block's threads on interleaved units
+/// (each warp's accesses coalesce).
+#[inline(always)]
+pub fn single_thread_block() -> bool {
+    false
+}

@@ -54,6 +54,11 @@ pub(crate) unsafe fn fan_out<U: Copy>(
     lo: u64,
     hi: u64,
 ) {
+    if arch::single_thread_block() {
+        // SAFETY: forwarded contract.
+        unsafe { fan_out_whole_range::<U>(ctx, src, recv_offset, skip, first, lo, hi) };
+        return;
+    }
     let stride = arch::block_dim_x() as u64;
     let mut i = lo + arch::thread_idx_x() as u64;
     while i < hi {
@@ -74,5 +79,47 @@ pub(crate) unsafe fn fan_out<U: Copy>(
             }
         }
         i += stride;
+    }
+}
+
+/// [`fan_out`] by a block's only thread: the range as one copy per destination (one `memcpy`
+/// each, where the loop of units stores one value at a time), a destination that is the
+/// source itself left alone.
+///
+/// # Safety
+/// As for [`fan_out`].
+#[inline(always)]
+unsafe fn fan_out_whole_range<U: Copy>(
+    ctx: &SymmContext,
+    src: u64,
+    recv_offset: u64,
+    skip: u32,
+    first: u32,
+    lo: u64,
+    hi: u64,
+) {
+    if hi <= lo {
+        return;
+    }
+    let units = (hi - lo) as usize;
+    // SAFETY: lo < hi and the source range is valid (contract).
+    let from = unsafe { (src as *const U).add(lo as usize) };
+    let mut peer = first;
+    for _ in 0..ctx.world_size {
+        if peer != skip {
+            // SAFETY: peer < world_size; the destination range is valid (contract).
+            let to = unsafe {
+                (ctx.peer_base(peer).wrapping_add(recv_offset) as *mut U).add(lo as usize)
+            };
+            if !core::ptr::eq(to.cast_const(), from) {
+                // SAFETY: both ranges are valid and aligned for `units` values of `U`, and a
+                // destination other than the source does not overlap it (contract).
+                unsafe { core::ptr::copy_nonoverlapping(from, to, units) };
+            }
+        }
+        peer += 1;
+        if peer == ctx.world_size {
+            peer = 0;
+        }
     }
 }

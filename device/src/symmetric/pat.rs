@@ -333,12 +333,18 @@ unsafe fn copy_segment(src: u64, dst: u64, bytes: u64, grid: Grid) {
     }
 }
 
-/// Copy `units` values of `U` from `src` to `dst`, strided over the threads of the block.
+/// Copy `units` values of `U` from `src` to `dst`, strided over the threads of the block (a
+/// block's only thread copies them as one `memmove`).
 ///
 /// # Safety
 /// Both ranges are valid and aligned for `U`.
 #[inline(always)]
 unsafe fn copy_share<U: Copy>(src: u64, dst: u64, units: u64) {
+    if arch::single_thread_block() {
+        // SAFETY: forwarded contract (`copy` also allows the in-place copy onto itself).
+        unsafe { core::ptr::copy(src as *const U, dst as *mut U, units as usize) };
+        return;
+    }
     let stride = arch::block_dim_x() as u64;
     let mut i = arch::thread_idx_x() as u64;
     while i < units {

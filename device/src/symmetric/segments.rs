@@ -206,12 +206,26 @@ pub(crate) unsafe fn copy_bytes(src: u64, dst: u64, lo: u64, hi: u64) {
     }
 }
 
-/// Copy the values `[lo, hi)` of `U` from `src` to `dst`, shared among the block's threads.
+/// Copy the values `[lo, hi)` of `U` from `src` to `dst`, shared among the block's threads (a
+/// block's only thread copies them as one `memcpy`).
 ///
 /// # Safety
 /// As for [`copy_bytes`], in units of `U`, both addresses aligned for it.
 #[inline(always)]
 unsafe fn copy_units<U: Copy>(src: u64, dst: u64, lo: u64, hi: u64) {
+    if arch::single_thread_block() {
+        if lo < hi {
+            // SAFETY: forwarded contract: `hi - lo` values of `U` at each, not overlapping.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    (src as *const U).add(lo as usize),
+                    (dst as *mut U).add(lo as usize),
+                    (hi - lo) as usize,
+                )
+            };
+        }
+        return;
+    }
     let stride = arch::block_dim_x() as u64;
     let mut i = lo + arch::thread_idx_x() as u64;
     while i < hi {

@@ -61,6 +61,12 @@ pub struct Shape {
     pub uses_send: bool,
     /// This rank's receive buffer is written (not a reduce's or a gather's non-root).
     pub uses_recv: bool,
+    /// The send segment is staged into the receive region and the chunk runs in place: a
+    /// broadcast, whose root's send buffer is the one segment every rank receives. The
+    /// staging window then has no send region (the same on every rank, so that the chunks
+    /// are), the root copies its data in once and, when its own call is in place, not out
+    /// (its receive buffer already holds the data).
+    pub send_in_recv: bool,
 }
 
 impl Shape {
@@ -68,6 +74,7 @@ impl Shape {
     /// that is not staged (all-to-all-v: its counts are known only on the device).
     pub fn of(collective: Collective, nranks: u64, rank: usize, root: usize) -> Option<Shape> {
         let is_root = rank == root;
+        let send_in_recv = collective == Collective::Broadcast;
         let (send_segments, recv_segments, uses_send, uses_recv) = match collective {
             Collective::AllReduce => (1, 1, true, true),
             Collective::Reduce => (1, 1, true, is_root),
@@ -84,6 +91,7 @@ impl Shape {
             recv_segments,
             uses_send,
             uses_recv,
+            send_in_recv,
         })
     }
 }
@@ -103,7 +111,8 @@ pub struct Chunk {
 /// (the same for every chunk) and its chunks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkPlan {
-    /// The send region's address in the staging window.
+    /// The send region's address in the staging window (the receive region's, for a call that
+    /// stages its send segment there: [`Shape::send_in_recv`]).
     pub send: u64,
     /// The receive region's address.
     pub recv: u64,
@@ -115,7 +124,8 @@ pub struct ChunkPlan {
 
 /// Cut a call of `count` elements per segment of `element` bytes, shaped `shape`, whose
 /// buffers are `user = (send, recv)`, into chunks through the staging region
-/// `staging = (base, bytes)`: the send region first, the receive region after it (aligned).
+/// `staging = (base, bytes)`: the send region first, the receive region after it (aligned;
+/// no send region for a [`Shape::send_in_recv`] call).
 /// Pure: the same on every rank for the same call and window size.
 pub fn plan_chunks(
     shape: Shape,
@@ -126,16 +136,31 @@ pub fn plan_chunks(
 ) -> Result<ChunkPlan> {
     let (base, bytes) = staging;
     let (send, recv) = user;
-    let per_element = (shape.send_segments + shape.recv_segments) * element;
-    let capacity = bytes.saturating_sub(REGION_ALIGN) / per_element;
+    let staged_send_segments = if shape.send_in_recv {
+        0
+    } else {
+        shape.send_segments
+    };
+    let per_element = (staged_send_segments + shape.recv_segments) * element;
+    // A send region is followed by the receive region's alignment.
+    let usable = if staged_send_segments == 0 {
+        bytes
+    } else {
+        bytes.saturating_sub(REGION_ALIGN)
+    };
+    let capacity = usable / per_element;
     if capacity == 0 {
         return Err(Error::invalid_argument(format!(
             "the staging window ({bytes} bytes, SYMM_STAGING_BYTES) holds no element of this \
              call ({per_element} bytes per element with every segment)"
         )));
     }
-    let send_region = shape.send_segments * capacity * element;
+    let send_region = staged_send_segments * capacity * element;
     let recv_at = base + send_region.div_ceil(REGION_ALIGN) * REGION_ALIGN;
+    let send_at = if shape.send_in_recv { recv_at } else { base };
+    // In place on the root of a `send_in_recv` call: its receive buffer already holds what the
+    // chunk leaves in the receive region.
+    let copies_out = shape.uses_recv && !(shape.send_in_recv && shape.uses_send && send == recv);
     let mut chunks = Vec::new();
     let mut first = 0;
     loop {
@@ -158,12 +183,12 @@ pub fn plan_chunks(
             before: segments(shape.send_segments, shape.uses_send)
                 .into_iter()
                 .map(|(staged, at, bytes)| Copy {
-                    dst: base + staged,
+                    dst: send_at + staged,
                     src: send + at,
                     bytes,
                 })
                 .collect(),
-            after: segments(shape.recv_segments, shape.uses_recv)
+            after: segments(shape.recv_segments, copies_out)
                 .into_iter()
                 .map(|(staged, at, bytes)| Copy {
                     dst: recv + at,
@@ -184,7 +209,7 @@ pub fn plan_chunks(
         }
     }
     Ok(ChunkPlan {
-        send: base,
+        send: send_at,
         recv: recv_at,
         capacity,
         chunks,
@@ -215,7 +240,11 @@ mod tests {
             assert!(chunk.count <= plan.capacity);
             next += chunk.count;
             for c in &chunk.copies.before {
-                assert!(c.dst >= plan.send && c.dst + c.bytes <= plan.recv);
+                if shape.send_in_recv {
+                    assert!(c.dst >= plan.recv && c.dst + c.bytes <= BASE + bytes);
+                } else {
+                    assert!(c.dst >= plan.send && c.dst + c.bytes <= plan.recv);
+                }
                 for b in c.src - send..c.src - send + c.bytes {
                     sent[b as usize] += 1;
                 }
@@ -306,6 +335,40 @@ mod tests {
         let s = shape(Collective::Reduce, 4, 2, 0);
         let plan = plan_chunks(s, 10, 4, (BASE, 4096), (0x5000, 0x9000)).unwrap();
         assert!(plan.chunks[0].copies.after.is_empty());
+    }
+
+    #[test]
+    fn a_broadcast_stages_its_root_s_data_in_the_receive_region() {
+        // Every rank: no send region, so a chunk takes the whole window.
+        for rank in [0, 2] {
+            let s = shape(Collective::Broadcast, 4, rank, 0);
+            let plan = plan_chunks(s, 2048, 4, (BASE, 4096), (0x5000, 0x5000)).unwrap();
+            assert_eq!((plan.send, plan.recv, plan.capacity), (BASE, BASE, 1024));
+            assert_eq!(plan.chunks.len(), 2);
+        }
+        // The root in place: its data goes in once and never comes back out.
+        let s = shape(Collective::Broadcast, 4, 0, 0);
+        let plan = plan_chunks(s, 1000, 4, (BASE, 4096), (0x5000, 0x5000)).unwrap();
+        let copies = &plan.chunks[0].copies;
+        assert_eq!(
+            copies.before,
+            [Copy {
+                dst: BASE,
+                src: 0x5000,
+                bytes: 4000
+            }]
+        );
+        assert!(copies.after.is_empty());
+        // Out of place, the receive buffer is written from the receive region.
+        let plan = plan_chunks(s, 1000, 4, (BASE, 4096), (0x5000, 0x9000)).unwrap();
+        assert_eq!(
+            plan.chunks[0].copies.after,
+            [Copy {
+                dst: 0x9000,
+                src: BASE,
+                bytes: 4000
+            }]
+        );
     }
 
     #[test]
