@@ -231,6 +231,26 @@ class _CompletedWork(dist.Work):
         return self._future
 
 
+def _rows_of_one_tensor(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one contiguous run of elements that ``parts`` (flat, of one size and type) are the
+    consecutive pieces of, in order (the rows of one tensor, ``t.unbind(0)``): a view of all of
+    them, which a call may use without a copy; ``None`` when they are not."""
+    if not parts or any(not p.is_contiguous() for p in parts):
+        return None
+    first, n = parts[0], parts[0].numel()
+    element = first.element_size()
+    for index, part in enumerate(parts):
+        if (
+            part.dtype != first.dtype
+            or part.device != first.device
+            or part.numel() != n
+            or part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+            or part.data_ptr() != first.data_ptr() + index * n * element
+        ):
+            return None
+    return torch.as_strided(first, (len(parts) * n,), (1,))
+
+
 def _done(result: Any) -> Any:
     return _CompletedWork(result)
 
@@ -308,6 +328,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         """The group's communicator."""
         self._logged: set[tuple[str, str]] = set()
         self._pending: list[_PeerOp] = []
+        self._scratch_bytes: torch.Tensor | None = None
         self.path_counts: Counter[tuple[str, str]] = Counter()
         """How many calls of each kind took each path: ``path_counts["all_reduce", "window"]``
         (in place in a window, no copy) and ``path_counts["all_reduce", "staged"]`` (copied
@@ -446,6 +467,16 @@ class SymmProcessGroup(dist.ProcessGroup):
         """``tensor`` contiguous on the communicator's device: itself, or a copy."""
         return tensor.to(self._device()).contiguous()
 
+    def _scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """``numel`` elements of ``dtype`` on the communicator's device, from a buffer the group
+        keeps (and grows) for the copies a call needs: a new tensor of that size at every call
+        would cost its first touch (on the host, zeroed pages: about 0.5 ms per MiB, more than
+        the call). Valid until the group's next call; stream-ordered like the calls."""
+        nbytes = numel * dtype.itemsize
+        if self._scratch_bytes is None or self._scratch_bytes.numel() < nbytes:
+            self._scratch_bytes = torch.empty(nbytes, dtype=torch.uint8, device=self._device())
+        return self._scratch_bytes[:nbytes].view(dtype)
+
     def _output(self, output: torch.Tensor) -> torch.Tensor:
         """A tensor to receive ``output``'s result into: itself when it is contiguous on the
         communicator's device, else a new one for :meth:`_copy_back`."""
@@ -561,12 +592,18 @@ class SymmProcessGroup(dist.ProcessGroup):
                 continue
             self._note("gather", "staged", input)
             flat_in = self._local(input).view(-1)
-            gathered = torch.empty((size, n), dtype=input.dtype, device=self._device()) if self._rank == root else None
+            gathered = None
+            in_place = False
+            if self._rank == root:
+                # Outputs that are the rows of one tensor on the device receive in place.
+                rows = _rows_of_one_tensor([out.reshape(-1) for out in outputs[0]])
+                in_place = rows is not None and rows.device == self._device()
+                gathered = rows if in_place else self._scratch(size * n, input.dtype)
             # The receive buffer is used on the root only; elsewhere the send buffer stands in.
             self._call(lib.symmGather, flat_in, gathered if gathered is not None else flat_in, n, code, root)
-            if gathered is not None:
+            if gathered is not None and not in_place:
                 for r, out in enumerate(outputs[0]):
-                    out.copy_(gathered[r].view(out.shape))
+                    out.copy_(gathered[r * n : (r + 1) * n].view(out.shape))
         return _done(outputs)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
@@ -589,11 +626,17 @@ class SymmProcessGroup(dist.ProcessGroup):
             if n == 0:
                 continue
             self._note("scatter", "staged", output)
-            flat_out = torch.empty(n, dtype=output.dtype, device=self._device())
+            received = self._output(output)
             # The send buffer is used on the root only; elsewhere the receive buffer stands in.
-            send = self._local(torch.cat(parts)) if self._rank == root else flat_out
-            self._call(lib.symmScatter, send, flat_out, n, code, root)
-            output.copy_(flat_out.view(output.shape))
+            send = received
+            if self._rank == root:
+                rows = _rows_of_one_tensor(parts)
+                if rows is not None:
+                    send = self._local(rows)
+                else:
+                    send = torch.cat([self._local(p) for p in parts], out=self._scratch(size * n, output.dtype))
+            self._call(lib.symmScatter, send, received.view(-1), n, code, root)
+            self._copy_back(output, received)
         return _done(outputs)
 
     def alltoall_base(

@@ -118,13 +118,21 @@ def main() -> None:
             calls += 1
             for root in range(size):
                 mine = tensor_of(inputs[rank][:count], dtype)
-                parts = [torch.empty(count, dtype=torch_type) for _ in range(size)] if rank == root else None
+                # Even roots: the parts are the rows of one tensor (gathered in place); odd
+                # roots: separate tensors.
+                rows = torch.empty((size, count), dtype=torch_type)
+                separate = [torch.empty(count, dtype=torch_type) for _ in range(size)]
+                parts = (list(rows.unbind(0)) if root % 2 == 0 else separate) if rank == root else None
                 dist.gather(mine, parts, dst=root)
                 if rank == root:
                     for r, part in enumerate(parts):
                         check(part, inputs[r][:count], dtype, f"gather {dtype} {count} to {root} from {r}")
                 received = torch.empty(count, dtype=torch_type)
-                pieces = [tensor_of(inputs[root][r * count : (r + 1) * count], dtype) for r in range(size)]
+                whole = tensor_of(inputs[root][: size * count], dtype)
+                # Even roots: the pieces are consecutive parts of one tensor; odd roots: copies.
+                pieces = [whole[r * count : (r + 1) * count] for r in range(size)]
+                if root % 2 == 1:
+                    pieces = [piece.clone() for piece in pieces]
                 dist.scatter(received, pieces if rank == root else None, src=root)
                 check(received, inputs[root][rank * count : (rank + 1) * count], dtype, f"scatter {dtype} {count} from {root}")
                 calls += 2
