@@ -82,9 +82,10 @@ pub(crate) unsafe fn fan_out<U: Copy>(
     }
 }
 
-/// [`fan_out`] by a block's only thread: the range as one copy per destination (one `memcpy`
-/// each, where the loop of units stores one value at a time), a destination that is the
-/// source itself left alone.
+/// [`fan_out`] by a block's only thread: the range in pieces of [`WHOLE_RANGE_PIECE_BYTES`],
+/// each copied into every destination (one `memcpy` each, where the loop of units stores one
+/// value at a time) while it is still in the cache, a destination that is the source itself
+/// left alone.
 ///
 /// # Safety
 /// As for [`fan_out`].
@@ -98,28 +99,34 @@ unsafe fn fan_out_whole_range<U: Copy>(
     lo: u64,
     hi: u64,
 ) {
-    if hi <= lo {
-        return;
-    }
-    let units = (hi - lo) as usize;
-    // SAFETY: lo < hi and the source range is valid (contract).
-    let from = unsafe { (src as *const U).add(lo as usize) };
-    let mut peer = first;
-    for _ in 0..ctx.world_size {
-        if peer != skip {
-            // SAFETY: peer < world_size; the destination range is valid (contract).
-            let to = unsafe {
-                (ctx.peer_base(peer).wrapping_add(recv_offset) as *mut U).add(lo as usize)
-            };
-            if !core::ptr::eq(to.cast_const(), from) {
-                // SAFETY: both ranges are valid and aligned for `units` values of `U`, and a
-                // destination other than the source does not overlap it (contract).
-                unsafe { core::ptr::copy_nonoverlapping(from, to, units) };
+    let piece = (WHOLE_RANGE_PIECE_BYTES / core::mem::size_of::<U>()).max(1) as u64;
+    let mut start = lo;
+    while start < hi {
+        let units = piece.min(hi - start) as usize;
+        // SAFETY: start < hi and the source range is valid (contract).
+        let from = unsafe { (src as *const U).add(start as usize) };
+        let mut peer = first;
+        for _ in 0..ctx.world_size {
+            if peer != skip {
+                // SAFETY: peer < world_size; the destination range is valid (contract).
+                let to = unsafe {
+                    (ctx.peer_base(peer).wrapping_add(recv_offset) as *mut U).add(start as usize)
+                };
+                if !core::ptr::eq(to.cast_const(), from) {
+                    // SAFETY: both ranges are valid and aligned for `units` values of `U`, and a
+                    // destination other than the source does not overlap it (contract).
+                    unsafe { core::ptr::copy_nonoverlapping(from, to, units) };
+                }
+            }
+            peer += 1;
+            if peer == ctx.world_size {
+                peer = 0;
             }
         }
-        peer += 1;
-        if peer == ctx.world_size {
-            peer = 0;
-        }
+        start += units as u64;
     }
 }
+
+/// Bytes of the source that [`fan_out_whole_range`] copies into every destination before it
+/// moves on: small enough to stay in a core's cache, so the source is read from memory once.
+const WHOLE_RANGE_PIECE_BYTES: usize = 32 * 1024;
