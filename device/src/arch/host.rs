@@ -803,6 +803,26 @@ pub unsafe fn park_u32(flag: *const u32, seen: u32, abort: *const u32) {
     }
 }
 
+/// The most polls a host wait makes before it parks ([`park_u32`]), for the whole process:
+/// no bound until [`park_sooner`] sets one (the wait's own count applies).
+#[cfg(not(loom))]
+static POLLS_BEFORE_PARK: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// From now on, every host wait of this process parks after at most `polls` polls (the
+/// lowest bound any caller set holds). The host backend asks it of a process whose
+/// communicator has more ranks than the machine has cores: a waiter that keeps polling then
+/// holds a core that the rank it waits for needs.
+#[cfg(not(loom))]
+pub fn park_sooner(polls: u32) {
+    POLLS_BEFORE_PARK.fetch_min(polls, Ordering::Relaxed);
+}
+
+/// The bound [`park_sooner`] set on the polls before a park (`u32::MAX`: none).
+#[cfg(not(loom))]
+pub fn polls_before_park() -> u32 {
+    POLLS_BEFORE_PARK.load(Ordering::Relaxed)
+}
+
 /// The longest a host thread stays parked ([`park_u32`]) before it looks at its flag, its abort
 /// word and its deadline again, should no store wake it: a wait's deadline is kept to within
 /// this much.

@@ -27,17 +27,17 @@ pub(crate) const POLLS_PER_CHECK: u32 = if cfg!(loom) { 1 } else { 64 };
 pub(crate) const POLLS_PER_ABORT_LOOK: u32 = if cfg!(loom) { 1 } else { 128 * POLLS_PER_CHECK };
 const _: () = assert!(POLLS_PER_ABORT_LOOK.is_multiple_of(POLLS_PER_CHECK));
 
-/// Polls after which a GPU wait (and a loom one) sleeps 20 µs between looks.
-#[cfg(any(target_arch = "nvptx64", loom))]
-pub(crate) const PARK_AFTER_POLLS: u32 = 4096;
+/// Polls after which a wait gives the CPU away for longer: on the GPU a 20 µs sleep, on the
+/// host a block until the flag or the abort word is stored to (`arch::host::park_u32`).
+pub const PARK_AFTER_POLLS: u32 = 4096;
 
-/// Polls after which a host wait blocks until the flag or the abort word is stored to
-/// (`arch::host::park_u32`): four yields. With more ranks than cores, a rank that keeps
-/// polling holds a core the rank it waits for needs; parking after 256 polls instead of 4096
-/// took a broadcast of 1 KiB among 4 processes on 2 cores, each call after a barrier, from
-/// 0.77-0.97 of gloo's speed to 0.98-1.07 (bench/RESULTS.md).
-#[cfg(not(any(target_arch = "nvptx64", loom)))]
-pub(crate) const HOST_PARK_AFTER_POLLS: u32 = 256;
+/// [`PARK_AFTER_POLLS`] on the host when a communicator of the process has more ranks than the
+/// machine has cores (`arch::host::park_sooner`): four yields. A rank that keeps polling then
+/// holds a core the rank it waits for needs: a broadcast of 1 KiB among 4 processes on 2
+/// cores, each call after a barrier, ran at 0.77-0.97 of gloo's speed parking after 4096
+/// polls, at 0.98-1.07 after 256 (bench/RESULTS.md). With a core per rank, early parking
+/// costs calls back to back a wake-up each (6-12 µs became 20-48 µs for 2 processes).
+pub const PARK_AFTER_POLLS_OVERSUBSCRIBED: u32 = 256;
 
 /// `true` when `value` is at or past `target` in wrap-around (serial number) order.
 #[inline(always)]
@@ -46,7 +46,7 @@ pub fn reached(value: u32, target: u32) -> bool {
 }
 
 /// Spin until the `u32` at `flag` reaches `target` (wrap-safe), the abort word at `abort`
-/// becomes non-zero, or `timeout_ns` pass. After 4096 polls (the host: 256) the wait parks
+/// becomes non-zero, or `timeout_ns` pass. After 4096 polls (fewer on an oversubscribed host) the wait parks
 /// between looks: a 20 µs sleep on the GPU; on the host, a block until a store to the flag or
 /// the abort word wakes it (`arch::host::park_u32`), so that waiting ranks leave the CPU to
 /// the ones they wait for.
@@ -101,7 +101,7 @@ unsafe fn pause(_flag: *const u32, _target: u32, _abort: *const u32, polls: u32)
 }
 
 /// Give the CPU away between two looks at the flag: a yield, and once the wait has lasted
-/// [`HOST_PARK_AFTER_POLLS`] polls, a park until a store to the flag or to the abort word wakes the
+/// [`PARK_AFTER_POLLS`] polls (fewer once `arch::host::park_sooner` asked it), a park until a store to the flag or to the abort word wakes the
 /// thread (`arch::host::park_u32`).
 ///
 /// # Safety
@@ -109,7 +109,7 @@ unsafe fn pause(_flag: *const u32, _target: u32, _abort: *const u32, polls: u32)
 #[cfg(not(any(target_arch = "nvptx64", loom)))]
 #[inline(always)]
 unsafe fn pause(flag: *const u32, target: u32, abort: *const u32, polls: u32) {
-    if polls >= HOST_PARK_AFTER_POLLS {
+    if polls >= PARK_AFTER_POLLS.min(arch::host::polls_before_park()) {
         // SAFETY: forwarded contract.
         let seen = unsafe { arch::load_relaxed_sys_u32(flag) };
         if !reached(seen, target) {

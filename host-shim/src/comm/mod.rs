@@ -658,6 +658,9 @@ fn new_clique_with(
         .collect();
     backend.connect_devices(&local)?;
     let backend_kind = backend.kind();
+    if backend_kind == BackendKind::Host && host_mode == crate::config::HostMode::Fast {
+        park_sooner_when_oversubscribed(devices.len());
+    }
     Ok(Arc::new(Clique {
         host_mode,
         max_blocks,
@@ -680,6 +683,21 @@ fn new_clique_with(
         _host_workers: (backend_kind == BackendKind::Host)
             .then(symm_device::arch::host::WorkerLease::acquire),
     }))
+}
+
+/// In the host backend's fast mode, a communicator of more ranks than the machine has cores
+/// (`std::thread::available_parallelism`) makes every wait of the process park after
+/// [`PARK_AFTER_POLLS_OVERSUBSCRIBED`] polls (see `symm_device::sync::wait`): a waiter that
+/// keeps polling would hold a core that the rank it waits for needs.
+///
+/// [`PARK_AFTER_POLLS_OVERSUBSCRIBED`]: symm_device::sync::wait::PARK_AFTER_POLLS_OVERSUBSCRIBED
+fn park_sooner_when_oversubscribed(nranks: usize) {
+    let cores = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
+    if nranks > cores {
+        symm_device::arch::host::park_sooner(
+            symm_device::sync::wait::PARK_AFTER_POLLS_OVERSUBSCRIBED,
+        );
+    }
 }
 
 /// `nranks` ranks of one clique on device 0 of `backend`, with the bound `timeout` (tests of
@@ -1237,4 +1255,25 @@ fn check_peers(link: &RankLink, rank: usize, kind: BackendKind) -> Result<()> {
 /// device on the cuda backend, else 0.
 fn current_device_hint() -> i32 {
     crate::backend::cuda::current_device().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::park_sooner_when_oversubscribed;
+    use symm_device::arch::host::polls_before_park;
+    use symm_device::sync::wait::PARK_AFTER_POLLS_OVERSUBSCRIBED;
+
+    #[test]
+    fn only_a_communicator_of_more_ranks_than_cores_makes_waits_park_sooner() {
+        let before = polls_before_park();
+        // One rank never outnumbers the cores.
+        park_sooner_when_oversubscribed(1);
+        assert_eq!(polls_before_park(), before);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        park_sooner_when_oversubscribed(cores + 1);
+        assert_eq!(
+            polls_before_park(),
+            before.min(PARK_AFTER_POLLS_OVERSUBSCRIBED)
+        );
+    }
 }
