@@ -7,7 +7,7 @@
 //! On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda backend (the simulated
 //! GPU runs it in `cargo xtask sim --test`).
 
-use symm::{Comm, Element, ReduceOp, Stream, UniqueId, Window, group, scope};
+use symm::{Comm, Element, ReduceOp, ShrinkMode, Stream, UniqueId, Window, group, scope};
 use symm_tests::use_backend_from_env;
 
 fn setup() {
@@ -386,6 +386,66 @@ fn finalize_and_abort() {
             Ok(Err(e)) | Err(e) => e,
         };
         assert!(e.to_string().contains("symmCommAbort"), "{e}");
+    });
+}
+
+/// Rank 1 of 3 is gone (its thread does nothing): the others shrink it away with
+/// `ShrinkMode::Abort`, run every collective on the new communicator exactly, and find the
+/// parent failed, naming the shrink. A shrink that names the caller, or a rank out of range, is
+/// refused by name before anything is exchanged.
+#[test]
+fn the_remaining_ranks_shrink_and_go_on() {
+    setup();
+    let gone = 1;
+    // The gone rank's communicator outlives the others' threads (dropped with the results).
+    let kept = on_rank_threads(3, |comm| {
+        if comm.rank() == gone {
+            return Some(comm);
+        }
+        let e = comm.shrink(&[comm.rank()], ShrinkMode::Abort).unwrap_err();
+        assert!(e.to_string().contains("holds this rank"), "{e}");
+        let e = comm.shrink(&[7], ShrinkMode::Abort).unwrap_err();
+        assert!(e.to_string().contains("Comm::shrink"), "{e}");
+        let child = comm.shrink(&[gone], ShrinkMode::Abort).unwrap();
+        assert_eq!(child.size(), 2);
+        assert_eq!(child.rank(), usize::from(comm.rank() > gone));
+        assert!(child.async_error().is_ok());
+        every_collective::<f32>(&child, 37, 5);
+        let e = comm.async_error().unwrap_err();
+        assert!(e.to_string().contains("SYMM_SHRINK_ABORT"), "{e}");
+        child.destroy().unwrap();
+        None
+    });
+    assert_eq!(kept.iter().flatten().count(), 1);
+}
+
+/// A revoked communicator refuses collectives on the rank that revoked it and reports the
+/// revoke as its failure on both ranks; splitting it still works.
+#[test]
+fn a_revoked_communicator_refuses_collectives_and_still_splits() {
+    setup();
+    let revoked = std::sync::Barrier::new(2);
+    on_rank_threads(2, |comm| {
+        let stream = Stream::new(&comm).unwrap();
+        let mut window: Window<i32> = comm.window(8).unwrap();
+        if comm.rank() == 0 {
+            comm.revoke().unwrap();
+        }
+        revoked.wait();
+        let outcome = scope(|s| {
+            let b = s.bind(&mut window, &stream);
+            s.all_reduce(b.all(), b.all(), ReduceOp::Sum)
+        });
+        assert!(
+            !matches!(outcome, Ok(Ok(()))),
+            "a collective after the revoke ran"
+        );
+        let e = comm.async_error().unwrap_err();
+        assert!(e.to_string().contains("revoked the communicator"), "{e}");
+        drop(window);
+        let half = comm.split(Some(0), 0).unwrap().unwrap();
+        assert_eq!(half.size(), 2);
+        half.destroy().unwrap();
     });
 }
 

@@ -218,6 +218,65 @@ impl Comm {
         Ok(made)
     }
 
+    /// Shrink this communicator (as `symmCommShrink`): every rank that remains calls it with
+    /// the same `exclude` list (ranks of this communicator; the excluded ones do not call it),
+    /// and gets its rank of a new communicator of the remaining ranks in their order, with
+    /// this one's settings. [`ShrinkMode::Abort`] first stops this communicator's pending work
+    /// on every rank (after a failure); [`ShrinkMode::Wait`] lets it complete.
+    pub fn shrink(&self, exclude: &[usize], mode: ShrinkMode) -> Result<Comm> {
+        let name = "Comm::shrink";
+        let refuse = |e: Error| self.record(e.in_function(name));
+        if crate::group::active() {
+            return Err(refuse(Error::invalid_usage(
+                "inside a group: every remaining rank shrinks on its own thread",
+            )));
+        }
+        let exclude: Vec<i32> = exclude
+            .iter()
+            .map(|&r| {
+                i32::try_from(r).map_err(|_| {
+                    Error::invalid_argument(format!("exclude holds rank {r}: at most {}", i32::MAX))
+                })
+            })
+            .collect::<Result<_>>()
+            .map_err(refuse)?;
+        let flags = match mode {
+            ShrinkMode::Wait => crate::abi::SYMM_SHRINK_DEFAULT,
+            ShrinkMode::Abort => crate::abi::SYMM_SHRINK_ABORT,
+        };
+        crate::comm::shrink::survivors(self.inner.clique.nranks, &exclude).map_err(refuse)?;
+        self.inner.refuse_if_queued_in_group(name).map_err(refuse)?;
+        // Numbered now, whatever happens to the call, so that the remaining ranks' next shrinks
+        // with this list pair up (as `symmCommShrink` does).
+        let number = crate::comm::shrink::take_number(&self.inner, &exclude);
+        let request = crate::comm::shrink::Request {
+            exclude,
+            number,
+            config: Default::default(),
+            flags,
+        };
+        crate::comm::shrink::shrink(&self.inner, &request, false)
+            .map(Comm::new)
+            .map_err(refuse)
+    }
+
+    /// Revoke this communicator (as `symmCommRevoke`): its work stops on every rank and its
+    /// later collectives are refused; windows and memory can still be freed, and
+    /// [`Comm::shrink`] and [`Comm::split`] still work. Returns once this rank's work has ended.
+    pub fn revoke(&self) -> Result<()> {
+        crate::comm::revoke(&self.inner, crate::abi::SYMM_REVOKE_DEFAULT)
+            .map_err(|e| self.record(e.in_function("Comm::revoke")))
+    }
+
+    /// This communicator's failure, if it failed (as `symmCommGetAsyncError`): a peer's
+    /// failure, a timeout, an abort, a revoke, or a misuse it found. `Ok(())` while it works.
+    pub fn async_error(&self) -> Result<()> {
+        match crate::comm::failure::async_error(&self.inner) {
+            None => Ok(()),
+            Some(error) => Err(self.record(error)),
+        }
+    }
+
     /// Wait until every collective this rank enqueued has completed, then refuse later
     /// collectives and windows (as `symmCommFinalize`); dropping or [`Comm::destroy`] frees
     /// it. Returns the communicator's failure, if it failed.
@@ -271,6 +330,16 @@ impl std::fmt::Debug for Comm {
             .field("backend", &self.backend())
             .finish()
     }
+}
+
+/// What [`Comm::shrink`] does with the communicator's pending work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShrinkMode {
+    /// Let it complete first (`SYMM_SHRINK_DEFAULT`): every remaining rank is healthy.
+    #[default]
+    Wait,
+    /// Stop it on every rank first (`SYMM_SHRINK_ABORT`): after a rank failed or left.
+    Abort,
 }
 
 /// The C ABI's color of `color` (`None`: `SYMM_SPLIT_NOCOLOR`), refused past `i32::MAX`.

@@ -19,7 +19,7 @@ mod scope;
 mod window;
 
 pub use crate::error::Error;
-pub use comm::{Comm, UniqueId, group};
+pub use comm::{Comm, ShrinkMode, UniqueId, group};
 pub use element::{Element, ReduceOp};
 pub use scope::{Bound, Scope, Span, Stream, scope};
 pub use window::Window;
