@@ -130,6 +130,7 @@ fn shrink_child_rank() {
     let fields: Vec<&str> = spec.split(',').collect();
     let rank: usize = fields[0].parse().unwrap();
     let victim: usize = fields[1].parse().unwrap();
+    let marks = std::path::PathBuf::from(fields[3]);
     let id = if fields[2] == "env" {
         // SYMM_COMM_ID: rank 0 opens the root, so rank 0's process runs it.
         let mut id = symmUniqueId {
@@ -164,9 +165,21 @@ fn shrink_child_rank() {
         run_call(parent, base, &all, rank, call, &stream);
     }
     if rank == victim {
+        // Only once every other rank has returned from the last call: a peer still inside it
+        // would see that call fail instead of the next one.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while (0..NRANKS).any(|r| r != rank && !marks.join(format!("rank-{r}")).exists()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the peers never finished call {}",
+                kill_at - 1
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // SAFETY: signals this process.
         unsafe { libc_kill(std::process::id() as i32, 9) };
     }
+    std::fs::write(marks.join(format!("rank-{rank}")), b"").unwrap();
     // The next call fails, naming the lost rank (its process watch or the bootstrap).
     let started = std::time::Instant::now();
     stream.put_f32(base.cast(), &values(rank, kill_at));
@@ -252,10 +265,23 @@ fn processes_with_a_victim(victim: usize, root_in_rank_0: bool) {
         .local_addr()
         .unwrap()
         .port();
+    // Where each rank marks that it returned from its last call before the kill.
+    let marks = std::env::temp_dir().join(format!(
+        "symm-shrink-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&marks).unwrap();
     let ranks: Vec<Vec<(String, String)>> = (0..NRANKS)
         .map(|rank| {
             let mut env = vec![
-                (CHILD_ENV.to_string(), format!("{rank},{victim},{id_field}")),
+                (
+                    CHILD_ENV.to_string(),
+                    format!("{rank},{victim},{id_field},{}", marks.display()),
+                ),
                 ("SYMM_TIMEOUT_MS".to_string(), "20000".to_string()),
             ];
             if root_in_rank_0 {
@@ -266,6 +292,7 @@ fn processes_with_a_victim(victim: usize, root_in_rank_0: bool) {
         .collect();
     let started = std::time::Instant::now();
     let outcomes = run_rank_processes("shrink_child_rank", &ranks, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&marks);
     for (rank, (ok, log)) in outcomes.into_iter().enumerate() {
         if rank == victim {
             assert!(!ok, "the victim, rank {rank}, was not killed:\n{log}");
