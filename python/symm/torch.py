@@ -468,10 +468,14 @@ class SymmProcessGroup(dist.ProcessGroup):
         return tensor.to(self._device()).contiguous()
 
     def _scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """``numel`` elements of ``dtype`` on the communicator's device, from a buffer the group
-        keeps (and grows) for the copies a call needs: a new tensor of that size at every call
-        would cost its first touch (on the host, zeroed pages: about 0.5 ms per MiB, more than
-        the call). Valid until the group's next call; stream-ordered like the calls."""
+        """``numel`` elements of ``dtype`` on the communicator's device for the copies a call
+        needs. On the host, from a buffer the group keeps (and grows): a new tensor of that size
+        at every call would cost its first touch (zeroed pages: about 0.5 ms per MiB, more than
+        the call), and host calls complete before they return, so the next call may reuse it. On
+        a GPU, a new tensor from PyTorch's caching allocator (no first touch; a buffer kept across
+        calls could be overwritten on one stream while a call on another still reads it)."""
+        if self._device().type != "cpu":
+            return torch.empty(numel, dtype=dtype, device=self._device())
         nbytes = numel * dtype.itemsize
         if self._scratch_bytes is None or self._scratch_bytes.numel() < nbytes:
             self._scratch_bytes = torch.empty(nbytes, dtype=torch.uint8, device=self._device())
