@@ -509,6 +509,12 @@ pub fn test() -> Result<(), String> {
             "gpu_f32_sum",
             "gpu_graph_capture",
             "gpu_ll_all_reduce_reads",
+            // The tests whose subject is not the size run under every algorithm, as on a GPU
+            // runner's `SYMM_ALGO` loop.
+            "gpu_group_with_a_stream_per_rank",
+            "gpu_one_thread_per_rank",
+            "gpu_sequence_of_mixed_calls",
+            "gpu_teardown_right_after",
         ],
         vec![
             ("SYMM_SIM_SEED", "8"),
