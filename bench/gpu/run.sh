@@ -10,6 +10,10 @@
 #   env       GPU, driver and CUDA versions, tools; written first into every log folder
 #   tests     the GPU test set (tests/tests/gpu_collectives.rs), each test in its own process,
 #             once per SYMM_ALGO in $ALGOS, with SYMM_BACKEND=cuda
+#   nextest   the same set as GPU runners run it: `cargo nextest run --profile gpu
+#             --run-ignored only` from the nextest archive and cargo-nextest binary that
+#             `cargo xtask gpu-bundle` writes beside the bundle (gpu-tests.tar.zst,
+#             cargo-nextest.xz; carry them too), once per SYMM_ALGO in $ALGOS
 #   examples  the C examples (group-driven, pthreads, one process per rank), rebuilt with `make CUDA=1` against
 #             the bundle's libsymm.so, on the cuda backend
 #   perf      symm-perf sweeps: $OPS x $RANKS ranks on the one GPU x $DTYPES, 8 B to $MAX_BYTES
@@ -34,7 +38,8 @@
 #             dtype/op sweeps (auto); all_reduce on 8 and 2 ranks, float and bfloat16, 8 B to
 #             64 MiB; the LL all-reduce forced from 64 B to 16 KiB on 2, 4 and 8 ranks;
 #             examples;
-#             device; python on 2 ranks; then the sweeps with the time left
+#             device; python on 2 ranks; then the sweeps with the time left (the tests
+#             through nextest where its files are beside the bundle)
 #
 # Every command runs under `timeout`, and each part stops starting new commands once its
 # deadline ($DEADLINE_S seconds after the part began) is near: what did not run is recorded as
@@ -48,6 +53,8 @@
 #   DEADLINE_S [500]  per part          SYMM_TIMEOUT_MS [5000]  bound of every wait on a peer
 #   ALGOS [auto ll oneshot twoshot pat]   TESTS [.]  extended regex selecting GPU tests by name
 #   SKIP_TESTS [none]  extended regex of GPU tests left out
+#   NEXTEST_FILTER [none]  nextest filterset narrowing part nextest, e.g. 'not test(/every_dtype/)'
+#   NEXTEST_TIMEOUT_S [400]  one `cargo nextest run` (one algorithm)
 #   TEST_TIMEOUT_S [150]                EXAMPLE_TIMEOUT_S [120]
 #   OPS [all_reduce all_gather reduce_scatter]   RANKS [2 4 8]   DTYPES [float bfloat16]
 #   MIN_BYTES [8]  MAX_BYTES [64M]  ITERS [20]  WARMUP [5]  CHECK [1]  PERF_TIMEOUT_S [120]
@@ -68,7 +75,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | examples | device | perf | baseline | clc | python | blocks | probes | profile | all | quick) ;;
+  env | tests | nextest | examples | device | perf | baseline | clc | python | blocks | probes | profile | all | quick) ;;
   *) usage ;;
 esac
 
@@ -90,6 +97,8 @@ export SYMM_TIMEOUT_MS=${SYMM_TIMEOUT_MS:-5000}
 ALGOS=${ALGOS:-auto ll oneshot twoshot pat}
 TESTS=${TESTS:-.}
 SKIP_TESTS=${SKIP_TESTS:-}
+NEXTEST_FILTER=${NEXTEST_FILTER:-}
+NEXTEST_TIMEOUT_S=${NEXTEST_TIMEOUT_S:-400}
 TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-150}
 EXAMPLE_TIMEOUT_S=${EXAMPLE_TIMEOUT_S:-120}
 OPS=${OPS:-all_reduce all_gather reduce_scatter}
@@ -285,6 +294,38 @@ part_tests() {
         "$LOG/tests/$algo/$name.log" "test result: ok. 1 passed" \
         "$B/bin/gpu_collectives" --ignored --exact "$name" --test-threads=1 --nocapture
     done
+  done
+}
+
+# The nextest files `cargo xtask gpu-bundle` writes beside the bundle.
+NEXTEST_ARCHIVE=$(dirname "$BUNDLE")/gpu-tests.tar.zst
+NEXTEST_PACKED=$(dirname "$BUNDLE")/cargo-nextest.xz
+have_nextest() { [ -f "$NEXTEST_ARCHIVE" ] && [ -f "$NEXTEST_PACKED" ]; }
+
+part_nextest() {
+  start_part nextest
+  if ! have_nextest; then
+    record nextest "(gpu-tests.tar.zst, cargo-nextest.xz)" "not found" fail 0
+    return 0
+  fi
+  local nextest=$SCRATCH/cargo-nextest
+  if command -v xz >/dev/null; then
+    xz -dc "$NEXTEST_PACKED" >"$nextest"
+  else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$NEXTEST_PACKED" "$nextest"
+  fi
+  chmod +x "$nextest"
+  local filter=() algo
+  [ -z "$NEXTEST_FILTER" ] || filter=(-E "$NEXTEST_FILTER")
+  for algo in $ALGOS; do
+    # The gpu profile: one test at a time, each in its own process, no retries.
+    SYMM_BACKEND=$BACKEND SYMM_ALGO=$algo run_logged nextest \
+      "cargo nextest run --profile gpu ${NEXTEST_FILTER:+-E '$NEXTEST_FILTER'}" "$algo" \
+      "$NEXTEST_TIMEOUT_S" "$LOG/nextest/$algo.log" "" \
+      "$nextest" nextest run --archive-file "$NEXTEST_ARCHIVE" --workspace-remap "$ROOT" \
+      --profile gpu --run-ignored only --no-fail-fast ${filter[@]+"${filter[@]}"}
+    grep -E '^ *(Summary|FAIL|TIMEOUT|SIGSEGV|SIGABRT) ' "$LOG/nextest/$algo.log" | sed 's/^ */    /' || true
   done
 }
 
@@ -550,7 +591,11 @@ part_quick() {
   part_env
   # First: seconds, and they answer whether the start look's round trip was the mid-size cost.
   DEADLINE_S=60 part_probes
-  SKIP_TESTS=${SKIP_TESTS:-every_dtype} DEADLINE_S=150 TEST_TIMEOUT_S=60 ALGOS=auto part_tests
+  if have_nextest; then
+    NEXTEST_FILTER='not test(/every_dtype/)' DEADLINE_S=150 NEXTEST_TIMEOUT_S=140 ALGOS=auto part_nextest
+  else
+    SKIP_TESTS=${SKIP_TESTS:-every_dtype} DEADLINE_S=150 TEST_TIMEOUT_S=60 ALGOS=auto part_tests
+  fi
   OPS=all_reduce RANKS="8 2" DEADLINE_S=150 PERF_TIMEOUT_S=60 ITERS=10 WARMUP=3 part_perf
   DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_ll
   DEADLINE_S=40 PERF_TIMEOUT_S=20 ITERS=10 WARMUP=3 part_perf_staged
@@ -560,7 +605,11 @@ part_quick() {
   # JIT-compiles the PTX again.
   DEADLINE_S=110 EXAMPLE_TIMEOUT_S=60 part_device
   DEADLINE_S=100 PYTHON_TIMEOUT_S=90 PYTHON_RANKS=2 part_python
-  TESTS=every_dtype SKIP_TESTS= DEADLINE_S=${QUICK_SWEEPS_S:-150} TEST_TIMEOUT_S=150 ALGOS=auto part_tests
+  if have_nextest; then
+    NEXTEST_FILTER='test(/every_dtype/)' DEADLINE_S=${QUICK_SWEEPS_S:-150} NEXTEST_TIMEOUT_S=150 ALGOS=auto part_nextest
+  else
+    TESTS=every_dtype SKIP_TESTS= DEADLINE_S=${QUICK_SWEEPS_S:-150} TEST_TIMEOUT_S=150 ALGOS=auto part_tests
+  fi
 }
 
 case "$PART" in
@@ -568,6 +617,7 @@ case "$PART" in
   quick) part_quick ;;
   device) part_device ;;
   tests) part_tests ;;
+  nextest) part_nextest ;;
   examples) part_examples ;;
   perf) part_perf; part_perf_procs; part_perf_staged ;;
   baseline) part_baseline ;;

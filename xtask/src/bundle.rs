@@ -8,6 +8,8 @@
 //! `target/gpu-bundle/symm-gpu.tar.xz`. The binaries each embed the
 //! same PTX; `xz -9` (64 MiB window) stores it about once. The task fails when the archive is
 //! larger than [`MAX_BUNDLE_BYTES`], the most a GPU machine is sent besides the checkout.
+//! Beside the archive, where cargo-nextest is installed, it writes the GPU set as a
+//! `cargo nextest archive` and the `cargo-nextest` binary (see [`fn@nextest_archive`]).
 //!
 //! Layout of the archive (top directory `symm-gpu/`):
 //!
@@ -52,6 +54,10 @@ pub const MAX_TRANSFER_BYTES: u64 = 64 << 20;
 pub const BUNDLE_DIR: &str = "target/gpu-bundle";
 /// File name of the archive.
 pub const ARCHIVE: &str = "symm-gpu.tar.xz";
+/// File name of the nextest archive of the GPU set, beside the bundle.
+pub const NEXTEST_ARCHIVE: &str = "gpu-tests.tar.zst";
+/// File name of the xz-packed `cargo-nextest` binary, beside the bundle.
+pub const NEXTEST_BINARY: &str = "cargo-nextest.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
@@ -200,14 +206,86 @@ pub fn build() -> Result<(), String> {
         bytes as f64 / (1u64 << 20) as f64,
         MAX_BUNDLE_BYTES >> 20
     );
+    let nextest = nextest_archive(&dir, checkout + bytes)?;
     println!(
-        "gpu bundle: the checkout is {:.2} MiB; with the archive {:.2} MiB of the {} MiB a \
+        "gpu bundle: the checkout is {:.2} MiB; with the archive{} {:.2} MiB of the {} MiB a \
          device run is sent",
         checkout as f64 / (1u64 << 20) as f64,
-        (checkout + bytes) as f64 / (1u64 << 20) as f64,
+        if nextest > 0 {
+            " and the nextest files"
+        } else {
+            ""
+        },
+        (checkout + bytes + nextest) as f64 / (1u64 << 20) as f64,
         MAX_TRANSFER_BYTES >> 20
     );
     Ok(())
+}
+
+/// The GPU set as GPU runners with cargo-nextest run it (`cargo nextest run --profile gpu`),
+/// for a GPU machine without Rust: a `cargo nextest archive` of `gpu_collectives` (release, the
+/// bundle's SASS) in [`NEXTEST_ARCHIVE`] and this machine's `cargo-nextest` binary, xz-packed,
+/// in [`NEXTEST_BINARY`], both beside the bundle (`bench/gpu/run.sh nextest` runs them).
+/// Skipped, with a note, where cargo-nextest is not installed or the files would take the
+/// transfer past [`MAX_TRANSFER_BYTES`] (`sent`: the bytes already sent). Returns their bytes.
+fn nextest_archive(dir: &Path, sent: u64) -> Result<u64, String> {
+    let files = [dir.join(NEXTEST_ARCHIVE), dir.join(NEXTEST_BINARY)];
+    for file in &files {
+        if file.exists() {
+            std::fs::remove_file(file).map_err(|e| format!("removing {file:?}: {e}"))?;
+        }
+    }
+    let Some(binary) = on_path("cargo-nextest") else {
+        println!("gpu bundle: cargo-nextest not found: no nextest archive (run.sh tests works)");
+        return Ok(0);
+    };
+    run(cargo()
+        .env(SASS_ENV.0, SASS_ENV.1)
+        .args(["nextest", "archive", "--cargo-profile", "release"])
+        .args([
+            "-p",
+            "symm-tests",
+            "--test",
+            "gpu_collectives",
+            "--zstd-level",
+            "19",
+        ])
+        .arg("--archive-file")
+        .arg(&files[0])
+        .current_dir(root()))?;
+    let packed =
+        std::fs::File::create(&files[1]).map_err(|e| format!("creating {:?}: {e}", files[1]))?;
+    run(Command::new("xz")
+        .args(["-9", "-T1", "-c"])
+        .arg(&binary)
+        .stdout(packed))?;
+    let mut bytes = 0;
+    for file in &files {
+        bytes += std::fs::metadata(file)
+            .map_err(|e| format!("{file:?}: {e}"))?
+            .len();
+    }
+    if let Err(message) = check_transfer(sent, bytes, MAX_TRANSFER_BYTES) {
+        for file in &files {
+            std::fs::remove_file(file).map_err(|e| format!("removing {file:?}: {e}"))?;
+        }
+        println!("gpu bundle: no nextest files: {message}");
+        return Ok(0);
+    }
+    println!(
+        "gpu bundle: {BUNDLE_DIR}/{NEXTEST_ARCHIVE} and {BUNDLE_DIR}/{NEXTEST_BINARY} \
+         ({:.2} MiB): carry them too for `bench/gpu/run.sh nextest`",
+        bytes as f64 / (1u64 << 20) as f64
+    );
+    Ok(bytes)
+}
+
+/// The first executable file named `name` in `$PATH`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
 }
 
 /// Bytes of what a device run copies from the checkout: the files `git ls-files` lists as
