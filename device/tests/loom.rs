@@ -1120,6 +1120,8 @@ impl World {
                         }
                         model_word(pad + layout.posted(peer, channel), WordKind::AtomicU32);
                         model_word(pad + layout.done(peer, channel), WordKind::AtomicU32);
+                        model_word(pad + layout.filled(peer, channel), WordKind::AtomicU32);
+                        model_word(pad + layout.drained(peer, channel), WordKind::AtomicU32);
                     }
                 }
             }
@@ -1163,6 +1165,7 @@ fn pair_sends_after(before: u32) {
                     window: 7,
                     offset: buffer as u64,
                     bytes: 8,
+                    piece: 0,
                 };
                 // SAFETY: rank 1 < world; sends posted in order, once each.
                 unsafe { pairs.post(1, 0, descriptor) }.expect("no timeouts under loom");
@@ -1264,5 +1267,121 @@ fn mutant_pair_relaxed_acquire_is_caught() {
     explore(|| {
         mutate(Mutation::AcquireAsRelaxed);
         pair_sends()
+    });
+}
+
+/// Pieces rank 0 passes to rank 1 through a ring of [`p2p::RING_SLOTS`] slots: one more than
+/// the slots, so that a slot is reused.
+const RING_PIECES: u32 = p2p::RING_SLOTS as u32 + 1;
+
+/// Rank 0 fills `RING_PIECES` pieces into a ring (each a payload word of its slot) and rank 1
+/// copies each out in order, checking it; both counts start at `before`, so that they may
+/// wrap.
+fn ring_pieces_after(before: u32) {
+    let model = World::pairs(2);
+    let layout = p2p::RegionLayout::new(2);
+    // SAFETY: words of live pads; no grid runs yet (plant first, then declare).
+    unsafe {
+        for (pad, word) in [
+            (0, layout.fills(1, 0)),
+            (1, layout.drains(0, 0)),
+            (1, layout.filled(0, 0)),
+            (0, layout.drained(1, 0)),
+        ] {
+            ((model.pad_addresses[pad] + word) as *mut u32).write(before);
+        }
+    }
+    model.declare_pairs();
+    // SAFETY: as above.
+    unsafe {
+        model_word(
+            model.pad_addresses[0] + layout.fills(1, 0),
+            WordKind::PlainU32,
+        );
+        model_word(
+            model.pad_addresses[1] + layout.drains(0, 0),
+            WordKind::PlainU32,
+        );
+    }
+    let ring = Payload::new(p2p::RING_SLOTS as usize);
+    run_grid(2, 1, &|| {
+        let (rank, _) = place(1);
+        // SAFETY: a host-built context whose pads hold the pair region; rank < world.
+        let pairs = unsafe { p2p::Pairs::open(&model.contexts[rank]) };
+        for k in 1..=RING_PIECES {
+            let value = 100 + k as u64;
+            if rank == 0 {
+                // SAFETY: rank 1 < world; this thread is rank 0's only filler of channel 0.
+                let filled =
+                    unsafe { pairs.fill_piece(1, 0, |slot| ring.write(slot as usize, value)) };
+                assert_eq!(filled, Ok(before.wrapping_add(k)), "no timeouts under loom");
+            } else {
+                // SAFETY: rank 0 < world; rank 1's only drainer of channel 0.
+                let drained = unsafe {
+                    pairs.drain_piece(0, 0, |slot| {
+                        assert_eq!(ring.read(slot as usize), value, "piece {k}");
+                    })
+                };
+                assert_eq!(
+                    drained,
+                    Ok(before.wrapping_add(k)),
+                    "no timeouts under loom"
+                );
+            }
+        }
+    });
+}
+
+/// Three pieces through a ring of two slots: every piece read is ordered after its write, and
+/// every slot's reuse after the read of the piece it held.
+#[test]
+fn ring_pieces_through_reused_slots() {
+    explore(|| ring_pieces_after(0));
+}
+
+/// The same across the wrap of the piece counts.
+#[test]
+fn ring_pieces_across_the_count_wrap() {
+    explore(|| ring_pieces_after(u32::MAX - 1));
+}
+
+/// Teeth: a sender that refills a slot without waiting for the receiver to copy out the piece
+/// it held.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_ring_slot_reuse_without_waiting_is_caught() {
+    explore(|| {
+        mutate(Mutation::P2pRingSkipDrainWait);
+        ring_pieces_after(0)
+    });
+}
+
+/// Teeth: a receiver that says it copied a piece out before it did.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_ring_drain_before_copy_is_caught() {
+    explore(|| {
+        mutate(Mutation::P2pRingDrainBeforeCopy);
+        ring_pieces_after(0)
+    });
+}
+
+/// Teeth: with relaxed instead of release stores, a piece is not ordered before its count.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_ring_relaxed_release_is_caught() {
+    explore(|| {
+        mutate(Mutation::ReleaseAsRelaxed);
+        ring_pieces_after(0)
+    });
+}
+
+/// Teeth: with relaxed instead of acquire loads, a piece's read is not ordered after its count.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_ring_relaxed_acquire_is_caught() {
+    explore(|| {
+        mutate(Mutation::AcquireAsRelaxed);
+        ring_pieces_after(0)
     });
 }

@@ -12,7 +12,7 @@ use symm_device::symmetric::point_to_point::{
     ABORT_P2P_REFUSED, PeerTask, RefusalReason, assign_ordinals, refused_peer,
 };
 use symm_device::symmetric::{Algorithm, KernelStatus, TaskArgs, timed_out_peer};
-use symm_device::sync::p2p::{RegionLayout, WindowTable, pair_region_bytes};
+use symm_device::sync::p2p::{RegionLayout, WindowTable, pair_region_bytes, ring_bytes};
 use symm_device::{DataType, RedOp};
 
 const TIMEOUT_NS: u64 = 20_000_000_000;
@@ -51,6 +51,10 @@ impl World {
                         layout.done(peer, channel),
                         layout.sent(peer, channel),
                         layout.received(peer, channel),
+                        layout.filled(peer, channel),
+                        layout.drained(peer, channel),
+                        layout.fills(peer, channel),
+                        layout.drains(peer, channel),
                     ] {
                         self.pairs.write(rank, offset as usize, &[value]);
                     }
@@ -73,6 +77,39 @@ impl World {
             pairs_context: self.pairs.context_address(rank) as u64,
             slot: peer as u32,
             ordinals: 0,
+            staged_address: 0,
+            piece: 0,
+        }
+        .to_args()
+    }
+
+    /// A task of `rank` with `peer` whose buffer lies outside the windows, at `address`: a
+    /// receive writes it directly; a send goes through a ring of `piece`-byte pieces at
+    /// `ring_at` of the rank's data window (standing in for its staging window).
+    fn staged_task(
+        &self,
+        rank: usize,
+        send: bool,
+        peer: usize,
+        address: *const u8,
+        bytes: usize,
+        ring_at: usize,
+        piece: u64,
+    ) -> TaskArgs {
+        let buffer = if send { &self.data } else { &self.pairs };
+        PeerTask {
+            send,
+            peer: peer as u32,
+            datatype: DataType::Uint8 as u32,
+            bytes: bytes as u64,
+            buffer_context: buffer.context_address(rank) as u64,
+            offset: if send { ring_at as u64 } else { 0 },
+            window: WINDOW,
+            pairs_context: self.pairs.context_address(rank) as u64,
+            slot: peer as u32,
+            ordinals: 0,
+            staged_address: address as u64,
+            piece: if send { piece } else { 0 },
         }
         .to_args()
     }
@@ -237,6 +274,221 @@ fn several_sends_to_one_peer_pair_in_order() {
                 78 + count as u64,
             );
         }
+    }
+}
+
+/// Every rank sends `count` bytes to each rank `shift` ahead and receives from each rank
+/// `shift` behind, for every shift, in one launch; bit `2k` of `staged` puts the sends of shift
+/// `k` outside the windows (through rings of `piece`-byte pieces), bit `2k + 1` its receives.
+/// Every received byte is checked, and every other byte of the windows and of the ranks' own
+/// memory but the rings is unchanged.
+fn ring_through_staging(
+    world_size: usize,
+    count: usize,
+    shifts: &[usize],
+    piece: u64,
+    staged: u32,
+    together: bool,
+    grid: (u32, u32),
+    seed: u64,
+) {
+    let case = Staged {
+        world_size,
+        count,
+        shifts,
+        piece,
+        staged,
+        together,
+        grid,
+    };
+    staged_launches(&case, None, 1, seed);
+}
+
+/// One case of [`ring_through_staging`].
+struct Staged<'a> {
+    world_size: usize,
+    count: usize,
+    shifts: &'a [usize],
+    piece: u64,
+    staged: u32,
+    together: bool,
+    grid: (u32, u32),
+}
+
+/// `launches` launches of `case` on one world, each with new data, its sequence and ring
+/// counts first planted at `counts` (when given).
+fn staged_launches(case: &Staged<'_>, counts: Option<u32>, launches: usize, seed: u64) {
+    let Staged {
+        world_size,
+        count,
+        shifts,
+        piece,
+        staged,
+        together,
+        grid,
+    } = *case;
+    let n = shifts.len();
+    let stride = count.next_multiple_of(16) + 16;
+    let send_at = |k: usize| 3 + k * stride;
+    let recv_at = |k: usize| 3 + (n + k) * stride + 5;
+    let ring_size = ring_bytes(count as u64, piece) as usize;
+    let rings_at = (3 + 2 * n * stride).next_multiple_of(256);
+    let ring_at = |k: usize| rings_at + k * ring_size;
+    let bytes = rings_at + n * ring_size + 32;
+    let send_staged = |k: usize| staged >> (2 * k) & 1 == 1;
+    let recv_staged = |k: usize| staged >> (2 * k + 1) & 1 == 1;
+    let mut world = World::new(world_size, bytes, TIMEOUT_NS);
+    if let Some(counts) = counts {
+        world.set_sequences(counts);
+    }
+    let mut rng = Rng(seed);
+    for launch in 0..launches {
+        let before = fill(&mut world, world_size, bytes, &mut rng);
+        // Each rank's own memory: its staged sends' data, then its staged receives.
+        let mut own: Vec<Vec<u8>> = (0..world_size)
+            .map(|_| (0..2 * n * stride).map(|_| rng.next_u64() as u8).collect())
+            .collect();
+        let own_before = own.clone();
+        let sent = |rank: usize, k: usize, own: &[Vec<u8>]| -> Vec<u8> {
+            if send_staged(k) {
+                own[rank][send_at(k)..send_at(k) + count].to_vec()
+            } else {
+                before[rank][send_at(k)..send_at(k) + count].to_vec()
+            }
+        };
+        let tasks: Vec<Vec<TaskArgs>> = (0..world_size)
+            .map(|rank| {
+                let mut tasks = Vec::new();
+                let base = own[rank].as_mut_ptr();
+                for (k, shift) in shifts.iter().enumerate() {
+                    let to = (rank + shift) % world_size;
+                    let from = (rank + world_size - shift % world_size) % world_size;
+                    tasks.push(if send_staged(k) {
+                        // SAFETY: inside the rank's own memory.
+                        let at = unsafe { base.add(send_at(k)) };
+                        world.staged_task(rank, true, to, at, count, ring_at(k), piece)
+                    } else {
+                        world.task(rank, true, to, send_at(k), count)
+                    });
+                    tasks.push(if recv_staged(k) {
+                        // SAFETY: as above.
+                        let at = unsafe { base.add(recv_at(k)) };
+                        world.staged_task(rank, false, from, at, count, 0, 0)
+                    } else {
+                        world.task(rank, false, from, recv_at(k), count)
+                    });
+                }
+                tasks
+            })
+            .collect();
+        let statuses = if together {
+            world.launch_together(&tasks, grid.0, grid.1)
+        } else {
+            world.launch_apart(&tasks, grid.0, grid.1)
+        };
+        let case = format!(
+            "world {world_size} count {count} shifts {shifts:?} piece {piece} staged {staged:b} \
+         together {together} grid {grid:?} launch {launch}"
+        );
+        assert!(
+            statuses.iter().all(|s| *s == KernelStatus::Completed),
+            "{case}: {statuses:?}, abort words {:x?}",
+            (0..world_size)
+                .map(|r| world.pairs.abort_word(r))
+                .collect::<Vec<_>>()
+        );
+        for rank in 0..world_size {
+            let mut want = before[rank].clone();
+            let mut want_own = own_before[rank].clone();
+            for (k, shift) in shifts.iter().enumerate() {
+                let from = (rank + world_size - shift % world_size) % world_size;
+                let message = sent(from, k, &own_before);
+                if recv_staged(k) {
+                    want_own[recv_at(k)..recv_at(k) + count].copy_from_slice(&message);
+                } else {
+                    want[recv_at(k)..recv_at(k) + count].copy_from_slice(&message);
+                }
+            }
+            let mut got: Vec<u8> = world.data.read(rank, 0, bytes);
+            // The rings hold pieces now.
+            got[rings_at..rings_at + n * ring_size]
+                .copy_from_slice(&want[rings_at..rings_at + n * ring_size]);
+            if let Some(at) = (0..bytes).find(|&i| got[i] != want[i]) {
+                panic!(
+                    "{case}: rank {rank}, window byte {at}: {} instead of {}",
+                    got[at], want[at]
+                );
+            }
+            if let Some(at) = (0..want_own.len()).find(|&i| own[rank][i] != want_own[i]) {
+                panic!(
+                    "{case}: rank {rank}, own byte {at}: {} instead of {}",
+                    own[rank][at], want_own[at]
+                );
+            }
+        }
+        own.clear();
+    }
+}
+
+/// Sends and receives outside the windows: sends through rings of a few pieces and of many
+/// (a 300 017-byte message in 256-byte pieces: about 300 per channel), receives written in
+/// place, mixed with buffers in windows on either side, for 1 to 4 ranks, several messages
+/// per pair and channel (a ring behind a ring, a window send behind a ring).
+#[test]
+fn messages_outside_the_windows_pass_through_rings_of_any_size() {
+    let mut seed = 500;
+    for world in 1..=4 {
+        for count in [1, 7, 1023, 1040, 70_001, 300_017] {
+            for piece in [256, 4096] {
+                for (together, grid) in [(true, (1, 1)), (false, (3, 4)), (true, (5, 8))] {
+                    seed += 1;
+                    let staged = (seed as u32).wrapping_mul(2_654_435_761) >> 8;
+                    ring_through_staging(
+                        world,
+                        count,
+                        &[1, world - 1, 1],
+                        piece,
+                        staged,
+                        together,
+                        grid,
+                        seed,
+                    );
+                }
+            }
+        }
+    }
+    // Every combination of one pair's two sides, on one channel and on four.
+    for staged in 0..16 {
+        for count in [5000, 262_145] {
+            ring_through_staging(
+                2,
+                count,
+                &[1, 1],
+                512,
+                staged,
+                false,
+                (2, 4),
+                900 + staged as u64,
+            );
+        }
+    }
+}
+
+/// Ring messages launch after launch on one pair, every count planted just before the u32
+/// wrap: sequences and piece counts carry from launch to launch and across the wrap.
+#[test]
+fn rings_carry_across_launches_and_the_wrap() {
+    for (planted, together) in [(u32::MAX - 1, true), (u32::MAX - 300, false)] {
+        let case = Staged {
+            world_size: 2,
+            count: 70_001,
+            shifts: &[1, 1, 1],
+            piece: 256,
+            staged: 0b01_11_01,
+            together,
+            grid: (2, 4),
+        };
+        staged_launches(&case, Some(planted), 4, planted as u64);
     }
 }
 

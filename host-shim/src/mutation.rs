@@ -42,6 +42,9 @@ pub enum Mutation {
     /// (`skip-peer-memory-hold`): a rank that fails and frees may unmap memory a peer's kernel
     /// still writes into.
     SkipPeerMemoryHold,
+    /// Every staged send of a launch puts its ring at the start of the staging window
+    /// (`p2p-rings-overlap`): two staged sends in one group overwrite each other's pieces.
+    P2pRingsOverlap,
 }
 
 impl Mutation {
@@ -59,6 +62,7 @@ impl Mutation {
             Mutation::SkipRemoteAbort => "skip-remote-abort",
             Mutation::SkipProcessWatch => "skip-process-watch",
             Mutation::SkipPeerMemoryHold => "skip-peer-memory-hold",
+            Mutation::P2pRingsOverlap => "p2p-rings-overlap",
         }
     }
 }

@@ -1,15 +1,18 @@
-//! `symmSend` and `symmRecv` with buffers outside every window, through the C ABI: staged
-//! whole through the communicator's staging window (`plan::peer_staging`). Batches mixing
-//! staged and in-window buffers on either side of a pair (sends to self included), in every
-//! layout: a thread per rank, one thread driving every rank in a group, a process per rank;
-//! every message compared exactly. Ranks that group their calls differently (one rank's group
-//! against the other's single calls) pair in call order, staged or not. Staged buffers past
-//! the staging window are refused on both ranks at once; the first staged send is said once in
-//! the log; `SYMM_STRICT_WINDOWS=1` refuses them; staged calls replay from a CUDA graph.
+//! `symmSend` and `symmRecv` with buffers outside every window, through the C ABI: a send
+//! through a ring in the communicator's staging window (`plan::peer_staging`), a receive
+//! written in place. Batches mixing such buffers and in-window ones on either side of a pair
+//! (sends to self included), messages from one element to many times the staging window, in
+//! every layout: a thread per rank, one thread driving every rank in a group, a process per
+//! rank; every message compared exactly. Ranks that group their calls differently (one rank's
+//! group against the other's single calls) pair in call order, staged or not, messages past
+//! the window included. Rings that cannot fit the staging window are refused on both ranks at
+//! once; the first staged send is said once in the log; `SYMM_STRICT_WINDOWS=1` refuses them;
+//! staged calls replay from a CUDA graph.
 //!
-//! The staging window is small here (`SYMM_STAGING_BYTES`, 64 KiB), so that a batch's refusal
-//! is cheap to reach. On the host backend by default; with `SYMM_BACKEND=cuda` on the cuda
-//! backend (the simulated GPU runs it in `cargo xtask sim --test`).
+//! The staging window is small here (`SYMM_STAGING_BYTES`, 64 KiB), so that messages pass it
+//! many times over and a batch's refusal is cheap to reach. On the host backend by default;
+//! with `SYMM_BACKEND=cuda` on the cuda backend (the simulated GPU runs it in
+//! `cargo xtask sim --test`).
 
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -55,9 +58,10 @@ fn values(message: &Message, tag: usize) -> Vec<f32> {
 }
 
 /// A batch of `messages` between `nranks` ranks (random pairs, self included), counts around
-/// the piece size and past several pieces, each side staged or not at random.
+/// the piece size, past several pieces, and past the staging window (160 KiB on 3 channels),
+/// each side staged or not at random.
 fn batch(nranks: usize, messages: usize, seed: u64) -> Vec<Message> {
-    const COUNTS: [usize; 9] = [
+    const COUNTS: [usize; 10] = [
         0,
         1,
         PIECE - 1,
@@ -67,6 +71,7 @@ fn batch(nranks: usize, messages: usize, seed: u64) -> Vec<Message> {
         1029,
         2500,
         9 * PIECE + 7,
+        40_000 + 3,
     ];
     let mut rng = Rng(seed);
     (0..messages)
@@ -327,52 +332,39 @@ fn staged_rings_of_many_messages_both_ways() {
     });
 }
 
-/// One rank stages more than its staging window holds in one group: refused before anything
-/// is launched, on that rank naming the bytes and `SYMM_STAGING_BYTES`, and the peer's
-/// matching calls fail at once (not at the wait bound).
+/// Rank 0 stages more sends in one group than their smallest rings fit in the staging window
+/// (129 one-channel messages, 512 bytes of ring each): refused before anything is launched, on
+/// that rank naming the bytes and `SYMM_STAGING_BYTES`, and the peer's matching calls fail at
+/// once (not at the wait bound).
 #[test]
-fn a_group_that_stages_more_than_the_window_is_refused_on_both_ranks() {
+fn a_group_whose_rings_do_not_fit_the_window_is_refused_on_both_ranks() {
     setup();
     let comms = join_threads(new_unique_id(), 2);
-    let count = 9 * 1024; // 36 KiB each: two of them pass the 64 KiB window.
+    let (sends, count) = (129, 256);
     let outcomes = on_rank_threads(&comms, |rank, comm| {
         let stream = RankStream::new();
-        let own = OwnMemory::new(2 * count * 4);
-        let (buffer, window) = window_of_bytes(comm, 2 * count * 4);
+        let s = stream.handle();
+        let own = OwnMemory::new(sends * count * 4);
+        let (buffer, window) = window_of_bytes(comm, sends * count * 4);
         let started = Instant::now();
-        let result = if rank == 0 {
-            check(symmGroupStart(), comm);
-            // SAFETY: inside the own memory.
-            let second = unsafe { own.ptr.add(count * 4) };
-            check(
-                symmSend(own.ptr.cast(), count, F32, 1, comm, stream.handle()),
-                comm,
-            );
-            check(
-                symmRecv(second.cast(), count, F32, 1, comm, stream.handle()),
-                comm,
-            );
-            stream.completed(comm, symmGroupEnd())
-        } else {
-            // In windows: a call that is fine on this rank, refused because of rank 0's.
-            let at = buffer as *mut u8;
-            // SAFETY: inside the window.
-            let second = unsafe { at.add(count * 4) };
-            let calls = [
-                symmGroupStart(),
-                symmRecv(at.cast(), count, F32, 0, comm, stream.handle()),
-            ];
-            let calls = [
-                calls[0],
-                calls[1],
-                symmSend(second.cast(), count, F32, 0, comm, stream.handle()),
-                stream.completed(comm, symmGroupEnd()),
-            ];
-            calls
-                .into_iter()
-                .find(|r| *r != symmResult_t::symmSuccess)
-                .unwrap_or(symmResult_t::symmSuccess)
-        };
+        let mut results = vec![symmGroupStart()];
+        for k in 0..sends {
+            results.push(if rank == 0 {
+                // SAFETY: inside the own memory.
+                let at = unsafe { own.ptr.add(4 * k * count) };
+                symmSend(at.cast(), count, F32, 1, comm, s)
+            } else {
+                // In windows: calls that are fine on this rank, refused because of rank 0's.
+                // SAFETY: inside the window.
+                let at = unsafe { (buffer as *mut u8).add(4 * k * count) };
+                symmRecv(at.cast(), count, F32, 0, comm, s)
+            });
+        }
+        results.push(stream.completed(comm, symmGroupEnd()));
+        let result = results
+            .into_iter()
+            .find(|r| *r != symmResult_t::symmSuccess)
+            .unwrap_or(symmResult_t::symmSuccess);
         let outcome = (result, started.elapsed(), last_error(comm));
         let _ = symmCommWindowDeregister(comm, window);
         let _ = symmMemFree(comm, buffer);
@@ -387,10 +379,72 @@ fn a_group_that_stages_more_than_the_window_is_refused_on_both_ranks() {
             "rank {rank} took {took:?}: {message}"
         );
         assert!(
-            message.contains("SYMM_STAGING_BYTES") && message.contains("73728"),
+            message.contains("SYMM_STAGING_BYTES") && message.contains("66048"),
             "rank {rank}: {message}"
         );
     }
+}
+
+/// Messages of 16 times the staging window, both ways between two ranks, every combination
+/// of the two sides' buffers (in windows or not), as an exchange in one group on rank 0 and
+/// as a send then a receive, each alone, on rank 1: the messages pass through the rings in one
+/// launch per call, however the ranks group their calls.
+#[test]
+fn messages_many_times_the_staging_window_pass_both_ways() {
+    setup();
+    let count = 4 * 65536 + 13; // 1 MiB and a tail: four channels of 256 KiB.
+    let comms = join_threads(new_unique_id(), 2);
+    on_rank_threads(&comms, |rank, comm| {
+        let stream = RankStream::new();
+        let s = stream.handle();
+        let own = OwnMemory::new(2 * count * 4);
+        let (buffer, window) = window_of_bytes(comm, 2 * count * 4);
+        let peer = 1 - rank;
+        let vals = |from: usize, round: usize| -> Vec<f32> {
+            (0..count)
+                .map(|i| (from * 1_000_000 + round * 100_000 + i % 65_521) as f32)
+                .collect()
+        };
+        for round in 0..4 {
+            // Bit 0: this rank's send buffer outside its windows; bit 1: its receive buffer.
+            let send_staged = (round + rank) & 1 == 1;
+            let recv_staged = round & 2 == 2;
+            let base = |staged: bool| if staged { own.ptr } else { buffer as *mut u8 };
+            let send_at = base(send_staged);
+            // SAFETY: inside the window or the own memory.
+            let recv_at = unsafe { base(recv_staged).add(4 * count) };
+            stream.put_f32(send_at, &vals(rank, round));
+            stream.put_f32(recv_at, &vec![-1.0; count]);
+            let send = || symmSend(send_at.cast(), count, F32, peer as i32, comm, s);
+            let recv = || symmRecv(recv_at.cast(), count, F32, peer as i32, comm, s);
+            if rank == 0 {
+                check(symmGroupStart(), comm);
+                check(send(), comm);
+                check(recv(), comm);
+                check(stream.completed(comm, symmGroupEnd()), comm);
+            } else {
+                check(stream.completed(comm, send()), comm);
+                check(stream.completed(comm, recv()), comm);
+            }
+            let got = stream.get_f32(recv_at, count);
+            let want = vals(peer, round);
+            if let Some(i) = (0..count).find(|&i| got[i] != want[i]) {
+                panic!(
+                    "round {round}: rank {rank}'s receive (staged {recv_staged}, peer's send \
+                     staged {}), element {i}: {} instead of {}",
+                    (round + peer) & 1 == 1,
+                    got[i],
+                    want[i]
+                );
+            }
+            assert!(stream.get_f32(send_at, count) == vals(rank, round));
+        }
+        check(async_error(comm), comm);
+        check(symmCommWindowDeregister(comm, window), comm);
+        check(symmMemFree(comm, buffer), comm);
+        drop(own);
+        check(symmCommDestroy(comm), null_mut());
+    });
 }
 
 /// Rank 0's sends are in one group, rank 1's receives are single calls (and the other way
@@ -582,7 +636,7 @@ fn the_first_staged_send_is_logged_once() {
     assert_eq!(said.len(), 2, "one line per rank:\n{stderr}");
     assert!(
         said.iter()
-            .all(|l| l.contains("is in no registered window") && l.contains("staged whole")),
+            .all(|l| l.contains("is in no registered window") && l.contains("pieces of")),
         "{said:?}"
     );
 }
@@ -610,9 +664,10 @@ fn logging_child() {
     });
 }
 
-/// Staged sends and receives (six messages each way) captured into a CUDA graph and replayed
-/// with new data each time: the copies and the launch are stream work, and each replay takes
-/// new sequence numbers (the cuda backend: a GPU, or the simulated GPU).
+/// Staged sends and receives (seven messages each way, the last past the staging window)
+/// captured into a CUDA graph and replayed with new data each time: the launch is stream work,
+/// and each replay takes new sequence numbers and piece counts (the cuda backend: a GPU, or the
+/// simulated GPU).
 #[test]
 fn staged_sends_and_receives_replay_from_a_cuda_graph() {
     setup();
@@ -621,9 +676,15 @@ fn staged_sends_and_receives_replay_from_a_cuda_graph() {
     }
     use cudarc::driver::sys;
     let comms = init_all(2);
-    let messages = 6;
-    let count = 3 * PIECE + 5;
-    let slot = count + 8;
+    let messages = 7;
+    let count_of = |k: usize| {
+        if k + 1 == messages {
+            40_003
+        } else {
+            3 * PIECE + 5
+        }
+    };
+    let slot = 40_003 + 8;
     let own: Vec<OwnMemory> = (0..2)
         .map(|_| OwnMemory::new(2 * messages * slot * 4))
         .collect();
@@ -636,7 +697,7 @@ fn staged_sends_and_receives_replay_from_a_cuda_graph() {
         }
     };
     let data = |from: usize, k: usize, replay: usize| -> Vec<f32> {
-        (0..count)
+        (0..count_of(k))
             .map(|i| (from * 100_000 + replay * 10_000 + k * 1_000 + i % 997) as f32)
             .collect()
     };
@@ -653,7 +714,7 @@ fn staged_sends_and_receives_replay_from_a_cuda_graph() {
                 let peer = 1 - rank as i32;
                 results.push(symmSend(
                     at(rank, true, k).cast(),
-                    count,
+                    count_of(k),
                     F32,
                     peer,
                     *comm,
@@ -661,7 +722,7 @@ fn staged_sends_and_receives_replay_from_a_cuda_graph() {
                 ));
                 results.push(symmRecv(
                     at(rank, false, k).cast(),
-                    count,
+                    count_of(k),
                     F32,
                     peer,
                     *comm,
@@ -684,7 +745,7 @@ fn staged_sends_and_receives_replay_from_a_cuda_graph() {
             for rank in 0..2 {
                 for k in 0..messages {
                     io.put_f32(at(rank, true, k), &data(rank, k, replay));
-                    io.put_f32(at(rank, false, k), &vec![-1.0; count]);
+                    io.put_f32(at(rank, false, k), &vec![-1.0; count_of(k)]);
                 }
             }
             sys::cuGraphLaunch(exec, stream).result().unwrap();
@@ -693,7 +754,7 @@ fn staged_sends_and_receives_replay_from_a_cuda_graph() {
                 check(async_error(*comm), *comm);
                 for k in 0..messages {
                     assert!(
-                        io.get_f32(at(rank, false, k), count) == data(1 - rank, k, replay),
+                        io.get_f32(at(rank, false, k), count_of(k)) == data(1 - rank, k, replay),
                         "replay {replay}: rank {rank}'s message {k}"
                     );
                 }

@@ -57,6 +57,11 @@ pub enum Mutation {
     /// `Pairs::post` reuses a descriptor slot without waiting for the receiver to finish the
     /// send that held it.
     P2pSkipSlotWait = 512,
+    /// `Pairs::fill_piece` and `Pairs::ring_slot_free` reuse a ring slot without waiting for
+    /// the receiver to copy out the piece that held it.
+    P2pRingSkipDrainWait = 1024,
+    /// `Pairs::drain_piece` tells the sender a piece is copied out before it copies it.
+    P2pRingDrainBeforeCopy = 2048,
 }
 
 #[derive(Clone)]

@@ -21,6 +21,14 @@
 //! (grouped or not, any number per peer). A pass without progress past the timeout raises the
 //! abort word naming a peer waited for. Last, the block waits until its sends are copied.
 //!
+//! **Buffers outside the windows.** A task whose buffer lies outside every window
+//! ([`FLAG_STAGED`]) names its address. Its rank's kernel reaches that memory itself: a receive
+//! copies into it directly; a send copies it, piece by piece, into a ring of the rank's staging
+//! window that the receiver pulls from (the rings of [`crate::sync::p2p`]), so a message of any
+//! size passes through a ring of fixed size, in the same launch. A ring unit stays the current
+//! unit of its (direction, peer, channel) until its last piece is filled (send) or copied out
+//! (receive); its block serves its other units meanwhile.
+//!
 //! **Checks.** The receiver refuses a send whose bytes or data type differ from its receive's,
 //! whose window it has no context of, or whose range lies outside that window: it raises its
 //! abort word ([`ABORT_P2P_REFUSED`], naming the peer and the reason) and stores nothing into
@@ -32,7 +40,10 @@ use super::{Batch, Grid, KernelStatus, TaskArgs};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::abort::raise_timeout;
-use crate::sync::p2p::{CHANNELS, Descriptor, Pairs, WindowTable, channel_part, channels_for};
+use crate::sync::p2p::{
+    CHANNELS, Descriptor, MAX_PIECE, PIECE_UNIT, Pairs, WindowTable, channel_part, channels_for,
+    pieces, ring_bytes, ring_slot,
+};
 
 /// Abort-word value (low byte) of a receive that refused its send: the reason
 /// ([`RefusalReason`]) in bits 8–15, the sending rank + 1 from bit 16.
@@ -45,6 +56,11 @@ pub const FLAG_SEND: u32 = 8;
 /// `TaskArgs::flags` bit of a point-to-point task that does nothing: it pads a rank's tasks to
 /// the launch's task count when one launch serves several ranks.
 pub const FLAG_PADDING: u32 = 16;
+
+/// `TaskArgs::flags` bit of a point-to-point task whose buffer lies outside every window, at
+/// the address in `TaskArgs::counts_context`. A send's ring is then at its offset in its
+/// window (the rank's staging window), in pieces of `TaskArgs::send_capacity` bytes.
+pub const FLAG_STAGED: u32 = 32;
 
 /// Why a receive refused a send.
 #[repr(u32)]
@@ -116,6 +132,12 @@ pub struct PeerTask {
     /// Byte `c`: the task's place among the launch's tasks of the same direction and peer that
     /// use channel `c` ([`assign_ordinals`]).
     pub ordinals: u32,
+    /// The address of a buffer outside every window ([`FLAG_STAGED`]), else 0. A receive
+    /// copies into it; a send copies it into its ring, at `offset` of its window.
+    pub staged_address: u64,
+    /// A staged send's piece: bytes of one slot of its ring (a multiple of
+    /// [`crate::sync::p2p::PIECE_UNIT`]); else 0.
+    pub piece: u64,
 }
 
 impl PeerTask {
@@ -129,12 +151,17 @@ impl PeerTask {
             count: self.bytes,
             first_cell: self.peer as u64,
             flags: if self.send { FLAG_SEND } else { 0 }
+                | if self.staged_address != 0 {
+                    FLAG_STAGED
+                } else {
+                    0
+                }
                 | (self.datatype & 0xFF) << 8
                 | (self.slot & 0xFF) << 16,
             reserved: self.ordinals,
-            counts_context: 0,
+            counts_context: self.staged_address,
             counts_offset: 0,
-            send_capacity: 0,
+            send_capacity: self.piece,
         }
     }
 
@@ -173,7 +200,23 @@ impl PeerTask {
             pairs_context: args.recv_context,
             slot: (args.flags >> 16) & 0xFF,
             ordinals: args.reserved,
+            staged_address: if args.flags & FLAG_STAGED != 0 {
+                args.counts_context
+            } else {
+                0
+            },
+            piece: if args.flags & (FLAG_STAGED | FLAG_SEND) == FLAG_STAGED | FLAG_SEND {
+                args.send_capacity
+            } else {
+                0
+            },
         }
+    }
+
+    /// `true` for a send through a ring.
+    #[inline(always)]
+    pub const fn is_ring_send(&self) -> bool {
+        self.send && self.staged_address != 0
     }
 }
 
@@ -271,7 +314,7 @@ unsafe fn source_of(
     }
     let inside = descriptor
         .offset
-        .checked_add(descriptor.bytes)
+        .checked_add(descriptor.extent())
         .is_some_and(|end| end <= window.window_size);
     if !inside {
         return Err(refused(RefusalReason::OutOfBounds));
@@ -281,40 +324,184 @@ unsafe fn source_of(
 }
 
 /// `true` when every task of `batch` is a point-to-point task over the point-to-point window
-/// of task 0, with a peer of the communicator and a buffer inside its window.
+/// of task 0, with a peer of the communicator and a buffer inside its window (a staged send:
+/// its ring; a staged receive names no window), and a staged send's piece a multiple of
+/// [`PIECE_UNIT`] up to [`MAX_PIECE`].
 #[inline(always)]
 fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
     let mut index = 0;
     while index < batch.len() {
-        let task = batch.task(index);
-        let args = PeerTask::from_args(&TaskArgs {
-            send_context: 0,
-            recv_context: 0,
-            send_offset: task.args.send_offset,
-            recv_offset: task.args.recv_offset,
-            count: task.args.count,
-            first_cell: task.first_cell,
-            flags: task.args.flags,
-            reserved: 0,
-            counts_context: 0,
-            counts_offset: 0,
-            send_capacity: 0,
-        });
-        if task.args.flags & FLAG_PADDING != 0 {
+        let entry = batch.entry(index);
+        if entry.flags & FLAG_PADDING != 0 {
             index += 1;
             continue;
         }
+        let task = batch.task(index);
+        let args = PeerTask::from_args(&entry);
+        let (extent, piece_fits) = if args.is_ring_send() {
+            (
+                ring_bytes(args.bytes, args.piece),
+                args.piece > 0 && args.piece % PIECE_UNIT == 0 && args.piece <= MAX_PIECE,
+            )
+        } else if args.staged_address != 0 {
+            (0, true)
+        } else {
+            (args.bytes, true)
+        };
         let buffer = task.rank.send;
         let inside = args
             .offset
-            .checked_add(args.bytes)
+            .checked_add(extent)
             .is_some_and(|end| end <= buffer.window_size);
-        if !core::ptr::eq(task.rank.recv, pairs) || args.peer >= pairs.world_size || !inside {
+        if !core::ptr::eq(task.rank.recv, pairs)
+            || args.peer >= pairs.world_size
+            || !inside
+            || !piece_fits
+        {
             return false;
         }
         index += 1;
     }
     true
+}
+
+/// Where a receive's bytes go: its buffer in its window, or outside every window.
+///
+/// # Safety
+/// `task` comes from a checked batch.
+#[inline(always)]
+unsafe fn destination(task: &PeerTask) -> u64 {
+    if task.staged_address != 0 {
+        task.staged_address
+    } else {
+        // SAFETY: the buffer's window is host-built (the batch was checked).
+        let buffer = unsafe { &*(task.buffer_context as *const SymmContext) };
+        buffer.local_base.wrapping_add(task.offset)
+    }
+}
+
+/// What one step of a ring unit did.
+enum RingStep {
+    /// Its slot (a send) or its piece (a receive) is not ready yet.
+    Waiting,
+    /// One piece moved; `last`: the unit is done.
+    Moved { last: bool },
+    /// The receiver's descriptor no longer checks out: the abort word is raised.
+    Refused,
+}
+
+/// One step of the ring unit `task` on `channel`, `seq` being its sequence and `pending` its
+/// pieces still to move: a send fills its next piece into its ring once the slot is free; a
+/// receive copies the sender's next piece out once it is filled (and says `done` after the
+/// last). Every thread of the block calls it; thread 0 alone writes the counts, between
+/// barriers.
+///
+/// # Safety
+/// `task` comes from a checked batch, `peer < world`; the calling block alone owns the
+/// channel; for a receive, the descriptor of `seq` was posted and checked.
+#[inline(always)]
+unsafe fn ring_step(
+    pairs: &Pairs<'_>,
+    ctx: &SymmContext,
+    task: &PeerTask,
+    channel: u32,
+    seq: u32,
+    pending: u32,
+) -> RingStep {
+    let thread0 = arch::thread_idx_x() == 0;
+    let (lo, hi) = channel_part(task.bytes, channel);
+    // SAFETY: forwarded contract: this rank's own words of a channel this block alone owns.
+    let (moved_word, pending_word) = unsafe {
+        if task.send {
+            (
+                pairs.fills(task.peer, channel),
+                pairs.fills_pending(task.peer, channel),
+            )
+        } else {
+            (
+                pairs.drains(task.peer, channel),
+                pairs.drains_pending(task.peer, channel),
+            )
+        }
+    };
+    // SAFETY: as above; thread 0 writes it only between two barriers.
+    let moved = unsafe { arch::load_plain_u32(moved_word) };
+    if task.send {
+        let piece = task.piece;
+        let total = pieces(lo, hi, piece);
+        // SAFETY: forwarded contract.
+        let free = thread0 && unsafe { pairs.ring_slot_free(task.peer, channel, moved) };
+        if !arch::sync_threads_or(free) {
+            return RingStep::Waiting;
+        }
+        let from = lo + (total - pending) as u64 * piece;
+        let to = if from + piece < hi { from + piece } else { hi };
+        // SAFETY: the ring's window is host-built (the batch was checked).
+        let ring = unsafe { &*(task.buffer_context as *const SymmContext) };
+        let slot = ring
+            .local_base
+            .wrapping_add(task.offset)
+            .wrapping_add(ring_slot(piece, channel, moved));
+        // SAFETY: the caller's memory holds the message (C ABI contract); the slot lies in
+        // the ring (checked against the window); the receiver copied out the piece it held
+        // before (thread 0's acquire and the barrier); they are different memory.
+        unsafe { copy_bytes(task.staged_address.wrapping_add(from), slot, 0, to - from) };
+        arch::sync_threads();
+        if thread0 {
+            let next = moved.wrapping_add(1);
+            // SAFETY: every thread's stores of the piece are done (barrier); own words.
+            unsafe {
+                arch::store_plain_u32(moved_word, next);
+                arch::store_plain_u32(pending_word, pending - 1);
+                pairs.publish_fill(task.peer, channel, next);
+            }
+        }
+        arch::sync_threads();
+        return RingStep::Moved { last: pending == 1 };
+    }
+    // SAFETY: forwarded contract.
+    let ready = thread0 && unsafe { pairs.piece_ready(task.peer, channel, moved) };
+    if !arch::sync_threads_or(ready) {
+        return RingStep::Waiting;
+    }
+    // SAFETY: forwarded contract: the slot holds send `seq` until this rank says `done`.
+    let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
+    // SAFETY: as above; the window's entry stays while this launch runs.
+    let source = unsafe { source_of(pairs, ctx, task, &descriptor, false) };
+    if arch::sync_threads_or(source.is_err() || descriptor.seq != seq) {
+        if thread0 {
+            let word = abort_p2p_refused(task.peer, RefusalReason::UnknownWindow);
+            // SAFETY: a host-built context.
+            unsafe { refuse(ctx, word) };
+        }
+        return RingStep::Refused;
+    }
+    let piece = descriptor.piece;
+    let total = pieces(lo, hi, piece);
+    let from = lo + (total - pending) as u64 * piece;
+    let to = if from + piece < hi { from + piece } else { hi };
+    let slot = source
+        .unwrap_or(0)
+        .wrapping_add(ring_slot(piece, channel, moved));
+    // SAFETY: the slot lies in the sender's ring (checked against its window) and holds the
+    // piece (thread 0's acquire of `filled` and the barrier); the destination holds the
+    // message (host-checked window, or the caller's memory by the C ABI's contract).
+    unsafe { copy_bytes(slot, destination(task).wrapping_add(from), 0, to - from) };
+    arch::sync_threads();
+    if thread0 {
+        let next = moved.wrapping_add(1);
+        // SAFETY: every thread's loads of the piece are done (barrier); own words.
+        unsafe {
+            arch::store_plain_u32(moved_word, next);
+            arch::store_plain_u32(pending_word, pending - 1);
+            pairs.publish_drain(task.peer, channel, next);
+            if pending == 1 {
+                pairs.mark_done(task.peer, channel, seq);
+            }
+        }
+    }
+    arch::sync_threads();
+    RingStep::Moved { last: pending == 1 }
 }
 
 /// The calling block's sends and receives of `batch` (see the module).
@@ -405,13 +592,49 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                 }
                 let (count, base) = counts(&task, channel);
                 // SAFETY: this rank's own words of a channel this block alone owns.
-                let (now, start) =
-                    unsafe { (arch::load_plain_u32(count), arch::load_plain_u32(base)) };
-                if ordinal(&task, channel) != now.wrapping_sub(start) {
+                let pending_word = unsafe {
+                    if task.send {
+                        pairs.fills_pending(task.peer, channel)
+                    } else {
+                        pairs.drains_pending(task.peer, channel)
+                    }
+                };
+                // SAFETY: as above.
+                let (now, start, pending) = unsafe {
+                    (
+                        arch::load_plain_u32(count),
+                        arch::load_plain_u32(base),
+                        arch::load_plain_u32(pending_word),
+                    )
+                };
+                let place = ordinal(&task, channel);
+                if pending != 0 {
+                    // A ring unit of this (direction, peer, channel) is under way: the one
+                    // whose post or receipt took the latest sequence.
+                    if place.wrapping_add(1) != now.wrapping_sub(start) {
+                        continue;
+                    }
+                    // SAFETY: peer < world (checked); this block alone owns the channel; the
+                    // unit's descriptor was posted (and checked, for a receive) when it began.
+                    let step = unsafe { ring_step(&pairs, ctx, &task, channel, now, pending) };
+                    match step {
+                        RingStep::Waiting => waiting_for = waiting_for.min(task.peer),
+                        RingStep::Moved { last } => {
+                            progressed = true;
+                            if last {
+                                remaining -= 1;
+                            }
+                        }
+                        RingStep::Refused => return KernelStatus::Aborted,
+                    }
+                    continue;
+                }
+                if place != now.wrapping_sub(start) {
                     // Done already, or an earlier task of its channel is not.
                     continue;
                 }
                 let seq = now.wrapping_add(1);
+                let (lo, hi) = channel_part(task.bytes, channel);
                 if task.send {
                     let descriptor = Descriptor {
                         seq,
@@ -419,17 +642,26 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                         window: task.window,
                         offset: task.offset,
                         bytes: task.bytes,
+                        piece: task.piece,
                     };
                     // SAFETY: peer < world (checked); this block alone owns the channel.
                     let posted =
                         thread0 && unsafe { pairs.try_post(task.peer, channel, descriptor) };
                     if arch::sync_threads_or(posted) {
+                        // A ring send is done once its last piece is filled.
+                        let ring_pieces = pieces(lo, hi, task.piece);
                         if thread0 {
-                            // SAFETY: as above; every thread read the count before the barrier.
-                            unsafe { arch::store_plain_u32(count, seq) };
+                            // SAFETY: as above; every thread read the words before the
+                            // barrier.
+                            unsafe {
+                                arch::store_plain_u32(count, seq);
+                                arch::store_plain_u32(pending_word, ring_pieces);
+                            }
                         }
                         arch::sync_threads();
-                        remaining -= 1;
+                        if ring_pieces == 0 {
+                            remaining -= 1;
+                        }
                         progressed = true;
                     } else {
                         waiting_for = waiting_for.min(task.peer);
@@ -463,16 +695,37 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                 if arch::sync_threads_or(refused) {
                     return KernelStatus::Aborted;
                 }
-                if thread0 {
-                    // SAFETY: every thread read the count before the barrier above; the next
-                    // unit reads it after the barrier below.
-                    unsafe { arch::store_plain_u32(count, seq) };
-                }
                 // Every thread: the descriptor and the window, as thread 0 checked them (its
                 // acquire of the post and the barrier order these reads after the sender's
                 // writes).
                 // SAFETY: as above.
                 let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
+                if descriptor.piece != 0 {
+                    // Through the sender's ring: the pieces follow, one per step.
+                    let ring_pieces = pieces(lo, hi, descriptor.piece);
+                    if thread0 {
+                        // SAFETY: every thread read the words before the barrier above; the
+                        // next unit reads them after the barrier below.
+                        unsafe {
+                            arch::store_plain_u32(count, seq);
+                            arch::store_plain_u32(pending_word, ring_pieces);
+                            if ring_pieces == 0 {
+                                pairs.mark_done(task.peer, channel, seq);
+                            }
+                        }
+                    }
+                    arch::sync_threads();
+                    if ring_pieces == 0 {
+                        remaining -= 1;
+                    }
+                    progressed = true;
+                    continue;
+                }
+                if thread0 {
+                    // SAFETY: every thread read the count before the barrier above; the next
+                    // unit reads it after the barrier below.
+                    unsafe { arch::store_plain_u32(count, seq) };
+                }
                 // SAFETY: as above; the window's entry stays while this launch runs.
                 let source = unsafe { source_of(&pairs, ctx, &task, &descriptor, false) };
                 if arch::sync_threads_or(source.is_err()) {
@@ -486,12 +739,11 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                     return KernelStatus::Aborted;
                 }
                 let src = source.unwrap_or(0);
-                let (lo, hi) = channel_part(task.bytes, channel);
-                // SAFETY: the buffer's window is host-built (the batch was checked).
-                let buffer = unsafe { &*(task.buffer_context as *const SymmContext) };
-                let dst = buffer.local_base.wrapping_add(task.offset);
+                // SAFETY: a checked batch.
+                let dst = unsafe { destination(&task) };
                 // SAFETY: the source range lies in the sender's window (checked), the
-                // destination in this rank's (host-checked); they are different buffers
+                // destination in this rank's window (host-checked) or outside every window
+                // (the caller's memory, by the C ABI's contract); they are different buffers
                 // (contract).
                 unsafe { copy_bytes(src, dst, lo, hi) };
                 arch::sync_threads();

@@ -16,6 +16,17 @@
 //! 3. **complete** (`a`): wait (acquire) until `done[b][channel]` reaches `s`: the send buffer
 //!    is free.
 //!
+//! **Rings.** A send whose buffer lies outside every window travels through a ring in the
+//! sender's staging window instead: its descriptor names the ring (and the size of a piece,
+//! [`Descriptor::piece`]), and each channel's part goes in pieces through [`RING_SLOTS`]
+//! slots. The sender copies piece `k` into slot `k mod RING_SLOTS` once the receiver drained
+//! piece `k − RING_SLOTS` (`drained[b][channel]` of `a`'s region, acquire), then release-stores
+//! its count of pieces into `filled[a][channel]` of `b`'s region; the receiver copies a piece
+//! out once `filled` counts it, then release-stores its count into `drained`. Both counts run
+//! over every ring of the channel in order (`fills`, `drains`: each rank's own copies), so a
+//! message of any size passes through a ring of fixed size; the receiver says `done` after the
+//! last piece.
+//!
 //! Sequences compare in serial-number order ([`crate::sync::wait::reached`]), so they may wrap. Every wait is
 //! bounded by the context's timeout and ends early on the abort word; a wait that times out
 //! raises this rank's abort word naming the peer it waited for.
@@ -23,10 +34,12 @@
 //! **Layout.** The pair region is the whole of each rank's buffer in the communicator's
 //! point-to-point window (the context's `peer_bases`; the window carries nothing else):
 //! `outbox[peer][channel][slot]` (32-byte descriptors), then `posted[peer][channel]`,
-//! `done[peer][channel]`, `sent[peer][channel]`, `received[peer][channel]`, and the two
-//! counts as the running launch found them (`u32`s: all but the first two are this rank's own,
-//! read and written by its kernels only, so that a replayed CUDA graph takes new sequence
-//! numbers), then the window table ([`WindowTable`]).
+//! `done[peer][channel]`, `sent[peer][channel]`, `received[peer][channel]`, the two counts as
+//! the running launch found them, `filled[peer][channel]`, `drained[peer][channel]`, and the
+//! ring counts `fills`, `drains`, `fills_pending`, `drains_pending` (`u32`s: all but `posted`,
+//! `done`, `filled` and `drained` are this rank's own, read and written by its kernels only,
+//! so that a replayed CUDA graph takes new sequence numbers), then the window table
+//! ([`WindowTable`]).
 //!
 //! The functions run on one thread (thread 0 of the block that owns the channel; the kernel
 //! broadcasts outcomes with a block barrier).
@@ -88,6 +101,45 @@ pub const fn channel_part(bytes: u64, channel: u32) -> (u64, u64) {
     )
 }
 
+/// Slots of a ring per channel: a sender fills at most this many pieces ahead of its
+/// receiver.
+pub const RING_SLOTS: u64 = 2;
+
+/// A ring's piece is a multiple of this many bytes (the descriptor carries it in these units).
+pub const PIECE_UNIT: u64 = 256;
+
+/// The largest piece a descriptor can carry.
+pub const MAX_PIECE: u64 = ((1 << 24) - 1) * PIECE_UNIT;
+
+/// Bytes of the ring of a message of `bytes` bytes in pieces of `piece` bytes: [`RING_SLOTS`]
+/// pieces for each of its channels.
+#[inline(always)]
+pub const fn ring_bytes(bytes: u64, piece: u64) -> u64 {
+    channels_for(bytes) as u64 * RING_SLOTS * piece
+}
+
+/// Offset in a ring of pieces of `piece` bytes of the slot that `channel`'s piece number
+/// `count` (counted over the channel's rings, from 0) goes through.
+#[inline(always)]
+pub const fn ring_slot(piece: u64, channel: u32, count: u32) -> u64 {
+    (channel as u64 * RING_SLOTS + count as u64 % RING_SLOTS) * piece
+}
+
+/// Pieces of `piece` bytes in the part `[lo, hi)` of a message (none for an empty part).
+#[inline(always)]
+pub const fn pieces(lo: u64, hi: u64, piece: u64) -> u32 {
+    if piece == 0 || hi <= lo {
+        0
+    } else {
+        let n = (hi - lo).div_ceil(piece);
+        if n > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            n as u32
+        }
+    }
+}
+
 /// Where a send's bytes are, as the receiver needs it to pull them, and what it must match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Descriptor {
@@ -102,6 +154,27 @@ pub struct Descriptor {
     pub offset: u64,
     /// Bytes of the whole message.
     pub bytes: u64,
+    /// 0: the bytes lie at `offset`, whole. Else the message comes through a ring at `offset`
+    /// ([`ring_bytes`]) in pieces of this many bytes (a multiple of [`PIECE_UNIT`], at most
+    /// [`MAX_PIECE`]).
+    pub piece: u64,
+}
+
+impl Descriptor {
+    /// The descriptor's first word: sequence, data type (8 bits) and piece (in units).
+    const fn head(&self) -> u64 {
+        self.seq as u64 | ((self.datatype & 0xFF) as u64) << 32 | (self.piece / PIECE_UNIT) << 40
+    }
+
+    /// Bytes of the sender's window that the descriptor names from `offset`.
+    #[inline(always)]
+    pub const fn extent(&self) -> u64 {
+        if self.piece == 0 {
+            self.bytes
+        } else {
+            ring_bytes(self.bytes, self.piece)
+        }
+    }
 }
 
 /// Byte offsets of the parts of a pair region of a communicator of `world` ranks.
@@ -179,10 +252,52 @@ impl RegionLayout {
         self.word(5, from, channel)
     }
 
+    /// Offset of `filled[from][channel]`: the pieces `from` has filled into its rings for the
+    /// region's rank on `channel` (counted over every ring).
+    #[inline(always)]
+    pub const fn filled(&self, from: u32, channel: u32) -> u64 {
+        self.word(6, from, channel)
+    }
+
+    /// Offset of `drained[to][channel]`: the pieces of the region's rank's rings that `to`
+    /// has copied out on `channel`.
+    #[inline(always)]
+    pub const fn drained(&self, to: u32, channel: u32) -> u64 {
+        self.word(7, to, channel)
+    }
+
+    /// Offset of `fills[to][channel]`: the region's rank's count of the pieces it filled for
+    /// `to` (its own copy of `to`'s `filled` word).
+    #[inline(always)]
+    pub const fn fills(&self, to: u32, channel: u32) -> u64 {
+        self.word(8, to, channel)
+    }
+
+    /// Offset of `drains[from][channel]`: the region's rank's count of the pieces it copied
+    /// out of `from`'s rings.
+    #[inline(always)]
+    pub const fn drains(&self, from: u32, channel: u32) -> u64 {
+        self.word(9, from, channel)
+    }
+
+    /// Offset of `fills_pending[to][channel]`: pieces of the ring send being filled that are
+    /// still to fill (0: none is).
+    #[inline(always)]
+    pub const fn fills_pending(&self, to: u32, channel: u32) -> u64 {
+        self.word(10, to, channel)
+    }
+
+    /// Offset of `drains_pending[from][channel]`: pieces of the ring receive being drained
+    /// that are still to copy out (0: none is).
+    #[inline(always)]
+    pub const fn drains_pending(&self, from: u32, channel: u32) -> u64 {
+        self.word(11, from, channel)
+    }
+
     /// Offset of the window table (16-byte aligned).
     #[inline(always)]
     pub const fn window_table(&self) -> u64 {
-        self.word(6, 0, 0).next_multiple_of(16)
+        self.word(12, 0, 0).next_multiple_of(16)
     }
 
     /// Bytes of the whole region, window table included.
@@ -353,6 +468,173 @@ impl<'a> Pairs<'a> {
         (self.own() + self.layout.received_base(from, channel)) as *mut u32
     }
 
+    /// This rank's count of the pieces it filled into its rings for `to` on `channel` (its
+    /// kernels only).
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn fills(&self, to: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.fills(to, channel)) as *mut u32
+    }
+
+    /// This rank's count of the pieces it copied out of `from`'s rings on `channel`.
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn drains(&self, from: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.drains(from, channel)) as *mut u32
+    }
+
+    /// Pieces still to fill of this rank's ring send to `to` on `channel` being filled (0:
+    /// none is).
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn fills_pending(&self, to: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.fills_pending(to, channel)) as *mut u32
+    }
+
+    /// Pieces still to copy out of the ring receive from `from` on `channel` being drained.
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn drains_pending(&self, from: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.drains_pending(from, channel)) as *mut u32
+    }
+
+    /// `true` when the slot of the next piece for `to` on `channel` is free: `to` copied out
+    /// piece `filled − RING_SLOTS + 1` (counting from 1), `filled` being this rank's count of
+    /// pieces it filled so far. Acquire: `to`'s loads of the slot's previous piece are ordered
+    /// before the caller's stores of the next.
+    ///
+    /// # Safety
+    /// `to < world_size`, `channel < CHANNELS`.
+    #[inline(always)]
+    pub unsafe fn ring_slot_free(&self, to: u32, channel: u32, filled: u32) -> bool {
+        if arch::mutated!(P2pRingSkipDrainWait) {
+            return true;
+        }
+        let drained = (self.own() + self.layout.drained(to, channel)) as *const u32;
+        // SAFETY: the word lies in this rank's pair region; `to` stores it atomically.
+        let drained = unsafe { arch::load_acquire_sys_u32(drained) };
+        crate::sync::wait::reached(drained, filled.wrapping_sub(RING_SLOTS as u32 - 1))
+    }
+
+    /// Tell `to` that this rank has filled `filled` pieces for it on `channel` (release: the
+    /// pieces' bytes are ordered before). Called after every store of the piece of this
+    /// rank's threads, past a block barrier.
+    ///
+    /// # Safety
+    /// `to < world_size`, `channel < CHANNELS`.
+    #[inline(always)]
+    pub unsafe fn publish_fill(&self, to: u32, channel: u32, filled: u32) {
+        // SAFETY: `to < world_size` (contract).
+        let word = (unsafe { self.region_of(to) } + self.layout.filled(self.ctx.rank, channel))
+            as *mut u32;
+        // SAFETY: `filled[rank][channel]` lies in `to`'s pair region, accessed atomically.
+        unsafe { arch::store_release_sys_u32(word, filled) };
+    }
+
+    /// `true` when `from` has filled the piece after the `drained` this rank copied out on
+    /// `channel`. Acquire: the piece's bytes are visible to the calling thread after it.
+    ///
+    /// # Safety
+    /// `from < world_size`, `channel < CHANNELS`.
+    #[inline(always)]
+    pub unsafe fn piece_ready(&self, from: u32, channel: u32, drained: u32) -> bool {
+        let filled = (self.own() + self.layout.filled(from, channel)) as *const u32;
+        // SAFETY: the word lies in this rank's pair region; `from` stores it atomically.
+        let filled = unsafe { arch::load_acquire_sys_u32(filled) };
+        crate::sync::wait::reached(filled, drained.wrapping_add(1))
+    }
+
+    /// Tell `from` that this rank has copied out `drained` pieces of its rings on `channel`
+    /// (release: the copies' loads are ordered before). Called after every load of the piece
+    /// of this rank's threads, past a block barrier.
+    ///
+    /// # Safety
+    /// `from < world_size`, `channel < CHANNELS`.
+    #[inline(always)]
+    pub unsafe fn publish_drain(&self, from: u32, channel: u32, drained: u32) {
+        // SAFETY: `from < world_size` (contract).
+        let word = (unsafe { self.region_of(from) } + self.layout.drained(self.ctx.rank, channel))
+            as *mut u32;
+        // SAFETY: `drained[rank][channel]` lies in `from`'s pair region, accessed atomically.
+        unsafe { arch::store_release_sys_u32(word, drained) };
+    }
+
+    /// Fill this rank's next piece for `to` on `channel` on one thread: wait, bounded, until
+    /// its slot is free, let `write` store it (given the slot's number, `0..RING_SLOTS`), then
+    /// publish it. Returns the new count.
+    ///
+    /// # Safety
+    /// `to < world_size`, `channel < CHANNELS`; this rank's only filler of the channel.
+    #[inline(always)]
+    pub unsafe fn fill_piece(
+        &self,
+        to: u32,
+        channel: u32,
+        write: impl FnOnce(u64),
+    ) -> Result<u32, PeerLost> {
+        // SAFETY: forwarded contract; this rank's own word.
+        let fills = unsafe { self.fills(to, channel) };
+        // SAFETY: as above.
+        let filled = unsafe { arch::load_plain_u32(fills) };
+        if !arch::mutated!(P2pRingSkipDrainWait) {
+            let drained = (self.own() + self.layout.drained(to, channel)) as *const u32;
+            // SAFETY: the word lies in this rank's pair region; `to` stores it atomically.
+            unsafe { self.wait(drained, filled.wrapping_sub(RING_SLOTS as u32 - 1), to)? };
+        }
+        write(filled as u64 % RING_SLOTS);
+        let filled = filled.wrapping_add(1);
+        // SAFETY: forwarded contract; the piece is written.
+        unsafe {
+            arch::store_plain_u32(fills, filled);
+            self.publish_fill(to, channel, filled);
+        }
+        Ok(filled)
+    }
+
+    /// Copy out `from`'s next piece on `channel` on one thread: wait, bounded, until it is
+    /// filled, let `read` load it (given its slot's number), then tell `from`. Returns the
+    /// new count.
+    ///
+    /// # Safety
+    /// `from < world_size`, `channel < CHANNELS`; this rank's only drainer of the channel.
+    #[inline(always)]
+    pub unsafe fn drain_piece(
+        &self,
+        from: u32,
+        channel: u32,
+        read: impl FnOnce(u64),
+    ) -> Result<u32, PeerLost> {
+        // SAFETY: forwarded contract; this rank's own word.
+        let drains = unsafe { self.drains(from, channel) };
+        // SAFETY: as above.
+        let drained = unsafe { arch::load_plain_u32(drains) };
+        let filled = (self.own() + self.layout.filled(from, channel)) as *const u32;
+        // SAFETY: the word lies in this rank's pair region; `from` stores it atomically.
+        unsafe { self.wait(filled, drained.wrapping_add(1), from)? };
+        let next = drained.wrapping_add(1);
+        if arch::mutated!(P2pRingDrainBeforeCopy) {
+            // SAFETY: forwarded contract.
+            unsafe { self.publish_drain(from, channel, next) };
+        }
+        read(drained as u64 % RING_SLOTS);
+        // SAFETY: forwarded contract; the piece is read.
+        unsafe {
+            arch::store_plain_u32(drains, next);
+            if !arch::mutated!(P2pRingDrainBeforeCopy) {
+                self.publish_drain(from, channel, next);
+            }
+        }
+        Ok(next)
+    }
+
     /// Wait, bounded, until the `u32` at `flag` reaches `target`; on a timeout raise this
     /// rank's abort word naming `peer`.
     ///
@@ -406,7 +688,7 @@ impl<'a> Pairs<'a> {
         // this post (acquire), and the wait above ordered its reads of the slot's previous
         // entry (send `seq − SLOTS`) before these stores.
         unsafe {
-            arch::store_plain_u64(slot, seq as u64 | (descriptor.datatype as u64) << 32);
+            arch::store_plain_u64(slot, descriptor.head());
             arch::store_plain_u64(slot.add(1), descriptor.window);
             arch::store_plain_u64(slot.add(2), descriptor.offset);
             arch::store_plain_u64(slot.add(3), descriptor.bytes);
@@ -522,10 +804,11 @@ impl<'a> Pairs<'a> {
         };
         Descriptor {
             seq: head as u32,
-            datatype: (head >> 32) as u32,
+            datatype: ((head >> 32) & 0xFF) as u32,
             window,
             offset,
             bytes,
+            piece: (head >> 40) * PIECE_UNIT,
         }
     }
 

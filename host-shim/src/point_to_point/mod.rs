@@ -12,9 +12,10 @@
 //! The point-to-point window and the rank's table of windows are `comm::pairs`; the decision
 //! "now, or at the group's end" is `group::point_to_point`.
 //!
-//! A buffer outside every window goes through the communicator's staging window
-//! (`comm::staging`), as a collective's does, whole (`plan::peer_staging`): a staged send is
-//! copied in before the launch, a staged receive copied out after it, on the caller's stream.
+//! A buffer outside every window needs no copy on the host: the kernel reads a send's buffer
+//! into a ring in the communicator's staging window (`comm::staging`, rings placed by
+//! `plan::peer_staging`), from which the receiver pulls it piece by piece, and writes a
+//! receive's buffer directly; so a message of any size runs in the one launch.
 
 use crate::abi::symmDataTypeRaw;
 use crate::backend::BackendKind;
@@ -26,8 +27,8 @@ use crate::comm::{Clique, Comm, failure};
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::log::{Level, Subsys};
-use crate::plan::peer_staging;
-use crate::plan::staging::Copy;
+use crate::mutation::{self, Mutation};
+use crate::plan::peer_staging::{self, Ring};
 use crate::plan::{KernelId, Limits};
 use crate::window::Window;
 use std::collections::HashMap;
@@ -48,7 +49,8 @@ pub enum Buffer {
         /// The buffer's offset in it.
         offset: u64,
     },
-    /// Outside every window: staged through the communicator's staging window.
+    /// Outside every window: a send goes through a ring in the communicator's staging window,
+    /// a receive is written in place.
     Staged {
         /// The caller's buffer.
         address: u64,
@@ -99,44 +101,35 @@ impl Task {
     }
 }
 
-/// A task in its launch: where a staged task's bytes lie in the staging window.
+/// A task in its launch: a staged send's ring in the staging window.
 struct Placed<'a> {
     task: &'a Task,
-    /// A staged task's offset in its rank's staging window.
-    staged_at: Option<u64>,
+    /// A staged send's ring.
+    ring: Option<Ring>,
 }
 
 impl Placed<'_> {
-    /// The window the kernel reads (a send) or writes (a receive), and the task's offset in
-    /// it.
+    /// The window the kernel reads (a send, or a staged send's ring) or writes (a receive),
+    /// and the task's offset in it; a staged receive names the point-to-point window.
     fn place(&self) -> Result<(&Arc<Window>, u64)> {
-        match (&self.task.buffer, self.staged_at) {
+        match (&self.task.buffer, self.ring) {
             (Buffer::InWindow { window, offset }, None) => Ok((window, *offset)),
-            (Buffer::Staged { staging, .. }, Some(at)) => Ok((&staging.window, at)),
+            (Buffer::Staged { staging, .. }, Some(ring)) if self.task.send => {
+                Ok((&staging.window, ring.offset))
+            }
+            (Buffer::Staged { .. }, None) if !self.task.send => Ok((&self.task.pairs, 0)),
             _ => Err(Error::internal(
                 "a send or receive placed against its buffer",
             )),
         }
     }
 
-    /// The copy between the caller's buffer and the staging window, for a staged task with
-    /// bytes: into the window for a send, out of it for a receive.
-    fn copy(&self) -> Option<Copy> {
-        let (Buffer::Staged { address, staging }, Some(at)) = (&self.task.buffer, self.staged_at)
-        else {
-            return None;
-        };
-        let staged = staging.window.base + at;
-        let (dst, src) = if self.task.send {
-            (staged, *address)
-        } else {
-            (*address, staged)
-        };
-        (self.task.bytes > 0).then_some(Copy {
-            dst,
-            src,
-            bytes: self.task.bytes,
-        })
+    /// The caller's address of a staged task, else 0.
+    fn staged_address(&self) -> u64 {
+        match &self.task.buffer {
+            Buffer::Staged { address, .. } => *address,
+            Buffer::InWindow { .. } => 0,
+        }
     }
 
     /// The work-table entry, the peer in place `slot` among the launch's distinct peers.
@@ -159,6 +152,8 @@ impl Placed<'_> {
             pairs_context: context(&task.pairs)?,
             slot,
             ordinals: 0,
+            staged_address: self.staged_address(),
+            piece: self.ring.map_or(0, |r| r.piece),
         }
         .to_args())
     }
@@ -405,26 +400,39 @@ fn check_rank_tasks<'a>(tasks: &[&'a Task]) -> Result<Vec<Placed<'a>>> {
         )));
     }
     check_overlaps(tasks)?;
-    let staged: Vec<Option<u64>> = tasks.iter().map(|t| t.staging().map(|_| t.bytes)).collect();
+    let sends: Vec<Option<u64>> = tasks
+        .iter()
+        .map(|t| (t.send && t.staging().is_some()).then_some(t.bytes))
+        .collect();
     let capacity = tasks
         .iter()
         .find_map(|t| t.staging())
         .map_or(0, |s| s.window.size);
-    let offsets = peer_staging::place_staged(&staged, capacity).map_err(|needed| {
+    let rings = if mutation::active(Mutation::P2pRingsOverlap) {
+        peer_staging::place_rings(&sends, capacity).map(|rings| {
+            rings
+                .into_iter()
+                .map(|r| r.map(|r| Ring { offset: 0, ..r }))
+                .collect()
+        })
+    } else {
+        peer_staging::place_rings(&sends, capacity)
+    };
+    let rings = rings.map_err(|needed| {
         Error::invalid_argument(format!(
-            "rank {}: {} of its sends and receives in one call or group have buffers outside \
-             the windows, and staged whole they need {needed} bytes, more than the staging \
-             window's {capacity} (SYMM_STAGING_BYTES, alike on every rank): put the buffers in \
-             windows, or raise SYMM_STAGING_BYTES",
+            "rank {}: {} of its sends in one call or group have buffers outside the windows, \
+             and their rings need at least {needed} bytes, more than the staging window's \
+             {capacity} (SYMM_STAGING_BYTES, alike on every rank): put the buffers in windows, \
+             or raise SYMM_STAGING_BYTES",
             first.comm.rank,
-            staged.iter().flatten().count()
+            sends.iter().flatten().count()
         ))
     })?;
-    announce_staged(tasks);
+    announce_staged(tasks, &rings);
     Ok(tasks
         .iter()
-        .zip(offsets)
-        .map(|(task, staged_at)| Placed { task, staged_at })
+        .zip(rings)
+        .map(|(task, ring)| Placed { task, ring })
         .collect())
 }
 
@@ -449,66 +457,46 @@ fn check_overlaps(tasks: &[&Task]) -> Result<()> {
     Ok(())
 }
 
-/// Say a rank's first staged send or receive in the log, once per communicator (with the
-/// collectives' first staged call).
-fn announce_staged(tasks: &[&Task]) {
-    let Some(task) = tasks.iter().find(|t| t.bytes > 0 && t.staging().is_some()) else {
+/// Say a rank's first staged send in the log, once per communicator (with the collectives'
+/// first staged call). A receive outside the windows costs nothing more than one inside, so it
+/// is not said.
+fn announce_staged(tasks: &[&Task], rings: &[Option<Ring>]) {
+    let Some((task, ring)) = tasks
+        .iter()
+        .zip(rings)
+        .find_map(|(t, ring)| ring.filter(|_| t.bytes > 0).map(|ring| (t, ring)))
+    else {
         return;
     };
-    let staging = task.staging().expect("a staged task");
+    let staging = task.staging().expect("a staged send");
     crate::collective::route::announce(&task.comm, staging, || {
         let range = task.range();
         format!(
-            "{} of {} bytes {} rank {}: {} [{:#x}, +{} bytes) is in no registered window; it is \
-             staged whole",
-            task.name(),
-            task.bytes,
-            if task.send { "to" } else { "from" },
-            task.peer,
-            if task.send { "sendbuff" } else { "recvbuff" },
-            range.start,
-            task.bytes,
+            "symmSend of {} bytes to rank {}: sendbuff [{:#x}, +{} bytes) is in no registered \
+             window: sent in pieces of {} bytes through a ring,",
+            task.bytes, task.peer, range.start, task.bytes, ring.piece,
         )
     });
 }
 
-/// Which copies of a launch's staged tasks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
-    /// The sends' bytes into the staging window, before the launch.
-    Before,
-    /// The receives' bytes out of it, after the launch.
-    After,
-}
-
-/// Run (host) or enqueue (cuda, on each rank's stream) the `side` copies of the staged tasks
-/// of `parts`. Before the copies in, a rank's staging window waits for its last use on another
-/// stream; after the copies out, the use is marked (`Staging::before_use`, `after_use`).
-fn copy_staged(parts: &[Vec<Placed>], side: Side) -> Result<()> {
+/// Order the rings of a launch's staged sends against the staging window's other uses: before
+/// the launch, a rank's staging window waits for its last use on another stream
+/// (`Staging::before_use`); after it, the use is marked (`after_use`).
+fn order_rings(parts: &[Vec<Placed>], before: bool) -> Result<()> {
     for placed in parts {
-        let Some(staging) = placed.iter().find_map(|p| p.task.staging()) else {
+        let Some(staging) = placed
+            .iter()
+            .find(|p| p.ring.is_some())
+            .and_then(|p| p.task.staging())
+        else {
             continue;
         };
         let task = placed[0].task;
         let comm = &task.comm;
         let backend = &comm.clique.backend;
-        if side == Side::Before {
+        if before {
             staging.before_use(backend, comm.device, task.stream)?;
-        }
-        for one in placed
-            .iter()
-            .filter(|p| p.task.send == (side == Side::Before))
-        {
-            if let Some(copy) = one.copy() {
-                // SAFETY: the copy joins the caller's buffer (valid for the call's count by the
-                // C ABI's contract) and a region inside the staging window
-                // (`peer_staging::place_staged` keeps the launch's staged tasks within it),
-                // which the communicator holds while the task lives; the staging window is the
-                // communicator's own memory, so the two are disjoint.
-                unsafe { backend.copy(comm.device, task.stream, &copy)? };
-            }
-        }
-        if side == Side::After {
+        } else {
             staging.after_use(backend, comm.device, task.stream)?;
         }
     }
@@ -589,7 +577,7 @@ fn build_launch(parts: &[Vec<Placed>]) -> Result<Launch> {
 }
 
 /// One launch serving `parts` (ranks of one device and clique, each with its tasks in call
-/// order), staged tasks copied in before it and out after it. Any failure once the ranks are
+/// order), ordered after the staging window's last use on another stream. Any failure once the ranks are
 /// found healthy fails their communicators: the peers' matching calls would wait for it.
 fn run_launch(parts: &[Vec<Placed>]) -> Result<()> {
     let first = &parts[0][0].task.comm;
@@ -627,7 +615,7 @@ fn run_launch(parts: &[Vec<Placed>]) -> Result<()> {
         parts
             .iter()
             .flatten()
-            .filter(|p| p.staged_at.is_some())
+            .filter(|p| p.task.staging().is_some())
             .count(),
         launch.kernel.ptx_name(),
         launch.grid,
@@ -635,22 +623,21 @@ fn run_launch(parts: &[Vec<Placed>]) -> Result<()> {
         launch.rank_ids,
         launch.device
     );
-    copy_staged(parts, Side::Before)
-        .map_err(|e| fail_all(e, "a send's copy into the staging window failed"))?;
+    order_rings(parts, true).map_err(|e| {
+        fail_all(
+            e,
+            "the staging window's last use on another stream could not be waited for",
+        )
+    })?;
     for placed in parts {
         let comm = &placed[0].task.comm;
         comm.lock().last_kernel = Some(launch.kernel.ptx_name());
         comm.launches.fetch_add(1, Ordering::Relaxed);
     }
-    // The receives' copies out come before the windows' marks, so that teardown waits for
-    // them too; a launch that gave up received nothing worth copying out.
     let end = clique
         .backend
         .run_launch(&launch, &resources, prepared)
-        .and_then(|end| match end {
-            LaunchEnd::GaveUp => Ok(end),
-            _ => copy_staged(parts, Side::After).map(|()| end),
-        });
+        .and_then(|end| order_rings(parts, false).map(|()| end));
     let marks = match clique.backend.mark_launch(first.device, &launch.streams) {
         Ok(marks) => marks,
         Err(e) => {
