@@ -479,10 +479,10 @@ symmResult_t symmBroadcast(const void *sendbuff,
 // Send `count` elements of `datatype` from `sendbuff` to rank `peer` (as `ncclSend`): the
 // `s`-th send of this rank to `peer` pairs with `peer`'s `s`-th `symmRecv` from this rank,
 // which must name the same count and data type. `sendbuff` lies inside a window registered on
-// `comm` (any offset; `count` 0 needs none), or outside every window: it is then staged whole
-// through the communicator's staging window (copied in on `stream`; the staged sends and
-// receives of one call or group must fit the window together, `SYMM_STAGING_BYTES`; refused
-// under `SYMM_STRICT_WINDOWS=1`). The call returns once the send is enqueued on `stream` (host
+// `comm` (any offset; `count` 0 needs none), or outside every window: the kernel then sends it
+// in pieces through a ring in the communicator's staging window (any size; the staged sends of
+// one call or group share the window, `SYMM_STAGING_BYTES`; refused under
+// `SYMM_STRICT_WINDOWS=1`). The call returns once the send is enqueued on `stream` (host
 // backend: once the receiver has copied it); the kernel completes once the receiver has copied
 // the data. Inside a group, the group's sends and receives of a rank run in one launch (at
 // most 256), so that ranks may send to each other in any order (`batch_isend_irecv`);
@@ -498,9 +498,9 @@ symmResult_t symmSend(const void *sendbuff,
 
 // Receive `count` elements of `datatype` from rank `peer` into `recvbuff` (as `ncclRecv`):
 // pairs with `peer`'s next `symmSend` to this rank (see [`symmSend`]). `recvbuff` lies inside a
-// window registered on `comm` (any offset; `count` 0 needs none), or outside every window
-// (staged whole: received in the staging window and copied out on `stream`), and is written
-// only once the send was checked against this call.
+// window registered on `comm` (any offset; `count` 0 needs none), or outside every window (the
+// kernel writes it in place; refused under `SYMM_STRICT_WINDOWS=1`), and is written only once
+// the send was checked against this call.
 symmResult_t symmRecv(void *recvbuff,
                       size_t count,
                       symmDataType_t datatype,

@@ -31,10 +31,12 @@ listens on ``MASTER_ADDR``, as torchrun's store does). A collective on tensors t
 in a registered window of the group is passed to the library as it is, which stages it through
 its communicator's staging window (``SYMM_STAGING_BYTES``): copied in, run there, copied out —
 correct for any tensor, slower than a tensor already in a window, which the collective uses in
-place (the window path); ``all_to_all_vdev`` likewise (staged whole). Sends and receives on
-such tensors are staged by the library too, whole (a batch's staged tensors must fit the staging window, which a
-group's communicator makes 32 MiB when ``SYMM_STAGING_BYTES`` is unset). ``SYMM_DEBUG=INFO`` says which path each kind of call took the
-first time, ``SYMM_DEBUG=TRACE`` every time.
+place (the window path); ``all_to_all_vdev`` likewise (staged whole). A group's communicator
+makes its staging window 32 MiB when ``SYMM_STAGING_BYTES`` is unset, so that large staged
+collectives run in few chunks. Sends and receives of such tensors need no copy on the host: the
+library's kernel sends them through a ring in the staging window, of any size, and receives
+into them in place. ``SYMM_DEBUG=INFO`` says which path each kind of call took the first time,
+``SYMM_DEBUG=TRACE`` every time.
 
 CPU tensors run on the host backend, CUDA tensors on the cuda backend, on PyTorch's current
 stream. Calls complete before they return (stream-ordered on a GPU): ``async_op=True`` returns
@@ -95,8 +97,7 @@ __all__ = [
 #: The name ``dist.init_process_group`` takes.
 BACKEND_NAME = "symm"
 #: The staging window of a group's communicator when ``SYMM_STAGING_BYTES`` is unset (the
-#: library's default is 4 MiB): sends and receives of tensors outside windows are staged whole,
-#: so a batch of them must fit.
+#: library's default is 4 MiB): a collective on tensors outside windows runs in chunks of it.
 STAGING_BYTES = 32 << 20
 #: The store key of a group's unique id.
 _UID_KEY = "symm/unique_id"
@@ -311,7 +312,7 @@ class SymmProcessGroup(dist.ProcessGroup):
         bound = wait_bound_ms(timeout)
         settings = {"SYMM_TIMEOUT_MS": str(bound)}
         if not os.environ.get("SYMM_STAGING_BYTES"):
-            # Sends and receives of tensors outside windows are staged whole: room for a batch.
+            # Collectives on tensors outside windows run in chunks of the staging window.
             settings["SYMM_STAGING_BYTES"] = str(STAGING_BYTES)
         saved = {name: os.environ.get(name) for name in settings}
         os.environ.update(settings)
@@ -820,8 +821,8 @@ class SymmProcessGroup(dist.ProcessGroup):
     # work is waited for (or the group's next collective starts): every queued operation in one
     # symm group, so a rank's sends and receives of one batch_isend_irecv are one launch, and
     # ranks may send to each other in any order. Operations pair in call order per pair of
-    # ranks, as in NCCL (tags are not matched). A tensor outside the group's windows is staged
-    # whole by the library (a batch's staged tensors must fit the staging window together).
+    # ranks, as in NCCL (tags are not matched). A tensor outside the group's windows is sent
+    # through a ring in the staging window, or received into in place, by the library.
 
     def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Any:
         return self._queue_peer_op(True, tensors, dst_rank)

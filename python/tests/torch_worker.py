@@ -1,7 +1,8 @@
 """One rank of the torch.distributed tests (test_torch.py), started by torchrun: every
 collective of the "symm" backend, every dtype torch and symm share, every ReduceOp, in place and
 not, at odd sizes (the library's staging window is SYMM_STAGING_BYTES=262144 in this job, so
-the largest staged collectives run in chunks; sends and receives are staged whole), checked bit
+the largest staged collectives run in chunks, and the largest sends pass it several times over
+through a ring), checked bit
 for bit against references.py; then the window path, async work, barrier and the object
 collectives built on all_gather and broadcast. Prints "rank R: N calls OK"."""
 
@@ -292,8 +293,8 @@ def main() -> None:
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     assert torch.equal(own, torch.arange(5.0)), own
-    # A larger message, staged whole.
-    big = torch.arange(3000, dtype=torch.float64) + rank
+    # A message three times the staging window, through its ring.
+    big = torch.arange(100_003, dtype=torch.float64) + rank
     got = torch.empty_like(big)
     ops = [dist.P2POp(dist.isend, big, (rank + 1) % size), dist.P2POp(dist.irecv, got, (rank - 1) % size)]
     for work in dist.batch_isend_irecv(ops):

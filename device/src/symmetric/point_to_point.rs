@@ -42,12 +42,16 @@ use crate::context::SymmContext;
 use crate::sync::abort::raise_timeout;
 use crate::sync::p2p::{
     CHANNELS, Descriptor, MAX_PIECE, PIECE_UNIT, Pairs, WindowTable, channel_part, channels_for,
-    pieces, ring_bytes, ring_slot,
+    piece_range, ring_bytes, ring_slot,
 };
 
 /// Abort-word value (low byte) of a receive that refused its send: the reason
 /// ([`RefusalReason`]) in bits 8–15, the sending rank + 1 from bit 16.
 pub const ABORT_P2P_REFUSED: u32 = 4;
+
+/// Threads per block the send/receive kernel is launched with at most: its registers (the
+/// rings' steps beside the pairing) fit a block of this many, not one of 512.
+pub const MAX_THREADS: u32 = 256;
 
 /// `TaskArgs::flags` bit of a point-to-point task: a send (else a receive). The data type's
 /// C ABI value is in bits 8–15.
@@ -365,7 +369,8 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
     true
 }
 
-/// Where a receive's bytes go: its buffer in its window, or outside every window.
+/// Where the task's bytes are: its buffer in its window, or outside every window (a staged
+/// send's source, a staged receive's destination).
 ///
 /// # Safety
 /// `task` comes from a checked batch.
@@ -386,122 +391,106 @@ enum RingStep {
     Waiting,
     /// One piece moved; `last`: the unit is done.
     Moved { last: bool },
-    /// The receiver's descriptor no longer checks out: the abort word is raised.
-    Refused,
 }
 
-/// One step of the ring unit `task` on `channel`, `seq` being its sequence and `pending` its
-/// pieces still to move: a send fills its next piece into its ring once the slot is free; a
+/// One step of the ring unit `task` on `channel`, `seq` being its sequence and `progress` its
+/// progress word (1 + the pieces it moved): a send fills its next piece into its ring once the
+/// slot is free; a
 /// receive copies the sender's next piece out once it is filled (and says `done` after the
 /// last). Every thread of the block calls it; thread 0 alone writes the counts, between
 /// barriers.
 ///
 /// # Safety
 /// `task` comes from a checked batch, `peer < world`; the calling block alone owns the
-/// channel; for a receive, the descriptor of `seq` was posted and checked.
+/// channel; for a receive, the descriptor of `seq` was posted and checked, and its ring noted
+/// in the own words ([`Pairs::ring_of`]).
 #[inline(always)]
 unsafe fn ring_step(
     pairs: &Pairs<'_>,
-    ctx: &SymmContext,
     task: &PeerTask,
     channel: u32,
     seq: u32,
-    pending: u32,
+    progress: u32,
 ) -> RingStep {
+    let done_pieces = progress.wrapping_sub(1);
     let thread0 = arch::thread_idx_x() == 0;
     let (lo, hi) = channel_part(task.bytes, channel);
     // SAFETY: forwarded contract: this rank's own words of a channel this block alone owns.
-    let (moved_word, pending_word) = unsafe {
+    let (moved_word, progress_word) = unsafe {
         if task.send {
             (
                 pairs.fills(task.peer, channel),
-                pairs.fills_pending(task.peer, channel),
+                pairs.fill_progress(task.peer, channel),
             )
         } else {
             (
                 pairs.drains(task.peer, channel),
-                pairs.drains_pending(task.peer, channel),
+                pairs.drain_progress(task.peer, channel),
             )
         }
     };
     // SAFETY: as above; thread 0 writes it only between two barriers.
     let moved = unsafe { arch::load_plain_u32(moved_word) };
-    if task.send {
-        let piece = task.piece;
-        let total = pieces(lo, hi, piece);
-        // SAFETY: forwarded contract.
-        let free = thread0 && unsafe { pairs.ring_slot_free(task.peer, channel, moved) };
-        if !arch::sync_threads_or(free) {
-            return RingStep::Waiting;
-        }
-        let from = lo + (total - pending) as u64 * piece;
-        let to = if from + piece < hi { from + piece } else { hi };
-        // SAFETY: the ring's window is host-built (the batch was checked).
-        let ring = unsafe { &*(task.buffer_context as *const SymmContext) };
-        let slot = ring
-            .local_base
-            .wrapping_add(task.offset)
-            .wrapping_add(ring_slot(piece, channel, moved));
-        // SAFETY: the caller's memory holds the message (C ABI contract); the slot lies in
-        // the ring (checked against the window); the receiver copied out the piece it held
-        // before (thread 0's acquire and the barrier); they are different memory.
-        unsafe { copy_bytes(task.staged_address.wrapping_add(from), slot, 0, to - from) };
-        arch::sync_threads();
-        if thread0 {
-            let next = moved.wrapping_add(1);
-            // SAFETY: every thread's stores of the piece are done (barrier); own words.
-            unsafe {
-                arch::store_plain_u32(moved_word, next);
-                arch::store_plain_u32(pending_word, pending - 1);
-                pairs.publish_fill(task.peer, channel, next);
-            }
-        }
-        arch::sync_threads();
-        return RingStep::Moved { last: pending == 1 };
-    }
+    // Thread 0 looks at the peer's count: the slot is free (a send), the piece filled (a
+    // receive); the block learns it through the barrier, which orders the copy after it.
     // SAFETY: forwarded contract.
-    let ready = thread0 && unsafe { pairs.piece_ready(task.peer, channel, moved) };
+    let ready = thread0
+        && unsafe {
+            if task.send {
+                pairs.ring_slot_free(task.peer, channel, moved)
+            } else {
+                pairs.piece_ready(task.peer, channel, moved)
+            }
+        };
     if !arch::sync_threads_or(ready) {
         return RingStep::Waiting;
     }
-    // SAFETY: forwarded contract: the slot holds send `seq` until this rank says `done`.
-    let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
-    // SAFETY: as above; the window's entry stays while this launch runs.
-    let source = unsafe { source_of(pairs, ctx, task, &descriptor, false) };
-    if arch::sync_threads_or(source.is_err() || descriptor.seq != seq) {
-        if thread0 {
-            let word = abort_p2p_refused(task.peer, RefusalReason::UnknownWindow);
-            // SAFETY: a host-built context.
-            unsafe { refuse(ctx, word) };
+    // The ring as this rank reaches it, and its piece: a send's own (its window, host-built
+    // and checked), a receive's noted when it began (own words, written by thread 0 before a
+    // barrier).
+    // SAFETY: forwarded contract.
+    let (ring, piece) = unsafe {
+        if task.send {
+            let window = &*(task.buffer_context as *const SymmContext);
+            (window.local_base.wrapping_add(task.offset), task.piece)
+        } else {
+            let (ring, piece) = pairs.ring_of(task.peer, channel);
+            (arch::load_plain_u64(ring), arch::load_plain_u64(piece))
         }
-        return RingStep::Refused;
-    }
-    let piece = descriptor.piece;
-    let total = pieces(lo, hi, piece);
-    let from = lo + (total - pending) as u64 * piece;
-    let to = if from + piece < hi { from + piece } else { hi };
-    let slot = source
-        .unwrap_or(0)
-        .wrapping_add(ring_slot(piece, channel, moved));
-    // SAFETY: the slot lies in the sender's ring (checked against its window) and holds the
-    // piece (thread 0's acquire of `filled` and the barrier); the destination holds the
-    // message (host-checked window, or the caller's memory by the C ABI's contract).
-    unsafe { copy_bytes(slot, destination(task).wrapping_add(from), 0, to - from) };
+    };
+    let (from, to, last) = piece_range(lo, hi, piece, done_pieces);
+    let slot = ring.wrapping_add(ring_slot(piece, channel, moved));
+    // SAFETY: a checked batch.
+    let buffer = unsafe { destination(task) }.wrapping_add(from);
+    let (src, dst) = if task.send {
+        (buffer, slot)
+    } else {
+        (slot, buffer)
+    };
+    // SAFETY: the slot lies in the ring (checked against its window); the caller's memory or
+    // the receive's window holds the message (C ABI contract, host checks); a send's slot is
+    // free and a receive's piece filled (thread 0's acquire and the barrier); they are
+    // different memory.
+    unsafe { copy_bytes(src, dst, 0, to - from) };
     arch::sync_threads();
     if thread0 {
         let next = moved.wrapping_add(1);
-        // SAFETY: every thread's loads of the piece are done (barrier); own words.
+        // SAFETY: every thread's accesses to the piece are done (barrier); own words.
         unsafe {
             arch::store_plain_u32(moved_word, next);
-            arch::store_plain_u32(pending_word, pending - 1);
-            pairs.publish_drain(task.peer, channel, next);
-            if pending == 1 {
-                pairs.mark_done(task.peer, channel, seq);
+            arch::store_plain_u32(progress_word, if last { 0 } else { progress + 1 });
+            if task.send {
+                pairs.publish_fill(task.peer, channel, next);
+            } else {
+                pairs.publish_drain(task.peer, channel, next);
+                if last {
+                    pairs.mark_done(task.peer, channel, seq);
+                }
             }
         }
     }
     arch::sync_threads();
-    RingStep::Moved { last: pending == 1 }
+    RingStep::Moved { last }
 }
 
 /// The calling block's sends and receives of `batch` (see the module).
@@ -592,23 +581,23 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                 }
                 let (count, base) = counts(&task, channel);
                 // SAFETY: this rank's own words of a channel this block alone owns.
-                let pending_word = unsafe {
+                let progress_word = unsafe {
                     if task.send {
-                        pairs.fills_pending(task.peer, channel)
+                        pairs.fill_progress(task.peer, channel)
                     } else {
-                        pairs.drains_pending(task.peer, channel)
+                        pairs.drain_progress(task.peer, channel)
                     }
                 };
                 // SAFETY: as above.
-                let (now, start, pending) = unsafe {
+                let (now, start, progress) = unsafe {
                     (
                         arch::load_plain_u32(count),
                         arch::load_plain_u32(base),
-                        arch::load_plain_u32(pending_word),
+                        arch::load_plain_u32(progress_word),
                     )
                 };
                 let place = ordinal(&task, channel);
-                if pending != 0 {
+                if progress != 0 {
                     // A ring unit of this (direction, peer, channel) is under way: the one
                     // whose post or receipt took the latest sequence.
                     if place.wrapping_add(1) != now.wrapping_sub(start) {
@@ -616,7 +605,7 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                     }
                     // SAFETY: peer < world (checked); this block alone owns the channel; the
                     // unit's descriptor was posted (and checked, for a receive) when it began.
-                    let step = unsafe { ring_step(&pairs, ctx, &task, channel, now, pending) };
+                    let step = unsafe { ring_step(&pairs, &task, channel, now, progress) };
                     match step {
                         RingStep::Waiting => waiting_for = waiting_for.min(task.peer),
                         RingStep::Moved { last } => {
@@ -625,7 +614,6 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                                 remaining -= 1;
                             }
                         }
-                        RingStep::Refused => return KernelStatus::Aborted,
                     }
                     continue;
                 }
@@ -649,17 +637,19 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                         thread0 && unsafe { pairs.try_post(task.peer, channel, descriptor) };
                     if arch::sync_threads_or(posted) {
                         // A ring send is done once its last piece is filled.
-                        let ring_pieces = pieces(lo, hi, task.piece);
+                        let ring = task.is_ring_send();
                         if thread0 {
                             // SAFETY: as above; every thread read the words before the
                             // barrier.
                             unsafe {
                                 arch::store_plain_u32(count, seq);
-                                arch::store_plain_u32(pending_word, ring_pieces);
+                                if ring {
+                                    arch::store_plain_u32(progress_word, 1);
+                                }
                             }
                         }
                         arch::sync_threads();
-                        if ring_pieces == 0 {
+                        if !ring {
                             remaining -= 1;
                         }
                         progressed = true;
@@ -682,8 +672,17 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                         Err(abort_p2p_refused(task.peer, RefusalReason::OutOfStep))
                     } else {
                         // SAFETY: checked batch; peer < world.
-                        unsafe { source_of(&pairs, ctx, &task, &descriptor, true) }.map(|_| ())
+                        unsafe { source_of(&pairs, ctx, &task, &descriptor, true) }
                     };
+                    if let (Ok(source), true) = (outcome, descriptor.piece != 0) {
+                        // A ring: where its steps read it (own words of this block's channel).
+                        // SAFETY: peer < world; read by this block after a barrier.
+                        unsafe {
+                            let (ring, piece) = pairs.ring_of(task.peer, channel);
+                            arch::store_plain_u64(ring, source);
+                            arch::store_plain_u64(piece, descriptor.piece);
+                        }
+                    }
                     if let Err(word) = outcome {
                         if word != 0 {
                             // SAFETY: a host-built context.
@@ -702,22 +701,15 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                 let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
                 if descriptor.piece != 0 {
                     // Through the sender's ring: the pieces follow, one per step.
-                    let ring_pieces = pieces(lo, hi, descriptor.piece);
                     if thread0 {
                         // SAFETY: every thread read the words before the barrier above; the
                         // next unit reads them after the barrier below.
                         unsafe {
                             arch::store_plain_u32(count, seq);
-                            arch::store_plain_u32(pending_word, ring_pieces);
-                            if ring_pieces == 0 {
-                                pairs.mark_done(task.peer, channel, seq);
-                            }
+                            arch::store_plain_u32(progress_word, 1);
                         }
                     }
                     arch::sync_threads();
-                    if ring_pieces == 0 {
-                        remaining -= 1;
-                    }
                     progressed = true;
                     continue;
                 }

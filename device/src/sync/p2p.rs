@@ -25,7 +25,8 @@
 //! out once `filled` counts it, then release-stores its count into `drained`. Both counts run
 //! over every ring of the channel in order (`fills`, `drains`: each rank's own copies), so a
 //! message of any size passes through a ring of fixed size; the receiver says `done` after the
-//! last piece.
+//! last piece. A part of `n` bytes takes `max(1, ceil(n / piece))` pieces (an empty part one
+//! empty piece), every piece full but the last ([`piece_range`]).
 //!
 //! Sequences compare in serial-number order ([`crate::sync::wait::reached`]), so they may wrap. Every wait is
 //! bounded by the context's timeout and ends early on the abort word; a wait that times out
@@ -36,7 +37,7 @@
 //! `outbox[peer][channel][slot]` (32-byte descriptors), then `posted[peer][channel]`,
 //! `done[peer][channel]`, `sent[peer][channel]`, `received[peer][channel]`, the two counts as
 //! the running launch found them, `filled[peer][channel]`, `drained[peer][channel]`, and the
-//! ring counts `fills`, `drains`, `fills_pending`, `drains_pending` (`u32`s: all but `posted`,
+//! ring counts `fills`, `drains`, `fill_progress`, `drain_progress` (`u32`s: all but `posted`,
 //! `done`, `filled` and `drained` are this rank's own, read and written by its kernels only,
 //! so that a replayed CUDA graph takes new sequence numbers), then the window table
 //! ([`WindowTable`]).
@@ -125,19 +126,15 @@ pub const fn ring_slot(piece: u64, channel: u32, count: u32) -> u64 {
     (channel as u64 * RING_SLOTS + count as u64 % RING_SLOTS) * piece
 }
 
-/// Pieces of `piece` bytes in the part `[lo, hi)` of a message (none for an empty part).
+/// The bytes `[from, to)` of piece number `moved` (from 0) of the part `[lo, hi)` of a message
+/// in pieces of `piece` bytes (every piece full but the last), and whether it is the last.
 #[inline(always)]
-pub const fn pieces(lo: u64, hi: u64, piece: u64) -> u32 {
-    if piece == 0 || hi <= lo {
-        0
-    } else {
-        let n = (hi - lo).div_ceil(piece);
-        if n > u32::MAX as u64 {
-            u32::MAX
-        } else {
-            n as u32
-        }
-    }
+pub const fn piece_range(lo: u64, hi: u64, piece: u64, moved: u32) -> (u64, u64, bool) {
+    let from = lo.saturating_add((moved as u64).saturating_mul(piece));
+    let from = if from < hi { from } else { hi };
+    let end = from.saturating_add(piece);
+    let to = if end < hi { end } else { hi };
+    (from, to, to == hi)
 }
 
 /// Where a send's bytes are, as the receiver needs it to pull them, and what it must match.
@@ -280,24 +277,40 @@ impl RegionLayout {
         self.word(9, from, channel)
     }
 
-    /// Offset of `fills_pending[to][channel]`: pieces of the ring send being filled that are
-    /// still to fill (0: none is).
+    /// Offset of `fill_progress[to][channel]`: 0 when no ring send to `to` on `channel` is
+    /// being filled, else 1 + the pieces of it filled so far.
     #[inline(always)]
-    pub const fn fills_pending(&self, to: u32, channel: u32) -> u64 {
+    pub const fn fill_progress(&self, to: u32, channel: u32) -> u64 {
         self.word(10, to, channel)
     }
 
-    /// Offset of `drains_pending[from][channel]`: pieces of the ring receive being drained
-    /// that are still to copy out (0: none is).
+    /// Offset of `drain_progress[from][channel]`: 0 when no ring receive from `from` on
+    /// `channel` is being drained, else 1 + the pieces of it copied out so far.
     #[inline(always)]
-    pub const fn drains_pending(&self, from: u32, channel: u32) -> u64 {
+    pub const fn drain_progress(&self, from: u32, channel: u32) -> u64 {
         self.word(11, from, channel)
+    }
+
+    /// Offset of `ring_source[from][channel]` (a `u64`, own): where this rank reads the ring
+    /// of the receive from `from` being drained on `channel` (the sender's ring, as this rank
+    /// maps it, found when the receive began).
+    #[inline(always)]
+    pub const fn ring_source(&self, from: u32, channel: u32) -> u64 {
+        self.word(12, 0, 0).next_multiple_of(8)
+            + 8 * (from as u64 * CHANNELS as u64 + channel as u64)
+    }
+
+    /// Offset of `ring_piece[from][channel]` (a `u64`, own): the piece of that ring.
+    #[inline(always)]
+    pub const fn ring_piece(&self, from: u32, channel: u32) -> u64 {
+        self.ring_source(0, 0)
+            + 8 * (self.channels() + from as u64 * CHANNELS as u64 + channel as u64)
     }
 
     /// Offset of the window table (16-byte aligned).
     #[inline(always)]
     pub const fn window_table(&self) -> u64 {
-        self.word(12, 0, 0).next_multiple_of(16)
+        (self.ring_source(0, 0) + 16 * self.channels()).next_multiple_of(16)
     }
 
     /// Bytes of the whole region, window table included.
@@ -487,23 +500,37 @@ impl<'a> Pairs<'a> {
         (self.own() + self.layout.drains(from, channel)) as *mut u32
     }
 
-    /// Pieces still to fill of this rank's ring send to `to` on `channel` being filled (0:
-    /// none is).
+    /// 0 when no ring send of this rank to `to` on `channel` is being filled, else 1 + the
+    /// pieces of it filled so far.
     ///
     /// # Safety
     /// As for [`Pairs::sent`].
     #[inline(always)]
-    pub unsafe fn fills_pending(&self, to: u32, channel: u32) -> *mut u32 {
-        (self.own() + self.layout.fills_pending(to, channel)) as *mut u32
+    pub unsafe fn fill_progress(&self, to: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.fill_progress(to, channel)) as *mut u32
     }
 
-    /// Pieces still to copy out of the ring receive from `from` on `channel` being drained.
+    /// Where this rank reads the ring of its receive from `from` on `channel` being drained,
+    /// and that ring's piece (its kernels only).
     ///
     /// # Safety
     /// As for [`Pairs::sent`].
     #[inline(always)]
-    pub unsafe fn drains_pending(&self, from: u32, channel: u32) -> *mut u32 {
-        (self.own() + self.layout.drains_pending(from, channel)) as *mut u32
+    pub unsafe fn ring_of(&self, from: u32, channel: u32) -> (*mut u64, *mut u64) {
+        (
+            (self.own() + self.layout.ring_source(from, channel)) as *mut u64,
+            (self.own() + self.layout.ring_piece(from, channel)) as *mut u64,
+        )
+    }
+
+    /// 0 when no ring receive from `from` on `channel` is being drained, else 1 + the pieces of
+    /// it copied out so far.
+    ///
+    /// # Safety
+    /// As for [`Pairs::sent`].
+    #[inline(always)]
+    pub unsafe fn drain_progress(&self, from: u32, channel: u32) -> *mut u32 {
+        (self.own() + self.layout.drain_progress(from, channel)) as *mut u32
     }
 
     /// `true` when the slot of the next piece for `to` on `channel` is free: `to` copied out
@@ -895,7 +922,18 @@ mod tests {
             layout.sent_base(world - 1, CHANNELS - 1) + 4,
             layout.received_base(0, 0)
         );
-        let words_end = layout.received_base(world - 1, CHANNELS - 1) + 4;
+        assert_eq!(
+            layout.received_base(world - 1, CHANNELS - 1) + 4,
+            layout.filled(0, 0)
+        );
+        let u32_end = layout.drain_progress(world - 1, CHANNELS - 1) + 4;
+        assert!(layout.ring_source(0, 0) >= u32_end && layout.ring_source(0, 0) < u32_end + 8);
+        assert_eq!(layout.ring_source(0, 0) % 8, 0);
+        assert_eq!(
+            layout.ring_source(world - 1, CHANNELS - 1) + 8,
+            layout.ring_piece(0, 0)
+        );
+        let words_end = layout.ring_piece(world - 1, CHANNELS - 1) + 8;
         assert!(layout.window_table() >= words_end && layout.window_table() < words_end + 16);
         assert_eq!(layout.window_table() % 16, 0);
         assert_eq!(

@@ -477,7 +477,9 @@ pub fn plan_point_to_point(units: u32, device: impl Into<DeviceModel>, limits: L
             op: RedOp::Sum,
         },
         grid: units.clamp(*blocks.start(), *blocks.end()),
-        block: model.threads,
+        block: model
+            .threads
+            .min(symm_device::symmetric::point_to_point::MAX_THREADS),
         predicted_us: model.latency_us[3],
     }
 }
