@@ -84,8 +84,9 @@ impl World {
     }
 
     /// A task of `rank` with `peer` whose buffer lies outside the windows, at `address`: a
-    /// receive writes it directly; a send goes through a ring of `piece`-byte pieces at
-    /// `ring_at` of the rank's data window (standing in for its staging window).
+    /// receive writes it directly; a send goes through its `ring`, `(offset, piece)`: pieces of
+    /// `piece` bytes at that offset of the rank's data window (standing in for its staging
+    /// window).
     fn staged_task(
         &self,
         rank: usize,
@@ -93,9 +94,9 @@ impl World {
         peer: usize,
         address: *const u8,
         bytes: usize,
-        ring_at: usize,
-        piece: u64,
+        ring: Option<(usize, u64)>,
     ) -> TaskArgs {
+        let (ring_at, piece) = ring.unwrap_or((0, 0));
         let buffer = if send { &self.data } else { &self.pairs };
         PeerTask {
             send,
@@ -277,31 +278,14 @@ fn several_sends_to_one_peer_pair_in_order() {
     }
 }
 
-/// Every rank sends `count` bytes to each rank `shift` ahead and receives from each rank
-/// `shift` behind, for every shift, in one launch; bit `2k` of `staged` puts the sends of shift
+/// One launch of `case` ([`Staged`]): every rank sends `count` bytes to each rank `shift` ahead
+/// and receives from each rank `shift` behind, for every shift; bit `2k` of `staged` puts the
+/// sends of shift
 /// `k` outside the windows (through rings of `piece`-byte pieces), bit `2k + 1` its receives.
 /// Every received byte is checked, and every other byte of the windows and of the ranks' own
 /// memory but the rings is unchanged.
-fn ring_through_staging(
-    world_size: usize,
-    count: usize,
-    shifts: &[usize],
-    piece: u64,
-    staged: u32,
-    together: bool,
-    grid: (u32, u32),
-    seed: u64,
-) {
-    let case = Staged {
-        world_size,
-        count,
-        shifts,
-        piece,
-        staged,
-        together,
-        grid,
-    };
-    staged_launches(&case, None, 1, seed);
+fn ring_through_staging(case: &Staged<'_>, seed: u64) {
+    staged_launches(case, None, 1, seed);
 }
 
 /// One case of [`ring_through_staging`].
@@ -366,14 +350,14 @@ fn staged_launches(case: &Staged<'_>, counts: Option<u32>, launches: usize, seed
                     tasks.push(if send_staged(k) {
                         // SAFETY: inside the rank's own memory.
                         let at = unsafe { base.add(send_at(k)) };
-                        world.staged_task(rank, true, to, at, count, ring_at(k), piece)
+                        world.staged_task(rank, true, to, at, count, Some((ring_at(k), piece)))
                     } else {
                         world.task(rank, true, to, send_at(k), count)
                     });
                     tasks.push(if recv_staged(k) {
                         // SAFETY: as above.
                         let at = unsafe { base.add(recv_at(k)) };
-                        world.staged_task(rank, false, from, at, count, 0, 0)
+                        world.staged_task(rank, false, from, at, count, None)
                     } else {
                         world.task(rank, false, from, recv_at(k), count)
                     });
@@ -443,16 +427,16 @@ fn messages_outside_the_windows_pass_through_rings_of_any_size() {
                 for (together, grid) in [(true, (1, 1)), (false, (3, 4)), (true, (5, 8))] {
                     seed += 1;
                     let staged = (seed as u32).wrapping_mul(2_654_435_761) >> 8;
-                    ring_through_staging(
-                        world,
+                    let case = Staged {
+                        world_size: world,
                         count,
-                        &[1, world - 1, 1],
+                        shifts: &[1, world - 1, 1],
                         piece,
                         staged,
                         together,
                         grid,
-                        seed,
-                    );
+                    };
+                    ring_through_staging(&case, seed);
                 }
             }
         }
@@ -460,16 +444,16 @@ fn messages_outside_the_windows_pass_through_rings_of_any_size() {
     // Every combination of one pair's two sides, on one channel and on four.
     for staged in 0..16 {
         for count in [5000, 262_145] {
-            ring_through_staging(
-                2,
+            let case = Staged {
+                world_size: 2,
                 count,
-                &[1, 1],
-                512,
+                shifts: &[1, 1],
+                piece: 512,
                 staged,
-                false,
-                (2, 4),
-                900 + staged as u64,
-            );
+                together: false,
+                grid: (2, 4),
+            };
+            ring_through_staging(&case, 900 + staged as u64);
         }
     }
 }

@@ -345,7 +345,7 @@ fn tasks_are_valid(batch: &Batch<'_>, pairs: &SymmContext) -> bool {
         let (extent, piece_fits) = if args.is_ring_send() {
             (
                 ring_bytes(args.bytes, args.piece),
-                args.piece > 0 && args.piece % PIECE_UNIT == 0 && args.piece <= MAX_PIECE,
+                args.piece > 0 && args.piece.is_multiple_of(PIECE_UNIT) && args.piece <= MAX_PIECE,
             )
         } else if args.staged_address != 0 {
             (0, true)
