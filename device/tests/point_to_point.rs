@@ -280,8 +280,8 @@ fn several_sends_to_one_peer_pair_in_order() {
 
 /// One launch of `case` ([`Staged`]): every rank sends `count` bytes to each rank `shift` ahead
 /// and receives from each rank `shift` behind, for every shift; bit `2k` of `staged` puts the
-/// sends of shift
-/// `k` outside the windows (through rings of `piece`-byte pieces), bit `2k + 1` its receives.
+/// sends of shift `k` outside the windows (through rings of `piece`-byte pieces), bit `2k + 1`
+/// its receives.
 /// Every received byte is checked, and every other byte of the windows and of the ranks' own
 /// memory but the rings is unchanged.
 fn ring_through_staging(case: &Staged<'_>, seed: u64) {
