@@ -14,6 +14,7 @@
 //! with `SYMM_BACKEND=cuda` on the cuda backend (the simulated GPU runs it in
 //! `cargo xtask sim --test`).
 
+use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 use symm::*;
@@ -260,6 +261,80 @@ fn a_thread_per_rank() {
                     &format!("{nranks} rank threads, batch {k}"),
                 );
             }
+            check(symmCommDestroy(comm), null_mut());
+        });
+    }
+}
+
+/// A send from, or a receive into, pageable host memory outside every window: the kernel
+/// itself reads or writes a buffer outside the windows, so on the cuda backend (a device that
+/// cannot reach pageable memory; the simulated GPU is one) the call is refused, naming the
+/// buffer, and the peer's matching call fails at once instead of a kernel faulting; on the
+/// host backend the message arrives.
+#[test]
+fn a_buffer_the_device_cannot_reach_is_refused_on_both_ranks() {
+    setup();
+    let count = 1000;
+    for pageable_rank in [0, 1] {
+        let comms = join_threads(new_unique_id(), 2);
+        on_rank_threads(&comms, |rank, comm| {
+            let stream = RankStream::new();
+            let (buffer, window) = window_of_bytes(comm, 4 * count);
+            let mut pageable = vec![0f32; count];
+            let sent: Vec<f32> = (0..count).map(|i| i as f32 + 0.5).collect();
+            if rank == 0 {
+                if pageable_rank == 0 {
+                    pageable.copy_from_slice(&sent);
+                } else {
+                    stream.put_f32(buffer.cast(), &sent);
+                }
+            }
+            let own = if rank == pageable_rank {
+                pageable.as_mut_ptr().cast::<c_void>()
+            } else {
+                buffer
+            };
+            let start = Instant::now();
+            let result = if rank == 0 {
+                symmSend(own, count, F32, 1, comm, stream.handle())
+            } else {
+                symmRecv(own, count, F32, 0, comm, stream.handle())
+            };
+            let result = stream.completed(comm, result);
+            let message = last_error(comm);
+            if !on_cuda() {
+                check(result, comm);
+                if rank == 1 {
+                    let got = if pageable_rank == 1 {
+                        pageable.clone()
+                    } else {
+                        stream.get_f32(buffer.cast(), count)
+                    };
+                    assert!(got == sent, "rank 1 received {:?}", &got[..4]);
+                }
+            } else {
+                assert_ne!(result, symmResult_t::symmSuccess, "rank {rank}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "rank {rank}: {message}"
+                );
+                if rank == pageable_rank {
+                    let name = if rank == 0 { "sendbuff" } else { "recvbuff" };
+                    assert_eq!(result, symmResult_t::symmInvalidArgument, "{message}");
+                    assert!(
+                        message.contains(name) && message.contains("cannot reach"),
+                        "rank {rank}: {message}"
+                    );
+                }
+                if rank == 1 && pageable_rank == 1 {
+                    assert!(
+                        pageable.iter().all(|&v| v == 0.0),
+                        "the refused receive wrote"
+                    );
+                }
+            }
+            let _ = symmCommWindowDeregister(comm, window);
+            let _ = symmMemFree(comm, buffer);
             check(symmCommDestroy(comm), null_mut());
         });
     }

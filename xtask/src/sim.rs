@@ -765,6 +765,17 @@ pub fn test() -> Result<(), String> {
         ],
     }
     .caught(&dir, Some("faulted"))?;
+    SimRun {
+        what: "two staged sends of one group placed on the same ring",
+        program: &binaries.staging_point_to_point,
+        args: vec!["--exact", "staged_rings_of_many_messages_both_ways"],
+        env: vec![
+            ("SYMM_SIM_SEED", "7"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_MUTATION", "p2p-rings-overlap"),
+        ],
+    }
+    .caught(&dir, Some("differs"))?;
     step("mutation checks", t);
 
     for (name, seconds) in &steps {

@@ -640,12 +640,11 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                         let ring = task.is_ring_send();
                         if thread0 {
                             // SAFETY: as above; every thread read the words before the
-                            // barrier.
+                            // barrier. The progress word was 0 (no unit under way): storing
+                            // it unconditionally keeps one path to the barrier below.
                             unsafe {
                                 arch::store_plain_u32(count, seq);
-                                if ring {
-                                    arch::store_plain_u32(progress_word, 1);
-                                }
+                                arch::store_plain_u32(progress_word, u32::from(ring));
                             }
                         }
                         arch::sync_threads();

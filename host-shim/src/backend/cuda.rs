@@ -173,6 +173,9 @@ pub(crate) struct CudaDevice {
     /// loaded on first use and kept for the process.
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     multiprocessors: u32,
+    /// Kernels reach pageable host memory (`CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`: HMM or
+    /// address translation services).
+    pageable_access: bool,
     ptx_target: &'static str,
     /// The shipped SASS for this GPU, loaded as one module at the first kernel's load: `None`
     /// when none runs on it, `SYMM_JIT_PTX` asks for the PTX, or the driver refused it (an
@@ -700,6 +703,40 @@ impl CudaBackend {
             return Err(e);
         }
         Ok(device)
+    }
+
+    /// Whether kernels on device `ordinal` reach `[address, address + bytes)` (`bytes > 0`):
+    /// memory the driver knows at its first and its last byte (device memory, pinned or
+    /// registered host memory, managed memory, a mapping with access granted), or any memory
+    /// where the device reaches pageable host memory. Pageable host memory elsewhere is not
+    /// reachable: a kernel's access to it faults, and the fault is sticky.
+    pub fn reaches(&self, ordinal: i32, address: u64, bytes: u64) -> Result<bool> {
+        let device = self.device(ordinal)?;
+        if device.pageable_access {
+            return Ok(true);
+        }
+        let _context = device.context.enter()?;
+        for at in [address, address + bytes.max(1) - 1] {
+            let mut kind: u32 = 0;
+            // SAFETY: the memory-type attribute is a 32-bit CUmemorytype written to `kind`;
+            // the driver only looks the address up.
+            let looked_up = super::driver::guarded("cuPointerGetAttribute", || unsafe {
+                sys::cuPointerGetAttribute(
+                    (&mut kind as *mut u32).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                    at,
+                )
+                .result()
+            })?;
+            match looked_up {
+                Ok(()) => {}
+                Err(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)) => return Ok(false),
+                Err(DriverError(code)) => {
+                    return Err(super::driver::cuda_error("cuPointerGetAttribute", code));
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Undo [`CudaBackend::register_host`].
@@ -1322,6 +1359,10 @@ fn open_device(ordinal: i32) -> Result<CudaDevice> {
         capability: (major, minor),
         functions: Mutex::new(HashMap::new()),
         multiprocessors: multiprocessors.max(1) as u32,
+        pageable_access: attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+        )
+        .is_ok_and(|v| v != 0),
         ptx_target,
         sass: OnceLock::new(),
         error_poll: Mutex::new(None),

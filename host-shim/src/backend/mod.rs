@@ -386,6 +386,16 @@ impl Backend {
         }
     }
 
+    /// Whether kernels on `device` reach the caller's `[address, address + bytes)`: always on
+    /// the host and model backends (their kernels run in this process); on the cuda backend
+    /// see [`cuda::CudaBackend::reaches`].
+    pub fn reaches(&self, device: i32, address: u64, bytes: u64) -> Result<bool> {
+        match self {
+            Backend::Host(_) | Backend::Model(_) => Ok(true),
+            Backend::Cuda(b) => b.reaches(device, address, bytes),
+        }
+    }
+
     /// Undo [`Backend::register_host`] (the memory stays the caller's).
     pub fn unregister_host(&self, device: i32, host: u64) -> Result<()> {
         match self {

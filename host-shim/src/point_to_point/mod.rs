@@ -258,6 +258,20 @@ fn validate_with_peer(comm: &Arc<Comm>, call: &Call, peer: usize, stream: u64) -
             if call.buffer != 0
                 && windows::placement(comm, call.buffer, bytes) == Placement::Outside =>
         {
+            // The kernel reads (a send) or writes (a receive) the buffer itself.
+            if !comm
+                .clique
+                .backend
+                .reaches(comm.device, call.buffer, bytes)?
+            {
+                return Err(Error::invalid_argument(format!(
+                    "{buffer_name} = {:#x} ({bytes} bytes) lies outside every window, in memory \
+                     device {} cannot reach (pageable host memory?): pass device memory, \
+                     pinned or registered host memory (cuMemHostAlloc, cuMemHostRegister), or \
+                     memory in a window",
+                    call.buffer, comm.device
+                )));
+            }
             Buffer::Staged {
                 address: call.buffer,
                 staging,

@@ -281,7 +281,52 @@ fn registered_host_memory() {
             cuMemHostGetDevicePointer_v2(&mut device, host, 0),
             E::CUDA_ERROR_INVALID_VALUE
         );
+        // Pageable memory is unknown to the driver; registered, its type is host memory.
+        use sys::CUpointer_attribute as P;
+        let memory_type = |at: u64| {
+            let mut kind = 0u32;
+            let code = cuPointerGetAttribute(
+                (&mut kind as *mut u32).cast(),
+                P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                at,
+            );
+            (code, kind)
+        };
+        assert_eq!(memory_type(host as u64).0, E::CUDA_ERROR_INVALID_VALUE);
         ok(cuMemHostRegister_v2(host, page, flags));
+        assert_eq!(
+            memory_type(host as u64 + page as u64 - 1),
+            (
+                E::CUDA_SUCCESS,
+                sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+            )
+        );
+        assert_eq!(
+            memory_type(host as u64 + page as u64).0,
+            E::CUDA_ERROR_INVALID_VALUE
+        );
+        let (mut start, mut size) = (0u64, 0usize);
+        ok(cuPointerGetAttribute(
+            (&mut start as *mut u64).cast(),
+            P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            word(host, 7) as u64,
+        ));
+        ok(cuPointerGetAttribute(
+            (&mut size as *mut usize).cast(),
+            P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            word(host, 7) as u64,
+        ));
+        assert_eq!((start, size), (host as u64, page));
+        let on_device = alloc(64);
+        assert_eq!(
+            memory_type(on_device + 63),
+            (
+                E::CUDA_SUCCESS,
+                sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+            )
+        );
+        ok(cuMemFree_v2(on_device));
+        assert_eq!(memory_type(on_device).0, E::CUDA_ERROR_INVALID_VALUE);
         ok(cuMemHostGetDevicePointer_v2(&mut device, host, 0));
         assert_eq!(device, host as u64);
         ok(cuMemHostGetDevicePointer_v2(

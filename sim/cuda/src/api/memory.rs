@@ -640,3 +640,52 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 ) -> CUresult {
     not_supported("cuMemAllocManaged")
 }
+
+/// `cuPointerGetAttribute`: for an address in memory the driver knows (an allocation, pinned
+/// or registered host memory, a VMM mapping), its memory type (host for pinned and registered
+/// host memory, device otherwise), device pointer (the same address), and the first byte
+/// and size of the range holding it; `CUDA_ERROR_INVALID_VALUE` elsewhere (pageable host
+/// memory: this device cannot reach it). Other attributes are not modeled.
+///
+/// # Safety
+/// `data` is valid for one write of the attribute's type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: sys::CUpointer_attribute,
+    address: CUdeviceptr,
+) -> CUresult {
+    use sys::CUpointer_attribute as A;
+    entry("cuPointerGetAttribute", || {
+        let state = state::driver()?.lock();
+        non_null(data)?;
+        let Some((base, region)) = state.region(address, 1) else {
+            return Err(E::CUDA_ERROR_INVALID_VALUE);
+        };
+        match attribute {
+            A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
+                let kind = if region.kind.is_pinned_host() {
+                    sys::CUmemorytype::CU_MEMORYTYPE_HOST
+                } else {
+                    sys::CUmemorytype::CU_MEMORYTYPE_DEVICE
+                };
+                // SAFETY: the caller's output of a 32-bit CUmemorytype.
+                unsafe { put(data.cast::<u32>(), kind as u32) }
+            }
+            A::CU_POINTER_ATTRIBUTE_DEVICE_POINTER | A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => {
+                let value = if attribute == A::CU_POINTER_ATTRIBUTE_DEVICE_POINTER {
+                    address
+                } else {
+                    base
+                };
+                // SAFETY: the caller's output of a CUdeviceptr.
+                unsafe { put(data.cast::<CUdeviceptr>(), value) }
+            }
+            A::CU_POINTER_ATTRIBUTE_RANGE_SIZE => {
+                // SAFETY: the caller's output of a size_t.
+                unsafe { put(data.cast::<usize>(), region.len as usize) }
+            }
+            _ => Err(E::CUDA_ERROR_NOT_SUPPORTED),
+        }
+    })
+}
