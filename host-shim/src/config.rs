@@ -309,6 +309,32 @@ pub fn parse_launcher(var: impl Fn(&str) -> Option<String>) -> Result<Launcher> 
     })
 }
 
+/// `SYMM_BACKEND`, trimmed (`None`: unset); [`crate::backend::select`] parses it.
+pub fn backend_name() -> Option<String> {
+    std::env::var("SYMM_BACKEND")
+        .ok()
+        .map(|v| v.trim().to_string())
+}
+
+/// `SYMM_JIT_PTX`: set and not `0`, kernels load from the PTX even where shipped SASS runs.
+pub fn jit_ptx() -> bool {
+    std::env::var_os("SYMM_JIT_PTX").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `SYMM_COMM_ID` when set and not blank, with `SYMM_COMM_SECRET` (`None`: unset), for
+/// [`crate::transport::bootstrap::UniqueId::from_env`] to parse.
+pub fn comm_id() -> Option<(String, Option<String>)> {
+    let text = std::env::var("SYMM_COMM_ID").ok()?;
+    (!text.trim().is_empty()).then(|| (text, std::env::var("SYMM_COMM_SECRET").ok()))
+}
+
+/// `SYMM_SOCKET_ADDR` when set and not blank (`None`: unset), for the bootstrap to parse.
+pub fn socket_address() -> Option<String> {
+    std::env::var("SYMM_SOCKET_ADDR")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -528,6 +528,105 @@ fn sends_and_receives_in_a_group() {
     });
 }
 
+/// All-to-all-v with its count table in a window: each rank sends a different number of
+/// elements to each rank (none to some), written into row 0 from the host; the call fills rows
+/// 1 and 2 and packs the segments in rank order. Checked against the counts computed here, for
+/// 2 to 4 ranks, i32 and f64; then a table of the wrong length is refused by name and a count
+/// past the send bound fails the call on every rank.
+#[test]
+fn all_to_all_v_with_its_counts_in_a_window() {
+    setup();
+    fn run<T: Number>(n: usize) {
+        // Elements rank `r` sends to rank `p`.
+        let count = |r: usize, p: usize| (r * 5 + p * 3 + n) % 7;
+        let value = |r: usize, p: usize, i: usize| (r * 100 + p * 10 + i) as i64 % 1000;
+        on_rank_threads(n, |comm| {
+            let rank = comm.rank();
+            let capacity = 7 * n;
+            let stream = Stream::new(&comm).unwrap();
+            let mut send: Window<T> = comm.window(capacity).unwrap();
+            let mut recv: Window<T> = comm.window(capacity).unwrap();
+            let mut counts: Window<i64> = comm.window(3 * n).unwrap();
+            let packed: Vec<T> = (0..n)
+                .flat_map(|p| (0..count(rank, p)).map(move |i| T::of(value(rank, p, i))))
+                .collect();
+            send.write(0, &packed).unwrap();
+            recv.write(0, &vec![T::of(-1); capacity]).unwrap();
+            let row0: Vec<i64> = (0..n).map(|p| count(rank, p) as i64).collect();
+            counts.write(0, &row0).unwrap();
+            scope(|s| {
+                let sb = s.bind(&mut send, &stream);
+                let rb = s.bind(&mut recv, &stream);
+                let cb = s.bind(&mut counts, &stream);
+                s.all_to_all_v(sb.all(), rb.all(), cb.all())
+            })
+            .unwrap()
+            .unwrap();
+            let table = counts.to_vec().unwrap();
+            let received: Vec<i64> = (0..n).map(|p| count(p, rank) as i64).collect();
+            let starts: Vec<i64> = received
+                .iter()
+                .scan(0, |at, &c| {
+                    let start = *at;
+                    *at += c;
+                    Some(start)
+                })
+                .collect();
+            assert_eq!(table[n..2 * n], received[..], "row 1 on rank {rank}");
+            assert_eq!(table[2 * n..], starts[..], "row 2 on rank {rank}");
+            let got = recv.to_vec().unwrap();
+            let want: Vec<T> = (0..n)
+                .flat_map(|p| (0..count(p, rank)).map(move |i| T::of(value(p, rank, i))))
+                .collect();
+            same(&got[..want.len()], &want, "all_to_all_v");
+            assert!(
+                got[want.len()..].iter().all(|v| *v == T::of(-1)),
+                "past the data"
+            );
+            // A table of the wrong length: refused by name, nothing run.
+            let refused = scope(|s| {
+                let sb = s.bind(&mut send, &stream);
+                let rb = s.bind(&mut recv, &stream);
+                let cb = s.bind(&mut counts, &stream);
+                s.all_to_all_v(sb.all(), rb.all(), cb.span(0..2 * n)?)
+            })
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+            assert!(
+                refused.starts_with("Scope::all_to_all_v: counts holds"),
+                "{refused}"
+            );
+            // Rank 0 sends more than its send bound: every rank's call fails.
+            let mut row0 = row0;
+            if rank == 0 {
+                row0[n - 1] = capacity as i64 + 1;
+            }
+            counts.write(0, &row0).unwrap();
+            let outcome = scope(|s| {
+                let sb = s.bind(&mut send, &stream);
+                let rb = s.bind(&mut recv, &stream);
+                let cb = s.bind(&mut counts, &stream);
+                s.all_to_all_v(sb.all(), rb.all(), cb.all())
+            });
+            let failed = match outcome {
+                Ok(Ok(())) => false,
+                Ok(Err(_)) | Err(_) => true,
+            };
+            assert!(
+                failed,
+                "rank {rank}: counts past the bound returned success"
+            );
+            drop((send, recv, counts));
+            let _ = comm.destroy();
+        });
+    }
+    for n in [2, 3, 4] {
+        run::<i32>(n);
+    }
+    run::<f64>(3);
+}
+
 /// What the types cannot check is refused at the call, naming the argument, with nothing run:
 /// the ranks go on with a correct call afterwards.
 #[test]

@@ -22,6 +22,8 @@ use crate::root;
 struct Rules {
     layer: BTreeMap<String, usize>,
     debt: BTreeSet<(String, String)>,
+    /// The modules that may read the environment (`env-readers` block); `None`: no rule.
+    env_readers: Option<BTreeSet<String>>,
 }
 
 /// Check every crate ARCHITECTURE.md gives layers for.
@@ -35,7 +37,28 @@ pub fn check() -> Result<(), String> {
     }
     let mut problems = Vec::new();
     for (krate, rules) in &crates {
-        let edges = imports(&root().join(krate).join("src"))?;
+        let scan = scan_crate(&root().join(krate).join("src"))?;
+        for (module, files) in &scan.asm {
+            if module != "arch" {
+                problems.push(format!(
+                    "{krate}: inline assembly outside `arch`, in {}",
+                    files.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        if let Some(readers) = &rules.env_readers {
+            for (module, files) in &scan.env {
+                if !readers.contains(module) {
+                    problems.push(format!(
+                        "{krate}: the environment is read outside {} (docs/ARCHITECTURE.md's \
+                         env-readers), in {}",
+                        readers.iter().cloned().collect::<Vec<_>>().join(", "),
+                        files.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+        }
+        let edges = scan.edges;
         let mut breaking = Vec::new();
         for module in edges.keys() {
             if !rules.layer.contains_key(module) {
@@ -102,12 +125,13 @@ fn rules(doc: &str) -> Result<BTreeMap<String, Rules>, String> {
         let (Some(kind), Some(krate)) = (words.next(), words.next()) else {
             continue;
         };
-        if kind != "layers" && kind != "layer-debt" {
+        if kind != "layers" && kind != "layer-debt" && kind != "env-readers" {
             continue;
         }
         let entry = out.entry(krate.to_string()).or_insert_with(|| Rules {
             layer: BTreeMap::new(),
             debt: BTreeSet::new(),
+            env_readers: None,
         });
         let mut index = 0;
         for body in lines.by_ref() {
@@ -126,6 +150,11 @@ fn rules(doc: &str) -> Result<BTreeMap<String, Rules>, String> {
                     }
                 }
                 index += 1;
+            } else if kind == "env-readers" {
+                entry
+                    .env_readers
+                    .get_or_insert_with(BTreeSet::new)
+                    .extend(body.split_whitespace().map(str::to_string));
             } else {
                 let (from, to) = body
                     .split_once("->")
@@ -139,35 +168,321 @@ fn rules(doc: &str) -> Result<BTreeMap<String, Rules>, String> {
     Ok(out)
 }
 
-/// Crate-internal imports between the top-level modules of the crate whose sources are in
-/// `src`: module → the modules it uses.
-fn imports(src: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
+/// What the scan of a crate's sources found: the crate-internal imports between its top-level
+/// modules (module → the modules it uses), and the modules holding inline assembly or reading
+/// the environment (module → the files where).
+#[derive(Default)]
+struct Scan {
+    edges: BTreeMap<String, BTreeSet<String>>,
+    asm: BTreeMap<String, BTreeSet<String>>,
+    env: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Scan every `.rs` file of the crate whose sources are in `src` (parsed with `syn`; test items,
+/// `#[cfg(test)]` or `#[cfg(all(test, …))]`, are skipped wherever they are).
+fn scan_crate(src: &Path) -> Result<Scan, String> {
     let mut files = Vec::new();
     collect(src, &mut files)?;
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut out = Scan::default();
     for file in files {
         let rel = file.strip_prefix(src).expect("under src");
-        let first = rel
-            .components()
-            .next()
-            .expect("a path")
-            .as_os_str()
-            .to_string_lossy()
-            .into_owned();
-        let module = first.strip_suffix(".rs").unwrap_or(&first).to_string();
-        if module == "lib" || module == "main" {
-            continue;
-        }
+        let path = module_path(rel);
+        let Some(module) = path.first().cloned() else {
+            continue; // lib.rs, main.rs
+        };
         let text = std::fs::read_to_string(&file)
             .map_err(|e| format!("reading {}: {e}", file.display()))?;
-        let used = edges.entry(module.clone()).or_default();
-        for name in crate_paths(&code_only(&text)) {
-            if name != module {
-                used.insert(name);
+        let found = scan_file(&text, path).map_err(|e| format!("{}: {e}", file.display()))?;
+        let name = rel.display().to_string();
+        let used = out.edges.entry(module.clone()).or_default();
+        used.extend(found.modules.into_iter().filter(|m| *m != module));
+        if found.asm {
+            out.asm
+                .entry(module.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+        if found.env {
+            out.env.entry(module).or_default().insert(name);
+        }
+    }
+    Ok(out)
+}
+
+/// The module path of a file under `src/` (`a/b.rs` and `a/b/mod.rs`: `[a, b]`; `lib.rs` and
+/// `main.rs`: empty).
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if let Some(last) = parts.pop() {
+        let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
+        if !(stem == "mod" || (parts.is_empty() && (stem == "lib" || stem == "main"))) {
+            parts.push(stem);
+        }
+    }
+    parts
+}
+
+/// What one file holds outside its test items.
+#[derive(Debug, Default, PartialEq)]
+struct FileScan {
+    /// Top-level modules its `crate::` and `super::` paths name (in code, `use` trees and
+    /// macro arguments; a macro `crate::m!` names no module).
+    modules: BTreeSet<String>,
+    /// An `asm!`, `global_asm!` or `naked_asm!` invocation.
+    asm: bool,
+    /// A read of the environment (`env::var`, `var_os`, `vars`, `vars_os`).
+    env: bool,
+}
+
+/// Scan `text`, the file of module `path`.
+fn scan_file(text: &str, path: Vec<String>) -> Result<FileScan, String> {
+    let file = syn::parse_file(text).map_err(|e| format!("not parsed: {e}"))?;
+    let mut visitor = Visitor {
+        module: path,
+        found: FileScan::default(),
+    };
+    syn::visit::Visit::visit_file(&mut visitor, &file);
+    Ok(visitor.found)
+}
+
+/// Whether `attrs` make an item test-only: `#[cfg(test)]` or `#[cfg(all(test, …))]`.
+fn test_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|attr| {
+        if !attr.path().is_ident("cfg") {
+            return false;
+        }
+        let Ok(list) = attr.meta.require_list() else {
+            return false;
+        };
+        let tokens: Vec<String> = list
+            .tokens
+            .clone()
+            .into_iter()
+            .map(|t| t.to_string())
+            .collect();
+        match tokens.first().map(String::as_str) {
+            Some("test") => tokens.len() == 1,
+            Some("all") => {
+                let inner = tokens.get(1).map_or(String::new(), |g| g.replace(' ', ""));
+                inner
+                    .trim_start_matches('(')
+                    .split(',')
+                    .any(|part| part == "test" || part == "test)")
+            }
+            _ => false,
+        }
+    })
+}
+
+struct Visitor {
+    /// The module path of the scope being visited (the file's, then inline modules').
+    module: Vec<String>,
+    found: FileScan,
+}
+
+impl Visitor {
+    /// Record the module a path of `segments` names, resolved from the current module.
+    fn path(&mut self, segments: &[String], is_macro: bool) {
+        let mut at = self.module.clone();
+        let mut rest = segments;
+        match rest.first().map(String::as_str) {
+            Some("crate") => {
+                at.clear();
+                rest = &rest[1..];
+            }
+            Some("super") => {
+                while rest.first().map(String::as_str) == Some("super") {
+                    at.pop();
+                    rest = &rest[1..];
+                }
+            }
+            Some("self") => rest = &rest[1..],
+            _ => {
+                self.env_read(segments);
+                return;
+            }
+        }
+        if at.is_empty() {
+            // The first remaining segment is a top-level item: a module unless it is the
+            // macro's own name or not a module's name (types and constants are capitalized).
+            let named = if is_macro {
+                rest.len() >= 2
+            } else {
+                !rest.is_empty()
+            };
+            if let Some(first) = rest.first().filter(|_| named)
+                && first.chars().next().is_some_and(char::is_lowercase)
+            {
+                self.found.modules.insert(first.clone());
+            }
+        } else {
+            self.found.modules.insert(at[0].clone());
+        }
+        self.env_read(segments);
+    }
+
+    /// Note a read of the environment: a path ending in `env::var` (or `var_os`, `vars`,
+    /// `vars_os`).
+    fn env_read(&mut self, segments: &[String]) {
+        if let [.., env, read] = segments
+            && env == "env"
+            && matches!(read.as_str(), "var" | "var_os" | "vars" | "vars_os")
+        {
+            self.found.env = true;
+        }
+    }
+
+    /// The paths in a macro's arguments (`a :: b :: c` token runs), which `syn` leaves
+    /// unparsed.
+    fn tokens(&mut self, tokens: proc_macro2::TokenStream) {
+        let mut run: Vec<String> = Vec::new();
+        let mut colons = 0;
+        for token in tokens {
+            match token {
+                proc_macro2::TokenTree::Ident(ident) => {
+                    if run.is_empty() || colons != 2 {
+                        self.flush(&mut run);
+                    }
+                    run.push(ident.to_string());
+                    colons = 0;
+                }
+                proc_macro2::TokenTree::Punct(p) if p.as_char() == ':' && colons < 2 => {
+                    colons += 1;
+                }
+                proc_macro2::TokenTree::Group(group) => {
+                    self.flush(&mut run);
+                    colons = 0;
+                    self.tokens(group.stream());
+                }
+                _ => {
+                    self.flush(&mut run);
+                    colons = 0;
+                }
+            }
+        }
+        self.flush(&mut run);
+    }
+
+    /// Record a token run of two or more segments as a path.
+    fn flush(&mut self, run: &mut Vec<String>) {
+        let segments = std::mem::take(run);
+        if segments.len() >= 2 {
+            self.path(&segments, false);
+        }
+    }
+
+    /// The paths a `use` tree names, `prefix` being the segments above it.
+    fn use_tree(&mut self, tree: &syn::UseTree, prefix: &mut Vec<String>) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(&p.tree, prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Name(syn::UseName { ident, .. })
+            | syn::UseTree::Rename(syn::UseRename { ident, .. }) => {
+                let mut segments = prefix.clone();
+                segments.push(ident.to_string());
+                self.path(&segments, false);
+            }
+            syn::UseTree::Glob(_) => {
+                let mut segments = prefix.clone();
+                segments.push("*".into());
+                self.path(&segments, false);
+            }
+            syn::UseTree::Group(g) => {
+                for tree in &g.items {
+                    self.use_tree(tree, prefix);
+                }
             }
         }
     }
-    Ok(edges)
+}
+
+impl<'ast> syn::visit::Visit<'ast> for Visitor {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::Item::Const(i) => &i.attrs,
+            syn::Item::Enum(i) => &i.attrs,
+            syn::Item::ExternCrate(i) => &i.attrs,
+            syn::Item::Fn(i) => &i.attrs,
+            syn::Item::ForeignMod(i) => &i.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Macro(i) => &i.attrs,
+            syn::Item::Mod(i) => &i.attrs,
+            syn::Item::Static(i) => &i.attrs,
+            syn::Item::Struct(i) => &i.attrs,
+            syn::Item::Trait(i) => &i.attrs,
+            syn::Item::TraitAlias(i) => &i.attrs,
+            syn::Item::Type(i) => &i.attrs,
+            syn::Item::Union(i) => &i.attrs,
+            syn::Item::Use(i) => &i.attrs,
+            _ => &[],
+        };
+        if !test_only(attrs) {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        self.module.push(item.ident.to_string());
+        syn::visit::visit_item_mod(self, item);
+        self.module.pop();
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::ImplItem::Const(i) => &i.attrs,
+            syn::ImplItem::Fn(i) => &i.attrs,
+            syn::ImplItem::Type(i) => &i.attrs,
+            syn::ImplItem::Macro(i) => &i.attrs,
+            _ => &[],
+        };
+        if !test_only(attrs) {
+            syn::visit::visit_impl_item(self, item);
+        }
+    }
+
+    fn visit_stmt(&mut self, stmt: &'ast syn::Stmt) {
+        let attrs: &[syn::Attribute] = match stmt {
+            syn::Stmt::Local(l) => &l.attrs,
+            syn::Stmt::Macro(m) => &m.attrs,
+            _ => &[],
+        };
+        if !test_only(attrs) {
+            syn::visit::visit_stmt(self, stmt);
+        }
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.use_tree(&item.tree, &mut Vec::new());
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.path(&segments, false);
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        let segments: Vec<String> = mac
+            .path
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect();
+        if matches!(
+            segments.last().map(String::as_str),
+            Some("asm" | "global_asm" | "naked_asm")
+        ) {
+            self.found.asm = true;
+        }
+        self.path(&segments, true);
+        self.tokens(mac.tokens.clone());
+    }
 }
 
 fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
@@ -184,102 +499,86 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> 
     Ok(())
 }
 
-/// `text` without comments and without its test modules (a `#[cfg(test)]` or
-/// `#[cfg(all(test, …))]` item and everything after it: they come last in this code base).
-fn code_only(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with("#[cfg(test)]") || trimmed.starts_with("#[cfg(all(test") {
-            break;
-        }
-        if trimmed.starts_with("//") {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
-}
-
-/// The top-level module names of `crate::` paths in `code` (`crate::a::…`, `crate::{a, b::…}`);
-/// macros (`crate::m!`) are not modules.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            // Top-level names in the braces, at depth 0.
-            let mut depth = 0;
-            let mut word = String::new();
-            let mut expect_name = true;
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        if !word.is_empty() {
-                            names.insert(std::mem::take(&mut word));
-                        }
-                        expect_name = true;
-                    }
-                    c if c.is_alphanumeric() || c == '_' => {
-                        if depth == 0 && expect_name {
-                            word.push(c);
-                        }
-                    }
-                    _ => {
-                        if !word.is_empty() {
-                            names.insert(std::mem::take(&mut word));
-                            expect_name = false;
-                        }
-                    }
-                }
-            }
-            if !word.is_empty() {
-                names.insert(word);
-            }
-        } else {
-            let name: String = after
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            let is_macro = after[name.len()..].starts_with('!');
-            if !name.is_empty() && !is_macro {
-                names.insert(name);
-            }
-        }
-        rest = after;
-    }
-    names.retain(|n| n.chars().next().is_some_and(|c| c.is_lowercase()) && n != "self");
-    names
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn scan(text: &str, path: &[&str]) -> FileScan {
+        scan_file(text, path.iter().map(|p| p.to_string()).collect()).unwrap()
+    }
+
+    fn names(found: &FileScan) -> Vec<&str> {
+        found.modules.iter().map(String::as_str).collect()
+    }
+
     #[test]
-    fn finds_paths_and_groups_but_not_macros_or_comments() {
-        let code = code_only(
-            "use crate::a::X;\nuse crate::{b, c::{D, e}, f::G};\n// crate::h\nlet x = \
-             crate::i::j();\ncrate::m!(x);\n#[cfg(test)]\nmod tests { use crate::k; }\n",
+    fn finds_paths_groups_and_macro_arguments_but_not_macros_comments_or_tests() {
+        let found = scan(
+            "use crate::a::X;\nuse crate::{b, c::{D, e}, f::G};\n// crate::h\n/* crate::n */\n\
+             fn x() { crate::i::j(); crate::m!(x); crate::o::p!(y); q!(crate::r::S, 3); }\n\
+             #[cfg(test)]\nmod tests { use crate::k; }\n\
+             #[cfg(all(test, feature = \"x\"))]\nfn t() { crate::l::f(); }\n\
+             #[cfg(not(test))]\nfn u() { crate::s::f(); }\n",
+            &["z"],
         );
-        let names: Vec<String> = crate_paths(&code).into_iter().collect();
-        assert_eq!(names, ["a", "b", "c", "f", "i"]);
+        assert_eq!(names(&found), ["a", "b", "c", "f", "i", "o", "r", "s"]);
+        assert!(!found.asm && !found.env);
+    }
+
+    #[test]
+    fn resolves_super_paths_from_the_file_and_inline_modules() {
+        // In module a::b: `super::super::c` is the top-level c, `super::d` stays in a.
+        let found = scan(
+            "use super::super::c::X;\nuse super::d;\nmod inner { use super::super::super::e; }\n\
+             fn f() { self::g(); }\n",
+            &["a", "b"],
+        );
+        assert_eq!(names(&found), ["a", "c", "e"]);
+        // A test-only item in the middle of a file hides only itself.
+        let found = scan(
+            "fn a() {}\n#[cfg(test)]\nfn b() { crate::x::y(); }\nfn c() { crate::w::v(); }\n",
+            &["m"],
+        );
+        assert_eq!(names(&found), ["w"]);
+    }
+
+    #[test]
+    fn finds_inline_assembly_and_environment_reads() {
+        let found = scan(
+            "fn f() { unsafe { core::arch::asm!(\"nop\") } }\nfn g() { std::env::var(\"X\"); }\n",
+            &["m"],
+        );
+        assert!(found.asm && found.env);
+        let found = scan(
+            "use std::env;\nfn g() { let _ = env::var_os(\"X\"); }\n\
+             #[cfg(test)]\nmod tests { fn h() { std::env::var(\"Y\"); asm!(\"\"); } }\n",
+            &["m"],
+        );
+        assert!(found.env && !found.asm);
+        let found = scan("fn g() { let _ = std::env::args(); }\n", &["m"]);
+        assert!(!found.env);
+    }
+
+    #[test]
+    fn module_paths_of_files() {
+        let path = |p: &str| module_path(Path::new(p));
+        assert_eq!(path("lib.rs"), Vec::<String>::new());
+        assert_eq!(path("a.rs"), ["a"]);
+        assert_eq!(path("a/mod.rs"), ["a"]);
+        assert_eq!(path("a/b.rs"), ["a", "b"]);
+        assert_eq!(path("a/b/mod.rs"), ["a", "b"]);
     }
 
     #[test]
     fn reads_layers_and_debt() {
         let doc = "x\n```layers host-shim\nffi   # top\ngroup fusion\nabi\n```\n\
-                   ```layer-debt host-shim\nabi -> ffi\n```\n";
+                   ```layer-debt host-shim\nabi -> ffi\n```\n```env-readers host-shim\nabi\n```\n";
         let rules = rules(doc).unwrap();
         let r = &rules["host-shim"];
         assert_eq!(r.layer["ffi"], 0);
         assert_eq!(r.layer["fusion"], 1);
         assert_eq!(r.layer["abi"], 2);
         assert!(r.debt.contains(&("abi".to_string(), "ffi".to_string())));
+        assert_eq!(r.env_readers.as_ref().unwrap().len(), 1);
     }
 }

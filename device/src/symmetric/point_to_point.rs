@@ -473,19 +473,20 @@ unsafe fn ring_step(
     // different memory.
     unsafe { copy_bytes(src, dst, 0, to - from) };
     arch::sync_threads();
+    // Thread 0's section before the next barrier keeps its branches few (the count's word is
+    // selected, not branched on), and nothing after that barrier branches on thread 0 again:
+    // either lets the compiler duplicate the barrier into two arms.
     if thread0 {
         let next = moved.wrapping_add(1);
-        // SAFETY: every thread's accesses to the piece are done (barrier); own words.
+        // SAFETY: every thread's accesses to the piece are done (barrier); own words; the
+        // count and `done` go to the peer's region (forwarded contract); `done` after the last
+        // piece's drain count.
         unsafe {
             arch::store_plain_u32(moved_word, next);
             arch::store_plain_u32(progress_word, if last { 0 } else { progress + 1 });
-            if task.send {
-                pairs.publish_fill(task.peer, channel, next);
-            } else {
-                pairs.publish_drain(task.peer, channel, next);
-                if last {
-                    pairs.mark_done(task.peer, channel, seq);
-                }
+            pairs.publish_ring_count(task.peer, channel, task.send, next);
+            if last && !task.send {
+                pairs.mark_done(task.peer, channel, seq);
             }
         }
     }
@@ -663,7 +664,7 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                     waiting_for = waiting_for.min(task.peer);
                     continue;
                 }
-                let mut refused = false;
+                let (mut refused, mut refusal) = (false, 0);
                 if thread0 {
                     // SAFETY: as above; the post was acquired.
                     let descriptor = unsafe { pairs.read_descriptor(task.peer, channel, seq) };
@@ -673,24 +674,27 @@ pub unsafe fn send_receive(batch: &Batch<'_>, grid: Grid) -> KernelStatus {
                         // SAFETY: checked batch; peer < world.
                         unsafe { source_of(&pairs, ctx, &task, &descriptor, true) }
                     };
-                    if let (Ok(source), true) = (outcome, descriptor.piece != 0) {
-                        // A ring: where its steps read it (own words of this block's channel).
-                        // SAFETY: peer < world; read by this block after a barrier.
-                        unsafe {
-                            let (ring, piece) = pairs.ring_of(task.peer, channel);
-                            arch::store_plain_u64(ring, source);
-                            arch::store_plain_u64(piece, descriptor.piece);
-                        }
+                    // A ring: where its steps read it (own words of this block's channel);
+                    // stored in every case (no ring unit of the channel is under way), so
+                    // that this section ends without a branch before the barrier.
+                    let (ring, piece) = match outcome {
+                        Ok(source) if descriptor.piece != 0 => (source, descriptor.piece),
+                        _ => (0, 0),
+                    };
+                    // SAFETY: peer < world; read by this block after a barrier.
+                    unsafe {
+                        let (ring_word, piece_word) = pairs.ring_of(task.peer, channel);
+                        arch::store_plain_u64(ring_word, ring);
+                        arch::store_plain_u64(piece_word, piece);
                     }
-                    if let Err(word) = outcome {
-                        if word != 0 {
-                            // SAFETY: a host-built context.
-                            unsafe { refuse(ctx, word) };
-                        }
-                        refused = true;
-                    }
+                    refused = outcome.is_err();
+                    refusal = outcome.err().unwrap_or(0);
                 }
                 if arch::sync_threads_or(refused) {
+                    if thread0 && refusal != 0 {
+                        // SAFETY: a host-built context.
+                        unsafe { refuse(ctx, refusal) };
+                    }
                     return KernelStatus::Aborted;
                 }
                 // Every thread: the descriptor and the window, as thread 0 checked them (its

@@ -566,6 +566,26 @@ impl<'a> Pairs<'a> {
         unsafe { arch::store_release_sys_u32(word, filled) };
     }
 
+    /// Tell `peer` this rank's count of ring pieces on `channel`: as [`Pairs::publish_fill`]
+    /// when `send`, else as [`Pairs::publish_drain`]. The word is picked without a branch, so
+    /// that the block barrier after a thread-0 section calling it keeps one instruction.
+    ///
+    /// # Safety
+    /// `peer < world_size`, `channel < CHANNELS`.
+    #[inline(always)]
+    pub unsafe fn publish_ring_count(&self, peer: u32, channel: u32, send: bool, count: u32) {
+        let offset = if send {
+            self.layout.filled(self.ctx.rank, channel)
+        } else {
+            self.layout.drained(self.ctx.rank, channel)
+        };
+        // SAFETY: `peer < world_size` (contract).
+        let word = (unsafe { self.region_of(peer) } + offset) as *mut u32;
+        // SAFETY: `filled[rank][channel]` or `drained[rank][channel]` lies in `peer`'s pair
+        // region, accessed atomically.
+        unsafe { arch::store_release_sys_u32(word, count) };
+    }
+
     /// `true` when `from` has filled the piece after the `drained` this rank copied out on
     /// `channel`. Acquire: the piece's bytes are visible to the calling thread after it.
     ///

@@ -4,7 +4,7 @@
 use super::{Comm, Element, ReduceOp, Result, Window};
 use crate::abi::symmStream_t;
 use crate::error::Error;
-use crate::group::entry::{CollectiveArgs, collective_call};
+use crate::group::entry::{CollectiveArgs, all_to_all_v_call, collective_call};
 use crate::plan::Collective;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -333,6 +333,60 @@ impl<'s, 'env> Scope<'s, 'env> {
             None,
             0,
         )
+    }
+
+    /// All-to-all-v with its counts in device memory (PyTorch SymmMem's `all_to_all_vdev`),
+    /// as `symmAlltoAllvDevice`: no host synchronization. `counts` is a table of `3 × size()`
+    /// elements: row 0, written before the call (by an earlier kernel on the stream, or from
+    /// the host), holds how many elements this rank sends to each rank, its segments packed
+    /// in rank order in `send`; the call writes row 1 (the elements received from each rank)
+    /// and row 2 (where each rank's segment starts in `recv`, packed in rank order).
+    /// `send.len()` and `recv.len()` are the bounds the counts are held to, the same on every
+    /// rank; `recv` and `counts` are at the same offsets of the same windows on every rank.
+    /// Counts that are negative or overrun a bound are refused on every rank before anything
+    /// is copied, and the communicator is failed with that cause.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: Span<'_, T>,
+        recv: Span<'_, T>,
+        counts: Span<'_, i64>,
+    ) -> Result<()> {
+        let name = "Scope::all_to_all_v";
+        let comm = same_rank(name, &[send, recv])?;
+        if !Arc::ptr_eq(&counts.comm.inner, &comm.inner) || counts.stream != send.stream {
+            return Err(refuse(
+                comm,
+                name,
+                format!(
+                    "counts belongs to rank {} on stream {:#x}, send to rank {} on stream \
+                     {:#x}: a call's spans are one rank's, on one stream",
+                    counts.comm.rank(),
+                    counts.stream,
+                    comm.rank(),
+                    send.stream
+                ),
+            ));
+        }
+        let n = comm.size();
+        if Some(counts.len) != n.checked_mul(3) {
+            return Err(refuse(
+                comm,
+                name,
+                format!(
+                    "counts holds {} elements: the table holds 3 rows of {n} (the ranks)",
+                    counts.len
+                ),
+            ));
+        }
+        all_to_all_v_call(
+            &comm.inner,
+            (send.address, send.len),
+            (recv.address, recv.len),
+            counts.address,
+            T::DATA_TYPE as i32,
+            send.stream,
+        )
+        .map_err(|e| comm.record(e.in_function(name)))
     }
 
     /// Gather: every rank's `send` into `recv` of rank `root` (`None` on the other ranks), rank

@@ -336,7 +336,7 @@ impl CudaDevice {
     fn load_sass(&self) -> Option<SassModule> {
         let (major, minor) = self.capability;
         let target = crate::ptx::sass_target_for_capability(major, minor)?;
-        if std::env::var_os("SYMM_JIT_PTX").is_some_and(|v| !v.is_empty() && v != "0") {
+        if crate::config::jit_ptx() {
             return None;
         }
         let image = crate::ptx::sass(target)?;
@@ -707,9 +707,11 @@ impl CudaBackend {
 
     /// Whether kernels on device `ordinal` reach `[address, address + bytes)` (`bytes > 0`):
     /// memory the driver knows at its first and its last byte (device memory, pinned or
-    /// registered host memory, managed memory, a mapping with access granted), or any memory
-    /// where the device reaches pageable host memory. Pageable host memory elsewhere is not
-    /// reachable: a kernel's access to it faults, and the fault is sticky.
+    /// registered host memory, managed memory, a VMM mapping), or any memory where the device
+    /// reaches pageable host memory. Pageable host memory elsewhere is not reachable: a
+    /// kernel's access to it faults, and the fault is sticky. Access rights are not checked:
+    /// a VMM mapping this device was not granted, or another device's memory without peer
+    /// access, passes here and faults in the kernel, as it would in NCCL.
     pub fn reaches(&self, ordinal: i32, address: u64, bytes: u64) -> Result<bool> {
         let device = self.device(ordinal)?;
         if device.pageable_access {

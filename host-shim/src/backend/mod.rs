@@ -587,7 +587,7 @@ pub fn select() -> Result<Arc<Backend>> {
             .get_or_init(|| Arc::new(Backend::Model(model::ModelBackend::new())))
             .clone());
     }
-    match std::env::var("SYMM_BACKEND").ok().as_deref().map(str::trim) {
+    match crate::config::backend_name().as_deref() {
         Some("host") => {
             crate::log!(
                 Level::Info,

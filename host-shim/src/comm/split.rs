@@ -304,11 +304,9 @@ pub(super) fn make(
             .collect();
         return Ok((handles, comms));
     }
-    let listen = match std::env::var("SYMM_SOCKET_ADDR") {
+    let listen = match crate::config::socket_address() {
         // Its address, on a port of its own (a port set there is the parent root's).
-        Ok(text) if !text.trim().is_empty() => {
-            std::net::SocketAddr::new(bootstrap::listen_address_from_env()?.ip(), 0)
-        }
+        Some(_) => std::net::SocketAddr::new(bootstrap::listen_address_from_env()?.ip(), 0),
         // Where this rank reaches the parent's root from: an interface every member's machine
         // reaches too.
         _ => {

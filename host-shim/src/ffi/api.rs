@@ -5,11 +5,10 @@
 #![allow(non_snake_case)]
 
 use crate::abi::*;
-use crate::collective;
 use crate::comm::{self, Comm, split, windows};
 use crate::error::{Error, Result, set_thread_last_error, thread_last_error};
 use crate::group;
-use crate::group::entry::{CollectiveArgs, collective_call};
+use crate::group::entry::{CollectiveArgs, all_to_all_v_call, collective_call};
 use crate::plan::Collective;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -904,18 +903,12 @@ pub extern "C" fn symmAlltoAllvDevice(
     stream: symmStream_t,
 ) -> symmResult_t {
     with_comm("symmAlltoAllvDevice", comm, |c| {
-        group::collective(
+        all_to_all_v_call(
             c,
-            &collective::describe_all_to_all_v(sendcount, recvcount, datatype),
-            || {
-                collective::route_all_to_all_v(
-                    c,
-                    (sendbuff as u64, sendcount),
-                    (recvbuff as u64, recvcount),
-                    counts as u64,
-                    datatype,
-                )
-            },
+            (sendbuff as u64, sendcount),
+            (recvbuff as u64, recvcount),
+            counts as u64,
+            datatype,
             stream as u64,
         )
     })

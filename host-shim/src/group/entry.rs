@@ -65,10 +65,30 @@ pub fn collective_call(
                 Collective::Gather => collective::gather(c, s, r, n, datatype, root),
                 Collective::Scatter => collective::scatter(c, s, r, n, datatype, root),
                 Collective::AllToAllV => Err(crate::error::Error::internal(
-                    "all-to-all-v has its own entry (its counts live in device memory)",
+                    "all-to-all-v has its own entry, all_to_all_v_call (its counts live in \
+                     device memory)",
                 )),
             })
         },
+        stream,
+    )
+}
+
+/// Run an all-to-all-v of `comm` on `stream`: `send` and `recv` with their capacities in
+/// elements, `counts` the address of its count table (`3 × nranks` `int64_t`: row 0 read, rows
+/// 1 and 2 written by the kernel), as `symmAlltoAllvDevice` takes them.
+pub fn all_to_all_v_call(
+    comm: &Arc<Comm>,
+    send: (u64, usize),
+    recv: (u64, usize),
+    counts: u64,
+    datatype: symmDataTypeRaw,
+    stream: u64,
+) -> Result<()> {
+    super::collective(
+        comm,
+        &collective::describe_all_to_all_v(send.1, recv.1, datatype),
+        || collective::route_all_to_all_v(comm, send, recv, counts, datatype),
         stream,
     )
 }

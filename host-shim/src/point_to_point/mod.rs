@@ -5,9 +5,10 @@
 //! Point-to-point calls take no collective call number and pass no barrier: the kernel pairs
 //! the `s`-th send of a rank to a peer with that peer's `s`-th receive from it, and the
 //! receiver checks the send against its receive (bytes, data type, window, range) and refuses
-//! it, naming the sender, which fails the communicator on every rank. A call refused here (a
-//! bad argument) leaves the communicator as it was; its peer's matching call then waits for it
-//! until the timeout.
+//! it, naming the sender, which fails the communicator on every rank. A call refused here
+//! with a valid peer fails the communicator on every rank too (the peer's matching call would
+//! otherwise wait for it, or pair with the next one); one whose peer is not a rank of the
+//! communicator leaves it as it was.
 //!
 //! The point-to-point window and the rank's table of windows are `comm::pairs`; the decision
 //! "now, or at the group's end" is `group::point_to_point`.

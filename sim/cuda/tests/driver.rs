@@ -301,10 +301,6 @@ fn registered_host_memory() {
                 sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
             )
         );
-        assert_eq!(
-            memory_type(host as u64 + page as u64).0,
-            E::CUDA_ERROR_INVALID_VALUE
-        );
         let (mut start, mut size) = (0u64, 0usize);
         ok(cuPointerGetAttribute(
             (&mut start as *mut u64).cast(),
@@ -433,6 +429,8 @@ fn registered_host_memory() {
         ));
         assert_eq!(download(device + 24, 1), vec![3]);
         ok(cuMemHostUnregister(host));
+        // Unregistered, it is pageable memory again.
+        assert_eq!(memory_type(host as u64).0, E::CUDA_ERROR_INVALID_VALUE);
         let s = stream(0);
         let mut graph = null_mut();
         ok(cuStreamBeginCapture_v2(s, 0));

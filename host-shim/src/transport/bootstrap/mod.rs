@@ -102,12 +102,9 @@ impl UniqueId {
 
     /// The id named by `SYMM_COMM_ID` (secret from `SYMM_COMM_SECRET`), if set.
     pub fn from_env() -> Result<Option<UniqueId>> {
-        match std::env::var("SYMM_COMM_ID") {
-            Ok(text) if !text.trim().is_empty() => {
-                let secret = std::env::var("SYMM_COMM_SECRET").ok();
-                parse_comm_id(&text, secret.as_deref()).map(Some)
-            }
-            _ => Ok(None),
+        match crate::config::comm_id() {
+            Some((text, secret)) => parse_comm_id(&text, secret.as_deref()).map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -170,7 +167,7 @@ fn splitmix(mut z: u64) -> u64 {
 /// Where a root made by `symmGetUniqueId` listens: `SYMM_SOCKET_ADDR` (an IP, or IP:port), else
 /// loopback; port 0 means any free port.
 pub fn listen_address_from_env() -> Result<SocketAddr> {
-    parse_listen_address(std::env::var("SYMM_SOCKET_ADDR").ok().as_deref())
+    parse_listen_address(crate::config::socket_address().as_deref())
 }
 
 /// Parse a `SYMM_SOCKET_ADDR` value (`None`: unset).
