@@ -16,7 +16,12 @@ each rank count:
   operator on float32, sum and max on the others), ``all_gather`` next to its own compute, ``barrier``, and the status of a 2-D grid
   and of too many programs (``STATUS_INVALID_ARGUMENT``, no hang);
 * ``timing``: ``comm.all_reduce`` and the Triton kernel on float32 for each of ``--sizes``
-  (CUDA events on rank 0's stream around a launch of every rank; median of ``--iters``).
+  (CUDA events on rank 0's stream around a launch of every rank; median of ``--iters``);
+* ``p2p``: sends and receives of buffers outside every window (plain PyTorch CUDA tensors; NumPy
+  arrays on the host), each rank to the next and from the previous in one group, of sizes up to
+  several times the staging window (they stream through a ring in it), with one message in a
+  window beside them, checked byte for byte and timed against the same exchange in windows;
+  on the cuda backend pageable host memory is refused by name.
 
 Without a GPU (``SYMM_BACKEND=host``) the ``collectives`` part runs on NumPy views instead, so
 the checks themselves can be tried anywhere. Prints one line per check; exit status 1 when any
@@ -409,13 +414,89 @@ def time_all_reduce(n: int, sizes: List[int], iters: int) -> None:
         comm.destroy()
 
 
+def check_send_recv_outside_windows(n: int) -> None:
+    """The ``p2p`` part (see the module)."""
+    comms = symm.Comm.init_all([0] * n)
+    memory = Memory(comms[0].backend)
+    streams = streams_for(memory, n)
+    sizes = [1, 4099, (4 << 20) // 4 + 3, (20 << 20) // 4 + 1]  # float32 elements
+    largest = max(sizes)
+    bufs = [comm.alloc(8 * largest) for comm in comms]
+    with symm.group():
+        windows = [comm.register(buf) for comm, buf in zip(comms, bufs)]
+
+    def plain(count: int) -> Any:
+        if memory.cuda:
+            return memory.torch.zeros(count, dtype=memory.torch.float32, device="cuda")
+        return np.zeros(count, dtype=np.float32)
+
+    def fill(target: Any, rank: int) -> None:
+        values = (np.arange(target.shape[0], dtype=np.float32) % 65521) + 100000 * rank
+        if memory.cuda:
+            target.copy_(memory.torch.from_numpy(values).to("cuda"))
+        else:
+            target[:] = values
+
+    def host(array: Any) -> np.ndarray:
+        return array.cpu().numpy() if memory.cuda else np.asarray(array)
+
+    for count in sizes:
+        for where in ("outside", "windows"):
+            if where == "outside":
+                sends = [plain(count) for _ in range(n)]
+                recvs = [plain(count) for _ in range(n)]
+            else:
+                sends = [memory.tensor(b, "float32", count, 0) for b in bufs]
+                recvs = [memory.tensor(b, "float32", count, 4 * largest) for b in bufs]
+            for r in range(n):
+                fill(sends[r], r)
+            memory.synchronize()
+            times = []
+            ok = True
+            for k in range(3):
+                start = time.perf_counter()
+                with symm.group():
+                    for r, comm in enumerate(comms):
+                        comm.send(sends[r], (r + 1) % n, count, "float32", stream=streams[r])
+                        comm.recv(recvs[r], (r - 1) % n, count, "float32", stream=streams[r])
+                memory.synchronize()
+                times.append(time.perf_counter() - start)
+                if k == 0:
+                    for r in range(n):
+                        want = host(sends[(r - 1) % n])
+                        ok = ok and np.array_equal(host(recvs[r]), want)
+            report(f"{n} ranks send/recv {where} {4 * count} bytes", ok,
+                   f"{statistics.median(times) * 1e6:.0f} us")
+    if memory.cuda:
+        pageable = np.zeros(16, dtype=np.float32)
+        try:
+            with symm.group():
+                for r, comm in enumerate(comms):
+                    comm.send(pageable, (r + 1) % n, 16, "float32", stream=streams[r])
+                    comm.recv(pageable, (r - 1) % n, 16, "float32", stream=streams[r])
+        except symm.SymmError as error:
+            report(f"{n} ranks send/recv of pageable memory refused", "cannot reach" in str(error),
+                   str(error)[:120])
+        else:
+            report(f"{n} ranks send/recv of pageable memory refused", False, "it returned success")
+        for comm in comms:
+            comm.destroy()
+        return
+    for w in windows:
+        w.deregister()
+    for b in bufs:
+        b.free()
+    for comm in comms:
+        comm.destroy()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--sizes", nargs="+", default=["4K", "64K", "1M", "16M", "64M"])
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--parts", nargs="+", default=["collectives", "triton", "timing"])
+    parser.add_argument("--parts", nargs="+", default=["collectives", "triton", "timing", "p2p"])
     args = parser.parse_args()
     from symm import _paths
 
@@ -439,6 +520,8 @@ def main() -> int:
             check_triton(n)
         if backend != "host" and "timing" in args.parts:
             time_all_reduce(n, [parse_size(s) for s in args.sizes], args.iters)
+        if "p2p" in args.parts:
+            check_send_recv_outside_windows(n)
     print(f"{len(FAILURES)} failed" + (f": {FAILURES}" if FAILURES else ""))
     return 1 if FAILURES else 0
 

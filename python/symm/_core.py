@@ -877,7 +877,10 @@ class Comm:
     ) -> None:
         """Send (``symmSend``) ``count`` elements of ``buffer`` to rank ``peer``: pairs with
         ``peer``'s next :meth:`recv` from this rank, which must name the same count and data
-        type (else both fail). ``buffer`` lies in a window of this communicator, at any offset.
+        type (else both fail). ``buffer`` lies in a window of this communicator, at any offset,
+        or outside every window: it then streams through a ring in the communicator's staging
+        window, whatever its size (on the cuda backend it must be memory the GPU reaches:
+        device memory, or pinned host memory; pageable host memory is refused).
         Inside :func:`group`, a rank's sends and receives run in one launch, so ranks may send
         to each other in any order (``batch_isend_irecv``); outside one, two ranks that both
         send first wait for each other until the timeout, as in NCCL. ``count`` and ``dtype``
@@ -893,7 +896,8 @@ class Comm:
         stream: StreamLike = None,
     ) -> None:
         """Receive (``symmRecv``) ``count`` elements from rank ``peer`` into ``buffer`` (in a
-        window of this communicator, at any offset): pairs with ``peer``'s next :meth:`send` to
+        window of this communicator, at any offset, or outside every window, written in place;
+        on the cuda backend memory the GPU reaches): pairs with ``peer``'s next :meth:`send` to
         this rank (see there). ``count`` and ``dtype`` default to what the array says."""
         self._peer_call(lib.symmRecv, buffer, "buffer", peer, count, dtype, stream)
 
