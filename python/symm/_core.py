@@ -39,7 +39,7 @@ from ._convert import (
     resolve_stream,
 )
 from ._lib import ConfigStruct, check, lib
-from ._operand import Operand, describe, resolve_call, symm_operand, torch_stream
+from ._operand import Operand, describe, refuse_readonly, resolve_call, symm_operand, torch_stream
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, make_error
 
 __all__ = [
@@ -912,15 +912,37 @@ class Comm:
         stream: StreamLike,
     ) -> None:
         peer = _as_int(peer, "peer", 0, self.nranks - 1)
-        operand = self._operand(buffer, name)
-        if count is not None:
-            count = _as_int(count, "count")
-        count, element = resolve_call(operand, operand, count, dtype, 1, 1)
+        try:
+            operand = self._operand(buffer, name)
+            if count is not None:
+                count = _as_int(count, "count")
+            if function is lib.symmRecv:
+                refuse_readonly(operand, name)
+            count, element = resolve_call(operand, operand, count, dtype, 1, 1, (name, name))
+        except InvalidArgumentError:
+            # The peer's matching call would wait for this one: make it with a NULL buffer, so
+            # that the library refuses it as this rank's call to `peer`, which fails the
+            # communicator on every rank at once, naming it.
+            self._refused_call(function, [None, 1, DataType.symmInt8, peer], stream)
+            raise
         if stream is None:
             stream_handle = torch_stream([operand]) or 0
         else:
             stream_handle = resolve_stream(stream)
         check(function(operand.ptr, count, element, peer, self.handle, stream_handle))
+
+    def _refused_call(self, function: Any, arguments: list, stream: StreamLike) -> None:
+        """Make a call the package refused, with NULL buffers, so that the library refuses it as
+        this rank's call (peers whose arguments are right then fail at once, naming it, instead
+        of waiting for it until the timeout); its own error is dropped for the package's."""
+        try:
+            stream_handle = 0 if stream is None else resolve_stream(stream)
+        except SymmError:
+            stream_handle = 0
+        try:
+            check(function(*arguments, self.handle, stream_handle))
+        except SymmError:
+            pass
 
     def _collective(
         self,
@@ -941,6 +963,8 @@ class Comm:
         recv_operand = self._operand(recv, "recv")
         if count is not None:
             count = _as_int(count, "count")
+        if recv_used:
+            refuse_readonly(recv_operand, "recv")
         count, element = resolve_call(send_operand, recv_operand, count, dtype, send_ratio, recv_ratio)
         handle = self.handle
         if stream is None:

@@ -55,6 +55,9 @@ class Operand:
     #: The device index of a PyTorch CUDA tensor (whose current stream a call given no stream
     #: uses), else None.
     torch_device_index: int | None = None
+    #: True when the object says its memory must not be written (a read-only NumPy array, such
+    #: as one over ``bytes``; an array interface whose data tuple says so): never a receive.
+    readonly: bool = False
 
     def elements(self) -> int | None:
         """Elements of ``dtype`` it holds (None: untyped or unknown size)."""
@@ -64,7 +67,7 @@ class Operand:
 
 
 def _kind(dtype: str, what: str) -> str:
-    article = "an" if dtype[:1] in "aeiou" else "a"
+    article = "an" if dtype[:1] in "aeiou" and not dtype.startswith("uint") else "a"
     return f"{article} {dtype} {what}"
 
 
@@ -106,6 +109,7 @@ def describe(obj: Any, name: str) -> Operand:
             True,
             _kind(obj.dtype.name, "NumPy array"),
             "cpu",
+            readonly=not obj.flags.writeable,
         )
     if _is_torch_tensor(obj):
         return _torch_operand(obj, name)
@@ -170,6 +174,7 @@ def _interface_operand(interface: dict[str, Any], name: str, device: str, type_n
         True,
         _kind(dtype.name, f"array ({type_name})"),
         device,
+        readonly=bool(interface["data"][1]),
     )
 
 
@@ -285,16 +290,21 @@ def resolve_call(
     dtype: DTypeLike | None,
     send_ratio: int,
     recv_ratio: int,
+    names: tuple[str, str] = ("send", "recv"),
 ) -> tuple[int, DataType]:  # type: ignore[valid-type]
     """The ``count`` and data type of a collective whose send holds ``send_ratio * count`` and
     whose receive holds ``recv_ratio * count`` elements (all-reduce 1 and 1, all-gather 1 and
     nranks, reduce-scatter nranks and 1), from the arguments and what the operands say.
 
+    ``names`` name the two operands in messages; a send or receive passes its one buffer as
+    both, under its own name.
+
     Raises:
         InvalidArgumentError: a ``dtype`` or ``count`` that disagrees with an operand, operands
             that disagree with each other, or nothing to infer them from.
     """
-    operands = [("send", send, send_ratio), ("recv", recv, recv_ratio)]
+    one = send is recv and names[0] == names[1]
+    operands = [(names[0], send, send_ratio)] + ([] if one else [(names[1], recv, recv_ratio)])
     if dtype is not None:
         element = resolve_dtype(dtype)
         for name, operand, _ in operands:
@@ -307,12 +317,17 @@ def resolve_call(
         typed = [(name, operand) for name, operand, _ in operands if operand.dtype is not None]
         if not typed:
             raise InvalidArgumentError(
-                f"dtype is required: send is {send.kind} and recv is {recv.kind}, neither has an element type"
+                f"dtype is required: {names[0]} is {send.kind}, which has no element type"
+                if one
+                else f"dtype is required: {names[0]} is {send.kind} and {names[1]} is {recv.kind}, "
+                "neither has an element type"
             )
         elements = {name: _element_of(operand, name) for name, operand in typed}
         element = elements[typed[0][0]]
         if len(set(elements.values())) > 1:
-            raise InvalidArgumentError(f"send is {send.kind} but recv is {recv.kind}: their element types differ")
+            raise InvalidArgumentError(
+                f"{names[0]} is {send.kind} but {names[1]} is {recv.kind}: their element types differ"
+            )
     size = dtype_size(element)
 
     if count is None:
@@ -333,6 +348,19 @@ def resolve_call(
                 f"{name} holds {operand.nbytes} bytes ({operand.kind}), the call needs {needed}"
             )
     return count, element
+
+
+def refuse_readonly(operand: Operand, name: str) -> None:
+    """Refuse a read-only ``operand`` as the buffer ``name`` a call writes.
+
+    Raises:
+        InvalidArgumentError: ``operand`` is read-only.
+    """
+    if operand.readonly:
+        raise InvalidArgumentError(
+            f"{name} is {operand.kind} that is read-only (over bytes, or flagged not writeable): "
+            "a call writes it; pass a writable array"
+        )
 
 
 def _infer_count(operands: list[tuple[str, Operand, int]], size: int) -> int:

@@ -395,6 +395,84 @@ def test_send_and_recv_of_different_counts_fail_both() -> None:
             comm.destroy()
 
 
+def _ranks_on_threads(nranks: int, body) -> list:
+    """Run ``body(rank, comm)`` on a thread per rank of a new communicator (of one
+    ``symm.get_unique_id``); the results, or the exceptions raised, in rank order."""
+    import threading
+
+    uid = symm.get_unique_id()
+    results: list = [None] * nranks
+
+    def run(rank: int) -> None:
+        comm = symm.Comm(nranks, uid, rank)
+        try:
+            results[rank] = body(rank, comm)
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            results[rank] = error
+        finally:
+            comm.destroy()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(nranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.parametrize("refusal", ["dtype", "count", "readonly"])
+def test_a_receive_the_package_refuses_fails_its_sender_at_once(refusal: str) -> None:
+    """Rank 1's receive is refused by the package before it reaches the library (an array of
+    another type than ``dtype``, a ``count`` other than the array's, read-only memory): rank 0's
+    matching send fails at once, naming it, instead of waiting until the timeout; nothing is
+    written into rank 1's array."""
+    import time
+
+    def body(rank: int, comm: symm.Comm) -> tuple:
+        start = time.monotonic()
+        payload = np.arange(64, dtype=np.float32)
+        try:
+            if rank == 0:
+                comm.send(payload, 1, 64, "float32")
+            elif refusal == "dtype":
+                comm.recv(np.zeros(64, np.int32), 0, 64, "float32")
+            elif refusal == "count":
+                comm.recv(np.zeros(80, np.float32), 0, 64, "float32")
+            else:
+                data = bytes(256)
+                comm.recv(np.frombuffer(data, np.float32), 0, 64, "float32")
+                assert data == bytes(256), "a refused receive wrote read-only memory"
+        except symm.SymmError as error:
+            return type(error).__name__, str(error), time.monotonic() - start
+        return None, "", time.monotonic() - start
+
+    outcomes = _ranks_on_threads(2, body)
+    for rank, outcome in enumerate(outcomes):
+        assert not isinstance(outcome, BaseException), f"rank {rank}: {outcome!r}"
+        kind, message, seconds = outcome
+        assert kind is not None, f"rank {rank}: success for a refused pair"
+        assert seconds < 5, f"rank {rank} failed after {seconds:.1f} s: {message}"
+    assert outcomes[1][0] == "InvalidArgumentError", outcomes[1]
+    want = {"dtype": "buffer is an int32 NumPy array", "count": "buffer is a float32 NumPy array of 80",
+            "readonly": "buffer is a float32 NumPy array that is read-only"}[refusal]
+    assert want in outcomes[1][1], outcomes[1][1]
+
+
+def test_a_read_only_receive_array_is_refused() -> None:
+    """A collective's receive array over immutable memory (``bytes``) is refused by name, and
+    nothing is written into it."""
+    (comm,) = symm.Comm.init_all(1)
+    try:
+        buffer = comm.alloc(256)
+        comm.register(buffer)
+        data = bytes(32)
+        with pytest.raises(symm.InvalidArgumentError, match="recv is a float32 NumPy array that is read-only"):
+            comm.all_reduce(buffer.numpy(np.float32, 8, 0), np.frombuffer(data, np.float32), 8, "float32", "sum")
+        assert data == bytes(32)
+    finally:
+        comm.destroy()
+
+
 @pytest.mark.parametrize("nranks", RANKS)
 @pytest.mark.parametrize("dtype", ["int8", "bfloat16", "float32", "float64"])
 def test_all_to_all_v_with_device_counts(world, dtype: str, nranks: int) -> None:
