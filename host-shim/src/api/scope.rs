@@ -353,17 +353,27 @@ impl<'s, 'env> Scope<'s, 'env> {
     ) -> Result<()> {
         let name = "Scope::all_to_all_v";
         let comm = same_rank(name, &[send, recv])?;
-        if !Arc::ptr_eq(&counts.comm.inner, &comm.inner) || counts.stream != send.stream {
+        if !Arc::ptr_eq(&counts.comm.inner, &comm.inner) {
             return Err(refuse(
                 comm,
                 name,
                 format!(
-                    "counts belongs to rank {} on stream {:#x}, send to rank {} on stream \
-                     {:#x}: a call's spans are one rank's, on one stream",
+                    "counts belongs to another communicator (its rank {} of {}) than send (rank \
+                     {} of {}): a call's spans are one rank's of one communicator",
                     counts.comm.rank(),
-                    counts.stream,
+                    counts.comm.size(),
                     comm.rank(),
-                    send.stream
+                    comm.size()
+                ),
+            ));
+        }
+        if counts.stream != send.stream {
+            return Err(refuse(
+                comm,
+                name,
+                format!(
+                    "counts is bound on stream {:#x} and send on {:#x}: a call runs on one stream",
+                    counts.stream, send.stream
                 ),
             ));
         }
