@@ -132,6 +132,20 @@ impl World {
             .run_table(&table, count as u32, body, blocks, threads)
     }
 
+    /// [`World::launch_together`] or [`World::launch_apart`], on a `(blocks, threads)` grid.
+    fn launch(
+        &self,
+        tasks: &[Vec<TaskArgs>],
+        (blocks, threads): (u32, u32),
+        together: bool,
+    ) -> Vec<KernelStatus> {
+        if together {
+            self.launch_together(tasks, blocks, threads)
+        } else {
+            self.launch_apart(tasks, blocks, threads)
+        }
+    }
+
     /// Run every rank's tasks in a grid of its own, the grids concurrently (one thread per
     /// rank, each launching its own kernel).
     fn launch_apart(
@@ -206,11 +220,7 @@ fn ring(
             tasks
         })
         .collect();
-    let statuses = if together {
-        world.launch_together(&tasks, grid.0, grid.1)
-    } else {
-        world.launch_apart(&tasks, grid.0, grid.1)
-    };
+    let statuses = world.launch(&tasks, grid, together);
     let case = format!(
         "world {world_size} count {count} shifts {shifts:?} together {together} grid {grid:?}"
     );
@@ -365,11 +375,7 @@ fn staged_launches(case: &Staged<'_>, counts: Option<u32>, launches: usize, seed
                 tasks
             })
             .collect();
-        let statuses = if together {
-            world.launch_together(&tasks, grid.0, grid.1)
-        } else {
-            world.launch_apart(&tasks, grid.0, grid.1)
-        };
+        let statuses = world.launch(&tasks, grid, together);
         let case = format!(
             "world {world_size} count {count} shifts {shifts:?} piece {piece} staged {staged:b} \
          together {together} grid {grid:?} launch {launch}"
