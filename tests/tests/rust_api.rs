@@ -680,6 +680,41 @@ fn arguments_the_types_cannot_check_are_refused_by_name() {
     }
 }
 
+/// A call refused on one rank only (its spans' lengths disagree; the peer's are right) is
+/// that rank's call: the peer fails at once naming the refusal, not at the wait bound.
+#[test]
+fn a_call_refused_on_one_rank_fails_its_peer_at_once() {
+    setup();
+    let outcomes = on_rank_threads(2, |comm| {
+        let stream = Stream::new(&comm).unwrap();
+        let mut a: Window<f32> = comm.window(64).unwrap();
+        let started = std::time::Instant::now();
+        let outcome = scope(|s| {
+            let ab = s.bind(&mut a, &stream);
+            let recv = if comm.rank() == 0 { ab.span(0..60)? } else { ab.all() };
+            s.all_reduce(ab.all(), recv, ReduceOp::Sum)
+        });
+        let message = match outcome {
+            Ok(Ok(())) => String::from("success"),
+            Ok(Err(e)) | Err(e) => e.to_string(),
+        };
+        let took = started.elapsed();
+        drop(a);
+        let _ = comm.destroy();
+        (message, took)
+    });
+    for (rank, (message, took)) in outcomes.iter().enumerate() {
+        assert!(
+            *took < std::time::Duration::from_secs(5),
+            "rank {rank} took {took:?}: {message}"
+        );
+        assert!(
+            message.contains("recv holds 60 elements and send 64"),
+            "rank {rank}: {message}"
+        );
+    }
+}
+
 /// A collective whose peer never makes it fails at the wait bound, and the scope (or the
 /// call, on the host backend) says so: never success. In a child process with a 1 s bound.
 #[test]

@@ -4,7 +4,7 @@
 use super::{Comm, Element, ReduceOp, Result, Window};
 use crate::abi::symmStream_t;
 use crate::error::Error;
-use crate::group::entry::{CollectiveArgs, all_to_all_v_call, collective_call};
+use crate::group::entry::{CollectiveArgs, all_to_all_v_call, collective_call, refused_collective};
 use crate::plan::Collective;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -506,10 +506,12 @@ impl<'s, T: Element> Bound<'s, T> {
     /// Elements `range` of the window.
     pub fn span(&self, range: Range<usize>) -> Result<Span<'_, T>> {
         if range.start > range.end || range.end > self.len {
-            return Err(refuse(
-                self.comm,
-                "Bound::span",
-                format!("elements {range:?}: the window holds {}", self.len),
+            return Err(self.comm.record(
+                Error::invalid_argument(format!(
+                    "elements {range:?}: the window holds {}",
+                    self.len
+                ))
+                .in_function("Bound::span"),
             ));
         }
         Ok(self.at(range.start, range.end - range.start))
@@ -557,13 +559,15 @@ impl<T: Element> Span<'_, T> {
     }
 }
 
-/// The error `message` of `name` on `comm`, recorded as its last error.
-fn refuse(comm: &Comm, name: &str, message: String) -> Error {
-    comm.record(Error::invalid_argument(message).in_function(name))
+/// Collective `name` of `comm` refused with `message`: the rank's call, refused (see
+/// [`refused_collective`]), recorded as the last error.
+fn refuse(comm: &Comm, name: &'static str, message: String) -> Error {
+    let error = Error::invalid_argument(message).in_function(name);
+    comm.record(refused_collective(&comm.inner, name, error))
 }
 
 /// The rank every span belongs to, on one stream.
-fn same_rank<'a, T: Element>(name: &str, spans: &[Span<'a, T>]) -> Result<&'a Comm> {
+fn same_rank<'a, T: Element>(name: &'static str, spans: &[Span<'a, T>]) -> Result<&'a Comm> {
     let first = spans[0];
     for span in &spans[1..] {
         if !Arc::ptr_eq(&span.comm.inner, &first.comm.inner) {
@@ -596,7 +600,7 @@ fn same_rank<'a, T: Element>(name: &str, spans: &[Span<'a, T>]) -> Result<&'a Co
 /// `on_root` (the root's other span: `what` = its name and what the root does with it) are one
 /// rank's, and on the root `on_root` is given (with `len` elements, unless 0).
 fn rooted<'a, T: Element>(
-    name: &str,
+    name: &'static str,
     root: usize,
     comm: &'a Comm,
     own: Option<Span<'a, T>>,
@@ -651,7 +655,7 @@ fn used_on_root<'a, T: Element>(
 /// `whole` holds `size()` times `part` elements.
 fn whole_of(
     comm: &Comm,
-    name: &str,
+    name: &'static str,
     (whole, w): (&str, usize),
     (part, p): (&str, usize),
 ) -> Result<()> {

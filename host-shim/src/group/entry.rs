@@ -6,7 +6,7 @@
 use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
 use crate::collective::{self, UserCall};
 use crate::comm::Comm;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::Collective;
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -26,6 +26,17 @@ pub struct CollectiveArgs {
     pub op: symmRedOpRaw,
     /// The root (ignored by collectives without one).
     pub root: c_int,
+}
+
+/// A collective of `comm` (named `name`) that its front end refused with `error` before it
+/// reached [`collective_call`] (an argument only that front end's types can check): counted as
+/// the rank's call and refused, as the library's own checks count theirs, so that a peer whose
+/// call is right fails at once naming it instead of waiting for this rank. The error to report.
+pub fn refused_collective(comm: &Arc<Comm>, name: &'static str, error: Error) -> Error {
+    match super::collective(comm, name, || Err(error.clone()), 0) {
+        Err(reported) => reported,
+        Ok(()) => error,
+    }
 }
 
 /// Run `collective` (named `name` in messages) of `comm` with `args` on `stream`.
