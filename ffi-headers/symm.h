@@ -398,6 +398,20 @@ symmResult_t symmCommWindowRegister(symmComm_t comm,
 // Deregister a window of `comm`.
 symmResult_t symmCommWindowDeregister(symmComm_t comm, symmWindow_t win);
 
+// A collective of this rank that a front end refused before calling it (a language binding
+// whose own checks found a bad argument the library cannot see, such as a read-only array):
+// counted as the rank's collective and refused, as the library's own checks count theirs, so
+// that a peer whose call is right fails at once naming `call` and `reason` instead of waiting
+// for this rank until the timeout. Returns `symmInvalidArgument`, the last error
+// `"symmCallRefused: <call>: <reason>"`. Not for point-to-point calls (refuse those by calling `symmSend` or
+// `symmRecv` with a NULL buffer, which names the peer).
+//
+// # Safety
+// `call` and `reason` are NULL or NUL-terminated strings.
+symmResult_t symmCallRefused(const char *call,
+                             const char *reason,
+                             symmComm_t comm);
+
 // All-reduce `count` elements from `sendbuff` into `recvbuff` (both inside registered
 // windows, at the same offsets on every rank; in place when equal). Every data type and
 // operator: float16, bfloat16 and float8 accumulate in float32; integers wrap, and `symmAvg`

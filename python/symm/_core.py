@@ -662,7 +662,9 @@ class Comm:
                 memory the library refuses (the message names it).
         """
         recv = send if recv is None else recv
-        self._collective(lib.symmAllReduce, send, recv, count, dtype, 1, 1, stream, resolve_op(op))
+        with self._checking("symmAllReduce"):
+            code = resolve_op(op)
+        self._collective(lib.symmAllReduce, send, recv, count, dtype, 1, 1, stream, code)
 
     def reduce(
         self,
@@ -679,13 +681,15 @@ class Comm:
         ``send`` lies at the same offset on every rank; ``recv`` is used on the root only
         (elsewhere it is ignored and may be None). Data types and operators as
         :meth:`all_reduce`'s; ``count`` and ``dtype`` default to what the arrays say."""
-        root = _as_int(root, "root", 0, self.nranks - 1)
+        with self._checking("symmReduce"):
+            root = _as_int(root, "root", 0, self.nranks - 1)
+            code = resolve_op(op)
         if self.rank != root or recv is None:
             # Off the root recv is not used (as in NCCL): neither checked nor passed.
             used = self.rank == root
-            self._collective(lib.symmReduce, send, send, count, dtype, 1, 1, stream, resolve_op(op), recv_used=used, root=root)
+            self._collective(lib.symmReduce, send, send, count, dtype, 1, 1, stream, code, recv_used=used, root=root)
         else:
-            self._collective(lib.symmReduce, send, recv, count, dtype, 1, 1, stream, resolve_op(op), root=root)
+            self._collective(lib.symmReduce, send, recv, count, dtype, 1, 1, stream, code, root=root)
 
     def all_gather(
         self,
@@ -713,7 +717,9 @@ class Comm:
         elements, the reduction of segment ``r`` of every rank's ``send`` (``nranks * count``
         elements). ``count`` and ``dtype`` default to what the arrays say (as for
         :meth:`all_reduce`)."""
-        self._collective(lib.symmReduceScatter, send, recv, count, dtype, self.nranks, 1, stream, resolve_op(op))
+        with self._checking("symmReduceScatter"):
+            code = resolve_op(op)
+        self._collective(lib.symmReduceScatter, send, recv, count, dtype, self.nranks, 1, stream, code)
 
     def broadcast(
         self,
@@ -728,7 +734,8 @@ class Comm:
         every rank's ``recv`` (in place when ``recv`` is None or the same address; the other
         ranks' ``send`` is not read). ``count`` and ``dtype`` default to what the arrays say (as
         for :meth:`all_reduce`)."""
-        root = _as_int(root, "root", 0, self.nranks - 1)
+        with self._checking("symmBroadcast"):
+            root = _as_int(root, "root", 0, self.nranks - 1)
         recv = send if recv is None else recv
         self._collective(lib.symmBroadcast, send, recv, count, dtype, 1, 1, stream, root)
 
@@ -769,7 +776,7 @@ class Comm:
         every rank before anything is copied, and the communicator fails with that cause.
         ``recv`` and ``counts`` lie in windows (one or two), each at the same offset of the
         same window on every rank."""
-        try:
+        with self._checking("symmAlltoAllvDevice"):
             send_operand = self._operand(send, "send")
             recv_operand = self._operand(recv, "recv")
             table = self._operand(counts, "counts")
@@ -788,15 +795,6 @@ class Comm:
                 raise InvalidArgumentError(
                     f"counts holds {table.nbytes} bytes ({table.kind}): want 3 x {self.nranks} int64 ({needed} bytes)"
                 )
-        except InvalidArgumentError:
-            # Peers whose arguments are right would wait for this rank's call: make it with NULL
-            # buffers, so that the library refuses it as this rank's call and theirs fail at
-            # once naming it.
-            try:
-                check(lib.symmAlltoAllvDevice(None, 0, None, 0, None, 0, self.handle, 0 if stream is None else resolve_stream(stream)))
-            except SymmError:
-                pass
-            raise
         if stream is None:
             stream_handle = torch_stream([send_operand, recv_operand, table]) or 0
         else:
@@ -822,12 +820,13 @@ class Comm:
         same offset on every rank; ``recv`` is used on the root only (elsewhere it is ignored and
         may be None).
         ``count`` and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
-        root = _as_int(root, "root", 0, self.nranks - 1)
+        with self._checking("symmGather"):
+            root = _as_int(root, "root", 0, self.nranks - 1)
+            if self.rank == root and recv is None:
+                raise InvalidArgumentError("recv is required on the root of a gather")
         if self.rank != root:
             # Not the root: recv is not used (as in NCCL), so it is neither checked nor passed.
             self._collective(lib.symmGather, send, send, count, dtype, 1, 1, stream, root, recv_used=False)
-        elif recv is None:
-            raise InvalidArgumentError("recv is required on the root of a gather")
         else:
             self._collective(lib.symmGather, send, recv, count, dtype, 1, self.nranks, stream, root)
 
@@ -846,12 +845,13 @@ class Comm:
         offset on every rank; ``send`` is used on the root only (elsewhere it is ignored and may
         be None). ``count``
         and ``dtype`` default to what the arrays say (as for :meth:`all_reduce`)."""
-        root = _as_int(root, "root", 0, self.nranks - 1)
+        with self._checking("symmScatter"):
+            root = _as_int(root, "root", 0, self.nranks - 1)
+            if self.rank == root and send is None:
+                raise InvalidArgumentError("send is required on the root of a scatter")
         if self.rank != root:
             # Not the root: send is not used (as in NCCL), so it is neither checked nor passed.
             self._collective(lib.symmScatter, recv, recv, count, dtype, 1, 1, stream, root, send_used=False)
-        elif send is None:
-            raise InvalidArgumentError("send is required on the root of a scatter")
         else:
             self._collective(lib.symmScatter, send, recv, count, dtype, self.nranks, 1, stream, root)
 
@@ -944,6 +944,26 @@ class Comm:
         except SymmError:
             pass
 
+    @contextmanager
+    def _checking(self, call: str) -> Iterator[None]:
+        """The package's checks of collective ``call``'s arguments: a refusal is counted as this
+        rank's call (:meth:`_refuse_collective`) before it is raised."""
+        try:
+            yield
+        except InvalidArgumentError as error:
+            self._refuse_collective(call, str(error))
+            raise
+
+    def _refuse_collective(self, call: str, reason: str) -> None:
+        """Count the collective ``call`` that the package refused with ``reason`` as this rank's
+        call, refused (``symmCallRefused``): peers whose arguments are right then fail at once,
+        naming ``reason``, instead of waiting for this rank until the timeout. Its own error is
+        dropped for the package's."""
+        try:
+            check(lib.symmCallRefused(call.encode(), reason.encode(), self.handle))
+        except SymmError:
+            pass
+
     def _collective(
         self,
         function: Any,
@@ -959,18 +979,19 @@ class Comm:
         recv_used: bool = True,
         root: int | None = None,
     ) -> None:
-        send_operand = self._operand(send, "send")
-        recv_operand = self._operand(recv, "recv")
-        if count is not None:
-            count = _as_int(count, "count")
-        if recv_used:
-            refuse_readonly(recv_operand, "recv")
-        count, element = resolve_call(send_operand, recv_operand, count, dtype, send_ratio, recv_ratio)
+        with self._checking(function.__name__):
+            send_operand = self._operand(send, "send")
+            recv_operand = self._operand(recv, "recv")
+            if count is not None:
+                count = _as_int(count, "count")
+            if recv_used:
+                refuse_readonly(recv_operand, "recv")
+            count, element = resolve_call(send_operand, recv_operand, count, dtype, send_ratio, recv_ratio)
+            if stream is None:
+                stream_handle = torch_stream([send_operand, recv_operand]) or 0
+            else:
+                stream_handle = resolve_stream(stream)
         handle = self.handle
-        if stream is None:
-            stream_handle = torch_stream([send_operand, recv_operand]) or 0
-        else:
-            stream_handle = resolve_stream(stream)
         # A buffer the call does not use on this rank (a gather's recv, a scatter's send off the
         # root) goes to the library as NULL; the other operand stood in for it above.
         arguments = [send_operand.ptr if send_used else None, recv_operand.ptr if recv_used else None, count, element]

@@ -61,6 +61,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmMemFree": (_result, [_comm, c_void_p]),
     "symmCommWindowRegister": (_result, [_comm, c_void_p, c_size_t, POINTER(_window), c_int]),
     "symmCommWindowDeregister": (_result, [_comm, _window]),
+    "symmCallRefused": (_result, [c_char_p, c_char_p, _comm]),
     "symmAllReduce": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),
     "symmReduce": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, _comm, _stream]),
     "symmAllGather": (_result, [c_void_p, c_void_p, c_size_t, c_int, _comm, _stream]),

@@ -592,7 +592,7 @@ class SymmProcessGroup(dist.ProcessGroup):
                         if out.numel() != n or out.dtype != input.dtype:
                             problem = f"gather: an output has {out.numel()} {out.dtype}, want {n} {input.dtype}"
                 if problem is not None:
-                    self._refuse(lib.symmGather, n, code, root, problem)
+                    self._refuse(lib.symmGather, n, problem)
             if n == 0:
                 continue
             self._note("gather", "staged", input)
@@ -627,7 +627,7 @@ class SymmProcessGroup(dist.ProcessGroup):
                         if part.numel() != n or part.dtype != output.dtype:
                             problem = f"scatter: an input has {part.numel()} {part.dtype}, want {n} {output.dtype}"
                 if problem is not None:
-                    self._refuse(lib.symmScatter, n, code, root, problem)
+                    self._refuse(lib.symmScatter, n, problem)
             if n == 0:
                 continue
             self._note("scatter", "staged", output)
@@ -771,18 +771,13 @@ class SymmProcessGroup(dist.ProcessGroup):
         self._call(lib.symmAlltoAll, self._local(input), received, n, code)
         self._copy_back(output, received)
 
-    def _refuse(self, function: Any, n: int, code: int, root: int, problem: str) -> None:
-        """A root's arguments that its peers cannot see are wrong: make the call the peers make
-        with NULL buffers, so that the library refuses it as this rank's
-        call and the peers' calls fail at once naming the refusal instead of waiting, then
-        raise ``problem``."""
-        if n == 0:
+    def _refuse(self, function: Any, n: int, problem: str) -> None:
+        """A root's arguments that its peers cannot see are wrong: the library counts the call
+        as this rank's, refused, so that the peers' calls fail at once naming ``problem`` instead
+        of waiting; then raise it."""
+        if n != 0:
             # The peers make no call for an empty tensor either.
-            raise InvalidArgumentError(problem)
-        try:
-            check(function(None, None, n, code, root, self.comm.handle, self._stream() or 0))
-        except SymmError:
-            pass
+            self.comm._refuse_collective(function.__name__, problem)
         raise InvalidArgumentError(problem)
 
     def _not_in_symm(self, op: str) -> Any:
@@ -1481,12 +1476,9 @@ def all_to_all_vdev(input: torch.Tensor, out: torch.Tensor, in_out_splits: torch
     stream = int(torch.cuda.current_stream(comm.device).cuda_stream) if comm.backend == "cuda" else 0
 
     def refuse(problem: str) -> None:
-        # The peers' calls would wait for this rank's: make the call with NULL buffers, so that
-        # the library refuses it as this rank's call and theirs fail at once naming it.
-        try:
-            check(lib.symmAlltoAllvDevice(None, 0, None, 0, None, 0, comm.handle, stream))
-        except SymmError:
-            pass
+        # The peers' calls would wait for this rank's: the library counts it as this rank's
+        # call, refused, and theirs fail at once naming it.
+        comm._refuse_collective("symmAlltoAllvDevice", f"all_to_all_vdev: {problem}")
         raise InvalidArgumentError(f"all_to_all_vdev: {problem}")
 
     for name, tensor in (("input", input), ("out", out), ("in_out_splits", in_out_splits)):

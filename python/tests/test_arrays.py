@@ -1,7 +1,8 @@
 """The array's word: collectives take ``count`` and ``dtype`` from what they are given (NumPy,
 DLPack, ``__array_interface__``, typed buffers, PyTorch when installed) and refuse a ``dtype``
-or ``count`` that disagrees with it, before anything reaches the library; typed allocation;
-``Comm.barrier``; ``Comm.from_env``."""
+or ``count`` that disagrees with it before anything is copied (the refusal is the rank's call,
+as the library's own refusals are, so ranks that all refuse it stay in step); typed
+allocation; ``Comm.barrier``; ``Comm.from_env``."""
 
 from __future__ import annotations
 
@@ -32,10 +33,21 @@ def pair():
 
 
 def assert_healthy(comms: list[symm.Comm]) -> None:
-    """Nothing was refused by the library: the ranks are still in step."""
+    """No communicator failed, and the ranks are still in step: a barrier (an all-reduce)
+    agrees."""
     assert all(c.async_error() is None for c in comms)
-    for c in comms:
-        assert c.last_error() == "", c.last_error()
+    with symm.group():
+        for c in comms:
+            c.barrier()
+    assert all(c.async_error() is None for c in comms)
+
+
+def refused_on_every_rank(comms: list[symm.Comm], bufs: list, match: str, call) -> None:
+    """``call(comm, buf)`` refused on every rank with a message matching ``match``: the refusal
+    is each rank's call, so the ranks stay in step."""
+    for comm, buf in zip(comms, bufs):
+        with pytest.raises(symm.InvalidArgumentError, match=match):
+            call(comm, buf)
 
 
 class DLPackOnly:
@@ -97,45 +109,63 @@ def test_count_and_dtype_come_from_the_arrays(pair, form: str) -> None:
 def test_a_dtype_that_disagrees_with_the_array_is_refused(pair) -> None:
     """A float64 array called float32 (the wrong width: garbage, were it passed on), or float16
     (the same width as nothing), or a uint32 array called float32 (the same width: still not
-    the array's type) is refused, naming both; nothing reaches the library."""
+    the array's type) is refused, naming both; nothing is copied."""
     comms, bufs = pair
-    comm, buf = comms[0], bufs[0]
-    f64 = buf.numpy("float64", 16)
-    with pytest.raises(symm.InvalidArgumentError, match=r"send is a float64 NumPy array but dtype is float32"):
-        comm.all_reduce(f64, f64, 16, "float32")
-    with pytest.raises(symm.InvalidArgumentError, match="float64 NumPy array but dtype is float32"):
-        comm.all_reduce(f64, dtype="float32")
-    with pytest.raises(symm.InvalidArgumentError, match="uint32 NumPy array but dtype is float32"):
-        comm.all_reduce(buf.numpy("uint32", 16), dtype="float32")
-    with pytest.raises(symm.InvalidArgumentError, match="recv is an int64 DLPack tensor"):
-        comm.all_gather(buf.numpy("int32", 4), DLPackOnly(buf.numpy("int64", 4, 512)))
-    with pytest.raises(symm.InvalidArgumentError, match="their element types differ"):
-        comm.all_reduce(buf.numpy("float32", 4), buf.numpy("int32", 4, 512))
+    for buf in bufs:
+        buf.numpy("float64", 16)[:] = 7.0
+    refused_on_every_rank(
+        comms, bufs, r"send is a float64 NumPy array but dtype is float32",
+        lambda comm, buf: comm.all_reduce(buf.numpy("float64", 16), buf.numpy("float64", 16), 16, "float32"),
+    )
+    refused_on_every_rank(
+        comms, bufs, "float64 NumPy array but dtype is float32",
+        lambda comm, buf: comm.all_reduce(buf.numpy("float64", 16), dtype="float32"),
+    )
+    refused_on_every_rank(
+        comms, bufs, "uint32 NumPy array but dtype is float32",
+        lambda comm, buf: comm.all_reduce(buf.numpy("uint32", 16), dtype="float32"),
+    )
+    refused_on_every_rank(
+        comms, bufs, "recv is an int64 DLPack tensor",
+        lambda comm, buf: comm.all_gather(buf.numpy("int32", 4), DLPackOnly(buf.numpy("int64", 4, 512))),
+    )
+    refused_on_every_rank(
+        comms, bufs, "their element types differ",
+        lambda comm, buf: comm.all_reduce(buf.numpy("float32", 4), buf.numpy("int32", 4, 512)),
+    )
     # NumPy holds bfloat16 and float8 as their bit patterns: those agree, and symm has no
     # uint16 to infer.
-    with pytest.raises(symm.InvalidArgumentError, match="no uint16 type.*bfloat16"):
-        comm.all_reduce(buf.numpy("uint16", 8))
+    refused_on_every_rank(
+        comms, bufs, "no uint16 type.*bfloat16", lambda comm, buf: comm.all_reduce(buf.numpy("uint16", 8))
+    )
+    for buf in bufs:
+        assert (buf.numpy("float64", 16) == 7.0).all(), "a refused call wrote"
     assert_healthy(comms)
 
 
 def test_a_count_that_disagrees_with_the_array_is_refused(pair) -> None:
     comms, bufs = pair
-    comm, buf = comms[0], bufs[0]
-    array = buf.numpy("float32", 100)
-    with pytest.raises(symm.InvalidArgumentError, match="send is a float32 NumPy array of 100 elements but the call has count 50"):
-        comm.all_reduce(array, array, 50)
-    with pytest.raises(symm.InvalidArgumentError, match="count 200"):
-        comm.all_reduce(array, count=200)
-    with pytest.raises(symm.InvalidArgumentError, match=r"recv .* of 100 elements .*2 x 100 = 200"):
-        comm.all_gather(array, buf.numpy("float32", 100, 1024))
-    with pytest.raises(symm.InvalidArgumentError, match="not a whole number of 2 x count"):
-        comm.reduce_scatter(buf.numpy("float32", 7), buf.numpy("float32", 3, 1024))
-    with pytest.raises(symm.InvalidArgumentError, match="dtype is required"):
-        comm.all_reduce(buf.ptr, buf.ptr, 4)
-    with pytest.raises(symm.InvalidArgumentError, match="count is required"):
-        comm.all_reduce(buf.ptr, buf.ptr, dtype="float32")
-    with pytest.raises(symm.InvalidArgumentError, match="dtype is required"):
-        comm.all_reduce(buf)  # a raw buffer has no element type
+    refused_on_every_rank(
+        comms, bufs, "send is a float32 NumPy array of 100 elements but the call has count 50",
+        lambda comm, buf: comm.all_reduce(buf.numpy("float32", 100), buf.numpy("float32", 100), 50),
+    )
+    refused_on_every_rank(
+        comms, bufs, "count 200", lambda comm, buf: comm.all_reduce(buf.numpy("float32", 100), count=200)
+    )
+    refused_on_every_rank(
+        comms, bufs, r"recv .* of 100 elements .*2 x 100 = 200",
+        lambda comm, buf: comm.all_gather(buf.numpy("float32", 100), buf.numpy("float32", 100, 1024)),
+    )
+    refused_on_every_rank(
+        comms, bufs, "not a whole number of 2 x count",
+        lambda comm, buf: comm.reduce_scatter(buf.numpy("float32", 7), buf.numpy("float32", 3, 1024)),
+    )
+    refused_on_every_rank(comms, bufs, "dtype is required", lambda comm, buf: comm.all_reduce(buf.ptr, buf.ptr, 4))
+    refused_on_every_rank(
+        comms, bufs, "count is required", lambda comm, buf: comm.all_reduce(buf.ptr, buf.ptr, dtype="float32")
+    )
+    # A raw buffer has no element type.
+    refused_on_every_rank(comms, bufs, "dtype is required", lambda comm, buf: comm.all_reduce(buf))
     assert_healthy(comms)
 
 
@@ -163,10 +193,10 @@ def test_typed_buffers_are_arrays() -> None:
         for c, w in zip(comms, wins[:2]):
             c.all_reduce(w, op="min")
     assert (np.asarray(bufs[0])[:3] == 4.0).all()
-    with pytest.raises(symm.InvalidArgumentError, match="float32 Buffer but dtype is float64"):
-        comms[0].all_reduce(bufs[0], dtype="float64")
-    with pytest.raises(symm.InvalidArgumentError, match="send holds 4000 bytes"):
-        comms[0].all_reduce(bufs[0], count=1001)
+    refused_on_every_rank(
+        comms, bufs, "float32 Buffer but dtype is float64", lambda comm, buf: comm.all_reduce(buf, dtype="float64")
+    )
+    refused_on_every_rank(comms, bufs, "send holds 4000 bytes", lambda comm, buf: comm.all_reduce(buf, count=1001))
     # A raw buffer is any type.
     for r, b in enumerate(raw):
         b.numpy("int16")[:] = r + 1
@@ -188,8 +218,11 @@ def test_memory_of_the_other_backend_is_refused(pair) -> None:
     class DeviceArray:
         __cuda_array_interface__ = {"version": 3, "shape": (4,), "typestr": "<f4", "data": (1 << 40, False)}
 
-    with pytest.raises(symm.InvalidArgumentError, match="device memory.*host backend needs host memory"):
-        comms[0].all_reduce(DeviceArray())
+    refused_on_every_rank(
+        comms, [DeviceArray()] * 2, "device memory.*host backend needs host memory",
+        lambda comm, array: comm.all_reduce(array),
+    )
+    assert_healthy(comms)
 
 
 def test_torch_tensors_give_their_dtype() -> None:
@@ -205,8 +238,9 @@ def test_torch_tensors_give_their_dtype() -> None:
         for c, t in zip(comms, tensors):
             c.all_reduce(t)
     assert all((t == 3).all() for t in tensors)
-    with pytest.raises(symm.InvalidArgumentError, match="bfloat16 CPU tensor but dtype is float16"):
-        comms[0].all_reduce(tensors[0], dtype="float16")
+    refused_on_every_rank(
+        comms, tensors, "bfloat16 CPU tensor but dtype is float16", lambda comm, t: comm.all_reduce(t, dtype="float16")
+    )
     # A uint16 tensor holding bfloat16 bit patterns (what torch.as_tensor makes of a CUDA
     # array interface, which cannot name bfloat16) agrees with dtype="bfloat16", as NumPy's does.
     holders = [t.view(torch.uint16) for t in tensors]
@@ -214,8 +248,8 @@ def test_torch_tensors_give_their_dtype() -> None:
         for c, h in zip(comms, holders):
             c.all_reduce(h, dtype="bfloat16")
     assert all((t == 6).all() for t in tensors)
-    with pytest.raises(symm.InvalidArgumentError, match=r"no (torch\.)?uint16 type"):
-        comms[0].all_reduce(holders[0])
+    refused_on_every_rank(comms, holders, r"no (torch\.)?uint16 type", lambda comm, h: comm.all_reduce(h))
+    assert_healthy(comms)
     for w in wins:
         w.deregister()
     for c in comms:

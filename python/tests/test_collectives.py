@@ -458,6 +458,55 @@ def test_a_receive_the_package_refuses_fails_its_sender_at_once(refusal: str) ->
     assert want in outcomes[1][1], outcomes[1][1]
 
 
+@pytest.mark.parametrize("refusal", ["readonly", "count", "gather_root", "op", "all_to_all_v"])
+def test_a_collective_the_package_refuses_on_one_rank_fails_its_peer_at_once(refusal: str) -> None:
+    """Rank 1's collective is refused by the package before it reaches the library (read-only
+    memory, a ``count`` other than the array's, a gather root without ``recv``, an unknown
+    operator, an all-to-all-v table of the wrong type) while rank 0's is right: rank 0's call
+    fails at once naming rank 1's reason, instead of waiting until the timeout."""
+    import time
+
+    def body(rank: int, comm: symm.Comm) -> tuple:
+        buffer = comm.alloc(4096)
+        comm.register(buffer)
+        data = buffer.numpy(np.float32, 64, 0)
+        start = time.monotonic()
+        try:
+            if refusal == "readonly":
+                recv = np.frombuffer(bytes(256), np.float32) if rank == 1 else data
+                comm.all_reduce(data, recv, 64, "float32", "sum")
+            elif refusal == "count":
+                comm.all_reduce(data, data, 80 if rank == 1 else 64, "float32", "sum")
+            elif refusal == "gather_root":
+                gathered = buffer.numpy(np.float32, 128, 1024)
+                comm.gather(data, None if rank == 1 else gathered, 64, "float32", root=1)
+            elif refusal == "op":
+                comm.all_reduce(data, data, 64, "float32", "summ" if rank == 1 else "sum")
+            else:
+                table = buffer.numpy(np.int32 if rank == 1 else np.int64, 6, 2048)
+                comm.all_to_all_v(data, buffer.numpy(np.float32, 64, 1024), table, 64, 64, "float32")
+        except symm.SymmError as error:
+            return type(error).__name__, str(error), time.monotonic() - start
+        return None, "", time.monotonic() - start
+
+    outcomes = _ranks_on_threads(2, body)
+    for rank, outcome in enumerate(outcomes):
+        assert not isinstance(outcome, BaseException), f"rank {rank}: {outcome!r}"
+        kind, message, seconds = outcome
+        assert kind is not None, f"rank {rank}: success for a call refused on rank 1"
+        assert seconds < 5, f"rank {rank} failed after {seconds:.1f} s: {message}"
+    assert outcomes[1][0] == "InvalidArgumentError", outcomes[1]
+    reason = {
+        "readonly": "recv is a float32 NumPy array that is read-only",
+        "count": "count",
+        "gather_root": "recv is required on the root of a gather",
+        "op": "summ",
+        "all_to_all_v": "counts is an int32",
+    }[refusal]
+    assert reason in outcomes[1][1], outcomes[1][1]
+    assert reason in outcomes[0][1], outcomes[0][1]
+
+
 def test_a_read_only_receive_array_is_refused() -> None:
     """A collective's receive array over immutable memory (``bytes``) is refused by name, and
     nothing is written into it."""

@@ -1000,3 +1000,57 @@ fn all_to_all_gather_and_scatter_reject_bad_arguments() {
     check(symmMemFree(comm, unregistered), comm);
     teardown(buffers);
 }
+
+/// `symmCallRefused`: NULL arguments are refused by name and count as no call; a refusal is
+/// the rank's collective, so a peer whose all-reduce is right fails at once, naming the
+/// reason, instead of waiting for it until the timeout.
+#[test]
+fn a_front_end_refusal_is_the_rank_s_call() {
+    use_strict_host_backend();
+    let comms = init_all(2);
+    let call = c"symmAllReduce";
+    let reason = c"recv is read-only";
+    // SAFETY: NUL-terminated strings, or NULL to be reported.
+    unsafe {
+        expect(
+            symmCallRefused(null(), reason.as_ptr(), comms[0]),
+            symmResult_t::symmInvalidArgument,
+            "call is NULL",
+        );
+        expect(
+            symmCallRefused(call.as_ptr(), null(), comms[0]),
+            symmResult_t::symmInvalidArgument,
+            "reason is NULL",
+        );
+        expect(
+            symmCallRefused(call.as_ptr(), reason.as_ptr(), null_mut()),
+            symmResult_t::symmInvalidArgument,
+            "comm is NULL",
+        );
+    }
+    let outcomes = on_rank_threads(&comms, |rank, comm| {
+        let (buffer, window) = window_of_bytes(comm, 256);
+        let started = std::time::Instant::now();
+        let result = if rank == 1 {
+            // SAFETY: NUL-terminated strings.
+            unsafe { symmCallRefused(call.as_ptr(), reason.as_ptr(), comm) }
+        } else {
+            symmAllReduce(buffer, buffer, 64, F32, SUM, comm, null_mut())
+        };
+        let outcome = (result, last_error(null_mut()), started.elapsed());
+        symmCommWindowDeregister(comm, window);
+        symmMemFree(comm, buffer);
+        outcome
+    });
+    for (rank, (result, message, took)) in outcomes.iter().enumerate() {
+        assert_ne!(*result, symmResult_t::symmSuccess, "rank {rank}");
+        assert!(took.as_secs() < 5, "rank {rank} took {took:?}: {message}");
+        assert!(
+            message.contains("symmAllReduce: recv is read-only"),
+            "rank {rank}: {message}"
+        );
+    }
+    for c in comms {
+        let _ = symmCommDestroy(c);
+    }
+}

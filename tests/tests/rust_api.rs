@@ -691,7 +691,11 @@ fn a_call_refused_on_one_rank_fails_its_peer_at_once() {
         let started = std::time::Instant::now();
         let outcome = scope(|s| {
             let ab = s.bind(&mut a, &stream);
-            let recv = if comm.rank() == 0 { ab.span(0..60)? } else { ab.all() };
+            let recv = if comm.rank() == 0 {
+                ab.span(0..60)?
+            } else {
+                ab.all()
+            };
             s.all_reduce(ab.all(), recv, ReduceOp::Sum)
         });
         let message = match outcome {

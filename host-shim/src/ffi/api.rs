@@ -576,6 +576,45 @@ pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) 
     })
 }
 
+/// A collective of this rank that a front end refused before calling it (a language binding
+/// whose own checks found a bad argument the library cannot see, such as a read-only array):
+/// counted as the rank's collective and refused, as the library's own checks count theirs, so
+/// that a peer whose call is right fails at once naming `call` and `reason` instead of waiting
+/// for this rank until the timeout. Returns `symmInvalidArgument`, the last error
+/// `"symmCallRefused: <call>: <reason>"`. Not for point-to-point calls (refuse those by calling `symmSend` or
+/// `symmRecv` with a NULL buffer, which names the peer).
+///
+/// # Safety
+/// `call` and `reason` are NULL or NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCallRefused(
+    call: *const c_char,
+    reason: *const c_char,
+    comm: symmComm_t,
+) -> symmResult_t {
+    with_comm("symmCallRefused", comm, |c| {
+        // SAFETY: NULL or a NUL-terminated string, by the caller's contract.
+        let call = unsafe { text_argument(call, "call") }?;
+        // SAFETY: as above.
+        let reason = unsafe { text_argument(reason, "reason") }?;
+        let error = Error::invalid_argument(reason).in_function(&call);
+        Err(group::entry::refused_collective(c, &call, error))
+    })
+}
+
+/// A NUL-terminated string argument named `name`, refused when NULL.
+///
+/// # Safety
+/// `text` is NULL or a NUL-terminated string.
+unsafe fn text_argument(text: *const c_char, name: &str) -> Result<String> {
+    if text.is_null() {
+        return Err(Error::invalid_argument(format!("{name} is NULL")));
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    let text = unsafe { std::ffi::CStr::from_ptr(text) };
+    Ok(text.to_string_lossy().into_owned())
+}
+
 /// All-reduce `count` elements from `sendbuff` into `recvbuff` (both inside registered
 /// windows, at the same offsets on every rank; in place when equal). Every data type and
 /// operator: float16, bfloat16 and float8 accumulate in float32; integers wrap, and `symmAvg`

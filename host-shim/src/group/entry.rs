@@ -32,7 +32,7 @@ pub struct CollectiveArgs {
 /// reached [`collective_call`] (an argument only that front end's types can check): counted as
 /// the rank's call and refused, as the library's own checks count theirs, so that a peer whose
 /// call is right fails at once naming it instead of waiting for this rank. The error to report.
-pub fn refused_collective(comm: &Arc<Comm>, name: &'static str, error: Error) -> Error {
+pub fn refused_collective(comm: &Arc<Comm>, name: &str, error: Error) -> Error {
     match super::collective(comm, name, || Err(error.clone()), 0) {
         Err(reported) => reported,
         Ok(()) => error,
