@@ -18,9 +18,10 @@
 //!    primitives built on `arch`: bounded waits and the cross-rank barrier on signal pads.
 //! 4. [`scheduler`] — tile scheduling with Cluster Launch Control as types.
 //! 5. [`symmetric`] — the collective kernels, generic over element type and reduction.
-//! 6. [`exports`] — the `extern "ptx-kernel"` entry points that appear in the PTX, and
+//! 6. [`exports`] — the `extern "ptx-kernel"` entry points that appear in the PTX,
 //!    [`triton`] — the device functions that Triton kernels (or any device code) link from the
-//!    Triton-linkable LLVM IR.
+//!    Triton-linkable LLVM IR, and [`kernel`] — the typed API users' own kernels are written
+//!    in (no `unsafe` in the kernel's code).
 //!
 //! [`SymmContext`] is the `#[repr(C)]` description of one symmetric window that every kernel
 //! receives as a 64-bit pointer.
@@ -52,6 +53,7 @@ macro_rules! unroll {
 pub mod arch;
 pub mod context;
 pub mod exports;
+pub mod kernel;
 pub mod numeric;
 pub mod scheduler;
 pub mod symmetric;

@@ -1,0 +1,398 @@
+//! The typed device API (`symm_device::kernel`) run as users' kernels run: kernels written with
+//! `kernel!`, one grid per rank on the host emulation, checked against references computed
+//! here. Peer reads inside frames, the in-kernel all-reduce and all-gather, frames interleaved
+//! with symm's launched kernels on one window, the checks that refuse a window, and a rank that
+//! skips a frame (the others fail within the timeout, never hang).
+
+mod harness;
+
+use harness::Ranks;
+use symm_device::kernel::{Avg, Block, Invalid, Max, Sum, WindowArg, all_gather, all_reduce};
+use symm_device::symmetric::dispatch::kernel as launched;
+use symm_device::symmetric::{Algorithm, CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
+use symm_device::{DataType, RedOp};
+
+const SECOND: u64 = 1_000_000_000;
+
+/// Outcome words a test kernel stores in its window's last element.
+const DONE: i64 = 1;
+const ABORTED: i64 = -1;
+const INVALID: i64 = -2;
+
+/// The layout of the exchange kernel's window of `4n + 1` i64: `[0, n)` this rank's data, `[n,
+/// 2n)` what it read from the next rank inside a frame, `[2n, 3n)` summed over every rank in
+/// place, `[3n, 4n)` the maximum over every rank, `[4n]` the outcome.
+fn exchange_words(n: usize) -> usize {
+    4 * n + 1
+}
+
+symm_device::kernel! {
+    /// Each rank writes `rank · 1000 + i` into its data, reads the next rank's data inside a
+    /// frame, overwrites its data once the frame is closed, then all-reduces two spans in the
+    /// kernel (sum and max), and records its outcome.
+    fn exchange(block, window: WindowArg<i64>, n: u64) {
+        let outcome = block.window(window, |block, win, mut slot| {
+            let (data, got, summed, maxed) = (
+                win.span(0..n).unwrap(),
+                win.span(n..2 * n).unwrap(),
+                win.span(2 * n..3 * n).unwrap(),
+                win.span(3 * n..4 * n).unwrap(),
+            );
+            let status = win.span(4 * n..4 * n + 1).unwrap();
+            let next = win.peer((win.rank() + 1) % win.world()).unwrap();
+            block.per_thread((win, data, n), |lane, (win, data, n)| {
+                for i in lane.share(n) {
+                    lane.write(win, data, i, win.rank() as i64 * 1000 + i as i64);
+                }
+            });
+            let result = slot.frame(block, |block, frame| {
+                let args = (win, next, data, got, n);
+                frame.per_thread(block, args, |lane, (win, next, data, got, n)| {
+                    for i in lane.share(n) {
+                        let value = lane.read_peer(win, next, data, i).unwrap();
+                        lane.write(win, got, i, value);
+                    }
+                });
+            });
+            // Once the frame is closed no peer reads this rank's data any more: overwrite it.
+            block.per_thread((win, data, n), |lane, (win, data, n)| {
+                for i in lane.share(n) {
+                    lane.write(win, data, i, -1);
+                }
+            });
+            let result = result
+                .and_then(|()| all_reduce(block, win, &mut slot, summed, Sum))
+                .and_then(|()| all_reduce(block, win, &mut slot, maxed, Max));
+            let word = if result.is_ok() { DONE } else { ABORTED };
+            block.per_thread((win, status, word), |lane, (win, status, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, status, 0, word);
+                }
+            });
+        });
+        if outcome == Err(Invalid) {
+            // Nothing to record into: the window was refused.
+        }
+    }
+}
+
+/// Run `kernel` on every rank of `ranks` (its own `blocks × threads` grid each).
+fn run_kernel(ranks: &Ranks, blocks: u32, threads: u32, kernel: &(dyn Fn(WindowArg<i64>) + Sync)) {
+    ranks.run_per_rank(blocks, threads, None, &|rank| {
+        // SAFETY: the harness's context of `rank`, alive for the run, whose window the
+        // kernel treats as i64 (the tests size it in i64).
+        kernel(unsafe { WindowArg::from_context_address(ranks.context_address(rank) as u64) });
+        0
+    });
+}
+
+#[test]
+fn peers_read_inside_frames_and_reduce_in_the_kernel() {
+    for world in 1..=4usize {
+        for (blocks, threads) in [(1u32, 1u32), (1, 32), (3, 8), (4, 64)] {
+            let n = [1usize, 7, 64, 1001][(world + blocks as usize) % 4];
+            let mut ranks = Ranks::new(world, exchange_words(n) * 8, 5 * SECOND);
+            for rank in 0..world {
+                let summed: Vec<i64> = (0..n).map(|i| (rank * 31 + i) as i64 - 500).collect();
+                let maxed: Vec<i64> = (0..n)
+                    .map(|i| ((rank * 7919 + i * 13) % 101) as i64)
+                    .collect();
+                ranks.write(rank, 2 * n * 8, &summed);
+                ranks.write(rank, 3 * n * 8, &maxed);
+            }
+            run_kernel(&ranks, blocks, threads, &|w| exchange(w, n as u64));
+            let case = format!("world {world}, {blocks}x{threads}, n {n}");
+            for rank in 0..world {
+                let words: Vec<i64> = ranks.read(rank, 0, exchange_words(n));
+                assert_eq!(words[4 * n], DONE, "{case}: rank {rank}'s outcome");
+                let next = (rank + 1) % world;
+                for i in 0..n {
+                    assert_eq!(words[i], -1, "{case}: data overwritten after the frame");
+                    assert_eq!(
+                        words[n + i],
+                        next as i64 * 1000 + i as i64,
+                        "{case}: read from {next}"
+                    );
+                    let sum: i64 = (0..world).map(|r| (r * 31 + i) as i64 - 500).sum();
+                    assert_eq!(words[2 * n + i], sum, "{case}: sum {i}");
+                    let max = (0..world)
+                        .map(|r| ((r * 7919 + i * 13) % 101) as i64)
+                        .max()
+                        .unwrap();
+                    assert_eq!(words[3 * n + i], max, "{case}: max {i}");
+                }
+            }
+        }
+    }
+}
+
+symm_device::kernel! {
+    /// The f32 average of `[0, n)` in place, then an all-gather of `[0, n)` into `[n, n + world · n)`.
+    fn average_then_gather(block, window: WindowArg<f32>, n: u64, status: WindowArg<i64>) {
+        let result = block.window(window, |block, win, mut slot| {
+            let part = win.span(0..n).unwrap();
+            let gathered = win.span(n..n + win.world() as u64 * n).unwrap();
+            all_reduce(block, win, &mut slot, part, Avg)
+                .and_then(|()| all_gather(block, win, &mut slot, part, gathered))
+        });
+        let word = match result {
+            Ok(Ok(())) => DONE,
+            Ok(Err(_)) => ABORTED,
+            Err(Invalid) => INVALID,
+        };
+        let _ = block.window(status, |block, win, _slot| {
+            let at = win.span(0..1).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+#[test]
+fn an_average_and_an_all_gather_in_one_kernel() {
+    for world in 1..=4usize {
+        let n = 37usize;
+        let mut data = Ranks::new(world, (n + world * n) * 4, 5 * SECOND);
+        let mut status = Ranks::new(world, 8, 5 * SECOND);
+        for rank in 0..world {
+            let values: Vec<f32> = (0..n).map(|i| (rank * 4 + i) as f32).collect();
+            data.write(rank, 0, &values);
+        }
+        let (data_ref, status_ref) = (&data, &status);
+        data.run_per_rank(2, 16, None, &|rank| {
+            // SAFETY: the harness's contexts of `rank`, alive for the run, sized in f32 and i64.
+            let (w, s) = unsafe {
+                (
+                    WindowArg::from_context_address(data_ref.context_address(rank) as u64),
+                    WindowArg::from_context_address(status_ref.context_address(rank) as u64),
+                )
+            };
+            average_then_gather(w, n as u64, s);
+            0
+        });
+        for rank in 0..world {
+            assert_eq!(
+                status.read::<i64>(rank, 0, 1)[0],
+                DONE,
+                "world {world}: rank {rank}"
+            );
+            let words: Vec<f32> = data.read(rank, 0, n + world * n);
+            for i in 0..n {
+                let mean = (0..world).map(|r| (r * 4 + i) as f64).sum::<f64>() / world as f64;
+                assert!(
+                    (words[i] as f64 - mean).abs() < 1e-4,
+                    "average {i}: {} vs {mean}",
+                    words[i]
+                );
+                for r in 0..world {
+                    assert_eq!(words[n + r * n + i], words[i], "gathered segment {r}");
+                }
+            }
+        }
+    }
+}
+
+symm_device::kernel! {
+    /// One frame on the window, and nothing else: what interleaves with launched kernels.
+    fn one_frame(block, window: WindowArg<i64>, status: u64) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let word = match slot.frame(block, |_, _| ()) {
+                Ok(()) => DONE,
+                Err(_) => ABORTED,
+            };
+            let at = win.span(status..status + 1).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+/// A user's frames and symm's launched one-shot all-reduce on one window, in turn, 5 rounds:
+/// they count the same epochs, so every round completes and the sums are right.
+#[test]
+fn frames_interleave_with_launched_kernels_on_one_window() {
+    let world = 3;
+    let n = 16usize;
+    let mut ranks = Ranks::new(world, (n + 1) * 8, 5 * SECOND);
+    for round in 0..5 {
+        for rank in 0..world {
+            let values: Vec<i64> = (0..n).map(|i| (rank * 10 + i + round) as i64).collect();
+            ranks.write(rank, 0, &values);
+        }
+        run_kernel(&ranks, 2, 8, &|w| one_frame(w, n as u64));
+        let args = CollectiveArgs {
+            send_offset: 0,
+            recv_offset: 0,
+            count: n as u64,
+            flags: FLAG_IN_PLACE,
+        };
+        let f = launched(Algorithm::OneShotAllReduce, DataType::Int64, RedOp::Sum);
+        let statuses = ranks.launch(f, args, 2, 32, None);
+        assert!(
+            statuses.iter().all(|s| *s == KernelStatus::Completed),
+            "round {round}: launched {statuses:?}"
+        );
+        for rank in 0..world {
+            let words: Vec<i64> = ranks.read(rank, 0, n + 1);
+            assert_eq!(words[n], DONE, "round {round}: rank {rank}'s frame");
+            for (i, word) in words[..n].iter().enumerate() {
+                let sum: i64 = (0..world).map(|r| (r * 10 + i + round) as i64).sum();
+                assert_eq!(*word, sum, "round {round}: element {i}");
+            }
+        }
+    }
+}
+
+symm_device::kernel! {
+    /// Rank 0 opens a frame; the others do not: rank 0 must fail within the timeout.
+    fn lonely_frame(block, window: WindowArg<i64>) {
+        let _ = block.window(window, |block, win, mut slot| {
+            if win.rank() != 0 {
+                return;
+            }
+            let word = match slot.frame(block, |_, _| ()) {
+                Ok(()) => DONE,
+                Err(_) => ABORTED,
+            };
+            let at = win.span(0..1).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+#[test]
+fn a_frame_a_peer_never_enters_fails_within_the_timeout() {
+    let mut ranks = Ranks::new(2, 8, SECOND / 5);
+    let started = std::time::Instant::now();
+    run_kernel(&ranks, 1, 4, &|w| lonely_frame(w));
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(ranks.read::<i64>(0, 0, 1)[0], ABORTED);
+    assert!(ranks.aborted(0), "rank 0's abort word");
+}
+
+symm_device::kernel! {
+    /// Bounds: spans, peers and element indices past the window are refused, and nothing
+    /// outside a span is written. Records the number of checks that held.
+    fn bounds(block, window: WindowArg<i64>) {
+        let _ = block.window(window, |block, win, _slot| {
+            let len = win.len();
+            let mut held = 0i64;
+            held += win.span(0..len + 1).is_none() as i64;
+            let (three, two) = (3, 2);
+            held += win.span(three..two).is_none() as i64;
+            held += win.span(len..len).is_some_and(|s| s.is_empty()) as i64;
+            held += win.peer(win.world()).is_none() as i64;
+            held += win.peer(win.world() - 1).is_some() as i64;
+            let first = win.span(0..2).unwrap();
+            held += first.sub(1..3).is_none() as i64;
+            held += (first.sub(1..2).unwrap().start() == 1) as i64;
+            let tally = win.span(2..3).unwrap();
+            block.per_thread((win, first, tally, held), |lane, (win, first, tally, held)| {
+                if lane.global() == 0 {
+                    let mut held = held;
+                    held += (!lane.write(win, first, 2, 99)) as i64;
+                    held += lane.read(win, first, 2).is_none() as i64;
+                    lane.write(win, tally, 0, held);
+                }
+            });
+        });
+    }
+}
+
+#[test]
+fn spans_peers_and_indices_past_the_window_are_refused() {
+    let mut ranks = Ranks::new(2, 4 * 8, 5 * SECOND);
+    run_kernel(&ranks, 1, 2, &|w| bounds(w));
+    for rank in 0..2 {
+        let words: Vec<i64> = ranks.read(rank, 0, 4);
+        assert_eq!(words[2], 9, "rank {rank}: checks held");
+        assert_eq!(words[3], 0, "rank {rank}: a write past its span landed");
+    }
+}
+
+symm_device::kernel! {
+    /// Opens its window and records whether it was refused.
+    fn open_only(block, window: WindowArg<i64>, status: WindowArg<i64>) {
+        let word = match block.window(window, |_, _, _| ()) {
+            Ok(()) => DONE,
+            Err(Invalid) => INVALID,
+        };
+        let _ = block.window(status, |block, win, _slot| {
+            let at = win.span(0..1).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+/// A null context, a grid of more blocks than the window has barrier slots, and a peer whose
+/// base is not 16-byte aligned are refused; a refused (non-null) window's abort word is raised.
+#[test]
+fn windows_the_kernels_cannot_use_are_refused() {
+    /// The status `open_only` records for the window at `window` on a grid of `blocks`.
+    fn outcome(status: &mut Ranks, window: u64, blocks: u32) -> i64 {
+        let status_context = status.context_address(0) as u64;
+        status.run_per_rank(blocks, 1, None, &|_| {
+            // SAFETY: 0 or a harness context alive for the run; the status window's context.
+            let (w, s) = unsafe {
+                (
+                    WindowArg::from_context_address(window),
+                    WindowArg::from_context_address(status_context),
+                )
+            };
+            open_only(w, s);
+            0
+        });
+        status.read::<i64>(0, 0, 1)[0]
+    }
+    let mut status = Ranks::new(1, 8, SECOND);
+    let good = Ranks::new(1, 64, SECOND);
+    let address = good.context_address(0) as u64;
+    assert_eq!(outcome(&mut status, address, 1), DONE);
+    assert!(!good.aborted(0));
+    assert_eq!(outcome(&mut status, 0, 1), INVALID, "a null context");
+    assert_eq!(outcome(&mut status, address, 65), INVALID, "65 blocks");
+    assert!(good.aborted(0), "the refused window's abort word");
+    let shifted = Ranks::with_base_shifts(2, 64, SECOND, &[0, 4]);
+    let address = shifted.context_address(0) as u64;
+    assert_eq!(
+        outcome(&mut status, address, 1),
+        INVALID,
+        "a peer base at +4"
+    );
+}
+
+/// The token's block-wide reductions: `any` and `all` over a value that differs by thread.
+#[test]
+fn any_and_all_make_a_varying_value_uniform() {
+    let ranks = Ranks::new(1, 8, SECOND);
+    let results = ranks.run_per_rank(2, 8, None, &|_| {
+        // SAFETY: every thread of the grid makes one token, at its start.
+        let mut block = unsafe { Block::enter() };
+        let odd = block.per_thread((), |lane, ()| lane.thread() % 2 == 1);
+        let big = block.per_thread((), |lane, ()| lane.thread() < 100);
+        let none = block.per_thread((), |lane, ()| lane.thread() > 100);
+        (block.any(odd) as i32)
+            | ((block.all(odd) as i32) << 1)
+            | ((block.all(big) as i32) << 2)
+            | ((block.any(none) as i32) << 3)
+    });
+    assert_eq!(results, [0b0101]);
+}
