@@ -9,8 +9,7 @@
 //! A first round of every scenario runs before the baseline is taken, so that state made once
 //! per process (the host backend, the thread's error message, lazily built tables) is not
 //! counted. Then every scenario runs several more times: anything kept per communicator would
-//! grow with the rounds. (A finished bootstrap root closed its ranks' connections only when
-//! the process made its next root: found by this test.)
+//! grow with the rounds.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::{Command, Stdio};

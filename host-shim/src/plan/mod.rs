@@ -189,34 +189,10 @@ pub struct Model {
     pub pat_bandwidth_share: f64,
 }
 
-/// Hopper values, from the GPU runs in bench/RESULTS.md (an H200, then an H100; 2, 4 and 8
-/// virtual ranks on the one GPU, CUDA-graph replays).
-///
-/// - LL: 6.3–8.5 µs from 64 B to 16 KiB per rank on 2, 4 and 8 ranks (H100, after its waits
-///   stopped reading the host-memory abort word at every miss and its receive polled each
-///   line once), against 11–29 µs for one-shot at 512 B–32 KiB: the planner gives LL every
-///   payload its buffers take.
-/// - One-shot and two-shot: 11.5 and 12.5 µs at 1 KiB (H200); 26–32 GB/s per block (11 blocks
-///   per rank at 64 MiB: 2 ranks one-shot 472.6 µs, 8 ranks two-shot 416.6 µs, H100).
-/// - The GPU: 8 ranks at 11 blocks each reached 88 % of the device's copy rate at 64 MiB
-///   (two-shot, H100): about 2650 GB/s of what `Model::bytes` counts, shared by the ranks on
-///   the GPU. With that same 320 GB/s cap per rank, 2 ranks reached 29 % and 4 ranks 61 %:
-///   blocks, not memory, bounded them. Now a rank whose peers all share its GPU may use the
-///   GPU's bandwidth divided by the ranks on it (so 2 and 4 ranks take more blocks; 8 ranks
-///   keep 11).
-/// - A rank whose peers are on other GPUs keeps 320 GB/s (measured per rank with 8 virtual
-///   ranks on the H200; not yet measured across GPUs).
-/// - Direct all-gather: 316 GB/s per rank at 64 MiB (H200).
-///
-/// Not modelled: between 16 KiB and 2 MiB the measured one-shot and two-shot times are 10–20 µs
-/// above the model's (its latencies fit 1 KiB; the H100 times there fit 19 µs + 1 µs per rank
-/// for one-shot and 30 µs for two-shot, bench/RESULTS.md); the choice between them there
-/// follows the first run's measured switch points. With ranks that differ in placement, a rank
-/// reducing in place with one-shot pays a cross-rank barrier per round (measured before the
-/// vote, every rank in place, 2 ranks, 64 MiB: 3769 against 1032 µs out of place). The plan
-/// cannot price it: it must be the same on every rank, and a rank does not know whether its
-/// peers reduce in place. PAT's constants are still estimates: with them PAT takes over from
-/// 32 ranks for small and medium sizes (see bench/scale_model.md).
+/// Hopper values, fitted to the GPU runs (an H200 and an H100, 2, 4 and 8 virtual ranks on one
+/// GPU, CUDA-graph replays). bench/RESULTS.md, "How the GPU model's constants were set", gives
+/// each constant's measurement and what the model leaves out (one-shot and two-shot between 16
+/// KiB and 2 MiB, in-place one-shot ranks, PAT's estimated constants).
 pub const GPU_MODEL: Model = Model {
     latency_us: [7.5, 11.5, 12.5, 12.0],
     per_block_gbps: [30.0, 44.0],
