@@ -1,5 +1,7 @@
-//! Raw interpreter speed: an arithmetic loop and a memory loop (printed, not asserted).
+//! Raw interpreter speed: an arithmetic loop and a memory loop, printed. A benchmark, not a
+//! test: `cargo bench -p symm-sim --bench speed`.
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::time::Instant;
@@ -28,12 +30,7 @@ fn measure(body: &str, threads: u32, name: &str) {
     );
 }
 
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "slow without optimizations: run with --release"
-)]
-fn interpreter_speed() {
+fn main() {
     // 8 instructions per iteration, no memory.
     measure(
         "
