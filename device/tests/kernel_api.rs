@@ -52,8 +52,9 @@ symm_device::kernel! {
                         let value = lane.read_peer(win, next, data, i).unwrap();
                         lane.write(win, got, i, value);
                     }
-                });
+                })
             });
+            let result = result.and_then(|read| read.map(|_| ()));
             // Once the frame is closed no peer reads this rank's data any more: overwrite it.
             block.per_thread((win, data, n), |lane, (win, data, n)| {
                 for i in lane.share(n) {
@@ -395,4 +396,29 @@ fn any_and_all_make_a_varying_value_uniform() {
             | ((block.any(none) as i32) << 3)
     });
     assert_eq!(results, [0b0101]);
+}
+
+symm_device::kernel! {
+    /// A kernel whose entry is called again inside a lane of another kernel.
+    fn inner(block) {
+        block.sync();
+    }
+}
+
+symm_device::kernel! {
+    fn outer(block) {
+        block.per_thread((), |lane, ()| {
+            if lane.thread() == 0 {
+                inner();
+            }
+        });
+    }
+}
+
+/// A kernel's entry called inside a kernel (a second block token on one thread) panics on the
+/// host emulation instead of reaching a barrier from one thread.
+#[test]
+fn an_entry_called_inside_a_kernel_panics() {
+    let caught = std::panic::catch_unwind(|| symm_device::arch::host::run_grid(1, 2, &|| outer()));
+    assert!(caught.is_err(), "a second token was made");
 }

@@ -6,9 +6,10 @@
 /// another window, a window's handles leaving their closure, peer access outside a frame, a
 /// barrier reached from per-thread code, the block handed to per-thread code, a branch on a
 /// per-thread value, a frame kept past its closing barrier, a collective inside a frame, a
-/// block token made outside a kernel's entry, a window argument opened twice, and an element
-/// type that is not the window's.
-const CASES: [&str; 13] = [
+/// block token made outside a kernel's entry or inside its body, a window argument opened
+/// twice, an element type that is not the window's, a kernel parameter that is not bytes the
+/// host passes, and a user's element type.
+const CASES: [&str; 16] = [
     "forge_peer",
     "raw_offset",
     "span_of_another_window",
@@ -22,6 +23,9 @@ const CASES: [&str; 13] = [
     "forge_block",
     "window_arg_twice",
     "dtype_mismatch",
+    "enter_inside_body",
+    "block_parameter",
+    "foreign_element",
 ];
 
 #[test]

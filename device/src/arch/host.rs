@@ -107,6 +107,8 @@ struct Coordinates {
     block_dim: u32,
     grid_dim: u32,
     barrier: *const BlockBarrier,
+    /// Whether this thread's run of the kernel made its block token (`kernel::Block`).
+    token_taken: bool,
 }
 
 // SAFETY: the pointer is only dereferenced by the threads of the grid that set it (threads of
@@ -122,6 +124,23 @@ std::thread_local! {
 #[cfg(loom)]
 loom::thread_local! {
     static COORDINATES: Cell<Option<Coordinates>> = Cell::new(None);
+}
+
+/// Mark the calling emulated thread's kernel as having made its block token: `true` the first
+/// time in a run of a kernel, `false` after (a kernel's entry called again inside the kernel).
+///
+/// # Panics
+/// Outside an emulated grid.
+pub fn take_block_token() -> bool {
+    COORDINATES.with(|c| {
+        let mut coordinates = c
+            .get()
+            .expect("a kernel's entry called outside arch::host::run_grid");
+        let first = !coordinates.token_taken;
+        coordinates.token_taken = true;
+        c.set(Some(coordinates));
+        first
+    })
 }
 
 fn coordinates() -> Coordinates {
@@ -151,6 +170,7 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
                     block_dim: block,
                     grid_dim: grid,
                     barrier,
+                    token_taken: false,
                 };
                 // SAFETY: every thread is joined below, before `run_grid` returns: the kernel and
                 // the barriers outlive them (a panic in one ends the whole loom execution).
@@ -179,6 +199,7 @@ pub fn run_grid(grid: u32, block: u32, kernel: &(dyn Fn() + Sync)) {
                     block_dim: block,
                     grid_dim: grid,
                     barrier,
+                    token_taken: false,
                 })
             });
         workers::run_all(coordinates, kernel);
@@ -482,6 +503,7 @@ pub fn run_on_this_thread(kernel: &dyn Fn()) {
         block_dim: 1,
         grid_dim: 1,
         barrier: &barrier,
+        token_taken: false,
     };
     /// Clears the coordinates when the kernel returns or unwinds.
     struct Clear;
@@ -526,6 +548,7 @@ pub fn run_grid_with_residency(grid: u32, block: u32, resident: u32, kernel: &(d
             block_dim: block,
             grid_dim: grid,
             barrier,
+            token_taken: false,
         };
         COORDINATES.with(|c| c.set(Some(coords)));
         kernel();

@@ -76,39 +76,30 @@ mod plain {
     }
 }
 
-/// Relaxed, system-scope accesses to values of 1, 2, 4 or 8 bytes (an element of a window,
-/// as users' kernels reach their own and their peers' windows): morally strong in the PTX
-/// memory model (volatile, which PTX treats as relaxed at system scope), and atomics on the
-/// host, so that accesses racing on one value give an old or a new value, never undefined
-/// behaviour. Ordering between ranks comes from the barriers around them.
+/// Relaxed atomic accesses to values of 1, 2, 4 or 8 bytes (an element of a window, as users'
+/// kernels reach their own and their peers' windows): `ld/st.relaxed.sys` on the GPU, atomics
+/// on the host, so that accesses racing on one value give an old or a new value, never
+/// undefined behaviour, in Rust's model as in PTX's. Ordering between ranks comes from the
+/// barriers around them.
 pub mod relaxed {
+    use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
+
     /// The `size`-byte value at `ptr`, zero-extended.
     ///
     /// # Safety
     /// `size` is 1, 2, 4 or 8; `ptr` is valid for reads of `size` bytes and aligned to
-    /// `size`, and accessed only through this module while other threads may write it.
+    /// `size`, and accessed only atomically while other threads may write it.
     #[inline(always)]
     pub unsafe fn load_bits(ptr: *const u8, size: usize) -> u64 {
-        #[cfg(target_arch = "nvptx64")]
-        // SAFETY: valid and aligned for the access (caller's contract).
-        unsafe {
-            match size {
-                1 => core::ptr::read_volatile(ptr) as u64,
-                2 => core::ptr::read_volatile(ptr as *const u16) as u64,
-                4 => core::ptr::read_volatile(ptr as *const u32) as u64,
-                _ => core::ptr::read_volatile(ptr as *const u64),
-            }
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
         // SAFETY: valid and aligned for the access, and only accessed atomically (caller's
         // contract); each atomic type has its integer's size and alignment.
         unsafe {
-            use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
             match size {
                 1 => AtomicU8::from_ptr(ptr as *mut u8).load(Ordering::Relaxed) as u64,
                 2 => AtomicU16::from_ptr(ptr as *mut u16).load(Ordering::Relaxed) as u64,
                 4 => AtomicU32::from_ptr(ptr as *mut u32).load(Ordering::Relaxed) as u64,
-                _ => AtomicU64::from_ptr(ptr as *mut u64).load(Ordering::Relaxed),
+                8 => AtomicU64::from_ptr(ptr as *mut u64).load(Ordering::Relaxed),
+                _ => unreachable!("an element of {size} bytes"),
             }
         }
     }
@@ -119,25 +110,14 @@ pub mod relaxed {
     /// As for [`load_bits`], valid for writes.
     #[inline(always)]
     pub unsafe fn store_bits(ptr: *mut u8, size: usize, bits: u64) {
-        #[cfg(target_arch = "nvptx64")]
-        // SAFETY: valid and aligned for the access (caller's contract).
-        unsafe {
-            match size {
-                1 => core::ptr::write_volatile(ptr, bits as u8),
-                2 => core::ptr::write_volatile(ptr as *mut u16, bits as u16),
-                4 => core::ptr::write_volatile(ptr as *mut u32, bits as u32),
-                _ => core::ptr::write_volatile(ptr as *mut u64, bits),
-            }
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
         // SAFETY: as in `load_bits`.
         unsafe {
-            use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
             match size {
                 1 => AtomicU8::from_ptr(ptr).store(bits as u8, Ordering::Relaxed),
                 2 => AtomicU16::from_ptr(ptr as *mut u16).store(bits as u16, Ordering::Relaxed),
                 4 => AtomicU32::from_ptr(ptr as *mut u32).store(bits as u32, Ordering::Relaxed),
-                _ => AtomicU64::from_ptr(ptr as *mut u64).store(bits, Ordering::Relaxed),
+                8 => AtomicU64::from_ptr(ptr as *mut u64).store(bits, Ordering::Relaxed),
+                _ => unreachable!("an element of {size} bytes"),
             }
         }
     }

@@ -80,7 +80,7 @@ impl<'w, T: Element> Slot<'w, T> {
 pub struct Frame<'f, 'w, T: Element> {
     barrier: CrossRankBarrier<'w>,
     failed: bool,
-    brand: PhantomData<fn(&'f ()) -> &'f T>,
+    brand: PhantomData<(Invariant<'f>, Invariant<'w>, T)>,
     _per_thread: PhantomData<*mut ()>,
 }
 
@@ -100,21 +100,28 @@ impl<'w, T: Element> Frame<'_, 'w, T> {
     }
 
     /// Run `work` on every thread of the block with `args`, as [`Block::per_thread`] does, with
-    /// a [`PeerLane`]: every rank's window is reachable.
+    /// a [`PeerLane`]: every rank's window is reachable. `Err` without running it once a
+    /// [`Frame::sync`] of the frame failed (peers may have left the frame).
     #[inline(always)]
     pub fn per_thread<A: Send, R: Send>(
         &self,
         block: &Block,
         args: A,
         work: fn(PeerLane<'_, 'w>, A) -> R,
-    ) -> Varying<R> {
+    ) -> Result<Varying<R>, Aborted> {
+        if self.failed {
+            return Err(Aborted);
+        }
         let lane = PeerLane {
             lane: Lane::of(block),
             brand: PhantomData,
         };
-        Varying(work(lane, args))
+        Ok(Varying(work(lane, args)))
     }
 }
+
+/// A marker invariant in `'a` (a brand cannot be shortened or lengthened).
+type Invariant<'a> = fn(&'a ()) -> &'a ();
 
 /// A thread inside a frame on the window branded `'w`: a [`Lane`] that also reaches every rank's
 /// window.

@@ -29,10 +29,12 @@
 //!   a frame. Frames share the window's barrier epochs with symm's launched kernels, so a
 //!   user's kernel and symm's collectives interleave on one window in stream order.
 //!
-//! What the types cannot carry: ranks making different sequences of frames or collectives on
-//! a window (a mismatch ends in [`Aborted`] within the window's timeout, and the host reports
-//! the window failed: never a hang), a value smuggled out of a lane through an atomic or a
-//! `static` (don't), and warp-level operations (not offered).
+//! These hold for a kernel that reaches the device only through this module (the crate's lower
+//! layers reach barriers and thread indices without the token), and within one block index:
+//! frames and collectives order block `b` of every rank with block `b`, so what other blocks
+//! touch meanwhile, and ranks making different sequences on a window, are the kernel author's
+//! to get right. `docs/DEVICE_API.md` says what exactly the types leave to run time and to the
+//! author.
 
 mod collective;
 mod frame;
@@ -65,9 +67,15 @@ impl Block {
     /// # Safety
     /// Called once per thread, at the kernel's entry, by every thread of every block of the
     /// launch (what [`kernel!`](crate::kernel!) writes), so that every thread of a block
-    /// holds one token and makes the same sequence of block-wide steps.
+    /// holds one token and makes the same sequence of block-wide steps. On the host emulation a
+    /// second token in one run of a kernel panics (a kernel's entry called inside a kernel).
     #[inline(always)]
     pub unsafe fn enter() -> Block {
+        #[cfg(not(target_arch = "nvptx64"))]
+        assert!(
+            arch::host::take_block_token(),
+            "a kernel's entry was called inside a kernel (one block token per thread and run)"
+        );
         Block {
             block: arch::block_idx_x(),
             blocks: arch::grid_dim_x(),
@@ -191,8 +199,10 @@ impl Lane<'_> {
     /// a frame this way.
     #[inline(always)]
     pub fn share(&self, len: u64) -> core::iter::StepBy<core::ops::Range<u64>> {
-        let (lo, hi) = block_range(len, self.block, self.blocks);
-        (lo + self.thread as u64..hi).step_by(self.threads.max(1) as usize)
+        // A window holds at most 2^64 bytes, so `len` of any span fits the partition's
+        // arithmetic; larger lengths are clamped rather than overflow.
+        let (lo, hi) = block_range(len.min(u64::MAX / 2), self.block, self.blocks);
+        (lo.saturating_add(self.thread as u64)..hi).step_by(self.threads.max(1) as usize)
     }
 
     /// Element `index` of `span` in this rank's window, or `None` past the span.
@@ -269,20 +279,53 @@ macro_rules! kernel {
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         $vis unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) {
+            // The body is a safe function of its own: no `unsafe` context leaks into it.
+            #[inline(always)]
+            fn body($block: &mut $crate::kernel::Block $(, $arg: $ty)*) $body
+            $($crate::kernel::param::<$ty>();)*
             // SAFETY: the kernel's entry point, run once by every thread of the launch.
             let mut token = unsafe { $crate::kernel::Block::enter() };
-            let $block: &mut $crate::kernel::Block = &mut token;
-            $body
+            body(&mut token $(, $arg)*)
         }
 
         $(#[$meta])*
         #[cfg(not(target_arch = "nvptx64"))]
         $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($block: &mut $crate::kernel::Block $(, $arg: $ty)*) $body
+            $($crate::kernel::param::<$ty>();)*
             // SAFETY: the kernel's entry point: the host emulation runs this function once on
-            // every thread of its grid (outside a grid the token's indices panic).
+            // every thread of its grid; called outside a grid, or inside a kernel, `enter`
+            // panics.
             let mut token = unsafe { $crate::kernel::Block::enter() };
-            let $block: &mut $crate::kernel::Block = &mut token;
-            $body
+            body(&mut token $(, $arg)*)
         }
     };
 }
+
+/// A type a kernel's entry takes as a parameter: a [`WindowArg`] or a number (`u32`, `i32`,
+/// `u64`, `i64`, `f32`, `f64`). Sealed: the host passes these bytes, so a parameter cannot be
+/// a token, a slot or a reference.
+pub trait KernelParam: param_seal::Sealed {}
+
+mod param_seal {
+    pub trait Sealed {}
+}
+
+macro_rules! number_param {
+    ($($t:ty),*) => {$(
+        impl param_seal::Sealed for $t {}
+        impl KernelParam for $t {}
+    )*};
+}
+
+number_param!(u32, i32, u64, i64, f32, f64);
+
+impl<T: Element> param_seal::Sealed for WindowArg<T> {}
+impl<T: Element> KernelParam for WindowArg<T> {}
+
+/// Compile-time check, in the entry [`kernel!`](crate::kernel!) writes, that a parameter's
+/// type is a [`KernelParam`].
+#[doc(hidden)]
+#[inline(always)]
+pub const fn param<T: KernelParam>() {}

@@ -16,9 +16,9 @@ use core::ops::Range;
 const BASE_ALIGNMENT: u64 = 16;
 
 /// A window of elements of `T`, as a kernel parameter: the device address of this rank's
-/// context of the window (64 bits, what `symmCommGetDeviceContext` gives). The host's Rust API
-/// makes one from a window it keeps alive until the launch completes; it is not `Copy`, so a
-/// kernel opens each window argument once.
+/// context of the window (64 bits, what `symmCommGetDeviceContext` gives), which the host
+/// passes for a window it keeps alive until the launch completes. It is not `Copy`, so a kernel
+/// opens each window argument once.
 #[repr(transparent)]
 pub struct WindowArg<T: Element> {
     context: u64,
@@ -76,6 +76,7 @@ impl Block {
             && context_is_valid(ctx)
             && arch::launch_is_one_dimensional()
             && self.blocks as usize <= MAX_BLOCKS
+            && self.block < self.blocks
             && ctx.window_size.is_multiple_of(size_of::<T>() as u64)
             && bases_aligned(ctx);
         if !valid {
@@ -118,10 +119,6 @@ impl<T: Element> Clone for Win<'_, T> {
 }
 
 impl<T: Element> Copy for Win<'_, T> {}
-
-// SAFETY: a `Win` is a shared reference to a context that no one writes while the kernel
-// runs, and a brand; handing it to a lane moves no ownership.
-unsafe impl<T: Element> Send for Win<'_, T> {}
 
 impl<'w, T: Element> Win<'w, T> {
     /// This rank.
@@ -196,9 +193,9 @@ impl<'w, T: Element> Win<'w, T> {
         let at = self.address(peer, span, index)?;
         // SAFETY: inside `peer`'s window (checked in `address`), aligned for `T` (every base is
         // 16-byte aligned, checked when the window was opened, and the offset is a multiple of
-        // `T`'s size, which is 1, 2, 4 or 8); window elements are reached only through
-        // `arch::relaxed` by users' kernels, and symm's kernels do not run concurrently with
-        // them on the window (stream order, and frames between barriers).
+        // `T`'s size, which the sealed element types keep at 1, 2, 4 or 8, equal to their
+        // alignment). The access is atomic; it races only with accesses the kernel's author
+        // leaves unordered (docs/DEVICE_API.md, "What the types cannot carry").
         let bits = unsafe { arch::relaxed::load_bits(at, size_of::<T>()) };
         Some(T::from_bits(bits))
     }
@@ -230,9 +227,6 @@ impl Clone for Peer<'_> {
 
 impl Copy for Peer<'_> {}
 
-// SAFETY: a rank number and a brand.
-unsafe impl Send for Peer<'_> {}
-
 impl Peer<'_> {
     /// The rank.
     #[inline(always)]
@@ -256,9 +250,6 @@ impl<T: Element> Clone for Span<'_, T> {
 }
 
 impl<T: Element> Copy for Span<'_, T> {}
-
-// SAFETY: two numbers and a brand.
-unsafe impl<T: Element> Send for Span<'_, T> {}
 
 impl<'w, T: Element> Span<'w, T> {
     /// Elements.

@@ -6,8 +6,9 @@ use super::small_float::{BFLOAT16, FLOAT8_E4M3, FLOAT8_E5M2, FLOAT16};
 use crate::types::DataType;
 use bytemuck::{Pod, Zeroable};
 
-/// An element type of the collectives.
-pub trait Element: Copy + Send + Sync + 'static {
+/// An element type of the collectives: sealed (this crate's 12 types: 1, 2, 4 or 8 bytes,
+/// aligned to their size).
+pub trait Element: Copy + Send + Sync + 'static + super::sealed::Sealed {
     /// What values are reduced in.
     type Acc: Accumulator;
     /// The C ABI data type.
@@ -42,6 +43,8 @@ macro_rules! small_float {
                 $format.to_f32(self.0 as u32)
             }
         }
+
+        impl super::sealed::Sealed for $name {}
 
         impl Element for $name {
             type Acc = f32;
@@ -97,6 +100,8 @@ small_float!(
 
 macro_rules! native {
     ($($t:ty => $acc:ty, $dtype:ident, $bits:ty);* $(;)?) => {$(
+        impl super::sealed::Sealed for $t {}
+
         impl Element for $t {
             type Acc = $acc;
             const DTYPE: DataType = DataType::$dtype;

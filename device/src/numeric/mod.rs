@@ -14,3 +14,15 @@ pub mod dynamic;
 pub mod element;
 pub mod ops;
 pub mod small_float;
+
+/// The seal of [`element::Element`], [`ops::Accumulator`] and [`ops::ReduceOp`]: the kernels'
+/// element types, accumulators and operators are this crate's only (a user's type could break
+/// the sizes and alignments the kernels rely on).
+pub(crate) mod sealed {
+    /// Implemented for this crate's element types only.
+    pub trait Sealed {}
+    /// Implemented for this crate's accumulators only.
+    pub trait SealedAccumulator {}
+    /// Implemented for this crate's operators only.
+    pub trait SealedOp {}
+}

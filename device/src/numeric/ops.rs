@@ -3,7 +3,7 @@
 use crate::types::RedOp;
 
 /// Arithmetic of an accumulator. Integer accumulators wrap.
-pub trait Accumulator: Copy {
+pub trait Accumulator: Copy + super::sealed::SealedAccumulator {
     /// Zero.
     const ZERO: Self;
     /// `self + other`.
@@ -20,6 +20,8 @@ pub trait Accumulator: Copy {
 
 macro_rules! float_accumulator {
     ($($t:ty),*) => {$(
+        impl super::sealed::SealedAccumulator for $t {}
+
         impl Accumulator for $t {
             const ZERO: Self = 0.0;
             #[inline(always)]
@@ -38,6 +40,8 @@ macro_rules! float_accumulator {
 
 macro_rules! integer_accumulator {
     ($($t:ty),*) => {$(
+        impl super::sealed::SealedAccumulator for $t {}
+
         impl Accumulator for $t {
             const ZERO: Self = 0;
             #[inline(always)]
@@ -62,7 +66,7 @@ float_accumulator!(f32, f64);
 integer_accumulator!(i64, u64, i128, u128);
 
 /// A reduction: how two ranks' values combine, and what happens after the last one.
-pub trait ReduceOp: 'static {
+pub trait ReduceOp: 'static + super::sealed::SealedOp {
     /// The C ABI operator.
     const OP: RedOp;
     /// Combine the running value with the next rank's.
@@ -86,6 +90,8 @@ pub struct Min;
 /// Sum divided by the number of ranks.
 pub struct Avg;
 
+impl super::sealed::SealedOp for Sum {}
+
 impl ReduceOp for Sum {
     const OP: RedOp = RedOp::Sum;
     #[inline(always)]
@@ -93,6 +99,8 @@ impl ReduceOp for Sum {
         acc.add(next)
     }
 }
+
+impl super::sealed::SealedOp for Prod {}
 
 impl ReduceOp for Prod {
     const OP: RedOp = RedOp::Prod;
@@ -102,6 +110,8 @@ impl ReduceOp for Prod {
     }
 }
 
+impl super::sealed::SealedOp for Max {}
+
 impl ReduceOp for Max {
     const OP: RedOp = RedOp::Max;
     #[inline(always)]
@@ -110,6 +120,8 @@ impl ReduceOp for Max {
     }
 }
 
+impl super::sealed::SealedOp for Min {}
+
 impl ReduceOp for Min {
     const OP: RedOp = RedOp::Min;
     #[inline(always)]
@@ -117,6 +129,8 @@ impl ReduceOp for Min {
         acc.min(next)
     }
 }
+
+impl super::sealed::SealedOp for Avg {}
 
 impl ReduceOp for Avg {
     const OP: RedOp = RedOp::Avg;

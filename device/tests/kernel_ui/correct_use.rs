@@ -12,8 +12,10 @@ symm_device::kernel! {
                 let read = frame.per_thread(block, (win, next, data), |lane, (win, next, data)| {
                     lane.read_peer(win, next, data, lane.thread() as u64).unwrap_or(0.0)
                 });
-                let positive = block.per_thread(read, |lane, read| read.get(&lane) > 0.0);
-                block.any(positive)
+                read.map(|read| {
+                    let positive = block.per_thread(read, |lane, read| read.get(&lane) > 0.0);
+                    block.any(positive)
+                })
             });
             let _ = all_reduce(block, win, &mut slot, data, Sum);
             let _ = barrier(block, &mut slot);
