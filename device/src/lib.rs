@@ -20,7 +20,7 @@
 //! 5. [`symmetric`] — the collective kernels, generic over element type and reduction.
 //! 6. [`exports`] — the `extern "ptx-kernel"` entry points that appear in the PTX,
 //!    [`triton`] — the device functions that Triton kernels (or any device code) link from the
-//!    Triton-linkable LLVM IR, and [`kernel`] — the typed API users' own kernels are written
+//!    Triton-linkable LLVM IR, and [`mod@kernel`] — the typed API users' own kernels are written
 //!    in (no `unsafe` in the kernel's code).
 //!
 //! [`SymmContext`] is the `#[repr(C)]` description of one symmetric window that every kernel
