@@ -8,9 +8,14 @@
 //! descriptors (`task_count` per rank served by the launch; the grid is split evenly among the
 //! ranks), the number of tasks and the number of ranks.
 
-/// The kernel entry points; not in the Triton-linkable library (the `triton-library` feature),
-/// which carries only the device functions of [`crate::triton`].
-#[cfg(all(target_arch = "nvptx64", not(feature = "triton-library")))]
+/// The kernel entry points, in symm's own PTX build only (the `kernels` feature): not in the
+/// Triton-linkable library (the `triton-library` feature), which carries only the device
+/// functions of [`crate::triton`], nor in the PTX of a user's kernel crate.
+#[cfg(all(
+    target_arch = "nvptx64",
+    feature = "kernels",
+    not(feature = "triton-library")
+))]
 mod ptx {
     use crate::numeric::element::{Bf16, F8E4M3, F8E5M2, F16};
     use crate::numeric::ops::{Avg, Max, Min, Prod, Sum};

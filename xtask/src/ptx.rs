@@ -246,9 +246,9 @@ fn build_device(cpu: &str, bitcode: bool) -> Result<PathBuf, String> {
     command
         .args(["rustc", "-p", "symm-device", "--release", "--quiet"])
         .args(if bitcode {
-            &["--features", "triton-library"][..]
+            ["--features", "triton-library"]
         } else {
-            &[]
+            ["--features", "kernels"]
         })
         .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
         .args(["--crate-type", "cdylib", "--target-dir"])

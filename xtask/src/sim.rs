@@ -223,14 +223,17 @@ struct TestBinaries {
     staging_point_to_point: PathBuf,
     /// The Rust API (`rust_api.rs`).
     rust_api: PathBuf,
+    /// Launches of users' kernels the Rust API refuses (`rust_kernels.rs`).
+    rust_kernels: PathBuf,
+    /// The Rust example's kernel launched from its PTX (`examples/rust/app/tests/ring.rs`).
+    example_kernels: PathBuf,
 }
 
 /// Build the [`TestBinaries`] and return their executables.
 fn test_binaries() -> Result<TestBinaries, String> {
-    let output = cargo()
-        .args([
-            "test",
-            "--release",
+    let mut messages = build_tests(
+        "the GPU test set",
+        &[
             "-p",
             "symm-tests",
             "--features",
@@ -257,20 +260,15 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "staging_point_to_point",
             "--test",
             "rust_api",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .current_dir(root())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot start cargo: {e}"))?;
-    if !output.status.success() {
-        return Err("building the GPU test set failed".into());
-    }
-    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .collect();
+            "--test",
+            "rust_kernels",
+        ],
+    )?;
+    // The Rust example: its build script compiles its kernels' crate to PTX.
+    messages.extend(build_tests(
+        "the Rust example",
+        &["-p", "symm-example", "--test", "ring"],
+    )?);
     let executable = |name: &str| {
         messages
             .iter()
@@ -290,7 +288,29 @@ fn test_binaries() -> Result<TestBinaries, String> {
         staging: executable("staging")?,
         staging_point_to_point: executable("staging_point_to_point")?,
         rust_api: executable("rust_api")?,
+        rust_kernels: executable("rust_kernels")?,
+        example_kernels: executable("ring")?,
     })
+}
+
+/// Build the release test binaries `args` select (`what` in messages), without running them:
+/// cargo's JSON messages, which name each executable.
+fn build_tests(what: &str, args: &[&str]) -> Result<Vec<serde_json::Value>, String> {
+    let output = cargo()
+        .args(["test", "--release"])
+        .args(args)
+        .args(["--no-run", "--message-format=json"])
+        .current_dir(root())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("building {what} failed"));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .collect())
 }
 
 /// A directory laid out as `CUDA_HOME` for the C examples' `make CUDA=1`: `include/cuda.h`
@@ -461,6 +481,18 @@ pub fn test() -> Result<(), String> {
         ],
     )
     .pass(&dir)?;
+    // A user's kernel (frames, peer reads, the in-kernel all-reduce) under weak memory.
+    SimRun {
+        what: "weak memory: a user's kernel",
+        program: &binaries.example_kernels,
+        args: vec![],
+        env: vec![
+            ("SYMM_SIM_SEED", "3"),
+            ("SYMM_SIM_SMS", "16"),
+            ("SYMM_SIM_WEAK", "1"),
+        ],
+    }
+    .pass(&dir)?;
     step("weak memory", t);
 
     // The layouts users run (a thread per rank, a group, a process per rank) on the cuda
@@ -484,6 +516,8 @@ pub fn test() -> Result<(), String> {
             &binaries.staging_point_to_point,
         ),
         ("the Rust API", &binaries.rust_api),
+        ("launches of users' kernels", &binaries.rust_kernels),
+        ("a user's kernel from its PTX", &binaries.example_kernels),
     ] {
         SimRun {
             what,
@@ -495,7 +529,7 @@ pub fn test() -> Result<(), String> {
     }
     step(
         "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v, \
-         staging, Rust API",
+         staging, Rust API, users' kernels",
         t,
     );
 

@@ -12,16 +12,22 @@
 //!   is the scope's, not a guard's.
 //! - [`group`]: calls made in the closure run together at its end (`symmGroupStart` /
 //!   `symmGroupEnd`), as one thread driving several ranks needs.
+//! - [`Kernel`] and [`Scope::launch`]: a user's kernel (written with `symm_device::kernel!`),
+//!   from its crate's PTX on the cuda backend and as the same function on emulated threads on
+//!   the host backend; window parameters from [`Bound::kernel_arg`].
 
 mod comm;
 mod element;
+mod kernel;
 mod scope;
 mod window;
 
 pub use crate::error::Error;
 pub use comm::{Comm, ShrinkMode, UniqueId, group};
 pub use element::{Element, ReduceOp};
+pub use kernel::{Kernel, KernelArg, KernelArgs};
 pub use scope::{Bound, Scope, Span, Stream, scope};
+pub use symm_device::kernel::WindowArg;
 pub use window::Window;
 
 /// The result of every call of the Rust API: `std::result::Result<T, symm::Error>` (not

@@ -84,6 +84,9 @@ impl std::fmt::Debug for Stream {
 pub struct Scope<'s, 'env: 's> {
     /// Every (rank, stream) a window was bound on: synchronized when the scope ends.
     streams: RefCell<Vec<(Arc<crate::comm::Comm>, u64)>>,
+    /// Every (rank, context address) of a window bound in the scope: what a launch of a
+    /// user's kernel may take.
+    contexts: RefCell<Vec<(Arc<crate::comm::Comm>, u64)>>,
     scope: PhantomData<&'s mut &'s ()>,
     env: PhantomData<&'env mut &'env ()>,
 }
@@ -113,6 +116,7 @@ pub fn scope<'env, R>(body: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> Re
     }
     let scope = Scope {
         streams: RefCell::new(Vec::new()),
+        contexts: RefCell::new(Vec::new()),
         scope: PhantomData,
         env: PhantomData,
     };
@@ -149,6 +153,12 @@ impl<'s, 'env> Scope<'s, 'env> {
         {
             streams.push((comm.inner.clone(), stream.raw));
         }
+        drop(streams);
+        if let Some(context) = context_of(comm, window.as_ptr(), window.len() * size_of::<T>()) {
+            self.contexts
+                .borrow_mut()
+                .push((comm.inner.clone(), context));
+        }
         Bound {
             comm,
             address: window.as_ptr(),
@@ -156,6 +166,16 @@ impl<'s, 'env> Scope<'s, 'env> {
             stream: stream.raw,
             borrow: PhantomData,
         }
+    }
+
+    /// The context addresses of the windows of `comm` bound in this scope.
+    pub(super) fn bound_contexts(&self, comm: &Comm) -> Vec<u64> {
+        self.contexts
+            .borrow()
+            .iter()
+            .filter(|(c, _)| Arc::ptr_eq(c, &comm.inner))
+            .map(|(_, context)| *context)
+            .collect()
     }
 
     /// Wait for every stream bound in the scope, then look for each rank's failure.
@@ -488,6 +508,22 @@ pub struct Bound<'s, T: Element> {
 }
 
 impl<'s, T: Element> Bound<'s, T> {
+    /// The rank the window belongs to.
+    pub(super) fn comm(&self) -> &'s Comm {
+        self.comm
+    }
+
+    /// The stream the window is bound on.
+    pub(super) fn stream_raw(&self) -> u64 {
+        self.stream
+    }
+
+    /// The device address of this rank's context of the window (0 if it has none: never, for
+    /// a window of the Rust API, whose registration completes before it is returned).
+    pub(super) fn context_address(&self) -> u64 {
+        context_of(self.comm, self.address, self.len * size_of::<T>()).unwrap_or(0)
+    }
+
     /// Elements.
     pub fn len(&self) -> usize {
         self.len
@@ -714,4 +750,10 @@ fn point_to_point<T: Element>(
     };
     crate::group::point_to_point(&comm.inner, call, span.stream)
         .map_err(|e| comm.record(e.in_function(name)))
+}
+
+/// The context address of the window of `comm` at `address` holding `bytes`.
+fn context_of(comm: &Comm, address: u64, bytes: usize) -> Option<u64> {
+    crate::comm::windows::find(&comm.inner, address, bytes as u64)
+        .and_then(|window| window.context().map(|context| context.address))
 }

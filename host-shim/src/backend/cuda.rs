@@ -240,12 +240,17 @@ impl CudaDevice {
         })?;
         let image =
             CString::new(module).map_err(|_| Error::internal("embedded PTX contains NUL"))?;
-        let annotate = |e: Error| {
-            Error::new(
-                e.code,
-                format!("{} ({name}, {} PTX)", e.message, self.ptx_target),
-            )
-        };
+        let f = self.load_function(&image, &c_name, &format!("{name}, {} PTX", self.ptx_target))?;
+        functions.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    /// Function `c_name` of the PTX `image`, loaded on the device: the module JIT-compiled (a
+    /// failure quotes the JIT's logs; `what` names the kernel in messages) and the function
+    /// forced onto the device, with this thread's capture mode relaxed and this device's
+    /// context current. The module stays loaded for the process once a function of it is kept.
+    fn load_function(&self, image: &CString, c_name: &CStr, what: &str) -> Result<sys::CUfunction> {
+        let annotate = |e: Error| Error::new(e.code, format!("{} ({what})", e.message));
         let _context = self.context.enter()?;
         let mut error_log = vec![0u8; JIT_LOG_BYTES];
         let mut info_log = vec![0u8; JIT_LOG_BYTES];
@@ -268,14 +273,14 @@ impl CudaDevice {
             driver(
                 "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
                 || unsafe {
-                    let f = result::module::get_function(module, c_name)?;
+                    let f = result::module::get_function(module, c_name.to_owned())?;
                     force_load(f)?;
                     Ok(f)
                 },
             )
         });
-        let f = match loaded {
-            Ok(f) => f,
+        match loaded {
+            Ok(f) => Ok(f),
             Err(e) => {
                 let _ = outside_capture(|| {
                     // SAFETY: the module was loaded above and none of its functions is kept.
@@ -283,10 +288,26 @@ impl CudaDevice {
                         result::module::unload(module)
                     })
                 });
-                return Err(annotate(e));
+                Err(annotate(e))
             }
-        };
-        functions.insert(name.to_string(), f);
+        }
+    }
+
+    /// Kernel `name` of a user's PTX module `ptx`, loaded on the device (see
+    /// [`CudaDevice::load_function`]) the first time and kept for the process.
+    fn user_function(&self, ptx: &str, name: &str) -> Result<sys::CUfunction> {
+        let key = format!("user {:#x}+{}:{name}", ptx.as_ptr() as usize, ptx.len());
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = functions.get(&key) {
+            return Ok(*f);
+        }
+        let c_name = CString::new(name)
+            .map_err(|_| Error::invalid_argument(format!("kernel name {name:?} holds a NUL")))?;
+        let image = CString::new(ptx).map_err(|_| {
+            Error::invalid_argument(format!("the PTX of kernel {name} holds a NUL"))
+        })?;
+        let f = self.load_function(&image, &c_name, &format!("the user's kernel {name}"))?;
+        functions.insert(key, f);
         Ok(f)
     }
 }
@@ -758,6 +779,55 @@ impl CudaBackend {
         // SAFETY: allocated by `alloc_flag`, freed once.
         driver("cuMemFreeHost", || unsafe {
             sys::cuMemFreeHost(flag.host as *mut c_void).result()
+        })
+    }
+
+    /// Enqueue a user's kernel (`kernel`: its PTX and entry name) on `stream` of device
+    /// `ordinal` with `grid` blocks of `block` threads and the parameters `params` (each one's
+    /// bytes), after checking that `grid` blocks of each of the `ranks_on_device` ranks sharing
+    /// the device can be resident at once (its frames wait on peers' blocks).
+    pub fn launch_user_kernel(
+        &self,
+        ordinal: i32,
+        ranks_on_device: u32,
+        (ptx, name): (&str, &str),
+        (grid, block): (u32, u32),
+        params: &[Vec<u8>],
+        stream: u64,
+    ) -> Result<()> {
+        let device = self.device(ordinal)?;
+        let _context = device.context.enter()?;
+        let function = device.user_function(ptx, name)?;
+        let resident = resident_blocks(&device, function, block)?;
+        let needed = u64::from(grid) * u64::from(ranks_on_device.max(1));
+        if needed > u64::from(resident) {
+            return Err(Error::invalid_argument(format!(
+                "grid = {grid} blocks of {block} threads for each of the {ranks_on_device} ranks \
+                 on device {ordinal}: kernel {name}'s {needed} blocks must be resident at once, \
+                 and the device holds {resident} of them"
+            )));
+        }
+        let mut pointers: Vec<*mut c_void> =
+            params.iter().map(|p| p.as_ptr() as *mut c_void).collect();
+        // SAFETY: a function loaded in the current context; one pointer per kernel parameter,
+        // each to that parameter's bytes (the sizes the kernel declares: `KernelArgs` writes
+        // each parameter at its type's size), alive across the call, which copies them; the
+        // stream is the caller's stream of this device's context.
+        driver("launching a user's kernel (cuLaunchKernel)", || unsafe {
+            sys::cuLaunchKernel(
+                function,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream as sys::CUstream,
+                pointers.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+            .result()
         })
     }
 

@@ -413,6 +413,27 @@ impl Backend {
         }
     }
 
+    /// Enqueue a user's kernel on the cuda backend (see `CudaBackend::launch_user_kernel`); the
+    /// host backend runs users' kernels itself (`Scope::launch`), the model runs none.
+    pub fn launch_user_kernel(
+        &self,
+        device: i32,
+        ranks_on_device: u32,
+        kernel: (&str, &str),
+        shape: (u32, u32),
+        params: &[Vec<u8>],
+        stream: u64,
+    ) -> Result<()> {
+        match self {
+            Backend::Cuda(b) => {
+                b.launch_user_kernel(device, ranks_on_device, kernel, shape, params, stream)
+            }
+            Backend::Host(_) | Backend::Model(_) => Err(Error::internal(
+                "a user's kernel enqueued on a backend without a driver",
+            )),
+        }
+    }
+
     /// Most blocks one rank may use when `ranks_on_device` ranks share its device (they must
     /// all be resident at once).
     pub fn max_blocks_per_rank(&self, device: i32, ranks_on_device: u32) -> Result<u32> {

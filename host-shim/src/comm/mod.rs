@@ -93,6 +93,11 @@ pub struct Clique {
 }
 
 impl Clique {
+    /// Ranks of the clique on `device`.
+    pub fn ranks_on_device(&self, device: i32) -> u32 {
+        self.devices.iter().filter(|d| **d == device).count() as u32
+    }
+
     /// The cost model (and block size) of this clique's plans: its executor's, and on the host
     /// backend its mode's.
     pub fn device_model(&self) -> crate::plan::DeviceModel {
