@@ -18,8 +18,16 @@ symm_device::kernel! {
 static TOUCH: Kernel<(WindowArg<f32>, u64)> =
     Kernel::new("touch", "", |(window, n)| touch(window, n));
 
-/// A window argument of a window the launching scope does not hold, a grid of no block and a
-/// launch inside a group are refused, naming what is wrong, with nothing run.
+/// The same kernel under a name its (stand-in) PTX does not declare.
+static MISNAMED: Kernel<(WindowArg<f32>, u64)> = Kernel::new(
+    "tuoch",
+    ".version 8.0\n.visible .entry touch(\n)\n",
+    |(window, n)| touch(window, n),
+);
+
+/// A window argument of a window the launching scope does not hold, a grid of no block, a
+/// launch inside a group, more blocks than a window has barrier slots and a name the kernel's
+/// PTX does not declare are refused, naming what is wrong, with nothing run.
 #[test]
 fn launches_the_scope_cannot_vouch_for_are_refused() {
     use_backend_from_env();
@@ -47,7 +55,15 @@ fn launches_the_scope_cannot_vouch_for_are_refused() {
                 .to_string())
         })
         .unwrap();
-        [in_inner, empty, grouped]
+        let wide = s
+            .launch(&held, &TOUCH, 65, 1, (held.kernel_arg(), 4))
+            .unwrap_err()
+            .to_string();
+        let misnamed = s
+            .launch(&held, &MISNAMED, 1, 1, (held.kernel_arg(), 4))
+            .unwrap_err()
+            .to_string();
+        [in_inner, empty, grouped, wide, misnamed]
     })
     .unwrap();
     assert!(
@@ -57,6 +73,16 @@ fn launches_the_scope_cannot_vouch_for_are_refused() {
     );
     assert!(messages[1].contains("grid = 0"), "{}", messages[1]);
     assert!(messages[2].contains("inside a group"), "{}", messages[2]);
+    assert!(
+        messages[3].contains("grid = 65 blocks for kernel touch"),
+        "{}",
+        messages[3]
+    );
+    assert!(
+        messages[4].contains("declares no entry of that name"),
+        "{}",
+        messages[4]
+    );
     drop((outer, inner));
     comm.destroy().unwrap();
 }

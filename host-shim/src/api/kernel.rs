@@ -182,8 +182,24 @@ impl Scope<'_, '_> {
                  threads"
             )));
         }
+        let windows = args.windows();
+        let slots = symm_device::sync::signal_pad::MAX_BLOCKS as u32;
+        if !windows.is_empty() && grid > slots {
+            return Err(refuse(format!(
+                "grid = {grid} blocks for kernel {}: a kernel that takes windows runs at most \
+                 {slots} blocks (a window has {slots} barrier slots; Block::window refuses more)",
+                kernel.name
+            )));
+        }
+        if !kernel.ptx.is_empty() && !declares_entry(kernel.ptx, kernel.name) {
+            return Err(refuse(format!(
+                "kernel {}: its PTX declares no entry of that name (the name given to Kernel::new \
+                 must be the kernel! function's)",
+                kernel.name
+            )));
+        }
         let bound = self.bound_contexts(comm);
-        if let Some(foreign) = args.windows().into_iter().find(|c| !bound.contains(c)) {
+        if let Some(foreign) = windows.into_iter().find(|c| !bound.contains(c)) {
             return Err(refuse(format!(
                 "a window argument (context {foreign:#x}) is not a window bound to this scope on \
                  rank {}: pass Bound::kernel_arg of a window the scope holds",
@@ -207,5 +223,28 @@ impl Scope<'_, '_> {
             ),
         };
         launched.map_err(|e| comm.record(e.in_function(name)))
+    }
+}
+
+/// `true` when `ptx` declares the kernel entry `name` (`.entry name(`).
+fn declares_entry(ptx: &str, name: &str) -> bool {
+    ptx.match_indices(".entry ").any(|(at, entry)| {
+        let rest = &ptx[at + entry.len()..];
+        rest.strip_prefix(name)
+            .is_some_and(|after| after.starts_with('(') || after.starts_with(char::is_whitespace))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::declares_entry;
+
+    #[test]
+    fn an_entry_is_found_by_its_whole_name() {
+        let ptx = ".version 8.0\n.visible .entry ring_then_sum(\n\t.param .u64 p0\n)\n";
+        assert!(declares_entry(ptx, "ring_then_sum"));
+        assert!(!declares_entry(ptx, "ring_then"));
+        assert!(!declares_entry(ptx, "ring_then_sum_2"));
+        assert!(!declares_entry("", "ring_then_sum"));
     }
 }
