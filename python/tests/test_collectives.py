@@ -464,11 +464,16 @@ def test_a_collective_the_package_refuses_on_one_rank_fails_its_peer_at_once(ref
     memory, a ``count`` other than the array's, a gather root without ``recv``, an unknown
     operator, an all-to-all-v table of the wrong type) while rank 0's is right: rank 0's call
     fails at once naming rank 1's reason, instead of waiting until the timeout."""
+    import threading
     import time
+
+    # Every rank's registration completes before any rank goes on (and later destroys).
+    registered = threading.Barrier(2)
 
     def body(rank: int, comm: symm.Comm) -> tuple:
         buffer = comm.alloc(4096)
         comm.register(buffer)
+        registered.wait()
         data = buffer.numpy(np.float32, 64, 0)
         start = time.monotonic()
         try:

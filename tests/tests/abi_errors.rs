@@ -1028,8 +1028,11 @@ fn a_front_end_refusal_is_the_rank_s_call() {
             "comm is NULL",
         );
     }
+    // Every rank's registration completes before any rank goes on (and later deregisters).
+    let registered = std::sync::Barrier::new(comms.len());
     let outcomes = on_rank_threads(&comms, |rank, comm| {
         let (buffer, window) = window_of_bytes(comm, 256);
+        registered.wait();
         let started = std::time::Instant::now();
         let result = if rank == 1 {
             // SAFETY: NUL-terminated strings.
