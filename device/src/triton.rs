@@ -137,19 +137,13 @@ fn in_window(context: &SymmContext, offset: i64, bytes: Option<i64>) -> bool {
 /// (non-negative, inside the window) by the caller.
 #[inline(always)]
 fn window_task(ctx: i64, send_offset: i64, recv_offset: i64, count: i64, flags: u32) -> TaskArgs {
-    TaskArgs {
-        send_context: ctx as u64,
-        recv_context: ctx as u64,
-        send_offset: send_offset as u64,
-        recv_offset: recv_offset as u64,
-        count: count as u64,
-        first_cell: 0,
+    TaskArgs::in_one_window(
+        ctx as u64,
+        send_offset as u64,
+        recv_offset as u64,
+        count as u64,
         flags,
-        reserved: 0,
-        counts_context: 0,
-        counts_offset: 0,
-        send_capacity: 0,
-    }
+    )
 }
 
 /// The device function's status for a kernel body's outcome.

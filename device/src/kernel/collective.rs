@@ -12,19 +12,7 @@ use crate::sync::barrier::{Aborted, CrossRankBarrier};
 #[inline(always)]
 fn task(ctx: &SymmContext, send_offset: u64, recv_offset: u64, count: u64, flags: u32) -> TaskArgs {
     let context = ctx as *const SymmContext as u64;
-    TaskArgs {
-        send_context: context,
-        recv_context: context,
-        send_offset,
-        recv_offset,
-        count,
-        first_cell: 0,
-        flags,
-        reserved: 0,
-        counts_context: 0,
-        counts_offset: 0,
-        send_capacity: 0,
-    }
+    TaskArgs::in_one_window(context, send_offset, recv_offset, count, flags)
 }
 
 /// The collective's result for a kernel body's status.

@@ -72,6 +72,33 @@ pub struct TaskArgs {
     pub send_capacity: u64,
 }
 
+impl TaskArgs {
+    /// The one task of a call whose buffers both lie in the window of the context at `context`
+    /// (a device function's or an in-kernel collective's), at the given byte offsets.
+    #[inline(always)]
+    pub(crate) fn in_one_window(
+        context: u64,
+        send_offset: u64,
+        recv_offset: u64,
+        count: u64,
+        flags: u32,
+    ) -> TaskArgs {
+        TaskArgs {
+            send_context: context,
+            recv_context: context,
+            send_offset,
+            recv_offset,
+            count,
+            first_cell: 0,
+            flags,
+            reserved: 0,
+            counts_context: 0,
+            counts_offset: 0,
+            send_capacity: 0,
+        }
+    }
+}
+
 static_assertions::const_assert_eq!(core::mem::size_of::<TaskArgs>(), 80);
 static_assertions::const_assert_eq!(core::mem::align_of::<TaskArgs>(), 8);
 
