@@ -128,6 +128,125 @@ fn peers_read_inside_frames_and_reduce_in_the_kernel() {
 }
 
 symm_device::kernel! {
+    /// Block 0 of each rank writes the rank's data `[0, n)` late; inside a frame, the last block
+    /// reads the next rank's data into `[n, 2n)`, late too; once the frame is closed, block 0
+    /// overwrites the data with -1. Frames are barriers of every block of every rank, so the
+    /// last block reads what block 0 of the next rank wrote, and block 0's overwrite waits for
+    /// every block's reads. `[2n]`: the outcome.
+    fn late_blocks(block, window: WindowArg<i64>, n: u64) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let (data, got) = (win.span(0..n).unwrap(), win.span(n..2 * n).unwrap());
+            let status = win.span(2 * n..2 * n + 1).unwrap();
+            let next = win.peer((win.rank() + 1) % win.world()).unwrap();
+            block.per_thread((win, data, n), |lane, (win, data, n)| {
+                if lane.block() == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    for i in (lane.thread() as u64..n).step_by(lane.threads() as usize) {
+                        lane.write(win, data, i, win.rank() as i64 * 1000 + i as i64);
+                    }
+                }
+            });
+            let read = slot.frame(block, |block, frame| {
+                let args = (win, next, data, got, n);
+                frame.per_thread(block, args, |lane, (win, next, data, got, n)| {
+                    if lane.block() + 1 == lane.blocks() {
+                        std::thread::sleep(std::time::Duration::from_millis(30));
+                        for i in (lane.thread() as u64..n).step_by(lane.threads() as usize) {
+                            lane.write(win, got, i, lane.read_peer(win, next, data, i).unwrap());
+                        }
+                    }
+                })
+            });
+            block.per_thread((win, data, n), |lane, (win, data, n)| {
+                if lane.block() == 0 {
+                    for i in (lane.thread() as u64..n).step_by(lane.threads() as usize) {
+                        lane.write(win, data, i, -1);
+                    }
+                }
+            });
+            let word = if matches!(read, Ok(Ok(_))) { DONE } else { ABORTED };
+            block.per_thread((win, status, word), |lane, (win, status, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, status, 0, word);
+                }
+            });
+        });
+    }
+}
+
+symm_device::kernel! {
+    /// Block 0 writes the rank's `[0, n)` late, then every block sums it over the ranks in the
+    /// kernel and the last block copies the sum into `[n, 2n)`.
+    fn late_then_sum(block, window: WindowArg<i64>, n: u64) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let (data, copy) = (win.span(0..n).unwrap(), win.span(n..2 * n).unwrap());
+            block.per_thread((win, data, n), |lane, (win, data, n)| {
+                if lane.block() == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    for i in (lane.thread() as u64..n).step_by(lane.threads() as usize) {
+                        lane.write(win, data, i, win.rank() as i64 * 1000 + i as i64);
+                    }
+                }
+            });
+            if all_reduce(block, win, &mut slot, data, Sum).is_ok() {
+                block.per_thread((win, data, copy, n), |lane, (win, data, copy, n)| {
+                    if lane.block() + 1 == lane.blocks() {
+                        for i in (lane.thread() as u64..n).step_by(lane.threads() as usize) {
+                            lane.write(win, copy, i, lane.read(win, data, i).unwrap());
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// The in-kernel all-reduce reduces what any block wrote before it, and any block reads its
+/// result after it.
+#[test]
+fn in_kernel_collectives_order_every_block() {
+    for (world, blocks, threads) in [(2usize, 3u32, 4u32), (3, 4, 2)] {
+        let n = 20_001usize;
+        let mut ranks = Ranks::new(world, 2 * n * 8, 5 * SECOND);
+        run_kernel(&ranks, blocks, threads, &|w| late_then_sum(w, n as u64));
+        for rank in 0..world {
+            let words: Vec<i64> = ranks.read(rank, 0, 2 * n);
+            for i in 0..n {
+                let sum: i64 = (0..world).map(|r| r as i64 * 1000 + i as i64).sum();
+                let case = format!("world {world}, {blocks}x{threads}, rank {rank}, element {i}");
+                assert_eq!(words[i], sum, "{case}: the sum");
+                assert_eq!(words[n + i], sum, "{case}: the last block's copy");
+            }
+        }
+    }
+}
+
+/// What one block writes before a frame, another block of a peer reads inside it; what one
+/// block reads inside a frame, no block of its peer overwrites before the frame is closed.
+#[test]
+fn frames_order_every_block_of_every_rank() {
+    for (world, blocks, threads) in [(2usize, 2u32, 4u32), (3, 3, 2), (2, 5, 8)] {
+        let n = 37usize;
+        let mut ranks = Ranks::new(world, (2 * n + 1) * 8, 5 * SECOND);
+        run_kernel(&ranks, blocks, threads, &|w| late_blocks(w, n as u64));
+        let case = format!("world {world}, {blocks}x{threads}");
+        for rank in 0..world {
+            let words: Vec<i64> = ranks.read(rank, 0, 2 * n + 1);
+            assert_eq!(words[2 * n], DONE, "{case}: rank {rank}'s outcome");
+            let next = (rank + 1) % world;
+            for i in 0..n {
+                assert_eq!(words[i], -1, "{case}: rank {rank}'s data overwritten");
+                assert_eq!(
+                    words[n + i],
+                    next as i64 * 1000 + i as i64,
+                    "{case}: rank {rank} read element {i} of rank {next}"
+                );
+            }
+        }
+    }
+}
+
+symm_device::kernel! {
     /// The f32 average of `[0, n)` in place, then an all-gather of `[0, n)` into `[n, n + world · n)`.
     fn average_then_gather(block, window: WindowArg<f32>, n: u64, status: WindowArg<i64>) {
         let result = block.window(window, |block, win, mut slot| {

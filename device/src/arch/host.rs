@@ -712,6 +712,23 @@ pub unsafe fn atomic_add_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
     unsafe { atomic_u32(ptr) }.fetch_add(value, Ordering::Relaxed)
 }
 
+/// Acquire-release atomic add on a `u32` (system scope on the GPU); returns the previous
+/// value.
+///
+/// # Safety
+/// As for [`store_release_sys_u32`].
+pub unsafe fn atomic_add_acq_rel_sys_u32(ptr: *mut u32, value: u32) -> u32 {
+    // Each half weakened under loom as the release stores and acquire loads are.
+    let ordering = match (release(), acquire()) {
+        (Ordering::Release, Ordering::Acquire) => Ordering::AcqRel,
+        (Ordering::Release, _) => Ordering::Release,
+        (_, Ordering::Acquire) => Ordering::Acquire,
+        _ => Ordering::Relaxed,
+    };
+    // SAFETY: the caller guarantees validity and alignment; AtomicU32 has u32's layout.
+    unsafe { atomic_u32(ptr) }.fetch_add(value, ordering)
+}
+
 /// Relaxed atomic exchange on a `u32`; returns the previous value.
 ///
 /// # Safety

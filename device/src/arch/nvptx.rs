@@ -300,6 +300,28 @@ pub unsafe fn atomic_add_gpu_u32(ptr: *mut u32, value: u32) -> u32 {
     old
 }
 
+/// Acquire-release, system-scope atomic add on a `u32` (`atom.acq_rel.sys.add.u32`); returns
+/// the previous value: what the calling thread wrote or saw before is published with the add,
+/// and what the writers of earlier values published is visible after it.
+///
+/// # Safety
+/// As for [`store_release_sys_u32`].
+#[inline(always)]
+pub unsafe fn atomic_add_acq_rel_sys_u32(ptr: *mut u32, value: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "atom.acq_rel.sys.add.u32 {o}, [{p}], {v};",
+            o = out(reg32) old,
+            p = in(reg64) ptr,
+            v = in(reg32) value,
+            options(nostack),
+        );
+    }
+    old
+}
+
 /// Relaxed, GPU-scope atomic exchange on a `u32` in global memory; returns the previous value.
 ///
 /// # Safety

@@ -25,11 +25,12 @@ fn outcome(status: KernelStatus) -> Result<(), Aborted> {
 }
 
 /// All-reduce `span` of the window in place with `op` (`O`, a [`ReduceOp`]: [`super::Sum`],
-/// [`super::Prod`], [`super::Max`], [`super::Min`], [`super::Avg`]), across block `b` of every
-/// rank (`b` this block's index): the blocks of a grid share the span out, so every block of
-/// every rank calls it, with the same span. Symm's one-shot all-reduce, the same as a launched
-/// `symmAllReduce` of the span. `Err` when a peer did not arrive within the window's timeout
-/// or the window already failed (its abort word is raised; the host reports it).
+/// [`super::Prod`], [`super::Max`], [`super::Min`], [`super::Avg`]), across ranks: the blocks
+/// of a grid share the span out, so every block of every rank calls it, with the same span.
+/// Symm's one-shot all-reduce, the same as a launched `symmAllReduce` of the span, between two
+/// grid barriers: it reads what any block wrote before it, and what any block reads after it
+/// is the result. `Err` when a peer or a block did not arrive within the window's timeout or
+/// the window already failed (its abort word is raised; the host reports it).
 #[inline(always)]
 pub fn all_reduce<'w, T: Element, O: ReduceOp>(
     block: &mut Block,
@@ -49,11 +50,13 @@ pub fn all_reduce<'w, T: Element, O: ReduceOp>(
         block: index,
         blocks: block.blocks(),
     };
+    slot.grid_sync(block)?;
     // SAFETY: the span lies in the window on every rank and is aligned for `T` (every base is
     // 16-byte aligned, checked at opening); every thread of the block calls with the same
     // span (uniform control flow outside lanes); the slot is borrowed, so no frame of this
     // block is open on the window.
-    outcome(unsafe { one_shot_all_reduce::<T, O>(&batch, grid) })
+    outcome(unsafe { one_shot_all_reduce::<T, O>(&batch, grid) })?;
+    slot.grid_sync(block)
 }
 
 /// All-gather: this rank's `send` lands at element `rank · send.len()` of `recv` on every rank
@@ -100,18 +103,21 @@ pub fn all_gather<'w, T: Element>(
         block: index,
         blocks: block.blocks(),
     };
+    slot.grid_sync(block)?;
     // SAFETY: both spans lie in the window (on every rank), checked for shape and overlap
     // above; every thread of the block calls with the same spans; no frame is open (the slot
     // is borrowed).
-    outcome(unsafe { all_gather_body(&batch, grid) })
+    outcome(unsafe { all_gather_body(&batch, grid) })?;
+    slot.grid_sync(block)
 }
 
-/// A cross-rank barrier: block `b` of every rank returns once block `b` of every rank called it
-/// (`b` this block's index); what each wrote before it is visible to the others after it.
+/// A barrier of every block of every rank (the window's grid barrier, then the cross-rank
+/// barrier of this block's index): what any block of any rank wrote before it is visible to
+/// every block of every rank after it.
 /// `Err` as [`all_reduce`].
 #[inline(always)]
 pub fn barrier<T: Element>(block: &mut Block, slot: &mut Slot<'_, T>) -> Result<(), Aborted> {
-    let _ = block;
+    slot.grid_sync(block)?;
     let (ctx, index) = slot.parts();
     // SAFETY: as in `Slot::frame`: a checked context, a block index within the pad, and every
     // thread of the block making the same barrier steps.

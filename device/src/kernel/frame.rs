@@ -4,6 +4,7 @@
 use super::{Block, Element, Lane, Peer, Span, Varying, Win};
 use crate::context::SymmContext;
 use crate::sync::barrier::{Aborted, CrossRankBarrier};
+use crate::sync::grid_barrier::grid_sync;
 use core::marker::PhantomData;
 use core::ops::Deref;
 
@@ -37,28 +38,39 @@ impl<'w, T: Element> Slot<'w, T> {
         (self.ctx, self.block)
     }
 
-    /// Run `body` inside a barrier frame on the window: a cross-rank barrier that block `b` of
-    /// every rank passes opens it (`b` this block's index), so each rank sees what the others
-    /// wrote before; another closes it when `body` returns, so each rank has finished its
-    /// accesses to the others' windows before any rank goes on. Inside, [`Frame::per_thread`]
-    /// reaches every rank's window. The frame is lent to `body`, never owned: it cannot be
-    /// dropped, forgotten or kept past its closing barrier.
+    /// Pass the window's grid barrier: every block of this rank's launch meets here.
+    #[inline(always)]
+    pub(super) fn grid_sync(&mut self, block: &Block) -> Result<(), Aborted> {
+        grid_sync_on(self.ctx, block)
+    }
+
+    /// Run `body` inside a barrier frame on the window: a barrier that every block of every
+    /// rank passes opens it, so each block sees what every block of every rank wrote before;
+    /// another closes it when `body` returns, so every block of every rank has finished its
+    /// accesses to the windows before any goes on. Inside, [`Frame::per_thread`] reaches every
+    /// rank's window. The frame is lent to `body`, never owned: it cannot be dropped, forgotten
+    /// or kept past its closing barrier. Every block of every rank opens the same frames.
     ///
-    /// `Err` when a peer did not arrive within the window's timeout, or the window already
-    /// failed (its abort word is then raised and the host reports the window failed): at the
-    /// opening (`body` does not run), at a [`Frame::sync`], or at the closing.
+    /// Each of these barriers is the window's grid barrier (the blocks of this rank's launch)
+    /// followed by the cross-rank barrier of this block's index (block `b` of every rank).
+    ///
+    /// `Err` when a peer or a block did not arrive within the window's timeout, or the window
+    /// already failed (its abort word is then raised and the host reports the window failed):
+    /// at the opening (`body` does not run), at a [`Frame::sync`], or at the closing.
     #[inline(always)]
     pub fn frame<R>(
         &mut self,
         block: &mut Block,
         body: impl for<'f> FnOnce(&mut Block, &mut Frame<'f, 'w, T>) -> R,
     ) -> Result<R, Aborted> {
+        self.grid_sync(block)?;
         // SAFETY: the context is host-built and within the kernels' limits, and this block's
         // index is below the pad's block count (both checked when the window was opened); every
         // thread of the block makes the same sequence of barrier steps (each takes the block's
         // token, and control flow outside lanes is uniform).
         let barrier = unsafe { CrossRankBarrier::open(self.ctx, self.block) }.start()?;
         let mut frame = Frame {
+            ctx: self.ctx,
             barrier,
             failed: false,
             brand: PhantomData,
@@ -68,6 +80,7 @@ impl<'w, T: Element> Slot<'w, T> {
         if frame.failed {
             return Err(Aborted);
         }
+        grid_sync_on(self.ctx, block)?;
         frame.barrier.sync()?;
         frame.barrier.finish();
         Ok(value)
@@ -78,6 +91,7 @@ impl<'w, T: Element> Slot<'w, T> {
 /// [`Slot::frame`] (`'f`): [`Frame::per_thread`] reaches every rank's window, [`Frame::sync`]
 /// passes a barrier inside it.
 pub struct Frame<'f, 'w, T: Element> {
+    ctx: &'w SymmContext,
     barrier: CrossRankBarrier<'w>,
     failed: bool,
     brand: PhantomData<(Invariant<'f>, Invariant<'w>, T)>,
@@ -85,16 +99,16 @@ pub struct Frame<'f, 'w, T: Element> {
 }
 
 impl<'w, T: Element> Frame<'_, 'w, T> {
-    /// Pass a cross-rank barrier inside the frame: what each rank wrote before it is visible to
-    /// every rank after it. `Err` as [`Slot::frame`]; the frame has then failed (later syncs
+    /// Pass a barrier of every block of every rank inside the frame (as the frame's opening
+    /// does): what any block of any rank wrote before it is visible to every block of every
+    /// rank after it. `Err` as [`Slot::frame`]; the frame has then failed (later syncs
     /// return `Err` at once, and so does [`Slot::frame`]).
     #[inline(always)]
     pub fn sync(&mut self, block: &mut Block) -> Result<(), Aborted> {
-        let _ = block;
         if self.failed {
             return Err(Aborted);
         }
-        let passed = self.barrier.sync();
+        let passed = grid_sync_on(self.ctx, block).and_then(|()| self.barrier.sync());
         self.failed = passed.is_err();
         passed
     }
@@ -118,6 +132,17 @@ impl<'w, T: Element> Frame<'_, 'w, T> {
         };
         Ok(Varying(work(lane, args)))
     }
+}
+
+/// Pass the grid barrier of the window `ctx` (checked when it was opened) with the calling
+/// block.
+#[inline(always)]
+pub(super) fn grid_sync_on(ctx: &SymmContext, block: &Block) -> Result<(), Aborted> {
+    // SAFETY: the context was checked when the window was opened (host-built, native, within
+    // the kernels' limits); the block count is the launch's (a 1-D grid of at most
+    // `MAX_BLOCKS` blocks, checked at opening, whose blocks the host launches resident); every
+    // thread of the block makes the same barrier steps (each takes the block's token).
+    unsafe { grid_sync(ctx, block.blocks()) }
 }
 
 /// A marker invariant in `'a` (a brand cannot be shortened or lengthened).

@@ -29,12 +29,14 @@
 //!   a frame. Frames share the window's barrier epochs with symm's launched kernels, so a
 //!   user's kernel and symm's collectives interleave on one window in stream order.
 //!
+//! Every barrier here (a frame's, an in-kernel collective's, [`barrier`]) is one of every block
+//! of every rank: the window's grid barrier, then the cross-rank barrier of the block's index.
+//!
 //! These hold for a kernel that reaches the device only through this module (the crate's lower
-//! layers reach barriers and thread indices without the token), and within one block index:
-//! frames and collectives order block `b` of every rank with block `b`, so what other blocks
-//! touch meanwhile, and ranks making different sequences on a window, are the kernel author's
-//! to get right. `docs/DEVICE_API.md` says what exactly the types leave to run time and to the
-//! author.
+//! layers reach barriers and thread indices without the token). Threads that touch one element
+//! between two barriers, and ranks or blocks making different sequences on a window, are the
+//! kernel author's to get right. `docs/DEVICE_API.md` says what exactly the types leave to run
+//! time and to the author.
 
 mod collective;
 mod frame;
@@ -194,9 +196,7 @@ impl Lane<'_> {
 
     /// The indices of `0..len` this thread handles when the grid shares `len` items: its
     /// block's contiguous part (the same part block `b` of every rank takes) strided by the
-    /// block's threads. A frame orders what block `b` of each rank wrote before a barrier with
-    /// what block `b` of every rank reads after it, not other blocks' writes: share the work of
-    /// a frame this way.
+    /// block's threads, so no two threads of a rank touch one index between two barriers.
     #[inline(always)]
     pub fn share(&self, len: u64) -> core::iter::StepBy<core::ops::Range<u64>> {
         // A window holds at most 2^64 bytes, so `len` of any span fits the partition's

@@ -5,6 +5,7 @@
 pub mod abort;
 pub mod barrier;
 pub mod grid;
+pub mod grid_barrier;
 pub mod ll;
 pub mod p2p;
 pub mod pat_rounds;

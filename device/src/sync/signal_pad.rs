@@ -10,6 +10,8 @@
 //! PAT_ROUNDS_OFFSET  pat rounds [2][MAX_BLOCKS] u32           PAT rounds made, per collective and block
 //! VOTES_OFFSET       votes      [MAX_BLOCKS] u32              this rank's vote at its block's last voting barrier
 //! OUT_OF_STEP_OFFSET out of step u32                          non-zero once this rank's epochs left its peers'
+//! GRID_BARRIER_OFFSET grid barrier [arrivals, generation] u32  this rank's blocks meeting each other
+//! TILES_OFFSET       tiles      [3 + MAX_TILES + 2·MAX_BLOCKS] u32  a user kernel's tile scheduler
 //! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
 //! pat_staging_offset pat inbox  [world-1][PAT_SLOT_BYTES]     PAT reduce-scatter partials
 //! ```
@@ -72,8 +74,23 @@ pub const VOTES_OFFSET: usize = PAT_ROUNDS_OFFSET + 2 * MAX_BLOCKS * 4;
 /// Offset of the out-of-step mark (see [`out_of_step_slot`]).
 pub const OUT_OF_STEP_OFFSET: usize = VOTES_OFFSET + MAX_BLOCKS * 4;
 
+/// Offset of the grid barrier's two words, the arrival count and the generation (see
+/// `sync::grid_barrier`).
+pub const GRID_BARRIER_OFFSET: usize = OUT_OF_STEP_OFFSET + 4;
+
+/// Offset of the tile scheduler state of a user's kernel (`kernel::Slot::for_each_tile`): three
+/// counters (ticket, finished blocks, epoch), a claim word per tile, and the response slots
+/// (two per block index).
+pub const TILES_OFFSET: usize = GRID_BARRIER_OFFSET + 8;
+/// Most tiles one `for_each_tile` of a user's kernel may share out (8 under loom).
+pub const MAX_TILES: usize = if cfg!(loom) { 8 } else { 1024 };
+/// Response slots per block index in the tile scheduler state.
+pub const TILE_SLOTS_PER_BLOCK: usize = 2;
+/// `u32`s of the tile scheduler state.
+pub const TILE_STATE_WORDS: usize = 3 + MAX_TILES + TILE_SLOTS_PER_BLOCK * MAX_BLOCKS;
+
 const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= PAT_FLAGS_OFFSET);
-const _: () = assert!(OUT_OF_STEP_OFFSET + 4 <= LL_OFFSET);
+const _: () = assert!(TILES_OFFSET + TILE_STATE_WORDS * 4 <= LL_OFFSET);
 const _: () = assert!(1 << PAT_MAX_STEPS >= MAX_RANKS);
 const _: () = assert!(PAT_SLOT_BYTES.is_multiple_of(16 * MAX_BLOCKS));
 
@@ -191,6 +208,19 @@ pub fn epoch_slot(pad: u64, block: u32) -> *mut u32 {
 #[inline(always)]
 pub fn vote_slot(pad: u64, block: u32) -> *mut u32 {
     (pad + (VOTES_OFFSET + block as usize * 4) as u64) as *mut u32
+}
+
+/// Addresses of the grid barrier's arrival count and generation in the pad at `pad`.
+#[inline(always)]
+pub fn grid_barrier_slots(pad: u64) -> (*mut u32, *mut u32) {
+    let arrivals = pad + GRID_BARRIER_OFFSET as u64;
+    (arrivals as *mut u32, (arrivals + 4) as *mut u32)
+}
+
+/// Address of the tile scheduler state in the pad at `pad` ([`TILE_STATE_WORDS`] `u32`s).
+#[inline(always)]
+pub fn tile_state(pad: u64) -> *mut u32 {
+    (pad + TILES_OFFSET as u64) as *mut u32
 }
 
 /// Address of the out-of-step mark in the pad at `pad`: 0 while this rank's barrier epochs on

@@ -17,11 +17,13 @@ pub use symm_device::scheduler::source::SoftwareSource;
 pub use symm_device::symmetric::pat;
 pub use symm_device::symmetric::{ABORT_PEER_FAILED, Grid};
 pub use symm_device::sync::barrier::{Aborted, CrossRankBarrier, UnstartedBarrier};
+pub use symm_device::sync::grid_barrier::grid_sync;
 pub use symm_device::sync::ll::LlCall;
 pub use symm_device::sync::p2p;
 pub use symm_device::sync::pat_rounds::PatRounds;
 pub use symm_device::sync::signal_pad::{
     LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
+    grid_barrier_slots,
     inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, out_of_step_slot,
     pat_flag_slot, pat_round_slot, signal_pad_bytes, vote_slot,
 };
@@ -194,6 +196,9 @@ impl World {
             }
             for pad in &self.pad_addresses {
                 model_word(out_of_step_slot(*pad) as u64, WordKind::AtomicU32);
+                let (arrivals, generation) = grid_barrier_slots(*pad);
+                model_word(arrivals as u64, WordKind::AtomicU32);
+                model_word(generation as u64, WordKind::AtomicU32);
                 for block in 0..MAX_BLOCKS as u32 {
                     for from in 0..world {
                         model_word(inbox_slot(*pad, block, from) as u64, WordKind::AtomicU32);

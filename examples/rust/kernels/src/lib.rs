@@ -10,9 +10,7 @@ use symm_device::kernel::{Sum, WindowArg, all_reduce};
 symm_device::kernel! {
     /// Each rank's window holds `3n` elements: `[n, 2n)` gets `scale` times the next rank's
     /// `[0, n)` (read inside a frame), and `[2n, 3n)` is summed over the ranks in place, in the
-    /// kernel. The frame and the sum touch different elements: a frame orders block `b` of
-    /// every rank with block `b` only, and the sum shares its span among the blocks its own
-    /// way, so the two must not share elements while other blocks may still be in the frame.
+    /// kernel.
     pub fn ring_then_sum(block, window: WindowArg<f32>, n: u64, scale: f32) {
         let _ = block.window(window, |block, win, mut slot| {
             let spans = (win.span(0..n), win.span(n..2 * n), win.span(2 * n..3 * n));

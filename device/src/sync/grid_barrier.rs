@@ -1,0 +1,83 @@
+//! The grid barrier: every block of one rank's launch meets every other block of that launch,
+//! on two words of the window's signal pad (this rank's own): an arrival count and a
+//! generation.
+//!
+//! Thread 0 of each block reads the generation `g`, then adds one to the arrival count
+//! (acquire-release, system scope). The block that brings the count to the grid's block count
+//! resets the count to zero and stores `g + 1` into the generation (release); the others wait
+//! (acquire, bounded) until the generation reaches `g + 1`. The count is zero again whenever
+//! no block is inside the barrier, so launches of different grid sizes take turns on one
+//! window with no reset; the generation only grows, and a block reads it before arriving, so
+//! it cannot have moved past `g + 1` by then.
+//!
+//! With the cross-rank barrier of each block index ([`super::barrier`]) this makes a barrier
+//! of every block of every rank: block `c` of rank `p` reaches the grid barrier after its
+//! accesses, block `d` of rank `p` passes it only after that, and block `d` of every rank
+//! passes the next cross-rank barrier only after block `d` of rank `p` announced it.
+//!
+//! Every block of the launch must be resident at once (the host refuses a launch of a user's
+//! kernel that would not be), and every block must make the same sequence of grid barriers. A
+//! wait that times out raises the abort word; a barrier of a window out of step returns at
+//! once; either way the window is marked out of step and every block gets [`Aborted`].
+
+use super::abort::{ABORT_TIMED_OUT, raise_timeout};
+use super::barrier::{Aborted, mark_out_of_step};
+use super::signal_pad::{grid_barrier_slots, out_of_step_slot};
+use super::wait::{WaitOutcome, wait_until_reached};
+use crate::arch;
+use crate::context::SymmContext;
+
+/// Wait until every block of this rank's launch reached this point: what any of them wrote
+/// before is visible to all of them after it (and, through a cross-rank barrier that follows,
+/// to every rank). Every thread of the block calls it.
+///
+/// `Err` on every thread when the window is out of step, this rank's abort word is raised, or
+/// a block did not arrive within the window's timeout.
+///
+/// # Safety
+/// `ctx` is a context built by the host whose signal-pad tables are valid; `blocks` is the
+/// launch's block count, every block of which is resident and makes the same sequence of grid
+/// barriers on the window; every thread of the block calls this.
+#[inline(never)]
+pub unsafe fn grid_sync(ctx: &SymmContext, blocks: u32) -> Result<(), Aborted> {
+    // SAFETY: rank < world_size and the table is valid (caller's contract).
+    let own_pad = unsafe { ctx.peer_signal_pad(ctx.rank) };
+    let (arrivals, generation) = grid_barrier_slots(own_pad);
+    let abort = ctx.abort_flag as *mut u32;
+    let leader = arch::thread_idx_x() == 0;
+    let marked = leader
+        // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+        && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(own_pad)) } != 0;
+    // Also orders the block's earlier accesses before the leader's arrival.
+    if arch::sync_threads_or(marked) {
+        return Err(Aborted);
+    }
+    let mut failed = false;
+    if leader {
+        // SAFETY: both words lie inside this rank's pad and are accessed atomically; the
+        // generation is read before arriving (program order before the acquire-release add).
+        unsafe {
+            let current = arch::load_relaxed_sys_u32(generation);
+            let next = current.wrapping_add(1);
+            if arch::atomic_add_acq_rel_sys_u32(arrivals, 1).wrapping_add(1) == blocks {
+                arch::store_release_sys_u32(arrivals, 0);
+                arch::store_release_sys_u32(generation, next);
+            } else {
+                match wait_until_reached(generation, next, abort, ctx.timeout_ns) {
+                    WaitOutcome::Reached => {}
+                    WaitOutcome::TimedOut => {
+                        raise_timeout(abort, ABORT_TIMED_OUT);
+                        failed = true;
+                    }
+                    WaitOutcome::Aborted => failed = true,
+                }
+            }
+        }
+    }
+    if arch::sync_threads_or(failed) {
+        // SAFETY: the pad is this rank's.
+        unsafe { mark_out_of_step(own_pad) };
+        return Err(Aborted);
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! Loom model of the grid barrier (`sync::grid_barrier`): the blocks of one rank's launch meet
+//! on two words of the window's pad, so what any block wrote before a grid barrier is visible
+//! to every block after it, and launches of different block counts take turns on one window.
+//! Shared setup: `loom_support`. Run with `RUSTFLAGS="--cfg loom" cargo test -p symm-device
+//! --release --test loom_grid --target-dir target/loom`.
+
+#![cfg(loom)]
+
+mod loom_support;
+
+use loom_support::*;
+
+/// `world` ranks of `blocks` one-thread blocks: each block writes its payload word, passes a
+/// grid barrier, reads every word of its rank's blocks, passes another, and rewrites its word
+/// (ordered after the other blocks' reads by the second barrier).
+fn grid_payload(model: &World, blocks: u32, rounds: u64) {
+    let payload = Payload::new(model.contexts.len() * blocks as usize);
+    run_grid(model.world() * blocks, 1, &|| {
+        let (rank, block) = place(blocks);
+        let ctx = &model.contexts[rank];
+        let first = rank * blocks as usize;
+        for round in 1..=rounds {
+            payload.write(first + block as usize, round);
+            // SAFETY: a host-built context; every block of the rank calls it, all resident.
+            unsafe { grid_sync(ctx, blocks) }.expect("no timeouts under loom");
+            for other in 0..blocks as usize {
+                assert_eq!(payload.read(first + other), round, "rank {rank} block {other}");
+            }
+            // SAFETY: as above.
+            unsafe { grid_sync(ctx, blocks) }.expect("no timeouts under loom");
+        }
+    });
+}
+
+/// One rank, two blocks, two rounds (four grid barriers).
+#[test]
+fn grid_barrier_orders_payload_two_blocks() {
+    explore(|| {
+        let model = World::new(1);
+        model.declare();
+        grid_payload(&model, 2, 2);
+    });
+}
+
+/// One rank, three blocks: the last to arrive is any of them.
+#[test]
+fn grid_barrier_orders_payload_three_blocks() {
+    explore_bounded(2, BUDGET, || {
+        let model = World::new(1);
+        model.declare();
+        grid_payload(&model, 3, 1);
+    });
+}
+
+/// Two ranks of two blocks: each rank's barrier is its own (its own pad's words).
+#[test]
+fn grid_barriers_of_two_ranks_are_apart() {
+    explore_bounded(2, BUDGET, || {
+        let model = World::new(2);
+        model.declare();
+        grid_payload(&model, 2, 1);
+    });
+}
+
+/// A launch of three blocks, then one of one on the same window: the arrival count is back at
+/// zero between them (a count left at 3 would hold the lone block for ever, which loom reports
+/// as a deadlock). Loom allows four threads besides the model's own.
+#[test]
+fn the_arrival_count_is_zero_between_launches() {
+    explore_bounded(2, BUDGET, || {
+        let model = World::new(1);
+        model.declare();
+        grid_payload(&model, 3, 1);
+        grid_payload(&model, 1, 1);
+    });
+}
+
+/// A launch of one block, then one of three: the generation carries over from launch to
+/// launch.
+#[test]
+fn the_generation_carries_over_between_launches() {
+    explore_bounded(2, BUDGET, || {
+        let model = World::new(1);
+        model.declare();
+        grid_payload(&model, 1, 2);
+        grid_payload(&model, 3, 1);
+    });
+}
+
+/// Teeth: with relaxed instead of release stores (and the add's release half), a block's
+/// payload write is not ordered before another block's read after the barrier.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_grid_barrier_relaxed_release_is_caught() {
+    explore(|| {
+        mutate(Mutation::ReleaseAsRelaxed);
+        let model = World::new(1);
+        model.declare();
+        grid_payload(&model, 2, 1);
+    });
+}
+
+/// Teeth: with relaxed instead of acquire loads (and the add's acquire half), likewise.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn mutant_grid_barrier_relaxed_acquire_is_caught() {
+    explore(|| {
+        mutate(Mutation::AcquireAsRelaxed);
+        let model = World::new(1);
+        model.declare();
+        grid_payload(&model, 2, 1);
+    });
+}
