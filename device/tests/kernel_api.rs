@@ -7,7 +7,7 @@
 mod harness;
 
 use harness::Ranks;
-use symm_device::kernel::{Avg, Block, Invalid, Max, Sum, WindowArg, all_gather, all_reduce};
+use symm_device::kernel::{Avg, Block, Invalid, Max, Slot, Sum, WindowArg, all_gather, all_reduce};
 use symm_device::symmetric::dispatch::kernel as launched;
 use symm_device::symmetric::{Algorithm, CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
 use symm_device::{DataType, RedOp};
@@ -244,6 +244,111 @@ fn frames_order_every_block_of_every_rank() {
             }
         }
     }
+}
+
+symm_device::kernel! {
+    /// `[0, n)` cut into `tiles` tiles shared out among the blocks: each tile adds
+    /// `(rank + 1) · (i + 1)` to its elements (read, add, write: a tile run twice shows); block 0
+    /// starts late, so the others steal its share. Then `[0, n)` is summed over the ranks in the
+    /// kernel. `[n + b]`: the tiles block `b` ran.
+    fn tiles_then_sum(block, window: WindowArg<i64>, n: u64, tiles: u32) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let data = win.span(0..n).unwrap();
+            let counts = win.span(n..n + block.blocks() as u64).unwrap();
+            block.per_thread((), |lane, ()| {
+                if lane.block() == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            });
+            let args = (win, data, n, tiles);
+            let ran = slot.for_each_tile(block, tiles, args, |lane, tile, (win, data, n, tiles)| {
+                let per_tile = n.div_ceil(tiles as u64);
+                let lo = (tile.0 as u64 * per_tile).min(n);
+                let hi = (lo + per_tile).min(n);
+                let step = lane.threads() as usize;
+                for i in (lo + lane.thread() as u64..hi).step_by(step) {
+                    let value = lane.read(win, data, i).unwrap();
+                    lane.write(win, data, i, value + (win.rank() as i64 + 1) * (i as i64 + 1));
+                }
+            });
+            let Ok(stats) = ran else { return };
+            let _ = all_reduce(block, win, &mut slot, data, Sum);
+            let index = block.index() as u64;
+            block.per_thread((win, counts, index, stats.tiles), |lane, (win, counts, index, ran)| {
+                if lane.thread() == 0 {
+                    lane.write(win, counts, index, ran as i64);
+                }
+            });
+        });
+    }
+}
+
+/// Tiles shared out among a launch's blocks by the software CLC scheduler: every tile runs
+/// exactly once, for tile counts below, at and above the block count, and the in-kernel sum
+/// after the tiles sees every tile's writes.
+#[test]
+fn tiles_run_once_each_then_reduce_in_the_kernel() {
+    for (world, blocks, threads, tiles) in [
+        (2usize, 3u32, 4u32, 2u32),
+        (2, 3, 4, 3),
+        (3, 4, 8, 37),
+        (1, 2, 2, 1024),
+        (2, 1, 16, 9),
+    ] {
+        let n = 1000usize;
+        let mut ranks = Ranks::new(world, (n + blocks as usize) * 8, 5 * SECOND);
+        for _round in 0..2 {
+            for rank in 0..world {
+                ranks.write(rank, 0, &vec![0i64; n]);
+            }
+            run_kernel(&ranks, blocks, threads, &|w| {
+                tiles_then_sum(w, n as u64, tiles)
+            });
+            let case = format!("world {world}, {blocks}x{threads}, {tiles} tiles");
+            let ranks_sum = (world * (world + 1) / 2) as i64;
+            for rank in 0..world {
+                let words: Vec<i64> = ranks.read(rank, 0, n + blocks as usize);
+                for i in 0..n {
+                    let want = ranks_sum * (i as i64 + 1);
+                    assert_eq!(words[i], want, "{case}: rank {rank}, element {i}");
+                }
+                let ran: i64 = words[n..].iter().sum();
+                assert_eq!(
+                    ran,
+                    tiles as i64,
+                    "{case}: rank {rank}'s blocks ran {:?}",
+                    &words[n..]
+                );
+            }
+        }
+    }
+}
+
+symm_device::kernel! {
+    /// `for_each_tile` over more tiles than the scheduler's state has room for.
+    fn too_many_tiles(block, window: WindowArg<i64>) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let too_many = Slot::<i64>::MAX_TILES + 1;
+            let word = match slot.for_each_tile(block, too_many, (), |_, _, ()| {}) {
+                Ok(_) => DONE,
+                Err(_) => ABORTED,
+            };
+            let at = win.span(0..1).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+#[test]
+fn more_tiles_than_the_scheduler_holds_fail_the_window() {
+    let mut ranks = Ranks::new(1, 8, 5 * SECOND);
+    run_kernel(&ranks, 2, 4, &|w| too_many_tiles(w));
+    assert_eq!(ranks.read::<i64>(0, 0, 1)[0], ABORTED);
+    assert!(ranks.aborted(0), "the window's abort word");
 }
 
 symm_device::kernel! {

@@ -24,7 +24,11 @@ fn grid_payload(model: &World, blocks: u32, rounds: u64) {
             // SAFETY: a host-built context; every block of the rank calls it, all resident.
             unsafe { grid_sync(ctx, blocks) }.expect("no timeouts under loom");
             for other in 0..blocks as usize {
-                assert_eq!(payload.read(first + other), round, "rank {rank} block {other}");
+                assert_eq!(
+                    payload.read(first + other),
+                    round,
+                    "rank {rank} block {other}"
+                );
             }
             // SAFETY: as above.
             unsafe { grid_sync(ctx, blocks) }.expect("no timeouts under loom");

@@ -40,6 +40,7 @@
 
 mod collective;
 mod frame;
+mod tiles;
 mod window;
 
 pub use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
@@ -47,6 +48,7 @@ pub use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 pub use crate::sync::barrier::Aborted;
 pub use collective::{all_gather, all_reduce, barrier};
 pub use frame::{Frame, PeerLane, Slot};
+pub use tiles::{BlockStats, TileId};
 pub use window::{Invalid, Peer, Span, Win, WindowArg};
 
 use crate::arch;

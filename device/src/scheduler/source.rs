@@ -76,10 +76,27 @@ impl SoftwareSource {
     /// the last launch left them; every thread of every block calls this with the same
     /// arguments.
     pub unsafe fn new(state: *mut u32, tiles: u32) -> Self {
+        // SAFETY: forwarded contract, with room for exactly `tiles` claims.
+        unsafe { Self::with_claim_room(state, tiles, tiles) }
+    }
+
+    /// A source over `tiles` tiles for the calling block, in a state array laid out for up to
+    /// `room` tiles (`[ticket, finished, epoch, claims[room], slots[SLOTS × blocks]]`), so that
+    /// calls over different tile counts share one array. The grid's blocks need not match the
+    /// tiles: block `b` first claims tile `b` (none when `b ≥ tiles`), and the tiles past the
+    /// grid run only when stolen.
+    ///
+    /// # Safety
+    /// `tiles <= room`; `state` points to `3 + room + SLOTS × grid blocks` `u32`s of global
+    /// memory, zero-initialized before the first launch and otherwise left as the last use
+    /// left them, which has finished on every block (every block of the last use finished its
+    /// source before any block of this one starts); every thread of every block calls this
+    /// with the same arguments.
+    pub unsafe fn with_claim_room(state: *mut u32, room: u32, tiles: u32) -> Self {
         // SAFETY: inside the state array (caller's contract).
         unsafe {
             let epoch = arch::load_plain_u32(state.add(2)).wrapping_add(1);
-            let slots = state.add(3 + tiles as usize + (SLOTS * arch::block_idx_x()) as usize);
+            let slots = state.add(3 + room as usize + (SLOTS * arch::block_idx_x()) as usize);
             SoftwareSource {
                 state,
                 slots,

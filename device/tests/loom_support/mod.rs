@@ -23,9 +23,8 @@ pub use symm_device::sync::p2p;
 pub use symm_device::sync::pat_rounds::PatRounds;
 pub use symm_device::sync::signal_pad::{
     LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
-    grid_barrier_slots,
-    inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag, ll_parity_lines, out_of_step_slot,
-    pat_flag_slot, pat_round_slot, signal_pad_bytes, vote_slot,
+    grid_barrier_slots, inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag,
+    ll_parity_lines, out_of_step_slot, pat_flag_slot, pat_round_slot, signal_pad_bytes, vote_slot,
 };
 
 /// Block 0's barrier on a window, through its rounds: the first passed with

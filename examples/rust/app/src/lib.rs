@@ -11,3 +11,9 @@ pub static RING_THEN_SUM: Kernel<(WindowArg<f32>, u64, f32)> =
     Kernel::new("ring_then_sum", PTX, |(window, n, scale)| {
         symm_example_kernels::ring_then_sum(window, n, scale)
     });
+
+/// `symm_example_kernels::tiles_then_sum`.
+pub static TILES_THEN_SUM: Kernel<(WindowArg<f32>, u64, u32)> =
+    Kernel::new("tiles_then_sum", PTX, |(window, n, tiles)| {
+        symm_example_kernels::tiles_then_sum(window, n, tiles)
+    });

@@ -1,9 +1,9 @@
-//! The example's kernel on every rank, a thread each: launched through `Scope::launch` (on the
+//! The example's kernels on every rank, a thread each: launched through `Scope::launch` (on the
 //! host backend by default, on the cuda backend with `SYMM_BACKEND=cuda`), checked against the
 //! values written.
 
 use symm::{Comm, Stream, UniqueId, Window, scope};
-use symm_example::RING_THEN_SUM;
+use symm_example::{RING_THEN_SUM, TILES_THEN_SUM};
 
 fn value(rank: usize, i: usize) -> f32 {
     (rank * 100 + i) as f32
@@ -45,6 +45,47 @@ fn ring_then_sum_on_every_rank() {
                             sum,
                             "{nranks} ranks: sum {i} on rank {rank}"
                         );
+                    }
+                    drop(window);
+                    comm.destroy().unwrap();
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn tiles_then_sum_on_every_rank() {
+    for (nranks, blocks, tiles) in [(1usize, 2u32, 5u32), (2, 3, 40), (3, 4, 4), (2, 4, 3)] {
+        let n = 1001usize;
+        let id = UniqueId::new().unwrap();
+        std::thread::scope(|s| {
+            for rank in 0..nranks {
+                s.spawn(move || {
+                    let comm = Comm::init_rank(nranks, &id, rank).unwrap();
+                    let stream = Stream::new(&comm).unwrap();
+                    let mut window: Window<f32> = comm.window(n + blocks as usize).unwrap();
+                    // Twice on one window: the scheduler's state is reused.
+                    for round in 0..2 {
+                        window
+                            .write(0, &vec![-1.0f32; n + blocks as usize])
+                            .unwrap();
+                        scope(|s| {
+                            let bound = s.bind(&mut window, &stream);
+                            let args = (bound.kernel_arg(), n as u64, tiles);
+                            s.launch(&bound, &TILES_THEN_SUM, blocks, 64, args)
+                        })
+                        .unwrap()
+                        .unwrap();
+                        let got = window.to_vec().unwrap();
+                        let case = format!("{nranks} ranks, {blocks} blocks, {tiles} tiles");
+                        let ranks_sum = (nranks * (nranks + 1) / 2) as f32;
+                        for (i, value) in got[..n].iter().enumerate() {
+                            let want = ranks_sum * (i % 97) as f32;
+                            assert_eq!(*value, want, "{case}, round {round}: element {i}");
+                        }
+                        let ran: f32 = got[n..].iter().sum();
+                        assert_eq!(ran, tiles as f32, "{case}: tiles the blocks ran");
                     }
                     drop(window);
                     comm.destroy().unwrap();
