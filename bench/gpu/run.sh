@@ -295,6 +295,13 @@ part_tests() {
         "$B/bin/gpu_collectives" --ignored --exact "$name" --test-threads=1 --nocapture
     done
   done
+  # The Rust example's kernels (the typed device API: frames, the tile scheduler, the in-kernel
+  # all-reduce), launched from their PTX through the Rust API; once, with the default algorithm.
+  if [ -x "$B/bin/example_kernels" ]; then
+    SYMM_BACKEND=$BACKEND run_logged tests "rust example: on_a_gpu_*" auto "$TEST_TIMEOUT_S" \
+      "$LOG/tests/example_kernels.log" "test result: ok. 2 passed" \
+      "$B/bin/example_kernels" --ignored --test-threads=1 --nocapture
+  fi
 }
 
 # The nextest files `cargo xtask gpu-bundle` writes beside the bundle.

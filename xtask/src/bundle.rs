@@ -1,6 +1,6 @@
 //! `cargo xtask gpu-bundle`: what a GPU machine without Rust needs, in one archive.
 //!
-//! Builds in release the GPU test set as a test binary, `symm-perf`, `libsymm.so` and
+//! Builds in release the GPU test set and the Rust example's tests as test binaries, `symm-perf`, `libsymm.so` and
 //! `libsymm.a`; strips them; builds the C examples against `libsymm.so`; and packs them with
 //! the header, the example sources and Makefile, `bench/torch_baseline.py`, `bench/gpu/run.sh`,
 //! and, for the Python and Triton checks, the Python package's sources, the Triton library,
@@ -15,6 +15,8 @@
 //!
 //! ```text
 //! bin/gpu_collectives   tests/tests/gpu_collectives.rs (libtest: --list --ignored, --exact …)
+//! bin/example_kernels   examples/rust/app/tests/ring.rs: the Rust example's kernels from their
+//!                       PTX (`--ignored` runs its `on_a_gpu_*` tests)
 //! bin/symm-perf
 //! lib/libsymm.so, its SONAME link, lib/libsymm.a
 //! ffi-headers/symm.h
@@ -105,7 +107,8 @@ pub fn build() -> Result<(), String> {
     run(cargo()
         .args(["build", "--release", "-p", "symm-c", "-p", "symm-perf"])
         .env(SASS_ENV.0, SASS_ENV.1))?;
-    let tests = gpu_test_binary()?;
+    let tests = gpu_test_binary("symm-tests", "gpu_collectives")?;
+    let example = gpu_test_binary("symm-example", "ring")?;
     // The device library's PTX (run.sh builds the archive with the GPU machine's nvcc).
     crate::device_lib::device_lib(&[])?;
 
@@ -119,6 +122,7 @@ pub fn build() -> Result<(), String> {
     }
     let release = root.join("target/release");
     strip_into(&tests, &stage.join("bin/gpu_collectives"), "--strip-all")?;
+    strip_into(&example, &stage.join("bin/example_kernels"), "--strip-all")?;
     strip_into(
         &release.join("symm-perf"),
         &stage.join("bin/symm-perf"),
@@ -345,11 +349,10 @@ pub fn check_size(bytes: u64, limit: u64) -> Result<(), String> {
 }
 
 /// Build the GPU test set in release without running it; return the test binary's path.
-fn gpu_test_binary() -> Result<PathBuf, String> {
+fn gpu_test_binary(package: &str, test: &str) -> Result<PathBuf, String> {
     let output = cargo()
         .env(SASS_ENV.0, SASS_ENV.1)
-        .args(["test", "--release", "-p", "symm-tests", "--test"])
-        .arg("gpu_collectives")
+        .args(["test", "--release", "-p", package, "--test", test])
         .args(["--no-run", "--message-format=json-render-diagnostics"])
         .current_dir(root())
         .stderr(Stdio::inherit())
@@ -361,8 +364,8 @@ fn gpu_test_binary() -> Result<PathBuf, String> {
             output.status
         ));
     }
-    test_executable(&String::from_utf8_lossy(&output.stdout), "gpu_collectives")
-        .ok_or_else(|| "cargo reported no gpu_collectives test executable".to_string())
+    test_executable(&String::from_utf8_lossy(&output.stdout), test)
+        .ok_or_else(|| format!("cargo reported no {test} test executable"))
 }
 
 /// The executable of test target `name` in cargo's JSON messages (one object per line).

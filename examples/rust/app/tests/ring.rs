@@ -1,6 +1,7 @@
 //! The example's kernels on every rank, a thread each: launched through `Scope::launch` (on the
 //! host backend by default, on the cuda backend with `SYMM_BACKEND=cuda`), checked against the
-//! values written.
+//! values written. The `on_a_gpu_*` tests are the same checks, ignored unless asked for and
+//! insisting on the cuda backend: the `gpu` nextest profile runs them with the GPU set.
 
 use symm::{Comm, Stream, UniqueId, Window, scope};
 use symm_example::{RING_THEN_SUM, TILES_THEN_SUM};
@@ -9,8 +10,36 @@ fn value(rank: usize, i: usize) -> f32 {
     (rank * 100 + i) as f32
 }
 
+/// Fail unless `comm` runs on the cuda backend, when `gpu` asks for it.
+fn expect_backend(comm: &Comm, gpu: bool) {
+    if gpu {
+        assert_eq!(comm.backend(), "cuda", "run the GPU tests with SYMM_BACKEND=cuda");
+    }
+}
+
 #[test]
 fn ring_then_sum_on_every_rank() {
+    ring_then_sum(false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test -p symm-example -- --ignored"]
+fn on_a_gpu_ring_then_sum() {
+    ring_then_sum(true);
+}
+
+#[test]
+fn tiles_then_sum_on_every_rank() {
+    tiles_then_sum(false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: SYMM_BACKEND=cuda cargo test -p symm-example -- --ignored"]
+fn on_a_gpu_tiles_then_sum() {
+    tiles_then_sum(true);
+}
+
+fn ring_then_sum(gpu: bool) {
     for nranks in [1usize, 2, 3] {
         let n = 257usize;
         let id = UniqueId::new().unwrap();
@@ -18,6 +47,7 @@ fn ring_then_sum_on_every_rank() {
             for rank in 0..nranks {
                 s.spawn(move || {
                     let comm = Comm::init_rank(nranks, &id, rank).unwrap();
+                    expect_backend(&comm, gpu);
                     let stream = Stream::new(&comm).unwrap();
                     let mut window: Window<f32> = comm.window(3 * n).unwrap();
                     let data: Vec<f32> = (0..n).map(|i| value(rank, i)).collect();
@@ -54,8 +84,7 @@ fn ring_then_sum_on_every_rank() {
     }
 }
 
-#[test]
-fn tiles_then_sum_on_every_rank() {
+fn tiles_then_sum(gpu: bool) {
     for (nranks, blocks, tiles) in [(1usize, 2u32, 5u32), (2, 3, 40), (3, 4, 4), (2, 4, 3)] {
         let n = 1001usize;
         let id = UniqueId::new().unwrap();
@@ -63,6 +92,7 @@ fn tiles_then_sum_on_every_rank() {
             for rank in 0..nranks {
                 s.spawn(move || {
                     let comm = Comm::init_rank(nranks, &id, rank).unwrap();
+                    expect_backend(&comm, gpu);
                     let stream = Stream::new(&comm).unwrap();
                     let mut window: Window<f32> = comm.window(n + blocks as usize).unwrap();
                     // Twice on one window: the scheduler's state is reused.
