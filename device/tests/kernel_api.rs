@@ -308,9 +308,9 @@ fn tiles_run_once_each_then_reduce_in_the_kernel() {
             let ranks_sum = (world * (world + 1) / 2) as i64;
             for rank in 0..world {
                 let words: Vec<i64> = ranks.read(rank, 0, n + blocks as usize);
-                for i in 0..n {
+                for (i, word) in words[..n].iter().enumerate() {
                     let want = ranks_sum * (i as i64 + 1);
-                    assert_eq!(words[i], want, "{case}: rank {rank}, element {i}");
+                    assert_eq!(*word, want, "{case}: rank {rank}, element {i}");
                 }
                 let ran: i64 = words[n..].iter().sum();
                 assert_eq!(

@@ -11,7 +11,9 @@
 //! * a debt entry no longer occurs (remove it: the list only shrinks);
 //! * a module is in no layer.
 //!
-//! It prints every edge that breaks the layers, so the remaining debt is visible.
+//! It prints every edge that breaks the layers, so the remaining debt is visible. It also checks
+//! that a user's kernel crate cannot reach symm-device's lower layers ([`LOWER_LAYERS_PROBE`]
+//! must not compile).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -105,12 +107,52 @@ pub fn check() -> Result<(), String> {
             }
         }
     }
+    problems.extend(lower_layers_stay_private()?);
     if problems.is_empty() {
         println!("layers: every import follows docs/ARCHITECTURE.md (or is listed debt)");
         Ok(())
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// The crate of a user's kernel that reaches a lower layer of symm-device (a block barrier and a
+/// thread index without the block's token), in a workspace of its own.
+const LOWER_LAYERS_PROBE: &str = "xtask/fixtures/lower-layers";
+
+/// Check that a user's kernel crate reaches symm-device only through its typed API: the probe
+/// crate, which calls `symm_device::arch` directly, must fail to compile, and for that reason
+/// (`arch` is private without the `internals` feature). The problem found, if any.
+fn lower_layers_stay_private() -> Result<Option<String>, String> {
+    let manifest = root().join(LOWER_LAYERS_PROBE).join("Cargo.toml");
+    let output = crate::cargo()
+        .args([
+            "check",
+            "--offline",
+            "--message-format=short",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(root().join("target/fixtures"))
+        .output()
+        .map_err(|e| format!("cannot start cargo check on {LOWER_LAYERS_PROBE}: {e}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let refused = !output.status.success() && stderr.contains("module `arch` is private");
+    println!(
+        "layers: a user's kernel crate calling symm_device::arch: {}",
+        if refused {
+            "does not compile (E0603)"
+        } else {
+            "COMPILES"
+        }
+    );
+    Ok((!refused).then(|| {
+        format!(
+            "{LOWER_LAYERS_PROBE} must not compile (symm-device's lower layers are public \
+             only with the `internals` feature); cargo check said:\n{stderr}"
+        )
+    }))
 }
 
 /// The `layers` and `layer-debt` blocks of ARCHITECTURE.md, by crate directory.

@@ -13,7 +13,11 @@ fn value(rank: usize, i: usize) -> f32 {
 /// Fail unless `comm` runs on the cuda backend, when `gpu` asks for it.
 fn expect_backend(comm: &Comm, gpu: bool) {
     if gpu {
-        assert_eq!(comm.backend(), "cuda", "run the GPU tests with SYMM_BACKEND=cuda");
+        assert_eq!(
+            comm.backend(),
+            "cuda",
+            "run the GPU tests with SYMM_BACKEND=cuda"
+        );
     }
 }
 
