@@ -7,9 +7,12 @@
 mod harness;
 
 use harness::Ranks;
-use symm_device::kernel::{Avg, Block, Invalid, Max, Slot, Sum, WindowArg, all_gather, all_reduce};
+use symm_device::kernel::{
+    Avg, Block, Invalid, Max, Slot, Sum, WindowArg, all_gather, all_reduce, barrier,
+};
 use symm_device::symmetric::dispatch::kernel as launched;
 use symm_device::symmetric::{Algorithm, CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
+use symm_device::sync::abort::ABORT_KERNEL_CALLS_DIFFER;
 use symm_device::{DataType, RedOp};
 
 const SECOND: u64 = 1_000_000_000;
@@ -507,6 +510,123 @@ fn a_frame_a_peer_never_enters_fails_within_the_timeout() {
     );
     assert_eq!(ranks.read::<i64>(0, 0, 1)[0], ABORTED);
     assert!(ranks.aborted(0), "rank 0's abort word");
+}
+
+symm_device::kernel! {
+    /// Rank 0 sums `[0, 4)` in the kernel, the others `[4, 8)`; then (`second`) rank 0 opens a
+    /// frame where the others pass two barriers: the same number of cross-rank barriers, other
+    /// calls. `[8]`: the outcome.
+    fn calls_that_differ(block, window: WindowArg<i64>, second: u64) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let first = win.rank() == 0;
+            let result = if second == 0 {
+                let span = if first { win.span(0..4) } else { win.span(4..8) };
+                all_reduce(block, win, &mut slot, span.unwrap(), Sum)
+            } else if first {
+                slot.frame(block, |_, _| ())
+            } else {
+                barrier(block, &mut slot).and_then(|()| barrier(block, &mut slot))
+            };
+            let word = if result.is_ok() { DONE } else { ABORTED };
+            let at = win.span(8..9).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+symm_device::kernel! {
+    /// Block 0 of every rank sums `[0, 4)` in the kernel, the other blocks pass a barrier: the
+    /// same on every rank, but the blocks of one rank differ. `[8]`: block 0's outcome.
+    fn blocks_that_differ(block, window: WindowArg<i64>) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let result = if block.index() == 0 {
+                all_reduce(block, win, &mut slot, win.span(0..4).unwrap(), Sum)
+            } else {
+                barrier(block, &mut slot)
+            };
+            let word = if result.is_ok() { DONE } else { ABORTED };
+            let at = win.span(8..9).unwrap();
+            block.per_thread((win, at, word), |lane, (win, at, word)| {
+                if lane.global() == 0 {
+                    lane.write(win, at, 0, word);
+                }
+            });
+        });
+    }
+}
+
+/// Blocks of one rank that make different calls (an in-kernel collective on block 0 only)
+/// fail at the grid barrier, on every rank, before anything of the call is done.
+#[test]
+fn blocks_making_different_calls_fail_the_window() {
+    let world = 2;
+    let mut ranks = Ranks::new(world, 9 * 8, 5 * SECOND);
+    for rank in 0..world {
+        ranks.write(rank, 0, &[rank as i64 + 1; 8]);
+    }
+    let started = std::time::Instant::now();
+    run_kernel(&ranks, 3, 4, &|w| blocks_that_differ(w));
+    assert!(
+        started.elapsed().as_secs() < 3,
+        "took {:?}",
+        started.elapsed()
+    );
+    for rank in 0..world {
+        let words: Vec<i64> = ranks.read(rank, 0, 9);
+        assert_eq!(words[8], ABORTED, "rank {rank}'s outcome");
+        assert_eq!(
+            words[..8],
+            [rank as i64 + 1; 8],
+            "rank {rank}'s data touched"
+        );
+        assert_eq!(ranks.abort_word(rank) & 0xFF, ABORT_KERNEL_CALLS_DIFFER);
+    }
+}
+
+/// Ranks whose kernels make different calls on a window at the same barrier (an in-kernel
+/// all-reduce of different spans; a frame against two barriers) fail on every rank, promptly,
+/// with nothing of the call done and the window's abort word saying why.
+#[test]
+fn ranks_making_different_calls_fail_on_every_rank() {
+    for second in [0u64, 1] {
+        for world in [2usize, 3] {
+            let mut ranks = Ranks::new(world, 9 * 8, 5 * SECOND);
+            for rank in 0..world {
+                ranks.write(
+                    rank,
+                    0,
+                    &(0..8).map(|i| 10 * rank as i64 + i).collect::<Vec<_>>(),
+                );
+            }
+            let started = std::time::Instant::now();
+            run_kernel(&ranks, 2, 8, &|w| calls_that_differ(w, second));
+            let case = format!("case {second}, world {world}");
+            assert!(
+                started.elapsed().as_secs() < 3,
+                "{case}: took {:?}",
+                started.elapsed()
+            );
+            for rank in 0..world {
+                let words: Vec<i64> = ranks.read(rank, 0, 9);
+                assert_eq!(words[8], ABORTED, "{case}: rank {rank}'s outcome");
+                let original: Vec<i64> = (0..8).map(|i| 10 * rank as i64 + i).collect();
+                assert_eq!(
+                    words[..8],
+                    original[..],
+                    "{case}: rank {rank}'s data touched"
+                );
+                assert_eq!(
+                    ranks.abort_word(rank) & 0xFF,
+                    ABORT_KERNEL_CALLS_DIFFER,
+                    "{case}: rank {rank}'s abort word"
+                );
+            }
+        }
+    }
 }
 
 symm_device::kernel! {

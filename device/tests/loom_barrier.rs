@@ -314,6 +314,44 @@ fn mutant_vote_after_barrier_is_caught() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Agreeing barriers (a user's kernel compares what each rank's block is about to do).
+
+/// Consecutive agreeing barriers on one block index, nothing between them, with the
+/// descriptors of `calls[round][rank]`: every rank learns whether that round's descriptors
+/// were equal (a rank that reads a peer's descriptor of another round answers wrongly, and a
+/// read that races with the peer's next write is a causality violation).
+fn agreeing_rounds(threads: u32, calls: &'static [[u32; 2]]) {
+    let model = World::new(2);
+    model.declare();
+    run_grid(2, threads, &|| {
+        let (rank, _) = place(1);
+        let ctx = &model.contexts[rank];
+        let mut barrier = Rounds::open(ctx);
+        for (round, call) in calls.iter().enumerate() {
+            let same = barrier
+                .sync_agreeing(call[rank])
+                .expect("no timeouts under loom");
+            assert_eq!(same, call[0] == call[1], "round {round}, rank {rank}");
+        }
+        barrier.finish();
+    });
+}
+
+const DESCRIPTORS: &[[u32; 2]] = &[[7, 7], [8, 9], [10, 10]];
+
+/// 2 ranks × 1 block × 1 thread: the same call, different calls, the same call again.
+#[test]
+fn descriptors_of_consecutive_barriers_never_mix() {
+    explore(|| agreeing_rounds(1, DESCRIPTORS));
+}
+
+/// 2 ranks × 1 block × 2 threads: thread 0 writes, both threads read; the answer is uniform.
+#[test]
+fn descriptors_are_compared_block_wide() {
+    explore_bounded(2, BUDGET, || agreeing_rounds(2, DESCRIPTORS));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Fused one-shot all-reduce: owed round barriers.
 
 /// The barrier protocol of a fused one-shot all-reduce (`symmetric::all_reduce`) with two

@@ -12,7 +12,8 @@ use loom_support::*;
 
 /// `world` ranks of `blocks` one-thread blocks: each block writes its payload word, passes a
 /// grid barrier, reads every word of its rank's blocks, passes another, and rewrites its word
-/// (ordered after the other blocks' reads by the second barrier).
+/// (ordered after the other blocks' reads by the second barrier). Every block passes the same
+/// descriptors, so every barrier agrees.
 fn grid_payload(model: &World, blocks: u32, rounds: u64) {
     let payload = Payload::new(model.contexts.len() * blocks as usize);
     run_grid(model.world() * blocks, 1, &|| {
@@ -22,7 +23,8 @@ fn grid_payload(model: &World, blocks: u32, rounds: u64) {
         for round in 1..=rounds {
             payload.write(first + block as usize, round);
             // SAFETY: a host-built context; every block of the rank calls it, all resident.
-            unsafe { grid_sync(ctx, blocks) }.expect("no timeouts under loom");
+            let agreed = unsafe { grid_sync(ctx, blocks, block, 2 * round as u32) };
+            assert_eq!(agreed, Ok(true), "rank {rank} block {block}");
             for other in 0..blocks as usize {
                 assert_eq!(
                     payload.read(first + other),
@@ -31,9 +33,38 @@ fn grid_payload(model: &World, blocks: u32, rounds: u64) {
                 );
             }
             // SAFETY: as above.
-            unsafe { grid_sync(ctx, blocks) }.expect("no timeouts under loom");
+            let agreed = unsafe { grid_sync(ctx, blocks, block, 2 * round as u32 + 1) };
+            assert_eq!(agreed, Ok(true), "rank {rank} block {block}");
         }
     });
+}
+
+/// One rank of two blocks, three grid barriers with nothing between them, the blocks'
+/// descriptors `calls[barrier][block]`: every block learns whether that barrier's descriptors
+/// were equal (a read of another barrier's descriptor answers wrongly; a read that races with
+/// the next write is a causality violation).
+fn grid_descriptors(calls: &'static [[u32; 2]]) {
+    let model = World::new(1);
+    model.declare();
+    run_grid(2, 1, &|| {
+        let (_, block) = place(2);
+        let ctx = &model.contexts[0];
+        for (barrier, call) in calls.iter().enumerate() {
+            // SAFETY: a host-built context; both blocks call it, resident.
+            let agreed = unsafe { grid_sync(ctx, 2, block, call[block as usize]) };
+            assert_eq!(
+                agreed,
+                Ok(call[0] == call[1]),
+                "barrier {barrier}, block {block}"
+            );
+        }
+    });
+}
+
+/// The same call, different calls, the same call again.
+#[test]
+fn grid_descriptors_of_consecutive_barriers_never_mix() {
+    explore(|| grid_descriptors(&[[7, 7], [8, 9], [10, 10]]));
 }
 
 /// One rank, two blocks, two rounds (four grid barriers).

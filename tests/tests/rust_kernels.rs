@@ -86,3 +86,81 @@ fn launches_the_scope_cannot_vouch_for_are_refused() {
     drop((outer, inner));
     comm.destroy().unwrap();
 }
+
+symm_device::kernel! {
+    /// Rank 0 sums `[0, n)` in the kernel, the others `[n, 2n)`: the same barriers, other calls.
+    fn sums_that_differ(block, window: WindowArg<f32>, n: u64) {
+        let _ = block.window(window, |block, win, mut slot| {
+            let span = if win.rank() == 0 { win.span(0..n) } else { win.span(n..2 * n) };
+            if let Some(span) = span {
+                let _ = symm_device::kernel::all_reduce(block, win, &mut slot, span, symm_device::kernel::Sum);
+            }
+        });
+    }
+}
+
+static SUMS_THAT_DIFFER: Kernel<(WindowArg<f32>, u64)> =
+    Kernel::new("sums_that_differ", "", |(window, n)| {
+        sums_that_differ(window, n)
+    });
+
+/// Ranks whose kernels make different calls on a window (an in-kernel all-reduce of different
+/// spans) get an error on every rank that says so, promptly, with the window untouched.
+#[test]
+fn kernels_making_different_calls_fail_every_rank_by_name() {
+    use_backend_from_env();
+    if std::env::var("SYMM_BACKEND").is_ok_and(|b| b == "cuda") {
+        return; // host forms only here: the example's kernels run from PTX
+    }
+    let nranks = 2;
+    let n = 16usize;
+    let id = symm::UniqueId::new().unwrap();
+    let started = std::time::Instant::now();
+    let messages: Vec<String> = std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..nranks)
+            .map(|rank| {
+                let id = &id;
+                s.spawn(move || {
+                    let comm = Comm::init_rank(nranks, id, rank).unwrap();
+                    let stream = Stream::new(&comm).unwrap();
+                    let mut window: Window<f32> = comm.window(2 * n).unwrap();
+                    window.write(0, &vec![1.0; 2 * n]).unwrap();
+                    let outcome = scope(|s| {
+                        let bound = s.bind(&mut window, &stream);
+                        s.launch(
+                            &bound,
+                            &SUMS_THAT_DIFFER,
+                            2,
+                            8,
+                            (bound.kernel_arg(), n as u64),
+                        )
+                    });
+                    let message = match outcome {
+                        Ok(Ok(())) => comm
+                            .async_error()
+                            .err()
+                            .map_or_else(|| "no error".to_string(), |e| e.to_string()),
+                        Ok(Err(e)) | Err(e) => e.to_string(),
+                    };
+                    let untouched = window.to_vec().unwrap().iter().all(|v| *v == 1.0);
+                    assert!(untouched, "rank {rank}: the window was written");
+                    drop(window);
+                    let _ = comm.destroy();
+                    message
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert!(
+        started.elapsed().as_secs() < 5,
+        "took {:?}",
+        started.elapsed()
+    );
+    for (rank, message) in messages.iter().enumerate() {
+        assert!(
+            message.contains("made different calls on a window"),
+            "rank {rank}: {message}"
+        );
+    }
+}

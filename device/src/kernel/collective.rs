@@ -1,6 +1,7 @@
 //! symm's collectives inside a user's kernel, typed by element and operator: the same kernel
 //! bodies symm launches, on a span of an open window, sharing the window's barrier epochs.
 
+use super::frame::{Call, refuse_unless};
 use super::{Block, Element, ReduceOp, Slot, Span, Win};
 use crate::context::SymmContext;
 use crate::symmetric::all_gather::all_gather as all_gather_body;
@@ -50,13 +51,18 @@ pub fn all_reduce<'w, T: Element, O: ReduceOp>(
         block: index,
         blocks: block.blocks(),
     };
-    slot.grid_sync(block)?;
+    let call = Call::new::<T>(Call::ALL_REDUCE, block)
+        .with(O::OP as u64)
+        .with(span.start())
+        .with(span.len());
+    slot.grid_sync(block, call)?;
+    agree(ctx, index, call)?;
     // SAFETY: the span lies in the window on every rank and is aligned for `T` (every base is
     // 16-byte aligned, checked at opening); every thread of the block calls with the same
     // span (uniform control flow outside lanes); the slot is borrowed, so no frame of this
     // block is open on the window.
     outcome(unsafe { one_shot_all_reduce::<T, O>(&batch, grid) })?;
-    slot.grid_sync(block)
+    slot.grid_sync(block, call)
 }
 
 /// All-gather: this rank's `send` lands at element `rank · send.len()` of `recv` on every rank
@@ -103,12 +109,18 @@ pub fn all_gather<'w, T: Element>(
         block: index,
         blocks: block.blocks(),
     };
-    slot.grid_sync(block)?;
+    let call = Call::new::<T>(Call::ALL_GATHER, block)
+        .with(send.start())
+        .with(send.len())
+        .with(recv.start())
+        .with(recv.len());
+    slot.grid_sync(block, call)?;
+    agree(ctx, index, call)?;
     // SAFETY: both spans lie in the window (on every rank), checked for shape and overlap
     // above; every thread of the block calls with the same spans; no frame is open (the slot
     // is borrowed).
     outcome(unsafe { all_gather_body(&batch, grid) })?;
-    slot.grid_sync(block)
+    slot.grid_sync(block, call)
 }
 
 /// A barrier of every block of every rank (the window's grid barrier, then the cross-rank
@@ -117,11 +129,21 @@ pub fn all_gather<'w, T: Element>(
 /// `Err` as [`all_reduce`].
 #[inline(always)]
 pub fn barrier<T: Element>(block: &mut Block, slot: &mut Slot<'_, T>) -> Result<(), Aborted> {
-    slot.grid_sync(block)?;
+    let call = Call::new::<T>(Call::BARRIER, block);
+    slot.grid_sync(block, call)?;
     let (ctx, index) = slot.parts();
+    agree(ctx, index, call)
+}
+
+/// Pass a cross-rank barrier of block `index` on the window `ctx` at which block `index` of every
+/// rank compares its `call`: `Err` (the window failed, on every rank alike) when they differ.
+#[inline(always)]
+fn agree(ctx: &SymmContext, index: u32, call: Call) -> Result<(), Aborted> {
     // SAFETY: as in `Slot::frame`: a checked context, a block index within the pad, and every
     // thread of the block making the same barrier steps.
-    let barrier = unsafe { CrossRankBarrier::open(ctx, index) }.start()?;
+    let (barrier, agreed) =
+        unsafe { CrossRankBarrier::open(ctx, index) }.start_agreeing(call.word())?;
+    refuse_unless(ctx, agreed)?;
     barrier.finish();
     Ok(())
 }

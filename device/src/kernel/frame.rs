@@ -2,7 +2,10 @@
 //! a [`Frame`] and one that closes it, and the frame is lent to a closure between the two.
 
 use super::{Block, Element, Lane, Peer, Span, Varying, Win};
+use crate::arch;
 use crate::context::SymmContext;
+use crate::symmetric::raise_refusal;
+use crate::sync::abort::ABORT_KERNEL_CALLS_DIFFER;
 use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::grid_barrier::grid_sync;
 use core::marker::PhantomData;
@@ -38,10 +41,11 @@ impl<'w, T: Element> Slot<'w, T> {
         (self.ctx, self.block)
     }
 
-    /// Pass the window's grid barrier: every block of this rank's launch meets here.
+    /// Pass the window's grid barrier: every block of this rank's launch meets here, about to
+    /// make `call` (the blocks compare it).
     #[inline(always)]
-    pub(super) fn grid_sync(&mut self, block: &Block) -> Result<(), Aborted> {
-        grid_sync_on(self.ctx, block)
+    pub(super) fn grid_sync(&mut self, block: &Block, call: Call) -> Result<(), Aborted> {
+        grid_sync_on(self.ctx, block, call)
     }
 
     /// Run `body` inside a barrier frame on the window: a barrier that every block of every
@@ -63,12 +67,15 @@ impl<'w, T: Element> Slot<'w, T> {
         block: &mut Block,
         body: impl for<'f> FnOnce(&mut Block, &mut Frame<'f, 'w, T>) -> R,
     ) -> Result<R, Aborted> {
-        self.grid_sync(block)?;
+        let opening = Call::new::<T>(Call::FRAME_OPEN, block);
+        self.grid_sync(block, opening)?;
         // SAFETY: the context is host-built and within the kernels' limits, and this block's
         // index is below the pad's block count (both checked when the window was opened); every
         // thread of the block makes the same sequence of barrier steps (each takes the block's
         // token, and control flow outside lanes is uniform).
-        let barrier = unsafe { CrossRankBarrier::open(self.ctx, self.block) }.start()?;
+        let (barrier, agreed) = unsafe { CrossRankBarrier::open(self.ctx, self.block) }
+            .start_agreeing(opening.word())?;
+        refuse_unless(self.ctx, agreed)?;
         let mut frame = Frame {
             ctx: self.ctx,
             barrier,
@@ -80,8 +87,9 @@ impl<'w, T: Element> Slot<'w, T> {
         if frame.failed {
             return Err(Aborted);
         }
-        grid_sync_on(self.ctx, block)?;
-        frame.barrier.sync()?;
+        let closing = Call::new::<T>(Call::FRAME_CLOSE, block);
+        grid_sync_on(self.ctx, block, closing)?;
+        refuse_unless(self.ctx, frame.barrier.sync_agreeing(closing.word())?)?;
         frame.barrier.finish();
         Ok(value)
     }
@@ -108,7 +116,10 @@ impl<'w, T: Element> Frame<'_, 'w, T> {
         if self.failed {
             return Err(Aborted);
         }
-        let passed = grid_sync_on(self.ctx, block).and_then(|()| self.barrier.sync());
+        let sync = Call::new::<T>(Call::FRAME_SYNC, block);
+        let passed = grid_sync_on(self.ctx, block, sync)
+            .and_then(|()| self.barrier.sync_agreeing(sync.word()))
+            .and_then(|agreed| refuse_unless(self.ctx, agreed));
         self.failed = passed.is_err();
         passed
     }
@@ -135,14 +146,81 @@ impl<'w, T: Element> Frame<'_, 'w, T> {
 }
 
 /// Pass the grid barrier of the window `ctx` (checked when it was opened) with the calling
-/// block.
+/// block, about to make `call`: `Err` (the window failed) when the blocks' calls differ.
 #[inline(always)]
-pub(super) fn grid_sync_on(ctx: &SymmContext, block: &Block) -> Result<(), Aborted> {
+pub(super) fn grid_sync_on(ctx: &SymmContext, block: &Block, call: Call) -> Result<(), Aborted> {
     // SAFETY: the context was checked when the window was opened (host-built, native, within
     // the kernels' limits); the block count is the launch's (a 1-D grid of at most
     // `MAX_BLOCKS` blocks, checked at opening, whose blocks the host launches resident); every
     // thread of the block makes the same barrier steps (each takes the block's token).
-    unsafe { grid_sync(ctx, block.blocks()) }
+    let agreed = unsafe { grid_sync(ctx, block.blocks(), block.index(), call.word()) }?;
+    refuse_unless(ctx, agreed)
+}
+
+/// What block `b` of a rank is about to do at a barrier of a user's kernel, folded into the word
+/// that block `b` of every rank compares at that barrier
+/// ([`CrossRankBarrier::sync_agreeing`]): the call's kind, the window's element type, the
+/// grid, and the call's spans and operator. FNV-1a over those words, folded to 32 bits.
+#[derive(Clone, Copy)]
+pub(super) struct Call(u64);
+
+impl Call {
+    /// A frame's opening barrier.
+    pub(super) const FRAME_OPEN: u32 = 1;
+    /// A [`Frame::sync`].
+    pub(super) const FRAME_SYNC: u32 = 2;
+    /// A frame's closing barrier.
+    pub(super) const FRAME_CLOSE: u32 = 3;
+    /// [`super::barrier`].
+    pub(super) const BARRIER: u32 = 4;
+    /// [`super::all_reduce`].
+    pub(super) const ALL_REDUCE: u32 = 5;
+    /// [`super::all_gather`].
+    pub(super) const ALL_GATHER: u32 = 6;
+    /// [`Slot::for_each_tile`].
+    pub(super) const TILES: u32 = 7;
+
+    /// The call `kind` on a window of `T`, from a grid of `block.blocks()` blocks.
+    #[inline(always)]
+    pub(super) fn new<T: Element>(kind: u32, block: &Block) -> Call {
+        Call(0xcbf2_9ce4_8422_2325)
+            .with(kind as u64)
+            .with(T::DTYPE as u64)
+            .with(block.blocks() as u64)
+    }
+
+    /// The call with one more word of its arguments.
+    #[inline(always)]
+    pub(super) fn with(self, word: u64) -> Call {
+        let mut hash = self.0;
+        let mut rest = word;
+        for _ in 0..8 {
+            hash = (hash ^ (rest & 0xFF)).wrapping_mul(0x0100_0000_01b3);
+            rest >>= 8;
+        }
+        Call(hash)
+    }
+
+    /// The word ranks compare.
+    #[inline(always)]
+    pub(super) fn word(self) -> u32 {
+        (self.0 ^ (self.0 >> 32)) as u32
+    }
+}
+
+/// `Ok` when block `b` of every rank made the same call at the barrier just passed; otherwise
+/// fail the window (its abort word says the ranks' calls differ; its out-of-step mark is set)
+/// and `Err`, on every rank alike.
+#[inline(always)]
+pub(super) fn refuse_unless(ctx: &SymmContext, agreed: bool) -> Result<(), Aborted> {
+    if agreed {
+        return Ok(());
+    }
+    if arch::thread_idx_x() == 0 {
+        // SAFETY: the context was checked when the window was opened.
+        unsafe { raise_refusal(ctx as *const SymmContext as u64, ABORT_KERNEL_CALLS_DIFFER) };
+    }
+    Err(Aborted)
 }
 
 /// A marker invariant in `'a` (a brand cannot be shortened or lengthened).

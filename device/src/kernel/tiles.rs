@@ -2,6 +2,7 @@
 //! software (`scheduler::driver::for_each_tile` over a `SoftwareSource`), its state in the
 //! window's signal pad.
 
+use super::frame::Call;
 use super::{Block, Element, Lane, Slot};
 use crate::arch;
 use crate::scheduler::driver::for_each_tile;
@@ -53,7 +54,8 @@ impl<'w, T: Element> Slot<'w, T> {
             }
             return Err(Aborted);
         }
-        self.grid_sync(block)?;
+        let call = Call::new::<T>(Call::TILES, block).with(tiles as u64);
+        self.grid_sync(block, call)?;
         // SAFETY: rank < world_size and the pad table is valid (checked at opening).
         let state = tile_state(unsafe { ctx.peer_signal_pad(ctx.rank) });
         // SAFETY: the state lies in this rank's pad (`TILE_STATE_WORDS` words: room for
@@ -63,7 +65,7 @@ impl<'w, T: Element> Slot<'w, T> {
         // every thread of every block calls with the same `tiles`.
         let source = unsafe { SoftwareSource::with_claim_room(state, MAX_TILES as u32, tiles) };
         let stats = for_each_tile::<Greedy, _>(source, |tile| work(Lane::of(block), tile, args));
-        self.grid_sync(block)?;
+        self.grid_sync(block, call)?;
         Ok(stats)
     }
 

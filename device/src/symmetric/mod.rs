@@ -186,6 +186,17 @@ pub unsafe fn report_invalid_launch(tasks: *const TaskArgs, task_count: u32, ran
 /// `context` is 0 or the address of a host-built context.
 #[inline(always)]
 pub(crate) unsafe fn raise_invalid_launch(context: u64) {
+    // SAFETY: forwarded contract.
+    unsafe { raise_refusal(context, ABORT_INVALID_LAUNCH) }
+}
+
+/// [`raise_invalid_launch`] with the abort word `word` (a refusal that says more than
+/// [`ABORT_INVALID_LAUNCH`]).
+///
+/// # Safety
+/// As for [`raise_invalid_launch`].
+#[inline(always)]
+pub(crate) unsafe fn raise_refusal(context: u64, word: u32) {
     if context == 0 {
         return;
     }
@@ -203,7 +214,7 @@ pub(crate) unsafe fn raise_invalid_launch(context: u64) {
     if !abort.is_null() {
         // Only a clear word is raised: a concurrent timeout report keeps its value.
         // SAFETY: the abort word is a valid u32 that kernels and the host access atomically.
-        unsafe { arch::compare_exchange_sys_u32(abort, 0, ABORT_INVALID_LAUNCH) };
+        unsafe { arch::compare_exchange_sys_u32(abort, 0, word) };
     }
 }
 

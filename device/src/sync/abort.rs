@@ -43,6 +43,11 @@ pub const fn timed_out_peer(word: u32) -> Option<u32> {
 /// kernel's limits); nothing was touched.
 pub const ABORT_INVALID_LAUNCH: u32 = 2;
 
+/// Abort-word value of a window on which block `b` of two ranks' user kernels made different
+/// calls at one barrier (`kernel`: a frame, a barrier or an in-kernel collective whose kind,
+/// spans, element type, operator or grid differ); nothing of that call was done.
+pub const ABORT_KERNEL_CALLS_DIFFER: u32 = 6;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ use super::abort::{abort_timed_out_waiting_for, raise_timeout};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::sync::signal_pad::{
-    MAX_BLOCKS, MAX_RANKS, epoch_slot, inbox_slot, out_of_step_slot, vote_slot,
+    MAX_BLOCKS, MAX_RANKS, descriptor_slot, epoch_slot, inbox_slot, out_of_step_slot, vote_slot,
 };
 use crate::sync::wait::{WaitOutcome, wait_until_reached};
 
@@ -179,6 +179,52 @@ impl<'a> CrossRankBarrier<'a> {
         Ok(!arch::sync_threads_or(dissent))
     }
 
+    /// Pass the next barrier as [`CrossRankBarrier::sync`] does, and learn whether block `b` of
+    /// every rank passed it with the same `descriptor` (what the block is about to do, the same
+    /// on every thread of the block): `Ok(true)` on every rank's block `b` alike, or `Ok(false)`
+    /// on every one alike.
+    ///
+    /// Thread 0 writes the descriptor into this rank's pad, in the slot of the barrier's epoch
+    /// parity, before the barrier announces it; after the barrier, one thread per peer reads the
+    /// peer's slot of that parity. A peer writes its slot of the same parity again only for the
+    /// barrier after next, which it announces only after this block announced the next one, so
+    /// consecutive agreeing barriers need nothing between them.
+    #[inline(always)]
+    pub fn sync_agreeing(&mut self, descriptor: u32) -> Result<bool, Aborted> {
+        self.agreeing_round(descriptor, false)
+    }
+
+    /// [`CrossRankBarrier::sync_agreeing`]; `first` as in [`CrossRankBarrier::round`]. In a first
+    /// round the descriptor is written before the out-of-step mark is read: a peer of an
+    /// abandoned call that reads it then sees a descriptor of a window that failed for good.
+    #[inline(always)]
+    fn agreeing_round(&mut self, descriptor: u32, first: bool) -> Result<bool, Aborted> {
+        let parity = self.epoch.wrapping_add(1) & 1;
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: the slot lies inside this rank's pad; only this block of this rank writes
+            // it, and peers read it only between the barrier announced next and the one after.
+            unsafe {
+                let slot = descriptor_slot(self.own_pad(), parity, self.block);
+                arch::store_plain_u32(slot, descriptor);
+            }
+        }
+        // The round's block barrier orders the store before the announcement.
+        self.round(1, first, NO_VOTE)?;
+        let mut differ = false;
+        let mut peer = arch::thread_idx_x();
+        while peer < self.ctx.world_size {
+            // SAFETY: peer < world_size; the pad table is valid (`open`'s contract); the peer's
+            // block wrote its descriptor before announcing the barrier just passed, and writes
+            // this slot again only after this block announces its next barrier.
+            differ |= unsafe {
+                let slot = descriptor_slot(self.ctx.peer_signal_pad(peer), parity, self.block);
+                arch::load_plain_u32(slot) != descriptor
+            };
+            peer += arch::block_dim_x();
+        }
+        Ok(!arch::sync_threads_or(differ))
+    }
+
     /// Store the epoch for the next use of this block index (a later launch, or a later call
     /// of a device function in the same kernel). Call once, on every thread, after the last
     /// `sync`. The two block barriers make the change visible block-wide: no thread can read
@@ -212,6 +258,16 @@ impl<'a> UnstartedBarrier<'a> {
     pub fn start_advancing(self, steps: u32) -> Result<CrossRankBarrier<'a>, Aborted> {
         let mut barrier = self.0;
         barrier.round(steps, true, NO_VOTE).map(|()| barrier)
+    }
+
+    /// [`UnstartedBarrier::start`] comparing descriptors, as
+    /// [`CrossRankBarrier::sync_agreeing`] does.
+    #[inline(always)]
+    pub fn start_agreeing(self, descriptor: u32) -> Result<(CrossRankBarrier<'a>, bool), Aborted> {
+        let mut barrier = self.0;
+        barrier
+            .agreeing_round(descriptor, true)
+            .map(|agreed| (barrier, agreed))
     }
 
     /// [`UnstartedBarrier::start`] as a vote, as [`CrossRankBarrier::sync_unanimous`] does.

@@ -12,6 +12,8 @@
 //! OUT_OF_STEP_OFFSET out of step u32                          non-zero once this rank's epochs left its peers'
 //! GRID_BARRIER_OFFSET grid barrier [arrivals, generation] u32  this rank's blocks meeting each other
 //! TILES_OFFSET       tiles      [3 + MAX_TILES + 2·MAX_BLOCKS] u32  a user kernel's tile scheduler
+//! DESCRIPTORS_OFFSET descriptors [2][MAX_BLOCKS] u32          this rank's call at its block's agreeing barriers
+//! GRID_DESCRIPTORS_OFFSET  [2][MAX_BLOCKS] u32                each block's call at this rank's grid barriers
 //! LL_OFFSET          ll lines   [2][world][LL_LINES] 16 B     low-latency lines written by peers
 //! pat_staging_offset pat inbox  [world-1][PAT_SLOT_BYTES]     PAT reduce-scatter partials
 //! ```
@@ -90,7 +92,15 @@ pub const TILE_SLOTS_PER_BLOCK: usize = 2;
 pub const TILE_STATE_WORDS: usize = 3 + MAX_TILES + TILE_SLOTS_PER_BLOCK * MAX_BLOCKS;
 
 const _: () = assert!(LL_COUNTS_OFFSET + MAX_BLOCKS * 8 <= PAT_FLAGS_OFFSET);
-const _: () = assert!(TILES_OFFSET + TILE_STATE_WORDS * 4 <= LL_OFFSET);
+/// Offset of the call descriptors (see `CrossRankBarrier::sync_agreeing`): per barrier parity
+/// and block index, what this rank's block is about to do.
+pub const DESCRIPTORS_OFFSET: usize = TILES_OFFSET + TILE_STATE_WORDS * 4;
+
+/// Offset of the grid barrier's call descriptors (see `sync::grid_barrier`): per generation
+/// parity and block index, what the block is about to do.
+pub const GRID_DESCRIPTORS_OFFSET: usize = DESCRIPTORS_OFFSET + 2 * MAX_BLOCKS * 4;
+
+const _: () = assert!(GRID_DESCRIPTORS_OFFSET + 2 * MAX_BLOCKS * 4 <= LL_OFFSET);
 const _: () = assert!(1 << PAT_MAX_STEPS >= MAX_RANKS);
 const _: () = assert!(PAT_SLOT_BYTES.is_multiple_of(16 * MAX_BLOCKS));
 
@@ -215,6 +225,22 @@ pub fn vote_slot(pad: u64, block: u32) -> *mut u32 {
 pub fn grid_barrier_slots(pad: u64) -> (*mut u32, *mut u32) {
     let arrivals = pad + GRID_BARRIER_OFFSET as u64;
     (arrivals as *mut u32, (arrivals + 4) as *mut u32)
+}
+
+/// Address of the call descriptor of `block` for barriers of epoch parity `parity` (0 or 1) in
+/// the pad at `pad`.
+#[inline(always)]
+pub fn descriptor_slot(pad: u64, parity: u32, block: u32) -> *mut u32 {
+    let index = (parity & 1) as usize * MAX_BLOCKS + block as usize;
+    (pad + (DESCRIPTORS_OFFSET + index * 4) as u64) as *mut u32
+}
+
+/// Address of the grid barrier's call descriptor of `block` for generations of parity `parity`
+/// (0 or 1) in the pad at `pad`.
+#[inline(always)]
+pub fn grid_descriptor_slot(pad: u64, parity: u32, block: u32) -> *mut u32 {
+    let index = (parity & 1) as usize * MAX_BLOCKS + block as usize;
+    (pad + (GRID_DESCRIPTORS_OFFSET + index * 4) as u64) as *mut u32
 }
 
 /// Address of the tile scheduler state in the pad at `pad` ([`TILE_STATE_WORDS`] `u32`s).

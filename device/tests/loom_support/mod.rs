@@ -22,9 +22,10 @@ pub use symm_device::sync::ll::LlCall;
 pub use symm_device::sync::p2p;
 pub use symm_device::sync::pat_rounds::PatRounds;
 pub use symm_device::sync::signal_pad::{
-    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, epoch_slot,
-    grid_barrier_slots, inbox_slot, ll_clears_other_parity, ll_count_slot, ll_flag,
-    ll_parity_lines, out_of_step_slot, pat_flag_slot, pat_round_slot, signal_pad_bytes, vote_slot,
+    LL_FLAG_PERIOD, LL_LINES, MAX_BLOCKS, PAT_MAX_STEPS, PatCollective, PatFlag, descriptor_slot,
+    epoch_slot, grid_barrier_slots, grid_descriptor_slot, inbox_slot, ll_clears_other_parity,
+    ll_count_slot, ll_flag, ll_parity_lines, out_of_step_slot, pat_flag_slot, pat_round_slot,
+    signal_pad_bytes, vote_slot,
 };
 
 /// Block 0's barrier on a window, through its rounds: the first passed with
@@ -77,6 +78,13 @@ impl<'a> Rounds<'a> {
 
     pub fn sync_unanimous(&mut self, vote: bool) -> Result<bool, Aborted> {
         self.round(|u| u.start_unanimous(vote), |b| b.sync_unanimous(vote))
+    }
+
+    pub fn sync_agreeing(&mut self, descriptor: u32) -> Result<bool, Aborted> {
+        self.round(
+            |u| u.start_agreeing(descriptor),
+            |b| b.sync_agreeing(descriptor),
+        )
     }
 
     pub fn finish(self) {
@@ -204,6 +212,12 @@ impl World {
                     }
                     model_word(epoch_slot(*pad, block) as u64, WordKind::PlainU32);
                     model_word(vote_slot(*pad, block) as u64, WordKind::PlainU32);
+                    for parity in 0..2 {
+                        let slot = descriptor_slot(*pad, parity, block);
+                        model_word(slot as u64, WordKind::PlainU32);
+                        let slot = grid_descriptor_slot(*pad, parity, block);
+                        model_word(slot as u64, WordKind::PlainU32);
+                    }
                     model_word(ll_count_slot(*pad, block) as u64, WordKind::PlainU64);
                     for collective in [PatCollective::Gather, PatCollective::Scatter] {
                         let slot = pat_round_slot(*pad, collective, block);

@@ -32,6 +32,7 @@ use crate::error::Error;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use symm_device::symmetric::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
+use symm_device::sync::abort::ABORT_KERNEL_CALLS_DIFFER;
 
 /// The first failure of a communicator: the rank that found it, and its error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -329,6 +330,13 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
             symm_device::symmetric::all_to_all_v::ABORT_COUNTS_REFUSED => {
                 counts_refusal(comm.rank, word)
             }
+            ABORT_KERNEL_CALLS_DIFFER => Error::invalid_usage(format!(
+                "rank {}: the ranks' kernels made different calls on a window at one barrier \
+                 (a frame, a barrier or an in-kernel collective whose kind, spans, element \
+                 type, operator or grid differ between ranks); nothing of that call was done, \
+                 and the communicator is failed on every rank",
+                comm.rank
+            )),
             ABORT_PEER_FAILED => Error::new(
                 symmResult_t::symmRemoteError,
                 format!(
