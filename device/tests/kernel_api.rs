@@ -327,6 +327,37 @@ fn tiles_run_once_each_then_reduce_in_the_kernel() {
     }
 }
 
+/// The scheduler's claim epoch wrapping around on a window: tiles whose claim words kept an old
+/// epoch (or were never claimed) still run once each after the wrap.
+#[test]
+fn tiles_run_once_each_across_the_claim_epoch_wrap() {
+    let (world, blocks, n) = (2usize, 3u32, 600usize);
+    let mut ranks = Ranks::new(world, (n + blocks as usize) * 8, 5 * SECOND);
+    for rank in 0..world {
+        let state = symm_device::sync::signal_pad::tile_state(ranks.pad_address(rank));
+        // SAFETY: the tile state's epoch word, in the rank's pad; no kernel runs yet.
+        unsafe { state.add(2).write(u32::MAX - 1) };
+    }
+    // Epoch u32::MAX over 10 tiles, then (after the wrap) 37 tiles, then 37 again.
+    for (call, tiles) in [10u32, 37, 37].into_iter().enumerate() {
+        for rank in 0..world {
+            ranks.write(rank, 0, &vec![0i64; n]);
+        }
+        run_kernel(&ranks, blocks, 4, &|w| tiles_then_sum(w, n as u64, tiles));
+        let ranks_sum = (world * (world + 1) / 2) as i64;
+        for rank in 0..world {
+            let words: Vec<i64> = ranks.read(rank, 0, n + blocks as usize);
+            for (i, word) in words[..n].iter().enumerate() {
+                let want = ranks_sum * (i as i64 + 1);
+                assert_eq!(
+                    *word, want,
+                    "call {call}, {tiles} tiles: rank {rank}, element {i}"
+                );
+            }
+        }
+    }
+}
+
 symm_device::kernel! {
     /// `for_each_tile` over more tiles than the scheduler's state has room for.
     fn too_many_tiles(block, window: WindowArg<i64>) {

@@ -146,3 +146,74 @@ fn mutant_grid_barrier_relaxed_acquire_is_caught() {
         grid_payload(&model, 2, 1);
     });
 }
+
+/// One rank of two blocks of two threads: thread 0 of each block writes its payload word, and
+/// after the grid barrier both threads of every block read every word (the generation is read
+/// again by every thread to find the descriptors' parity).
+#[test]
+fn grid_barrier_orders_payload_for_every_thread() {
+    explore_bounded(2, BUDGET, || {
+        let model = World::new(1);
+        model.declare();
+        let payload = Payload::new(2);
+        run_grid(2, 2, &|| {
+            let (_, block) = place(2);
+            let ctx = &model.contexts[0];
+            if arch::thread_idx_x() == 0 {
+                payload.write(block as usize, 1);
+            }
+            // SAFETY: a host-built context; both blocks call it, resident.
+            let agreed = unsafe { grid_sync(ctx, 2, block, 5) };
+            assert_eq!(agreed, Ok(true));
+            for other in 0..2 {
+                assert_eq!(payload.read(other), 1, "block {block} reads block {other}");
+            }
+        });
+    });
+}
+
+/// Two ranks of two blocks: block 0 of rank 0 writes, then every block passes the grid barrier
+/// of its rank and the cross-rank barrier of its block index; block 1 of rank 1 then reads
+/// what block 0 of rank 0 wrote: the two barriers together order every block of every rank.
+/// Without the grid barrier (`grid` false) the read is not ordered after the write.
+fn every_block_of_every_rank(grid: bool) {
+    let model = World::new(2);
+    model.declare();
+    let payload = Payload::new(1);
+    run_grid(4, 1, &|| {
+        let (rank, block) = place(2);
+        let ctx = &model.contexts[rank];
+        if (rank, block) == (0, 0) {
+            payload.write(0, 7);
+        }
+        if grid {
+            // SAFETY: a host-built context; both blocks of the rank call it, resident.
+            let agreed = unsafe { grid_sync(ctx, 2, block, 1) };
+            assert_eq!(agreed, Ok(true));
+        }
+        // SAFETY: a host-built context; block < MAX_BLOCKS; every thread of the block calls it.
+        let barrier = unsafe { CrossRankBarrier::open(ctx, block) }
+            .start()
+            .expect("no timeouts under loom");
+        barrier.finish();
+        if (rank, block) == (1, 1) {
+            assert_eq!(
+                payload.read(0),
+                7,
+                "block 1 of rank 1 reads block 0 of rank 0"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_grid_barrier_then_a_cross_rank_barrier_order_every_block_of_every_rank() {
+    explore_bounded(2, BUDGET, || every_block_of_every_rank(true));
+}
+
+/// Teeth: the cross-rank barrier alone orders block 1 with block 1 only.
+#[test]
+#[should_panic]
+fn mutant_cross_rank_barrier_alone_is_caught() {
+    explore_bounded(2, BUDGET, || every_block_of_every_rank(false));
+}

@@ -18,6 +18,17 @@ symm_device::kernel! {
 static TOUCH: Kernel<(WindowArg<f32>, u64)> =
     Kernel::new("touch", "", |(window, n)| touch(window, n));
 
+symm_device::kernel! {
+    /// Opens two windows and does nothing with them.
+    fn touch_two(block, first: WindowArg<f32>, second: WindowArg<f32>) {
+        let _ = block.window(first, |_, _, _| ());
+        let _ = block.window(second, |_, _, _| ());
+    }
+}
+
+static TOUCH_TWO: Kernel<(WindowArg<f32>, WindowArg<f32>)> =
+    Kernel::new("touch_two", "", |(first, second)| touch_two(first, second));
+
 /// The same kernel under a name its (stand-in) PTX does not declare.
 static MISNAMED: Kernel<(WindowArg<f32>, u64)> = Kernel::new(
     "tuoch",
@@ -26,8 +37,9 @@ static MISNAMED: Kernel<(WindowArg<f32>, u64)> = Kernel::new(
 );
 
 /// A window argument of a window the launching scope does not hold, a grid of no block, a
-/// launch inside a group, more blocks than a window has barrier slots and a name the kernel's
-/// PTX does not declare are refused, naming what is wrong, with nothing run.
+/// launch inside a group, more blocks than a window has barrier slots, a name the kernel's PTX
+/// does not declare, one window passed twice and (on the cuda backend, where streams are apart)
+/// a window bound to another stream are refused, naming what is wrong, with nothing run.
 #[test]
 fn launches_the_scope_cannot_vouch_for_are_refused() {
     use_backend_from_env();
@@ -35,8 +47,11 @@ fn launches_the_scope_cannot_vouch_for_are_refused() {
     let stream = Stream::new(&comm).unwrap();
     let mut outer: Window<f32> = comm.window(8).unwrap();
     let mut inner: Window<f32> = comm.window(8).unwrap();
+    let second_stream = Stream::new(&comm).unwrap();
+    let mut on_second: Window<f32> = comm.window(8).unwrap();
     let messages = scope(|s| {
         let held = s.bind(&mut outer, &stream);
+        let other = s.bind(&mut on_second, &second_stream);
         let foreign = held.kernel_arg();
         let in_inner = scope(|t| {
             let bound = t.bind(&mut inner, &stream);
@@ -63,7 +78,26 @@ fn launches_the_scope_cannot_vouch_for_are_refused() {
             .launch(&held, &MISNAMED, 1, 1, (held.kernel_arg(), 4))
             .unwrap_err()
             .to_string();
-        [in_inner, empty, grouped, wide, misnamed]
+        let twice = s
+            .launch(
+                &held,
+                &TOUCH_TWO,
+                1,
+                1,
+                (held.kernel_arg(), held.kernel_arg()),
+            )
+            .unwrap_err()
+            .to_string();
+        let elsewhere = s
+            .launch(
+                &held,
+                &TOUCH_TWO,
+                1,
+                1,
+                (held.kernel_arg(), other.kernel_arg()),
+            )
+            .map_or_else(|e| e.to_string(), |()| "launched".to_string());
+        [in_inner, empty, grouped, wide, misnamed, twice, elsewhere]
     })
     .unwrap();
     assert!(
@@ -83,7 +117,22 @@ fn launches_the_scope_cannot_vouch_for_are_refused() {
         "{}",
         messages[4]
     );
-    drop((outer, inner));
+    assert!(
+        messages[5].contains("names a window an earlier argument already names"),
+        "{}",
+        messages[5]
+    );
+    if comm.backend() == "cuda" {
+        assert!(
+            messages[6].contains("bound to another stream than the launch's"),
+            "{}",
+            messages[6]
+        );
+    } else {
+        // The host backend has one stream (work runs in the calling thread, in call order).
+        assert_eq!(messages[6], "launched");
+    }
+    drop((outer, inner, on_second));
     comm.destroy().unwrap();
 }
 

@@ -160,7 +160,7 @@ pub(super) fn grid_sync_on(ctx: &SymmContext, block: &Block, call: Call) -> Resu
 /// What block `b` of a rank is about to do at a barrier of a user's kernel, folded into the word
 /// that block `b` of every rank compares at that barrier
 /// ([`CrossRankBarrier::sync_agreeing`]): the call's kind, the window's element type, the
-/// grid, and the call's spans and operator. FNV-1a over those words, folded to 32 bits.
+/// grid's blocks and threads per block, and the call's spans and operator. FNV-1a over those words, folded to 32 bits.
 #[derive(Clone, Copy)]
 pub(super) struct Call(u64);
 
@@ -180,13 +180,15 @@ impl Call {
     /// [`Slot::for_each_tile`].
     pub(super) const TILES: u32 = 7;
 
-    /// The call `kind` on a window of `T`, from a grid of `block.blocks()` blocks.
+    /// The call `kind` on a window of `T`, from a grid of `block.blocks()` blocks of
+    /// `block.threads()` threads (symm's collective bodies share their spans out by both).
     #[inline(always)]
     pub(super) fn new<T: Element>(kind: u32, block: &Block) -> Call {
         Call(0xcbf2_9ce4_8422_2325)
             .with(kind as u64)
             .with(T::DTYPE as u64)
             .with(block.blocks() as u64)
+            .with(block.threads() as u64)
     }
 
     /// The call with one more word of its arguments.

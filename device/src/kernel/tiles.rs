@@ -66,6 +66,12 @@ impl<'w, T: Element> Slot<'w, T> {
         let source = unsafe { SoftwareSource::with_claim_room(state, MAX_TILES as u32, tiles) };
         let stats = for_each_tile::<Greedy, _>(source, |tile| work(Lane::of(block), tile, args));
         self.grid_sync(block, call)?;
+        if block.index() == 0 {
+            // SAFETY: the state as above; every block finished this use (the grid barrier just
+            // passed) and none starts the next before the next use's grid barrier, which block
+            // 0 reaches after this; every thread of block 0 calls it.
+            unsafe { SoftwareSource::renew_claims_before_wrap(state, MAX_TILES as u32) };
+        }
         Ok(stats)
     }
 

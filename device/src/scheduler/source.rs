@@ -106,6 +106,36 @@ impl SoftwareSource {
         }
     }
 
+    /// Block-wide, by one block, once every block finished its last use of the state array at
+    /// `state` (laid out for `room` tiles, as [`SoftwareSource::with_claim_room`] lays it out)
+    /// and before any block starts the next: when the next use's epoch would wrap around,
+    /// clear every claim word and the epoch, so the next use starts at epoch 1 over clear
+    /// claims. Claims are compared with the epoch for equality, and with tile counts that vary
+    /// between uses a tile's word can keep an old epoch for as long as the epoch takes to come
+    /// round again (2^32 uses): it would then read as claimed and its tile would never run.
+    ///
+    /// # Safety
+    /// As for [`SoftwareSource::with_claim_room`]; no block uses the state meanwhile; every
+    /// thread of the calling block calls this.
+    pub unsafe fn renew_claims_before_wrap(state: *mut u32, room: u32) {
+        // SAFETY: inside the state array; no block writes it meanwhile (caller's contract).
+        if unsafe { arch::load_plain_u32(state.add(2)) } != u32::MAX {
+            return;
+        }
+        let mut tile = arch::thread_idx_x();
+        while tile < room {
+            // SAFETY: claim word `tile` < `room` lies in the state array.
+            unsafe { arch::store_plain_u32(state.add(3 + tile as usize), 0) };
+            tile += arch::block_dim_x();
+        }
+        // Every thread has read the epoch before it is cleared.
+        arch::sync_threads();
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: inside the state array.
+            unsafe { arch::store_plain_u32(state.add(2), 0) };
+        }
+    }
+
     /// Claim `tile` for this launch; `false` if another block already did.
     ///
     /// # Safety

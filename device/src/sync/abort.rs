@@ -48,6 +48,11 @@ pub const ABORT_INVALID_LAUNCH: u32 = 2;
 /// spans, element type, operator or grid differ); nothing of that call was done.
 pub const ABORT_KERNEL_CALLS_DIFFER: u32 = 6;
 
+/// Abort-word value of a window on which a block of a user's kernel waited at the grid barrier
+/// (`sync::grid_barrier`) past the window's timeout for a block of its own launch: the blocks
+/// made different sequences of calls, or were not all resident.
+pub const ABORT_GRID_TIMED_OUT: u32 = 7;
+
 #[cfg(test)]
 mod tests {
     use super::*;

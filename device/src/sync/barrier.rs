@@ -187,18 +187,28 @@ impl<'a> CrossRankBarrier<'a> {
     /// Thread 0 writes the descriptor into this rank's pad, in the slot of the barrier's epoch
     /// parity, before the barrier announces it; after the barrier, one thread per peer reads the
     /// peer's slot of that parity. A peer writes its slot of the same parity again only for the
-    /// barrier after next, which it announces only after this block announced the next one, so
-    /// consecutive agreeing barriers need nothing between them.
+    /// barrier after next, which it reaches only after passing the next one, which needs this
+    /// block's announcement of it, made after the reads: consecutive agreeing barriers need
+    /// nothing between them.
     #[inline(always)]
     pub fn sync_agreeing(&mut self, descriptor: u32) -> Result<bool, Aborted> {
         self.agreeing_round(descriptor, false)
     }
 
-    /// [`CrossRankBarrier::sync_agreeing`]; `first` as in [`CrossRankBarrier::round`]. In a first
-    /// round the descriptor is written before the out-of-step mark is read: a peer of an
-    /// abandoned call that reads it then sees a descriptor of a window that failed for good.
+    /// [`CrossRankBarrier::sync_agreeing`]; `first` as in [`CrossRankBarrier::round`]. A first
+    /// round reads the out-of-step mark before writing the descriptor, as the votes do: a block
+    /// of a window out of step must not overwrite a descriptor a peer of the abandoned call may
+    /// still read.
     #[inline(always)]
     fn agreeing_round(&mut self, descriptor: u32, first: bool) -> Result<bool, Aborted> {
+        if first {
+            let marked = arch::thread_idx_x() == 0
+                // SAFETY: the mark lies inside this rank's pad and is accessed atomically.
+                && unsafe { arch::load_relaxed_sys_u32(out_of_step_slot(self.own_pad())) } != 0;
+            if arch::sync_threads_or(marked) {
+                return Err(Aborted);
+            }
+        }
         let parity = self.epoch.wrapping_add(1) & 1;
         if arch::thread_idx_x() == 0 {
             // SAFETY: the slot lies inside this rank's pad; only this block of this rank writes

@@ -5,10 +5,12 @@
 //! Thread 0 of each block reads the generation `g`, then adds one to the arrival count
 //! (acquire-release, system scope). The block that brings the count to the grid's block count
 //! resets the count to zero and stores `g + 1` into the generation (release); the others wait
-//! (acquire, bounded) until the generation reaches `g + 1`. The count is zero again whenever
-//! no block is inside the barrier, so launches of different grid sizes take turns on one
-//! window with no reset; the generation only grows, and a block reads it before arriving, so
-//! it cannot have moved past `g + 1` by then.
+//! (acquire, bounded) until the generation reaches `g + 1`. Once a barrier completes, the count
+//! is zero again, so launches of different grid sizes take turns on one window with no reset;
+//! the generation only grows, and a block reads it before arriving, so it cannot have moved
+//! past `g + 1` by then. A barrier that fails (a block timed out, the abort word was raised)
+//! may leave the count part-way: the window is then marked out of step for good, and every
+//! later grid barrier on it returns at once, before arriving.
 //!
 //! With the cross-rank barrier of each block index ([`super::barrier`]) this makes a barrier
 //! of every block of every rank: block `c` of rank `p` reaches the grid barrier after its
@@ -27,7 +29,7 @@
 //! wait that times out raises the abort word; a barrier of a window out of step returns at
 //! once; either way the window is marked out of step and every block gets [`Aborted`].
 
-use super::abort::{ABORT_TIMED_OUT, raise_timeout};
+use super::abort::{ABORT_GRID_TIMED_OUT, raise_timeout};
 use super::barrier::{Aborted, mark_out_of_step};
 use super::signal_pad::{grid_barrier_slots, grid_descriptor_slot, out_of_step_slot};
 use super::wait::{WaitOutcome, wait_until_reached};
@@ -82,7 +84,7 @@ pub unsafe fn grid_sync(
                 match wait_until_reached(generation, next, abort, ctx.timeout_ns) {
                     WaitOutcome::Reached => {}
                     WaitOutcome::TimedOut => {
-                        raise_timeout(abort, ABORT_TIMED_OUT);
+                        raise_timeout(abort, ABORT_GRID_TIMED_OUT);
                         failed = true;
                     }
                     WaitOutcome::Aborted => failed = true,

@@ -199,11 +199,32 @@ impl Scope<'_, '_> {
             )));
         }
         let bound = self.bound_contexts(comm);
-        if let Some(foreign) = windows.into_iter().find(|c| !bound.contains(c)) {
+        if let Some(foreign) = windows.iter().find(|c| !bound.iter().any(|(b, _)| b == *c)) {
             return Err(refuse(format!(
                 "a window argument (context {foreign:#x}) is not a window bound to this scope on \
                  rank {}: pass Bound::kernel_arg of a window the scope holds",
                 comm.rank()
+            )));
+        }
+        if let Some(elsewhere) = windows
+            .iter()
+            .find(|c| !bound.contains(&(**c, on.stream_raw())))
+        {
+            return Err(refuse(format!(
+                "a window argument (context {elsewhere:#x}) is bound to another stream than the \
+                 launch's: a kernel and the window's other work must be in one stream's order \
+                 (its barriers count the window's epochs)"
+            )));
+        }
+        if let Some((i, twice)) = windows
+            .iter()
+            .enumerate()
+            .find(|(i, c)| windows[..*i].contains(c))
+        {
+            return Err(refuse(format!(
+                "window argument {i} (context {twice:#x}) names a window an earlier argument \
+                 already names: a kernel opens each window once (its barrier slots are one per \
+                 block)"
             )));
         }
         crate::comm::failure::check(&comm.inner).map_err(|e| comm.record(e.in_function(name)))?;

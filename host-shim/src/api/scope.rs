@@ -84,9 +84,9 @@ impl std::fmt::Debug for Stream {
 pub struct Scope<'s, 'env: 's> {
     /// Every (rank, stream) a window was bound on: synchronized when the scope ends.
     streams: RefCell<Vec<(Arc<crate::comm::Comm>, u64)>>,
-    /// Every (rank, context address) of a window bound in the scope: what a launch of a
-    /// user's kernel may take.
-    contexts: RefCell<Vec<(Arc<crate::comm::Comm>, u64)>>,
+    /// Every (rank, context address, stream) of a window bound in the scope: what a launch of
+    /// a user's kernel may take.
+    contexts: RefCell<Vec<(Arc<crate::comm::Comm>, u64, u64)>>,
     scope: PhantomData<&'s mut &'s ()>,
     env: PhantomData<&'env mut &'env ()>,
 }
@@ -157,7 +157,7 @@ impl<'s, 'env> Scope<'s, 'env> {
         if let Some(context) = context_of(comm, window.as_ptr(), window.len() * size_of::<T>()) {
             self.contexts
                 .borrow_mut()
-                .push((comm.inner.clone(), context));
+                .push((comm.inner.clone(), context, stream.raw));
         }
         Bound {
             comm,
@@ -168,13 +168,14 @@ impl<'s, 'env> Scope<'s, 'env> {
         }
     }
 
-    /// The context addresses of the windows of `comm` bound in this scope.
-    pub(super) fn bound_contexts(&self, comm: &Comm) -> Vec<u64> {
+    /// The context addresses of the windows of `comm` bound in this scope, each with the
+    /// stream it was bound on.
+    pub(super) fn bound_contexts(&self, comm: &Comm) -> Vec<(u64, u64)> {
         self.contexts
             .borrow()
             .iter()
-            .filter(|(c, _)| Arc::ptr_eq(c, &comm.inner))
-            .map(|(_, context)| *context)
+            .filter(|(c, _, _)| Arc::ptr_eq(c, &comm.inner))
+            .map(|(_, context, stream)| (*context, *stream))
             .collect()
     }
 

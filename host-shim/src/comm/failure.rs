@@ -32,7 +32,7 @@ use crate::error::Error;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use symm_device::symmetric::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
-use symm_device::sync::abort::ABORT_KERNEL_CALLS_DIFFER;
+use symm_device::sync::abort::{ABORT_GRID_TIMED_OUT, ABORT_KERNEL_CALLS_DIFFER};
 
 /// The first failure of a communicator: the rank that found it, and its error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -337,6 +337,16 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
                  and the communicator is failed on every rank",
                 comm.rank
             )),
+            ABORT_GRID_TIMED_OUT => Error::new(
+                symmResult_t::symmTimeout,
+                format!(
+                    "rank {}: a block of a kernel on a window waited past the timeout for a block \
+                     of its own launch at a barrier (the blocks made different sequences of \
+                     frames, barriers and collectives, or were not all resident); the \
+                     communicator is failed on every rank",
+                    comm.rank
+                ),
+            ),
             ABORT_PEER_FAILED => Error::new(
                 symmResult_t::symmRemoteError,
                 format!(
