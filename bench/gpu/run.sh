@@ -8,7 +8,7 @@
 #
 # parts:
 #   env       GPU, driver and CUDA versions, tools; written first into every log folder
-#   tests     the GPU test set (tests/tests/gpu_collectives.rs), each test in its own process,
+#   tests     the GPU test set (tests/tests/gpu_collectives/), each test in its own process,
 #             once per SYMM_ALGO in $ALGOS, with SYMM_BACKEND=cuda
 #   nextest   the same set as GPU runners run it: `cargo nextest run --profile gpu
 #             --run-ignored only` from the nextest archive and cargo-nextest binary that

@@ -14,7 +14,7 @@
 //! Layout of the archive (top directory `symm-gpu/`):
 //!
 //! ```text
-//! bin/gpu_collectives   tests/tests/gpu_collectives.rs (libtest: --list --ignored, --exact …)
+//! bin/gpu_collectives   tests/tests/gpu_collectives/ (libtest: --list --ignored, --exact …)
 //! bin/example_kernels   examples/rust/app/tests/ring.rs: the Rust example's kernels from their
 //!                       PTX (`--ignored` runs its `on_a_gpu_*` tests)
 //! bin/symm-perf

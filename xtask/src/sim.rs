@@ -201,7 +201,7 @@ impl SimRun<'_> {
 /// The test binaries the simulated GPU runs, built in release with the `mutations` feature
 /// (inactive unless `SYMM_MUTATION` names one).
 struct TestBinaries {
-    /// The GPU set (`tests/tests/gpu_collectives.rs`).
+    /// The GPU set (`tests/tests/gpu_collectives/`).
     gpu: PathBuf,
     /// Buffers at different window offsets on different ranks (`window_offsets.rs`).
     window_offsets: PathBuf,
@@ -369,7 +369,7 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    instructions, scheduling, weak memory, and the shipped kernels driven directly with the
 ///    argument tables the host library builds (a refused launch's abort word and out-of-step
 ///    mark, with the mutants each check catches).
-/// 1. The GPU test set (`tests/tests/gpu_collectives.rs`): all of it with seed 1 on a 16-SM
+/// 1. The GPU test set (`tests/tests/gpu_collectives/`): all of it with seed 1 on a 16-SM
 ///    device, then all but the dtype/op sweeps with seed 2 on an H100-shaped one (132 SMs).
 ///    Then the layouts users run (a thread per rank, a group, a process per rank): buffers at
 ///    different window offsets refused on every rank (`window_offsets.rs`), a failure
