@@ -36,7 +36,7 @@ pub(crate) struct Stores {
 }
 
 impl Stores {
-    #[inline]
+    #[inline(always)]
     fn on_store(&mut self, addr: u64) {
         self.seq += 1;
         let e = self.map.entry(granule(addr)).or_default();
@@ -495,6 +495,344 @@ fn atomic(ctx: &mut Ctx, t: &Thread, i: &Inst, addr: u64, b: u64, c: u64) -> u64
     old
 }
 
+// ---- integer arithmetic -----------------------------------------------------------------
+
+/// `add.cc` / `addc` / `sub.cc` / `subc` (`flags` as [`Op::AddSubCarry`] says): `d` and
+/// perhaps the carry flag.
+#[inline(always)]
+fn add_sub_carry(i: &Inst, r: &mut [u64], m: u64) {
+    let o = &i.o;
+    let cin = if i.flags & 1 != 0 {
+        r[slot::CC as usize] & 1
+    } else {
+        0
+    };
+    let (x, y) = (r[o[1] as usize] & m, r[o[2] as usize] & m);
+    let (v, carry) = if i.flags & 4 == 0 {
+        let full = x as u128 + y as u128 + cin as u128;
+        (full as u64 & m, (full >> i.bits) as u64 & 1)
+    } else {
+        let v = x.wrapping_sub(y).wrapping_sub(cin) & m;
+        (v, ((x as u128) < y as u128 + cin as u128) as u64)
+    };
+    r[o[0] as usize] = v;
+    if i.flags & 2 != 0 {
+        r[slot::CC as usize] = carry;
+    }
+}
+
+/// The high half of the unsigned product of `a` and `b`, `bits` wide.
+#[inline(always)]
+fn mul_hi_u(a: u64, b: u64, bits: u8, m: u64) -> u64 {
+    let p = (a & m) as u128 * (b & m) as u128;
+    (p >> bits) as u64 & m
+}
+
+/// The high half of the signed product of `a` and `b`, `bits` wide.
+#[inline(always)]
+fn mul_hi_s(a: u64, b: u64, bits: u8, m: u64) -> u64 {
+    let p = sext(a, bits) as i128 * sext(b, bits) as i128;
+    (p >> bits) as u64 & m
+}
+
+/// The signed product of `a` and `b` (`bits` wide) at twice the width.
+#[inline(always)]
+fn mul_wide_s(a: u64, b: u64, bits: u8) -> u64 {
+    (sext(a, bits).wrapping_mul(sext(b, bits))) as u64 & mask(bits * 2)
+}
+
+/// Unsigned `a / b` at the width of mask `m`; all ones for a zero divisor.
+#[inline(always)]
+fn div_u(a: u64, b: u64, m: u64) -> u64 {
+    let (a, b) = (a & m, b & m);
+    a.checked_div(b).unwrap_or(m)
+}
+
+/// Signed `a / b`, `bits` wide; all ones for a zero divisor.
+#[inline(always)]
+fn div_s(a: u64, b: u64, bits: u8, m: u64) -> u64 {
+    let (a, b) = (sext(a, bits), sext(b, bits));
+    if b == 0 {
+        m
+    } else {
+        a.wrapping_div(b) as u64 & m
+    }
+}
+
+/// Unsigned `a % b` at the width of mask `m`; `a` for a zero divisor.
+#[inline(always)]
+fn rem_u(a: u64, b: u64, m: u64) -> u64 {
+    let (a, b) = (a & m, b & m);
+    a.checked_rem(b).unwrap_or(a)
+}
+
+/// Signed `a % b`, `bits` wide; `a` for a zero divisor.
+#[inline(always)]
+fn rem_s(a: u64, b: u64, bits: u8, m: u64) -> u64 {
+    let (a, b) = (sext(a, bits), sext(b, bits));
+    if b == 0 {
+        a as u64 & m
+    } else {
+        a.wrapping_rem(b) as u64 & m
+    }
+}
+
+// ---- bit operations ---------------------------------------------------------------------
+
+/// `a << s`, `bits` wide; 0 for a shift of the width or more.
+#[inline(always)]
+fn shl(a: u64, s: u64, bits: u8, m: u64) -> u64 {
+    let s = s as u32;
+    if s >= bits as u32 { 0 } else { (a << s) & m }
+}
+
+/// Logical `a >> s`, `bits` wide; 0 for a shift of the width or more.
+#[inline(always)]
+fn shr_u(a: u64, s: u64, bits: u8, m: u64) -> u64 {
+    let s = s as u32;
+    if s >= bits as u32 { 0 } else { (a & m) >> s }
+}
+
+/// Arithmetic `a >> s`, `bits` wide (shifts clamped to the width).
+#[inline(always)]
+fn shr_s(a: u64, s: u64, bits: u8, m: u64) -> u64 {
+    let s = (s as u32).min(bits as u32 - 1);
+    (sext(a, bits) >> s) as u64 & m
+}
+
+/// `shf`: the 64-bit pair `b:a` shifted by `c` (`flags` bit 0: right, else left; bit 1:
+/// clamp the amount to 32, else take it modulo 32): the upper 32 bits of a left shift, the
+/// lower 32 bits of a right shift.
+#[inline(always)]
+fn funnel_shift(a: u64, b: u64, c: u64, flags: u8) -> u64 {
+    let v = (b & 0xFFFF_FFFF) << 32 | (a & 0xFFFF_FFFF);
+    let c = c as u32;
+    let s = if flags & 2 != 0 { c.min(32) } else { c & 31 };
+    if flags & 1 == 0 {
+        (v << s) >> 32
+    } else {
+        (v >> s) & 0xFFFF_FFFF
+    }
+}
+
+/// Leading zeros of `a`, `bits` wide.
+#[inline(always)]
+fn clz(a: u64, bits: u8, m: u64) -> u64 {
+    let v = a & m;
+    (v.leading_zeros() - (64 - bits as u32)) as u64
+}
+
+// ---- conversions ------------------------------------------------------------------------
+
+/// `cvt` between integers: `a`, `aux` bits wide (`flags` bit 0: signed), to `bits`.
+#[inline(always)]
+fn cvt_int(i: &Inst, a: u64, m: u64) -> u64 {
+    let v = if i.flags & 1 != 0 {
+        sext(a, i.aux) as u64
+    } else {
+        a & mask(i.aux)
+    };
+    v & m
+}
+
+/// `cvt.rn.f32` of integer `a`, `aux` bits wide (`flags` bit 0: signed).
+#[inline(always)]
+fn cvt_f32_from_int(i: &Inst, a: u64) -> u64 {
+    let f = if i.flags & 1 != 0 {
+        sext(a, i.aux) as f32
+    } else {
+        (a & mask(i.aux)) as f32
+    };
+    f.to_bits() as u64
+}
+
+/// `cvt.rn.f64` of integer `a`, `aux` bits wide (`flags` bit 0: signed).
+#[inline(always)]
+fn cvt_f64_from_int(i: &Inst, a: u64) -> u64 {
+    let f = if i.flags & 1 != 0 {
+        sext(a, i.aux) as f64
+    } else {
+        (a & mask(i.aux)) as f64
+    };
+    f.to_bits()
+}
+
+/// `cvt.rn.satfinite.e4m3x2.f32`: f32 `a` to the high byte, `b` to the low byte.
+#[inline(always)]
+fn cvt_e4m3x2_from_f32(a: u64, b: u64) -> u64 {
+    (f32_to_e4m3_satfinite(f32of(a)) as u64) << 8 | f32_to_e4m3_satfinite(f32of(b)) as u64
+}
+
+/// `cvt.rn.f16x2.e4m3x2`: each byte of `a` to binary16, the high byte to the high half.
+#[inline(always)]
+fn cvt_f16x2_from_e4m3x2(a: u64) -> u64 {
+    let pair = a as u16;
+    let half = |byte: u16| f32_to_f16(e4m3_to_f32(byte as u8)) as u64;
+    half(pair >> 8) << 16 | half(pair & 0xFF)
+}
+
+// ---- moves ------------------------------------------------------------------------------
+
+/// `mov` of a vector into one register: `aux` elements of `bits` each from `o[1..]` into `d`.
+#[inline(always)]
+fn pack(i: &Inst, regs: &mut [u64], m: u64) {
+    let o = &i.o;
+    let mut v = 0u64;
+    for k in 0..i.aux as usize {
+        v |= (regs[o[k + 1] as usize] & m) << (k as u32 * i.bits as u32);
+    }
+    regs[o[0] as usize] = v;
+}
+
+/// `mov` of one register into a vector: `o[5]` split into `aux` elements of `bits` each,
+/// written to `o[0..aux]`.
+#[inline(always)]
+fn unpack(i: &Inst, regs: &mut [u64], m: u64) {
+    let o = &i.o;
+    let v = regs[o[5] as usize];
+    for k in 0..i.aux as usize {
+        regs[o[k] as usize] = (v >> (k as u32 * i.bits as u32)) & m;
+    }
+}
+
+/// The kernel parameter `ld.param` reads: `bits` wide at byte offset `o[1]` of `params`,
+/// sign-extended when `flags` bit 0 says so.
+#[inline(always)]
+fn kernel_param(i: &Inst, params: &[u8]) -> u64 {
+    let off = i.o[1] as usize;
+    let bytes = (i.bits as usize / 8).max(1);
+    let mut buf = [0u8; 8];
+    buf[..bytes].copy_from_slice(&params[off..off + bytes]);
+    let v = u64::from_le_bytes(buf);
+    if i.flags & 1 != 0 {
+        sext(v, i.bits) as u64
+    } else {
+        v
+    }
+}
+
+// ---- memory, synchronisation and control flow -------------------------------------------
+
+/// How a memory access ended.
+enum Access {
+    /// It happened; the thread goes on.
+    Done,
+    /// The address space refused it: the instruction did not execute.
+    Refused(String),
+    /// It happened and is a data race (the report points at it).
+    Race(String),
+    /// It happened on host memory, a load or atomic: the thread waits for the answer.
+    HostRead,
+}
+
+/// Whether memory instruction `i` is an interleaving point. Plain loads are one only when the
+/// policy says so: for data-race-free code they cannot change an outcome (weak mode explores
+/// the racy reads).
+#[inline(always)]
+fn is_interleaving_point(i: &Inst, ctx: &Ctx) -> bool {
+    i.op != Op::Ld || i.flags & 0x7f != sem::WEAK || ctx.plain_load_points
+}
+
+/// Execute `ld`, `st` or `atom` `i` (at `pc`) for `t`: check the address, access every
+/// element, then note a data race or a read from host memory.
+#[inline(always)]
+fn access_memory(t: &mut Thread, prog: &Program, ctx: &mut Ctx, i: &Inst, pc: usize) -> Access {
+    let o = &i.o;
+    let m = mask(i.bits);
+    let addr = t.regs[o[4] as usize].wrapping_add(o[5] as i32 as i64 as u64);
+    let eb = i.bits as u32 / 8;
+    let total = if i.op == Op::Atom {
+        eb as u64
+    } else {
+        eb as u64 * i.aux as u64
+    };
+    let what = match i.op {
+        Op::Ld => "load",
+        Op::St => "store",
+        _ => "atomic",
+    };
+    let host = match ctx.mem.check(addr, total, total, ctx.device, what) {
+        Ok(host) => host,
+        Err(e) => return Access::Refused(e),
+    };
+    let s = i.flags & 0x7f;
+    if let Some(w) = ctx.weak.as_deref_mut() {
+        w.line = prog.lines.get(pc).copied().unwrap_or(0);
+    }
+    match i.op {
+        Op::Ld => {
+            for (k, &dst) in o[..i.aux as usize].iter().enumerate() {
+                let v = load(ctx, t, addr + k as u64 * eb as u64, eb, s);
+                let v = if i.flags & 0x80 != 0 {
+                    sext(v, i.bits) as u64
+                } else {
+                    v
+                };
+                t.regs[dst as usize] = v;
+            }
+        }
+        Op::St => {
+            for (k, &src) in o[..i.aux as usize].iter().enumerate() {
+                let v = t.regs[src as usize] & m;
+                store(ctx, t, addr + k as u64 * eb as u64, eb, v, s);
+            }
+        }
+        _ => {
+            let (bv, cv) = (t.regs[o[1] as usize], t.regs[o[2] as usize]);
+            let old = atomic(ctx, t, i, addr, bv, cv);
+            t.regs[o[0] as usize] = old;
+        }
+    }
+    if let Some(race) = ctx.weak.as_deref_mut().and_then(|w| w.race.take()) {
+        return Access::Race(race);
+    }
+    // Stores to host memory are posted; a load or atomic waits for its answer.
+    if host && i.op != Op::St {
+        ctx.host_reads += 1;
+        if ctx.host_reads_cost {
+            return Access::HostRead;
+        }
+    }
+    Access::Done
+}
+
+/// Note barrier instruction `i` at `pc` for the scheduler: the destination of a reduction and
+/// this thread's predicate (`flags` bit 0 negates it).
+#[inline(always)]
+fn note_barrier(i: &Inst, t: &mut Thread, pc: usize) {
+    t.bar_dest = i.o[0];
+    t.bar_pred = (t.regs[i.o[1] as usize] != 0) != (i.flags & 1 != 0);
+    t.bar_pc = pc as u32;
+}
+
+/// `call` through call site `site` at `pc`: copy the arguments, push the frame. Returns the
+/// callee's first instruction.
+#[inline(always)]
+fn call(t: &mut Thread, prog: &Program, site: u32, pc: usize) -> usize {
+    let call_site = &prog.calls[site as usize];
+    for &(from, to) in &call_site.args {
+        t.regs[to as usize] = t.regs[from as usize];
+    }
+    t.frames.push(Frame {
+        ret_pc: pc as u32 + 1,
+        site,
+    });
+    call_site.target as usize
+}
+
+/// `ret` to the caller: copy the return value, pop the frame. Returns where the caller goes
+/// on, `None` in the kernel itself (the thread exits).
+#[inline(always)]
+fn ret(t: &mut Thread, prog: &Program) -> Option<usize> {
+    let f = t.frames.pop()?;
+    if let Some((from, to)) = prog.calls[f.site as usize].ret {
+        t.regs[to as usize] = t.regs[from as usize];
+    }
+    Some(f.ret_pc as usize)
+}
+
+// ---- the interpreter loop ---------------------------------------------------------------
+
 /// Run `t` until it has passed `points` interleaving points (memory and synchronisation
 /// instructions; it stops *before* the next one), stops for another reason, or has executed
 /// about `limit` instructions. Returns why and how many instructions ran.
@@ -518,6 +856,10 @@ pub(crate) fn run(
                 continue;
             }
         }
+        // The operands are read and written in place (`a!()` = `o[1]`, `b!()`, `c!()`, `set!`
+        // writes `o[0]`), and every instruction is one arm of one flat `match`: a struct of the
+        // register file and the operand slots, or a `match` per instruction family, costs
+        // several instructions (and indirect jumps) per interpreted instruction.
         let r = &mut t.regs;
         let o = &i.o;
         macro_rules! a {
@@ -543,158 +885,58 @@ pub(crate) fn run(
         }
         let m = mask(i.bits);
         match i.op {
+            // Integer arithmetic.
             Op::Mov => set!(a!() & m),
             Op::Add => set!(a!().wrapping_add(b!()) & m),
             Op::Sub => set!(a!().wrapping_sub(b!()) & m),
-            Op::AddSubCarry => {
-                let cin = if i.flags & 1 != 0 {
-                    r[slot::CC as usize] & 1
-                } else {
-                    0
-                };
-                let (x, y) = (a!() & m, b!() & m);
-                let (v, carry) = if i.flags & 4 == 0 {
-                    let full = x as u128 + y as u128 + cin as u128;
-                    (full as u64 & m, (full >> i.bits) as u64 & 1)
-                } else {
-                    let v = x.wrapping_sub(y).wrapping_sub(cin) & m;
-                    (v, ((x as u128) < y as u128 + cin as u128) as u64)
-                };
-                set!(v);
-                if i.flags & 2 != 0 {
-                    r[slot::CC as usize] = carry;
-                }
-            }
+            Op::AddSubCarry => add_sub_carry(i, r, m),
             Op::MulLo => set!(a!().wrapping_mul(b!()) & m),
-            Op::MulHiU => {
-                let p = (a!() & m) as u128 * (b!() & m) as u128;
-                set!((p >> i.bits) as u64 & m)
-            }
-            Op::MulHiS => {
-                let p = sext(a!(), i.bits) as i128 * sext(b!(), i.bits) as i128;
-                set!((p >> i.bits) as u64 & m)
-            }
+            Op::MulHiU => set!(mul_hi_u(a!(), b!(), i.bits, m)),
+            Op::MulHiS => set!(mul_hi_s(a!(), b!(), i.bits, m)),
             Op::MulWideU => set!((a!() & m).wrapping_mul(b!() & m) & mask(i.bits * 2)),
-            Op::MulWideS => {
-                set!(
-                    (sext(a!(), i.bits).wrapping_mul(sext(b!(), i.bits))) as u64 & mask(i.bits * 2)
-                )
-            }
+            Op::MulWideS => set!(mul_wide_s(a!(), b!(), i.bits)),
             Op::MadLo => set!(a!().wrapping_mul(b!()).wrapping_add(c!()) & m),
-            Op::DivU => {
-                let (x, y) = (a!() & m, b!() & m);
-                set!(x.checked_div(y).unwrap_or(m))
-            }
-            Op::DivS => {
-                let (x, y) = (sext(a!(), i.bits), sext(b!(), i.bits));
-                set!(if y == 0 {
-                    m
-                } else {
-                    x.wrapping_div(y) as u64 & m
-                })
-            }
-            Op::RemU => {
-                let (x, y) = (a!() & m, b!() & m);
-                set!(x.checked_rem(y).unwrap_or(x))
-            }
-            Op::RemS => {
-                let (x, y) = (sext(a!(), i.bits), sext(b!(), i.bits));
-                set!(if y == 0 {
-                    x as u64 & m
-                } else {
-                    x.wrapping_rem(y) as u64 & m
-                })
-            }
+            Op::DivU => set!(div_u(a!(), b!(), m)),
+            Op::DivS => set!(div_s(a!(), b!(), i.bits, m)),
+            Op::RemU => set!(rem_u(a!(), b!(), m)),
+            Op::RemS => set!(rem_s(a!(), b!(), i.bits, m)),
             Op::MinU => set!((a!() & m).min(b!() & m)),
             Op::MaxU => set!((a!() & m).max(b!() & m)),
             Op::MinS => set!(sext(a!(), i.bits).min(sext(b!(), i.bits)) as u64 & m),
             Op::MaxS => set!(sext(a!(), i.bits).max(sext(b!(), i.bits)) as u64 & m),
+            Op::Neg => set!(a!().wrapping_neg() & m),
+            // Bit operations.
             Op::And => set!(a!() & b!() & m),
             Op::Or => set!((a!() | b!()) & m),
             Op::Xor => set!((a!() ^ b!()) & m),
             Op::Not => set!(!a!() & m),
-            Op::Neg => set!(a!().wrapping_neg() & m),
-            Op::Shl => {
-                let s = b!() as u32;
-                set!(if s >= i.bits as u32 {
-                    0
-                } else {
-                    (a!() << s) & m
-                })
-            }
-            Op::ShrU => {
-                let s = b!() as u32;
-                set!(if s >= i.bits as u32 {
-                    0
-                } else {
-                    (a!() & m) >> s
-                })
-            }
-            Op::ShrS => {
-                let s = (b!() as u32).min(i.bits as u32 - 1);
-                set!((sext(a!(), i.bits) >> s) as u64 & m)
-            }
-            Op::Shf => {
-                let v = (b!() & 0xFFFF_FFFF) << 32 | (a!() & 0xFFFF_FFFF);
-                let c = c!() as u32;
-                let s = if i.flags & 2 != 0 { c.min(32) } else { c & 31 };
-                set!(if i.flags & 1 == 0 {
-                    (v << s) >> 32
-                } else {
-                    (v >> s) & 0xFFFF_FFFF
-                })
-            }
+            Op::Shl => set!(shl(a!(), b!(), i.bits, m)),
+            Op::ShrU => set!(shr_u(a!(), b!(), i.bits, m)),
+            Op::ShrS => set!(shr_s(a!(), b!(), i.bits, m)),
+            Op::Shf => set!(funnel_shift(a!(), b!(), c!(), i.flags)),
             Op::BfeU => set!(bfe(a!(), b!(), c!(), i.bits, false)),
             Op::BfeS => set!(bfe(a!(), b!(), c!(), i.bits, true)),
-            Op::Clz => {
-                let v = a!() & m;
-                set!((v.leading_zeros() - (64 - i.bits as u32)) as u64)
-            }
+            Op::Clz => set!(clz(a!(), i.bits, m)),
             Op::Popc => set!((a!() & m).count_ones() as u64),
+            // Comparison and selection.
             Op::SetpU => set!(icmp(i.flags, a!() & m, b!() & m) as u64),
             Op::SetpS => set!(icmp(i.flags, sext(a!(), i.bits), sext(b!(), i.bits)) as u64),
             Op::SetpF32 => set!(fcmp(i.flags, f32of(a!()) as f64, f32of(b!()) as f64) as u64),
             Op::SetpF64 => set!(fcmp(i.flags, f64of(a!()), f64of(b!())) as u64),
             Op::Selp => set!(if c!() != 0 { a!() } else { b!() } & m),
-            Op::CvtInt => {
-                let v = if i.flags & 1 != 0 {
-                    sext(a!(), i.aux) as u64
-                } else {
-                    a!() & mask(i.aux)
-                };
-                set!(v & m)
-            }
-            Op::CvtF32FromInt => {
-                let f = if i.flags & 1 != 0 {
-                    sext(a!(), i.aux) as f32
-                } else {
-                    (a!() & mask(i.aux)) as f32
-                };
-                set!(f.to_bits() as u64)
-            }
-            Op::CvtF64FromInt => {
-                let f = if i.flags & 1 != 0 {
-                    sext(a!(), i.aux) as f64
-                } else {
-                    (a!() & mask(i.aux)) as f64
-                };
-                set!(f.to_bits())
-            }
+            // Conversions.
+            Op::CvtInt => set!(cvt_int(i, a!(), m)),
+            Op::CvtF32FromInt => set!(cvt_f32_from_int(i, a!())),
+            Op::CvtF64FromInt => set!(cvt_f64_from_int(i, a!())),
             Op::CvtIntFromF32 => set!(cvt_from_float(f32of(a!()) as f64, i.bits, i.flags & 1 != 0)),
             Op::CvtIntFromF64 => set!(cvt_from_float(f64of(a!()), i.bits, i.flags & 1 != 0)),
             Op::CvtF64FromF32 => set!(f64r(f32of(a!()) as f64)),
             Op::CvtF32FromF64 => set!(f32r(f64of(a!()) as f32)),
             Op::CvtF32FromF16 => set!(f32r(f16_to_f32(a!() as u16))),
             Op::CvtF16FromF32 => set!(f32_to_f16(f32of(a!())) as u64),
-            Op::CvtE4m3x2FromF32 => set!(
-                (f32_to_e4m3_satfinite(f32of(a!())) as u64) << 8
-                    | f32_to_e4m3_satfinite(f32of(b!())) as u64
-            ),
-            Op::CvtF16x2FromE4m3x2 => {
-                let pair = a!() as u16;
-                let half = |byte: u16| f32_to_f16(e4m3_to_f32(byte as u8)) as u64;
-                set!(half(pair >> 8) << 16 | half(pair & 0xFF))
-            }
+            Op::CvtE4m3x2FromF32 => set!(cvt_e4m3x2_from_f32(a!(), b!())),
+            Op::CvtF16x2FromE4m3x2 => set!(cvt_f16x2_from_e4m3x2(a!())),
+            // Floating-point arithmetic.
             Op::FAdd32 => set!(f32r(f32of(a!()) + f32of(b!()))),
             Op::FSub32 => set!(f32r(f32of(a!()) - f32of(b!()))),
             Op::FMul32 => set!(f32r(f32of(a!()) * f32of(b!()))),
@@ -713,98 +955,28 @@ pub(crate) fn run(
             Op::FMax64 => set!(fmin64(f64of(a!()), f64of(b!()), true)),
             Op::FNeg64 => set!(a!() ^ (1 << 63)),
             Op::FAbs64 => set!(a!() & !(1 << 63)),
-            Op::Pack => {
-                let mut v = 0u64;
-                for k in 0..i.aux as usize {
-                    v |= (r[o[k + 1] as usize] & m) << (k as u32 * i.bits as u32);
-                }
-                set!(v)
-            }
-            Op::Unpack => {
-                let v = r[o[5] as usize];
-                for k in 0..i.aux as usize {
-                    r[o[k] as usize] = (v >> (k as u32 * i.bits as u32)) & m;
-                }
-            }
+            // Moves and special reads.
+            Op::Pack => pack(i, r, m),
+            Op::Unpack => unpack(i, r, m),
             Op::GlobalTimer => set!(ctx.now + (ctx.frac + n) / ctx.live),
-            Op::LdKernelParam => {
-                let off = o[1] as usize;
-                let bytes = (i.bits as usize / 8).max(1);
-                let mut buf = [0u8; 8];
-                buf[..bytes].copy_from_slice(&ctx.params[off..off + bytes]);
-                let v = u64::from_le_bytes(buf);
-                set!(if i.flags & 1 != 0 {
-                    sext(v, i.bits) as u64
-                } else {
-                    v
-                })
-            }
+            Op::LdKernelParam => set!(kernel_param(i, ctx.params)),
+            // Memory and synchronisation: the interleaving points.
             Op::Ld | Op::St | Op::Atom => {
-                // Plain loads are interleaving points only when the policy says so: for
-                // data-race-free code they cannot change an outcome (weak mode explores the
-                // racy reads).
-                if i.op != Op::Ld || i.flags & 0x7f != sem::WEAK || ctx.plain_load_points {
+                if is_interleaving_point(i, ctx) {
                     if points == 0 {
                         n -= 1;
                         break Stop::Yield;
                     }
                     points -= 1;
                 }
-                let addr = r[o[4] as usize].wrapping_add(o[5] as i32 as i64 as u64);
-                let eb = i.bits as u32 / 8;
-                let total = if i.op == Op::Atom {
-                    eb as u64
-                } else {
-                    eb as u64 * i.aux as u64
-                };
-                let what = match i.op {
-                    Op::Ld => "load",
-                    Op::St => "store",
-                    _ => "atomic",
-                };
-                let host = match ctx.mem.check(addr, total, total, ctx.device, what) {
-                    Ok(host) => host,
-                    Err(e) => {
+                match access_memory(t, prog, ctx, i, pc) {
+                    Access::Done => {}
+                    Access::Refused(e) => {
                         n -= 1;
                         break Stop::Fault(e);
                     }
-                };
-                let s = i.flags & 0x7f;
-                if let Some(w) = ctx.weak.as_deref_mut() {
-                    w.line = prog.lines.get(pc).copied().unwrap_or(0);
-                }
-                match i.op {
-                    Op::Ld => {
-                        for (k, &dst) in o[..i.aux as usize].iter().enumerate() {
-                            let v = load(ctx, t, addr + k as u64 * eb as u64, eb, s);
-                            let v = if i.flags & 0x80 != 0 {
-                                sext(v, i.bits) as u64
-                            } else {
-                                v
-                            };
-                            t.regs[dst as usize] = v;
-                        }
-                    }
-                    Op::St => {
-                        for (k, &src) in o[..i.aux as usize].iter().enumerate() {
-                            let v = t.regs[src as usize] & m;
-                            store(ctx, t, addr + k as u64 * eb as u64, eb, v, s);
-                        }
-                    }
-                    _ => {
-                        let (bv, cv) = (t.regs[o[1] as usize], t.regs[o[2] as usize]);
-                        let old = atomic(ctx, t, i, addr, bv, cv);
-                        t.regs[o[0] as usize] = old;
-                    }
-                }
-                if let Some(race) = ctx.weak.as_deref_mut().and_then(|w| w.race.take()) {
-                    // The access happened; the report points at it.
-                    break Stop::Fault(race);
-                }
-                // Stores to host memory are posted; a load or atomic waits for its answer.
-                if host && i.op != Op::St {
-                    ctx.host_reads += 1;
-                    if ctx.host_reads_cost {
+                    Access::Race(race) => break Stop::Fault(race),
+                    Access::HostRead => {
                         pc += 1;
                         break Stop::HostRead;
                     }
@@ -815,9 +987,7 @@ pub(crate) fn run(
                     n -= 1;
                     break Stop::Yield;
                 }
-                t.bar_dest = o[0];
-                t.bar_pred = (r[o[1] as usize] != 0) != (i.flags & 1 != 0);
-                t.bar_pc = pc as u32;
+                note_barrier(i, t, pc);
                 pc += 1;
                 break Stop::Barrier;
             }
@@ -830,34 +1000,24 @@ pub(crate) fn run(
                 pc += 1;
                 break Stop::Sleep(ns);
             }
+            // Control flow.
             Op::Bra => {
-                pc = o[0] as usize;
+                pc = i.o[0] as usize;
                 if n >= limit {
                     break Stop::Limit;
                 }
                 continue;
             }
             Op::Call => {
-                let site = &prog.calls[o[0] as usize];
-                for &(from, to) in &site.args {
-                    r[to as usize] = r[from as usize];
-                }
-                t.frames.push(Frame {
-                    ret_pc: pc as u32 + 1,
-                    site: o[0],
-                });
-                pc = site.target as usize;
+                pc = call(t, prog, i.o[0], pc);
                 continue;
             }
-            Op::Ret => match t.frames.pop() {
-                None => break Stop::Exit,
-                Some(f) => {
-                    if let Some((from, to)) = prog.calls[f.site as usize].ret {
-                        r[to as usize] = r[from as usize];
-                    }
-                    pc = f.ret_pc as usize;
+            Op::Ret => match ret(t, prog) {
+                Some(to) => {
+                    pc = to;
                     continue;
                 }
+                None => break Stop::Exit,
             },
             Op::Exit => break Stop::Exit,
             Op::Trap => break Stop::Trap,

@@ -20,7 +20,7 @@ pub(crate) struct MapRange {
     pub host: bool,
 }
 
-/// The shared state behind [`crate::AddressSpace`].
+/// The shared state behind [`AddressSpace`].
 #[derive(Debug, Default)]
 pub(crate) struct Ranges {
     /// Sorted, non-overlapping ranges and a snapshot of them for the simulators.
@@ -110,6 +110,49 @@ impl Ranges {
     }
 }
 
+/// The memory kernels may touch: ranges the driver registered (device allocations, mapped
+/// host memory, VMM mappings). Shared between the driver's threads.
+///
+/// Kernels read and write a mapped range directly (a device address is a host address):
+/// whoever maps a range must keep it valid, readable and writable host memory until it is
+/// unmapped, and must not unmap it while a kernel that may touch it runs.
+#[derive(Debug, Default)]
+pub struct AddressSpace {
+    ranges: Ranges,
+}
+
+impl AddressSpace {
+    /// An empty address space.
+    pub fn new() -> AddressSpace {
+        AddressSpace::default()
+    }
+
+    /// Allow kernels running on the devices of mask `devices` (bit d: device d; `u64::MAX`:
+    /// all) to access `[base, base + len)`; `what` names it in reports.
+    pub fn map(&self, base: u64, len: u64, what: &str, devices: u64) {
+        self.ranges.map(base, len, what, devices, false);
+    }
+
+    /// [`AddressSpace::map`] for host memory that GPUs reach across PCIe (pinned host
+    /// allocations): a GPU thread's load from it costs [`SimConfig::host_read_ns`].
+    ///
+    /// [`SimConfig::host_read_ns`]: crate::SimConfig::host_read_ns
+    pub fn map_host(&self, base: u64, len: u64, what: &str, devices: u64) {
+        self.ranges.map(base, len, what, devices, true);
+    }
+
+    /// Change which devices may access the mapped range starting at `base` (as
+    /// `cuMemSetAccess` does); an access from another device is a fault.
+    pub fn set_devices(&self, base: u64, len: u64, devices: u64) {
+        self.ranges.set_devices(base, len, devices);
+    }
+
+    /// Forbid `[base, base + len)` again.
+    pub fn unmap(&self, base: u64, len: u64) {
+        self.ranges.unmap(base, len);
+    }
+}
+
 /// Ranges remembered by a [`MemView`] (the kernels of a collective touch one window per
 /// peer in turn).
 const CACHED: usize = 16;
@@ -118,7 +161,7 @@ const CACHED: usize = 16;
 /// and a small cache of the ranges hit last.
 #[derive(Debug)]
 pub(crate) struct MemView {
-    pub space: Arc<crate::AddressSpace>,
+    pub space: Arc<AddressSpace>,
     generation: u64,
     ranges: Arc<[MapRange]>,
     /// (first byte, one past the last, device mask, host memory) of recently hit ranges.
@@ -127,7 +170,7 @@ pub(crate) struct MemView {
 }
 
 impl MemView {
-    pub fn new(space: Arc<crate::AddressSpace>) -> MemView {
+    pub fn new(space: Arc<AddressSpace>) -> MemView {
         let (generation, ranges) = space.ranges.snapshot();
         MemView {
             space,
