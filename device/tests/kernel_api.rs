@@ -12,7 +12,7 @@ use symm_device::kernel::{
 };
 use symm_device::symmetric::dispatch::kernel as launched;
 use symm_device::symmetric::{Algorithm, CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
-use symm_device::sync::abort::ABORT_KERNEL_CALLS_DIFFER;
+use symm_device::sync::abort::{ABORT_KERNEL_BLOCKS_DIFFER, ABORT_KERNEL_CALLS_DIFFER};
 use symm_device::{DataType, RedOp};
 
 const SECOND: u64 = 1_000_000_000;
@@ -614,7 +614,7 @@ fn blocks_making_different_calls_fail_the_window() {
             [rank as i64 + 1; 8],
             "rank {rank}'s data touched"
         );
-        assert_eq!(ranks.abort_word(rank) & 0xFF, ABORT_KERNEL_CALLS_DIFFER);
+        assert_eq!(ranks.abort_word(rank) & 0xFF, ABORT_KERNEL_BLOCKS_DIFFER);
     }
 }
 

@@ -5,7 +5,7 @@ use super::{Block, Element, Lane, Peer, Span, Varying, Win};
 use crate::arch;
 use crate::context::SymmContext;
 use crate::symmetric::raise_refusal;
-use crate::sync::abort::ABORT_KERNEL_CALLS_DIFFER;
+use crate::sync::abort::{ABORT_KERNEL_BLOCKS_DIFFER, ABORT_KERNEL_CALLS_DIFFER};
 use crate::sync::barrier::{Aborted, CrossRankBarrier};
 use crate::sync::grid_barrier::grid_sync;
 use core::marker::PhantomData;
@@ -146,7 +146,8 @@ impl<'w, T: Element> Frame<'_, 'w, T> {
 }
 
 /// Pass the grid barrier of the window `ctx` (checked when it was opened) with the calling
-/// block, about to make `call`: `Err` (the window failed) when the blocks' calls differ.
+/// block, about to make `call`: `Err` (the window failed, its abort word saying the blocks'
+/// calls differ) when they differ.
 #[inline(always)]
 pub(super) fn grid_sync_on(ctx: &SymmContext, block: &Block, call: Call) -> Result<(), Aborted> {
     // SAFETY: the context was checked when the window was opened (host-built, native, within
@@ -154,7 +155,10 @@ pub(super) fn grid_sync_on(ctx: &SymmContext, block: &Block, call: Call) -> Resu
     // `MAX_BLOCKS` blocks, checked at opening, whose blocks the host launches resident); every
     // thread of the block makes the same barrier steps (each takes the block's token).
     let agreed = unsafe { grid_sync(ctx, block.blocks(), block.index(), call.word()) }?;
-    refuse_unless(ctx, agreed)
+    if agreed {
+        return Ok(());
+    }
+    refuse(ctx, ABORT_KERNEL_BLOCKS_DIFFER)
 }
 
 /// What block `b` of a rank is about to do at a barrier of a user's kernel, folded into the word
@@ -218,9 +222,15 @@ pub(super) fn refuse_unless(ctx: &SymmContext, agreed: bool) -> Result<(), Abort
     if agreed {
         return Ok(());
     }
+    refuse(ctx, ABORT_KERNEL_CALLS_DIFFER)
+}
+
+/// Fail the window `ctx` with the abort word `word` (its out-of-step mark is set) and `Err`.
+#[inline(always)]
+fn refuse(ctx: &SymmContext, word: u32) -> Result<(), Aborted> {
     if arch::thread_idx_x() == 0 {
         // SAFETY: the context was checked when the window was opened.
-        unsafe { raise_refusal(ctx as *const SymmContext as u64, ABORT_KERNEL_CALLS_DIFFER) };
+        unsafe { raise_refusal(ctx as *const SymmContext as u64, word) };
     }
     Err(Aborted)
 }

@@ -53,6 +53,12 @@ pub const ABORT_KERNEL_CALLS_DIFFER: u32 = 6;
 /// made different sequences of calls, or were not all resident.
 pub const ABORT_GRID_TIMED_OUT: u32 = 7;
 
+/// Abort-word value of a window on which the blocks of one launch of a user's kernel made
+/// different calls at one grid barrier (`kernel`: a frame, a barrier, an in-kernel collective or
+/// `for_each_tile` on some blocks and not others, or with other arguments); nothing of that
+/// call was done.
+pub const ABORT_KERNEL_BLOCKS_DIFFER: u32 = 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;

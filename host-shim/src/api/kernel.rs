@@ -222,9 +222,10 @@ impl Scope<'_, '_> {
             .find(|(i, c)| windows[..*i].contains(c))
         {
             return Err(refuse(format!(
-                "window argument {i} (context {twice:#x}) names a window an earlier argument \
-                 already names: a kernel opens each window once (its barrier slots are one per \
-                 block)"
+                "window argument {} (counting from 1; context {twice:#x}) names a window an \
+                 earlier argument already names: a kernel opens each window once (its barrier \
+                 slots are one per block)",
+                i + 1
             )));
         }
         crate::comm::failure::check(&comm.inner).map_err(|e| comm.record(e.in_function(name)))?;

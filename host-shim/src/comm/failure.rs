@@ -32,7 +32,9 @@ use crate::error::Error;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use symm_device::symmetric::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
-use symm_device::sync::abort::{ABORT_GRID_TIMED_OUT, ABORT_KERNEL_CALLS_DIFFER};
+use symm_device::sync::abort::{
+    ABORT_GRID_TIMED_OUT, ABORT_KERNEL_BLOCKS_DIFFER, ABORT_KERNEL_CALLS_DIFFER,
+};
 
 /// The first failure of a communicator: the rank that found it, and its error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -335,6 +337,14 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
                  (a frame, a barrier or an in-kernel collective whose kind, spans, element \
                  type, operator or grid differ between ranks); nothing of that call was done, \
                  and the communicator is failed on every rank",
+                comm.rank
+            )),
+            ABORT_KERNEL_BLOCKS_DIFFER => Error::invalid_usage(format!(
+                "rank {}: the blocks of one launch of a kernel made different calls on a window \
+                 at one barrier (a frame, a barrier, an in-kernel collective or for_each_tile on \
+                 some blocks and not others, or with other arguments: every block makes the \
+                 same sequence); nothing of that call was done, and the communicator is failed \
+                 on every rank",
                 comm.rank
             )),
             ABORT_GRID_TIMED_OUT => Error::new(
