@@ -8,7 +8,7 @@ mod harness;
 
 use harness::Ranks;
 use symm_device::kernel::{
-    Avg, Block, Invalid, Max, Slot, Sum, WindowArg, all_gather, all_reduce, barrier,
+    Avg, Block, Invalid, Max, Slot, Span, Sum, Win, WindowArg, all_gather, all_reduce, barrier,
 };
 use symm_device::symmetric::dispatch::kernel as launched;
 use symm_device::symmetric::{Algorithm, CollectiveArgs, FLAG_IN_PLACE, KernelStatus};
@@ -68,16 +68,22 @@ symm_device::kernel! {
                 .and_then(|()| all_reduce(block, win, &mut slot, summed, Sum))
                 .and_then(|()| all_reduce(block, win, &mut slot, maxed, Max));
             let word = if result.is_ok() { DONE } else { ABORTED };
-            block.per_thread((win, status, word), |lane, (win, status, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, status, 0, word);
-                }
-            });
+            record(block, win, status, word);
         });
         if outcome == Err(Invalid) {
             // Nothing to record into: the window was refused.
         }
     }
+}
+
+/// Store `word` as the first element of `at` from the grid's first thread: a test kernel's
+/// outcome.
+fn record<'w>(block: &Block, win: Win<'w, i64>, at: Span<'w, i64>, word: i64) {
+    block.per_thread((win, at, word), |lane, (win, at, word)| {
+        if lane.global() == 0 {
+            lane.write(win, at, 0, word);
+        }
+    });
 }
 
 /// Run `kernel` on every rank of `ranks` (its own `blocks × threads` grid each).
@@ -168,11 +174,7 @@ symm_device::kernel! {
                 }
             });
             let word = if matches!(read, Ok(Ok(_))) { DONE } else { ABORTED };
-            block.per_thread((win, status, word), |lane, (win, status, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, status, 0, word);
-                }
-            });
+            record(block, win, status, word);
         });
     }
 }
@@ -368,11 +370,7 @@ symm_device::kernel! {
                 Err(_) => ABORTED,
             };
             let at = win.span(0..1).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }
@@ -401,11 +399,7 @@ symm_device::kernel! {
         };
         let _ = block.window(status, |block, win, _slot| {
             let at = win.span(0..1).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }
@@ -463,11 +457,7 @@ symm_device::kernel! {
                 Err(_) => ABORTED,
             };
             let at = win.span(status..status + 1).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }
@@ -520,11 +510,7 @@ symm_device::kernel! {
                 Err(_) => ABORTED,
             };
             let at = win.span(0..1).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }
@@ -560,11 +546,7 @@ symm_device::kernel! {
             };
             let word = if result.is_ok() { DONE } else { ABORTED };
             let at = win.span(8..9).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }
@@ -581,11 +563,7 @@ symm_device::kernel! {
             };
             let word = if result.is_ok() { DONE } else { ABORTED };
             let at = win.span(8..9).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }
@@ -709,11 +687,7 @@ symm_device::kernel! {
         };
         let _ = block.window(status, |block, win, _slot| {
             let at = win.span(0..1).unwrap();
-            block.per_thread((win, at, word), |lane, (win, at, word)| {
-                if lane.global() == 0 {
-                    lane.write(win, at, 0, word);
-                }
-            });
+            record(block, win, at, word);
         });
     }
 }

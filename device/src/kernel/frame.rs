@@ -77,7 +77,6 @@ impl<'w, T: Element> Slot<'w, T> {
             .start_agreeing(opening.word())?;
         refuse_unless(self.ctx, agreed)?;
         let mut frame = Frame {
-            ctx: self.ctx,
             barrier,
             failed: false,
             brand: PhantomData,
@@ -99,7 +98,6 @@ impl<'w, T: Element> Slot<'w, T> {
 /// [`Slot::frame`] (`'f`): [`Frame::per_thread`] reaches every rank's window, [`Frame::sync`]
 /// passes a barrier inside it.
 pub struct Frame<'f, 'w, T: Element> {
-    ctx: &'w SymmContext,
     barrier: CrossRankBarrier<'w>,
     failed: bool,
     brand: PhantomData<(Invariant<'f>, Invariant<'w>, T)>,
@@ -117,9 +115,10 @@ impl<'w, T: Element> Frame<'_, 'w, T> {
             return Err(Aborted);
         }
         let sync = Call::new::<T>(Call::FRAME_SYNC, block);
-        let passed = grid_sync_on(self.ctx, block, sync)
+        let ctx = self.barrier.context();
+        let passed = grid_sync_on(ctx, block, sync)
             .and_then(|()| self.barrier.sync_agreeing(sync.word()))
-            .and_then(|agreed| refuse_unless(self.ctx, agreed));
+            .and_then(|agreed| refuse_unless(ctx, agreed));
         self.failed = passed.is_err();
         passed
     }

@@ -86,6 +86,12 @@ impl<'a> CrossRankBarrier<'a> {
         UnstartedBarrier(CrossRankBarrier { ctx, block, epoch })
     }
 
+    /// The window's context this barrier was opened on.
+    #[inline(always)]
+    pub fn context(&self) -> &'a SymmContext {
+        self.ctx
+    }
+
     /// This rank's pad, read again where needed rather than held: a kernel keeps the barrier
     /// live through its body, and the one-shot kernels have no register to spare.
     #[inline(always)]

@@ -196,18 +196,9 @@ impl CudaDevice {
             Error::new(e.code, with_jit_logs(e.message, &error_log, &info_log))
         })?;
         // Loading a function enqueues nothing on any stream.
-        let loaded = outside_capture(|| {
-            // SAFETY: `module` was just loaded in the current context; it is never unloaded
-            // once a function of it is kept, so the function stays valid for the process.
-            driver(
-                "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
-                || unsafe {
-                    let f = result::module::get_function(module, c_name.to_owned())?;
-                    force_load(f)?;
-                    Ok(f)
-                },
-            )
-        });
+        // SAFETY: `module` was just loaded in the current context; it is never unloaded once a
+        // function of it is kept, so the function stays valid for the process.
+        let loaded = unsafe { loaded_function(module, c_name) };
         match loaded {
             Ok(f) => Ok(f),
             Err(e) => {
@@ -247,18 +238,9 @@ impl CudaDevice {
     fn sass_function(&self, name: &str, c_name: &CStr) -> Option<sys::CUfunction> {
         let module = self.sass.get_or_init(|| self.load_sass()).as_ref()?.0;
         let _context = self.context.enter().ok()?;
-        let loaded = outside_capture(|| {
-            // SAFETY: `module` is loaded in this device's context, which is current, and never
-            // unloaded.
-            driver(
-                "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
-                || unsafe {
-                    let f = result::module::get_function(module, c_name.to_owned())?;
-                    force_load(f)?;
-                    Ok(f)
-                },
-            )
-        });
+        // SAFETY: `module` is loaded in this device's context, which is current, and never
+        // unloaded.
+        let loaded = unsafe { loaded_function(module, c_name) };
         match loaded {
             Ok(f) => Some(f),
             Err(e) => {
@@ -338,6 +320,25 @@ impl CudaBackend {
     pub fn prepare(&self, ordinal: i32, kernel: KernelId) -> Result<()> {
         self.device(ordinal)?.function(kernel).map(|_| ())
     }
+}
+
+/// Function `c_name` of `module`, loaded now (`cuModuleGetFunction`, then `cuFuncLoad`), outside
+/// any stream capture (loading enqueues nothing on any stream).
+///
+/// # Safety
+/// `module` is loaded in the current context and stays loaded while the function is used.
+unsafe fn loaded_function(module: sys::CUmodule, c_name: &CStr) -> Result<sys::CUfunction> {
+    outside_capture(|| {
+        // SAFETY: forwarded contract.
+        driver(
+            "loading a kernel (cuModuleGetFunction, cuFuncLoad)",
+            || unsafe {
+                let f = result::module::get_function(module, c_name.to_owned())?;
+                force_load(f)?;
+                Ok(f)
+            },
+        )
+    })
 }
 
 #[cfg(test)]
