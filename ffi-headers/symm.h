@@ -26,6 +26,11 @@
   sizeof(symmConfig_t), SYMM_CONFIG_MAGIC, SYMM_VERSION_CODE, SYMM_CONFIG_UNDEF_INT,         \
   SYMM_CONFIG_UNDEF_INT, SYMM_CONFIG_UNDEF_INT }
 
+// A symmPeerWindow_t owned by the caller (symmOwnerUser) with every other field to fill in.
+#define SYMM_PEER_WINDOW_INITIALIZER {                                                       \
+  sizeof(symmPeerWindow_t), SYMM_PEER_WINDOW_MAGIC, SYMM_VERSION_CODE, symmOwnerUser, NULL,  \
+  0, 0, NULL, NULL, 0 }
+
 // Version of this library: `major * 10000 + minor * 100 + patch`.
 #define SYMM_VERSION_CODE 100
 
@@ -57,6 +62,9 @@
 
 // [`symmConfig_t::magic`] of a configuration made with `SYMM_CONFIG_INITIALIZER`.
 #define SYMM_CONFIG_MAGIC 1398361421
+
+// [`symmPeerWindow_t::magic`] of a description made with `SYMM_PEER_WINDOW_INITIALIZER`.
+#define SYMM_PEER_WINDOW_MAGIC 1398362199
 
 // Result of every call. Codes that mean what one of NCCL's `ncclResult_t` means have its
 // number (0 to 6); 7 is left free (NCCL's `ncclInProgress`: symm has no non-blocking
@@ -152,6 +160,19 @@ typedef enum {
   symmDeviceInvalidArgument = -6,
 } symmDeviceStatus_t;
 
+// Who owns the memory of a window registered with `symmCommWindowRegisterPeers` (named in
+// messages, and compared between ranks: every rank's window must have the same owner).
+typedef enum {
+  // The caller's own mapping of every rank's memory (CUDA IPC, VMM, a fabric handle).
+  symmOwnerUser = 1,
+  // PyTorch's symmetric memory (`torch.distributed._symmetric_memory`).
+  symmOwnerTorch = 2,
+  // An NCCL registered window (`ncclCommWindowRegister`).
+  symmOwnerNccl = 3,
+  // An NVSHMEM symmetric heap (`nvshmem_malloc`).
+  symmOwnerNvshmem = 4,
+} symmOwner_t;
+
 // CUDA's stream type, as in `cuda.h`.
 typedef struct CUstream_st CUstream_st;
 
@@ -195,6 +216,38 @@ typedef struct {
 // Handle of a registered window.
 typedef symmWindow *symmWindow_t;
 
+// Another library's symmetric memory, as this rank sees it, for
+// `symmCommWindowRegisterPeers`: this rank's bytes, and where every rank's bytes and signal
+// pad are mapped in this process. Start from `SYMM_PEER_WINDOW_INITIALIZER`.
+typedef struct {
+  // `sizeof(symmPeerWindow_t)` (set by `SYMM_PEER_WINDOW_INITIALIZER`).
+  size_t size;
+  // [`SYMM_PEER_WINDOW_MAGIC`] (set by `SYMM_PEER_WINDOW_INITIALIZER`).
+  uint32_t magic;
+  // [`SYMM_VERSION_CODE`] of the header the caller compiled with (set by
+  // `SYMM_PEER_WINDOW_INITIALIZER`).
+  uint32_t version;
+  // A `symmOwner_t`: who owns the memory (`symmOwnerUser` by default).
+  int owner;
+  // This rank's bytes: 16-byte aligned, `peerBuffs[rank]`.
+  void *buff;
+  // Bytes of the window, the same on every rank.
+  size_t bytes;
+  // Where `buff` lies in the owner's symmetric allocation (bytes from its start): the same
+  // on every rank, which the registration checks.
+  size_t ownerOffset;
+  // `nranks` entries: every rank's `buff`, as this process addresses it (all non-NULL:
+  // every peer must be reachable by loads and stores).
+  void *const *peerBuffs;
+  // `nranks` entries: every rank's signal pad, as this process addresses it (all non-NULL,
+  // 16-byte aligned, outside the window). symm's barriers own these bytes: memory of the
+  // same owner that nothing else uses (never PyTorch's own signal pads). Each rank's
+  // registration zeroes its own pad.
+  void *const *peerSignalPads;
+  // Bytes of each signal pad: at least `symmWindowSignalPadBytes`.
+  size_t signalPadBytes;
+} symmPeerWindow_t;
+
 // A `CUstream`; NULL is the default stream.
 typedef CUstream_st *symmStream_t;
 
@@ -228,6 +281,8 @@ typedef struct {
   // the engine (NCCL, NVSHMEM); all zero for a native window.
   uint64_t engine[3];
 } symmDeviceContext;
+
+
 
 #ifdef __cplusplus
 extern "C" {
@@ -394,6 +449,32 @@ symmResult_t symmCommWindowRegister(symmComm_t comm,
                                     size_t size,
                                     symmWindow_t *win,
                                     int winFlags);
+
+// Register another library's symmetric memory as a window on every rank (collective, as
+// `symmCommWindowRegister`; inside a group when one thread drives several ranks): PyTorch's
+// symmetric memory, an NCCL or NVSHMEM window read by the caller, or the caller's own mapping
+// of every rank's memory. `desc` says where this process addresses every rank's bytes and
+// signal pad (start from `SYMM_PEER_WINDOW_INITIALIZER`); every peer must be reachable by
+// loads and stores. symm's collectives and device functions then run on the window as on its
+// own; its barriers use the signal pads, which must be memory of the same owner that nothing
+// else uses (never PyTorch's own signal pads, which must return to zero after each use). Every
+// rank's window has the same `bytes`, `owner` and `ownerOffset`, and 16-byte aligned bases and
+// pads: a rank whose description differs fails the registration on every rank. The owner's
+// memory must outlive the window: deregister it before the owner frees or unmaps it.
+//
+// # Safety
+// `desc` is NULL or a valid description whose tables are NULL or hold `nranks` entries;
+// `win` is NULL or valid for a write.
+symmResult_t symmCommWindowRegisterPeers(symmComm_t comm,
+                                         const symmPeerWindow_t *desc,
+                                         symmWindow_t *win);
+
+// The bytes of each signal pad a window of `comm` needs (`symmPeerWindow_t::signalPadBytes`
+// at least): it grows with the number of ranks.
+//
+// # Safety
+// `bytes` is NULL or valid for a write.
+symmResult_t symmWindowSignalPadBytes(symmComm_t comm, size_t *bytes);
 
 // Deregister a window of `comm`.
 symmResult_t symmCommWindowDeregister(symmComm_t comm, symmWindow_t win);

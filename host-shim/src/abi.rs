@@ -8,7 +8,7 @@
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use symm_device::context::SymmContext;
 
 /// Version of this library: `major * 10000 + minor * 100 + patch`.
@@ -65,6 +65,59 @@ pub struct symmConfig_t {
     /// Most blocks per rank a kernel gets (`SYMM_MAX_BLOCKS`; the device's co-residency limit
     /// still applies).
     pub maxCTAs: c_int,
+}
+
+/// [`symmPeerWindow_t::magic`] of a description made with `SYMM_PEER_WINDOW_INITIALIZER`.
+pub const SYMM_PEER_WINDOW_MAGIC: u32 = 0x5359_5057;
+
+/// Who owns the memory of a window registered with `symmCommWindowRegisterPeers` (named in
+/// messages, and compared between ranks: every rank's window must have the same owner).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum symmOwner_t {
+    /// The caller's own mapping of every rank's memory (CUDA IPC, VMM, a fabric handle).
+    symmOwnerUser = 1,
+    /// PyTorch's symmetric memory (`torch.distributed._symmetric_memory`).
+    symmOwnerTorch = 2,
+    /// An NCCL registered window (`ncclCommWindowRegister`).
+    symmOwnerNccl = 3,
+    /// An NVSHMEM symmetric heap (`nvshmem_malloc`).
+    symmOwnerNvshmem = 4,
+}
+
+/// Another library's symmetric memory, as this rank sees it, for
+/// `symmCommWindowRegisterPeers`: this rank's bytes, and where every rank's bytes and signal
+/// pad are mapped in this process. Start from `SYMM_PEER_WINDOW_INITIALIZER`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_snake_case)]
+pub struct symmPeerWindow_t {
+    /// `sizeof(symmPeerWindow_t)` (set by `SYMM_PEER_WINDOW_INITIALIZER`).
+    pub size: usize,
+    /// [`SYMM_PEER_WINDOW_MAGIC`] (set by `SYMM_PEER_WINDOW_INITIALIZER`).
+    pub magic: u32,
+    /// [`SYMM_VERSION_CODE`] of the header the caller compiled with (set by
+    /// `SYMM_PEER_WINDOW_INITIALIZER`).
+    pub version: u32,
+    /// A `symmOwner_t`: who owns the memory (`symmOwnerUser` by default).
+    pub owner: c_int,
+    /// This rank's bytes: 16-byte aligned, `peerBuffs[rank]`.
+    pub buff: *mut c_void,
+    /// Bytes of the window, the same on every rank.
+    pub bytes: usize,
+    /// Where `buff` lies in the owner's symmetric allocation (bytes from its start): the same
+    /// on every rank, which the registration checks.
+    pub ownerOffset: usize,
+    /// `nranks` entries: every rank's `buff`, as this process addresses it (all non-NULL:
+    /// every peer must be reachable by loads and stores).
+    pub peerBuffs: *const *mut c_void,
+    /// `nranks` entries: every rank's signal pad, as this process addresses it (all non-NULL,
+    /// 16-byte aligned, outside the window). symm's barriers own these bytes: memory of the
+    /// same owner that nothing else uses (never PyTorch's own signal pads). Each rank's
+    /// registration zeroes its own pad.
+    pub peerSignalPads: *const *mut c_void,
+    /// Bytes of each signal pad: at least `symmWindowSignalPadBytes`.
+    pub signalPadBytes: usize,
 }
 
 /// Result of every call. Codes that mean what one of NCCL's `ncclResult_t` means have its

@@ -225,6 +225,8 @@ struct TestBinaries {
     rust_api: PathBuf,
     /// Launches of users' kernels the Rust API refuses (`rust_kernels.rs`).
     rust_kernels: PathBuf,
+    /// Windows over memory another owner mapped (`peer_windows.rs`).
+    peer_windows: PathBuf,
     /// The Rust example's kernel launched from its PTX (`examples/rust/app/tests/ring.rs`).
     example_kernels: PathBuf,
 }
@@ -262,6 +264,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "rust_api",
             "--test",
             "rust_kernels",
+            "--test",
+            "peer_windows",
         ],
     )?;
     // The Rust example: its build script compiles its kernels' crate to PTX.
@@ -289,6 +293,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         staging_point_to_point: executable("staging_point_to_point")?,
         rust_api: executable("rust_api")?,
         rust_kernels: executable("rust_kernels")?,
+        peer_windows: executable("peer_windows")?,
         example_kernels: executable("ring")?,
     })
 }
@@ -380,8 +385,9 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    shrink and 100 more collectives), sends and receives (`point_to_point.rs`),
 ///    all-to-all-v with counts in device memory (`all_to_all_v.rs`), and calls outside windows
 ///    staged through the staging window, a graph replay of one among them (`staging.rs`), and
-///    sends and receives staged whole (`staging_point_to_point.rs`), and the Rust API
-///    (`rust_api.rs`).
+///    sends and receives staged whole (`staging_point_to_point.rs`), the Rust API
+///    (`rust_api.rs`), and windows over memory another owner allocated and mapped
+///    (`peer_windows.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -517,6 +523,10 @@ pub fn test() -> Result<(), String> {
         ),
         ("the Rust API", &binaries.rust_api),
         ("launches of users' kernels", &binaries.rust_kernels),
+        (
+            "windows over another owner's memory",
+            &binaries.peer_windows,
+        ),
         ("a user's kernel from its PTX", &binaries.example_kernels),
     ] {
         SimRun {
@@ -529,7 +539,7 @@ pub fn test() -> Result<(), String> {
     }
     step(
         "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v, \
-         staging, Rust API, users' kernels",
+         staging, Rust API, users' kernels, other owners' windows",
         t,
     );
 

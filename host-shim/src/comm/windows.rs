@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::log::{Level, Subsys};
 use crate::transport::link::{RankLink, WindowDeposit};
 use crate::transport::shareable::{ExportMessage, Imported, Shareable};
+use crate::window::owner::{Owner, PeerWindow};
 use crate::window::{Deposit, DeviceContext, Exports, Registration, SignalPad, Window};
 use std::ffi::c_int;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -61,6 +62,9 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         imports: Mutex::new(Vec::new()),
         abort,
         abort_in_records,
+        owner: Owner::SYMM,
+        peer_view: None,
+        owner_resources: Mutex::new(None),
         context: OnceLock::new(),
         launches: Mutex::new(Default::default()),
     });
@@ -73,6 +77,185 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         return Err(e);
     }
     Ok(window)
+}
+
+/// `symmCommWindowRegisterPeers` on one rank (and the engine adapters): a window over memory
+/// another owner mapped into this process ([`crate::window::owner`]). Validate, zero this
+/// rank's signal pad, deposit; completed like [`register`]'s windows, the peer tables taken
+/// from `peers.view` instead of the deposits.
+pub fn register_peers(comm: &Arc<Comm>, peers: PeerWindow) -> Result<Arc<Window>> {
+    check_peer_window(comm, &peers)?;
+    crate::comm::refuse_if_finalized(comm, "symmCommWindowRegisterPeers")?;
+    let backend = comm.clique.backend.clone();
+    let mut state = comm.lock();
+    check_peer_range(comm, &state, &peers)?;
+    let own_pad = peers.view.pads[comm.rank];
+    backend.upload(
+        comm.device,
+        own_pad,
+        &vec![0u8; peers.view.pad_bytes as usize],
+    )?;
+    let in_records = comm
+        .call_records
+        .as_ref()
+        .and_then(|records| Some((records.abort_flag()?, records.clone())));
+    let (abort, abort_in_records) = match in_records {
+        Some((flag, records)) => (flag, Some(records)),
+        None => (backend.alloc_flag(comm.device)?, None),
+    };
+    let signal_pad = Arc::new(SignalPad {
+        backend: backend.clone(),
+        device: comm.device,
+        address: own_pad,
+        memory: None,
+        borrowed: true,
+    });
+    let seq = state.next_window_seq;
+    state.next_window_seq += 1;
+    let window = Arc::new(Window {
+        seq,
+        base: peers.base,
+        size: peers.size,
+        backend,
+        device: comm.device,
+        signal_pad,
+        peer_pads: Mutex::new(Vec::new()),
+        memory: Mutex::new(Vec::new()),
+        exports: None,
+        imports: Mutex::new(Vec::new()),
+        abort,
+        abort_in_records,
+        owner: peers.owner,
+        peer_view: Some(peers.view),
+        owner_resources: Mutex::new(peers.resources),
+        context: OnceLock::new(),
+        launches: Mutex::new(Default::default()),
+    });
+    state
+        .windows
+        .insert(window.handle() as usize, window.clone());
+    drop(state);
+    if let Err(e) = deposit(comm, &window) {
+        comm.lock().windows.remove(&(window.handle() as usize));
+        return Err(e);
+    }
+    Ok(window)
+}
+
+/// Whether `register_peers(comm, peers)` would pass its checks now (see
+/// [`check_registration`]).
+pub fn check_peer_registration(comm: &Comm, peers: &PeerWindow) -> Result<()> {
+    check_peer_window(comm, peers)?;
+    crate::comm::refuse_if_finalized(comm, "symmCommWindowRegisterPeers")?;
+    let state = comm.lock();
+    check_peer_range(comm, &state, peers)
+}
+
+/// The description of a window over another owner's memory, on its own: one entry per rank,
+/// this rank's entry its own bytes, every peer reachable, pads large enough, aligned and apart
+/// from the window.
+fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
+    let nranks = comm.clique.nranks;
+    let view = &peers.view;
+    if peers.base == 0 {
+        return Err(Error::invalid_argument("buff is NULL"));
+    }
+    if peers.size == 0 {
+        return Err(Error::invalid_argument("bytes is 0"));
+    }
+    if view.bases.len() != nranks || view.pads.len() != nranks {
+        return Err(Error::internal(format!(
+            "a peer view of {} bases and {} pads for {nranks} ranks",
+            view.bases.len(),
+            view.pads.len()
+        )));
+    }
+    let needed = signal_pad_bytes(nranks) as u64;
+    if view.pad_bytes < needed {
+        return Err(Error::invalid_argument(format!(
+            "signalPadBytes = {}: a window of {nranks} ranks needs signal pads of at least              {needed} bytes (symmWindowSignalPadBytes)",
+            view.pad_bytes
+        )));
+    }
+    for (table, name) in [(&view.bases, "peerBuffs"), (&view.pads, "peerSignalPads")] {
+        if let Some(rank) = table.iter().position(|a| *a == 0) {
+            return Err(Error::invalid_argument(format!(
+                "{name}[{rank}] is NULL: rank {rank}'s memory is not reachable by loads and                  stores from rank {} ({} maps no address for it here); symm's kernels need                  every peer of a window reachable",
+                comm.rank,
+                peers.owner.kind.name()
+            )));
+        }
+        if let Some(rank) = table
+            .iter()
+            .position(|a| !a.is_multiple_of(WINDOW_ALIGNMENT))
+        {
+            return Err(Error::invalid_argument(format!(
+                "{name}[{rank}] = {:#x} is not {WINDOW_ALIGNMENT}-byte aligned: the kernels                  access windows and pads {WINDOW_ALIGNMENT} bytes at a time",
+                table[rank]
+            )));
+        }
+    }
+    if view.bases[comm.rank] != peers.base {
+        return Err(Error::invalid_argument(format!(
+            "peerBuffs[{rank}] = {:#x} is not buff ({:#x}): entry {rank} is this rank's own bytes",
+            view.bases[comm.rank],
+            peers.base,
+            rank = comm.rank
+        )));
+    }
+    for (rank, (&base, &pad)) in view.bases.iter().zip(&view.pads).enumerate() {
+        let data = base..base.saturating_add(peers.size);
+        let signals = pad..pad.saturating_add(view.pad_bytes);
+        if crate::window::ranges_overlap(&data, &signals) {
+            return Err(Error::invalid_argument(format!(
+                "peerSignalPads[{rank}] = {pad:#x} (+{}) overlaps rank {rank}'s window                  [{base:#x}, +{}): a signal pad is memory of its own",
+                view.pad_bytes, peers.size
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A window over another owner's memory may join `comm`'s windows: its bytes and pad overlap
+/// no window of the rank, and no earlier registration of a multi-process communicator failed.
+fn check_peer_range(comm: &Comm, state: &CommState, peers: &PeerWindow) -> Result<()> {
+    if let Some(failed) = state
+        .registration_failed
+        .as_ref()
+        .filter(|_| comm.link.is_some())
+    {
+        return Err(Error::invalid_usage(format!(
+            "an earlier window registration on this communicator failed ({failed}); the ranks              of other processes may have given up on it: create a new communicator"
+        )));
+    }
+    let pad = peers.view.pads[comm.rank];
+    for (what, start, bytes) in [
+        ("buff", peers.base, peers.size),
+        ("this rank's signal pad", pad, peers.view.pad_bytes),
+    ] {
+        if start.checked_add(bytes).is_none() {
+            return Err(Error::invalid_argument(format!(
+                "{what} = {start:#x} (+{bytes}) wraps around the address space"
+            )));
+        }
+        if let Some(other) = state.windows.values().find(|w| w.overlaps(start, bytes)) {
+            return Err(Error::invalid_argument(format!(
+                "{what} [{start:#x}, +{bytes}) overlaps the window registered at {:#x} (+{})",
+                other.base, other.size
+            )));
+        }
+        if state
+            .allocations
+            .range(..start.saturating_add(bytes))
+            .next_back()
+            .is_some_and(|(base, a)| start < base + a.size as u64)
+        {
+            return Err(Error::invalid_argument(format!(
+                "{what} [{start:#x}, +{bytes}) overlaps a symmMemAlloc allocation of this comm:                  register symm's own memory with symmCommWindowRegister"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `register(comm, buff, size, flags)` would pass its checks now: the caller's own
@@ -172,6 +355,7 @@ fn new_signal_pad(
         device: comm.device,
         address,
         memory,
+        borrowed: false,
     });
     Ok((signal_pad, exports))
 }
@@ -202,6 +386,7 @@ fn deposit(comm: &Comm, window: &Window) -> Result<()> {
         size: window.size,
         signal_pad: window.signal_pad.address,
         local: true,
+        owner: window.owner,
     });
     clique.exchange_changed.notify_all();
     Ok(())
@@ -218,6 +403,7 @@ fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
         base: window.base,
         size: window.size,
         signal_pad: window.signal_pad.address,
+        owner: window.owner,
         window_export,
         pad_export,
     };
@@ -390,7 +576,22 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         .map(|(r, bytes)| WindowDeposit::decode(bytes, r))
         .collect::<Result<Vec<_>>>()?;
     same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
+    same_owner_on_every_rank(window, deposits.iter().map(|d| d.owner))?;
     aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
+    if window.peer_view.is_some() {
+        // The owner mapped every rank's memory into this process: nothing to import.
+        return Ok(deposits
+            .iter()
+            .enumerate()
+            .map(|(rank, d)| Deposit {
+                base: d.base,
+                size: d.size,
+                signal_pad: d.signal_pad,
+                local: link.is_local(rank),
+                owner: d.owner,
+            })
+            .collect());
+    }
     let backend = &comm.clique.backend;
     let pad_bytes = signal_pad_bytes(comm.clique.nranks) as u64;
     let mut out = Vec::with_capacity(deposits.len());
@@ -402,6 +603,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
                 size: d.size,
                 signal_pad: d.signal_pad,
                 local: true,
+                owner: d.owner,
             });
             continue;
         }
@@ -427,6 +629,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
             size: d.size,
             signal_pad: pad.address(),
             local: false,
+            owner: d.owner,
         });
         imports.push(memory);
         imports.push(pad);
@@ -447,6 +650,28 @@ fn same_size_on_every_rank(window: &Window, sizes: impl IntoIterator<Item = u64>
             "size = {}, but rank {rank} registered window #{} with size {size}: symmetric \
              windows have the same size on every rank",
             window.size, window.seq
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Every rank's window has the same owner, at the same offset of its allocation: an error
+/// naming the first rank whose registration (`owners`, by rank) differs from this rank's.
+fn same_owner_on_every_rank(
+    window: &Window,
+    owners: impl IntoIterator<Item = Owner>,
+) -> Result<()> {
+    match owners
+        .into_iter()
+        .enumerate()
+        .find(|(_, owner)| *owner != window.owner)
+    {
+        Some((rank, owner)) => Err(Error::invalid_argument(format!(
+            "this rank's window #{} is {}, but rank {rank}'s is {}: every rank registers the              same bytes of the same owner's symmetric memory (window #{} is refused on every              rank)",
+            window.seq,
+            window.owner.describe(),
+            owner.describe(),
+            window.seq
         ))),
         None => Ok(()),
     }
@@ -490,7 +715,12 @@ fn aligned_on_every_rank(
 
 fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
     same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
+    same_owner_on_every_rank(window, deposits.iter().map(|d| d.owner))?;
     aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
+    if let Some(view) = &window.peer_view {
+        // The owner keeps every rank's memory and pad mapped while the window lives.
+        return upload_context(comm, window, &view.bases, &view.pads, view.pad_bytes);
+    }
     // Hold the signal pads of the other ranks of this process: this rank's kernels write into
     // them for as long as the window exists.
     let mut peer_pads = Vec::new();
@@ -539,7 +769,22 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         }
     }
     *window.memory.lock().unwrap_or_else(|e| e.into_inner()) = memory;
-    let nranks = deposits.len();
+    let bases: Vec<u64> = deposits.iter().map(|d| d.base).collect();
+    let pads: Vec<u64> = deposits.iter().map(|d| d.signal_pad).collect();
+    let pad_bytes = signal_pad_bytes(deposits.len()) as u64;
+    upload_context(comm, window, &bases, &pads, pad_bytes)
+}
+
+/// Build this rank's context of `window` in device memory: the `SymmContext`, then the table
+/// of every rank's window base and the table of every rank's signal pad.
+fn upload_context(
+    comm: &Comm,
+    window: &Window,
+    bases: &[u64],
+    pads: &[u64],
+    pad_bytes: u64,
+) -> Result<()> {
+    let nranks = bases.len();
     let ctx_bytes = std::mem::size_of::<SymmContext>();
     let table_bytes = nranks * 8;
     let backend = &comm.clique.backend;
@@ -554,18 +799,15 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
         window_size: window.size,
         peer_bases: address + ctx_bytes as u64,
         peer_signal_pads: address + (ctx_bytes + table_bytes) as u64,
-        signal_pad_size: signal_pad_bytes(nranks) as u64,
+        signal_pad_size: pad_bytes,
         abort_flag: window.abort.device,
         timeout_ns: comm.clique.timeout.as_nanos().min(u64::MAX as u128) as u64,
         engine: [0; 3],
     };
     let mut image = Vec::with_capacity(total);
     image.extend_from_slice(bytemuck::bytes_of(&host));
-    for d in deposits {
-        image.extend_from_slice(&d.base.to_ne_bytes());
-    }
-    for d in deposits {
-        image.extend_from_slice(&d.signal_pad.to_ne_bytes());
+    for address in bases.iter().chain(pads) {
+        image.extend_from_slice(&address.to_ne_bytes());
     }
     if let Err(e) = backend.upload(comm.device, address, &image) {
         let _ = backend.free(comm.device, address);

@@ -567,6 +567,112 @@ pub unsafe extern "C" fn symmCommWindowRegister(
     })
 }
 
+/// Register another library's symmetric memory as a window on every rank (collective, as
+/// `symmCommWindowRegister`; inside a group when one thread drives several ranks): PyTorch's
+/// symmetric memory, an NCCL or NVSHMEM window read by the caller, or the caller's own mapping
+/// of every rank's memory. `desc` says where this process addresses every rank's bytes and
+/// signal pad (start from `SYMM_PEER_WINDOW_INITIALIZER`); every peer must be reachable by
+/// loads and stores. symm's collectives and device functions then run on the window as on its
+/// own; its barriers use the signal pads, which must be memory of the same owner that nothing
+/// else uses (never PyTorch's own signal pads, which must return to zero after each use). Every
+/// rank's window has the same `bytes`, `owner` and `ownerOffset`, and 16-byte aligned bases and
+/// pads: a rank whose description differs fails the registration on every rank. The owner's
+/// memory must outlive the window: deregister it before the owner frees or unmaps it.
+///
+/// # Safety
+/// `desc` is NULL or a valid description whose tables are NULL or hold `nranks` entries;
+/// `win` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommWindowRegisterPeers(
+    comm: symmComm_t,
+    desc: *const symmPeerWindow_t,
+    win: *mut symmWindow_t,
+) -> symmResult_t {
+    with_comm("symmCommWindowRegisterPeers", comm, |c| {
+        require_out(win, "win")?;
+        // SAFETY: NULL or a valid description whose tables hold nranks entries (contract).
+        let peers = unsafe { peer_window(c, desc) }?;
+        let window = group::register_peer_window(c, peers)?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(win, "win", window.handle()) }
+    })
+}
+
+/// The bytes of each signal pad a window of `comm` needs (`symmPeerWindow_t::signalPadBytes`
+/// at least): it grows with the number of ranks.
+///
+/// # Safety
+/// `bytes` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmWindowSignalPadBytes(
+    comm: symmComm_t,
+    bytes: *mut usize,
+) -> symmResult_t {
+    with_comm("symmWindowSignalPadBytes", comm, |c| {
+        require_out(bytes, "bytes")?;
+        let needed = symm_device::sync::signal_pad::signal_pad_bytes(c.clique.nranks);
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(bytes, "bytes", needed) }
+    })
+}
+
+/// The window `desc` describes, its fields checked one by one.
+///
+/// # Safety
+/// As for [`symmCommWindowRegisterPeers`].
+unsafe fn peer_window(
+    comm: &Comm,
+    desc: *const symmPeerWindow_t,
+) -> Result<crate::window::owner::PeerWindow> {
+    use crate::window::owner::{Owner, OwnerKind, PeerView, PeerWindow};
+    if desc.is_null() {
+        return Err(Error::invalid_argument("desc is NULL"));
+    }
+    // SAFETY: non-NULL; the caller passes a valid description. Its leading size is read
+    // first, so that a shorter struct is refused before the rest is read.
+    let size = unsafe { std::ptr::addr_of!((*desc).size).read_unaligned() };
+    if size != std::mem::size_of::<symmPeerWindow_t>() {
+        return Err(Error::invalid_argument(format!(
+            "desc->size = {size}: desc was not made with SYMM_PEER_WINDOW_INITIALIZER (this \
+             library's symmPeerWindow_t has {} bytes)",
+            std::mem::size_of::<symmPeerWindow_t>()
+        )));
+    }
+    // SAFETY: as above, and the size matches.
+    let d = unsafe { desc.read_unaligned() };
+    if d.magic != SYMM_PEER_WINDOW_MAGIC {
+        return Err(Error::invalid_argument(
+            "desc->magic is wrong: desc was not made with SYMM_PEER_WINDOW_INITIALIZER",
+        ));
+    }
+    let kind = OwnerKind::from_abi(d.owner).ok_or_else(|| {
+        Error::invalid_argument(format!("desc->owner = {}: not a symmOwner_t", d.owner))
+    })?;
+    let nranks = comm.clique.nranks;
+    let table = |pointer: *const *mut c_void, name: &str| -> Result<Vec<u64>> {
+        if pointer.is_null() {
+            return Err(Error::invalid_argument(format!("desc->{name} is NULL")));
+        }
+        // SAFETY: a non-NULL table holds nranks entries (contract).
+        let entries = unsafe { std::slice::from_raw_parts(pointer, nranks) };
+        Ok(entries.iter().map(|p| *p as u64).collect())
+    };
+    Ok(PeerWindow {
+        owner: Owner {
+            kind,
+            offset: d.ownerOffset as u64,
+        },
+        base: d.buff as u64,
+        size: d.bytes as u64,
+        view: PeerView {
+            bases: table(d.peerBuffs, "peerBuffs")?,
+            pads: table(d.peerSignalPads, "peerSignalPads")?,
+            pad_bytes: d.signalPadBytes as u64,
+        },
+        resources: None,
+    })
+}
+
 /// Deregister a window of `comm`.
 #[unsafe(no_mangle)]
 pub extern "C" fn symmCommWindowDeregister(comm: symmComm_t, win: symmWindow_t) -> symmResult_t {

@@ -308,6 +308,19 @@ pub fn register_window(
     Ok(window)
 }
 
+/// `symmCommWindowRegisterPeers` (and the engine adapters): as [`register_window`], over
+/// memory another owner mapped.
+pub fn register_peer_window(
+    comm: &Arc<Comm>,
+    peers: crate::window::owner::PeerWindow,
+) -> Result<Arc<Window>> {
+    windows::check_peer_registration(comm, &peers)?;
+    ensure_point_to_point_window(comm)?;
+    let window = windows::register_peers(comm, peers)?;
+    complete_window(comm, &window)?;
+    Ok(window)
+}
+
 /// Register `comm`'s point-to-point window (`comm::pairs`) unless it has one: called by the
 /// rank's window registrations before the caller's own, so that every rank makes it at its
 /// first one; completed now or, inside a group, at the group's end.

@@ -3,12 +3,15 @@
 //! flight. Registration itself (the rendezvous of all ranks) is `comm::windows`.
 
 pub mod memory;
+pub mod owner;
 
 use crate::abi::symmWindow_t;
 use crate::agree::records::CallRecords;
 use crate::backend::{Backend, Flag, LaunchMarks, StreamMarks};
 use crate::error::Result;
 use crate::transport::shareable::{Imported, Shareable};
+use owner::{Owner, PeerView};
+use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::os::fd::OwnedFd;
@@ -25,6 +28,8 @@ pub struct Deposit {
     /// found through [`Clique::signal_pads`](crate::comm::Clique::signal_pads) (else it is
     /// mapped from another process, and the mapping is kept by the window's imports).
     pub(crate) local: bool,
+    /// Who owns the window's memory, and where the window lies in it.
+    pub(crate) owner: Owner,
 }
 
 /// A window's signal pad. Every rank of the registration writes into it (barrier arrivals,
@@ -39,11 +44,14 @@ pub struct SignalPad {
     pub address: u64,
     /// The shareable memory behind it, when ranks of other processes map it.
     pub(crate) memory: Option<Shareable>,
+    /// Memory of the window's owner (a window over another library's memory): never freed
+    /// by symm.
+    pub(crate) borrowed: bool,
 }
 
 impl Drop for SignalPad {
     fn drop(&mut self) {
-        if self.memory.is_none() {
+        if self.memory.is_none() && !self.borrowed {
             let _ = self.backend.free(self.device, self.address);
         }
     }
@@ -102,6 +110,14 @@ pub struct Window {
     /// The call records holding [`Window::abort`], kept alive while the window is (`None`:
     /// the window owns its flag).
     pub(crate) abort_in_records: Option<Arc<CallRecords>>,
+    /// Who owns the window's memory.
+    pub owner: Owner,
+    /// Where every rank's bytes and pad are, for a window over another owner's memory
+    /// (`None`: symm's own window, whose peers' memory symm mapped from their deposits).
+    pub(crate) peer_view: Option<PeerView>,
+    /// What an adapter allocated through the owner for this window (its signal pads),
+    /// released with the window, after its context.
+    pub(crate) owner_resources: Mutex<Option<Box<dyn Any + Send + Sync>>>,
     pub(crate) context: OnceLock<DeviceContext>,
     /// The callers' streams its collectives were enqueued on ([`Window::note_launch`]),
     /// waited for before it is torn down ([`Window::wait_for_launches`]).
@@ -184,6 +200,13 @@ impl Drop for Window {
         if self.abort_in_records.is_none() {
             let _ = self.backend.free_flag(self.device, self.abort);
         }
+        // What the owner lent for the window (its pads) goes after the context.
+        drop(
+            self.owner_resources
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
     }
 }
 
