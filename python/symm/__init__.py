@@ -27,7 +27,7 @@ The C constants are read from the packaged ``symm.h``: :class:`Result`, :class:`
 from __future__ import annotations
 
 from . import _paths as paths
-from ._abi import DataType, RedOp, Result
+from ._abi import DataType, Owner, RedOp, Result
 from ._convert import DTypeLike, OpLike, StreamLike, dtype_size, numpy_dtype, resolve_dtype, resolve_op
 from ._core import (
     SPLIT_NOCOLOR,
@@ -75,6 +75,7 @@ __all__ = [
     "NoDeviceError",
     "OpLike",
     "OutOfMemoryError",
+    "Owner",
     "RedOp",
     "RemoteError",
     "Result",

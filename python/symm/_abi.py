@@ -24,10 +24,12 @@ __all__ = [
     "DTYPE_NAMES",
     "HEADER",
     "OP_NAMES",
+    "OWNER_NAMES",
     "UNIQUE_ID_BYTES",
     "VERSION_CODE",
     "WIN_COLL_SYMMETRIC",
     "DataType",
+    "Owner",
     "RedOp",
     "Result",
     "parse_defines",
@@ -97,6 +99,11 @@ Result = enum.IntEnum("Result", _ENUMS["symmResult_t"], module=__name__)  # type
 DataType = enum.IntEnum("DataType", _ENUMS["symmDataType_t"], module=__name__)  # type: ignore[misc]
 #: ``symmRedOp_t``, as read from the header.
 RedOp = enum.IntEnum("RedOp", _ENUMS["symmRedOp_t"], module=__name__)  # type: ignore[misc]
+
+#: ``symmOwner_t``: who owns a window's memory (:meth:`symm.Comm.register_peers`).
+Owner = enum.IntEnum("Owner", _ENUMS["symmOwner_t"], module=__name__)  # type: ignore[misc]
+#: Short owner names (``"user"``, ``"torch"``, ``"nccl"``, ``"nvshmem"``) to members.
+OWNER_NAMES: dict[str, Owner] = {m.name.removeprefix("symmOwner").lower(): m for m in Owner}  # type: ignore[valid-type]
 
 #: Short data-type names (``"float32"``, ``"bfloat16"``, ``"float8e4m3"``, ...) to members.
 DTYPE_NAMES: dict[str, DataType] = {_short_name(m.name): m for m in DataType}  # type: ignore[valid-type]

@@ -27,7 +27,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import _lib
-from ._abi import DEFINES, UNIQUE_ID_BYTES, WIN_COLL_SYMMETRIC, DataType, Result
+from ._abi import DEFINES, OWNER_NAMES, UNIQUE_ID_BYTES, WIN_COLL_SYMMETRIC, DataType, Result
 from ._convert import (
     DTypeLike,
     OpLike,
@@ -38,7 +38,7 @@ from ._convert import (
     resolve_op,
     resolve_stream,
 )
-from ._lib import ConfigStruct, check, lib
+from ._lib import ConfigStruct, PeerWindowStruct, check, lib
 from ._operand import Operand, describe, refuse_readonly, resolve_call, symm_operand, torch_stream
 from .errors import InvalidArgumentError, InvalidUsageError, SymmError, make_error
 
@@ -144,6 +144,7 @@ def _as_unique_id(uid: UniqueId | bytes | bytearray | str) -> UniqueId:
 
 #: Largest value of a C ``int`` argument.
 _INT_MAX = 2**31 - 1
+_UINT64_MAX = 2**64 - 1
 #: Largest value of a C ``size_t`` argument.
 _SIZE_MAX = 2**64 - 1
 
@@ -631,6 +632,79 @@ class Comm:
         with self._state_lock:
             check(lib.symmCommWindowRegister(self.handle, ptr, nbytes, ctypes.byref(handle), flags))
             window = Window(self, handle.value or 0, ptr, nbytes, buffer if isinstance(buffer, Buffer) else None)
+            self._windows.add(window)
+        return window
+
+    @property
+    def signal_pad_bytes(self) -> int:
+        """Bytes of the signal pad each rank's window needs (``symmWindowSignalPadBytes``):
+        what :meth:`register_peers` takes as ``pad_bytes`` at least."""
+        value = ctypes.c_size_t()
+        check(lib.symmWindowSignalPadBytes(self.handle, ctypes.byref(value)))
+        return value.value
+
+    def register_peers(
+        self,
+        base: int,
+        nbytes: int,
+        peer_bases: Sequence[int],
+        peer_pads: Sequence[int],
+        pad_bytes: int,
+        *,
+        owner: str = "user",
+        owner_offset: int = 0,
+        keep: Any = None,
+    ) -> Window:
+        """Register memory another library owns as a window (``symmCommWindowRegisterPeers``):
+        the owner mapped every rank's bytes and signal pad into this process, and symm's
+        collectives and device functions run on them as on its own windows. Collective, as
+        :meth:`register`. :func:`symm.torch.adopt` does this for PyTorch's symmetric tensors.
+
+        Args:
+            base: this rank's bytes (16-byte aligned; ``peer_bases[rank]``).
+            nbytes: bytes of the window, the same on every rank.
+            peer_bases: every rank's bytes, as this process addresses them (none 0: every peer
+                must be reachable by loads and stores).
+            peer_pads: every rank's signal pad, as this process addresses it: memory of the
+                same owner that nothing else uses (never PyTorch's own signal pads), 16-byte
+                aligned; each rank's registration zeroes its own.
+            pad_bytes: bytes of each pad, at least :attr:`signal_pad_bytes`.
+            owner: ``"user"``, ``"torch"``, ``"nccl"`` or ``"nvshmem"`` (named in messages; the
+                same on every rank).
+            owner_offset: where ``base`` lies in the owner's symmetric allocation, the same on
+                every rank (the registration refuses ranks that differ).
+            keep: objects the window keeps alive while registered (the owner's handles and
+                tensors): the owner's memory must outlive the window.
+
+        Raises:
+            InvalidArgumentError: a bad table, a peer out of reach, pads too small, misaligned
+                or overlapping the window, or ranks whose descriptions differ (on every rank).
+        """
+        n = self.nranks
+        if owner not in OWNER_NAMES:
+            raise InvalidArgumentError(f"owner {owner!r} is not one of {sorted(OWNER_NAMES)}")
+        bases = [_as_int(b, "peer_bases[i]", 0, _UINT64_MAX) for b in peer_bases]
+        pads = [_as_int(p, "peer_pads[i]", 0, _UINT64_MAX) for p in peer_pads]
+        if len(bases) != n or len(pads) != n:
+            raise InvalidArgumentError(
+                f"peer_bases has {len(bases)} and peer_pads {len(pads)} entries: the communicator has {n} ranks"
+            )
+        desc = PeerWindowStruct(
+            size=ctypes.sizeof(PeerWindowStruct),
+            magic=DEFINES["SYMM_PEER_WINDOW_MAGIC"],
+            version=DEFINES["SYMM_VERSION_CODE"],
+            owner=int(OWNER_NAMES[owner]),
+            buff=_as_int(base, "base", 0, _UINT64_MAX),
+            bytes=_as_int(nbytes, "nbytes", 0, _UINT64_MAX),
+            ownerOffset=_as_int(owner_offset, "owner_offset", 0, _UINT64_MAX),
+            peerBuffs=(ctypes.c_void_p * n)(*bases),
+            peerSignalPads=(ctypes.c_void_p * n)(*pads),
+            signalPadBytes=_as_int(pad_bytes, "pad_bytes", 0, _UINT64_MAX),
+        )
+        handle = ctypes.c_void_p()
+        with self._state_lock:
+            check(lib.symmCommWindowRegisterPeers(self.handle, ctypes.byref(desc), ctypes.byref(handle)))
+            window = Window(self, handle.value or 0, base, nbytes, None, keep=keep)
             self._windows.add(window)
         return window
 
@@ -1215,7 +1289,7 @@ class Window:
     """A registered window (``symmCommWindowRegister``). A context manager: ``with``
     deregisters it on exit."""
 
-    def __init__(self, comm: Comm, handle: int, base: int, nbytes: int, buffer: Buffer | None) -> None:
+    def __init__(self, comm: Comm, handle: int, base: int, nbytes: int, buffer: Buffer | None, keep: Any = None) -> None:
         self.comm = comm
         """The communicator it is registered on."""
         self.handle = handle
@@ -1226,6 +1300,9 @@ class Window:
         """Size of the window in bytes."""
         self.buffer = buffer
         """The :class:`Buffer` it was registered from, if any (kept alive)."""
+        self.owner_objects = keep
+        """What :meth:`Comm.register_peers` was asked to keep alive (another owner's handles
+        and tensors), released once the window is deregistered."""
         self._dead: str | None = None
         self._device_context: int | None = None
 
@@ -1290,6 +1367,7 @@ class Window:
             check(lib.symmCommWindowDeregister(comm.handle, self.handle))
             self._invalidate("it was deregistered")
             comm._forget_window(self)
+            self.owner_objects = None
 
     def __enter__(self) -> Window:
         return self

@@ -10,7 +10,7 @@ from . import _paths
 from ._abi import UNIQUE_ID_BYTES, Result
 from .errors import make_error
 
-__all__ = ["LIBRARY_PATH", "ConfigStruct", "UniqueIdStruct", "check", "last_error", "lib"]
+__all__ = ["LIBRARY_PATH", "ConfigStruct", "PeerWindowStruct", "UniqueIdStruct", "check", "last_error", "lib"]
 
 
 class UniqueIdStruct(ctypes.Structure):
@@ -29,6 +29,23 @@ class ConfigStruct(ctypes.Structure):
         ("blocking", c_int),
         ("minCTAs", c_int),
         ("maxCTAs", c_int),
+    ]
+
+
+class PeerWindowStruct(ctypes.Structure):
+    """``symmPeerWindow_t``."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("magic", ctypes.c_uint),
+        ("version", ctypes.c_uint),
+        ("owner", c_int),
+        ("buff", c_void_p),
+        ("bytes", c_size_t),
+        ("ownerOffset", c_size_t),
+        ("peerBuffs", POINTER(c_void_p)),
+        ("peerSignalPads", POINTER(c_void_p)),
+        ("signalPadBytes", c_size_t),
     ]
 
 
@@ -60,6 +77,8 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmMemAlloc": (_result, [_comm, POINTER(c_void_p), c_size_t]),
     "symmMemFree": (_result, [_comm, c_void_p]),
     "symmCommWindowRegister": (_result, [_comm, c_void_p, c_size_t, POINTER(_window), c_int]),
+    "symmCommWindowRegisterPeers": (_result, [_comm, POINTER(PeerWindowStruct), POINTER(_window)]),
+    "symmWindowSignalPadBytes": (_result, [_comm, POINTER(c_size_t)]),
     "symmCommWindowDeregister": (_result, [_comm, _window]),
     "symmCallRefused": (_result, [c_char_p, c_char_p, _comm]),
     "symmAllReduce": (_result, [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm, _stream]),

@@ -87,6 +87,7 @@ __all__ = [
     "STAGING_BYTES",
     "SymmProcessGroup",
     "SymmetricMemory",
+    "adopt",
     "all_to_all_vdev",
     "empty",
     "mem_pool",
@@ -1393,6 +1394,138 @@ def rendezvous(tensor: torch.Tensor, group: Any = None) -> SymmetricMemory:
         base, size, owner = allocation
         window = comm.register(owner) if owner is not None else comm.register(base, size)
         return SymmetricMemory(comm, window, ptr - window.base, pg)
+
+
+# Groups of other backends that adopt() made a symm communicator over, by group.
+_OVER_GROUPS: weakref.WeakKeyDictionary[Any, SymmProcessGroup] = weakref.WeakKeyDictionary()
+
+
+def _symm_group_over(group: Any) -> tuple[_core.Comm, SymmProcessGroup | None]:
+    """The symm communicator :func:`adopt` uses for ``group``: its own for a ``"symm"`` group
+    or a :class:`symm.Comm`; for a group of another backend (NCCL, gloo), one symm
+    communicator over the same ranks, made through the group's store the first time
+    (collective) and kept with the group."""
+    if group is None:
+        if not dist.is_initialized():
+            raise InvalidUsageError("no process group: call dist.init_process_group first, or pass a group or a symm.Comm")
+        group = dist.distributed_c10d._get_default_group()
+    if isinstance(group, (_core.Comm, SymmProcessGroup)):
+        return _resolve(group)
+    made = _OVER_GROUPS.get(group)
+    if made is None:
+        store = dist.distributed_c10d._world.pg_map[group][1]
+        name = getattr(group, "group_name", "") or "default"
+        timeout = getattr(group.options, "_timeout", None) if hasattr(group, "options") else None
+        made = SymmProcessGroup(
+            dist.PrefixStore(f"symm/adopt/{name}/", store),
+            group.rank(),
+            group.size(),
+            timeout if isinstance(timeout, timedelta) else timedelta(minutes=10),
+        )
+        _OVER_GROUPS[group] = made
+    return made.comm, made
+
+
+def _peer_addresses(handle: Any, what: str, world: int) -> list[int]:
+    """``handle.buffer_ptrs`` (every rank's allocation, mapped in this process) as ints, checked
+    to hold ``world`` entries."""
+    pointers = [int(p) for p in handle.buffer_ptrs]
+    if len(pointers) != world:
+        raise InvalidArgumentError(f"adopt: the {what}'s handle has {len(pointers)} buffer_ptrs for {world} ranks")
+    return pointers
+
+
+def adopt(tensor: torch.Tensor, group: Any = None, *, symm_mem: Any = None) -> SymmetricMemory:
+    """A symm window over a PyTorch symmetric tensor (``torch.distributed._symmetric_memory``):
+    symm's collectives, the ``"symm"`` backend's and ``symm.triton``'s device functions then run
+    on the tensor in place, next to PyTorch's own symmetric-memory operations on it::
+
+        import torch.distributed._symmetric_memory as symm_mem
+        t = symm_mem.empty(n, device="cuda")
+        handle = symm.torch.adopt(t, group)         # collective
+        handle.comm.all_reduce(t)                   # symm's collectives, in place
+        kernel[grid](handle.device_context, 0, ...) # symm.triton's ctx, byte_offset
+
+    The window covers the tensor's bytes: every rank's, mapped by PyTorch
+    (``symm_mem.rendezvous(tensor, group)``'s ``buffer_ptrs``, at the tensor's offset from its
+    allocation's base, which need not be 0). symm's barriers do not use PyTorch's signal pads
+    (PyTorch's own operations need them back at zero after each use): the window gets pads of
+    its own, a small ``symm_mem.empty`` allocation rendezvous'd on the same group. The window
+    keeps the tensor and both handles alive until it is deregistered
+    (``handle.window.deregister()``, collective).
+
+    Collective: every rank calls it, in the same order, with a tensor of the same size at the
+    same offset of its allocation (the ranks compare them and all raise if they differ). A
+    tensor adopted already gets its handle at once.
+
+    Args:
+        tensor: a contiguous tensor in PyTorch symmetric memory, 16-byte aligned.
+        group: the group PyTorch's rendezvous takes (default: the default group). symm's
+            communicator: the group's own for a ``"symm"`` group (or a :class:`symm.Comm`
+            whose ranks are the group's), else one symm communicator over the group's ranks,
+            made through its store the first time.
+        symm_mem: the symmetric-memory module (default ``torch.distributed._symmetric_memory``):
+            anything with its ``empty(*size, dtype=, device=)`` and ``rendezvous(tensor,
+            group)``, whose handles have ``buffer_ptrs``, ``rank`` and ``world_size``.
+
+    Raises:
+        InvalidArgumentError: a tensor that is not contiguous, not inside its handle's buffer,
+            or a handle whose ranks are not the communicator's; ranks whose tensors differ, or
+            a peer out of reach (on every rank).
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError(f"adopt takes a torch.Tensor, not {type(tensor).__name__}")
+    if symm_mem is None:
+        import torch.distributed._symmetric_memory as symm_mem
+    torch_group = group
+    if isinstance(group, _core.Comm):
+        torch_group = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
+    comm, pg = _symm_group_over(group)
+    if torch_group is None and dist.is_initialized():
+        torch_group = dist.distributed_c10d._get_default_group()
+    ptr, extent = int(tensor.data_ptr()), _extent(tensor)
+    for window in list(comm._windows):
+        if window.registered and window.owner_objects is not None and window.base <= ptr < window.base + window.nbytes:
+            if ptr + extent <= window.base + window.nbytes:
+                return SymmetricMemory(comm, window, ptr - window.base, pg)
+    if not tensor.is_contiguous():
+        raise InvalidArgumentError(f"adopt: {_describe(tensor)} is not contiguous")
+    handle = symm_mem.rendezvous(tensor, torch_group)
+    world = comm.nranks
+    if int(handle.world_size) != world or int(handle.rank) != comm.rank:
+        raise InvalidArgumentError(
+            f"adopt: PyTorch's handle is rank {handle.rank} of {handle.world_size}, the symm communicator's rank "
+            f"{comm.rank} of {world}: pass the group the tensor was rendezvous'd on"
+        )
+    bases = _peer_addresses(handle, "tensor", world)
+    offset = ptr - bases[comm.rank]
+    size = int(getattr(handle, "buffer_size", offset + extent))
+    if offset < 0 or offset + extent > size:
+        raise InvalidArgumentError(
+            f"adopt: {_describe(tensor)} at {ptr:#x} is not inside its symmetric allocation "
+            f"[{bases[comm.rank]:#x}, +{size}) on rank {comm.rank}"
+        )
+    pad_bytes = comm.signal_pad_bytes
+    pad = symm_mem.empty(pad_bytes, dtype=torch.uint8, device=tensor.device)
+    pad_handle = symm_mem.rendezvous(pad, torch_group)
+    pad_bases = _peer_addresses(pad_handle, "signal pad", world)
+    pad_offset = int(pad.data_ptr()) - pad_bases[comm.rank]
+    if pad_offset != 0:
+        raise InvalidArgumentError(
+            f"adopt: symm_mem.empty returned a signal pad {pad_offset} bytes into its allocation; symm needs it at "
+            "the allocation's start (the same place on every rank)"
+        )
+    window = comm.register_peers(
+        ptr,
+        max(extent, 1),
+        [base + offset for base in bases],
+        [base + pad_offset for base in pad_bases],
+        pad_bytes,
+        owner="torch",
+        owner_offset=offset,
+        keep=(tensor, handle, pad, pad_handle),
+    )
+    return SymmetricMemory(comm, window, 0, pg)
 
 
 def _exchange(comm: _core.Comm, state: _TensorState, descriptor: list[int]) -> list[list[int]]:

@@ -162,8 +162,8 @@ pub fn pytest() -> Result<(), String> {
 /// backend here.
 const TORCH: &str = "torch==2.15.0";
 
-/// The torch.distributed backend's tests (`python/tests/test_torch.py` and
-/// `test_torch_windows.py`: torchrun with 2 and 4 processes; `test_torch_suite.py`: cases of
+/// The torch.distributed backend's tests (`python/tests/test_torch.py`,
+/// `test_torch_windows.py` and `test_torch_adopt.py`: torchrun with 2 to 4 processes; `test_torch_suite.py`: cases of
 /// PyTorch's own `DistributedTest`) in `<target>/torch-venv`, made once with PyTorch, NumPy,
 /// pytest and expecttest; the package
 /// is installed into it from `python/` with the library just built.
@@ -216,6 +216,7 @@ fn torch_tests(library: &Path) -> Result<(), String> {
             "python/tests/test_torch.py",
             "python/tests/test_torch_suite.py",
             "python/tests/test_torch_windows.py",
+            "python/tests/test_torch_adopt.py",
             "python/tests/test_arrays.py",
         ])
         .env("SYMM_BACKEND", "host")

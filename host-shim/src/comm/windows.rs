@@ -173,14 +173,17 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
     let needed = signal_pad_bytes(nranks) as u64;
     if view.pad_bytes < needed {
         return Err(Error::invalid_argument(format!(
-            "signalPadBytes = {}: a window of {nranks} ranks needs signal pads of at least              {needed} bytes (symmWindowSignalPadBytes)",
+            "signalPadBytes = {}: a window of {nranks} ranks needs signal pads of at least \
+             {needed} bytes (symmWindowSignalPadBytes)",
             view.pad_bytes
         )));
     }
     for (table, name) in [(&view.bases, "peerBuffs"), (&view.pads, "peerSignalPads")] {
         if let Some(rank) = table.iter().position(|a| *a == 0) {
             return Err(Error::invalid_argument(format!(
-                "{name}[{rank}] is NULL: rank {rank}'s memory is not reachable by loads and                  stores from rank {} ({} maps no address for it here); symm's kernels need                  every peer of a window reachable",
+                "{name}[{rank}] is NULL: rank {rank}'s memory is not reachable by loads and \
+                 stores from rank {} ({} maps no address for it here); symm's kernels need \
+                 every peer of a window reachable",
                 comm.rank,
                 peers.owner.kind.name()
             )));
@@ -190,7 +193,8 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
             .position(|a| !a.is_multiple_of(WINDOW_ALIGNMENT))
         {
             return Err(Error::invalid_argument(format!(
-                "{name}[{rank}] = {:#x} is not {WINDOW_ALIGNMENT}-byte aligned: the kernels                  access windows and pads {WINDOW_ALIGNMENT} bytes at a time",
+                "{name}[{rank}] = {:#x} is not {WINDOW_ALIGNMENT}-byte aligned: the kernels \
+                 access windows and pads {WINDOW_ALIGNMENT} bytes at a time",
                 table[rank]
             )));
         }
@@ -208,7 +212,8 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
         let signals = pad..pad.saturating_add(view.pad_bytes);
         if crate::window::ranges_overlap(&data, &signals) {
             return Err(Error::invalid_argument(format!(
-                "peerSignalPads[{rank}] = {pad:#x} (+{}) overlaps rank {rank}'s window                  [{base:#x}, +{}): a signal pad is memory of its own",
+                "peerSignalPads[{rank}] = {pad:#x} (+{}) overlaps rank {rank}'s window \
+                 [{base:#x}, +{}): a signal pad is memory of its own",
                 view.pad_bytes, peers.size
             )));
         }
@@ -225,7 +230,8 @@ fn check_peer_range(comm: &Comm, state: &CommState, peers: &PeerWindow) -> Resul
         .filter(|_| comm.link.is_some())
     {
         return Err(Error::invalid_usage(format!(
-            "an earlier window registration on this communicator failed ({failed}); the ranks              of other processes may have given up on it: create a new communicator"
+            "an earlier window registration on this communicator failed ({failed}); the ranks \
+             of other processes may have given up on it: create a new communicator"
         )));
     }
     let pad = peers.view.pads[comm.rank];
@@ -251,7 +257,8 @@ fn check_peer_range(comm: &Comm, state: &CommState, peers: &PeerWindow) -> Resul
             .is_some_and(|(base, a)| start < base + a.size as u64)
         {
             return Err(Error::invalid_argument(format!(
-                "{what} [{start:#x}, +{bytes}) overlaps a symmMemAlloc allocation of this comm:                  register symm's own memory with symmCommWindowRegister"
+                "{what} [{start:#x}, +{bytes}) overlaps a symmMemAlloc allocation of this comm: \
+                 register symm's own memory with symmCommWindowRegister"
             )));
         }
     }
@@ -667,7 +674,9 @@ fn same_owner_on_every_rank(
         .find(|(_, owner)| *owner != window.owner)
     {
         Some((rank, owner)) => Err(Error::invalid_argument(format!(
-            "this rank's window #{} is {}, but rank {rank}'s is {}: every rank registers the              same bytes of the same owner's symmetric memory (window #{} is refused on every              rank)",
+            "this rank's window #{} is {}, but rank {rank}'s is {}: every rank registers the \
+             same bytes of the same owner's symmetric memory (window #{} is refused on every \
+             rank)",
             window.seq,
             window.owner.describe(),
             owner.describe(),
