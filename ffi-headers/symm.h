@@ -469,6 +469,46 @@ symmResult_t symmCommWindowRegisterPeers(symmComm_t comm,
                                          const symmPeerWindow_t *desc,
                                          symmWindow_t *win);
 
+// Register `bytes` bytes at `offset` of an NCCL window (`ncclCommWindowRegister` with
+// `NCCL_WIN_COLL_SYMMETRIC`, NCCL 2.29 or newer) as a symm window on every rank: symm's
+// collectives and device functions then run on the NCCL window's memory. `ncclComm` is the
+// NCCL communicator the window belongs to; its rank `r` must be this communicator's rank `r`.
+// NCCL is loaded at run time (the one the process loaded already, else `SYMM_NCCL_LIBRARY`, else
+// `libnccl.so.2`); every peer must be reachable by loads and stores (NCCL's load/store team):
+// a peer NCCL gives no address for is refused, naming it. The window's signal pads are a small
+// `ncclMemAlloc` allocation registered as an NCCL window of its own, so the call is collective
+// over the NCCL communicator too: every rank calls it from a thread or process of its own,
+// outside a group; and deregistration (`symmCommWindowDeregister`, on every rank) deregisters
+// and frees them. `offset` must be the same on every rank; the NCCL window must outlive the
+// symm window.
+//
+// # Safety
+// `ncclComm` and `ncclWindow` are NULL or NCCL's handles; `win` is NULL or valid for a write.
+symmResult_t symmCommWindowRegisterNccl(symmComm_t comm,
+                                        void *ncclComm,
+                                        void *ncclWindow,
+                                        size_t offset,
+                                        size_t bytes,
+                                        symmWindow_t *win);
+
+// Register `bytes` bytes at the symmetric address `symAddr` of NVSHMEM's heap (from
+// `nvshmem_malloc`) as a symm window on every rank, in a job whose PE `r` is this
+// communicator's rank `r`: symm's collectives and device functions then run on NVSHMEM's
+// memory. NVSHMEM is loaded at run time (the one the process loaded already, else
+// `SYMM_NVSHMEM_LIBRARY`, else `libnvshmem_host.so.3`) and must be initialized; every PE must
+// be reachable by loads and stores (`nvshmem_ptr` non-NULL): one that is not is refused,
+// naming it. The window's signal pads are a small `nvshmem_malloc` allocation, so the call is
+// collective over the job: every PE calls it, outside a group; deregistration (on every rank)
+// frees them with `nvshmem_free`. `symAddr` must be the same symmetric address on every rank.
+//
+// # Safety
+// `symAddr` is NULL or a symmetric address of NVSHMEM's heap with `bytes` bytes; `win` is NULL
+// or valid for a write.
+symmResult_t symmCommWindowRegisterNvshmem(symmComm_t comm,
+                                           void *symAddr,
+                                           size_t bytes,
+                                           symmWindow_t *win);
+
 // The bytes of each signal pad a window of `comm` needs (`symmPeerWindow_t::signalPadBytes`
 // at least): it grows with the number of ranks.
 //

@@ -48,6 +48,7 @@ mod backend;
 mod collective;
 mod comm;
 mod config;
+mod engine;
 mod error;
 mod ffi;
 mod group;

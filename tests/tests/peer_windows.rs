@@ -104,6 +104,18 @@ impl Drop for OwnerMemory {
     }
 }
 
+/// The backend from the environment, and communicators that refuse a buffer outside every
+/// window instead of staging it: every collective here must run on the owner's memory itself.
+fn setup() {
+    use_backend_from_env();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: runs once, before any communicator of this process exists (Once blocks the
+        // other tests until then); the library reads it when creating communicators.
+        unsafe { std::env::set_var("SYMM_STRICT_WINDOWS", "1") };
+    });
+}
+
 fn pad_bytes(comm: symmComm_t) -> usize {
     let mut bytes = 0;
     // SAFETY: a valid out-pointer.
@@ -231,7 +243,7 @@ fn every_collective(rank: usize, comm: symmComm_t, memory: &OwnerMemory, nranks:
 /// memory after the windows are gone.
 #[test]
 fn collectives_run_on_memory_another_owner_mapped() {
-    use_backend_from_env();
+    setup();
     for nranks in [2usize, 3] {
         let comms = init_all(nranks);
         let pad = pad_bytes(comms[0]);
@@ -260,7 +272,7 @@ fn collectives_run_on_memory_another_owner_mapped() {
 /// One thread drives every rank: the registrations and an all-reduce in groups.
 #[test]
 fn one_thread_registers_and_reduces_in_a_group() {
-    use_backend_from_env();
+    setup();
     let nranks = 4;
     let comms = init_all(nranks);
     let pad = pad_bytes(comms[0]);
@@ -314,7 +326,7 @@ fn one_thread_registers_and_reduces_in_a_group() {
 /// naming the difference, and no window exists.
 #[test]
 fn ranks_at_different_owner_offsets_are_refused_on_every_rank() {
-    use_backend_from_env();
+    setup();
     let nranks = 2;
     for (field, change) in [
         (
@@ -355,7 +367,7 @@ fn ranks_at_different_owner_offsets_are_refused_on_every_rank() {
 /// the bad field.
 #[test]
 fn bad_descriptions_are_refused_by_name() {
-    use_backend_from_env();
+    setup();
     let nranks = 2;
     let comms = init_all(nranks);
     let pad = pad_bytes(comms[0]);

@@ -238,7 +238,7 @@ fn build_release_and_examples() -> Result<(), String> {
 /// The test files of `tests/` that `cargo xtask test` runs a second time in the host backend's
 /// fast mode (the workspace's tests run its testing mode, `.cargo/config.toml`): every
 /// collective against its reference, threads and processes, offsets, failures and misuse.
-const FAST_MODE_SUITES: [&str; 16] = [
+const FAST_MODE_SUITES: [&str; 17] = [
     "collectives_host",
     "processes",
     "window_offsets",
@@ -255,6 +255,7 @@ const FAST_MODE_SUITES: [&str; 16] = [
     "staging_point_to_point",
     "rust_api",
     "peer_windows",
+    "engine_windows",
 ];
 
 /// The test executables of `package` named `tests`, built by `cargo test --no-run` (already

@@ -598,6 +598,66 @@ pub unsafe extern "C" fn symmCommWindowRegisterPeers(
     })
 }
 
+/// Register `bytes` bytes at `offset` of an NCCL window (`ncclCommWindowRegister` with
+/// `NCCL_WIN_COLL_SYMMETRIC`, NCCL 2.29 or newer) as a symm window on every rank: symm's
+/// collectives and device functions then run on the NCCL window's memory. `ncclComm` is the
+/// NCCL communicator the window belongs to; its rank `r` must be this communicator's rank `r`.
+/// NCCL is loaded at run time (the one the process loaded already, else `SYMM_NCCL_LIBRARY`, else
+/// `libnccl.so.2`); every peer must be reachable by loads and stores (NCCL's load/store team):
+/// a peer NCCL gives no address for is refused, naming it. The window's signal pads are a small
+/// `ncclMemAlloc` allocation registered as an NCCL window of its own, so the call is collective
+/// over the NCCL communicator too: every rank calls it from a thread or process of its own,
+/// outside a group; and deregistration (`symmCommWindowDeregister`, on every rank) deregisters
+/// and frees them. `offset` must be the same on every rank; the NCCL window must outlive the
+/// symm window.
+///
+/// # Safety
+/// `ncclComm` and `ncclWindow` are NULL or NCCL's handles; `win` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommWindowRegisterNccl(
+    comm: symmComm_t,
+    ncclComm: *mut c_void,
+    ncclWindow: *mut c_void,
+    offset: usize,
+    bytes: usize,
+    win: *mut symmWindow_t,
+) -> symmResult_t {
+    with_comm("symmCommWindowRegisterNccl", comm, |c| {
+        require_out(win, "win")?;
+        let window = crate::engine::nccl::register(c, ncclComm, ncclWindow, offset, bytes)?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(win, "win", window.handle()) }
+    })
+}
+
+/// Register `bytes` bytes at the symmetric address `symAddr` of NVSHMEM's heap (from
+/// `nvshmem_malloc`) as a symm window on every rank, in a job whose PE `r` is this
+/// communicator's rank `r`: symm's collectives and device functions then run on NVSHMEM's
+/// memory. NVSHMEM is loaded at run time (the one the process loaded already, else
+/// `SYMM_NVSHMEM_LIBRARY`, else `libnvshmem_host.so.3`) and must be initialized; every PE must
+/// be reachable by loads and stores (`nvshmem_ptr` non-NULL): one that is not is refused,
+/// naming it. The window's signal pads are a small `nvshmem_malloc` allocation, so the call is
+/// collective over the job: every PE calls it, outside a group; deregistration (on every rank)
+/// frees them with `nvshmem_free`. `symAddr` must be the same symmetric address on every rank.
+///
+/// # Safety
+/// `symAddr` is NULL or a symmetric address of NVSHMEM's heap with `bytes` bytes; `win` is NULL
+/// or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symmCommWindowRegisterNvshmem(
+    comm: symmComm_t,
+    symAddr: *mut c_void,
+    bytes: usize,
+    win: *mut symmWindow_t,
+) -> symmResult_t {
+    with_comm("symmCommWindowRegisterNvshmem", comm, |c| {
+        require_out(win, "win")?;
+        let window = crate::engine::nvshmem::register(c, symAddr, bytes)?;
+        // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+        unsafe { write_out(win, "win", window.handle()) }
+    })
+}
+
 /// The bytes of each signal pad a window of `comm` needs (`symmPeerWindow_t::signalPadBytes`
 /// at least): it grows with the number of ranks.
 ///

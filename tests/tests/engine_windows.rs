@@ -1,0 +1,338 @@
+//! Windows over NCCL's and NVSHMEM's memory (`symmCommWindowRegisterNccl`,
+//! `symmCommWindowRegisterNvshmem`), a process per rank on the host backend, against a stand-in
+//! for both engines' host libraries (`tests/fakes/fake_engines.c`, built here with the C
+//! compiler): each process maps its own heap at one fixed address, as NVSHMEM's symmetric heap
+//! is, and its peers' heaps at addresses of its own, and the engines' address queries answer
+//! from those mappings. So a window whose peer table came from anywhere but the engine would
+//! read the wrong process's memory.
+//!
+//! Each rank: windows at a non-zero offset of an NCCL window and inside NVSHMEM's heap, the
+//! collectives on them exact, then deregistered with the engines' pads released; and the
+//! refusals, on every rank: a peer the engine gives no address for (named), an NCCL too old,
+//! offsets that differ between ranks, a call inside a group, NULL handles.
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::ptr::null_mut;
+use std::time::Duration;
+use symm::*;
+use symm_tests::*;
+
+const F32: i32 = symmDataType_t::symmFloat32 as i32;
+const SUM: i32 = symmRedOp_t::symmSum as i32;
+const RANKS: usize = 3;
+const CHILD: &str = "engine_rank";
+
+/// Build the stand-in library into this test's scratch directory.
+fn fake_library() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-engines");
+    std::fs::create_dir_all(&out).unwrap();
+    let library = out.join("libfake_engines.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fakes/fake_engines.c");
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or("cc".into()))
+        .args([
+            "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", "-o",
+        ])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("running the C compiler");
+    assert!(status.success(), "building {source:?}");
+    library
+}
+
+/// Every rank process: windows over both engines' memory and the refusals (see
+/// `engine_rank`).
+#[test]
+fn windows_over_nccl_and_nvshmem_memory_in_a_process_per_rank() {
+    let library = fake_library();
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    };
+    let dir = base.join(format!("symm-engines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    use_host_backend();
+    let id = id_to_hex(&new_unique_id());
+    let ranks: Vec<Vec<(String, String)>> = (0..RANKS)
+        .map(|rank| {
+            vec![
+                ("SYMM_BACKEND".into(), "host".into()),
+                ("SYMM_TIMEOUT_MS".into(), "20000".into()),
+                // A buffer outside every window is refused, not staged: the collectives here
+                // must run on the engines' memory itself.
+                ("SYMM_STRICT_WINDOWS".into(), "1".into()),
+                ("SYMM_NCCL_LIBRARY".into(), library.display().to_string()),
+                ("SYMM_NVSHMEM_LIBRARY".into(), library.display().to_string()),
+                ("ENGINE_TEST_DIR".into(), dir.display().to_string()),
+                ("ENGINE_TEST_ID".into(), id.clone()),
+                ("ENGINE_TEST_RANK".into(), rank.to_string()),
+            ]
+        })
+        .collect();
+    let outcomes = run_rank_processes(CHILD, &ranks, Duration::from_secs(240));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (rank, (ok, log)) in outcomes.iter().enumerate() {
+        assert!(
+            *ok && log.contains(&format!("engine rank {rank}: all checks OK")),
+            "rank {rank}:\n{log}"
+        );
+    }
+}
+
+/// The stand-in's own functions, and the engines' calls a user makes before symm's.
+struct Fake {
+    init: unsafe extern "C" fn(*const c_char, c_int, c_int) -> c_int,
+    nccl_comm: unsafe extern "C" fn() -> *mut c_void,
+    live_allocations: unsafe extern "C" fn() -> c_int,
+    live_windows: unsafe extern "C" fn() -> c_int,
+    mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
+    window_register:
+        unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int,
+    window_deregister: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+    nvshmem_malloc: unsafe extern "C" fn(usize) -> *mut c_void,
+}
+
+fn load_fake() -> Fake {
+    let path = CString::new(std::env::var("SYMM_NCCL_LIBRARY").unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; the stand-in has no initializers.
+    let handle = unsafe { dlopen(path.as_ptr(), 2 | 0x100) };
+    assert!(!handle.is_null(), "loading the stand-in");
+    let symbol = |name: &str| {
+        let name = CString::new(name).unwrap();
+        // SAFETY: a handle from dlopen and a NUL-terminated name.
+        let address = unsafe { dlsym(handle, name.as_ptr()) };
+        assert!(!address.is_null(), "{name:?}");
+        address
+    };
+    // SAFETY: each symbol is the stand-in's function of that C signature.
+    unsafe {
+        Fake {
+            init: as_function(symbol("fake_engine_init")),
+            nccl_comm: as_function(symbol("fake_engine_nccl_comm")),
+            live_allocations: as_function(symbol("fake_engine_live_allocations")),
+            live_windows: as_function(symbol("fake_engine_live_windows")),
+            mem_alloc: as_function(symbol("ncclMemAlloc")),
+            window_register: as_function(symbol("ncclCommWindowRegister")),
+            window_deregister: as_function(symbol("ncclCommWindowDeregister")),
+            nvshmem_malloc: as_function(symbol("nvshmem_malloc")),
+        }
+    }
+}
+
+/// `address` as a function of type `F`.
+///
+/// # Safety
+/// `F` is the C type of the function at `address`.
+unsafe fn as_function<F: Copy>(address: *mut c_void) -> F {
+    // SAFETY: a function address of type `F` (the caller's contract), pointer-sized.
+    unsafe { std::mem::transmute_copy(&address) }
+}
+
+unsafe extern "C" {
+    fn dlopen(path: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+}
+
+/// Values whose sums are exact in f32.
+fn value(rank: usize, i: usize, round: usize) -> f32 {
+    ((rank * 5 + i * 3 + round * 7) % 64) as f32
+}
+
+/// The all-reduce and the all-gather on the window at `base` (`count` elements, then room for
+/// `RANKS * count`), `rounds` times with new data.
+fn collectives_on(comm: symmComm_t, rank: usize, base: *mut u8, count: usize, what: &str) {
+    for round in 0..3 {
+        let mine: Vec<f32> = (0..count).map(|i| value(rank, i, round)).collect();
+        put_f32(base, &mine);
+        let ptr = base.cast::<c_void>();
+        check(
+            symmAllReduce(ptr, ptr, count, F32, SUM, comm, null_mut()),
+            comm,
+        );
+        let want: Vec<f64> = (0..count)
+            .map(|i| (0..RANKS).map(|r| value(r, i, round) as f64).sum())
+            .collect();
+        let got = get_f32(base, count);
+        for i in 0..count {
+            assert_eq!(got[i] as f64, want[i], "{what}: all-reduce element {i}");
+        }
+        // SAFETY: inside the window.
+        let recv = unsafe { base.add(4 * count) };
+        check(
+            symmAllGather(ptr, recv.cast(), count, F32, comm, null_mut()),
+            comm,
+        );
+        let got = get_f32(recv, RANKS * count);
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(*g as f64, want[i % count], "{what}: all-gather element {i}");
+        }
+    }
+}
+
+/// One rank process of `windows_over_nccl_and_nvshmem_memory_in_a_process_per_rank`.
+#[test]
+#[ignore = "a rank process of windows_over_nccl_and_nvshmem_memory_in_a_process_per_rank"]
+fn engine_rank() {
+    let rank: usize = std::env::var("ENGINE_TEST_RANK").unwrap().parse().unwrap();
+    let id = id_from_hex(&std::env::var("ENGINE_TEST_ID").unwrap());
+    let fake = load_fake();
+    let dir = CString::new(std::env::var("ENGINE_TEST_DIR").unwrap()).unwrap();
+    // SAFETY: a NUL-terminated directory.
+    let initialized = unsafe { (fake.init)(dir.as_ptr(), rank as c_int, RANKS as c_int) };
+    assert_eq!(initialized, 0);
+    let mut comm = null_mut();
+    // SAFETY: a valid out-pointer.
+    check(
+        unsafe { symmCommInitRank(&mut comm, RANKS as i32, id, rank as i32) },
+        null_mut(),
+    );
+    // SAFETY: the stand-in is initialized.
+    let nccl_comm = unsafe { (fake.nccl_comm)() };
+    // SAFETY: as above.
+    let live = || unsafe { ((fake.live_allocations)(), (fake.live_windows)()) };
+
+    // -- an NCCL window, the symm window 4096 bytes into it -----------------------------------
+    let count = 1000;
+    let bytes = 4 * count * (RANKS + 1);
+    let mut buffer = null_mut();
+    let mut nccl_window = null_mut();
+    // SAFETY: valid out-pointers; memory from ncclMemAlloc.
+    unsafe {
+        assert_eq!((fake.mem_alloc)(&mut buffer, 4096 + bytes), 0);
+        assert_eq!(
+            (fake.window_register)(nccl_comm, buffer, 4096 + bytes, &mut nccl_window, 1),
+            0
+        );
+    }
+    let before = live();
+    let mut window = null_mut();
+    // SAFETY: NCCL's handles of this rank; a valid out-pointer.
+    check(
+        unsafe {
+            symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+        },
+        comm,
+    );
+    assert_eq!(
+        live(),
+        (before.0 + 1, before.1 + 1),
+        "the pads: one allocation, one NCCL window"
+    );
+    // SAFETY: inside the NCCL window's allocation.
+    let base = unsafe { buffer.cast::<u8>().add(4096) };
+    collectives_on(comm, rank, base, count, "NCCL window");
+    check(symmCommWindowDeregister(comm, window), comm);
+    assert_eq!(live(), before, "the pads are deregistered and freed");
+
+    // -- NVSHMEM's heap ---------------------------------------------------------------------------
+    // SAFETY: collective over the stand-in's PEs (every rank allocates in the same order).
+    let symmetric = unsafe { (fake.nvshmem_malloc)(bytes + 64) };
+    assert!(!symmetric.is_null());
+    // SAFETY: 64 bytes into a symmetric allocation.
+    let inside = unsafe { symmetric.cast::<u8>().add(64) };
+    let before = live();
+    // SAFETY: a symmetric address with `bytes` bytes; a valid out-pointer.
+    check(
+        unsafe { symmCommWindowRegisterNvshmem(comm, inside.cast(), bytes, &mut window) },
+        comm,
+    );
+    collectives_on(comm, rank, inside, count, "NVSHMEM heap");
+    check(symmCommWindowDeregister(comm, window), comm);
+    assert_eq!(live(), before, "the pad is freed");
+
+    // -- refusals, on every rank ------------------------------------------------------------------
+    let refused = |result: symmResult_t, needles: &[&str]| {
+        let message = last_error(comm);
+        assert_ne!(result, symmResult_t::symmSuccess, "{needles:?}");
+        for needle in needles {
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+        }
+    };
+    // A peer the engine gives no address for: named, by both adapters.
+    let hidden = (rank + 1) % RANKS;
+    // SAFETY: the stand-in reads it at each call; this process's rank runs no other thread.
+    unsafe { std::env::set_var("FAKE_ENGINE_UNREACHABLE", hidden.to_string()) };
+    // SAFETY: as above.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    refused(
+        result,
+        &[
+            &format!("peerBuffs[{hidden}] is NULL"),
+            "not reachable",
+            "an NCCL window",
+        ],
+    );
+    // SAFETY: as above.
+    let result = unsafe { symmCommWindowRegisterNvshmem(comm, inside.cast(), bytes, &mut window) };
+    refused(
+        result,
+        &[&format!("peerBuffs[{hidden}] is NULL"), "NVSHMEM"],
+    );
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
+    // An NCCL without ncclGetPeerDevicePointer.
+    // SAFETY: as above.
+    unsafe { std::env::set_var("FAKE_NCCL_VERSION", "22803") };
+    // SAFETY: as above.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    refused(result, &["22803", "NCCL 2.29"]);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_NCCL_VERSION") };
+    // Inside a group.
+    check(symmGroupStart(), null_mut());
+    // SAFETY: as above.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    check(symmGroupEnd(), null_mut());
+    refused(result, &["inside symmGroupStart"]);
+    // NULL handles.
+    // SAFETY: NULL arguments are refused before use.
+    unsafe {
+        let result = symmCommWindowRegisterNccl(comm, null_mut(), nccl_window, 0, 16, &mut window);
+        refused(result, &["ncclComm is NULL"]);
+        let result = symmCommWindowRegisterNvshmem(comm, null_mut(), 16, &mut window);
+        refused(result, &["symAddr is NULL"]);
+    }
+    // The communicator still works on a window of the NCCL memory after local refusals.
+    // SAFETY: as above.
+    check(
+        unsafe {
+            symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+        },
+        comm,
+    );
+    collectives_on(comm, rank, base, count, "after the refusals");
+    check(symmCommWindowDeregister(comm, window), comm);
+    // Offsets that differ between ranks: refused on every rank, once all registered.
+    // SAFETY: NCCL's handles; a valid out-pointer.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(
+            comm,
+            nccl_comm,
+            nccl_window,
+            4096 - 16 * (rank % 2),
+            4 * count,
+            &mut window,
+        )
+    };
+    refused(result, &["every rank", "an NCCL window at offset"]);
+    // A multi-process communicator whose registration failed refuses the next one.
+    // SAFETY: as above.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    refused(result, &["create a new communicator"]);
+    // SAFETY: the user's NCCL window, deregistered once.
+    let deregistered = unsafe { (fake.window_deregister)(nccl_comm, nccl_window) };
+    assert_eq!(deregistered, 0);
+    check(symmCommDestroy(comm), null_mut());
+    println!("engine rank {rank}: all checks OK");
+}
