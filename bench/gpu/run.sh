@@ -22,6 +22,12 @@
 #   python    the Python package on the GPU (PyTorch tensors over symmetric memory, every
 #             collective) and Triton kernels calling the device functions, 2 and 4 ranks:
 #             bench/gpu/python_check.py, examples/triton/allreduce.py, examples/python/allreduce.py
+#   torch-symm  symm on PyTorch's own symmetric tensors, 2 processes on the one GPU
+#             (TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1): bench/gpu/torch_symm.py check (symm's
+#             collectives on a symm_mem.empty tensor adopted with symm.torch.adopt, then
+#             PyTorch's own barrier and one_shot_all_reduce on it), then bench (symm's
+#             all-reduce against PyTorch's one_shot_all_reduce and two_shot_all_reduce_, same
+#             tensor, CUDA-graph timed, $TORCH_SYMM_DTYPES, 1 KiB to 64 MiB; a Markdown table)
 #   device    the CUDA C++ device API (examples/cuda): libsymm_device.a rebuilt from the bundle's
 #             device-lib/symm_device.ptx with this machine's nvcc, device_allreduce linked with
 #             -rdc=true -lsymm_device, jit_link linking kernel.ptx at run time (cuLink*) with
@@ -32,7 +38,7 @@
 #             empty or one flag round, as symm-perf times it) and bench/gpu/host_read_probe.cu
 #             (a pinned host read from 1..128 blocks at once)
 #   profile   the probes, then Nsight Compute (ncu) on two-shot 64 KiB, one-shot 16 KiB and LL 16 KiB, 8 ranks
-#   all       env, tests, examples, device, perf, baseline, clc, python, in that order
+#   all       env, tests, examples, device, perf, baseline, clc, python, torch-symm, in that order
 #   quick     what fits one short GPU lease (about 8 minutes; 6.2 on an H100 with the shipped
 #             SASS and a 40 s device step): env; the two probes; the GPU tests but the
 #             dtype/op sweeps (auto); all_reduce on 8 and 2 ranks, float and bfloat16, 8 B to
@@ -61,6 +67,7 @@
 #   BASELINE_TIMEOUT_S [120]            CLC_ARGS [-t 4096 -i all -p all -n 10]
 #   CLC_TIMEOUT_S [300]                 CUDA_HOME [/usr/local/cuda, else from nvcc]
 #   PYTHON_TIMEOUT_S [400]              PYTHON_RANKS [2 4]
+#   TORCH_SYMM_TIMEOUT_S [240]          TORCH_SYMM_DTYPES [float32 bfloat16]
 #   BLOCKS [1 2 4 8 16 32]  the grids of part blocks
 #   KEEP_SCRATCH [0]  1: keep the extracted bundle (its path is printed)
 #   QUICK_SWEEPS_S [150]  quick: the deadline of its last step, the dtype/op sweeps
@@ -75,7 +82,7 @@ usage() {
 [ $# -ge 1 ] || usage
 PART=$1
 case "$PART" in
-  env | tests | nextest | examples | device | perf | baseline | clc | python | blocks | probes | profile | all | quick) ;;
+  env | tests | nextest | examples | device | perf | baseline | clc | python | torch-symm | blocks | probes | profile | all | quick) ;;
   *) usage ;;
 esac
 
@@ -115,6 +122,8 @@ CLC_ARGS=${CLC_ARGS:--t 4096 -i all -p all -n 10}
 CLC_TIMEOUT_S=${CLC_TIMEOUT_S:-300}
 PYTHON_TIMEOUT_S=${PYTHON_TIMEOUT_S:-400}
 PYTHON_RANKS=${PYTHON_RANKS:-2 4}
+TORCH_SYMM_TIMEOUT_S=${TORCH_SYMM_TIMEOUT_S:-240}
+TORCH_SYMM_DTYPES=${TORCH_SYMM_DTYPES:-float32 bfloat16}
 KEEP_SCRATCH=${KEEP_SCRATCH:-0}
 BACKEND=${BACKEND:-cuda}
 # Kernels are JIT-compiled from PTX on first use; keep them all in the driver's cache.
@@ -533,6 +542,24 @@ part_python() {
     "$B/python/tests/torch_windows_worker.py" --cuda
 }
 
+part_torch_symm() {
+  start_part torch-symm
+  local pkg=$B/python dtype port=29531
+  mkdir -p "$pkg/symm/lib"
+  cp "$B/lib/libsymm.so" "$B/ffi-headers/symm.h" "$B/ptx-out/symm_triton.ll" "$pkg/symm/lib/"
+  PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND OMP_NUM_THREADS=1 TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 \
+    run_logged torch-symm "torchrun 2 x torch_symm.py check" "$BACKEND" "$TORCH_SYMM_TIMEOUT_S" \
+    "$LOG/torch-symm/check.log" "checks OK" python3 -m torch.distributed.run --nproc-per-node=2 \
+    --master-port=$port "$B/bench/gpu/torch_symm.py" check
+  for dtype in $TORCH_SYMM_DTYPES; do
+    port=$((port + 1))
+    PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND OMP_NUM_THREADS=1 TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 \
+      run_logged torch-symm "torchrun 2 x torch_symm.py bench" "$dtype" "$TORCH_SYMM_TIMEOUT_S" \
+      "$LOG/torch-symm/bench_$dtype.log" "bench done" python3 -m torch.distributed.run --nproc-per-node=2 \
+      --master-port=$port "$B/bench/gpu/torch_symm.py" bench --dtype "$dtype"
+  done
+}
+
 summary() {
   {
     echo "# symm GPU run: $PART, $(date -u +%Y-%m-%dT%H:%M:%SZ), bundle $(basename "$BUNDLE")"
@@ -630,6 +657,7 @@ case "$PART" in
   baseline) part_baseline ;;
   clc) part_clc ;;
   python) part_python ;;
+  torch-symm) part_torch_symm ;;
   blocks) part_blocks ;;
   probes) part_probes ;;
   profile) part_profile ;;
@@ -644,6 +672,7 @@ case "$PART" in
     part_baseline
     part_clc
     part_python
+    part_torch_symm
     ;;
 esac
 [ "$PART" = env ] || summary

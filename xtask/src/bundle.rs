@@ -21,7 +21,7 @@
 //! lib/libsymm.so, its SONAME link, lib/libsymm.a
 //! ffi-headers/symm.h
 //! examples/c/           sources, Makefile, and the examples linked against ../../lib/libsymm.so
-//! bench/torch_baseline.py, bench/gpu/run.sh, bench/gpu/python_check.py, and the probes
+//! bench/torch_baseline.py, bench/gpu/run.sh, bench/gpu/python_check.py, torch_symm.py, and the probes
 //!                       bench/gpu/floor_probe.cu, host_read_probe.cu and their probe.h
 //!                       (run.sh builds them)
 //! python/symm/          the package's sources (run.sh adds lib/: libsymm.so, symm.h, the
@@ -82,6 +82,7 @@ const FILES: [&str; 26] = [
     "bench/torch_baseline.py",
     "bench/gpu/run.sh",
     "bench/gpu/python_check.py",
+    "bench/gpu/torch_symm.py",
     "bench/gpu/floor_probe.cu",
     "bench/gpu/host_read_probe.cu",
     "bench/gpu/probe.h",
