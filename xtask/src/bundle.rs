@@ -63,7 +63,7 @@ pub const NEXTEST_BINARY: &str = "cargo-nextest.xz";
 /// Top directory inside the archive.
 const TOP: &str = "symm-gpu";
 /// Repository files copied as they are, to the same relative path.
-const FILES: [&str; 26] = [
+const FILES: [&str; 27] = [
     "ffi-headers/symm.h",
     "ffi-headers/symm_device.cuh",
     "examples/cuda/Makefile",
