@@ -335,6 +335,21 @@ pub fn socket_address() -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
+/// `SYMM_NCCL_LIBRARY`: the NCCL library the NCCL window adapter loads, when set and not empty.
+pub fn nccl_library() -> Option<String> {
+    std::env::var("SYMM_NCCL_LIBRARY")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// `SYMM_NVSHMEM_LIBRARY`: the NVSHMEM host library the NVSHMEM window adapter loads, when set
+/// and not empty.
+pub fn nvshmem_library() -> Option<String> {
+    std::env::var("SYMM_NVSHMEM_LIBRARY")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

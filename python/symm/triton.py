@@ -46,6 +46,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import triton
@@ -54,7 +55,7 @@ from triton.language import core
 
 from . import _abi, _core, _paths
 from ._convert import resolve_dtype, resolve_op
-from .errors import CoResidencyError, UnhandledCudaError
+from .errors import CoResidencyError, InvalidArgumentError, UnhandledCudaError, UnsupportedError
 
 __all__ = [
     "MAX_PROGRAMS",
@@ -65,6 +66,10 @@ __all__ = [
     "barrier",
     "library",
     "extern_libs",
+    "ENGINES",
+    "engine_library",
+    "bitcode_llvm_version",
+    "triton_llvm_version",
     "requires_symm",
     "jit",
     "compile",
@@ -195,9 +200,102 @@ def library() -> str:
     return str(_paths.triton_library_path())
 
 
-def extern_libs() -> Dict[str, str]:
-    """Triton's ``extern_libs`` option that links the library."""
-    return {LIBRARY_NAME: library()}
+def extern_libs(engines: Any = (), capability: int = 90) -> Dict[str, str]:
+    """Triton's ``extern_libs`` option that links the library, and the device bitcode of each
+    of ``engines`` (names, or a dict of name to path or None; see :func:`engine_library`)."""
+    libs = {LIBRARY_NAME: library()}
+    chosen = engines.items() if isinstance(engines, dict) else ((e, None) for e in engines)
+    for engine, path in chosen:
+        libs[ENGINES[engine][0] if engine in ENGINES else engine] = engine_library(engine, path, capability)
+    return libs
+
+
+#: Engines whose device bitcode a kernel can link next to symm's library (``engines=`` of
+#: :func:`jit`, :func:`requires_symm`, :func:`compile` and :func:`extern_libs`), each with the
+#: name it is linked under and the environment variable that names its file.
+ENGINES: Dict[str, Tuple[str, str]] = {
+    "nccl": ("libnccl_device", "SYMM_NCCL_DEVICE_LIBRARY"),
+    "nvshmem": ("libnvshmem_device", "SYMM_NVSHMEM_DEVICE_LIBRARY"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def triton_llvm_version() -> Tuple[int, int, int]:
+    """The version of the LLVM inside the installed Triton (read from ``libtriton.so``):
+    bitcode made by a newer LLVM is not readable by it."""
+    import mmap
+
+    library = Path(triton.__file__).resolve().parent / "_C" / "libtriton.so"
+    with open(library, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        at = data.find(b"LLVM version ")
+        found = re.match(rb"LLVM version (\d+)\.(\d+)\.(\d+)", data[at : at + 40]) if at >= 0 else None
+    if found is None:
+        raise RuntimeError(f"{library} does not say which LLVM it holds")
+    return tuple(int(v) for v in found.groups())  # type: ignore[return-value]
+
+
+def bitcode_llvm_version(path: str) -> Optional[Tuple[int, int, int]]:
+    """The version of the LLVM that made the bitcode file ``path`` (its ``clang version`` or
+    ``LLVM`` producer string), or None when the file does not say."""
+    data = Path(path).read_bytes()
+    found = re.search(rb"clang version (\d+)\.(\d+)\.(\d+)", data) or re.search(rb"LLVM(\d+)\.(\d+)\.(\d+)", data)
+    return tuple(int(v) for v in found.groups()) if found else None  # type: ignore[return-value]
+
+
+def _installed_engine_file(engine: str, capability: int) -> Optional[Path]:
+    """The engine's device bitcode in its installed wheel (``nvidia-nccl-cu*``,
+    ``nvidia-nvshmem-cu*``), if any."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(f"nvidia.{engine}")
+    except ModuleNotFoundError:
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        lib = Path(folder) / "lib"
+        names = (["libnccl_device.bc"] if engine == "nccl"
+                 else [f"libnvshmem_device_sm_{capability}.bc", "libnvshmem_device.bc"])
+        for name in names:
+            if (lib / name).is_file():
+                return lib / name
+    return None
+
+
+def engine_library(engine: str, path: Optional[str] = None, capability: int = 90) -> str:
+    """The device bitcode of ``engine`` (``"nccl"`` or ``"nvshmem"``) to link next to symm's
+    library, checked readable by the installed Triton's LLVM: ``path``, else the file named by
+    ``SYMM_NCCL_DEVICE_LIBRARY`` / ``SYMM_NVSHMEM_DEVICE_LIBRARY``, else the one in the
+    installed ``nvidia-nccl-cu*`` / ``nvidia-nvshmem-cu*`` wheel (NVSHMEM's for
+    ``capability``). NCCL's needs NCCL 2.30 or newer (2.29 ships none).
+
+    Raises:
+        InvalidArgumentError: an unknown engine, or no such file.
+        UnsupportedError: the bitcode was made by a newer LLVM than the installed Triton's,
+            which cannot read it (Triton would only say it failed to parse the library).
+    """
+    if engine not in ENGINES:
+        raise InvalidArgumentError(f"engine {engine!r} is not one of {sorted(ENGINES)}")
+    variable = ENGINES[engine][1]
+    chosen = path or os.environ.get(variable) or _installed_engine_file(engine, capability)
+    if not chosen:
+        raise InvalidArgumentError(
+            f"no {engine} device bitcode: pass its path, set {variable}, or install the engine's wheel "
+            f"({'nvidia-nccl-cu13 2.30 or newer' if engine == 'nccl' else 'nvidia-nvshmem-cu13'})"
+        )
+    if not Path(chosen).is_file():
+        raise InvalidArgumentError(f"{engine} device bitcode {chosen}: no such file")
+    made_by = bitcode_llvm_version(str(chosen))
+    reader = triton_llvm_version()
+    if made_by is not None and made_by[:2] > reader[:2]:
+        raise UnsupportedError(
+            f"{chosen} was made by LLVM {'.'.join(map(str, made_by))}, newer than the LLVM "
+            f"{'.'.join(map(str, reader))} of Triton {triton.__version__}, which cannot read it: use "
+            f"{engine} bitcode made by LLVM {reader[0]}.{reader[1]} or older (an older {engine} release), "
+            "or a newer Triton"
+        )
+    return str(chosen)
 
 
 def _i64(value: Any, _semantic: Any) -> Any:
@@ -455,13 +553,22 @@ class SymmKernel:
     check that every program of every rank on the GPU can be resident at once
     (:func:`check_co_residency`)."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, engines: Any = ()) -> None:
         self.fn = fn
+        self.engines = dict(engines) if isinstance(engines, dict) else {e: None for e in engines}
+        """The engines whose device bitcode is linked too (name to path, or None: found as
+        :func:`engine_library` finds it)."""
+        for engine in self.engines:
+            if engine not in ENGINES:
+                raise InvalidArgumentError(f"engine {engine!r} is not one of {sorted(ENGINES)}")
         functools.update_wrapper(self, fn, updated=())
 
     def _options(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         libs = dict(kwargs.pop("extern_libs", None) or {})
-        libs.update(extern_libs())
+        capability = 90
+        if self.engines:
+            capability = int(triton.runtime.driver.active.get_current_target().arch)
+        libs.update(extern_libs(self.engines, capability))
         kwargs["extern_libs"] = libs
         if "maxnreg" not in kwargs and not _is_tuner(self.fn):
             kwargs["maxnreg"] = default_maxnreg(kwargs.get("num_warps") or 4)
@@ -493,23 +600,59 @@ class SymmKernel:
                 if hasattr(compiled, "result"):  # compiled under `triton.AsyncCompileMode`
                     compiled = compiled.result()
                 _check_launch(self.fn, compiled, grid, args, kwargs)
+                if "nvshmem" in self.engines:
+                    _init_nvshmem_module(compiled)
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fn, name)
 
 
-def requires_symm(fn: Any) -> SymmKernel:
-    """Decorate a ``@triton.jit`` function so that it links symm's device library."""
-    return SymmKernel(fn)
+def requires_symm(fn: Any, engines: Any = ()) -> SymmKernel:
+    """Decorate a ``@triton.jit`` function so that it links symm's device library, and the
+    device bitcode of each of ``engines`` (``"nccl"``, ``"nvshmem"``; or a dict of name to
+    path), for a kernel that also calls that engine's device functions."""
+    return SymmKernel(fn, engines)
 
 
-def jit(fn: Any = None, **jit_options: Any) -> Any:
+def jit(fn: Any = None, engines: Any = (), **jit_options: Any) -> Any:
     """``triton.jit`` that also links symm's device library (usable as ``@jit`` or
-    ``@jit(...)``)."""
+    ``@jit(...)``), and the device bitcode of ``engines`` (see :func:`requires_symm`).
+
+    A kernel linked with NVSHMEM's device bitcode has its module initialized for NVSHMEM
+    (``nvshmemx_cumodule_init``, with the NVSHMEM host library this process loaded, else the
+    one ``SYMM_NVSHMEM_LIBRARY`` names) before its first launch: without it NVSHMEM's device
+    functions read an uninitialized state."""
     if fn is None:
-        return lambda f: requires_symm(triton.jit(f, **jit_options))
-    return requires_symm(triton.jit(fn, **jit_options))
+        return lambda f: requires_symm(triton.jit(f, **jit_options), engines)
+    return requires_symm(triton.jit(fn, **jit_options), engines)
+
+
+#: The modules initialized for NVSHMEM so far (CUmodule handles).
+_NVSHMEM_MODULES: set = set()
+
+
+def _init_nvshmem_module(compiled: Any) -> None:
+    """``nvshmemx_cumodule_init`` on ``compiled``'s module, once per module."""
+    compiled._init_handles()
+    module = int(compiled.module)
+    if module in _NVSHMEM_MODULES:
+        return
+    name = os.environ.get("SYMM_NVSHMEM_LIBRARY") or "libnvshmem_host.so.3"
+    try:
+        host = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+    except OSError:
+        host = ctypes.CDLL(name, mode=os.RTLD_GLOBAL)
+    init = host.nvshmemx_cumodule_init
+    init.argtypes = [ctypes.c_void_p]
+    init.restype = ctypes.c_int
+    result = init(ctypes.c_void_p(module))
+    if result != 0:
+        raise UnsupportedError(
+            f"nvshmemx_cumodule_init of {getattr(compiled, 'name', 'the kernel')}'s module returned {result}: "
+            "is NVSHMEM initialized in this process, and is its device bitcode the host library's version?"
+        )
+    _NVSHMEM_MODULES.add(module)
 
 
 def compile(  # noqa: A001 - mirrors triton.compile
@@ -518,10 +661,12 @@ def compile(  # noqa: A001 - mirrors triton.compile
     capability: int,
     constexprs: Optional[Dict[Any, Any]] = None,
     options: Optional[Dict[str, Any]] = None,
+    engines: Any = (),
 ) -> Any:
     """Compile ``kernel`` for compute capability ``capability`` (80, 90, 100...) without a GPU,
-    with the library linked: ``triton.compile`` on an ``ASTSource``. Without a ``maxnreg``
-    in ``options``, :func:`default_maxnreg` is used."""
+    with the library linked, and the device bitcode of ``engines`` (see :func:`requires_symm`;
+    a :class:`SymmKernel`'s own engines too): ``triton.compile`` on an ``ASTSource``. Without a
+    ``maxnreg`` in ``options``, :func:`default_maxnreg` is used."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -529,7 +674,9 @@ def compile(  # noqa: A001 - mirrors triton.compile
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs or {})
     opts = dict(options or {})
     libs = dict(opts.pop("extern_libs", None) or {})
-    libs.update(extern_libs())
+    chosen = dict(kernel.engines) if isinstance(kernel, SymmKernel) else {}
+    chosen.update(dict(engines) if isinstance(engines, dict) else {e: None for e in engines})
+    libs.update(extern_libs(chosen, capability))
     opts["extern_libs"] = tuple(libs.items())
     if "maxnreg" not in opts:
         opts["maxnreg"] = default_maxnreg(opts.get("num_warps") or 4)

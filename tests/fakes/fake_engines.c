@@ -4,7 +4,8 @@
  * maps its own "device heap" (a file) at the same fixed address, as NVSHMEM's symmetric heap
  * is, and every peer's heap at an address of its own, as both engines map peers' memory; the
  * engines' address queries answer from those mappings. Only the calls symm makes, plus
- * fake_engine_* for the test itself.
+ * fake_engine_* for the tests themselves (tests/tests/engine_windows.rs, and
+ * python/tests/test_triton_engines.py for nvshmemx_cumodule_init).
  *
  * Knobs, read at each call: FAKE_ENGINE_UNREACHABLE=<rank> (that peer gets no address),
  * FAKE_NCCL_VERSION=<code> (what ncclGetVersion reports; default 23007).
@@ -129,3 +130,15 @@ int nvshmem_n_pes(void) { return n_pes; }
 void *nvshmem_malloc(size_t size) { return heap_alloc(size); }
 void nvshmem_free(void *ptr) { if (ptr) live_allocations--; }
 void *nvshmem_ptr(const void *ptr, int pe) { return peer_address(ptr, pe); }
+
+/* nvshmemx_cumodule_init: records the module (FAKE_ENGINE_MODULE_INIT_FAILS=1: returns 7). */
+static void *last_module;
+static int module_inits;
+int nvshmemx_cumodule_init(void *module) {
+  if (getenv("FAKE_ENGINE_MODULE_INIT_FAILS")) return 7;
+  last_module = module;
+  module_inits++;
+  return 0;
+}
+void *fake_engine_last_module(void) { return last_module; }
+int fake_engine_module_inits(void) { return module_inits; }

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 const TRITON_LIBRARY: &str = "symm_triton.ll";
 
 /// The Python interpreter that builds and tests the package.
-fn python() -> Command {
+pub fn python() -> Command {
     Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string()))
 }
 

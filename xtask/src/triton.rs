@@ -1,6 +1,9 @@
-//! `cargo xtask triton-test`: the Triton compile tests (`python/tests/test_triton_compile.py`)
-//! under the oldest supported Triton and the newest, each in its own virtual environment under
-//! `target/triton/` (created once; PyPI wheels bundle ptxas, no GPU or torch needed).
+//! `cargo xtask triton-test`: the Triton compile tests (`python/tests/test_triton_compile.py`,
+//! and `test_triton_engines.py` with NCCL's and NVSHMEM's device bitcode) under the oldest
+//! supported Triton and the newest, each in its own virtual environment under `target/triton/`
+//! (created once; PyPI wheels bundle ptxas, no GPU or torch needed). The engines' bitcode files
+//! are read out of their wheels on PyPI with range requests, not the wheels downloaded
+//! (`xtask/scripts/fetch_wheel_members.py`), into `target/engine-bitcode/` (once).
 
 use crate::{root, run};
 use std::path::Path;
@@ -10,11 +13,34 @@ use std::process::Command;
 /// is 3.5 / 3.6) and the newest on PyPI when this list was last updated.
 pub const TRITON_VERSIONS: [&str; 2] = ["3.5.0", "3.9.0"];
 
+/// The engines' device bitcode the engine tests link, as `package==version:member`: NCCL's
+/// newest, and NVSHMEM's newest for each LLVM the Tritons of [`TRITON_VERSIONS`] hold (3.8.0's
+/// is LLVM 22.1, which Triton 3.9's LLVM 24 reads and Triton 3.5's LLVM 22.0 does not; 3.7.2's
+/// is LLVM 21.1) and the oldest with bitcode of one file (3.3.20, LLVM 18).
+pub const ENGINE_BITCODE: [&str; 4] = [
+    "nvidia-nccl-cu13==2.32.3:nvidia/nccl/lib/libnccl_device.bc",
+    "nvidia-nvshmem-cu13==3.8.0:nvidia/nvshmem/lib/libnvshmem_device_sm_90.bc",
+    "nvidia-nvshmem-cu13==3.7.2:nvidia/nvshmem/lib/libnvshmem_device_sm_90.bc",
+    "nvidia-nvshmem-cu12==3.3.20:nvidia/nvshmem/lib/libnvshmem_device.bc",
+];
+
+/// Read [`ENGINE_BITCODE`]'s files out of their wheels into `target/engine-bitcode/` (kept
+/// between runs); the folder.
+fn fetch_engine_bitcode() -> Result<std::path::PathBuf, String> {
+    let out = root().join("target/engine-bitcode");
+    run(crate::python::python()
+        .arg(root().join("xtask/scripts/fetch_wheel_members.py"))
+        .arg(&out)
+        .args(ENGINE_BITCODE))?;
+    Ok(out)
+}
+
 /// Run the compile tests under every version of [`TRITON_VERSIONS`].
 pub fn test() -> Result<(), String> {
     // Importing the package loads libsymm (the compile tests themselves need only the header
     // and the Triton library, which the package decompresses from ptx-out/symm_triton.ll.gz).
     let library = crate::python::build_library()?;
+    let bitcode = fetch_engine_bitcode()?;
     for version in TRITON_VERSIONS {
         let venv = root().join("target/triton").join(version);
         let python = venv.join("bin/python");
@@ -33,6 +59,8 @@ pub fn test() -> Result<(), String> {
         run(pytest
             .args(["-m", "pytest", "-q", "-n", &workers.to_string()])
             .arg("python/tests/test_triton_compile.py")
+            .arg("python/tests/test_triton_engines.py")
+            .env("SYMM_TEST_ENGINE_BITCODE", &bitcode)
             // The package from the checkout, with the library just built.
             .env("PYTHONPATH", root().join("python"))
             .env("SYMM_LIBRARY", &library)

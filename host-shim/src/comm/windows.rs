@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::log::{Level, Subsys};
 use crate::transport::link::{RankLink, WindowDeposit};
 use crate::transport::shareable::{ExportMessage, Imported, Shareable};
-use crate::window::owner::{Owner, PeerWindow};
+use crate::window::owner::{Owner, OwnerKind, PeerWindow};
 use crate::window::{Deposit, DeviceContext, Exports, Registration, SignalPad, Window};
 use std::ffi::c_int;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -410,7 +410,7 @@ fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
         base: window.base,
         size: window.size,
         signal_pad: window.signal_pad.address,
-        owner: window.owner,
+        owner: (window.owner.kind.code(), window.owner.offset),
         window_export,
         pad_export,
     };
@@ -582,8 +582,21 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         .enumerate()
         .map(|(r, bytes)| WindowDeposit::decode(bytes, r))
         .collect::<Result<Vec<_>>>()?;
+    let owners = deposits
+        .iter()
+        .enumerate()
+        .map(|(rank, d)| {
+            let kind = OwnerKind::from_code(d.owner.0).ok_or_else(|| {
+                Error::internal(format!("rank {rank} sent an unknown window owner"))
+            })?;
+            Ok(Owner {
+                kind,
+                offset: d.owner.1,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
-    same_owner_on_every_rank(window, deposits.iter().map(|d| d.owner))?;
+    same_owner_on_every_rank(window, owners.iter().copied())?;
     aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
     if window.peer_view.is_some() {
         // The owner mapped every rank's memory into this process: nothing to import.
@@ -595,7 +608,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
                 size: d.size,
                 signal_pad: d.signal_pad,
                 local: link.is_local(rank),
-                owner: d.owner,
+                owner: owners[rank],
             })
             .collect());
     }
@@ -610,7 +623,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
                 size: d.size,
                 signal_pad: d.signal_pad,
                 local: true,
-                owner: d.owner,
+                owner: owners[rank],
             });
             continue;
         }
@@ -636,7 +649,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
             size: d.size,
             signal_pad: pad.address(),
             local: false,
-            owner: d.owner,
+            owner: owners[rank],
         });
         imports.push(memory);
         imports.push(pad);

@@ -41,10 +41,15 @@ impl Library {
 /// Libraries opened so far, by the name they were asked for.
 static OPENED: Mutex<Option<HashMap<String, Arc<Library>>>> = Mutex::new(None);
 
-/// The engine library: `override_env`'s path when set, else `soname` if the process loaded it
-/// already (PyTorch loads its NCCL, say), else `soname` found by the dynamic loader.
-pub fn open(what: &str, soname: &str, override_env: &str) -> Result<Arc<Library>> {
-    let requested = std::env::var(override_env).ok().filter(|p| !p.is_empty());
+/// The engine library: `requested` (its setting, named `override_env` in messages) when set,
+/// else `soname` if the process loaded it already (PyTorch loads its NCCL, say), else `soname`
+/// found by the dynamic loader.
+pub fn open(
+    what: &str,
+    soname: &str,
+    requested: Option<String>,
+    override_env: &str,
+) -> Result<Arc<Library>> {
     let key = requested.clone().unwrap_or_else(|| soname.to_string());
     let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(library) = opened.get_or_insert_with(HashMap::new).get(&key) {

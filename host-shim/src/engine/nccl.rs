@@ -46,7 +46,12 @@ struct Nccl {
 
 impl Nccl {
     fn load() -> Result<Nccl> {
-        let library = open("NCCL (libnccl.so.2)", "libnccl.so.2", LIBRARY_ENV)?;
+        let library = open(
+            "NCCL (libnccl.so.2)",
+            "libnccl.so.2",
+            crate::config::nccl_library(),
+            LIBRARY_ENV,
+        )?;
         // SAFETY: each type is the function's signature in nccl.h.
         let nccl = unsafe {
             let get_version: GetVersion = function(&library, "ncclGetVersion")?;

@@ -37,6 +37,7 @@ impl Nvshmem {
         let library = open(
             "NVSHMEM (libnvshmem_host.so.3)",
             "libnvshmem_host.so.3",
+            crate::config::nvshmem_library(),
             LIBRARY_ENV,
         )?;
         // SAFETY: each type is the function's signature in nvshmem.h / nvshmemx.h.

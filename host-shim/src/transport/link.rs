@@ -12,7 +12,6 @@ use crate::abi::symmResult_t;
 use crate::error::{Error, Result};
 use crate::transport::bootstrap::{Client, UniqueId, auth};
 use crate::transport::fdpass::{FdListener, ReceivedFds};
-use crate::window::owner::{Owner, OwnerKind};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -151,8 +150,9 @@ pub struct WindowDeposit {
     pub size: u64,
     /// Signal pad address in the rank's own address space.
     pub signal_pad: u64,
-    /// Who owns the window's memory, and where the window lies in it.
-    pub owner: Owner,
+    /// Who owns the window's memory (`window::owner::OwnerKind`'s code), and where the window
+    /// lies in it.
+    pub owner: (u8, u64),
     /// How ranks of other processes map the window ([`crate::transport::shareable`]; empty when every
     /// rank is in one process).
     pub window_export: Vec<u8>,
@@ -169,8 +169,8 @@ impl WindowDeposit {
         for v in [self.base, self.size, self.signal_pad] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        out.push(self.owner.kind.code());
-        out.extend_from_slice(&self.owner.offset.to_le_bytes());
+        out.push(self.owner.0);
+        out.extend_from_slice(&self.owner.1.to_le_bytes());
         for export in [&self.window_export, &self.pad_export] {
             out.extend_from_slice(&(export.len() as u16).to_le_bytes());
             out.extend_from_slice(export);
@@ -188,11 +188,7 @@ impl WindowDeposit {
         let base = r.u64().ok_or_else(bad)?;
         let size = r.u64().ok_or_else(bad)?;
         let signal_pad = r.u64().ok_or_else(bad)?;
-        let kind = OwnerKind::from_code(r.u8().ok_or_else(bad)?).ok_or_else(bad)?;
-        let owner = Owner {
-            kind,
-            offset: r.u64().ok_or_else(bad)?,
-        };
+        let owner = (r.u8().ok_or_else(bad)?, r.u64().ok_or_else(bad)?);
         let mut export = || -> Result<Vec<u8>> {
             let len = u16::from_le_bytes(r.array::<2>().ok_or_else(bad)?) as usize;
             if len > crate::transport::shareable::MAX_EXPORT_BYTES {
@@ -667,10 +663,7 @@ mod tests {
             base: 0x7000_0000,
             size: 4096,
             signal_pad: 0x8000_0000,
-            owner: Owner {
-                kind: OwnerKind::Torch,
-                offset: 4096,
-            },
+            owner: (2, 4096),
             window_export: vec![1; 17],
             pad_export: vec![2; 17],
         };
