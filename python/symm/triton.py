@@ -227,8 +227,10 @@ def triton_llvm_version() -> Tuple[int, int, int]:
 
     library = Path(triton.__file__).resolve().parent / "_C" / "libtriton.so"
     with open(library, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        at = data.find(b"LLVM version ")
-        found = re.match(rb"LLVM version (\d+)\.(\d+)\.(\d+)", data[at : at + 40]) if at >= 0 else None
+        found, at = None, data.find(b"LLVM version ")
+        while found is None and at >= 0:
+            found = re.match(rb"LLVM version (\d+)\.(\d+)\.(\d+)", data[at : at + 40])
+            at = data.find(b"LLVM version ", at + 1)
     if found is None:
         raise RuntimeError(f"{library} does not say which LLVM it holds")
     return tuple(int(v) for v in found.groups())  # type: ignore[return-value]
@@ -286,7 +288,15 @@ def engine_library(engine: str, path: Optional[str] = None, capability: int = 90
         )
     if not Path(chosen).is_file():
         raise InvalidArgumentError(f"{engine} device bitcode {chosen}: no such file")
-    made_by = bitcode_llvm_version(str(chosen))
+    _check_readable(engine, str(chosen), Path(chosen).stat().st_mtime_ns)
+    return str(chosen)
+
+
+@functools.lru_cache(maxsize=None)
+def _check_readable(engine: str, chosen: str, mtime_ns: int) -> None:
+    """Raise unless the installed Triton's LLVM reads ``chosen`` (once per file and version of
+    it: a launch checks again without reading the file)."""
+    made_by = bitcode_llvm_version(chosen)
     reader = triton_llvm_version()
     if made_by is not None and made_by[:2] > reader[:2]:
         raise UnsupportedError(
@@ -295,7 +305,6 @@ def engine_library(engine: str, path: Optional[str] = None, capability: int = 90
             f"{engine} bitcode made by LLVM {reader[0]}.{reader[1]} or older (an older {engine} release), "
             "or a newer Triton"
         )
-    return str(chosen)
 
 
 def _i64(value: Any, _semantic: Any) -> Any:
@@ -622,7 +631,9 @@ def jit(fn: Any = None, engines: Any = (), **jit_options: Any) -> Any:
     A kernel linked with NVSHMEM's device bitcode has its module initialized for NVSHMEM
     (``nvshmemx_cumodule_init``, with the NVSHMEM host library this process loaded, else the
     one ``SYMM_NVSHMEM_LIBRARY`` names) before its first launch: without it NVSHMEM's device
-    functions read an uninitialized state."""
+    functions read an uninitialized state. Not done for a kernel wrapped in
+    ``triton.autotune`` / ``triton.heuristics`` inside :func:`jit`, nor one a
+    ``jit_cache_hook`` compiles: initialize those modules yourself."""
     if fn is None:
         return lambda f: requires_symm(triton.jit(f, **jit_options), engines)
     return requires_symm(triton.jit(fn, **jit_options), engines)

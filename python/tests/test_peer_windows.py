@@ -6,6 +6,7 @@ untouched, and the descriptions the library or the package refuses."""
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -78,21 +79,44 @@ def test_collectives_on_memory_another_owner_mapped(nranks: int) -> None:
         c.destroy()
 
 
+def refused_on_every_rank(comms: list, calls: list) -> list[str]:
+    """Run ``calls[r](comms[r])`` for every rank in one group (a registration is collective);
+    every one must raise ``InvalidArgumentError``: their messages."""
+    messages = []
+    try:
+        with symm.group():
+            for comm, call in zip(comms, calls):
+                with pytest.raises(symm.InvalidArgumentError) as error:
+                    call(comm)
+                messages.append(str(error.value))
+    except symm.SymmError as error:  # the group's end reports the peers' failed registrations
+        messages.append(str(error))
+    return messages
+
+
 def test_bad_descriptions_are_refused_by_name() -> None:
     comms = symm.Comm.init_all([0, 0])
     pad = comms[0].signal_pad_bytes
     memory = [owner_memory(256, pad) for _ in comms]
     bases, pads = addresses(memory, 256)
     c = comms[0]
+    # The package's own checks, before the library is called (no collective started).
     with pytest.raises(symm.InvalidArgumentError, match="owner 'mine'"):
         c.register_peers(bases[0], 256, bases, pads, pad, owner="mine")
     with pytest.raises(symm.InvalidArgumentError, match="2 ranks"):
         c.register_peers(bases[0], 256, bases[:1], pads, pad)
-    with pytest.raises(symm.InvalidArgumentError, match=r"peerBuffs\[1\] is NULL"):
-        c.register_peers(bases[0], 256, [bases[0], 0], pads, pad)
-    with pytest.raises(symm.InvalidArgumentError, match="signalPadBytes"):
-        c.register_peers(bases[0], 256, bases, pads, 16)
-    with pytest.raises(symm.InvalidArgumentError, match="16-byte aligned"):
-        c.register_peers(bases[0], 256, bases, [pads[0], pads[1] + 4], pad)
+    # The library's: every rank passes the same bad tables, every rank refuses.
+    for needle, peer_bases, peer_pads, pad_bytes in [
+        (r"peerBuffs\[1\] is NULL", [bases[0], 0], pads, pad),
+        ("signalPadBytes", bases, pads, 16),
+        ("16-byte aligned", bases, [pads[0], pads[1] + 4], pad),
+        ("overlaps|is not buff", [bases[0], bases[0]], pads, pad),
+    ]:
+        calls = [
+            (lambda comm, r=r: comm.register_peers(bases[r], 256, peer_bases, peer_pads, pad_bytes))
+            for r in range(2)
+        ]
+        messages = refused_on_every_rank(comms, calls)
+        assert len(messages) >= 2 and all(re.search(needle, m) for m in messages[:2]), messages
     for comm in comms:
         comm.destroy()

@@ -244,64 +244,39 @@ fn engine_rank() {
     assert_eq!(live(), before, "the pad is freed");
 
     // -- refusals, on every rank ------------------------------------------------------------------
-    let refused = |result: symmResult_t, needles: &[&str]| {
+    let refused = |comm: symmComm_t, result: symmResult_t, needles: &[&str]| {
         let message = last_error(comm);
         assert_ne!(result, symmResult_t::symmSuccess, "{needles:?}");
         for needle in needles {
             assert!(message.contains(needle), "{message:?} lacks {needle:?}");
         }
     };
-    // A peer the engine gives no address for: named, by both adapters.
-    let hidden = (rank + 1) % RANKS;
+    // Refused before anything is asked of the engine or of the peers: an NCCL without
+    // ncclGetPeerDevicePointer, a call inside a group, NULL handles.
     // SAFETY: the stand-in reads it at each call; this process's rank runs no other thread.
-    unsafe { std::env::set_var("FAKE_ENGINE_UNREACHABLE", hidden.to_string()) };
-    // SAFETY: as above.
-    let result = unsafe {
-        symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
-    };
-    refused(
-        result,
-        &[
-            &format!("peerBuffs[{hidden}] is NULL"),
-            "not reachable",
-            "an NCCL window",
-        ],
-    );
-    // SAFETY: as above.
-    let result = unsafe { symmCommWindowRegisterNvshmem(comm, inside.cast(), bytes, &mut window) };
-    refused(
-        result,
-        &[&format!("peerBuffs[{hidden}] is NULL"), "NVSHMEM"],
-    );
-    // SAFETY: as above.
-    unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
-    // An NCCL without ncclGetPeerDevicePointer.
-    // SAFETY: as above.
     unsafe { std::env::set_var("FAKE_NCCL_VERSION", "22803") };
-    // SAFETY: as above.
+    // SAFETY: NCCL's handles of this rank; a valid out-pointer.
     let result = unsafe {
         symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
     };
-    refused(result, &["22803", "NCCL 2.29"]);
+    refused(comm, result, &["22803", "NCCL 2.29"]);
     // SAFETY: as above.
     unsafe { std::env::remove_var("FAKE_NCCL_VERSION") };
-    // Inside a group.
     check(symmGroupStart(), null_mut());
     // SAFETY: as above.
     let result = unsafe {
         symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
     };
     check(symmGroupEnd(), null_mut());
-    refused(result, &["inside symmGroupStart"]);
-    // NULL handles.
+    refused(comm, result, &["inside symmGroupStart"]);
     // SAFETY: NULL arguments are refused before use.
     unsafe {
         let result = symmCommWindowRegisterNccl(comm, null_mut(), nccl_window, 0, 16, &mut window);
-        refused(result, &["ncclComm is NULL"]);
+        refused(comm, result, &["ncclComm is NULL"]);
         let result = symmCommWindowRegisterNvshmem(comm, null_mut(), 16, &mut window);
-        refused(result, &["symAddr is NULL"]);
+        refused(comm, result, &["symAddr is NULL"]);
     }
-    // The communicator still works on a window of the NCCL memory after local refusals.
+    // The communicator still works on a window of the NCCL memory after those.
     // SAFETY: as above.
     check(
         unsafe {
@@ -311,11 +286,58 @@ fn engine_rank() {
     );
     collectives_on(comm, rank, base, count, "after the refusals");
     check(symmCommWindowDeregister(comm, window), comm);
+    // Refusals of a registration every rank takes part in: a failed registration of a
+    // communicator with ranks in other processes leaves it refusing later ones ("create a new
+    // communicator"), so each case gets a communicator of its own (a split of the first).
+    let split = || {
+        let mut child = null_mut();
+        // SAFETY: a valid out-pointer; every rank splits (collective), NULL config.
+        let result =
+            unsafe { symmCommSplit(comm, 0, rank as i32, &mut child, std::ptr::null_mut()) };
+        check(result, comm);
+        child
+    };
+    // A peer the engine gives no address for: named, by both adapters.
+    let hidden = (rank + 1) % RANKS;
+    // SAFETY: as above.
+    unsafe { std::env::set_var("FAKE_ENGINE_UNREACHABLE", hidden.to_string()) };
+    let first = split();
+    // SAFETY: as above.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(first, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    refused(
+        first,
+        result,
+        &[
+            &format!("peerBuffs[{hidden}] is NULL"),
+            "not reachable",
+            "an NCCL window",
+        ],
+    );
+    // A multi-process communicator whose registration failed refuses the next one.
+    // SAFETY: as above.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(first, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    refused(first, result, &["create a new communicator"]);
+    let second = split();
+    // SAFETY: a symmetric address with `bytes` bytes; a valid out-pointer.
+    let result =
+        unsafe { symmCommWindowRegisterNvshmem(second, inside.cast(), bytes, &mut window) };
+    refused(
+        second,
+        result,
+        &[&format!("peerBuffs[{hidden}] is NULL"), "NVSHMEM"],
+    );
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
     // Offsets that differ between ranks: refused on every rank, once all registered.
+    let third = split();
     // SAFETY: NCCL's handles; a valid out-pointer.
     let result = unsafe {
         symmCommWindowRegisterNccl(
-            comm,
+            third,
             nccl_comm,
             nccl_window,
             4096 - 16 * (rank % 2),
@@ -323,13 +345,10 @@ fn engine_rank() {
             &mut window,
         )
     };
-    refused(result, &["every rank", "an NCCL window at offset"]);
-    // A multi-process communicator whose registration failed refuses the next one.
-    // SAFETY: as above.
-    let result = unsafe {
-        symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
-    };
-    refused(result, &["create a new communicator"]);
+    refused(third, result, &["every rank", "an NCCL window at offset"]);
+    for child in [first, second, third] {
+        check(symmCommDestroy(child), null_mut());
+    }
     // SAFETY: the user's NCCL window, deregistered once.
     let deregistered = unsafe { (fake.window_deregister)(nccl_comm, nccl_window) };
     assert_eq!(deregistered, 0);

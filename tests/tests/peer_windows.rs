@@ -148,6 +148,16 @@ struct Tables {
 // SAFETY: addresses only.
 unsafe impl Sync for Tables {}
 
+impl Tables {
+    /// Every entry of `peerBuffs` this rank's, with the pads kept.
+    fn all_bytes_of(&self, rank: usize) -> Tables {
+        Tables {
+            bases: vec![self.bases[rank]; self.bases.len()],
+            pads: self.pads.clone(),
+        }
+    }
+}
+
 fn tables(memory: &[OwnerMemory]) -> Tables {
     Tables {
         bases: memory.iter().map(|m| m.window() as *mut c_void).collect(),
@@ -363,8 +373,8 @@ fn ranks_at_different_owner_offsets_are_refused_on_every_rank() {
     }
 }
 
-/// Descriptions refused on the rank that passes them, before anything is written: each names
-/// the bad field.
+/// Descriptions refused before anything is written, each naming the bad field; every rank
+/// passes the same tables here, so every rank refuses on its own.
 #[test]
 fn bad_descriptions_are_refused_by_name() {
     setup();
@@ -386,15 +396,20 @@ fn bad_descriptions_are_refused_by_name() {
         bases: good.bases.clone(),
         pads: vec![good.pads[0], (memory[1].window() + 512) as *mut c_void],
     };
+    let shared_pad = Tables {
+        bases: good.bases.clone(),
+        pads: vec![good.pads[0], good.pads[0]],
+    };
     type Edit = fn(&mut symmPeerWindow_t);
-    let cases: [(&str, &Tables, Edit); 8] = [
+    let cases: [(&str, &Tables, Edit); 9] = [
         (
             "peerBuffs[1] is NULL: rank 1's memory is not reachable",
             &unreachable,
             |_| {},
         ),
         ("peerSignalPads[1]", &misaligned, |_| {}),
-        ("overlaps rank 1's window", &overlapping, |_| {}),
+        ("overlaps peerSignalPads[1]", &overlapping, |_| {}),
+        ("peerSignalPads[0] [", &shared_pad, |_| {}),
         ("signalPadBytes", &good, |d| d.signalPadBytes = 64),
         ("desc->size", &good, |d| d.size = 8),
         ("desc->magic", &good, |d| d.magic = 0),
@@ -402,10 +417,13 @@ fn bad_descriptions_are_refused_by_name() {
         ("bytes is 0", &good, |d| d.bytes = 0),
     ];
     for (needle, tables, edit) in cases {
-        for (rank, &comm) in comms.iter().enumerate() {
+        let errors = on_rank_threads(&comms, |rank, comm| {
             let mut desc = description(rank, &memory, tables);
             edit(&mut desc);
-            let error = register(comm, &desc).expect_err(needle);
+            register(comm, &desc).map(|w| w as usize)
+        });
+        for (rank, error) in errors.into_iter().enumerate() {
+            let error = error.expect_err(needle);
             assert!(
                 error.contains("symmInvalidArgument") && error.contains(needle),
                 "rank {rank}: {error} does not name {needle:?}"
@@ -432,5 +450,109 @@ fn bad_descriptions_are_refused_by_name() {
     }
     for comm in comms {
         check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// Every rank's entry of `peerBuffs` is this rank's own bytes (a common slip): refused, since
+/// ranks sharing bytes would reduce one rank's data twice and return success.
+#[test]
+fn a_table_naming_one_rank_s_bytes_for_every_rank_is_refused() {
+    setup();
+    let nranks = 3;
+    let comms = init_all(nranks);
+    let pad = pad_bytes(comms[0]);
+    let memory: Vec<OwnerMemory> = (0..nranks).map(|_| OwnerMemory::new(256, pad)).collect();
+    let good = tables(&memory);
+    let errors = on_rank_threads(&comms, |rank, comm| {
+        let own = good.all_bytes_of(rank);
+        register(comm, &description(rank, &memory, &own)).map(|w| w as usize)
+    });
+    for (rank, error) in errors.into_iter().enumerate() {
+        let error = error.expect_err("a table of one rank's bytes");
+        assert!(
+            error.contains("overlaps peerBuffs["),
+            "rank {rank}: {error}"
+        );
+    }
+    for comm in comms {
+        check(symmCommDestroy(comm), null_mut());
+    }
+}
+
+/// A description only one rank refuses (its `buff` is not its own entry of the table) is that
+/// rank's registration: every other rank's registration of the window fails at once naming it,
+/// not after the timeout, in a thread per rank and with one thread driving the ranks in a group;
+/// then every rank registers again and the window works.
+#[test]
+fn a_description_one_rank_refuses_fails_every_rank_at_once() {
+    setup();
+    let nranks = 3;
+    let count = 64;
+    for grouped in [false, true] {
+        let comms = init_all(nranks);
+        let pad = pad_bytes(comms[0]);
+        let memory: Vec<OwnerMemory> = (0..nranks)
+            .map(|_| OwnerMemory::new(4 * count, pad))
+            .collect();
+        let good = tables(&memory);
+        let bad = |rank: usize| {
+            let mut desc = description(rank, &memory, &good);
+            if rank == 1 {
+                desc.buff = memory[0].window() as *mut c_void;
+            }
+            desc
+        };
+        let began = std::time::Instant::now();
+        let outcomes: Vec<Result<usize, String>> = if grouped {
+            check(symmGroupStart(), null_mut());
+            let calls: Vec<Result<usize, String>> = comms
+                .iter()
+                .enumerate()
+                .map(|(rank, &comm)| register(comm, &bad(rank)).map(|w| w as usize))
+                .collect();
+            let end = symmGroupEnd();
+            assert_ne!(end, symmResult_t::symmSuccess, "the group's registrations");
+            let message = last_error(null_mut());
+            assert!(message.contains("rank 1 refused"), "{message}");
+            calls
+        } else {
+            on_rank_threads(&comms, |rank, comm| {
+                register(comm, &bad(rank)).map(|w| w as usize)
+            })
+        };
+        let took = began.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "grouped {grouped}: the refusal reached the peers after {took:?}"
+        );
+        let own = outcomes[1].as_ref().expect_err("rank 1's own refusal");
+        assert!(own.contains("is not buff"), "{own}");
+        if !grouped {
+            for rank in [0, 2] {
+                let error = outcomes[rank].as_ref().expect_err("a peer of the refusal");
+                assert!(error.contains("rank 1 refused"), "rank {rank}: {error}");
+            }
+        }
+        // Every rank registers again: the ranks are in step.
+        let windows = on_rank_threads(&comms, |rank, comm| {
+            let window = register(comm, &description(rank, &memory, &good))
+                .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            let data: Vec<f32> = (0..count).map(|i| (rank * count + i) as f32).collect();
+            let stream = RankStream::new();
+            stream.put_f32(memory[rank].window() as *mut u8, &data);
+            let ptr = memory[rank].window() as *mut c_void;
+            let result = symmAllReduce(ptr, ptr, count, F32, SUM, comm, stream.handle());
+            check(stream.completed(comm, result), comm);
+            let got = stream.get_f32(memory[rank].window() as *const u8, count);
+            for (i, g) in got.iter().enumerate() {
+                let want: f64 = (0..nranks).map(|r| (r * count + i) as f64).sum();
+                assert_eq!(*g as f64, want, "rank {rank} element {i}");
+            }
+            window as usize
+        });
+        for (&comm, window) in comms.iter().zip(windows) {
+            check(symmCommWindowDeregister(comm, window as symmWindow_t), comm);
+            check(symmCommDestroy(comm), null_mut());
+        }
     }
 }

@@ -487,6 +487,10 @@ impl Comm {
             std::mem::forget((windows, staging, point_to_point, allocations));
             return Err(e);
         }
+        // In registration order: a window over an engine's memory releases its pads with the
+        // engine's collective calls, which every rank must make in the same order.
+        let mut windows: Vec<Arc<Window>> = windows.into_values().collect();
+        windows.sort_by_key(|w| w.seq);
         drop(windows);
         drop(staging);
         drop(point_to_point);
@@ -815,6 +819,10 @@ pub fn abort(comm: &Arc<Comm>) -> Result<()> {
     let windows: Vec<Arc<Window>> = comm.lock().windows.values().cloned().collect();
     for window in windows {
         window.raise_abort(symm_device::symmetric::ABORT_PEER_FAILED);
+        // What an engine lent for the window (its pads) is released by that engine's
+        // collective calls, which failed peers may never make: keep it (leaked) rather than
+        // hang the abort.
+        window.leak_owner_resources();
     }
     if !comm.wait_for_other_threads(comm.clique.timeout) {
         return Err(Error::new(

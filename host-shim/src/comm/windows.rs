@@ -84,17 +84,19 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
 /// rank's signal pad, deposit; completed like [`register`]'s windows, the peer tables taken
 /// from `peers.view` instead of the deposits.
 pub fn register_peers(comm: &Arc<Comm>, peers: PeerWindow) -> Result<Arc<Window>> {
-    check_peer_window(comm, &peers)?;
-    crate::comm::refuse_if_finalized(comm, "symmCommWindowRegisterPeers")?;
+    peer_registration_allowed(comm)?;
     let backend = comm.clique.backend.clone();
     let mut state = comm.lock();
-    check_peer_range(comm, &state, &peers)?;
+    if let Err(e) =
+        check_peer_window(comm, &peers).and_then(|()| check_peer_range(comm, &state, &peers))
+    {
+        drop(state);
+        return Err(refuse_registration(comm, e));
+    }
     let own_pad = peers.view.pads[comm.rank];
-    backend.upload(
-        comm.device,
-        own_pad,
-        &vec![0u8; peers.view.pad_bytes as usize],
-    )?;
+    // The bytes symm's barriers use (a larger pad is the owner's to keep).
+    let zeros = vec![0u8; signal_pad_bytes(comm.clique.nranks)];
+    backend.upload(comm.device, own_pad, &zeros)?;
     let in_records = comm
         .call_records
         .as_ref()
@@ -142,13 +144,89 @@ pub fn register_peers(comm: &Arc<Comm>, peers: PeerWindow) -> Result<Arc<Window>
     Ok(window)
 }
 
-/// Whether `register_peers(comm, peers)` would pass its checks now (see
-/// [`check_registration`]).
-pub fn check_peer_registration(comm: &Comm, peers: &PeerWindow) -> Result<()> {
-    check_peer_window(comm, peers)?;
+/// Whether `comm` takes a window over another owner's memory at all: not after
+/// `symmCommFinalize`, nor after a failed registration on a multi-process communicator. A
+/// refusal here is this rank's alone (its communicator is unusable for registrations).
+pub fn peer_registration_allowed(comm: &Comm) -> Result<()> {
     crate::comm::refuse_if_finalized(comm, "symmCommWindowRegisterPeers")?;
     let state = comm.lock();
-    check_peer_range(comm, &state, peers)
+    match state
+        .registration_failed
+        .as_ref()
+        .filter(|_| comm.link.is_some())
+    {
+        Some(failed) => Err(Error::invalid_usage(format!(
+            "an earlier window registration on this communicator failed ({failed}); the ranks \
+             of other processes may have given up on it: create a new communicator"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// This rank refused its part of a registration (`error`, its description's fault): the
+/// refusal takes the registration's number and is deposited in its place, so that every peer's
+/// registration of that window fails at once, naming this rank, instead of waiting for it
+/// until the timeout. Returns `error`.
+fn refuse_registration(comm: &Comm, error: Error) -> Error {
+    let seq = {
+        let mut state = comm.lock();
+        let seq = state.next_window_seq;
+        state.next_window_seq += 1;
+        if comm.link.is_some() {
+            state.registration_failed = Some(error.message.clone());
+        }
+        seq
+    };
+    match &comm.link {
+        Some(link) => {
+            let refusal = WindowDeposit {
+                base: 0,
+                size: 0,
+                signal_pad: 0,
+                owner: (0, 0),
+                refused: true,
+                window_export: Vec::new(),
+                pad_export: Vec::new(),
+            };
+            // The peers' registrations fail on this refusal (their second round then waits for
+            // nothing); if the bootstrap is gone, they fail on that.
+            let _ = link.contribute(seq, &refusal.encode());
+            let _ = link.contribute(CONFIRM_TAG | seq, &[0]);
+        }
+        None => {
+            let clique = &comm.clique;
+            let mut exchange = clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
+            let registration = exchange
+                .registrations
+                .entry(seq)
+                .or_insert_with(|| Registration {
+                    ranks: vec![None; clique.nranks],
+                    taken: 0,
+                });
+            registration.ranks[comm.rank] = Some(Deposit {
+                base: 0,
+                size: 0,
+                signal_pad: 0,
+                local: true,
+                owner: Owner::SYMM,
+                refused: true,
+            });
+            // This rank takes nothing from it: the registration goes once its peers took it.
+            registration.taken += 1;
+            if registration.taken == clique.nranks {
+                exchange.registrations.remove(&seq);
+            }
+            clique.exchange_changed.notify_all();
+        }
+    }
+    crate::log!(
+        Level::Warn,
+        Subsys::Reg,
+        Some(comm.rank),
+        "window #{seq} refused on this rank: {}",
+        error.message
+    );
+    error
 }
 
 /// The description of a window over another owner's memory, on its own: one entry per rank,
@@ -207,14 +285,31 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
             rank = comm.rank
         )));
     }
-    for (rank, (&base, &pad)) in view.bases.iter().zip(&view.pads).enumerate() {
-        let data = base..base.saturating_add(peers.size);
-        let signals = pad..pad.saturating_add(view.pad_bytes);
-        if crate::window::ranges_overlap(&data, &signals) {
+    // Every rank's bytes and pad are memory of their own, as this process maps them: two
+    // ranks sharing bytes would reduce one rank's data twice, two sharing a pad would count
+    // each other's barrier arrivals.
+    let ranges: Vec<(String, std::ops::Range<u64>)> = view
+        .bases
+        .iter()
+        .enumerate()
+        .map(|(r, &b)| (format!("peerBuffs[{r}]"), b..b.saturating_add(peers.size)))
+        .chain(view.pads.iter().enumerate().map(|(r, &p)| {
+            (
+                format!("peerSignalPads[{r}]"),
+                p..p.saturating_add(view.pad_bytes),
+            )
+        }))
+        .collect();
+    for (i, (name, range)) in ranges.iter().enumerate() {
+        if let Some((other, _)) = ranges[i + 1..]
+            .iter()
+            .find(|(_, o)| crate::window::ranges_overlap(range, o))
+        {
             return Err(Error::invalid_argument(format!(
-                "peerSignalPads[{rank}] = {pad:#x} (+{}) overlaps rank {rank}'s window \
-                 [{base:#x}, +{}): a signal pad is memory of its own",
-                view.pad_bytes, peers.size
+                "{name} [{:#x}, +{}) overlaps {other}: every rank's window and signal pad are \
+                 memory of their own",
+                range.start,
+                range.end - range.start
             )));
         }
     }
@@ -224,16 +319,6 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
 /// A window over another owner's memory may join `comm`'s windows: its bytes and pad overlap
 /// no window of the rank, and no earlier registration of a multi-process communicator failed.
 fn check_peer_range(comm: &Comm, state: &CommState, peers: &PeerWindow) -> Result<()> {
-    if let Some(failed) = state
-        .registration_failed
-        .as_ref()
-        .filter(|_| comm.link.is_some())
-    {
-        return Err(Error::invalid_usage(format!(
-            "an earlier window registration on this communicator failed ({failed}); the ranks \
-             of other processes may have given up on it: create a new communicator"
-        )));
-    }
     let pad = peers.view.pads[comm.rank];
     for (what, start, bytes) in [
         ("buff", peers.base, peers.size),
@@ -244,9 +329,14 @@ fn check_peer_range(comm: &Comm, state: &CommState, peers: &PeerWindow) -> Resul
                 "{what} = {start:#x} (+{bytes}) wraps around the address space"
             )));
         }
-        if let Some(other) = state.windows.values().find(|w| w.overlaps(start, bytes)) {
+        if let Some(other) = state
+            .windows
+            .values()
+            .find(|w| w.overlaps_window_or_pad(start, bytes))
+        {
             return Err(Error::invalid_argument(format!(
-                "{what} [{start:#x}, +{bytes}) overlaps the window registered at {:#x} (+{})",
+                "{what} [{start:#x}, +{bytes}) overlaps the window registered at {:#x} (+{}) \
+                 or its signal pad",
                 other.base, other.size
             )));
         }
@@ -394,6 +484,7 @@ fn deposit(comm: &Comm, window: &Window) -> Result<()> {
         signal_pad: window.signal_pad.address,
         local: true,
         owner: window.owner,
+        refused: false,
     });
     clique.exchange_changed.notify_all();
     Ok(())
@@ -411,6 +502,7 @@ fn deposit_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<()> {
         size: window.size,
         signal_pad: window.signal_pad.address,
         owner: (window.owner.kind.code(), window.owner.offset),
+        refused: false,
         window_export,
         pad_export,
     };
@@ -582,6 +674,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
         .enumerate()
         .map(|(r, bytes)| WindowDeposit::decode(bytes, r))
         .collect::<Result<Vec<_>>>()?;
+    refused_by_a_rank(window, deposits.iter().map(|d| d.refused))?;
     let owners = deposits
         .iter()
         .enumerate()
@@ -609,6 +702,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
                 signal_pad: d.signal_pad,
                 local: link.is_local(rank),
                 owner: owners[rank],
+                refused: false,
             })
             .collect());
     }
@@ -624,6 +718,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
                 signal_pad: d.signal_pad,
                 local: true,
                 owner: owners[rank],
+                refused: false,
             });
             continue;
         }
@@ -650,6 +745,7 @@ fn gather_linked(comm: &Comm, link: &RankLink, window: &Window) -> Result<Vec<De
             signal_pad: pad.address(),
             local: false,
             owner: owners[rank],
+            refused: false,
         });
         imports.push(memory);
         imports.push(pad);
@@ -670,6 +766,19 @@ fn same_size_on_every_rank(window: &Window, sizes: impl IntoIterator<Item = u64>
             "size = {}, but rank {rank} registered window #{} with size {size}: symmetric \
              windows have the same size on every rank",
             window.size, window.seq
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// No rank refused its part of the registration: else an error naming the first that did (its
+/// own error names its bad argument).
+fn refused_by_a_rank(window: &Window, refused: impl IntoIterator<Item = bool>) -> Result<()> {
+    match refused.into_iter().position(|r| r) {
+        Some(rank) => Err(Error::invalid_argument(format!(
+            "rank {rank} refused its description of window #{} (its own error names the \
+             argument): the window is registered on no rank",
+            window.seq
         ))),
         None => Ok(()),
     }
@@ -736,6 +845,7 @@ fn aligned_on_every_rank(
 }
 
 fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<()> {
+    refused_by_a_rank(window, deposits.iter().map(|d| d.refused))?;
     same_size_on_every_rank(window, deposits.iter().map(|d| d.size))?;
     same_owner_on_every_rank(window, deposits.iter().map(|d| d.owner))?;
     aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;

@@ -314,7 +314,10 @@ pub fn register_peer_window(
     comm: &Arc<Comm>,
     peers: crate::window::owner::PeerWindow,
 ) -> Result<Arc<Window>> {
-    windows::check_peer_registration(comm, &peers)?;
+    windows::peer_registration_allowed(comm)?;
+    // Before the description is checked: a description refused on this rank still takes its
+    // registration's number on every rank (`windows::register_peers`), after the
+    // point-to-point window every rank makes at its first registration.
     ensure_point_to_point_window(comm)?;
     let window = windows::register_peers(comm, peers)?;
     complete_window(comm, &window)?;

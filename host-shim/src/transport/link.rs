@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// builds must not join. 5: a [`PeerInfo`] carries its PID namespace (3: an [`FdHeader`]
 /// carries a tag instead of the communicator's secret; 2: the call records count all-gathers
 /// in elements; 1: bytes).
-const VERSION: u8 = 5;
+const VERSION: u8 = 6;
 /// Longest fd-socket name accepted from a peer.
 const MAX_SOCKET_NAME: usize = 107;
 /// All-gather tag of the init exchange (block caps); registration `seq` tags are below it.
@@ -153,6 +153,8 @@ pub struct WindowDeposit {
     /// Who owns the window's memory (`window::owner::OwnerKind`'s code), and where the window
     /// lies in it.
     pub owner: (u8, u64),
+    /// The rank refused its description of the registration: every rank's fails.
+    pub refused: bool,
     /// How ranks of other processes map the window ([`crate::transport::shareable`]; empty when every
     /// rank is in one process).
     pub window_export: Vec<u8>,
@@ -164,13 +166,14 @@ impl WindowDeposit {
     /// Wire form: version, base, size, signal pad, owner code, owner offset, then each export
     /// as `u16` length + bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(34 + 4 + self.window_export.len() + self.pad_export.len());
+        let mut out = Vec::with_capacity(35 + 4 + self.window_export.len() + self.pad_export.len());
         out.push(VERSION);
         for v in [self.base, self.size, self.signal_pad] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.push(self.owner.0);
         out.extend_from_slice(&self.owner.1.to_le_bytes());
+        out.push(self.refused as u8);
         for export in [&self.window_export, &self.pad_export] {
             out.extend_from_slice(&(export.len() as u16).to_le_bytes());
             out.extend_from_slice(export);
@@ -189,6 +192,11 @@ impl WindowDeposit {
         let size = r.u64().ok_or_else(bad)?;
         let signal_pad = r.u64().ok_or_else(bad)?;
         let owner = (r.u8().ok_or_else(bad)?, r.u64().ok_or_else(bad)?);
+        let refused = match r.u8().ok_or_else(bad)? {
+            0 => false,
+            1 => true,
+            _ => return Err(bad()),
+        };
         let mut export = || -> Result<Vec<u8>> {
             let len = u16::from_le_bytes(r.array::<2>().ok_or_else(bad)?) as usize;
             if len > crate::transport::shareable::MAX_EXPORT_BYTES {
@@ -206,6 +214,7 @@ impl WindowDeposit {
             size,
             signal_pad,
             owner,
+            refused,
             window_export,
             pad_export,
         })
@@ -664,6 +673,7 @@ mod tests {
             size: 4096,
             signal_pad: 0x8000_0000,
             owner: (2, 4096),
+            refused: false,
             window_export: vec![1; 17],
             pad_export: vec![2; 17],
         };

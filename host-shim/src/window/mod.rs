@@ -24,6 +24,9 @@ pub struct Deposit {
     pub(crate) base: u64,
     pub(crate) size: u64,
     pub(crate) signal_pad: u64,
+    /// The rank refused its description of the registration (a window over another owner's
+    /// memory): every rank's registration fails, naming it.
+    pub(crate) refused: bool,
     /// The rank runs in this process: its signal pad is a [`SignalPad`] of this process,
     /// found through [`Clique::signal_pads`](crate::comm::Clique::signal_pads) (else it is
     /// mapped from another process, and the mapping is kept by the window's imports).
@@ -146,6 +149,28 @@ impl Window {
     /// `true` if `[address, address + bytes)` shares a byte with the window.
     pub fn overlaps(&self, address: u64, bytes: u64) -> bool {
         ranges_overlap(&(address..address.saturating_add(bytes)), &self.range())
+    }
+
+    /// `true` if `[address, address + bytes)` shares a byte with the window or, for a window
+    /// over another owner's memory, with this rank's signal pad (which the owner lent and the
+    /// window's barriers write).
+    pub fn overlaps_window_or_pad(&self, address: u64, bytes: u64) -> bool {
+        let range = address..address.saturating_add(bytes);
+        let pad = self.peer_view.as_ref().map(|view| {
+            let start = self.signal_pad.address;
+            start..start.saturating_add(view.pad_bytes)
+        });
+        ranges_overlap(&range, &self.range()) || pad.is_some_and(|p| ranges_overlap(&range, &p))
+    }
+
+    /// Never release what an owner lent for this window (see `comm::abort`).
+    pub fn leak_owner_resources(&self) {
+        let lent = self
+            .owner_resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        std::mem::forget(lent);
     }
 
     /// The window's bytes, `[base, base + size)`.
