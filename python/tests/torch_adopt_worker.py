@@ -89,6 +89,17 @@ def main() -> None:
     assert fake.owner_pad_is_zero(), "an owner's signal pad was written"
     checks += 1
 
+    # -- the "symm" process group adopt made over the gloo group: its all-reduce in place --------
+    if not SYMM_GROUP:
+        over = handle.group
+        assert over is not None and over.comm is comm, over
+        before = Counter(over.path_counts)
+        t.fill_(rank + 1)
+        over.allreduce([t]).wait()
+        assert torch.equal(t, torch.full((n,), float(size * (size + 1) // 2))), t[:4]
+        assert over.path_counts["all_reduce", "window"] == before["all_reduce", "window"] + 1, over.path_counts
+        checks += 2
+
     # -- through the "symm" process group: dist.all_reduce takes the window path ------------------
     if SYMM_GROUP:
         group = dist.distributed_c10d._get_default_group()
