@@ -1415,12 +1415,14 @@ def _symm_group_over(group: Any) -> tuple[_core.Comm, SymmProcessGroup | None]:
     if made is None:
         store = dist.distributed_c10d._world.pg_map[group][1]
         name = getattr(group, "group_name", "") or "default"
-        timeout = getattr(group.options, "_timeout", None) if hasattr(group, "options") else None
+        # The group's own timeout bounds the waits, as for a "symm" group (capped by
+        # SYMM_TIMEOUT_MS); where the group does not say, SYMM_TIMEOUT_MS or its default.
+        timeout = getattr(getattr(group, "options", None), "_timeout", None)
         made = SymmProcessGroup(
             dist.PrefixStore(f"symm/adopt/{name}/", store),
             group.rank(),
             group.size(),
-            timeout if isinstance(timeout, timedelta) else timedelta(minutes=10),
+            timeout if isinstance(timeout, timedelta) else None,  # type: ignore[arg-type]
         )
         _OVER_GROUPS[group] = made
     return made.comm, made
