@@ -200,13 +200,22 @@ def library() -> str:
     return str(_paths.triton_library_path())
 
 
+def _engine_paths(engines: Any) -> Dict[str, Optional[str]]:
+    """``engines`` (names, or a dict of name to path or None) as a dict of name to path or None,
+    each name checked."""
+    chosen = dict(engines) if isinstance(engines, dict) else {e: None for e in engines}
+    for engine in chosen:
+        if engine not in ENGINES:
+            raise InvalidArgumentError(f"engine {engine!r} is not one of {sorted(ENGINES)}")
+    return chosen
+
+
 def extern_libs(engines: Any = (), capability: int = 90) -> Dict[str, str]:
     """Triton's ``extern_libs`` option that links the library, and the device bitcode of each
     of ``engines`` (names, or a dict of name to path or None; see :func:`engine_library`)."""
     libs = {LIBRARY_NAME: library()}
-    chosen = engines.items() if isinstance(engines, dict) else ((e, None) for e in engines)
-    for engine, path in chosen:
-        libs[ENGINES[engine][0] if engine in ENGINES else engine] = engine_library(engine, path, capability)
+    for engine, path in _engine_paths(engines).items():
+        libs[ENGINES[engine][0]] = engine_library(engine, path, capability)
     return libs
 
 
@@ -564,12 +573,9 @@ class SymmKernel:
 
     def __init__(self, fn: Any, engines: Any = ()) -> None:
         self.fn = fn
-        self.engines = dict(engines) if isinstance(engines, dict) else {e: None for e in engines}
+        self.engines = _engine_paths(engines)
         """The engines whose device bitcode is linked too (name to path, or None: found as
         :func:`engine_library` finds it)."""
-        for engine in self.engines:
-            if engine not in ENGINES:
-                raise InvalidArgumentError(f"engine {engine!r} is not one of {sorted(ENGINES)}")
         functools.update_wrapper(self, fn, updated=())
 
     def _options(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -686,7 +692,7 @@ def compile(  # noqa: A001 - mirrors triton.compile
     opts = dict(options or {})
     libs = dict(opts.pop("extern_libs", None) or {})
     chosen = dict(kernel.engines) if isinstance(kernel, SymmKernel) else {}
-    chosen.update(dict(engines) if isinstance(engines, dict) else {e: None for e in engines})
+    chosen.update(_engine_paths(engines))
     libs.update(extern_libs(chosen, capability))
     opts["extern_libs"] = tuple(libs.items())
     if "maxnreg" not in opts:

@@ -47,3 +47,16 @@ def world() -> Iterator[Callable[[int], World]]:
     yield get
     for made in worlds.values():
         made.close()
+
+
+@pytest.fixture(scope="module")
+def fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Compile for real: a private, empty Triton cache for the module's tests (the Triton
+    compile tests use it)."""
+    previous = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = previous

@@ -36,16 +36,8 @@ DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "flo
 OPS = ["sum", "prod", "max", "min", "avg"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fresh_cache(tmp_path_factory):
-    """Compile for real: a private, empty Triton cache."""
-    previous = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton-cache"))
-    yield
-    if previous is None:
-        os.environ.pop("TRITON_CACHE_DIR", None)
-    else:
-        os.environ["TRITON_CACHE_DIR"] = previous
+#: Compile for real: a private, empty Triton cache (conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_triton_cache")
 
 
 @st.jit

@@ -10,11 +10,11 @@ use crate::error::{Error, Result};
 use crate::log::{Level, Subsys};
 use crate::transport::link::{RankLink, WindowDeposit};
 use crate::transport::shareable::{ExportMessage, Imported, Shareable};
-use crate::window::owner::{Owner, OwnerKind, PeerWindow};
+use crate::window::owner::{Owner, OwnerKind, PeerView, PeerWindow};
 use crate::window::{Deposit, DeviceContext, Exports, Registration, SignalPad, Window};
 use std::ffi::c_int;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, SymmContext};
 use symm_device::sync::signal_pad::signal_pad_bytes;
@@ -24,10 +24,52 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
     check_arguments(buff, size, flags)?;
     crate::comm::refuse_if_finalized(comm, "symmCommWindowRegister")?;
     let size = size as u64;
-    let backend = comm.clique.backend.clone();
-    let mut state = comm.lock();
+    let state = comm.lock();
     check_range(comm, &state, buff, size)?;
     let (signal_pad, exports) = new_signal_pad(comm, &state, buff)?;
+    {
+        let mut pads = comm
+            .clique
+            .signal_pads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        pads.retain(|_, pad| pad.strong_count() > 0);
+        pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
+    }
+    add_window(
+        comm,
+        state,
+        NewWindow {
+            base: buff,
+            size,
+            signal_pad,
+            exports,
+            owner: Owner::SYMM,
+            peer_view: None,
+            owner_resources: None,
+        },
+    )
+}
+
+/// A window about to join a rank's windows: what [`register`] and [`register_peers`] differ in.
+struct NewWindow {
+    base: u64,
+    size: u64,
+    signal_pad: Arc<SignalPad>,
+    exports: Option<Exports>,
+    owner: Owner,
+    peer_view: Option<PeerView>,
+    owner_resources: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+/// Give `new` its abort word and the registration's number, add it to the rank's windows
+/// (`state` is the rank's locked state) and deposit it; on a failed deposit it is removed again.
+fn add_window(
+    comm: &Comm,
+    mut state: MutexGuard<'_, CommState>,
+    new: NewWindow,
+) -> Result<Arc<Window>> {
+    let backend = comm.clique.backend.clone();
     // The rank's abort word in the call records, which peers in other processes can raise,
     // where the backend's kernels can read it; else a flag of the window's own.
     let in_records = comm
@@ -38,33 +80,24 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
         Some((flag, records)) => (flag, Some(records)),
         None => (backend.alloc_flag(comm.device)?, None),
     };
-    {
-        let mut pads = comm
-            .clique
-            .signal_pads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        pads.retain(|_, pad| pad.strong_count() > 0);
-        pads.insert(signal_pad.address, Arc::downgrade(&signal_pad));
-    }
     let seq = state.next_window_seq;
     state.next_window_seq += 1;
     let window = Arc::new(Window {
         seq,
-        base: buff,
-        size,
+        base: new.base,
+        size: new.size,
         backend,
         device: comm.device,
-        signal_pad,
+        signal_pad: new.signal_pad,
         peer_pads: Mutex::new(Vec::new()),
         memory: Mutex::new(Vec::new()),
-        exports,
+        exports: new.exports,
         imports: Mutex::new(Vec::new()),
         abort,
         abort_in_records,
-        owner: Owner::SYMM,
-        peer_view: None,
-        owner_resources: Mutex::new(None),
+        owner: new.owner,
+        peer_view: new.peer_view,
+        owner_resources: Mutex::new(new.owner_resources),
         context: OnceLock::new(),
         launches: Mutex::new(Default::default()),
     });
@@ -86,7 +119,7 @@ pub fn register(comm: &Arc<Comm>, buff: u64, size: usize, flags: c_int) -> Resul
 pub fn register_peers(comm: &Arc<Comm>, peers: PeerWindow) -> Result<Arc<Window>> {
     peer_registration_allowed(comm)?;
     let backend = comm.clique.backend.clone();
-    let mut state = comm.lock();
+    let state = comm.lock();
     if let Err(e) =
         check_peer_window(comm, &peers).and_then(|()| check_peer_range(comm, &state, &peers))
     {
@@ -97,51 +130,26 @@ pub fn register_peers(comm: &Arc<Comm>, peers: PeerWindow) -> Result<Arc<Window>
     // The bytes symm's barriers use (a larger pad is the owner's to keep).
     let zeros = vec![0u8; signal_pad_bytes(comm.clique.nranks)];
     backend.upload(comm.device, own_pad, &zeros)?;
-    let in_records = comm
-        .call_records
-        .as_ref()
-        .and_then(|records| Some((records.abort_flag()?, records.clone())));
-    let (abort, abort_in_records) = match in_records {
-        Some((flag, records)) => (flag, Some(records)),
-        None => (backend.alloc_flag(comm.device)?, None),
-    };
     let signal_pad = Arc::new(SignalPad {
-        backend: backend.clone(),
+        backend,
         device: comm.device,
         address: own_pad,
         memory: None,
         borrowed: true,
     });
-    let seq = state.next_window_seq;
-    state.next_window_seq += 1;
-    let window = Arc::new(Window {
-        seq,
-        base: peers.base,
-        size: peers.size,
-        backend,
-        device: comm.device,
-        signal_pad,
-        peer_pads: Mutex::new(Vec::new()),
-        memory: Mutex::new(Vec::new()),
-        exports: None,
-        imports: Mutex::new(Vec::new()),
-        abort,
-        abort_in_records,
-        owner: peers.owner,
-        peer_view: Some(peers.view),
-        owner_resources: Mutex::new(peers.resources),
-        context: OnceLock::new(),
-        launches: Mutex::new(Default::default()),
-    });
-    state
-        .windows
-        .insert(window.handle() as usize, window.clone());
-    drop(state);
-    if let Err(e) = deposit(comm, &window) {
-        comm.lock().windows.remove(&(window.handle() as usize));
-        return Err(e);
-    }
-    Ok(window)
+    add_window(
+        comm,
+        state,
+        NewWindow {
+            base: peers.base,
+            size: peers.size,
+            signal_pad,
+            exports: None,
+            owner: peers.owner,
+            peer_view: Some(peers.view),
+            owner_resources: peers.resources,
+        },
+    )
 }
 
 /// Whether `comm` takes a window over another owner's memory at all: not after
@@ -193,31 +201,18 @@ fn refuse_registration(comm: &Comm, error: Error) -> Error {
             let _ = link.contribute(seq, &refusal.encode());
             let _ = link.contribute(CONFIRM_TAG | seq, &[0]);
         }
-        None => {
-            let clique = &comm.clique;
-            let mut exchange = clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
-            let registration = exchange
-                .registrations
-                .entry(seq)
-                .or_insert_with(|| Registration {
-                    ranks: vec![None; clique.nranks],
-                    taken: 0,
-                });
-            registration.ranks[comm.rank] = Some(Deposit {
+        None => deposit_in_clique(
+            comm,
+            seq,
+            Deposit {
                 base: 0,
                 size: 0,
                 signal_pad: 0,
                 local: true,
                 owner: Owner::SYMM,
                 refused: true,
-            });
-            // This rank takes nothing from it: the registration goes once its peers took it.
-            registration.taken += 1;
-            if registration.taken == clique.nranks {
-                exchange.registrations.remove(&seq);
-            }
-            clique.exchange_changed.notify_all();
-        }
+            },
+        ),
     }
     crate::log!(
         Level::Warn,
@@ -469,25 +464,41 @@ fn deposit(comm: &Comm, window: &Window) -> Result<()> {
     if let Some(link) = &comm.link {
         return deposit_linked(comm, link, window);
     }
+    deposit_in_clique(
+        comm,
+        window.seq,
+        Deposit {
+            base: window.base,
+            size: window.size,
+            signal_pad: window.signal_pad.address,
+            local: true,
+            owner: window.owner,
+            refused: false,
+        },
+    );
+    Ok(())
+}
+
+/// Put this rank's `deposit` for registration `seq` in the clique's exchange (a refusal also
+/// counts as taken by this rank, which completes nothing), and wake the ranks waiting for it.
+fn deposit_in_clique(comm: &Comm, seq: u64, deposit: Deposit) {
     let clique = &comm.clique;
     let mut exchange = clique.exchange.lock().unwrap_or_else(|e| e.into_inner());
     let registration = exchange
         .registrations
-        .entry(window.seq)
+        .entry(seq)
         .or_insert_with(|| Registration {
             ranks: vec![None; clique.nranks],
             taken: 0,
         });
-    registration.ranks[comm.rank] = Some(Deposit {
-        base: window.base,
-        size: window.size,
-        signal_pad: window.signal_pad.address,
-        local: true,
-        owner: window.owner,
-        refused: false,
-    });
+    registration.ranks[comm.rank] = Some(deposit);
+    if deposit.refused {
+        registration.taken += 1;
+        if registration.taken == clique.nranks {
+            exchange.registrations.remove(&seq);
+        }
+    }
     clique.exchange_changed.notify_all();
-    Ok(())
 }
 
 /// Deposit through the bootstrap: the all-gather contribution (returns at once), then the
