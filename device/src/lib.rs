@@ -66,6 +66,11 @@ pub mod arch;
 pub(crate) mod arch;
 pub mod context;
 #[cfg(feature = "internals")]
+pub mod engine;
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code, unused_imports, unreachable_pub)]
+pub(crate) mod engine;
+#[cfg(feature = "internals")]
 pub mod exports;
 #[cfg(not(feature = "internals"))]
 #[allow(dead_code, unused_imports, unreachable_pub)]

@@ -31,6 +31,7 @@
 
 use crate::arch;
 use crate::context::{BackendTag, SymmContext};
+use crate::engine::{self, EngineWindow, NoEngine, SignalEngine};
 use crate::numeric::element::{Bf16, Element, F8E4M3, F8E5M2, F16};
 use crate::numeric::ops::{Avg, Max, Min, Prod, ReduceOp, Sum};
 use crate::symmetric::all_gather::all_gather;
@@ -88,21 +89,67 @@ fn program_grid() -> Option<Grid> {
     })
 }
 
-/// The context at `ctx` if it is a native window this library can use, else the status.
+/// Which protocol a device-function call runs: symm's native one (loads and stores to every
+/// peer), or the engine protocol of [`crate::engine`] through `E`.
+pub enum Route<'e, E: SignalEngine> {
+    /// The native protocol: the context's tag must be [`BackendTag::Native`].
+    Native,
+    /// The engine protocol: the context's tag must be [`BackendTag::Nvshmem`].
+    Engine(&'e E),
+}
+
+impl<E: SignalEngine> Route<'_, E> {
+    /// The tag a context must carry for this route.
+    #[inline(always)]
+    fn tag(&self) -> BackendTag {
+        match self {
+            Route::Native => BackendTag::Native,
+            Route::Engine(_) => BackendTag::Nvshmem,
+        }
+    }
+}
+
+/// The route of the context at `ctx` by its tag (the runtime dispatch of a kernel that links
+/// `engine`), or the status.
 ///
 /// # Safety
 /// `ctx` is 0 or the address of a host-built context.
 #[inline(always)]
-unsafe fn native_context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
+unsafe fn route_by_tag<E: SignalEngine>(ctx: i64, engine: &E) -> Result<Route<'_, E>, i32> {
+    if ctx == 0 {
+        return Err(status::NULL_CONTEXT);
+    }
+    // SAFETY: a non-null ctx is a host-built context (caller's contract).
+    let backend = unsafe { (*(ctx as u64 as *const SymmContext)).backend };
+    if backend == BackendTag::Native as u32 {
+        Ok(Route::Native)
+    } else if backend == BackendTag::Nvshmem as u32 {
+        Ok(Route::Engine(engine))
+    } else {
+        Err(status::UNKNOWN_BACKEND)
+    }
+}
+
+/// The context at `ctx` if `route` can use it, else the status.
+///
+/// # Safety
+/// `ctx` is 0 or the address of a host-built context.
+#[inline(always)]
+unsafe fn checked_context<'a, E: SignalEngine>(
+    ctx: i64,
+    route: &Route<'_, E>,
+) -> Result<&'a SymmContext, i32> {
     if ctx == 0 {
         return Err(status::NULL_CONTEXT);
     }
     // SAFETY: a non-null ctx is a host-built context (caller's contract).
     let context = unsafe { &*(ctx as u64 as *const SymmContext) };
-    if context.backend != BackendTag::Native as u32 {
+    if context.backend != route.tag() as u32 {
         return Err(status::UNKNOWN_BACKEND);
     }
-    if !context_is_valid(context) {
+    if !context_is_valid(context)
+        || (matches!(route, Route::Engine(_)) && !engine::context_is_usable(context))
+    {
         return Err(status::INVALID_ARGUMENT);
     }
     Ok(context)
@@ -113,7 +160,7 @@ unsafe fn native_context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
 /// raises.
 ///
 /// # Safety
-/// `ctx` is the address of a host-built context (checked by `native_context`).
+/// `ctx` is the address of a host-built context (checked by `checked_context`).
 #[inline(always)]
 unsafe fn refuse(ctx: i64, code: i32) -> i32 {
     if arch::thread_idx_x() == 0 {
@@ -156,9 +203,19 @@ fn status_of(outcome: KernelStatus) -> i32 {
     }
 }
 
+/// The device function's status for an engine-protocol outcome.
+#[inline(always)]
+fn engine_status(outcome: Result<(), engine::Aborted>) -> i32 {
+    match outcome {
+        Ok(()) => status::SUCCESS,
+        Err(engine::Aborted) => status::TIMEOUT,
+    }
+}
+
 /// In-place one-shot all-reduce of `num_elements` elements of `dtype` (a `symmDataType_t`) at
 /// `byte_offset` of the window described by `ctx`, with `reduce_op` (a `symmRedOp_t`).
 /// `local_ptr` is this rank's window base as the caller sees it, or 0 (not checked).
+/// A native window only: any other tag returns [`status::UNKNOWN_BACKEND`].
 ///
 /// # Safety
 /// `ctx` must be 0 or the address of a context built by the host for this rank, and the
@@ -173,12 +230,101 @@ pub unsafe fn symm_all_reduce_device(
     dtype: i32,
 ) -> i32 {
     // SAFETY: forwarded contract.
-    let context = match unsafe { native_context(ctx) } {
+    unsafe {
+        all_reduce_routed::<NoEngine>(
+            Route::Native,
+            ctx,
+            local_ptr,
+            byte_offset,
+            num_elements,
+            reduce_op,
+            dtype,
+        )
+    }
+}
+
+/// [`symm_all_reduce_device`] on an engine window ([`BackendTag::Nvshmem`]) through `engine`
+/// ([`crate::engine`]); any other tag returns [`status::UNKNOWN_BACKEND`].
+///
+/// # Safety
+/// As for [`symm_all_reduce_device`], in a kernel of the engine's job.
+#[inline(always)]
+pub unsafe fn symm_engine_all_reduce_device<E: SignalEngine>(
+    engine: &E,
+    ctx: i64,
+    local_ptr: i64,
+    byte_offset: i64,
+    num_elements: i64,
+    reduce_op: i32,
+    dtype: i32,
+) -> i32 {
+    // SAFETY: forwarded contract.
+    unsafe {
+        all_reduce_routed(
+            Route::Engine(engine),
+            ctx,
+            local_ptr,
+            byte_offset,
+            num_elements,
+            reduce_op,
+            dtype,
+        )
+    }
+}
+
+/// [`symm_all_reduce_device`] or [`symm_engine_all_reduce_device`], by the context's tag.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+pub unsafe fn symm_any_all_reduce_device<E: SignalEngine>(
+    engine: &E,
+    ctx: i64,
+    local_ptr: i64,
+    byte_offset: i64,
+    num_elements: i64,
+    reduce_op: i32,
+    dtype: i32,
+) -> i32 {
+    // SAFETY: forwarded contract.
+    match unsafe { route_by_tag(ctx, engine) } {
+        // SAFETY: forwarded contract; the route matches the context's tag.
+        Ok(route) => unsafe {
+            all_reduce_routed(
+                route,
+                ctx,
+                local_ptr,
+                byte_offset,
+                num_elements,
+                reduce_op,
+                dtype,
+            )
+        },
+        Err(code) => code,
+    }
+}
+
+/// The all-reduce on `route`: arguments checked, then one (type, operator) instance.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+unsafe fn all_reduce_routed<E: SignalEngine>(
+    route: Route<'_, E>,
+    ctx: i64,
+    local_ptr: i64,
+    byte_offset: i64,
+    num_elements: i64,
+    reduce_op: i32,
+    dtype: i32,
+) -> i32 {
+    // SAFETY: forwarded contract.
+    let context = match unsafe { checked_context(ctx, &route) } {
         Ok(context) => context,
         Err(code) => return code,
     };
     let Some(dtype) = u32::try_from(dtype).ok().and_then(DataType::from_raw) else {
-        // SAFETY: `native_context` checked the context.
+        // SAFETY: `checked_context` checked the context.
         return unsafe { refuse(ctx, status::UNSUPPORTED_DTYPE) };
     };
     let Some(op) = u32::try_from(reduce_op).ok().and_then(RedOp::from_raw) else {
@@ -194,50 +340,77 @@ pub unsafe fn symm_all_reduce_device(
         // SAFETY: as above.
         return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
-    let task = window_task(ctx, byte_offset, byte_offset, num_elements, FLAG_IN_PLACE);
-    // SAFETY: one task whose context (the same for both buffers) `native_context` checked
-    // above. Held by value: the task stays in registers.
-    let batch = unsafe { Batch::open_one(task) };
-    /// One (type, operator) instance. Inlined: a call would pass the batch through local
-    /// memory and spill around the call; a caller that gives `op` and `dtype` as compile-time
-    /// constants (Triton `tl.constexpr`) keeps only its one instance.
+    /// One (type, operator) instance on the route. Inlined: a call would pass the batch
+    /// through local memory and spill around the call; a caller that gives `op` and `dtype` as
+    /// compile-time constants (Triton `tl.constexpr`) keeps only its one instance.
     #[inline(always)]
-    fn reduce<T: Element, O: ReduceOp>(batch: &Batch<'_>, grid: Grid) -> i32 {
-        // SAFETY: the context is host-built (checked non-null, native, within the kernels'
-        // limits); the range lies in the window and is aligned for T (checked above).
-        status_of(unsafe { one_shot_all_reduce::<T, O>(batch, grid) })
-    }
-    #[inline(always)]
-    fn by_op<T: Element>(op: RedOp, batch: &Batch<'_>, grid: Grid) -> i32 {
-        match op {
-            RedOp::Sum => reduce::<T, Sum>(batch, grid),
-            RedOp::Prod => reduce::<T, Prod>(batch, grid),
-            RedOp::Max => reduce::<T, Max>(batch, grid),
-            RedOp::Min => reduce::<T, Min>(batch, grid),
-            RedOp::Avg => reduce::<T, Avg>(batch, grid),
+    fn reduce<T: Element, O: ReduceOp, E: SignalEngine>(
+        route: &Route<'_, E>,
+        ctx: i64,
+        context: &SymmContext,
+        byte_offset: i64,
+        num_elements: i64,
+        grid: Grid,
+    ) -> i32 {
+        match route {
+            Route::Native => {
+                let task = window_task(ctx, byte_offset, byte_offset, num_elements, FLAG_IN_PLACE);
+                // SAFETY: one task whose context (the same for both buffers) was checked
+                // native and valid; held by value, so the task stays in registers.
+                let batch = unsafe { Batch::open_one(task) };
+                // SAFETY: the context is host-built (checked non-null, native, within the
+                // kernels' limits); the range lies in the window and is aligned for T.
+                status_of(unsafe { one_shot_all_reduce::<T, O>(&batch, grid) })
+            }
+            Route::Engine(engine) => {
+                // SAFETY: an engine context checked usable; grid.block < MAX_PROGRAMS; every
+                // thread of the program calls alike (the module's rules).
+                let window = unsafe { EngineWindow::new(*engine, context, grid) };
+                engine_status(window.all_reduce::<T, O>(byte_offset as u64, num_elements as u64))
+            }
         }
     }
-    let batch = &batch;
+    #[inline(always)]
+    fn by_op<T: Element, E: SignalEngine>(
+        op: RedOp,
+        route: &Route<'_, E>,
+        ctx: i64,
+        context: &SymmContext,
+        byte_offset: i64,
+        num_elements: i64,
+        grid: Grid,
+    ) -> i32 {
+        let args = (route, ctx, context, byte_offset, num_elements, grid);
+        match op {
+            RedOp::Sum => reduce::<T, Sum, E>(args.0, args.1, args.2, args.3, args.4, args.5),
+            RedOp::Prod => reduce::<T, Prod, E>(args.0, args.1, args.2, args.3, args.4, args.5),
+            RedOp::Max => reduce::<T, Max, E>(args.0, args.1, args.2, args.3, args.4, args.5),
+            RedOp::Min => reduce::<T, Min, E>(args.0, args.1, args.2, args.3, args.4, args.5),
+            RedOp::Avg => reduce::<T, Avg, E>(args.0, args.1, args.2, args.3, args.4, args.5),
+        }
+    }
+    let route = &route;
+    let a = (ctx, context, byte_offset, num_elements, grid);
     match dtype {
-        DataType::Int8 => by_op::<i8>(op, batch, grid),
-        DataType::Uint8 => by_op::<u8>(op, batch, grid),
-        DataType::Int32 => by_op::<i32>(op, batch, grid),
-        DataType::Uint32 => by_op::<u32>(op, batch, grid),
-        DataType::Int64 => by_op::<i64>(op, batch, grid),
-        DataType::Uint64 => by_op::<u64>(op, batch, grid),
-        DataType::Float16 => by_op::<F16>(op, batch, grid),
-        DataType::Float32 => by_op::<f32>(op, batch, grid),
-        DataType::Float64 => by_op::<f64>(op, batch, grid),
-        DataType::Bfloat16 => by_op::<Bf16>(op, batch, grid),
-        DataType::Float8E4M3 => by_op::<F8E4M3>(op, batch, grid),
-        DataType::Float8E5M2 => by_op::<F8E5M2>(op, batch, grid),
+        DataType::Int8 => by_op::<i8, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Uint8 => by_op::<u8, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Int32 => by_op::<i32, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Uint32 => by_op::<u32, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Int64 => by_op::<i64, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Uint64 => by_op::<u64, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Float16 => by_op::<F16, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Float32 => by_op::<f32, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Float64 => by_op::<f64, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Bfloat16 => by_op::<Bf16, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Float8E4M3 => by_op::<F8E4M3, E>(op, route, a.0, a.1, a.2, a.3, a.4),
+        DataType::Float8E5M2 => by_op::<F8E5M2, E>(op, route, a.0, a.1, a.2, a.3, a.4),
     }
 }
 
 /// All-gather within the window described by `ctx`: this rank's `n_bytes` at
 /// `send_byte_offset` are stored at `recv_byte_offset + rank * n_bytes` of every rank's window.
 /// In place when the send range is exactly this rank's segment of the receive range; any other
-/// overlap of the two ranges is refused.
+/// overlap of the two ranges is refused. A native window only.
 ///
 /// # Safety
 /// As for [`symm_all_reduce_device`].
@@ -249,7 +422,77 @@ pub unsafe fn symm_all_gather_device(
     n_bytes: i64,
 ) -> i32 {
     // SAFETY: forwarded contract.
-    let context = match unsafe { native_context(ctx) } {
+    unsafe {
+        all_gather_routed::<NoEngine>(
+            Route::Native,
+            ctx,
+            send_byte_offset,
+            recv_byte_offset,
+            n_bytes,
+        )
+    }
+}
+
+/// [`symm_all_gather_device`] on an engine window through `engine`.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+pub unsafe fn symm_engine_all_gather_device<E: SignalEngine>(
+    engine: &E,
+    ctx: i64,
+    send_byte_offset: i64,
+    recv_byte_offset: i64,
+    n_bytes: i64,
+) -> i32 {
+    // SAFETY: forwarded contract.
+    unsafe {
+        all_gather_routed(
+            Route::Engine(engine),
+            ctx,
+            send_byte_offset,
+            recv_byte_offset,
+            n_bytes,
+        )
+    }
+}
+
+/// [`symm_all_gather_device`] or [`symm_engine_all_gather_device`], by the context's tag.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+pub unsafe fn symm_any_all_gather_device<E: SignalEngine>(
+    engine: &E,
+    ctx: i64,
+    send_byte_offset: i64,
+    recv_byte_offset: i64,
+    n_bytes: i64,
+) -> i32 {
+    // SAFETY: forwarded contract.
+    match unsafe { route_by_tag(ctx, engine) } {
+        // SAFETY: forwarded contract; the route matches the context's tag.
+        Ok(route) => unsafe {
+            all_gather_routed(route, ctx, send_byte_offset, recv_byte_offset, n_bytes)
+        },
+        Err(code) => code,
+    }
+}
+
+/// The all-gather on `route`.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+unsafe fn all_gather_routed<E: SignalEngine>(
+    route: Route<'_, E>,
+    ctx: i64,
+    send_byte_offset: i64,
+    recv_byte_offset: i64,
+    n_bytes: i64,
+) -> i32 {
+    // SAFETY: forwarded contract.
+    let context = match unsafe { checked_context(ctx, &route) } {
         Ok(context) => context,
         Err(code) => return code,
     };
@@ -271,54 +514,123 @@ pub unsafe fn symm_all_gather_device(
         && in_window(context, recv_byte_offset, recv_bytes)
         && (in_place || disjoint || n_bytes == 0);
     let Some(grid) = program_grid().filter(|_| valid) else {
-        // SAFETY: `native_context` checked the context.
+        // SAFETY: `checked_context` checked the context.
         return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
-    let flags = if in_place { FLAG_IN_PLACE } else { 0 };
-    let task = window_task(ctx, send_byte_offset, recv_byte_offset, n_bytes, flags);
-    // SAFETY: one task whose context (the same for both buffers) `native_context` checked
-    // above; held by value.
-    let batch = unsafe { Batch::open_one(task) };
-    // SAFETY: the context is host-built; both ranges lie in the window and do not overlap
-    // unless in place (checked above).
-    status_of(unsafe { all_gather(&batch, grid) })
+    match route {
+        Route::Native => {
+            let flags = if in_place { FLAG_IN_PLACE } else { 0 };
+            let task = window_task(ctx, send_byte_offset, recv_byte_offset, n_bytes, flags);
+            // SAFETY: one task whose context (the same for both buffers) was checked above;
+            // held by value.
+            let batch = unsafe { Batch::open_one(task) };
+            // SAFETY: the context is host-built; both ranges lie in the window and do not
+            // overlap unless in place (checked above).
+            status_of(unsafe { all_gather(&batch, grid) })
+        }
+        Route::Engine(engine) => {
+            // SAFETY: an engine context checked usable; grid.block < MAX_PROGRAMS.
+            let window = unsafe { EngineWindow::new(engine, context, grid) };
+            engine_status(window.all_gather(
+                send_byte_offset as u64,
+                recv_byte_offset as u64,
+                n_bytes as u64,
+                in_place,
+            ))
+        }
+    }
 }
 
 /// Barrier among the programs of one index: program `p` of this rank returns once program `p`
 /// of every rank has called it; what program `p` of any rank wrote (to its own or a peer's
-/// window) before the call is visible to program `p` of every rank after it.
+/// window) before the call is visible to program `p` of every rank after it. A native window
+/// only.
 ///
 /// # Safety
 /// As for [`symm_all_reduce_device`].
 #[inline(always)]
 pub unsafe fn symm_barrier_device(ctx: i64) -> i32 {
     // SAFETY: forwarded contract.
-    let context = match unsafe { native_context(ctx) } {
+    unsafe { barrier_routed::<NoEngine>(Route::Native, ctx) }
+}
+
+/// [`symm_barrier_device`] on an engine window through `engine`: what program `p` put through
+/// the engine or stored before the call is complete and visible to program `p` of every rank
+/// after it.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+pub unsafe fn symm_engine_barrier_device<E: SignalEngine>(engine: &E, ctx: i64) -> i32 {
+    // SAFETY: forwarded contract.
+    unsafe { barrier_routed(Route::Engine(engine), ctx) }
+}
+
+/// [`symm_barrier_device`] or [`symm_engine_barrier_device`], by the context's tag.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+pub unsafe fn symm_any_barrier_device<E: SignalEngine>(engine: &E, ctx: i64) -> i32 {
+    // SAFETY: forwarded contract.
+    match unsafe { route_by_tag(ctx, engine) } {
+        // SAFETY: forwarded contract; the route matches the context's tag.
+        // SAFETY: forwarded contract; the route matches the context's tag.
+        Ok(route) => unsafe { barrier_routed(route, ctx) },
+        Err(code) => code,
+    }
+}
+
+/// The barrier on `route`.
+///
+/// # Safety
+/// As for [`symm_engine_all_reduce_device`].
+#[inline(always)]
+unsafe fn barrier_routed<E: SignalEngine>(route: Route<'_, E>, ctx: i64) -> i32 {
+    // SAFETY: forwarded contract.
+    let context = match unsafe { checked_context(ctx, &route) } {
         Ok(context) => context,
         Err(code) => return code,
     };
     let Some(grid) = program_grid() else {
-        // SAFETY: `native_context` checked the context.
+        // SAFETY: `checked_context` checked the context.
         return unsafe { refuse(ctx, status::INVALID_ARGUMENT) };
     };
-    // No look at the abort word before announcing (it would leave this rank a barrier behind
-    // its peers, with its window not marked out of step): `start` refuses a window out of step
-    // and looks at the word while it waits (see `sync::barrier`).
-    // SAFETY: grid.block < MAX_BLOCKS and the world size is within the pad's limits (checked
-    // by `native_context` and `program_grid`); every thread of the block runs this sequence.
-    match unsafe { CrossRankBarrier::open(context, grid.block) }.start() {
-        Ok(barrier) => {
-            barrier.finish();
-            status::SUCCESS
+    match route {
+        Route::Native => {
+            // No look at the abort word before announcing (it would leave this rank a barrier
+            // behind its peers, with its window not marked out of step): `start` refuses a
+            // window out of step and looks at the word while it waits (see `sync::barrier`).
+            // SAFETY: grid.block < MAX_BLOCKS and the world size is within the pad's limits
+            // (checked by `checked_context` and `program_grid`); every thread of the block runs
+            // this sequence.
+            match unsafe { CrossRankBarrier::open(context, grid.block) }.start() {
+                Ok(barrier) => {
+                    barrier.finish();
+                    status::SUCCESS
+                }
+                Err(_) => status::TIMEOUT,
+            }
         }
-        Err(_) => status::TIMEOUT,
+        Route::Engine(engine) => {
+            // SAFETY: an engine context checked usable; grid.block < MAX_PROGRAMS.
+            let window = unsafe { EngineWindow::new(engine, context, grid) };
+            engine_status(window.barrier())
+        }
     }
 }
 
 /// The exported symbols, in the Triton-linkable library only (`cargo xtask ptx` builds the
 /// device crate with the `triton-library` feature for it); the kernel PTX does not carry them.
+///
+/// * `symm_all_reduce`, `symm_all_gather`, `symm_barrier`: native windows;
+/// * `symm_nvshmem_*`: NVSHMEM engine windows, for a kernel linked with NVSHMEM's device
+///   bitcode;
+/// * `symm_dispatch_nvshmem_*`: either, by the context's tag (same link requirement).
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 mod exported {
+    use crate::engine::nvshmem::Nvshmem;
+
     /// See [`super::symm_all_reduce_device`].
     ///
     /// # Safety
@@ -368,5 +680,125 @@ mod exported {
     pub unsafe extern "C" fn symm_barrier(ctx: i64) -> i32 {
         // SAFETY: forwarded contract.
         unsafe { super::symm_barrier_device(ctx) }
+    }
+
+    /// See [`super::symm_engine_all_reduce_device`], through NVSHMEM.
+    ///
+    /// # Safety
+    /// As for [`super::symm_engine_all_reduce_device`].
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn symm_nvshmem_all_reduce(
+        ctx: i64,
+        local_ptr: i64,
+        byte_offset: i64,
+        num_elements: i64,
+        reduce_op: i32,
+        dtype: i32,
+    ) -> i32 {
+        // SAFETY: forwarded contract.
+        unsafe {
+            super::symm_engine_all_reduce_device(
+                &Nvshmem,
+                ctx,
+                local_ptr,
+                byte_offset,
+                num_elements,
+                reduce_op,
+                dtype,
+            )
+        }
+    }
+
+    /// See [`super::symm_engine_all_gather_device`], through NVSHMEM.
+    ///
+    /// # Safety
+    /// As for [`super::symm_engine_all_gather_device`].
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn symm_nvshmem_all_gather(
+        ctx: i64,
+        send_byte_offset: i64,
+        recv_byte_offset: i64,
+        n_bytes: i64,
+    ) -> i32 {
+        // SAFETY: forwarded contract.
+        unsafe {
+            super::symm_engine_all_gather_device(
+                &Nvshmem,
+                ctx,
+                send_byte_offset,
+                recv_byte_offset,
+                n_bytes,
+            )
+        }
+    }
+
+    /// See [`super::symm_engine_barrier_device`], through NVSHMEM.
+    ///
+    /// # Safety
+    /// As for [`super::symm_engine_barrier_device`].
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn symm_nvshmem_barrier(ctx: i64) -> i32 {
+        // SAFETY: forwarded contract.
+        unsafe { super::symm_engine_barrier_device(&Nvshmem, ctx) }
+    }
+
+    /// See [`super::symm_any_all_reduce_device`], with NVSHMEM as the engine.
+    ///
+    /// # Safety
+    /// As for [`super::symm_any_all_reduce_device`].
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn symm_dispatch_nvshmem_all_reduce(
+        ctx: i64,
+        local_ptr: i64,
+        byte_offset: i64,
+        num_elements: i64,
+        reduce_op: i32,
+        dtype: i32,
+    ) -> i32 {
+        // SAFETY: forwarded contract.
+        unsafe {
+            super::symm_any_all_reduce_device(
+                &Nvshmem,
+                ctx,
+                local_ptr,
+                byte_offset,
+                num_elements,
+                reduce_op,
+                dtype,
+            )
+        }
+    }
+
+    /// See [`super::symm_any_all_gather_device`], with NVSHMEM as the engine.
+    ///
+    /// # Safety
+    /// As for [`super::symm_any_all_gather_device`].
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn symm_dispatch_nvshmem_all_gather(
+        ctx: i64,
+        send_byte_offset: i64,
+        recv_byte_offset: i64,
+        n_bytes: i64,
+    ) -> i32 {
+        // SAFETY: forwarded contract.
+        unsafe {
+            super::symm_any_all_gather_device(
+                &Nvshmem,
+                ctx,
+                send_byte_offset,
+                recv_byte_offset,
+                n_bytes,
+            )
+        }
+    }
+
+    /// See [`super::symm_any_barrier_device`], with NVSHMEM as the engine.
+    ///
+    /// # Safety
+    /// As for [`super::symm_any_barrier_device`].
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn symm_dispatch_nvshmem_barrier(ctx: i64) -> i32 {
+        // SAFETY: forwarded contract.
+        unsafe { super::symm_any_barrier_device(&Nvshmem, ctx) }
     }
 }

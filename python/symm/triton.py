@@ -64,6 +64,10 @@ __all__ = [
     "all_reduce",
     "all_gather",
     "barrier",
+    "BACKEND_DEFAULT",
+    "BACKEND_NATIVE",
+    "BACKEND_NVSHMEM",
+    "BACKEND_NCCL",
     "library",
     "extern_libs",
     "ENGINES",
@@ -330,32 +334,94 @@ def _call(symbol: str, args: list, types: tuple, _semantic: Any) -> Any:
     )
 
 
+#: Backend hints, the last argument of :func:`all_reduce`, :func:`all_gather` and
+#: :func:`barrier` (a ``tl.constexpr``). ``BACKEND_DEFAULT`` dispatches at run time on the
+#: context's tag among the protocols the kernel links: native windows always, NVSHMEM engine
+#: windows when the kernel links NVSHMEM's device bitcode (``engines=("nvshmem",)``). A
+#: constant hint compiles one path: ``BACKEND_NATIVE`` native windows only, ``BACKEND_NVSHMEM``
+#: NVSHMEM engine windows only (a context of another tag returns
+#: :data:`STATUS_UNKNOWN_BACKEND`). ``BACKEND_NCCL`` is reserved: NCCL engine windows are not
+#: implemented (a window over NCCL memory whose peers are all reachable is native).
+BACKEND_DEFAULT = tl.constexpr(-1)
+BACKEND_NATIVE = tl.constexpr(0)
+BACKEND_NVSHMEM = tl.constexpr(1)
+BACKEND_NCCL = tl.constexpr(2)
+
+
+def _linked_engines(_semantic: Any) -> Optional[set]:
+    """The engines whose bitcode the kernel being compiled links (from Triton's
+    ``extern_libs`` option), or None when this Triton does not say."""
+    options = getattr(getattr(_semantic, "builder", None), "options", None)
+    libs = getattr(options, "extern_libs", None)
+    if libs is None:
+        return None
+    names = {name for name, _ in (libs.items() if isinstance(libs, dict) else libs)}
+    return {engine for engine, (name, _) in ENGINES.items() if name in names}
+
+
+def _symbol(function: str, backend: Any, _semantic: Any) -> str:
+    """The library symbol of ``function`` for the backend hint ``backend``."""
+    hint = backend.value if isinstance(backend, core.constexpr) else backend
+    if not isinstance(hint, int) or isinstance(hint, bool):
+        raise InvalidArgumentError(
+            f"symm.triton.{function}: the backend hint must be a tl.constexpr "
+            f"(BACKEND_DEFAULT, BACKEND_NATIVE, BACKEND_NVSHMEM), not {backend!r}"
+        )
+    linked = _linked_engines(_semantic)
+    if hint == BACKEND_DEFAULT.value:
+        return f"symm_dispatch_nvshmem_{function}" if linked and "nvshmem" in linked else f"symm_{function}"
+    if hint == BACKEND_NATIVE.value:
+        return f"symm_{function}"
+    if hint == BACKEND_NVSHMEM.value:
+        if linked is not None and "nvshmem" not in linked:
+            raise InvalidArgumentError(
+                f"symm.triton.{function} with BACKEND_NVSHMEM needs NVSHMEM's device bitcode "
+                "linked: compile the kernel with engines=(\"nvshmem\",) (symm.triton.jit, "
+                "requires_symm, compile)"
+            )
+        return f"symm_nvshmem_{function}"
+    if hint == BACKEND_NCCL.value:
+        raise UnsupportedError(
+            f"symm.triton.{function} with BACKEND_NCCL: symm's device functions do not "
+            "implement NCCL engine windows (peers reached only through NCCL's GIN). A window "
+            "over NCCL memory whose peers are all load/store reachable is native: use "
+            "BACKEND_DEFAULT or BACKEND_NATIVE"
+        )
+    raise InvalidArgumentError(
+        f"symm.triton.{function}: unknown backend hint {hint} (BACKEND_DEFAULT = -1, "
+        "BACKEND_NATIVE = 0, BACKEND_NVSHMEM = 1)"
+    )
+
+
 @core.extern
-def all_reduce(ctx, local_ptr, byte_offset, n, op, dtype, _semantic=None):
+def all_reduce(ctx, local_ptr, byte_offset, n, op, dtype, backend=BACKEND_DEFAULT, _semantic=None):
     """In-place all-reduce of ``n`` elements of ``dtype`` at ``byte_offset`` of the window whose
     device context is ``ctx``, with ``op``. ``local_ptr`` is this rank's window base, or 0.
-    Returns an int32 status (:data:`SUCCESS` = 0)."""
+    ``backend`` is a backend hint (:data:`BACKEND_DEFAULT`). Returns an int32 status
+    (:data:`SUCCESS` = 0)."""
     args = [_i64(ctx, _semantic), _i64(local_ptr, _semantic), _i64(byte_offset, _semantic),
             _i64(n, _semantic), _i32(op, _semantic), _i32(dtype, _semantic)]
     i64, i32 = core.int64, core.int32
-    return _call("symm_all_reduce", args, (i64, i64, i64, i64, i32, i32), _semantic)
+    return _call(_symbol("all_reduce", backend, _semantic), args, (i64, i64, i64, i64, i32, i32), _semantic)
 
 
 @core.extern
-def all_gather(ctx, send_byte_offset, recv_byte_offset, n_bytes, _semantic=None):
+def all_gather(ctx, send_byte_offset, recv_byte_offset, n_bytes, backend=BACKEND_DEFAULT, _semantic=None):
     """All-gather within one window: this rank's ``n_bytes`` at ``send_byte_offset`` land at
-    ``recv_byte_offset + rank * n_bytes`` of every rank's window. Returns an int32 status."""
+    ``recv_byte_offset + rank * n_bytes`` of every rank's window. ``backend`` is a backend hint
+    (:data:`BACKEND_DEFAULT`). Returns an int32 status."""
     args = [_i64(ctx, _semantic), _i64(send_byte_offset, _semantic),
             _i64(recv_byte_offset, _semantic), _i64(n_bytes, _semantic)]
     i64 = core.int64
-    return _call("symm_all_gather", args, (i64, i64, i64, i64), _semantic)
+    return _call(_symbol("all_gather", backend, _semantic), args, (i64, i64, i64, i64), _semantic)
 
 
 @core.extern
-def barrier(ctx, _semantic=None):
+def barrier(ctx, backend=BACKEND_DEFAULT, _semantic=None):
     """Program ``p`` of this rank waits for program ``p`` of every rank; their earlier stores
-    are visible afterwards. Returns an int32 status."""
-    return _call("symm_barrier", [_i64(ctx, _semantic)], (core.int64,), _semantic)
+    (and, on an NVSHMEM engine window, their puts) are visible afterwards. ``backend`` is a
+    backend hint (:data:`BACKEND_DEFAULT`). Returns an int32 status."""
+    return _call(_symbol("barrier", backend, _semantic), [_i64(ctx, _semantic)], (core.int64,), _semantic)
 
 
 def _is_tuner(fn: Any) -> bool:

@@ -79,6 +79,19 @@ fn build(nvcc: &Path) -> Result<(), String> {
     std::fs::create_dir_all(&out).map_err(|e| format!("creating {out:?}: {e}"))?;
     let ptx = out.join("symm_device.ptx");
     let library = crate::ptx::plain_triton_library(&out)?;
+    // The native functions only: the engine ones reference NVSHMEM's device API, which a CUDA
+    // C++ program linking this archive need not have.
+    let native = out.join("symm_device_native.bc");
+    run(Command::new(crate::ptx::llvm_tool("opt")?)
+        .arg("-passes=internalize,globaldce")
+        .arg(format!(
+            "-internalize-public-api-list={}",
+            crate::ptx::NATIVE_FUNCTIONS.join(",")
+        ))
+        .arg(&library)
+        .arg("-o")
+        .arg(&native))?;
+    let library = native;
     // No jump tables: an indexed branch (`brx.idx`) is slower than the few compares it
     // replaces here, and the simulated GPU runs the same text.
     run(Command::new(crate::ptx::llvm_tool("llc")?)
@@ -199,6 +212,11 @@ mod tests {
     fn library_functions(text: &str) -> Vec<(String, Vec<String>)> {
         text.lines()
             .filter(|l| l.starts_with("define ") && !l.contains(" internal "))
+            .filter(|l| {
+                crate::ptx::NATIVE_FUNCTIONS
+                    .iter()
+                    .any(|f| l.contains(&format!(" @{f}(")))
+            })
             .map(|l| {
                 let at = l.find(" @").expect("name");
                 let (name, params) = l[at + 2..].split_once('(').expect("parameters");

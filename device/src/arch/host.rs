@@ -658,6 +658,14 @@ pub unsafe fn load_relaxed_sys_u32(ptr: *const u32) -> u32 {
     unsafe { atomic_u32(ptr as *mut u32) }.load(Ordering::Relaxed)
 }
 
+/// Acquire-release fence (system scope on the GPU).
+pub fn fence_acq_rel_sys() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::AcqRel);
+    #[cfg(not(loom))]
+    core::sync::atomic::fence(Ordering::AcqRel);
+}
+
 /// Release store of a `u32` (system scope on the GPU).
 ///
 /// # Safety

@@ -20,9 +20,10 @@ pub mod host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::{
     atomic_add_acq_rel_sys_u32, atomic_add_gpu_u32, atomic_exchange_gpu_u32, block_dim_x,
-    block_idx_x, compare_exchange_sys_u32, global_timer_ns, grid_dim_x, launch_is_one_dimensional,
-    load_acquire_sys_u32, load_line, load_relaxed_sys_u32, nanosleep, single_thread_block,
-    store_line, store_release_sys_u32, sync_threads, sync_threads_or, thread_idx_x,
+    block_idx_x, compare_exchange_sys_u32, fence_acq_rel_sys, global_timer_ns, grid_dim_x,
+    launch_is_one_dimensional, load_acquire_sys_u32, load_line, load_relaxed_sys_u32, nanosleep,
+    single_thread_block, store_line, store_release_sys_u32, sync_threads, sync_threads_or,
+    thread_idx_x,
 };
 
 #[cfg(loom)]

@@ -125,6 +125,14 @@ pub unsafe fn load_relaxed_sys_u32(ptr: *const u32) -> u32 {
     value
 }
 
+/// System-scope acquire-release fence (`fence.acq_rel.sys`): orders this thread's memory
+/// operations before it against those after it, for observers on any GPU or the host.
+#[inline(always)]
+pub fn fence_acq_rel_sys() {
+    // SAFETY: a fence has no memory-safety preconditions.
+    unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
+}
+
 /// System-scope release store of a `u32` (`st.release.sys.u32`).
 ///
 /// # Safety

@@ -1,0 +1,74 @@
+//! `SignalEngine` over NVSHMEM's device API, for kernels linked with NVSHMEM's device bitcode
+//! (`libnvshmem_device*.bc`): the symbols are resolved when Triton links the kernel, and the
+//! module needs `nvshmemx_cumodule_init` before its first launch (`symm.triton` does both).
+//! Only in the Triton-linkable library: symm's own kernels never reference NVSHMEM.
+
+#[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+use super::SignalEngine;
+
+/// `NVSHMEM_SIGNAL_ADD` of `nvshmemx_signal_op_t`.
+pub const SIGNAL_ADD: i32 = 10;
+
+/// The NVSHMEM device API (PE numbers are symm ranks: the host refuses a window whose ranks
+/// are not the job's PEs in order).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Nvshmem;
+
+#[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+mod api {
+    use core::ffi::c_void;
+
+    unsafe extern "C" {
+        pub fn nvshmemx_putmem_signal_nbi_block(
+            dest: *mut c_void,
+            source: *const c_void,
+            bytes: usize,
+            signal: *mut u64,
+            value: u64,
+            operation: i32,
+            pe: i32,
+        );
+        pub fn nvshmemx_signal_op(signal: *mut u64, value: u64, operation: i32, pe: i32);
+        pub fn nvshmem_signal_fetch(signal: *const u64) -> u64;
+        pub fn nvshmem_quiet();
+    }
+}
+
+#[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+// SAFETY: NVSHMEM delivers a put-with-signal's data before its signal, its signal operations
+// are atomic, and `nvshmem_quiet` completes the calling PE's puts.
+unsafe impl SignalEngine for Nvshmem {
+    #[inline(always)]
+    unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32) {
+        // SAFETY: forwarded contract (symmetric ranges and word, a PE of the job).
+        unsafe {
+            api::nvshmemx_putmem_signal_nbi_block(
+                dest as *mut _,
+                src as *const _,
+                bytes as usize,
+                signal as *mut u64,
+                1,
+                SIGNAL_ADD,
+                pe as i32,
+            )
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn signal_add(&self, signal: u64, pe: u32) {
+        // SAFETY: forwarded contract.
+        unsafe { api::nvshmemx_signal_op(signal as *mut u64, 1, SIGNAL_ADD, pe as i32) }
+    }
+
+    #[inline(always)]
+    unsafe fn signal_fetch(&self, signal: u64) -> u64 {
+        // SAFETY: forwarded contract.
+        unsafe { api::nvshmem_signal_fetch(signal as *const u64) }
+    }
+
+    #[inline(always)]
+    unsafe fn quiet(&self) {
+        // SAFETY: device code of an NVSHMEM job (forwarded contract).
+        unsafe { api::nvshmem_quiet() }
+    }
+}
