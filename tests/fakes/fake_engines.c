@@ -70,6 +70,9 @@ int fake_engine_init(const char *directory, int rank, int ranks) {
   return 0;
 }
 
+/* Where this process maps PE pe's heap, reachable or not (the tests' stand-in for the
+   engine's own transport to a PE it gives no address for). */
+void *fake_engine_peer_heap(int pe) { return pe >= 0 && pe < n_pes ? peer_heaps[pe] : NULL; }
 /* The NCCL communicator handle of this process's rank. */
 void *fake_engine_nccl_comm(void) { return &the_comm; }
 /* Allocations (either engine's) not freed yet, and NCCL windows not deregistered yet. */

@@ -14,6 +14,7 @@
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use symm::*;
 use symm_tests::*;
@@ -93,6 +94,7 @@ struct Fake {
         unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int,
     window_deregister: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
     nvshmem_malloc: unsafe extern "C" fn(usize) -> *mut c_void,
+    peer_heap: unsafe extern "C" fn(c_int) -> *mut c_void,
 }
 
 fn load_fake() -> Fake {
@@ -118,6 +120,7 @@ fn load_fake() -> Fake {
             window_register: as_function(symbol("ncclCommWindowRegister")),
             window_deregister: as_function(symbol("ncclCommWindowDeregister")),
             nvshmem_malloc: as_function(symbol("nvshmem_malloc")),
+            peer_heap: as_function(symbol("fake_engine_peer_heap")),
         }
     }
 }
@@ -169,6 +172,167 @@ fn collectives_on(comm: symmComm_t, rank: usize, base: *mut u8, count: usize, wh
         for (i, g) in got.iter().enumerate() {
             assert_eq!(*g as f64, want[i % count], "{what}: all-gather element {i}");
         }
+    }
+}
+
+/// NVSHMEM's device API as the stand-in provides it: a symmetric address is this process's
+/// address in its own heap, and every PE's heap is mapped here (the stand-in's transport to a
+/// PE it gives no address for). A put copies, then adds to the signal with release ordering.
+struct HeapEngine {
+    heaps: Vec<u64>,
+    own: u64,
+}
+
+impl HeapEngine {
+    fn translate(&self, address: u64, pe: u32) -> u64 {
+        assert!(
+            (self.own..self.own + (64 << 20)).contains(&address),
+            "{address:#x}"
+        );
+        self.heaps[pe as usize] + (address - self.own)
+    }
+}
+
+// SAFETY: copies complete before the signal add (release); adds are atomic (shared memory);
+// puts are synchronous.
+unsafe impl symm_device::engine::SignalEngine for HeapEngine {
+    unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32) {
+        symm_device::arch::host::sync_threads();
+        if symm_device::arch::host::thread_idx_x() == 0 {
+            // SAFETY: both ranges lie in mapped heaps (symmetric addresses of the window).
+            unsafe {
+                std::ptr::copy(
+                    src as *const u8,
+                    self.translate(dest, pe) as *mut u8,
+                    bytes as usize,
+                )
+            };
+            // SAFETY: an aligned signal word of a mapped pad.
+            unsafe { AtomicU64::from_ptr(self.translate(signal, pe) as *mut u64) }
+                .fetch_add(1, Ordering::Release);
+        }
+        symm_device::arch::host::sync_threads();
+    }
+
+    unsafe fn signal_add(&self, signal: u64, pe: u32) {
+        // SAFETY: an aligned signal word of a mapped pad.
+        unsafe { AtomicU64::from_ptr(self.translate(signal, pe) as *mut u64) }
+            .fetch_add(1, Ordering::Release);
+    }
+
+    unsafe fn signal_fetch(&self, signal: u64) -> u64 {
+        // SAFETY: an aligned signal word of this rank's pad.
+        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire)
+    }
+
+    unsafe fn quiet(&self) {}
+}
+
+/// Run `body` on every thread of a `programs × 4` grid of the host emulation, as a launch of
+/// a kernel calling a device function; its status (every thread's, checked equal).
+fn launch(programs: u32, body: &(dyn Fn() -> i32 + Sync)) -> i32 {
+    let statuses = std::sync::Mutex::new(Vec::new());
+    symm_device::arch::host::run_grid(programs, 4, &|| {
+        let status = body();
+        statuses.lock().unwrap().push(status);
+    });
+    let statuses = statuses.into_inner().unwrap();
+    assert!(statuses.iter().all(|s| *s == statuses[0]), "{statuses:?}");
+    statuses[0]
+}
+
+/// The NVSHMEM engine window `window` of `comm` (this rank has no address for `hidden`): its
+/// context is tagged for NVSHMEM with the engine's handles, symm's collectives are refused
+/// naming why, and the device functions' engine protocol gives exact results across the rank
+/// processes.
+fn engine_window_on(
+    fake: &Fake,
+    comm: symmComm_t,
+    window: symmWindow_t,
+    rank: usize,
+    base: *mut u8,
+    count: usize,
+    hidden: usize,
+) {
+    use symm_device::context::{BackendTag, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
+    use symm_device::triton::{
+        status, symm_engine_all_gather_device, symm_engine_all_reduce_device,
+        symm_engine_barrier_device,
+    };
+    let mut address: *const c_void = std::ptr::null();
+    // SAFETY: a valid out-pointer.
+    check(
+        unsafe { symmCommGetDeviceContext(comm, window, &mut address) },
+        comm,
+    );
+    // SAFETY: the host backend's contexts are host memory that lives with the window.
+    let context = unsafe { &*(address as *const SymmContext) };
+    assert_eq!(context.backend, BackendTag::Nvshmem as u32);
+    assert_eq!(context.engine[ENGINE_DATA], base as u64);
+    assert_ne!(context.engine[ENGINE_SIGNALS], 0);
+    // SAFETY: a table of RANKS entries.
+    let peer_bases = unsafe { std::slice::from_raw_parts(context.peer_bases as *const u64, RANKS) };
+    assert_eq!(
+        peer_bases[hidden], 0,
+        "the peer NVSHMEM gives no address for"
+    );
+    assert_eq!(peer_bases[rank], base as u64);
+
+    let ptr = base.cast::<c_void>();
+    let result = symmAllReduce(ptr, ptr, count, F32, SUM, comm, null_mut());
+    assert_ne!(result, symmResult_t::symmSuccess);
+    let message = last_error(comm);
+    assert!(
+        message.contains("peers reachable only through NVSHMEM")
+            && message.contains("device functions linked with the engine"),
+        "{message}"
+    );
+
+    let engine = HeapEngine {
+        // SAFETY: the stand-in is initialized.
+        heaps: (0..RANKS)
+            .map(|pe| unsafe { (fake.peer_heap)(pe as c_int) } as u64)
+            .collect(),
+        // SAFETY: as above.
+        own: unsafe { (fake.peer_heap)(rank as c_int) } as u64,
+    };
+    let ctx = address as i64;
+    for round in 0..4 {
+        let mine: Vec<f32> = (0..count).map(|i| value(rank, i, round)).collect();
+        put_f32(base, &mine);
+        let programs = 1 + (round as u32 % 3);
+        // SAFETY: this rank's engine context; the range lies in the window.
+        let reduced = launch(programs, &|| unsafe {
+            symm_engine_all_reduce_device(&engine, ctx, 0, 0, count as i64, SUM, F32)
+        });
+        assert_eq!(reduced, status::SUCCESS, "round {round}");
+        let want: Vec<f32> = (0..count)
+            .map(|i| (0..RANKS).map(|r| value(r, i, round)).sum())
+            .collect();
+        assert_eq!(
+            get_f32(base, count),
+            want,
+            "engine all-reduce, round {round}"
+        );
+        // SAFETY: as above; the receive range follows the send range.
+        let gathered = launch(programs, &|| unsafe {
+            symm_engine_all_gather_device(&engine, ctx, 0, 4 * count as i64, 4 * count as i64)
+        });
+        assert_eq!(gathered, status::SUCCESS, "round {round}");
+        // SAFETY: inside the window.
+        let got = get_f32(unsafe { base.add(4 * count) }, RANKS * count);
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(
+                *g,
+                want[i % count],
+                "engine all-gather element {i}, round {round}"
+            );
+        }
+        // SAFETY: this rank's engine context.
+        let met = launch(programs, &|| unsafe {
+            symm_engine_barrier_device(&engine, ctx)
+        });
+        assert_eq!(met, status::SUCCESS, "round {round}");
     }
 }
 
@@ -321,14 +485,32 @@ fn engine_rank() {
         symmCommWindowRegisterNccl(first, nccl_comm, nccl_window, 4096, bytes, &mut window)
     };
     refused(first, result, &["create a new communicator"]);
+    // NVSHMEM reaches the peer itself: an engine window, on which symm's collectives are
+    // refused and the engine protocol of the device functions runs.
     let second = split();
     // SAFETY: a symmetric address with `bytes` bytes; a valid out-pointer.
-    let result =
-        unsafe { symmCommWindowRegisterNvshmem(second, inside.cast(), bytes, &mut window) };
-    refused(
+    check(
+        unsafe { symmCommWindowRegisterNvshmem(second, inside.cast(), bytes, &mut window) },
         second,
+    );
+    engine_window_on(&fake, second, window, rank, inside, count, hidden);
+    check(symmCommWindowDeregister(second, window), second);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
+    // One rank alone lacks an address for a peer: it would run the engine protocol while its
+    // peers run symm's, so the registration is refused on every rank.
+    if rank == 0 {
+        // SAFETY: as above.
+        unsafe { std::env::set_var("FAKE_ENGINE_UNREACHABLE", "2") };
+    }
+    let fourth = split();
+    // SAFETY: a symmetric address with `bytes` bytes; a valid out-pointer.
+    let result =
+        unsafe { symmCommWindowRegisterNvshmem(fourth, inside.cast(), bytes, &mut window) };
+    refused(
+        fourth,
         result,
-        &[&format!("peerBuffs[{hidden}] is NULL"), "NVSHMEM"],
+        &["peers reachable only through NVSHMEM", "every rank"],
     );
     // SAFETY: as above.
     unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
@@ -346,7 +528,7 @@ fn engine_rank() {
         )
     };
     refused(third, result, &["every rank", "an NCCL window at offset"]);
-    for child in [first, second, third] {
+    for child in [first, second, third, fourth] {
         check(symmCommDestroy(child), null_mut());
     }
     // SAFETY: the user's NCCL window, deregistered once.

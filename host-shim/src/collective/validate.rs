@@ -78,6 +78,15 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
     }
     let window = windows::find(comm, address, bytes)
         .ok_or_else(|| Error::invalid_argument(outside_windows(comm, name, address, bytes)))?;
+    if window.owner.kind.backend_tag() != symm_device::BackendTag::Native {
+        return Err(Error::invalid_usage(format!(
+            "{name} lies in the window at {:#x} over {}: symm's collectives need every peer \
+             reachable by loads and stores; on this window only device functions linked with \
+             the engine run (symm.triton with engines=(\"nvshmem\",))",
+            window.base,
+            window.owner.kind.name()
+        )));
+    }
     if !(address - window.base).is_multiple_of(align) {
         return Err(Error::invalid_argument(format!(
             "{name} is at offset {} of its window, not a multiple of the element size {align}",

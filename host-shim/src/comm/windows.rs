@@ -251,8 +251,15 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
             view.pad_bytes
         )));
     }
+    // An engine window reaches a peer without an address through the engine; its own
+    // entries, and every entry of any other window, are addresses.
+    let engine_window = peers.owner.kind.backend_tag() != symm_device::BackendTag::Native;
     for (table, name) in [(&view.bases, "peerBuffs"), (&view.pads, "peerSignalPads")] {
-        if let Some(rank) = table.iter().position(|a| *a == 0) {
+        if let Some(rank) = table
+            .iter()
+            .enumerate()
+            .position(|(r, a)| *a == 0 && (!engine_window || r == comm.rank))
+        {
             return Err(Error::invalid_argument(format!(
                 "{name}[{rank}] is NULL: rank {rank}'s memory is not reachable by loads and \
                  stores from rank {} ({} maps no address for it here); symm's kernels need \
@@ -294,6 +301,8 @@ fn check_peer_window(comm: &Comm, peers: &PeerWindow) -> Result<()> {
                 p..p.saturating_add(view.pad_bytes),
             )
         }))
+        // A peer reached through the engine has no range here.
+        .filter(|(_, range)| range.start != 0)
         .collect();
     for (i, (name, range)) in ranges.iter().enumerate() {
         if let Some((other, _)) = ranges[i + 1..]
@@ -862,7 +871,14 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
     if let Some(view) = &window.peer_view {
         // The owner keeps every rank's memory and pad mapped while the window lives.
-        return upload_context(comm, window, &view.bases, &view.pads, view.pad_bytes);
+        return upload_context(
+            comm,
+            window,
+            &view.bases,
+            &view.pads,
+            view.pad_bytes,
+            (window.owner.kind.backend_tag(), view.engine),
+        );
     }
     // Hold the signal pads of the other ranks of this process: this rank's kernels write into
     // them for as long as the window exists.
@@ -915,7 +931,14 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     let bases: Vec<u64> = deposits.iter().map(|d| d.base).collect();
     let pads: Vec<u64> = deposits.iter().map(|d| d.signal_pad).collect();
     let pad_bytes = signal_pad_bytes(deposits.len()) as u64;
-    upload_context(comm, window, &bases, &pads, pad_bytes)
+    upload_context(
+        comm,
+        window,
+        &bases,
+        &pads,
+        pad_bytes,
+        (BackendTag::Native, [0; 3]),
+    )
 }
 
 /// Build this rank's context of `window` in device memory: the `SymmContext`, then the table
@@ -926,6 +949,7 @@ fn upload_context(
     bases: &[u64],
     pads: &[u64],
     pad_bytes: u64,
+    (tag, engine): (BackendTag, [u64; 3]),
 ) -> Result<()> {
     let nranks = bases.len();
     let ctx_bytes = std::mem::size_of::<SymmContext>();
@@ -934,7 +958,7 @@ fn upload_context(
     let total = ctx_bytes + 2 * table_bytes;
     let address = backend.alloc_zeroed(comm.device, total)?;
     let host = SymmContext {
-        backend: BackendTag::Native as u32,
+        backend: tag as u32,
         version: CONTEXT_VERSION,
         rank: comm.rank as u32,
         world_size: nranks as u32,
@@ -945,7 +969,7 @@ fn upload_context(
         signal_pad_size: pad_bytes,
         abort_flag: window.abort.device,
         timeout_ns: comm.clique.timeout.as_nanos().min(u64::MAX as u128) as u64,
-        engine: [0; 3],
+        engine,
     };
     let mut image = Vec::with_capacity(total);
     image.extend_from_slice(bytemuck::bytes_of(&host));

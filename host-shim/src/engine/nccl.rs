@@ -224,6 +224,7 @@ pub fn register(
                 bases,
                 pads: pad_addresses,
                 pad_bytes: pad_bytes as u64,
+                engine: [0; 3],
             },
             resources: Some(Box::new(pads)),
         },

@@ -1,8 +1,11 @@
 //! `symmCommWindowRegisterNvshmem`: a window over bytes of NVSHMEM's symmetric heap
 //! (`nvshmem_malloc`), in a job whose PEs are the communicator's ranks (PE `r` is rank `r`).
-//! Every peer's address comes from the host's `nvshmem_ptr` (NULL for a PE not reachable by
-//! loads and stores, which is refused); the signal pads are a small `nvshmem_malloc`
-//! allocation, freed (`nvshmem_free`, collective) with the symm window.
+//! Every peer's address comes from the host's `nvshmem_ptr`. When every PE is reachable by
+//! loads and stores the window is native (symm's kernels run on it); when `nvshmem_ptr` gives
+//! no address for some PE (another machine, a GPU without peer access) it is an engine window
+//! (`OwnerKind::NvshmemEngine`, context tag `Nvshmem`): only device functions linked with
+//! NVSHMEM's device bitcode run on it, reaching those PEs through NVSHMEM. The signal pads are
+//! a small `nvshmem_malloc` allocation, freed (`nvshmem_free`, collective) with the symm window.
 
 use super::{Library, function, open};
 use crate::comm::Comm;
@@ -122,11 +125,21 @@ pub fn register(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<
         nvshmem: nvshmem.clone(),
         memory: memory as usize,
     };
+    // Reachability is a property of the pair of PEs, the same from both ends, so every rank
+    // makes the same choice; the registration compares the owners and refuses on every rank
+    // if not.
+    let (kind, engine) = if bases.contains(&0) || pads.contains(&0) {
+        // The engine words of an NVSHMEM context: the window's and the pads' symmetric
+        // addresses; PE r is rank r (checked above), so no PE map.
+        (OwnerKind::NvshmemEngine, [address as u64, memory as u64, 0])
+    } else {
+        (OwnerKind::Nvshmem, [0; 3])
+    };
     crate::group::register_peer_window(
         comm,
         PeerWindow {
             owner: Owner {
-                kind: OwnerKind::Nvshmem,
+                kind,
                 offset: address as u64,
             },
             base: address as u64,
@@ -135,6 +148,7 @@ pub fn register(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<
                 bases,
                 pads,
                 pad_bytes: pad_bytes as u64,
+                engine,
             },
             resources: Some(Box::new(resources)),
         },

@@ -728,6 +728,7 @@ unsafe fn peer_window(
             bases: table(d.peerBuffs, "peerBuffs")?,
             pads: table(d.peerSignalPads, "peerSignalPads")?,
             pad_bytes: d.signalPadBytes as u64,
+            engine: [0; 3],
         },
         resources: None,
     })

@@ -19,8 +19,11 @@ pub enum OwnerKind {
     Torch = 2,
     /// An NCCL registered window.
     Nccl = 3,
-    /// An NVSHMEM symmetric heap.
+    /// An NVSHMEM symmetric heap whose peers are all reachable by loads and stores.
     Nvshmem = 4,
+    /// An NVSHMEM symmetric heap with some peer reachable only through NVSHMEM: an engine
+    /// window (`BackendTag::Nvshmem`), for device functions linked with NVSHMEM only.
+    NvshmemEngine = 5,
 }
 
 impl OwnerKind {
@@ -45,6 +48,7 @@ impl OwnerKind {
             OwnerKind::Torch,
             OwnerKind::Nccl,
             OwnerKind::Nvshmem,
+            OwnerKind::NvshmemEngine,
         ]
         .into_iter()
         .find(|k| *k as u8 == code)
@@ -63,6 +67,18 @@ impl OwnerKind {
             OwnerKind::Torch => "PyTorch symmetric memory",
             OwnerKind::Nccl => "an NCCL window",
             OwnerKind::Nvshmem => "an NVSHMEM symmetric heap",
+            OwnerKind::NvshmemEngine => {
+                "an NVSHMEM symmetric heap with peers reachable only through NVSHMEM"
+            }
+        }
+    }
+
+    /// The device protocol of windows over this owner's memory: the engine's for a window
+    /// reaching some peer only through the engine, else symm's native one.
+    pub fn backend_tag(self) -> symm_device::BackendTag {
+        match self {
+            OwnerKind::NvshmemEngine => symm_device::BackendTag::Nvshmem,
+            _ => symm_device::BackendTag::Native,
         }
     }
 }
@@ -105,6 +121,8 @@ pub struct PeerView {
     pub pads: Vec<u64>,
     /// Bytes of each signal pad.
     pub pad_bytes: u64,
+    /// The context's engine words (`SymmContext::engine`) of an engine window; zero else.
+    pub engine: [u64; 3],
 }
 
 /// A window over another owner's memory, before its registration: what
