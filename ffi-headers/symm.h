@@ -254,8 +254,9 @@ typedef CUstream_st *symmStream_t;
 // Layout of the device context returned by `symmCommGetDeviceContext` (the device crate's
 // `SymmContext`): what device code receives as a 64-bit pointer.
 typedef struct {
-  // Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM and 2 = NCCL
-  // (peers reached through that engine) are not implemented.
+  // Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM (some peer
+  // reached only through NVSHMEM: device functions linked with NVSHMEM only); 2 = NCCL
+  // (reserved, not implemented).
   uint32_t backend;
   // Layout version (1).
   uint32_t version;
@@ -278,7 +279,8 @@ typedef struct {
   // Bound of every wait on a peer, in nanoseconds.
   uint64_t timeout_ns;
   // Engine words: the data window's, the signal words' and the communicator's handles of
-  // the engine (NCCL, NVSHMEM); all zero for a native window.
+  // the engine; NVSHMEM: the window's and the pads' symmetric addresses, then 0 (PE r is
+  // rank r); all zero for a native window.
   uint64_t engine[3];
 } symmDeviceContext;
 

@@ -10,14 +10,16 @@ use static_assertions::const_assert_eq;
 /// The device protocol of a context's window (not who owns its memory): [`BackendTag::Native`]
 /// for every window whose peers are all load/store reachable (symm's own windows, and those of
 /// another library whose peer addresses the host can fill in), the engine's tag where some peer
-/// is reachable only through that engine (its `peer_bases` entry is 0). Only `Native` is
-/// implemented; `docs/ARCHITECTURE.md` states the layout the others use.
+/// is reachable only through that engine (its `peer_bases` entry is 0). `Native` and `Nvshmem`
+/// are implemented (`crate::engine` is the latter's protocol); `docs/ARCHITECTURE.md` states
+/// the layout of each.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendTag {
     /// symm's own windows (peer table and signal pads built by symm).
     Native = 0,
-    /// An NVSHMEM symmetric heap with peers beyond load/store reach (not implemented).
+    /// An NVSHMEM symmetric heap with peers beyond load/store reach: only the device functions
+    /// linked with NVSHMEM run on it, through NVSHMEM's put-with-signal.
     Nvshmem = 1,
     /// An NCCL registered window with peers beyond load/store reach (not implemented).
     Nccl = 2,
@@ -35,7 +37,7 @@ pub const ENGINE_DATA: usize = 0;
 /// signals live in a symm pad); NVSHMEM, the symmetric address of the signal words.
 pub const ENGINE_SIGNALS: usize = 1;
 /// Index in [`SymmContext::engine`] of the engine's communicator state: NCCL, a device pointer
-/// to the `ncclDevComm`; NVSHMEM, a device pointer to the team's rank → PE map.
+/// to the `ncclDevComm`; NVSHMEM, 0 (PE `r` is rank `r`: the host refuses any other mapping).
 pub const ENGINE_COMM: usize = 2;
 
 /// One rank's view of a symmetric window.

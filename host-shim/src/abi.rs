@@ -267,8 +267,9 @@ pub type symmStream_t = *mut CUstream_st;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct symmDeviceContext {
-    /// Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM and 2 = NCCL
-    /// (peers reached through that engine) are not implemented.
+    /// Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM (some peer
+    /// reached only through NVSHMEM: device functions linked with NVSHMEM only); 2 = NCCL
+    /// (reserved, not implemented).
     pub backend: u32,
     /// Layout version (1).
     pub version: u32,
@@ -291,7 +292,8 @@ pub struct symmDeviceContext {
     /// Bound of every wait on a peer, in nanoseconds.
     pub timeout_ns: u64,
     /// Engine words: the data window's, the signal words' and the communicator's handles of
-    /// the engine (NCCL, NVSHMEM); all zero for a native window.
+    /// the engine; NVSHMEM: the window's and the pads' symmetric addresses, then 0 (PE r is
+    /// rank r); all zero for a native window.
     pub engine: [u64; 3],
 }
 
