@@ -53,7 +53,9 @@ pub mod status {
     pub const SUCCESS: i32 = 0;
     /// The context pointer is null.
     pub const NULL_CONTEXT: i32 = -1;
-    /// The context's backend tag is not one this library implements.
+    /// The context's backend tag is not one this function implements (a native function on an
+    /// engine window, an engine function on a native one, a kernel without NVSHMEM linked on
+    /// an NVSHMEM window, or an unknown tag). Fails the window as [`INVALID_ARGUMENT`] does.
     pub const UNKNOWN_BACKEND: i32 = -2;
     /// The reduction operator is not one of the C ABI's `symmRedOp_t`.
     pub const UNSUPPORTED_OP: i32 = -3;
@@ -66,8 +68,8 @@ pub mod status {
     /// not this rank's window base, or the grid is not 1-D with at most [`super::MAX_PROGRAMS`]
     /// programs.
     ///
-    /// This code, [`UNSUPPORTED_OP`] and [`UNSUPPORTED_DTYPE`] also fail the window: its abort
-    /// word is raised (as for a kernel that refused its launch). A rank that skipped a call its
+    /// This code, [`UNKNOWN_BACKEND`], [`UNSUPPORTED_OP`] and [`UNSUPPORTED_DTYPE`] also fail
+    /// the window: its abort word is raised (as for a kernel that refused its launch). A rank that skipped a call its
     /// peers make would otherwise pair its next call with their current one, and both would
     /// return success with each other's data; now its later calls on the window return
     /// [`TIMEOUT`] at once, its peers' waits end within the window's bound, and the host
@@ -120,11 +122,14 @@ unsafe fn route_by_tag<E: SignalEngine>(ctx: i64, engine: &E) -> Result<Route<'_
         return Err(status::NULL_CONTEXT);
     }
     // SAFETY: a non-null ctx is a host-built context (caller's contract).
-    let backend = unsafe { (*(ctx as u64 as *const SymmContext)).backend };
-    if backend == BackendTag::Native as u32 {
+    let context = unsafe { &*(ctx as u64 as *const SymmContext) };
+    if context.backend == BackendTag::Native as u32 {
         Ok(Route::Native)
-    } else if backend == BackendTag::Nvshmem as u32 {
+    } else if context.backend == BackendTag::Nvshmem as u32 {
         Ok(Route::Engine(engine))
+    } else if context_is_valid(context) {
+        // SAFETY: a host-built context with this rank's entries (checked above).
+        Err(unsafe { refuse(ctx, status::UNKNOWN_BACKEND) })
     } else {
         Err(status::UNKNOWN_BACKEND)
     }
@@ -144,13 +149,23 @@ unsafe fn checked_context<'a, E: SignalEngine>(
     }
     // SAFETY: a non-null ctx is a host-built context (caller's contract).
     let context = unsafe { &*(ctx as u64 as *const SymmContext) };
-    if context.backend != route.tag() as u32 {
-        return Err(status::UNKNOWN_BACKEND);
+    if !context_is_valid(context) {
+        // Nothing of the context can be trusted, not even where its abort word is.
+        return Err(if context.backend != route.tag() as u32 {
+            status::UNKNOWN_BACKEND
+        } else {
+            status::INVALID_ARGUMENT
+        });
     }
-    if !context_is_valid(context)
-        || (matches!(route, Route::Engine(_)) && !engine::context_is_usable(context))
-    {
-        return Err(status::INVALID_ARGUMENT);
+    // A refusal of a valid context fails the window (see `status::INVALID_ARGUMENT`): a rank
+    // that took another route than its peers must not leave them pairing calls.
+    if context.backend != route.tag() as u32 {
+        // SAFETY: a host-built context with this rank's entries.
+        return Err(unsafe { refuse(ctx, status::UNKNOWN_BACKEND) });
+    }
+    if matches!(route, Route::Engine(_)) && !engine::context_is_usable(context) {
+        // SAFETY: as above.
+        return Err(unsafe { refuse(ctx, status::INVALID_ARGUMENT) });
     }
     Ok(context)
 }

@@ -10,9 +10,9 @@ mod harness;
 use harness::{Ranks, Rng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use symm_device::arch::host::run_grid;
-use symm_device::context::{BackendTag, CONTEXT_VERSION, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
+use symm_device::context::{BackendTag, CONTEXT_VERSION, ENGINE_SIGNALS, SymmContext};
 use symm_device::engine::{SignalEngine, inbox_slot_bytes};
-use symm_device::sync::abort::timed_out_peer;
+use symm_device::sync::abort::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
 use symm_device::sync::signal_pad::signal_pad_bytes;
 use symm_device::triton::{
     status, symm_all_gather_device, symm_all_reduce_device, symm_any_all_reduce_device,
@@ -93,18 +93,16 @@ impl EngineRanks {
     }
 
     fn engine(&self) -> FakeNvshmem {
-        FakeNvshmem {
-            windows: self
-                .windows
+        FakeNvshmem::new(
+            self.windows
                 .iter()
                 .map(|w| (w.as_ptr() as u64, (w.len() * 16) as u64))
                 .collect(),
-            pads: self
-                .pads
+            self.pads
                 .iter()
                 .map(|p| (p.as_ptr() as u64, (p.len() * 16) as u64))
                 .collect(),
-        }
+        )
     }
 
     fn context_address(&self, rank: usize) -> i64 {
@@ -177,14 +175,67 @@ impl EngineRanks {
 
 /// A stand-in for NVSHMEM's device API over the ranks' host memories: a symmetric address is
 /// the calling rank's own address of its window or pad, translated to the target rank's by
-/// its offset. A put copies at once, then adds to the signal word with release ordering (the
-/// data before the signal, as `nvshmemx_putmem_signal_nbi_block` guarantees).
+/// its offset. A put is queued to a "NIC" thread that delivers queued puts in random order,
+/// reading the source only then, and adds to the put's signal after copying (the data before
+/// the signal, as `nvshmemx_putmem_signal_nbi_block` guarantees); `quiet` waits until every
+/// queued put was delivered. So a source reused before `quiet` is caught.
 struct FakeNvshmem {
     windows: Vec<(u64, u64)>,
     pads: Vec<(u64, u64)>,
+    nic: std::sync::Arc<Nic>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A put not delivered yet: destination, source, bytes, signal (destination and signal as the
+/// target maps them).
+type QueuedPut = (u64, u64, u64, u64);
+
+/// The puts not delivered yet, and whether the stand-in is dropped.
+struct Nic {
+    queue: std::sync::Mutex<(Vec<QueuedPut>, bool)>,
+    changed: std::sync::Condvar,
 }
 
 impl FakeNvshmem {
+    fn new(windows: Vec<(u64, u64)>, pads: Vec<(u64, u64)>) -> FakeNvshmem {
+        let nic = std::sync::Arc::new(Nic {
+            queue: std::sync::Mutex::new((Vec::new(), false)),
+            changed: std::sync::Condvar::new(),
+        });
+        let worker = {
+            let nic = nic.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(99);
+                loop {
+                    let mut queue = nic.queue.lock().unwrap();
+                    while queue.0.is_empty() && !queue.1 {
+                        queue = nic.changed.wait(queue).unwrap();
+                    }
+                    if queue.0.is_empty() {
+                        return;
+                    }
+                    let pick = (rng.next_u64() % queue.0.len() as u64) as usize;
+                    let (to, src, bytes, signal) = queue.0.swap_remove(pick);
+                    // SAFETY: both ranges lie in live memories of the model (a rank waits for
+                    // its puts in `quiet` before its call returns).
+                    unsafe { std::ptr::copy(src as *const u8, to as *mut u8, bytes as usize) };
+                    // SAFETY: an aligned signal word of a live pad.
+                    unsafe { AtomicU64::from_ptr(signal as *mut u64) }
+                        .fetch_add(1, Ordering::Release);
+                    nic.changed.notify_all();
+                    drop(queue);
+                    std::thread::yield_now();
+                }
+            })
+        };
+        FakeNvshmem {
+            windows,
+            pads,
+            nic,
+            worker: Some(worker),
+        }
+    }
+
     fn translate(&self, address: u64, pe: u32) -> u64 {
         for regions in [&self.windows, &self.pads] {
             for (base, len) in regions.iter() {
@@ -197,8 +248,16 @@ impl FakeNvshmem {
     }
 }
 
-// SAFETY: copies complete before the signal add (release), adds are atomic, puts are
-// synchronous (so `quiet` has nothing to wait for).
+impl Drop for FakeNvshmem {
+    fn drop(&mut self) {
+        self.nic.queue.lock().unwrap().1 = true;
+        self.nic.changed.notify_all();
+        let _ = self.worker.take().map(|w| w.join());
+    }
+}
+
+// SAFETY: a put's bytes are copied before its signal is added (release), adds are atomic, and
+// `quiet` returns once every queued put was delivered.
 unsafe impl SignalEngine for FakeNvshmem {
     unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32) {
         symm_device::arch::host::sync_threads();
@@ -206,11 +265,14 @@ unsafe impl SignalEngine for FakeNvshmem {
             let to = self.translate(dest, pe);
             let end = self.translate(dest + bytes - 1, pe);
             assert_eq!(end, to + bytes - 1, "a put leaves the target's region");
-            // SAFETY: both ranges lie in live memories of the model.
-            unsafe { std::ptr::copy(src as *const u8, to as *mut u8, bytes as usize) };
-            // SAFETY: an aligned signal word of a live pad.
-            unsafe { AtomicU64::from_ptr(self.translate(signal, pe) as *mut u64) }
-                .fetch_add(1, Ordering::Release);
+            let signal = self.translate(signal, pe);
+            self.nic
+                .queue
+                .lock()
+                .unwrap()
+                .0
+                .push((to, src, bytes, signal));
+            self.nic.changed.notify_all();
         }
         symm_device::arch::host::sync_threads();
     }
@@ -221,12 +283,17 @@ unsafe impl SignalEngine for FakeNvshmem {
             .fetch_add(1, Ordering::Release);
     }
 
-    unsafe fn signal_fetch(&self, signal: u64) -> u64 {
+    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool {
         // SAFETY: an aligned signal word of this rank's live pad.
-        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire)
+        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire) >= target
     }
 
-    unsafe fn quiet(&self) {}
+    unsafe fn quiet(&self) {
+        let mut queue = self.nic.queue.lock().unwrap();
+        while !queue.0.is_empty() {
+            queue = self.nic.changed.wait(queue).unwrap();
+        }
+    }
 }
 
 /// Small finite values of `dtype` as bytes (as in `triton_functions.rs`).
@@ -603,7 +670,8 @@ fn a_missing_rank_times_out_naming_it() {
 
 /// The routes: an engine function refuses a native context and a context without engine
 /// words; the native function refuses an engine context; the dispatching function takes each
-/// context's own route.
+/// context's own route. Every refusal of a valid context fails its window (abort word raised),
+/// as a refused argument does.
 #[test]
 fn routes_follow_the_tag() {
     let mut ranks = EngineRanks::new(2, 1024, SECOND);
@@ -614,20 +682,26 @@ fn routes_follow_the_tag() {
         unsafe { symm_all_gather_device(ranks.context_address(r), 0, 64, 8) }
     });
     assert_eq!(statuses, vec![status::UNKNOWN_BACKEND; 2]);
+    assert_eq!(
+        [ranks.abort_word(0), ranks.abort_word(1)],
+        [ABORT_INVALID_LAUNCH; 2]
+    );
+    // In place: the contexts point at these words.
+    ranks.aborts.iter_mut().for_each(|word| *word = 0);
     // The dispatching function on the engine context: the engine's barrier.
     let statuses = ranks.run_all(2, 2, &|r| {
         // SAFETY: a live engine context.
         unsafe { symm_any_barrier_device(&engine, ranks.context_address(r)) }
     });
     assert_eq!(statuses, vec![status::SUCCESS; 2]);
-    // Without engine words: refused before anything is touched.
+    // Without engine words: refused before anything is touched but the abort word.
     ranks.contexts[0].engine[ENGINE_SIGNALS] = 0;
     let statuses = ranks.run(1, 2, &[0], &|r| {
         // SAFETY: a live context.
         unsafe { symm_engine_barrier_device(&engine, ranks.context_address(r)) }
     });
     assert_eq!(statuses, vec![status::INVALID_ARGUMENT]);
-    assert_eq!(ranks.abort_word(0), 0);
+    assert_eq!(ranks.abort_word(0), ABORT_INVALID_LAUNCH);
     // An unknown tag.
     ranks.contexts[1].backend = 7;
     let statuses = ranks.run(1, 2, &[1], &|r| {
@@ -635,21 +709,21 @@ fn routes_follow_the_tag() {
         unsafe { symm_any_barrier_device(&engine, ranks.context_address(r)) }
     });
     assert_eq!(statuses, vec![status::UNKNOWN_BACKEND]);
-    assert_eq!(
-        ranks.contexts[1].engine[ENGINE_DATA],
-        ranks.contexts[1].local_base
-    );
+    assert_eq!(ranks.abort_word(1), ABORT_INVALID_LAUNCH);
 
-    // An engine function on native contexts; the dispatching function runs them natively.
+    // An engine function on native contexts.
+    let refused = Ranks::new(2, 1024, SECOND);
+    let statuses = refused.run_per_rank(1, 2, None, &|r| {
+        // SAFETY: a live native context.
+        unsafe { symm_engine_barrier_device(&engine, refused.context_address(r)) }
+    });
+    assert_eq!(statuses, vec![status::UNKNOWN_BACKEND; 2]);
+    assert!(refused.aborted(0) && refused.aborted(1));
+    // The dispatching function runs native contexts natively.
     let mut native = Ranks::new(2, 1024, SECOND);
     native.write(0, 0, &[1u32, 2]);
     native.write(1, 0, &[10u32, 20]);
     let shared = &*native;
-    let statuses = shared.run_per_rank(1, 2, None, &|r| {
-        // SAFETY: a live native context.
-        unsafe { symm_engine_barrier_device(&engine, shared.context_address(r)) }
-    });
-    assert_eq!(statuses, vec![status::UNKNOWN_BACKEND; 2]);
     let statuses = shared.run_per_rank(2, 2, None, &|r| {
         // SAFETY: a live native context; the range fits the window.
         unsafe {
@@ -666,4 +740,80 @@ fn routes_follow_the_tag() {
     });
     assert_eq!(statuses, vec![status::SUCCESS; 2]);
     assert_eq!(native.read::<u32>(1, 0, 2), vec![11, 22]);
+}
+
+/// A rank whose window is already failed (the host raised its abort word) does not announce
+/// itself at a barrier: its call returns at once and its peer times out instead of passing a
+/// barrier the failed rank never really reached.
+#[test]
+fn a_failed_rank_releases_no_peer() {
+    let mut ranks = EngineRanks::new(2, 1024, SECOND / 5);
+    ranks.aborts[0] = ABORT_PEER_FAILED;
+    let engine = ranks.engine();
+    let statuses = ranks.run_all(1, 2, &|r| {
+        // SAFETY: a live engine context.
+        unsafe { symm_engine_barrier_device(&engine, ranks.context_address(r)) }
+    });
+    assert_eq!(statuses, vec![status::TIMEOUT, status::TIMEOUT]);
+    assert_eq!(timed_out_peer(ranks.abort_word(1)), Some(0));
+}
+
+/// Several calls in one launch (one grid, programs at their own pace): all-reduce, all-gather,
+/// barrier and all-reduce again, every result exact.
+#[test]
+fn several_calls_in_one_launch() {
+    let world = 3usize;
+    let count = 1500usize;
+    let mut rng = Rng(8);
+    let first: Vec<Vec<u64>> = (0..world)
+        .map(|_| (0..count).map(|_| rng.next_u64() % 1_000_000).collect())
+        .collect();
+    let mut ranks = EngineRanks::new(world, 64 * 1024, 10 * SECOND);
+    for (r, input) in first.iter().enumerate() {
+        ranks.write(r, 0, bytemuck_bytes(input));
+    }
+    let engine = ranks.engine();
+    let recv = 16 * 1024;
+    let shared = &*ranks;
+    let statuses = shared.run_all(3, 4, &|r| {
+        let ctx = shared.context_address(r);
+        // SAFETY: a live engine context; every range fits the window.
+        unsafe {
+            let reduce = |op: RedOp| {
+                symm_engine_all_reduce_device(
+                    &engine,
+                    ctx,
+                    0,
+                    0,
+                    count as i64,
+                    op as i32,
+                    DataType::Uint64 as i32,
+                )
+            };
+            reduce(RedOp::Sum)
+                | symm_engine_all_gather_device(&engine, ctx, 0, recv, 8 * count as i64)
+                | symm_engine_barrier_device(&engine, ctx)
+                | reduce(RedOp::Max)
+        }
+    });
+    assert_eq!(statuses, vec![status::SUCCESS; world]);
+    let sums: Vec<u64> = (0..count)
+        .map(|i| first.iter().map(|v| v[i]).sum())
+        .collect();
+    for r in 0..world {
+        // Max over ranks of the sums (the same on every rank) is the sum.
+        assert_eq!(
+            ranks.read(r, 0, 8 * count),
+            bytemuck_bytes(&sums),
+            "rank {r}"
+        );
+        let gathered: Vec<u8> = (0..world)
+            .flat_map(|_| bytemuck_bytes(&sums).to_vec())
+            .collect();
+        assert_eq!(
+            ranks.read(r, recv as usize, world * 8 * count),
+            gathered,
+            "rank {r}"
+        );
+    }
 }

@@ -220,9 +220,9 @@ unsafe impl symm_device::engine::SignalEngine for HeapEngine {
             .fetch_add(1, Ordering::Release);
     }
 
-    unsafe fn signal_fetch(&self, signal: u64) -> u64 {
+    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool {
         // SAFETY: an aligned signal word of this rank's pad.
-        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire)
+        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire) >= target
     }
 
     unsafe fn quiet(&self) {}
@@ -241,10 +241,10 @@ fn launch(programs: u32, body: &(dyn Fn() -> i32 + Sync)) -> i32 {
     statuses[0]
 }
 
-/// The NVSHMEM engine window `window` of `comm` (this rank has no address for `hidden`): its
-/// context is tagged for NVSHMEM with the engine's handles, symm's collectives are refused
-/// naming why, and the device functions' engine protocol gives exact results across the rank
-/// processes.
+/// The NVSHMEM engine window `window` of `comm` (this rank has no address for `hidden`, if
+/// any): its context is tagged for NVSHMEM with the engine's handles, symm's collectives are
+/// refused naming why, and the device functions' engine protocol gives exact results across
+/// the rank processes.
 fn engine_window_on(
     fake: &Fake,
     comm: symmComm_t,
@@ -252,7 +252,7 @@ fn engine_window_on(
     rank: usize,
     base: *mut u8,
     count: usize,
-    hidden: usize,
+    hidden: Option<usize>,
 ) {
     use symm_device::context::{BackendTag, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
     use symm_device::triton::{
@@ -272,10 +272,12 @@ fn engine_window_on(
     assert_ne!(context.engine[ENGINE_SIGNALS], 0);
     // SAFETY: a table of RANKS entries.
     let peer_bases = unsafe { std::slice::from_raw_parts(context.peer_bases as *const u64, RANKS) };
-    assert_eq!(
-        peer_bases[hidden], 0,
-        "the peer NVSHMEM gives no address for"
-    );
+    if let Some(hidden) = hidden {
+        assert_eq!(
+            peer_bases[hidden], 0,
+            "the peer NVSHMEM gives no address for"
+        );
+    }
     assert_eq!(peer_bases[rank], base as u64);
 
     let ptr = base.cast::<c_void>();
@@ -493,25 +495,25 @@ fn engine_rank() {
         unsafe { symmCommWindowRegisterNvshmem(second, inside.cast(), bytes, &mut window) },
         second,
     );
-    engine_window_on(&fake, second, window, rank, inside, count, hidden);
+    engine_window_on(&fake, second, window, rank, inside, count, Some(hidden));
     check(symmCommWindowDeregister(second, window), second);
     // SAFETY: as above.
     unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
-    // One rank alone lacks an address for a peer: it would run the engine protocol while its
-    // peers run symm's, so the registration is refused on every rank.
-    if rank == 0 {
+    // One rank alone lacks an address for a peer (1 and 2 reach everyone): the window is an
+    // engine window on every rank, so that all run the same protocol.
+    let unreachable = (rank == 0).then_some(2);
+    if let Some(peer) = unreachable {
         // SAFETY: as above.
-        unsafe { std::env::set_var("FAKE_ENGINE_UNREACHABLE", "2") };
+        unsafe { std::env::set_var("FAKE_ENGINE_UNREACHABLE", peer.to_string()) };
     }
     let fourth = split();
     // SAFETY: a symmetric address with `bytes` bytes; a valid out-pointer.
-    let result =
-        unsafe { symmCommWindowRegisterNvshmem(fourth, inside.cast(), bytes, &mut window) };
-    refused(
+    check(
+        unsafe { symmCommWindowRegisterNvshmem(fourth, inside.cast(), bytes, &mut window) },
         fourth,
-        result,
-        &["peers reachable only through NVSHMEM", "every rank"],
     );
+    engine_window_on(&fake, fourth, window, rank, inside, count, unreachable);
+    check(symmCommWindowDeregister(fourth, window), fourth);
     // SAFETY: as above.
     unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
     // Offsets that differ between ranks: refused on every rank, once all registered.

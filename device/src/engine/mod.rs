@@ -60,11 +60,15 @@ pub unsafe trait SignalEngine {
     /// As for [`SignalEngine::put_with_signal`].
     unsafe fn signal_add(&self, signal: u64, pe: u32);
 
-    /// The value of this rank's signal word `signal`.
+    /// `true` once this rank's signal word `signal` is at least `target`; the bytes of the puts
+    /// that signalled it are then visible to the calling thread. (NVSHMEM:
+    /// `nvshmem_uint64_test`, which also makes a proxy or RDMA transport's writes consistent
+    /// before it says yes; a plain load of the word would not. The words count calls and never
+    /// come near 2^64, so a plain `>=` is exact.)
     ///
     /// # Safety
     /// `signal` is a valid signal word of this rank.
-    unsafe fn signal_fetch(&self, signal: u64) -> u64;
+    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool;
 
     /// Complete every put this thread's block issued: their source bytes may be reused and
     /// their data is at the target. Called by every thread of the block.
@@ -85,7 +89,7 @@ unsafe impl SignalEngine for NoEngine {
     unsafe fn signal_add(&self, _: u64, _: u32) {
         match *self {}
     }
-    unsafe fn signal_fetch(&self, _: u64) -> u64 {
+    unsafe fn signal_reached(&self, _: u64, _: u64) -> bool {
         match *self {}
     }
     unsafe fn quiet(&self) {
@@ -275,8 +279,7 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
         let mut polls: u32 = 0;
         loop {
             // SAFETY: a signal word of this rank's pad.
-            let value = unsafe { self.engine.signal_fetch(address) };
-            if value.wrapping_sub(target) as i64 >= 0 {
+            if unsafe { self.engine.signal_reached(address, target) } {
                 return true;
             }
             polls = polls.wrapping_add(1);
@@ -307,8 +310,13 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
     /// the peers put before those signals is visible to every thread), or `Err` on every
     /// thread.
     fn wait_all(&self, kind: Signal, target: u64) -> Result<(), Aborted> {
-        let failed =
-            arch::thread_idx_x() == 0 && !self.peers().all(|s| self.wait_one(kind, s, target));
+        let mut failed = false;
+        if arch::thread_idx_x() == 0 {
+            failed = !self.peers().all(|s| self.wait_one(kind, s, target));
+            // The thread that saw the signals orders them before the block barrier that
+            // releases the others.
+            arch::fence_acq_rel_sys();
+        }
         if arch::sync_threads_or(failed) {
             return Err(Aborted);
         }
@@ -395,8 +403,11 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
             }
         }
         let target = self.counter(Counter::Gather).wrapping_add(1);
-        self.wait_all(Signal::Gather, target)?;
+        let arrived = self.wait_all(Signal::Gather, target);
+        // The puts read this rank's send bytes, which the caller may reuse once the call
+        // returns, failed or not.
         self.quiet();
+        arrived?;
         if arch::thread_idx_x() == 0 {
             self.set_counter(Counter::Gather, target);
         }
@@ -433,6 +444,8 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
                 let busy = arch::thread_idx_x() == 0
                     && !self.wait_one(Signal::Free, peer, number.wrapping_sub(1));
                 if arch::sync_threads_or(busy) {
+                    // Puts of this round to earlier peers may still read the elements.
+                    self.quiet();
                     return Err(Aborted);
                 }
                 // SAFETY: the source lies in this rank's window (checked by the caller); the
@@ -448,9 +461,11 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
                     )
                 };
             }
-            self.wait_all(Signal::Reduce, number)?;
-            // The elements are overwritten below: the puts reading them must be complete.
+            let arrived = self.wait_all(Signal::Reduce, number);
+            // The elements are overwritten below, or reused by the caller after a failure: the
+            // puts reading them must be complete.
             self.quiet();
+            arrived?;
             let mut i = arch::thread_idx_x() as u64;
             while i < elements {
                 let value = |rank: u32| -> T {

@@ -8,6 +8,8 @@ use super::SignalEngine;
 
 /// `NVSHMEM_SIGNAL_ADD` of `nvshmemx_signal_op_t`.
 pub const SIGNAL_ADD: i32 = 10;
+/// `NVSHMEM_CMP_GE` of `nvshmem_cmp_type`.
+pub const CMP_GE: i32 = 5;
 
 /// The NVSHMEM device API (PE numbers are symm ranks: the host refuses a window whose ranks
 /// are not the job's PEs in order).
@@ -29,7 +31,7 @@ mod api {
             pe: i32,
         );
         pub fn nvshmemx_signal_op(signal: *mut u64, value: u64, operation: i32, pe: i32);
-        pub fn nvshmem_signal_fetch(signal: *const u64) -> u64;
+        pub fn nvshmem_uint64_test(word: *mut u64, comparison: i32, value: u64) -> i32;
         pub fn nvshmem_quiet();
     }
 }
@@ -61,9 +63,9 @@ unsafe impl SignalEngine for Nvshmem {
     }
 
     #[inline(always)]
-    unsafe fn signal_fetch(&self, signal: u64) -> u64 {
+    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool {
         // SAFETY: forwarded contract.
-        unsafe { api::nvshmem_signal_fetch(signal as *const u64) }
+        unsafe { api::nvshmem_uint64_test(signal as *mut u64, CMP_GE, target) != 0 }
     }
 
     #[inline(always)]

@@ -78,13 +78,16 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
     }
     let window = windows::find(comm, address, bytes)
         .ok_or_else(|| Error::invalid_argument(outside_windows(comm, name, address, bytes)))?;
-    if window.owner.kind.backend_tag() != symm_device::BackendTag::Native {
+    let tag = window
+        .context()
+        .map_or(window.owner.kind.backend_tag() as u32, |c| c.host.backend);
+    if tag != symm_device::BackendTag::Native as u32 {
         return Err(Error::invalid_usage(format!(
-            "{name} lies in the window at {:#x} over {}: symm's collectives need every peer \
+            "{name} lies in the window at {:#x}, an NVSHMEM engine window (some rank has \
+             peers reachable only through NVSHMEM): symm's collectives need every peer \
              reachable by loads and stores; on this window only device functions linked with \
              the engine run (symm.triton with engines=(\"nvshmem\",))",
-            window.base,
-            window.owner.kind.name()
+            window.base
         )));
     }
     if !(address - window.base).is_multiple_of(align) {

@@ -813,7 +813,7 @@ fn same_owner_on_every_rank(
     match owners
         .into_iter()
         .enumerate()
-        .find(|(_, owner)| *owner != window.owner)
+        .find(|(_, owner)| !owner.same_memory(&window.owner))
     {
         Some((rank, owner)) => Err(Error::invalid_argument(format!(
             "this rank's window #{} is {}, but rank {rank}'s is {}: every rank registers the \
@@ -870,6 +870,18 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
     same_owner_on_every_rank(window, deposits.iter().map(|d| d.owner))?;
     aligned_on_every_rank(comm, window, deposits.iter().map(|d| d.base))?;
     if let Some(view) = &window.peer_view {
+        // An engine window when any rank reaches a peer only through the engine: every rank
+        // then runs the engine's protocol (reachability need not be the same from every rank).
+        let tag = deposits
+            .iter()
+            .map(|d| d.owner.kind.backend_tag())
+            .find(|tag| *tag != BackendTag::Native)
+            .unwrap_or(BackendTag::Native);
+        let engine = if tag == BackendTag::Native {
+            [0; 3]
+        } else {
+            view.engine
+        };
         // The owner keeps every rank's memory and pad mapped while the window lives.
         return upload_context(
             comm,
@@ -877,7 +889,7 @@ fn build_context(comm: &Comm, window: &Window, deposits: &[Deposit]) -> Result<(
             &view.bases,
             &view.pads,
             view.pad_bytes,
-            (window.owner.kind.backend_tag(), view.engine),
+            (tag, engine),
         );
     }
     // Hold the signal pads of the other ranks of this process: this rank's kernels write into

@@ -125,16 +125,16 @@ pub fn register(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<
         nvshmem: nvshmem.clone(),
         memory: memory as usize,
     };
-    // Reachability is a property of the pair of PEs, the same from both ends, so every rank
-    // makes the same choice; the registration compares the owners and refuses on every rank
-    // if not.
-    let (kind, engine) = if bases.contains(&0) || pads.contains(&0) {
-        // The engine words of an NVSHMEM context: the window's and the pads' symmetric
-        // addresses; PE r is rank r (checked above), so no PE map.
-        (OwnerKind::NvshmemEngine, [address as u64, memory as u64, 0])
+    // This rank's view of reachability; the registration makes the window an engine window
+    // on every rank when any rank lacks an address for a peer.
+    let kind = if bases.contains(&0) || pads.contains(&0) {
+        OwnerKind::NvshmemEngine
     } else {
-        (OwnerKind::Nvshmem, [0; 3])
+        OwnerKind::Nvshmem
     };
+    // The engine words of an NVSHMEM context: the window's and the pads' symmetric addresses;
+    // PE r is rank r (checked above), so no PE map.
+    let engine = [address as u64, memory as u64, 0];
     crate::group::register_peer_window(
         comm,
         PeerWindow {

@@ -102,6 +102,17 @@ impl Owner {
         offset: 0,
     };
 
+    /// Whether `self` and `other` name the same bytes of the same owner's memory. An NVSHMEM
+    /// heap is one owner whether or not a rank reaches every PE by loads and stores
+    /// (reachability decides the window's protocol, agreed among the ranks, not its memory).
+    pub fn same_memory(&self, other: &Owner) -> bool {
+        let memory = |kind: OwnerKind| match kind {
+            OwnerKind::NvshmemEngine => OwnerKind::Nvshmem,
+            kind => kind,
+        };
+        memory(self.kind) == memory(other.kind) && self.offset == other.offset
+    }
+
     /// `"<owner> at offset <offset>"`.
     pub fn describe(&self) -> String {
         match self.kind {
@@ -121,7 +132,9 @@ pub struct PeerView {
     pub pads: Vec<u64>,
     /// Bytes of each signal pad.
     pub pad_bytes: u64,
-    /// The context's engine words (`SymmContext::engine`) of an engine window; zero else.
+    /// The context's engine words (`SymmContext::engine`) should the window be an engine
+    /// window (some rank reaching a peer only through the engine); zero for owners without
+    /// one.
     pub engine: [u64; 3],
 }
 
