@@ -708,6 +708,32 @@ class Comm:
             self._windows.add(window)
         return window
 
+    def register_nvshmem(self, address: int, nbytes: int, *, keep: Any = None) -> Window:
+        """Register ``nbytes`` bytes at ``address``, a symmetric address of NVSHMEM's heap
+        (``nvshmem_malloc``), as a window (``symmCommWindowRegisterNvshmem``), in a job whose
+        PE ``r`` is this communicator's rank ``r``, NVSHMEM initialized. Collective over the
+        job: every rank calls it from its own process, outside a group (the window's signal
+        pads are an ``nvshmem_malloc`` allocation, freed when the window is deregistered).
+
+        When every PE is reachable by loads and stores the window is like any other. When some
+        rank has a PE NVSHMEM gives no address for (another machine), it is an NVSHMEM engine
+        window on every rank: symm's collectives refuse it, and :mod:`symm.triton`'s device
+        functions run on it in kernels compiled with ``engines=("nvshmem",)``, reaching every
+        peer through NVSHMEM.
+
+        Raises:
+            InvalidArgumentError: a NULL address, 0 bytes, PEs that are not the ranks.
+            InvalidUsageError: NVSHMEM not initialized, or a call inside a group.
+        """
+        handle = ctypes.c_void_p()
+        address = _as_int(address, "address", 0, _UINT64_MAX)
+        nbytes = _as_int(nbytes, "nbytes", 0, _UINT64_MAX)
+        with self._state_lock:
+            check(lib.symmCommWindowRegisterNvshmem(self.handle, address, nbytes, ctypes.byref(handle)))
+            window = Window(self, handle.value or 0, address, nbytes, None, keep=keep)
+            self._windows.add(window)
+        return window
+
     def _forget_window(self, window: Window) -> None:
         self._windows.discard(window)
 

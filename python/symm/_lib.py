@@ -78,6 +78,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "symmMemFree": (_result, [_comm, c_void_p]),
     "symmCommWindowRegister": (_result, [_comm, c_void_p, c_size_t, POINTER(_window), c_int]),
     "symmCommWindowRegisterPeers": (_result, [_comm, POINTER(PeerWindowStruct), POINTER(_window)]),
+    "symmCommWindowRegisterNvshmem": (_result, [_comm, c_void_p, c_size_t, POINTER(_window)]),
     "symmWindowSignalPadBytes": (_result, [_comm, POINTER(c_size_t)]),
     "symmCommWindowDeregister": (_result, [_comm, _window]),
     "symmCallRefused": (_result, [c_char_p, c_char_p, _comm]),

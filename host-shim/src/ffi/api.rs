@@ -634,9 +634,11 @@ pub unsafe extern "C" fn symmCommWindowRegisterNccl(
 /// `nvshmem_malloc`) as a symm window on every rank, in a job whose PE `r` is this
 /// communicator's rank `r`: symm's collectives and device functions then run on NVSHMEM's
 /// memory. NVSHMEM is loaded at run time (the one the process loaded already, else
-/// `SYMM_NVSHMEM_LIBRARY`, else `libnvshmem_host.so.3`) and must be initialized; every PE must
-/// be reachable by loads and stores (`nvshmem_ptr` non-NULL): one that is not is refused,
-/// naming it. The window's signal pads are a small `nvshmem_malloc` allocation, so the call is
+/// `SYMM_NVSHMEM_LIBRARY`, else `libnvshmem_host.so.3`) and must be initialized. When some rank
+/// has a PE `nvshmem_ptr` gives no address for (another machine), the window is an NVSHMEM
+/// engine window on every rank (device context `backend` 1): symm's collectives refuse it, and
+/// only device functions linked with NVSHMEM's device bitcode run on it, reaching every peer
+/// through NVSHMEM. The window's signal pads are a small `nvshmem_malloc` allocation, so the call is
 /// collective over the job: every PE calls it, outside a group; deregistration (on every rank)
 /// frees them with `nvshmem_free`. `symAddr` must be the same symmetric address on every rank.
 ///
