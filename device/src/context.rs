@@ -21,7 +21,9 @@ pub enum BackendTag {
     /// An NVSHMEM symmetric heap with peers beyond load/store reach: only the device functions
     /// linked with NVSHMEM run on it, through NVSHMEM's put-with-signal.
     Nvshmem = 1,
-    /// An NCCL registered window with peers beyond load/store reach (not implemented).
+    /// An NCCL registered window with peers beyond load/store reach: only the device functions
+    /// linked with NCCL's device bitcode run on it, through NCCL's GIN (the host does not make
+    /// such contexts yet).
     Nccl = 2,
 }
 

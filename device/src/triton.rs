@@ -54,8 +54,8 @@ pub mod status {
     /// The context pointer is null.
     pub const NULL_CONTEXT: i32 = -1;
     /// The context's backend tag is not one this function implements (a native function on an
-    /// engine window, an engine function on a native one, a kernel without NVSHMEM linked on
-    /// an NVSHMEM window, or an unknown tag). Fails the window as [`INVALID_ARGUMENT`] does.
+    /// engine window, an engine function on a native one or on another engine's, a kernel
+    /// without the engine linked on that engine's window, or an unknown tag). Fails the window as [`INVALID_ARGUMENT`] does.
     pub const UNKNOWN_BACKEND: i32 = -2;
     /// The reduction operator is not one of the C ABI's `symmRedOp_t`.
     pub const UNSUPPORTED_OP: i32 = -3;
@@ -96,7 +96,7 @@ fn program_grid() -> Option<Grid> {
 pub enum Route<'e, E: SignalEngine> {
     /// The native protocol: the context's tag must be [`BackendTag::Native`].
     Native,
-    /// The engine protocol: the context's tag must be [`BackendTag::Nvshmem`].
+    /// The engine protocol: the context's tag must be the engine's ([`SignalEngine::TAG`]).
     Engine(&'e E),
 }
 
@@ -106,7 +106,7 @@ impl<E: SignalEngine> Route<'_, E> {
     fn tag(&self) -> BackendTag {
         match self {
             Route::Native => BackendTag::Native,
-            Route::Engine(_) => BackendTag::Nvshmem,
+            Route::Engine(_) => E::TAG,
         }
     }
 }
@@ -125,7 +125,7 @@ unsafe fn route_by_tag<E: SignalEngine>(ctx: i64, engine: &E) -> Result<Route<'_
     let context = unsafe { &*(ctx as u64 as *const SymmContext) };
     if context.backend == BackendTag::Native as u32 {
         Ok(Route::Native)
-    } else if context.backend == BackendTag::Nvshmem as u32 {
+    } else if context.backend == E::TAG as u32 && E::TAG != BackendTag::Native {
         Ok(Route::Engine(engine))
     } else if context_is_valid(context) {
         // SAFETY: a host-built context with this rank's entries (checked above).
@@ -163,7 +163,7 @@ unsafe fn checked_context<'a, E: SignalEngine>(
         // SAFETY: a host-built context with this rank's entries.
         return Err(unsafe { refuse(ctx, status::UNKNOWN_BACKEND) });
     }
-    if matches!(route, Route::Engine(_)) && !engine::context_is_usable(context) {
+    if matches!(route, Route::Engine(_)) && !engine::context_is_usable::<E>(context) {
         // SAFETY: as above.
         return Err(unsafe { refuse(ctx, status::INVALID_ARGUMENT) });
     }
@@ -641,11 +641,11 @@ unsafe fn barrier_routed<E: SignalEngine>(route: Route<'_, E>, ctx: i64) -> i32 
 /// * `symm_all_reduce`, `symm_all_gather`, `symm_barrier`: native windows;
 /// * `symm_nvshmem_*`: NVSHMEM engine windows, for a kernel linked with NVSHMEM's device
 ///   bitcode;
-/// * `symm_dispatch_nvshmem_*`: either, by the context's tag (same link requirement).
+/// * `symm_dispatch_nvshmem_*`: either, by the context's tag (same link requirement);
+/// * `symm_nccl_*`, `symm_dispatch_nccl_*`: the same for NCCL engine windows, for a kernel
+///   linked with NCCL's device bitcode.
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 mod exported {
-    use crate::engine::nvshmem::Nvshmem;
-
     /// See [`super::symm_all_reduce_device`].
     ///
     /// # Safety
@@ -697,123 +697,172 @@ mod exported {
         unsafe { super::symm_barrier_device(ctx) }
     }
 
-    /// See [`super::symm_engine_all_reduce_device`], through NVSHMEM.
-    ///
-    /// # Safety
-    /// As for [`super::symm_engine_all_reduce_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_nvshmem_all_reduce(
-        ctx: i64,
-        local_ptr: i64,
-        byte_offset: i64,
-        num_elements: i64,
-        reduce_op: i32,
-        dtype: i32,
-    ) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe {
-            super::symm_engine_all_reduce_device(
-                &Nvshmem,
-                ctx,
-                local_ptr,
-                byte_offset,
-                num_elements,
-                reduce_op,
-                dtype,
-            )
-        }
+    /// The engine protocol's exports for one engine: `$prefix` (`symm_<engine>_*`) on engine
+    /// windows, `$dispatch` (`symm_dispatch_<engine>_*`) on either kind by the context's tag.
+    /// `$engine` makes the engine for one call.
+    macro_rules! engine_exports {
+        ($name:literal, $engine:expr,
+         [$all_reduce:literal, $all_gather:literal, $barrier:literal],
+         [$any_all_reduce:literal, $any_all_gather:literal, $any_barrier:literal]) => {
+            #[doc = concat!("See [`super::super::symm_engine_all_reduce_device`], through ", $name, ".")]
+            ///
+            /// # Safety
+            /// As for [`super::super::symm_engine_all_reduce_device`].
+            #[unsafe(export_name = $all_reduce)]
+            pub unsafe extern "C" fn all_reduce(
+                ctx: i64,
+                local_ptr: i64,
+                byte_offset: i64,
+                num_elements: i64,
+                reduce_op: i32,
+                dtype: i32,
+            ) -> i32 {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    super::super::symm_engine_all_reduce_device(
+                        &$engine,
+                        ctx,
+                        local_ptr,
+                        byte_offset,
+                        num_elements,
+                        reduce_op,
+                        dtype,
+                    )
+                }
+            }
+
+            #[doc = concat!("See [`super::super::symm_engine_all_gather_device`], through ", $name, ".")]
+            ///
+            /// # Safety
+            /// As for [`super::super::symm_engine_all_gather_device`].
+            #[unsafe(export_name = $all_gather)]
+            pub unsafe extern "C" fn all_gather(
+                ctx: i64,
+                send_byte_offset: i64,
+                recv_byte_offset: i64,
+                n_bytes: i64,
+            ) -> i32 {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    super::super::symm_engine_all_gather_device(
+                        &$engine,
+                        ctx,
+                        send_byte_offset,
+                        recv_byte_offset,
+                        n_bytes,
+                    )
+                }
+            }
+
+            #[doc = concat!("See [`super::super::symm_engine_barrier_device`], through ", $name, ".")]
+            ///
+            /// # Safety
+            /// As for [`super::super::symm_engine_barrier_device`].
+            #[unsafe(export_name = $barrier)]
+            pub unsafe extern "C" fn barrier(ctx: i64) -> i32 {
+                // SAFETY: forwarded contract.
+                unsafe { super::super::symm_engine_barrier_device(&$engine, ctx) }
+            }
+
+            #[doc = concat!("See [`super::super::symm_any_all_reduce_device`], with ", $name, " as the engine.")]
+            ///
+            /// # Safety
+            /// As for [`super::super::symm_any_all_reduce_device`].
+            #[unsafe(export_name = $any_all_reduce)]
+            pub unsafe extern "C" fn any_all_reduce(
+                ctx: i64,
+                local_ptr: i64,
+                byte_offset: i64,
+                num_elements: i64,
+                reduce_op: i32,
+                dtype: i32,
+            ) -> i32 {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    super::super::symm_any_all_reduce_device(
+                        &$engine,
+                        ctx,
+                        local_ptr,
+                        byte_offset,
+                        num_elements,
+                        reduce_op,
+                        dtype,
+                    )
+                }
+            }
+
+            #[doc = concat!("See [`super::super::symm_any_all_gather_device`], with ", $name, " as the engine.")]
+            ///
+            /// # Safety
+            /// As for [`super::super::symm_any_all_gather_device`].
+            #[unsafe(export_name = $any_all_gather)]
+            pub unsafe extern "C" fn any_all_gather(
+                ctx: i64,
+                send_byte_offset: i64,
+                recv_byte_offset: i64,
+                n_bytes: i64,
+            ) -> i32 {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    super::super::symm_any_all_gather_device(
+                        &$engine,
+                        ctx,
+                        send_byte_offset,
+                        recv_byte_offset,
+                        n_bytes,
+                    )
+                }
+            }
+
+            #[doc = concat!("See [`super::super::symm_any_barrier_device`], with ", $name, " as the engine.")]
+            ///
+            /// # Safety
+            /// As for [`super::super::symm_any_barrier_device`].
+            #[unsafe(export_name = $any_barrier)]
+            pub unsafe extern "C" fn any_barrier(ctx: i64) -> i32 {
+                // SAFETY: forwarded contract.
+                unsafe { super::super::symm_any_barrier_device(&$engine, ctx) }
+            }
+        };
     }
 
-    /// See [`super::symm_engine_all_gather_device`], through NVSHMEM.
-    ///
-    /// # Safety
-    /// As for [`super::symm_engine_all_gather_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_nvshmem_all_gather(
-        ctx: i64,
-        send_byte_offset: i64,
-        recv_byte_offset: i64,
-        n_bytes: i64,
-    ) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe {
-            super::symm_engine_all_gather_device(
-                &Nvshmem,
-                ctx,
-                send_byte_offset,
-                recv_byte_offset,
-                n_bytes,
-            )
-        }
+    /// NVSHMEM engine windows.
+    mod nvshmem {
+        use crate::engine::nvshmem::Nvshmem;
+
+        engine_exports!(
+            "NVSHMEM",
+            Nvshmem,
+            [
+                "symm_nvshmem_all_reduce",
+                "symm_nvshmem_all_gather",
+                "symm_nvshmem_barrier"
+            ],
+            [
+                "symm_dispatch_nvshmem_all_reduce",
+                "symm_dispatch_nvshmem_all_gather",
+                "symm_dispatch_nvshmem_barrier"
+            ]
+        );
     }
 
-    /// See [`super::symm_engine_barrier_device`], through NVSHMEM.
-    ///
-    /// # Safety
-    /// As for [`super::symm_engine_barrier_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_nvshmem_barrier(ctx: i64) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe { super::symm_engine_barrier_device(&Nvshmem, ctx) }
-    }
+    /// NCCL engine windows (GIN).
+    mod nccl {
+        use crate::engine::nccl::Nccl;
 
-    /// See [`super::symm_any_all_reduce_device`], with NVSHMEM as the engine.
-    ///
-    /// # Safety
-    /// As for [`super::symm_any_all_reduce_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_dispatch_nvshmem_all_reduce(
-        ctx: i64,
-        local_ptr: i64,
-        byte_offset: i64,
-        num_elements: i64,
-        reduce_op: i32,
-        dtype: i32,
-    ) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe {
-            super::symm_any_all_reduce_device(
-                &Nvshmem,
-                ctx,
-                local_ptr,
-                byte_offset,
-                num_elements,
-                reduce_op,
-                dtype,
-            )
-        }
-    }
-
-    /// See [`super::symm_any_all_gather_device`], with NVSHMEM as the engine.
-    ///
-    /// # Safety
-    /// As for [`super::symm_any_all_gather_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_dispatch_nvshmem_all_gather(
-        ctx: i64,
-        send_byte_offset: i64,
-        recv_byte_offset: i64,
-        n_bytes: i64,
-    ) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe {
-            super::symm_any_all_gather_device(
-                &Nvshmem,
-                ctx,
-                send_byte_offset,
-                recv_byte_offset,
-                n_bytes,
-            )
-        }
-    }
-
-    /// See [`super::symm_any_barrier_device`], with NVSHMEM as the engine.
-    ///
-    /// # Safety
-    /// As for [`super::symm_any_barrier_device`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn symm_dispatch_nvshmem_barrier(ctx: i64) -> i32 {
-        // SAFETY: forwarded contract.
-        unsafe { super::symm_any_barrier_device(&Nvshmem, ctx) }
+        engine_exports!(
+            "NCCL",
+            Nccl::default(),
+            [
+                "symm_nccl_all_reduce",
+                "symm_nccl_all_gather",
+                "symm_nccl_barrier"
+            ],
+            [
+                "symm_dispatch_nccl_all_reduce",
+                "symm_dispatch_nccl_all_gather",
+                "symm_dispatch_nccl_barrier"
+            ]
+        );
     }
 }

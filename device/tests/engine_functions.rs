@@ -10,8 +10,8 @@ mod harness;
 use harness::{Ranks, Rng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use symm_device::arch::host::run_grid;
-use symm_device::context::{BackendTag, CONTEXT_VERSION, ENGINE_SIGNALS, SymmContext};
-use symm_device::engine::{SignalEngine, inbox_slot_bytes};
+use symm_device::context::{BackendTag, CONTEXT_VERSION, ENGINE_COMM, ENGINE_SIGNALS, SymmContext};
+use symm_device::engine::{Place, SignalEngine, inbox_slot_bytes};
 use symm_device::sync::abort::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
 use symm_device::sync::signal_pad::signal_pad_bytes;
 use symm_device::triton::{
@@ -92,8 +92,17 @@ impl EngineRanks {
         self.windows.len()
     }
 
-    fn engine(&self) -> FakeNvshmem {
-        FakeNvshmem::new(
+    /// Make every context an NCCL engine context: the engine words are handles the stand-in
+    /// never dereferences (a data window, a pad window, a device communicator).
+    fn as_nccl(&mut self) {
+        for context in &mut self.contexts {
+            context.backend = BackendTag::Nccl as u32;
+            context.engine = [0xd000, 0x5000, 0xc000];
+        }
+    }
+
+    fn engine<const NCCL: bool>(&self) -> FakeEngine<NCCL> {
+        FakeEngine::new(
             self.windows
                 .iter()
                 .map(|w| (w.as_ptr() as u64, (w.len() * 16) as u64))
@@ -173,13 +182,13 @@ impl EngineRanks {
     }
 }
 
-/// A stand-in for NVSHMEM's device API over the ranks' host memories: a symmetric address is
-/// the calling rank's own address of its window or pad, translated to the target rank's by
-/// its offset. A put is queued to a "NIC" thread that delivers queued puts in random order,
-/// reading the source only then, and adds to the put's signal after copying (the data before
-/// the signal, as `nvshmemx_putmem_signal_nbi_block` guarantees); `quiet` waits until every
-/// queued put was delivered. So a source reused before `quiet` is caught.
-struct FakeNvshmem {
+/// A stand-in for an engine's device API (NVSHMEM's, or NCCL's GIN when `NCCL`) over the ranks'
+/// host memories: a place in the data or pad is the target rank's memory at that offset. A put
+/// is queued to a "NIC" thread that delivers queued puts in random order, reading the source
+/// only then, and adds to the put's signal after copying (the data before the signal, as
+/// `nvshmemx_putmem_signal_nbi_block` and GIN's signalled puts guarantee); `quiet` waits until
+/// every queued put was delivered. So a source reused before `quiet` is caught.
+struct FakeEngine<const NCCL: bool> {
     windows: Vec<(u64, u64)>,
     pads: Vec<(u64, u64)>,
     nic: std::sync::Arc<Nic>,
@@ -196,8 +205,13 @@ struct Nic {
     changed: std::sync::Condvar,
 }
 
-impl FakeNvshmem {
-    fn new(windows: Vec<(u64, u64)>, pads: Vec<(u64, u64)>) -> FakeNvshmem {
+/// The stand-in engine of NVSHMEM contexts.
+type FakeNvshmem = FakeEngine<false>;
+/// The stand-in engine of NCCL contexts.
+type FakeNccl = FakeEngine<true>;
+
+impl<const NCCL: bool> FakeEngine<NCCL> {
+    fn new(windows: Vec<(u64, u64)>, pads: Vec<(u64, u64)>) -> FakeEngine<NCCL> {
         let nic = std::sync::Arc::new(Nic {
             queue: std::sync::Mutex::new((Vec::new(), false)),
             changed: std::sync::Condvar::new(),
@@ -228,7 +242,7 @@ impl FakeNvshmem {
                 }
             })
         };
-        FakeNvshmem {
+        FakeEngine {
             windows,
             pads,
             nic,
@@ -236,19 +250,21 @@ impl FakeNvshmem {
         }
     }
 
-    fn translate(&self, address: u64, pe: u32) -> u64 {
-        for regions in [&self.windows, &self.pads] {
-            for (base, len) in regions.iter() {
-                if (*base..base + len).contains(&address) {
-                    return regions[pe as usize].0 + (address - base);
-                }
-            }
-        }
-        panic!("{address:#x} is no rank's symmetric memory");
+    /// The address of `bytes` bytes at `place` in `pe`'s memory (checked to lie in it).
+    fn translate(&self, place: Place, bytes: u64, pe: u32) -> u64 {
+        let ((base, len), offset) = match place {
+            Place::Data(offset) => (self.windows[pe as usize], offset),
+            Place::Pad(offset) => (self.pads[pe as usize], offset),
+        };
+        assert!(
+            offset + bytes <= len,
+            "{place:?} + {bytes} leaves rank {pe}'s region"
+        );
+        base + offset
     }
 }
 
-impl Drop for FakeNvshmem {
+impl<const NCCL: bool> Drop for FakeEngine<NCCL> {
     fn drop(&mut self) {
         self.nic.queue.lock().unwrap().1 = true;
         self.nic.changed.notify_all();
@@ -258,14 +274,35 @@ impl Drop for FakeNvshmem {
 
 // SAFETY: a put's bytes are copied before its signal is added (release), adds are atomic, and
 // `quiet` returns once every queued put was delivered.
-unsafe impl SignalEngine for FakeNvshmem {
-    unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32) {
+unsafe impl<const NCCL: bool> SignalEngine for FakeEngine<NCCL> {
+    const TAG: BackendTag = if NCCL {
+        BackendTag::Nccl
+    } else {
+        BackendTag::Nvshmem
+    };
+
+    fn accepts(ctx: &SymmContext) -> bool {
+        if NCCL {
+            ctx.engine[ENGINE_COMM] != 0
+        } else {
+            ctx.engine[ENGINE_SIGNALS].is_multiple_of(16)
+        }
+    }
+
+    unsafe fn put_with_signal(
+        &self,
+        ctx: &SymmContext,
+        dest: Place,
+        src: u64,
+        bytes: u64,
+        signal: u64,
+        pe: u32,
+    ) {
         symm_device::arch::host::sync_threads();
         if symm_device::arch::host::thread_idx_x() == 0 {
-            let to = self.translate(dest, pe);
-            let end = self.translate(dest + bytes - 1, pe);
-            assert_eq!(end, to + bytes - 1, "a put leaves the target's region");
-            let signal = self.translate(signal, pe);
+            let to = self.translate(dest, bytes, pe);
+            let src = self.translate(Place::Data(src), bytes, ctx.rank);
+            let signal = self.translate(Place::Pad(signal), 8, pe);
             self.nic
                 .queue
                 .lock()
@@ -277,18 +314,19 @@ unsafe impl SignalEngine for FakeNvshmem {
         symm_device::arch::host::sync_threads();
     }
 
-    unsafe fn signal_add(&self, signal: u64, pe: u32) {
+    unsafe fn signal_add(&self, _: &SymmContext, signal: u64, pe: u32) {
         // SAFETY: an aligned signal word of a live pad.
-        unsafe { AtomicU64::from_ptr(self.translate(signal, pe) as *mut u64) }
+        unsafe { AtomicU64::from_ptr(self.translate(Place::Pad(signal), 8, pe) as *mut u64) }
             .fetch_add(1, Ordering::Release);
     }
 
-    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool {
+    unsafe fn signal_reached(&self, ctx: &SymmContext, signal: u64, target: u64) -> bool {
+        let word = self.translate(Place::Pad(signal), 8, ctx.rank);
         // SAFETY: an aligned signal word of this rank's live pad.
-        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire) >= target
+        unsafe { AtomicU64::from_ptr(word as *mut u64) }.load(Ordering::Acquire) >= target
     }
 
-    unsafe fn quiet(&self) {
+    unsafe fn quiet(&self, _: &SymmContext) {
         let mut queue = self.nic.queue.lock().unwrap();
         while !queue.0.is_empty() {
             queue = self.nic.changed.wait(queue).unwrap();
@@ -366,7 +404,7 @@ fn all_reduce_matches_the_native_function_for_every_dtype_and_op() {
                 for (r, input) in inputs.iter().enumerate() {
                     ranks.write(r, offset, input);
                 }
-                let engine = ranks.engine();
+                let engine: FakeNvshmem = ranks.engine();
                 let shared = &*ranks;
                 let statuses = shared.run_all(programs, 4, &|r| {
                     // SAFETY: a live engine context; the range fits the window.
@@ -414,7 +452,7 @@ fn all_reduce_in_many_rounds_is_exact() {
         for (r, input) in inputs.iter().enumerate() {
             ranks.write(r, offset, bytemuck_bytes(input));
         }
-        let engine = ranks.engine();
+        let engine: FakeNvshmem = ranks.engine();
         let shared = &*ranks;
         let statuses = shared.run_all(programs, 8, &|r| {
             // SAFETY: a live engine context; the range fits the window.
@@ -478,7 +516,7 @@ fn all_gather_is_exact_in_place_and_out_of_place() {
                     let at = if in_place { recv + r * n_bytes } else { send };
                     ranks.write(r, at, input);
                 }
-                let engine = ranks.engine();
+                let engine: FakeNvshmem = ranks.engine();
                 let shared = &*ranks;
                 let statuses = shared.run_all(programs, 4, &|r| {
                     let send = if in_place { recv + r * n_bytes } else { send };
@@ -554,7 +592,7 @@ fn mixed_calls_with_changing_grids_stay_exact() {
         })
         .collect();
     let ranks = EngineRanks::new(world, 64 * 1024, 10 * SECOND);
-    let engine = ranks.engine();
+    let engine: FakeNvshmem = ranks.engine();
     let bases: Vec<usize> = ranks
         .contexts
         .iter()
@@ -651,7 +689,7 @@ fn mixed_calls_with_changing_grids_stay_exact() {
 #[test]
 fn a_missing_rank_times_out_naming_it() {
     let ranks = EngineRanks::new(3, 1024, SECOND / 5);
-    let engine = ranks.engine();
+    let engine: FakeNvshmem = ranks.engine();
     let statuses = ranks.run(2, 2, &[0, 2], &|r| {
         // SAFETY: a live engine context.
         unsafe { symm_engine_barrier_device(&engine, ranks.context_address(r)) }
@@ -675,7 +713,7 @@ fn a_missing_rank_times_out_naming_it() {
 #[test]
 fn routes_follow_the_tag() {
     let mut ranks = EngineRanks::new(2, 1024, SECOND);
-    let engine = ranks.engine();
+    let engine: FakeNvshmem = ranks.engine();
     // Native function on an engine context.
     let statuses = ranks.run_all(1, 2, &|r| {
         // SAFETY: a live context.
@@ -749,7 +787,7 @@ fn routes_follow_the_tag() {
 fn a_failed_rank_releases_no_peer() {
     let mut ranks = EngineRanks::new(2, 1024, SECOND / 5);
     ranks.aborts[0] = ABORT_PEER_FAILED;
-    let engine = ranks.engine();
+    let engine: FakeNvshmem = ranks.engine();
     let statuses = ranks.run_all(1, 2, &|r| {
         // SAFETY: a live engine context.
         unsafe { symm_engine_barrier_device(&engine, ranks.context_address(r)) }
@@ -772,7 +810,7 @@ fn several_calls_in_one_launch() {
     for (r, input) in first.iter().enumerate() {
         ranks.write(r, 0, bytemuck_bytes(input));
     }
-    let engine = ranks.engine();
+    let engine: FakeNvshmem = ranks.engine();
     let recv = 16 * 1024;
     let shared = &*ranks;
     let statuses = shared.run_all(3, 4, &|r| {
@@ -816,4 +854,94 @@ fn several_calls_in_one_launch() {
             "rank {r}"
         );
     }
+}
+
+/// NCCL engine contexts (`BackendTag::Nccl`) run the same protocol through their engine, with
+/// the same results as the native function, and each engine's functions refuse the other's
+/// contexts (and an NCCL context naming no device communicator).
+#[test]
+fn nccl_contexts_run_the_protocol_and_keep_to_their_tag() {
+    let mut rng = Rng(5);
+    let (world, count, offset) = (3usize, 301usize, 48usize);
+    for dtype in [DataType::Float32, DataType::Int64, DataType::Bfloat16] {
+        let inputs: Vec<Vec<u8>> = (0..world).map(|_| sample(&mut rng, dtype, count)).collect();
+        let expected = native_all_reduce(&inputs, offset, dtype, RedOp::Sum);
+        let mut ranks = EngineRanks::new(world, 16384, 5 * SECOND);
+        ranks.as_nccl();
+        for (r, input) in inputs.iter().enumerate() {
+            ranks.write(r, offset, input);
+        }
+        let engine: FakeNccl = ranks.engine();
+        let shared = &*ranks;
+        let statuses = shared.run_all(2, 4, &|r| {
+            // SAFETY: a live engine context; the ranges fit the window.
+            unsafe {
+                let reduced = symm_any_all_reduce_device(
+                    &engine,
+                    shared.context_address(r),
+                    0,
+                    offset as i64,
+                    count as i64,
+                    RedOp::Sum as i32,
+                    dtype as i32,
+                );
+                if reduced != status::SUCCESS {
+                    return reduced;
+                }
+                symm_engine_all_gather_device(
+                    &engine,
+                    shared.context_address(r),
+                    offset as i64,
+                    4096,
+                    (count * dtype.size_bytes()) as i64,
+                )
+            }
+        });
+        assert_eq!(statuses, vec![status::SUCCESS; world]);
+        for r in 0..world {
+            assert_eq!(
+                ranks.read(r, offset, expected.len()),
+                expected,
+                "{dtype:?} rank {r}"
+            );
+            assert_eq!(
+                ranks.read(r, 4096, world * expected.len()),
+                expected.repeat(world),
+                "{dtype:?} rank {r}: all-gather"
+            );
+        }
+    }
+
+    let mut ranks = EngineRanks::new(2, 1024, SECOND);
+    ranks.as_nccl();
+    let nvshmem: FakeNvshmem = ranks.engine();
+    let statuses = ranks.run_all(1, 2, &|r| {
+        // SAFETY: a live context.
+        unsafe { symm_engine_barrier_device(&nvshmem, ranks.context_address(r)) }
+    });
+    assert_eq!(statuses, vec![status::UNKNOWN_BACKEND; 2]);
+    assert_eq!(
+        [ranks.abort_word(0), ranks.abort_word(1)],
+        [ABORT_INVALID_LAUNCH; 2]
+    );
+    ranks.aborts.iter_mut().for_each(|word| *word = 0);
+    let nccl: FakeNccl = ranks.engine();
+    let statuses = ranks.run_all(1, 2, &|r| {
+        // SAFETY: a live engine context.
+        unsafe { symm_any_barrier_device(&nccl, ranks.context_address(r)) }
+    });
+    assert_eq!(statuses, vec![status::SUCCESS; 2]);
+    ranks.contexts[0].engine[ENGINE_COMM] = 0;
+    let statuses = ranks.run(1, 2, &[0], &|r| {
+        // SAFETY: a live context.
+        unsafe { symm_engine_barrier_device(&nccl, ranks.context_address(r)) }
+    });
+    assert_eq!(statuses, vec![status::INVALID_ARGUMENT]);
+    let mut nvshmem_ranks = EngineRanks::new(2, 1024, SECOND);
+    let statuses = nvshmem_ranks.run_all(1, 2, &|r| {
+        // SAFETY: a live context.
+        unsafe { symm_any_barrier_device(&nccl, nvshmem_ranks.context_address(r)) }
+    });
+    assert_eq!(statuses, vec![status::UNKNOWN_BACKEND; 2]);
+    nvshmem_ranks.aborts.iter_mut().for_each(|word| *word = 0);
 }

@@ -208,7 +208,7 @@ pub enum symmDeviceStatus_t {
     symmDeviceSuccess = 0,
     /// The context pointer is null.
     symmDeviceNullContext = -1,
-    /// The context is not a native symm window.
+    /// The context's protocol is not one this function implements (see `backend`).
     symmDeviceUnknownBackend = -2,
     /// The reduction operator is not a `symmRedOp_t`.
     symmDeviceUnsupportedOp = -3,
@@ -269,7 +269,8 @@ pub type symmStream_t = *mut CUstream_st;
 pub struct symmDeviceContext {
     /// Device protocol: 0 = native (every peer load/store reachable); 1 = NVSHMEM (some peer
     /// reached only through NVSHMEM: device functions linked with NVSHMEM only); 2 = NCCL
-    /// (reserved, not implemented).
+    /// (some peer reached only through NCCL's GIN: device functions linked with NCCL only; the
+    /// host does not make such contexts yet).
     pub backend: u32,
     /// Layout version (1).
     pub version: u32,

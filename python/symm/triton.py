@@ -336,16 +336,19 @@ def _call(symbol: str, args: list, types: tuple, _semantic: Any) -> Any:
 
 #: Backend hints, the last argument of :func:`all_reduce`, :func:`all_gather` and
 #: :func:`barrier` (a ``tl.constexpr``). ``BACKEND_DEFAULT`` dispatches at run time on the
-#: context's tag among the protocols the kernel links: native windows always, NVSHMEM engine
-#: windows when the kernel links NVSHMEM's device bitcode (``engines=("nvshmem",)``). A
-#: constant hint compiles one path: ``BACKEND_NATIVE`` native windows only, ``BACKEND_NVSHMEM``
-#: NVSHMEM engine windows only (a context of another tag returns
-#: :data:`STATUS_UNKNOWN_BACKEND`). ``BACKEND_NCCL`` is reserved: NCCL engine windows are not
-#: implemented (a window over NCCL memory whose peers are all reachable is native).
+#: context's tag among the protocols the kernel links: native windows always, and the engine
+#: windows of the one engine whose device bitcode the kernel links (``engines=("nvshmem",)``
+#: or ``engines=("nccl",)``; a kernel linking both names its engine with a hint). A constant
+#: hint compiles one path: ``BACKEND_NATIVE`` native windows only, ``BACKEND_NVSHMEM`` NVSHMEM
+#: engine windows only, ``BACKEND_NCCL`` NCCL engine windows only (GIN; a context of another
+#: tag returns :data:`STATUS_UNKNOWN_BACKEND`).
 BACKEND_DEFAULT = tl.constexpr(-1)
 BACKEND_NATIVE = tl.constexpr(0)
 BACKEND_NVSHMEM = tl.constexpr(1)
 BACKEND_NCCL = tl.constexpr(2)
+
+#: The engine of each engine hint, and the engine's name in its functions' symbols.
+_HINT_ENGINES = {BACKEND_NVSHMEM.value: ("nvshmem", "NVSHMEM"), BACKEND_NCCL.value: ("nccl", "NCCL")}
 
 
 def _linked_engines(_semantic: Any) -> Optional[set]:
@@ -365,31 +368,33 @@ def _symbol(function: str, backend: Any, _semantic: Any) -> str:
     if not isinstance(hint, int) or isinstance(hint, bool):
         raise InvalidArgumentError(
             f"symm.triton.{function}: the backend hint must be a tl.constexpr "
-            f"(BACKEND_DEFAULT, BACKEND_NATIVE, BACKEND_NVSHMEM), not {backend!r}"
+            f"(BACKEND_DEFAULT, BACKEND_NATIVE, BACKEND_NVSHMEM, BACKEND_NCCL), not {backend!r}"
         )
-    linked = _linked_engines(_semantic)
+    known = _linked_engines(_semantic)
+    linked = known or set()
     if hint == BACKEND_DEFAULT.value:
-        return f"symm_dispatch_nvshmem_{function}" if linked and "nvshmem" in linked else f"symm_{function}"
+        engines = sorted(engine for engine, _ in _HINT_ENGINES.values() if engine in linked)
+        if len(engines) > 1:
+            raise InvalidArgumentError(
+                f"symm.triton.{function}: the kernel links the device bitcode of "
+                f"{' and '.join(engines)}; BACKEND_DEFAULT dispatches to one engine: pass "
+                "BACKEND_NVSHMEM or BACKEND_NCCL"
+            )
+        return f"symm_dispatch_{engines[0]}_{function}" if engines else f"symm_{function}"
     if hint == BACKEND_NATIVE.value:
         return f"symm_{function}"
-    if hint == BACKEND_NVSHMEM.value:
-        if linked is not None and "nvshmem" not in linked:
+    if hint in _HINT_ENGINES:
+        engine, name = _HINT_ENGINES[hint]
+        if known is not None and engine not in linked:
             raise InvalidArgumentError(
-                f"symm.triton.{function} with BACKEND_NVSHMEM needs NVSHMEM's device bitcode "
-                "linked: compile the kernel with engines=(\"nvshmem\",) (symm.triton.jit, "
+                f"symm.triton.{function} with BACKEND_{name} needs {name}'s device bitcode "
+                f"linked: compile the kernel with engines=(\"{engine}\",) (symm.triton.jit, "
                 "requires_symm, compile)"
             )
-        return f"symm_nvshmem_{function}"
-    if hint == BACKEND_NCCL.value:
-        raise UnsupportedError(
-            f"symm.triton.{function} with BACKEND_NCCL: symm's device functions do not "
-            "implement NCCL engine windows (peers reached only through NCCL's GIN). A window "
-            "over NCCL memory whose peers are all load/store reachable is native: use "
-            "BACKEND_DEFAULT or BACKEND_NATIVE"
-        )
+        return f"symm_{engine}_{function}"
     raise InvalidArgumentError(
         f"symm.triton.{function}: unknown backend hint {hint} (BACKEND_DEFAULT = -1, "
-        "BACKEND_NATIVE = 0, BACKEND_NVSHMEM = 1)"
+        "BACKEND_NATIVE = 0, BACKEND_NVSHMEM = 1, BACKEND_NCCL = 2)"
     )
 
 

@@ -104,11 +104,39 @@ def nvshmem_hint_without_nvshmem(ctx, n, status_ptr):
 
 
 @st.jit
-def nccl_hint(ctx, n, status_ptr):
+def nccl_hint_without_nccl(ctx, n, status_ptr):
     tl.store(status_ptr, st.barrier(ctx, st.BACKEND_NCCL))
 
 
+@st.jit(engines=("nccl",))
+def nccl_only(ctx, n, status_ptr):
+    status = st.all_reduce(ctx, 0, 0, n, st.SUM, st.FLOAT32, st.BACKEND_NCCL)
+    status |= st.all_gather(ctx, 0, 64, n, st.BACKEND_NCCL)
+    status |= st.barrier(ctx, st.BACKEND_NCCL)
+    tl.store(status_ptr + tl.program_id(0), status)
+
+
+@st.jit(engines=("nccl",))
+def dispatching_nccl(ctx, n, status_ptr):
+    status = st.all_reduce(ctx, 0, 0, n, st.SUM, st.FLOAT32)
+    status |= st.barrier(ctx)
+    tl.store(status_ptr + tl.program_id(0), status)
+
+
+@st.jit(engines=("nccl",))
+def native_only_beside_nccl(ctx, n, status_ptr):
+    tl.store(status_ptr, st.barrier(ctx, st.BACKEND_NATIVE))
+
+
+@st.jit(engines=("nccl", "nvshmem"))
+def default_beside_both_engines(ctx, n, status_ptr):
+    tl.store(status_ptr, st.barrier(ctx))
+
+
 SIGNATURE = {"ctx": "i64", "n": "i64", "status_ptr": "*i32"}
+#: In the PTX of a kernel whose calls reach NCCL's GIN: its put's implementation (namespace
+#: ``nccl::gin``, named by the assertions it keeps).
+GIN_MARKER = "_ZN4nccl3gin"
 
 
 def linked(kernel) -> str:
@@ -255,8 +283,30 @@ def test_backend_hints_compile_the_paths_they_name() -> None:
     assert put not in native and "call" not in re.sub(r"//[^\n]*", "", native)
 
 
+@needs_bitcode
+def test_nccl_hints_compile_the_gin_path() -> None:
+    """BACKEND_NCCL compiles the engine protocol through NCCL's GIN (its put and signal calls
+    resolved in NCCL's bitcode, the kernel a cubin); the default hint with NCCL linked compiles
+    both protocols; BACKEND_NATIVE beside NCCL's bitcode calls none of GIN."""
+    engines = {"nccl": bitcode(NCCL)}
+    engine_path = linked(st.compile(nccl_only, signature=SIGNATURE, capability=90, engines=engines))
+    assert GIN_MARKER in engine_path
+    both = linked(st.compile(dispatching_nccl, signature=SIGNATURE, capability=90, engines=engines))
+    assert GIN_MARKER in both
+    native = linked(st.compile(native_only_beside_nccl, signature=SIGNATURE, capability=90, engines=engines))
+    assert GIN_MARKER not in native
+
+
 def test_hints_that_cannot_compile_are_refused_by_name() -> None:
     with pytest.raises(Exception, match=r"BACKEND_NVSHMEM needs NVSHMEM's device bitcode linked"):
         st.compile(nvshmem_hint_without_nvshmem, signature=SIGNATURE, capability=90)
-    with pytest.raises(Exception, match=r"BACKEND_NCCL: symm's device functions do not implement"):
-        st.compile(nccl_hint, signature=SIGNATURE, capability=90)
+    with pytest.raises(Exception, match=r"BACKEND_NCCL needs NCCL's device bitcode linked"):
+        st.compile(nccl_hint_without_nccl, signature=SIGNATURE, capability=90)
+
+
+@needs_bitcode
+def test_the_default_hint_beside_two_engines_is_refused() -> None:
+    newest = bitcode(next(name for name in NVSHMEM if readable(bitcode(name))))
+    with pytest.raises(Exception, match=r"links the device bitcode of nccl and nvshmem; .* pass BACKEND_NVSHMEM or BACKEND_NCCL"):
+        st.compile(default_beside_both_engines, signature=SIGNATURE, capability=90,
+                   engines={"nccl": bitcode(NCCL), "nvshmem": newest})

@@ -17,6 +17,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use symm::*;
+use symm_device::engine::Place;
 use symm_tests::*;
 
 const F32: i32 = symmDataType_t::symmFloat32 as i32;
@@ -193,39 +194,69 @@ impl HeapEngine {
     }
 }
 
+/// The symmetric address of `place` (as the NVSHMEM engine computes it from the context's
+/// engine words).
+fn symmetric(ctx: &symm_device::context::SymmContext, place: Place) -> u64 {
+    use symm_device::context::{ENGINE_DATA, ENGINE_SIGNALS};
+    match place {
+        Place::Data(offset) => ctx.engine[ENGINE_DATA] + offset,
+        Place::Pad(offset) => ctx.engine[ENGINE_SIGNALS] + offset,
+    }
+}
+
 // SAFETY: copies complete before the signal add (release); adds are atomic (shared memory);
 // puts are synchronous.
 unsafe impl symm_device::engine::SignalEngine for HeapEngine {
-    unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32) {
+    const TAG: symm_device::context::BackendTag = symm_device::context::BackendTag::Nvshmem;
+
+    fn accepts(ctx: &symm_device::context::SymmContext) -> bool {
+        ctx.engine[symm_device::context::ENGINE_SIGNALS].is_multiple_of(16)
+    }
+
+    unsafe fn put_with_signal(
+        &self,
+        ctx: &symm_device::context::SymmContext,
+        dest: Place,
+        src: u64,
+        bytes: u64,
+        signal: u64,
+        pe: u32,
+    ) {
         symm_device::arch::host::sync_threads();
         if symm_device::arch::host::thread_idx_x() == 0 {
             // SAFETY: both ranges lie in mapped heaps (symmetric addresses of the window).
             unsafe {
                 std::ptr::copy(
-                    src as *const u8,
-                    self.translate(dest, pe) as *mut u8,
+                    (ctx.local_base + src) as *const u8,
+                    self.translate(symmetric(ctx, dest), pe) as *mut u8,
                     bytes as usize,
                 )
             };
+            let word = self.translate(symmetric(ctx, Place::Pad(signal)), pe);
             // SAFETY: an aligned signal word of a mapped pad.
-            unsafe { AtomicU64::from_ptr(self.translate(signal, pe) as *mut u64) }
-                .fetch_add(1, Ordering::Release);
+            unsafe { AtomicU64::from_ptr(word as *mut u64) }.fetch_add(1, Ordering::Release);
         }
         symm_device::arch::host::sync_threads();
     }
 
-    unsafe fn signal_add(&self, signal: u64, pe: u32) {
+    unsafe fn signal_add(&self, ctx: &symm_device::context::SymmContext, signal: u64, pe: u32) {
+        let word = self.translate(symmetric(ctx, Place::Pad(signal)), pe);
         // SAFETY: an aligned signal word of a mapped pad.
-        unsafe { AtomicU64::from_ptr(self.translate(signal, pe) as *mut u64) }
-            .fetch_add(1, Ordering::Release);
+        unsafe { AtomicU64::from_ptr(word as *mut u64) }.fetch_add(1, Ordering::Release);
     }
 
-    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool {
+    unsafe fn signal_reached(
+        &self,
+        ctx: &symm_device::context::SymmContext,
+        signal: u64,
+        target: u64,
+    ) -> bool {
+        let word = symmetric(ctx, Place::Pad(signal));
         // SAFETY: an aligned signal word of this rank's pad.
-        unsafe { AtomicU64::from_ptr(signal as *mut u64) }.load(Ordering::Acquire) >= target
+        unsafe { AtomicU64::from_ptr(word as *mut u64) }.load(Ordering::Acquire) >= target
     }
 
-    unsafe fn quiet(&self) {}
+    unsafe fn quiet(&self, _: &symm_device::context::SymmContext) {}
 }
 
 /// Run `body` on every thread of a `programs × 4` grid of the host emulation, as a launch of

@@ -45,12 +45,13 @@ pub fn plain_triton_library(dir: &Path) -> Result<PathBuf, String> {
     }
     Ok(path)
 }
-/// The functions the Triton library exports; everything else is internalized.
+
 /// The device functions of native windows: the Triton library's and `libsymm_device.a`'s.
 pub const NATIVE_FUNCTIONS: [&str; 3] = ["symm_all_reduce", "symm_all_gather", "symm_barrier"];
-/// The Triton library's functions: the native ones, those of NVSHMEM engine windows, and those
-/// that dispatch on the context's tag (both need NVSHMEM's device bitcode linked as well).
-const TRITON_FUNCTIONS: [&str; 9] = [
+/// The functions the Triton library exports (everything else is internalized): the native
+/// ones, and per engine (NVSHMEM, NCCL) those of its engine windows and those that dispatch on
+/// the context's tag (both need the engine's device bitcode linked as well).
+const TRITON_FUNCTIONS: [&str; 15] = [
     "symm_all_reduce",
     "symm_all_gather",
     "symm_barrier",
@@ -60,6 +61,12 @@ const TRITON_FUNCTIONS: [&str; 9] = [
     "symm_dispatch_nvshmem_all_reduce",
     "symm_dispatch_nvshmem_all_gather",
     "symm_dispatch_nvshmem_barrier",
+    "symm_nccl_all_reduce",
+    "symm_nccl_all_gather",
+    "symm_nccl_barrier",
+    "symm_dispatch_nccl_all_reduce",
+    "symm_dispatch_nccl_all_gather",
+    "symm_dispatch_nccl_barrier",
 ];
 
 pub fn generate(check: bool) -> Result<(), String> {

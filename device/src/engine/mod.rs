@@ -1,13 +1,13 @@
 //! The device protocol of windows whose peers are reached through an engine
-//! ([`BackendTag::Nvshmem`](crate::context::BackendTag::Nvshmem)): a window over NVSHMEM's
-//! symmetric heap in which some peer is not load/store reachable (another machine, or a GPU
+//! ([`BackendTag::Nvshmem`], [`BackendTag::Nccl`]): a window over NVSHMEM's symmetric heap, or
+//! an NCCL window, in which some peer is not load/store reachable (another machine, or a GPU
 //! without peer access). Every move of data or signal to a peer goes through the engine's
 //! put-with-signal and signal operations ([`SignalEngine`]); nothing reads a peer's memory, so
 //! the protocol is push only, as network transports need.
 //!
 //! # The pad of an engine window
-//! The window's signal pads are symmetric memory of the engine (`nvshmem_malloc`), sized as a
-//! native pad ([`signal_pad_bytes`]). Native kernels never run on an engine window (the host
+//! The window's signal pads are memory of the engine (`nvshmem_malloc`; an NCCL window of
+//! their own), sized as a native pad ([`signal_pad_bytes`]). Native kernels never run on an engine window (the host
 //! refuses them), so the engine protocol lays out the pad's part from `LL_OFFSET` on afresh:
 //!
 //! ```text
@@ -26,10 +26,11 @@
 //! Program `p` of every rank handles the same part of every call, and synchronizes with
 //! program `p` of every other rank only, as the native device functions do.
 
+pub mod nccl;
 pub mod nvshmem;
 
 use crate::arch;
-use crate::context::{ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
+use crate::context::{BackendTag, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
 use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
 use crate::sync::abort::{abort_timed_out_waiting_for, raise_timeout};
@@ -37,45 +38,73 @@ use crate::sync::grid::{Grid, block_range};
 use crate::sync::signal_pad::{LL_OFFSET, MAX_BLOCKS, MAX_RANKS, signal_pad_bytes};
 use crate::sync::wait::{PARK_AFTER_POLLS, POLLS_PER_ABORT_LOOK, POLLS_PER_CHECK};
 
-/// The engine operations the protocol uses. Addresses are symmetric addresses as this rank
-/// sees them (NVSHMEM: the address `nvshmem_malloc` returned here), `pe` the engine's number of
-/// the target rank.
+/// Where a put's bytes land: a byte offset in the window's data or in its pad, on the target
+/// rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Offset in the window's data (`ctx.engine[ENGINE_DATA]`'s memory).
+    Data(u64),
+    /// Offset in the window's pad (`ctx.engine[ENGINE_SIGNALS]`'s memory).
+    Pad(u64),
+}
+
+/// The engine operations the protocol uses. Places are offsets in the window's data or pad,
+/// signals offsets of 64-bit words in the pad, sources offsets in this rank's data; `ctx` is
+/// the engine context of the call, whose engine words ([`ENGINE_DATA`], [`ENGINE_SIGNALS`],
+/// [`crate::context::ENGINE_COMM`]) tell the engine how it addresses them; `pe` is the
+/// engine's number of the target rank (symm's rank: the host refuses any other mapping).
 ///
 /// # Safety
 /// Implementations deliver a put's bytes before its signal is seen (`put_with_signal`), make
 /// a signal add atomic, and complete this rank's outstanding puts in `quiet`.
 pub unsafe trait SignalEngine {
-    /// Copy `bytes` bytes from the local address `src` to `dest` on `pe`, then add 1 to the
-    /// 64-bit signal word `signal` on `pe`. Called by every thread of the block with the same
-    /// arguments; returns before the copy completes (see [`SignalEngine::quiet`]).
+    /// The tag of the contexts this engine runs ([`BackendTag::Nvshmem`], [`BackendTag::Nccl`]).
+    const TAG: BackendTag;
+
+    /// `true` when the engine words of `ctx` (a valid context with this engine's tag) are
+    /// usable by this engine.
+    fn accepts(ctx: &SymmContext) -> bool;
+
+    /// Copy `bytes` bytes from offset `src` of this rank's data to `dest` on `pe`, then add 1
+    /// to the pad's 64-bit signal word at offset `signal` on `pe`. Called by every thread of
+    /// the block with the same arguments; returns before the copy completes (see
+    /// [`SignalEngine::quiet`]).
     ///
     /// # Safety
-    /// Both ranges and the signal word are valid symmetric memory of the engine; `pe` is a PE
-    /// of the job.
-    unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32);
+    /// `ctx` is an engine context the engine accepts; both ranges and the signal word lie in
+    /// the window's data and pad; `pe` is a rank of the window.
+    unsafe fn put_with_signal(
+        &self,
+        ctx: &SymmContext,
+        dest: Place,
+        src: u64,
+        bytes: u64,
+        signal: u64,
+        pe: u32,
+    );
 
-    /// Add 1 to the 64-bit signal word `signal` on `pe`. Called by one thread.
+    /// Add 1 to the pad's 64-bit signal word at offset `signal` on `pe`. Called by one thread.
     ///
     /// # Safety
     /// As for [`SignalEngine::put_with_signal`].
-    unsafe fn signal_add(&self, signal: u64, pe: u32);
+    unsafe fn signal_add(&self, ctx: &SymmContext, signal: u64, pe: u32);
 
-    /// `true` once this rank's signal word `signal` is at least `target`; the bytes of the puts
-    /// that signalled it are then visible to the calling thread. (NVSHMEM:
-    /// `nvshmem_uint64_test`, which also makes a proxy or RDMA transport's writes consistent
-    /// before it says yes; a plain load of the word would not. The words count calls and never
-    /// come near 2^64, so a plain `>=` is exact.)
+    /// `true` once this rank's signal word at pad offset `signal` is at least `target`; the
+    /// bytes of the puts that signalled it are then visible to the calling thread. (NVSHMEM:
+    /// `nvshmem_uint64_test`, NCCL: `ncclGinReadSignalVA`, which also make a proxy or RDMA
+    /// transport's writes consistent before they say yes; a plain load of the word would not.
+    /// The words count calls and never come near 2^64, so a plain `>=` is exact.)
     ///
     /// # Safety
-    /// `signal` is a valid signal word of this rank.
-    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool;
+    /// As for [`SignalEngine::put_with_signal`], for a signal word of this rank.
+    unsafe fn signal_reached(&self, ctx: &SymmContext, signal: u64, target: u64) -> bool;
 
     /// Complete every put this thread's block issued: their source bytes may be reused and
     /// their data is at the target. Called by every thread of the block.
     ///
     /// # Safety
-    /// Called from device code of a job the engine runs.
-    unsafe fn quiet(&self);
+    /// As for [`SignalEngine::put_with_signal`].
+    unsafe fn quiet(&self, ctx: &SymmContext);
 }
 
 /// An engine that is never built: the native-only entry points' type argument.
@@ -83,16 +112,21 @@ pub enum NoEngine {}
 
 // SAFETY: no value exists, so no method is ever called.
 unsafe impl SignalEngine for NoEngine {
-    unsafe fn put_with_signal(&self, _: u64, _: u64, _: u64, _: u64, _: u32) {
+    const TAG: BackendTag = BackendTag::Native;
+
+    fn accepts(_: &SymmContext) -> bool {
+        false
+    }
+    unsafe fn put_with_signal(&self, _: &SymmContext, _: Place, _: u64, _: u64, _: u64, _: u32) {
         match *self {}
     }
-    unsafe fn signal_add(&self, _: u64, _: u32) {
+    unsafe fn signal_add(&self, _: &SymmContext, _: u64, _: u32) {
         match *self {}
     }
-    unsafe fn signal_reached(&self, _: u64, _: u64) -> bool {
+    unsafe fn signal_reached(&self, _: &SymmContext, _: u64, _: u64) -> bool {
         match *self {}
     }
-    unsafe fn quiet(&self) {
+    unsafe fn quiet(&self, _: &SymmContext) {
         match *self {}
     }
 }
@@ -166,14 +200,14 @@ fn signal_offset(kind: Signal, world: u32, program: u32, source: u32) -> u64 {
         as u64
 }
 
-/// `true` when `ctx` carries what the engine protocol needs: the engine's handles of the data
-/// and of the pads, and pads as large as the layout.
+/// `true` when `ctx` carries what the engine protocol of `E` needs: the engine's handles of
+/// the data and of the pads (as `E` checks them), and pads as large as the layout.
 #[inline(always)]
-pub fn context_is_usable(ctx: &SymmContext) -> bool {
+pub fn context_is_usable<E: SignalEngine>(ctx: &SymmContext) -> bool {
     ctx.engine[ENGINE_DATA] != 0
         && ctx.engine[ENGINE_SIGNALS] != 0
         && ctx.signal_pad_size >= signal_pad_bytes(ctx.world_size as usize) as u64
-        && ctx.engine[ENGINE_SIGNALS].is_multiple_of(16)
+        && E::accepts(ctx)
 }
 
 /// A peer did not arrive in time, or the window was already aborted.
@@ -187,8 +221,6 @@ pub struct EngineWindow<'a, E: SignalEngine> {
     grid: Grid,
     /// This rank's pad, as this rank addresses it for loads and stores.
     pad_local: u64,
-    /// This rank's pad as a symmetric address of the engine.
-    pad_symmetric: u64,
 }
 
 impl<'a, E: SignalEngine> EngineWindow<'a, E> {
@@ -205,7 +237,6 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
             grid,
             // SAFETY: rank < world_size (a host-built context).
             pad_local: unsafe { ctx.peer_signal_pad(ctx.rank) },
-            pad_symmetric: ctx.engine[ENGINE_SIGNALS],
         }
     }
 
@@ -237,11 +268,10 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
         unsafe { arch::store_plain_u64(self.counter_slot(counter), value) }
     }
 
-    /// The symmetric address of this program's `kind` word written by `source`, in any rank's
-    /// pad.
+    /// The pad offset of this program's `kind` word written by `source`, in any rank's pad.
     #[inline(always)]
     fn signal(&self, kind: Signal, source: u32) -> u64 {
-        self.pad_symmetric + signal_offset(kind, self.ctx.world_size, self.grid.block, source)
+        signal_offset(kind, self.ctx.world_size, self.grid.block, source)
     }
 
     /// The offset in a pad of the inbox slot of this program for `source`'s rounds.
@@ -279,7 +309,7 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
         let mut polls: u32 = 0;
         loop {
             // SAFETY: a signal word of this rank's pad.
-            if unsafe { self.engine.signal_reached(address, target) } {
+            if unsafe { self.engine.signal_reached(self.ctx, address, target) } {
                 return true;
             }
             polls = polls.wrapping_add(1);
@@ -328,7 +358,7 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
     #[inline(always)]
     fn quiet(&self) {
         // SAFETY: device code of the engine's job (the context is an engine context).
-        unsafe { self.engine.quiet() };
+        unsafe { self.engine.quiet(self.ctx) };
         arch::sync_threads();
     }
 
@@ -344,8 +374,11 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
             for peer in self.peers() {
                 // SAFETY: this program's Ready word in the peer's pad (symmetric).
                 unsafe {
-                    self.engine
-                        .signal_add(self.signal(Signal::Ready, self.ctx.rank), peer)
+                    self.engine.signal_add(
+                        self.ctx,
+                        self.signal(Signal::Ready, self.ctx.rank),
+                        peer,
+                    )
                 };
             }
         }
@@ -375,12 +408,12 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
         let signal = self.signal(Signal::Gather, me);
         for peer in self.peers() {
             if hi > lo {
-                // SAFETY: both ranges lie in the window (checked by the caller); the window is
-                // symmetric memory of the engine at `engine[ENGINE_DATA]`.
+                // SAFETY: both ranges lie in the window (checked by the caller).
                 unsafe {
                     self.engine.put_with_signal(
-                        self.ctx.engine[ENGINE_DATA] + segment + lo,
-                        self.ctx.local_base + send + lo,
+                        self.ctx,
+                        Place::Data(segment + lo),
+                        send + lo,
                         hi - lo,
                         signal,
                         peer,
@@ -388,7 +421,7 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
                 };
             } else if arch::thread_idx_x() == 0 {
                 // SAFETY: this program's Gather word in the peer's pad.
-                unsafe { self.engine.signal_add(signal, peer) };
+                unsafe { self.engine.signal_add(self.ctx, signal, peer) };
             }
         }
         if !in_place {
@@ -453,8 +486,9 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
                 // the previous round).
                 unsafe {
                     self.engine.put_with_signal(
-                        self.pad_symmetric + own_slot,
-                        data + first * size,
+                        self.ctx,
+                        Place::Pad(own_slot),
+                        offset + first * size,
                         elements * size,
                         signal,
                         peer,
@@ -492,7 +526,10 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
                 arch::fence_acq_rel_sys();
                 for peer in self.peers() {
                     // SAFETY: this rank's Free word in the peer's pad.
-                    unsafe { self.engine.signal_add(self.signal(Signal::Free, me), peer) };
+                    unsafe {
+                        self.engine
+                            .signal_add(self.ctx, self.signal(Signal::Free, me), peer)
+                    };
                 }
             }
         }

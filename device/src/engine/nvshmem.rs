@@ -4,7 +4,9 @@
 //! Only in the Triton-linkable library: symm's own kernels never reference NVSHMEM.
 
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
-use super::SignalEngine;
+use super::{Place, SignalEngine};
+#[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+use crate::context::{BackendTag, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
 
 /// `NVSHMEM_SIGNAL_ADD` of `nvshmemx_signal_op_t`.
 pub const SIGNAL_ADD: i32 = 10;
@@ -36,19 +38,46 @@ mod api {
     }
 }
 
+/// The symmetric address of `place` (NVSHMEM's symmetric addresses are this PE's own).
+#[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+#[inline(always)]
+fn address(ctx: &SymmContext, place: Place) -> u64 {
+    match place {
+        Place::Data(offset) => ctx.engine[ENGINE_DATA] + offset,
+        Place::Pad(offset) => ctx.engine[ENGINE_SIGNALS] + offset,
+    }
+}
+
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 // SAFETY: NVSHMEM delivers a put-with-signal's data before its signal, its signal operations
 // are atomic, and `nvshmem_quiet` completes the calling PE's puts.
 unsafe impl SignalEngine for Nvshmem {
+    const TAG: BackendTag = BackendTag::Nvshmem;
+
+    /// The signal words' symmetric address is 16-byte aligned.
     #[inline(always)]
-    unsafe fn put_with_signal(&self, dest: u64, src: u64, bytes: u64, signal: u64, pe: u32) {
-        // SAFETY: forwarded contract (symmetric ranges and word, a PE of the job).
+    fn accepts(ctx: &SymmContext) -> bool {
+        ctx.engine[ENGINE_SIGNALS].is_multiple_of(16)
+    }
+
+    #[inline(always)]
+    unsafe fn put_with_signal(
+        &self,
+        ctx: &SymmContext,
+        dest: Place,
+        src: u64,
+        bytes: u64,
+        signal: u64,
+        pe: u32,
+    ) {
+        // SAFETY: forwarded contract (symmetric ranges and word, a PE of the job); the source
+        // is this PE's window data.
         unsafe {
             api::nvshmemx_putmem_signal_nbi_block(
-                dest as *mut _,
-                src as *const _,
+                address(ctx, dest) as *mut _,
+                (ctx.local_base + src) as *const _,
                 bytes as usize,
-                signal as *mut u64,
+                address(ctx, Place::Pad(signal)) as *mut u64,
                 1,
                 SIGNAL_ADD,
                 pe as i32,
@@ -57,19 +86,29 @@ unsafe impl SignalEngine for Nvshmem {
     }
 
     #[inline(always)]
-    unsafe fn signal_add(&self, signal: u64, pe: u32) {
+    unsafe fn signal_add(&self, ctx: &SymmContext, signal: u64, pe: u32) {
         // SAFETY: forwarded contract.
-        unsafe { api::nvshmemx_signal_op(signal as *mut u64, 1, SIGNAL_ADD, pe as i32) }
+        unsafe {
+            api::nvshmemx_signal_op(
+                address(ctx, Place::Pad(signal)) as *mut u64,
+                1,
+                SIGNAL_ADD,
+                pe as i32,
+            )
+        }
     }
 
     #[inline(always)]
-    unsafe fn signal_reached(&self, signal: u64, target: u64) -> bool {
+    unsafe fn signal_reached(&self, ctx: &SymmContext, signal: u64, target: u64) -> bool {
         // SAFETY: forwarded contract.
-        unsafe { api::nvshmem_uint64_test(signal as *mut u64, CMP_GE, target) != 0 }
+        unsafe {
+            api::nvshmem_uint64_test(address(ctx, Place::Pad(signal)) as *mut u64, CMP_GE, target)
+                != 0
+        }
     }
 
     #[inline(always)]
-    unsafe fn quiet(&self) {
+    unsafe fn quiet(&self, _: &SymmContext) {
         // SAFETY: device code of an NVSHMEM job (forwarded contract).
         unsafe { api::nvshmem_quiet() }
     }
