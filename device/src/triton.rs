@@ -258,7 +258,7 @@ pub unsafe fn symm_all_reduce_device(
     }
 }
 
-/// [`symm_all_reduce_device`] on an engine window ([`BackendTag::Nvshmem`]) through `engine`
+/// [`symm_all_reduce_device`] on an engine window (the engine's tag) through `engine`
 /// ([`crate::engine`]); any other tag returns [`status::UNKNOWN_BACKEND`].
 ///
 /// # Safety
@@ -589,7 +589,6 @@ pub unsafe fn symm_engine_barrier_device<E: SignalEngine>(engine: &E, ctx: i64) 
 pub unsafe fn symm_any_barrier_device<E: SignalEngine>(engine: &E, ctx: i64) -> i32 {
     // SAFETY: forwarded contract.
     match unsafe { route_by_tag(ctx, engine) } {
-        // SAFETY: forwarded contract; the route matches the context's tag.
         // SAFETY: forwarded contract; the route matches the context's tag.
         Ok(route) => unsafe { barrier_routed(route, ctx) },
         Err(code) => code,

@@ -283,7 +283,8 @@ def engine_library(engine: str, path: Optional[str] = None, capability: int = 90
     library, checked readable by the installed Triton's LLVM: ``path``, else the file named by
     ``SYMM_NCCL_DEVICE_LIBRARY`` / ``SYMM_NVSHMEM_DEVICE_LIBRARY``, else the one in the
     installed ``nvidia-nccl-cu*`` / ``nvidia-nvshmem-cu*`` wheel (NVSHMEM's for
-    ``capability``). NCCL's needs NCCL 2.30 or newer (2.29 ships none).
+    ``capability``). NCCL's needs NCCL 2.30 or newer (2.29 ships none); symm's functions on NCCL
+    engine windows (``BACKEND_NCCL``) call GIN entry points of NCCL 2.32.
 
     Raises:
         InvalidArgumentError: an unknown engine, or no such file.
@@ -424,7 +425,7 @@ def all_gather(ctx, send_byte_offset, recv_byte_offset, n_bytes, backend=BACKEND
 @core.extern
 def barrier(ctx, backend=BACKEND_DEFAULT, _semantic=None):
     """Program ``p`` of this rank waits for program ``p`` of every rank; their earlier stores
-    (and, on an NVSHMEM engine window, their puts) are visible afterwards. ``backend`` is a
+    (and, on an engine window, their puts) are visible afterwards. ``backend`` is a
     backend hint (:data:`BACKEND_DEFAULT`). Returns an int32 status."""
     return _call(_symbol("barrier", backend, _semantic), [_i64(ctx, _semantic)], (core.int64,), _semantic)
 

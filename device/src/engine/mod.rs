@@ -55,8 +55,10 @@ pub enum Place {
 /// engine's number of the target rank (symm's rank: the host refuses any other mapping).
 ///
 /// # Safety
-/// Implementations deliver a put's bytes before its signal is seen (`put_with_signal`), make
-/// a signal add atomic, and complete this rank's outstanding puts in `quiet`.
+/// Implementations deliver a put's bytes before its signal is seen (`put_with_signal`); make
+/// a signal add atomic, and seen by its target only after every put this rank completed with
+/// `quiet` before it settled there (what the barrier relies on); and complete this rank's
+/// outstanding puts as far as their sources in `quiet`.
 pub unsafe trait SignalEngine {
     /// The tag of the contexts this engine runs ([`BackendTag::Nvshmem`], [`BackendTag::Nccl`]).
     const TAG: BackendTag;
@@ -91,16 +93,19 @@ pub unsafe trait SignalEngine {
 
     /// `true` once this rank's signal word at pad offset `signal` is at least `target`; the
     /// bytes of the puts that signalled it are then visible to the calling thread. (NVSHMEM:
-    /// `nvshmem_uint64_test`, NCCL: `ncclGinReadSignalVA`, which also make a proxy or RDMA
-    /// transport's writes consistent before they say yes; a plain load of the word would not.
-    /// The words count calls and never come near 2^64, so a plain `>=` is exact.)
+    /// `nvshmem_uint64_test`, which also makes a proxy or RDMA transport's writes consistent
+    /// before it says yes; NCCL: `ncclGinReadSignalVA`, an acquire load, GIN's signals being
+    /// delivered after their puts settled. A plain load would not do for NVSHMEM. The words
+    /// count calls and never come near 2^64, so a plain `>=` is exact.)
     ///
     /// # Safety
     /// As for [`SignalEngine::put_with_signal`], for a signal word of this rank.
     unsafe fn signal_reached(&self, ctx: &SymmContext, signal: u64, target: u64) -> bool;
 
-    /// Complete every put this thread's block issued: their source bytes may be reused and
-    /// their data is at the target. Called by every thread of the block.
+    /// Complete every put this thread's block issued as far as the source: its bytes may be
+    /// reused. That the data settled at the target is known only from a signal after it (a
+    /// put's own, or a later signal add to that target: the barrier's). Called by every
+    /// thread of the block.
     ///
     /// # Safety
     /// As for [`SignalEngine::put_with_signal`].

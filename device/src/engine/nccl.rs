@@ -41,11 +41,14 @@ pub const BACKEND_MASK_ALL: u32 = 0b11_1100;
 pub const GIN_CONTEXT: i32 = 0;
 
 /// NCCL's GIN device API over the context's windows and device communicator. Made empty per
-/// device-function call; the first operation sets the GIN handle up (`ncclGin_C_init`).
+/// device-function call (each thread its own); the first operation sets the GIN handle up
+/// (`ncclGin_C_init`), once the call's context was checked.
 #[derive(Default)]
 pub struct Nccl {
     #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
-    gin: core::cell::OnceCell<api::GinC>,
+    ready: core::cell::Cell<bool>,
+    #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+    gin: core::cell::UnsafeCell<api::GinC>,
 }
 
 impl core::fmt::Debug for Nccl {
@@ -58,9 +61,15 @@ impl core::fmt::Debug for Nccl {
 mod api {
     use core::ffi::c_void;
 
-    /// `ncclGin_C` (44 bytes in NCCL 2.32, 8-aligned; room is left for growth).
+    /// `ncclGin_C` (48 bytes in NCCL 2.32, 8-aligned; room is left for growth).
     #[repr(C, align(8))]
     pub struct GinC(pub [u8; 64]);
+
+    impl Default for GinC {
+        fn default() -> GinC {
+            GinC([0; 64])
+        }
+    }
 
     /// `ncclCoopAny` (24 bytes, 8-aligned).
     #[repr(C, align(8))]
@@ -137,23 +146,25 @@ mod api {
 
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 impl Nccl {
-    /// The GIN handle of `ctx`'s device communicator (set up by the first call).
+    /// The GIN handle of `ctx`'s device communicator (set up by the first call; no panic
+    /// path, unlike a `OnceCell`, whose re-entrance check the escaping pointer keeps alive).
     #[inline(always)]
     fn gin(&self, ctx: &SymmContext) -> *const api::GinC {
-        self.gin.get_or_init(|| {
-            let mut gin = api::GinC([0; 64]);
+        if !self.ready.get() {
             // SAFETY: `ENGINE_COMM` is a device pointer to the job's `ncclDevComm` (an
-            // accepted context); the handle is written in place.
+            // accepted context); the handle is this thread's own and written in place before
+            // any use.
             unsafe {
                 api::ncclGin_C_init(
-                    &mut gin,
+                    self.gin.get(),
                     BACKEND_MASK_ALL,
                     ctx.engine[ENGINE_COMM] as *const _,
                     GIN_CONTEXT,
                 )
             };
-            gin
-        })
+            self.ready.set(true);
+        }
+        self.gin.get()
     }
 
     /// The world team: team rank = symm rank (the host checks that NCCL's ranks are symm's).
@@ -178,8 +189,9 @@ impl Nccl {
 
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 // SAFETY: a GIN put with a VA signal delivers its bytes before the signal is seen (weak
-// signal: the bundled put settled); a strong signal add is atomic and follows every earlier
-// put to that peer; `ncclGinFlush` completes the block's puts.
+// signal: the bundled put settled); a strong signal add is atomic and seen only after every
+// earlier put of this context to that peer settled; `ncclGinFlush` completes the block's puts
+// as far as their sources (it does not say they settled remotely: the trait asks no more).
 unsafe impl SignalEngine for Nccl {
     const TAG: BackendTag = BackendTag::Nccl;
 
