@@ -7,7 +7,9 @@
 //! [`crate::context::ENGINE_SIGNALS`]
 //! the pads' `ncclWindow_t` (registered with `NCCL_WIN_STRICT_ORDERING`, as GIN's VA signals
 //! need), [`crate::context::ENGINE_COMM`] a device pointer to the job's `ncclDevComm` (made
-//! with GIN contexts). Puts go `(window, offset)` to `(window, offset)` on the world team (team
+//! with GIN contexts). The symm window may begin at any offset of its NCCL window (and the pad
+//! of its pad window): the engine finds it as `local_base` minus `ncclGetLocalPointer` of the
+//! window's start. Puts go `(window, offset)` to `(window, offset)` on the world team (team
 //! rank = symm rank); signals are VA signals in the pad window, added with `ncclGinSignalAdd`
 //! and read with `ncclGinReadSignalVA` (every access to a signal word goes through GIN, as NCCL
 //! requires of VA signals).
@@ -49,6 +51,9 @@ pub struct Nccl {
     ready: core::cell::Cell<bool>,
     #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
     gin: core::cell::UnsafeCell<api::GinC>,
+    /// Where the symm window and this rank's pad begin in their NCCL windows.
+    #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
+    starts: core::cell::Cell<(u64, u64)>,
 }
 
 impl core::fmt::Debug for Nccl {
@@ -141,16 +146,31 @@ mod api {
             order: i32,
         ) -> u64;
         pub fn ncclGinFlush(net: *const GinC, coop: *const CoopAny, order: i32);
+        pub fn ncclGetLocalPointer(window: *const c_void, offset: u64) -> *mut c_void;
     }
 }
 
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 impl Nccl {
-    /// The GIN handle of `ctx`'s device communicator (set up by the first call; no panic
-    /// path, unlike a `OnceCell`, whose re-entrance check the escaping pointer keeps alive).
+    /// The GIN handle of `ctx`'s device communicator, and where the symm window and this
+    /// rank's pad begin in their NCCL windows (the symm window may lie at any offset of the
+    /// NCCL window it was registered over: `local_base` minus NCCL's local address of the
+    /// window's start). Set up by the first call; no panic path, unlike a `OnceCell`, whose
+    /// re-entrance check the escaping pointer keeps alive.
     #[inline(always)]
     fn gin(&self, ctx: &SymmContext) -> *const api::GinC {
         if !self.ready.get() {
+            // SAFETY: the engine words are the NCCL windows of this window's data and pads
+            // (an accepted context); rank < world_size.
+            let starts = unsafe {
+                let data = api::ncclGetLocalPointer(ctx.engine[ENGINE_DATA] as *const _, 0);
+                let pads = api::ncclGetLocalPointer(ctx.engine[ENGINE_SIGNALS] as *const _, 0);
+                (
+                    ctx.local_base.wrapping_sub(data as u64),
+                    ctx.peer_signal_pad(ctx.rank).wrapping_sub(pads as u64),
+                )
+            };
+            self.starts.set(starts);
             // SAFETY: `ENGINE_COMM` is a device pointer to the job's `ncclDevComm` (an
             // accepted context); the handle is this thread's own and written in place before
             // any use.
@@ -177,12 +197,13 @@ impl Nccl {
         }
     }
 
-    /// The `ncclWindow_t` and offset of `place`.
+    /// The `ncclWindow_t` and offset of `place` (after [`Nccl::gin`] set the starts up).
     #[inline(always)]
-    fn window(ctx: &SymmContext, place: Place) -> (*const core::ffi::c_void, u64) {
+    fn window(&self, ctx: &SymmContext, place: Place) -> (*const core::ffi::c_void, u64) {
+        let (data, pads) = self.starts.get();
         match place {
-            Place::Data(offset) => (ctx.engine[ENGINE_DATA] as *const _, offset),
-            Place::Pad(offset) => (ctx.engine[ENGINE_SIGNALS] as *const _, offset),
+            Place::Data(offset) => (ctx.engine[ENGINE_DATA] as *const _, data + offset),
+            Place::Pad(offset) => (ctx.engine[ENGINE_SIGNALS] as *const _, pads + offset),
         }
     }
 }
@@ -214,9 +235,9 @@ unsafe impl SignalEngine for Nccl {
         let gin = self.gin(ctx);
         let team = Self::world(ctx);
         let mut coop = api::CoopAny([0; 24]);
-        let (dst_window, dst_offset) = Self::window(ctx, dest);
-        let (src_window, src_offset) = Self::window(ctx, Place::Data(src));
-        let (signal_window, signal_offset) = Self::window(ctx, Place::Pad(signal));
+        let (dst_window, dst_offset) = self.window(ctx, dest);
+        let (src_window, src_offset) = self.window(ctx, Place::Data(src));
+        let (signal_window, signal_offset) = self.window(ctx, Place::Pad(signal));
         // SAFETY: forwarded contract (ranges and word in the windows, a rank of the team);
         // every thread of the block calls it alike (the CTA is the put's cooperative group).
         unsafe {
@@ -255,7 +276,7 @@ unsafe impl SignalEngine for Nccl {
         let gin = self.gin(ctx);
         let team = Self::world(ctx);
         let mut coop = api::CoopAny([0; 24]);
-        let (signal_window, signal_offset) = Self::window(ctx, Place::Pad(signal));
+        let (signal_window, signal_offset) = self.window(ctx, Place::Pad(signal));
         // SAFETY: forwarded contract; one thread (its own cooperative group).
         unsafe {
             api::ncclCoopAnyInitThread(&mut coop);
@@ -282,16 +303,11 @@ unsafe impl SignalEngine for Nccl {
 
     #[inline(always)]
     unsafe fn signal_reached(&self, ctx: &SymmContext, signal: u64, target: u64) -> bool {
-        let (signal_window, signal_offset) = Self::window(ctx, Place::Pad(signal));
+        let gin = self.gin(ctx);
+        let (signal_window, signal_offset) = self.window(ctx, Place::Pad(signal));
         // SAFETY: forwarded contract: a signal word of this rank's pad window.
         unsafe {
-            api::ncclGinReadSignalVA(
-                self.gin(ctx),
-                signal_window,
-                signal_offset,
-                64,
-                ORDER_ACQUIRE,
-            ) >= target
+            api::ncclGinReadSignalVA(gin, signal_window, signal_offset, 64, ORDER_ACQUIRE) >= target
         }
     }
 
