@@ -389,8 +389,8 @@ def _symbol(function: str, backend: Any, _semantic: Any) -> str:
         if known is not None and engine not in linked:
             raise InvalidArgumentError(
                 f"symm.triton.{function} with BACKEND_{name} needs {name}'s device bitcode "
-                f"linked: compile the kernel with engines=(\"{engine}\",) (symm.triton.jit, "
-                "requires_symm, compile)"
+                f"linked: compile the kernel with engines=(\"{engine}\",) or "
+                f"engines={{\"{engine}\": path}} (symm.triton.jit, requires_symm, compile)"
             )
         return f"symm_{engine}_{function}"
     raise InvalidArgumentError(
