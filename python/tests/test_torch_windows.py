@@ -66,6 +66,7 @@ def test_ranks_whose_tensors_take_different_paths_fail_on_every_rank() -> None:
     output = torchrun(2, WORKER, "--paths-disagree", SYMM_BACKEND="host", SYMM_TIMEOUT_MS="60000")
     lines = [line for line in output.splitlines() if "paths disagree:" in line]
     assert len(lines) == 2, output[-6000:]
+    assert sorted(line.split(":", 1)[0] for line in lines) == ["rank 0", "rank 1"], lines
     assert any(
         "InvalidUsageError" in line and ("staged vs in windows" in line or "in windows vs staged" in line) for line in lines
     ), lines

@@ -228,6 +228,14 @@ def main() -> None:
     print(f"rank {rank}: {checks} checks OK", flush=True)
 
 
+def report(line: str) -> None:
+    """Writes ``line`` and its newline to the standard output in one write, so that it reaches
+    the pipe the ranks share whole: a ``print`` may write the text and the newline apart, and
+    another rank's line can land between them."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
+
+
 def paths_disagree() -> None:
     """``--paths-disagree``: rank 0's tensor is in a window (the window path), every other
     rank's is not (staged through the communicator's staging window). A staged call never pairs
@@ -253,7 +261,7 @@ def paths_disagree() -> None:
     assert bool((tensor == rank + 1.0).all()), f"rank {rank}: the refused call wrote {tensor[:4]}"
     path = "window" if rank == 0 else "staged"
     assert group.path_counts["all_reduce", path] == 1, group.path_counts
-    print(f"rank {rank}: paths disagree: {outcome}", flush=True)
+    report(f"rank {rank}: paths disagree: {outcome}")
     # The communicator has failed: only teardown remains.
     group.comm.destroy()
 
