@@ -7,7 +7,7 @@ Where the files come from:
   ``cargo build --release -p symm-c`` in the repository (``$SYMM_SOURCE_DIR``, default: the parent
   of this directory), honouring ``CARGO_TARGET_DIR``;
 * ``symm.h``: the repository's ``ffi-headers/symm.h``;
-* the Triton-linkable device library, decompressed from ``ptx-out/symm_triton.ll.gz``.
+* the Triton-linkable device libraries, decompressed from ``ptx-out/symm_triton*.ll.gz``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from setuptools.dist import Distribution
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = Path("symm") / "lib"
-TRITON_LIBRARY_NAME = "symm_triton.ll"
+#: The Triton-linkable device libraries: symm's native functions, and those of each engine.
+TRITON_LIBRARY_NAMES = ("symm_triton.ll", "symm_triton_nvshmem.ll", "symm_triton_nccl.ll")
 
 
 def source_dir() -> Path:
@@ -87,10 +88,11 @@ class BuildWithLibrary(build_py):
         for source, name in files:
             shutil.copyfile(source, target / name)
             print(f"symm: packaged {source} as {DATA_DIR / name}", flush=True)
-        compressed = root / "ptx-out" / f"{TRITON_LIBRARY_NAME}.gz"
-        with gzip.open(compressed, "rb") as source, open(target / TRITON_LIBRARY_NAME, "wb") as out:
-            shutil.copyfileobj(source, out)
-        print(f"symm: packaged {compressed} as {DATA_DIR / TRITON_LIBRARY_NAME}", flush=True)
+        for name in TRITON_LIBRARY_NAMES:
+            compressed = root / "ptx-out" / f"{name}.gz"
+            with gzip.open(compressed, "rb") as source, open(target / name, "wb") as out:
+                shutil.copyfileobj(source, out)
+            print(f"symm: packaged {compressed} as {DATA_DIR / name}", flush=True)
         (target / "libsymm.so").chmod(0o755)
 
 

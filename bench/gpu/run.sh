@@ -517,10 +517,10 @@ LIST
 part_python() {
   start_part python
   # The package laid out as pip installs it: the sources plus symm/lib/ holding the bundle's
-  # libsymm.so, symm.h and the Triton library (no Rust, no network needed).
+  # libsymm.so, symm.h and the Triton libraries (no Rust, no network needed).
   local pkg=$B/python g
   mkdir -p "$pkg/symm/lib"
-  cp "$B/lib/libsymm.so" "$B/ffi-headers/symm.h" "$B/ptx-out/symm_triton.ll" "$pkg/symm/lib/"
+  cp "$B/lib/libsymm.so" "$B/ffi-headers/symm.h" "$B"/ptx-out/symm_triton*.ll "$pkg/symm/lib/"
   export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$SCRATCH/triton-cache}
   # shellcheck disable=SC2086 # $PYTHON_RANKS: rank counts
   PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND run_logged python "python_check.py --ranks ${PYTHON_RANKS// /,}" \
@@ -546,7 +546,7 @@ part_torch_symm() {
   start_part torch-symm
   local pkg=$B/python dtype port=29531
   mkdir -p "$pkg/symm/lib"
-  cp "$B/lib/libsymm.so" "$B/ffi-headers/symm.h" "$B/ptx-out/symm_triton.ll" "$pkg/symm/lib/"
+  cp "$B/lib/libsymm.so" "$B/ffi-headers/symm.h" "$B"/ptx-out/symm_triton*.ll "$pkg/symm/lib/"
   PYTHONPATH=$pkg SYMM_BACKEND=$BACKEND OMP_NUM_THREADS=1 TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 \
     run_logged torch-symm "torchrun 2 x torch_symm.py check" "$BACKEND" "$TORCH_SYMM_TIMEOUT_S" \
     "$LOG/torch-symm/check.log" "checks OK" python3 -m torch.distributed.run --nproc-per-node=2 \

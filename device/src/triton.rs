@@ -699,6 +699,12 @@ mod exported {
     /// The engine protocol's exports for one engine: `$prefix` (`symm_<engine>_*`) on engine
     /// windows, `$dispatch` (`symm_dispatch_<engine>_*`) on either kind by the context's tag.
     /// `$engine` makes the engine for one call.
+    ///
+    /// A dispatching function calls the native export or the engine's (as
+    /// `symm_any_*_device` would, minus their inlining): each library that Triton links holds
+    /// one copy of each path, and the engine's library only declares the native functions,
+    /// which the native library defines. Triton inlines every call when it compiles a kernel,
+    /// so a constant type and operator still select one instance.
     macro_rules! engine_exports {
         ($name:literal, $engine:expr,
          [$all_reduce:literal, $all_gather:literal, $barrier:literal],
@@ -776,17 +782,22 @@ mod exported {
                 reduce_op: i32,
                 dtype: i32,
             ) -> i32 {
-                // SAFETY: forwarded contract.
+                // SAFETY: forwarded contract (the route matches the context's tag).
                 unsafe {
-                    super::super::symm_any_all_reduce_device(
-                        &$engine,
-                        ctx,
-                        local_ptr,
-                        byte_offset,
-                        num_elements,
-                        reduce_op,
-                        dtype,
-                    )
+                    match super::super::route_by_tag(ctx, &$engine) {
+                        Ok(super::super::Route::Native) => super::symm_all_reduce(
+                            ctx,
+                            local_ptr,
+                            byte_offset,
+                            num_elements,
+                            reduce_op,
+                            dtype,
+                        ),
+                        Ok(super::super::Route::Engine(_)) => {
+                            all_reduce(ctx, local_ptr, byte_offset, num_elements, reduce_op, dtype)
+                        }
+                        Err(code) => code,
+                    }
                 }
             }
 
@@ -801,15 +812,20 @@ mod exported {
                 recv_byte_offset: i64,
                 n_bytes: i64,
             ) -> i32 {
-                // SAFETY: forwarded contract.
+                // SAFETY: forwarded contract (the route matches the context's tag).
                 unsafe {
-                    super::super::symm_any_all_gather_device(
-                        &$engine,
-                        ctx,
-                        send_byte_offset,
-                        recv_byte_offset,
-                        n_bytes,
-                    )
+                    match super::super::route_by_tag(ctx, &$engine) {
+                        Ok(super::super::Route::Native) => super::symm_all_gather(
+                            ctx,
+                            send_byte_offset,
+                            recv_byte_offset,
+                            n_bytes,
+                        ),
+                        Ok(super::super::Route::Engine(_)) => {
+                            all_gather(ctx, send_byte_offset, recv_byte_offset, n_bytes)
+                        }
+                        Err(code) => code,
+                    }
                 }
             }
 
@@ -819,8 +835,14 @@ mod exported {
             /// As for [`super::super::symm_any_barrier_device`].
             #[unsafe(export_name = $any_barrier)]
             pub unsafe extern "C" fn any_barrier(ctx: i64) -> i32 {
-                // SAFETY: forwarded contract.
-                unsafe { super::super::symm_any_barrier_device(&$engine, ctx) }
+                // SAFETY: forwarded contract (the route matches the context's tag).
+                unsafe {
+                    match super::super::route_by_tag(ctx, &$engine) {
+                        Ok(super::super::Route::Native) => super::symm_barrier(ctx),
+                        Ok(super::super::Route::Engine(_)) => barrier(ctx),
+                        Err(code) => code,
+                    }
+                }
             }
         };
     }

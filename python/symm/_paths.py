@@ -33,6 +33,7 @@ __all__ = [
     "header_path",
     "library_path",
     "package_dir",
+    "triton_library_name",
     "triton_library_path",
 ]
 
@@ -44,7 +45,8 @@ HEADER_ENV = "SYMM_HEADER"
 LIBRARY_NAME = "libsymm.so"
 #: File name of the C header inside the data directory.
 HEADER_NAME = "symm.h"
-#: File name of the Triton-linkable device library (textual LLVM IR, one for every target).
+#: File name of the Triton-linkable device library of symm's native functions (textual LLVM IR,
+#: one for every target); each engine's is ``symm_triton_<engine>.ll``.
 TRITON_LIBRARY_NAME = "symm_triton.ll"
 
 
@@ -199,10 +201,17 @@ def header_path() -> Path:
     return data_file(HEADER_NAME)
 
 
-def triton_library_path() -> Path:
-    """The Triton-linkable device library (``symm_triton.ll``), packaged or in the checkout.
+def triton_library_path(engine: str | None = None) -> Path:
+    """The Triton-linkable device library, packaged or in the checkout: symm's native functions
+    (``symm_triton.ll``), or with ``engine`` (``"nvshmem"``, ``"nccl"``) that engine's functions
+    (``symm_triton_<engine>.ll``, linked beside the native one).
 
     Raises:
         FileNotFoundError: it is neither packaged nor in the checkout.
     """
-    return data_file(TRITON_LIBRARY_NAME)
+    return data_file(triton_library_name(engine))
+
+
+def triton_library_name(engine: str | None = None) -> str:
+    """The file name of the Triton library of ``engine`` (None: the native one)."""
+    return TRITON_LIBRARY_NAME if engine is None else f"symm_triton_{engine}.ll"

@@ -189,9 +189,13 @@ def _triton_version() -> Tuple[int, int]:
     return major, minor
 
 
-def library() -> str:
-    """Path of the Triton-linkable library for the installed Triton (``SYMM_TRITON_LIBRARY``
-    overrides it). Raises if the installed Triton is older than 3.5, whose LLVM cannot read it.
+def library(engine: Optional[str] = None) -> str:
+    """Path of the Triton-linkable library for the installed Triton: symm's native functions,
+    or with ``engine`` (``"nvshmem"``, ``"nccl"``) that engine's functions, linked beside the
+    native library into a kernel that links the engine's device bitcode too.
+    ``SYMM_TRITON_LIBRARY`` names the native library to use instead of the packaged one; the
+    engines' libraries are then taken from its directory (``symm_triton_<engine>.ll``). Raises
+    if the installed Triton is older than 3.5, whose LLVM cannot read it.
     """
     if _triton_version() < OLDEST_TRITON:
         raise RuntimeError(
@@ -199,9 +203,17 @@ def library() -> str:
             f"(needs {OLDEST_TRITON[0]}.{OLDEST_TRITON[1]} or newer)"
         )
     override = os.environ.get("SYMM_TRITON_LIBRARY")
-    if override:
+    if not override:
+        return str(_paths.triton_library_path(engine))
+    if engine is None:
         return override
-    return str(_paths.triton_library_path())
+    beside = Path(override).parent / _paths.triton_library_name(engine)
+    if not beside.is_file():
+        raise FileNotFoundError(
+            f"SYMM_TRITON_LIBRARY={override}: no {beside.name} beside it, where the {engine} "
+            "engine's device functions are taken from when it is set"
+        )
+    return str(beside)
 
 
 def _engine_paths(engines: Any) -> Dict[str, Optional[str]]:
@@ -217,8 +229,13 @@ def _engine_paths(engines: Any) -> Dict[str, Optional[str]]:
 def extern_libs(engines: Any = (), capability: int = 90) -> Dict[str, str]:
     """Triton's ``extern_libs`` option that links the library, and the device bitcode of each
     of ``engines`` (names, or a dict of name to path or None; see :func:`engine_library`)."""
-    libs = {LIBRARY_NAME: library()}
-    for engine, path in _engine_paths(engines).items():
+    chosen = _engine_paths(engines)
+    # Triton links the libraries in this order, each only for what the kernel needs so far:
+    # the engines' symm functions come first, since they call the native ones, and each
+    # engine's bitcode after them.
+    libs = {f"{LIBRARY_NAME}_{engine}": library(engine) for engine in chosen}
+    libs[LIBRARY_NAME] = library()
+    for engine, path in chosen.items():
         libs[ENGINES[engine][0]] = engine_library(engine, path, capability)
     return libs
 

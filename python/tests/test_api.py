@@ -185,7 +185,15 @@ def test_packaged_files() -> None:
         symm.paths.data_file("no-such-file")
     library = symm.paths.triton_library_path()
     assert library.name == "symm_triton.ll" and library.is_file()
-    assert b"@symm_all_reduce(" in library.read_bytes()
+    assert b"define noundef i32 @symm_all_reduce(" in library.read_bytes()
+    for engine in ("nvshmem", "nccl"):
+        path = symm.paths.triton_library_path(engine)
+        assert path.name == f"symm_triton_{engine}.ll" and path.is_file()
+        text = path.read_bytes()
+        assert f"define noundef i32 @symm_{engine}_all_reduce(".encode() in text
+        assert f"define noundef i32 @symm_dispatch_{engine}_all_reduce(".encode() in text
+        # The native functions it dispatches to are the native library's.
+        assert b"declare noundef i32 @symm_all_reduce(" in text
 
 
 def test_a_compressed_data_file_is_decompressed_once_and_again_when_it_changes(tmp_path) -> None:

@@ -435,11 +435,22 @@ def test_the_default_maxnreg_reaches_the_ptx_and_none_opts_out(capability):
 
 
 def test_library_is_textual_ir_without_the_attribute_old_triton_refuses():
-    text = Path(st.library()).read_text()
-    assert "nocreateundeforpoison" not in text
-    assert '"target-cpu"' not in text
-    for symbol in ("symm_all_reduce", "symm_all_gather", "symm_barrier"):
-        assert re.search(rf"^define .*@{symbol}\(", text, re.M), symbol
+    native = Path(st.library()).read_text()
+    engines = {engine: Path(st.library(engine)).read_text() for engine in ("nvshmem", "nccl")}
+    for text in (native, *engines.values()):
+        assert "nocreateundeforpoison" not in text
+        assert '"target-cpu"' not in text
+    for symbol in ("all_reduce", "all_gather", "barrier"):
+        assert re.search(rf"^define .*@symm_{symbol}\(", native, re.M), symbol
+        for engine, text in engines.items():
+            # Each engine's library defines its own functions and none of the native ones,
+            # so that a kernel links both libraries; its dispatching all-reduce calls the
+            # native library's (the largest function, not copied).
+            for name in (f"symm_{engine}_{symbol}", f"symm_dispatch_{engine}_{symbol}"):
+                assert re.search(rf"^define .*@{name}\(", text, re.M), name
+            assert not re.search(rf"^define .*@symm_{symbol}\(", text, re.M), (engine, symbol)
+    for engine, text in engines.items():
+        assert re.search(r"^declare .*@symm_all_reduce\(", text, re.M), engine
 
 
 def test_the_triton_example_compiles_for_every_target():

@@ -238,8 +238,20 @@ def test_engine_libraries_are_found_or_refused_by_name(tmp_path: Path, monkeypat
     old.write_bytes(b"BC\xc0\xde" + b"clang version 18.1.1")
     monkeypatch.setenv("SYMM_NCCL_DEVICE_LIBRARY", str(old))
     assert st.engine_library("nccl") == str(old)
-    assert st.extern_libs(("nccl",))["libnccl_device"] == str(old)
-    assert st.extern_libs()["symm"] == st.library()
+    libs = st.extern_libs(("nccl",))
+    assert libs["libnccl_device"] == str(old)
+    # symm's NCCL functions are linked beside its native library, and only with NCCL.
+    assert libs["symm"] == st.library() and libs["symm_nccl"] == st.library("nccl")
+    assert Path(libs["symm_nccl"]).name == "symm_triton_nccl.ll"
+    assert st.extern_libs() == {"symm": st.library()}
+    # A library named by SYMM_TRITON_LIBRARY brings its engines' libraries from its folder.
+    alone = tmp_path / "alone" / "symm_triton.ll"
+    alone.parent.mkdir()
+    shutil.copyfile(st.library(), alone)
+    monkeypatch.setenv("SYMM_TRITON_LIBRARY", str(alone))
+    assert st.extern_libs() == {"symm": str(alone)}
+    with pytest.raises(FileNotFoundError, match=r"no symm_triton_nccl\.ll beside it"):
+        st.extern_libs(("nccl",))
 
 
 def test_an_nvshmem_kernel_s_module_is_initialized_once(tmp_path: Path, monkeypatch) -> None:

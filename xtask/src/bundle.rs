@@ -26,7 +26,7 @@
 //!                       (run.sh builds them)
 //! python/symm/          the package's sources (run.sh adds lib/: libsymm.so, symm.h, the
 //!                       Triton library, as an installed package has them)
-//! ptx-out/symm_triton.ll
+//! ptx-out/symm_triton.ll, symm_triton_nvshmem.ll, symm_triton_nccl.ll
 //! examples/python/allreduce.py, examples/triton/allreduce.py, examples/torch/symmetric_tensors.py
 //! python/tests/torch_windows_worker.py
 //!                       tensors from symm.torch.mem_pool on CUDA under torchrun (run.sh python)
@@ -151,8 +151,11 @@ pub fn build() -> Result<(), String> {
         std::fs::copy(root.join(file), &to).map_err(|e| format!("copying {file}: {e}"))?;
     }
     copy_python_package(&root, &stage)?;
-    // The Triton library as text (`ptx-out/` holds it compressed), where run.sh packages it.
-    crate::ptx::plain_triton_library(&stage.join("ptx-out"))?;
+    // The Triton libraries as text (`ptx-out/` holds them compressed), where run.sh packages
+    // them.
+    for (file, _) in crate::ptx::TRITON_LIBRARIES {
+        crate::ptx::plain_triton_library(&stage.join("ptx-out"), file)?;
+    }
     create_dir(&stage.join("device-lib"))?;
     std::fs::copy(
         crate::device_lib::out_dir().join("symm_device.ptx"),

@@ -78,20 +78,9 @@ fn build(nvcc: &Path) -> Result<(), String> {
     let out = out_dir();
     std::fs::create_dir_all(&out).map_err(|e| format!("creating {out:?}: {e}"))?;
     let ptx = out.join("symm_device.ptx");
-    let library = crate::ptx::plain_triton_library(&out)?;
-    // The native functions only: the engine ones reference NVSHMEM's device API, which a CUDA
-    // C++ program linking this archive need not have.
-    let native = out.join("symm_device_native.bc");
-    run(Command::new(crate::ptx::llvm_tool("opt")?)
-        .arg("-passes=internalize,globaldce")
-        .arg(format!(
-            "-internalize-public-api-list={}",
-            crate::ptx::NATIVE_FUNCTIONS.join(",")
-        ))
-        .arg(&library)
-        .arg("-o")
-        .arg(&native))?;
-    let library = native;
+    let library = crate::ptx::plain_triton_library(&out, crate::ptx::NATIVE_TRITON_LIBRARY)?;
+    // The native library exports the native functions only: the engine ones need an engine's
+    // device bitcode, which a CUDA C++ program linking this archive need not have.
     // No jump tables: an indexed branch (`brx.idx`) is slower than the few compares it
     // replaces here, and the simulated GPU runs the same text.
     run(Command::new(crate::ptx::llvm_tool("llc")?)
@@ -235,8 +224,10 @@ mod tests {
         let root = crate::root();
         let header = std::fs::read_to_string(root.join("ffi-headers/symm_device.cuh"))
             .expect("symm_device.cuh");
-        let library = String::from_utf8(crate::ptx::triton_library_text().expect("library"))
-            .expect("the library is text");
+        let library = String::from_utf8(
+            crate::ptx::triton_library_text(crate::ptx::NATIVE_TRITON_LIBRARY).expect("library"),
+        )
+        .expect("the library is text");
         let mut declared = header_prototypes(&header);
         let mut defined = library_functions(&library);
         declared.sort();

@@ -13,33 +13,64 @@ const TARGETS: [(&str, &str); 3] = [
     ("sm_90", "symm_sm90.ptx"),
     ("sm_100a", "symm_sm100a.ptx"),
 ];
-/// The Triton-linkable library: the device functions of `symm_device::triton` and what they
-/// call, as textual LLVM IR, built for the oldest target (the functions use nothing newer) and
-/// linked by Triton for every target (see [`triton_library`]). `ptx-out/` holds it
-/// gzip-compressed (`symm_triton.ll.gz`: 2.9 MB instead of 21.6, which keeps the checkout a
-/// GPU machine is sent small); [`plain_triton_library`] writes the text where a tool needs it.
-const TRITON_LIBRARY: (&str, &str) = ("sm_80", "symm_triton.ll");
+/// Target-cpu the Triton libraries are built for: the oldest target (the functions use nothing
+/// newer); Triton links them for every target (see [`triton_libraries`]).
+const TRITON_CPU: &str = "sm_80";
 
-/// `ptx-out/` name of the compressed Triton library.
-pub fn triton_library_file() -> String {
-    format!("{}.gz", TRITON_LIBRARY.1)
-}
+/// The Triton-linkable libraries: the device functions of `symm_device::triton` and what they
+/// call, as textual LLVM IR, each with the functions it exports (everything else is
+/// internalized). `ptx-out/` holds each gzip-compressed (`symm_triton.ll.gz`: 2.9 MB instead of
+/// 21.6, which keeps the checkout a GPU machine is sent small); [`plain_triton_library`] writes
+/// the text where a tool needs it.
+///
+/// * `symm_triton.ll`: the native functions, linked into every kernel that calls symm;
+/// * `symm_triton_<engine>.ll` (NVSHMEM, NCCL): that engine's functions on its engine windows,
+///   and those that dispatch on the context's tag, linked beside `symm_triton.ll` only into a
+///   kernel that links the engine's device bitcode too. Every kernel compile parses each library
+///   it links, so a kernel without an engine does not parse the engines' code.
+pub const TRITON_LIBRARIES: [(&str, &[&str]); 3] = [
+    ("symm_triton.ll", &NATIVE_FUNCTIONS),
+    (
+        "symm_triton_nvshmem.ll",
+        &[
+            "symm_nvshmem_all_reduce",
+            "symm_nvshmem_all_gather",
+            "symm_nvshmem_barrier",
+            "symm_dispatch_nvshmem_all_reduce",
+            "symm_dispatch_nvshmem_all_gather",
+            "symm_dispatch_nvshmem_barrier",
+        ],
+    ),
+    (
+        "symm_triton_nccl.ll",
+        &[
+            "symm_nccl_all_reduce",
+            "symm_nccl_all_gather",
+            "symm_nccl_barrier",
+            "symm_dispatch_nccl_all_reduce",
+            "symm_dispatch_nccl_all_gather",
+            "symm_dispatch_nccl_barrier",
+        ],
+    ),
+];
 
-/// The Triton library's text, from `ptx-out/symm_triton.ll.gz`.
-pub fn triton_library_text() -> Result<Vec<u8>, String> {
-    let name = triton_library_file();
-    std::fs::read(root().join("ptx-out").join(&name))
+/// The native Triton library's file name (`symm_triton.ll`).
+pub const NATIVE_TRITON_LIBRARY: &str = TRITON_LIBRARIES[0].0;
+
+/// The Triton library `name`'s text, from `ptx-out/<name>.gz`.
+pub fn triton_library_text(name: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(root().join("ptx-out").join(format!("{name}.gz")))
         .map_err(|e| e.to_string())
         .and_then(|bytes| gzip::decompress(&bytes))
-        .map_err(|e| format!("ptx-out/{name}: {e} (run `cargo xtask ptx`)"))
+        .map_err(|e| format!("ptx-out/{name}.gz: {e} (run `cargo xtask ptx`)"))
 }
 
-/// Write the Triton library's text as `dir/symm_triton.ll` (creating `dir`) unless that file
+/// Write the Triton library `name`'s text as `dir/<name>` (creating `dir`) unless that file
 /// already holds it; return its path.
-pub fn plain_triton_library(dir: &Path) -> Result<PathBuf, String> {
-    let text = triton_library_text()?;
+pub fn plain_triton_library(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let text = triton_library_text(name)?;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
-    let path = dir.join(TRITON_LIBRARY.1);
+    let path = dir.join(name);
     if std::fs::read(&path).ok().as_deref() != Some(&text[..]) {
         std::fs::write(&path, &text).map_err(|e| format!("writing {path:?}: {e}"))?;
     }
@@ -48,26 +79,6 @@ pub fn plain_triton_library(dir: &Path) -> Result<PathBuf, String> {
 
 /// The device functions of native windows: the Triton library's and `libsymm_device.a`'s.
 pub const NATIVE_FUNCTIONS: [&str; 3] = ["symm_all_reduce", "symm_all_gather", "symm_barrier"];
-/// The functions the Triton library exports (everything else is internalized): the native
-/// ones, and per engine (NVSHMEM, NCCL) those of its engine windows and those that dispatch on
-/// the context's tag (both need the engine's device bitcode linked as well).
-const TRITON_FUNCTIONS: [&str; 15] = [
-    "symm_all_reduce",
-    "symm_all_gather",
-    "symm_barrier",
-    "symm_nvshmem_all_reduce",
-    "symm_nvshmem_all_gather",
-    "symm_nvshmem_barrier",
-    "symm_dispatch_nvshmem_all_reduce",
-    "symm_dispatch_nvshmem_all_gather",
-    "symm_dispatch_nvshmem_barrier",
-    "symm_nccl_all_reduce",
-    "symm_nccl_all_gather",
-    "symm_nccl_barrier",
-    "symm_dispatch_nccl_all_reduce",
-    "symm_dispatch_nccl_all_gather",
-    "symm_dispatch_nccl_barrier",
-];
 
 pub fn generate(check: bool) -> Result<(), String> {
     let root = root();
@@ -90,7 +101,7 @@ pub fn generate(check: bool) -> Result<(), String> {
             .iter()
             .map(|(cpu, _)| scope.spawn(move || build_device(cpu, false)))
             .collect();
-        let library = scope.spawn(|| triton_library(TRITON_LIBRARY.0));
+        let library = scope.spawn(|| triton_libraries(TRITON_CPU));
         let built: Vec<Result<PathBuf, String>> = targets
             .into_iter()
             .map(|h| {
@@ -156,10 +167,11 @@ pub fn generate(check: bool) -> Result<(), String> {
     let version = ptxas_version(&ptxas)?;
     std::fs::write(out_dir.join(SASS_VERSION_FILE), &version)
         .map_err(|e| format!("writing {SASS_VERSION_FILE}: {e}"))?;
-    let file = TRITON_LIBRARY.1;
-    std::fs::write(plain_dir.join(file), &library).map_err(|e| format!("writing {file}: {e}"))?;
-    if !check {
-        write_compressed_triton_library(library.as_bytes())?;
+    for (file, text) in &library {
+        std::fs::write(plain_dir.join(file), text).map_err(|e| format!("writing {file}: {e}"))?;
+        if !check {
+            write_compressed_triton_library(file, text.as_bytes())?;
+        }
     }
 
     if !failures.is_empty() {
@@ -210,12 +222,13 @@ pub fn generate(check: bool) -> Result<(), String> {
                 ));
             }
         }
-        let fresh = std::fs::read(plain_dir.join(TRITON_LIBRARY.1)).map_err(|e| e.to_string())?;
-        if fresh != triton_library_text()? {
-            return Err(format!(
-                "ptx-out/{} differs from a fresh build: run `cargo xtask ptx` and commit",
-                triton_library_file()
-            ));
+        for (file, _) in TRITON_LIBRARIES {
+            let fresh = std::fs::read(plain_dir.join(file)).map_err(|e| e.to_string())?;
+            if fresh != triton_library_text(file)? {
+                return Err(format!(
+                    "ptx-out/{file}.gz differs from a fresh build: run `cargo xtask ptx` and commit"
+                ));
+            }
         }
         println!("ptx-out/ is up to date");
     } else {
@@ -228,33 +241,31 @@ pub fn generate(check: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask triton-library`: only `ptx-out/symm_triton.ll.gz` (part of `cargo xtask ptx`),
-/// for working on the device functions without rebuilding every kernel.
+/// `cargo xtask triton-library`: only the Triton libraries (`ptx-out/symm_triton*.ll.gz`, part
+/// of `cargo xtask ptx`), for working on the device functions without rebuilding every kernel.
 pub fn generate_triton_library() -> Result<(), String> {
-    let (cpu, file) = TRITON_LIBRARY;
-    let library = triton_library(cpu)?;
-    let plain = root().join("target/ptx").join(file);
-    std::fs::create_dir_all(root().join("target/ptx")).map_err(|e| e.to_string())?;
-    std::fs::write(&plain, &library).map_err(|e| format!("writing {plain:?}: {e}"))?;
-    write_compressed_triton_library(library.as_bytes())
+    let plain_dir = root().join("target/ptx");
+    std::fs::create_dir_all(&plain_dir).map_err(|e| e.to_string())?;
+    for (file, text) in triton_libraries(TRITON_CPU)? {
+        let plain = plain_dir.join(file);
+        std::fs::write(&plain, &text).map_err(|e| format!("writing {plain:?}: {e}"))?;
+        write_compressed_triton_library(file, text.as_bytes())?;
+    }
+    Ok(())
 }
 
-/// Write `ptx-out/symm_triton.ll.gz` (and remove an uncompressed copy an older checkout left).
-fn write_compressed_triton_library(text: &[u8]) -> Result<(), String> {
+/// Write `ptx-out/<file>.gz` (and remove an uncompressed copy an older checkout left).
+fn write_compressed_triton_library(file: &str, text: &[u8]) -> Result<(), String> {
     let out = root().join("ptx-out");
-    let dest = out.join(triton_library_file());
+    let dest = out.join(format!("{file}.gz"));
     // Written beside it and renamed: a process decompressing it meanwhile reads the old file
     // or the new one, never half of one.
-    let partial = out.join(format!(".{}.partial", triton_library_file()));
+    let partial = out.join(format!(".{file}.gz.partial"));
     std::fs::write(&partial, gzip::compress(text))
         .and_then(|()| std::fs::rename(&partial, &dest))
         .map_err(|e| format!("writing {dest:?}: {e}"))?;
-    let _ = std::fs::remove_file(out.join(TRITON_LIBRARY.1));
-    println!(
-        "wrote ptx-out/{} (plain text: target/ptx/{})",
-        triton_library_file(),
-        TRITON_LIBRARY.1
-    );
+    let _ = std::fs::remove_file(out.join(file));
+    println!("wrote ptx-out/{file}.gz (plain text: target/ptx/{file})");
     Ok(())
 }
 
@@ -345,8 +356,9 @@ fn host_triple() -> String {
         .unwrap_or_else(|| "x86_64-unknown-linux-gnu".to_string())
 }
 
-/// The Triton-linkable library as textual LLVM IR: the `triton-library` build's fat-LTO
-/// bitcode, reduced to the exported functions and what they call (`internalize` +
+/// The Triton-linkable libraries ([`TRITON_LIBRARIES`]: file name and text) as textual LLVM IR:
+/// the `triton-library` build's fat-LTO bitcode, reduced for each to its exported functions and
+/// what they call (`internalize` +
 /// `globaldce`), disassembled, and made readable by every Triton from 3.5 on:
 ///
 /// * the attribute `nocreateundeforpoison`, which this LLVM (22.1) puts on intrinsic
@@ -357,54 +369,157 @@ fn host_triple() -> String {
 ///   can inline the functions into kernels for any target (LLVM refuses to inline across
 ///   different target attributes); the functions use nothing newer than sm_70.
 ///
-/// Triton replaces the triple and data layout with its own when it links the file.
-fn triton_library(cpu: &str) -> Result<String, String> {
+/// Each library defines no external function but its exports, so that a kernel links several
+/// side by side. Triton replaces the triple and data layout with its own when it links them.
+fn triton_libraries(cpu: &str) -> Result<Vec<(&'static str, String)>, String> {
     let bitcode = build_device(cpu, true)?;
     let work = root().join("target/ptx/triton_work");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
-    let reduced = work.join("symm_triton.bc");
-    let text = work.join("symm_triton.ll");
-    crate::run(
-        Command::new(llvm_tool("opt")?)
-            .arg("-passes=internalize,globaldce")
-            .arg(format!(
-                "-internalize-public-api-list={}",
-                TRITON_FUNCTIONS.join(",")
-            ))
-            .arg(&bitcode)
-            .arg("-o")
-            .arg(&reduced),
-    )?;
-    crate::run(
-        Command::new(llvm_tool("llvm-dis")?)
-            .arg(&reduced)
-            .arg("-o")
-            .arg(&text),
-    )?;
-    let ir = std::fs::read_to_string(&text).map_err(|e| format!("reading {text:?}: {e}"))?;
-    let library = make_portable(&ir);
-    for function in TRITON_FUNCTIONS {
-        let definition = format!(" @{function}(");
-        if !library
-            .lines()
-            .any(|l| l.starts_with("define ") && l.contains(&definition))
-        {
-            return Err(format!(
-                "the Triton library lacks a definition of {function}"
-            ));
+    let mut libraries = Vec::new();
+    for (file, exports) in TRITON_LIBRARIES {
+        let stem = file.trim_end_matches(".ll");
+        let native = file == NATIVE_TRITON_LIBRARY;
+        // An engine's library keeps the native functions its dispatching ones call, as
+        // declarations: the native library defines them.
+        let kept: Vec<&str> = if native {
+            exports.to_vec()
+        } else {
+            exports.iter().chain(&NATIVE_FUNCTIONS).copied().collect()
+        };
+        let reduced = work.join(format!("{stem}.bc"));
+        let text = work.join(file);
+        crate::run(
+            Command::new(llvm_tool("opt")?)
+                .arg("-passes=internalize,globaldce")
+                .arg(format!("-internalize-public-api-list={}", kept.join(",")))
+                .arg(&bitcode)
+                .arg("-o")
+                .arg(&reduced),
+        )?;
+        if !native {
+            // The native definitions become declarations, and what only they called goes.
+            let disassembled = work.join(format!("{stem}.full.ll"));
+            crate::run(
+                Command::new(llvm_tool("llvm-dis")?)
+                    .arg(&reduced)
+                    .arg("-o")
+                    .arg(&disassembled),
+            )?;
+            let ir = std::fs::read_to_string(&disassembled)
+                .map_err(|e| format!("reading {disassembled:?}: {e}"))?;
+            let declared = work.join(format!("{stem}.declared.ll"));
+            std::fs::write(&declared, declare_functions(&ir, &NATIVE_FUNCTIONS)?)
+                .map_err(|e| format!("writing {declared:?}: {e}"))?;
+            crate::run(
+                Command::new(llvm_tool("opt")?)
+                    .arg("-passes=globaldce")
+                    .arg(&declared)
+                    .arg("-o")
+                    .arg(&reduced),
+            )?;
         }
+        crate::run(
+            Command::new(llvm_tool("llvm-dis")?)
+                .arg(&reduced)
+                .arg("-o")
+                .arg(&text),
+        )?;
+        let ir = std::fs::read_to_string(&text).map_err(|e| format!("reading {text:?}: {e}"))?;
+        let library = make_portable(&ir);
+        check_exports(file, &library, exports)?;
+        libraries.push((file, library));
+    }
+    Ok(libraries)
+}
+
+/// Textual IR `ir` with each function of `names` made a declaration: its `define` header
+/// becomes a `declare` (parameter names dropped), its body goes.
+fn declare_functions(ir: &str, names: &[&str]) -> Result<String, String> {
+    let mut out = String::with_capacity(ir.len());
+    let mut lines = ir.lines();
+    let mut declared = Vec::new();
+    while let Some(line) = lines.next() {
+        let name = line
+            .strip_prefix("define ")
+            .and_then(|rest| rest.split_once(" @"))
+            .and_then(|(_, rest)| rest.split_once('('))
+            .map(|(name, _)| name)
+            .filter(|name| names.contains(name));
+        let Some(name) = name else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let header = line.strip_suffix(" {").ok_or_else(|| {
+            format!("the definition of {name} does not open its body on its line")
+        })?;
+        let open = header.find('(').expect("the name was followed by '('");
+        let close = header
+            .rfind(')')
+            .filter(|close| *close > open)
+            .ok_or_else(|| format!("no parameter list in the definition of {name}"))?;
+        let parameters: Vec<&str> = header[open + 1..close]
+            .split(", ")
+            .map(|p| p.rsplit_once(" %").map_or(p, |(ty, _)| ty))
+            .collect();
+        // Attachments such as `!dbg` belong to a body.
+        let after = header[close + 1..]
+            .split(" !")
+            .next()
+            .expect("split yields one part");
+        out.push_str(&format!(
+            "declare {}({}){after}\n",
+            &header["define ".len()..open],
+            parameters.join(", ")
+        ));
+        for body in lines.by_ref() {
+            if body == "}" {
+                break;
+            }
+        }
+        declared.push(name);
+    }
+    match names.iter().find(|n| !declared.contains(n)) {
+        Some(missing) => Err(format!("no definition of {missing} to declare")),
+        None => Ok(out),
+    }
+}
+
+/// Check that the Triton library `file` defines each of `exports`, no other external function
+/// (the libraries are linked side by side), and no kernel entry point.
+fn check_exports(file: &str, library: &str, exports: &[&str]) -> Result<(), String> {
+    let defined: Vec<&str> = library
+        .lines()
+        .filter(|l| {
+            l.starts_with("define ")
+                && !l.starts_with("define internal ")
+                && !l.starts_with("define private ")
+        })
+        .filter_map(|l| {
+            l.split_once(" @")
+                .and_then(|(_, rest)| rest.split_once('('))
+                .map(|(name, _)| name)
+        })
+        .collect();
+    for function in exports {
+        if !defined.contains(function) {
+            return Err(format!("{file} lacks a definition of {function}"));
+        }
+    }
+    if let Some(other) = defined.iter().find(|name| !exports.contains(name)) {
+        return Err(format!("{file} defines {other}, which it does not export"));
     }
     if library
         .lines()
         .any(|l| l.starts_with("define ") && l.contains("ptx_kernel"))
     {
-        return Err("the Triton library holds kernel entry points".to_string());
+        return Err(format!("{file} holds kernel entry points"));
     }
-    Ok(library)
+    Ok(())
 }
 
 /// Remove from textual IR what older LLVMs cannot read or what ties it to one target (see
-/// [`triton_library`]); the module identifier line names a work file and is dropped too.
+/// [`triton_libraries`]); the module identifier line names a work file and is dropped too.
 fn make_portable(ir: &str) -> String {
     let mut out = String::with_capacity(ir.len());
     for line in ir.lines() {

@@ -15,9 +15,6 @@ use crate::{cargo, root, run};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The Triton-linkable device library the wheel must carry (from `ptx-out/`).
-const TRITON_LIBRARY: &str = "symm_triton.ll";
-
 /// The Python interpreter that builds and tests the package.
 pub fn python() -> Command {
     Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string()))
@@ -82,7 +79,10 @@ pub fn wheel() -> Result<(), String> {
         "symm/lib/symm.h".to_string(),
         "symm/py.typed".to_string(),
     ];
-    expected.push(format!("symm/lib/{TRITON_LIBRARY}"));
+    // The Triton-linkable device libraries (from `ptx-out/`).
+    for (file, _) in crate::ptx::TRITON_LIBRARIES {
+        expected.push(format!("symm/lib/{file}"));
+    }
     // List the wheel (a zip) with the standard library's zipfile and check what it carries.
     let listing = python()
         .args([

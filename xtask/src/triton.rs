@@ -38,7 +38,7 @@ fn fetch_engine_bitcode() -> Result<std::path::PathBuf, String> {
 /// Run the compile tests under every version of [`TRITON_VERSIONS`].
 pub fn test() -> Result<(), String> {
     // Importing the package loads libsymm (the compile tests themselves need only the header
-    // and the Triton library, which the package decompresses from ptx-out/symm_triton.ll.gz).
+    // and the Triton library, which the package decompresses from ptx-out/symm_triton*.ll.gz).
     let library = crate::python::build_library()?;
     let bitcode = fetch_engine_bitcode()?;
     for version in TRITON_VERSIONS {
