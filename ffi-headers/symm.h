@@ -477,13 +477,18 @@ symmResult_t symmCommWindowRegisterPeers(symmComm_t comm,
 // collectives and device functions then run on the NCCL window's memory. `ncclComm` is the
 // NCCL communicator the window belongs to; its rank `r` must be this communicator's rank `r`.
 // NCCL is loaded at run time (the one the process loaded already, else `SYMM_NCCL_LIBRARY`, else
-// `libnccl.so.2`); every peer must be reachable by loads and stores (NCCL's load/store team):
-// a peer NCCL gives no address for is refused, naming it. The window's signal pads are a small
-// `ncclMemAlloc` allocation registered as an NCCL window of its own, so the call is collective
-// over the NCCL communicator too: every rank calls it from a thread or process of its own,
-// outside a group; and deregistration (`symmCommWindowDeregister`, on every rank) deregisters
-// and frees them. `offset` must be the same on every rank; the NCCL window must outlive the
-// symm window.
+// `libnccl.so.2`). When the NCCL communicator's ranks are all in one load/store team every
+// peer is reached by loads and stores; when they span several (NVLink domains), with NCCL
+// 2.32 or newer, the window is an engine window (context `backend` 2) for Triton device
+// functions linked with NCCL's device bitcode, which reach the other teams through NCCL's GIN:
+// the call then makes the communicator's `ncclDevComm` (collective) and refuses an NCCL
+// without GIN. Before 2.32 a peer NCCL gives no address for is refused, naming it. The
+// window's signal pads are a small `ncclMemAlloc` allocation registered as an NCCL window of
+// its own, so the call is collective over the NCCL communicator too: every rank calls it from
+// a thread or process of its own, outside a group; and deregistration
+// (`symmCommWindowDeregister`, on every rank) deregisters and frees them (and destroys the
+// device communicator). `offset` must be the same on every rank; the NCCL window must outlive
+// the symm window.
 //
 // # Safety
 // `ncclComm` and `ncclWindow` are NULL or NCCL's handles; `win` is NULL or valid for a write.

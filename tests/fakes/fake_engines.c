@@ -7,8 +7,13 @@
  * fake_engine_* for the tests themselves (tests/tests/engine_windows.rs, and
  * python/tests/test_triton_engines.py for nvshmemx_cumodule_init).
  *
- * Knobs, read at each call: FAKE_ENGINE_UNREACHABLE=<rank> (that peer gets no address),
- * FAKE_NCCL_VERSION=<code> (what ncclGetVersion reports; default 23007).
+ * Knobs, read at each call: FAKE_ENGINE_UNREACHABLE=<rank> (that peer gets no address, and
+ * NCCL reports its communicator's ranks in two load/store teams), FAKE_NCCL_VERSION=<code>
+ * (what ncclGetVersion reports; default 23007), FAKE_NCCL_NO_GIN=1 (NCCL reports no GIN),
+ * FAKE_NCCL_DEVCOMM_FAILS=1 (ncclDevCommCreate fails).
+ *
+ * The structures of NCCL 2.32's device API (ncclCommProperties_t, ncclDevCommRequirements_t)
+ * are declared here as NCCL lays them out; the calls check what symm fills in.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -27,11 +32,45 @@ static char *heap;
 static size_t heap_used;
 static int my_pe = -1, n_pes;
 static char *peer_heaps[MAX_PES];
-static int live_allocations, live_windows;
+static int live_allocations, live_windows, live_dev_comms, last_window_flags;
 
 struct fake_comm { int rank, ranks; };
 static struct fake_comm the_comm;
 struct fake_window { char *buff; size_t size; };
+
+#define FAKE_API_MAGIC 0xcafebeefu
+#define FAKE_ENGINE_VERSION 23203u
+struct fake_comm_properties {
+  size_t size; unsigned magic, version;
+  int rank, nRanks, cudaDev, nvmlDev;
+  _Bool deviceApiSupport, multimemSupport;
+  int ginType, nLsaTeams;
+  _Bool hostRmaSupport;
+  int railedGinType;
+  unsigned long long commHash;
+  int ginMinStride, ginConnectionType;
+  _Bool ginSupport[64];
+  size_t devCommRuntimeVersionSize;
+  _Bool cftSupport, cftMulticastSupport, cftCountedSupport;
+};
+struct fake_dev_comm_requirements {
+  size_t size; unsigned magic, version;
+  void *resourceRequirementsList, *teamRequirementsList;
+  _Bool lsaMultimem;
+  int barrierCount, lsaBarrierCount, railGinBarrierCount, lsaLLA2ABlockCount, lsaLLA2ASlotCount;
+  _Bool ginForceEnable;
+  int ginContextCount, ginSignalCount, ginCounterCount, ginConnectionType;
+  _Bool ginExclusiveContexts;
+  int ginQueueDepth, ginTrafficClass, worldGinBarrierCount;
+  _Bool ginStrongSignalsRequired, ginVaSignalsRequired;
+  int ginCustomStride, ginType;
+  _Bool useRuntimeVersion;
+  int cftCaps, cftBarrierCount;
+};
+_Static_assert(sizeof(struct fake_comm_properties) == 152, "ncclCommProperties_t of NCCL 2.32");
+_Static_assert(sizeof(struct fake_dev_comm_requirements) == 120, "ncclDevCommRequirements_t of NCCL 2.32");
+/* The start of an ncclDevComm (248 bytes in NCCL 2.32). */
+struct fake_dev_comm { unsigned magic, version; int rank, nRanks; };
 
 static int unreachable_peer(void) {
   const char *text = getenv("FAKE_ENGINE_UNREACHABLE");
@@ -78,6 +117,9 @@ void *fake_engine_nccl_comm(void) { return &the_comm; }
 /* Allocations (either engine's) not freed yet, and NCCL windows not deregistered yet. */
 int fake_engine_live_allocations(void) { return live_allocations; }
 int fake_engine_live_windows(void) { return live_windows; }
+/* Device communicators not destroyed yet, and the flags of the last window registered. */
+int fake_engine_live_dev_comms(void) { return live_dev_comms; }
+int fake_engine_last_window_flags(void) { return last_window_flags; }
 
 static void *heap_alloc(size_t bytes) {
   size_t at = (heap_used + 255) & ~(size_t)255;
@@ -105,7 +147,8 @@ int ncclMemAlloc(void **ptr, size_t size) { *ptr = heap_alloc(size); return *ptr
 int ncclMemFree(void *ptr) { if (ptr) live_allocations--; return 0; }
 int ncclCommWindowRegister(void *comm, void *buff, size_t size, void **win, int flags) {
   (void)comm;
-  if (flags != 1 || (char *)buff < heap || (char *)buff + size > heap + HEAP_BYTES) return 4;
+  if ((flags & ~3) != 0 || (char *)buff < heap || (char *)buff + size > heap + HEAP_BYTES) return 4;
+  last_window_flags = flags;
   struct fake_window *w = malloc(sizeof *w);
   w->buff = buff;
   w->size = size;
@@ -123,6 +166,35 @@ int ncclGetPeerDevicePointer(void *win, size_t offset, int peer, void **out) {
   struct fake_window *w = win;
   if (offset > w->size) return 4;
   *out = peer_address(w->buff + offset, peer);
+  return 0;
+}
+
+/* NCCL 2.32's device API: the communicator's load/store teams (two when a peer is unreachable)
+   and GIN, and device communicators (only the start written: magic, version, rank, ranks). */
+int ncclCommQueryProperties(const void *comm, struct fake_comm_properties *props) {
+  if (props->size != sizeof *props || props->magic != FAKE_API_MAGIC || props->version != FAKE_ENGINE_VERSION) return 4;
+  props->rank = ((const struct fake_comm *)comm)->rank;
+  props->nRanks = ((const struct fake_comm *)comm)->ranks;
+  props->deviceApiSupport = 1;
+  props->nLsaTeams = unreachable_peer() >= 0 ? 2 : 1;
+  props->ginType = getenv("FAKE_NCCL_NO_GIN") ? 0 : 3;
+  return 0;
+}
+int ncclDevCommCreate(const void *comm, const struct fake_dev_comm_requirements *reqs, struct fake_dev_comm *out) {
+  if (reqs->size != sizeof *reqs || reqs->magic != FAKE_API_MAGIC || reqs->version != FAKE_ENGINE_VERSION) return 4;
+  if (reqs->ginContextCount < 1 || reqs->ginConnectionType != 1 || !reqs->ginStrongSignalsRequired ||
+      !reqs->ginVaSignalsRequired || reqs->useRuntimeVersion || reqs->resourceRequirementsList) return 4;
+  if (getenv("FAKE_NCCL_DEVCOMM_FAILS")) return 5;
+  out->magic = FAKE_API_MAGIC;
+  out->version = FAKE_ENGINE_VERSION;
+  out->rank = ((const struct fake_comm *)comm)->rank;
+  out->nRanks = ((const struct fake_comm *)comm)->ranks;
+  live_dev_comms++;
+  return 0;
+}
+int ncclDevCommDestroy(const void *comm, const struct fake_dev_comm *dev_comm) {
+  if (dev_comm->magic != FAKE_API_MAGIC || dev_comm->rank != ((const struct fake_comm *)comm)->rank) return 4;
+  live_dev_comms--;
   return 0;
 }
 

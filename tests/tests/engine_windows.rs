@@ -7,9 +7,11 @@
 //! read the wrong process's memory.
 //!
 //! Each rank: windows at a non-zero offset of an NCCL window and inside NVSHMEM's heap, the
-//! collectives on them exact, then deregistered with the engines' pads released; and the
-//! refusals, on every rank: a peer the engine gives no address for (named), an NCCL too old,
-//! offsets that differ between ranks, a call inside a group, NULL handles.
+//! collectives on them exact, then deregistered with the engines' pads released; engine
+//! windows of both, where a peer has no address (NCCL 2.32's with its device communicator);
+//! and the refusals, on every rank: a peer without an address before NCCL 2.32 (named), an
+//! NCCL without GIN, a device communicator one rank could not make, an NCCL too old, offsets
+//! that differ between ranks, a call inside a group, NULL handles.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -90,6 +92,8 @@ struct Fake {
     nccl_comm: unsafe extern "C" fn() -> *mut c_void,
     live_allocations: unsafe extern "C" fn() -> c_int,
     live_windows: unsafe extern "C" fn() -> c_int,
+    live_dev_comms: unsafe extern "C" fn() -> c_int,
+    last_window_flags: unsafe extern "C" fn() -> c_int,
     mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
     window_register:
         unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int,
@@ -117,6 +121,8 @@ fn load_fake() -> Fake {
             nccl_comm: as_function(symbol("fake_engine_nccl_comm")),
             live_allocations: as_function(symbol("fake_engine_live_allocations")),
             live_windows: as_function(symbol("fake_engine_live_windows")),
+            live_dev_comms: as_function(symbol("fake_engine_live_dev_comms")),
+            last_window_flags: as_function(symbol("fake_engine_last_window_flags")),
             mem_alloc: as_function(symbol("ncclMemAlloc")),
             window_register: as_function(symbol("ncclCommWindowRegister")),
             window_deregister: as_function(symbol("ncclCommWindowDeregister")),
@@ -369,6 +375,93 @@ fn engine_window_on(
     }
 }
 
+/// An NCCL engine window of `comm` over `nccl_window` (NCCL 2.32, this rank without an address
+/// for `hidden`, the ranks in two load/store teams): the context is tagged for NCCL with the
+/// data's and the pads' NCCL windows and a device copy of the device communicator NCCL made,
+/// the pads are registered for GIN's VA signals, symm's collectives are refused naming NCCL,
+/// and deregistration destroys the device communicator and releases the pads.
+fn nccl_engine_window_on(
+    fake: &Fake,
+    comm: symmComm_t,
+    rank: usize,
+    nccl_comm: *mut c_void,
+    nccl_window: *mut c_void,
+    base: *mut u8,
+    hidden: usize,
+) {
+    use symm_device::context::{BackendTag, ENGINE_COMM, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
+    // SAFETY: the stand-in reads them at each call; this process's rank runs no other thread.
+    unsafe {
+        std::env::set_var("FAKE_NCCL_VERSION", "23203");
+        std::env::set_var("FAKE_ENGINE_UNREACHABLE", hidden.to_string());
+    }
+    // SAFETY: the stand-in is initialized.
+    let live = || unsafe {
+        (
+            (fake.live_allocations)(),
+            (fake.live_windows)(),
+            (fake.live_dev_comms)(),
+        )
+    };
+    let before = live();
+    let count = 1000;
+    let bytes = 4 * count * (RANKS + 1);
+    let mut window = null_mut();
+    // SAFETY: NCCL's handles of this rank; a valid out-pointer.
+    check(
+        unsafe {
+            symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+        },
+        comm,
+    );
+    assert_eq!(
+        live(),
+        (before.0 + 1, before.1 + 1, before.2 + 1),
+        "the pads (an allocation and an NCCL window) and a device communicator"
+    );
+    // SAFETY: the stand-in is initialized.
+    let flags = unsafe { (fake.last_window_flags)() };
+    assert_eq!(
+        flags, 3,
+        "the pads are registered NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING"
+    );
+    let mut address: *const c_void = std::ptr::null();
+    // SAFETY: a valid out-pointer.
+    check(
+        unsafe { symmCommGetDeviceContext(comm, window, &mut address) },
+        comm,
+    );
+    // SAFETY: the host backend's contexts are host memory that lives with the window.
+    let context = unsafe { &*(address as *const SymmContext) };
+    assert_eq!(context.backend, BackendTag::Nccl as u32);
+    assert_eq!(context.engine[ENGINE_DATA], nccl_window as u64);
+    assert_ne!(context.engine[ENGINE_SIGNALS], 0);
+    assert_ne!(context.engine[ENGINE_SIGNALS], nccl_window as u64);
+    // SAFETY: the device copy of the device communicator (host memory on the host backend):
+    // its first words are the stand-in's magic, version, rank and ranks.
+    let dev_comm =
+        unsafe { std::slice::from_raw_parts(context.engine[ENGINE_COMM] as *const u32, 4) };
+    assert_eq!(dev_comm, [0xcafe_beef, 23203, rank as u32, RANKS as u32]);
+    // SAFETY: a table of RANKS entries.
+    let peer_bases = unsafe { std::slice::from_raw_parts(context.peer_bases as *const u64, RANKS) };
+    assert_eq!(peer_bases[hidden], 0, "the peer NCCL gives no address for");
+    assert_eq!(peer_bases[rank], base as u64);
+    let ptr = base.cast::<c_void>();
+    let result = symmAllReduce(ptr, ptr, count, F32, SUM, comm, null_mut());
+    assert_ne!(result, symmResult_t::symmSuccess);
+    let message = last_error(comm);
+    assert!(
+        message.contains("an NCCL engine window") && message.contains("engines=(\"nccl\",)"),
+        "{message}"
+    );
+    check(symmCommWindowDeregister(comm, window), comm);
+    assert_eq!(
+        live(),
+        before,
+        "the device communicator is destroyed and the pads released"
+    );
+}
+
 /// One rank process of `windows_over_nccl_and_nvshmem_memory_in_a_process_per_rank`.
 #[test]
 #[ignore = "a rank process of windows_over_nccl_and_nvshmem_memory_in_a_process_per_rank"]
@@ -510,6 +603,7 @@ fn engine_rank() {
             &format!("peerBuffs[{hidden}] is NULL"),
             "not reachable",
             "an NCCL window",
+            "NCCL 2.32 or newer reaches such peers through GIN",
         ],
     );
     // A multi-process communicator whose registration failed refuses the next one.
@@ -547,6 +641,56 @@ fn engine_rank() {
     check(symmCommWindowDeregister(fourth, window), fourth);
     // SAFETY: as above.
     unsafe { std::env::remove_var("FAKE_ENGINE_UNREACHABLE") };
+    // NCCL 2.32: a communicator whose ranks span two load/store teams makes engine windows.
+    let fifth = split();
+    nccl_engine_window_on(&fake, fifth, rank, nccl_comm, nccl_window, base, hidden);
+    let sixth = split();
+    // SAFETY: as above.
+    unsafe { std::env::set_var("FAKE_NCCL_NO_GIN", "1") };
+    // SAFETY: NCCL's handles; a valid out-pointer.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(sixth, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    refused(sixth, result, &["2 load/store teams", "no GIN"]);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_NCCL_NO_GIN") };
+    // One rank cannot make the device communicator: every rank's registration fails at once
+    // (not at the timeout), the others naming that rank.
+    let seventh = split();
+    if rank == 1 {
+        // SAFETY: as above.
+        unsafe { std::env::set_var("FAKE_NCCL_DEVCOMM_FAILS", "1") };
+    }
+    let before = live();
+    let started = std::time::Instant::now();
+    // SAFETY: NCCL's handles; a valid out-pointer.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(seventh, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    if rank == 1 {
+        refused(seventh, result, &["ncclDevCommCreate", "fake NCCL error"]);
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("FAKE_NCCL_DEVCOMM_FAILS") };
+    } else {
+        refused(seventh, result, &["rank 1 refused its description"]);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the refusal took {:?} (the timeout is 20 s)",
+        started.elapsed()
+    );
+    assert_eq!(
+        live(),
+        before,
+        "the failed registration's pads are released"
+    );
+    // SAFETY: the stand-in is initialized.
+    assert_eq!(unsafe { (fake.live_dev_comms)() }, 0);
+    // SAFETY: as above.
+    unsafe {
+        std::env::remove_var("FAKE_ENGINE_UNREACHABLE");
+        std::env::remove_var("FAKE_NCCL_VERSION");
+    }
     // Offsets that differ between ranks: refused on every rank, once all registered.
     let third = split();
     // SAFETY: NCCL's handles; a valid out-pointer.
@@ -561,7 +705,7 @@ fn engine_rank() {
         )
     };
     refused(third, result, &["every rank", "an NCCL window at offset"]);
-    for child in [first, second, third, fourth] {
+    for child in [first, second, third, fourth, fifth, sixth, seventh] {
         check(symmCommDestroy(child), null_mut());
     }
     // SAFETY: the user's NCCL window, deregistered once.

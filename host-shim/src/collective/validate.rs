@@ -82,11 +82,16 @@ fn window_of(comm: &Comm, name: &str, address: u64, bytes: u64, align: u64) -> R
         .context()
         .map_or(window.owner.kind.backend_tag() as u32, |c| c.host.backend);
     if tag != symm_device::BackendTag::Native as u32 {
+        let (engine, option) = if tag == symm_device::BackendTag::Nccl as u32 {
+            ("NCCL", "nccl")
+        } else {
+            ("NVSHMEM", "nvshmem")
+        };
         return Err(Error::invalid_usage(format!(
-            "{name} lies in the window at {:#x}, an NVSHMEM engine window (some rank has \
-             peers reachable only through NVSHMEM): symm's collectives need every peer \
+            "{name} lies in the window at {:#x}, an {engine} engine window (some rank has \
+             peers reachable only through {engine}): symm's collectives need every peer \
              reachable by loads and stores; on this window only device functions linked with \
-             the engine run (symm.triton with engines=(\"nvshmem\",))",
+             the engine run (symm.triton with engines=(\"{option}\",))",
             window.base
         )));
     }

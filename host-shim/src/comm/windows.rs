@@ -175,7 +175,7 @@ pub fn peer_registration_allowed(comm: &Comm) -> Result<()> {
 /// refusal takes the registration's number and is deposited in its place, so that every peer's
 /// registration of that window fails at once, naming this rank, instead of waiting for it
 /// until the timeout. Returns `error`.
-fn refuse_registration(comm: &Comm, error: Error) -> Error {
+pub(crate) fn refuse_registration(comm: &Comm, error: Error) -> Error {
     let seq = {
         let mut state = comm.lock();
         let seq = state.next_window_seq;

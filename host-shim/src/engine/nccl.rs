@@ -1,10 +1,20 @@
 //! `symmCommWindowRegisterNccl`: a window over bytes of an NCCL registered window
 //! (`ncclCommWindowRegister`, NCCL 2.29 or newer). Every peer's address comes from
-//! `ncclGetPeerDevicePointer` (NULL for a peer outside this rank's load/store team, which is
-//! refused); the signal pads are a small `ncclMemAlloc` allocation registered as an NCCL window
-//! of its own, deregistered and freed with the symm window.
+//! `ncclGetPeerDevicePointer`; the signal pads are a small `ncclMemAlloc` allocation registered
+//! as an NCCL window of its own, deregistered and freed with the symm window.
+//!
+//! When the communicator's ranks span several load/store teams (NVLink domains: NCCL's
+//! `nLsaTeams`, the same on every rank) some peers have no address, and with NCCL 2.32 or newer
+//! the window is an engine window (`OwnerKind::NcclEngine`, context tag `Nccl`): only device
+//! functions linked with NCCL's device bitcode run on it, reaching those peers through NCCL's
+//! GPU-Initiated Networking. The adapter then makes the `ncclDevComm` they use (GIN contexts,
+//! full connection, VA and strong signals), copies it to device memory, and registers the pads
+//! with `NCCL_WIN_STRICT_ORDERING` (GIN's VA signals live there). Since every rank reads the
+//! same team count, every rank takes the same path, and `ncclDevCommCreate`, collective, is
+//! called on all or none. Before 2.32 a peer without an address is refused.
 
 use super::{Library, function, open};
+use crate::backend::Backend;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::window::Window;
@@ -18,6 +28,104 @@ pub(crate) const LIBRARY_ENV: &str = "SYMM_NCCL_LIBRARY";
 pub(crate) const MIN_VERSION: c_int = 22900;
 /// `NCCL_WIN_COLL_SYMMETRIC`.
 const WIN_COLL_SYMMETRIC: c_int = 1;
+/// `NCCL_WIN_STRICT_ORDERING`: the pads of an engine window hold GIN's VA signals.
+const WIN_STRICT_ORDERING: c_int = 2;
+/// The NCCL whose structures the engine's host and device sides are written against (the
+/// `version` of [`DevCommRequirements`] and [`CommProperties`], and the `ncclDevComm` layout
+/// `symm_device::engine::nccl` reads): 2.32.3. Engine windows need this NCCL or a newer one.
+const ENGINE_VERSION: c_int = 23203;
+/// The oldest NCCL that makes engine windows (see [`ENGINE_VERSION`]).
+pub(crate) const MIN_ENGINE_VERSION: c_int = 23200;
+/// `NCCL_API_MAGIC`.
+const API_MAGIC: u32 = 0xcafe_beef;
+/// `NCCL_GIN_CONNECTION_FULL`: every rank connected to every other.
+const GIN_CONNECTION_FULL: c_int = 1;
+/// `NCCL_GIN_TYPE_NONE`: no GIN (in [`CommProperties`]), any (in [`DevCommRequirements`]).
+const GIN_TYPE_NONE: c_int = 0;
+/// `NCCL_CONFIG_UNDEF_INT`.
+const UNDEF_INT: c_int = c_int::MIN;
+/// Bytes of NCCL 2.32's `ncclDevComm`.
+pub(crate) const DEV_COMM_BYTES: usize = 248;
+
+/// NCCL 2.32's `ncclCommProperties_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CommProperties {
+    size: usize,
+    magic: u32,
+    version: u32,
+    rank: c_int,
+    n_ranks: c_int,
+    cuda_dev: c_int,
+    nvml_dev: c_int,
+    device_api_support: bool,
+    multimem_support: bool,
+    gin_type: c_int,
+    n_lsa_teams: c_int,
+    host_rma_support: bool,
+    railed_gin_type: c_int,
+    comm_hash: u64,
+    gin_min_stride: c_int,
+    gin_connection_type: c_int,
+    gin_support: [bool; 64],
+    dev_comm_runtime_version_size: usize,
+    cft_support: bool,
+    cft_multicast_support: bool,
+    cft_counted_support: bool,
+}
+
+/// NCCL 2.32's `ncclDevCommRequirements_t`.
+#[repr(C)]
+struct DevCommRequirements {
+    size: usize,
+    magic: u32,
+    version: u32,
+    resource_requirements_list: *mut c_void,
+    team_requirements_list: *mut c_void,
+    lsa_multimem: bool,
+    barrier_count: c_int,
+    lsa_barrier_count: c_int,
+    rail_gin_barrier_count: c_int,
+    lsa_ll_a2a_block_count: c_int,
+    lsa_ll_a2a_slot_count: c_int,
+    gin_force_enable: bool,
+    gin_context_count: c_int,
+    gin_signal_count: c_int,
+    gin_counter_count: c_int,
+    gin_connection_type: c_int,
+    gin_exclusive_contexts: bool,
+    gin_queue_depth: c_int,
+    gin_traffic_class: c_int,
+    world_gin_barrier_count: c_int,
+    gin_strong_signals_required: bool,
+    gin_va_signals_required: bool,
+    gin_custom_stride: c_int,
+    gin_type: c_int,
+    use_runtime_version: bool,
+    cft_caps: c_int,
+    cft_barrier_count: c_int,
+}
+
+// The layouts of NCCL 2.32.3's nccl.h and nccl_device/host.h (sizes and offsets as its C
+// compiler lays them out).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<CommProperties>() == 152);
+    assert!(offset_of!(CommProperties, gin_type) == 36);
+    assert!(offset_of!(CommProperties, n_lsa_teams) == 40);
+    assert!(offset_of!(CommProperties, comm_hash) == 56);
+    assert!(offset_of!(CommProperties, gin_support) == 72);
+    assert!(offset_of!(CommProperties, dev_comm_runtime_version_size) == 136);
+    assert!(offset_of!(CommProperties, cft_counted_support) == 146);
+    assert!(size_of::<DevCommRequirements>() == 120);
+    assert!(offset_of!(DevCommRequirements, lsa_multimem) == 32);
+    assert!(offset_of!(DevCommRequirements, gin_context_count) == 60);
+    assert!(offset_of!(DevCommRequirements, gin_connection_type) == 72);
+    assert!(offset_of!(DevCommRequirements, gin_strong_signals_required) == 92);
+    assert!(offset_of!(DevCommRequirements, gin_type) == 100);
+    assert!(offset_of!(DevCommRequirements, use_runtime_version) == 104);
+    assert!(offset_of!(DevCommRequirements, cft_barrier_count) == 112);
+};
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -29,6 +137,10 @@ type MemFree = unsafe extern "C" fn(*mut c_void) -> c_int;
 type WindowRegister =
     unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int;
 type WindowDeregister = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type QueryProperties = unsafe extern "C" fn(*mut c_void, *mut CommProperties) -> c_int;
+type DevCommCreate =
+    unsafe extern "C" fn(*mut c_void, *const DevCommRequirements, *mut c_void) -> c_int;
+type DevCommDestroy = unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int;
 
 /// The NCCL functions the adapter calls.
 struct Nccl {
@@ -106,6 +218,96 @@ impl Nccl {
         ))
     }
 
+    /// Whether `comm`'s windows are engine windows: its ranks span several load/store teams
+    /// (NCCL's `nLsaTeams`, the same on every rank), with NCCL 2.32 or newer. Refused when
+    /// they would be and this NCCL cannot reach the other teams from a kernel (no device API
+    /// or no GIN).
+    fn engine_needed(&self, comm: *mut c_void) -> Result<bool> {
+        if self.version < MIN_ENGINE_VERSION {
+            return Ok(false);
+        }
+        // SAFETY: the function's signature in nccl_device/host.h.
+        let query: QueryProperties = unsafe { function(&self.library, "ncclCommQueryProperties")? };
+        // SAFETY: every field is an integer, a bool or an array of bools: all zero is valid.
+        let mut properties: CommProperties = unsafe { std::mem::zeroed() };
+        properties.size = std::mem::size_of::<CommProperties>();
+        properties.magic = API_MAGIC;
+        properties.version = ENGINE_VERSION as u32;
+        // SAFETY: a communicator of NCCL (the caller's contract); a properties struct of the
+        // version it names.
+        let queried = unsafe { query(comm, &mut properties) };
+        self.check(queried, "ncclCommQueryProperties")?;
+        if properties.n_lsa_teams <= 1 {
+            return Ok(false);
+        }
+        if !properties.device_api_support || properties.gin_type == GIN_TYPE_NONE {
+            return Err(Error::new(
+                crate::abi::symmResult_t::symmUnsupported,
+                format!(
+                    "the NCCL communicator's ranks span {} load/store teams (NVLink domains) and \
+                     this NCCL ({} version {}) has {}: symm's windows over it need every peer \
+                     reachable by loads and stores, or NCCL's GPU-Initiated Networking for the \
+                     peers that are not",
+                    properties.n_lsa_teams,
+                    self.library.name,
+                    self.version,
+                    if properties.device_api_support {
+                        "no GIN (GPU-Initiated Networking)"
+                    } else {
+                        "no device API support"
+                    }
+                ),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Make `comm`'s `ncclDevComm` for the engine protocol (collective: every rank calls it,
+    /// see [`Nccl::engine_needed`]): one GIN context, every rank connected, VA and strong
+    /// signals.
+    fn create_dev_comm(&self, comm: *mut c_void) -> Result<[u8; DEV_COMM_BYTES]> {
+        // SAFETY: the function's signature in nccl_device/host.h.
+        let create: DevCommCreate = unsafe { function(&self.library, "ncclDevCommCreate")? };
+        let requirements = DevCommRequirements {
+            size: std::mem::size_of::<DevCommRequirements>(),
+            magic: API_MAGIC,
+            version: ENGINE_VERSION as u32,
+            resource_requirements_list: std::ptr::null_mut(),
+            team_requirements_list: std::ptr::null_mut(),
+            lsa_multimem: false,
+            barrier_count: 0,
+            lsa_barrier_count: 0,
+            rail_gin_barrier_count: 0,
+            lsa_ll_a2a_block_count: 0,
+            lsa_ll_a2a_slot_count: 0,
+            gin_force_enable: false,
+            gin_context_count: 1,
+            gin_signal_count: 0,
+            gin_counter_count: 0,
+            gin_connection_type: GIN_CONNECTION_FULL,
+            gin_exclusive_contexts: false,
+            gin_queue_depth: 0,
+            gin_traffic_class: UNDEF_INT,
+            world_gin_barrier_count: 0,
+            gin_strong_signals_required: true,
+            gin_va_signals_required: true,
+            gin_custom_stride: 1,
+            gin_type: GIN_TYPE_NONE,
+            use_runtime_version: false,
+            cft_caps: 0,
+            cft_barrier_count: 0,
+        };
+        let mut dev_comm = [0u8; DEV_COMM_BYTES];
+        // SAFETY: a communicator of NCCL; requirements of the version they name; room for
+        // that version's ncclDevComm.
+        let created = unsafe { create(comm, &requirements, dev_comm.as_mut_ptr().cast()) };
+        self.check(
+            created,
+            "ncclDevCommCreate (GIN, for the peers in other NVLink domains)",
+        )?;
+        Ok(dev_comm)
+    }
+
     /// Every rank's address of `offset` in `window`, as this process maps it (0 for a peer
     /// NCCL cannot reach by loads and stores).
     fn peer_addresses(
@@ -128,20 +330,39 @@ impl Nccl {
     }
 }
 
-/// The signal pads of a window over an NCCL window: an `ncclMemAlloc` allocation registered
-/// as an NCCL window, deregistered (collective) and freed with the symm window.
-struct NcclPads {
+/// What a window over an NCCL window holds of NCCL's: its signal pads, an `ncclMemAlloc`
+/// allocation registered as an NCCL window, and for an engine window the `ncclDevComm` and its
+/// copy in device memory; released with the symm window (the device communicator first).
+struct NcclResources {
     nccl: Arc<Nccl>,
     comm: usize,
     memory: usize,
     window: usize,
+    dev_comm: Option<DevComm>,
 }
 
-impl Drop for NcclPads {
+/// An engine window's `ncclDevComm`, and its copy in device memory (the context's
+/// `ENGINE_COMM`).
+struct DevComm {
+    host: Box<[u8; DEV_COMM_BYTES]>,
+    backend: Arc<Backend>,
+    device: i32,
+    address: u64,
+}
+
+impl Drop for NcclResources {
     fn drop(&mut self) {
         // SAFETY: made by `register` with this communicator; released once, after every
         // kernel of the symm window that used them (the window waits for its launches).
         unsafe {
+            if let Some(dev_comm) = self.dev_comm.take() {
+                if let Ok(destroy) =
+                    function::<DevCommDestroy>(&self.nccl.library, "ncclDevCommDestroy")
+                {
+                    let _ = destroy(self.comm as *mut c_void, dev_comm.host.as_ptr().cast());
+                }
+                let _ = dev_comm.backend.free(dev_comm.device, dev_comm.address);
+            }
             if self.window != 0 {
                 let _ =
                     (self.nccl.deregister)(self.comm as *mut c_void, self.window as *mut c_void);
@@ -185,48 +406,95 @@ pub fn register(
             comm.rank
         )));
     }
+    // From here on a failure is this rank's alone (or NCCL's, on every rank): it is refused
+    // in the registration's place, so that the peers' registrations fail at once.
+    let peers = engine_window(comm, &nccl, nccl_comm, nccl_window, offset, bytes)
+        .map_err(|e| crate::group::refuse_peer_window(comm, e))?;
+    let lacks_address = peers.view.bases.contains(&0) && peers.owner.kind == OwnerKind::Nccl;
+    crate::group::register_peer_window(comm, peers).map_err(|mut e| {
+        if lacks_address && nccl.version < MIN_ENGINE_VERSION {
+            e.message.push_str(&format!(
+                " (NCCL 2.32 or newer reaches such peers through GIN, in an engine window: \
+                 {} is version {})",
+                nccl.library.name, nccl.version
+            ));
+        }
+        e
+    })
+}
+
+/// The window over `bytes` bytes at `offset` of `nccl_window`, before its registration: every
+/// rank's address, the pads, and for an engine window the device communicator.
+fn engine_window(
+    comm: &Arc<Comm>,
+    nccl: &Arc<Nccl>,
+    nccl_comm: *mut c_void,
+    nccl_window: *mut c_void,
+    offset: usize,
+    bytes: usize,
+) -> Result<PeerWindow> {
+    let nranks = comm.clique.nranks;
+    let engine = nccl.engine_needed(nccl_comm)?;
     let bases = nccl.peer_addresses(nccl_window, offset, nranks)?;
     let pad_bytes = symm_device::sync::signal_pad::signal_pad_bytes(nranks);
     let mut memory = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
     let allocated = unsafe { (nccl.mem_alloc)(&mut memory, pad_bytes) };
     nccl.check(allocated, "ncclMemAlloc")?;
-    let mut pads = NcclPads {
+    let mut resources = NcclResources {
         nccl: nccl.clone(),
         comm: nccl_comm as usize,
         memory: memory as usize,
         window: 0,
+        dev_comm: None,
+    };
+    let flags = if engine {
+        WIN_COLL_SYMMETRIC | WIN_STRICT_ORDERING
+    } else {
+        WIN_COLL_SYMMETRIC
     };
     let mut pad_window = std::ptr::null_mut();
     // SAFETY: memory from ncclMemAlloc of `pad_bytes` bytes; a valid out-pointer.
-    let registered = unsafe {
-        (nccl.register)(
-            nccl_comm,
-            memory,
-            pad_bytes,
-            &mut pad_window,
-            WIN_COLL_SYMMETRIC,
-        )
-    };
+    let registered =
+        unsafe { (nccl.register)(nccl_comm, memory, pad_bytes, &mut pad_window, flags) };
     nccl.check(registered, "ncclCommWindowRegister (the signal pads)")?;
-    pads.window = pad_window as usize;
-    let pad_addresses = nccl.peer_addresses(pad_window, 0, nranks)?;
-    crate::group::register_peer_window(
-        comm,
-        PeerWindow {
-            owner: Owner {
-                kind: OwnerKind::Nccl,
-                offset: offset as u64,
-            },
-            base: bases[comm.rank],
-            size: bytes as u64,
-            view: PeerView {
-                bases,
-                pads: pad_addresses,
-                pad_bytes: pad_bytes as u64,
-                engine: [0; 3],
-            },
-            resources: Some(Box::new(pads)),
+    resources.window = pad_window as usize;
+    let pads = nccl.peer_addresses(pad_window, 0, nranks)?;
+    let (kind, words) = if engine {
+        let host = Box::new(nccl.create_dev_comm(nccl_comm)?);
+        let backend = comm.clique.backend.clone();
+        let address = backend.alloc_zeroed(comm.device, DEV_COMM_BYTES)?;
+        let dev_comm = DevComm {
+            host,
+            backend,
+            device: comm.device,
+            address,
+        };
+        let uploaded = dev_comm
+            .backend
+            .upload(comm.device, address, &dev_comm.host[..]);
+        resources.dev_comm = Some(dev_comm);
+        uploaded?;
+        // The engine words of an NCCL context: the data's and the pads' NCCL windows, and the
+        // device communicator.
+        let words = [nccl_window as u64, pad_window as u64, address];
+        (OwnerKind::NcclEngine, words)
+    } else {
+        (OwnerKind::Nccl, [0; 3])
+    };
+    Ok(PeerWindow {
+        owner: Owner {
+            kind,
+            offset: offset as u64,
         },
-    )
+        base: bases[comm.rank],
+        size: bytes as u64,
+        view: PeerView {
+            bases,
+            pads,
+            pad_bytes: pad_bytes as u64,
+            engine: words,
+        },
+        resources: Some(Box::new(resources)),
+    })
 }

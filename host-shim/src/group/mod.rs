@@ -324,6 +324,18 @@ pub fn register_peer_window(
     Ok(window)
 }
 
+/// A peer-window registration this rank cannot make after all (`error`: the owner's side of
+/// it failed on this rank): refused in its place, so that every peer's registration of that
+/// window fails at once, naming this rank, instead of waiting for it. Returns the error.
+pub fn refuse_peer_window(comm: &Arc<Comm>, error: Error) -> Error {
+    if let Err(e) =
+        windows::peer_registration_allowed(comm).and_then(|()| ensure_point_to_point_window(comm))
+    {
+        return e;
+    }
+    windows::refuse_registration(comm, error)
+}
+
 /// Register `comm`'s point-to-point window (`comm::pairs`) unless it has one: called by the
 /// rank's window registrations before the caller's own, so that every rank makes it at its
 /// first one; completed now or, inside a group, at the group's end.

@@ -24,6 +24,10 @@ pub enum OwnerKind {
     /// An NVSHMEM symmetric heap with some peer reachable only through NVSHMEM: an engine
     /// window (`BackendTag::Nvshmem`), for device functions linked with NVSHMEM only.
     NvshmemEngine = 5,
+    /// An NCCL registered window of a communicator whose ranks span several load/store
+    /// domains (NVLink domains): an engine window (`BackendTag::Nccl`), for device functions
+    /// linked with NCCL's device bitcode, reaching the other domains through NCCL's GIN.
+    NcclEngine = 6,
 }
 
 impl OwnerKind {
@@ -49,6 +53,7 @@ impl OwnerKind {
             OwnerKind::Nccl,
             OwnerKind::Nvshmem,
             OwnerKind::NvshmemEngine,
+            OwnerKind::NcclEngine,
         ]
         .into_iter()
         .find(|k| *k as u8 == code)
@@ -70,6 +75,7 @@ impl OwnerKind {
             OwnerKind::NvshmemEngine => {
                 "an NVSHMEM symmetric heap with peers reachable only through NVSHMEM"
             }
+            OwnerKind::NcclEngine => "an NCCL window with peers reachable only through NCCL",
         }
     }
 
@@ -78,6 +84,7 @@ impl OwnerKind {
     pub fn backend_tag(self) -> symm_device::BackendTag {
         match self {
             OwnerKind::NvshmemEngine => symm_device::BackendTag::Nvshmem,
+            OwnerKind::NcclEngine => symm_device::BackendTag::Nccl,
             _ => symm_device::BackendTag::Native,
         }
     }
@@ -103,11 +110,13 @@ impl Owner {
     };
 
     /// Whether `self` and `other` name the same bytes of the same owner's memory. An NVSHMEM
-    /// heap is one owner whether or not a rank reaches every PE by loads and stores
-    /// (reachability decides the window's protocol, agreed among the ranks, not its memory).
+    /// heap (an NCCL window) is one owner whether or not a rank reaches every peer by loads
+    /// and stores (reachability decides the window's protocol, agreed among the ranks, not its
+    /// memory).
     pub fn same_memory(&self, other: &Owner) -> bool {
         let memory = |kind: OwnerKind| match kind {
             OwnerKind::NvshmemEngine => OwnerKind::Nvshmem,
+            OwnerKind::NcclEngine => OwnerKind::Nccl,
             kind => kind,
         };
         memory(self.kind) == memory(other.kind) && self.offset == other.offset
