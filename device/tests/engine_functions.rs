@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use symm_device::arch::host::run_grid;
 use symm_device::context::{BackendTag, CONTEXT_VERSION, ENGINE_COMM, ENGINE_SIGNALS, SymmContext};
 use symm_device::engine::{Place, SignalEngine, inbox_slot_bytes};
-use symm_device::sync::abort::{ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, timed_out_peer};
+use symm_device::sync::abort::{
+    ABORT_INVALID_LAUNCH, ABORT_PEER_FAILED, ABORT_TIMED_OUT, timed_out_peer,
+};
 use symm_device::sync::signal_pad::signal_pad_bytes;
 use symm_device::triton::{
     status, symm_all_gather_device, symm_all_reduce_device, symm_any_all_reduce_device,
@@ -187,12 +189,15 @@ impl EngineRanks {
 /// is queued to a "NIC" thread that delivers queued puts in random order, reading the source
 /// only then, and adds to the put's signal after copying (the data before the signal, as
 /// `nvshmemx_putmem_signal_nbi_block` and GIN's signalled puts guarantee); `quiet` waits until
-/// every queued put was delivered. So a source reused before `quiet` is caught.
+/// every queued put was delivered. So a source reused before `quiet` is caught. With
+/// `gives_up` set, `quiet` returns at once saying it gave up (as NCCL's bounded flush does at
+/// its timeout).
 struct FakeEngine<const NCCL: bool> {
     windows: Vec<(u64, u64)>,
     pads: Vec<(u64, u64)>,
     nic: std::sync::Arc<Nic>,
     worker: Option<std::thread::JoinHandle<()>>,
+    gives_up: std::sync::atomic::AtomicBool,
 }
 
 /// A put not delivered yet: destination, source, bytes, signal (destination and signal as the
@@ -247,6 +252,7 @@ impl<const NCCL: bool> FakeEngine<NCCL> {
             pads,
             nic,
             worker: Some(worker),
+            gives_up: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -326,11 +332,15 @@ unsafe impl<const NCCL: bool> SignalEngine for FakeEngine<NCCL> {
         unsafe { AtomicU64::from_ptr(word as *mut u64) }.load(Ordering::Acquire) >= target
     }
 
-    unsafe fn quiet(&self, _: &SymmContext) {
+    unsafe fn quiet(&self, _: &SymmContext) -> bool {
+        if self.gives_up.load(Ordering::Relaxed) {
+            return false;
+        }
         let mut queue = self.nic.queue.lock().unwrap();
         while !queue.0.is_empty() {
             queue = self.nic.changed.wait(queue).unwrap();
         }
+        true
     }
 }
 
@@ -796,6 +806,42 @@ fn a_failed_rank_releases_no_peer() {
     assert_eq!(timed_out_peer(ranks.abort_word(1)), Some(0));
 }
 
+/// An engine whose completion of the puts gives up (NCCL's bounded flush at the window's
+/// timeout): every call fails on every thread with the timeout status, the abort word raised
+/// as a timeout naming no peer, instead of a call returning while its puts may still read the
+/// caller's bytes.
+#[test]
+fn a_quiet_that_gives_up_fails_the_call() {
+    for call in ["barrier", "all_gather", "all_reduce"] {
+        let ranks = EngineRanks::new(2, 1024, SECOND);
+        let engine: FakeNvshmem = ranks.engine();
+        engine.gives_up.store(true, Ordering::Relaxed);
+        let statuses = ranks.run_all(2, 2, &|r| {
+            let ctx = ranks.context_address(r);
+            // SAFETY: a live engine context; the ranges lie in the window.
+            unsafe {
+                match call {
+                    "barrier" => symm_engine_barrier_device(&engine, ctx),
+                    "all_gather" => symm_engine_all_gather_device(&engine, ctx, 0, 64, 32),
+                    _ => symm_engine_all_reduce_device(
+                        &engine,
+                        ctx,
+                        0,
+                        0,
+                        16,
+                        RedOp::Sum as i32,
+                        DataType::Float32 as i32,
+                    ),
+                }
+            }
+        });
+        assert_eq!(statuses, vec![status::TIMEOUT, status::TIMEOUT], "{call}");
+        for r in 0..2 {
+            assert_eq!(ranks.abort_word(r), ABORT_TIMED_OUT, "{call}, rank {r}");
+        }
+    }
+}
+
 /// Several calls in one launch (one grid, programs at their own pace): all-reduce, all-gather,
 /// barrier and all-reduce again, every result exact.
 #[test]
@@ -874,9 +920,9 @@ fn nccl_contexts_run_the_protocol_and_keep_to_their_tag() {
         let engine: FakeNccl = ranks.engine();
         let shared = &*ranks;
         let statuses = shared.run_all(2, 4, &|r| {
-            // SAFETY: a live engine context; the ranges fit the window.
+            // SAFETY: a live engine context; the range fits the window.
             unsafe {
-                let reduced = symm_any_all_reduce_device(
+                symm_any_all_reduce_device(
                     &engine,
                     shared.context_address(r),
                     0,
@@ -884,10 +930,16 @@ fn nccl_contexts_run_the_protocol_and_keep_to_their_tag() {
                     count as i64,
                     RedOp::Sum as i32,
                     dtype as i32,
-                );
-                if reduced != status::SUCCESS {
-                    return reduced;
-                }
+                )
+            }
+        });
+        assert_eq!(statuses, vec![status::SUCCESS; world]);
+        // The all-gather sends the reduced elements in a launch of its own: its programs split
+        // the bytes otherwise than the all-reduce's split the elements (301 elements on 2
+        // programs), and a program synchronizes only with its namesakes on the other ranks.
+        let statuses = shared.run_all(2, 4, &|r| {
+            // SAFETY: as above.
+            unsafe {
                 symm_engine_all_gather_device(
                     &engine,
                     shared.context_address(r),

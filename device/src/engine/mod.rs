@@ -33,7 +33,7 @@ use crate::arch;
 use crate::context::{BackendTag, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
 use crate::numeric::element::Element;
 use crate::numeric::ops::ReduceOp;
-use crate::sync::abort::{abort_timed_out_waiting_for, raise_timeout};
+use crate::sync::abort::{ABORT_TIMED_OUT, abort_timed_out_waiting_for, raise_timeout};
 use crate::sync::grid::{Grid, block_range};
 use crate::sync::signal_pad::{LL_OFFSET, MAX_BLOCKS, signal_pad_bytes};
 use crate::sync::wait::{PARK_AFTER_POLLS, POLLS_PER_ABORT_LOOK, POLLS_PER_CHECK};
@@ -58,7 +58,7 @@ pub enum Place {
 /// Implementations deliver a put's bytes before its signal is seen (`put_with_signal`); make
 /// a signal add atomic, and seen by its target only after every put this rank completed with
 /// `quiet` before it settled there (what the barrier relies on); and complete this rank's
-/// outstanding puts as far as their sources in `quiet`.
+/// outstanding puts as far as their sources in `quiet`, or say that they gave up.
 pub unsafe trait SignalEngine {
     /// The tag of the contexts this engine runs ([`BackendTag::Nvshmem`], [`BackendTag::Nccl`]).
     const TAG: BackendTag;
@@ -105,11 +105,13 @@ pub unsafe trait SignalEngine {
     /// Complete every put this thread's block issued as far as the source: its bytes may be
     /// reused. That the data settled at the target is known only from a signal after it (a
     /// put's own, or a later signal add to that target: the barrier's). Called by every
-    /// thread of the block.
+    /// thread of the block. `false` when the engine gave up first (NCCL: the context's
+    /// `timeout_ns` passed); an engine without a bounded completion (NVSHMEM's `nvshmem_quiet`)
+    /// waits on its own and returns `true`.
     ///
     /// # Safety
     /// As for [`SignalEngine::put_with_signal`].
-    unsafe fn quiet(&self, ctx: &SymmContext);
+    unsafe fn quiet(&self, ctx: &SymmContext) -> bool;
 }
 
 /// An engine that is never built: the native-only entry points' type argument.
@@ -131,7 +133,7 @@ unsafe impl SignalEngine for NoEngine {
     unsafe fn signal_reached(&self, _: &SymmContext, _: u64, _: u64) -> bool {
         match *self {}
     }
-    unsafe fn quiet(&self, _: &SymmContext) {
+    unsafe fn quiet(&self, _: &SymmContext) -> bool {
         match *self {}
     }
 }
@@ -361,12 +363,20 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
         Ok(())
     }
 
-    /// Complete this block's puts (every thread).
+    /// Complete this block's puts (every thread); `Err` on every thread when the engine gave
+    /// up first (then the abort word is raised: a timeout naming no peer).
     #[inline(always)]
-    fn quiet(&self) {
+    fn quiet(&self) -> Result<(), Aborted> {
         // SAFETY: device code of the engine's job (the context is an engine context).
-        unsafe { self.engine.quiet(self.ctx) };
-        arch::sync_threads();
+        let completed = unsafe { self.engine.quiet(self.ctx) };
+        if !arch::sync_threads_or(!completed) {
+            return Ok(());
+        }
+        if arch::thread_idx_x() == 0 {
+            // SAFETY: this rank's abort word.
+            unsafe { raise_timeout(self.abort_word(), ABORT_TIMED_OUT) };
+        }
+        Err(Aborted)
     }
 
     /// Program `p` of every rank meets here: returns once program `p` of every peer called it.
@@ -374,7 +384,7 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
     /// `p` after theirs.
     pub fn barrier(&self) -> Result<(), Aborted> {
         self.refuse_if_aborted()?;
-        self.quiet();
+        self.quiet()?;
         let target = self.counter(Counter::Ready).wrapping_add(1);
         if arch::thread_idx_x() == 0 {
             arch::fence_acq_rel_sys();
@@ -446,8 +456,9 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
         let arrived = self.wait_all(Signal::Gather, target);
         // The puts read this rank's send bytes, which the caller may reuse once the call
         // returns, failed or not.
-        self.quiet();
+        let quieted = self.quiet();
         arrived?;
+        quieted?;
         if arch::thread_idx_x() == 0 {
             self.set_counter(Counter::Gather, target);
         }
@@ -485,7 +496,7 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
                     && !self.wait_one(Signal::Free, peer, number.wrapping_sub(1));
                 if arch::sync_threads_or(busy) {
                     // Puts of this round to earlier peers may still read the elements.
-                    self.quiet();
+                    let _ = self.quiet();
                     return Err(Aborted);
                 }
                 // SAFETY: the source lies in this rank's window (checked by the caller); the
@@ -505,8 +516,9 @@ impl<'a, E: SignalEngine> EngineWindow<'a, E> {
             let arrived = self.wait_all(Signal::Reduce, number);
             // The elements are overwritten below, or reused by the caller after a failure: the
             // puts reading them must be complete.
-            self.quiet();
+            let quieted = self.quiet();
             arrived?;
+            quieted?;
             let mut i = arch::thread_idx_x() as u64;
             while i < elements {
                 let value = |rank: u32| -> T {

@@ -35,6 +35,11 @@ pub const SCOPE_THREAD: i32 = 10;
 pub const SCOPE_DEVICE: i32 = 1;
 /// `cuda::memory_order_acquire`.
 pub const ORDER_ACQUIRE: i32 = 2;
+/// `ncclSuccess`.
+pub const NCCL_SUCCESS: i32 = 0;
+/// The fastest SM clock of a supported GPU, rounded up (GHz): a wait of the context's
+/// timeout in nanoseconds is at most this many cycles per nanosecond.
+pub const MAX_CLOCK_GHZ: u64 = 2;
 /// `NCCL_GIN_BACKEND_MASK_ALL` of a Hopper build with CUDA ≥ 12.2: the proxy, GDAKI, GPI and
 /// EFA GDA backends (bits 2 to 5 of `ncclNetDeviceType`).
 pub const BACKEND_MASK_ALL: u32 = 0b11_1100;
@@ -145,7 +150,14 @@ mod api {
             bits: i32,
             order: i32,
         ) -> u64;
-        pub fn ncclGinFlush(net: *const GinC, coop: *const CoopAny, order: i32);
+        pub fn ncclGinFlushTimeout(
+            net: *const GinC,
+            coop: *const CoopAny,
+            order: i32,
+            is_descriptor: bool,
+            descriptor: *mut core::ffi::c_void,
+            timeout_cycles: u64,
+        ) -> i32;
         pub fn ncclGetLocalPointer(window: *const c_void, offset: u64) -> *mut c_void;
     }
 }
@@ -211,8 +223,9 @@ impl Nccl {
 #[cfg(all(target_arch = "nvptx64", feature = "triton-library"))]
 // SAFETY: a GIN put with a VA signal delivers its bytes before the signal is seen (weak
 // signal: the bundled put settled); a strong signal add is atomic and seen only after every
-// earlier put of this context to that peer settled; `ncclGinFlush` completes the block's puts
-// as far as their sources (it does not say they settled remotely: the trait asks no more).
+// earlier put of this context to that peer settled; `ncclGinFlushTimeout` completes the
+// block's puts as far as their sources, or says it gave up (it does not say they settled
+// remotely: the trait asks no more).
 unsafe impl SignalEngine for Nccl {
     const TAG: BackendTag = BackendTag::Nccl;
 
@@ -311,14 +324,25 @@ unsafe impl SignalEngine for Nccl {
         }
     }
 
+    /// `ncclGinFlushTimeout`, bounded by the context's timeout in SM clock cycles at
+    /// [`MAX_CLOCK_GHZ`] (a slower clock waits longer, still bounded).
     #[inline(always)]
-    unsafe fn quiet(&self, ctx: &SymmContext) {
+    unsafe fn quiet(&self, ctx: &SymmContext) -> bool {
         let gin = self.gin(ctx);
         let mut coop = api::CoopAny([0; 24]);
-        // SAFETY: device code of the job's device communicator; every thread of the block.
+        let cycles = ctx.timeout_ns.saturating_mul(MAX_CLOCK_GHZ);
+        // SAFETY: device code of the job's device communicator; every thread of the block;
+        // no descriptor.
         unsafe {
             api::ncclCoopAnyInitCta(&mut coop);
-            api::ncclGinFlush(gin, &coop, ORDER_ACQUIRE)
+            api::ncclGinFlushTimeout(
+                gin,
+                &coop,
+                ORDER_ACQUIRE,
+                false,
+                core::ptr::null_mut(),
+                cycles,
+            ) == NCCL_SUCCESS
         }
     }
 }

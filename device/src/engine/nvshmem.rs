@@ -108,8 +108,10 @@ unsafe impl SignalEngine for Nvshmem {
     }
 
     #[inline(always)]
-    unsafe fn quiet(&self, _: &SymmContext) {
+    /// `nvshmem_quiet`, which has no bounded form: it waits on NVSHMEM's own terms.
+    unsafe fn quiet(&self, _: &SymmContext) -> bool {
         // SAFETY: device code of an NVSHMEM job (forwarded contract).
-        unsafe { api::nvshmem_quiet() }
+        unsafe { api::nvshmem_quiet() };
+        true
     }
 }
