@@ -10,13 +10,15 @@
  * Knobs, read at each call: FAKE_ENGINE_UNREACHABLE=<rank> (that peer gets no address, and
  * NCCL reports its communicator's ranks in two load/store teams), FAKE_NCCL_VERSION=<code>
  * (what ncclGetVersion reports; default 23007), FAKE_NCCL_NO_GIN=1 (NCCL reports no GIN),
- * FAKE_NCCL_DEVCOMM_FAILS=1 (ncclDevCommCreate fails).
+ * FAKE_NCCL_DEVCOMM_FAILS=1 (ncclDevCommCreate fails), FAKE_NCCL_MEM_ALLOC_FAILS=1
+ * (ncclMemAlloc fails).
  *
  * The structures of NCCL 2.32's device API (ncclCommProperties_t, ncclDevCommRequirements_t)
  * are declared here as NCCL lays them out; the calls check what symm fills in.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +34,11 @@ static char *heap;
 static size_t heap_used;
 static int my_pe = -1, n_pes;
 static char *peer_heaps[MAX_PES];
-static int live_allocations, live_windows, live_dev_comms, last_window_flags;
+static int live_allocations, live_windows, live_dev_comms, last_window_flags, window_registrations;
 
 struct fake_comm { int rank, ranks; };
 static struct fake_comm the_comm;
-struct fake_window { char *buff; size_t size; };
+struct fake_window { char *buff; size_t size; int flags; };
 
 #define FAKE_API_MAGIC 0xcafebeefu
 #define FAKE_ENGINE_VERSION 23203u
@@ -69,8 +71,12 @@ struct fake_dev_comm_requirements {
 };
 _Static_assert(sizeof(struct fake_comm_properties) == 152, "ncclCommProperties_t of NCCL 2.32");
 _Static_assert(sizeof(struct fake_dev_comm_requirements) == 120, "ncclDevCommRequirements_t of NCCL 2.32");
-/* The start of an ncclDevComm (248 bytes in NCCL 2.32). */
-struct fake_dev_comm { unsigned magic, version; int rank, nRanks; };
+/* An ncclDevComm (248 bytes in NCCL 2.32): magic, version, rank, ranks, then bytes the stand-in
+   fills with fake_dev_comm_byte(rank, i). */
+#define FAKE_DEV_COMM_BYTES 248
+struct fake_dev_comm { unsigned magic, version; int rank, nRanks; unsigned char rest[FAKE_DEV_COMM_BYTES - 16]; };
+_Static_assert(sizeof(struct fake_dev_comm) == FAKE_DEV_COMM_BYTES, "ncclDevComm of NCCL 2.32");
+static unsigned char fake_dev_comm_byte(int rank, int i) { return (unsigned char)(i * 7 + rank); }
 
 static int unreachable_peer(void) {
   const char *text = getenv("FAKE_ENGINE_UNREACHABLE");
@@ -120,6 +126,8 @@ int fake_engine_live_windows(void) { return live_windows; }
 /* Device communicators not destroyed yet, and the flags of the last window registered. */
 int fake_engine_live_dev_comms(void) { return live_dev_comms; }
 int fake_engine_last_window_flags(void) { return last_window_flags; }
+/* ncclCommWindowRegister calls so far (NCCL's collective: a rank that calls it waits for all). */
+int fake_engine_window_registrations(void) { return window_registrations; }
 
 static void *heap_alloc(size_t bytes) {
   size_t at = (heap_used + 255) & ~(size_t)255;
@@ -143,21 +151,34 @@ int ncclGetVersion(int *version) {
 const char *ncclGetErrorString(int result) { return result ? "fake NCCL error" : "no error"; }
 int ncclCommCount(const void *comm, int *count) { *count = ((const struct fake_comm *)comm)->ranks; return 0; }
 int ncclCommUserRank(const void *comm, int *rank) { *rank = ((const struct fake_comm *)comm)->rank; return 0; }
-int ncclMemAlloc(void **ptr, size_t size) { *ptr = heap_alloc(size); return *ptr ? 0 : 1; }
+int ncclMemAlloc(void **ptr, size_t size) {
+  *ptr = heap_alloc(size);
+  if (*ptr && getenv("FAKE_NCCL_MEM_ALLOC_FAILS")) {
+    /* The failed allocation keeps its place, so that the ranks' heaps stay in step (a peer's
+       bytes are found at the offset of one's own). */
+    live_allocations--;
+    *ptr = NULL;
+  }
+  return *ptr ? 0 : 1;
+}
 int ncclMemFree(void *ptr) { if (ptr) live_allocations--; return 0; }
 int ncclCommWindowRegister(void *comm, void *buff, size_t size, void **win, int flags) {
   (void)comm;
   if ((flags & ~3) != 0 || (char *)buff < heap || (char *)buff + size > heap + HEAP_BYTES) return 4;
   last_window_flags = flags;
+  window_registrations++;
   struct fake_window *w = malloc(sizeof *w);
   w->buff = buff;
   w->size = size;
+  w->flags = flags;
   *win = w;
   live_windows++;
   return 0;
 }
 int ncclCommWindowDeregister(void *comm, void *win) {
   (void)comm;
+  /* GIN pads outlive the device communicator that signals into them. */
+  if (((struct fake_window *)win)->flags == 3 && live_dev_comms > 0) return 4;
   free(win);
   live_windows--;
   return 0;
@@ -171,8 +192,15 @@ int ncclGetPeerDevicePointer(void *win, size_t offset, int peer, void **out) {
 
 /* NCCL 2.32's device API: the communicator's load/store teams (two when a peer is unreachable)
    and GIN, and device communicators (only the start written: magic, version, rank, ranks). */
+/* What ncclGetVersion reports; an NCCL refuses structures of a newer version than its own. */
+static unsigned reported_version(void) {
+  int version;
+  ncclGetVersion(&version);
+  return (unsigned)version;
+}
 int ncclCommQueryProperties(const void *comm, struct fake_comm_properties *props) {
-  if (props->size != sizeof *props || props->magic != FAKE_API_MAGIC || props->version != FAKE_ENGINE_VERSION) return 4;
+  if (props->size != sizeof *props || props->magic != FAKE_API_MAGIC || props->version != FAKE_ENGINE_VERSION ||
+      props->version > reported_version()) return 4;
   props->rank = ((const struct fake_comm *)comm)->rank;
   props->nRanks = ((const struct fake_comm *)comm)->ranks;
   props->deviceApiSupport = 1;
@@ -181,14 +209,20 @@ int ncclCommQueryProperties(const void *comm, struct fake_comm_properties *props
   return 0;
 }
 int ncclDevCommCreate(const void *comm, const struct fake_dev_comm_requirements *reqs, struct fake_dev_comm *out) {
-  if (reqs->size != sizeof *reqs || reqs->magic != FAKE_API_MAGIC || reqs->version != FAKE_ENGINE_VERSION) return 4;
+  if (reqs->size != sizeof *reqs || reqs->magic != FAKE_API_MAGIC || reqs->version != FAKE_ENGINE_VERSION ||
+      reqs->version > reported_version()) return 4;
+  /* GIN with every rank connected, VA and strong signals; the rest as NCCL's initializer has it. */
   if (reqs->ginContextCount < 1 || reqs->ginConnectionType != 1 || !reqs->ginStrongSignalsRequired ||
-      !reqs->ginVaSignalsRequired || reqs->useRuntimeVersion || reqs->resourceRequirementsList) return 4;
+      !reqs->ginVaSignalsRequired || reqs->useRuntimeVersion || reqs->resourceRequirementsList ||
+      reqs->teamRequirementsList || reqs->lsaMultimem || reqs->barrierCount || reqs->lsaBarrierCount ||
+      reqs->railGinBarrierCount || reqs->worldGinBarrierCount || reqs->ginTrafficClass != INT_MIN ||
+      reqs->ginType != 0 || reqs->ginCustomStride != 1 || reqs->cftCaps || reqs->cftBarrierCount) return 4;
   if (getenv("FAKE_NCCL_DEVCOMM_FAILS")) return 5;
   out->magic = FAKE_API_MAGIC;
   out->version = FAKE_ENGINE_VERSION;
   out->rank = ((const struct fake_comm *)comm)->rank;
   out->nRanks = ((const struct fake_comm *)comm)->ranks;
+  for (int i = 0; i < FAKE_DEV_COMM_BYTES - 16; i++) out->rest[i] = fake_dev_comm_byte(out->rank, 16 + i);
   live_dev_comms++;
   return 0;
 }

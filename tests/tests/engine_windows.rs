@@ -94,6 +94,7 @@ struct Fake {
     live_windows: unsafe extern "C" fn() -> c_int,
     live_dev_comms: unsafe extern "C" fn() -> c_int,
     last_window_flags: unsafe extern "C" fn() -> c_int,
+    window_registrations: unsafe extern "C" fn() -> c_int,
     mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
     window_register:
         unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int,
@@ -123,6 +124,7 @@ fn load_fake() -> Fake {
             live_windows: as_function(symbol("fake_engine_live_windows")),
             live_dev_comms: as_function(symbol("fake_engine_live_dev_comms")),
             last_window_flags: as_function(symbol("fake_engine_last_window_flags")),
+            window_registrations: as_function(symbol("fake_engine_window_registrations")),
             mem_alloc: as_function(symbol("ncclMemAlloc")),
             window_register: as_function(symbol("ncclCommWindowRegister")),
             window_deregister: as_function(symbol("ncclCommWindowDeregister")),
@@ -262,7 +264,9 @@ unsafe impl symm_device::engine::SignalEngine for HeapEngine {
         unsafe { AtomicU64::from_ptr(word as *mut u64) }.load(Ordering::Acquire) >= target
     }
 
-    unsafe fn quiet(&self, _: &symm_device::context::SymmContext) {}
+    unsafe fn quiet(&self, _: &symm_device::context::SymmContext) -> bool {
+        true
+    }
 }
 
 /// Run `body` on every thread of a `programs × 4` grid of the host emulation, as a launch of
@@ -437,11 +441,22 @@ fn nccl_engine_window_on(
     assert_eq!(context.engine[ENGINE_DATA], nccl_window as u64);
     assert_ne!(context.engine[ENGINE_SIGNALS], 0);
     assert_ne!(context.engine[ENGINE_SIGNALS], nccl_window as u64);
-    // SAFETY: the device copy of the device communicator (host memory on the host backend):
-    // its first words are the stand-in's magic, version, rank and ranks.
+    // SAFETY: the device copy of the device communicator (host memory on the host backend),
+    // 248 bytes: the stand-in's magic, version, rank and ranks, then its pattern.
     let dev_comm =
-        unsafe { std::slice::from_raw_parts(context.engine[ENGINE_COMM] as *const u32, 4) };
-    assert_eq!(dev_comm, [0xcafe_beef, 23203, rank as u32, RANKS as u32]);
+        unsafe { std::slice::from_raw_parts(context.engine[ENGINE_COMM] as *const u8, 248) };
+    let words: Vec<u32> = dev_comm[..16]
+        .chunks(4)
+        .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, [0xcafe_beef, 23203, rank as u32, RANKS as u32]);
+    for (i, byte) in dev_comm.iter().enumerate().skip(16) {
+        assert_eq!(
+            *byte,
+            (i * 7 + rank) as u8,
+            "byte {i} of the device communicator"
+        );
+    }
     // SAFETY: a table of RANKS entries.
     let peer_bases = unsafe { std::slice::from_raw_parts(context.peer_bases as *const u64, RANKS) };
     assert_eq!(peer_bases[hidden], 0, "the peer NCCL gives no address for");
@@ -511,11 +526,31 @@ fn engine_rank() {
         (before.0 + 1, before.1 + 1),
         "the pads: one allocation, one NCCL window"
     );
+    // SAFETY: the stand-in is initialized.
+    let flags = unsafe { (fake.last_window_flags)() };
+    assert_eq!(
+        flags, 1,
+        "a native window's pads: NCCL_WIN_COLL_SYMMETRIC only"
+    );
     // SAFETY: inside the NCCL window's allocation.
     let base = unsafe { buffer.cast::<u8>().add(4096) };
     collectives_on(comm, rank, base, count, "NCCL window");
     check(symmCommWindowDeregister(comm, window), comm);
     assert_eq!(live(), before, "the pads are deregistered and freed");
+    // NCCL 2.32.0 to 2.32.2 refuse 2.32.3's structures: no engine windows there, and no query
+    // of them for a window whose peers are all reachable.
+    // SAFETY: the stand-in reads it at each call; this process's rank runs no other thread.
+    unsafe { std::env::set_var("FAKE_NCCL_VERSION", "23202") };
+    // SAFETY: NCCL's handles of this rank; a valid out-pointer.
+    check(
+        unsafe {
+            symmCommWindowRegisterNccl(comm, nccl_comm, nccl_window, 4096, bytes, &mut window)
+        },
+        comm,
+    );
+    check(symmCommWindowDeregister(comm, window), comm);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_NCCL_VERSION") };
 
     // -- NVSHMEM's heap ---------------------------------------------------------------------------
     // SAFETY: collective over the stand-in's PEs (every rank allocates in the same order).
@@ -603,7 +638,7 @@ fn engine_rank() {
             &format!("peerBuffs[{hidden}] is NULL"),
             "not reachable",
             "an NCCL window",
-            "NCCL 2.32 or newer reaches such peers through GIN",
+            "NCCL 2.32.3 or newer reaches such peers through GIN",
         ],
     );
     // A multi-process communicator whose registration failed refuses the next one.
@@ -691,6 +726,58 @@ fn engine_rank() {
         std::env::remove_var("FAKE_ENGINE_UNREACHABLE");
         std::env::remove_var("FAKE_NCCL_VERSION");
     }
+    // One rank cannot prepare alone (its ncclMemAlloc fails): every rank fails at once, before
+    // any enters NCCL's collective calls (the pads' window registration), and the
+    // communicator registers the next window as if nothing happened.
+    let eighth = split();
+    if rank == 2 {
+        // SAFETY: as above.
+        unsafe { std::env::set_var("FAKE_NCCL_MEM_ALLOC_FAILS", "1") };
+    }
+    let before = live();
+    // SAFETY: the stand-in is initialized.
+    let registrations = unsafe { (fake.window_registrations)() };
+    let started = std::time::Instant::now();
+    // SAFETY: NCCL's handles; a valid out-pointer.
+    let result = unsafe {
+        symmCommWindowRegisterNccl(eighth, nccl_comm, nccl_window, 4096, bytes, &mut window)
+    };
+    if rank == 2 {
+        refused(eighth, result, &["ncclMemAlloc failed", "fake NCCL error"]);
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("FAKE_NCCL_MEM_ALLOC_FAILS") };
+    } else {
+        refused(
+            eighth,
+            result,
+            &[
+                "rank 2 could not prepare its part of symmCommWindowRegisterNccl",
+                "ncclMemAlloc failed",
+                "no rank entered the engine's collective calls",
+            ],
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // SAFETY: as above.
+    let after = unsafe { (fake.window_registrations)() };
+    assert_eq!(
+        after, registrations,
+        "no rank entered ncclCommWindowRegister"
+    );
+    assert_eq!(live(), before, "the prepared allocations are released");
+    // SAFETY: NCCL's handles; a valid out-pointer.
+    check(
+        unsafe {
+            symmCommWindowRegisterNccl(eighth, nccl_comm, nccl_window, 4096, bytes, &mut window)
+        },
+        eighth,
+    );
+    collectives_on(eighth, rank, base, count, "after a failed preparation");
+    check(symmCommWindowDeregister(eighth, window), eighth);
     // Offsets that differ between ranks: refused on every rank, once all registered.
     let third = split();
     // SAFETY: NCCL's handles; a valid out-pointer.
@@ -705,7 +792,7 @@ fn engine_rank() {
         )
     };
     refused(third, result, &["every rank", "an NCCL window at offset"]);
-    for child in [first, second, third, fourth, fifth, sixth, seventh] {
+    for child in [first, second, third, fourth, fifth, sixth, seventh, eighth] {
         check(symmCommDestroy(child), null_mut());
     }
     // SAFETY: the user's NCCL window, deregistered once.

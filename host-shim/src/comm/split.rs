@@ -122,11 +122,16 @@ pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Op
         super::refuse_if_finalized(parent, "symmCommSplit")?;
         Ok(request)
     });
-    let parts = gather(parent, SPLIT_TAG | (2 * n), &encode_part(&request))?
-        .iter()
-        .enumerate()
-        .map(|(r, bytes)| decode_part(r, bytes))
-        .collect::<Result<Vec<Part>>>()?;
+    let parts = gather(
+        parent,
+        "symmCommSplit",
+        SPLIT_TAG | (2 * n),
+        &encode_part(&request),
+    )?
+    .iter()
+    .enumerate()
+    .map(|(r, bytes)| decode_part(r, bytes))
+    .collect::<Result<Vec<Part>>>()?;
     let (color, key, _) = request?;
     if let Some((r, why)) = parts.iter().enumerate().find_map(|(r, p)| match p {
         Part::Refused(why) => Some((r, why)),
@@ -163,7 +168,7 @@ pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Op
         Some(Ok((bytes, _))) => [&[1u8][..], bytes].concat(),
         Some(Err(e)) => [&[0u8][..], e.message.as_bytes()].concat(),
     };
-    let outcomes = match gather(parent, SPLIT_TAG | (2 * n + 1), &outcome) {
+    let outcomes = match gather(parent, "symmCommSplit", SPLIT_TAG | (2 * n + 1), &outcome) {
         Ok(outcomes) => outcomes,
         Err(e) => {
             // Nobody takes what this rank made.
@@ -369,8 +374,10 @@ pub(super) fn take_local(made: &[u8], new_rank: usize) -> Result<Arc<Comm>> {
     Comm::from_handle(handle as symmComm_t)
 }
 
-/// Every rank's `payload` to the all-gather `tag` of `comm`'s communicator, by rank.
-fn gather(comm: &Comm, tag: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+/// Every rank's `payload` to the all-gather `tag` of `comm`'s communicator, by rank, within
+/// the communicator's timeout (through the bootstrap, or this process for a clique whose ranks
+/// all run here); `what` names the call in messages.
+pub(crate) fn gather(comm: &Comm, what: &str, tag: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     let timeout = comm.clique.timeout;
     if let Some(link) = &comm.link {
         link.contribute(tag, payload)?;
@@ -386,7 +393,7 @@ fn gather(comm: &Comm, tag: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     };
     comm.clique
         .gatherings
-        .gather(("symmCommSplit", tag), ranks, payload, timeout, alive)
+        .gather((what, tag), ranks, payload, timeout, alive)
 }
 
 /// All-gathers among the ranks of a clique whose ranks all run in this process.

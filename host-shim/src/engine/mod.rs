@@ -8,6 +8,7 @@
 pub mod nccl;
 pub mod nvshmem;
 
+use crate::comm::Comm;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
@@ -104,6 +105,43 @@ pub unsafe fn function<F: Copy>(library: &Library, symbol: &str) -> Result<F> {
     debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
     // SAFETY: a non-NULL function address; the caller vouches for its type.
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+}
+
+/// Tag space of the adapters' agreements ([`agree_prepared`]), apart from the other
+/// all-gathers of a communicator.
+const ENGINE_TAG: u64 = 1 << 59;
+
+/// Before any rank enters the engine's own collective calls (which wait for every rank,
+/// unbounded), every rank says whether its local preparation of `call` (`prepared`: loading
+/// the engine, checking the ranks, allocating what it can alone) worked. `Ok` on every rank
+/// when all did; else each rank fails at once, a rank whose preparation failed with its own
+/// error, the others naming the first such rank and its error: none enters the engine's
+/// collectives, none is left waiting in them. Bounded by the communicator's timeout.
+pub fn agree_prepared(comm: &Comm, call: &str, prepared: &Result<()>) -> Result<()> {
+    // Every rank makes its registrations in one order and this one has not taken its number
+    // yet: the next number is the same on every rank.
+    let seq = comm.lock().next_window_seq;
+    let payload = match prepared {
+        Ok(()) => vec![1],
+        Err(e) => [&[0][..], e.message.as_bytes()].concat(),
+    };
+    let parts = crate::comm::split::gather(comm, call, ENGINE_TAG | seq, &payload)?;
+    prepared.clone()?;
+    match parts
+        .iter()
+        .enumerate()
+        .find(|(_, part)| part.first() != Some(&1))
+    {
+        Some((rank, part)) => Err(Error::new(
+            crate::abi::symmResult_t::symmRemoteError,
+            format!(
+                "rank {rank} could not prepare its part of {call} ({}): no rank entered the \
+                 engine's collective calls",
+                String::from_utf8_lossy(part.get(1..).unwrap_or_default())
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Refuse an adapter call inside a group: the engine's own registration of the window's pads is

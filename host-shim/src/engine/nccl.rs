@@ -4,14 +4,14 @@
 //! as an NCCL window of its own, deregistered and freed with the symm window.
 //!
 //! When the communicator's ranks span several load/store teams (NVLink domains: NCCL's
-//! `nLsaTeams`, the same on every rank) some peers have no address, and with NCCL 2.32 or newer
-//! the window is an engine window (`OwnerKind::NcclEngine`, context tag `Nccl`): only device
-//! functions linked with NCCL's device bitcode run on it, reaching those peers through NCCL's
-//! GPU-Initiated Networking. The adapter then makes the `ncclDevComm` they use (GIN contexts,
-//! full connection, VA and strong signals), copies it to device memory, and registers the pads
-//! with `NCCL_WIN_STRICT_ORDERING` (GIN's VA signals live there). Since every rank reads the
-//! same team count, every rank takes the same path, and `ncclDevCommCreate`, collective, is
-//! called on all or none. Before 2.32 a peer without an address is refused.
+//! `nLsaTeams`, the same on every rank) some peers have no address, and with NCCL 2.32.3 or
+//! newer the window is an engine window (`OwnerKind::NcclEngine`, context tag `Nccl`): only
+//! device functions linked with NCCL's device bitcode run on it, reaching those peers through
+//! NCCL's GPU-Initiated Networking. The adapter then makes the `ncclDevComm` they use (GIN
+//! contexts, full connection, VA and strong signals), copies it to device memory, and registers
+//! the pads with `NCCL_WIN_STRICT_ORDERING` (GIN's VA signals live there). Since every rank
+//! reads the same team count, every rank takes the same path, and `ncclDevCommCreate`,
+//! collective, is called on all or none. Before 2.32.3 a peer without an address is refused.
 
 use super::{Library, function, open};
 use crate::backend::Backend;
@@ -32,10 +32,11 @@ const WIN_COLL_SYMMETRIC: c_int = 1;
 const WIN_STRICT_ORDERING: c_int = 2;
 /// The NCCL whose structures the engine's host and device sides are written against (the
 /// `version` of [`DevCommRequirements`] and [`CommProperties`], and the `ncclDevComm` layout
-/// `symm_device::engine::nccl` reads): 2.32.3. Engine windows need this NCCL or a newer one.
+/// `symm_device::engine::nccl` reads): 2.32.3. Engine windows need this NCCL or a newer one
+/// (an older one refuses structures of a newer version).
 const ENGINE_VERSION: c_int = 23203;
 /// The oldest NCCL that makes engine windows (see [`ENGINE_VERSION`]).
-pub(crate) const MIN_ENGINE_VERSION: c_int = 23200;
+pub(crate) const MIN_ENGINE_VERSION: c_int = ENGINE_VERSION;
 /// `NCCL_API_MAGIC`.
 const API_MAGIC: u32 = 0xcafe_beef;
 /// `NCCL_GIN_CONNECTION_FULL`: every rank connected to every other.
@@ -219,7 +220,7 @@ impl Nccl {
     }
 
     /// Whether `comm`'s windows are engine windows: its ranks span several load/store teams
-    /// (NCCL's `nLsaTeams`, the same on every rank), with NCCL 2.32 or newer. Refused when
+    /// (NCCL's `nLsaTeams`, the same on every rank), with NCCL 2.32.3 or newer. Refused when
     /// they would be and this NCCL cannot reach the other teams from a kernel (no device API
     /// or no GIN).
     fn engine_needed(&self, comm: *mut c_void) -> Result<bool> {
@@ -262,12 +263,10 @@ impl Nccl {
         Ok(true)
     }
 
-    /// Make `comm`'s `ncclDevComm` for the engine protocol (collective: every rank calls it,
-    /// see [`Nccl::engine_needed`]): one GIN context, every rank connected, VA and strong
-    /// signals.
-    fn create_dev_comm(&self, comm: *mut c_void) -> Result<[u8; DEV_COMM_BYTES]> {
-        // SAFETY: the function's signature in nccl_device/host.h.
-        let create: DevCommCreate = unsafe { function(&self.library, "ncclDevCommCreate")? };
+    /// Make `comm`'s `ncclDevComm` for the engine protocol into `dev_comm` (collective: every
+    /// rank calls it, see [`Nccl::engine_needed`]): one GIN context, every rank connected, VA
+    /// and strong signals.
+    fn create_dev_comm(&self, comm: *mut c_void, dev_comm: &mut DevComm) -> Result<()> {
         let requirements = DevCommRequirements {
             size: std::mem::size_of::<DevCommRequirements>(),
             magic: API_MAGIC,
@@ -297,15 +296,29 @@ impl Nccl {
             cft_caps: 0,
             cft_barrier_count: 0,
         };
-        let mut dev_comm = [0u8; DEV_COMM_BYTES];
         // SAFETY: a communicator of NCCL; requirements of the version they name; room for
-        // that version's ncclDevComm.
-        let created = unsafe { create(comm, &requirements, dev_comm.as_mut_ptr().cast()) };
+        // that version's ncclDevComm, aligned as it is.
+        let created =
+            unsafe { (dev_comm.create)(comm, &requirements, dev_comm.host.0.as_mut_ptr().cast()) };
         self.check(
             created,
             "ncclDevCommCreate (GIN, for the peers in other NVLink domains)",
         )?;
-        Ok(dev_comm)
+        dev_comm.created = true;
+        // The device functions read it as NCCL 2.32.3 lays it out: a device communicator of
+        // another layout (NCCL_DEV_API_JIT=1 makes the runtime's own) is refused.
+        let version = u32::from_ne_bytes(dev_comm.host.0[4..8].try_into().expect("4 bytes"));
+        if version != ENGINE_VERSION as u32 {
+            return Err(Error::new(
+                crate::abi::symmResult_t::symmUnsupported,
+                format!(
+                    "ncclDevCommCreate made a device communicator of version {version}, not \
+                     the {ENGINE_VERSION} symm's device functions read (is NCCL_DEV_API_JIT \
+                     set?)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Every rank's address of `offset` in `window`, as this process maps it (0 for a peer
@@ -341,10 +354,17 @@ struct NcclResources {
     dev_comm: Option<DevComm>,
 }
 
-/// An engine window's `ncclDevComm`, and its copy in device memory (the context's
-/// `ENGINE_COMM`).
+/// An `ncclDevComm` as NCCL 2.32 lays it out (its fields are 8-byte aligned).
+#[repr(C, align(8))]
+struct DevCommBytes([u8; DEV_COMM_BYTES]);
+
+/// An engine window's `ncclDevComm` (made once every rank prepared), and its copy in device
+/// memory (the context's `ENGINE_COMM`, allocated beforehand).
 struct DevComm {
-    host: Box<[u8; DEV_COMM_BYTES]>,
+    host: Box<DevCommBytes>,
+    created: bool,
+    create: DevCommCreate,
+    destroy: DevCommDestroy,
     backend: Arc<Backend>,
     device: i32,
     address: u64,
@@ -356,10 +376,11 @@ impl Drop for NcclResources {
         // kernel of the symm window that used them (the window waits for its launches).
         unsafe {
             if let Some(dev_comm) = self.dev_comm.take() {
-                if let Ok(destroy) =
-                    function::<DevCommDestroy>(&self.nccl.library, "ncclDevCommDestroy")
-                {
-                    let _ = destroy(self.comm as *mut c_void, dev_comm.host.as_ptr().cast());
+                if dev_comm.created {
+                    let _ = (dev_comm.destroy)(
+                        self.comm as *mut c_void,
+                        dev_comm.host.0.as_ptr().cast(),
+                    );
                 }
                 let _ = dev_comm.backend.free(dev_comm.device, dev_comm.address);
             }
@@ -372,8 +393,24 @@ impl Drop for NcclResources {
     }
 }
 
+/// What one rank prepares alone, before the NCCL collective calls of a registration: NCCL
+/// loaded and its ranks checked, every rank's address, the pads' memory, and for an engine
+/// window the device memory of the device communicator's copy.
+struct Prepared {
+    nccl: Arc<Nccl>,
+    bases: Vec<u64>,
+    resources: NcclResources,
+}
+
 /// `symmCommWindowRegisterNccl` on one rank: the window over `bytes` bytes at `offset` of the
 /// NCCL window `nccl_window` of `nccl_comm`, whose ranks must be `comm`'s.
+///
+/// Every rank first prepares alone and the ranks agree that all did
+/// ([`super::agree_prepared`]): NCCL's collective calls (the pads' window registration, the
+/// device communicator) wait for every rank without a bound, so no rank enters them unless
+/// every rank will. A failure inside them is refused in the registration's place, reaching the
+/// peers that got past them at once; a rank still inside one is NCCL's to release
+/// (`ncclCommAbort`).
 pub fn register(
     comm: &Arc<Comm>,
     nccl_comm: *mut c_void,
@@ -381,6 +418,42 @@ pub fn register(
     offset: usize,
     bytes: usize,
 ) -> Result<Arc<Window>> {
+    const CALL: &str = "symmCommWindowRegisterNccl";
+    super::refuse_in_group(CALL)?;
+    let prepared = prepare(comm, nccl_comm, nccl_window, offset, bytes);
+    super::agree_prepared(
+        comm,
+        CALL,
+        &prepared.as_ref().map(|_| ()).map_err(Clone::clone),
+    )?;
+    let Prepared {
+        nccl,
+        bases,
+        resources,
+    } = prepared?;
+    let lacks_address = bases.contains(&0) && resources.dev_comm.is_none();
+    let peers = collective_part(comm, bases, resources, nccl_window, offset, bytes)
+        .map_err(|e| crate::group::refuse_peer_window(comm, e))?;
+    crate::group::register_peer_window(comm, peers).map_err(|mut e| {
+        if lacks_address && nccl.version < MIN_ENGINE_VERSION {
+            e.message.push_str(&format!(
+                " (NCCL 2.32.3 or newer reaches such peers through GIN, in an engine window: \
+                 {} is version {})",
+                nccl.library.name, nccl.version
+            ));
+        }
+        e
+    })
+}
+
+/// This rank's part of a registration that needs no other rank (see [`register`]).
+fn prepare(
+    comm: &Arc<Comm>,
+    nccl_comm: *mut c_void,
+    nccl_window: *mut c_void,
+    offset: usize,
+    bytes: usize,
+) -> Result<Prepared> {
     if nccl_comm.is_null() {
         return Err(Error::invalid_argument("ncclComm is NULL"));
     }
@@ -390,7 +463,6 @@ pub fn register(
     if bytes == 0 {
         return Err(Error::invalid_argument("bytes is 0"));
     }
-    super::refuse_in_group("symmCommWindowRegisterNccl")?;
     let nccl = Arc::new(Nccl::load()?);
     let nranks = comm.clique.nranks;
     let (mut count, mut rank) = (0, 0);
@@ -406,34 +478,6 @@ pub fn register(
             comm.rank
         )));
     }
-    // From here on a failure is this rank's alone (or NCCL's, on every rank): it is refused
-    // in the registration's place, so that the peers' registrations fail at once.
-    let peers = engine_window(comm, &nccl, nccl_comm, nccl_window, offset, bytes)
-        .map_err(|e| crate::group::refuse_peer_window(comm, e))?;
-    let lacks_address = peers.view.bases.contains(&0) && peers.owner.kind == OwnerKind::Nccl;
-    crate::group::register_peer_window(comm, peers).map_err(|mut e| {
-        if lacks_address && nccl.version < MIN_ENGINE_VERSION {
-            e.message.push_str(&format!(
-                " (NCCL 2.32 or newer reaches such peers through GIN, in an engine window: \
-                 {} is version {})",
-                nccl.library.name, nccl.version
-            ));
-        }
-        e
-    })
-}
-
-/// The window over `bytes` bytes at `offset` of `nccl_window`, before its registration: every
-/// rank's address, the pads, and for an engine window the device communicator.
-fn engine_window(
-    comm: &Arc<Comm>,
-    nccl: &Arc<Nccl>,
-    nccl_comm: *mut c_void,
-    nccl_window: *mut c_void,
-    offset: usize,
-    bytes: usize,
-) -> Result<PeerWindow> {
-    let nranks = comm.clique.nranks;
     let engine = nccl.engine_needed(nccl_comm)?;
     let bases = nccl.peer_addresses(nccl_window, offset, nranks)?;
     let pad_bytes = symm_device::sync::signal_pad::signal_pad_bytes(nranks);
@@ -448,39 +492,78 @@ fn engine_window(
         window: 0,
         dev_comm: None,
     };
-    let flags = if engine {
+    if engine {
+        // SAFETY: the functions' signatures in nccl_device/host.h.
+        let (create, destroy) = unsafe {
+            (
+                function::<DevCommCreate>(&nccl.library, "ncclDevCommCreate")?,
+                function::<DevCommDestroy>(&nccl.library, "ncclDevCommDestroy")?,
+            )
+        };
+        let backend = comm.clique.backend.clone();
+        let address = backend.alloc_zeroed(comm.device, DEV_COMM_BYTES)?;
+        resources.dev_comm = Some(DevComm {
+            host: Box::new(DevCommBytes([0; DEV_COMM_BYTES])),
+            created: false,
+            create,
+            destroy,
+            backend,
+            device: comm.device,
+            address,
+        });
+    }
+    Ok(Prepared {
+        nccl,
+        bases,
+        resources,
+    })
+}
+
+/// The part of a registration that calls NCCL's collectives, once every rank prepared: the
+/// pads registered as an NCCL window and, for an engine window, the device communicator made
+/// and copied to device memory. The window before its registration.
+fn collective_part(
+    comm: &Arc<Comm>,
+    bases: Vec<u64>,
+    mut resources: NcclResources,
+    nccl_window: *mut c_void,
+    offset: usize,
+    bytes: usize,
+) -> Result<PeerWindow> {
+    let nccl = resources.nccl.clone();
+    let nccl_comm = resources.comm as *mut c_void;
+    let pad_bytes = symm_device::sync::signal_pad::signal_pad_bytes(comm.clique.nranks);
+    let flags = if resources.dev_comm.is_some() {
         WIN_COLL_SYMMETRIC | WIN_STRICT_ORDERING
     } else {
         WIN_COLL_SYMMETRIC
     };
     let mut pad_window = std::ptr::null_mut();
     // SAFETY: memory from ncclMemAlloc of `pad_bytes` bytes; a valid out-pointer.
-    let registered =
-        unsafe { (nccl.register)(nccl_comm, memory, pad_bytes, &mut pad_window, flags) };
+    let registered = unsafe {
+        (nccl.register)(
+            nccl_comm,
+            resources.memory as *mut c_void,
+            pad_bytes,
+            &mut pad_window,
+            flags,
+        )
+    };
     nccl.check(registered, "ncclCommWindowRegister (the signal pads)")?;
     resources.window = pad_window as usize;
-    let pads = nccl.peer_addresses(pad_window, 0, nranks)?;
-    let (kind, words) = if engine {
-        let host = Box::new(nccl.create_dev_comm(nccl_comm)?);
-        let backend = comm.clique.backend.clone();
-        let address = backend.alloc_zeroed(comm.device, DEV_COMM_BYTES)?;
-        let dev_comm = DevComm {
-            host,
-            backend,
-            device: comm.device,
-            address,
-        };
-        let uploaded = dev_comm
-            .backend
-            .upload(comm.device, address, &dev_comm.host[..]);
-        resources.dev_comm = Some(dev_comm);
-        uploaded?;
-        // The engine words of an NCCL context: the data's and the pads' NCCL windows, and the
-        // device communicator.
-        let words = [nccl_window as u64, pad_window as u64, address];
-        (OwnerKind::NcclEngine, words)
-    } else {
-        (OwnerKind::Nccl, [0; 3])
+    let pads = nccl.peer_addresses(pad_window, 0, comm.clique.nranks)?;
+    let (kind, words) = match resources.dev_comm.as_mut() {
+        Some(dev_comm) => {
+            nccl.create_dev_comm(nccl_comm, dev_comm)?;
+            dev_comm
+                .backend
+                .upload(dev_comm.device, dev_comm.address, &dev_comm.host.0)?;
+            // The engine words of an NCCL context: the data's and the pads' NCCL windows, and
+            // the device communicator.
+            let words = [nccl_window as u64, pad_window as u64, dev_comm.address];
+            (OwnerKind::NcclEngine, words)
+        }
+        None => (OwnerKind::Nccl, [0; 3]),
     };
     Ok(PeerWindow {
         owner: Owner {

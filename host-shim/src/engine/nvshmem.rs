@@ -91,25 +91,20 @@ impl Drop for NvshmemPads {
 
 /// `symmCommWindowRegisterNvshmem` on one rank: the window over `bytes` bytes at the
 /// symmetric address `address`.
+///
+/// Every rank checks its part first and the ranks agree that all did
+/// ([`super::agree_prepared`]) before any calls `nvshmem_malloc`, which waits for every PE.
 pub fn register(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<Arc<Window>> {
-    if address.is_null() {
-        return Err(Error::invalid_argument("symAddr is NULL"));
-    }
-    if bytes == 0 {
-        return Err(Error::invalid_argument("bytes is 0"));
-    }
-    super::refuse_in_group("symmCommWindowRegisterNvshmem")?;
-    let nvshmem = Arc::new(Nvshmem::load()?);
+    const CALL: &str = "symmCommWindowRegisterNvshmem";
+    super::refuse_in_group(CALL)?;
+    let prepared = prepare(comm, address, bytes);
+    super::agree_prepared(
+        comm,
+        CALL,
+        &prepared.as_ref().map(|_| ()).map_err(Clone::clone),
+    )?;
+    let nvshmem = prepared?;
     let nranks = comm.clique.nranks;
-    // SAFETY: NVSHMEM is initialized (checked by `load`).
-    let (pe, pes) = unsafe { ((nvshmem.my_pe)(), (nvshmem.n_pes)()) };
-    if pes as usize != nranks || pe as usize != comm.rank {
-        return Err(Error::invalid_argument(format!(
-            "this process is NVSHMEM PE {pe} of {pes}, this communicator rank {} of {nranks} \
-             ({}): symm rank r must be PE r of a job of the same ranks",
-            comm.rank, nvshmem.library.name
-        )));
-    }
     let bases = nvshmem.peer_addresses(address, nranks);
     let pad_bytes = symm_device::sync::signal_pad::signal_pad_bytes(nranks);
     // SAFETY: collective over the job's PEs: every rank makes this call.
@@ -153,4 +148,27 @@ pub fn register(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<
             resources: Some(Box::new(resources)),
         },
     )
+}
+
+/// This rank's part of a registration that needs no other rank: the arguments, NVSHMEM loaded
+/// and initialized, its PEs the communicator's ranks.
+fn prepare(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<Arc<Nvshmem>> {
+    if address.is_null() {
+        return Err(Error::invalid_argument("symAddr is NULL"));
+    }
+    if bytes == 0 {
+        return Err(Error::invalid_argument("bytes is 0"));
+    }
+    let nvshmem = Arc::new(Nvshmem::load()?);
+    let nranks = comm.clique.nranks;
+    // SAFETY: NVSHMEM is initialized (checked by `load`).
+    let (pe, pes) = unsafe { ((nvshmem.my_pe)(), (nvshmem.n_pes)()) };
+    if pes as usize != nranks || pe as usize != comm.rank {
+        return Err(Error::invalid_argument(format!(
+            "this process is NVSHMEM PE {pe} of {pes}, this communicator rank {} of {nranks} \
+             ({}): symm rank r must be PE r of a job of the same ranks",
+            comm.rank, nvshmem.library.name
+        )));
+    }
+    Ok(nvshmem)
 }

@@ -605,10 +605,12 @@ pub unsafe extern "C" fn symmCommWindowRegisterPeers(
 /// NCCL is loaded at run time (the one the process loaded already, else `SYMM_NCCL_LIBRARY`, else
 /// `libnccl.so.2`). When the NCCL communicator's ranks are all in one load/store team every
 /// peer is reached by loads and stores; when they span several (NVLink domains), with NCCL
-/// 2.32 or newer, the window is an engine window (context `backend` 2) for Triton device
+/// 2.32.3 or newer, the window is an engine window (context `backend` 2) for Triton device
 /// functions linked with NCCL's device bitcode, which reach the other teams through NCCL's GIN:
 /// the call then makes the communicator's `ncclDevComm` (collective) and refuses an NCCL
-/// without GIN. Before 2.32 a peer NCCL gives no address for is refused, naming it. The
+/// without GIN. Before 2.32.3 a peer NCCL gives no address for is refused, naming it. Every
+/// rank prepares what it can alone first, and no rank enters NCCL's collective calls unless
+/// every rank's preparation worked (a rank that failed is named on every rank at once). The
 /// window's signal pads are a small `ncclMemAlloc` allocation registered as an NCCL window of
 /// its own, so the call is collective over the NCCL communicator too: every rank calls it from
 /// a thread or process of its own, outside a group; and deregistration
