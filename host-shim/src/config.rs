@@ -335,6 +335,12 @@ pub fn socket_address() -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
+/// `SYMM_HOST_ID`: the text that names this process's machine instead of the kernel's boot id,
+/// when set and not empty (one machine then plays several, for tests).
+pub fn host_id() -> Option<String> {
+    std::env::var("SYMM_HOST_ID").ok().filter(|v| !v.is_empty())
+}
+
 /// `SYMM_NCCL_LIBRARY`: the NCCL library the NCCL window adapter loads, when set and not empty.
 pub fn nccl_library() -> Option<String> {
     std::env::var("SYMM_NCCL_LIBRARY")

@@ -1237,6 +1237,27 @@ pub const REMOTE_DEVICE: i32 = -1;
 /// Check that the ranks can form one communicator from this rank's point of view.
 fn check_peers(link: &RankLink, rank: usize, kind: BackendKind) -> Result<()> {
     let own = &link.peers[rank];
+    if kind == BackendKind::Host && link.peers.iter().any(|peer| peer.node != own.node) {
+        // Every rank sees the same table, so every rank refuses alike.
+        let mut machines: Vec<(&[u8; 16], Vec<usize>)> = Vec::new();
+        for (r, peer) in link.peers.iter().enumerate() {
+            match machines.iter_mut().find(|(node, _)| **node == peer.node) {
+                Some((_, ranks)) => ranks.push(r),
+                None => machines.push((&peer.node, vec![r])),
+            }
+        }
+        let listed: Vec<String> = machines
+            .iter()
+            .map(|(_, ranks)| format!("ranks {ranks:?}"))
+            .collect();
+        return Err(Error::unsupported(format!(
+            "the ranks span {} machines ({}; told apart by the kernel's boot id, or \
+             SYMM_HOST_ID): the host backend shares memory between the processes of one machine \
+             only, and symm makes no communicator across machines yet",
+            machines.len(),
+            listed.join(", ")
+        )));
+    }
     for (r, peer) in link.peers.iter().enumerate() {
         if peer.backend != own.backend {
             return Err(Error::invalid_usage(format!(
@@ -1247,12 +1268,6 @@ fn check_peers(link: &RankLink, rank: usize, kind: BackendKind) -> Result<()> {
             continue;
         }
         match kind {
-            BackendKind::Host if peer.node != own.node => {
-                return Err(Error::unsupported(format!(
-                    "rank {r} runs on another machine: the host backend shares memory between \
-                     the processes of one machine only"
-                )));
-            }
             BackendKind::Host | BackendKind::Cuda => {}
             BackendKind::Model => {
                 return Err(Error::unsupported(format!(

@@ -323,8 +323,16 @@ pub fn pid_namespace() -> u64 {
 }
 
 /// The identity of this machine: the kernel's boot id (random per boot), so that ranks can
-/// tell whether they share a node.
+/// tell whether they share a node; with `SYMM_HOST_ID` set, the first 16 bytes of its SHA-256
+/// instead (processes of one machine then play several machines, for tests).
 pub fn node_id() -> [u8; 16] {
+    if let Some(host) = crate::config::host_id() {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(host.as_bytes());
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&digest[..16]);
+        return id;
+    }
     let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let hex: Vec<u8> = text
         .bytes()
