@@ -11,7 +11,7 @@
  * NCCL reports its communicator's ranks in two load/store teams), FAKE_NCCL_VERSION=<code>
  * (what ncclGetVersion reports; default 23007), FAKE_NCCL_NO_GIN=1 (NCCL reports no GIN),
  * FAKE_NCCL_DEVCOMM_FAILS=1 (ncclDevCommCreate fails), FAKE_NCCL_MEM_ALLOC_FAILS=1
- * (ncclMemAlloc fails).
+ * (ncclMemAlloc fails), FAKE_NVSHMEM_MALLOC_FAILS=1 (nvshmem_malloc fails).
  *
  * The structures of NCCL 2.32's device API (ncclCommProperties_t, ncclDevCommRequirements_t)
  * are declared here as NCCL lays them out; the calls check what symm fills in.
@@ -236,7 +236,14 @@ int ncclDevCommDestroy(const void *comm, const struct fake_dev_comm *dev_comm) {
 int nvshmemx_init_status(void) { return my_pe >= 0 ? 2 : 0; }
 int nvshmem_my_pe(void) { return my_pe; }
 int nvshmem_n_pes(void) { return n_pes; }
-void *nvshmem_malloc(size_t size) { return heap_alloc(size); }
+void *nvshmem_malloc(size_t size) {
+  void *ptr = heap_alloc(size);
+  if (ptr && getenv("FAKE_NVSHMEM_MALLOC_FAILS")) {
+    live_allocations--; /* as for ncclMemAlloc: the place is kept, the heaps stay in step */
+    return NULL;
+  }
+  return ptr;
+}
 void nvshmem_free(void *ptr) { if (ptr) live_allocations--; }
 void *nvshmem_ptr(const void *ptr, int pe) { return peer_address(ptr, pe); }
 

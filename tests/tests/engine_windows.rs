@@ -726,6 +726,28 @@ fn engine_rank() {
         std::env::remove_var("FAKE_ENGINE_UNREACHABLE");
         std::env::remove_var("FAKE_NCCL_VERSION");
     }
+    // One rank's nvshmem_malloc of the pads fails (NVSHMEM's collective, after the ranks
+    // agreed): the others, already past it, fail at once, naming that rank.
+    let ninth = split();
+    if rank == 0 {
+        // SAFETY: as above.
+        unsafe { std::env::set_var("FAKE_NVSHMEM_MALLOC_FAILS", "1") };
+    }
+    let started = std::time::Instant::now();
+    // SAFETY: a symmetric address with `bytes` bytes; a valid out-pointer.
+    let result = unsafe { symmCommWindowRegisterNvshmem(ninth, inside.cast(), bytes, &mut window) };
+    if rank == 0 {
+        refused(ninth, result, &["nvshmem_malloc", "signal pad failed"]);
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("FAKE_NVSHMEM_MALLOC_FAILS") };
+    } else {
+        refused(ninth, result, &["rank 0 refused its description"]);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     // One rank cannot prepare alone (its ncclMemAlloc fails): every rank fails at once, before
     // any enters NCCL's collective calls (the pads' window registration), and the
     // communicator registers the next window as if nothing happened.
@@ -792,7 +814,9 @@ fn engine_rank() {
         )
     };
     refused(third, result, &["every rank", "an NCCL window at offset"]);
-    for child in [first, second, third, fourth, fifth, sixth, seventh, eighth] {
+    for child in [
+        first, second, third, fourth, fifth, sixth, seventh, eighth, ninth,
+    ] {
         check(symmCommDestroy(child), null_mut());
     }
     // SAFETY: the user's NCCL window, deregistered once.

@@ -110,9 +110,14 @@ pub fn register(comm: &Arc<Comm>, address: *mut c_void, bytes: usize) -> Result<
     // SAFETY: collective over the job's PEs: every rank makes this call.
     let memory = unsafe { (nvshmem.malloc)(pad_bytes) };
     if memory.is_null() {
-        return Err(Error::new(
-            crate::abi::symmResult_t::symmOutOfMemory,
-            format!("nvshmem_malloc of the window's {pad_bytes}-byte signal pad failed"),
+        // The peers that got their pads are on their way to the registration: refused in its
+        // place, so that theirs fails at once.
+        return Err(crate::group::refuse_peer_window(
+            comm,
+            Error::new(
+                crate::abi::symmResult_t::symmOutOfMemory,
+                format!("nvshmem_malloc of the window's {pad_bytes}-byte signal pad failed"),
+            ),
         ));
     }
     let pads = nvshmem.peer_addresses(memory, nranks);
