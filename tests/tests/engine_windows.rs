@@ -269,6 +269,21 @@ unsafe impl symm_device::engine::SignalEngine for HeapEngine {
     }
 }
 
+/// The device context of `window` (host memory on the host backend, living with the window).
+fn host_context<'a>(
+    comm: symmComm_t,
+    window: symmWindow_t,
+) -> &'a symm_device::context::SymmContext {
+    let mut address: *const c_void = std::ptr::null();
+    // SAFETY: a valid out-pointer.
+    check(
+        unsafe { symmCommGetDeviceContext(comm, window, &mut address) },
+        comm,
+    );
+    // SAFETY: the host backend's contexts are host memory that lives with the window.
+    unsafe { &*(address as *const symm_device::context::SymmContext) }
+}
+
 /// Run `body` on every thread of a `programs × 4` grid of the host emulation, as a launch of
 /// a kernel calling a device function; its status (every thread's, checked equal).
 fn launch(programs: u32, body: &(dyn Fn() -> i32 + Sync)) -> i32 {
@@ -300,14 +315,7 @@ fn engine_window_on(
         status, symm_engine_all_gather_device, symm_engine_all_reduce_device,
         symm_engine_barrier_device,
     };
-    let mut address: *const c_void = std::ptr::null();
-    // SAFETY: a valid out-pointer.
-    check(
-        unsafe { symmCommGetDeviceContext(comm, window, &mut address) },
-        comm,
-    );
-    // SAFETY: the host backend's contexts are host memory that lives with the window.
-    let context = unsafe { &*(address as *const SymmContext) };
+    let context = host_context(comm, window);
     assert_eq!(context.backend, BackendTag::Nvshmem as u32);
     assert_eq!(context.engine[ENGINE_DATA], base as u64);
     assert_ne!(context.engine[ENGINE_SIGNALS], 0);
@@ -339,7 +347,7 @@ fn engine_window_on(
         // SAFETY: as above.
         own: unsafe { (fake.peer_heap)(rank as c_int) } as u64,
     };
-    let ctx = address as i64;
+    let ctx = context as *const SymmContext as i64;
     for round in 0..4 {
         let mine: Vec<f32> = (0..count).map(|i| value(rank, i, round)).collect();
         put_f32(base, &mine);
@@ -393,7 +401,7 @@ fn nccl_engine_window_on(
     base: *mut u8,
     hidden: usize,
 ) {
-    use symm_device::context::{BackendTag, ENGINE_COMM, ENGINE_DATA, ENGINE_SIGNALS, SymmContext};
+    use symm_device::context::{BackendTag, ENGINE_COMM, ENGINE_DATA, ENGINE_SIGNALS};
     // SAFETY: the stand-in reads them at each call; this process's rank runs no other thread.
     unsafe {
         std::env::set_var("FAKE_NCCL_VERSION", "23203");
@@ -429,14 +437,7 @@ fn nccl_engine_window_on(
         flags, 3,
         "the pads are registered NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING"
     );
-    let mut address: *const c_void = std::ptr::null();
-    // SAFETY: a valid out-pointer.
-    check(
-        unsafe { symmCommGetDeviceContext(comm, window, &mut address) },
-        comm,
-    );
-    // SAFETY: the host backend's contexts are host memory that lives with the window.
-    let context = unsafe { &*(address as *const SymmContext) };
+    let context = host_context(comm, window);
     assert_eq!(context.backend, BackendTag::Nccl as u32);
     assert_eq!(context.engine[ENGINE_DATA], nccl_window as u64);
     assert_ne!(context.engine[ENGINE_SIGNALS], 0);

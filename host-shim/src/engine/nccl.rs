@@ -397,7 +397,6 @@ impl Drop for NcclResources {
 /// loaded and its ranks checked, every rank's address, the pads' memory, and for an engine
 /// window the device memory of the device communicator's copy.
 struct Prepared {
-    nccl: Arc<Nccl>,
     bases: Vec<u64>,
     resources: NcclResources,
 }
@@ -426,11 +425,8 @@ pub fn register(
         CALL,
         &prepared.as_ref().map(|_| ()).map_err(Clone::clone),
     )?;
-    let Prepared {
-        nccl,
-        bases,
-        resources,
-    } = prepared?;
+    let Prepared { bases, resources } = prepared?;
+    let nccl = resources.nccl.clone();
     let lacks_address = bases.contains(&0) && resources.dev_comm.is_none();
     let peers = collective_part(comm, bases, resources, nccl_window, offset, bytes)
         .map_err(|e| crate::group::refuse_peer_window(comm, e))?;
@@ -512,11 +508,7 @@ fn prepare(
             address,
         });
     }
-    Ok(Prepared {
-        nccl,
-        bases,
-        resources,
-    })
+    Ok(Prepared { bases, resources })
 }
 
 /// The part of a registration that calls NCCL's collectives, once every rank prepared: the
