@@ -45,6 +45,12 @@ pub enum Mutation {
     /// Every staged send of a launch puts its ring at the start of the staging window
     /// (`p2p-rings-overlap`): two staged sends in one group overwrite each other's pieces.
     P2pRingsOverlap,
+    /// A rank of a communicator spanning machines takes its own call for every rank's
+    /// (`span-agreement-skipped`): calls that differ between machines run.
+    SpanAgreementSkipped,
+    /// A rank of a communicator spanning machines that fails tells no other rank
+    /// (`span-failure-untold`): ranks of other machines find it at their timeout.
+    SpanFailureUntold,
 }
 
 impl Mutation {
@@ -63,6 +69,8 @@ impl Mutation {
             Mutation::SkipProcessWatch => "skip-process-watch",
             Mutation::SkipPeerMemoryHold => "skip-peer-memory-hold",
             Mutation::P2pRingsOverlap => "p2p-rings-overlap",
+            Mutation::SpanAgreementSkipped => "span-agreement-skipped",
+            Mutation::SpanFailureUntold => "span-failure-untold",
         }
     }
 }

@@ -229,6 +229,10 @@ impl Scope<'_, '_> {
             )));
         }
         crate::comm::failure::check(&comm.inner).map_err(|e| comm.record(e.in_function(name)))?;
+        if comm.inner.span.get().is_some() {
+            let error = crate::comm::span::unsupported("a kernel launch on the whole communicator");
+            return Err(comm.record(error.in_function(name)));
+        }
         let inner = &comm.inner;
         let launched = match inner.clique.backend.kind() {
             crate::backend::BackendKind::Host => {

@@ -755,6 +755,6 @@ fn point_to_point<T: Element>(
 
 /// The context address of the window of `comm` at `address` holding `bytes`.
 fn context_of(comm: &Comm, address: u64, bytes: usize) -> Option<u64> {
-    crate::comm::windows::find(&comm.inner, address, bytes as u64)
+    crate::comm::windows::find(&comm.inner.machine(), address, bytes as u64)
         .and_then(|window| window.context().map(|context| context.address))
 }

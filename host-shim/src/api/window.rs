@@ -39,7 +39,9 @@ impl Comm {
                     .in_function(name),
                 )
             })?;
-        let c = &self.inner;
+        // A communicator spanning machines keeps its windows on its machine's communicator.
+        let machine = self.inner.machine();
+        let c = &machine;
         let address = c
             .mem_alloc(bytes)
             .map_err(|e| self.record(e.in_function(name)))?;
@@ -137,7 +139,8 @@ impl<'c, T: Element> Window<'c, T> {
 
 impl<T: Element> Drop for Window<'_, T> {
     fn drop(&mut self) {
-        let c = &self.comm.inner;
+        let machine = self.comm.inner.machine();
+        let c = &machine;
         let freed =
             windows::deregister(c, self.window.handle()).and_then(|()| c.mem_free(self.address));
         if let Err(e) = freed {

@@ -51,6 +51,10 @@ pub struct Failure {
 /// every other rank fail as well (see the module documentation). Call it without holding
 /// `comm`'s state lock.
 pub fn fail(comm: &Comm, error: &Error) {
+    if let Some(span) = comm.span.get() {
+        // Every rank of every machine, through the spanning root; and this machine.
+        span.fail(error);
+    }
     {
         let mut state = comm.lock();
         if state.aborted.is_none() {

@@ -7,6 +7,7 @@ pub mod failure;
 pub mod pacing;
 pub mod pairs;
 pub mod shrink;
+pub mod span;
 pub mod split;
 pub mod staging;
 pub mod watch;
@@ -242,6 +243,9 @@ pub struct Comm {
     /// The watch on the processes of this rank's peers on this machine ([`watch`]), stopped
     /// at destroy.
     watch: Mutex<Option<watch::ProcessWatch>>,
+    /// Set when the communicator's ranks span machines ([`span`]): its collectives run inside
+    /// each machine and on the rails, its windows are its machine's.
+    pub span: std::sync::OnceLock<span::Span>,
     /// The thread whose call is being made on this rank (a collective, or the collectives it
     /// queued in its open group), and that call: see [`Comm::enter_call`].
     user: Mutex<Option<User>>,
@@ -499,6 +503,15 @@ impl Comm {
         Ok(())
     }
 
+    /// The communicator of this rank's machine: its own, or for a communicator whose ranks span
+    /// machines ([`span`]), the machine's, which holds the windows.
+    pub fn machine(self: &Arc<Self>) -> Arc<Comm> {
+        match self.span.get() {
+            Some(span) => span.inside().clone(),
+            None => self.clone(),
+        }
+    }
+
     /// `true` when this rank's windows must be mapped by ranks of other processes.
     pub fn shares_across_processes(&self) -> bool {
         self.link.as_ref().is_some_and(RankLink::has_remote_peers)
@@ -566,6 +579,7 @@ pub(crate) fn new_comm(
         shrinks: Mutex::new(HashMap::new()),
         call_records,
         watch: Mutex::new(None),
+        span: std::sync::OnceLock::new(),
         user: Mutex::new(None),
         last_error: Mutex::new(CString::default()),
     });
@@ -582,6 +596,9 @@ pub(crate) fn new_comm(
                 "joined through the bootstrap, with ranks in other processes"
             }
             Some(_) => "joined through the bootstrap, every rank in this process",
+            None if clique.devices.contains(&REMOTE_DEVICE) => {
+                "ranks on several machines (each machine's ranks in a communicator of their own)"
+            }
             None => "every rank in this process (symmCommInitAll)",
         }
     );
@@ -795,7 +812,8 @@ pub fn destroy(comm: &Arc<Comm>) -> Result<()> {
     }
     let watch = comm.watch.lock().unwrap_or_else(|e| e.into_inner()).take();
     drop(watch);
-    comm.release()
+    let left = comm.span.get().map_or(Ok(()), span::Span::close);
+    comm.release().and(left)
 }
 
 /// `symmCommAbort`: fail the communicator on every rank, naming this rank's abort (the
@@ -855,6 +873,9 @@ pub fn revoke(comm: &Arc<Comm>, flags: i32) -> Result<()> {
         )));
     }
     comm.refuse_if_queued_in_group("symmCommRevoke")?;
+    if comm.span.get().is_some() {
+        return Err(span::unsupported("symmCommRevoke"));
+    }
     let cause = format!(
         "rank {} revoked the communicator (symmCommRevoke): its collectives are refused; \
          symmCommSplit, symmCommShrink and teardown remain",
@@ -920,6 +941,14 @@ pub fn window_covering(address: u64, size: u64) -> Option<(usize, u64)> {
 /// communicator's failure if it failed, here or on another rank. A call of the rank (one thread
 /// at a time), refused inside an open group that queued calls of it.
 pub fn finalize(comm: &Arc<Comm>) -> Result<()> {
+    if let Some(span) = comm.span.get() {
+        finalize(span.inside())?;
+        comm.lock().finalized = true;
+        return match span.failure() {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        };
+    }
     let _call = comm.enter_call("symmCommFinalize")?;
     comm.refuse_if_queued_in_group("symmCommFinalize")?;
     comm.clique.backend.synchronize(&comm.resources)?;
@@ -1104,6 +1133,18 @@ pub(crate) fn join(
         .map(|(r, b)| PeerInfo::decode(b, r))
         .collect::<Result<Vec<_>>>()?;
     let link = RankLink::new(rank as u32, id, peers, client, listener);
+    let nodes: Vec<[u8; 16]> = link.peers.iter().map(|p| p.node).collect();
+    if let Some(shape) = span::shape::shape(&nodes)? {
+        check_peers(&link, rank as usize, backend.kind())?;
+        let joining = Joining {
+            backend,
+            device,
+            bounds,
+            timeout,
+            join_timeout,
+        };
+        return span::form(link, rank as usize, shape, joining);
+    }
     check_peers(&link, rank as usize, backend.kind())?;
     crate::log!(
         Level::Info,
@@ -1237,27 +1278,6 @@ pub const REMOTE_DEVICE: i32 = -1;
 /// Check that the ranks can form one communicator from this rank's point of view.
 fn check_peers(link: &RankLink, rank: usize, kind: BackendKind) -> Result<()> {
     let own = &link.peers[rank];
-    if kind == BackendKind::Host && link.peers.iter().any(|peer| peer.node != own.node) {
-        // Every rank sees the same table, so every rank refuses alike.
-        let mut machines: Vec<(&[u8; 16], Vec<usize>)> = Vec::new();
-        for (r, peer) in link.peers.iter().enumerate() {
-            match machines.iter_mut().find(|(node, _)| **node == peer.node) {
-                Some((_, ranks)) => ranks.push(r),
-                None => machines.push((&peer.node, vec![r])),
-            }
-        }
-        let listed: Vec<String> = machines
-            .iter()
-            .map(|(_, ranks)| format!("ranks {ranks:?}"))
-            .collect();
-        return Err(Error::unsupported(format!(
-            "the ranks span {} machines ({}; told apart by the kernel's boot id, or \
-             SYMM_HOST_ID): the host backend shares memory between the processes of one machine \
-             only, and symm makes no communicator across machines yet",
-            machines.len(),
-            listed.join(", ")
-        )));
-    }
     for (r, peer) in link.peers.iter().enumerate() {
         if peer.backend != own.backend {
             return Err(Error::invalid_usage(format!(

@@ -117,6 +117,9 @@ fn exchange_tag(request: &Request, round: u64) -> u64 {
 /// `held`: the caller's group end holds `parent` (it runs its queued shrinks this way);
 /// otherwise the caller refused it while calls of `parent` are queued in an open group.
 pub fn shrink(parent: &Arc<Comm>, request: &Request, held: bool) -> Result<Arc<Comm>> {
+    if parent.span.get().is_some() {
+        return Err(super::span::unsupported("symmCommShrink"));
+    }
     let exclude = &request.exclude;
     check_flags(request.flags)?;
     let survivors = survivors(parent.clique.nranks, exclude)?;

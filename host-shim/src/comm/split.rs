@@ -20,6 +20,7 @@ use crate::abi::{SYMM_CONFIG_MAGIC, SYMM_CONFIG_UNDEF_INT, SYMM_SPLIT_NOCOLOR, s
 use crate::abi::{symmComm_t, symmResult_t};
 use crate::error::{Error, Result};
 use crate::transport::bootstrap::{self, UniqueId};
+use crate::transport::link::RankLink;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -116,6 +117,9 @@ pub fn take_number(parent: &Comm) -> u64 {
 /// Split `n` of `parent`, for a caller that holds `parent` (a group's end runs its queued
 /// splits this way).
 pub fn split_numbered(parent: &Arc<Comm>, n: u64, request: Request) -> Result<Option<Arc<Comm>>> {
+    if parent.span.get().is_some() {
+        return Err(super::span::unsupported("symmCommSplit"));
+    }
     // A failed or revoked communicator splits too: the exchanges go through the bootstrap
     // (or this process), not its kernels, and the new communicators start in step.
     let request = request.and_then(|request| {
@@ -309,15 +313,20 @@ pub(super) fn make(
             .collect();
         return Ok((handles, comms));
     }
+    let id = new_root(parent.link.as_ref())?;
+    Ok((id.encode().to_vec(), Vec::new()))
+}
+
+/// A new bootstrap root in this process for a communicator made from one whose rank's link is
+/// `link` (kept while its ranks need it), and its id.
+pub(crate) fn new_root(link: Option<&RankLink>) -> Result<UniqueId> {
     let listen = match crate::config::socket_address() {
         // Its address, on a port of its own (a port set there is the parent root's).
         Some(_) => std::net::SocketAddr::new(bootstrap::listen_address_from_env()?.ip(), 0),
         // Where this rank reaches the parent's root from: an interface every member's machine
         // reaches too.
         _ => {
-            let ip = parent
-                .link
-                .as_ref()
+            let ip = link
                 .and_then(|link| link.local_ip())
                 .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
             std::net::SocketAddr::new(ip, 0)
@@ -327,7 +336,7 @@ pub(super) fn make(
     let root = bootstrap::start_root(listen, secret, ROOT_JOIN_TIMEOUT)?;
     let id = UniqueId::new(root.address(), secret);
     keep_root(root);
-    Ok((id.encode().to_vec(), Vec::new()))
+    Ok(id)
 }
 
 /// Every member's rank of a new communicator of ranks of this process: a clique of their

@@ -41,13 +41,45 @@ fn guard(
     }
 }
 
-/// Look `comm` up, then run `body` under [`guard`].
+/// Calls that a communicator whose ranks span machines makes on its machine's communicator
+/// (its windows and memory are the machine's).
+const MACHINE_CALLS: [&str; 5] = [
+    "symmMemAlloc",
+    "symmMemFree",
+    "symmCommWindowRegister",
+    "symmCommWindowDeregister",
+    "symmCommGetAsyncError",
+];
+
+/// Calls that a communicator whose ranks span machines refuses.
+const NOT_ACROSS_MACHINES: [&str; 8] = [
+    "symmCommSplit",
+    "symmCommShrink",
+    "symmCommRevoke",
+    "symmCommWindowRegisterPeers",
+    "symmCommWindowRegisterNccl",
+    "symmCommWindowRegisterNvshmem",
+    "symmWindowSignalPadBytes",
+    "symmCommGetDeviceContext",
+];
+
+/// Look `comm` up, then run `body` under [`guard`] (on a communicator spanning machines:
+/// on its machine's communicator for [`MACHINE_CALLS`], refused for
+/// [`NOT_ACROSS_MACHINES`]).
 fn with_comm(
     function: &str,
     comm: symmComm_t,
     body: impl FnOnce(&Arc<Comm>) -> Result<()>,
 ) -> symmResult_t {
     match Comm::from_handle(comm) {
+        Ok(c) if c.span.get().is_some() && MACHINE_CALLS.contains(&function) => {
+            guard(function, Some(&c), || body(&c.machine()))
+        }
+        Ok(c) if c.span.get().is_some() && NOT_ACROSS_MACHINES.contains(&function) => {
+            guard(function, Some(&c), || {
+                Err(crate::comm::span::unsupported(function))
+            })
+        }
         Ok(c) => guard(function, Some(&c), || body(&c)),
         Err(e) => guard(function, None, || Err(e)),
     }

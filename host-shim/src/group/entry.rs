@@ -33,6 +33,9 @@ pub struct CollectiveArgs {
 /// the rank's call and refused, as the library's own checks count theirs, so that a peer whose
 /// call is right fails at once naming it instead of waiting for this rank. The error to report.
 pub fn refused_collective(comm: &Arc<Comm>, name: &str, error: Error) -> Error {
+    if let Some(span) = comm.span.get() {
+        return crate::comm::span::refuse_call(comm, span, name, error);
+    }
     match super::collective(comm, name, || Err(error.clone()), 0) {
         Err(reported) => reported,
         Ok(()) => error,
@@ -47,6 +50,9 @@ pub fn collective_call(
     args: CollectiveArgs,
     stream: u64,
 ) -> Result<()> {
+    if let Some(span) = comm.span.get() {
+        return crate::comm::span::collective(comm, span, collective, name, args, stream);
+    }
     let rooted = matches!(
         collective,
         Collective::Reduce | Collective::Broadcast | Collective::Gather | Collective::Scatter

@@ -216,6 +216,10 @@ pub fn collective(
     route: impl FnOnce() -> Result<Route>,
     stream: u64,
 ) -> Result<()> {
+    if let Some(span) = comm.span.get() {
+        let error = crate::comm::span::unsupported(what);
+        return Err(crate::comm::span::refuse_call(comm, span, what, error));
+    }
     let _call = comm.enter_call(what)?;
     match route() {
         Err(error) => run_prepared(comm, Err(error), stream),
@@ -273,7 +277,12 @@ pub fn point_to_point(
     call: crate::point_to_point::Call,
     stream: u64,
 ) -> Result<()> {
-    let _call = comm.enter_call(&crate::point_to_point::describe(&call))?;
+    let what = crate::point_to_point::describe(&call);
+    if let Some(span) = comm.span.get() {
+        let error = crate::comm::span::unsupported(&what);
+        return Err(crate::comm::span::refuse_call(comm, span, &what, error));
+    }
+    let _call = comm.enter_call(&what)?;
     if !active() && usize::try_from(call.peer).is_ok_and(|p| p == comm.rank) {
         // Nothing can pair with it: its matching call would have to be in the same launch.
         let name = if call.send { "symmSend" } else { "symmRecv" };

@@ -426,6 +426,12 @@ impl RankLink {
         self.client.gathered(tag, timeout)
     }
 
+    /// The bootstrap connection to the root (for what only the root relays: see
+    /// [`Client::fail`] and [`Client::poll`]).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Send `fds` of registration `seq` to every rank in another process.
     pub fn send_fds(
         &self,

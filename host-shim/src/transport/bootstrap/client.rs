@@ -21,6 +21,9 @@ struct Inbox {
     gathered: HashMap<u64, Vec<Vec<u8>>>,
     /// Set once the root reported a lost rank or an error, or the connection failed.
     failure: Option<Error>,
+    /// Ranks that left (destroyed their communicator), as [`Client::poll`] read them: no
+    /// all-gather not yet complete can complete.
+    left: Option<u32>,
 }
 
 /// A joined rank's connection (usable from several threads).
@@ -164,6 +167,7 @@ impl Client {
                     reader,
                     gathered: HashMap::new(),
                     failure: None,
+                    left: None,
                 }),
             },
             infos,
@@ -200,34 +204,17 @@ impl Client {
             if let Some(failure) = &inbox.failure {
                 return Err(failure.clone());
             }
+            if let Some(rank) = inbox.left {
+                inbox.failure = Some(self.failure_of(Frame::PeerLeft { rank }));
+                continue;
+            }
             match inbox.reader.next(deadline) {
                 Ok(Some(Frame::Gathered { tag: t, payloads }))
                     if payloads.len() == self.nranks as usize =>
                 {
                     inbox.gathered.insert(t, payloads);
                 }
-                Ok(Some(Frame::PeerLost { rank })) => {
-                    inbox.failure = Some(Error::new(
-                        symmResult_t::symmRemoteError,
-                        format!(
-                            "rank {}: rank {rank} left the communicator (destroyed, its \
-                             process exited, or its connection was lost)",
-                            self.rank
-                        ),
-                    ));
-                }
-                Ok(Some(Frame::Error { message })) => {
-                    inbox.failure = Some(Error::new(
-                        symmResult_t::symmRemoteError,
-                        format!("rank {}: bootstrap root: {message}", self.rank),
-                    ));
-                }
-                Ok(Some(_)) => {
-                    inbox.failure = Some(Error::new(
-                        symmResult_t::symmSystemError,
-                        format!("rank {}: unexpected message from the root", self.rank),
-                    ));
-                }
+                Ok(Some(frame)) => inbox.failure = Some(self.failure_of(frame)),
                 Ok(None) => {
                     return Err(Error::new(
                         symmResult_t::symmTimeout,
@@ -238,14 +225,84 @@ impl Client {
                         ),
                     ));
                 }
-                Err(e) => {
-                    inbox.failure = Some(Error::new(
-                        e.code,
-                        format!("rank {}: lost the bootstrap root: {}", self.rank, e.message),
-                    ));
-                }
+                Err(e) => inbox.failure = Some(self.lost_root(e)),
             }
         }
+    }
+
+    /// Tell every other rank, through the root, that this rank's communicator failed with
+    /// `message`: their next wait on the root (or [`Client::poll`]) fails at once with it.
+    pub fn fail(&self, message: &str) -> Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let frame = Frame::Fail {
+            message: message.to_string(),
+        };
+        wire::send(&mut writer, &frame, WRITE_TIMEOUT)
+    }
+
+    /// Read what the root sent within `wait`, unless another thread is reading (it then sees
+    /// the same): the failure the root reported (a lost rank, another rank's failure, the
+    /// root's loss), if any. Completed all-gathers are kept for [`Client::gathered`]; a rank
+    /// that left is no failure here (teardown), but fails the next all-gather that waits.
+    pub fn poll(&self, wait: Duration) -> Option<Error> {
+        let mut inbox = match self.inbox.try_lock() {
+            Ok(inbox) => inbox,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let deadline = Instant::now() + wait;
+        while inbox.failure.is_none() {
+            match inbox.reader.next(deadline) {
+                Ok(Some(Frame::Gathered { tag, payloads }))
+                    if payloads.len() == self.nranks as usize =>
+                {
+                    inbox.gathered.insert(tag, payloads);
+                }
+                Ok(None) => break,
+                Ok(Some(Frame::PeerLeft { rank })) => inbox.left = Some(rank),
+                Ok(Some(frame)) => inbox.failure = Some(self.failure_of(frame)),
+                Err(e) => inbox.failure = Some(self.lost_root(e)),
+            }
+        }
+        inbox.failure.clone()
+    }
+
+    /// The failure a frame other than a complete all-gather reports.
+    fn failure_of(&self, frame: Frame) -> Error {
+        match frame {
+            Frame::PeerLost { rank } => Error::new(
+                symmResult_t::symmRemoteError,
+                format!(
+                    "rank {}: rank {rank} left the communicator (destroyed, its process exited, \
+                     or its connection was lost)",
+                    self.rank
+                ),
+            ),
+            Frame::PeerLeft { rank } => Error::new(
+                symmResult_t::symmRemoteError,
+                format!(
+                    "rank {}: rank {rank} left the communicator (destroyed it) while this rank \
+                     waited for it",
+                    self.rank
+                ),
+            ),
+            Frame::Error { message } => Error::new(
+                symmResult_t::symmRemoteError,
+                format!("rank {}: bootstrap root: {message}", self.rank),
+            ),
+            _ => Error::new(
+                symmResult_t::symmSystemError,
+                format!("rank {}: unexpected message from the root", self.rank),
+            ),
+        }
+    }
+
+    /// The failure of a lost connection to the root.
+    fn lost_root(&self, e: Error) -> Error {
+        Error::new(
+            e.code,
+            format!("rank {}: lost the bootstrap root: {}", self.rank, e.message),
+        )
     }
 
     /// Close the connection at once, without a `Leave`: what the root sees when this rank's

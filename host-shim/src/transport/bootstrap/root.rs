@@ -288,9 +288,10 @@ fn join(stream: TcpStream, shared: &Shared) -> Option<(FrameReader, usize)> {
     Some((reader, rank))
 }
 
-/// Serve a joined rank's frames (only `Contribute` and `Leave`) until it leaves or is lost.
+/// Serve a joined rank's frames (only `Contribute`, `Fail` and `Leave`) until it leaves or is
+/// lost.
 fn serve_member(mut reader: FrameReader, rank: usize, shared: &Shared) {
-    let allowed = [wire::CONTRIBUTE, wire::LEAVE];
+    let allowed = [wire::CONTRIBUTE, wire::FAIL, wire::LEAVE];
     loop {
         if shared.finished.load(Ordering::Acquire) {
             return;
@@ -310,6 +311,18 @@ fn serve_member(mut reader: FrameReader, rank: usize, shared: &Shared) {
                     lost(shared, rank);
                     return;
                 }
+            }
+            Frame::Fail { message } => {
+                let state = shared.lock();
+                if !state.welcomed {
+                    drop(state);
+                    lost(shared, rank);
+                    return;
+                }
+                let error = Frame::Error {
+                    message: format!("rank {rank} failed: {message}"),
+                };
+                broadcast(&state, &error, Some(rank));
             }
             Frame::Leave => {
                 leave(shared, rank);
@@ -374,13 +387,18 @@ fn contribute(shared: &Shared, rank: usize, tag: u64, payload: Vec<u8>) -> bool 
 }
 
 /// `rank` left (its communicator was destroyed): no later all-gather can complete, so the
-/// others are told as for a lost rank (they only read it when they next need the root).
+/// others are told (they only read it when they next need the root, or poll it).
 fn leave(shared: &Shared, rank: usize) {
-    lost(shared, rank);
+    gone(shared, rank, Frame::PeerLeft { rank: rank as u32 });
 }
 
 /// `rank`'s connection failed: tell the others (before everyone joined, free its place).
 fn lost(shared: &Shared, rank: usize) {
+    gone(shared, rank, Frame::PeerLost { rank: rank as u32 });
+}
+
+/// `rank` is gone: tell the others with `news` (before everyone joined, free its place).
+fn gone(shared: &Shared, rank: usize, news: Frame) {
     let mut state = shared.lock();
     if !state.welcomed {
         state.members[rank] = None;
@@ -389,7 +407,7 @@ fn lost(shared: &Shared, rank: usize) {
     // Its connection is closed now, not when the root's last handle goes (the process may
     // never make another root).
     state.members[rank] = None;
-    broadcast(&state, &Frame::PeerLost { rank: rank as u32 }, Some(rank));
+    broadcast(&state, &news, Some(rank));
     if state.members.iter().all(Option::is_none) {
         shared.finished.store(true, Ordering::Release);
     }

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 /// First four bytes of every frame.
 pub const MAGIC: u32 = 0x424d_5953; // "SYMB"
-/// Version of the bootstrap protocol, in every `Challenge` and bound into both proofs. 2: the
-/// challenge–response handshake (1: the rank sent the secret in its `Hello`).
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+/// Version of the bootstrap protocol, in every `Challenge` and bound into both proofs. 3:
+/// `Fail` and `PeerLeft`; 2: the challenge–response handshake (1: the rank sent the secret in
+/// its `Hello`).
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 /// Header bytes of a frame.
 pub const HEADER_BYTES: usize = 12;
 /// Most ranks of a communicator (`symm_device::sync::signal_pad::MAX_RANKS`).
@@ -90,6 +91,17 @@ pub enum Frame {
     },
     /// Rank → root: leaving (communicator destroyed).
     Leave,
+    /// Root → rank: `rank` left (destroyed its communicator): no later all-gather completes.
+    PeerLeft {
+        /// The rank that left.
+        rank: u32,
+    },
+    /// Rank → root: this rank's communicator failed, with the cause; the root tells every
+    /// other rank at once (an `Error` naming the rank).
+    Fail {
+        /// Why.
+        message: String,
+    },
 }
 
 pub(crate) const HELLO: u8 = 1;
@@ -101,6 +113,8 @@ pub(crate) const PEER_LOST: u8 = 6;
 pub(crate) const LEAVE: u8 = 7;
 pub(crate) const CHALLENGE: u8 = 8;
 pub(crate) const ROOT_PROOF: u8 = 9;
+pub(crate) const FAIL: u8 = 10;
+pub(crate) const PEER_LEFT: u8 = 11;
 
 /// Largest payload of a frame of `kind` (`None`: unknown kind).
 fn max_payload(kind: u8) -> Option<usize> {
@@ -115,6 +129,8 @@ fn max_payload(kind: u8) -> Option<usize> {
         GATHERED => 8 + lists(MAX_CONTRIBUTION_BYTES),
         PEER_LOST => 4,
         LEAVE => 0,
+        FAIL => MAX_MESSAGE_BYTES,
+        PEER_LEFT => 4,
         _ => return None,
     })
 }
@@ -180,6 +196,15 @@ impl Frame {
                 PEER_LOST
             }
             Frame::Leave => LEAVE,
+            Frame::PeerLeft { rank } => {
+                payload.extend_from_slice(&rank.to_le_bytes());
+                PEER_LEFT
+            }
+            Frame::Fail { message } => {
+                let bytes = message.as_bytes();
+                payload.extend_from_slice(&bytes[..bytes.len().min(MAX_MESSAGE_BYTES)]);
+                FAIL
+            }
         };
         let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
         out.extend_from_slice(&MAGIC.to_le_bytes());
@@ -252,6 +277,10 @@ impl Frame {
             }
             PEER_LOST => Frame::PeerLost { rank: r.u32()? },
             LEAVE => Frame::Leave,
+            PEER_LEFT => Frame::PeerLeft { rank: r.u32()? },
+            FAIL => Frame::Fail {
+                message: String::from_utf8_lossy(r.take(payload.len())?).into_owned(),
+            },
             _ => return Err(malformed("unknown frame kind")),
         };
         if !r.bytes.is_empty() {
@@ -425,6 +454,10 @@ mod tests {
             },
             Frame::PeerLost { rank: 5 },
             Frame::Leave,
+            Frame::PeerLeft { rank: 2 },
+            Frame::Fail {
+                message: "rank 3 timed out".into(),
+            },
         ]
     }
 

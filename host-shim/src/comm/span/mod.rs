@@ -1,0 +1,792 @@
+//! Communicators whose ranks span machines: symm inside each machine, a rail between them.
+//!
+//! A spanning communicator of `M` machines of `L` ranks ([`shape`]) holds, on each rank, the
+//! machine's own communicator (`inside`: windows, kernels, call records and process watch of
+//! the machine's `L` ranks, made from the spanning bootstrap as a split makes its children)
+//! and its rail (the `M` ranks of its local rank, one per machine). Each of the four
+//! collectives it runs ([`plan`]) is legs inside and legs on the rail. On the host backend a
+//! rail is an authenticated bootstrap connection of its own (the all-gathers of
+//! `transport::bootstrap`, every read bounded); nothing of one machine's memory is mapped by
+//! another. Cuda ranks spanning machines are refused at init: their rails are to run on NCCL,
+//! which is not driven yet.
+//!
+//! **Agreement.** Every call of every rank is numbered and all-gathered over the spanning
+//! bootstrap before any leg runs ([`signature`]): the user's call, or the rank's refusal of
+//! it. Every rank sees every entry, so every rank runs the call or every rank refuses it,
+//! naming the refusing rank or both differing calls, before any data moves.
+//!
+//! **Failures.** The first failure a rank sees (a leg's error, a refusal, a timeout, an abort,
+//! its machine's failure adopted by the inside communicator) fails the inside communicator and
+//! goes to every other rank through the spanning root (`Fail`). A monitor thread per rank reads
+//! the root's news (another rank's failure, a rank whose connection was lost) and the inside
+//! communicator's failure; every wait on the rail is cut into slices that end when the rank
+//! failed. A rank that dies is seen by its machine's watch and by the root (its connection
+//! closes), whichever comes first.
+
+pub mod plan;
+mod rail;
+pub mod shape;
+pub mod signature;
+
+use super::{Comm, Joining, REMOTE_DEVICE};
+use crate::abi::{symmRedOpRaw, symmResult_t};
+use crate::error::{Error, Result};
+use crate::group::entry::CollectiveArgs;
+use crate::log::{Level, Subsys};
+use crate::plan::Collective;
+use crate::transport::bootstrap::{Client, UniqueId};
+use crate::transport::link::RankLink;
+use plan::{Buffer, Region, Step};
+use shape::Shape;
+use signature::{Entry, Place, Signature};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use symm_device::{DataType, RedOp};
+
+/// Tag of the formation's all-gather on the spanning bootstrap (calls use their numbers).
+const FORM_TAG: u64 = 1 << 62;
+
+/// How often the monitor looks.
+const MONITOR_PERIOD: Duration = Duration::from_millis(10);
+
+/// Longest slice of a wait on other ranks between two looks at this rank's failure.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// A rank's part of a communicator spanning machines (see the module docs).
+pub struct Span {
+    /// The machines and ranks per machine.
+    pub shape: Shape,
+    /// This rank (of the spanning communicator).
+    pub rank: usize,
+    shared: Arc<Shared>,
+    monitor: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Number of this rank's next call.
+    next_call: AtomicU64,
+}
+
+/// What the rank's calls and its monitor share.
+struct Shared {
+    rank: usize,
+    /// The machine's communicator.
+    inside: Arc<Comm>,
+    /// The spanning communicator's bootstrap (agreement, failures).
+    link: RankLink,
+    /// This rank's rail.
+    rail: Client,
+    /// All-gathers made on the rail so far (the tag of the next).
+    rail_gathers: AtomicU64,
+    /// The first failure this rank saw or was told.
+    failure: Mutex<Option<Error>>,
+    /// Set at destroy: the monitor ends.
+    stop: AtomicBool,
+    /// The bound of every wait on another rank.
+    timeout: Duration,
+}
+
+impl Shared {
+    fn failure(&self) -> Option<Error> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Keep `error` as this rank's failure if it is the first; then fail the machine's
+    /// communicator with it and, when `tell`, tell every other rank through the root.
+    fn fail(&self, error: &Error, tell: bool) {
+        {
+            let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_some() {
+                return;
+            }
+            *slot = Some(error.clone());
+        }
+        crate::log!(
+            Level::Warn,
+            Subsys::Coll,
+            Some(self.rank),
+            "the communicator spanning machines failed: {}",
+            error.message
+        );
+        if tell && !crate::mutation::active(crate::mutation::Mutation::SpanFailureUntold) {
+            let _ = self.link.client().fail(&error.message);
+        }
+        super::failure::fail(&self.inside, error);
+    }
+
+    /// Wait for the all-gather `tag` of `client`, bounded by the timeout and ended at once by
+    /// this rank's failure; `what` names the wait in the timeout's message.
+    fn wait(&self, client: &Client, tag: u64, what: &dyn Fn() -> String) -> Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match client.gathered(tag, left.min(WAIT_SLICE)) {
+                Ok(payloads) => return Ok(payloads),
+                Err(e) if e.code == symmResult_t::symmTimeout => {
+                    if let Some(failure) = self.failure() {
+                        return Err(failure);
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(Error::new(
+                            symmResult_t::symmTimeout,
+                            format!(
+                                "rank {}: {} did not come within the timeout ({:?})",
+                                self.rank,
+                                what(),
+                                self.timeout
+                            ),
+                        ));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Span {
+    /// The machine's communicator.
+    pub fn inside(&self) -> &Arc<Comm> {
+        &self.shared.inside
+    }
+
+    /// This rank's machine.
+    pub fn machine(&self) -> usize {
+        self.shape.machine_of(self.rank)
+    }
+
+    /// The first failure this rank saw or was told.
+    pub fn failure(&self) -> Option<Error> {
+        self.shared.failure()
+    }
+
+    /// Fail the communicator on every rank with `error` (see [`Shared::fail`]).
+    pub fn fail(&self, error: &Error) {
+        self.shared.fail(error, true);
+    }
+
+    /// Leave: stop the monitor, destroy the machine's communicator, leave the rail and the
+    /// spanning bootstrap.
+    pub fn close(&self) -> Result<()> {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(monitor) = self
+            .monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = monitor.join();
+        }
+        let destroyed = super::destroy(&self.shared.inside);
+        self.shared.rail.leave();
+        self.shared.link.client().leave();
+        destroyed
+    }
+}
+
+/// Form the communicator `link` joined as `rank`, whose ranks span the machines of `shape`
+/// (see the module docs): the machine's communicator and the rail, then this rank's handle.
+pub(crate) fn form(
+    link: RankLink,
+    rank: usize,
+    shape: Shape,
+    joining: Joining,
+) -> Result<Arc<Comm>> {
+    let Joining {
+        backend,
+        device,
+        bounds,
+        timeout,
+        join_timeout,
+    } = joining;
+    if backend.kind() != crate::backend::BackendKind::Host {
+        return Err(refuse_backend(shape, backend.kind()));
+    }
+    let (machine, local_rank) = (shape.machine_of(rank), shape.local_rank_of(rank));
+    // Local rank 0 of each machine opens its machine's root, machine 0's ranks their rails'.
+    let inside_root = match local_rank {
+        0 => super::split::new_root(Some(&link))?.encode().to_vec(),
+        _ => Vec::new(),
+    };
+    let rail_root = match machine {
+        0 => super::split::new_root(Some(&link))?.encode().to_vec(),
+        _ => Vec::new(),
+    };
+    let staging = crate::config::staging_bytes()?;
+    let mut contribution = Vec::new();
+    for part in [&inside_root, &rail_root] {
+        contribution.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        contribution.extend_from_slice(part);
+    }
+    contribution.extend_from_slice(&staging.to_le_bytes());
+    link.contribute(FORM_TAG, &contribution)?;
+    let gathered = link.gathered(FORM_TAG, join_timeout)?;
+    let parts = gathered
+        .iter()
+        .enumerate()
+        .map(|(r, bytes)| formation_parts(bytes, r))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some((r, (_, _, other))) = parts.iter().enumerate().find(|(_, p)| p.2 != staging) {
+        return Err(Error::invalid_argument(format!(
+            "rank {r} stages calls outside the windows through a staging window of {other} \
+             bytes, rank {rank} through one of {staging} (0: none, SYMM_STRICT_WINDOWS=1 or \
+             SYMM_STAGING_BYTES=0): set SYMM_STAGING_BYTES and SYMM_STRICT_WINDOWS alike on \
+             every rank"
+        )));
+    }
+    let id_of = |bytes: &[u8], what: &str, from: usize| -> Result<UniqueId> {
+        let key: [u8; crate::abi::SYMM_UNIQUE_ID_BYTES] = bytes
+            .try_into()
+            .map_err(|_| Error::internal(format!("rank {from} sent no {what} root")))?;
+        UniqueId::decode(&key)
+    };
+    let inside_id = id_of(
+        &parts[shape.rank_of(machine, 0)].0,
+        "machine",
+        shape.rank_of(machine, 0),
+    )?;
+    let rail_id = id_of(
+        &parts[shape.rank_of(0, local_rank)].1,
+        "rail",
+        shape.rank_of(0, local_rank),
+    )?;
+    let inside = super::join(
+        shape.local,
+        &inside_id,
+        local_rank,
+        Joining {
+            backend: backend.clone(),
+            device,
+            bounds,
+            timeout,
+            join_timeout,
+        },
+    )?;
+    let rail = match Client::connect(
+        &rail_id,
+        shape.machines as u32,
+        machine as u32,
+        &[],
+        join_timeout,
+    ) {
+        Ok((rail, _)) => rail,
+        Err(e) => {
+            let _ = super::destroy(&inside);
+            return Err(e);
+        }
+    };
+    let mut devices = vec![REMOTE_DEVICE; shape.nranks()];
+    devices[rank] = device;
+    let clique = super::new_clique_with(
+        backend,
+        &devices,
+        (
+            bounds.0,
+            inside.clique.max_blocks,
+            inside.clique.ranks_per_gpu,
+        ),
+        inside.clique.host_mode,
+        timeout,
+    );
+    let comm = match clique.and_then(|clique| super::new_comm(&clique, rank, None, None)) {
+        Ok(comm) => comm,
+        Err(e) => {
+            let _ = super::destroy(&inside);
+            return Err(e);
+        }
+    };
+    let shared = Arc::new(Shared {
+        rank,
+        inside,
+        link,
+        rail,
+        rail_gathers: AtomicU64::new(0),
+        failure: Mutex::new(None),
+        stop: AtomicBool::new(false),
+        timeout,
+    });
+    let watching = Arc::downgrade(&shared);
+    let monitor = std::thread::Builder::new()
+        .name("symm-span-monitor".into())
+        .spawn(move || monitor(watching))
+        .map_err(|e| Error::internal(format!("starting the monitor thread: {e}")));
+    let span = Span {
+        shape,
+        rank,
+        shared,
+        monitor: Mutex::new(None),
+        next_call: AtomicU64::new(0),
+    };
+    match monitor {
+        Ok(handle) => *span.monitor.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle),
+        Err(e) => {
+            let _ = span.close();
+            let _ = super::destroy(&comm);
+            return Err(e);
+        }
+    }
+    crate::log!(
+        Level::Info,
+        Subsys::Init,
+        Some(rank),
+        "the ranks span {} machines of {} ranks: this rank is local rank {local_rank} of machine \
+         {machine}; symm runs inside each machine, the rails between them",
+        shape.machines,
+        shape.local
+    );
+    if comm.span.set(span).is_err() {
+        return Err(Error::internal(
+            "a new communicator already spanned machines",
+        ));
+    }
+    Ok(comm)
+}
+
+/// A rank's formation entry: its machine root's id, its rail root's id, its staging bytes.
+fn formation_parts(bytes: &[u8], rank: usize) -> Result<(Vec<u8>, Vec<u8>, u64)> {
+    let malformed = || Error::internal(format!("rank {rank} sent a malformed formation entry"));
+    let mut rest = bytes;
+    let mut part = || -> Result<Vec<u8>> {
+        let len = u32::from_le_bytes(
+            rest.get(..4)
+                .ok_or_else(malformed)?
+                .try_into()
+                .map_err(|_| malformed())?,
+        ) as usize;
+        let body = rest.get(4..4 + len).ok_or_else(malformed)?.to_vec();
+        rest = &rest[4 + len..];
+        Ok(body)
+    };
+    let inside = part()?;
+    let rail = part()?;
+    let staging = u64::from_le_bytes(rest.try_into().map_err(|_| malformed())?);
+    Ok((inside, rail, staging))
+}
+
+/// The refusal of ranks spanning machines on a backend without rails.
+pub(crate) fn refuse_backend(shape: Shape, kind: crate::backend::BackendKind) -> Error {
+    Error::unsupported(format!(
+        "the ranks span {} machines of {} ranks: on the {} backend, symm's legs between machines \
+         are to run on NCCL, which this build does not drive yet (the host backend runs them); \
+         use NCCL for this job, or one communicator per machine",
+        shape.machines,
+        shape.local,
+        kind.name()
+    ))
+}
+
+/// The monitor of a rank (see the module docs): until the rank fails or leaves.
+fn monitor(shared: Weak<Shared>) {
+    loop {
+        std::thread::sleep(MONITOR_PERIOD);
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.stop.load(Ordering::Acquire) || shared.failure().is_some() {
+            return;
+        }
+        if let Some(error) = shared.link.client().poll(Duration::from_millis(2)) {
+            shared.fail(&error, false);
+            return;
+        }
+        let machine_failure = {
+            let state = shared.inside.lock();
+            state.aborted.clone().map(|message| {
+                Error::new(
+                    state.abort_code.unwrap_or(symmResult_t::symmRemoteError),
+                    message,
+                )
+            })
+        };
+        if let Some(error) = machine_failure {
+            shared.fail(&error, true);
+            return;
+        }
+    }
+}
+
+/// The index of `collective` in [`signature::NAMES`], for the four a spanning communicator
+/// runs.
+fn collective_index(collective: Collective) -> Option<u8> {
+    Some(match collective {
+        Collective::AllReduce => 0,
+        Collective::AllGather => 1,
+        Collective::ReduceScatter => 2,
+        Collective::Broadcast => 3,
+        _ => return None,
+    })
+}
+
+/// A collective of a spanning communicator: agreed by every rank, then run leg by leg.
+pub fn collective(
+    comm: &Arc<Comm>,
+    span: &Span,
+    collective: Collective,
+    name: &str,
+    args: CollectiveArgs,
+    stream: u64,
+) -> Result<()> {
+    let _call = comm.enter_call(name)?;
+    if let Some(failure) = span.failure() {
+        return Err(failure);
+    }
+    let local = entry(comm, span, collective, name, &args);
+    let own = match &local {
+        Ok((signature, _)) => Entry::Call(*signature),
+        Err(e) => Entry::Refused(e.message.clone()),
+    };
+    agree(span, &own)?;
+    let (_, call) = local.inspect_err(|e| span.fail(e))?;
+    run(span, call, &args, stream).inspect_err(|e| span.fail(e))
+}
+
+/// A call of a spanning communicator this rank refuses with `error` before it runs (a
+/// collective it does not run, a point-to-point call, an argument its front end refused):
+/// still numbered and agreed, so that every rank refuses it at once naming this rank.
+pub fn refuse_call(comm: &Arc<Comm>, span: &Span, what: &str, error: Error) -> Error {
+    let _call = match comm.enter_call(what) {
+        Ok(call) => call,
+        Err(e) => return e,
+    };
+    if let Some(failure) = span.failure() {
+        return failure;
+    }
+    // Whatever the others sent, this rank's own refusal is its answer.
+    let _ = agree(span, &Entry::Refused(error.message.clone()));
+    span.fail(&error);
+    error
+}
+
+/// The refusal of `what` on a communicator spanning machines.
+pub fn unsupported(what: &str) -> Error {
+    Error::unsupported(format!(
+        "{what} on a communicator whose ranks span machines: such a communicator runs \
+         symmAllReduce, symmAllGather, symmReduceScatter and symmBroadcast (outside groups), \
+         registers windows of each machine's ranks, and is destroyed, aborted or finalized; \
+         make other calls on a communicator of one machine"
+    ))
+}
+
+/// All-gather this rank's entry of its next call and judge it; on any failure (a refusal, a
+/// difference, a lost rank, the timeout) the communicator fails on every rank.
+fn agree(span: &Span, own: &Entry) -> Result<Signature> {
+    let number = span.next_call.fetch_add(1, Ordering::Relaxed);
+    let shared = &span.shared;
+    let agreed = (|| {
+        let mut entry = own.encode();
+        if crate::mutation::active(crate::mutation::Mutation::SpanAgreementSkipped) {
+            // The mutant: every rank takes its own call for everyone's.
+            entry = own.encode();
+            let entries = vec![Entry::decode(&entry, span.rank)?; span.shape.nranks()];
+            return signature::verdict(number, &entries);
+        }
+        shared.link.contribute(number, &entry)?;
+        let gathered = shared.wait(shared.link.client(), number, &|| {
+            format!("every rank's call {number} of the communicator spanning machines")
+        })?;
+        let entries = gathered
+            .iter()
+            .enumerate()
+            .map(|(r, bytes)| Entry::decode(bytes, r))
+            .collect::<Result<Vec<_>>>()?;
+        signature::verdict(number, &entries)
+    })();
+    agreed.inspect_err(|e| shared.fail(e, true))
+}
+
+/// The place of a buffer of `bytes` bytes at `address` in the machine's windows.
+fn place(inside: &Comm, address: u64, bytes: u64, name: &str) -> Result<Place> {
+    let state = inside.lock();
+    let window = state
+        .windows
+        .values()
+        .find(|w| w.overlaps(address, bytes.max(1)) && !state.is_internal(w));
+    match window {
+        Some(w) if w.contains(address, bytes) => Ok(Place::Window {
+            seq: w.seq,
+            offset: address - w.base,
+        }),
+        Some(w) => Err(Error::invalid_argument(format!(
+            "{name} [{address:#x}, +{bytes}) runs past the end of its window [{:#x}, +{})",
+            w.base, w.size
+        ))),
+        None if state.staging.is_none() => Err(Error::invalid_argument(format!(
+            "{name} {address:#x} lies outside every registered window, and this communicator \
+             stages nothing (SYMM_STRICT_WINDOWS=1 or SYMM_STAGING_BYTES=0): register it"
+        ))),
+        None => Ok(Place::Outside),
+    }
+}
+
+/// This rank's entry for a call: its signature and its plan's input, or the refusal.
+fn entry(
+    comm: &Comm,
+    span: &Span,
+    collective: Collective,
+    name: &str,
+    args: &CollectiveArgs,
+) -> Result<(Signature, plan::Call)> {
+    super::refuse_if_finalized(span.inside(), name)?;
+    let Some(index) = collective_index(collective) else {
+        return Err(unsupported(name));
+    };
+    if crate::group::active() {
+        return Err(unsupported(&format!("{name} inside a group")));
+    }
+    let dtype = crate::collective::data_type(args.datatype)?;
+    let reduces = matches!(
+        collective,
+        Collective::AllReduce | Collective::ReduceScatter
+    );
+    let op = if reduces {
+        let op = crate::collective::red_op(args.op)?;
+        if op == RedOp::Avg && !is_float(dtype) {
+            return Err(Error::unsupported(format!(
+                "{name} with symmAvg on {dtype:?}: between machines an integer average would be \
+                 taken of sums that already wrapped; use symmSum and divide"
+            )));
+        }
+        args.op
+    } else {
+        0
+    };
+    let nranks = comm.clique.nranks;
+    let elem = dtype.size_bytes() as u64;
+    let count = args.count as u64;
+    let too_large = || Error::invalid_argument(format!("count = {count}: too large"));
+    let bytes = count.checked_mul(elem).ok_or_else(too_large)?;
+    let all = bytes.checked_mul(nranks as u64).ok_or_else(too_large)?;
+    let root = if collective == Collective::Broadcast {
+        if args.root < 0 || args.root as usize >= nranks {
+            return Err(Error::invalid_argument(format!(
+                "root = {}: must be in [0, {nranks})",
+                args.root
+            )));
+        }
+        args.root as usize
+    } else {
+        0
+    };
+    let inside = span.inside();
+    let nonnull = |address: u64, what: &str| {
+        if address == 0 && count > 0 {
+            Err(Error::invalid_argument(format!("{what} is NULL")))
+        } else {
+            Ok(())
+        }
+    };
+    nonnull(args.recv, "recvbuff")?;
+    let rank = comm.rank as u64;
+    let (in_place, send, recv) = match collective {
+        Collective::AllReduce => {
+            nonnull(args.send, "sendbuff")?;
+            let in_place = args.send == args.recv;
+            let send = match in_place {
+                true => Place::Unused,
+                false => place(inside, args.send, bytes, "sendbuff")?,
+            };
+            (in_place, send, place(inside, args.recv, bytes, "recvbuff")?)
+        }
+        Collective::AllGather => {
+            nonnull(args.send, "sendbuff")?;
+            let in_place = args.recv.checked_add(rank * bytes) == Some(args.send);
+            let send = match in_place {
+                true => Place::Unused,
+                false => place(inside, args.send, bytes, "sendbuff")?,
+            };
+            (in_place, send, place(inside, args.recv, all, "recvbuff")?)
+        }
+        Collective::ReduceScatter => {
+            nonnull(args.send, "sendbuff")?;
+            let in_place = args.send.checked_add(rank * bytes) == Some(args.recv);
+            let recv = match in_place {
+                true => Place::Unused,
+                false => place(inside, args.recv, bytes, "recvbuff")?,
+            };
+            (in_place, place(inside, args.send, all, "sendbuff")?, recv)
+        }
+        _ => {
+            // Broadcast: the root's send buffer is the root's alone to check.
+            if comm.rank == root && args.send != args.recv {
+                nonnull(args.send, "sendbuff")?;
+                place(inside, args.send, bytes, "sendbuff")?;
+            }
+            let recv = place(inside, args.recv, bytes, "recvbuff")?;
+            (
+                comm.rank == root && args.send == args.recv,
+                Place::Unused,
+                recv,
+            )
+        }
+    };
+    let signature = Signature {
+        collective: index,
+        datatype: args.datatype,
+        op,
+        count,
+        root: root as i32,
+        // A broadcast's place is the root's alone.
+        in_place: in_place && collective != Collective::Broadcast,
+        send,
+        recv,
+    };
+    Ok((
+        signature,
+        plan::Call {
+            collective,
+            count: args.count,
+            in_place,
+            root,
+        },
+    ))
+}
+
+fn is_float(dtype: DataType) -> bool {
+    !matches!(
+        dtype,
+        DataType::Int8
+            | DataType::Uint8
+            | DataType::Int32
+            | DataType::Uint32
+            | DataType::Int64
+            | DataType::Uint64
+    )
+}
+
+/// The C name of an inside leg.
+fn leg_name(collective: Collective) -> &'static str {
+    match collective {
+        Collective::AllReduce => "symmAllReduce",
+        Collective::AllGather => "symmAllGather",
+        Collective::ReduceScatter => "symmReduceScatter",
+        _ => "symmBroadcast",
+    }
+}
+
+/// Run this rank's plan of an agreed call.
+fn run(span: &Span, call: plan::Call, args: &CollectiveArgs, stream: u64) -> Result<()> {
+    let Some(plan) = plan::plan(span.shape, span.rank, call) else {
+        return Err(Error::internal("an agreed call without a plan"));
+    };
+    let dtype = crate::collective::data_type(args.datatype)?;
+    let elem = dtype.size_bytes();
+    let op = if matches!(
+        call.collective,
+        Collective::AllReduce | Collective::ReduceScatter
+    ) {
+        crate::collective::red_op(args.op)?
+    } else {
+        RedOp::Sum
+    };
+    // Inside, an average is a sum: the rail divides once by every rank.
+    let inside_op = if op == RedOp::Avg { RedOp::Sum } else { op } as symmRedOpRaw;
+    let inside = span.inside();
+    let backend = &inside.clique.backend;
+    let mut scratch = vec![0u8; plan.scratch * elem];
+    let address = |region: Region| -> u64 {
+        let base = match region.buffer {
+            Buffer::Send => args.send,
+            Buffer::Recv => args.recv,
+            Buffer::Scratch => 0,
+        };
+        base + (region.offset * elem) as u64
+    };
+    let read = |scratch: &[u8], region: Region, count: usize| -> Result<Vec<u8>> {
+        let bytes = count * elem;
+        if region.buffer == Buffer::Scratch {
+            let start = region.offset * elem;
+            return Ok(scratch[start..start + bytes].to_vec());
+        }
+        backend.synchronize_stream(inside.device, stream)?;
+        let mut out = vec![0u8; bytes];
+        backend.download(inside.device, address(region), &mut out)?;
+        Ok(out)
+    };
+    let write = |scratch: &mut [u8], region: Region, bytes: &[u8]| -> Result<()> {
+        if region.buffer == Buffer::Scratch {
+            let start = region.offset * elem;
+            scratch[start..start + bytes.len()].copy_from_slice(bytes);
+            return Ok(());
+        }
+        backend.upload(inside.device, address(region), bytes)
+    };
+    let rail = rail::Rail {
+        shared: &span.shared,
+        machines: span.shape.machines,
+        machine: span.machine(),
+        dtype,
+        op,
+        nranks: span.shape.nranks(),
+    };
+    for step in plan.steps {
+        match step {
+            Step::Inside {
+                collective,
+                send,
+                recv,
+                count,
+                root,
+            } => {
+                let leg = CollectiveArgs {
+                    send: address(send),
+                    recv: address(recv),
+                    count,
+                    datatype: args.datatype,
+                    op: inside_op,
+                    root: root as std::ffi::c_int,
+                };
+                crate::group::entry::collective_call(
+                    inside,
+                    collective,
+                    leg_name(collective),
+                    leg,
+                    stream,
+                )?;
+            }
+            Step::Copy { from, to, count } => {
+                let bytes = read(&scratch, from, count)?;
+                write(&mut scratch, to, &bytes)?;
+            }
+            Step::RailAllReduce { at, count } => {
+                let mine = read(&scratch, at, count)?;
+                let reduced = rail.all_reduce(&mine)?;
+                write(&mut scratch, at, &reduced)?;
+            }
+            Step::RailAllGather {
+                from,
+                to,
+                count,
+                stride,
+            } => {
+                let mine = read(&scratch, from, count)?;
+                for (m, block) in rail.all_gather(&mine)?.iter().enumerate() {
+                    let place = Region {
+                        buffer: to.buffer,
+                        offset: to.offset + m * stride,
+                    };
+                    write(&mut scratch, place, block)?;
+                }
+            }
+            Step::RailReduceScatter { from, to, count } => {
+                let mine = read(&scratch, from, count * span.shape.machines)?;
+                let reduced = rail.reduce_scatter(&mine)?;
+                write(&mut scratch, to, &reduced)?;
+            }
+            Step::RailBroadcast {
+                root_machine,
+                from,
+                to,
+                count,
+            } => {
+                let mine = match span.machine() == root_machine {
+                    true => read(&scratch, from, count)?,
+                    false => Vec::new(),
+                };
+                let data = rail.broadcast(root_machine, &mine, count * elem)?;
+                write(&mut scratch, to, &data)?;
+            }
+        }
+    }
+    Ok(())
+}
