@@ -1,18 +1,25 @@
 //! Ranks on several machines, played on one machine with `SYMM_HOST_ID` (a process per rank,
-//! host backend). symm makes no communicator across machines yet: every rank's
-//! `symmCommInitRank` refuses, naming the machines and their ranks, whether the ranks of a
-//! machine are contiguous or not; ranks that all name one machine form a communicator as
-//! usual.
+//! host backend): machines of consecutive ranks form one communicator, symm inside each
+//! machine and the rails between them. Every collective it runs is checked exactly against a
+//! reference in f64, on 2 × 2 and 3 × 2 ranks (machines × ranks); a call that differs between
+//! machines is refused on every rank before any data moves; a rank killed on one machine is
+//! seen by every other rank at its next call; the machines share no memory. Layouts it cannot
+//! run (interleaved or uneven machines) are refused on every rank, naming each machine's
+//! ranks.
 
+use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use symm::*;
+use symm_device::DataType;
+use symm_device::numeric::dynamic::{decode, encode, representable};
 use symm_tests::*;
 
 const CHILD: &str = "machine_rank";
 
-/// Run 4 rank processes, rank `r` naming machine `hosts[r]`; every rank's log.
-fn ranks_on(hosts: [&str; 4], expect: &str) -> Vec<(bool, String)> {
+/// Run a rank process per entry of `hosts` (rank `r` naming machine `hosts[r]`) in `mode`;
+/// every rank's success and log.
+fn ranks_on(hosts: &[&str], mode: &str) -> Vec<(bool, String)> {
     use_host_backend();
     let id = id_to_hex(&new_unique_id());
     let ranks: Vec<Vec<(String, String)>> = hosts
@@ -23,73 +30,585 @@ fn ranks_on(hosts: [&str; 4], expect: &str) -> Vec<(bool, String)> {
                 ("SYMM_BACKEND".into(), "host".into()),
                 ("SYMM_HOST_ID".into(), host.to_string()),
                 ("SYMM_BOOTSTRAP_TIMEOUT_MS".into(), "60000".into()),
+                ("SYMM_TIMEOUT_MS".into(), "60000".into()),
                 ("MACHINE_TEST_ID".into(), id.clone()),
                 ("MACHINE_TEST_RANK".into(), rank.to_string()),
-                ("MACHINE_TEST_EXPECT".into(), expect.to_string()),
+                ("MACHINE_TEST_NRANKS".into(), hosts.len().to_string()),
+                ("MACHINE_TEST_MODE".into(), mode.to_string()),
             ]
         })
         .collect();
-    run_rank_processes(CHILD, &ranks, Duration::from_secs(120))
+    run_rank_processes(CHILD, &ranks, Duration::from_secs(300))
 }
 
-/// Two machines of two ranks each, and two interleaved: refused on every rank, naming them.
+fn assert_every_rank_says(outcomes: &[(bool, String)], what: &str, case: &str) {
+    for (rank, (ok, log)) in outcomes.iter().enumerate() {
+        assert!(
+            *ok && log.contains(&format!("machine rank {rank}: {what}")),
+            "{case}, rank {rank}:\n{log}"
+        );
+    }
+}
+
+/// Interleaved and uneven machines: refused on every rank, naming each machine's ranks.
 #[test]
-fn ranks_on_several_machines_are_refused_on_every_rank_naming_them() {
+fn interleaved_or_uneven_machines_are_refused_on_every_rank_naming_them() {
     for (hosts, machines) in [
-        (["a", "a", "b", "b"], "ranks [0, 1], ranks [2, 3]"),
         (["a", "b", "a", "b"], "ranks [0, 2], ranks [1, 3]"),
+        (["a", "a", "a", "b"], "ranks [0, 1, 2], ranks [3]"),
     ] {
-        let outcomes = ranks_on(hosts, machines);
-        for (rank, (ok, log)) in outcomes.iter().enumerate() {
+        let outcomes = ranks_on(&hosts, &format!("refused:{machines}"));
+        assert_every_rank_says(&outcomes, "refused as expected", &format!("{hosts:?}"));
+    }
+}
+
+/// 2 × 2 and 3 × 2: every collective a spanning communicator runs, exact, mixed on one window
+/// and on buffers outside it; and ranks naming one machine still form a plain communicator.
+#[test]
+fn machines_of_two_ranks_run_every_collective_exactly() {
+    for hosts in [
+        &["a", "a", "b", "b"][..],
+        &["a", "a", "b", "b", "c", "c"][..],
+        &["a", "a", "a", "a"][..],
+    ] {
+        let outcomes = ranks_on(hosts, "collectives");
+        assert_every_rank_says(&outcomes, "every call exact", &format!("{hosts:?}"));
+    }
+}
+
+/// A count, a root or a buffer offset that differs between ranks of two machines: every rank refuses the call
+/// at once, naming both calls, and no data moves.
+#[test]
+fn a_call_that_differs_between_machines_is_refused_on_every_rank() {
+    for mode in ["differ:count", "differ:root", "differ:offset"] {
+        let outcomes = ranks_on(&["a", "a", "b", "b"], mode);
+        assert_every_rank_says(&outcomes, "refused the differing call", mode);
+    }
+}
+
+/// A rank process killed on machine b: every rank of both machines fails its next call within
+/// seconds (the timeout is a minute).
+#[test]
+fn a_rank_killed_on_one_machine_is_seen_by_every_other_rank() {
+    let outcomes = ranks_on(&["a", "a", "b", "b"], "killed");
+    for (rank, (ok, log)) in outcomes.iter().enumerate().take(3) {
+        assert!(
+            *ok && log.contains(&format!("machine rank {rank}: saw the killed rank")),
+            "rank {rank}:\n{log}"
+        );
+    }
+    assert!(!outcomes[3].0, "the killed rank:\n{}", outcomes[3].1);
+}
+
+/// A rank of machine b that aborts its communicator (`symmCommAbort`): every other rank fails
+/// its next call at once, naming the abort.
+#[test]
+fn a_rank_that_aborts_on_one_machine_fails_every_other_rank_with_its_cause() {
+    let outcomes = ranks_on(&["a", "a", "b", "b"], "aborted");
+    assert_every_rank_says(&outcomes, "saw the abort", "aborted");
+}
+
+/// No memory file of one machine's ranks is mapped by another machine's (while the ranks of
+/// one machine do map each other's).
+#[test]
+fn machines_share_no_memory() {
+    let outcomes = ranks_on(&["a", "a", "b", "b"], "apart");
+    let files: Vec<Vec<String>> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(rank, (ok, log))| {
+            assert!(*ok, "rank {rank}:\n{log}");
+            let prefix = format!("machine rank {rank}: memory files ");
+            let line = log
+                .lines()
+                .find_map(|l| l.find(&prefix).map(|at| &l[at + prefix.len()..]))
+                .unwrap_or_else(|| panic!("rank {rank} listed no memory files:\n{log}"));
+            line.split(',').map(str::to_string).collect()
+        })
+        .collect();
+    let shared = |a: usize, b: usize| files[a].iter().any(|f| files[b].contains(f));
+    assert!(
+        shared(0, 1) && shared(2, 3),
+        "machine peers map each other's windows: {files:?}"
+    );
+    for a in 0..2 {
+        for b in 2..4 {
             assert!(
-                *ok && log.contains(&format!("machine rank {rank}: refused as expected")),
-                "{hosts:?}, rank {rank}:\n{log}"
+                !shared(a, b),
+                "ranks {a} and {b} share a memory file: {files:?}"
             );
         }
     }
 }
 
-/// Every rank naming one machine: a communicator as usual.
-#[test]
-fn ranks_naming_one_machine_form_a_communicator() {
-    let outcomes = ranks_on(["a", "a", "a", "a"], "");
-    for (rank, (ok, log)) in outcomes.iter().enumerate() {
-        assert!(
-            *ok && log.contains(&format!("machine rank {rank}: joined")),
-            "rank {rank}:\n{log}"
-        );
+/// One collective of the test sequence.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    collective: &'static str,
+    dtype: DataType,
+    op: symmRedOp_t,
+    count: usize,
+    root: usize,
+    in_place: bool,
+    staged: bool,
+    /// Every rank's every element is this value (`None`: small values that vary).
+    constant: Option<f64>,
+}
+
+const fn case(collective: &'static str, dtype: DataType, count: usize) -> Case {
+    Case {
+        collective,
+        dtype,
+        op: symmRedOp_t::symmSum,
+        count,
+        root: 0,
+        in_place: false,
+        staged: false,
+        constant: None,
     }
 }
 
-/// One rank process of the tests above: joins, and checks the refusal (`MACHINE_TEST_EXPECT`
-/// names the machines' ranks) or that the communicator works.
+/// The sequence every rank runs on one window (roots are taken modulo the ranks).
+fn cases() -> Vec<Case> {
+    use DataType::*;
+    use symmRedOp_t::*;
+    vec![
+        case("all_reduce", Float32, 13),
+        Case {
+            op: symmMax,
+            in_place: true,
+            ..case("all_reduce", Int32, 7)
+        },
+        case("all_gather", Bfloat16, 5),
+        case("reduce_scatter", Float64, 3),
+        Case {
+            root: 3,
+            ..case("broadcast", Uint8, 9)
+        },
+        Case {
+            constant: Some(100.0),
+            ..case("all_reduce", Int8, 1)
+        },
+        Case {
+            op: symmMin,
+            in_place: true,
+            ..case("reduce_scatter", Int64, 1)
+        },
+        Case {
+            in_place: true,
+            ..case("all_gather", Uint32, 1)
+        },
+        Case {
+            in_place: true,
+            ..case("broadcast", Float16, 5)
+        },
+        case("all_reduce", Float8E4M3, 11),
+        Case {
+            op: symmProd,
+            ..case("all_reduce", Float8E5M2, 6)
+        },
+        case("reduce_scatter", Uint64, 4),
+        Case {
+            op: symmAvg,
+            ..case("all_reduce", Float64, 9)
+        },
+        Case {
+            op: symmAvg,
+            in_place: true,
+            ..case("all_reduce", Float32, 2)
+        },
+        case("all_gather", Float32, 0),
+        case("all_reduce", Float32, 300_001),
+        Case {
+            root: 5,
+            ..case("broadcast", Float32, 2)
+        },
+        Case {
+            staged: true,
+            ..case("all_reduce", Float32, 17)
+        },
+        Case {
+            op: symmMax,
+            in_place: true,
+            ..case("reduce_scatter", Bfloat16, 5)
+        },
+        Case {
+            staged: true,
+            ..case("all_gather", Int8, 7)
+        },
+        Case {
+            op: symmMin,
+            ..case("all_reduce", Uint8, 5)
+        },
+        Case {
+            root: 1,
+            ..case("broadcast", Int64, 3)
+        },
+        Case {
+            staged: true,
+            op: symmProd,
+            ..case("reduce_scatter", Int32, 2)
+        },
+    ]
+}
+
+/// Rank `rank`'s element `e` of call `salt`.
+fn value(c: &Case, rank: usize, e: usize, salt: usize) -> f64 {
+    if let Some(v) = c.constant {
+        return v;
+    }
+    let unsigned = matches!(
+        c.dtype,
+        DataType::Uint8 | DataType::Uint32 | DataType::Uint64
+    );
+    let v = ((rank * 7 + e * 3 + salt) % 3) as f64;
+    if unsigned { v } else { v - 1.0 }
+}
+
+fn encode_all(dtype: DataType, values: &[f64]) -> Vec<u8> {
+    let size = dtype.size_bytes();
+    let mut out = vec![0u8; values.len() * size];
+    for (v, slot) in values.iter().zip(out.chunks_exact_mut(size)) {
+        encode(dtype, *v, slot);
+    }
+    out
+}
+
+fn decode_all(dtype: DataType, bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(dtype.size_bytes())
+        .map(|b| decode(dtype, b))
+        .collect()
+}
+
+/// The reduction of `values` (every rank's, as stored) with `op`, as stored.
+fn reduce(dtype: DataType, op: symmRedOp_t, values: &[f64]) -> f64 {
+    let v = match op {
+        symmRedOp_t::symmSum => values.iter().sum(),
+        symmRedOp_t::symmProd => values.iter().product(),
+        symmRedOp_t::symmMax => values.iter().copied().fold(f64::MIN, f64::max),
+        symmRedOp_t::symmMin => values.iter().copied().fold(f64::MAX, f64::min),
+        _ => values.iter().sum::<f64>() / values.len() as f64,
+    };
+    representable(dtype, v)
+}
+
+/// One rank process of the tests above.
 #[test]
 #[ignore = "a rank process of the machines tests"]
 fn machine_rank() {
     let rank: usize = std::env::var("MACHINE_TEST_RANK").unwrap().parse().unwrap();
+    let nranks: usize = std::env::var("MACHINE_TEST_NRANKS")
+        .unwrap()
+        .parse()
+        .unwrap();
     let id = id_from_hex(&std::env::var("MACHINE_TEST_ID").unwrap());
-    let expect = std::env::var("MACHINE_TEST_EXPECT").unwrap();
+    let mode = std::env::var("MACHINE_TEST_MODE").unwrap();
     let mut comm = null_mut();
     // SAFETY: a valid out-pointer.
-    let result = unsafe { symmCommInitRank(&mut comm, 4, id, rank as i32) };
-    if expect.is_empty() {
-        check(result, null_mut());
-        let mut size = 0;
-        // SAFETY: a valid out-pointer.
-        check(unsafe { symmCommCount(comm, &mut size) }, comm);
-        assert_eq!(size, 4);
-        check(symmCommDestroy(comm), null_mut());
-        println!("machine rank {rank}: joined");
+    let result = unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) };
+    if let Some(machines) = mode.strip_prefix("refused:") {
+        assert_eq!(
+            result,
+            symmResult_t::symmUnsupported,
+            "{}",
+            last_error(null_mut())
+        );
+        let message = last_error(null_mut());
+        for needle in [machines, "SYMM_HOST_ID", "consecutive ranks"] {
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+        }
+        println!("machine rank {rank}: refused as expected");
         return;
     }
-    assert_eq!(result, symmResult_t::symmUnsupported);
-    let message = last_error(null_mut());
-    for needle in [
-        &format!("the ranks span 2 machines ({expect};"),
-        "SYMM_HOST_ID",
-        "no communicator across machines",
-    ] {
-        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    check(result, null_mut());
+    let mut size = 0;
+    // SAFETY: a valid out-pointer.
+    check(unsafe { symmCommCount(comm, &mut size) }, comm);
+    assert_eq!(size as usize, nranks);
+    const HALF: usize = 2 << 20;
+    let (base, window) = window_of_bytes(comm, 2 * HALF);
+    let base = base as *mut u8;
+    match mode.as_str() {
+        "collectives" => {
+            for (salt, c) in cases().iter().enumerate() {
+                run_case(comm, rank, nranks, base, HALF, c, salt);
+            }
+            println!("machine rank {rank}: every call exact");
+        }
+        "differ:count" | "differ:root" | "differ:offset" => {
+            let sentinel = vec![0x5au8; 64];
+            put_bytes(base.wrapping_add(HALF), &sentinel);
+            let started = Instant::now();
+            let result = {
+                if mode == "differ:offset" {
+                    // Machine b's ranks agree among themselves, not with machine a's.
+                    let shift = if rank >= 2 { 64 } else { 0 };
+                    let recv = base.wrapping_add(HALF + shift);
+                    symmAllReduce(
+                        base as *const c_void,
+                        recv as *mut c_void,
+                        13,
+                        symmDataType_t::symmFloat32 as _,
+                        symmRedOp_t::symmSum as _,
+                        comm,
+                        null_mut(),
+                    )
+                } else if mode == "differ:count" {
+                    let count = if rank == 2 { 14 } else { 13 };
+                    symmAllReduce(
+                        base as *const c_void,
+                        base.wrapping_add(HALF) as *mut c_void,
+                        count,
+                        symmDataType_t::symmFloat32 as _,
+                        symmRedOp_t::symmSum as _,
+                        comm,
+                        null_mut(),
+                    )
+                } else {
+                    let root = if rank == 1 { 2 } else { 3 };
+                    symmBroadcast(
+                        base as *const c_void,
+                        base.wrapping_add(HALF) as *mut c_void,
+                        16,
+                        symmDataType_t::symmFloat32 as _,
+                        root,
+                        comm,
+                        null_mut(),
+                    )
+                }
+            };
+            let took = started.elapsed();
+            let message = last_error(comm);
+            assert_ne!(result, symmResult_t::symmSuccess);
+            assert!(took < Duration::from_secs(10), "took {took:?}: {message}");
+            assert!(
+                message.contains("differs")
+                    && message.contains("rank 0 made")
+                    && message.contains("rank"),
+                "{message}"
+            );
+            let named = match mode.as_str() {
+                "differ:count" => "rank 2 made symmAllReduce of 14",
+                "differ:offset" => "at byte 2097216",
+                _ => "root 2",
+            };
+            assert!(message.contains(named), "{message}");
+            assert_eq!(
+                get_bytes(base.wrapping_add(HALF), 64),
+                sentinel,
+                "data moved"
+            );
+            // The communicator failed on every rank.
+            let again = symmAllReduce(
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+                4,
+                symmDataType_t::symmFloat32 as _,
+                symmRedOp_t::symmSum as _,
+                comm,
+                null_mut(),
+            );
+            assert_ne!(again, symmResult_t::symmSuccess);
+            println!("machine rank {rank}: refused the differing call ({took:?}): {message}");
+        }
+        "killed" => {
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 5),
+                0,
+            );
+            if rank == 3 {
+                // SAFETY: signals this process.
+                unsafe { kill(getpid(), 9) };
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            let started = Instant::now();
+            let result = symmAllReduce(
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+                5,
+                symmDataType_t::symmFloat32 as _,
+                symmRedOp_t::symmSum as _,
+                comm,
+                null_mut(),
+            );
+            let took = started.elapsed();
+            let message = last_error(comm);
+            assert_ne!(result, symmResult_t::symmSuccess);
+            assert!(took < Duration::from_secs(10), "took {took:?}: {message}");
+            if rank < 2 {
+                // Machine a hears it from the spanning root; machine b from its watch, or so.
+                assert!(message.contains("rank 3"), "{message}");
+            }
+            println!("machine rank {rank}: saw the killed rank ({took:?}): {message}");
+        }
+        "aborted" => {
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 5),
+                0,
+            );
+            if rank == 3 {
+                check(symmCommAbort(comm), null_mut());
+                println!("machine rank {rank}: saw the abort (its own)");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            let started = Instant::now();
+            let result = symmAllReduce(
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+                5,
+                symmDataType_t::symmFloat32 as _,
+                symmRedOp_t::symmSum as _,
+                comm,
+                null_mut(),
+            );
+            let took = started.elapsed();
+            let message = last_error(comm);
+            assert_ne!(result, symmResult_t::symmSuccess);
+            assert!(took < Duration::from_secs(10), "took {took:?}: {message}");
+            assert!(message.contains("symmCommAbort"), "{message}");
+            println!("machine rank {rank}: saw the abort ({took:?}): {message}");
+        }
+        "apart" => {
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 5),
+                0,
+            );
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            let mut files: Vec<String> = maps
+                .lines()
+                .filter(|l| l.contains("memfd:") || l.contains("/dev/shm"))
+                .filter_map(|l| {
+                    let fields: Vec<&str> = l.split_whitespace().collect();
+                    Some(format!("{}:{}", fields.get(3)?, fields.get(4)?))
+                })
+                .collect();
+            files.sort();
+            files.dedup();
+            println!("machine rank {rank}: memory files {}", files.join(","));
+            // Every rank reads its maps before any rank leaves.
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 5),
+                1,
+            );
+        }
+        other => panic!("unknown mode {other}"),
     }
-    println!("machine rank {rank}: refused as expected");
+    check(symmCommWindowDeregister(comm, window), comm);
+    check(symmCommDestroy(comm), null_mut());
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn getpid() -> i32;
+}
+
+/// Run `c` (call number `salt`) on this rank and check its result, and that an
+/// out-of-place call left its send buffer alone.
+fn run_case(
+    comm: symmComm_t,
+    rank: usize,
+    nranks: usize,
+    base: *mut u8,
+    half: usize,
+    c: &Case,
+    salt: usize,
+) {
+    let dtype = c.dtype;
+    let size = dtype.size_bytes();
+    let root = c.root % nranks;
+    let n = c.count;
+    let (send_len, recv_len) = match c.collective {
+        "all_gather" => (n, n * nranks),
+        "reduce_scatter" => (n * nranks, n),
+        _ => (n, n),
+    };
+    let inputs: Vec<Vec<f64>> = (0..nranks)
+        .map(|r| {
+            let raw: Vec<f64> = (0..send_len).map(|e| value(c, r, e, salt)).collect();
+            decode_all(dtype, &encode_all(dtype, &raw))
+        })
+        .collect();
+    let want: Vec<f64> = match c.collective {
+        "all_reduce" => (0..n)
+            .map(|e| {
+                reduce(
+                    dtype,
+                    c.op,
+                    &inputs.iter().map(|v| v[e]).collect::<Vec<_>>(),
+                )
+            })
+            .collect(),
+        "all_gather" => inputs.iter().flat_map(|v| v.iter().copied()).collect(),
+        "reduce_scatter" => (0..n)
+            .map(|e| {
+                reduce(
+                    dtype,
+                    c.op,
+                    &inputs.iter().map(|v| v[rank * n + e]).collect::<Vec<_>>(),
+                )
+            })
+            .collect(),
+        _ => inputs[root].clone(),
+    };
+    let mine = encode_all(dtype, &inputs[rank]);
+    // Staged buffers live outside every window.
+    let mut staged = vec![0u8; (send_len + recv_len) * size + 64];
+    let area = if c.staged { staged.as_mut_ptr() } else { base };
+    let (send, recv) = match (c.in_place, c.collective) {
+        (false, _) => (
+            area,
+            if c.staged {
+                area.wrapping_add(send_len * size)
+            } else {
+                area.wrapping_add(half)
+            },
+        ),
+        (true, "all_gather") => (area.wrapping_add(rank * n * size), area),
+        (true, "reduce_scatter") => (area, area.wrapping_add(rank * n * size)),
+        (true, _) => (area, area),
+    };
+    let fill = vec![0xeeu8; recv_len * size];
+    put_bytes(recv, &fill);
+    put_bytes(send, &mine);
+    let (d, o) = (dtype as i32 as symmDataTypeRaw, c.op as i32 as symmRedOpRaw);
+    let (s, r) = (send as *const c_void, recv as *mut c_void);
+    // The buffers lie in the window or in `staged`, sized for the call.
+    let result = match c.collective {
+        "all_reduce" => symmAllReduce(s, r, n, d, o, comm, null_mut()),
+        "all_gather" => symmAllGather(s, r, n, d, comm, null_mut()),
+        "reduce_scatter" => symmReduceScatter(s, r, n, d, o, comm, null_mut()),
+        _ => symmBroadcast(s, r, n, d, root as i32, comm, null_mut()),
+    };
+    check(result, comm);
+    let got = decode_all(dtype, &get_bytes(recv, recv_len * size));
+    assert_eq!(got, want, "rank {rank}: call {salt} {c:?}");
+    if !c.in_place {
+        assert_eq!(
+            get_bytes(send, send_len * size),
+            mine,
+            "rank {rank}: call {salt} {c:?} changed its send buffer"
+        );
+    }
 }
