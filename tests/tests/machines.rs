@@ -389,7 +389,7 @@ fn machine_rank() {
                 "{message}"
             );
             let named = match mode.as_str() {
-                "differ:count" => "rank 2 made symmAllReduce of 14",
+                "differ:count" => "rank 2 made symmAllReduce of 14 f32 elements",
                 "differ:offset" => "at byte 2097216",
                 _ => "root 2",
             };

@@ -42,7 +42,7 @@ use signature::{Entry, Place, Signature};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use symm_device::{DataType, RedOp};
+use symm_device::RedOp;
 
 /// Tag of the formation's all-gather on the spanning bootstrap (calls use their numbers).
 const FORM_TAG: u64 = 1 << 62;
@@ -541,7 +541,7 @@ fn entry(
     );
     let op = if reduces {
         let op = crate::collective::red_op(args.op)?;
-        if op == RedOp::Avg && !is_float(dtype) {
+        if op == RedOp::Avg && !dtype.is_float() {
             return Err(Error::unsupported(format!(
                 "{name} with symmAvg on {dtype:?}: between machines an integer average would be \
                  taken of sums that already wrapped; use symmSum and divide"
@@ -640,18 +640,6 @@ fn entry(
             root,
         },
     ))
-}
-
-fn is_float(dtype: DataType) -> bool {
-    !matches!(
-        dtype,
-        DataType::Int8
-            | DataType::Uint8
-            | DataType::Int32
-            | DataType::Uint32
-            | DataType::Int64
-            | DataType::Uint64
-    )
 }
 
 /// The C name of an inside leg.

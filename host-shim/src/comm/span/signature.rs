@@ -171,13 +171,21 @@ fn describe_place(place: Place) -> String {
 
 impl std::fmt::Display for Signature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dtype = u32::try_from(self.datatype)
+            .ok()
+            .and_then(symm_device::DataType::from_raw)
+            .map_or("?", symm_device::DataType::short_name);
         write!(
             f,
-            "{} of {} elements, datatype {}",
-            NAMES[self.collective as usize], self.count, self.datatype
+            "{} of {} {dtype} elements",
+            NAMES[self.collective as usize], self.count
         )?;
         if self.collective == 0 || self.collective == 2 {
-            write!(f, ", op {}", self.op)?;
+            let op = u32::try_from(self.op)
+                .ok()
+                .and_then(symm_device::RedOp::from_raw)
+                .map_or("?", symm_device::RedOp::short_name);
+            write!(f, ", op {op}")?;
         }
         if self.collective == 3 {
             write!(f, ", root {}", self.root)?;
@@ -275,13 +283,13 @@ mod tests {
         assert!(e.message.contains("call 3 differs"), "{}", e.message);
         assert!(
             e.message
-                .contains("rank 0 made symmAllReduce of 5 elements"),
+                .contains("rank 0 made symmAllReduce of 5 f32 elements, op sum"),
             "{}",
             e.message
         );
         assert!(
             e.message
-                .contains("rank 2 made symmAllReduce of 6 elements"),
+                .contains("rank 2 made symmAllReduce of 6 f32 elements"),
             "{}",
             e.message
         );
