@@ -435,3 +435,20 @@ mod tests {
         assert_eq!(symmResult_t::from_raw(-1), None);
     }
 }
+
+/// The arguments of a collective call, as the C ABI takes them.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectiveArgs {
+    /// `sendbuff`.
+    pub send: u64,
+    /// `recvbuff`.
+    pub recv: u64,
+    /// Elements per segment (`count`, `sendcount` or `recvcount`).
+    pub count: usize,
+    /// The C data type.
+    pub datatype: symmDataTypeRaw,
+    /// The C operator (ignored by collectives that reduce nothing).
+    pub op: symmRedOpRaw,
+    /// The root (ignored by collectives without one).
+    pub root: c_int,
+}

@@ -271,7 +271,7 @@ impl Comm {
     /// This communicator's failure, if it failed (as `symmCommGetAsyncError`): a peer's
     /// failure, a timeout, an abort, a revoke, or a misuse it found. `Ok(())` while it works.
     pub fn async_error(&self) -> Result<()> {
-        match crate::comm::failure::async_error(&self.inner) {
+        match crate::comm::failure::async_error(&self.inner.machine()) {
             None => Ok(()),
             Some(error) => Err(self.record(error)),
         }

@@ -13,7 +13,7 @@ pub use validate::{
     Request, all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, describe,
     describe_all_to_all_v, gather, reduce, reduce_scatter, scatter,
 };
-pub(crate) use validate::{buffer_window, data_type, red_op};
+pub(crate) use validate::{buffer_window, data_type};
 
 use crate::agree::{BufferAt, Call, CountsAt, Signature};
 use crate::comm::Comm;

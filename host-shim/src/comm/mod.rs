@@ -243,7 +243,7 @@ pub struct Comm {
     /// The watch on the processes of this rank's peers on this machine ([`watch`]), stopped
     /// at destroy.
     watch: Mutex<Option<watch::ProcessWatch>>,
-    /// Set when the communicator's ranks span machines ([`span`]): its collectives run inside
+    /// Set when the communicator's ranks span machines (see `span`): its collectives run inside
     /// each machine and on the rails, its windows are its machine's.
     pub span: std::sync::OnceLock<span::Span>,
     /// The thread whose call is being made on this rank (a collective, or the collectives it

@@ -3,30 +3,14 @@
 //! run now or queued to the group's end. The C ABI (`ffi::api`) and the Rust API (`api`) both
 //! call it, so the two front ends share every check and every path below.
 
-use crate::abi::{symmDataTypeRaw, symmRedOpRaw};
+use crate::abi::symmDataTypeRaw;
 use crate::collective::{self, UserCall};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::plan::Collective;
-use std::ffi::c_int;
 use std::sync::Arc;
 
-/// The arguments of a collective call, as the C ABI takes them.
-#[derive(Clone, Copy, Debug)]
-pub struct CollectiveArgs {
-    /// `sendbuff`.
-    pub send: u64,
-    /// `recvbuff`.
-    pub recv: u64,
-    /// Elements per segment (`count`, `sendcount` or `recvcount`).
-    pub count: usize,
-    /// The C data type.
-    pub datatype: symmDataTypeRaw,
-    /// The C operator (ignored by collectives that reduce nothing).
-    pub op: symmRedOpRaw,
-    /// The root (ignored by collectives without one).
-    pub root: c_int,
-}
+pub use crate::abi::CollectiveArgs;
 
 /// A collective of `comm` (named `name`) that its front end refused with `error` before it
 /// reached [`collective_call`] (an argument only that front end's types can check): counted as
@@ -51,7 +35,17 @@ pub fn collective_call(
     stream: u64,
 ) -> Result<()> {
     if let Some(span) = comm.span.get() {
-        return crate::comm::span::collective(comm, span, collective, name, args, stream);
+        let grouped = super::active();
+        let call = crate::comm::span::Call {
+            collective,
+            name,
+            args,
+            stream,
+            grouped,
+        };
+        return crate::comm::span::collective(comm, span, call, &|c, leg, name, args, stream| {
+            collective_call(c, leg, name, args, stream)
+        });
     }
     let rooted = matches!(
         collective,

@@ -216,9 +216,9 @@ pub fn collective(
     route: impl FnOnce() -> Result<Route>,
     stream: u64,
 ) -> Result<()> {
-    if let Some(span) = comm.span.get() {
-        let error = crate::comm::span::unsupported(what);
-        return Err(crate::comm::span::refuse_call(comm, span, what, error));
+    if comm.span.get().is_some() {
+        // Every rank making this call refuses it alike: not numbered.
+        return Err(crate::comm::span::unsupported(what));
     }
     let _call = comm.enter_call(what)?;
     match route() {
@@ -278,9 +278,10 @@ pub fn point_to_point(
     stream: u64,
 ) -> Result<()> {
     let what = crate::point_to_point::describe(&call);
-    if let Some(span) = comm.span.get() {
-        let error = crate::comm::span::unsupported(&what);
-        return Err(crate::comm::span::refuse_call(comm, span, &what, error));
+    if comm.span.get().is_some() {
+        // Its pairs refuse it alike: not numbered, so that ranks that make no such call stay in
+        // step.
+        return Err(crate::comm::span::unsupported(&what));
     }
     let _call = comm.enter_call(&what)?;
     if !active() && usize::try_from(call.peer).is_ok_and(|p| p == comm.rank) {

@@ -29,9 +29,9 @@ pub mod shape;
 pub mod signature;
 
 use super::{Comm, Joining, REMOTE_DEVICE};
+use crate::abi::{CollectiveArgs, symmDataTypeRaw};
 use crate::abi::{symmRedOpRaw, symmResult_t};
 use crate::error::{Error, Result};
-use crate::group::entry::CollectiveArgs;
 use crate::log::{Level, Subsys};
 use crate::plan::Collective;
 use crate::transport::bootstrap::{Client, UniqueId};
@@ -418,27 +418,69 @@ fn collective_index(collective: Collective) -> Option<u8> {
     })
 }
 
-/// A collective of a spanning communicator: agreed by every rank, then run leg by leg.
+/// A collective call of a spanning communicator, as its front end took it.
+pub struct Call<'a> {
+    /// Which collective.
+    pub collective: Collective,
+    /// Its C name.
+    pub name: &'a str,
+    /// Its arguments.
+    pub args: CollectiveArgs,
+    /// Its stream.
+    pub stream: u64,
+    /// Whether the calling thread is inside a group.
+    pub grouped: bool,
+}
+
+/// How a leg inside the machine runs: the collective entry of the machine's communicator.
+pub type InsideLeg<'a> =
+    &'a dyn Fn(&Arc<Comm>, Collective, &'static str, CollectiveArgs, u64) -> Result<()>;
+
+/// A collective of a spanning communicator: agreed by every rank, then run leg by leg (the
+/// inside legs through `inside_leg`).
 pub fn collective(
     comm: &Arc<Comm>,
     span: &Span,
-    collective: Collective,
-    name: &str,
-    args: CollectiveArgs,
-    stream: u64,
+    call: Call<'_>,
+    inside_leg: InsideLeg<'_>,
 ) -> Result<()> {
+    let Call {
+        collective,
+        name,
+        args,
+        stream,
+        grouped,
+    } = call;
     let _call = comm.enter_call(name)?;
     if let Some(failure) = span.failure() {
         return Err(failure);
+    }
+    // Refusals every rank making this call makes alike: not numbered, the communicator stays.
+    if collective_index(collective).is_none() {
+        return Err(unsupported(name));
+    }
+    if grouped {
+        return Err(unsupported(&format!("{name} inside a group")));
     }
     let local = entry(comm, span, collective, name, &args);
     let own = match &local {
         Ok((signature, _)) => Entry::Call(*signature),
         Err(e) => Entry::Refused(e.message.clone()),
     };
-    agree(span, &own)?;
-    let (_, call) = local.inspect_err(|e| span.fail(e))?;
-    run(span, call, &args, stream).inspect_err(|e| span.fail(e))
+    let agreed = agree(span, &own);
+    let (_, call) = match local {
+        // This rank's own refusal is its answer (the others name it).
+        Err(e) => {
+            span.shared.fail(&e, false);
+            return Err(e);
+        }
+        Ok(local) => local,
+    };
+    agreed?;
+    run(span, call, &args, stream, inside_leg).inspect_err(|e| {
+        // A failure relayed by the root is every rank's already.
+        span.shared.fail(e, e.code != symmResult_t::symmRemoteError)
+    })
 }
 
 /// A call of a spanning communicator this rank refuses with `error` before it runs (a
@@ -492,7 +534,9 @@ fn agree(span: &Span, own: &Entry) -> Result<Signature> {
             .collect::<Result<Vec<_>>>()?;
         signature::verdict(number, &entries)
     })();
-    agreed.inspect_err(|e| shared.fail(e, true))
+    // Every rank judges the same entries, and a lost rank or root is every rank's news: no
+    // rank needs telling.
+    agreed.inspect_err(|e| shared.fail(e, false))
 }
 
 /// The place of a buffer of `bytes` bytes at `address` in the machine's windows.
@@ -531,20 +575,18 @@ fn entry(
     let Some(index) = collective_index(collective) else {
         return Err(unsupported(name));
     };
-    if crate::group::active() {
-        return Err(unsupported(&format!("{name} inside a group")));
-    }
-    let dtype = crate::collective::data_type(args.datatype)?;
+    let dtype = data_type(args.datatype)?;
     let reduces = matches!(
         collective,
         Collective::AllReduce | Collective::ReduceScatter
     );
     let op = if reduces {
-        let op = crate::collective::red_op(args.op)?;
-        if op == RedOp::Avg && !dtype.is_float() {
+        let op = red_op(args.op)?;
+        if op == RedOp::Avg && (!dtype.is_float() || dtype.size_bytes() < 4) {
             return Err(Error::unsupported(format!(
-                "{name} with symmAvg on {dtype:?}: between machines an integer average would be \
-                 taken of sums that already wrapped; use symmSum and divide"
+                "{name} with symmAvg on {dtype:?}: between machines the average would be taken \
+                 of each machine's sums, already wrapped (integers) or rounded and saturated \
+                 (8- and 16-bit floats); use symmSum and divide, or a wider type"
             )));
         }
         args.op
@@ -620,15 +662,22 @@ fn entry(
             )
         }
     };
+    // Compared: what every rank's legs read or write alike. The send buffers of all-reduce,
+    // all-gather and broadcast are read by this rank alone (a copy, a rail leg), so their
+    // places and in-place-ness may differ between ranks, as NCCL allows.
+    let reads_send_inside = collective == Collective::ReduceScatter;
     let signature = Signature {
         collective: index,
         datatype: args.datatype,
         op,
         count,
         root: root as i32,
-        // A broadcast's place is the root's alone.
-        in_place: in_place && collective != Collective::Broadcast,
-        send,
+        in_place: in_place && reads_send_inside,
+        send: if reads_send_inside {
+            send
+        } else {
+            Place::Unused
+        },
         recv,
     };
     Ok((
@@ -642,6 +691,22 @@ fn entry(
     ))
 }
 
+/// Decode a C `symmDataType_t`.
+fn data_type(raw: symmDataTypeRaw) -> Result<symm_device::DataType> {
+    u32::try_from(raw)
+        .ok()
+        .and_then(symm_device::DataType::from_raw)
+        .ok_or_else(|| Error::invalid_argument(format!("datatype = {raw} is not a symmDataType_t")))
+}
+
+/// Decode a C `symmRedOp_t`.
+fn red_op(raw: symmRedOpRaw) -> Result<RedOp> {
+    u32::try_from(raw)
+        .ok()
+        .and_then(RedOp::from_raw)
+        .ok_or_else(|| Error::invalid_argument(format!("op = {raw} is not a symmRedOp_t")))
+}
+
 /// The C name of an inside leg.
 fn leg_name(collective: Collective) -> &'static str {
     match collective {
@@ -653,17 +718,23 @@ fn leg_name(collective: Collective) -> &'static str {
 }
 
 /// Run this rank's plan of an agreed call.
-fn run(span: &Span, call: plan::Call, args: &CollectiveArgs, stream: u64) -> Result<()> {
+fn run(
+    span: &Span,
+    call: plan::Call,
+    args: &CollectiveArgs,
+    stream: u64,
+    inside_leg: InsideLeg<'_>,
+) -> Result<()> {
     let Some(plan) = plan::plan(span.shape, span.rank, call) else {
         return Err(Error::internal("an agreed call without a plan"));
     };
-    let dtype = crate::collective::data_type(args.datatype)?;
+    let dtype = data_type(args.datatype)?;
     let elem = dtype.size_bytes();
     let op = if matches!(
         call.collective,
         Collective::AllReduce | Collective::ReduceScatter
     ) {
-        crate::collective::red_op(args.op)?
+        red_op(args.op)?
     } else {
         RedOp::Sum
     };
@@ -724,13 +795,7 @@ fn run(span: &Span, call: plan::Call, args: &CollectiveArgs, stream: u64) -> Res
                     op: inside_op,
                     root: root as std::ffi::c_int,
                 };
-                crate::group::entry::collective_call(
-                    inside,
-                    collective,
-                    leg_name(collective),
-                    leg,
-                    stream,
-                )?;
+                inside_leg(inside, collective, leg_name(collective), leg, stream)?;
             }
             Step::Copy { from, to, count } => {
                 let bytes = read(&scratch, from, count)?;

@@ -21,9 +21,13 @@ struct Inbox {
     gathered: HashMap<u64, Vec<Vec<u8>>>,
     /// Set once the root reported a lost rank or an error, or the connection failed.
     failure: Option<Error>,
-    /// Ranks that left (destroyed their communicator), as [`Client::poll`] read them: no
+    /// A rank that left (destroyed its communicator), as [`Client::poll`] read it: no
     /// all-gather not yet complete can complete.
     left: Option<u32>,
+    /// The connection to the root closed, as [`Client::poll`] saw it: the next all-gather not
+    /// yet complete fails with it (the root's process may just have ended after its rank's
+    /// teardown, which is no failure of the ranks still finishing).
+    root_lost: Option<Error>,
 }
 
 /// A joined rank's connection (usable from several threads).
@@ -168,6 +172,7 @@ impl Client {
                     gathered: HashMap::new(),
                     failure: None,
                     left: None,
+                    root_lost: None,
                 }),
             },
             infos,
@@ -208,6 +213,10 @@ impl Client {
                 inbox.failure = Some(self.failure_of(Frame::PeerLeft { rank }));
                 continue;
             }
+            if let Some(lost) = inbox.root_lost.take() {
+                inbox.failure = Some(lost);
+                continue;
+            }
             match inbox.reader.next(deadline) {
                 Ok(Some(Frame::Gathered { tag: t, payloads }))
                     if payloads.len() == self.nranks as usize =>
@@ -242,8 +251,9 @@ impl Client {
 
     /// Read what the root sent within `wait`, unless another thread is reading (it then sees
     /// the same): the failure the root reported (a lost rank, another rank's failure, the
-    /// root's loss), if any. Completed all-gathers are kept for [`Client::gathered`]; a rank
-    /// that left is no failure here (teardown), but fails the next all-gather that waits.
+    /// failure), if any. Completed all-gathers are kept for [`Client::gathered`]; a rank that
+    /// left, or the root's closed connection, is no failure here (teardown), but fails the next
+    /// all-gather that waits.
     pub fn poll(&self, wait: Duration) -> Option<Error> {
         let mut inbox = match self.inbox.try_lock() {
             Ok(inbox) => inbox,
@@ -251,7 +261,7 @@ impl Client {
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
         let deadline = Instant::now() + wait;
-        while inbox.failure.is_none() {
+        while inbox.failure.is_none() && inbox.root_lost.is_none() {
             match inbox.reader.next(deadline) {
                 Ok(Some(Frame::Gathered { tag, payloads }))
                     if payloads.len() == self.nranks as usize =>
@@ -261,7 +271,7 @@ impl Client {
                 Ok(None) => break,
                 Ok(Some(Frame::PeerLeft { rank })) => inbox.left = Some(rank),
                 Ok(Some(frame)) => inbox.failure = Some(self.failure_of(frame)),
-                Err(e) => inbox.failure = Some(self.lost_root(e)),
+                Err(e) => inbox.root_lost = Some(self.lost_root(e)),
             }
         }
         inbox.failure.clone()
