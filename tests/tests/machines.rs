@@ -86,6 +86,15 @@ fn a_call_that_differs_between_machines_is_refused_on_every_rank() {
     }
 }
 
+/// Calls a spanning communicator does not run (point-to-point pairs of some ranks, a reduce,
+/// a collective inside a group) are refused at once on the ranks that make them, without
+/// waiting for the others; the communicator stays usable by every rank.
+#[test]
+fn calls_every_maker_refuses_alike_leave_the_communicator_usable() {
+    let outcomes = ranks_on(&["a", "a", "b", "b"], "unsupported");
+    assert_every_rank_says(&outcomes, "refused alike and went on", "unsupported");
+}
+
 /// A rank process killed on machine b: every rank of both machines fails its next call within
 /// seconds (the timeout is a minute).
 #[test]
@@ -446,6 +455,53 @@ fn machine_rank() {
                 assert!(message.contains("rank 3"), "{message}");
             }
             println!("machine rank {rank}: saw the killed rank ({took:?}): {message}");
+        }
+        "unsupported" => {
+            let started = Instant::now();
+            let (s, r) = (
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+            );
+            let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+            // Ranks 0 and 1 pair a send and a receive; ranks 2 and 3 make no such call.
+            let refused = match rank {
+                0 => symmSend(s, 4, f32, 1, comm, null_mut()),
+                1 => symmRecv(r, 4, f32, 0, comm, null_mut()),
+                _ => symmReduce(s, r, 4, f32, symmRedOp_t::symmSum as _, 0, comm, null_mut()),
+            };
+            assert_eq!(
+                refused,
+                symmResult_t::symmUnsupported,
+                "{}",
+                last_error(comm)
+            );
+            assert!(
+                last_error(comm).contains("span machines"),
+                "{}",
+                last_error(comm)
+            );
+            check(symmGroupStart(), null_mut());
+            let grouped = symmAllReduce(s, r, 4, f32, symmRedOp_t::symmSum as _, comm, null_mut());
+            check(symmGroupEnd(), null_mut());
+            assert_eq!(
+                grouped,
+                symmResult_t::symmUnsupported,
+                "{}",
+                last_error(comm)
+            );
+            assert!(started.elapsed() < Duration::from_secs(10));
+            // Nothing was numbered: every rank's next call pairs and is exact.
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 6),
+                0,
+            );
+            assert_eq!(async_error(comm), symmResult_t::symmSuccess);
+            println!("machine rank {rank}: refused alike and went on");
         }
         "aborted" => {
             run_case(

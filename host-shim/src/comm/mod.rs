@@ -803,6 +803,10 @@ pub fn clique_comms(clique: &Arc<Clique>) -> Vec<Arc<Comm>> {
 /// `symmCommDestroy`.
 pub fn destroy(comm: &Arc<Comm>) -> Result<()> {
     comm.refuse_if_queued_in_group("symmCommDestroy")?;
+    if let Some(span) = comm.span.get() {
+        // Its windows' registrations queue on the machine's communicator.
+        span.inside().refuse_if_queued_in_group("symmCommDestroy")?;
+    }
     if live_comms().remove(&(Arc::as_ptr(comm) as usize)).is_none() {
         return Err(Error::invalid_argument("comm was already destroyed"));
     }
@@ -942,6 +946,7 @@ pub fn window_covering(address: u64, size: u64) -> Option<(usize, u64)> {
 /// at a time), refused inside an open group that queued calls of it.
 pub fn finalize(comm: &Arc<Comm>) -> Result<()> {
     if let Some(span) = comm.span.get() {
+        let _call = comm.enter_call("symmCommFinalize")?;
         finalize(span.inside())?;
         comm.lock().finalized = true;
         return match span.failure() {
