@@ -269,6 +269,13 @@ impl Bench {
             .as_ref()
             .map_or(std::ptr::null_mut(), Gpu::symm_stream);
         let (dtype, op) = (self.options.dtype as i32, self.options.op as i32);
+        if self.options.machines.is_some() {
+            // A communicator across machines runs its calls one by one.
+            for item in items {
+                self.issue_one(shape, in_place, item, dtype, op, stream)?;
+            }
+            return Ok(());
+        }
         ok("symmGroupStart", symmGroupStart(), std::ptr::null_mut())?;
         for item in items {
             self.issue_one(shape, in_place, item, dtype, op, stream)?;
@@ -562,7 +569,11 @@ const PROCESS_ENV: &str = "SYMM_PERF_PROCESS";
 
 /// `--procs N`: start N copies of this program, one rank each, and wait for them; rank 0's
 /// output is this run's output.
-fn run_processes(args: &[String], nranks: usize) -> Result<bool, String> {
+fn run_processes(
+    args: &[String],
+    nranks: usize,
+    machines: Option<usize>,
+) -> Result<bool, String> {
     let mut id = symmUniqueId {
         internal: [0; SYMM_UNIQUE_ID_BYTES],
     };
@@ -582,6 +593,11 @@ fn run_processes(args: &[String], nranks: usize) -> Result<bool, String> {
     for rank in 0..nranks {
         let mut command = std::process::Command::new(&exe);
         command.args(args).env(PROCESS_ENV, format!("{rank},{hex}"));
+        if let Some(machines) = machines {
+            // Consecutive ranks per machine, as a launcher assigns them.
+            let machine = rank / (nranks / machines);
+            command.env("SYMM_HOST_ID", format!("symm-perf-machine-{machine}"));
+        }
         if rank != 0 {
             command.stdout(std::process::Stdio::null());
         }
@@ -760,7 +776,9 @@ fn main() -> ExitCode {
     };
     let outcome = match process_rank() {
         Err(message) => Err(message),
-        Ok(None) if options.procs.is_some() => run_processes(&args, options.ranks),
+        Ok(None) if options.procs.is_some() => {
+            run_processes(&args, options.ranks, options.machines)
+        }
         Ok(None) if options.batch.is_some() => batch::run(options),
         Ok(process) => run(options, process),
     };

@@ -81,6 +81,9 @@ pub struct Options {
     /// One process per rank (`--procs N`: N ranks, each in its own process, joined with
     /// `symmCommInitRank`), instead of `-g` ranks driven by one thread.
     pub procs: Option<usize>,
+    /// `--machines M` (with `--procs N`): the N ranks play M machines of N / M consecutive
+    /// ranks each (`SYMM_HOST_ID`), one communicator across them; calls are not grouped.
+    pub machines: Option<usize>,
     /// `--batch N`: time a group of N collectives of each size (fused into one launch per
     /// device) next to N separate calls.
     pub batch: Option<usize>,
@@ -128,6 +131,7 @@ options (nccl-tests' names):
   -z, --blocking <0|1>        cuda: wait for each collective before the next (needs -G 0)
   -R, --local_register <0|2>  2 = buffers in symmetric windows (default); 0 = the process's own memory, staged
   --procs <n>                 n processes of one rank each (symmCommInitRank), as under torchrun
+  --machines <m>              with --procs: the ranks play m machines (SYMM_HOST_ID), one communicator across them
   --batch <n>                 a group of n collectives per size, fused, next to n separate calls";
 
 /// The element types, in nccl-tests' spelling: the one name `-d` takes and the tables print.
@@ -280,6 +284,7 @@ impl Options {
             step: Step::Factor(2),
             ranks: 8,
             procs: None,
+            machines: None,
             batch: None,
             dtype: DataType::Float32,
             op: RedOp::Sum,
@@ -345,6 +350,7 @@ impl Options {
                     }
                 }
                 "--batch" => options.batch = Some(number(flag, value)?),
+                "--machines" => options.machines = Some(number(flag, value)?),
                 "--procs" => {
                     options.procs = Some(number(flag, value)?);
                     options.ranks = number(flag, value)?;
@@ -378,6 +384,13 @@ impl Options {
         if self.batch == Some(0) || (self.batch.is_some() && self.procs.is_some()) {
             return Err(format!(
                 "--batch needs N >= 1 and all ranks in one process\n{USAGE}"
+            ));
+        }
+        if let Some(m) = self.machines
+            && (self.procs.is_none() || m < 2 || self.ranks % m != 0)
+        {
+            return Err(format!(
+                "--machines {m} needs --procs N with N a multiple of it, and at least 2\n{USAGE}"
             ));
         }
         if self.min_bytes > self.max_bytes {
