@@ -20,6 +20,11 @@ const CHILD: &str = "machine_rank";
 /// Run a rank process per entry of `hosts` (rank `r` naming machine `hosts[r]`) in `mode`;
 /// every rank's success and log.
 fn ranks_on(hosts: &[&str], mode: &str) -> Vec<(bool, String)> {
+    ranks_on_with(hosts, mode, &[])
+}
+
+/// As [`ranks_on`], with `extra` added to every rank's environment (replacing a default).
+fn ranks_on_with(hosts: &[&str], mode: &str, extra: &[(&str, &str)]) -> Vec<(bool, String)> {
     use_host_backend();
     let id = id_to_hex(&new_unique_id());
     let ranks: Vec<Vec<(String, String)>> = hosts
@@ -36,6 +41,10 @@ fn ranks_on(hosts: &[&str], mode: &str) -> Vec<(bool, String)> {
                 ("MACHINE_TEST_NRANKS".into(), hosts.len().to_string()),
                 ("MACHINE_TEST_MODE".into(), mode.to_string()),
             ]
+            .into_iter()
+            .filter(|(name, _)| !extra.iter().any(|(n, _)| n == name))
+            .chain(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())))
+            .collect()
         })
         .collect();
     run_rank_processes(CHILD, &ranks, Duration::from_secs(300))
@@ -93,6 +102,19 @@ fn a_call_that_differs_between_machines_is_refused_on_every_rank() {
 fn calls_every_maker_refuses_alike_leave_the_communicator_usable() {
     let outcomes = ranks_on(&["a", "a", "b", "b"], "unsupported");
     assert_every_rank_says(&outcomes, "refused alike and went on", "unsupported");
+}
+
+/// Machine b's ranks stop calling (a frozen machine: connections open, no calls): machine a's
+/// ranks fail at the timeout (3 s here), and machine b's ranks, once they call again, fail at
+/// once with that cause instead of running the call without machine a.
+#[test]
+fn a_frozen_machine_is_found_at_the_timeout_and_told() {
+    let outcomes = ranks_on_with(
+        &["a", "a", "b", "b"],
+        "frozen",
+        &[("SYMM_TIMEOUT_MS", "3000")],
+    );
+    assert_every_rank_says(&outcomes, "saw the frozen machine", "frozen");
 }
 
 /// A rank process killed on machine b: every rank of both machines fails its next call within
@@ -502,6 +524,48 @@ fn machine_rank() {
             );
             assert_eq!(async_error(comm), symmResult_t::symmSuccess);
             println!("machine rank {rank}: refused alike and went on");
+        }
+        "frozen" => {
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 5),
+                0,
+            );
+            if rank >= 2 {
+                std::thread::sleep(Duration::from_secs(6));
+            }
+            let started = Instant::now();
+            let (s, r) = (
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+            );
+            let result = symmAllReduce(
+                s,
+                r,
+                5,
+                symmDataType_t::symmFloat32 as _,
+                symmRedOp_t::symmSum as _,
+                comm,
+                null_mut(),
+            );
+            let took = started.elapsed();
+            let message = last_error(comm);
+            assert_ne!(result, symmResult_t::symmSuccess);
+            if rank < 2 {
+                assert_eq!(result, symmResult_t::symmTimeout, "{message}");
+                assert!(
+                    took >= Duration::from_millis(2900) && took < Duration::from_secs(6),
+                    "took {took:?}: {message}"
+                );
+            } else {
+                assert!(took < Duration::from_secs(1), "took {took:?}: {message}");
+                assert!(message.contains("within the timeout"), "{message}");
+            }
+            println!("machine rank {rank}: saw the frozen machine ({took:?}): {message}");
         }
         "aborted" => {
             run_case(

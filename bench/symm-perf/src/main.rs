@@ -569,11 +569,7 @@ const PROCESS_ENV: &str = "SYMM_PERF_PROCESS";
 
 /// `--procs N`: start N copies of this program, one rank each, and wait for them; rank 0's
 /// output is this run's output.
-fn run_processes(
-    args: &[String],
-    nranks: usize,
-    machines: Option<usize>,
-) -> Result<bool, String> {
+fn run_processes(args: &[String], nranks: usize, machines: Option<usize>) -> Result<bool, String> {
     let mut id = symmUniqueId {
         internal: [0; SYMM_UNIQUE_ID_BYTES],
     };

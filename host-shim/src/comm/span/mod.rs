@@ -515,28 +515,34 @@ pub fn unsupported(what: &str) -> Error {
 fn agree(span: &Span, own: &Entry) -> Result<Signature> {
     let number = span.next_call.fetch_add(1, Ordering::Relaxed);
     let shared = &span.shared;
-    let agreed = (|| {
-        let mut entry = own.encode();
-        if crate::mutation::active(crate::mutation::Mutation::SpanAgreementSkipped) {
-            // The mutant: every rank takes its own call for everyone's.
-            entry = own.encode();
-            let entries = vec![Entry::decode(&entry, span.rank)?; span.shape.nranks()];
-            return signature::verdict(number, &entries);
-        }
-        shared.link.contribute(number, &entry)?;
-        let gathered = shared.wait(shared.link.client(), number, &|| {
-            format!("every rank's call {number} of the communicator spanning machines")
+    if crate::mutation::active(crate::mutation::Mutation::SpanAgreementSkipped) {
+        // The mutant: every rank takes its own call for everyone's.
+        let entries = vec![own.clone(); span.shape.nranks()];
+        return signature::verdict(number, &entries).inspect_err(|e| shared.fail(e, false));
+    }
+    let gathered = shared
+        .link
+        .contribute(number, &own.encode())
+        .and_then(|()| {
+            shared.wait(shared.link.client(), number, &|| {
+                format!("every rank's call {number} of the communicator spanning machines")
+            })
+        })
+        .inspect_err(|e| {
+            // A lost rank or root, or another rank's failure, is every rank's news already; a
+            // timeout is this rank's alone (the late ranks may still come, and must not then
+            // run the call without it).
+            shared.fail(e, e.code != symmResult_t::symmRemoteError)
         })?;
-        let entries = gathered
-            .iter()
-            .enumerate()
-            .map(|(r, bytes)| Entry::decode(bytes, r))
-            .collect::<Result<Vec<_>>>()?;
-        signature::verdict(number, &entries)
-    })();
-    // Every rank judges the same entries, and a lost rank or root is every rank's news: no
-    // rank needs telling.
-    agreed.inspect_err(|e| shared.fail(e, false))
+    let entries = gathered
+        .iter()
+        .enumerate()
+        .map(|(r, bytes)| Entry::decode(bytes, r))
+        .collect::<Result<Vec<_>>>();
+    // Every rank judges the same entries: no rank needs telling.
+    entries
+        .and_then(|entries| signature::verdict(number, &entries))
+        .inspect_err(|e| shared.fail(e, false))
 }
 
 /// The place of a buffer of `bytes` bytes at `address` in the machine's windows.
