@@ -387,7 +387,7 @@ impl Options {
             ));
         }
         if let Some(m) = self.machines
-            && (self.procs.is_none() || m < 2 || self.ranks % m != 0)
+            && (self.procs.is_none() || m < 2 || !self.ranks.is_multiple_of(m))
         {
             return Err(format!(
                 "--machines {m} needs --procs N with N a multiple of it, and at least 2\n{USAGE}"
