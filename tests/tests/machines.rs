@@ -85,6 +85,42 @@ fn machines_of_two_ranks_run_every_collective_exactly() {
     }
 }
 
+/// Machines of one process each, whose ranks are threads (2 × 2 and 3 × 2): every collective,
+/// exact, as with a process per rank.
+#[test]
+fn machines_whose_ranks_are_threads_run_every_collective_exactly() {
+    for machines in [2, 3] {
+        use_host_backend();
+        let id = id_to_hex(&new_unique_id());
+        let processes: Vec<Vec<(String, String)>> = (0..machines)
+            .map(|m| {
+                vec![
+                    ("SYMM_BACKEND".into(), "host".into()),
+                    ("SYMM_HOST_ID".into(), format!("machine-{m}")),
+                    ("SYMM_BOOTSTRAP_TIMEOUT_MS".into(), "60000".into()),
+                    ("SYMM_TIMEOUT_MS".into(), "60000".into()),
+                    ("MACHINE_TEST_ID".into(), id.clone()),
+                    (
+                        "MACHINE_TEST_RANK".into(),
+                        format!("{},{}", 2 * m, 2 * m + 1),
+                    ),
+                    ("MACHINE_TEST_NRANKS".into(), (2 * machines).to_string()),
+                    ("MACHINE_TEST_MODE".into(), "collectives".into()),
+                ]
+            })
+            .collect();
+        let outcomes = run_rank_processes(CHILD, &processes, Duration::from_secs(300));
+        for (m, (ok, log)) in outcomes.iter().enumerate() {
+            for rank in [2 * m, 2 * m + 1] {
+                assert!(
+                    *ok && log.contains(&format!("machine rank {rank}: every call exact")),
+                    "{machines} machines, process {m}:\n{log}"
+                );
+            }
+        }
+    }
+}
+
 /// A count, a root or a buffer offset that differs between ranks of two machines: every rank refuses the call
 /// at once, naming both calls, and no data moves.
 #[test]
@@ -328,7 +364,21 @@ fn reduce(dtype: DataType, op: symmRedOp_t, values: &[f64]) -> f64 {
 #[test]
 #[ignore = "a rank process of the machines tests"]
 fn machine_rank() {
-    let rank: usize = std::env::var("MACHINE_TEST_RANK").unwrap().parse().unwrap();
+    let ranks: Vec<usize> = std::env::var("MACHINE_TEST_RANK")
+        .unwrap()
+        .split(',')
+        .map(|r| r.parse().unwrap())
+        .collect();
+    // Several ranks in one process: a thread each.
+    std::thread::scope(|scope| {
+        for rank in ranks {
+            scope.spawn(move || one_rank(rank));
+        }
+    });
+}
+
+/// Rank `rank`'s part of a machines test.
+fn one_rank(rank: usize) {
     let nranks: usize = std::env::var("MACHINE_TEST_NRANKS")
         .unwrap()
         .parse()
@@ -555,15 +605,15 @@ fn machine_rank() {
             let took = started.elapsed();
             let message = last_error(comm);
             assert_ne!(result, symmResult_t::symmSuccess);
+            // Every error names the timeout: this rank's own, or a machine peer's, relayed.
+            assert!(message.contains("within the timeout"), "{message}");
             if rank < 2 {
-                assert_eq!(result, symmResult_t::symmTimeout, "{message}");
                 assert!(
                     took >= Duration::from_millis(2900) && took < Duration::from_secs(6),
                     "took {took:?}: {message}"
                 );
             } else {
                 assert!(took < Duration::from_secs(1), "took {took:?}: {message}");
-                assert!(message.contains("within the timeout"), "{message}");
             }
             println!("machine rank {rank}: saw the frozen machine ({took:?}): {message}");
         }
