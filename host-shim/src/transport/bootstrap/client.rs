@@ -283,8 +283,8 @@ impl Client {
             Frame::PeerLost { rank } => Error::new(
                 symmResult_t::symmRemoteError,
                 format!(
-                    "rank {}: rank {rank} left the communicator (destroyed, its process exited, \
-                     or its connection was lost)",
+                    "rank {}: rank {rank} left the communicator (its process exited, or its \
+                     connection was lost)",
                     self.rank
                 ),
             ),
