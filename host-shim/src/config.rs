@@ -348,6 +348,30 @@ pub fn nccl_library() -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// What carries a communicator's legs between machines (its rails).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rails {
+    /// The ranks' own authenticated sockets (a bootstrap root per rail), the data through the
+    /// host.
+    Sockets,
+    /// NCCL's host API (`libnccl`, loaded at run time): a communicator per rail, its calls on
+    /// the caller's stream.
+    Nccl,
+}
+
+/// `SYMM_RAILS` (`sockets` or `nccl`); unset or empty: `default` (the backend's: sockets on the
+/// host backend, NCCL on the cuda backend).
+pub fn rails(default: Rails) -> Result<Rails> {
+    match std::env::var("SYMM_RAILS").ok().as_deref().map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("sockets") => Ok(Rails::Sockets),
+        Some("nccl") => Ok(Rails::Nccl),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "SYMM_RAILS={other:?}: must be sockets or nccl"
+        ))),
+    }
+}
+
 /// `SYMM_NVSHMEM_LIBRARY`: the NVSHMEM host library the NVSHMEM window adapter loads, when set
 /// and not empty.
 pub fn nvshmem_library() -> Option<String> {

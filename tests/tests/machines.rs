@@ -25,6 +25,19 @@ fn ranks_on(hosts: &[&str], mode: &str) -> Vec<(bool, String)> {
 
 /// As [`ranks_on`], with `extra` added to every rank's environment (replacing a default).
 fn ranks_on_with(hosts: &[&str], mode: &str, extra: &[(&str, &str)]) -> Vec<(bool, String)> {
+    let extra: Vec<(String, String)> = extra
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    ranks_on_each(hosts, mode, &|_| extra.clone())
+}
+
+/// As [`ranks_on`], with `extra(rank)` added to each rank's environment (replacing a default).
+fn ranks_on_each(
+    hosts: &[&str],
+    mode: &str,
+    extra: &dyn Fn(usize) -> Vec<(String, String)>,
+) -> Vec<(bool, String)> {
     use_host_backend();
     let id = id_to_hex(&new_unique_id());
     let ranks: Vec<Vec<(String, String)>> = hosts
@@ -42,12 +55,70 @@ fn ranks_on_with(hosts: &[&str], mode: &str, extra: &[(&str, &str)]) -> Vec<(boo
                 ("MACHINE_TEST_MODE".into(), mode.to_string()),
             ]
             .into_iter()
-            .filter(|(name, _)| !extra.iter().any(|(n, _)| n == name))
-            .chain(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())))
+            .filter(|(name, _)| !extra(rank).iter().any(|(n, _)| n == name))
+            .chain(extra(rank))
             .collect()
         })
         .collect();
     run_rank_processes(CHILD, &ranks, Duration::from_secs(300))
+}
+
+/// The stand-in for NCCL's host collectives (`tests/fakes/fake_nccl_rails.c`), built once into
+/// this test's scratch directory.
+fn fake_nccl() -> String {
+    static BUILT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_fake_nccl).clone()
+}
+
+fn build_fake_nccl() -> String {
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nccl-rails");
+    std::fs::create_dir_all(&out).unwrap();
+    let library = out.join(format!("libfake_nccl_rails-{}.so", std::process::id()));
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fakes/fake_nccl_rails.c");
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or("cc".into()))
+        .args([
+            "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", "-o",
+        ])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("running the C compiler");
+    assert!(status.success(), "building {source:?}");
+    library.to_string_lossy().into_owned()
+}
+
+/// Rails on NCCL (`SYMM_RAILS=nccl`, against a stand-in of NCCL's host collectives): 2 × 2 and
+/// 3 × 2, every call of the sequence whose type the stand-in reduces, exact.
+#[test]
+fn rails_on_nccl_run_every_collective_exactly() {
+    let nccl = fake_nccl();
+    for hosts in [
+        &["a", "a", "b", "b"][..],
+        &["a", "a", "b", "b", "c", "c"][..],
+    ] {
+        let env = [("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())];
+        let outcomes = ranks_on_with(hosts, "collectives-nccl", &env);
+        assert_every_rank_says(&outcomes, "every call exact", &format!("nccl {hosts:?}"));
+    }
+}
+
+/// Rails on NCCL where one rank cannot load it: every rank's `symmCommInitRank` fails at once,
+/// naming that rank and why, and none waits in NCCL for it.
+#[test]
+fn rails_on_nccl_without_nccl_on_one_rank_are_refused_on_every_rank() {
+    let nccl = fake_nccl();
+    let outcomes = ranks_on_each(&["a", "a", "b", "b"], "refused-nccl", &|rank| {
+        let library = if rank == 3 {
+            "/nonexistent/libnccl.so.2"
+        } else {
+            nccl.as_str()
+        };
+        vec![
+            ("SYMM_RAILS".into(), "nccl".into()),
+            ("SYMM_NCCL_LIBRARY".into(), library.into()),
+        ]
+    });
+    assert_every_rank_says(&outcomes, "refused without NCCL", "no NCCL on rank 3");
 }
 
 fn assert_every_rank_says(outcomes: &[(bool, String)], what: &str, case: &str) {
@@ -157,22 +228,34 @@ fn a_frozen_machine_is_found_at_the_timeout_and_told() {
 /// seconds (the timeout is a minute).
 #[test]
 fn a_rank_killed_on_one_machine_is_seen_by_every_other_rank() {
-    let outcomes = ranks_on(&["a", "a", "b", "b"], "killed");
-    for (rank, (ok, log)) in outcomes.iter().enumerate().take(3) {
-        assert!(
-            *ok && log.contains(&format!("machine rank {rank}: saw the killed rank")),
-            "rank {rank}:\n{log}"
-        );
+    let nccl = fake_nccl();
+    for rails in [
+        &[][..],
+        &[("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())][..],
+    ] {
+        let outcomes = ranks_on_with(&["a", "a", "b", "b"], "killed", rails);
+        for (rank, (ok, log)) in outcomes.iter().enumerate().take(3) {
+            assert!(
+                *ok && log.contains(&format!("machine rank {rank}: saw the killed rank")),
+                "{rails:?}, rank {rank}:\n{log}"
+            );
+        }
+        assert!(!outcomes[3].0, "the killed rank:\n{}", outcomes[3].1);
     }
-    assert!(!outcomes[3].0, "the killed rank:\n{}", outcomes[3].1);
 }
 
 /// A rank of machine b that aborts its communicator (`symmCommAbort`): every other rank fails
 /// its next call at once, naming the abort.
 #[test]
 fn a_rank_that_aborts_on_one_machine_fails_every_other_rank_with_its_cause() {
-    let outcomes = ranks_on(&["a", "a", "b", "b"], "aborted");
-    assert_every_rank_says(&outcomes, "saw the abort", "aborted");
+    let nccl = fake_nccl();
+    for rails in [
+        &[][..],
+        &[("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())][..],
+    ] {
+        let outcomes = ranks_on_with(&["a", "a", "b", "b"], "aborted", rails);
+        assert_every_rank_says(&outcomes, "saw the abort", &format!("aborted {rails:?}"));
+    }
 }
 
 /// No memory file of one machine's ranks is mapped by another machine's (while the ranks of
@@ -388,6 +471,24 @@ fn one_rank(rank: usize) {
     let mut comm = null_mut();
     // SAFETY: a valid out-pointer.
     let result = unsafe { symmCommInitRank(&mut comm, nranks as i32, id, rank as i32) };
+    if mode == "refused-nccl" {
+        assert_eq!(
+            result,
+            symmResult_t::symmSystemError,
+            "{}",
+            last_error(null_mut())
+        );
+        let message = last_error(null_mut());
+        for needle in [
+            "rank 3 could not load",
+            "/nonexistent/libnccl.so.2",
+            "SYMM_NCCL_LIBRARY",
+        ] {
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+        }
+        println!("machine rank {rank}: refused without NCCL");
+        return;
+    }
     if let Some(machines) = mode.strip_prefix("refused:") {
         assert_eq!(
             result,
@@ -411,8 +512,13 @@ fn one_rank(rank: usize) {
     let (base, window) = window_of_bytes(comm, 2 * HALF);
     let base = base as *mut u8;
     match mode.as_str() {
-        "collectives" => {
+        "collectives" | "collectives-nccl" => {
             for (salt, c) in cases().iter().enumerate() {
+                // The stand-in NCCL reduces no 16- or 8-bit floats.
+                let narrow = c.dtype.is_float() && c.dtype.size_bytes() < 4;
+                if mode == "collectives-nccl" && narrow {
+                    continue;
+                }
                 run_case(comm, rank, nranks, base, HALF, c, salt);
             }
             println!("machine rank {rank}: every call exact");
@@ -503,6 +609,18 @@ fn one_rank(rank: usize) {
                 &case("all_reduce", DataType::Float32, 5),
                 0,
             );
+            // Every rank has finished call 0 once rank 3's call 1 returns; the others' call 1
+            // may meet rank 3's end (it fails then, as calls in flight do), so its result is
+            // not checked.
+            let (s, r) = (
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+            );
+            let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+            let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
+            if rank == 3 {
+                check(settled, comm);
+            }
             if rank == 3 {
                 // SAFETY: signals this process.
                 unsafe { kill(getpid(), 9) };
@@ -627,6 +745,18 @@ fn one_rank(rank: usize) {
                 &case("all_reduce", DataType::Float32, 5),
                 0,
             );
+            // Every rank has finished call 0 once rank 3's call 1 returns; the others' call 1
+            // may meet rank 3's end (it fails then, as calls in flight do), so its result is
+            // not checked.
+            let (s, r) = (
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+            );
+            let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+            let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
+            if rank == 3 {
+                check(settled, comm);
+            }
             if rank == 3 {
                 check(symmCommAbort(comm), null_mut());
                 println!("machine rank {rank}: saw the abort (its own)");

@@ -23,6 +23,7 @@
 //! failed. A rank that dies is seen by its machine's watch and by the root (its connection
 //! closes), whichever comes first.
 
+mod nccl;
 pub mod plan;
 mod rail;
 pub mod shape;
@@ -65,6 +66,14 @@ pub struct Span {
     next_call: AtomicU64,
 }
 
+/// What carries a rank's rail.
+enum RailLink {
+    /// A bootstrap root of the rail's own: all-gathers through the host.
+    Sockets(Client),
+    /// An NCCL communicator of the rail's ranks.
+    Nccl(nccl::NcclRail),
+}
+
 /// What the rank's calls and its monitor share.
 struct Shared {
     rank: usize,
@@ -73,8 +82,8 @@ struct Shared {
     /// The spanning communicator's bootstrap (agreement, failures).
     link: RankLink,
     /// This rank's rail.
-    rail: Client,
-    /// All-gathers made on the rail so far (the tag of the next).
+    rail: RailLink,
+    /// All-gathers made on a rail of sockets so far (the tag of the next).
     rail_gathers: AtomicU64,
     /// The first failure this rank saw or was told.
     failure: Mutex<Option<Error>>,
@@ -111,6 +120,10 @@ impl Shared {
         );
         if tell && !crate::mutation::active(crate::mutation::Mutation::SpanFailureUntold) {
             let _ = self.link.client().fail(&error.message);
+        }
+        if let RailLink::Nccl(rail) = &self.rail {
+            // Ends NCCL's pending work on the rail, and its later calls.
+            rail.abort();
         }
         super::failure::fail(&self.inside, error);
     }
@@ -179,7 +192,9 @@ impl Span {
             let _ = monitor.join();
         }
         let destroyed = super::destroy(&self.shared.inside);
-        self.shared.rail.leave();
+        if let RailLink::Sockets(rail) = &self.shared.rail {
+            rail.leave();
+        }
         self.shared.link.client().leave();
         destroyed
     }
@@ -200,22 +215,39 @@ pub(crate) fn form(
         timeout,
         join_timeout,
     } = joining;
-    if backend.kind() != crate::backend::BackendKind::Host {
+    let default_rails = match backend.kind() {
+        crate::backend::BackendKind::Cuda => crate::config::Rails::Nccl,
+        _ => crate::config::Rails::Sockets,
+    };
+    let rails = crate::config::rails(default_rails)?;
+    if backend.kind() == crate::backend::BackendKind::Model {
         return Err(refuse_backend(shape, backend.kind()));
     }
     let (machine, local_rank) = (shape.machine_of(rank), shape.local_rank_of(rank));
-    // Local rank 0 of each machine opens its machine's root, machine 0's ranks their rails'.
+    // NCCL is loaded on every rank before anything waits for it: a rank without it must not
+    // leave the others in ncclCommInitRank.
+    let nccl = match rails {
+        crate::config::Rails::Nccl => Some(nccl::Nccl::load()),
+        crate::config::Rails::Sockets => None,
+    };
+    // Local rank 0 of each machine opens its machine's root; machine 0's ranks make their
+    // rails' ids (a bootstrap root, or an ncclUniqueId).
     let inside_root = match local_rank {
         0 => super::split::new_root(Some(&link))?.encode().to_vec(),
         _ => Vec::new(),
     };
-    let rail_root = match machine {
-        0 => super::split::new_root(Some(&link))?.encode().to_vec(),
+    let rail_root = match (machine, &nccl) {
+        (0, None) => super::split::new_root(Some(&link))?.encode().to_vec(),
+        (0, Some(Ok(nccl))) => nccl.unique_id().unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let nccl_status = match &nccl {
+        Some(Err(e)) => e.message.clone().into_bytes(),
         _ => Vec::new(),
     };
     let staging = crate::config::staging_bytes()?;
-    let mut contribution = Vec::new();
-    for part in [&inside_root, &rail_root] {
+    let mut contribution = vec![u8::from(rails == crate::config::Rails::Nccl)];
+    for part in [&inside_root, &rail_root, &nccl_status] {
         contribution.extend_from_slice(&(part.len() as u32).to_le_bytes());
         contribution.extend_from_slice(part);
     }
@@ -227,13 +259,43 @@ pub(crate) fn form(
         .enumerate()
         .map(|(r, bytes)| formation_parts(bytes, r))
         .collect::<Result<Vec<_>>>()?;
-    if let Some((r, (_, _, other))) = parts.iter().enumerate().find(|(_, p)| p.2 != staging) {
+    if let Some(r) = parts.iter().position(|p| p.nccl != parts[rank].nccl) {
+        let name = |nccl: bool| if nccl { "nccl" } else { "sockets" };
+        return Err(Error::invalid_argument(format!(
+            "rank {r}'s rails between machines are {}, rank {rank}'s {}: set SYMM_RAILS alike on \
+             every rank",
+            name(parts[r].nccl),
+            name(parts[rank].nccl)
+        )));
+    }
+    if let Some((r, other)) = parts
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.staging != staging)
+        .map(|(r, p)| (r, p.staging))
+    {
         return Err(Error::invalid_argument(format!(
             "rank {r} stages calls outside the windows through a staging window of {other} \
              bytes, rank {rank} through one of {staging} (0: none, SYMM_STRICT_WINDOWS=1 or \
              SYMM_STAGING_BYTES=0): set SYMM_STAGING_BYTES and SYMM_STRICT_WINDOWS alike on \
              every rank"
         )));
+    }
+    if let Some((r, reason)) = parts
+        .iter()
+        .enumerate()
+        .find(|(_, p)| !p.nccl_status.is_empty())
+    {
+        return Err(Error::new(
+            symmResult_t::symmSystemError,
+            format!(
+                "the ranks span {} machines of {} ranks, and symm's legs between machines run \
+                 on NCCL, which rank {r} could not load: {}",
+                shape.machines,
+                shape.local,
+                String::from_utf8_lossy(&reason.nccl_status)
+            ),
+        ));
     }
     let id_of = |bytes: &[u8], what: &str, from: usize| -> Result<UniqueId> {
         let key: [u8; crate::abi::SYMM_UNIQUE_ID_BYTES] = bytes
@@ -242,15 +304,11 @@ pub(crate) fn form(
         UniqueId::decode(&key)
     };
     let inside_id = id_of(
-        &parts[shape.rank_of(machine, 0)].0,
+        &parts[shape.rank_of(machine, 0)].inside,
         "machine",
         shape.rank_of(machine, 0),
     )?;
-    let rail_id = id_of(
-        &parts[shape.rank_of(0, local_rank)].1,
-        "rail",
-        shape.rank_of(0, local_rank),
-    )?;
+    let rail_rank0 = shape.rank_of(0, local_rank);
     let inside = super::join(
         shape.local,
         &inside_id,
@@ -263,14 +321,24 @@ pub(crate) fn form(
             join_timeout,
         },
     )?;
-    let rail = match Client::connect(
-        &rail_id,
-        shape.machines as u32,
-        machine as u32,
-        &[],
-        join_timeout,
-    ) {
-        Ok((rail, _)) => rail,
+    let rail = match nccl {
+        Some(nccl) => nccl.and_then(|nccl| {
+            nccl::NcclRail::init(nccl, &parts[rail_rank0].rail, shape.machines, machine)
+                .map(RailLink::Nccl)
+        }),
+        None => id_of(&parts[rail_rank0].rail, "rail", rail_rank0).and_then(|rail_id| {
+            Client::connect(
+                &rail_id,
+                shape.machines as u32,
+                machine as u32,
+                &[],
+                join_timeout,
+            )
+            .map(|(rail, _)| RailLink::Sockets(rail))
+        }),
+    };
+    let rail = match rail {
+        Ok(rail) => rail,
         Err(e) => {
             let _ = super::destroy(&inside);
             return Err(e);
@@ -343,33 +411,51 @@ pub(crate) fn form(
     Ok(comm)
 }
 
-/// A rank's formation entry: its machine root's id, its rail root's id, its staging bytes.
-fn formation_parts(bytes: &[u8], rank: usize) -> Result<(Vec<u8>, Vec<u8>, u64)> {
+/// A rank's formation entry.
+struct Formation {
+    /// Its rails are NCCL's.
+    nccl: bool,
+    /// Its machine's root id (local rank 0's).
+    inside: Vec<u8>,
+    /// Its rail's id (machine 0's ranks'): a bootstrap root's, or an `ncclUniqueId`.
+    rail: Vec<u8>,
+    /// Why it could not load NCCL (empty: it could, or needs not).
+    nccl_status: Vec<u8>,
+    /// Its staging window's bytes.
+    staging: u64,
+}
+
+/// Decode rank `rank`'s formation entry.
+fn formation_parts(bytes: &[u8], rank: usize) -> Result<Formation> {
     let malformed = || Error::internal(format!("rank {rank} sent a malformed formation entry"));
-    let mut rest = bytes;
+    let (&nccl, mut rest) = bytes.split_first().ok_or_else(malformed)?;
     let mut part = || -> Result<Vec<u8>> {
-        let len = u32::from_le_bytes(
-            rest.get(..4)
-                .ok_or_else(malformed)?
-                .try_into()
-                .map_err(|_| malformed())?,
-        ) as usize;
+        let len = rest
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(malformed)? as usize;
         let body = rest.get(4..4 + len).ok_or_else(malformed)?.to_vec();
         rest = &rest[4 + len..];
         Ok(body)
     };
     let inside = part()?;
     let rail = part()?;
+    let nccl_status = part()?;
     let staging = u64::from_le_bytes(rest.try_into().map_err(|_| malformed())?);
-    Ok((inside, rail, staging))
+    Ok(Formation {
+        nccl: nccl == 1,
+        inside,
+        rail,
+        nccl_status,
+        staging,
+    })
 }
 
 /// The refusal of ranks spanning machines on a backend without rails.
 pub(crate) fn refuse_backend(shape: Shape, kind: crate::backend::BackendKind) -> Error {
     Error::unsupported(format!(
-        "the ranks span {} machines of {} ranks: on the {} backend, symm's legs between machines \
-         are to run on NCCL, which this build does not drive yet (the host backend runs them); \
-         use NCCL for this job, or one communicator per machine",
+        "the ranks span {} machines of {} ranks: the {} backend runs in one process",
         shape.machines,
         shape.local,
         kind.name()
@@ -630,6 +716,15 @@ fn entry(
         Collective::AllReduce => {
             nonnull(args.send, "sendbuff")?;
             let in_place = args.send == args.recv;
+            let apart = args.send.saturating_add(bytes) <= args.recv
+                || args.recv.saturating_add(bytes) <= args.send;
+            if !in_place && !apart {
+                return Err(Error::invalid_argument(format!(
+                    "sendbuff {:#x} and recvbuff {:#x} overlap in {bytes} bytes without being \
+                     equal (in place)",
+                    args.send, args.recv
+                )));
+            }
             let send = match in_place {
                 true => Place::Unused,
                 false => place(inside, args.send, bytes, "sendbuff")?,
@@ -723,6 +818,36 @@ fn leg_name(collective: Collective) -> &'static str {
     }
 }
 
+/// Scratch of one call: host memory for a rail of sockets (its legs run through the host),
+/// device memory for NCCL's (freed once the call's stream has run).
+enum Scratch<'a> {
+    Host(Vec<u8>),
+    Device {
+        backend: &'a crate::backend::Backend,
+        device: i32,
+        stream: u64,
+        address: u64,
+    },
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        if let Scratch::Device {
+            backend,
+            device,
+            stream,
+            address,
+        } = self
+            && *address != 0
+        {
+            // Freed only once the stream's work on it has run; else kept (leaked).
+            if backend.synchronize_stream(*device, *stream).is_ok() {
+                let _ = backend.free(*device, *address);
+            }
+        }
+    }
+}
+
 /// Run this rank's plan of an agreed call.
 fn run(
     span: &Span,
@@ -744,58 +869,96 @@ fn run(
     } else {
         RedOp::Sum
     };
-    // Inside, an average is a sum: the rail divides once by every rank.
-    let inside_op = if op == RedOp::Avg { RedOp::Sum } else { op } as symmRedOpRaw;
     let inside = span.inside();
-    let backend = &inside.clique.backend;
-    let mut scratch = vec![0u8; plan.scratch * elem];
-    let address = |region: Region| -> u64 {
+    let backend: &crate::backend::Backend = &inside.clique.backend;
+    let device = inside.device;
+    let nccl = match &span.shared.rail {
+        RailLink::Nccl(rail) => Some(rail),
+        RailLink::Sockets(_) => None,
+    };
+    // An average: on sockets, a sum inside and one division by every rank on the host; on
+    // NCCL, an average inside and one on the rail (floats of 32 bits or more only).
+    let inside_op = match (op, nccl) {
+        (RedOp::Avg, None) => RedOp::Sum,
+        (op, _) => op,
+    } as symmRedOpRaw;
+    let scratch_bytes = plan.scratch * elem;
+    let mut scratch = match nccl {
+        None => Scratch::Host(vec![0u8; scratch_bytes]),
+        Some(_) => Scratch::Device {
+            backend,
+            device,
+            stream,
+            address: match scratch_bytes {
+                0 => 0,
+                bytes => backend.alloc_zeroed(device, bytes)?,
+            },
+        },
+    };
+    let scratch_address = match &scratch {
+        Scratch::Device { address, .. } => Some(*address),
+        Scratch::Host(_) => None,
+    };
+    // The device address of a region (none for host scratch).
+    let address = |region: Region| -> Option<u64> {
         let base = match region.buffer {
             Buffer::Send => args.send,
             Buffer::Recv => args.recv,
-            Buffer::Scratch => 0,
+            Buffer::Scratch => scratch_address?,
         };
-        base + (region.offset * elem) as u64
+        Some(base + (region.offset * elem) as u64)
     };
-    let read = |scratch: &[u8], region: Region, count: usize| -> Result<Vec<u8>> {
+    let device_address = |region: Region| -> Result<u64> {
+        address(region).ok_or_else(|| Error::internal("a device leg on host scratch"))
+    };
+    let read = |scratch: &Scratch, region: Region, count: usize| -> Result<Vec<u8>> {
         let bytes = count * elem;
-        if region.buffer == Buffer::Scratch {
+        if let (Scratch::Host(host), Buffer::Scratch) = (scratch, region.buffer) {
             let start = region.offset * elem;
-            return Ok(scratch[start..start + bytes].to_vec());
+            return Ok(host[start..start + bytes].to_vec());
         }
-        backend.synchronize_stream(inside.device, stream)?;
+        backend.synchronize_stream(device, stream)?;
         let mut out = vec![0u8; bytes];
-        backend.download(inside.device, address(region), &mut out)?;
+        backend.download(device, device_address(region)?, &mut out)?;
         Ok(out)
     };
-    let write = |scratch: &mut [u8], region: Region, bytes: &[u8]| -> Result<()> {
-        if region.buffer == Buffer::Scratch {
+    let write = |scratch: &mut Scratch, region: Region, bytes: &[u8]| -> Result<()> {
+        if let (Scratch::Host(host), Buffer::Scratch) = (scratch, region.buffer) {
             let start = region.offset * elem;
-            scratch[start..start + bytes.len()].copy_from_slice(bytes);
+            host[start..start + bytes.len()].copy_from_slice(bytes);
             return Ok(());
         }
-        backend.upload(inside.device, address(region), bytes)
+        backend.upload(device, device_address(region)?, bytes)
     };
-    let rail = rail::Rail {
-        shared: &span.shared,
-        machines: span.shape.machines,
-        machine: span.machine(),
-        dtype,
-        op,
-        nranks: span.shape.nranks(),
+    let sockets = match &span.shared.rail {
+        RailLink::Sockets(client) => Some(rail::Rail {
+            shared: &span.shared,
+            client,
+            machines: span.shape.machines,
+            machine: span.machine(),
+            dtype,
+            op,
+            nranks: span.shape.nranks(),
+        }),
+        RailLink::Nccl(_) => None,
     };
+    let (nccl_dtype, nccl_op) = (args.datatype, op as i32);
     for step in plan.steps {
-        match step {
-            Step::Inside {
-                collective,
-                send,
-                recv,
-                count,
-                root,
-            } => {
+        match (step, nccl, &sockets) {
+            (
+                Step::Inside {
+                    collective,
+                    send,
+                    recv,
+                    count,
+                    root,
+                },
+                _,
+                _,
+            ) => {
                 let leg = CollectiveArgs {
-                    send: address(send),
-                    recv: address(recv),
+                    send: device_address(send)?,
+                    recv: device_address(recv)?,
                     count,
                     datatype: args.datatype,
                     op: inside_op,
@@ -803,21 +966,86 @@ fn run(
                 };
                 inside_leg(inside, collective, leg_name(collective), leg, stream)?;
             }
-            Step::Copy { from, to, count } => {
-                let bytes = read(&scratch, from, count)?;
-                write(&mut scratch, to, &bytes)?;
+            (Step::Copy { from, to, count }, _, _) => match (address(from), address(to)) {
+                (Some(src), Some(dst)) => {
+                    let copy = crate::plan::staging::Copy {
+                        dst,
+                        src,
+                        bytes: (count * elem) as u64,
+                    };
+                    // SAFETY: both ranges lie in the caller's buffers (checked against the
+                    // windows, or staged memory the caller vouches for, as NCCL takes it) or
+                    // in this call's scratch, and do not overlap: an out-of-place call's
+                    // buffers were checked apart, scratch is this call's own.
+                    unsafe { backend.copy(device, stream, &copy)? };
+                }
+                _ => {
+                    let bytes = read(&scratch, from, count)?;
+                    write(&mut scratch, to, &bytes)?;
+                }
+            },
+            (Step::RailAllReduce { at, count }, Some(rail), _) => {
+                rail.all_reduce(device_address(at)?, count, nccl_dtype, nccl_op, stream)?;
             }
-            Step::RailAllReduce { at, count } => {
+            (
+                Step::RailAllGather {
+                    from,
+                    to,
+                    count,
+                    stride,
+                },
+                Some(rail),
+                _,
+            ) => {
+                let from = device_address(from)?;
+                let legs: Vec<(usize, u64, u64)> = (0..span.shape.machines)
+                    .map(|m| {
+                        let to = Region {
+                            buffer: to.buffer,
+                            offset: to.offset + m * stride,
+                        };
+                        device_address(to).map(|to| (m, from, to))
+                    })
+                    .collect::<Result<_>>()?;
+                rail.broadcasts(&legs, count, nccl_dtype, stream)?;
+            }
+            (Step::RailReduceScatter { from, to, count }, Some(rail), _) => {
+                let ends = (device_address(from)?, device_address(to)?);
+                rail.reduce_scatter(ends, count, nccl_dtype, nccl_op, stream)?;
+            }
+            (
+                Step::RailBroadcast {
+                    root_machine,
+                    from,
+                    to,
+                    count,
+                },
+                Some(rail),
+                _,
+            ) => {
+                let to = device_address(to)?;
+                // Off the root machine NCCL reads no send buffer: the receive buffer stands in.
+                let from = match span.machine() == root_machine {
+                    true => device_address(from)?,
+                    false => to,
+                };
+                rail.broadcasts(&[(root_machine, from, to)], count, nccl_dtype, stream)?;
+            }
+            (Step::RailAllReduce { at, count }, None, Some(rail)) => {
                 let mine = read(&scratch, at, count)?;
                 let reduced = rail.all_reduce(&mine)?;
                 write(&mut scratch, at, &reduced)?;
             }
-            Step::RailAllGather {
-                from,
-                to,
-                count,
-                stride,
-            } => {
+            (
+                Step::RailAllGather {
+                    from,
+                    to,
+                    count,
+                    stride,
+                },
+                None,
+                Some(rail),
+            ) => {
                 let mine = read(&scratch, from, count)?;
                 for (m, block) in rail.all_gather(&mine)?.iter().enumerate() {
                     let place = Region {
@@ -827,23 +1055,30 @@ fn run(
                     write(&mut scratch, place, block)?;
                 }
             }
-            Step::RailReduceScatter { from, to, count } => {
+            (Step::RailReduceScatter { from, to, count }, None, Some(rail)) => {
                 let mine = read(&scratch, from, count * span.shape.machines)?;
                 let reduced = rail.reduce_scatter(&mine)?;
                 write(&mut scratch, to, &reduced)?;
             }
-            Step::RailBroadcast {
-                root_machine,
-                from,
-                to,
-                count,
-            } => {
+            (
+                Step::RailBroadcast {
+                    root_machine,
+                    from,
+                    to,
+                    count,
+                },
+                None,
+                Some(rail),
+            ) => {
                 let mine = match span.machine() == root_machine {
                     true => read(&scratch, from, count)?,
                     false => Vec::new(),
                 };
                 let data = rail.broadcast(root_machine, &mine, count * elem)?;
                 write(&mut scratch, to, &data)?;
+            }
+            (step, _, _) => {
+                return Err(Error::internal(format!("{step:?} without its rail")));
             }
         }
     }

@@ -1,5 +1,5 @@
-//! A rank's legs on its rail (the ranks of its local rank, one per machine), over the rail's
-//! bootstrap: all-gathers of at most `MAX_CONTRIBUTION_BYTES` each, every wait bounded and
+//! A rank's legs on a rail of sockets (the ranks of its local rank, one per machine), over the
+//! rail's bootstrap: all-gathers of at most `MAX_CONTRIBUTION_BYTES` each, every wait bounded and
 //! ended by the rank's failure. Values combine on the host in machine order, with symm's
 //! element arithmetic (narrow floats in f32, integers wrapping), so every rank of a rail gets
 //! the same bits.
@@ -15,6 +15,8 @@ use symm_device::{DataType, RedOp};
 /// One rank's rail, for one call.
 pub(super) struct Rail<'a> {
     pub shared: &'a Shared,
+    /// The rail's bootstrap connection.
+    pub client: &'a crate::transport::bootstrap::Client,
     pub machines: usize,
     pub machine: usize,
     pub dtype: DataType,
@@ -33,8 +35,8 @@ impl Rail<'_> {
             let range = (piece * MAX_CONTRIBUTION_BYTES).min(mine.len())
                 ..((piece + 1) * MAX_CONTRIBUTION_BYTES).min(mine.len());
             let tag = self.shared.rail_gathers.fetch_add(1, Ordering::Relaxed);
-            self.shared.rail.contribute(tag, &mine[range])?;
-            let gathered = self.shared.wait(&self.shared.rail, tag, &|| {
+            self.client.contribute(tag, &mine[range])?;
+            let gathered = self.shared.wait(self.client, tag, &|| {
                 format!("the rail's all-gather {tag} (every machine's rank of this local rank)")
             })?;
             for (m, bytes) in gathered.into_iter().enumerate() {

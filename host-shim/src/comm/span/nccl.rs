@@ -1,0 +1,287 @@
+//! A rail on NCCL: the host API of `libnccl` (loaded at run time, never a build dependency), a
+//! communicator of the rail's ranks (one per machine), its calls enqueued on the caller's
+//! stream. NCCL compares no arguments; the agreement before every call does (`super::agree`).
+//! NCCL's blocking calls are bounded by that agreement (every rank reached the call) and, on a
+//! failure, by `ncclCommAbort`, which ends its pending work.
+
+use crate::error::{Error, Result};
+use crate::transport::library::{Library, function, open};
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Bytes of `ncclUniqueId`.
+pub const UNIQUE_ID_BYTES: usize = 128;
+
+/// NCCL's `ncclUniqueId`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UniqueId {
+    internal: [c_char; UNIQUE_ID_BYTES],
+}
+
+/// Oldest NCCL the rails call: 2.19 (`ncclCommAbort` ending pending work in every mode, and
+/// the data types symm's match, float8 aside).
+const MIN_VERSION: c_int = 21900;
+
+type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
+type CommInitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int;
+type Reduction = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+type Broadcast = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+type Group = unsafe extern "C" fn() -> c_int;
+type CommCall = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// The NCCL functions the rails call.
+pub struct Nccl {
+    library: Arc<Library>,
+    version: c_int,
+    error_string: GetErrorString,
+    get_unique_id: GetUniqueId,
+    init_rank: CommInitRank,
+    all_reduce: Reduction,
+    reduce_scatter: Reduction,
+    broadcast: Broadcast,
+    group_start: Group,
+    group_end: Group,
+    abort: CommCall,
+    destroy: CommCall,
+}
+
+impl Nccl {
+    /// Load NCCL (`SYMM_NCCL_LIBRARY`, else `libnccl.so.2`) and its rail functions.
+    pub fn load() -> Result<Nccl> {
+        let library = open(
+            "NCCL (libnccl.so.2), which carries symm's legs between machines,",
+            "libnccl.so.2",
+            crate::config::nccl_library(),
+            "SYMM_NCCL_LIBRARY",
+        )?;
+        // SAFETY: each type is the function's signature in nccl.h.
+        unsafe {
+            let get_version: GetVersion = function(&library, "ncclGetVersion")?;
+            let mut version = 0;
+            get_version(&mut version);
+            if version < MIN_VERSION {
+                return Err(Error::unsupported(format!(
+                    "{} is NCCL version code {version}: symm's legs between machines need NCCL \
+                     2.19 ({MIN_VERSION}) or newer",
+                    library.name
+                )));
+            }
+            Ok(Nccl {
+                version,
+                error_string: function(&library, "ncclGetErrorString")?,
+                get_unique_id: function(&library, "ncclGetUniqueId")?,
+                init_rank: function(&library, "ncclCommInitRank")?,
+                all_reduce: function(&library, "ncclAllReduce")?,
+                reduce_scatter: function(&library, "ncclReduceScatter")?,
+                broadcast: function(&library, "ncclBroadcast")?,
+                group_start: function(&library, "ncclGroupStart")?,
+                group_end: function(&library, "ncclGroupEnd")?,
+                abort: function(&library, "ncclCommAbort")?,
+                destroy: function(&library, "ncclCommDestroy")?,
+                library,
+            })
+        }
+    }
+
+    /// `Ok` for `ncclSuccess`, else an error naming `call` and NCCL's description.
+    fn check(&self, result: c_int, call: &str) -> Result<()> {
+        if result == 0 {
+            return Ok(());
+        }
+        // SAFETY: ncclGetErrorString returns NULL or a static NUL-terminated string.
+        let text = unsafe {
+            let text = (self.error_string)(result);
+            if text.is_null() {
+                String::from("unknown error")
+            } else {
+                CStr::from_ptr(text).to_string_lossy().into_owned()
+            }
+        };
+        Err(Error::new(
+            crate::abi::symmResult_t::symmSystemError,
+            format!(
+                "{call} failed with NCCL error {result} ({text}; {} version {})",
+                self.library.name, self.version
+            ),
+        ))
+    }
+
+    /// A new `ncclUniqueId`, as bytes.
+    pub fn unique_id(&self) -> Result<Vec<u8>> {
+        let mut id = UniqueId {
+            internal: [0; UNIQUE_ID_BYTES],
+        };
+        // SAFETY: writes one ncclUniqueId.
+        self.check(unsafe { (self.get_unique_id)(&mut id) }, "ncclGetUniqueId")?;
+        Ok(id.internal.iter().map(|&c| c as u8).collect())
+    }
+}
+
+/// A rank's rail on NCCL: its communicator of the rail's ranks.
+pub struct NcclRail {
+    nccl: Nccl,
+    comm: usize,
+    aborted: AtomicBool,
+}
+
+/// An element type or operator of symm as NCCL's: the C values are NCCL's.
+fn as_nccl(value: i32) -> c_int {
+    value as c_int
+}
+
+impl NcclRail {
+    /// Join the rail whose `ncclUniqueId` is `id` as rank `machine` of `machines` (every rank
+    /// of the rail reached this call: the formation's all-gather said so).
+    pub fn init(nccl: Nccl, id: &[u8], machines: usize, machine: usize) -> Result<NcclRail> {
+        let mut unique = UniqueId {
+            internal: [0; UNIQUE_ID_BYTES],
+        };
+        if id.len() != UNIQUE_ID_BYTES {
+            return Err(Error::internal("a rail's ncclUniqueId of the wrong size"));
+        }
+        for (slot, byte) in unique.internal.iter_mut().zip(id) {
+            *slot = *byte as c_char;
+        }
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the id as NCCL made it on the rail's rank 0.
+        let result =
+            unsafe { (nccl.init_rank)(&mut comm, machines as c_int, unique, machine as c_int) };
+        nccl.check(result, "ncclCommInitRank (the rail between machines)")?;
+        Ok(NcclRail {
+            nccl,
+            comm: comm as usize,
+            aborted: AtomicBool::new(false),
+        })
+    }
+
+    fn comm(&self) -> *mut c_void {
+        self.comm as *mut c_void
+    }
+
+    /// All-reduce of `count` elements at `at`, in place, on `stream`.
+    pub fn all_reduce(
+        &self,
+        at: u64,
+        count: usize,
+        dtype: i32,
+        op: i32,
+        stream: u64,
+    ) -> Result<()> {
+        // SAFETY: `at` holds `count` elements on this rank's device until the stream ran it.
+        let result = unsafe {
+            (self.nccl.all_reduce)(
+                at as *const c_void,
+                at as *mut c_void,
+                count,
+                as_nccl(dtype),
+                as_nccl(op),
+                self.comm(),
+                stream as *mut c_void,
+            )
+        };
+        self.nccl
+            .check(result, "ncclAllReduce (the rail between machines)")
+    }
+
+    /// Reduce-scatter: `from` holds a block of `count` elements per machine; block `machine`
+    /// of every machine, reduced, lands at `to`.
+    pub fn reduce_scatter(
+        &self,
+        (from, to): (u64, u64),
+        count: usize,
+        dtype: i32,
+        op: i32,
+        stream: u64,
+    ) -> Result<()> {
+        // SAFETY: as in `all_reduce`, for both buffers.
+        let result = unsafe {
+            (self.nccl.reduce_scatter)(
+                from as *const c_void,
+                to as *mut c_void,
+                count,
+                as_nccl(dtype),
+                as_nccl(op),
+                self.comm(),
+                stream as *mut c_void,
+            )
+        };
+        self.nccl
+            .check(result, "ncclReduceScatter (the rail between machines)")
+    }
+
+    /// Broadcasts of `count` elements, one per `(root, from, to)` (`from` read on the root),
+    /// in one NCCL group.
+    pub fn broadcasts(
+        &self,
+        legs: &[(usize, u64, u64)],
+        count: usize,
+        dtype: i32,
+        stream: u64,
+    ) -> Result<()> {
+        // SAFETY: no arguments.
+        let started = unsafe { (self.nccl.group_start)() };
+        self.nccl.check(started, "ncclGroupStart")?;
+        let mut first_error = Ok(());
+        for &(root, from, to) in legs {
+            // SAFETY: as in `all_reduce`, for both buffers.
+            let result = unsafe {
+                (self.nccl.broadcast)(
+                    from as *const c_void,
+                    to as *mut c_void,
+                    count,
+                    as_nccl(dtype),
+                    root as c_int,
+                    self.comm(),
+                    stream as *mut c_void,
+                )
+            };
+            if first_error.is_ok() {
+                first_error = self
+                    .nccl
+                    .check(result, "ncclBroadcast (the rail between machines)");
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let ended = unsafe { (self.nccl.group_end)() };
+        let ended = self.nccl.check(ended, "ncclGroupEnd");
+        first_error.and(ended)
+    }
+
+    /// End the rail's pending work and refuse its later calls (`ncclCommAbort`); once.
+    pub fn abort(&self) {
+        if self.aborted.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // SAFETY: the rail's communicator, aborted once.
+        let _ = unsafe { (self.nccl.abort)(self.comm()) };
+    }
+}
+
+impl Drop for NcclRail {
+    fn drop(&mut self) {
+        if !self.aborted.load(Ordering::Acquire) {
+            // SAFETY: the rail's communicator, destroyed once, never used again.
+            let _ = unsafe { (self.nccl.destroy)(self.comm()) };
+        }
+    }
+}

@@ -1,0 +1,249 @@
+/*
+ * A stand-in for NCCL's host collectives, for the tests of symm's rails between machines on
+ * NCCL (tests/tests/machines.rs) on the host backend: buffers are host memory, calls complete
+ * before they return (streams are ignored), and the ranks of a communicator meet in a shared
+ * memory segment named by the ncclUniqueId. Only the calls symm's rails make.
+ *
+ * Element types: the integers, float and double (the 16- and 8-bit floats are refused with
+ * ncclInvalidArgument). Every wait is bounded (60 s) and ends at once when this process aborts
+ * the communicator (ncclCommAbort from another thread). Knob: FAKE_NCCL_VERSION=<code>
+ * (default 22203).
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT_BYTES ((size_t)4 << 20)
+#define WAIT_SECONDS 60
+
+typedef struct { char internal[128]; } ncclUniqueId;
+
+struct header {
+  atomic_int arrived;
+  atomic_uint generation;
+  int nranks;
+};
+
+struct fake_comm {
+  int rank, nranks;
+  struct header *header;
+  char *slots;
+  size_t bytes;
+  char name[128];
+  atomic_int aborted;
+};
+
+enum { SUCCESS = 0, SYSTEM_ERROR = 2, INVALID_ARGUMENT = 4 };
+
+int ncclGetVersion(int *version) {
+  const char *text = getenv("FAKE_NCCL_VERSION");
+  *version = text ? atoi(text) : 22203;
+  return SUCCESS;
+}
+
+const char *ncclGetErrorString(int result) {
+  switch (result) {
+  case SUCCESS: return "no error";
+  case SYSTEM_ERROR: return "fake NCCL: a peer did not come, or the communicator was aborted";
+  case INVALID_ARGUMENT: return "fake NCCL: unsupported argument";
+  default: return "fake NCCL error";
+  }
+}
+
+int ncclGetUniqueId(ncclUniqueId *id) {
+  static atomic_int counter;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  memset(id, 0, sizeof *id);
+  snprintf(id->internal, sizeof id->internal, "/fake-nccl-%d-%d-%ld", (int)getpid(),
+           atomic_fetch_add(&counter, 1), (long)now.tv_nsec);
+  return SUCCESS;
+}
+
+static double seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec + now.tv_nsec / 1e9;
+}
+
+static int barrier(struct fake_comm *c) {
+  struct header *h = c->header;
+  unsigned generation = atomic_load(&h->generation);
+  if (atomic_fetch_add(&h->arrived, 1) == c->nranks - 1) {
+    atomic_store(&h->arrived, 0);
+    atomic_fetch_add(&h->generation, 1);
+    return SUCCESS;
+  }
+  double deadline = seconds() + WAIT_SECONDS;
+  while (atomic_load(&h->generation) == generation) {
+    if (atomic_load(&c->aborted) || seconds() > deadline) return SYSTEM_ERROR;
+    usleep(20);
+  }
+  return SUCCESS;
+}
+
+int ncclCommInitRank(struct fake_comm **out, int nranks, ncclUniqueId id, int rank) {
+  if (nranks < 1 || rank < 0 || rank >= nranks || id.internal[0] != '/') return INVALID_ARGUMENT;
+  struct fake_comm *c = calloc(1, sizeof *c);
+  if (!c) return SYSTEM_ERROR;
+  c->rank = rank;
+  c->nranks = nranks;
+  memcpy(c->name, id.internal, sizeof c->name);
+  c->name[sizeof c->name - 1] = 0;
+  c->bytes = 4096 + (size_t)nranks * SLOT_BYTES;
+  int fd = shm_open(c->name, O_CREAT | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, (off_t)c->bytes) != 0) {
+    if (fd >= 0) close(fd);
+    free(c);
+    return SYSTEM_ERROR;
+  }
+  void *memory = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (memory == MAP_FAILED) {
+    free(c);
+    return SYSTEM_ERROR;
+  }
+  c->header = memory;
+  c->slots = (char *)memory + 4096;
+  int result = barrier(c);
+  if (result == SUCCESS && rank == 0) shm_unlink(c->name); /* every rank has it mapped */
+  if (result == SUCCESS) result = barrier(c);
+  if (result != SUCCESS) {
+    munmap(memory, c->bytes);
+    free(c);
+    return result;
+  }
+  *out = c;
+  return SUCCESS;
+}
+
+static size_t type_size(int type) {
+  switch (type) {
+  case 0: case 1: return 1;
+  case 2: case 3: case 7: return 4;
+  case 4: case 5: case 8: return 8;
+  default: return 0;
+  }
+}
+
+/* out[i] = op over ranks (in rank order) of in_r[i]; wrapping integers, as NCCL. */
+#define REDUCE(T, U)                                                                          \
+  static void reduce_##T(int op, int n, char **inputs, T *out, size_t count) {                \
+    for (size_t i = 0; i < count; i++) {                                                      \
+      T acc = ((T *)inputs[0])[i];                                                            \
+      for (int r = 1; r < n; r++) {                                                           \
+        T v = ((T *)inputs[r])[i];                                                            \
+        switch (op) {                                                                         \
+        case 0: case 4: acc = (T)((U)acc + (U)v); break;                                     \
+        case 1: acc = (T)((U)acc * (U)v); break;                                             \
+        case 2: acc = v > acc ? v : acc; break;                                               \
+        default: acc = v < acc ? v : acc; break;                                              \
+        }                                                                                     \
+      }                                                                                       \
+      if (op == 4) acc = (T)(acc / (T)n);                                                     \
+      out[i] = acc;                                                                           \
+    }                                                                                         \
+  }
+REDUCE(int8_t, uint8_t)
+REDUCE(uint8_t, uint8_t)
+REDUCE(int32_t, uint32_t)
+REDUCE(uint32_t, uint32_t)
+REDUCE(int64_t, uint64_t)
+REDUCE(uint64_t, uint64_t)
+REDUCE(float, float)
+REDUCE(double, double)
+
+static void reduce(int type, int op, int n, char **inputs, void *out, size_t count) {
+  switch (type) {
+  case 0: reduce_int8_t(op, n, inputs, out, count); break;
+  case 1: reduce_uint8_t(op, n, inputs, out, count); break;
+  case 2: reduce_int32_t(op, n, inputs, out, count); break;
+  case 3: reduce_uint32_t(op, n, inputs, out, count); break;
+  case 4: reduce_int64_t(op, n, inputs, out, count); break;
+  case 5: reduce_uint64_t(op, n, inputs, out, count); break;
+  case 7: reduce_float(op, n, inputs, out, count); break;
+  default: reduce_double(op, n, inputs, out, count); break;
+  }
+}
+
+static char *slot(struct fake_comm *c, int rank) { return c->slots + (size_t)rank * SLOT_BYTES; }
+
+int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op,
+                  struct fake_comm *c, void *stream) {
+  (void)stream;
+  size_t size = type_size(type);
+  if (!size || op < 0 || op > 4) return INVALID_ARGUMENT;
+  size_t chunk = SLOT_BYTES / size;
+  char *inputs[64];
+  if (c->nranks > 64) return INVALID_ARGUMENT;
+  for (size_t done = 0; done < count; done += chunk) {
+    size_t n = count - done < chunk ? count - done : chunk;
+    memcpy(slot(c, c->rank), (const char *)send + done * size, n * size);
+    int result = barrier(c);
+    if (result) return result;
+    for (int r = 0; r < c->nranks; r++) inputs[r] = slot(c, r);
+    reduce(type, op, c->nranks, inputs, (char *)recv + done * size, n);
+    if ((result = barrier(c))) return result;
+  }
+  return SUCCESS;
+}
+
+int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op,
+                      struct fake_comm *c, void *stream) {
+  (void)stream;
+  size_t size = type_size(type);
+  if (!size || op < 0 || op > 4) return INVALID_ARGUMENT;
+  size_t chunk = SLOT_BYTES / size / (size_t)c->nranks;
+  char *inputs[64];
+  if (c->nranks > 64) return INVALID_ARGUMENT;
+  for (size_t done = 0; done < count; done += chunk) {
+    size_t n = count - done < chunk ? count - done : chunk;
+    for (int b = 0; b < c->nranks; b++)
+      memcpy(slot(c, c->rank) + (size_t)b * n * size,
+             (const char *)send + ((size_t)b * count + done) * size, n * size);
+    int result = barrier(c);
+    if (result) return result;
+    for (int r = 0; r < c->nranks; r++) inputs[r] = slot(c, r) + (size_t)c->rank * n * size;
+    reduce(type, op, c->nranks, inputs, (char *)recv + done * size, n);
+    if ((result = barrier(c))) return result;
+  }
+  return SUCCESS;
+}
+
+int ncclBroadcast(const void *send, void *recv, size_t count, int type, int root,
+                  struct fake_comm *c, void *stream) {
+  (void)stream;
+  size_t size = type_size(type);
+  if (!size || root < 0 || root >= c->nranks) return INVALID_ARGUMENT;
+  size_t chunk = SLOT_BYTES / size;
+  for (size_t done = 0; done < count; done += chunk) {
+    size_t n = count - done < chunk ? count - done : chunk;
+    if (c->rank == root) memcpy(slot(c, root), (const char *)send + done * size, n * size);
+    int result = barrier(c);
+    if (result) return result;
+    memmove((char *)recv + done * size, slot(c, root), n * size);
+    if ((result = barrier(c))) return result;
+  }
+  return SUCCESS;
+}
+
+int ncclGroupStart(void) { return SUCCESS; }
+int ncclGroupEnd(void) { return SUCCESS; }
+
+int ncclCommAbort(struct fake_comm *c) {
+  atomic_store(&c->aborted, 1);
+  return SUCCESS; /* the memory stays: a call of another thread may still be in it */
+}
+
+int ncclCommDestroy(struct fake_comm *c) {
+  munmap(c->header, c->bytes);
+  free(c);
+  return SUCCESS;
+}
