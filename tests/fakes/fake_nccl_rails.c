@@ -4,12 +4,14 @@
  * before they return (streams are ignored), and the ranks of a communicator meet in a shared
  * memory segment named by the ncclUniqueId. Only the calls symm's rails make.
  *
- * Element types: the integers, float and double (the 16- and 8-bit floats are refused with
- * ncclInvalidArgument). Every wait is bounded (60 s) and ends at once when this process aborts
- * the communicator (ncclCommAbort from another thread). Knob: FAKE_NCCL_VERSION=<code>
- * (default 22203).
+ * Element types: every type is moved; the integers, float and double are reduced (reducing
+ * the 16- and 8-bit floats is refused with ncclInvalidArgument). Every wait is bounded (60 s) and ends at once when this process aborts
+ * the communicator (ncclCommAbort from another thread). Knobs: FAKE_NCCL_VERSION=<code>
+ * (default 22203); FAKE_NCCL_DEVICE=1: buffers are device memory of the libcuda this process
+ * loaded (the simulated GPU's), read and written with cuMemcpy after the stream's work.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -126,12 +128,16 @@ int ncclCommInitRank(struct fake_comm **out, int nranks, ncclUniqueId id, int ra
 
 static size_t type_size(int type) {
   switch (type) {
-  case 0: case 1: return 1;
+  case 0: case 1: case 10: case 11: return 1;
+  case 6: case 9: return 2;
   case 2: case 3: case 7: return 4;
   case 4: case 5: case 8: return 8;
   default: return 0;
   }
 }
+
+/* The types this stand-in reduces (it moves every type). */
+static int reduces(int type) { return type <= 5 || type == 7 || type == 8; }
 
 /* out[i] = op over ranks (in rank order) of in_r[i]; wrapping integers, as NCCL. */
 #define REDUCE(T, U)                                                                          \
@@ -175,63 +181,107 @@ static void reduce(int type, int op, int n, char **inputs, void *out, size_t cou
 
 static char *slot(struct fake_comm *c, int rank) { return c->slots + (size_t)rank * SLOT_BYTES; }
 
+/* Buffers in device memory (FAKE_NCCL_DEVICE=1): copies through the loaded libcuda. */
+typedef int (*dtoh_fn)(void *, unsigned long long, size_t);
+typedef int (*htod_fn)(unsigned long long, const void *, size_t);
+typedef int (*sync_fn)(void *);
+static int on_device(void) {
+  const char *text = getenv("FAKE_NCCL_DEVICE");
+  return text && text[0] == '1';
+}
+static void *cuda(const char *name) {
+  void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return library ? dlsym(library, name) : NULL;
+}
+/* Copy `bytes` of the caller's buffer `src` (after the stream's work) to host memory. */
+static int to_host(void *dst, const void *src, size_t bytes, void *stream) {
+  if (!on_device()) { memmove(dst, src, bytes); return SUCCESS; }
+  sync_fn sync = (sync_fn)cuda("cuStreamSynchronize");
+  dtoh_fn dtoh = (dtoh_fn)cuda("cuMemcpyDtoH_v2");
+  if (!sync || !dtoh || sync(stream) || dtoh(dst, (unsigned long long)(uintptr_t)src, bytes))
+    return SYSTEM_ERROR;
+  return SUCCESS;
+}
+/* Copy `bytes` of host memory into the caller's buffer `dst` (after the stream's work). */
+static int from_host(void *dst, const void *src, size_t bytes, void *stream) {
+  if (!on_device()) { memmove(dst, src, bytes); return SUCCESS; }
+  sync_fn sync = (sync_fn)cuda("cuStreamSynchronize");
+  htod_fn htod = (htod_fn)cuda("cuMemcpyHtoD_v2");
+  if (!sync || !htod || sync(stream) || htod((unsigned long long)(uintptr_t)dst, src, bytes))
+    return SYSTEM_ERROR;
+  return SUCCESS;
+}
+
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op,
                   struct fake_comm *c, void *stream) {
-  (void)stream;
   size_t size = type_size(type);
-  if (!size || op < 0 || op > 4) return INVALID_ARGUMENT;
+  if (!size || !reduces(type) || op < 0 || op > 4) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;
   char *inputs[64];
   if (c->nranks > 64) return INVALID_ARGUMENT;
-  for (size_t done = 0; done < count; done += chunk) {
+  char *out = malloc(SLOT_BYTES);
+  if (!out) return SYSTEM_ERROR;
+  int result = SUCCESS;
+  for (size_t done = 0; done < count && !result; done += chunk) {
     size_t n = count - done < chunk ? count - done : chunk;
-    memcpy(slot(c, c->rank), (const char *)send + done * size, n * size);
-    int result = barrier(c);
-    if (result) return result;
+    result = to_host(slot(c, c->rank), (const char *)send + done * size, n * size, stream);
+    if (!result) result = barrier(c);
+    if (result) break;
     for (int r = 0; r < c->nranks; r++) inputs[r] = slot(c, r);
-    reduce(type, op, c->nranks, inputs, (char *)recv + done * size, n);
-    if ((result = barrier(c))) return result;
+    reduce(type, op, c->nranks, inputs, out, n);
+    result = barrier(c);
+    if (!result) result = from_host((char *)recv + done * size, out, n * size, stream);
   }
-  return SUCCESS;
+  free(out);
+  return result;
 }
 
 int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op,
                       struct fake_comm *c, void *stream) {
-  (void)stream;
   size_t size = type_size(type);
-  if (!size || op < 0 || op > 4) return INVALID_ARGUMENT;
+  if (!size || !reduces(type) || op < 0 || op > 4) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size / (size_t)c->nranks;
   char *inputs[64];
   if (c->nranks > 64) return INVALID_ARGUMENT;
-  for (size_t done = 0; done < count; done += chunk) {
+  char *out = malloc(SLOT_BYTES);
+  if (!out) return SYSTEM_ERROR;
+  int result = SUCCESS;
+  for (size_t done = 0; done < count && !result; done += chunk) {
     size_t n = count - done < chunk ? count - done : chunk;
-    for (int b = 0; b < c->nranks; b++)
-      memcpy(slot(c, c->rank) + (size_t)b * n * size,
-             (const char *)send + ((size_t)b * count + done) * size, n * size);
-    int result = barrier(c);
-    if (result) return result;
+    for (int b = 0; b < c->nranks && !result; b++)
+      result = to_host(slot(c, c->rank) + (size_t)b * n * size,
+                       (const char *)send + ((size_t)b * count + done) * size, n * size, stream);
+    if (!result) result = barrier(c);
+    if (result) break;
     for (int r = 0; r < c->nranks; r++) inputs[r] = slot(c, r) + (size_t)c->rank * n * size;
-    reduce(type, op, c->nranks, inputs, (char *)recv + done * size, n);
-    if ((result = barrier(c))) return result;
+    reduce(type, op, c->nranks, inputs, out, n);
+    result = barrier(c);
+    if (!result) result = from_host((char *)recv + done * size, out, n * size, stream);
   }
-  return SUCCESS;
+  free(out);
+  return result;
 }
 
 int ncclBroadcast(const void *send, void *recv, size_t count, int type, int root,
                   struct fake_comm *c, void *stream) {
-  (void)stream;
   size_t size = type_size(type);
   if (!size || root < 0 || root >= c->nranks) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;
-  for (size_t done = 0; done < count; done += chunk) {
+  char *out = malloc(SLOT_BYTES);
+  if (!out) return SYSTEM_ERROR;
+  int result = SUCCESS;
+  for (size_t done = 0; done < count && !result; done += chunk) {
     size_t n = count - done < chunk ? count - done : chunk;
-    if (c->rank == root) memcpy(slot(c, root), (const char *)send + done * size, n * size);
-    int result = barrier(c);
-    if (result) return result;
-    memmove((char *)recv + done * size, slot(c, root), n * size);
-    if ((result = barrier(c))) return result;
+    if (c->rank == root)
+      result = to_host(slot(c, root), (const char *)send + done * size, n * size, stream);
+    if (!result) result = barrier(c);
+    if (result) break;
+    memcpy(out, slot(c, root), n * size);
+    result = barrier(c);
+    if (!result) result = from_host((char *)recv + done * size, out, n * size, stream);
   }
-  return SUCCESS;
+  free(out);
+  return result;
 }
 
 int ncclGroupStart(void) { return SUCCESS; }

@@ -97,8 +97,36 @@ fn rails_on_nccl_run_every_collective_exactly() {
         &["a", "a", "b", "b", "c", "c"][..],
     ] {
         let env = [("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())];
-        let outcomes = ranks_on_with(hosts, "collectives-nccl", &env);
+        let outcomes = ranks_on_with(hosts, "collectives", &env);
         assert_every_rank_says(&outcomes, "every call exact", &format!("nccl {hosts:?}"));
+    }
+}
+
+/// On the simulated GPU (the cuda backend through the PTX interpreter, `cargo xtask sim`):
+/// 2 × 2, the small calls of the sequence in device memory, exact, on rails of sockets (the
+/// data through the host) and on the NCCL stand-in reading and writing device memory.
+#[test]
+#[ignore = "runs on the simulated GPU (cargo xtask sim --test)"]
+fn on_the_simulated_gpu_machines_run_the_small_calls_exactly() {
+    assert!(
+        on_cuda(),
+        "run with SYMM_BACKEND=cuda and the simulated GPU's libcuda on LD_LIBRARY_PATH (the rank \
+         processes inherit it): cargo xtask sim --test"
+    );
+    let nccl = fake_nccl();
+    for rails in [
+        &[("SYMM_RAILS", "sockets")][..],
+        &[
+            ("SYMM_RAILS", "nccl"),
+            ("SYMM_NCCL_LIBRARY", nccl.as_str()),
+            ("FAKE_NCCL_DEVICE", "1"),
+        ][..],
+    ] {
+        let mut env = vec![("SYMM_BACKEND", "cuda")];
+        env.extend_from_slice(rails);
+        let outcomes = ranks_on_with(&["a", "a", "b", "b"], "collectives-small", &env);
+        let case = format!("simulated GPU, {rails:?}");
+        assert_every_rank_says(&outcomes, "every call exact", &case);
     }
 }
 
@@ -512,11 +540,20 @@ fn one_rank(rank: usize) {
     let (base, window) = window_of_bytes(comm, 2 * HALF);
     let base = base as *mut u8;
     match mode.as_str() {
-        "collectives" | "collectives-nccl" => {
+        "collectives" | "collectives-small" => {
+            if mode == "collectives-small" {
+                assert_eq!(backend(comm), "cuda");
+            }
             for (salt, c) in cases().iter().enumerate() {
+                // The simulated GPU interprets every kernel: small calls in device memory only.
+                if mode == "collectives-small" && (c.count > 17 || c.staged) {
+                    continue;
+                }
                 // The stand-in NCCL reduces no 16- or 8-bit floats.
                 let narrow = c.dtype.is_float() && c.dtype.size_bytes() < 4;
-                if mode == "collectives-nccl" && narrow {
+                let reduces = matches!(c.collective, "all_reduce" | "reduce_scatter");
+                let nccl = std::env::var("SYMM_RAILS").as_deref() == Ok("nccl");
+                if nccl && narrow && reduces {
                     continue;
                 }
                 run_case(comm, rank, nranks, base, HALF, c, salt);

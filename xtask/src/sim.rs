@@ -227,6 +227,8 @@ struct TestBinaries {
     rust_kernels: PathBuf,
     /// Windows over memory another owner mapped (`peer_windows.rs`).
     peer_windows: PathBuf,
+    /// Ranks on several machines (`machines.rs`).
+    machines: PathBuf,
     /// The Rust example's kernel launched from its PTX (`examples/rust/app/tests/ring.rs`).
     example_kernels: PathBuf,
 }
@@ -266,6 +268,8 @@ fn test_binaries() -> Result<TestBinaries, String> {
             "rust_kernels",
             "--test",
             "peer_windows",
+            "--test",
+            "machines",
         ],
     )?;
     // The Rust example: its build script compiles its kernels' crate to PTX.
@@ -294,6 +298,7 @@ fn test_binaries() -> Result<TestBinaries, String> {
         rust_api: executable("rust_api")?,
         rust_kernels: executable("rust_kernels")?,
         peer_windows: executable("peer_windows")?,
+        machines: executable("machines")?,
         example_kernels: executable("ring")?,
     })
 }
@@ -386,8 +391,8 @@ fn cuda_home(dir: &Path) -> Result<PathBuf, String> {
 ///    all-to-all-v with counts in device memory (`all_to_all_v.rs`), and calls outside windows
 ///    staged through the staging window, a graph replay of one among them (`staging.rs`), and
 ///    sends and receives staged whole (`staging_point_to_point.rs`), the Rust API
-///    (`rust_api.rs`), and windows over memory another owner allocated and mapped
-///    (`peer_windows.rs`).
+///    (`rust_api.rs`), windows over memory another owner allocated and mapped
+///    (`peer_windows.rs`), and ranks on two machines with both kinds of rails (`machines.rs`).
 /// 2. Weak memory (`SYMM_SIM_WEAK=1`): the mixed-call sequence on one window and the chained
 ///    in-place sums across threads, with the automatic, one-shot (its in-place rounds and,
 ///    every rank in place, its shares) and two-shot algorithms, and with PAT for the
@@ -537,9 +542,20 @@ pub fn test() -> Result<(), String> {
         }
         .pass(&dir)?;
     }
+    SimRun {
+        what: "ranks on two machines, rails of sockets and of NCCL's stand-in",
+        program: &binaries.machines,
+        args: vec![
+            "--ignored",
+            "--exact",
+            "on_the_simulated_gpu_machines_run_the_small_calls_exactly",
+        ],
+        env: vec![("SYMM_SIM_SEED", "7"), ("SYMM_SIM_SMS", "16")],
+    }
+    .pass(&dir)?;
     step(
         "layouts: offsets, prompt failure, abort, split, shrink, send/receive, all-to-all-v, \
-         staging, Rust API, users' kernels, other owners' windows",
+         staging, Rust API, users' kernels, other owners' windows, machines",
         t,
     );
 
