@@ -181,6 +181,14 @@ static void reduce(int type, int op, int n, char **inputs, void *out, size_t cou
 
 static char *slot(struct fake_comm *c, int rank) { return c->slots + (size_t)rank * SLOT_BYTES; }
 
+/* NCCL frees an aborted communicator: a call on it afterwards is a use after free. */
+static void live(struct fake_comm *c, const char *call) {
+  if (atomic_load(&c->aborted)) {
+    fprintf(stderr, "fake NCCL: %s on a communicator after ncclCommAbort\n", call);
+    abort();
+  }
+}
+
 /* Buffers in device memory (FAKE_NCCL_DEVICE=1): copies through the loaded libcuda. */
 typedef int (*dtoh_fn)(void *, unsigned long long, size_t);
 typedef int (*htod_fn)(unsigned long long, const void *, size_t);
@@ -214,6 +222,7 @@ static int from_host(void *dst, const void *src, size_t bytes, void *stream) {
 
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op,
                   struct fake_comm *c, void *stream) {
+  live(c, "ncclAllReduce");
   size_t size = type_size(type);
   if (!size || !reduces(type) || op < 0 || op > 4) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;
@@ -238,6 +247,7 @@ int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op,
 
 int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op,
                       struct fake_comm *c, void *stream) {
+  live(c, "ncclReduceScatter");
   size_t size = type_size(type);
   if (!size || !reduces(type) || op < 0 || op > 4) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size / (size_t)c->nranks;
@@ -264,6 +274,7 @@ int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int 
 
 int ncclBroadcast(const void *send, void *recv, size_t count, int type, int root,
                   struct fake_comm *c, void *stream) {
+  live(c, "ncclBroadcast");
   size_t size = type_size(type);
   if (!size || root < 0 || root >= c->nranks) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;
@@ -288,11 +299,13 @@ int ncclGroupStart(void) { return SUCCESS; }
 int ncclGroupEnd(void) { return SUCCESS; }
 
 int ncclCommAbort(struct fake_comm *c) {
+  live(c, "ncclCommAbort");
   atomic_store(&c->aborted, 1);
   return SUCCESS; /* the memory stays: a call of another thread may still be in it */
 }
 
 int ncclCommDestroy(struct fake_comm *c) {
+  live(c, "ncclCommDestroy");
   munmap(c->header, c->bytes);
   free(c);
   return SUCCESS;

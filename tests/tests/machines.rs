@@ -96,7 +96,11 @@ fn rails_on_nccl_run_every_collective_exactly() {
         &["a", "a", "b", "b"][..],
         &["a", "a", "b", "b", "c", "c"][..],
     ] {
-        let env = [("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())];
+        let env = [
+            ("SYMM_RAILS", "nccl"),
+            ("SYMM_NCCL_LIBRARY", nccl.as_str()),
+            ("FAKE_NCCL_VERSION", "22403"),
+        ];
         let outcomes = ranks_on_with(hosts, "collectives", &env);
         assert_every_rank_says(&outcomes, "every call exact", &format!("nccl {hosts:?}"));
     }
@@ -119,6 +123,7 @@ fn on_the_simulated_gpu_machines_run_the_small_calls_exactly() {
         &[
             ("SYMM_RAILS", "nccl"),
             ("SYMM_NCCL_LIBRARY", nccl.as_str()),
+            ("FAKE_NCCL_VERSION", "22403"),
             ("FAKE_NCCL_DEVICE", "1"),
         ][..],
     ] {
@@ -128,6 +133,20 @@ fn on_the_simulated_gpu_machines_run_the_small_calls_exactly() {
         let case = format!("simulated GPU, {rails:?}");
         assert_every_rank_says(&outcomes, "every call exact", &case);
     }
+}
+
+/// Rails on an NCCL without float8 types (before 2.24): a float8 call is refused on every rank
+/// before any leg runs, naming the version.
+#[test]
+fn rails_on_an_nccl_without_float8_refuse_float8_calls() {
+    let nccl = fake_nccl();
+    let env = [
+        ("SYMM_RAILS", "nccl"),
+        ("SYMM_NCCL_LIBRARY", nccl.as_str()),
+        ("FAKE_NCCL_VERSION", "22203"),
+    ];
+    let outcomes = ranks_on_with(&["a", "a", "b", "b"], "float8-old-nccl", &env);
+    assert_every_rank_says(&outcomes, "float8 refused", "NCCL 2.22");
 }
 
 /// Rails on NCCL where one rank cannot load it: every rank's `symmCommInitRank` fails at once,
@@ -259,7 +278,11 @@ fn a_rank_killed_on_one_machine_is_seen_by_every_other_rank() {
     let nccl = fake_nccl();
     for rails in [
         &[][..],
-        &[("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())][..],
+        &[
+            ("SYMM_RAILS", "nccl"),
+            ("SYMM_NCCL_LIBRARY", nccl.as_str()),
+            ("FAKE_NCCL_VERSION", "22403"),
+        ][..],
     ] {
         let outcomes = ranks_on_with(&["a", "a", "b", "b"], "killed", rails);
         for (rank, (ok, log)) in outcomes.iter().enumerate().take(3) {
@@ -279,7 +302,11 @@ fn a_rank_that_aborts_on_one_machine_fails_every_other_rank_with_its_cause() {
     let nccl = fake_nccl();
     for rails in [
         &[][..],
-        &[("SYMM_RAILS", "nccl"), ("SYMM_NCCL_LIBRARY", nccl.as_str())][..],
+        &[
+            ("SYMM_RAILS", "nccl"),
+            ("SYMM_NCCL_LIBRARY", nccl.as_str()),
+            ("FAKE_NCCL_VERSION", "22403"),
+        ][..],
     ] {
         let outcomes = ranks_on_with(&["a", "a", "b", "b"], "aborted", rails);
         assert_every_rank_says(&outcomes, "saw the abort", &format!("aborted {rails:?}"));
@@ -682,6 +709,18 @@ fn one_rank(rank: usize) {
                 assert!(message.contains("rank 3"), "{message}");
             }
             println!("machine rank {rank}: saw the killed rank ({took:?}): {message}");
+        }
+        "float8-old-nccl" => {
+            let (s, r) = (
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+            );
+            let f8 = symmDataType_t::symmFloat8e4m3 as symmDataTypeRaw;
+            let result = symmAllGather(s, r, 4, f8, comm, null_mut());
+            let message = last_error(comm);
+            assert_eq!(result, symmResult_t::symmUnsupported, "{message}");
+            assert!(message.contains("no float8 types"), "{message}");
+            println!("machine rank {rank}: float8 refused");
         }
         "unsupported" => {
             let started = Instant::now();

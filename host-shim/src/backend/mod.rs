@@ -317,6 +317,15 @@ impl Backend {
         }
     }
 
+    /// Whether `stream` is being captured into a CUDA graph (never on the host and model
+    /// backends).
+    pub fn stream_is_capturing(&self, stream: u64) -> Result<bool> {
+        match self {
+            Backend::Cuda(_) => cuda::stream_is_capturing(stream),
+            Backend::Host(_) | Backend::Model(_) => Ok(false),
+        }
+    }
+
     /// Wait until the work enqueued on `stream` of `device` so far has run (the host backend's
     /// work has run when its call returns).
     pub fn synchronize_stream(&self, device: i32, stream: u64) -> Result<()> {

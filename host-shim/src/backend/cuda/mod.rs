@@ -62,6 +62,11 @@ pub fn cu_device(ordinal: i32) -> Result<sys::CUdevice> {
     driver("cuDeviceGet", || result::device::get(ordinal))
 }
 
+/// Whether the caller's stream `handle` is being captured into a CUDA graph.
+pub fn stream_is_capturing(handle: u64) -> Result<bool> {
+    stream::is_capturing(handle)
+}
+
 /// The calling thread's current CUDA device, if the driver is present and a context is current.
 pub fn current_device() -> Option<i32> {
     if !library_present() {

@@ -126,6 +126,16 @@ fn stream_key(stream: u64) -> (u64, u64) {
     }
 }
 
+/// Whether the caller's stream `handle` is being captured into a CUDA graph.
+pub(super) fn is_capturing(handle: u64) -> Result<bool> {
+    let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a stream handle from the caller; one write. Allowed during any capture.
+    driver("cuStreamIsCapturing", || unsafe {
+        sys::cuStreamIsCapturing(handle as sys::CUstream, &mut capture).result()
+    })?;
+    Ok(capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// The kind of a caller's stream: the special handles by value, others by `cuStreamGetFlags`.
 ///
 /// `cuStreamGetFlags` is refused on a stream being captured (and, in the default capture

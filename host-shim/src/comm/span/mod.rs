@@ -4,11 +4,10 @@
 //! machine's own communicator (`inside`: windows, kernels, call records and process watch of
 //! the machine's `L` ranks, made from the spanning bootstrap as a split makes its children)
 //! and its rail (the `M` ranks of its local rank, one per machine). Each of the four
-//! collectives it runs ([`plan`]) is legs inside and legs on the rail. On the host backend a
-//! rail is an authenticated bootstrap connection of its own (the all-gathers of
-//! `transport::bootstrap`, every read bounded); nothing of one machine's memory is mapped by
-//! another. Cuda ranks spanning machines are refused at init: their rails are to run on NCCL,
-//! which is not driven yet.
+//! collectives it runs ([`plan`]) is legs inside and legs on the rail. A rail is an NCCL
+//! communicator (`nccl`, the cuda backend's default) or an authenticated bootstrap connection
+//! of its own (the all-gathers of `transport::bootstrap`, every read bounded, the data through
+//! the host: the host backend's default); nothing of one machine's memory is mapped by another.
 //!
 //! **Agreement.** Every call of every rank is numbered and all-gathered over the spanning
 //! bootstrap before any leg runs ([`signature`]): the user's call, or the rank's refusal of
@@ -121,11 +120,11 @@ impl Shared {
         if tell && !crate::mutation::active(crate::mutation::Mutation::SpanFailureUntold) {
             let _ = self.link.client().fail(&error.message);
         }
+        super::failure::fail(&self.inside, error);
         if let RailLink::Nccl(rail) = &self.rail {
             // Ends NCCL's pending work on the rail, and its later calls.
             rail.abort();
         }
-        super::failure::fail(&self.inside, error);
     }
 
     /// Wait for the all-gather `tag` of `client`, bounded by the timeout and ended at once by
@@ -192,8 +191,10 @@ impl Span {
             let _ = monitor.join();
         }
         let destroyed = super::destroy(&self.shared.inside);
-        if let RailLink::Sockets(rail) = &self.shared.rail {
-            rail.leave();
+        match &self.shared.rail {
+            RailLink::Sockets(rail) => rail.leave(),
+            RailLink::Nccl(rail) if self.failure().is_some() => rail.abort(),
+            RailLink::Nccl(rail) => rail.release(),
         }
         self.shared.link.client().leave();
         destroyed
@@ -236,15 +237,16 @@ pub(crate) fn form(
         0 => super::split::new_root(Some(&link))?.encode().to_vec(),
         _ => Vec::new(),
     };
-    let rail_root = match (machine, &nccl) {
-        (0, None) => super::split::new_root(Some(&link))?.encode().to_vec(),
-        (0, Some(Ok(nccl))) => nccl.unique_id().unwrap_or_default(),
+    let rail_id = match (machine, &nccl) {
+        (0, None) => Ok(super::split::new_root(Some(&link))?.encode().to_vec()),
+        (0, Some(Ok(nccl))) => nccl.unique_id(),
+        _ => Ok(Vec::new()),
+    };
+    let nccl_status = match (&nccl, &rail_id) {
+        (Some(Err(e)), _) | (_, Err(e)) => e.message.clone().into_bytes(),
         _ => Vec::new(),
     };
-    let nccl_status = match &nccl {
-        Some(Err(e)) => e.message.clone().into_bytes(),
-        _ => Vec::new(),
-    };
+    let rail_root = rail_id.unwrap_or_default();
     let staging = crate::config::staging_bytes()?;
     let mut contribution = vec![u8::from(rails == crate::config::Rails::Nccl)];
     for part in [&inside_root, &rail_root, &nccl_status] {
@@ -321,6 +323,17 @@ pub(crate) fn form(
             join_timeout,
         },
     )?;
+    // Every rank joined its machine before any enters NCCL's initialization, which waits for
+    // every rank of the rail without a bound of symm's.
+    if nccl.is_some() {
+        let joined = link
+            .contribute(FORM_TAG + 1, &[])
+            .and_then(|()| link.gathered(FORM_TAG + 1, join_timeout));
+        if let Err(e) = joined {
+            let _ = super::destroy(&inside);
+            return Err(e);
+        }
+    }
     let rail = match nccl {
         Some(nccl) => nccl.and_then(|nccl| {
             nccl::NcclRail::init(nccl, &parts[rail_rank0].rail, shape.machines, machine)
@@ -548,7 +561,8 @@ pub fn collective(
     if grouped {
         return Err(unsupported(&format!("{name} inside a group")));
     }
-    let local = entry(comm, span, collective, name, &args);
+    let local = entry(comm, span, collective, name, &args)
+        .and_then(|entry| refuse_on_stream(span, stream).map(|()| entry));
     let own = match &local {
         Ok((signature, _)) => Entry::Call(*signature),
         Err(e) => Entry::Refused(e.message.clone()),
@@ -631,6 +645,19 @@ fn agree(span: &Span, own: &Entry) -> Result<Signature> {
         .inspect_err(|e| shared.fail(e, false))
 }
 
+/// The refusal of a call on `stream` when it is being captured into a CUDA graph: the legs
+/// between machines run through the host (sockets) or need scratch freed after the stream ran
+/// (NCCL), neither of which a graph replays.
+fn refuse_on_stream(span: &Span, stream: u64) -> Result<()> {
+    if span.inside().clique.backend.stream_is_capturing(stream)? {
+        return Err(Error::unsupported(
+            "a collective of a communicator spanning machines on a stream being captured into a \
+             CUDA graph: its legs between machines are not captured; call it outside the capture",
+        ));
+    }
+    Ok(())
+}
+
 /// The place of a buffer of `bytes` bytes at `address` in the machine's windows.
 fn place(inside: &Comm, address: u64, bytes: u64, name: &str) -> Result<Place> {
     let state = inside.lock();
@@ -685,6 +712,19 @@ fn entry(
     } else {
         0
     };
+    if let RailLink::Nccl(rail) = &span.shared.rail
+        && matches!(
+            dtype,
+            symm_device::DataType::Float8E4M3 | symm_device::DataType::Float8E5M2
+        )
+        && rail.version() < nccl::FLOAT8_VERSION
+    {
+        return Err(Error::unsupported(format!(
+            "{name} of {dtype:?} between machines: NCCL {} has no float8 types (2.24 and newer \
+             do)",
+            rail.version()
+        )));
+    }
     let nranks = comm.clique.nranks;
     let elem = dtype.size_bytes() as u64;
     let count = args.count as u64;
@@ -928,6 +968,8 @@ fn run(
             host[start..start + bytes.len()].copy_from_slice(bytes);
             return Ok(());
         }
+        // After the stream's work on it (the upload goes through another stream).
+        backend.synchronize_stream(device, stream)?;
         backend.upload(device, device_address(region)?, bytes)
     };
     let sockets = match &span.shared.rail {

@@ -1,14 +1,15 @@
 //! A rail on NCCL: the host API of `libnccl` (loaded at run time, never a build dependency), a
 //! communicator of the rail's ranks (one per machine), its calls enqueued on the caller's
 //! stream. NCCL compares no arguments; the agreement before every call does (`super::agree`).
-//! NCCL's blocking calls are bounded by that agreement (every rank reached the call) and, on a
-//! failure, by `ncclCommAbort`, which ends its pending work.
+//! A rank's failure aborts its rail (`ncclCommAbort`, from whichever thread sees it: NCCL's way
+//! to end pending work, and a call another thread has in NCCL); no call starts after the abort.
+//! The rails' initialization is blocking: every rank reached it (two all-gathers said so), but
+//! a rank that dies between them and `ncclCommInitRank` leaves its rail peers in NCCL.
 
 use crate::error::{Error, Result};
 use crate::transport::library::{Library, function, open};
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Bytes of `ncclUniqueId`.
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -23,6 +24,9 @@ struct UniqueId {
 /// Oldest NCCL the rails call: 2.19 (`ncclCommAbort` ending pending work in every mode, and
 /// the data types symm's match, float8 aside).
 const MIN_VERSION: c_int = 21900;
+
+/// First NCCL with `ncclFloat8e4m3` and `ncclFloat8e5m2`: 2.24.
+pub const FLOAT8_VERSION: c_int = 22400;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -141,7 +145,8 @@ impl Nccl {
 pub struct NcclRail {
     nccl: Nccl,
     comm: usize,
-    aborted: AtomicBool,
+    /// Set by the abort, under the lock every call takes to start: no call starts after it.
+    aborted: Mutex<bool>,
 }
 
 /// An element type or operator of symm as NCCL's: the C values are NCCL's.
@@ -170,12 +175,30 @@ impl NcclRail {
         Ok(NcclRail {
             nccl,
             comm: comm as usize,
-            aborted: AtomicBool::new(false),
+            aborted: Mutex::new(false),
         })
     }
 
     fn comm(&self) -> *mut c_void {
         self.comm as *mut c_void
+    }
+
+    /// NCCL's version code.
+    pub fn version(&self) -> i32 {
+        self.nccl.version
+    }
+
+    /// Refused once the rail was aborted (its communicator is gone); else `Ok`. A call checks
+    /// it and starts under the lock, so that an abort cannot come between the two.
+    fn start<T>(&self, call: impl FnOnce() -> T) -> Result<T> {
+        let aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
+        if *aborted {
+            return Err(Error::new(
+                crate::abi::symmResult_t::symmRemoteError,
+                "the rail between machines was aborted (the communicator failed)",
+            ));
+        }
+        Ok(call())
     }
 
     /// All-reduce of `count` elements at `at`, in place, on `stream`.
@@ -187,8 +210,9 @@ impl NcclRail {
         op: i32,
         stream: u64,
     ) -> Result<()> {
-        // SAFETY: `at` holds `count` elements on this rank's device until the stream ran it.
-        let result = unsafe {
+        // SAFETY: `at` holds `count` elements on this rank's device until the stream ran it;
+        // the communicator is live (not aborted: `start`).
+        let result = self.start(|| unsafe {
             (self.nccl.all_reduce)(
                 at as *const c_void,
                 at as *mut c_void,
@@ -198,7 +222,7 @@ impl NcclRail {
                 self.comm(),
                 stream as *mut c_void,
             )
-        };
+        })?;
         self.nccl
             .check(result, "ncclAllReduce (the rail between machines)")
     }
@@ -214,7 +238,7 @@ impl NcclRail {
         stream: u64,
     ) -> Result<()> {
         // SAFETY: as in `all_reduce`, for both buffers.
-        let result = unsafe {
+        let result = self.start(|| unsafe {
             (self.nccl.reduce_scatter)(
                 from as *const c_void,
                 to as *mut c_void,
@@ -224,7 +248,7 @@ impl NcclRail {
                 self.comm(),
                 stream as *mut c_void,
             )
-        };
+        })?;
         self.nccl
             .check(result, "ncclReduceScatter (the rail between machines)")
     }
@@ -238,50 +262,66 @@ impl NcclRail {
         dtype: i32,
         stream: u64,
     ) -> Result<()> {
-        // SAFETY: no arguments.
-        let started = unsafe { (self.nccl.group_start)() };
-        self.nccl.check(started, "ncclGroupStart")?;
-        let mut first_error = Ok(());
-        for &(root, from, to) in legs {
-            // SAFETY: as in `all_reduce`, for both buffers.
-            let result = unsafe {
-                (self.nccl.broadcast)(
-                    from as *const c_void,
-                    to as *mut c_void,
-                    count,
-                    as_nccl(dtype),
-                    root as c_int,
-                    self.comm(),
-                    stream as *mut c_void,
-                )
-            };
-            if first_error.is_ok() {
-                first_error = self
-                    .nccl
-                    .check(result, "ncclBroadcast (the rail between machines)");
+        self.start(|| {
+            // SAFETY: no arguments.
+            let started = unsafe { (self.nccl.group_start)() };
+            self.nccl.check(started, "ncclGroupStart")?;
+            let mut first_error = Ok(());
+            for &(root, from, to) in legs {
+                // SAFETY: as in `all_reduce`, for both buffers.
+                let result = unsafe {
+                    (self.nccl.broadcast)(
+                        from as *const c_void,
+                        to as *mut c_void,
+                        count,
+                        as_nccl(dtype),
+                        root as c_int,
+                        self.comm(),
+                        stream as *mut c_void,
+                    )
+                };
+                if first_error.is_ok() {
+                    first_error = self
+                        .nccl
+                        .check(result, "ncclBroadcast (the rail between machines)");
+                }
             }
-        }
-        // SAFETY: closes the group opened above.
-        let ended = unsafe { (self.nccl.group_end)() };
-        let ended = self.nccl.check(ended, "ncclGroupEnd");
-        first_error.and(ended)
+            // SAFETY: closes the group opened above.
+            let ended = unsafe { (self.nccl.group_end)() };
+            let ended = self.nccl.check(ended, "ncclGroupEnd");
+            first_error.and(ended)
+        })?
     }
 
-    /// End the rail's pending work and refuse its later calls (`ncclCommAbort`); once.
+    /// End the rail's pending work, a call another thread has in NCCL included, and refuse
+    /// its later calls (`ncclCommAbort`); once.
     pub fn abort(&self) {
-        if self.aborted.swap(true, Ordering::AcqRel) {
-            return;
+        {
+            let mut aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
+            if *aborted {
+                return;
+            }
+            // No call starts from now on; one already in NCCL is what the abort ends.
+            *aborted = true;
         }
         // SAFETY: the rail's communicator, aborted once.
         let _ = unsafe { (self.nccl.abort)(self.comm()) };
+    }
+
+    /// Release the rail after a clean teardown (`ncclCommDestroy`); a failed one was aborted.
+    pub fn release(&self) {
+        let mut aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
+        if !*aborted {
+            *aborted = true;
+            // SAFETY: the rail's communicator, destroyed once, never used again.
+            let _ = unsafe { (self.nccl.destroy)(self.comm()) };
+        }
     }
 }
 
 impl Drop for NcclRail {
     fn drop(&mut self) {
-        if !self.aborted.load(Ordering::Acquire) {
-            // SAFETY: the rail's communicator, destroyed once, never used again.
-            let _ = unsafe { (self.nccl.destroy)(self.comm()) };
-        }
+        // Not released by a teardown: its rank may have pending work no peer completes.
+        self.abort();
     }
 }
