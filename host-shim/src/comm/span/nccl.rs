@@ -12,7 +12,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
 
 /// Bytes of `ncclUniqueId`.
-pub const UNIQUE_ID_BYTES: usize = 128;
+const UNIQUE_ID_BYTES: usize = 128;
 
 /// NCCL's `ncclUniqueId`, passed by value.
 #[repr(C)]
@@ -26,7 +26,7 @@ struct UniqueId {
 const MIN_VERSION: c_int = 21900;
 
 /// First NCCL with `ncclFloat8e4m3` and `ncclFloat8e5m2`: 2.24.
-pub const FLOAT8_VERSION: c_int = 22400;
+pub(super) const FLOAT8_VERSION: c_int = 22400;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
