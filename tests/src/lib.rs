@@ -784,3 +784,27 @@ impl Drop for OwnMemory {
         }
     }
 }
+
+/// Build the stand-in C library `tests/fakes/<source>` (warnings denied) as `library` in
+/// `out_dir` (a test's scratch directory): its path.
+pub fn build_fake_library(
+    source: &str,
+    out_dir: &std::path::Path,
+    library: &str,
+) -> std::path::PathBuf {
+    std::fs::create_dir_all(out_dir).unwrap();
+    let library = out_dir.join(library);
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fakes")
+        .join(source);
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or("cc".into()))
+        .args([
+            "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", "-o",
+        ])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("running the C compiler");
+    assert!(status.success(), "building {source:?}");
+    library
+}

@@ -30,19 +30,7 @@ const CHILD: &str = "engine_rank";
 /// Build the stand-in library into this test's scratch directory.
 fn fake_library() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-engines");
-    std::fs::create_dir_all(&out).unwrap();
-    let library = out.join("libfake_engines.so");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fakes/fake_engines.c");
-    let status = std::process::Command::new(std::env::var("CC").unwrap_or("cc".into()))
-        .args([
-            "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", "-o",
-        ])
-        .arg(&library)
-        .arg(&source)
-        .status()
-        .expect("running the C compiler");
-    assert!(status.success(), "building {source:?}");
-    library
+    build_fake_library("fake_engines.c", &out, "libfake_engines.so")
 }
 
 /// Every rank process: windows over both engines' memory and the refusals (see

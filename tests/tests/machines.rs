@@ -72,18 +72,8 @@ fn fake_nccl() -> String {
 
 fn build_fake_nccl() -> String {
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nccl-rails");
-    std::fs::create_dir_all(&out).unwrap();
-    let library = out.join(format!("libfake_nccl_rails-{}.so", std::process::id()));
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fakes/fake_nccl_rails.c");
-    let status = std::process::Command::new(std::env::var("CC").unwrap_or("cc".into()))
-        .args([
-            "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", "-o",
-        ])
-        .arg(&library)
-        .arg(&source)
-        .status()
-        .expect("running the C compiler");
-    assert!(status.success(), "building {source:?}");
+    let name = format!("libfake_nccl_rails-{}.so", std::process::id());
+    let library = build_fake_library("fake_nccl_rails.c", &out, &name);
     library.to_string_lossy().into_owned()
 }
 

@@ -19,7 +19,7 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::window::Window;
 use crate::window::owner::{Owner, OwnerKind, PeerView, PeerWindow};
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 /// The environment variable naming the NCCL library to load.
@@ -198,25 +198,8 @@ impl Nccl {
 
     /// `Ok` for `ncclSuccess`, else an error naming `call` and NCCL's description.
     fn check(&self, result: c_int, call: &str) -> Result<()> {
-        if result == 0 {
-            return Ok(());
-        }
-        // SAFETY: ncclGetErrorString returns NULL or a static NUL-terminated string.
-        let text = unsafe {
-            let text = (self.error_string)(result);
-            if text.is_null() {
-                String::from("unknown error")
-            } else {
-                CStr::from_ptr(text).to_string_lossy().into_owned()
-            }
-        };
-        Err(Error::new(
-            crate::abi::symmResult_t::symmSystemError,
-            format!(
-                "{call} failed with NCCL error {result} ({text}; {} version {})",
-                self.library.name, self.version
-            ),
-        ))
+        let nccl = (self.error_string, &*self.library, self.version);
+        crate::comm::span::nccl::check_result(nccl, result, call)
     }
 
     /// Whether `comm`'s windows are engine windows: its ranks span several load/store teams

@@ -22,7 +22,7 @@
 //! failed. A rank that dies is seen by its machine's watch and by the root (its connection
 //! closes), whichever comes first.
 
-mod nccl;
+pub(crate) mod nccl;
 pub mod plan;
 mod rail;
 pub mod shape;

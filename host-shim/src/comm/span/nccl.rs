@@ -29,7 +29,8 @@ const MIN_VERSION: c_int = 21900;
 pub(super) const FLOAT8_VERSION: c_int = 22400;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
-type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+/// `ncclGetErrorString`.
+pub(crate) type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type CommInitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int;
 type Reduction = unsafe extern "C" fn(
@@ -109,25 +110,11 @@ impl Nccl {
 
     /// `Ok` for `ncclSuccess`, else an error naming `call` and NCCL's description.
     fn check(&self, result: c_int, call: &str) -> Result<()> {
-        if result == 0 {
-            return Ok(());
-        }
-        // SAFETY: ncclGetErrorString returns NULL or a static NUL-terminated string.
-        let text = unsafe {
-            let text = (self.error_string)(result);
-            if text.is_null() {
-                String::from("unknown error")
-            } else {
-                CStr::from_ptr(text).to_string_lossy().into_owned()
-            }
-        };
-        Err(Error::new(
-            crate::abi::symmResult_t::symmSystemError,
-            format!(
-                "{call} failed with NCCL error {result} ({text}; {} version {})",
-                self.library.name, self.version
-            ),
-        ))
+        check_result(
+            (self.error_string, &self.library, self.version),
+            result,
+            call,
+        )
     }
 
     /// A new `ncclUniqueId`, as bytes.
@@ -139,6 +126,34 @@ impl Nccl {
         self.check(unsafe { (self.get_unique_id)(&mut id) }, "ncclGetUniqueId")?;
         Ok(id.internal.iter().map(|&c| c as u8).collect())
     }
+}
+
+/// `Ok` for `ncclSuccess`, else an error naming `call`, NCCL's description of `result` (from
+/// `error_string` of `library`, NCCL version `version`), the library and its version.
+pub(crate) fn check_result(
+    (error_string, library, version): (GetErrorString, &Library, c_int),
+    result: c_int,
+    call: &str,
+) -> Result<()> {
+    if result == 0 {
+        return Ok(());
+    }
+    // SAFETY: ncclGetErrorString returns NULL or a static NUL-terminated string.
+    let text = unsafe {
+        let text = error_string(result);
+        if text.is_null() {
+            String::from("unknown error")
+        } else {
+            CStr::from_ptr(text).to_string_lossy().into_owned()
+        }
+    };
+    Err(Error::new(
+        crate::abi::symmResult_t::symmSystemError,
+        format!(
+            "{call} failed with NCCL error {result} ({text}; {} version {version})",
+            library.name
+        ),
+    ))
 }
 
 /// A rank's rail on NCCL: its communicator of the rail's ranks.
@@ -210,36 +225,43 @@ impl NcclRail {
         op: i32,
         stream: u64,
     ) -> Result<()> {
-        // SAFETY: `at` holds `count` elements on this rank's device until the stream ran it;
-        // the communicator is live (not aborted: `start`).
-        let result = self.start(|| unsafe {
-            (self.nccl.all_reduce)(
-                at as *const c_void,
-                at as *mut c_void,
-                count,
-                as_nccl(dtype),
-                as_nccl(op),
-                self.comm(),
-                stream as *mut c_void,
-            )
-        })?;
-        self.nccl
-            .check(result, "ncclAllReduce (the rail between machines)")
+        let call = (
+            self.nccl.all_reduce,
+            "ncclAllReduce (the rail between machines)",
+        );
+        self.reduction(call, (at, at), count, (dtype, op), stream)
     }
 
     /// Reduce-scatter: `from` holds a block of `count` elements per machine; block `machine`
     /// of every machine, reduced, lands at `to`.
     pub fn reduce_scatter(
         &self,
-        (from, to): (u64, u64),
+        ends: (u64, u64),
         count: usize,
         dtype: i32,
         op: i32,
         stream: u64,
     ) -> Result<()> {
-        // SAFETY: as in `all_reduce`, for both buffers.
+        let call = (
+            self.nccl.reduce_scatter,
+            "ncclReduceScatter (the rail between machines)",
+        );
+        self.reduction(call, ends, count, (dtype, op), stream)
+    }
+
+    /// One reduction call `(function, name)` of NCCL from `from` to `to`, on `stream`.
+    fn reduction(
+        &self,
+        (function, name): (Reduction, &str),
+        (from, to): (u64, u64),
+        count: usize,
+        (dtype, op): (i32, i32),
+        stream: u64,
+    ) -> Result<()> {
+        // SAFETY: both buffers hold what the call reads and writes on this rank's device until
+        // the stream ran it; the communicator is live (not aborted: `start`).
         let result = self.start(|| unsafe {
-            (self.nccl.reduce_scatter)(
+            function(
                 from as *const c_void,
                 to as *mut c_void,
                 count,
@@ -249,8 +271,7 @@ impl NcclRail {
                 stream as *mut c_void,
             )
         })?;
-        self.nccl
-            .check(result, "ncclReduceScatter (the rail between machines)")
+        self.nccl.check(result, name)
     }
 
     /// Broadcasts of `count` elements, one per `(root, from, to)` (`from` read on the root),
