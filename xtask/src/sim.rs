@@ -508,7 +508,10 @@ pub fn test() -> Result<(), String> {
 
     // The layouts users run (a thread per rank, a group, a process per rank) on the cuda
     // backend: ranks whose buffers lie at different window offsets are refused on every rank,
-    // and a failure found by one rank reaches the others at once.
+    // and a failure found by one rank reaches the others at once. One test at a time, as
+    // `cargo nextest` runs them (a process each): tests of one process share its simulated
+    // GPU, and co-residency is proven per communicator, so two tests' communicators whose
+    // grids overlap in time could hold each other's blocks out until the timeout.
     let t = Instant::now();
     for (what, program) in [
         ("different window offsets", &binaries.window_offsets),
@@ -537,7 +540,7 @@ pub fn test() -> Result<(), String> {
         SimRun {
             what,
             program,
-            args: vec![],
+            args: vec!["--test-threads=1"],
             env: vec![("SYMM_SIM_SEED", "7"), ("SYMM_SIM_SMS", "16")],
         }
         .pass(&dir)?;
