@@ -8,11 +8,14 @@
  * the 16- and 8-bit floats is refused with ncclInvalidArgument). Every wait is bounded (60 s) and ends at once when this process aborts
  * the communicator (ncclCommAbort from another thread). Knobs: FAKE_NCCL_VERSION=<code>
  * (default 22203); FAKE_NCCL_DEVICE=1: buffers are device memory of the libcuda this process
- * loaded (the simulated GPU's), read and written with cuMemcpy after the stream's work.
+ * loaded (the simulated GPU's), read and written with cuMemcpy after the stream's work;
+ * FAKE_NCCL_DIE_IN_ALL_REDUCE=<k>: the process dies (SIGKILL) 300 ms into its k-th
+ * ncclAllReduce, as a machine lost in the middle of a rail's call (its peers are in theirs).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -220,9 +223,20 @@ static int from_host(void *dst, const void *src, size_t bytes, void *stream) {
   return SUCCESS;
 }
 
+/* FAKE_NCCL_DIE_IN_ALL_REDUCE: die in this process's k-th ncclAllReduce. */
+static void die_if_told(void) {
+  static atomic_int calls;
+  const char *text = getenv("FAKE_NCCL_DIE_IN_ALL_REDUCE");
+  if (text && atomic_fetch_add(&calls, 1) + 1 == atoi(text)) {
+    usleep(300 * 1000);
+    kill(getpid(), SIGKILL);
+  }
+}
+
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op,
                   struct fake_comm *c, void *stream) {
   live(c, "ncclAllReduce");
+  die_if_told();
   size_t size = type_size(type);
   if (!size || !reduces(type) || op < 0 || op > 4) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;

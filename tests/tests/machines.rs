@@ -285,6 +285,38 @@ fn a_rank_killed_on_one_machine_is_seen_by_every_other_rank() {
     }
 }
 
+/// Rank 2's process dies in the middle of a call, inside its rail's all-reduce (the NCCL
+/// stand-in kills it 300 ms into the call's first rail leg) while its rail peer, rank 0, waits
+/// in NCCL for it: every other rank's call fails within seconds (the timeout is 60 s), naming
+/// rank 2. Rank 0's rail is aborted under its call in NCCL, which only the abort ends.
+#[test]
+fn a_machine_lost_in_the_middle_of_a_rail_call_fails_every_other_rank_promptly() {
+    let nccl = fake_nccl();
+    let outcomes = ranks_on_each(&["a", "a", "b", "b"], "lost-in-rail", &|rank| {
+        let mut env = vec![
+            ("SYMM_RAILS".to_string(), "nccl".to_string()),
+            ("SYMM_NCCL_LIBRARY".to_string(), nccl.clone()),
+            ("FAKE_NCCL_VERSION".to_string(), "22403".to_string()),
+        ];
+        if rank == 2 {
+            // Call 0 makes two rail all-reduces (the shard's and the tail's): die in call 1's
+            // first.
+            env.push(("FAKE_NCCL_DIE_IN_ALL_REDUCE".to_string(), "3".to_string()));
+        }
+        env
+    });
+    for (rank, (ok, log)) in outcomes.iter().enumerate() {
+        if rank == 2 {
+            assert!(!ok, "rank 2 was to die in its rail call:\n{log}");
+            continue;
+        }
+        assert!(
+            *ok && log.contains(&format!("machine rank {rank}: saw the lost rank")),
+            "rank {rank}:\n{log}"
+        );
+    }
+}
+
 /// A rank of machine b that aborts its communicator (`symmCommAbort`): every other rank fails
 /// its next call at once, naming the abort.
 #[test]
@@ -671,7 +703,15 @@ fn one_rank(rank: usize) {
                 base.wrapping_add(HALF) as *mut c_void,
             );
             let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+            let started = Instant::now();
             let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
+            // Success, or a failure within seconds (a rail call that met rank 3's end is aborted
+            // under it, not left to NCCL's own wait).
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(10),
+                "rank {rank}: call 1 took {took:?}"
+            );
             if rank == 3 {
                 check(settled, comm);
             }
@@ -699,6 +739,42 @@ fn one_rank(rank: usize) {
                 assert!(message.contains("rank 3"), "{message}");
             }
             println!("machine rank {rank}: saw the killed rank ({took:?}): {message}");
+        }
+        "lost-in-rail" => {
+            run_case(
+                comm,
+                rank,
+                nranks,
+                base,
+                HALF,
+                &case("all_reduce", DataType::Float32, 5),
+                0,
+            );
+            let started = Instant::now();
+            let result = symmAllReduce(
+                base as *const c_void,
+                base.wrapping_add(HALF) as *mut c_void,
+                5,
+                symmDataType_t::symmFloat32 as _,
+                symmRedOp_t::symmSum as _,
+                comm,
+                null_mut(),
+            );
+            let took = started.elapsed();
+            let message = last_error(comm);
+            assert_ne!(result, symmResult_t::symmSuccess, "rank {rank}");
+            assert!(
+                took < Duration::from_secs(10),
+                "rank {rank} took {took:?}: {message}"
+            );
+            // From the spanning root, or from machine 1's own watch (rank 2 is its rank 0),
+            // directly or relayed.
+            let from_root = message.contains("rank 2 left the communicator");
+            let from_machine = message.contains("machine 1, whose rank r is rank 2 + r")
+                && message.contains("rank 0's process");
+            assert!(from_root || from_machine, "rank {rank}: {message}");
+            assert!(!message.contains("symmCommSplit"), "rank {rank}: {message}");
+            println!("machine rank {rank}: saw the lost rank ({took:?}): {message}");
         }
         "float8-old-nccl" => {
             let (s, r) = (
@@ -819,7 +895,15 @@ fn one_rank(rank: usize) {
                 base.wrapping_add(HALF) as *mut c_void,
             );
             let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+            let started = Instant::now();
             let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
+            // Success, or a failure within seconds (a rail call that met rank 3's end is aborted
+            // under it, not left to NCCL's own wait).
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(10),
+                "rank {rank}: call 1 took {took:?}"
+            );
             if rank == 3 {
                 check(settled, comm);
             }

@@ -108,6 +108,9 @@ fn record_in_clique(clique: &std::sync::Arc<Clique>, failure: Failure) {
     }
 }
 
+/// What a failed communicator's errors tell the user to do.
+pub(crate) const RECOVERY: &str = "destroy it, or continue on a symmCommSplit of it";
+
 /// The error every call of `comm` returns once its communicator failed: this rank's own
 /// failure, or one that another rank found (in this process, or in another process of this
 /// machine), which this rank then adopts as `symmRemoteError`. `None` while the communicator
@@ -120,7 +123,7 @@ pub fn adopted(comm: &Comm) -> Option<Error> {
                 state.abort_code.unwrap_or(symmResult_t::symmRemoteError),
                 format!(
                     "rank {}: the communicator has failed ({reason}); every collective on it \
-                     fails: destroy it, or continue on a symmCommSplit of it",
+                     fails: {RECOVERY}",
                     comm.rank
                 ),
             ));
@@ -162,8 +165,7 @@ pub fn adopted(comm: &Comm) -> Option<Error> {
     Some(Error::new(
         symmResult_t::symmRemoteError,
         format!(
-            "rank {}: the communicator {reason}; every collective on it fails: destroy it, or \
-             continue on a symmCommSplit of it",
+            "rank {}: the communicator {reason}; every collective on it fails: {RECOVERY}",
             comm.rank
         ),
     ))
@@ -365,7 +367,7 @@ pub fn find_new_failure(comm: &Comm, fresh: bool) -> Option<Finding> {
                 symmResult_t::symmRemoteError,
                 format!(
                     "rank {}: another rank failed the communicator; every collective on it \
-                     fails: destroy it, or continue on a symmCommSplit of it",
+                     fails: {RECOVERY}",
                     comm.rank
                 ),
             ),

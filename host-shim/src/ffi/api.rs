@@ -73,7 +73,12 @@ fn with_comm(
 ) -> symmResult_t {
     match Comm::from_handle(comm) {
         Ok(c) if c.span.get().is_some() && MACHINE_CALLS.contains(&function) => {
-            guard(function, Some(&c), || body(&c.machine()))
+            guard(function, Some(&c), || {
+                body(&c.machine()).map_err(|e| match c.span.get() {
+                    Some(span) => span.on_machine(e),
+                    None => e,
+                })
+            })
         }
         Ok(c) if c.span.get().is_some() && NOT_ACROSS_MACHINES.contains(&function) => {
             guard(function, Some(&c), || {

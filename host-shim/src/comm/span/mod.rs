@@ -76,6 +76,8 @@ enum RailLink {
 /// What the rank's calls and its monitor share.
 struct Shared {
     rank: usize,
+    /// The machines and their ranks.
+    shape: Shape,
     /// The machine's communicator.
     inside: Arc<Comm>,
     /// The spanning communicator's bootstrap (agreement, failures).
@@ -98,6 +100,26 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// `error` of the machine's communicator, as this communicator's: its ranks are numbered
+    /// within the machine, so the error says which ranks they are, and a communicator spanning
+    /// machines is not split, so the error does not advise it.
+    fn on_machine(&self, error: Error) -> Error {
+        let machine = self.shape.machine_of(self.rank);
+        let first = self.shape.rank_of(machine, 0);
+        let message = error.message.replace(
+            crate::comm::failure::RECOVERY,
+            "destroy it (a communicator spanning machines is not split)",
+        );
+        Error::new(
+            error.code,
+            format!(
+                "rank {}: on its machine's communicator (machine {machine}, whose rank r is rank \
+                 {first} + r): {message}",
+                self.rank
+            ),
+        )
     }
 
     /// Keep `error` as this rank's failure if it is the first; then fail the machine's
@@ -171,6 +193,11 @@ impl Span {
     /// The first failure this rank saw or was told.
     pub fn failure(&self) -> Option<Error> {
         self.shared.failure()
+    }
+
+    /// `error` of the machine's communicator, as this communicator's (its ranks named).
+    pub fn on_machine(&self, error: Error) -> Error {
+        self.shared.on_machine(error)
     }
 
     /// Fail the communicator on every rank with `error` (see [`Shared::fail`]).
@@ -379,6 +406,7 @@ pub(crate) fn form(
     };
     let shared = Arc::new(Shared {
         rank,
+        shape,
         inside,
         link,
         rail,
@@ -499,7 +527,7 @@ fn monitor(shared: Weak<Shared>) {
             })
         };
         if let Some(error) = machine_failure {
-            shared.fail(&error, true);
+            shared.fail(&shared.on_machine(error), true);
             return;
         }
     }
@@ -577,9 +605,16 @@ pub fn collective(
         Ok(local) => local,
     };
     agreed?;
-    run(span, call, &args, stream, inside_leg).inspect_err(|e| {
+    run(span, call, &args, stream, inside_leg).map_err(|e| {
+        // A leg ended by this rank's failure (its rail aborted, its machine's communicator
+        // failed) reports that failure: the cause, not the leg's symptom.
+        if let Some(failure) = span.failure() {
+            return failure;
+        }
         // A failure relayed by the root is every rank's already.
-        span.shared.fail(e, e.code != symmResult_t::symmRemoteError)
+        span.shared
+            .fail(&e, e.code != symmResult_t::symmRemoteError);
+        e
     })
 }
 
@@ -1006,7 +1041,8 @@ fn run(
                     op: inside_op,
                     root: root as std::ffi::c_int,
                 };
-                inside_leg(inside, collective, leg_name(collective), leg, stream)?;
+                inside_leg(inside, collective, leg_name(collective), leg, stream)
+                    .map_err(|e| span.shared.on_machine(e))?;
             }
             (Step::Copy { from, to, count }, _, _) => match (address(from), address(to)) {
                 (Some(src), Some(dst)) => {

@@ -2,14 +2,17 @@
 //! communicator of the rail's ranks (one per machine), its calls enqueued on the caller's
 //! stream. NCCL compares no arguments; the agreement before every call does (`super::agree`).
 //! A rank's failure aborts its rail (`ncclCommAbort`, from whichever thread sees it: NCCL's way
-//! to end pending work, and a call another thread has in NCCL); no call starts after the abort.
+//! to end pending work, and a call another thread has in NCCL); no call starts after the abort,
+//! and the abort never waits for a call in NCCL to return (it may wait there for a peer that
+//! failed): it gives such a call [`ABORT_GRACE`] to leave, then ends it.
 //! The rails' initialization is blocking: every rank reached it (two all-gathers said so), but
 //! a rank that dies between them and `ncclCommInitRank` leaves its rail peers in NCCL.
 
 use crate::error::{Error, Result};
 use crate::transport::library::{Library, function, open};
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 /// Bytes of `ncclUniqueId`.
 const UNIQUE_ID_BYTES: usize = 128;
@@ -156,12 +159,28 @@ pub(crate) fn check_result(
     ))
 }
 
+/// How long an abort lets a call that is in NCCL leave before ending it with `ncclCommAbort`:
+/// a call entering or leaving NCCL takes microseconds; one still there after this waits in NCCL
+/// (for a peer), which only the abort ends.
+const ABORT_GRACE: Duration = Duration::from_millis(100);
+
 /// A rank's rail on NCCL: its communicator of the rail's ranks.
 pub struct NcclRail {
     nccl: Nccl,
     comm: usize,
-    /// Set by the abort, under the lock every call takes to start: no call starts after it.
-    aborted: Mutex<bool>,
+    /// Whether calls may start, and whether one is in NCCL; taken briefly, never across a call.
+    state: Mutex<RailState>,
+    /// Told when a call leaves NCCL (an abort waiting to end the communicator listens).
+    call_left: Condvar,
+}
+
+/// What [`NcclRail::state`] guards.
+#[derive(Default)]
+struct RailState {
+    /// Set by the abort or the release: no call starts after it.
+    closed: bool,
+    /// A call is between its start (checked against `closed`) and its return from NCCL.
+    in_nccl: bool,
 }
 
 /// An element type or operator of symm as NCCL's: the C values are NCCL's.
@@ -190,7 +209,8 @@ impl NcclRail {
         Ok(NcclRail {
             nccl,
             comm: comm as usize,
-            aborted: Mutex::new(false),
+            state: Mutex::new(RailState::default()),
+            call_left: Condvar::new(),
         })
     }
 
@@ -203,17 +223,28 @@ impl NcclRail {
         self.nccl.version
     }
 
-    /// Refused once the rail was aborted (its communicator is gone); else `Ok`. A call checks
-    /// it and starts under the lock, so that an abort cannot come between the two.
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, RailState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Make `call` into NCCL, refused once the rail was aborted or released (its communicator
+    /// is gone). The call is marked in NCCL while it runs, so that an abort lets it leave
+    /// first (within [`ABORT_GRACE`]) instead of freeing the communicator under it.
     fn start<T>(&self, call: impl FnOnce() -> T) -> Result<T> {
-        let aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
-        if *aborted {
-            return Err(Error::new(
-                crate::abi::symmResult_t::symmRemoteError,
-                "the rail between machines was aborted (the communicator failed)",
-            ));
+        {
+            let mut state = self.lock_state();
+            if state.closed {
+                return Err(Error::new(
+                    crate::abi::symmResult_t::symmRemoteError,
+                    "the rail between machines was aborted (the communicator failed)",
+                ));
+            }
+            state.in_nccl = true;
         }
-        Ok(call())
+        let result = call();
+        self.lock_state().in_nccl = false;
+        self.call_left.notify_all();
+        Ok(result)
     }
 
     /// All-reduce of `count` elements at `at`, in place, on `stream`.
@@ -318,22 +349,28 @@ impl NcclRail {
     /// its later calls (`ncclCommAbort`); once.
     pub fn abort(&self) {
         {
-            let mut aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
-            if *aborted {
+            let mut state = self.lock_state();
+            if state.closed {
                 return;
             }
-            // No call starts from now on; one already in NCCL is what the abort ends.
-            *aborted = true;
+            // No call starts from now on.
+            state.closed = true;
+            // A call in NCCL gets the grace to leave; one still there waits in NCCL, and the
+            // abort is what ends it.
+            let _ = self
+                .call_left
+                .wait_timeout_while(state, ABORT_GRACE, |state| state.in_nccl);
         }
-        // SAFETY: the rail's communicator, aborted once.
+        // SAFETY: the rail's communicator, aborted once; no call starts on it any more, and one
+        // still in NCCL after the grace is the work `ncclCommAbort` exists to end.
         let _ = unsafe { (self.nccl.abort)(self.comm()) };
     }
 
     /// Release the rail after a clean teardown (`ncclCommDestroy`); a failed one was aborted.
     pub fn release(&self) {
-        let mut aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
-        if !*aborted {
-            *aborted = true;
+        let mut state = self.lock_state();
+        if !state.closed {
+            state.closed = true;
             // SAFETY: the rail's communicator, destroyed once, never used again.
             let _ = unsafe { (self.nccl.destroy)(self.comm()) };
         }
