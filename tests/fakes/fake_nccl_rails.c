@@ -9,8 +9,9 @@
  * the communicator (ncclCommAbort from another thread). Knobs: FAKE_NCCL_VERSION=<code>
  * (default 22203); FAKE_NCCL_DEVICE=1: buffers are device memory of the libcuda this process
  * loaded (the simulated GPU's), read and written with cuMemcpy after the stream's work;
- * FAKE_NCCL_DIE_IN_ALL_REDUCE=<k>: the process dies (SIGKILL) 300 ms into its k-th
- * ncclAllReduce, as a machine lost in the middle of a rail's call (its peers are in theirs).
+ * FAKE_NCCL_DIE_IN=<call>:<k> (ncclAllReduce or ncclBroadcast): the process dies (SIGKILL)
+ * 300 ms into its k-th such call, as a machine lost in the middle of a rail's call (its peers
+ * are in theirs).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -223,11 +224,14 @@ static int from_host(void *dst, const void *src, size_t bytes, void *stream) {
   return SUCCESS;
 }
 
-/* FAKE_NCCL_DIE_IN_ALL_REDUCE: die in this process's k-th ncclAllReduce. */
-static void die_if_told(void) {
+/* FAKE_NCCL_DIE_IN=<call>:<k>: die in this process's k-th call named `call`. */
+static void die_if_told(const char *call) {
   static atomic_int calls;
-  const char *text = getenv("FAKE_NCCL_DIE_IN_ALL_REDUCE");
-  if (text && atomic_fetch_add(&calls, 1) + 1 == atoi(text)) {
+  const char *text = getenv("FAKE_NCCL_DIE_IN");
+  const char *colon = text ? strchr(text, ':') : NULL;
+  if (!colon || strlen(call) != (size_t)(colon - text) || strncmp(text, call, colon - text))
+    return;
+  if (atomic_fetch_add(&calls, 1) + 1 == atoi(colon + 1)) {
     usleep(300 * 1000);
     kill(getpid(), SIGKILL);
   }
@@ -236,7 +240,7 @@ static void die_if_told(void) {
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op,
                   struct fake_comm *c, void *stream) {
   live(c, "ncclAllReduce");
-  die_if_told();
+  die_if_told("ncclAllReduce");
   size_t size = type_size(type);
   if (!size || !reduces(type) || op < 0 || op > 4) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;
@@ -289,6 +293,7 @@ int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int 
 int ncclBroadcast(const void *send, void *recv, size_t count, int type, int root,
                   struct fake_comm *c, void *stream) {
   live(c, "ncclBroadcast");
+  die_if_told("ncclBroadcast");
   size_t size = type_size(type);
   if (!size || root < 0 || root >= c->nranks) return INVALID_ARGUMENT;
   size_t chunk = SLOT_BYTES / size;

@@ -285,35 +285,46 @@ fn a_rank_killed_on_one_machine_is_seen_by_every_other_rank() {
     }
 }
 
-/// Rank 2's process dies in the middle of a call, inside its rail's all-reduce (the NCCL
-/// stand-in kills it 300 ms into the call's first rail leg) while its rail peer, rank 0, waits
-/// in NCCL for it: every other rank's call fails within seconds (the timeout is 60 s), naming
-/// rank 2. Rank 0's rail is aborted under its call in NCCL, which only the abort ends.
+/// Rank 2's process dies in the middle of a call, inside its rail's NCCL call (the stand-in
+/// kills it 300 ms into the call's first rail leg) while its rail peer, rank 0, waits in NCCL
+/// for it: every other rank's call fails within seconds (the timeout is 60 s), naming rank 2.
+/// Rank 0's rail is aborted under its call in NCCL, which only the abort ends. An all-reduce
+/// (one NCCL call per leg) and an all-gather (a group of broadcasts, none of which may enter
+/// NCCL after the abort: the stand-in crashes on a call after `ncclCommAbort`).
 #[test]
 fn a_machine_lost_in_the_middle_of_a_rail_call_fails_every_other_rank_promptly() {
     let nccl = fake_nccl();
-    let outcomes = ranks_on_each(&["a", "a", "b", "b"], "lost-in-rail", &|rank| {
-        let mut env = vec![
-            ("SYMM_RAILS".to_string(), "nccl".to_string()),
-            ("SYMM_NCCL_LIBRARY".to_string(), nccl.clone()),
-            ("FAKE_NCCL_VERSION".to_string(), "22403".to_string()),
-        ];
-        if rank == 2 {
-            // Call 0 makes two rail all-reduces (the shard's and the tail's): die in call 1's
-            // first.
-            env.push(("FAKE_NCCL_DIE_IN_ALL_REDUCE".to_string(), "3".to_string()));
+    // Call 0 makes two rail calls of its kind (the all-reduce's shard and tail; the
+    // all-gather's broadcast from each machine): die in call 1's first.
+    for (collective, call) in [
+        ("all_reduce", "ncclAllReduce"),
+        ("all_gather", "ncclBroadcast"),
+    ] {
+        let mode = format!("lost-in-rail:{collective}");
+        let outcomes = ranks_on_each(&["a", "a", "b", "b"], &mode, &|rank| {
+            let mut env = vec![
+                ("SYMM_RAILS".to_string(), "nccl".to_string()),
+                ("SYMM_NCCL_LIBRARY".to_string(), nccl.clone()),
+                ("FAKE_NCCL_VERSION".to_string(), "22403".to_string()),
+            ];
+            if rank == 2 {
+                env.push(("FAKE_NCCL_DIE_IN".to_string(), format!("{call}:3")));
+            }
+            env
+        });
+        for (rank, (ok, log)) in outcomes.iter().enumerate() {
+            if rank == 2 {
+                assert!(
+                    !ok,
+                    "{collective}: rank 2 was to die in its rail call:\n{log}"
+                );
+                continue;
+            }
+            assert!(
+                *ok && log.contains(&format!("machine rank {rank}: saw the lost rank")),
+                "{collective}, rank {rank}:\n{log}"
+            );
         }
-        env
-    });
-    for (rank, (ok, log)) in outcomes.iter().enumerate() {
-        if rank == 2 {
-            assert!(!ok, "rank 2 was to die in its rail call:\n{log}");
-            continue;
-        }
-        assert!(
-            *ok && log.contains(&format!("machine rank {rank}: saw the lost rank")),
-            "rank {rank}:\n{log}"
-        );
     }
 }
 
@@ -740,26 +751,33 @@ fn one_rank(rank: usize) {
             }
             println!("machine rank {rank}: saw the killed rank ({took:?}): {message}");
         }
-        "lost-in-rail" => {
+        "lost-in-rail:all_reduce" | "lost-in-rail:all_gather" => {
+            let all_reduce = mode.ends_with("all_reduce");
+            let collective = if all_reduce {
+                "all_reduce"
+            } else {
+                "all_gather"
+            };
             run_case(
                 comm,
                 rank,
                 nranks,
                 base,
                 HALF,
-                &case("all_reduce", DataType::Float32, 5),
+                &case(collective, DataType::Float32, 5),
                 0,
             );
-            let started = Instant::now();
-            let result = symmAllReduce(
+            let (s, r) = (
                 base as *const c_void,
                 base.wrapping_add(HALF) as *mut c_void,
-                5,
-                symmDataType_t::symmFloat32 as _,
-                symmRedOp_t::symmSum as _,
-                comm,
-                null_mut(),
             );
+            let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+            let started = Instant::now();
+            let result = if all_reduce {
+                symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut())
+            } else {
+                symmAllGather(s, r, 5, f32, comm, null_mut())
+            };
             let took = started.elapsed();
             let message = last_error(comm);
             assert_ne!(result, symmResult_t::symmSuccess, "rank {rank}");

@@ -110,13 +110,17 @@ impl Shared {
         let first = self.shape.rank_of(machine, 0);
         let message = error.message.replace(
             crate::comm::failure::RECOVERY,
-            "destroy it (a communicator spanning machines is not split)",
+            "destroy the communicator (one spanning machines is not split)",
         );
+        let context = format!("on its machine's communicator (machine {machine}, whose rank r");
+        if message.contains(&context) {
+            // Already this communicator's (a failure of it, kept by the machine's).
+            return Error::new(error.code, message);
+        }
         Error::new(
             error.code,
             format!(
-                "rank {}: on its machine's communicator (machine {machine}, whose rank r is rank \
-                 {first} + r): {message}",
+                "rank {}: {context} is rank {first} + r): {message}",
                 self.rank
             ),
         )
@@ -609,6 +613,13 @@ pub fn collective(
         // A leg ended by this rank's failure (its rail aborted, its machine's communicator
         // failed) reports that failure: the cause, not the leg's symptom.
         if let Some(failure) = span.failure() {
+            crate::log!(
+                Level::Info,
+                Subsys::Coll,
+                Some(span.rank),
+                "{name} ended after the communicator failed: {}",
+                e.message
+            );
             return failure;
         }
         // A failure relayed by the root is every rank's already.

@@ -2,9 +2,12 @@
 //! communicator of the rail's ranks (one per machine), its calls enqueued on the caller's
 //! stream. NCCL compares no arguments; the agreement before every call does (`super::agree`).
 //! A rank's failure aborts its rail (`ncclCommAbort`, from whichever thread sees it: NCCL's way
-//! to end pending work, and a call another thread has in NCCL); no call starts after the abort,
-//! and the abort never waits for a call in NCCL to return (it may wait there for a peer that
-//! failed): it gives such a call [`ABORT_GRACE`] to leave, then ends it.
+//! to end pending work, and a call another thread has in NCCL, as PyTorch's watchdog uses it).
+//! Each call into NCCL is checked against the abort and marked while it runs; the abort waits
+//! at most [`ABORT_GRACE`] for a marked call to return (it may wait in NCCL for a peer that
+//! failed), then ends it. So no call enters NCCL after the abort, except one whose thread was
+//! descheduled for the whole grace between its check and its entry: the race NCCL's own
+//! watchdog model has (a communicator made non-blocking and polled would close it).
 //! The rails' initialization is blocking: every rank reached it (two all-gathers said so), but
 //! a rank that dies between them and `ncclCommInitRank` leaves its rail peers in NCCL.
 
@@ -159,16 +162,18 @@ pub(crate) fn check_result(
     ))
 }
 
-/// How long an abort lets a call that is in NCCL leave before ending it with `ncclCommAbort`:
-/// a call entering or leaving NCCL takes microseconds; one still there after this waits in NCCL
-/// (for a peer), which only the abort ends.
+/// How long an abort (or a release) lets a call that is in NCCL return before ending it with
+/// `ncclCommAbort`: enqueueing work takes microseconds; a call still in NCCL after this waits
+/// there (for a peer, or connecting to one), and once the rank has failed only the abort ends
+/// that.
 const ABORT_GRACE: Duration = Duration::from_millis(100);
 
 /// A rank's rail on NCCL: its communicator of the rail's ranks.
 pub struct NcclRail {
     nccl: Nccl,
     comm: usize,
-    /// Whether calls may start, and whether one is in NCCL; taken briefly, never across a call.
+    /// Whether calls may enter NCCL, and whether one is in it; taken briefly, never across a
+    /// call into NCCL.
     state: Mutex<RailState>,
     /// Told when a call leaves NCCL (an abort waiting to end the communicator listens).
     call_left: Condvar,
@@ -177,9 +182,10 @@ pub struct NcclRail {
 /// What [`NcclRail::state`] guards.
 #[derive(Default)]
 struct RailState {
-    /// Set by the abort or the release: no call starts after it.
+    /// Set by the abort or the release: no call enters NCCL after it.
     closed: bool,
-    /// A call is between its start (checked against `closed`) and its return from NCCL.
+    /// A call is between its check against `closed` and its return from NCCL (a rank's calls
+    /// are made by one thread at a time: `Comm::enter_call`).
     in_nccl: bool,
 }
 
@@ -227,16 +233,17 @@ impl NcclRail {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Make `call` into NCCL, refused once the rail was aborted or released (its communicator
-    /// is gone). The call is marked in NCCL while it runs, so that an abort lets it leave
-    /// first (within [`ABORT_GRACE`]) instead of freeing the communicator under it.
-    fn start<T>(&self, call: impl FnOnce() -> T) -> Result<T> {
+    /// Make one call into NCCL, refused once the rail was aborted or released (its
+    /// communicator is gone). The call is marked while it runs, so that an abort lets it return
+    /// first (within [`ABORT_GRACE`]) instead of ending the communicator under it.
+    fn enter<T>(&self, call: impl FnOnce() -> T) -> Result<T> {
         {
             let mut state = self.lock_state();
             if state.closed {
                 return Err(Error::new(
                     crate::abi::symmResult_t::symmRemoteError,
-                    "the rail between machines was aborted (the communicator failed)",
+                    "the rail between machines was aborted or released (the communicator \
+                     failed, or is being destroyed)",
                 ));
             }
             state.in_nccl = true;
@@ -245,6 +252,29 @@ impl NcclRail {
         self.lock_state().in_nccl = false;
         self.call_left.notify_all();
         Ok(result)
+    }
+
+    /// Close the rail (no call enters NCCL from now on) and wait up to [`ABORT_GRACE`] for a
+    /// call in NCCL to return: `None` when it was closed already, else whether a call is still
+    /// in NCCL.
+    fn close(&self) -> Option<bool> {
+        let mut state = self.lock_state();
+        if state.closed {
+            return None;
+        }
+        state.closed = true;
+        let (state, _) = self
+            .call_left
+            .wait_timeout_while(state, ABORT_GRACE, |state| state.in_nccl)
+            .unwrap_or_else(|e| e.into_inner());
+        Some(state.in_nccl)
+    }
+
+    fn abort_now(&self) {
+        // SAFETY: the rail's communicator, ended once (`close` let one caller through); no
+        // call enters NCCL on it any more, and one still in NCCL after the grace is the work
+        // `ncclCommAbort` exists to end.
+        let _ = unsafe { (self.nccl.abort)(self.comm()) };
     }
 
     /// All-reduce of `count` elements at `at`, in place, on `stream`.
@@ -290,8 +320,8 @@ impl NcclRail {
         stream: u64,
     ) -> Result<()> {
         // SAFETY: both buffers hold what the call reads and writes on this rank's device until
-        // the stream ran it; the communicator is live (not aborted: `start`).
-        let result = self.start(|| unsafe {
+        // the stream ran it; the communicator is live (not aborted: `enter`).
+        let result = self.enter(|| unsafe {
             function(
                 from as *const c_void,
                 to as *mut c_void,
@@ -306,7 +336,9 @@ impl NcclRail {
     }
 
     /// Broadcasts of `count` elements, one per `(root, from, to)` (`from` read on the root),
-    /// in one NCCL group.
+    /// in one NCCL group. Each call into NCCL is checked against an abort: after one, no leg
+    /// and not the group's end enter NCCL (the group's operations went with the aborted
+    /// communicator).
     pub fn broadcasts(
         &self,
         legs: &[(usize, u64, u64)],
@@ -314,65 +346,58 @@ impl NcclRail {
         dtype: i32,
         stream: u64,
     ) -> Result<()> {
-        self.start(|| {
-            // SAFETY: no arguments.
-            let started = unsafe { (self.nccl.group_start)() };
-            self.nccl.check(started, "ncclGroupStart")?;
-            let mut first_error = Ok(());
-            for &(root, from, to) in legs {
-                // SAFETY: as in `all_reduce`, for both buffers.
-                let result = unsafe {
-                    (self.nccl.broadcast)(
-                        from as *const c_void,
-                        to as *mut c_void,
-                        count,
-                        as_nccl(dtype),
-                        root as c_int,
-                        self.comm(),
-                        stream as *mut c_void,
-                    )
-                };
-                if first_error.is_ok() {
-                    first_error = self
-                        .nccl
-                        .check(result, "ncclBroadcast (the rail between machines)");
-                }
+        // SAFETY: no arguments.
+        let started = self.enter(|| unsafe { (self.nccl.group_start)() })?;
+        self.nccl.check(started, "ncclGroupStart")?;
+        let mut first_error = Ok(());
+        for &(root, from, to) in legs {
+            // SAFETY: as in `all_reduce`, for both buffers; the communicator is live (`enter`).
+            let result = self.enter(|| unsafe {
+                (self.nccl.broadcast)(
+                    from as *const c_void,
+                    to as *mut c_void,
+                    count,
+                    as_nccl(dtype),
+                    root as c_int,
+                    self.comm(),
+                    stream as *mut c_void,
+                )
+            });
+            let result = result.and_then(|result| {
+                self.nccl
+                    .check(result, "ncclBroadcast (the rail between machines)")
+            });
+            if result.is_err() {
+                first_error = result;
+                break;
             }
-            // SAFETY: closes the group opened above.
-            let ended = unsafe { (self.nccl.group_end)() };
-            let ended = self.nccl.check(ended, "ncclGroupEnd");
-            first_error.and(ended)
-        })?
+        }
+        // SAFETY: closes the group opened above, unless the rail was aborted meanwhile.
+        let ended = self.enter(|| unsafe { (self.nccl.group_end)() })?;
+        let ended = self.nccl.check(ended, "ncclGroupEnd");
+        first_error.and(ended)
     }
 
     /// End the rail's pending work, a call another thread has in NCCL included, and refuse
     /// its later calls (`ncclCommAbort`); once.
     pub fn abort(&self) {
-        {
-            let mut state = self.lock_state();
-            if state.closed {
-                return;
-            }
-            // No call starts from now on.
-            state.closed = true;
-            // A call in NCCL gets the grace to leave; one still there waits in NCCL, and the
-            // abort is what ends it.
-            let _ = self
-                .call_left
-                .wait_timeout_while(state, ABORT_GRACE, |state| state.in_nccl);
+        if self.close().is_some() {
+            self.abort_now();
         }
-        // SAFETY: the rail's communicator, aborted once; no call starts on it any more, and one
-        // still in NCCL after the grace is the work `ncclCommAbort` exists to end.
-        let _ = unsafe { (self.nccl.abort)(self.comm()) };
     }
 
-    /// Release the rail after a clean teardown (`ncclCommDestroy`); a failed one was aborted.
+    /// Release the rail after a clean teardown (`ncclCommDestroy`; a failed one was aborted).
+    /// A call another thread still has in NCCL after the grace (a misuse: the rank is being
+    /// destroyed) is ended by an abort instead of a destroy under it.
     pub fn release(&self) {
-        let mut state = self.lock_state();
-        if !state.closed {
-            state.closed = true;
-            // SAFETY: the rail's communicator, destroyed once, never used again.
-            let _ = unsafe { (self.nccl.destroy)(self.comm()) };
+        match self.close() {
+            None => {}
+            Some(true) => self.abort_now(),
+            Some(false) => {
+                // SAFETY: the rail's communicator, destroyed once (`close` let one caller
+                // through), with no call in NCCL and none entering it any more.
+                let _ = unsafe { (self.nccl.destroy)(self.comm()) };
+            }
         }
     }
 }
