@@ -199,10 +199,12 @@ mod tests {
             );
             let kernels = split::PtxIndex::new(ptx).kernels();
             assert!(kernels.len() > 100, "{name}: {} kernels", kernels.len());
+            // The image's NUL-delimited strings, read once: a kernel's name is one of them.
+            let strings: std::collections::HashSet<&[u8]> =
+                image.split(|&b| b == 0).skip(1).collect();
             for kernel in kernels {
-                let needle = format!("\0{kernel}\0");
                 assert!(
-                    image.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                    strings.contains(kernel.as_bytes()),
                     "{name}: no {kernel} in the SASS"
                 );
             }
@@ -273,15 +275,30 @@ mod tests {
         let kernels = kernel_names(&Algorithm::ALL);
         for (name, ptx) in targets() {
             assert!(ptx.contains(&format!(".target {name}")), "{name}");
+            // The entries' names, read once (not a search of the whole text per kernel).
+            let entries: std::collections::HashSet<&str> = ptx
+                .split(".visible .entry ")
+                .skip(1)
+                .filter_map(|rest| rest.split_once('(').map(|(entry, _)| entry))
+                .collect();
             for kernel in &kernels {
-                assert!(
-                    ptx.contains(&format!(".visible .entry {kernel}(")),
-                    "{name} lacks {kernel}"
-                );
+                assert!(entries.contains(kernel.as_str()), "{name} lacks {kernel}");
             }
             // The Triton device functions live in ptx-out/symm_triton.ll.gz only.
             assert!(!ptx.contains("symm_all_reduce("), "{name}");
         }
+    }
+
+    /// Every entry's body in `ptx`, by name (read once, where a test looks up many).
+    fn entries(ptx: &str) -> std::collections::HashMap<&str, &str> {
+        ptx.split(".entry ")
+            .skip(1)
+            .filter_map(|rest| {
+                let (name, _) = rest.split_once('(')?;
+                let end = rest.find("// -- End function")?;
+                Some((name, &rest[..end]))
+            })
+            .collect()
     }
 
     /// The body of entry `name` in `ptx`.
@@ -325,8 +342,11 @@ mod tests {
             Algorithm::ReduceScatter,
         ]);
         for (name, ptx) in targets() {
+            let bodies = entries(ptx);
             for kernel in &kernels {
-                let body = entry(ptx, kernel);
+                let body = bodies
+                    .get(kernel.as_str())
+                    .unwrap_or_else(|| panic!("{name}: {kernel} missing"));
                 // LLVM spells a 16-byte access v4.b32 or v2.b64.
                 let sixteen = |op: &str| {
                     body.contains(&format!("{op}.v4.b32")) || body.contains(&format!("{op}.v2.b64"))
