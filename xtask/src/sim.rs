@@ -113,6 +113,40 @@ impl SimRun<'_> {
         }
     }
 
+    /// Run with its output captured; `Ok(output)` when it passed, else the output and the
+    /// error [`SimRun::pass`] would give.
+    fn pass_quietly(&self, dir: &Path) -> Result<String, (String, String)> {
+        let started = Instant::now();
+        let output = self
+            .command(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                (
+                    String::new(),
+                    format!("cannot start {:?}: {e}", self.program),
+                )
+            })?;
+        let text = format!(
+            "sim: {}\n{}{}sim:   took {:.1?}\n",
+            self.describe(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            started.elapsed()
+        );
+        if output.status.success() {
+            Ok(text)
+        } else {
+            let error = format!(
+                "on the simulated GPU: {} failed ({}); the seed is in the environment \
+                 (SYMM_SIM_SEED) and the output above",
+                self.describe(),
+                output.status
+            );
+            Err((text, error))
+        }
+    }
+
     /// Run with a deliberate defect; it must fail, and `evidence` (when given) must appear in
     /// its output (proof that the defect was applied).
     fn caught(&self, dir: &Path, evidence: Option<&str>) -> Result<(), String> {
@@ -159,6 +193,48 @@ impl SimRun<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// Run every one of `runs`, as many at once as there are cores (each is a process with its
+/// own simulated GPU, whose one device thread keeps one core busy); each run's output is
+/// printed whole when it ends. All must pass: the first failure is returned once every run
+/// ended.
+fn pass_together(runs: &[SimRun<'_>], dir: &Path) -> Result<(), String> {
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(runs.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(run) = runs.get(index) else { return };
+                    let (text, failure) = match run.pass_quietly(dir) {
+                        Ok(text) => (text, None),
+                        Err((text, error)) => (text, Some((index, error))),
+                    };
+                    // One run's output at a time, whole.
+                    let mut out = std::io::stdout().lock();
+                    let _ = std::io::Write::write_all(&mut out, text.as_bytes());
+                    let _ = std::io::Write::flush(&mut out);
+                    if let Some(failure) = failure {
+                        failures
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(failure);
+                    }
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    failures.sort();
+    match failures.into_iter().next() {
+        Some((_, error)) => Err(error),
+        None => Ok(()),
     }
 }
 
@@ -438,16 +514,15 @@ pub fn test() -> Result<(), String> {
     step("the interpreter's tests, release", t);
 
     let t = Instant::now();
-    gpu(
+    let mut runs = vec![gpu(
         "the GPU set, 16 SMs",
         vec![],
         vec![("SYMM_SIM_SEED", "1"), ("SYMM_SIM_SMS", "16")],
-    )
-    .pass(&dir)?;
+    )];
     // An H100-shaped device: grids up to 132 blocks per launch. The exhaustive dtype and
-    // operator sweeps ran above; at this size they would take about 10 more minutes of CI
-    // for kernels the rest of the set already runs at this shape.
-    gpu(
+    // operator sweeps run in the 16-SM run; at this size they would take about 10 more minutes
+    // of CI for kernels the rest of the set already runs at this shape.
+    runs.push(gpu(
         "the GPU set but the dtype/op sweeps, 132 SMs",
         vec![
             "--skip",
@@ -460,29 +535,32 @@ pub fn test() -> Result<(), String> {
             "gpu_software_work_source",
         ],
         vec![("SYMM_SIM_SEED", "2"), ("SYMM_SIM_SMS", "132")],
-    )
-    .pass(&dir)?;
+    ));
+    // The two at once: each process is its own simulated GPU.
+    pass_together(&runs, &dir)?;
     step("GPU set", t);
 
     let t = Instant::now();
     // `pat` forces PAT on the all-gathers and reduce-scatters of the mixed calls (the cost
     // model picks it only from 32 ranks, so nothing else here runs its PTX).
-    for algo in ["auto", "oneshot", "twoshot", "pat"] {
-        gpu(
-            "weak memory",
-            vec!["gpu_sequence_of_mixed_calls", "gpu_threads_chain"],
-            vec![
-                ("SYMM_SIM_SEED", "3"),
-                ("SYMM_SIM_SMS", "16"),
-                ("SYMM_SIM_WEAK", "1"),
-                ("SYMM_ALGO", algo),
-            ],
-        )
-        .pass(&dir)?;
-    }
+    let mut runs: Vec<SimRun> = ["auto", "oneshot", "twoshot", "pat"]
+        .into_iter()
+        .map(|algo| {
+            gpu(
+                "weak memory",
+                vec!["gpu_sequence_of_mixed_calls", "gpu_threads_chain"],
+                vec![
+                    ("SYMM_SIM_SEED", "3"),
+                    ("SYMM_SIM_SMS", "16"),
+                    ("SYMM_SIM_WEAK", "1"),
+                    ("SYMM_ALGO", algo),
+                ],
+            )
+        })
+        .collect();
     // All-to-all-v's count tables, read by peers after the start barrier and written (rows 1
     // and 2) by their owner, under weak memory: data races fail the run.
-    gpu(
+    runs.push(gpu(
         "weak memory: all-to-all-v",
         vec!["gpu_all_to_all_v"],
         vec![
@@ -490,10 +568,9 @@ pub fn test() -> Result<(), String> {
             ("SYMM_SIM_SMS", "16"),
             ("SYMM_SIM_WEAK", "1"),
         ],
-    )
-    .pass(&dir)?;
+    ));
     // A user's kernel (frames, peer reads, the in-kernel all-reduce) under weak memory.
-    SimRun {
+    runs.push(SimRun {
         what: "weak memory: a user's kernel",
         program: &binaries.example_kernels,
         args: vec![],
@@ -502,8 +579,9 @@ pub fn test() -> Result<(), String> {
             ("SYMM_SIM_SMS", "16"),
             ("SYMM_SIM_WEAK", "1"),
         ],
-    }
-    .pass(&dir)?;
+    });
+    // Two at a time: each process is its own simulated GPU.
+    pass_together(&runs, &dir)?;
     step("weak memory", t);
 
     // The layouts users run (a thread per rank, a group, a process per rank) on the cuda
@@ -849,4 +927,38 @@ pub fn test() -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_of(program: &Path) -> SimRun<'_> {
+        SimRun {
+            what: "a stand-in",
+            program,
+            args: vec![],
+            env: vec![],
+        }
+    }
+
+    /// Every run runs, and the first failing one (in the list's order) is the error.
+    #[test]
+    fn runs_together_and_reports_the_first_failure() {
+        let (yes, no) = (Path::new("/bin/true"), Path::new("/bin/false"));
+        let dir = std::env::temp_dir();
+        assert_eq!(
+            pass_together(&[run_of(yes), run_of(yes), run_of(yes)], &dir),
+            Ok(())
+        );
+        let runs = [run_of(yes), run_of(no), run_of(yes), run_of(no)];
+        let error = pass_together(&runs, &dir).unwrap_err();
+        assert!(
+            error.contains("a stand-in") && error.contains("failed"),
+            "{error}"
+        );
+        let missing = Path::new("/nonexistent/program");
+        let error = pass_together(&[run_of(yes), run_of(missing)], &dir).unwrap_err();
+        assert!(error.contains("cannot start"), "{error}");
+    }
 }
