@@ -697,54 +697,13 @@ fn one_rank(rank: usize) {
             println!("machine rank {rank}: refused the differing call ({took:?}): {message}");
         }
         "killed" => {
-            run_case(
-                comm,
-                rank,
-                nranks,
-                base,
-                HALF,
-                &case("all_reduce", DataType::Float32, 5),
-                0,
-            );
-            // Every rank has finished call 0 once rank 3's call 1 returns; the others' call 1
-            // may meet rank 3's end (it fails then, as calls in flight do), so its result is
-            // not checked.
-            let (s, r) = (
-                base as *const c_void,
-                base.wrapping_add(HALF) as *mut c_void,
-            );
-            let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
-            let started = Instant::now();
-            let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
-            // Success, or a failure within seconds (a rail call that met rank 3's end is aborted
-            // under it, not left to NCCL's own wait).
-            let took = started.elapsed();
-            assert!(
-                took < Duration::from_secs(10),
-                "rank {rank}: call 1 took {took:?}"
-            );
-            if rank == 3 {
-                check(settled, comm);
-            }
+            two_calls_rank_3_completes(comm, rank, nranks, base, HALF);
             if rank == 3 {
                 // SAFETY: signals this process.
                 unsafe { kill(getpid(), 9) };
             }
             std::thread::sleep(Duration::from_millis(500));
-            let started = Instant::now();
-            let result = symmAllReduce(
-                base as *const c_void,
-                base.wrapping_add(HALF) as *mut c_void,
-                5,
-                symmDataType_t::symmFloat32 as _,
-                symmRedOp_t::symmSum as _,
-                comm,
-                null_mut(),
-            );
-            let took = started.elapsed();
-            let message = last_error(comm);
-            assert_ne!(result, symmResult_t::symmSuccess);
-            assert!(took < Duration::from_secs(10), "took {took:?}: {message}");
+            let (took, message) = failing_all_reduce(comm, base, HALF);
             if rank < 2 {
                 // Machine a hears it from the spanning root; machine b from its watch, or so.
                 assert!(message.contains("rank 3"), "{message}");
@@ -896,55 +855,14 @@ fn one_rank(rank: usize) {
             println!("machine rank {rank}: saw the frozen machine ({took:?}): {message}");
         }
         "aborted" => {
-            run_case(
-                comm,
-                rank,
-                nranks,
-                base,
-                HALF,
-                &case("all_reduce", DataType::Float32, 5),
-                0,
-            );
-            // Every rank has finished call 0 once rank 3's call 1 returns; the others' call 1
-            // may meet rank 3's end (it fails then, as calls in flight do), so its result is
-            // not checked.
-            let (s, r) = (
-                base as *const c_void,
-                base.wrapping_add(HALF) as *mut c_void,
-            );
-            let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
-            let started = Instant::now();
-            let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
-            // Success, or a failure within seconds (a rail call that met rank 3's end is aborted
-            // under it, not left to NCCL's own wait).
-            let took = started.elapsed();
-            assert!(
-                took < Duration::from_secs(10),
-                "rank {rank}: call 1 took {took:?}"
-            );
-            if rank == 3 {
-                check(settled, comm);
-            }
+            two_calls_rank_3_completes(comm, rank, nranks, base, HALF);
             if rank == 3 {
                 check(symmCommAbort(comm), null_mut());
                 println!("machine rank {rank}: saw the abort (its own)");
                 return;
             }
             std::thread::sleep(Duration::from_millis(500));
-            let started = Instant::now();
-            let result = symmAllReduce(
-                base as *const c_void,
-                base.wrapping_add(HALF) as *mut c_void,
-                5,
-                symmDataType_t::symmFloat32 as _,
-                symmRedOp_t::symmSum as _,
-                comm,
-                null_mut(),
-            );
-            let took = started.elapsed();
-            let message = last_error(comm);
-            assert_ne!(result, symmResult_t::symmSuccess);
-            assert!(took < Duration::from_secs(10), "took {took:?}: {message}");
+            let (took, message) = failing_all_reduce(comm, base, HALF);
             assert!(message.contains("symmCommAbort"), "{message}");
             println!("machine rank {rank}: saw the abort ({took:?}): {message}");
         }
@@ -985,6 +903,63 @@ fn one_rank(rank: usize) {
     }
     check(symmCommWindowDeregister(comm, window), comm);
     check(symmCommDestroy(comm), null_mut());
+}
+
+/// Calls 0 (checked) and 1 of the killed and abort modes: every rank has finished call 0 once
+/// rank 3's call 1 returns (checked on rank 3); the others' call 1 may meet rank 3's end (it
+/// fails then, as calls in flight do), so its result is not checked, only that it returns
+/// within seconds (a rail call that met rank 3's end is aborted under it, not left to NCCL's
+/// own wait).
+fn two_calls_rank_3_completes(
+    comm: symmComm_t,
+    rank: usize,
+    nranks: usize,
+    base: *mut u8,
+    half: usize,
+) {
+    run_case(
+        comm,
+        rank,
+        nranks,
+        base,
+        half,
+        &case("all_reduce", DataType::Float32, 5),
+        0,
+    );
+    let (s, r) = (
+        base as *const c_void,
+        base.wrapping_add(half) as *mut c_void,
+    );
+    let f32 = symmDataType_t::symmFloat32 as symmDataTypeRaw;
+    let started = Instant::now();
+    let settled = symmAllReduce(s, r, 5, f32, symmRedOp_t::symmSum as _, comm, null_mut());
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "rank {rank}: call 1 took {took:?}"
+    );
+    if rank == 3 {
+        check(settled, comm);
+    }
+}
+
+/// An all-reduce that must fail within 10 s: how long it took, and the error's message.
+fn failing_all_reduce(comm: symmComm_t, base: *mut u8, half: usize) -> (Duration, String) {
+    let started = Instant::now();
+    let result = symmAllReduce(
+        base as *const c_void,
+        base.wrapping_add(half) as *mut c_void,
+        5,
+        symmDataType_t::symmFloat32 as _,
+        symmRedOp_t::symmSum as _,
+        comm,
+        null_mut(),
+    );
+    let took = started.elapsed();
+    let message = last_error(comm);
+    assert_ne!(result, symmResult_t::symmSuccess);
+    assert!(took < Duration::from_secs(10), "took {took:?}: {message}");
+    (took, message)
 }
 
 unsafe extern "C" {

@@ -105,12 +105,17 @@ impl SimRun<'_> {
         if status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "on the simulated GPU: {} failed ({status}); the seed is in the environment \
-                 (SYMM_SIM_SEED) and the output above",
-                self.describe()
-            ))
+            Err(self.failed(status))
         }
+    }
+
+    /// The error of a run that ended with `status` (not a success).
+    fn failed(&self, status: std::process::ExitStatus) -> String {
+        format!(
+            "on the simulated GPU: {} failed ({status}); the seed is in the environment \
+             (SYMM_SIM_SEED) and the output above",
+            self.describe()
+        )
     }
 
     /// Run with its output captured; `Ok(output)` when it passed, else the output and the
@@ -137,13 +142,7 @@ impl SimRun<'_> {
         if output.status.success() {
             Ok(text)
         } else {
-            let error = format!(
-                "on the simulated GPU: {} failed ({}); the seed is in the environment \
-                 (SYMM_SIM_SEED) and the output above",
-                self.describe(),
-                output.status
-            );
-            Err((text, error))
+            Err((text, self.failed(output.status)))
         }
     }
 
